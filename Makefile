@@ -1,0 +1,27 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+# python3 resolves through pyenv, which reads .python-version (3.12) in this folder.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench clean
+
+$(STAMP): pyproject.toml
+	@$(PY) -c 'import sys; v = sys.version_info; sys.exit(0 if v >= (3, 12) else f"streamtap needs Python 3.12 or newer, {sys.executable} is {v.major}.{v.minor} (pyenv reads .python-version)")'
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/streamtap demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python bench/decoders.py
+
+clean:
+	rm -rf $(VENV) build addon/*.egg-info

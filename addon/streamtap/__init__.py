@@ -1,0 +1,3 @@
+"""streamtap: tap, record, judge and replay streamed LLM answers."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,42 @@
+"""Typed framing errors. Every error names the absolute byte offset where it was found."""
+
+from __future__ import annotations
+
+
+class FramingError(ValueError):
+    """The bytes do not follow the wire format."""
+
+    def __init__(self, message: str, offset: int) -> None:
+        super().__init__(f"{message} (at byte {offset})")
+        self.message = message
+        self.offset = offset
+
+
+class OversizeError(FramingError):
+    """A line, event or message is larger than the decoder's per-event limit."""
+
+
+# AWS event-stream
+class PreludeCRCMismatch(FramingError):
+    """The prelude CRC does not match the first 8 bytes of the message."""
+
+
+class MessageCRCMismatch(FramingError):
+    """The message CRC does not match the message bytes."""
+
+
+class InvalidMessageLength(FramingError):
+    """The total or headers length in the prelude is impossible."""
+
+
+class InvalidHeaders(FramingError):
+    """A header name, type or value does not fit the header block."""
+
+
+class DuplicateHeader(InvalidHeaders):
+    """The same header name appears twice in one message."""
+
+
+# JSON framings (NDJSON, JSON array)
+class InvalidJSON(FramingError):
+    """A line or array element is not valid JSON."""
