@@ -1,0 +1,48 @@
+"""Sans-IO wire decoders: bytes in, events out, identical for any chunking.
+
+Each decoder has ``feed(data) -> list[event]`` and ``close() -> list[event]``. They do no
+I/O and know nothing of mitmproxy; bad input is reported as ``Malformed``/``Tail``
+events carrying typed ``FramingError``s, never raised.
+"""
+
+from .errors import (
+    DuplicateHeader,
+    FramingError,
+    InvalidHeaders,
+    InvalidJSON,
+    InvalidMessageLength,
+    MessageCRCMismatch,
+    OversizeError,
+    PreludeCRCMismatch,
+)
+from .events import EventStreamMessage, JSONValue, Malformed, SSEEvent, Tail, WireEvent
+from .eventstream import EventStreamDecoder, encode_message
+from .jsonlines import JSONArrayDecoder, NDJSONDecoder
+from .partial_json import IncrementalJSON
+from .sse import SSEDecoder
+
+DEFAULT_MAX_EVENT = 16 * 1024 * 1024
+
+__all__ = [
+    "DEFAULT_MAX_EVENT",
+    "DuplicateHeader",
+    "EventStreamDecoder",
+    "EventStreamMessage",
+    "FramingError",
+    "IncrementalJSON",
+    "InvalidHeaders",
+    "InvalidJSON",
+    "InvalidMessageLength",
+    "JSONArrayDecoder",
+    "JSONValue",
+    "Malformed",
+    "MessageCRCMismatch",
+    "NDJSONDecoder",
+    "OversizeError",
+    "PreludeCRCMismatch",
+    "SSEDecoder",
+    "SSEEvent",
+    "Tail",
+    "WireEvent",
+    "encode_message",
+]
