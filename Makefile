@@ -18,6 +18,7 @@ demo: $(STAMP)
 	$(BIN)/streamtap demo
 
 test: $(STAMP)
+	@bash scripts/system-deps.sh
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
