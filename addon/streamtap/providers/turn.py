@@ -41,6 +41,7 @@ class BlockKind(StrEnum):
     TOOL_CALL = "tool_call"
     SERVER_TOOL = "server_tool"  # server-side tool use or result (web search, code execution, ...)
     REFUSAL = "refusal"
+    OTHER = "other"  # a block type this version does not model (compaction, fallback, ...): kept whole in extra
 
 
 class StreamEnd(StrEnum):
@@ -109,6 +110,7 @@ class Turn:
     timing: Timing = field(default_factory=Timing)
     events: int = 0
     notes: list[str] = field(default_factory=list)  # unknown event types and other things worth a look
+    extra: dict[str, Any] = field(default_factory=dict)  # provider fields worth keeping (stop details, metrics, ...)
 
     @property
     def blocks(self) -> list[Block]:
