@@ -1,0 +1,42 @@
+"""Recordings: one JSONL file per flow, rebuilt byte-exact, secrets redacted.
+
+The format is described in docs/recording-format.md.
+"""
+
+from .reader import Frame, Recording, check_recording, read_recording
+from .redact import REDACTED, SECRET_HEADERS, SECRET_QUERY, redact_header_value, redact_headers, redact_url
+from .writer import (
+    FORMAT,
+    FSYNC_POLICIES,
+    PARTIAL_SUFFIX,
+    RecordingBusy,
+    RecordingError,
+    RecordingWriter,
+    describe,
+    final_name,
+    frame_sum,
+    partial_name,
+)
+
+__all__ = [
+    "FORMAT",
+    "FSYNC_POLICIES",
+    "PARTIAL_SUFFIX",
+    "REDACTED",
+    "SECRET_HEADERS",
+    "SECRET_QUERY",
+    "Frame",
+    "Recording",
+    "RecordingBusy",
+    "RecordingError",
+    "RecordingWriter",
+    "check_recording",
+    "describe",
+    "final_name",
+    "frame_sum",
+    "partial_name",
+    "read_recording",
+    "redact_header_value",
+    "redact_headers",
+    "redact_url",
+]

@@ -1,0 +1,291 @@
+"""Write one flow's recording: a JSONL file, append-only, one writer, secrets redacted.
+
+The line layout is described in docs/recording-format.md. The writer keeps no frames in
+memory: each line goes to a buffered file as it is made, and the running offset and
+body hash are all it remembers (plus at most one small batch of network reads).
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import hashlib
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from streamtap import __version__
+from streamtap.wire import EventStreamMessage, JSONValue, Malformed, SSEEvent, Tail
+
+from .redact import redact_headers, redact_url
+
+FORMAT = "streamtap-recording/1"
+SUM_HEX = 16  # sha256 prefix length in a frame's "sum": 64 bits tell a wrong frame apart
+FSYNC_POLICIES = ("always", "end", "never")
+PARTIAL_SUFFIX = ".partial.jsonl"
+READS_PER_LINE = 256
+WIRE_BYTES_PER_LINE = 16 * 1024
+
+
+class RecordingError(Exception):
+    """A recording cannot be written or read as asked."""
+
+
+class RecordingBusy(RecordingError):
+    """Another writer holds the recording's lock."""
+
+
+def stamp(epoch: float) -> str:
+    """A UTC timestamp that sorts as text: 20260130T061502.123Z."""
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(epoch)) + f".{int(epoch % 1 * 1000):03d}Z"
+
+
+def _name_part(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-." else "-" for c in text) or "unknown"
+
+
+def partial_name(started: float, provider: str, flow_id: str) -> str:
+    return f"{stamp(started)}_{_name_part(provider)}_{_name_part(flow_id[:12])}{PARTIAL_SUFFIX}"
+
+
+def final_name(started: float, provider: str, verdict: str, flow_id: str) -> str:
+    return f"{stamp(started)}_{_name_part(provider)}_{_name_part(verdict)}_{_name_part(flow_id[:12])}.jsonl"
+
+
+def frame_sum(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()[:SUM_HEX]
+
+
+def _raw_field(raw: bytes) -> dict[str, str]:
+    try:
+        return {"raw": raw.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"raw_b64": base64.b64encode(raw).decode("ascii")}
+
+
+def _plain_header_value(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return {"b64": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)  # uuid, datetime
+
+
+def describe(event: Any) -> dict[str, Any]:
+    """The decoded view of a wire event, for people and tools reading the recording.
+
+    The raw bytes are on the same line already; this adds what framing found in them.
+    """
+    if isinstance(event, SSEEvent):
+        out: dict[str, Any] = {"sse": event.event}
+        if event.id:
+            out["id"] = event.id
+        if event.retry is not None:
+            out["retry"] = event.retry
+        if event.invalid_utf8:
+            out["invalid_utf8"] = event.invalid_utf8
+        return out
+    if isinstance(event, EventStreamMessage):
+        out = {"headers": {k: _plain_header_value(v) for k, v in event.headers.items()}}
+        try:
+            out["payload"] = event.payload.decode("utf-8")
+        except UnicodeDecodeError:
+            out["payload_b64"] = base64.b64encode(event.payload).decode("ascii")
+        return out
+    if isinstance(event, JSONValue):
+        return {"json": True}
+    if isinstance(event, Malformed):
+        return {"malformed": event.error.message, "error": type(event.error).__name__, "fatal": event.fatal}
+    return {}
+
+
+class RecordingWriter:
+    """Appends the lines of one recording. Not thread-safe: one flow, one writer.
+
+    ``path`` must not hold a recording yet; an exclusive lock held until ``finish``
+    makes a second writer fail with RecordingBusy instead of interleaving lines.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        fsync: str = "end",
+        redact: Iterable[str] = (),
+        encoded: bool = False,
+    ) -> None:
+        if fsync not in FSYNC_POLICIES:
+            raise RecordingError(f"fsync policy must be one of {', '.join(FSYNC_POLICIES)}, not {fsync!r}")
+        self.path = Path(path)
+        self.fsync = fsync
+        self.redact = tuple(redact)
+        self.encoded = encoded  # wire bytes differ from the body (content-encoding): keep them too
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RecordingBusy(f"{self.path} is being written by another writer") from None
+        if os.fstat(fd).st_size:
+            os.close(fd)
+            raise RecordingError(f"{self.path} already holds a recording (recordings are append-only, one writer each)")
+        self._file = os.fdopen(fd, "ab", buffering=64 * 1024)
+        self._offset = 0
+        self._body_hash = hashlib.sha256()
+        self._frames = 0
+        self._wire_offset = 0
+        self._wire_hash = hashlib.sha256()
+        self._reads: list[list[float]] = []
+        self._wire_pending = bytearray()
+        self.closed = False
+
+    @classmethod
+    def create(
+        cls, directory: str | os.PathLike[str], *, started: float, provider: str, flow_id: str, **kwargs: Any
+    ) -> RecordingWriter:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return cls(directory / partial_name(started, provider, flow_id), **kwargs)
+
+    @property
+    def offset(self) -> int:
+        """Body bytes recorded so far."""
+        return self._offset
+
+    def _line(self, record: dict[str, Any]) -> None:
+        self._file.write(orjson.dumps(record) + b"\n")
+        if self.fsync == "always":
+            self._file.flush()
+            os.fsync(self._file.fileno())
+
+    def header(self, fields: dict[str, Any]) -> None:
+        """Line 1. ``request``/``response`` header pairs and the URL are redacted here."""
+        record: dict[str, Any] = {"type": "header", "format": FORMAT, "streamtap": __version__}
+        record.update(fields)
+        for side in ("request", "response"):
+            part = record.get(side)
+            if not isinstance(part, dict):
+                continue
+            part = dict(part)
+            if "headers" in part:
+                part["headers"] = redact_headers(part["headers"], self.redact)
+            if "url" in part:
+                part["url"] = redact_url(part["url"], self.redact)
+            record[side] = part
+        self._line(record)
+
+    def _body(self, start: int, raw: bytes) -> None:
+        if start != self._offset:
+            raise RecordingError(f"bytes at offset {start} do not follow the recorded {self._offset}")
+        self._offset += len(raw)
+        self._body_hash.update(raw)
+
+    def frame(self, event: Any, t_ms: float | None) -> None:
+        """One decoded wire event (SSEEvent, EventStreamMessage, JSONValue, Malformed)."""
+        if isinstance(event, Tail):
+            return self.tail(event, t_ms)
+        raw = event.raw
+        self._body(event.start, raw)
+        self._frames += 1
+        record: dict[str, Any] = {
+            "type": "frame",
+            "seq": event.seq,
+            "offset": event.start,
+            "len": len(raw),
+            "sum": frame_sum(raw),
+            "t": t_ms,
+        }
+        record.update(_raw_field(raw))
+        record["event"] = describe(event)
+        self._line(record)
+
+    def tail(self, event: Tail, t_ms: float | None) -> None:
+        """Bytes at the end that formed no frame: a cut event, kept as they came."""
+        self._body(event.start, event.raw)
+        record = {
+            "type": "tail",
+            "seq": event.seq,
+            "offset": event.start,
+            "len": len(event.raw),
+            "sum": frame_sum(event.raw),
+            "t": t_ms,
+            **_raw_field(event.raw),
+            "reason": event.reason,
+        }
+        self._line(record)
+
+    def raw(self, data: bytes, t_ms: float | None, why: str) -> None:
+        """Body bytes recorded without framing (analysis was switched off for this flow)."""
+        start = self._offset
+        self._body(start, data)
+        self._line(
+            {"type": "raw", "offset": start, "len": len(data), "sum": frame_sum(data), "t": t_ms, **_raw_field(data), "why": why}
+        )
+
+    def read(self, data: bytes, t_ms: float | None) -> None:
+        """One network read as the proxy received it (before any content decoding)."""
+        self._reads.append([self._wire_offset, len(data), t_ms])
+        self._wire_offset += len(data)
+        self._wire_hash.update(data)
+        if self.encoded:
+            self._wire_pending += data
+        if len(self._reads) >= READS_PER_LINE or len(self._wire_pending) >= WIRE_BYTES_PER_LINE:
+            self._flush_reads()
+
+    def _flush_reads(self) -> None:
+        if not self._reads:
+            return
+        record: dict[str, Any] = {"type": "reads", "reads": self._reads}
+        if self.encoded:
+            record["wire_b64"] = base64.b64encode(bytes(self._wire_pending)).decode("ascii")
+            self._wire_pending.clear()
+        self._reads = []
+        self._line(record)
+
+    def note(self, kind: str, message: str, t_ms: float | None = None) -> None:
+        """Evidence worth keeping in line order: an error streamtap hit, a fault applied."""
+        self._line({"type": "note", "kind": kind, "message": message, "t": t_ms})
+
+    def flush(self) -> None:
+        """Hand buffered lines to the OS, so a killed proxy loses nothing already seen."""
+        self._file.flush()
+
+    def finish(self, end: dict[str, Any], final_path: str | os.PathLike[str] | None = None) -> Path:
+        """Write the end line, sync per policy, close, and move to ``final_path``."""
+        self._flush_reads()
+        record: dict[str, Any] = {"type": "end"}
+        record.update(end)
+        record.update(
+            frames=self._frames,
+            bytes=self._offset,
+            sha256=self._body_hash.hexdigest(),
+            wire_bytes=self._wire_offset,
+            wire_sha256=self._wire_hash.hexdigest(),
+        )
+        self._line(record)
+        self._file.flush()
+        if self.fsync != "never":
+            os.fsync(self._file.fileno())
+        if final_path is not None:
+            final_path = Path(final_path)
+            os.rename(self.path, final_path)  # the lock belongs to the open file, not the name
+            self.path = final_path
+        self.close()
+        return self.path
+
+    def close(self) -> None:
+        """Stop writing without an end line: the recording stays marked incomplete."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._file.close()  # flushes; closing the fd drops the lock
+        except OSError:
+            try:
+                os.close(self._file.fileno())
+            except OSError:
+                pass

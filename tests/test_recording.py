@@ -1,0 +1,280 @@
+"""The recording format: byte-exact rebuild, self-checks, crash honesty, one writer, no secrets."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import stat
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamtap.recording import (
+    RecordingBusy,
+    RecordingError,
+    RecordingWriter,
+    check_recording,
+    final_name,
+    partial_name,
+    read_recording,
+    redact_headers,
+    redact_url,
+)
+from streamtap.wire import EventStreamMessage, SSEEvent, Tail
+
+SECRETS = {
+    "bearer": "sk-proj-SECRETbearer0123456789",
+    "xapikey": "sk-ant-SECRETanthropic98765",
+    "goog": "AIzaSECRETgoogle55555",
+    "cookie": "session=SECRETcookie777",
+    "amztoken": "IQoJb3JpZ2luSECRETsessiontoken",
+    "sig": "f00dfacecafe0123SECRETsig4567890abcdef",
+    "query": "SECRETquerykey42",
+    "custom": "SECRETcustomheader31",
+}
+
+
+def sse_events(body: bytes) -> tuple[list[SSEEvent], Tail | None]:
+    """Split a simple SSE body at blank lines (enough to feed the writer; the decoder has its own tests)."""
+    events, start, seq = [], 0, 0
+    while (end := body.find(b"\n\n", start)) >= 0:
+        raw = body[start : end + 2]
+        events.append(SSEEvent(seq, start, end + 2, raw, "message", raw.decode("utf-8", "replace"), "", None))
+        seq, start = seq + 1, end + 2
+    tail = Tail(seq, start, len(body), body[start:], "no blank line after the last event") if start < len(body) else None
+    return events, tail
+
+
+def secret_headers() -> list[tuple[str, str]]:
+    return [
+        ("Host", "api.example.test"),
+        ("Authorization", f"Bearer {SECRETS['bearer']}"),
+        ("x-api-key", SECRETS["xapikey"]),
+        ("X-Goog-Api-Key", SECRETS["goog"]),
+        ("Cookie", SECRETS["cookie"]),
+        ("X-Amz-Security-Token", SECRETS["amztoken"]),
+        ("X-Team-Secret", SECRETS["custom"]),
+        ("Content-Type", "application/json"),
+    ]
+
+
+def write_sse(tmp_path, body: bytes, chunk: int = 7, **kwargs):
+    writer = RecordingWriter.create(tmp_path, started=1_780_000_000.25, provider="openai-chat", flow_id="abc123def456789", **kwargs)
+    writer.header(
+        {
+            "flow_id": "abc123def456789",
+            "request": {
+                "method": "POST",
+                "url": f"https://api.example.test/v1/chat?key={SECRETS['query']}&X-Amz-Signature={SECRETS['sig']}&alt=sse",
+                "headers": secret_headers(),
+                "body": {"model": "m", "stream": True},
+            },
+            "response": {"status": 200, "headers": [("Content-Type", "text/event-stream"), ("Set-Cookie", SECRETS["cookie"])]},
+            "dialect": "openai-chat",
+            "wire": {"format": "sse", "content_encoding": None},
+        }
+    )
+    events, tail = sse_events(body)
+    for i in range(0, len(body), chunk):
+        writer.read(body[i : i + chunk], t_ms=i / 10)
+    for event in events:
+        writer.frame(event, t_ms=event.start / 10)
+    if tail:
+        writer.frame(tail, t_ms=len(body) / 10)
+    return writer
+
+
+BODY = b'data: {"a":1}\n\n: keep-alive\ndata: {"b":"\xc3\xa9"}\n\ndata: [DONE]\n\n'
+
+
+def test_roundtrip_rebuilds_the_body_and_renames_with_the_verdict(tmp_path):
+    writer = write_sse(tmp_path, BODY, redact=["x-team-secret"])
+    assert writer.path.name.endswith(".partial.jsonl")
+    final = tmp_path / final_name(1_780_000_000.25, "openai-chat", "complete", "abc123def456789")
+    path = writer.finish({"verdict": {"kind": "complete", "reason": "ok"}, "stream_end": "finished"}, final)
+    assert path == final and final.exists() and not list(tmp_path.glob("*.partial.jsonl"))
+    assert final.name.startswith("20260528T") and "_openai-chat_complete_" in final.name
+    assert stat.S_IMODE(os.stat(final).st_mode) == 0o600
+
+    rec = read_recording(final)
+    assert rec.complete_file and rec.problem is None
+    assert rec.body == BODY and rec.wire == BODY
+    assert [f.seq for f in rec.frames] == [0, 1, 2]
+    assert [f.offset for f in rec.frames] == [0, 15, len(BODY) - 14]
+    assert rec.frames[1].raw == b': keep-alive\ndata: {"b":"\xc3\xa9"}\n\n'
+    assert sum(length for _, length, _ in rec.reads) == len(BODY)
+    assert rec.end["bytes"] == len(BODY) and rec.end["sha256"] == hashlib.sha256(BODY).hexdigest()
+    assert rec.verdict["kind"] == "complete"
+    assert check_recording(rec) == []
+
+
+def test_no_secret_reaches_the_disk(tmp_path):
+    writer = write_sse(tmp_path, BODY, redact=["X-Team-Secret"])
+    writer.finish({"verdict": {"kind": "complete"}})
+    written = b"".join(p.read_bytes() for p in tmp_path.iterdir())
+    for name, secret in SECRETS.items():
+        assert secret.encode() not in written, f"{name} secret written to disk"
+    rec = read_recording(next(tmp_path.iterdir()))
+    headers = dict((k.lower(), v) for k, v in rec.header["request"]["headers"])
+    assert headers["authorization"] == "Bearer [redacted]"  # the scheme stays visible
+    assert headers["content-type"] == "application/json"
+    assert "alt=sse" in rec.header["request"]["url"]
+
+
+def test_binary_frames_roundtrip_as_base64(tmp_path):
+    raw = bytes(range(256)) * 3
+    writer = RecordingWriter(tmp_path / "r.jsonl")
+    writer.header({"wire": {"format": "eventstream"}})
+    writer.read(raw, 0.0)
+    writer.frame(EventStreamMessage(0, 0, len(raw), raw, {":event-type": "chunk", "id": b"\x00\xff"}, b"\xff\x00"), 1.5)
+    writer.finish({"verdict": None})
+    rec = read_recording(tmp_path / "r.jsonl")
+    assert rec.body == raw
+    assert rec.frames[0].event["headers"]["id"] == {"b64": "AP8="}
+    assert check_recording(rec) == []
+
+
+def test_a_cut_last_line_reads_as_incomplete_not_as_a_shorter_turn(tmp_path):
+    writer = write_sse(tmp_path, BODY)
+    writer.finish({"verdict": {"kind": "complete"}})
+    path = next(tmp_path.iterdir())
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    good = len(b"\n".join(lines[:3])) + 1
+    path.write_bytes(data[: good + 9])  # the fourth line is cut after 9 bytes
+    rec = read_recording(path)
+    assert not rec.complete_file and rec.end is None
+    assert rec.problem.startswith(f"recording incomplete at byte {good}")
+    assert check_recording(rec)[0] == rec.problem
+
+
+def test_a_recording_without_an_end_line_is_incomplete(tmp_path):
+    writer = write_sse(tmp_path, BODY)
+    writer.flush()
+    rec = read_recording(writer.path)  # read while the writer is still open: a live or killed proxy
+    assert not rec.complete_file and "no end line" in rec.problem
+    assert rec.body == BODY  # what was seen is still there
+    writer.close()
+
+
+def test_damage_in_the_middle_raises(tmp_path):
+    writer = write_sse(tmp_path, BODY)
+    path = writer.finish({"verdict": {"kind": "complete"}})
+    lines = path.read_bytes().split(b"\n")
+    lines[2] = lines[2][:-5]
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(RecordingError, match="line 3"):
+        read_recording(path)
+
+
+def test_not_a_recording(tmp_path):
+    (tmp_path / "x.jsonl").write_text('{"type":"frame"}\n')
+    with pytest.raises(RecordingError, match="not a streamtap recording"):
+        read_recording(tmp_path / "x.jsonl")
+
+
+def test_check_finds_tampered_bytes_sums_and_offsets(tmp_path):
+    writer = write_sse(tmp_path, BODY)
+    path = writer.finish({"verdict": {"kind": "complete"}})
+    text = path.read_text()
+    tampered = text.replace('{\\"a\\":1}', '{\\"a\\":2}')
+    assert tampered != text
+    path.write_text(tampered)
+    problems = check_recording(read_recording(path))
+    assert any("sum" in p for p in problems) and any("sha256" in p for p in problems)
+
+    rec = read_recording(path)
+    rec.segments[1].offset += 1
+    rec.segments[2].seq = 7
+    problems = check_recording(rec)
+    assert any("offset 16, expected 15" in p for p in problems)
+    assert any("sequence number 7, expected 2" in p for p in problems)
+
+
+def test_one_writer_per_recording(tmp_path):
+    path = tmp_path / "r.jsonl"
+    first = RecordingWriter(path)
+    first.header({})
+    first.flush()
+    with pytest.raises(RecordingBusy):
+        RecordingWriter(path)
+    first.finish({})
+    with pytest.raises(RecordingError, match="append-only"):
+        RecordingWriter(path)
+
+
+def test_fsync_policy_is_checked(tmp_path):
+    with pytest.raises(RecordingError, match="always, end, never"):
+        RecordingWriter(tmp_path / "r.jsonl", fsync="sometimes")
+    for policy in ("always", "never"):
+        writer = write_sse(tmp_path / policy, BODY, fsync=policy)
+        assert read_recording(writer.finish({})).body == BODY
+
+
+def test_encoded_bodies_keep_the_wire_bytes_too(tmp_path):
+    wire = gzip.compress(BODY * 50)
+    body = BODY * 50
+    writer = RecordingWriter(tmp_path / "r.jsonl", encoded=True)
+    writer.header({"wire": {"format": "sse", "content_encoding": "gzip"}})
+    for i in range(0, len(wire), 5):
+        writer.read(wire[i : i + 5], float(i))
+    events, _ = sse_events(body)
+    for event in events:
+        writer.frame(event, 1.0)
+    writer.finish({})
+    rec = read_recording(tmp_path / "r.jsonl")
+    assert rec.wire == wire and rec.body == body
+    assert gzip.decompress(rec.wire) == rec.body
+    assert check_recording(rec) == []
+
+
+def test_out_of_order_bytes_are_refused(tmp_path):
+    writer = RecordingWriter(tmp_path / "r.jsonl")
+    writer.header({})
+    with pytest.raises(RecordingError, match="do not follow"):
+        writer.frame(SSEEvent(0, 5, 10, b"data:\n", "message", "", "", None), 0.0)
+
+
+def test_names_sort_by_time():
+    a = partial_name(1_780_000_000.001, "anthropic", "f" * 36)
+    b = partial_name(1_780_000_000.01, "anthropic", "0" * 36)
+    c = final_name(1_780_000_100.0, "bedrock/converse", "truncated", "abc")
+    assert a < b < c
+    assert "bedrock-converse_truncated_abc" in c
+
+
+def test_redaction_rules():
+    sigv4 = (
+        "AWS4-HMAC-SHA256 Credential=AKIAEXAMPLE/20260101/us-east-1/bedrock/aws4_request, "
+        "SignedHeaders=host;x-amz-date, Signature=deadbeef"
+    )
+    out = dict(redact_headers([("Authorization", sigv4), ("X-Other", "v"), ("Api-Key", "k1")], extra=["x-other"]))
+    assert out == {"Authorization": "AWS4-HMAC-SHA256 [redacted]", "X-Other": "[redacted]", "Api-Key": "[redacted]"}
+    url = redact_url("https://u:pw@h.test/p?X-Amz-Credential=AKIA&X-Amz-Signature=abc&x=1&KEY=zz")
+    assert "pw" not in url and "AKIA" not in url and "abc" not in url and "zz" not in url and "x=1" in url
+    assert redact_url("http://h.test/v1/messages") == "http://h.test/v1/messages"
+
+
+@settings(max_examples=40)
+@given(body=st.binary(max_size=600), cuts=st.lists(st.integers(1, 60), max_size=30), read_size=st.integers(1, 97))
+def test_any_body_split_any_way_rebuilds_exactly(tmp_path_factory, body, cuts, read_size):
+    directory = tmp_path_factory.mktemp("any")
+    writer = RecordingWriter(directory / "r.jsonl")
+    writer.header({})
+    offset, seq = 0, 0
+    for size in cuts:
+        if offset >= len(body):
+            break
+        raw = body[offset : offset + size]
+        writer.frame(SSEEvent(seq, offset, offset + len(raw), raw, "message", "", "", None), None)
+        offset, seq = offset + len(raw), seq + 1
+    if offset < len(body):
+        writer.frame(Tail(seq, offset, len(body), body[offset:], "cut"), None)
+    for i in range(0, len(body), read_size):
+        writer.read(body[i : i + read_size], None)
+    writer.finish({})
+    rec = read_recording(directory / "r.jsonl")
+    assert rec.body == body
+    assert check_recording(rec) == []
