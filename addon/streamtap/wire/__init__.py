@@ -16,9 +16,9 @@ from .errors import (
     PreludeCRCMismatch,
 )
 from .events import EventStreamMessage, JSONValue, Malformed, SSEEvent, Tail, WireEvent
-from .eventstream import EventStreamDecoder, encode_message
+from .eventstream import EventStreamDecoder, Int8, Int16, Int32, Int64, Timestamp, encode_message
 from .jsonlines import JSONArrayDecoder, NDJSONDecoder
-from .partial_json import IncrementalJSON
+from .partial_json import IncrementalJSON, JSONIncomplete
 from .sse import SSEDecoder
 
 DEFAULT_MAX_EVENT = 16 * 1024 * 1024
@@ -30,10 +30,15 @@ __all__ = [
     "EventStreamMessage",
     "FramingError",
     "IncrementalJSON",
+    "Int16",
+    "Int32",
+    "Int64",
+    "Int8",
     "InvalidHeaders",
     "InvalidJSON",
     "InvalidMessageLength",
     "JSONArrayDecoder",
+    "JSONIncomplete",
     "JSONValue",
     "Malformed",
     "MessageCRCMismatch",
@@ -43,6 +48,7 @@ __all__ = [
     "SSEDecoder",
     "SSEEvent",
     "Tail",
+    "Timestamp",
     "WireEvent",
     "encode_message",
 ]

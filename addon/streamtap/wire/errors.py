@@ -11,6 +11,16 @@ class FramingError(ValueError):
         self.message = message
         self.offset = offset
 
+    # Equal by value, so events carrying errors compare equal across decodes (the
+    # chunking-invariance tests compare whole event lists).
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return (self.message, self.offset) == (other.message, other.offset)  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.message, self.offset))
+
 
 class OversizeError(FramingError):
     """A line, event or message is larger than the decoder's per-event limit."""

@@ -1,10 +1,418 @@
-"""Placeholder until the decoder lands."""
+"""AWS event-stream (``application/vnd.amazon.eventstream``): a decoder and an encoder.
+
+A message is ``total_length u32 | headers_length u32 | prelude_crc u32 | headers |
+payload | message_crc u32``, big-endian, CRC-32 as in zlib. The decoder checks the
+prelude CRC as soon as 12 bytes are present (a corrupted length must not make it wait
+for bytes that never come), then the message CRC, then the header block. The first
+violation stops it for good: a fatal ``Malformed`` names the error and its absolute
+offset, and ``close()`` hands back every later byte as a ``Tail``. It never guesses
+where the next message might start.
+
+Header values decode to Python values that remember their wire type, so decoded
+headers compare equal to plain values and re-encode to the same bytes:
+
+====  ==========  =================================================
+type  name        Python value
+====  ==========  =================================================
+0/1   bool        ``True`` / ``False``
+2     byte        ``Int8`` (an ``int``)
+3     short       ``Int16`` (an ``int``)
+4     integer     ``Int32`` (an ``int``)
+5     long        ``Int64`` (an ``int``)
+6     byte array  ``bytes``
+7     string      ``str`` (strict UTF-8)
+8     timestamp   ``Timestamp``: an ``int`` of milliseconds since the
+                  Unix epoch; ``.datetime`` gives an aware UTC datetime
+9     uuid        ``uuid.UUID``
+====  ==========  =================================================
+
+For ``encode_message`` a plain ``int`` becomes an ``Int32`` when it fits and an
+``Int64`` otherwise, a ``datetime`` becomes a ``Timestamp``, ``bytearray`` and
+``memoryview`` are byte arrays; wrap a value in ``Int8``/``Int16``/``Int32``/``Int64``/
+``Timestamp`` to force its type.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zlib import crc32
+
+from .errors import (
+    DuplicateHeader,
+    FramingError,
+    InvalidHeaders,
+    InvalidMessageLength,
+    MessageCRCMismatch,
+    OversizeError,
+    PreludeCRCMismatch,
+)
+from .events import EventStreamMessage, Malformed, Tail
+
+PRELUDE_LENGTH = 12
+MIN_MESSAGE_LENGTH = 16  # prelude and message CRC, no headers, no payload
+MAX_MESSAGE_LENGTH = 16 * 1024 * 1024  # the protocol's limit, whatever the caller allows
+MAX_HEADERS_LENGTH = 128 * 1024  # the AWS SDKs' limit (botocore, Go)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class Int8(int):
+    """A header value sent as type 2 (byte)."""
+
+    __slots__ = ()
+    type_code = 2
+
+
+class Int16(int):
+    """A header value sent as type 3 (short)."""
+
+    __slots__ = ()
+    type_code = 3
+
+
+class Int32(int):
+    """A header value sent as type 4 (integer)."""
+
+    __slots__ = ()
+    type_code = 4
+
+
+class Int64(int):
+    """A header value sent as type 5 (long)."""
+
+    __slots__ = ()
+    type_code = 5
+
+
+class Timestamp(int):
+    """A header value sent as type 8: milliseconds since the Unix epoch."""
+
+    __slots__ = ()
+    type_code = 8
+
+    @classmethod
+    def from_datetime(cls, moment: datetime) -> Timestamp:
+        if moment.tzinfo is None:
+            raise ValueError("a timestamp header needs an aware datetime")
+        return cls((moment - _EPOCH) // timedelta(milliseconds=1))
+
+    @property
+    def datetime(self) -> datetime:
+        return _EPOCH + timedelta(milliseconds=int(self))
+
+
+_unpack_prelude = struct.Struct(">III").unpack_from
+_unpack_u32 = struct.Struct(">I").unpack_from
+_unpack_u16 = struct.Struct(">H").unpack_from
+_unpack_i8 = struct.Struct(">b").unpack_from
+_unpack_i16 = struct.Struct(">h").unpack_from
+_unpack_i32 = struct.Struct(">i").unpack_from
+_unpack_i64 = struct.Struct(">q").unpack_from
+
+# type code -> (width, unpack, wrapper) for the fixed-width value types
+_FIXED = {
+    2: (1, _unpack_i8, Int8),
+    3: (2, _unpack_i16, Int16),
+    4: (4, _unpack_i32, Int32),
+    5: (8, _unpack_i64, Int64),
+    8: (8, _unpack_i64, Timestamp),
+}
+
+# Bedrock sends the same header block on every frame of a stream; parsing it once and
+# reusing the result is most of the speed-up over botocore. Keys are the block's bytes,
+# values are never handed out (callers get a copy), so a caller cannot corrupt them.
+_HEADER_CACHE: dict[bytes, dict[str, Any]] = {}
+_HEADER_CACHE_ENTRIES = 256
+_HEADER_CACHE_MAX_BLOCK = 1024
+
+
+def parse_headers(block: bytes, offset: int = 0) -> dict[str, Any]:
+    """Decode one header block; ``offset`` is where the block sits in the stream.
+
+    Raises ``InvalidHeaders`` or ``DuplicateHeader`` naming the offending byte.
+    """
+    headers: dict[str, Any] = {}
+    size = len(block)
+    i = 0
+    while i < size:
+        header_start = i
+        name_end = i + 1 + block[i]
+        if name_end >= size:  # the name, and a type byte after it, must fit
+            raise InvalidHeaders("header name or type runs past the header block", offset + i)
+        try:
+            name = block[i + 1 : name_end].decode()
+        except UnicodeDecodeError:
+            raise InvalidHeaders("header name is not UTF-8", offset + i + 1) from None
+        kind = block[name_end]
+        i = name_end + 1
+        if kind == 7 or kind == 6:
+            if i + 2 > size:
+                raise InvalidHeaders("header value length runs past the header block", offset + i)
+            value_end = i + 2 + _unpack_u16(block, i)[0]
+            if value_end > size:
+                raise InvalidHeaders(f"header {name!r} value runs past the header block", offset + i)
+            value: Any = block[i + 2 : value_end]
+            if kind == 7:
+                try:
+                    value = value.decode()
+                except UnicodeDecodeError:
+                    raise InvalidHeaders(f"header {name!r} string is not UTF-8", offset + i + 2) from None
+            i = value_end
+        elif kind == 0 or kind == 1:
+            value = kind == 0
+        elif kind == 9:
+            if i + 16 > size:
+                raise InvalidHeaders(f"header {name!r} uuid value runs past the header block", offset + i)
+            value = uuid.UUID(bytes=block[i : i + 16])
+            i += 16
+        elif kind in _FIXED:
+            width, unpack, wrapper = _FIXED[kind]
+            if i + width > size:
+                raise InvalidHeaders(f"header {name!r} value runs past the header block", offset + i)
+            value = wrapper(unpack(block, i)[0])
+            i += width
+        else:
+            raise InvalidHeaders(f"header {name!r} has unknown value type {kind}", offset + name_end)
+        if name in headers:
+            raise DuplicateHeader(f"header {name!r} appears twice", offset + header_start)
+        headers[name] = value
+    return headers
+
+
+def _cached_headers(block: bytes, offset: int) -> dict[str, Any]:
+    cached = _HEADER_CACHE.get(block)
+    if cached is None:
+        cached = parse_headers(block, offset)
+        if len(block) <= _HEADER_CACHE_MAX_BLOCK:
+            if len(_HEADER_CACHE) >= _HEADER_CACHE_ENTRIES:
+                _HEADER_CACHE.clear()
+            _HEADER_CACHE[block] = cached
+    return cached.copy()
 
 
 class EventStreamDecoder:
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError("EventStreamDecoder is being written")
+    """Sans-IO decoder: ``feed(bytes) -> [EventStreamMessage | Malformed]``, ``close() -> [Tail]``.
+
+    Buffering keeps the chunks of an unfinished message in a list and joins them once the
+    message is whole, so feeding one byte at a time stays linear in the stream length.
+    """
+
+    def __init__(self, max_event_size: int = MAX_MESSAGE_LENGTH) -> None:
+        self.max_message_length = min(max_event_size, MAX_MESSAGE_LENGTH)
+        self._seq = 0
+        self._head = b""  # joined bytes; the unconsumed part starts at self._pos
+        self._pos = 0
+        self._head_offset = 0  # stream offset of self._head[0]
+        self._pending: list[bytes] = []  # chunks that arrived after self._head
+        self._available = 0  # unconsumed bytes in head and pending together
+        self._need = PRELUDE_LENGTH  # unconsumed bytes the next step needs
+        self._stopped = False
+        self._closed = False
+        self._kept_after_stop = 0
+        self._dropped_after_stop = 0
+
+    def feed(self, data: bytes) -> list[EventStreamMessage | Malformed]:
+        if not data or self._closed:
+            return []
+        if self._stopped:
+            self._keep_after_stop(data)
+            return []
+        self._pending.append(data)
+        self._available += len(data)
+        if self._available < self._need:
+            return []
+        return self._decode()
+
+    def close(self) -> list[Tail]:
+        if self._closed:
+            return []
+        self._closed = True
+        self._join()
+        rest = self._head[self._pos :]
+        self._head = b""
+        if not rest:
+            return []
+        start = self._head_offset + self._pos
+        if self._stopped:
+            reason = "decoder stopped at an error"
+            if self._dropped_after_stop:
+                reason += f"; {self._dropped_after_stop} later bytes were not kept (over max_event_size)"
+        elif len(rest) < PRELUDE_LENGTH:
+            reason = f"prelude needs {PRELUDE_LENGTH} bytes, {len(rest)} arrived"
+        else:
+            reason = f"message needs {_unpack_u32(rest)[0]} bytes, {len(rest)} arrived"
+        return [self._tail(start, rest, reason)]
+
+    def _join(self) -> None:
+        if self._pending:
+            pending = self._pending
+            if self._pos < len(self._head):
+                pending.insert(0, self._head[self._pos :] if self._pos else self._head)
+            self._head_offset += self._pos
+            self._head = pending[0] if len(pending) == 1 else b"".join(pending)
+            self._pos = 0
+            self._pending = []
+
+    def _decode(self) -> list[EventStreamMessage | Malformed]:
+        self._join()
+        head = self._head
+        pos = self._pos
+        size = len(head)
+        limit = self.max_message_length
+        events: list[EventStreamMessage | Malformed] = []
+        need = PRELUDE_LENGTH
+        append = events.append
+        while size - pos >= PRELUDE_LENGTH:
+            total, headers_length, prelude_crc = _unpack_prelude(head, pos)
+            if crc32(head[pos : pos + 8]) != prelude_crc:
+                error: FramingError = PreludeCRCMismatch(
+                    "prelude checksum mismatch", self._head_offset + pos + 8
+                )
+                append(self._fail(head, pos, pos + PRELUDE_LENGTH, error))
+                return events
+            error = self._check_lengths(total, headers_length, self._head_offset + pos)
+            if error is not None:
+                append(self._fail(head, pos, pos + PRELUDE_LENGTH, error))
+                return events
+            end = pos + total
+            if end > size:
+                need = total
+                break
+            raw = head[pos:end]
+            if crc32(raw[8:-4], prelude_crc) != _unpack_u32(raw, total - 4)[0]:
+                error = MessageCRCMismatch("message checksum mismatch", self._head_offset + end - 4)
+                append(self._fail(head, pos, end, error))
+                return events
+            headers_end = PRELUDE_LENGTH + headers_length
+            try:
+                headers = _cached_headers(
+                    raw[PRELUDE_LENGTH:headers_end], self._head_offset + pos + PRELUDE_LENGTH
+                )
+            except InvalidHeaders as header_error:
+                append(self._fail(head, pos, end, header_error))
+                return events
+            start = self._head_offset + pos
+            append(
+                EventStreamMessage(
+                    self._seq, start, start + total, raw, headers, raw[headers_end:-4]
+                )
+            )
+            self._seq += 1
+            pos = end
+        self._pos = pos
+        self._available = size - pos
+        self._need = need
+        return events
+
+    def _check_lengths(self, total: int, headers_length: int, offset: int) -> FramingError | None:
+        if total < MIN_MESSAGE_LENGTH:
+            return InvalidMessageLength(
+                f"total length {total} is below the {MIN_MESSAGE_LENGTH}-byte minimum", offset
+            )
+        if total > self.max_message_length:
+            return OversizeError(
+                f"message of {total} bytes is over the {self.max_message_length}-byte limit", offset
+            )
+        if headers_length > total - MIN_MESSAGE_LENGTH:
+            return InvalidMessageLength(
+                f"headers length {headers_length} does not fit a {total}-byte message", offset + 4
+            )
+        if headers_length > MAX_HEADERS_LENGTH:
+            return InvalidMessageLength(
+                f"headers length {headers_length} is over the {MAX_HEADERS_LENGTH}-byte limit",
+                offset + 4,
+            )
+        return None
+
+    def _fail(self, head: bytes, start: int, end: int, error: FramingError) -> Malformed:
+        """Stop for good: report the bad unit, keep the rest for close()."""
+        self._stopped = True
+        event = Malformed(
+            self._seq, self._head_offset + start, self._head_offset + end, head[start:end], error, True
+        )
+        self._seq += 1
+        self._pos = end
+        rest = len(head) - end
+        self._kept_after_stop = rest
+        self._available = rest
+        return event
+
+    def _keep_after_stop(self, data: bytes) -> None:
+        # Memory stays bounded after a fatal error: at most max_event_size bytes are kept.
+        room = self.max_message_length - self._kept_after_stop
+        if room <= 0:
+            self._dropped_after_stop += len(data)
+            return
+        if len(data) > room:
+            self._dropped_after_stop += len(data) - room
+            data = data[:room]
+        self._pending.append(data)
+        self._kept_after_stop += len(data)
+
+    def _tail(self, start: int, raw: bytes, reason: str) -> Tail:
+        tail = Tail(self._seq, start, start + len(raw), raw, reason)
+        self._seq += 1
+        return tail
 
 
-def encode_message(*args, **kwargs):
-    raise NotImplementedError("encode_message is being written")
+# encoding ------------------------------------------------------------------------
+
+_pack_prelude = struct.Struct(">II").pack
+_pack_u32 = struct.Struct(">I").pack
+_pack_u16 = struct.Struct(">H").pack
+_INT_RANGES = {2: (8, ">b"), 3: (16, ">h"), 4: (32, ">i"), 5: (64, ">q"), 8: (64, ">q")}
+
+
+def _encode_value(name: str, value: Any) -> bytes:
+    if isinstance(value, bool):
+        return b"\x00" if value else b"\x01"
+    if isinstance(value, datetime):
+        value = Timestamp.from_datetime(value)
+    if isinstance(value, int):
+        kind = getattr(type(value), "type_code", None)
+        if kind is None:
+            kind = 4 if -(2**31) <= value < 2**31 else 5
+        bits, fmt = _INT_RANGES[kind]
+        if not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+            raise ValueError(f"header {name!r}: {value} does not fit type {kind}")
+        return bytes((kind,)) + struct.pack(fmt, value)
+    if isinstance(value, str):
+        return b"\x07" + _length_prefixed(name, value.encode())
+    if isinstance(value, bytes | bytearray | memoryview):
+        return b"\x06" + _length_prefixed(name, bytes(value))
+    if isinstance(value, uuid.UUID):
+        return b"\x09" + value.bytes
+    raise TypeError(f"header {name!r}: no event-stream type for {type(value).__name__}")
+
+
+def _length_prefixed(name: str, value: bytes) -> bytes:
+    if len(value) > 0xFFFF:
+        raise ValueError(f"header {name!r}: value of {len(value)} bytes is over 65535")
+    return _pack_u16(len(value)) + value
+
+
+def encode_headers(headers: dict[str, Any]) -> bytes:
+    parts = []
+    for name, value in headers.items():
+        encoded_name = name.encode()
+        if len(encoded_name) > 255:
+            raise ValueError(f"header name {name[:40]!r}... is over 255 bytes")
+        parts.append(bytes((len(encoded_name),)) + encoded_name + _encode_value(name, value))
+    return b"".join(parts)
+
+
+def encode_message(headers: dict[str, Any], payload: bytes = b"") -> bytes:
+    """One event-stream message with both CRCs; header types as in the module docstring."""
+    block = encode_headers(headers)
+    if len(block) > MAX_HEADERS_LENGTH:
+        raise ValueError(f"header block of {len(block)} bytes is over {MAX_HEADERS_LENGTH}")
+    total = MIN_MESSAGE_LENGTH + len(block) + len(payload)
+    if total > MAX_MESSAGE_LENGTH:
+        raise ValueError(f"message of {total} bytes is over {MAX_MESSAGE_LENGTH}")
+    prelude = _pack_prelude(total, len(block))
+    prelude += _pack_u32(crc32(prelude))
+    body = prelude + block + bytes(payload)
+    return body + _pack_u32(crc32(body))

@@ -1,0 +1,454 @@
+"""AWS event-stream decoder and encoder.
+
+Oracles: botocore's EventStreamBuffer (what the AWS SDK accepts and rejects), crcmod
+(an independent CRC-32), the official AWS codec vectors and the real Bedrock bodies
+in ../shared/fixtures.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+import uuid
+import zlib
+from datetime import UTC, datetime
+
+import crcmod.predefined
+import pytest
+from botocore import eventstream as boto
+from conftest import chunked, shared_files, shared_path
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streamtap.wire import (
+    DuplicateHeader,
+    EventStreamDecoder,
+    EventStreamMessage,
+    FramingError,
+    Int8,
+    Int16,
+    Int32,
+    Int64,
+    InvalidHeaders,
+    InvalidMessageLength,
+    Malformed,
+    MessageCRCMismatch,
+    OversizeError,
+    PreludeCRCMismatch,
+    Tail,
+    Timestamp,
+    encode_message,
+)
+
+crc32_oracle = crcmod.predefined.mkCrcFun("crc-32")
+
+BEDROCK_BODIES = shared_files("*/bodies/**/*.bin")
+CHUNK_SIZES = [1, 16, 64, 256, 1024, 4096, None]
+
+
+def decode(data: bytes, chunk_size: int | None = None, **options) -> list:
+    decoder = EventStreamDecoder(**options)
+    events = []
+    for chunk in chunked(data, chunk_size or max(len(data), 1)):
+        events += decoder.feed(chunk)
+    return events + decoder.close()
+
+
+def decode_split(data: bytes, cuts: list[int]) -> list:
+    decoder = EventStreamDecoder()
+    events, last = [], 0
+    for cut in sorted(set(cuts)) + [len(data)]:
+        events += decoder.feed(data[last:cut])
+        last = cut
+    return events + decoder.close()
+
+
+def frame(total: int, headers_length: int, body: bytes) -> bytes:
+    """A message with whatever prelude fields we choose and both CRCs made valid."""
+    prelude = struct.pack(">II", total, headers_length)
+    prelude += struct.pack(">I", zlib.crc32(prelude))
+    return prelude + body + struct.pack(">I", zlib.crc32(prelude + body))
+
+
+def type_code(value) -> int:
+    if isinstance(value, bool):
+        return 0 if value else 1
+    for wrapper in (Int8, Int16, Int32, Int64, Timestamp):
+        if type(value) is wrapper:
+            return wrapper.type_code
+    return {bytes: 6, str: 7, uuid.UUID: 9}[type(value)]
+
+
+def assert_tiles(data: bytes, events: list) -> None:
+    offset = 0
+    for seq, event in enumerate(events):
+        assert (event.seq, event.start) == (seq, offset)
+        assert event.raw == data[event.start : event.end]
+        offset = event.end
+    assert offset == len(data)
+
+
+def assert_crcs_by_oracle(message: EventStreamMessage) -> None:
+    raw = message.raw
+    total, headers_length, prelude_crc = struct.unpack(">III", raw[:12])
+    assert total == len(raw)
+    assert prelude_crc == crc32_oracle(raw[:8])
+    assert struct.unpack(">I", raw[-4:])[0] == crc32_oracle(raw[:-4])
+
+
+# -- the official AWS codec vectors ------------------------------------------------------
+
+VECTOR_NAMES = ["all_headers", "empty_message", "int32_header", "payload_no_headers", "payload_one_str_header"]
+NEGATIVE_NAMES = ["corrupted_header_len", "corrupted_headers", "corrupted_length", "corrupted_payload"]
+DOCUMENTED_ERRORS = {
+    "Prelude checksum mismatch": PreludeCRCMismatch,
+    "Message checksum mismatch": MessageCRCMismatch,
+}
+
+
+def signed32(value: int) -> int:
+    return struct.unpack(">i", struct.pack(">I", value))[0]
+
+
+@pytest.mark.parametrize("name", VECTOR_NAMES)
+@pytest.mark.parametrize("chunk_size", [1, None])
+def test_positive_vector_decodes_to_documented_values(name, chunk_size):
+    data = shared_path("fixtures", "aws-sdk-go", "encoded", "positive", name).read_bytes()
+    expected = json.loads(shared_path("fixtures", "aws-sdk-go", "decoded", "positive", name).read_text())
+    [message] = decode(data, chunk_size)
+    assert isinstance(message, EventStreamMessage)
+    total, headers_length, prelude_crc = struct.unpack(">III", message.raw[:12])
+    assert (total, headers_length) == (expected["total_length"], expected["headers_length"])
+    assert signed32(prelude_crc) == expected["prelude_crc"]
+    assert signed32(struct.unpack(">I", message.raw[-4:])[0]) == expected["message_crc"]
+    assert message.payload == base64.b64decode(expected["payload"])
+    decoded = []
+    for name_, value in message.headers.items():
+        if isinstance(value, str):
+            value = base64.b64encode(value.encode()).decode()
+        elif isinstance(value, bytes):
+            value = base64.b64encode(value).decode()
+        elif isinstance(value, uuid.UUID):
+            value = base64.b64encode(value.bytes).decode()
+        decoded.append({"name": name_, "type": type_code(message.headers[name_]), "value": value})
+    assert decoded == expected["headers"]
+    assert_crcs_by_oracle(message)
+    assert encode_message(message.headers, message.payload) == data
+
+
+@pytest.mark.parametrize("name", NEGATIVE_NAMES)
+@pytest.mark.parametrize("chunk_size", [1, 7, None])
+def test_negative_vector_fails_with_documented_error(name, chunk_size):
+    data = shared_path("fixtures", "aws-sdk-go", "encoded", "negative", name).read_bytes()
+    documented = shared_path("fixtures", "aws-sdk-go", "decoded", "negative", name).read_text().strip()
+    events = decode(data, chunk_size)
+    assert isinstance(events[0], Malformed) and events[0].fatal
+    assert type(events[0].error) is DOCUMENTED_ERRORS[documented]
+    assert all(isinstance(event, Tail) for event in events[1:])
+    assert_tiles(data, events)
+
+
+def test_corrupted_length_is_rejected_without_waiting_for_more_bytes():
+    # The vector claims 62 bytes and holds 61: the prelude CRC must fail at once.
+    data = shared_path("fixtures", "aws-sdk-go", "encoded", "negative", "corrupted_length").read_bytes()
+    decoder = EventStreamDecoder()
+    [event] = decoder.feed(data[:12])
+    assert isinstance(event.error, PreludeCRCMismatch) and event.error.offset == 8
+    assert decoder.feed(data[12:]) == []
+    [tail] = decoder.close()
+    assert (tail.start, tail.end, tail.reason) == (12, 61, "decoder stopped at an error")
+
+
+# -- the real Bedrock bodies --------------------------------------------------------------
+
+
+def body_id(path) -> str:
+    return f"{path.parent.name}/{path.name}"
+
+
+@pytest.fixture(scope="module")
+def bedrock_bodies():
+    if not BEDROCK_BODIES:
+        shared_path("fixtures")
+    assert len(BEDROCK_BODIES) == 24
+    return {body_id(path): path.read_bytes() for path in BEDROCK_BODIES}
+
+
+def test_every_bedrock_body_decodes_completely_at_every_chunk_size(bedrock_bodies):
+    for name, data in bedrock_bodies.items():
+        whole = decode(data)
+        assert whole and all(isinstance(event, EventStreamMessage) for event in whole), name
+        assert_tiles(data, whole)
+        for message in whole:
+            assert_crcs_by_oracle(message)
+            assert message.headers[":message-type"] == "event"
+            assert encode_message(message.headers, message.payload) == message.raw
+        for size in CHUNK_SIZES[:-1]:
+            assert decode(data, size) == whole, (name, size)
+
+
+def test_bedrock_bodies_match_botocore(bedrock_bodies):
+    for name, data in bedrock_bodies.items():
+        ours = [(event.headers, event.payload) for event in decode(data, 1024)]
+        assert ours == botocore_decode(data, [1024 * i for i in range(1, len(data) // 1024 + 1)])[0], name
+
+
+def test_cut_at_every_offset_yields_exactly_a_prefix(bedrock_bodies):
+    data = bedrock_bodies["bodies/invoke_stream_with_content__anthropic.claude.0.bin"]
+    whole = decode(data)
+    assert len(whole) > 5
+    for cut in range(len(data) + 1):
+        events = decode(data[:cut])
+        complete = [message for message in whole if message.end <= cut]
+        assert events[: len(complete)] == complete
+        rest = events[len(complete) :]
+        if complete and complete[-1].end == cut or cut == 0:
+            assert rest == []
+        else:
+            [tail] = rest
+            assert isinstance(tail, Tail) and tail.end == cut
+            assert tail.raw == data[tail.start : cut]
+            needed = whole[len(complete)].end - whole[len(complete)].start
+            have = cut - tail.start
+            if have < 12:
+                assert tail.reason == f"prelude needs 12 bytes, {have} arrived"
+            else:
+                assert tail.reason == f"message needs {needed} bytes, {have} arrived"
+
+
+# -- botocore as an oracle on generated streams --------------------------------------------
+
+header_names = st.text(min_size=0, max_size=12).filter(lambda name: len(name.encode()) <= 255)
+header_values = st.one_of(
+    st.booleans(),
+    st.integers(-(2**7), 2**7 - 1).map(Int8),
+    st.integers(-(2**15), 2**15 - 1).map(Int16),
+    st.integers(-(2**31), 2**31 - 1).map(Int32),
+    st.integers(-(2**63), 2**63 - 1).map(Int64),
+    st.binary(max_size=40),
+    st.text(max_size=40),
+    st.integers(-(2**63), 2**63 - 1).map(Timestamp),
+    st.uuids(),
+)
+messages = st.tuples(
+    st.dictionaries(header_names, header_values, max_size=6), st.binary(max_size=200)
+)
+streams = st.lists(messages, min_size=1, max_size=5)
+
+
+def botocore_decode(data: bytes, cuts: list[int]):
+    """(messages, exception or None) as botocore's EventStreamBuffer sees them."""
+    buffer = boto.EventStreamBuffer()
+    found, last = [], 0
+    try:
+        for cut in sorted(set(cuts)) + [len(data)]:
+            buffer.add_data(data[last:cut])
+            last = cut
+            for message in buffer:
+                found.append((message.headers, message.payload))
+    except Exception as error:  # botocore raises assorted types; the test maps them
+        return found, error
+    return found, None
+
+
+def comparable(headers: dict) -> dict:
+    # botocore hands out a uuid as its 16 bytes; every other value compares as is.
+    return {name: value.bytes if isinstance(value, uuid.UUID) else value for name, value in headers.items()}
+
+
+def our_error_for(botocore_error: Exception) -> tuple[type[FramingError], ...]:
+    if isinstance(botocore_error, boto.ChecksumMismatch):
+        return (PreludeCRCMismatch, MessageCRCMismatch)
+    if isinstance(botocore_error, boto.DuplicateHeader):
+        return (DuplicateHeader,)
+    if isinstance(botocore_error, boto.InvalidHeadersLength):
+        return (InvalidMessageLength,)
+    if isinstance(botocore_error, boto.InvalidPayloadLength):
+        return (OversizeError,)
+    # struct.error (a value cut short), KeyError (unknown type), UnicodeDecodeError
+    if isinstance(botocore_error, struct.error | KeyError | UnicodeDecodeError | IndexError):
+        return (InvalidHeaders,)
+    raise AssertionError(f"unexpected botocore error {botocore_error!r}")
+
+
+def compare_with_botocore(data: bytes, cuts: list[int]) -> list:
+    ours = decode_split(data, cuts)
+    theirs, their_error = botocore_decode(data, cuts)
+    good = [event for event in ours if isinstance(event, EventStreamMessage)]
+    bad = [event for event in ours if isinstance(event, Malformed)]
+    assert [(comparable(m.headers), m.payload) for m in good] == [(comparable(h), p) for h, p in theirs]
+    if their_error is None:
+        assert bad == []
+    else:
+        assert len(bad) == 1 and isinstance(bad[0].error, our_error_for(their_error))
+    assert ours == decode(data)  # and chunking does not matter
+    assert_tiles(data, ours)
+    return ours
+
+
+cut_lists = st.lists(st.integers(0, 3000), max_size=12)
+
+
+@given(streams, cut_lists)
+def test_generated_streams_decode_like_botocore(stream, cuts):
+    data = b"".join(encode_message(headers, payload) for headers, payload in stream)
+    ours = compare_with_botocore(data, cuts)
+    assert [(m.headers, m.payload) for m in ours] == stream
+    for message, (headers, _) in zip(ours, stream, strict=True):
+        assert [type_code(v) for v in message.headers.values()] == [type_code(v) for v in headers.values()]
+        assert_crcs_by_oracle(message)
+
+
+@given(streams, st.data(), cut_lists)
+def test_flipped_bytes_are_rejected_like_botocore(stream, data, cuts):
+    encoded = [encode_message(headers, payload) for headers, payload in stream]
+    body = bytearray(b"".join(encoded))
+    where = data.draw(st.integers(0, len(body) - 1), label="flipped byte")
+    body[where] ^= data.draw(st.integers(1, 255), label="xor mask")
+    ours = compare_with_botocore(bytes(body), cuts)
+    [bad] = [event for event in ours if isinstance(event, Malformed)]
+    # the flipped byte's own message is the one rejected, by the CRC that covers the byte
+    start = 0
+    while start + len(encoded[0]) <= where:
+        start += len(encoded.pop(0))
+    assert bad.start == start
+    in_prelude = where - start < 12
+    assert isinstance(bad.error, PreludeCRCMismatch if in_prelude else MessageCRCMismatch)
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(messages, st.data())
+def test_mangled_header_blocks_with_valid_crcs_are_judged_like_botocore(message, data):
+    headers, payload = message
+    block = bytearray(encode_message(headers, b"")[12:-4])
+    for _ in range(data.draw(st.integers(1, 3), label="mutations")):
+        if block:
+            block[data.draw(st.integers(0, len(block) - 1))] = data.draw(st.integers(0, 255))
+    headers_length = data.draw(st.sampled_from([len(block), max(len(block) - 1, 0), len(block) + 1]))
+    body = bytes(block) + payload
+    stream = frame(16 + len(body), min(headers_length, len(body)), body)
+    ours = decode(stream)
+    theirs, their_error = botocore_decode(stream, [])
+    bad = [event for event in ours if isinstance(event, Malformed)]
+    if their_error is not None:
+        assert len(bad) == 1 and isinstance(bad[0].error, our_error_for(their_error))
+    elif bad:
+        # Named departure: botocore slices a string, byte-array or uuid value that runs past the
+        # header block short instead of rejecting it; the declared width is the rule.
+        assert "value runs past the header block" in bad[0].error.message
+    else:
+        assert [(comparable(m.headers), m.payload) for m in ours] == [(comparable(h), p) for h, p in theirs]
+
+
+# -- bounds, stop-and-keep, limits ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("total", [0, 1, 11, 12, 15])
+def test_total_length_below_sixteen_is_invalid(total):
+    # botocore takes total=12 as an empty message and leaves the rest (named departure).
+    stream = frame(total, 0, b"") + encode_message({"a": "b"}, b"x")
+    events = decode(stream, 1)
+    assert isinstance(events[0].error, InvalidMessageLength) and events[0].error.offset == 0
+    assert (events[0].start, events[0].end) == (0, 12)
+    assert isinstance(events[1], Tail) and events[1].raw == stream[12:]
+
+
+def test_headers_length_beyond_the_message_is_invalid():
+    body = encode_message({"name": "value"}, b"payload")[12:-4]
+    stream = frame(16 + len(body), len(body) + 1, body)
+    [bad, tail] = decode(stream)
+    assert isinstance(bad.error, InvalidMessageLength) and bad.error.offset == 4
+    assert tail.raw == stream[12:]
+
+
+def test_message_over_the_limit_is_rejected_on_its_prelude():
+    prelude_only = frame(16 * 1024 * 1024 + 1, 0, b"")[:12]
+    [bad] = EventStreamDecoder().feed(prelude_only)
+    assert isinstance(bad.error, OversizeError)
+    message = encode_message({"a": "b"}, b"x" * 100)
+    [small_limit_bad, _] = decode(message, max_event_size=100)
+    assert isinstance(small_limit_bad.error, OversizeError)
+    assert decode(message, max_event_size=len(message))[0].payload == b"x" * 100
+
+
+def test_duplicate_header_names_are_rejected_at_the_second_header():
+    block = b"\x01a\x00" + b"\x01b\x01" + b"\x01a\x01"
+    stream = encode_message({}, b"") + frame(16 + len(block), len(block), block)
+    [first, bad] = decode(stream, 3)
+    assert isinstance(bad.error, DuplicateHeader)
+    assert bad.error.offset == 16 + 12 + 6
+    assert (bad.start, bad.end) == (16, len(stream))
+
+
+@pytest.mark.parametrize(
+    "block, offset",
+    [
+        (b"\x05ab", 0),  # name runs past the block
+        (b"\x01a", 0),  # no type byte
+        (b"\x01a\x0a", 2),  # unknown type 10
+        (b"\x01a\x04\x00\x00", 3),  # int32 cut short
+        (b"\x01a\x07\x00\x05abc", 3),  # string longer than the block
+        (b"\x01a\x09" + b"\x00" * 15, 3),  # uuid cut short
+        (b"\x01a\x07\x00\x02\xff\xfe", 5),  # string not UTF-8
+        (b"\x02\xc3\x28\x00", 1),  # name not UTF-8
+    ],
+)
+def test_header_values_must_fit_their_declared_width(block, offset):
+    [bad] = decode(frame(16 + len(block), len(block), block))
+    assert type(bad.error) is InvalidHeaders
+    assert bad.error.offset == 12 + offset
+
+
+def test_after_an_error_feed_returns_nothing_and_memory_stays_bounded():
+    decoder = EventStreamDecoder(max_event_size=64)
+    [bad] = decoder.feed(b"\x00" * 12)  # prelude CRC of zeros is not zero
+    assert isinstance(bad.error, PreludeCRCMismatch)
+    assert decoder.feed(b"y" * 50) == [] and decoder.feed(b"z" * 50) == []
+    [tail] = decoder.close()
+    assert (tail.start, tail.raw) == (12, b"y" * 50 + b"z" * 14)
+    assert "36 later bytes were not kept" in tail.reason
+    assert decoder.close() == [] and decoder.feed(b"more") == []
+
+
+def test_returned_headers_cannot_corrupt_the_next_message():
+    message = encode_message({":event-type": "chunk", "n": Int32(1)}, b"{}")
+    first = decode(message)[0]
+    first.headers[":event-type"] = "changed"
+    assert decode(message)[0].headers == {":event-type": "chunk", "n": 1}
+
+
+# -- the encoder -----------------------------------------------------------------------------
+
+
+def test_encoder_produces_all_ten_types_and_round_trips():
+    moment = datetime(2024, 5, 6, 7, 8, 9, 123000, tzinfo=UTC)
+    ident = uuid.UUID("01020304-0506-0708-090a-0b0c0d0e0f10")
+    headers = {
+        "t": True, "f": False, "i8": Int8(-128), "i16": Int16(32767), "i32": Int32(-5),
+        "i64": Int64(2**62), "bin": b"\x00\xff", "str": "h\u00e9", "ts": moment, "id": ident,
+    }  # fmt: skip
+    data = encode_message(headers, b"payload")
+    [message] = decode(data, 1)
+    assert [type_code(value) for value in message.headers.values()] == list(range(10))
+    assert message.headers["ts"] == 1714979289123 and message.headers["ts"].datetime == moment
+    assert message.headers["id"] == ident and message.payload == b"payload"
+    assert encode_message(message.headers, message.payload) == data
+    assert_crcs_by_oracle(message)
+    # botocore reads the same values
+    [(their_headers, payload)] = botocore_decode(data, [])[0]
+    assert their_headers == comparable({**message.headers, "ts": 1714979289123})
+
+
+def test_plain_ints_pick_int32_or_int64():
+    [message] = decode(encode_message({"small": 7, "big": 2**40}, b""))
+    assert (type(message.headers["small"]), type(message.headers["big"])) == (Int32, Int64)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{"x": Int8(128)}, {"x": Int16(-(2**15) - 1)}, {"x": 2**63}, {"x": "s" * 65536}, {"n" * 256: True}, {"x": 1.5}],
+)
+def test_encoder_refuses_values_the_format_cannot_carry(headers):
+    with pytest.raises((ValueError, TypeError)):
+        encode_message(headers, b"")
