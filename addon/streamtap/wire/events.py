@@ -85,6 +85,10 @@ class Tail:
     end: int
     raw: bytes
     reason: str
+    # False when the leftover bytes could never have formed an event (trailing SSE
+    # comments or data-less events, blank lines, whitespace after a JSON array's
+    # closing bracket): the stream was not cut, it merely had padding at the end.
+    cut: bool = True
 
 
 WireEvent = SSEEvent | EventStreamMessage | JSONValue | Malformed | Tail

@@ -1,0 +1,377 @@
+"""SSEDecoder against the WHATWG event-stream rules, one test id per rule, plus
+chunking-invariance properties, the cut-at-every-offset check, oversize handling
+and invalid UTF-8 counting."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conftest import shared_files
+from streamtap.wire import Malformed, OversizeError, SSEDecoder, SSEEvent, Tail
+
+
+def decode(stream: bytes, chunks: list[int] | None = None, **kwargs) -> list:
+    """Decode ``stream`` fed in pieces of the given sizes (cycled), or whole."""
+    decoder = SSEDecoder(**kwargs)
+    out: list = []
+    if chunks is None:
+        out += decoder.feed(stream)
+    else:
+        pos = i = 0
+        while pos < len(stream):
+            size = chunks[i % len(chunks)]
+            out += decoder.feed(stream[pos : pos + size])
+            pos += size
+            i += 1
+    out += decoder.close()
+    return out
+
+
+def triples(events: list) -> list[tuple]:
+    return [(e.event, e.data, e.id) for e in events if isinstance(e, SSEEvent)]
+
+
+def tails(events: list) -> list[Tail]:
+    return [e for e in events if isinstance(e, Tail)]
+
+
+# (rule, stream, expected (event, data, id) list, expected tail bytes or None)
+SPEC_CASES = [
+    ("line-end-lf", b"data: a\n\n", [("message", "a", "")], None),
+    ("line-end-cr", b"data: a\r\r", [("message", "a", "")], None),
+    ("line-end-crlf", b"data: a\r\n\r\n", [("message", "a", "")], None),
+    ("line-ends-mixed", b"data: a\rdata: b\ndata: c\r\n\n", [("message", "a\nb\nc", "")], None),
+    # LF CR is two line ends (an empty line follows), CR LF is one
+    ("lf-then-cr-is-two-line-ends", b"data: a\n\rdata: b\n\n", [("message", "a", ""), ("message", "b", "")], None),
+    ("crlf-is-one-line-end", b"data: a\r\ndata: b\r\n\r\n", [("message", "a\nb", "")], None),
+    ("bom-stripped-at-start", b"\xef\xbb\xbfdata: a\n\n", [("message", "a", "")], None),
+    # a second BOM is text: the field name becomes "\ufeffdata", an unknown field
+    ("bom-only-once", b"\xef\xbb\xbf\xef\xbb\xbfdata: a\n\ndata: b\n\n", [("message", "b", "")], None),
+    ("bom-not-stripped-mid-stream", b"data: a\n\n\xef\xbb\xbfdata: b\n\n", [("message", "a", "")], b"\xef\xbb\xbfdata: b\n\n"),
+    ("comment-ignored", b": hello\ndata: a\n:\n\n", [("message", "a", "")], None),
+    ("comment-only-event-not-dispatched", b": keep-alive\n\ndata: a\n\n", [("message", "a", "")], None),
+    ("field-without-colon-data", b"data\n\n", [("message", "", "")], None),
+    ("field-without-colon-data-twice", b"data\ndata\n\n", [("message", "\n", "")], None),
+    ("field-without-colon-event", b"event\ndata: a\n\n", [("message", "a", "")], None),
+    ("one-leading-space-stripped", b"data:  two\n\n", [("message", " two", "")], None),
+    ("no-space-after-colon", b"data:a\n\n", [("message", "a", "")], None),
+    ("only-space-stripped-not-tab", b"data:\tx\n\n", [("message", "\tx", "")], None),
+    ("value-keeps-later-colons", b"data: a: b:c\n\n", [("message", "a: b:c", "")], None),
+    ("multi-line-data-joined-by-lf", b"data: a\ndata: b\ndata:\n\n", [("message", "a\nb\n", "")], None),
+    ("empty-data-line-dispatches", b"data:\n\n", [("message", "", "")], None),
+    ("event-type", b"event: ping\ndata: a\n\n", [("ping", "a", "")], None),
+    ("event-type-defaults-to-message", b"data: a\n\n", [("message", "a", "")], None),
+    ("empty-event-type-is-message", b"event:\ndata: a\n\n", [("message", "a", "")], None),
+    ("event-type-reset-after-dispatch", b"event: x\ndata: a\n\ndata: b\n\n", [("x", "a", ""), ("message", "b", "")], None),
+    ("event-type-reset-after-empty-event", b"event: x\n\ndata: b\n\n", [("message", "b", "")], None),
+    ("field-names-case-sensitive", b"Data: a\nDATA: b\ndata: c\n\n", [("message", "c", "")], None),
+    ("unknown-field-ignored", b"foo: bar\ndata: a\n\n", [("message", "a", "")], None),
+    ("id-set", b"id: 1\ndata: a\n\n", [("message", "a", "1")], None),
+    ("id-persists-across-events", b"id: 1\ndata: a\n\ndata: b\n\n", [("message", "a", "1"), ("message", "b", "1")], None),
+    ("id-empty-resets", b"id: 1\ndata: a\n\nid\ndata: b\n\n", [("message", "a", "1"), ("message", "b", "")], None),
+    ("id-with-nul-ignored", b"id: 1\ndata: a\n\nid: 2\x003\ndata: b\n\n", [("message", "a", "1"), ("message", "b", "1")], None),
+    ("id-of-data-less-event-takes-effect", b"id: 9\n\ndata: a\n\n", [("message", "a", "9")], None),
+    ("id-applies-to-its-own-event", b"data: a\nid: 5\n\n", [("message", "a", "5")], None),
+    ("no-dispatch-without-data", b"event: x\nid: 1\nretry: 5\n\n", [], b"event: x\nid: 1\nretry: 5\n\n"),
+    ("dispatch-on-blank-line-only", b"data: a\ndata: b\n", [], b"data: a\ndata: b\n"),
+    ("unterminated-final-event-not-dispatched", b"data: a\n\ndata: b", [("message", "a", "")], b"data: b"),
+    ("final-cr-is-a-line-end-at-close", b"data: a\n\r", [("message", "a", "")], None),
+    ("blank-lines-between-events", b"\n\n\ndata: a\n\n\n\ndata: b\n\n", [("message", "a", ""), ("message", "b", "")], None),
+]
+
+
+@pytest.mark.parametrize(
+    "stream,expected,tail", [c[1:] for c in SPEC_CASES], ids=[c[0] for c in SPEC_CASES]
+)
+def test_spec_rule(stream: bytes, expected: list, tail: bytes | None) -> None:
+    for chunks in (None, [1], [2], [3, 1]):
+        events = decode(stream, chunks)
+        assert triples(events) == expected, chunks
+        assert [t.raw for t in tails(events)] == ([tail] if tail else []), chunks
+        assert b"".join(e.raw for e in events) == stream
+
+
+RETRY_CASES = [
+    ("retry-digits", b"retry: 1500\ndata: a\n\n", 1500),
+    ("retry-not-all-digits-ignored", b"retry: 15a\ndata: a\n\n", None),
+    ("retry-signed-ignored", b"retry: -1\ndata: a\n\n", None),
+    ("retry-empty-ignored", b"retry:\ndata: a\n\n", None),
+    ("retry-non-ascii-digits-ignored", "retry: ١٢\ndata: a\n\n".encode(), None),
+    ("retry-space-inside-ignored", b"retry: 1 5\ndata: a\n\n", None),
+]
+
+
+@pytest.mark.parametrize("stream,retry", [c[1:] for c in RETRY_CASES], ids=[c[0] for c in RETRY_CASES])
+def test_retry_rule(stream: bytes, retry: int | None) -> None:
+    decoder = SSEDecoder()
+    (event,) = decoder.feed(stream)
+    assert event.retry == retry
+    assert decoder.retry == retry
+
+
+def test_retry_of_data_less_event_is_reported_on_the_next_event_and_stays_set() -> None:
+    decoder = SSEDecoder()
+    first, second = decoder.feed(b"retry: 100\n\ndata: a\n\ndata: b\n\n")
+    assert (first.retry, second.retry, decoder.retry) == (100, None, 100)
+
+
+def test_cr_split_from_lf_across_chunks_is_one_line_end() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: a\r") == []
+    assert decoder.feed(b"\n") == []  # CR LF: one line end, so no blank line yet
+    assert decoder.feed(b"\r") == []  # held back: it may be the CR of a CRLF
+    (event,) = decoder.feed(b"\n")
+    assert (event.data, event.raw) == ("a", b"data: a\r\n\r\n")
+    assert decoder.close() == []
+
+
+def test_cr_at_chunk_end_waits_for_next_byte() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: a\n\r") == []  # CR alone might be the start of CRLF
+    event, _ = decoder.feed(b"data: b\n\n")
+    assert (event.data, event.raw) == ("a", b"data: a\n\r")
+
+
+@pytest.mark.parametrize("cut", [1, 2])
+def test_bom_split_across_chunks(cut: int) -> None:
+    stream = b"\xef\xbb\xbfdata: a\n\n"
+    decoder = SSEDecoder()
+    events = decoder.feed(stream[:cut]) + decoder.feed(stream[cut:]) + decoder.close()
+    assert triples(events) == [("message", "a", "")]
+    assert events[0].raw == stream and events[0].start == 0
+
+
+def test_partial_bom_at_close_is_a_tail() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"\xef\xbb") == []
+    (tail,) = decoder.close()
+    assert isinstance(tail, Tail) and tail.raw == b"\xef\xbb"
+
+
+def test_spans_tile_comments_and_empty_events_into_the_next_event() -> None:
+    stream = b": ping\n\nevent: x\n\nid: 3\ndata: a\n\n: trailing\n\n"
+    events = decode(stream)
+    event, tail = events
+    assert (event.start, event.end) == (0, len(stream) - len(b": trailing\n\n"))
+    assert event.raw == stream[: event.end]
+    assert (tail.start, tail.end, tail.raw, tail.cut) == (event.end, len(stream), b": trailing\n\n", False)
+
+
+def test_tail_reasons_distinguish_a_cut_from_padding() -> None:
+    (cut_line,) = decode(b"data: a")
+    (cut_event,) = decode(b"data: a\n")
+    (padding,) = decode(b": keep-alive\n")
+    assert cut_line.cut and cut_event.cut and not padding.cut
+    assert "line" in cut_line.reason and "blank line" in cut_event.reason
+
+
+def test_seq_counts_every_returned_event() -> None:
+    events = decode(b"data: a\n\ndata: b\n\ndata: c")
+    assert [e.seq for e in events] == [0, 1, 2]
+
+
+def test_feed_after_close_raises() -> None:
+    decoder = SSEDecoder()
+    decoder.close()
+    with pytest.raises(RuntimeError):
+        decoder.feed(b"data: a\n\n")
+
+
+# -- invalid UTF-8 -------------------------------------------------------------------
+
+
+def test_invalid_utf8_replaced_and_counted_never_raised() -> None:
+    stream = b"event: t\xff\ndata: a\xc3\ndata: \xe2\x82\nid: \x80\n\ndata: ok \xef\xbf\xbd\n\n"
+    decoder = SSEDecoder()
+    first, second = decoder.feed(stream)
+    assert first.event == "t\ufffd"
+    assert first.data == "a\ufffd\n\ufffd"  # a truncated sequence is one replacement
+    assert first.id == "\ufffd"
+    assert first.invalid_utf8 == 4
+    assert second.data == "ok \ufffd" and second.invalid_utf8 == 0  # a real U+FFFD is not counted
+    assert decoder.invalid_utf8 == 4
+
+
+def test_invalid_utf8_counts_do_not_depend_on_chunking() -> None:
+    stream = b"data: \xf0\x9f\x98\n\ndata: \xf0\x9f\x98\x80\xc0\xaf\n\n"
+    whole = decode(stream)
+    assert [e.invalid_utf8 for e in whole] == [1, 2]
+    assert decode(stream, [1]) == whole
+
+
+# -- oversize -------------------------------------------------------------------------
+
+
+def test_oversize_event_skipped_and_decoding_resumes() -> None:
+    big = b"data: " + b"x" * 200 + b"\n" + b"data: y\n\n"
+    stream = b"data: a\n\n" + big + b"data: b\n\n"
+    for chunks in (None, [1], [7], [64]):
+        events = decode(stream, chunks, max_event_size=100)
+        a, bad, b = events
+        assert (a.data, b.data) == ("a", "b")
+        assert isinstance(bad, Malformed) and not bad.fatal
+        assert isinstance(bad.error, OversizeError)
+        assert (bad.start, bad.end, bad.raw) == (a.end, a.end + len(big), b"")
+        assert bad.error.offset == a.end
+        assert b.start == bad.end
+
+
+def test_oversize_line_is_not_buffered() -> None:
+    decoder = SSEDecoder(max_event_size=1000)
+    decoder.feed(b"data: ")
+    for _ in range(1000):
+        assert decoder.feed(b"z" * 1000) == []
+        assert len(decoder._buf) <= 1000  # memory stays bounded by the limit
+    (bad,) = decoder.feed(b"\n\n")
+    assert isinstance(bad, Malformed) and bad.end == 6 + 1000 * 1000 + 2
+    (event,) = decoder.feed(b"data: after\n\n")
+    assert event.data == "after" and event.start == bad.end
+
+
+def test_oversize_at_close_is_reported() -> None:
+    events = decode(b"data: " + b"x" * 50, max_event_size=10)
+    (bad,) = events
+    assert isinstance(bad, Malformed) and isinstance(bad.error, OversizeError)
+    assert (bad.start, bad.end) == (0, 56)
+
+
+def test_event_exactly_at_the_limit_is_kept() -> None:
+    stream = b"data: 1234\n\n"
+    (event,) = decode(stream, max_event_size=len(stream))
+    assert isinstance(event, SSEEvent)
+    (bad,) = decode(stream, max_event_size=len(stream) - 1)
+    assert isinstance(bad, Malformed)
+
+
+def test_fields_of_an_oversize_event_do_not_take_effect() -> None:
+    stream = b"id: 1\ndata: a\n\ndata: " + b"x" * 50 + b"\nid: 2\n\ndata: b\n\n"
+    for chunks in (None, [1], [5]):
+        events = decode(stream, chunks, max_event_size=30)
+        assert triples(events) == [("message", "a", "1"), ("message", "b", "1")]
+
+
+# -- properties -----------------------------------------------------------------------
+
+LINE_ENDS = st.sampled_from([b"\n", b"\r", b"\r\n"])
+VALUE_TEXT = st.text(
+    alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=12
+)
+
+
+@st.composite
+def sse_streams(draw) -> bytes:
+    """Random event streams: fields in random order, random line ends, comments,
+    data-less events, an optional BOM, sometimes a random byte-level tail."""
+    parts = [b"\xef\xbb\xbf"] if draw(st.booleans()) else []
+    for _ in range(draw(st.integers(0, 6))):
+        for _ in range(draw(st.integers(0, 4))):
+            kind = draw(st.sampled_from(["data", "data", "event", "id", "retry", "comment", "bare", "junk"]))
+            value = draw(VALUE_TEXT).encode()
+            line = {
+                "data": b"data:" + draw(st.sampled_from([b"", b" ", b"  "])) + value,
+                "event": b"event: " + value,
+                "id": b"id: " + value,
+                "retry": b"retry: " + draw(st.sampled_from([b"10", b"x1", b""])),
+                "comment": b":" + value,
+                "bare": draw(st.sampled_from([b"data", b"id", b"event"])),
+                "junk": b"x-" + value + b": y",
+            }[kind]
+            parts.append(line + draw(LINE_ENDS))
+        parts.append(draw(LINE_ENDS))
+    parts.append(draw(st.binary(max_size=10)))
+    return b"".join(parts)
+
+
+@st.composite
+def chunkings(draw) -> list[int]:
+    return draw(st.lists(st.integers(1, 9), min_size=1, max_size=8))
+
+
+def check_tiling(events: list, stream: bytes) -> None:
+    pos = 0
+    for seq, event in enumerate(events):
+        assert event.seq == seq
+        assert event.start == pos and event.end >= event.start
+        assert event.raw == stream[event.start : event.end]
+        pos = event.end
+    assert pos == len(stream)
+
+
+@given(stream=sse_streams(), chunks=chunkings())
+def test_any_chunking_gives_the_one_shot_result(stream: bytes, chunks: list[int]) -> None:
+    whole = decode(stream)
+    assert decode(stream, chunks) == whole
+    check_tiling(whole, stream)
+
+
+@given(stream=st.binary(max_size=200), chunks=chunkings())
+def test_arbitrary_bytes_never_raise_and_tile(stream: bytes, chunks: list[int]) -> None:
+    whole = decode(stream)
+    assert decode(stream, chunks) == whole
+    check_tiling(whole, stream)
+
+
+@given(stream=sse_streams(), chunks=chunkings(), limit=st.integers(1, 40))
+def test_oversize_handling_is_chunking_invariant(stream: bytes, chunks: list[int], limit: int) -> None:
+    whole = decode(stream, max_event_size=limit)
+    assert decode(stream, chunks, max_event_size=limit) == whole
+    pos = 0
+    for event in whole:
+        assert event.start == pos
+        pos = event.end
+        if isinstance(event, Malformed):
+            assert event.end - event.start > limit and event.raw == b""
+        else:
+            assert event.end - event.start <= limit
+    assert pos == len(stream)
+
+
+@given(stream=sse_streams())
+def test_one_byte_chunks(stream: bytes) -> None:
+    assert decode(stream, [1]) == decode(stream)
+
+
+# -- cut at every offset --------------------------------------------------------------
+
+CONSTRUCTED_STREAM = (
+    b"\xef\xbb\xbf: constructed Anthropic-style stream with every line-end kind\r\n\r\n"
+    b'event: message_start\r\ndata: {"type":"message_start","message":{"id":"msg_1"}}\r\n\r\n'
+    b"event: ping\ndata: {\"type\": \"ping\"}\n\n"
+    b'event: content_block_delta\rdata: {"type":"content_block_delta","delta":{"text":"h\xc3\xa9"}}\r\r'
+    b"id: 42\nretry: 300\n\n: keep-alive\n\n"
+    b'event: content_block_delta\ndata: {"type":"content_block_delta",\ndata: "delta":{"text":"!"}}\n\n'
+    b'event: message_stop\r\ndata: {"type":"message_stop"}\r\n\r\n'
+)
+
+
+def realistic_streams() -> list[tuple[str, bytes]]:
+    found = shared_files("anthropic-sdk-python/streaming/*.txt")[:1] + shared_files("**/*.sse")[:1]
+    streams = [(f"shared:{p.name}", p.read_bytes()[:6000]) for p in found]
+    return streams + [("constructed", CONSTRUCTED_STREAM)]
+
+
+@pytest.mark.parametrize("name,stream", realistic_streams(), ids=lambda v: v if isinstance(v, str) else "")
+def test_cut_at_every_offset_yields_a_prefix_and_no_partial_event(name: str, stream: bytes) -> None:
+    full = [e for e in decode(stream) if isinstance(e, SSEEvent)]
+    assert full
+    for cut in range(len(stream) + 1):
+        events = decode(stream[:cut])
+        assert b"".join(e.raw for e in events) == stream[:cut]
+        dispatched = [e for e in events if isinstance(e, SSEEvent)]
+        assert [decoded(e) for e in dispatched] == [decoded(e) for e in full[: len(dispatched)]], cut
+        # never a partial event: each dispatched event is whole, blank line included;
+        # only a cut between the CR and LF of a CRLF may end the last one a byte early
+        # (a CR at the end of the stream is a line end of its own)
+        for event, whole in zip(dispatched, full):
+            assert event.raw == whole.raw or (
+                event.end == cut == whole.end - 1 and whole.raw.endswith(b"\r\n")
+            ), cut
+        # and nothing complete is held back: the next full event did not fit in the cut
+        if len(dispatched) < len(full):
+            assert full[len(dispatched)].end > cut
+
+
+def decoded(event: SSEEvent) -> tuple:
+    return (event.seq, event.start, event.event, event.data, event.id, event.retry, event.invalid_utf8)
