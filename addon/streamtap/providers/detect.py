@@ -1,0 +1,231 @@
+"""Which dialect and wire a response speaks.
+
+``detect_dialect`` decides from the request (host, path, query, the body's ``stream``
+flag) and the response content-type, never from body text alone. ``sniff_dialect`` is
+for raw files that come without a request; callers must say that they sniffed.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass, field
+from urllib.parse import parse_qs, urlsplit
+
+import orjson
+
+from .turn import Dialect
+
+
+@dataclass(slots=True)
+class RequestInfo:
+    method: str
+    url: str
+    headers: dict[str, str] = field(default_factory=dict)  # lower-case names
+    body: bytes | None = None
+
+
+@dataclass(slots=True)
+class Detection:
+    dialect: Dialect
+    wire: str  # "sse" | "eventstream" | "ndjson" | "json-array"
+    why: str
+    streaming: bool = True  # False when the request asked for a plain JSON answer
+
+
+_CONTENT_TYPE_WIRE = {
+    "text/event-stream": "sse",
+    "application/vnd.amazon.eventstream": "eventstream",
+    "application/x-ndjson": "ndjson",
+    "application/ndjson": "ndjson",
+    "application/jsonl": "ndjson",
+    "application/x-jsonlines": "ndjson",
+}
+
+
+def wire_from_content_type(content_type: str | None) -> str | None:
+    if not content_type:
+        return None
+    mime = content_type.split(";")[0].strip().lower()
+    if mime == "application/json":
+        return "json-array"
+    return _CONTENT_TYPE_WIRE.get(mime)
+
+
+def _body_json(body: bytes | None) -> dict | None:
+    if not body:
+        return None
+    try:
+        value = orjson.loads(body)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def detect_dialect(request: RequestInfo | None, content_type: str | None) -> Detection:
+    ct_wire = wire_from_content_type(content_type)
+    ct_note = f"content-type {content_type.split(';')[0].strip()}" if content_type else "no content-type"
+    if request is None:
+        wire = ct_wire if ct_wire not in (None, "json-array") else "sse"
+        return Detection(Dialect.UNKNOWN, wire, f"no request; {ct_note}", ct_wire not in (None, "json-array"))
+    url = urlsplit(request.url)
+    host = (url.hostname or request.headers.get("host", "")).lower()
+    path = url.path.rstrip("/")
+    query = parse_qs(url.query)
+    body = _body_json(request.body)
+    stream_flag = body.get("stream") if body else None
+
+    def found(dialect: Dialect, wire: str, why: str, streaming: bool = True) -> Detection:
+        return Detection(dialect, wire, f"{why}; {ct_note}", streaming)
+
+    if path.endswith("/invoke-with-response-stream") and "/model/" in path:
+        return found(Dialect.BEDROCK_INVOKE, "eventstream", f"path {path} (Bedrock InvokeModelWithResponseStream)")
+    if path.endswith("/converse-stream") and "/model/" in path:
+        return found(Dialect.BEDROCK_CONVERSE, "eventstream", f"path {path} (Bedrock ConverseStream)")
+    if ":streamGenerateContent" in path:
+        sse = query.get("alt", [""])[0] == "sse" or ct_wire == "sse"
+        why = "path :streamGenerateContent" + (" with alt=sse" if sse else " without alt=sse (JSON array)")
+        return found(Dialect.GEMINI, "sse" if sse else "json-array", why)
+    if ":streamRawPredict" in path or path.endswith("/v1/messages") or host == "api.anthropic.com":
+        return found(Dialect.ANTHROPIC, "sse", f"host {host}, path {path} (Anthropic Messages)", stream_flag is True)
+    if path.endswith("/chat/completions") or path.endswith("/v1/completions"):
+        return found(
+            Dialect.OPENAI_CHAT, "sse", f"path {path} (OpenAI Chat Completions), stream={stream_flag}",
+            stream_flag is True,
+        )
+    if re.search(r"/responses(/[^/]+)?$", path):
+        streaming = stream_flag is True or query.get("stream", [""])[0] == "true"
+        return found(Dialect.OPENAI_RESPONSES, "sse", f"path {path} (OpenAI Responses), stream={stream_flag}", streaming)
+    if path.endswith("/api/chat") or path.endswith("/api/generate"):
+        # Ollama streams unless the body says "stream": false
+        return found(Dialect.OLLAMA, "ndjson", f"path {path} (Ollama native)", stream_flag is not False)
+    wire = ct_wire if ct_wire not in (None, "json-array") else "sse"
+    return found(Dialect.UNKNOWN, wire, f"no known API at host {host} path {path}", ct_wire not in (None, "json-array"))
+
+
+# --- sniffing raw bodies -----------------------------------------------------------------
+
+_SSE_FIELD = re.compile(rb"^(data|event|id|retry)?:", re.M)
+
+
+def _eventstream_types(body: bytes) -> list[str] | None:
+    """The ``:event-type`` values of the first messages, or None if this is not event-stream."""
+    if len(body) < 16:
+        return None
+    total, headers_len = struct.unpack(">II", body[:8])
+    if total < 16 or headers_len > total - 16 or total > 16 * 1024 * 1024:
+        return None
+    import zlib
+
+    if zlib.crc32(body[:8]) != struct.unpack(">I", body[8:12])[0]:
+        return None
+    types, pos = [], 0
+    while pos + 12 <= len(body) and len(types) < 5:
+        total, headers_len = struct.unpack(">II", body[pos : pos + 8])
+        if total < 16 or pos + total > len(body):
+            break
+        headers = body[pos + 12 : pos + 12 + headers_len]
+        match = re.search(rb":(event|exception)-type\x07\x00(.)", headers, re.S)
+        if match:
+            n = match.group(2)[0]
+            start = match.end()
+            types.append(headers[start : start + n].decode("utf-8", "replace"))
+        pos += total
+    return types
+
+
+def _sse_payloads(body: bytes, limit: int = 8) -> tuple[list[str], list[str]]:
+    events, datas = [], []
+    for line in body.replace(b"\r\n", b"\n").split(b"\n"):
+        if line.startswith(b"event:"):
+            events.append(line[6:].strip().decode("utf-8", "replace"))
+        elif line.startswith(b"data:"):
+            datas.append(line[5:].strip().decode("utf-8", "replace"))
+            if len(datas) >= limit:
+                break
+    return events, datas
+
+
+def _dialect_of_json(obj: object) -> tuple[Dialect, str] | None:
+    if not isinstance(obj, dict):
+        return None
+    kind = obj.get("type")
+    if isinstance(kind, str):
+        if kind.startswith("response.") or ("sequence_number" in obj and kind == "error"):
+            return Dialect.OPENAI_RESPONSES, f"a \"{kind}\" event with sequence_number"
+        if kind in ("message_start", "content_block_start", "content_block_delta", "message_delta", "ping"):
+            return Dialect.ANTHROPIC, f"an Anthropic \"{kind}\" event"
+    if obj.get("object") in ("chat.completion.chunk", "text_completion") or "choices" in obj:
+        return Dialect.OPENAI_CHAT, "a chat.completion.chunk"
+    if "candidates" in obj or "promptFeedback" in obj:
+        return Dialect.GEMINI, "a Gemini GenerateContentResponse"
+    if "done" in obj and ("message" in obj or "response" in obj):
+        return Dialect.OLLAMA, "an Ollama object with done"
+    return None
+
+
+def sniff_dialect(body: bytes) -> Detection:
+    """Guess dialect and wire from the bytes alone (raw files with no request)."""
+    types = _eventstream_types(body)
+    if types is not None:
+        if "chunk" in types:
+            return Detection(Dialect.BEDROCK_INVOKE, "eventstream", "sniffed: event-stream with chunk frames")
+        converse = {"messageStart", "contentBlockDelta", "contentBlockStart", "messageStop", "metadata"}
+        if converse & set(types):
+            return Detection(Dialect.BEDROCK_CONVERSE, "eventstream", "sniffed: event-stream with ConverseStream events")
+        return Detection(Dialect.UNKNOWN, "eventstream", "sniffed: event-stream with unknown event types")
+    head = body.lstrip()[:1]
+    if head == b"[":
+        element = _first_array_element(body)
+        guess = _dialect_of_json(element)
+        if guess and guess[0] is Dialect.GEMINI:
+            return Detection(Dialect.GEMINI, "json-array", f"sniffed: JSON array of {guess[1]}s")
+        return Detection(Dialect.UNKNOWN, "json-array", "sniffed: a JSON array")
+    if _SSE_FIELD.search(body[:4096]):
+        events, datas = _sse_payloads(body)
+        for data in datas:
+            if data == "[DONE]":
+                continue
+            try:
+                guess = _dialect_of_json(orjson.loads(data))
+            except ValueError:
+                continue
+            if guess:
+                return Detection(guess[0], "sse", f"sniffed: SSE whose first recognisable data is {guess[1]}")
+        return Detection(Dialect.UNKNOWN, "sse", "sniffed: SSE with no recognisable payload")
+    first = body.lstrip().split(b"\n", 1)[0]
+    try:
+        guess = _dialect_of_json(orjson.loads(first))
+    except ValueError:
+        guess = None
+    if guess:
+        return Detection(guess[0], "ndjson", f"sniffed: NDJSON whose first line is {guess[1]}")
+    if head == b"{":
+        return Detection(Dialect.UNKNOWN, "ndjson", "sniffed: JSON lines")
+    return Detection(Dialect.UNKNOWN, "sse", "sniffed: nothing recognisable; reading as SSE")
+
+
+def _first_array_element(body: bytes) -> object:
+    """Decode the first element of a JSON array without trusting the rest of the body."""
+    text = body.lstrip()[1:]
+    depth, in_string, escape = 0, False, False
+    for i, byte in enumerate(text):
+        if in_string:
+            if escape:
+                escape = False
+            elif byte == 0x5C:
+                escape = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x7B, 0x5B):
+            depth += 1
+        elif byte in (0x7D, 0x5D):
+            depth -= 1
+            if depth == 0:
+                try:
+                    return orjson.loads(text[: i + 1])
+                except ValueError:
+                    return None
+    return None

@@ -1,0 +1,256 @@
+"""Gemini ``streamGenerateContent``: SSE (``alt=sse``) or one streamed JSON array.
+
+There is no end sentinel: the turn is finished when the last chunk that carries
+candidates gives every candidate a ``finishReason`` (older models stamped one on every
+chunk, so only the last chunk counts), or when the prompt was blocked. The JSON-array
+form must also close its ``]`` (the session sees a missing one as a cut).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from streamtap.wire import JSONValue, SSEEvent, WireEvent
+
+from .common import AssemblerBase, dumps, error_message, one_line, worst_stop
+from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict
+
+POLICY = {
+    "SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "LANGUAGE",
+    "IMAGE_SAFETY", "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION",
+}
+MALFORMED = {"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"}
+
+
+def normalize(reason: str, has_calls: bool) -> str:
+    if reason == "STOP":
+        return "tool_use" if has_calls else "end_turn"
+    if reason == "MAX_TOKENS":
+        return "max_tokens"
+    if reason in POLICY:
+        return "filtered"
+    if reason in MALFORMED:
+        return "malformed_output"
+    return "other"
+
+
+class Assembler(AssemblerBase):
+    dialect = Dialect.GEMINI
+    wire = "sse"
+
+    def __init__(self, wire: str | None = None) -> None:
+        super().__init__(wire)
+        self._finish: dict[int, str] = {}
+        self._last_chunk_finished = False
+        self._last_candidates_event: WireEvent | None = None
+        self._blocked: tuple[WireEvent, str] | None = None
+        self._streaming_call: dict[int, Block] = {}  # candidate -> call whose partialArgs are still arriving
+        self._calls = 0
+
+    def feed(self, event: WireEvent, t: float | None) -> None:
+        if isinstance(event, SSEEvent):
+            self.seen(event, f"chunk {event.seq}")
+            if not event.data.strip():
+                return
+            obj = self.payload(event, event.data)
+        elif isinstance(event, JSONValue):
+            self.seen(event, f"element {event.seq}")
+            obj = event.value
+        else:
+            self.seen(event, type(event).__name__)
+            self.corrupt(f"unexpected {type(event).__name__} for Gemini", event)
+            return
+        if obj is None:
+            return
+        if not isinstance(obj, dict):
+            self.corrupt("chunk is JSON but not an object", event)
+            return
+        if "error" in obj:
+            message = one_line(error_message(obj))
+            error = obj["error"] if isinstance(obj["error"], dict) else {}
+            self.errored(f"in-band error: {message}", event, {"source": "stream", "message": message, "code": error.get("code"), "status": error.get("status")})
+            return
+        turn = self.turn
+        turn.model = turn.model or obj.get("modelVersion")
+        turn.response_id = turn.response_id or obj.get("responseId")
+        if isinstance(obj.get("usageMetadata"), dict):
+            self._usage(obj["usageMetadata"])
+        feedback = obj.get("promptFeedback") or {}
+        if isinstance(feedback, dict) and feedback.get("blockReason"):
+            self._blocked = (event, feedback["blockReason"])
+        candidates = [c for c in obj.get("candidates") or () if isinstance(c, dict)]
+        if candidates:
+            self._last_candidates_event = event
+            self._last_chunk_finished = all(c.get("finishReason") for c in candidates)
+        for candidate in candidates:
+            self._candidate(candidate, event, t)
+
+    def _candidate(self, candidate: dict[str, Any], event: WireEvent, t: float | None) -> None:
+        index = candidate.get("index") or 0
+        choice = self.choice(index)
+        content = candidate.get("content") or {}
+        for part in content.get("parts") or () if isinstance(content, dict) else ():
+            if isinstance(part, dict):
+                self._part(index, part, event, t)
+        for citation in (candidate.get("citationMetadata") or {}).get("citations") or ():
+            if choice.blocks:
+                choice.blocks[-1].citations.append(citation)
+        if candidate.get("finishReason"):
+            self._finish[index] = candidate["finishReason"]
+            choice.stop_reason = candidate["finishReason"]
+
+    def _part(self, index: int, part: dict[str, Any], event: WireEvent, t: float | None) -> None:
+        signature = part.get("thoughtSignature")
+        call = part.get("functionCall")
+        if isinstance(call, dict):
+            block = self._function_call(index, call, event, t)
+        elif isinstance(part.get("text"), str):
+            kind = BlockKind.THINKING if part.get("thought") else BlockKind.TEXT
+            if part["text"]:
+                block = self.append(index, kind, part["text"], t)
+            elif signature is None:
+                return  # an empty part: nothing to keep
+            else:  # an empty part that only carries a signature: it belongs to what came before
+                blocks = self.choice(index).blocks
+                block = blocks[-1] if blocks else self.new_block(index, kind)
+        elif any(k in part for k in ("executableCode", "codeExecutionResult", "inlineData", "fileData")):
+            name = next(k for k in ("executableCode", "codeExecutionResult", "inlineData", "fileData") if k in part)
+            block = self.new_block(index, BlockKind.SERVER_TOOL, name=name, extra={name: part[name]}, closed=True)
+            self.content(t)
+        else:
+            return
+        if signature is not None and block is not None:
+            if block.signature is None:
+                block.signature = signature
+            else:
+                block.extra.setdefault("signatures", []).append(signature)
+
+    def _function_call(self, index: int, call: dict[str, Any], event: WireEvent, t: float | None) -> Block | None:
+        streaming = self._streaming_call.get(index)
+        if streaming is not None:
+            for partial in call.get("partialArgs") or ():
+                if isinstance(partial, dict):
+                    self._merge_partial(streaming, partial, event)
+            if call.get("name") and not streaming.name:
+                streaming.name = call["name"]
+            if not call.get("willContinue"):
+                self._close_streaming(index)
+            return streaming
+        self._calls += 1
+        block = self.tool_block(index, None, id=call.get("id") or f"gemini-call-{self._calls}", name=call.get("name"), t=t)
+        if call.get("id") is None:
+            block.extra["generated_id"] = True
+        if call.get("willContinue"):  # Vertex streamed arguments: partialArgs follow
+            block.extra["partial"] = {}
+            self._streaming_call[index] = block
+            for partial in call.get("partialArgs") or ():
+                if isinstance(partial, dict):
+                    self._merge_partial(block, partial, event)
+            return block
+        args = call.get("args") if call.get("args") is not None else {}
+        block.arguments = args
+        block.arguments_raw = dumps(args)
+        block.closed = True
+        return block
+
+    def _merge_partial(self, block: Block, partial: dict[str, Any], event: WireEvent) -> None:
+        path = _parse_path(partial.get("jsonPath", ""))
+        if path is None:
+            self.corrupt(f"unparseable partialArgs jsonPath {partial.get('jsonPath')!r}", event)
+            return
+        root = block.extra.setdefault("partial", {})
+        if "stringValue" in partial:
+            current = _get(root, path)
+            value = (current if isinstance(current, str) else "") + partial["stringValue"]
+        elif "numberValue" in partial:
+            value = partial["numberValue"]
+        elif "boolValue" in partial:
+            value = partial["boolValue"]
+        else:
+            value = None
+        _set(root, path, value)
+
+    def _close_streaming(self, index: int) -> None:
+        block = self._streaming_call.pop(index)
+        args = block.extra.pop("partial", {})
+        block.arguments = args
+        block.arguments_raw = dumps(args)
+        block.closed = True
+
+    def _usage(self, raw: dict[str, Any]) -> None:
+        usage = self.turn.usage  # cumulative snapshots: overwrite, never sum
+        usage.raw = raw
+        usage.input = raw.get("promptTokenCount")
+        usage.output = raw.get("candidatesTokenCount")
+        usage.reasoning = raw.get("thoughtsTokenCount")
+        usage.cache_read = raw.get("cachedContentTokenCount")
+        usage.total = raw.get("totalTokenCount")
+
+    def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
+        for index in list(self._streaming_call):
+            self.note(f"candidate {index}: streamed function call never got its closing part")
+            self._close_streaming(index)
+        if self._blocked is not None and not self._finish:
+            event, reason = self._blocked
+            self.terminal(event, f"blockReason:{reason}", "filtered")
+        elif self._last_chunk_finished and self._last_candidates_event is not None:
+            if all(c.index in self._finish for c in self.turn.choices):
+                calls = any(b.kind is BlockKind.TOOL_CALL for c in self.turn.choices for b in c.blocks)
+                normalized = [normalize(self._finish[c.index], calls) for c in self.turn.choices]
+                worst = worst_stop(normalized)
+                raw = next(self._finish[c.index] for c, n in zip(self.turn.choices, normalized) if n == worst)
+                self.terminal(self._last_candidates_event, raw, worst)
+        expected = "a finishReason on the last chunk" + (" and the closing ]" if self.wire == "json-array" else "")
+        return self.judge(end, expected=expected)
+
+
+_STEP = re.compile(r"\.([A-Za-z_][\w-]*)|\[(\d+)\]|\['([^']*)'\]|\[\"([^\"]*)\"\]")
+
+
+def _parse_path(text: str) -> list[str | int] | None:
+    if not text.startswith("$"):
+        return None
+    steps: list[str | int] = []
+    pos = 1
+    while pos < len(text):
+        match = _STEP.match(text, pos)
+        if match is None:
+            return None
+        name, number, q1, q2 = match.groups()
+        steps.append(int(number) if number is not None else next(s for s in (name, q1, q2) if s is not None))
+        pos = match.end()
+    return steps
+
+
+def _get(root: Any, path: list[str | int]) -> Any:
+    node = root
+    for step in path:
+        if isinstance(step, int):
+            if not isinstance(node, list) or step >= len(node):
+                return None
+        elif not isinstance(node, dict) or step not in node:
+            return None
+        node = node[step]
+    return node
+
+
+def _set(root: dict, path: list[str | int], value: Any) -> None:
+    if not path:
+        return
+    node: Any = root
+    for step, following in zip(path, path[1:]):
+        empty: Any = [] if isinstance(following, int) else {}
+        if isinstance(step, int):
+            while len(node) <= step:
+                node.append(None)
+            if not isinstance(node[step], (dict, list)):
+                node[step] = empty
+        elif not isinstance(node.get(step), (dict, list)):
+            node[step] = empty
+        node = node[step]
+    last = path[-1]
+    if isinstance(last, int):
+        while len(node) <= last:
+            node.append(None)
+    node[last] = value

@@ -1,0 +1,84 @@
+"""Ollama native NDJSON (``/api/chat`` and ``/api/generate``).
+
+One JSON object per line; the last one says ``"done": true`` with ``done_reason``
+(``stop`` or ``length``) and the token counts. Tool calls arrive whole. A line holding
+only ``{"error": ...}`` is an in-band error (the HTTP status stays 200).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamtap.wire import JSONValue, WireEvent
+
+from .common import AssemblerBase, dumps, error_message, one_line
+from .turn import BlockKind, Dialect, StreamEnd, Turn, Verdict
+
+DONE = {"stop": "end_turn", "length": "max_tokens"}
+
+
+class Assembler(AssemblerBase):
+    dialect = Dialect.OLLAMA
+    wire = "ndjson"
+
+    def __init__(self, wire: str | None = None) -> None:
+        super().__init__(wire)
+        self._calls = 0
+
+    def feed(self, event: WireEvent, t: float | None) -> None:
+        self.seen(event, f"line {event.seq}")
+        if not isinstance(event, JSONValue):
+            self.corrupt(f"unexpected {type(event).__name__} for Ollama NDJSON", event)
+            return
+        obj = event.value
+        if not isinstance(obj, dict):
+            self.corrupt("line is JSON but not an object", event)
+            return
+        if "error" in obj:
+            message = one_line(error_message(obj))
+            self.errored(f"in-band error: {message}", event, {"source": "stream", "message": message})
+            return
+        turn = self.turn
+        turn.model = turn.model or obj.get("model")
+        message = obj.get("message") if isinstance(obj.get("message"), dict) else obj  # chat vs generate
+        thinking = message.get("thinking")
+        if isinstance(thinking, str) and thinking:
+            self.append(0, BlockKind.THINKING, thinking, t)
+        text = message.get("content") if message is not obj else obj.get("response")
+        if isinstance(text, str) and text:
+            self.append(0, BlockKind.TEXT, text, t)
+        for call in message.get("tool_calls") or ():
+            if isinstance(call, dict):
+                self._tool_call(call, t)
+        if obj.get("done") is True:
+            self._usage(obj)
+            reason = obj.get("done_reason") or "stop"
+            calls = any(b.kind is BlockKind.TOOL_CALL for b in turn.blocks)
+            normalized = DONE.get(reason, "other")
+            if normalized == "end_turn" and calls:
+                normalized = "tool_use"
+            self.terminal(event, reason, normalized)
+
+    def _tool_call(self, call: dict[str, Any], t: float | None) -> None:
+        function = call.get("function") or {}
+        self._calls += 1
+        block = self.tool_block(0, None, id=call.get("id") or f"ollama-call-{self._calls}", name=function.get("name"), t=t)
+        args = function.get("arguments")
+        if isinstance(args, str):  # not what Ollama sends, but parse it like a fragment stream
+            block.arguments_raw = args
+        else:
+            block.arguments = args if args is not None else {}
+            block.arguments_raw = dumps(block.arguments)
+            block.closed = True
+
+    def _usage(self, obj: dict[str, Any]) -> None:
+        usage = self.turn.usage
+        usage.raw = {k: v for k, v in obj.items() if k.endswith(("_count", "_duration"))}
+        usage.input = obj.get("prompt_eval_count")
+        usage.output = obj.get("eval_count")
+        if usage.input is not None or usage.output is not None:
+            usage.total = (usage.input or 0) + (usage.output or 0)
+
+    def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
+        self.close_blocks()
+        return self.judge(end, expected='a line with "done": true')

@@ -1,0 +1,195 @@
+"""OpenAI Chat Completions streams (and the OpenAI-compatible servers that copy them).
+
+``[DONE]`` is only a transport signal: the turn is judged by every choice's
+``finish_reason``. An error object anywhere makes the turn errored even when ``[DONE]``
+follows (OpenAI, vLLM and OpenRouter all do that). Reasoning from compatible servers
+(``reasoning_content`` / ``reasoning``, Mistral's typed content parts) becomes thinking.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamtap.wire import SSEEvent, WireEvent
+
+from .common import AssemblerBase, dumps, error_message, one_line, worst_stop
+from .turn import BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
+
+FINISH = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "filtered",
+    "refusal": "refusal",
+    "error": "error",
+}
+
+
+class Assembler(AssemblerBase):
+    dialect = Dialect.OPENAI_CHAT
+    wire = "sse"
+
+    def __init__(self, wire: str | None = None) -> None:
+        super().__init__(wire)
+        self._finish: dict[int, str] = {}  # choice -> raw finish_reason
+        self._done: WireEvent | None = None
+        self._tool_keys: dict[tuple[int, int], int] = {}  # (choice, tool index) -> generation, for reused indexes
+        self._calls = 0
+
+    def feed(self, event: WireEvent, t: float | None) -> None:
+        if not isinstance(event, SSEEvent):
+            self.seen(event, type(event).__name__)
+            self.corrupt(f"unexpected {type(event).__name__} in an SSE dialect", event)
+            return
+        data = event.data
+        if data.strip() == "[DONE]":
+            self.seen(event, "[DONE]")
+            self._done = event
+            self._end(event)
+            return
+        self.seen(event, f"chunk {event.seq}" if event.event == "message" else f"event: {event.event}")
+        if not data.strip():
+            return
+        obj = self.payload(event, data)
+        if obj is None:
+            return
+        if not isinstance(obj, dict):
+            self.corrupt("event data is JSON but not an object", event)
+            return
+        if event.event == "error" or obj.get("error") or obj.get("object") == "error":
+            err = obj.get("error") if isinstance(obj.get("error"), dict) else obj
+            message = one_line(error_message(obj))
+            self.errored(f"in-band error: {message}", event, _error_dict(err, message))
+        turn = self.turn
+        turn.model = turn.model or obj.get("model")
+        turn.response_id = turn.response_id or obj.get("id")
+        usage = obj.get("usage") or (obj.get("x_groq") or {}).get("usage")
+        if isinstance(usage, dict):
+            self._usage(usage)
+        for choice in obj.get("choices") or ():
+            if isinstance(choice, dict):
+                self._choice(choice, event, t)
+
+    def _choice(self, choice: dict[str, Any], event: WireEvent, t: float | None) -> None:
+        index = choice.get("index") or 0
+        self.choice(index)
+        delta = choice.get("delta")
+        if delta is None and "text" in choice:  # legacy /v1/completions
+            delta = {"content": choice.get("text")}
+        delta = delta or {}
+        reasoning = delta.get("reasoning_content")
+        if not isinstance(reasoning, str):
+            reasoning = delta.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            self.append(index, BlockKind.THINKING, reasoning, t)
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            self.append(index, BlockKind.TEXT, content, t)
+        elif isinstance(content, list):
+            self._parts(index, content, t)
+        refusal = delta.get("refusal")
+        if isinstance(refusal, str) and refusal:
+            self.append(index, BlockKind.REFUSAL, refusal, t)
+        for call in delta.get("tool_calls") or ():
+            if isinstance(call, dict):
+                self._tool_fragment(index, call, event, t)
+        legacy = delta.get("function_call")
+        if isinstance(legacy, dict):
+            self._tool_fragment(index, {"index": -1, "function": legacy}, event, t)
+        for note in delta.get("annotations") or ():
+            blocks = self.choice(index).blocks
+            if blocks:
+                blocks[-1].citations.append(note)
+        finish = choice.get("finish_reason")
+        if finish:
+            self._finish[index] = finish
+            self.choice(index).stop_reason = finish
+
+    def _parts(self, index: int, parts: list[Any], t: float | None) -> None:
+        """Typed content parts (Mistral): route by the part's own type."""
+        for part in parts:
+            if not isinstance(part, dict):
+                continue
+            if part.get("type") == "thinking":
+                inner = part.get("thinking")
+                text = "".join(p.get("text", "") for p in inner if isinstance(p, dict)) if isinstance(inner, list) else str(inner or "")
+                self.append(index, BlockKind.THINKING, text, t)
+            elif isinstance(part.get("text"), str):
+                self.append(index, BlockKind.TEXT, part["text"], t)
+
+    def _tool_fragment(self, index: int, call: dict[str, Any], event: WireEvent, t: float | None) -> None:
+        position = call.get("index")
+        if not isinstance(position, int):
+            position = len([b for b in self.choice(index).blocks if b.kind is BlockKind.TOOL_CALL])
+        function = call.get("function") or {}
+        generation = self._tool_keys.get((index, position), 0)
+        block = self.block(index, ("tool", position, generation))
+        new_id = call.get("id")
+        if block is not None and new_id and block.id and new_id != block.id:
+            # a gateway reusing one index for parallel calls: a new id is a new call
+            generation += 1
+            self._tool_keys[(index, position)] = generation
+            block = None
+        if block is None:
+            self._calls += 1
+            block = self.tool_block(index, ("tool", position, generation), id=new_id, name=function.get("name"), t=t)
+        else:
+            block.id = block.id or new_id
+            block.name = block.name or function.get("name")
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            block.arguments_raw = (block.arguments_raw or "") + arguments
+            if arguments:
+                self.content(t)
+        elif isinstance(arguments, dict):  # some servers send whole objects
+            block.arguments_raw = (block.arguments_raw or "") + dumps(arguments)
+
+    def _usage(self, raw: dict[str, Any]) -> None:
+        usage = self.turn.usage
+        usage.raw = raw
+        usage.input = raw.get("prompt_tokens")
+        usage.output = raw.get("completion_tokens")
+        usage.total = raw.get("total_tokens")
+        usage.cache_read = (raw.get("prompt_tokens_details") or {}).get("cached_tokens")
+        usage.reasoning = (raw.get("completion_tokens_details") or {}).get("reasoning_tokens")
+
+    def _end(self, event: WireEvent) -> None:
+        choices = [c.index for c in self.turn.choices]
+        if not self._finish or any(i not in self._finish for i in choices):
+            return  # [DONE] without a finish_reason proves nothing: judged truncated in finish()
+        normalized = []
+        for index in choices:
+            raw = self._finish[index]
+            norm = FINISH.get(raw, "other")
+            if norm == "end_turn" and any(b.kind is BlockKind.REFUSAL for b in self.choice(index).blocks):
+                norm = "refusal"
+            normalized.append(norm)
+        worst = worst_stop(normalized)
+        raw = next(self._finish[i] for i, n in zip(choices, normalized) if n == worst)
+        self.terminal(event, raw, worst)
+
+    def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
+        self.close_blocks()
+        if self._done is not None and not self.terminal_seen and self._error is None and self._corrupt is None:
+            missing = [c.index for c in self.turn.choices if c.index not in self._finish]
+            return self.turn, Verdict(
+                VerdictKind.TRUNCATED,
+                f"[DONE] arrived but choice {missing[0]} never got a finish_reason",
+                self._done.seq,
+                self._done.start,
+                {"end": end.value, "choices_without_finish": missing},
+            )
+        turn, verdict = self.judge(end, expected="data: [DONE]")
+        if verdict.kind is VerdictKind.TRUNCATED and self._finish and len(self._finish) == len(turn.choices):
+            verdict.evidence["content_complete"] = True  # only the usage chunk / [DONE] went missing
+            verdict.reason += " (every choice had its finish_reason)"
+        return turn, verdict
+
+
+def _error_dict(err: Any, message: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"source": "stream", "message": message}
+    if isinstance(err, dict):
+        out["type"] = err.get("type")
+        out["code"] = err.get("code")
+    return out

@@ -1,0 +1,369 @@
+"""OpenAI Responses API streams: typed events with a gap-free ``sequence_number``.
+
+Blocks are keyed by ``output_index`` (item ids rotate behind some gateways) and the
+part's own index; a delta for an item or part that was never announced is corrupt,
+as is a gap or step back in ``sequence_number``. The terminal event decides:
+``response.completed`` / ``response.incomplete`` (by ``incomplete_details.reason``) /
+``response.failed``; an ``error`` event makes the turn errored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamtap.wire import SSEEvent, WireEvent
+
+from .common import AssemblerBase, error_message, finalize_arguments, one_line
+from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict
+
+INCOMPLETE = {
+    "max_output_tokens": "max_tokens",
+    "content_filter": "filtered",
+    "max_messages": "max_tokens",
+}
+
+# item types the client executes: tool calls with arguments
+CLIENT_CALLS = {"function_call", "custom_tool_call"}
+# events that only report progress
+PROGRESS_SUFFIXES = (".in_progress", ".searching", ".interpreting", ".generating", ".completed", ".failed", ".partial_image")
+
+
+class Assembler(AssemblerBase):
+    dialect = Dialect.OPENAI_RESPONSES
+    wire = "sse"
+
+    def __init__(self, wire: str | None = None) -> None:
+        super().__init__(wire)
+        self._sequence: int | None = None
+        self._items: dict[int, dict[str, Any]] = {}  # output_index -> item from output_item.added/done
+        self._item_index: dict[str, int] = {}  # item id -> output_index
+
+    def feed(self, event: WireEvent, t: float | None) -> None:
+        if not isinstance(event, SSEEvent):
+            self.seen(event, type(event).__name__)
+            self.corrupt(f"unexpected {type(event).__name__} in an SSE dialect", event)
+            return
+        if event.data.strip() == "[DONE]":  # not sent by OpenAI; some compatible servers do
+            self.seen(event, "[DONE]")
+            return
+        obj = self.payload(event, event.data) if event.data.strip() else None
+        kind = obj.get("type") if isinstance(obj, dict) else None
+        self.seen(event, kind or event.event)
+        if not isinstance(obj, dict):
+            if obj is not None:
+                self.corrupt("event data is JSON but not an object", event)
+            return
+        if kind is None:
+            kind = event.event
+        self._check_sequence(obj, event)
+        handler = getattr(self, "_on_" + kind.replace(".", "_"), None)
+        if handler is not None:
+            handler(obj, event, t)
+        elif kind.endswith(PROGRESS_SUFFIXES) or kind.endswith(".delta") or kind.endswith(".done"):
+            self.note(f"unhandled event {kind}")
+        else:
+            self.note(f"unknown event {kind}")
+
+    def _check_sequence(self, obj: dict[str, Any], event: WireEvent) -> None:
+        number = obj.get("sequence_number")
+        if not isinstance(number, int):
+            return
+        previous, self._sequence = self._sequence, number
+        if previous is None or number == previous + 1:
+            return
+        if number <= previous:
+            self.corrupt(f"sequence_number went back from {previous} to {number}", event, previous=previous)
+        else:
+            self.corrupt(
+                f"sequence_number jumped from {previous} to {number}: {number - previous - 1} events lost",
+                event,
+                previous=previous,
+            )
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def _lifecycle(self, obj: dict[str, Any]) -> dict[str, Any]:
+        response = obj.get("response") or {}
+        if isinstance(response, dict):
+            if response.get("id"):
+                if self.turn.response_id and response["id"] != self.turn.response_id:
+                    self.note(f"response id changed from {self.turn.response_id} to {response['id']}")
+                self.turn.response_id = self.turn.response_id or response["id"]
+            self.turn.model = self.turn.model or response.get("model")
+            if isinstance(response.get("usage"), dict):
+                self._usage(response["usage"])
+        return response if isinstance(response, dict) else {}
+
+    def _on_response_created(self, obj, event, t):
+        self._lifecycle(obj)
+
+    _on_response_queued = _on_response_in_progress = _on_response_created
+
+    def _on_response_completed(self, obj, event, t):
+        response = self._lifecycle(obj)
+        self._fill_from_output(response.get("output"), t)
+        calls = any(b.kind is BlockKind.TOOL_CALL for b in self.turn.blocks)
+        self.terminal(event, response.get("status") or "completed", "tool_use" if calls else "end_turn")
+
+    def _on_response_incomplete(self, obj, event, t):
+        response = self._lifecycle(obj)
+        self._fill_from_output(response.get("output"), t)
+        reason = (response.get("incomplete_details") or {}).get("reason")
+        self.terminal(event, f"incomplete:{reason}", INCOMPLETE.get(reason, "other"))
+
+    def _on_response_failed(self, obj, event, t):
+        response = self._lifecycle(obj)
+        error = response.get("error") or {}
+        message = one_line(error_message({"error": error}) if error else "response.failed")
+        self.errored(f"response.failed: {message}", event, {"source": "stream", "message": message, "code": error.get("code") if isinstance(error, dict) else None})
+        self.terminal(event, "failed", "error")
+
+    def _on_error(self, obj, event, t):
+        inner = obj.get("error") if isinstance(obj.get("error"), dict) else obj
+        message = one_line(error_message({"error": inner}))
+        self.errored(f"error event: {message}", event, {"source": "stream", "message": message, "code": inner.get("code"), "type": inner.get("type")})
+
+    # -- items ----------------------------------------------------------------------------
+    def _index(self, obj: dict[str, Any], event: WireEvent) -> int | None:
+        index = obj.get("output_index")
+        if not isinstance(index, int):
+            index = self._item_index.get(obj.get("item_id", ""))
+        if index is None or index not in self._items:
+            self.corrupt(f"{obj.get('type')} for output item {index if index is not None else obj.get('item_id')} that was never added", event)
+            return None
+        return index
+
+    def _on_response_output_item_added(self, obj, event, t):
+        item = obj.get("item") or {}
+        index = obj.get("output_index")
+        if not isinstance(index, int):
+            index = len(self._items)
+        self._items[index] = item
+        if item.get("id"):
+            self._item_index[item["id"]] = index
+        kind = item.get("type")
+        if kind in CLIENT_CALLS:
+            block = self.tool_block(0, (index, "args"), id=item.get("call_id") or item.get("id"), name=item.get("name"), t=t)
+            block.arguments_raw = item.get("arguments") or item.get("input") or ""
+            block.extra["item_id"] = item.get("id")
+            if kind == "custom_tool_call":
+                block.extra["freeform"] = True
+        elif kind not in ("message", "reasoning", None):
+            self.content(t)
+            self.new_block(0, BlockKind.SERVER_TOOL, (index, "tool"), id=item.get("id"), name=kind, extra={"item": item})
+
+    def _on_response_output_item_done(self, obj, event, t):
+        item = obj.get("item") or {}
+        index = obj.get("output_index")
+        if not isinstance(index, int) or index not in self._items:
+            self.corrupt(f"output_item.done for output item {index} that was never added", event)
+            return
+        self._items[index] = item
+        kind = item.get("type")
+        if kind in CLIENT_CALLS:
+            block = self.block(0, (index, "args"))
+            if block is not None:
+                final = item.get("arguments") if kind == "function_call" else item.get("input")
+                if isinstance(final, str) and final != block.arguments_raw:
+                    if block.arguments_raw:
+                        self.corrupt(f"arguments of {block.name} in output_item.done differ from the streamed deltas", event)
+                    else:
+                        block.arguments_raw = final
+                self._close_call(block)
+        elif kind == "reasoning":
+            signature = item.get("encrypted_content")
+            blocks = [b for (c, k), b in self._keys.items() if c == 0 and k[0] == index]
+            if not blocks and signature is not None:
+                blocks = [self.new_block(0, BlockKind.THINKING, (index, "summary", 0))]
+            for block in blocks:
+                block.signature = signature
+        elif kind == "message":
+            if not any(k[0] == index for (c, k) in self._keys if c == 0):
+                self._fill_message(index, item, t)
+        else:
+            block = self.block(0, (index, "tool"))
+            if block is not None:
+                block.extra["item"] = item
+        for (c, key), block in self._keys.items():
+            if c == 0 and key[0] == index:
+                block.closed = True
+
+    def _close_call(self, block: Block) -> None:
+        block.closed = True
+        if block.extra.get("freeform"):
+            block.arguments = block.arguments_raw
+        else:
+            finalize_arguments(block)
+
+    def _fill_message(self, index: int, item: dict[str, Any], t: float | None) -> None:
+        for ci, part in enumerate(item.get("content") or ()):
+            if not isinstance(part, dict):
+                continue
+            kind = BlockKind.REFUSAL if part.get("type") == "refusal" else BlockKind.TEXT
+            text = part.get("refusal") if kind is BlockKind.REFUSAL else part.get("text")
+            block = self.new_block(0, kind, (index, "content", ci), text=text or "")
+            block.citations = list(part.get("annotations") or [])
+            self.content(t)
+
+    def _fill_from_output(self, output: Any, t: float | None) -> None:
+        """Items the terminal event lists but the stream never announced (SDK does the same)."""
+        if not isinstance(output, list):
+            return
+        for index, item in enumerate(output):
+            if index in self._items or not isinstance(item, dict):
+                continue
+            self._items[index] = item
+            if item.get("type") == "message":
+                self._fill_message(index, item, t)
+            elif item.get("type") in CLIENT_CALLS:
+                block = self.tool_block(0, (index, "args"), id=item.get("call_id"), name=item.get("name"), t=t)
+                block.arguments_raw = item.get("arguments") or item.get("input") or ""
+                self._close_call(block)
+            self.note(f"output item {index} came only with the terminal event")
+
+    # -- content parts ------------------------------------------------------------------
+    def _on_response_content_part_added(self, obj, event, t):
+        index = self._index(obj, event)
+        if index is None:
+            return
+        part = obj.get("part") or {}
+        kind = {"refusal": BlockKind.REFUSAL, "reasoning_text": BlockKind.THINKING}.get(part.get("type"), BlockKind.TEXT)
+        self.new_block(0, kind, (index, "content", obj.get("content_index", 0)), text=part.get("text") or part.get("refusal") or "")
+
+    def _part(self, obj, event, kind: BlockKind, sub: str = "content") -> Block | None:
+        index = self._index(obj, event)
+        if index is None:
+            return None
+        number = obj.get("summary_index" if sub == "summary" else "content_index", 0)
+        block = self.block(0, (index, sub, number))
+        if block is None:
+            if sub == "summary" or kind is BlockKind.THINKING:
+                return self.new_block(0, kind, (index, sub, number))  # summaries need no part.added
+            self.corrupt(f"{obj.get('type')} for content part {number} of item {index} that was never added", event)
+        return block
+
+    def _delta(self, obj, event, t, kind: BlockKind, sub: str = "content") -> None:
+        block = self._part(obj, event, kind, sub)
+        if block is not None and isinstance(obj.get("delta"), str):
+            block.text += obj["delta"]
+            if obj["delta"]:
+                self.content(t)
+
+    def _done(self, obj, event, kind: BlockKind, field: str, sub: str = "content") -> None:
+        block = self._part(obj, event, kind, sub)
+        if block is None or not isinstance(obj.get(field), str) or obj[field] == block.text:
+            return
+        if block.text:
+            self.corrupt(f"{obj.get('type')} text differs from the streamed deltas", event)
+        else:  # some compatible servers send only the .done
+            block.text = obj[field]
+
+    def _on_response_output_text_delta(self, obj, event, t):
+        self._delta(obj, event, t, BlockKind.TEXT)
+
+    def _on_response_output_text_done(self, obj, event, t):
+        self._done(obj, event, BlockKind.TEXT, "text")
+
+    def _on_response_refusal_delta(self, obj, event, t):
+        self._delta(obj, event, t, BlockKind.REFUSAL)
+
+    def _on_response_refusal_done(self, obj, event, t):
+        self._done(obj, event, BlockKind.REFUSAL, "refusal")
+
+    def _on_response_reasoning_text_delta(self, obj, event, t):
+        self._delta(obj, event, t, BlockKind.THINKING)
+
+    def _on_response_reasoning_text_done(self, obj, event, t):
+        self._done(obj, event, BlockKind.THINKING, "text")
+
+    def _on_response_reasoning_summary_part_added(self, obj, event, t):
+        self._part(obj, event, BlockKind.THINKING, "summary")
+
+    def _on_response_reasoning_summary_text_delta(self, obj, event, t):
+        self._delta(obj, event, t, BlockKind.THINKING, "summary")
+
+    def _on_response_reasoning_summary_text_done(self, obj, event, t):
+        self._done(obj, event, BlockKind.THINKING, "text", "summary")
+
+    def _on_response_reasoning_summary_part_done(self, obj, event, t):
+        self._part(obj, event, BlockKind.THINKING, "summary")
+
+    def _on_response_content_part_done(self, obj, event, t):
+        block = self._part(obj, event, BlockKind.TEXT)
+        if block is not None:
+            block.citations = list((obj.get("part") or {}).get("annotations") or block.citations)
+
+    def _on_response_output_text_annotation_added(self, obj, event, t):
+        block = self._part(obj, event, BlockKind.TEXT)
+        if block is not None and obj.get("annotation") is not None:
+            block.citations.append(obj["annotation"])
+
+    # -- arguments ------------------------------------------------------------------------
+    def _call(self, obj, event, sub: str = "args") -> Block | None:
+        index = self._index(obj, event)
+        if index is None:
+            return None
+        block = self.block(0, (index, sub))
+        if block is None:
+            self.corrupt(f"{obj.get('type')} for item {index}, which is not a tool call", event)
+        return block
+
+    def _on_response_function_call_arguments_delta(self, obj, event, t):
+        block = self._call(obj, event)
+        if block is not None and isinstance(obj.get("delta"), str):
+            block.arguments_raw = (block.arguments_raw or "") + obj["delta"]
+            self.content(t)
+
+    def _on_response_function_call_arguments_done(self, obj, event, t):
+        block = self._call(obj, event)
+        if block is not None:
+            final = obj.get("arguments")
+            if isinstance(final, str) and final != block.arguments_raw:
+                if block.arguments_raw:
+                    self.corrupt(f"function_call_arguments.done for {block.name} differs from the streamed deltas", event)
+                else:  # no deltas at all (LM Studio): the .done carries the arguments
+                    block.arguments_raw = final
+            self._close_call(block)
+
+    _on_response_custom_tool_call_input_delta = _on_response_function_call_arguments_delta
+
+    def _on_response_custom_tool_call_input_done(self, obj, event, t):
+        block = self._call(obj, event)
+        if block is not None:
+            if isinstance(obj.get("input"), str) and obj["input"] != block.arguments_raw:
+                self.corrupt("custom_tool_call_input.done differs from the streamed deltas", event)
+            self._close_call(block)
+
+    def _on_response_mcp_call_arguments_delta(self, obj, event, t):
+        block = self._call(obj, event, "tool")
+        if block is not None and isinstance(obj.get("delta"), str):
+            block.arguments_raw = (block.arguments_raw or "") + obj["delta"]
+
+    def _on_response_mcp_call_arguments_done(self, obj, event, t):
+        block = self._call(obj, event, "tool")
+        if block is not None and isinstance(obj.get("arguments"), str):
+            block.arguments_raw = obj["arguments"]
+
+    # -- usage and verdict ----------------------------------------------------------------
+    def _usage(self, raw: dict[str, Any]) -> None:
+        usage = self.turn.usage
+        usage.raw = raw
+        usage.input = raw.get("input_tokens")
+        usage.output = raw.get("output_tokens")
+        usage.total = raw.get("total_tokens")
+        usage.cache_read = (raw.get("input_tokens_details") or {}).get("cached_tokens")
+        usage.reasoning = (raw.get("output_tokens_details") or {}).get("reasoning_tokens")
+
+    def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
+        if self.terminal_seen and self._error is None:
+            for block in self.turn.blocks:
+                if block.kind is BlockKind.TOOL_CALL and not block.closed:
+                    self.corrupt(f"tool call {block.name} was never finished (no arguments.done / output_item.done)")
+                    break
+        for block in self.turn.blocks:
+            if block.kind is BlockKind.TOOL_CALL and not block.closed and block.arguments is None:
+                if block.extra.get("freeform"):
+                    block.arguments = block.arguments_raw
+                else:
+                    finalize_arguments(block)
+        return self.judge(end, expected="response.completed / response.incomplete / response.failed")
+

@@ -1,0 +1,122 @@
+"""Request-side findings: a tool result whose call is missing from the history.
+
+That orphan is what makes a provider reject a resumed or edited conversation
+("tool_result block(s) without a corresponding tool_use"). Each finding is one line
+naming the id and where it sits in the request body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from .turn import Dialect
+
+
+def check_request(dialect: Dialect | str, body_json: Any) -> list[str]:
+    dialect = Dialect(dialect)
+    if not isinstance(body_json, dict):
+        return []
+    walker = _WALKERS.get(dialect)
+    if walker is None:
+        return []
+    findings, calls = [], set()
+    for kind, call_id, where in walker(body_json):
+        if kind == "call":
+            calls.add(call_id)
+        elif call_id not in calls:
+            label = _RESULT_NAME[dialect]
+            findings.append(f"orphan {label} at {where}: call id {call_id!r} has no matching call earlier in the history")
+    return findings
+
+
+Item = tuple[str, Any, str]  # ("call" | "result", id, where)
+
+
+def _dicts(value: Any) -> list[tuple[int, dict]]:
+    return [(i, v) for i, v in enumerate(value) if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _anthropic(body: dict) -> Iterator[Item]:
+    for mi, message in _dicts(body.get("messages")):
+        for bi, block in _dicts(message.get("content")):
+            if block.get("type") in ("tool_use", "server_tool_use", "mcp_tool_use"):
+                yield "call", block.get("id"), ""
+            elif block.get("type") == "tool_result":
+                yield "result", block.get("tool_use_id"), f"messages[{mi}].content[{bi}]"
+
+
+def _openai_chat(body: dict) -> Iterator[Item]:
+    for mi, message in _dicts(body.get("messages")):
+        for call in message.get("tool_calls") or ():
+            if isinstance(call, dict):
+                yield "call", call.get("id"), ""
+        if message.get("role") == "tool":
+            yield "result", message.get("tool_call_id"), f"messages[{mi}]"
+
+
+def _openai_responses(body: dict) -> Iterator[Item]:
+    if body.get("previous_response_id") or body.get("conversation"):
+        return  # the history lives on the server: nothing to check here
+    items = body.get("input")
+    for ii, item in _dicts(items):
+        kind = item.get("type", "")
+        if kind.endswith("_call") and item.get("call_id"):
+            yield "call", item["call_id"], ""
+        elif kind.endswith("_call_output"):
+            yield "result", item.get("call_id"), f"input[{ii}]"
+
+
+def _bedrock_converse(body: dict) -> Iterator[Item]:
+    for mi, message in _dicts(body.get("messages")):
+        for bi, block in _dicts(message.get("content")):
+            if isinstance(block.get("toolUse"), dict):
+                yield "call", block["toolUse"].get("toolUseId"), ""
+            elif isinstance(block.get("toolResult"), dict):
+                yield "result", block["toolResult"].get("toolUseId"), f"messages[{mi}].content[{bi}]"
+
+
+def _gemini(body: dict) -> Iterator[Item]:
+    for ci, content in _dicts(body.get("contents")):
+        for pi, part in _dicts(content.get("parts")):
+            call = part.get("functionCall")
+            response = part.get("functionResponse")
+            if isinstance(call, dict):
+                yield "call", call.get("id") or call.get("name"), ""
+                if call.get("id") and call.get("name"):
+                    yield "call", call.get("name"), ""
+            elif isinstance(response, dict):
+                yield "result", response.get("id") or response.get("name"), f"contents[{ci}].parts[{pi}]"
+
+
+def _ollama(body: dict) -> Iterator[Item]:
+    for mi, message in _dicts(body.get("messages")):
+        for call in message.get("tool_calls") or ():
+            if isinstance(call, dict):
+                function = call.get("function") or {}
+                if call.get("id"):
+                    yield "call", call["id"], ""
+                yield "call", function.get("name"), ""
+        if message.get("role") == "tool":
+            yield "result", message.get("tool_call_id") or message.get("tool_name"), f"messages[{mi}]"
+
+
+_WALKERS = {
+    Dialect.ANTHROPIC: _anthropic,
+    Dialect.BEDROCK_INVOKE: _anthropic,
+    Dialect.OPENAI_CHAT: _openai_chat,
+    Dialect.OPENAI_RESPONSES: _openai_responses,
+    Dialect.BEDROCK_CONVERSE: _bedrock_converse,
+    Dialect.GEMINI: _gemini,
+    Dialect.OLLAMA: _ollama,
+}
+
+_RESULT_NAME = {
+    Dialect.ANTHROPIC: "tool_result",
+    Dialect.BEDROCK_INVOKE: "tool_result",
+    Dialect.OPENAI_CHAT: "tool message",
+    Dialect.OPENAI_RESPONSES: "function_call_output",
+    Dialect.BEDROCK_CONVERSE: "toolResult",
+    Dialect.GEMINI: "functionResponse",
+    Dialect.OLLAMA: "tool message",
+}

@@ -1,0 +1,283 @@
+"""One response stream, judged once: wire decoder + dialect assembler + the verdict rules.
+
+Sans-IO: the adapter feeds bytes (with their arrival time) and closes with how the
+bytes stopped; the session never raises on bad input or on a bug in an assembler
+(fail open: the problem becomes the verdict's evidence).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass, field
+
+from streamtap.wire import (
+    DEFAULT_MAX_EVENT,
+    EventStreamDecoder,
+    JSONArrayDecoder,
+    Malformed,
+    NDJSONDecoder,
+    SSEDecoder,
+    Tail,
+    WireEvent,
+)
+
+from .common import END_WORDS, error_message, loads, one_line
+from .turn import Dialect, StreamEnd, Turn, Verdict, VerdictKind
+
+WIRES = ("sse", "eventstream", "ndjson", "json-array")
+
+DEFAULT_WIRE = {
+    Dialect.OPENAI_CHAT: "sse",
+    Dialect.OPENAI_RESPONSES: "sse",
+    Dialect.ANTHROPIC: "sse",
+    Dialect.BEDROCK_INVOKE: "eventstream",
+    Dialect.BEDROCK_CONVERSE: "eventstream",
+    Dialect.GEMINI: "sse",
+    Dialect.OLLAMA: "ndjson",
+    Dialect.UNKNOWN: "sse",
+}
+
+MODULES = {
+    Dialect.OPENAI_CHAT: "streamtap.providers.openai_chat",
+    Dialect.OPENAI_RESPONSES: "streamtap.providers.openai_responses",
+    Dialect.ANTHROPIC: "streamtap.providers.anthropic",
+    Dialect.BEDROCK_INVOKE: "streamtap.providers.bedrock_invoke",
+    Dialect.BEDROCK_CONVERSE: "streamtap.providers.bedrock_converse",
+    Dialect.GEMINI: "streamtap.providers.gemini",
+    Dialect.OLLAMA: "streamtap.providers.ollama",
+    Dialect.UNKNOWN: "streamtap.providers.unknown",
+}
+
+_DECODERS = {
+    "sse": SSEDecoder,
+    "eventstream": EventStreamDecoder,
+    "ndjson": NDJSONDecoder,
+    "json-array": JSONArrayDecoder,
+}
+
+ERROR_BODY_LIMIT = 64 * 1024  # an HTTP error body is kept for its message, not forever
+
+
+def make_assembler(dialect: Dialect, wire: str):
+    """The dialect module's ``Assembler``, given the wire when its constructor takes one."""
+    module = importlib.import_module(MODULES[dialect])
+    cls = module.Assembler
+    try:
+        takes_wire = "wire" in inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        takes_wire = False
+    return cls(wire=wire) if takes_wire else cls()
+
+
+@dataclass(slots=True)
+class Analysis:
+    events: list[WireEvent]  # the wire events close() produced (e.g. a Tail)
+    turn: Turn
+    verdict: Verdict
+    wire: str = "sse"
+    bytes: int = 0
+    wire_events: int = 0  # every event the decoder produced, Malformed and Tail included
+    findings: list[str] = field(default_factory=list)  # framing trouble beyond the verdict's
+
+
+class StreamSession:
+    def __init__(
+        self,
+        dialect: Dialect | str,
+        wire: str | None = None,
+        *,
+        http_status: int = 200,
+        sentinel: str | None = None,
+        max_event_size: int = DEFAULT_MAX_EVENT,
+    ) -> None:
+        self.dialect = Dialect(dialect)
+        self.wire = wire or DEFAULT_WIRE[self.dialect]
+        if self.wire not in _DECODERS:
+            raise ValueError(f"unknown wire {self.wire!r}; expected one of {', '.join(WIRES)}")
+        self.http_status = http_status
+        self.sentinel = sentinel
+        self._decoder = _DECODERS[self.wire](max_event_size=max_event_size)
+        self._assembler = make_assembler(self.dialect, self.wire)
+        self._bytes = 0
+        self._events = 0
+        self._first_byte: float | None = None
+        self._last_byte: float | None = None
+        self._arrivals: list[float] = []
+        self._malformed: Malformed | None = None
+        self._malformed_count = 0
+        self._tail: Tail | None = None
+        self._bug: str | None = None
+        self._error_body = bytearray()
+        self._closed: Analysis | None = None
+
+    def feed(self, chunk: bytes, t: float | None = None) -> list[WireEvent]:
+        if self._closed is not None or not chunk:
+            return []
+        if t is not None:
+            if self._first_byte is None:
+                self._first_byte = t
+            self._last_byte = t
+        self._bytes += len(chunk)
+        if self.http_status >= 400 and len(self._error_body) < ERROR_BODY_LIMIT:
+            self._error_body += chunk[: ERROR_BODY_LIMIT - len(self._error_body)]
+        events = self._decoder.feed(chunk)
+        for event in events:
+            self._take(event, t)
+        return events
+
+    def close(self, end: StreamEnd = StreamEnd.FINISHED) -> Analysis:
+        if self._closed is not None:
+            return self._closed
+        events = self._decoder.close()
+        for event in events:
+            self._take(event, self._last_byte)
+        try:
+            turn, verdict = self._assembler.finish(end)
+        except Exception as exc:  # fail open: a bug in streamtap is evidence, not a crash
+            self._bug = self._bug or f"{type(exc).__name__}: {exc}"
+            turn, verdict = Turn(self.dialect), Verdict(VerdictKind.UNKNOWN, "")
+        verdict = self._judge(turn, verdict, end)
+        timing = turn.timing
+        timing.first_byte, timing.last_byte = self._first_byte, self._last_byte
+        timing.arrivals = self._arrivals
+        findings = []
+        if self._malformed_count > 1:
+            findings.append(f"{self._malformed_count} malformed wire units")
+        self._closed = Analysis(events, turn, verdict, self.wire, self._bytes, self._events, findings)
+        return self._closed
+
+    # -------------------------------------------------------------------------------
+    def _take(self, event: WireEvent, t: float | None) -> None:
+        self._events += 1
+        if t is not None:
+            self._arrivals.append(t)
+        if isinstance(event, Malformed):
+            self._malformed_count += 1
+            if self._malformed is None:
+                self._malformed = event
+            return
+        if isinstance(event, Tail):
+            self._tail = event
+            return
+        if self._bug is not None:
+            return
+        try:
+            self._assembler.feed(event, t)
+        except Exception as exc:  # fail open
+            self._bug = f"{type(exc).__name__}: {exc} (at event {event.seq})"
+
+    def _judge(self, turn: Turn, verdict: Verdict, end: StreamEnd) -> Verdict:
+        verdict.evidence.setdefault("end", end.value)
+        verdict.evidence["bytes"] = self._bytes
+        if self.http_status >= 400:
+            return self._http_error(turn, end)
+        if self._bug is not None:
+            return Verdict(
+                VerdictKind.UNKNOWN,
+                f"streamtap could not judge this stream: internal error in the {self.dialect} assembler",
+                verdict.seq,
+                verdict.offset,
+                {"bug": self._bug, "end": end.value, "bytes": self._bytes},
+            )
+        if verdict.kind is VerdictKind.ERRORED:  # the provider's own word beats any framing trouble after it
+            return verdict
+        bad = self._malformed
+        if bad is not None and not (verdict.kind is VerdictKind.CORRUPT and (verdict.seq or 0) < bad.seq):
+            what = "decoding stopped" if bad.fatal else "the unit was skipped"
+            return Verdict(
+                VerdictKind.CORRUPT,
+                f"{bad.error.message} at byte {bad.error.offset}; {what}",
+                bad.seq,
+                bad.start,
+                {"error": type(bad.error).__name__, "fatal": bad.fatal, "end": end.value, "bytes": self._bytes},
+            )
+        if verdict.kind in (VerdictKind.ERRORED, VerdictKind.CORRUPT):
+            return verdict
+        tail = self._tail
+        if tail is not None and tail.raw.strip():
+            evidence = {
+                "end": end.value,
+                "bytes": self._bytes,
+                "tail_bytes": len(tail.raw),
+                "tail_reason": tail.reason,
+                "tail_head": tail.raw[:80].decode("utf-8", "replace"),
+            }
+            if verdict.kind is VerdictKind.TRUNCATED:
+                verdict.evidence.update(evidence)
+                verdict.reason += f"; {len(tail.raw)} bytes of an unfinished event at byte {tail.start}"
+                verdict.seq, verdict.offset = tail.seq, tail.start
+                return verdict
+            return Verdict(
+                VerdictKind.TRUNCATED,
+                f"the stream was cut inside an event at byte {tail.start} ({tail.reason}): {END_WORDS[end]}",
+                tail.seq,
+                tail.start,
+                evidence | {"was": verdict.kind.value},
+            )
+        if verdict.kind is VerdictKind.TRUNCATED:
+            verdict.evidence["last_event_offset"] = verdict.offset
+            verdict.offset = self._bytes  # where the bytes stopped
+            if end is StreamEnd.CLIENT_ABORTED:
+                verdict.evidence["provider_fault"] = False
+            return verdict
+        if verdict.kind is VerdictKind.COMPLETE and self.sentinel and turn.stop_reason != "tool_use":
+            missing = [c.index for c in turn.choices if not _ends_with_line(turn.text(c.index), self.sentinel)]
+            if missing:
+                return Verdict(
+                    VerdictKind.TRUNCATED,
+                    "sentinel missing",
+                    verdict.seq,
+                    verdict.offset,
+                    {"sentinel": self.sentinel, "choices": missing, "end": end.value, "bytes": self._bytes,
+                     "last_line": _last_line(turn.text(missing[0]))},
+                )
+        return verdict
+
+    def _http_error(self, turn: Turn, end: StreamEnd) -> Verdict:
+        body = bytes(self._error_body)
+        message = one_line(body.decode("utf-8", "replace")) if body.strip() else "no body"
+        try:
+            message = one_line(error_message(loads(body)))
+        except ValueError:
+            pass
+        turn.error = {"source": "http", "status": self.http_status, "message": message}
+        turn.stop_reason = "error"
+        return Verdict(
+            VerdictKind.ERRORED,
+            f"HTTP {self.http_status}: {message}",
+            0,
+            0,
+            {"status": self.http_status, "end": end.value, "bytes": self._bytes},
+        )
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def _ends_with_line(text: str, sentinel: str) -> bool:
+    """The final non-blank line is exactly the sentinel (surrounding whitespace aside)."""
+    return _last_line(text) == sentinel.strip()
+
+
+def analyze_bytes(
+    body: bytes,
+    dialect: Dialect | str,
+    *,
+    chunk_size: int | None = None,
+    http_status: int = 200,
+    sentinel: str | None = None,
+    wire: str | None = None,
+    end: StreamEnd = StreamEnd.FINISHED,
+) -> Analysis:
+    """Judge a whole body at once (or fed in ``chunk_size`` pieces)."""
+    session = StreamSession(dialect, wire, http_status=http_status, sentinel=sentinel)
+    if chunk_size:
+        for i in range(0, len(body), chunk_size):
+            session.feed(body[i : i + chunk_size])
+    else:
+        session.feed(body)
+    return session.close(end)
+

@@ -1,0 +1,102 @@
+"""Two streams that claim the same turn (a retry, a reconnect, a resumed collection).
+
+Compared as turns, block by block. Identical up to where the shorter ends means the
+longer is a continuation; any difference is ``divergent``, located at the first
+differing block and character. Longer is not righter: nothing is picked or stitched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .turn import Block, BlockKind, Turn
+
+
+@dataclass(slots=True, frozen=True)
+class StrandComparison:
+    kind: str  # "identical" | "continuation" | "divergent"
+    reason: str
+    longer: str | None = None  # "a" or "b" for a continuation
+    choice: int | None = None  # where they first differ (divergent), or where the shorter ends
+    block: int | None = None
+    offset: int | None = None  # character offset inside that block's payload
+
+    @property
+    def divergent(self) -> bool:
+        return self.kind == "divergent"
+
+
+def _payload(block: Block) -> str:
+    if block.kind is BlockKind.TOOL_CALL:
+        return block.arguments_raw or ""
+    if block.kind is BlockKind.REDACTED_THINKING:
+        return block.data or ""
+    return block.text
+
+
+def _header(block: Block) -> tuple:
+    return (block.kind, block.id, block.name) if block.kind is not BlockKind.TEXT else (block.kind,)
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def compare_strands(a: Turn, b: Turn) -> StrandComparison:
+    """Compare two turns block by block (every choice)."""
+    shorter_side: str | None = None  # which strand ended first, once known
+    shorter_at: tuple[int, int, int] | None = None
+    for ci in range(max(len(a.choices), len(b.choices))):
+        blocks_a = a.choices[ci].blocks if ci < len(a.choices) else []
+        blocks_b = b.choices[ci].blocks if ci < len(b.choices) else []
+        for bi in range(max(len(blocks_a), len(blocks_b))):
+            if bi >= len(blocks_a) or bi >= len(blocks_b):
+                side = "a" if bi >= len(blocks_a) else "b"
+                if shorter_side not in (None, side):
+                    return _diverge(ci, bi, 0, "each strand has content the other lacks")
+                shorter_side = side
+                shorter_at = shorter_at or (ci, bi, 0)
+                break
+            x, y = blocks_a[bi], blocks_b[bi]
+            if _header(x) != _header(y):
+                return _diverge(ci, bi, 0, f"block {bi} is {_describe(x)} in a but {_describe(y)} in b")
+            if x.kind is BlockKind.THINKING and x.signature and y.signature and x.signature != y.signature:
+                return _diverge(ci, bi, 0, f"block {bi} thinking signatures differ")
+            pa, pb = _payload(x), _payload(y)
+            if pa == pb:
+                continue
+            at = _common_prefix(pa, pb)
+            if at < min(len(pa), len(pb)):
+                return _diverge(ci, bi, at, f"block {bi} ({x.kind}) differs at character {at}")
+            side = "a" if len(pa) < len(pb) else "b"
+            last = bi == len(blocks_a if side == "a" else blocks_b) - 1
+            if not last or shorter_side not in (None, side):
+                return _diverge(ci, bi, at, f"block {bi} ({x.kind}) is cut short in {side} but {side} goes on")
+            shorter_side = side
+            shorter_at = shorter_at or (ci, bi, at)
+    if shorter_side is None:
+        return StrandComparison("identical", "the two strands carry the same blocks")
+    longer = "b" if shorter_side == "a" else "a"
+    ci, bi, at = shorter_at
+    return StrandComparison(
+        "continuation",
+        f"{longer} continues {shorter_side}: identical up to where {shorter_side} ends (choice {ci}, block {bi}, character {at})",
+        longer,
+        ci,
+        bi,
+        at,
+    )
+
+
+def _diverge(choice: int, block: int, offset: int, reason: str) -> StrandComparison:
+    return StrandComparison("divergent", reason, None, choice, block, offset)
+
+
+def _describe(block: Block) -> str:
+    if block.kind is BlockKind.TOOL_CALL:
+        return f"tool call {block.name} ({block.id})"
+    return str(block.kind)
