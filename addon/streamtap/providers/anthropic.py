@@ -1,0 +1,495 @@
+"""Anthropic Messages streaming: SSE events into a Turn and a Verdict.
+
+The event logic (``MessageBuilder``) works on decoded event objects, so Bedrock's
+InvokeModelWithResponseStream reuses it on the base64 ``chunk`` payloads.
+
+Choices this module makes where the provider is silent:
+- ``pause_turn`` is ``stopped_by_limit``: the server paused a long server-tool turn and
+  the caller has to resend to continue, so the turn is not finished, and nothing failed.
+- A block left open at ``message_stop`` is corrupt, except after ``max_tokens`` /
+  ``model_context_window_exceeded``: a real capture shows the provider leaving the
+  cut tool block open there, so the turn is ``stopped_by_limit`` and the open block
+  keeps its raw arguments unparsed.
+- Several messages back to back (``message_start`` again after ``message_stop``, as in
+  multi-step test recordings) are assembled into one turn: blocks are appended in
+  order (``extra["message"]`` says which message), model/id/usage/stop reason come
+  from the last message, and an earlier message that did not end cleanly decides the
+  verdict. A ``message_start`` while a message is still open is a splice: corrupt.
+  The same ``message_start`` repeated before any content is tolerated and noted.
+- Thinking and answer text are routed by their block type only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from streamtap.wire import SSEEvent, WireEvent
+
+from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
+
+MAX_NOTES = 50
+
+# raw stop_reason -> (verdict, normalized stop reason)
+STOP_REASONS: dict[str, tuple[VerdictKind, str]] = {
+    "end_turn": (VerdictKind.COMPLETE, "end_turn"),
+    "stop_sequence": (VerdictKind.COMPLETE, "stop_sequence"),
+    "tool_use": (VerdictKind.COMPLETE, "tool_use"),
+    "max_tokens": (VerdictKind.STOPPED_BY_LIMIT, "max_tokens"),
+    "model_context_window_exceeded": (VerdictKind.STOPPED_BY_LIMIT, "context_window"),
+    "pause_turn": (VerdictKind.STOPPED_BY_LIMIT, "paused"),
+    "refusal": (VerdictKind.FILTERED, "refusal"),
+}
+
+END_WORDS = {
+    StreamEnd.FINISHED: "the body ended",
+    StreamEnd.UPSTREAM_RESET: "the upstream reset the stream",
+    StreamEnd.CLIENT_ABORTED: "the client went away",
+}
+
+
+class Judge:
+    """Collects what decides a verdict while events arrive: first corruption, first error, notes."""
+
+    def __init__(self, turn: Turn) -> None:
+        self.turn = turn
+        self.problem: tuple[str, int | None, int | None, dict[str, Any]] | None = None
+        self.error_at: tuple[int | None, int | None] | None = None
+        self.last_seq: int | None = None
+        self.last_end: int | None = None
+
+    def corrupt(self, reason: str, seq: int | None, offset: int | None, **evidence: Any) -> None:
+        if self.problem is None:
+            self.problem = (reason, seq, offset, evidence)
+
+    def errored(self, error: dict[str, Any], seq: int | None, offset: int | None) -> None:
+        if self.error_at is None:
+            self.turn.error = error
+            self.turn.stop_reason = "error"
+            self.error_at = (seq, offset)
+
+    def note(self, text: str) -> None:
+        notes = self.turn.notes
+        if len(notes) < MAX_NOTES:
+            notes.append(text)
+        elif len(notes) == MAX_NOTES:
+            notes.append("more notes dropped")
+
+    def early_verdict(self) -> Verdict | None:
+        """An in-band error (the provider's own word wins), else the first corruption; None when neither."""
+        if self.error_at is not None:
+            err = self.turn.error or {}
+            what = err.get("type") or err.get("code") or "error"
+            message = err.get("message")
+            reason = f"{err.get('source', 'stream')} error {what}" + (f": {message}" if message else "")
+            evidence = {k: v for k, v in err.items() if v is not None}
+            return Verdict(VerdictKind.ERRORED, reason, self.error_at[0], self.error_at[1], evidence)
+        if self.problem is not None:
+            reason, seq, offset, evidence = self.problem
+            return Verdict(VerdictKind.CORRUPT, reason, seq, offset, dict(evidence))
+        return None
+
+    def truncated(self, reason: str, end: StreamEnd, **evidence: Any) -> Verdict:
+        evidence["end"] = end.value
+        return Verdict(VerdictKind.TRUNCATED, f"{reason}: {END_WORDS[end]}", self.last_seq, self.last_end, evidence)
+
+
+def parse_arguments(raw: str, start_input: Any) -> tuple[Any, str | None]:
+    """Parse a closed tool block's argument string: empty means the start input (normally {})."""
+    if not raw.strip():
+        return (start_input if isinstance(start_input, dict) else {}), None
+    try:
+        return orjson.loads(raw), None
+    except orjson.JSONDecodeError as exc:
+        return None, str(exc).split("\n")[0]
+
+
+def _block_from(content_block: dict[str, Any], index: int) -> Block:
+    kind = content_block.get("type")
+    if kind == "text":
+        return Block(BlockKind.TEXT, index, text=content_block.get("text") or "",
+                     citations=list(content_block.get("citations") or []))
+    if kind == "thinking":
+        return Block(BlockKind.THINKING, index, text=content_block.get("thinking") or "",
+                     signature=content_block.get("signature"))
+    if kind == "redacted_thinking":
+        return Block(BlockKind.REDACTED_THINKING, index, data=content_block.get("data"))
+    if kind == "tool_use":
+        extra = {k: v for k, v in content_block.items() if k not in ("type", "id", "name", "input")}
+        extra["start_input"] = content_block.get("input")
+        return Block(BlockKind.TOOL_CALL, index, id=content_block.get("id"), name=content_block.get("name"),
+                     arguments_raw="", extra=extra)
+    if kind in ("server_tool_use", "mcp_tool_use"):
+        extra = {k: v for k, v in content_block.items() if k not in ("id", "name", "input")}
+        extra["start_input"] = content_block.get("input")
+        return Block(BlockKind.SERVER_TOOL, index, id=content_block.get("id"), name=content_block.get("name"),
+                     arguments_raw="", extra=extra)
+    if isinstance(kind, str) and kind.endswith("_tool_result"):
+        return Block(BlockKind.SERVER_TOOL, index, id=content_block.get("tool_use_id"), extra=dict(content_block))
+    return Block(BlockKind.OTHER, index, extra=dict(content_block))
+
+
+# which delta type a block kind accepts, and the field it carries
+_TOOLISH = (BlockKind.TOOL_CALL, BlockKind.SERVER_TOOL)
+
+
+class MessageBuilder:
+    """Anthropic Messages event logic on decoded event objects (dicts)."""
+
+    def __init__(self, turn: Turn, judge: Judge) -> None:
+        self.turn = turn
+        self.judge = judge
+        self.messages = 0  # message_start seen (not counting a tolerated duplicate)
+        self.open_message = False
+        self.stopped = False  # message_stop seen for the current message
+        self.message_start: dict[str, Any] | None = None
+        self.blocks: dict[int, Block] = {}  # provider index -> block, current message only
+        self.open_blocks: set[int] = set()
+        self.fragments: dict[int, list[str]] = {}
+        self.saw_delta = False  # any message_delta for the current message
+        self.outcomes: list[tuple[str | None, int | None, int | None]] = []  # earlier messages' raw stop reasons
+        self.noted_deltas: set[Any] = set()
+
+    # -- events ---------------------------------------------------------------------------------
+    def apply(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
+        kind = event.get("type")
+        handler = self._handlers.get(kind)  # type: ignore[arg-type]
+        if handler is None:
+            self.judge.note(f"unknown event type {kind!r} at seq {seq}")
+            return
+        handler(self, event, seq, offset, t)
+
+    def _message_start(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
+        message = event.get("message")
+        if not isinstance(message, dict):
+            self.judge.corrupt("message_start without a message object", seq, offset)
+            return
+        if self.open_message:
+            if not self.blocks and not self.saw_delta and message == self.message_start:
+                self.judge.note(f"message_start repeated unchanged at seq {seq}: ignored")
+                return
+            self.judge.corrupt(
+                "a second message_start arrived while the message was still open (spliced stream)",
+                seq, offset, first_id=self.turn.response_id, second_id=message.get("id"),
+                open_blocks=sorted(self.open_blocks))
+            return
+        if self.stopped:
+            self.outcomes.append((self.turn.stop_reason_raw, seq, offset))
+            self.judge.note(f"message {self.messages + 1} ({message.get('id')}) starts at seq {seq} after "
+                            "message_stop: several responses back to back")
+        self.messages += 1
+        self.open_message = True
+        self.stopped = False
+        self.saw_delta = False
+        self.message_start = message
+        self.blocks = {}
+        self.open_blocks = set()
+        self.fragments = {}
+        turn = self.turn
+        turn.model = message.get("model", turn.model)
+        turn.response_id = message.get("id", turn.response_id)
+        turn.stop_reason = None
+        turn.stop_reason_raw = None
+        turn.usage = Usage()
+        usage = message.get("usage")
+        if isinstance(usage, dict):
+            self._usage(usage)
+        prefilled = message.get("content") or []
+        for i, content_block in enumerate(prefilled):
+            if isinstance(content_block, dict):
+                block = self._add_block(i, content_block)
+                self._close(block, i, seq, offset, prefilled=True)
+        if message.get("stop_reason") is not None:
+            turn.stop_reason_raw = message["stop_reason"]
+            turn.stop_reason = STOP_REASONS.get(message["stop_reason"], (None, message["stop_reason"]))[1]
+
+    def _add_block(self, index: int, content_block: dict[str, Any]) -> Block:
+        blocks = self.turn.choices[0].blocks
+        block = _block_from(content_block, len(blocks))
+        if self.messages > 1:
+            block.extra["message"] = self.messages - 1
+        blocks.append(block)
+        self.blocks[index] = block
+        if block.kind in _TOOLISH and block.arguments_raw is not None:
+            self.fragments[index] = []
+        return block
+
+    def _content_block_start(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
+        index = event.get("index")
+        content_block = event.get("content_block")
+        if not self._in_message("content_block_start", seq, offset):
+            return
+        if not isinstance(index, int) or not isinstance(content_block, dict):
+            self.judge.corrupt("content_block_start without an index or content_block", seq, offset)
+            return
+        if index in self.blocks:
+            self.judge.corrupt(f"content_block_start for index {index}, which already started", seq, offset,
+                               index=index)
+            return
+        if index != len(self.blocks):
+            self.judge.corrupt(f"content_block_start for index {index} while {len(self.blocks)} blocks exist",
+                               seq, offset, index=index)
+            return
+        block = self._add_block(index, content_block)
+        self.open_blocks.add(index)
+        if block.kind is BlockKind.OTHER:
+            self.judge.note(f"block type {content_block.get('type')!r} kept as 'other' (index {index})")
+        if block.text and self.turn.timing.first_content is None:
+            self.turn.timing.first_content = t
+
+    def _content_block_delta(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
+        if not self._in_message("content_block_delta", seq, offset):
+            return
+        index = event.get("index")
+        block = self.blocks.get(index)  # type: ignore[arg-type]
+        if block is None:
+            self.judge.corrupt(f"content_block_delta for unknown index {index}", seq, offset, index=index)
+            return
+        if index not in self.open_blocks:
+            self.judge.corrupt(f"content_block_delta for index {index} after its content_block_stop", seq, offset,
+                               index=index)
+            return
+        delta = event.get("delta")
+        if not isinstance(delta, dict):
+            self.judge.corrupt("content_block_delta without a delta object", seq, offset, index=index)
+            return
+        kind = delta.get("type")
+        value: Any
+        if kind == "text_delta" and block.kind is BlockKind.TEXT:
+            value = delta.get("text")
+            if isinstance(value, str):
+                block.text += value
+                if value and self.turn.timing.first_content is None:
+                    self.turn.timing.first_content = t
+                return
+        elif kind == "input_json_delta" and block.kind in _TOOLISH:
+            value = delta.get("partial_json")
+            if isinstance(value, str):
+                self.fragments[index].append(value)  # type: ignore[index]
+                if self.turn.timing.first_content is None:
+                    self.turn.timing.first_content = t
+                return
+        elif kind == "thinking_delta" and block.kind is BlockKind.THINKING:
+            value = delta.get("thinking")
+            if isinstance(value, str):
+                block.text += value
+                if value and self.turn.timing.first_content is None:
+                    self.turn.timing.first_content = t
+                return
+        elif kind == "signature_delta" and block.kind is BlockKind.THINKING:
+            value = delta.get("signature")
+            if isinstance(value, str):
+                block.signature = value  # replaces: the signature arrives whole
+                return
+        elif kind == "citations_delta" and block.kind is BlockKind.TEXT:
+            block.citations.append(delta.get("citation"))
+            return
+        elif kind not in ("text_delta", "input_json_delta", "thinking_delta", "signature_delta", "citations_delta"):
+            # a delta this version does not model: keep its string payload on the block
+            for key, value in delta.items():
+                if key != "type" and isinstance(value, str):
+                    previous = block.extra.get(key)
+                    block.extra[key] = (previous if isinstance(previous, str) else "") + value
+            if kind not in self.noted_deltas:
+                self.noted_deltas.add(kind)
+                self.judge.note(f"delta type {kind!r} kept in block extra (index {index})")
+            return
+        self.judge.corrupt(f"{kind} does not fit a {block.kind.value} block (index {index})", seq, offset,
+                           index=index, delta_type=kind, block_kind=block.kind.value)
+
+    def _content_block_stop(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
+        if not self._in_message("content_block_stop", seq, offset):
+            return
+        index = event.get("index")
+        block = self.blocks.get(index)  # type: ignore[arg-type]
+        if block is None or index not in self.open_blocks:
+            what = "unknown index" if block is None else "a block already stopped"
+            self.judge.corrupt(f"content_block_stop for {what} ({index})", seq, offset, index=index)
+            return
+        self.open_blocks.discard(index)  # type: ignore[arg-type]
+        self._close(block, index, seq, offset)  # type: ignore[arg-type]
+
+    def _close(self, block: Block, index: int, seq: int | None, offset: int | None, prefilled: bool = False) -> None:
+        block.closed = True
+        if block.kind not in _TOOLISH or block.arguments_raw is None:
+            return
+        start_input = block.extra.pop("start_input", None)
+        if prefilled:
+            block.arguments = start_input if start_input is not None else {}
+            block.arguments_raw = orjson.dumps(block.arguments).decode()
+            return
+        raw = "".join(self.fragments.pop(index, ()))
+        block.arguments_raw = raw
+        block.arguments, block.arguments_error = parse_arguments(raw, start_input)
+        if block.arguments_error is not None:
+            self.judge.corrupt(f"tool call {block.name!r} arguments are not valid JSON ({block.arguments_error})",
+                               seq, offset, index=index, tool=block.name, arguments_raw=raw[:200])
+
+    def _message_delta(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
+        if not self._in_message("message_delta", seq, offset):
+            return
+        self.saw_delta = True
+        delta = event.get("delta")
+        if isinstance(delta, dict):
+            raw = delta.get("stop_reason")
+            if raw is not None:
+                self.turn.stop_reason_raw = raw
+                self.turn.stop_reason = STOP_REASONS.get(raw, (None, raw))[1]
+            for key in ("stop_sequence", "stop_details", "container"):
+                if delta.get(key) is not None:
+                    self.turn.extra[key] = delta[key]
+        usage = event.get("usage")
+        if isinstance(usage, dict):
+            self._usage(usage)
+
+    def _message_stop(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
+        if not self._in_message("message_stop", seq, offset):
+            return
+        self.open_message = False
+        self.stopped = True
+        metrics = event.get("amazon-bedrock-invocationMetrics")
+        if isinstance(metrics, dict):
+            self.turn.usage.raw["amazon-bedrock-invocationMetrics"] = metrics
+        if self.open_blocks:
+            raw = self.turn.stop_reason_raw
+            open_indexes = sorted(self.open_blocks)
+            if raw is not None and STOP_REASONS.get(raw, (None,))[0] is VerdictKind.STOPPED_BY_LIMIT:
+                for index in open_indexes:
+                    block = self.blocks[index]
+                    if block.kind in _TOOLISH:
+                        block.arguments_raw = "".join(self.fragments.get(index, ()))
+                        block.extra.pop("start_input", None)
+                        block.arguments_error = f"block never closed: the turn was cut by {raw}"
+                self.judge.note(f"blocks {open_indexes} left open by {raw}")
+            else:
+                self.judge.corrupt(f"message_stop with block(s) {open_indexes} started but never stopped",
+                                   seq, offset, open_blocks=open_indexes)
+
+    def _ping(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
+        pass
+
+    def _error(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
+        error = event.get("error")
+        error = error if isinstance(error, dict) else {}
+        self.judge.errored({"source": "stream", "type": error.get("type"), "code": None,
+                            "message": error.get("message")}, seq, offset)
+
+    def _in_message(self, what: str, seq: int | None, offset: int | None) -> bool:
+        if self.open_message:
+            return True
+        where = "after message_stop" if self.stopped else "before message_start"
+        self.judge.corrupt(f"{what} {where}", seq, offset)
+        return False
+
+    def _usage(self, usage: dict[str, Any]) -> None:
+        """Cumulative counts: overwrite the ones present, never sum."""
+        target = self.turn.usage
+        target.raw.update(usage)
+        if usage.get("input_tokens") is not None:
+            target.input = usage["input_tokens"]
+        if usage.get("output_tokens") is not None:
+            target.output = usage["output_tokens"]
+        if usage.get("cache_read_input_tokens") is not None:
+            target.cache_read = usage["cache_read_input_tokens"]
+        if usage.get("cache_creation_input_tokens") is not None:
+            target.cache_write = usage["cache_creation_input_tokens"]
+
+    _handlers = {
+        "message_start": _message_start,
+        "content_block_start": _content_block_start,
+        "content_block_delta": _content_block_delta,
+        "content_block_stop": _content_block_stop,
+        "message_delta": _message_delta,
+        "message_stop": _message_stop,
+        "ping": _ping,
+        "error": _error,
+    }
+
+    # -- verdict --------------------------------------------------------------------------------
+    def verdict(self, end: StreamEnd) -> Verdict:
+        judge = self.judge
+        early = judge.early_verdict()
+        if early is not None:
+            return early
+        if self.messages == 0:
+            return judge.truncated("no message_start arrived", end)
+        if not self.stopped:
+            open_blocks = sorted(self.open_blocks)
+            if self.saw_delta:
+                return judge.truncated("message_delta arrived but message_stop did not", end,
+                                       open_blocks=open_blocks)
+            return judge.truncated("the stream ended before message_stop", end, open_blocks=open_blocks)
+        for raw, seq, offset in self.outcomes:  # an earlier message of a back-to-back recording
+            kind = STOP_REASONS.get(raw, (VerdictKind.UNKNOWN,))[0] if raw else VerdictKind.UNKNOWN
+            if kind is not VerdictKind.COMPLETE:
+                return Verdict(kind, f"an earlier message in this stream ended with stop_reason {raw}", seq, offset,
+                               {"stop_reason": raw, "messages": self.messages})
+        return stop_verdict(self.turn, judge, "message_stop", STOP_REASONS, messages=self.messages)
+
+
+def stop_verdict(turn: Turn, judge: Judge, terminal: str, table: dict[str, tuple[VerdictKind, str]],
+                 **evidence: Any) -> Verdict:
+    """The verdict once the terminal signal arrived: read off the stop reason."""
+    raw = turn.stop_reason_raw
+    evidence = {"stop_reason": raw, **{k: v for k, v in evidence.items() if v not in (None, 1)}}
+    if raw is None:
+        return Verdict(VerdictKind.UNKNOWN, f"{terminal} arrived without a stop reason", judge.last_seq,
+                       judge.last_end, evidence)
+    kind = table.get(raw, (VerdictKind.UNKNOWN,))[0]
+    if kind is VerdictKind.UNKNOWN:
+        return Verdict(kind, f"{terminal} after an unknown stop reason {raw!r}", judge.last_seq, judge.last_end,
+                       evidence)
+    words = {
+        VerdictKind.COMPLETE: "the model finished",
+        VerdictKind.STOPPED_BY_LIMIT: "the model was stopped by a limit",
+        VerdictKind.FILTERED: "the output was stopped by a policy",
+        VerdictKind.ERRORED: "the model failed",
+    }[kind]
+    return Verdict(kind, f"{words}: {terminal} after stop reason {raw}", judge.last_seq, judge.last_end, evidence)
+
+
+def decode_event_json(data: str | bytes, judge: Judge, seq: int, offset: int, what: str) -> dict[str, Any] | None:
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        judge.corrupt(f"{what} is not valid JSON ({exc})", seq, offset, data=str(data[:200]))
+        return None
+    if not isinstance(value, dict):
+        judge.corrupt(f"{what} is JSON but not an object", seq, offset, data=str(data[:200]))
+        return None
+    return value
+
+
+class Assembler:
+    """Anthropic Messages over SSE: ``event: <type>`` + ``data: <json>``."""
+
+    dialect = Dialect.ANTHROPIC
+    wire = "sse"
+
+    def __init__(self) -> None:
+        self.turn = Turn(Dialect.ANTHROPIC)
+        self.judge = Judge(self.turn)
+        self.builder = MessageBuilder(self.turn, self.judge)
+
+    def feed(self, event: WireEvent, t: float | None) -> None:
+        if not isinstance(event, SSEEvent):
+            return
+        turn = self.turn
+        turn.events += 1
+        judge = self.judge
+        judge.last_seq = event.seq
+        judge.last_end = event.end
+        if not event.data:
+            judge.note(f"event {event.event!r} without data at seq {event.seq}")
+            return
+        obj = decode_event_json(event.data, judge, event.seq, event.start, f"{event.event} event data")
+        if obj is None:
+            return
+        name = event.event
+        if name != "message" and name != obj.get("type"):
+            judge.note(f"event name {name!r} differs from its type {obj.get('type')!r} at seq {event.seq}")
+        self.builder.apply(obj, event.seq, event.start, t)
+
+    def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
+        return self.turn, self.builder.verdict(end)

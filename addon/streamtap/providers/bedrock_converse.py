@@ -1,0 +1,346 @@
+"""Bedrock ConverseStream: AWS event-stream frames into a Turn and a Verdict.
+
+Each frame's ``:event-type`` header names the event (``messageStart``,
+``contentBlockStart/Delta/Stop``, ``messageStop``, ``metadata``) and its payload is the
+event's JSON (plus a ``p`` padding field). ``ConverseBuilder`` holds the event logic so
+Bedrock InvokeModel reuses it for Amazon Nova, whose chunks carry the same events.
+
+Choices this module makes where the provider is silent:
+- Text and reasoning blocks often have no ``contentBlockStart`` in real captures: a
+  block is created by its first delta, its kind taken from that delta.
+- ``metadata`` (usage) may come before or after ``messageStop``; a turn without it is
+  still judged by its stop reason, with ``usage_missing`` in the evidence.
+- ``malformed_model_output`` / ``malformed_tool_use`` are ``errored``: the model failed
+  to produce something the provider could parse.
+- A block left open at ``messageStop`` is corrupt, except after ``max_tokens`` /
+  ``model_context_window_exceeded`` (a cut by a limit may leave it open).
+- Several messages back to back behave as in the Anthropic module: blocks appended,
+  the last message's stop reason and usage kept, a ``messageStart`` inside an open
+  message is a splice (corrupt).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from streamtap.wire import EventStreamMessage, WireEvent
+
+from .anthropic import Judge, decode_event_json, parse_arguments, stop_verdict
+from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
+
+STOP_REASONS: dict[str, tuple[VerdictKind, str]] = {
+    "end_turn": (VerdictKind.COMPLETE, "end_turn"),
+    "tool_use": (VerdictKind.COMPLETE, "tool_use"),
+    "stop_sequence": (VerdictKind.COMPLETE, "stop_sequence"),
+    "max_tokens": (VerdictKind.STOPPED_BY_LIMIT, "max_tokens"),
+    "model_context_window_exceeded": (VerdictKind.STOPPED_BY_LIMIT, "context_window"),
+    "guardrail_intervened": (VerdictKind.FILTERED, "filtered"),
+    "content_filtered": (VerdictKind.FILTERED, "filtered"),
+    "malformed_model_output": (VerdictKind.ERRORED, "malformed_output"),
+    "malformed_tool_use": (VerdictKind.ERRORED, "malformed_output"),
+}
+
+# the kind of block each delta member builds or grows
+_DELTA_KIND = {
+    "text": BlockKind.TEXT,
+    "reasoningContent": BlockKind.THINKING,
+    "toolUse": BlockKind.TOOL_CALL,
+    "citation": BlockKind.TEXT,
+    "toolResult": BlockKind.SERVER_TOOL,
+}
+
+
+def exception_error(message: EventStreamMessage, judge: Judge) -> None:
+    """An ``exception`` or ``error`` frame: the provider's own word that the stream failed."""
+    headers = message.headers
+    if headers.get(":message-type") == "exception":
+        try:
+            body = orjson.loads(message.payload) if message.payload else {}
+        except orjson.JSONDecodeError:
+            body = {"message": message.payload[:200].decode("utf-8", "replace")}
+        if not isinstance(body, dict):
+            body = {}
+        error = {"source": "stream", "type": headers.get(":exception-type"), "code": body.get("originalStatusCode"),
+                 "message": body.get("message") or body.get("Message")}
+        if body.get("originalMessage"):
+            error["original_message"] = body["originalMessage"]
+    else:
+        error = {"source": "stream", "type": headers.get(":error-code"), "code": None,
+                 "message": headers.get(":error-message")}
+    judge.errored(error, message.seq, message.start)
+
+
+class ConverseBuilder:
+    """ConverseStream event logic on (event type, payload dict)."""
+
+    def __init__(self, turn: Turn, judge: Judge) -> None:
+        self.turn = turn
+        self.judge = judge
+        self.messages = 0
+        self.open_message = False
+        self.stopped = False
+        self.blocks: dict[int, Block] = {}
+        self.open_blocks: set[int] = set()
+        self.fragments: dict[int, list[str]] = {}
+        self.metadata_seen = False
+        self.outcomes: list[tuple[str | None, int | None, int | None]] = []
+
+    def apply(self, kind: str, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
+        handler = self._handlers.get(kind)
+        if handler is None:
+            self.judge.note(f"unknown event type {kind!r} at seq {seq}")
+            return
+        handler(self, body, seq, offset, t)
+
+    def _begin(self, seq: int | None, offset: int | None, implicit: bool) -> None:
+        if self.stopped:
+            self.outcomes.append((self.turn.stop_reason_raw, seq, offset))
+            self.judge.note(f"message {self.messages + 1} starts at seq {seq} after messageStop: "
+                            "several responses back to back")
+        elif implicit:
+            self.judge.note(f"no messageStart before seq {seq}")
+        self.messages += 1
+        self.open_message = True
+        self.stopped = False
+        self.blocks = {}
+        self.open_blocks = set()
+        self.fragments = {}
+        self.metadata_seen = False
+        self.turn.stop_reason = None
+        self.turn.stop_reason_raw = None
+        self.turn.usage = Usage()
+
+    def _in_message(self, seq: int | None, offset: int | None, what: str) -> bool:
+        if self.open_message:
+            return True
+        if self.stopped:
+            self.judge.corrupt(f"{what} after messageStop", seq, offset)
+            return False
+        self._begin(seq, offset, implicit=True)  # an edited capture may lack messageStart
+        return True
+
+    def _message_start(self, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
+        if self.open_message:
+            self.judge.corrupt("a second messageStart arrived while the message was still open (spliced stream)",
+                               seq, offset, open_blocks=sorted(self.open_blocks))
+            return
+        self._begin(seq, offset, implicit=False)
+
+    def _new_block(self, index: int, kind: BlockKind, **fields: Any) -> Block:
+        blocks = self.turn.choices[0].blocks
+        block = Block(kind, len(blocks), **fields)
+        if self.messages > 1:
+            block.extra["message"] = self.messages - 1
+        blocks.append(block)
+        self.blocks[index] = block
+        self.open_blocks.add(index)
+        return block
+
+    def _block_start(self, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
+        if not self._in_message(seq, offset, "contentBlockStart"):
+            return
+        index = body.get("contentBlockIndex")
+        start = body.get("start")
+        if not isinstance(index, int) or not isinstance(start, dict):
+            self.judge.corrupt("contentBlockStart without contentBlockIndex or start", seq, offset)
+            return
+        if index in self.blocks:
+            self.judge.corrupt(f"contentBlockStart for index {index}, which already started", seq, offset,
+                               index=index)
+            return
+        tool = start.get("toolUse")
+        if isinstance(tool, dict):
+            server = tool.get("type") == "server_tool_use"
+            extra = {k: v for k, v in tool.items() if k not in ("toolUseId", "name")}
+            self._new_block(index, BlockKind.SERVER_TOOL if server else BlockKind.TOOL_CALL,
+                            id=tool.get("toolUseId"), name=tool.get("name"), arguments_raw="", extra=extra)
+            self.fragments[index] = []
+        elif isinstance(start.get("toolResult"), dict):
+            result = start["toolResult"]
+            self._new_block(index, BlockKind.SERVER_TOOL, id=result.get("toolUseId"),
+                            extra={"toolResult": dict(result), "content": []})
+        else:
+            self._new_block(index, BlockKind.OTHER, extra={"start": dict(start)})
+            self.judge.note(f"contentBlockStart {sorted(start)} kept as 'other' (index {index})")
+
+    def _block_delta(self, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
+        if not self._in_message(seq, offset, "contentBlockDelta"):
+            return
+        index = body.get("contentBlockIndex")
+        delta = body.get("delta")
+        if not isinstance(index, int) or not isinstance(delta, dict) or len(delta) != 1:
+            self.judge.corrupt("contentBlockDelta without contentBlockIndex or a single delta member", seq, offset)
+            return
+        (member, value), = delta.items()
+        block = self.blocks.get(index)
+        if block is None:
+            kind = _DELTA_KIND.get(member)
+            if kind is None or kind in (BlockKind.TOOL_CALL, BlockKind.SERVER_TOOL):
+                # tool blocks always announce their id and name with contentBlockStart
+                self.judge.corrupt(f"contentBlockDelta ({member}) for unknown index {index}", seq, offset,
+                                   index=index)
+                return
+            if member == "reasoningContent" and isinstance(value, dict) and "redactedContent" in value:
+                kind = BlockKind.REDACTED_THINKING
+            block = self._new_block(index, kind)
+        elif index not in self.open_blocks:
+            self.judge.corrupt(f"contentBlockDelta for index {index} after its contentBlockStop", seq, offset,
+                               index=index)
+            return
+        kind = block.kind
+        if member == "text" and kind is BlockKind.TEXT and isinstance(value, str):
+            block.text += value
+            if value and self.turn.timing.first_content is None:
+                self.turn.timing.first_content = t
+        elif member == "reasoningContent" and kind in (BlockKind.THINKING, BlockKind.REDACTED_THINKING) \
+                and isinstance(value, dict):
+            if kind is BlockKind.THINKING and isinstance(value.get("text"), str):
+                block.text += value["text"]
+                if value["text"] and self.turn.timing.first_content is None:
+                    self.turn.timing.first_content = t
+            elif kind is BlockKind.THINKING and isinstance(value.get("signature"), str):
+                block.signature = value["signature"]
+            elif kind is BlockKind.REDACTED_THINKING and isinstance(value.get("redactedContent"), str):
+                block.data = (block.data or "") + value["redactedContent"]
+            else:
+                self.judge.corrupt(f"reasoningContent {sorted(value)} does not fit a {kind.value} block "
+                                   f"(index {index})", seq, offset, index=index)
+        elif member == "toolUse" and index in self.fragments and isinstance(value, dict) \
+                and isinstance(value.get("input"), str):
+            self.fragments[index].append(value["input"])
+            if self.turn.timing.first_content is None:
+                self.turn.timing.first_content = t
+        elif member == "citation" and kind is BlockKind.TEXT:
+            block.citations.append(value)
+        elif member == "toolResult" and "toolResult" in block.extra and isinstance(value, list):
+            block.extra["content"].extend(value)
+        elif member not in _DELTA_KIND:
+            block.extra.setdefault("deltas", []).append({member: value})
+            self.judge.note(f"delta member {member!r} kept in block extra (index {index})")
+        else:
+            self.judge.corrupt(f"{member} delta does not fit a {kind.value} block (index {index})", seq, offset,
+                               index=index, delta=member, block_kind=kind.value)
+
+    def _block_stop(self, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
+        if not self._in_message(seq, offset, "contentBlockStop"):
+            return
+        index = body.get("contentBlockIndex")
+        block = self.blocks.get(index)  # type: ignore[arg-type]
+        if block is None or index not in self.open_blocks:
+            what = "unknown index" if block is None else "a block already stopped"
+            self.judge.corrupt(f"contentBlockStop for {what} ({index})", seq, offset, index=index)
+            return
+        self.open_blocks.discard(index)  # type: ignore[arg-type]
+        block.closed = True
+        if index in self.fragments:
+            raw = "".join(self.fragments.pop(index))  # type: ignore[arg-type]
+            block.arguments_raw = raw
+            block.arguments, block.arguments_error = parse_arguments(raw, {})
+            if block.arguments_error is not None:
+                self.judge.corrupt(f"tool call {block.name!r} arguments are not valid JSON "
+                                   f"({block.arguments_error})", seq, offset, index=index, tool=block.name,
+                                   arguments_raw=raw[:200])
+
+    def _message_stop(self, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
+        if not self._in_message(seq, offset, "messageStop"):
+            return
+        self.open_message = False
+        self.stopped = True
+        raw = body.get("stopReason")
+        self.turn.stop_reason_raw = raw
+        self.turn.stop_reason = STOP_REASONS.get(raw, (None, raw))[1] if raw is not None else None
+        if body.get("additionalModelResponseFields") is not None:
+            self.turn.extra["additionalModelResponseFields"] = body["additionalModelResponseFields"]
+        if self.open_blocks:
+            open_indexes = sorted(self.open_blocks)
+            if raw is not None and STOP_REASONS.get(raw, (None,))[0] is VerdictKind.STOPPED_BY_LIMIT:
+                for index in open_indexes:
+                    block = self.blocks[index]
+                    if index in self.fragments:
+                        block.arguments_raw = "".join(self.fragments.pop(index))
+                        block.arguments_error = f"block never closed: the turn was cut by {raw}"
+                self.judge.note(f"blocks {open_indexes} left open by {raw}")
+            else:
+                self.judge.corrupt(f"messageStop with block(s) {open_indexes} started but never stopped",
+                                   seq, offset, open_blocks=open_indexes)
+
+    def _metadata(self, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
+        if not self.open_message and not self.stopped:
+            self._begin(seq, offset, implicit=True)
+        self.metadata_seen = True
+        usage = body.get("usage")
+        if isinstance(usage, dict):
+            target = self.turn.usage
+            target.raw = dict(usage)
+            target.input = usage.get("inputTokens")
+            target.output = usage.get("outputTokens")
+            target.total = usage.get("totalTokens")
+            target.cache_read = usage.get("cacheReadInputTokens", usage.get("cacheReadInputTokenCount"))
+            target.cache_write = usage.get("cacheWriteInputTokens", usage.get("cacheWriteInputTokenCount"))
+        for key in ("metrics", "trace", "performanceConfig", "serviceTier"):
+            if body.get(key):
+                self.turn.extra[key] = body[key]
+
+    _handlers = {
+        "messageStart": _message_start,
+        "contentBlockStart": _block_start,
+        "contentBlockDelta": _block_delta,
+        "contentBlockStop": _block_stop,
+        "messageStop": _message_stop,
+        "metadata": _metadata,
+    }
+
+    def verdict(self, end: StreamEnd) -> Verdict:
+        judge = self.judge
+        early = judge.early_verdict()
+        if early is not None:
+            return early
+        if self.messages == 0:
+            return judge.truncated("no event arrived", end)
+        if not self.stopped:
+            return judge.truncated("the stream ended before messageStop", end, open_blocks=sorted(self.open_blocks))
+        for raw, seq, offset in self.outcomes:
+            kind = STOP_REASONS.get(raw, (VerdictKind.UNKNOWN,))[0] if raw else VerdictKind.UNKNOWN
+            if kind is not VerdictKind.COMPLETE:
+                return Verdict(kind, f"an earlier message in this stream ended with stopReason {raw}", seq, offset,
+                               {"stop_reason": raw, "messages": self.messages})
+        return stop_verdict(self.turn, judge, "messageStop", STOP_REASONS, messages=self.messages,
+                            usage_missing=True if not self.metadata_seen else None)
+
+
+class Assembler:
+    """Bedrock ConverseStream over AWS event-stream frames."""
+
+    dialect = Dialect.BEDROCK_CONVERSE
+    wire = "eventstream"
+
+    def __init__(self) -> None:
+        self.turn = Turn(Dialect.BEDROCK_CONVERSE)
+        self.judge = Judge(self.turn)
+        self.builder = ConverseBuilder(self.turn, self.judge)
+
+    def feed(self, event: WireEvent, t: float | None) -> None:
+        if not isinstance(event, EventStreamMessage):
+            return
+        self.turn.events += 1
+        judge = self.judge
+        judge.last_seq = event.seq
+        judge.last_end = event.end
+        headers = event.headers
+        message_type = headers.get(":message-type", "event")
+        if message_type != "event":
+            if message_type in ("exception", "error"):
+                exception_error(event, judge)
+            else:
+                judge.note(f"frame with :message-type {message_type!r} at seq {event.seq}")
+            return
+        kind = headers.get(":event-type")
+        body = decode_event_json(event.payload, judge, event.seq, event.start, f"{kind} payload")
+        if body is None:
+            return
+        self.builder.apply(kind, body, event.seq, event.start, t)  # type: ignore[arg-type]
+
+    def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
+        return self.turn, self.builder.verdict(end)

@@ -1,0 +1,242 @@
+"""Bedrock InvokeModelWithResponseStream: ``chunk`` frames carrying the model's own events.
+
+Each ``:event-type chunk`` frame's payload is ``{"bytes": <base64>, "p": <padding>}``;
+the decoded bytes are one JSON event in the model family's native format:
+- Anthropic Claude: the Messages events (``type`` member) -> the Anthropic logic;
+- Amazon Nova: ConverseStream-shaped events (``{"contentBlockDelta": {...}}``) -> the
+  ConverseStream logic;
+- Titan (``outputText``/``completionReason``), Llama (``generation``/``stop_reason``),
+  Mistral (``outputs``), legacy Claude text completions (``completion``): one text block
+  and the family's stop reason; the chunk carrying the stop reason is terminal.
+Bedrock adds ``amazon-bedrock-invocationMetrics`` (token counts, latencies) to the last
+chunk, and ``amazon-bedrock-guardrailAction`` when a guardrail is attached.
+
+Choices this module makes:
+- ``amazon-bedrock-guardrailAction: INTERVENED`` on any chunk makes an otherwise
+  finished turn ``filtered``: the guardrail blocked or rewrote (masked) the output, so
+  the text is not what the model produced. A stream cut before its end stays
+  ``truncated``.
+- Exception frames (``modelStreamErrorException``, ``throttlingException``, ...) are
+  ``errored`` with the exception type, message and ``originalStatusCode``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+import orjson
+
+from streamtap.wire import EventStreamMessage, WireEvent
+
+from .anthropic import Judge, MessageBuilder, decode_event_json, stop_verdict
+from .bedrock_converse import ConverseBuilder, exception_error
+from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
+
+_CONVERSE_KEYS = ("messageStart", "contentBlockStart", "contentBlockDelta", "contentBlockStop", "messageStop",
+                  "metadata")
+
+# family -> (text member, stop member, stop reason table)
+_TEXT_FAMILIES: dict[str, tuple[str, str, dict[str, tuple[VerdictKind, str]]]] = {
+    "titan": ("outputText", "completionReason", {
+        "FINISH": (VerdictKind.COMPLETE, "end_turn"),
+        "STOP_CRITERIA_MET": (VerdictKind.COMPLETE, "stop_sequence"),
+        "LENGTH": (VerdictKind.STOPPED_BY_LIMIT, "max_tokens"),
+        "CONTENT_FILTERED": (VerdictKind.FILTERED, "filtered"),
+    }),
+    "llama": ("generation", "stop_reason", {
+        "stop": (VerdictKind.COMPLETE, "end_turn"),
+        "length": (VerdictKind.STOPPED_BY_LIMIT, "max_tokens"),
+    }),
+    "claude-text": ("completion", "stop_reason", {
+        "stop_sequence": (VerdictKind.COMPLETE, "stop_sequence"),
+        "end_turn": (VerdictKind.COMPLETE, "end_turn"),
+        "max_tokens": (VerdictKind.STOPPED_BY_LIMIT, "max_tokens"),
+    }),
+    "mistral": ("text", "stop_reason", {
+        "stop": (VerdictKind.COMPLETE, "end_turn"),
+        "length": (VerdictKind.STOPPED_BY_LIMIT, "max_tokens"),
+        "model_length": (VerdictKind.STOPPED_BY_LIMIT, "context_window"),
+        "tool_calls": (VerdictKind.COMPLETE, "tool_use"),
+    }),
+}
+
+
+def family_of(event: dict[str, Any]) -> str | None:
+    if isinstance(event.get("type"), str):
+        return "anthropic"
+    if any(key in event for key in _CONVERSE_KEYS):
+        return "nova"
+    if "outputText" in event:
+        return "titan"
+    if "generation" in event:
+        return "llama"
+    if "completion" in event:
+        return "claude-text"
+    if isinstance(event.get("outputs"), list):
+        return "mistral"
+    return None
+
+
+class TextFamilyBuilder:
+    """One growing text block and a stop reason: the plain completion families."""
+
+    def __init__(self, turn: Turn, judge: Judge, family: str) -> None:
+        self.turn = turn
+        self.judge = judge
+        self.text_key, self.stop_key, self.table = _TEXT_FAMILIES[family]
+        self.family = family
+        self.block: Block | None = None
+        self.terminal = False
+
+    def apply(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
+        if self.terminal:
+            self.judge.corrupt("a chunk after the chunk that carried the stop reason", seq, offset)
+            return
+        if self.family == "mistral":
+            outputs = event.get("outputs") or [{}]
+            event = outputs[0] if isinstance(outputs[0], dict) else {}
+        text = event.get(self.text_key)
+        if isinstance(text, str):
+            if self.block is None:
+                self.block = Block(BlockKind.TEXT, 0)
+                self.turn.choices[0].blocks.append(self.block)
+            self.block.text += text
+            if text and self.turn.timing.first_content is None:
+                self.turn.timing.first_content = t
+        usage = self.turn.usage
+        for key, field in (("inputTextTokenCount", "input"), ("totalOutputTextTokenCount", "output"),
+                           ("prompt_token_count", "input"), ("generation_token_count", "output")):
+            if event.get(key) is not None:
+                setattr(usage, field, int(event[key]))
+                usage.raw[key] = event[key]
+        raw = event.get(self.stop_key)
+        if raw is not None or (self.family == "titan" and "totalOutputTextTokenCount" in event):
+            # Titan names the last chunk by its output count even when a guardrail blocked
+            # the input and no completionReason came
+            self.terminal = True
+            if self.block is not None:
+                self.block.closed = True
+            self.turn.stop_reason_raw = raw
+            self.turn.stop_reason = self.table.get(raw, (None, raw))[1] if raw is not None else None
+
+    def verdict(self, end: StreamEnd) -> Verdict:
+        early = self.judge.early_verdict()
+        if early is not None:
+            return early
+        if not self.terminal:
+            return self.judge.truncated(f"no chunk carried {self.stop_key}", end)
+        return stop_verdict(self.turn, self.judge, f"the last {self.family} chunk", self.table)
+
+
+class Assembler:
+    """Bedrock InvokeModelWithResponseStream over AWS event-stream frames."""
+
+    dialect = Dialect.BEDROCK_INVOKE
+    wire = "eventstream"
+
+    def __init__(self) -> None:
+        self.turn = Turn(Dialect.BEDROCK_INVOKE)
+        self.judge = Judge(self.turn)
+        self.family: str | None = None
+        self.builder: MessageBuilder | ConverseBuilder | TextFamilyBuilder | None = None
+        self.guardrail: tuple[int, int, Any] | None = None  # seq, offset, trace
+
+    def feed(self, event: WireEvent, t: float | None) -> None:
+        if not isinstance(event, EventStreamMessage):
+            return
+        self.turn.events += 1
+        judge = self.judge
+        judge.last_seq = event.seq
+        judge.last_end = event.end
+        headers = event.headers
+        message_type = headers.get(":message-type", "event")
+        if message_type != "event":
+            if message_type in ("exception", "error"):
+                exception_error(event, judge)
+            else:
+                judge.note(f"frame with :message-type {message_type!r} at seq {event.seq}")
+            return
+        if headers.get(":event-type") != "chunk":
+            judge.note(f"event type {headers.get(':event-type')!r} at seq {event.seq} is not a chunk")
+            return
+        payload = decode_event_json(event.payload, judge, event.seq, event.start, "chunk payload")
+        if payload is None:
+            return
+        encoded = payload.get("bytes")
+        if not isinstance(encoded, str):
+            judge.corrupt("chunk payload without a base64 'bytes' member", event.seq, event.start)
+            return
+        try:
+            decoded = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            judge.corrupt(f"chunk bytes are not base64 ({exc})", event.seq, event.start)
+            return
+        inner = decode_event_json(decoded, judge, event.seq, event.start, "decoded chunk")
+        if inner is None:
+            return
+        self._route(inner, event, t)
+
+    def _route(self, inner: dict[str, Any], event: EventStreamMessage, t: float | None) -> None:
+        judge = self.judge
+        family = family_of(inner)
+        if family is None:
+            judge.note(f"chunk of an unknown model family at seq {event.seq}: {sorted(inner)[:5]}")
+            return
+        if self.family is None:
+            self.family = family
+            self.turn.extra["family"] = family
+            if family == "anthropic":
+                self.builder = MessageBuilder(self.turn, judge)
+            elif family == "nova":
+                self.builder = ConverseBuilder(self.turn, judge)
+            else:
+                self.builder = TextFamilyBuilder(self.turn, judge, family)
+        elif family != self.family:
+            judge.corrupt(f"a {family} chunk in a {self.family} stream", event.seq, event.start)
+            return
+        builder = self.builder
+        if isinstance(builder, ConverseBuilder):
+            kind = next(key for key in _CONVERSE_KEYS if key in inner)
+            body = inner[kind]
+            if isinstance(body, dict):
+                builder.apply(kind, body, event.seq, event.start, t)
+            else:
+                judge.corrupt(f"{kind} is not an object", event.seq, event.start)
+        else:
+            builder.apply(inner, event.seq, event.start, t)  # type: ignore[union-attr]
+        self._bedrock_fields(inner, event)
+
+    def _bedrock_fields(self, inner: dict[str, Any], event: EventStreamMessage) -> None:
+        metrics = inner.get("amazon-bedrock-invocationMetrics")
+        if isinstance(metrics, dict):
+            usage = self.turn.usage
+            usage.raw["amazon-bedrock-invocationMetrics"] = metrics
+            if usage.input is None and metrics.get("inputTokenCount") is not None:
+                usage.input = metrics["inputTokenCount"]
+            if usage.output is None and metrics.get("outputTokenCount") is not None:
+                usage.output = metrics["outputTokenCount"]
+        if inner.get("amazon-bedrock-trace") is not None:
+            self.turn.extra["trace"] = inner["amazon-bedrock-trace"]
+        action = inner.get("amazon-bedrock-guardrailAction")
+        if action is not None:
+            self.turn.extra["guardrail_action"] = action
+            if action == "INTERVENED" and self.guardrail is None:
+                self.guardrail = (event.seq, event.start, action)
+
+    def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
+        if self.builder is None:
+            early = self.judge.early_verdict()
+            return self.turn, early or self.judge.truncated("no chunk arrived", end)
+        verdict = self.builder.verdict(end)
+        if self.guardrail is not None and verdict.kind in (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT,
+                                                           VerdictKind.UNKNOWN):
+            seq, offset, _ = self.guardrail
+            raw = self.turn.stop_reason_raw
+            self.turn.stop_reason = "filtered"
+            verdict = Verdict(VerdictKind.FILTERED,
+                              "a guardrail intervened (amazon-bedrock-guardrailAction INTERVENED): the output was "
+                              f"blocked or masked (model stop reason {raw})", seq, offset,
+                              {"stop_reason": raw, "guardrail_action": "INTERVENED", "was": verdict.kind.value})
+        return self.turn, verdict
