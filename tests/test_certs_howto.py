@@ -1,0 +1,284 @@
+"""certs_howto.md, run: every block marked `<!-- test: NAME -->` is executed as written.
+
+Only three things are swapped, the same for every block (see `adapt`): the real provider
+host becomes a loopback fake provider with its own CA (mitmproxy is told to trust that
+CA, as it trusts the real provider's public one), port 8080 becomes a free port, and
+HOME is a temporary folder, so `~/.mitmproxy` is a CA made for this test. Clients are
+real: curl, the openai SDK, Node's fetch, a Java HttpURLConnection.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from interception import (
+    APP_JAVA,
+    APP_JS,
+    APP_PY,
+    REPO,
+    TAP,
+    Mitmdump,
+    Provider,
+    Route,
+    issue_cert,
+    make_ca,
+    openai_chat_stream,
+)
+
+DOC = REPO / "certs_howto.md"
+WORDS = ["Tapped ", "through ", "the ", "proxy", "."]
+BODY = openai_chat_stream(WORDS)
+MODELS = b'{"object":"list","data":[{"id":"gpt-test-1","object":"model"}]}'
+
+
+def doc_blocks() -> dict[str, str]:
+    text = DOC.read_text()
+    return dict(re.findall(r"<!-- test: (\S+) -->\n```sh\n(.*?)```", text, re.S))
+
+
+BLOCKS = doc_blocks()
+
+
+def block(name: str) -> str:
+    assert name in BLOCKS, f"certs_howto.md lost its tested block {name!r}"
+    return BLOCKS[name]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A fake provider (TLS, own CA) and a temporary home for mitmproxy's CA."""
+    root = tmp_path_factory.mktemp("certs")
+    home = root / "home"
+    home.mkdir()
+    ca = make_ca(root, "fake-provider")
+    cert = issue_cert(ca, ["localhost", "127.0.0.1"], root)
+    routes = {
+        "/v1/chat/completions": Route(BODY),
+        "/v1/models": Route(MODELS, content_type="application/json"),
+    }
+    with Provider(routes, certfile=cert) as provider:
+        yield {"root": root, "home": home, "provider": provider, "provider_ca": ca[0]}
+
+
+def environment(world, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower() and not k.startswith("SSL_")}
+    env.update(
+        HOME=str(world["home"]),
+        PATH=f"{REPO / '.venv' / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}",
+        OPENAI_API_KEY="sk-howto-test",
+    )
+    env.update(extra)
+    return env
+
+
+def adapt(command: str, world, proxy_port: int) -> str:
+    """The doc's command for this test's world (the three swaps of the module docstring)."""
+    upstream = f"localhost:{world['provider'].port}"
+    return command.replace("api.openai.com", upstream).replace("8080", str(proxy_port))
+
+
+def start_proxy(name: str, world, tmp_path: Path) -> tuple[Mitmdump, Path]:
+    """Run a doc block that starts mitmdump, on a free port, recording under tmp_path."""
+    recordings = tmp_path / "recordings"
+    extra = [
+        "--listen-host", "127.0.0.1", "--listen-port", "0",
+        "--set", f"ssl_verify_upstream_trusted_ca={world['provider_ca']}",
+    ]
+    if TAP.exists():
+        extra += ["--set", f"streamtap_dir={recordings}"]
+    command = adapt(block(name), world, 0).strip()
+    if not TAP.exists():  # until the Tap lands: the same command, plain mitmdump
+        command = command.replace("-s addon/tap.py", "")
+    argv = ["bash", "-c", f'exec {command} "$@"', "mitmdump"]
+    proxy = Mitmdump(*extra, confdir=world["home"] / ".mitmproxy", argv=argv, env=environment(world))
+    return proxy, recordings
+
+
+def run_client(name: str, world, proxy: Mitmdump, cwd: Path, *, prelude: str = "", **env: str):
+    script = prelude + adapt(block(name), world, proxy.port)
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=cwd, env=environment(world, **env), capture_output=True, timeout=60,
+    )
+    assert result.returncode == 0, (
+        f"block {name!r} failed ({result.returncode}):\n{script}\n"
+        f"stderr: {result.stderr.decode(errors='replace')}\nmitmdump:\n{proxy.output}"
+    )
+    return result
+
+
+def assert_recorded(recordings: Path, body: bytes, proxy: Mitmdump) -> None:
+    """The Tap wrote a recording of exactly these bytes, judged complete."""
+    if not TAP.exists():
+        return  # the plain-mitmdump stage: byte-exact delivery is all there is to check
+    from streamtap.recording import read_recording
+
+    proxy.stop()  # a finished flow's recording is renamed on its end line; stopping settles it
+    found = [read_recording(p) for p in sorted(recordings.glob("*.jsonl"))]
+    matching = [r for r in found if r.body == body]
+    assert matching, f"no recording of the {len(body)}-byte body in {recordings}: {[r.path.name for r in found]}\n{proxy.output}"
+    assert matching[0].verdict and matching[0].verdict["kind"] == "complete", matching[0].verdict
+
+
+def served_stream(world) -> bytes:
+    return [s for s in world["provider"].served if s.path.endswith("/chat/completions")][-1].sent
+
+
+# --- section 1: reverse mode ----------------------------------------------------------------
+
+
+def test_reverse_mode_with_a_base_url_needs_no_certificate(world, tmp_path):
+    proxy, recordings = start_proxy("reverse-proxy", world, tmp_path)
+    try:
+        (tmp_path / "app.py").write_text(APP_PY)
+        result = run_client("reverse-openai-env", world, proxy, tmp_path)
+        assert result.stdout == BODY == served_stream(world)
+        assert json.loads(result.stderr.decode().strip().splitlines()[-1])["text"] == "".join(WORDS)
+        assert_recorded(recordings, BODY, proxy)
+    finally:
+        proxy.stop()
+
+
+@pytest.mark.skipif(not shutil.which("node"), reason="node is not installed")
+def test_reverse_mode_over_tls_for_node(world, tmp_path):
+    proxy, recordings = start_proxy("reverse-proxy", world, tmp_path)
+    try:
+        (tmp_path / "app.js").write_text(APP_JS)
+        result = run_client("reverse-node-tls", world, proxy, tmp_path)
+        assert result.stdout == BODY == served_stream(world)
+        assert_recorded(recordings, BODY, proxy)
+    finally:
+        proxy.stop()
+
+
+def test_node_without_the_ca_is_refused(world, tmp_path):
+    """The counter-check: the block above works because of NODE_EXTRA_CA_CERTS."""
+    if not shutil.which("node"):
+        pytest.skip("node is not installed")
+    proxy, _ = start_proxy("reverse-proxy", world, tmp_path)
+    try:
+        (tmp_path / "app.js").write_text(APP_JS)
+        script = adapt(block("reverse-node-tls"), world, proxy.port).replace("NODE_EXTRA_CA_CERTS=", "IGNORED=")
+        result = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=environment(world), capture_output=True, timeout=60)
+        assert result.returncode != 0 and result.stdout == b""
+    finally:
+        proxy.stop()
+
+
+# --- section 2: explicit proxy ----------------------------------------------------------------
+
+
+@pytest.fixture
+def explicit_proxy(world, tmp_path):
+    proxy, recordings = start_proxy("explicit-proxy", world, tmp_path)
+    yield proxy, recordings
+    proxy.stop()
+
+
+def test_curl_through_the_explicit_proxy(world, explicit_proxy, tmp_path):
+    proxy, recordings = explicit_proxy
+    result = run_client("explicit-curl", world, proxy, tmp_path)
+    assert result.stdout == BODY == served_stream(world)
+    assert_recorded(recordings, BODY, proxy)
+
+
+def test_curl_refuses_the_proxy_without_its_ca(world, explicit_proxy, tmp_path):
+    """Counter-check: trusting another CA (the provider's own), curl must reject mitmproxy's
+    certificate (exit 60), so the block above passes because of the CA it names."""
+    proxy, _ = explicit_proxy
+    script = adapt(block("explicit-curl"), world, proxy.port).replace(
+        "~/.mitmproxy/mitmproxy-ca-cert.pem", str(world["provider_ca"])
+    )
+    result = subprocess.run(["bash", "-c", script], env=environment(world), capture_output=True, timeout=30)
+    assert result.returncode == 60, result.stderr
+
+
+def test_openai_sdk_through_the_explicit_proxy(world, explicit_proxy, tmp_path):
+    proxy, recordings = explicit_proxy
+    (tmp_path / "app.py").write_text(APP_PY)
+    # The SDK's default base URL is the real provider; the fake one stands in for it.
+    base_url = f"https://localhost:{world['provider'].port}/v1"
+    result = run_client("explicit-python", world, proxy, tmp_path, OPENAI_BASE_URL=base_url)
+    assert result.stdout == BODY == served_stream(world)
+    assert json.loads(result.stderr.decode().strip().splitlines()[-1])["text"] == "".join(WORDS)
+    # The request really went through the proxy (HTTPS_PROXY honoured): mitmdump logged it.
+    assert "/v1/chat/completions" in proxy.output
+    assert_recorded(recordings, BODY, proxy)
+
+
+@pytest.mark.skipif(not (shutil.which("java") and shutil.which("keytool")), reason="java/keytool not installed")
+def test_java_truststore_and_proxy_properties(world, explicit_proxy, tmp_path):
+    proxy, recordings = explicit_proxy
+    (tmp_path / "App.java").write_text(APP_JAVA)
+    base_url = f"https://localhost:{world['provider'].port}/v1"
+    # `-jar app.jar` stands for the user's app; the JDK runs a single source file directly.
+    # Java bypasses the proxy for localhost by default; the real provider is not local.
+    BLOCKS["explicit-java-run"] = block("explicit-java").replace("-jar app.jar", "App.java")
+    result = run_client(
+        "explicit-java-run", world, proxy, tmp_path,
+        OPENAI_BASE_URL=base_url, JAVA_TOOL_OPTIONS="-Dhttp.nonProxyHosts=",
+    )
+    assert result.stdout == BODY == served_stream(world)
+    assert_recorded(recordings, BODY, proxy)
+
+
+def test_os_store_in_a_private_mount_namespace(world, explicit_proxy, tmp_path):
+    """`update-ca-certificates` for real, on a private copy of the store (never the machine's)."""
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("update-ca-certificates"):
+        pytest.skip("needs root, unshare and update-ca-certificates to try the OS store privately")
+    proxy, _ = explicit_proxy
+    private = tmp_path / "store"
+    prelude = f"""
+sudo() {{ "$@"; }}
+mkdir -p {private}/anchors
+cp -a /etc/ssl/certs {private}/certs
+cp /etc/ca-certificates.conf {private}/ca-certificates.conf
+mount --bind {private}/anchors /usr/local/share/ca-certificates
+mount --bind {private}/certs /etc/ssl/certs
+mount --bind {private}/ca-certificates.conf /etc/ca-certificates.conf
+# before: the store does not know mitmproxy's CA, so curl must refuse
+if curl -s --proxy http://127.0.0.1:8080 https://api.openai.com/v1/models; then echo TRUSTED-TOO-EARLY; exit 9; fi
+"""
+    prelude = adapt(prelude, world, proxy.port)
+    script = prelude + adapt(block("os-store"), world, proxy.port)
+    result = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "bash", "-euo", "pipefail", "-c", script],
+        env=environment(world), capture_output=True, timeout=120,
+    )
+    if result.returncode != 0 and b"unshare failed" in result.stderr:
+        pytest.skip(f"mount namespaces not permitted: {result.stderr.decode().strip()}")
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    assert result.stdout.endswith(MODELS)
+    # the machine's own store is untouched
+    assert not Path("/usr/local/share/ca-certificates/mitmproxy.crt").exists()
+
+
+# --- section 3 ------------------------------------------------------------------------------
+
+
+def test_wireguard_mode_starts_and_writes_a_client_config(world, tmp_path):
+    """`--mode wireguard` as in the doc: the server starts and the client config is saved.
+
+    No WireGuard client runs here (no wg tools, no tunnel device), so only mitmproxy's side
+    of the recipe is exercised.
+    """
+    text = DOC.read_text()
+    assert "mitmdump -s addon/tap.py --mode wireguard" in text
+    conf = world["home"] / ".mitmproxy" / "wireguard.conf"
+    argv = ["bash", "-c", 'exec mitmdump -s addon/tap.py --mode wireguard@0 "$@"', "mitmdump"]
+    if not TAP.exists():
+        argv[2] = argv[2].replace("-s addon/tap.py ", "")
+    proxy = Mitmdump(confdir=world["home"] / ".mitmproxy", argv=argv, env=environment(world))
+    try:
+        assert "WireGuard server listening" in proxy.output
+        assert "[Peer]" in proxy.output and "PublicKey" in proxy.output
+        assert conf.exists()
+    finally:
+        proxy.stop()
