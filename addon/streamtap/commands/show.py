@@ -1,0 +1,144 @@
+"""`streamtap show FILE...`: render each turn (thinking, answer, tool calls), its verdict and timing."""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+
+from streamtap.cli import EXIT_OK
+from streamtap.providers import Block, BlockKind, Turn
+from streamtap.providers.common import dumps
+
+from .verify import Judged, add_input_options, judge_files, print_json
+
+HELP = "Render captured streams as turns: thinking and answer apart, tool calls, verdict, timing."
+
+RULE = "─"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = (
+        "Accepts raw bodies (.sse, .ndjson, .bin/.eventstream, .json array; others are sniffed) and "
+        "streamtap recordings. Example: streamtap show --provider openai-chat capture.sse"
+    )
+    add_input_options(parser)
+    parser.add_argument("--width", type=int, default=100, help="wrap long lines at this width (0: no wrapping)")
+
+
+def run(args: argparse.Namespace) -> int:
+    for number, judged in enumerate(judge_files(args)):
+        if args.json:
+            print_json(judged)
+            continue
+        if number:
+            print()
+        print(render(judged, args.width))
+    return EXIT_OK
+
+
+def render(judged: Judged, width: int = 100) -> str:
+    analysis, turn, verdict = judged.analysis, judged.analysis.turn, judged.analysis.verdict
+    how = "from --provider" if judged.how == "--provider" else judged.how
+    lines = [
+        f"{judged.path}  ({judged.source}, {analysis.wire}, {analysis.bytes} bytes, {turn.events} events)",
+        f"dialect   {turn.dialect}  ({how})",
+    ]
+    if turn.model or turn.response_id:
+        lines.append(f"model     {turn.model or '-'}   response {turn.response_id or '-'}")
+    where = []
+    if verdict.seq is not None:
+        where.append(f"seq {verdict.seq}")
+    if verdict.offset is not None:
+        where.append(f"byte {verdict.offset}")
+    lines.append(f"verdict   {str(verdict.kind).upper()}: {verdict.reason}" + (f"  [{', '.join(where)}]" if where else ""))
+    if judged.problem:
+        lines.append(f"recording {judged.problem}")
+    stop = turn.stop_reason or "-"
+    lines.append(f"stop      {stop}" + (f" (provider: {turn.stop_reason_raw})" if turn.stop_reason_raw else ""))
+    lines.append(f"usage     {_usage(turn)}")
+    lines.append(f"timing    {_timing(turn)}")
+    if turn.error:
+        lines.append(f"error     {turn.error.get('message')}")
+    for note in turn.notes[:5]:
+        lines.append(f"note      {note}")
+    for choice in turn.choices:
+        if len(turn.choices) > 1:
+            lines.append("")
+            lines.append(f"═══ choice {choice.index} (stop {choice.stop_reason or '-'}) ═══")
+        if not choice.blocks:
+            lines.append("")
+            lines.append("(no content)")
+        for block in choice.blocks:
+            lines.append("")
+            lines.extend(_block(block, width))
+    return "\n".join(lines)
+
+
+def _heading(title: str) -> str:
+    return f"{RULE * 3} {title} {RULE * max(3, 60 - len(title))}"
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    if width <= 0:
+        return text.split("\n")
+    out: list[str] = []
+    for line in text.split("\n"):
+        out.extend(textwrap.wrap(line, width, replace_whitespace=False, drop_whitespace=False) or [""])
+    return out
+
+
+def _block(block: Block, width: int) -> list[str]:
+    kind = block.kind
+    if kind is BlockKind.THINKING:
+        title = "thinking" + (" (signed)" if block.signature else "")
+        body = [f"│ {line}" for line in _wrap(block.text, width)] if block.text else ["│ (no visible text)"]
+        return [_heading(title), *body]
+    if kind is BlockKind.REDACTED_THINKING:
+        return [_heading("redacted thinking"), f"│ ({len(block.data or '')} bytes of encrypted data)"]
+    if kind is BlockKind.TEXT:
+        return [_heading("answer"), *_wrap(block.text, width)]
+    if kind is BlockKind.REFUSAL:
+        return [_heading("refusal"), *_wrap(block.text, width)]
+    if kind is BlockKind.TOOL_CALL:
+        title = f"tool call {block.name or '?'}" + (f" (id {block.id})" if block.id else "")
+        if block.arguments_error:
+            args = [f"INVALID JSON ({block.arguments_error}):", block.arguments_raw or ""]
+        elif block.arguments is not None:
+            args = [dumps(block.arguments) if not isinstance(block.arguments, str) else block.arguments]
+        else:
+            args = [block.arguments_raw or ""]
+        return [_heading(title), *[f"  {line}" for line in args]]
+    label = f"{kind} {block.name or ''}".strip()
+    summary = block.text or block.arguments_raw or ""
+    return [_heading(label)] + ([f"  {line}" for line in _wrap(summary, width)] if summary else [])
+
+
+def _usage(turn: Turn) -> str:
+    usage = turn.usage
+    parts = [
+        f"{name} {value}"
+        for name, value in (
+            ("in", usage.input),
+            ("out", usage.output),
+            ("reasoning", usage.reasoning),
+            ("cache read", usage.cache_read),
+            ("cache write", usage.cache_write),
+            ("total", usage.total),
+        )
+        if value is not None
+    ]
+    return ", ".join(parts) or "-"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.0f} ms"
+
+
+def _timing(turn: Turn) -> str:
+    timing = turn.timing
+    if timing.first_byte is None and timing.last_byte is None:
+        return "no arrival times (a raw body carries none; recordings do)"
+    return (
+        f"first byte {_seconds(timing.first_byte)}, first content {_seconds(timing.first_content)}, "
+        f"last byte {_seconds(timing.last_byte)}, {len(timing.arrivals)} events timed"
+    )
