@@ -49,11 +49,11 @@ def _name_part(text: str) -> str:
 
 
 def partial_name(started: float, provider: str, flow_id: str) -> str:
-    return f"{stamp(started)}_{_name_part(provider)}_{_name_part(flow_id[:12])}{PARTIAL_SUFFIX}"
+    return f"{stamp(started)}_{_name_part(provider)}_{_name_part(flow_id.replace("-", "")[:12])}{PARTIAL_SUFFIX}"
 
 
 def final_name(started: float, provider: str, verdict: str, flow_id: str) -> str:
-    return f"{stamp(started)}_{_name_part(provider)}_{_name_part(verdict)}_{_name_part(flow_id[:12])}.jsonl"
+    return f"{stamp(started)}_{_name_part(provider)}_{_name_part(verdict)}_{_name_part(flow_id.replace("-", "")[:12])}.jsonl"
 
 
 def frame_sum(raw: bytes) -> str:

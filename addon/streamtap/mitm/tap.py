@@ -1,0 +1,538 @@
+"""The Tap addon: watch streamed answers in flight, record them, say when one is incomplete.
+
+For each matching flow the Tap sets ``flow.response.stream`` to a callable that returns
+every chunk unchanged, at once, and feeds a copy to a ``FlowTap`` (decoder + assembler
++ recording writer). Nothing in here may block, delay or alter traffic: every failure
+inside streamtap is caught, logged once per flow and kept as evidence.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+from mitmproxy import exceptions, flowfilter, http
+
+from streamtap.providers import Dialect, RequestInfo, StreamEnd, StreamSession, VerdictKind, detect_dialect
+from streamtap.recording import FSYNC_POLICIES, RecordingWriter, final_name
+from streamtap.wire import DEFAULT_MAX_EVENT
+
+log = logging.getLogger("streamtap")
+
+STREAM_CONTENT_TYPES = ("text/event-stream", "application/vnd.amazon.eventstream", "application/x-ndjson")
+PROVIDER_HOSTS = re.compile(
+    r"(^|\.)(api\.openai\.com|api\.anthropic\.com|openai\.azure\.com|generativelanguage\.googleapis\.com"
+    r"|aiplatform\.googleapis\.com|amazonaws\.com|api\.mistral\.ai|api\.groq\.com|openrouter\.ai)$"
+)
+MARK = ":warning:"
+
+
+# --- content decoding of a copy -------------------------------------------------------
+
+
+class _Zlib:
+    def __init__(self, wbits: int) -> None:
+        self._d = zlib.decompressobj(wbits)
+
+    def decompress(self, data: bytes) -> bytes:
+        out = self._d.decompress(data)
+        while self._d.eof and self._d.unused_data:  # concatenated gzip members
+            rest = self._d.unused_data
+            self._d = zlib.decompressobj(zlib.MAX_WBITS | 32)
+            out += self._d.decompress(rest)
+        return out
+
+    def flush(self) -> bytes:
+        return self._d.flush()
+
+
+class _Deflate(_Zlib):
+    """HTTP "deflate" is zlib-wrapped by the spec, raw deflate in practice; accept both."""
+
+    def __init__(self) -> None:
+        super().__init__(zlib.MAX_WBITS)
+        self._sniffed = False
+
+    def decompress(self, data: bytes) -> bytes:
+        if not self._sniffed and data:
+            self._sniffed = True
+            if (data[0] & 0x0F) != 8 or (data[0] << 8 | (data[1] if len(data) > 1 else 0)) % 31:
+                self._d = zlib.decompressobj(-zlib.MAX_WBITS)
+        return super().decompress(data)
+
+
+class _Brotli:
+    def __init__(self) -> None:
+        import brotli
+
+        self._d = brotli.Decompressor()
+
+    def decompress(self, data: bytes) -> bytes:
+        return self._d.process(data)
+
+    def flush(self) -> bytes:
+        return b""
+
+
+class _Zstd:
+    def __init__(self) -> None:
+        try:
+            from compression import zstd  # Python 3.14
+        except ImportError:
+            from backports import zstd
+        self._zstd = zstd
+        self._d = zstd.ZstdDecompressor()
+
+    def decompress(self, data: bytes) -> bytes:
+        out = self._d.decompress(data)
+        while self._d.eof and self._d.unused_data:  # several frames
+            rest = self._d.unused_data
+            self._d = self._zstd.ZstdDecompressor()
+            out += self._d.decompress(rest)
+        return out
+
+    def flush(self) -> bytes:
+        return b""
+
+
+def content_decoder(encoding: str | None):
+    """An incremental decoder for a Content-Encoding, None for identity; ValueError when unknown."""
+    encoding = (encoding or "").strip().lower()
+    if encoding in ("", "identity"):
+        return None
+    if encoding in ("gzip", "x-gzip"):
+        return _Zlib(zlib.MAX_WBITS | 16)
+    if encoding == "deflate":
+        return _Deflate()
+    if encoding == "br":
+        return _Brotli()
+    if encoding == "zstd":
+        return _Zstd()
+    raise ValueError(f"content-encoding {encoding!r} is not supported")
+
+
+# --- one open stream --------------------------------------------------------------------
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
+
+
+class FlowTap:
+    """Everything streamtap does for one response stream. Its methods never raise."""
+
+    def __init__(
+        self,
+        flow: http.HTTPFlow,
+        *,
+        directory: str,
+        fsync: str,
+        redact: Sequence[str],
+        sentinel: str | None,
+        max_event_size: int,
+        record: bool,
+    ) -> None:
+        self.flow_id = flow.id
+        self.t0 = time.monotonic()
+        self.started = time.time()
+        self.errors: list[str] = []
+        self.session: StreamSession | None = None
+        self.writer: RecordingWriter | None = None
+        self.decoder = None
+        self.detection = None
+        self.recording_path: Path | None = None
+        self.directory = directory
+        self.finished = False
+        self.body_lost = False  # content decoding failed: later body bytes cannot be placed
+        response = flow.response
+        assert response is not None
+        self.status = response.status_code
+        self.encoding = response.headers.get("content-encoding")
+        try:
+            request = flow.request
+            info = RequestInfo(
+                request.method,
+                request.pretty_url,
+                {k.lower(): v for k, v in request.headers.items()},
+                request.raw_content,
+            )
+            self.detection = detect_dialect(info, response.headers.get("content-type"))
+            self.decoder = content_decoder(self.encoding)
+            self.session = StreamSession(
+                self.detection.dialect,
+                self.detection.wire,
+                http_status=self.status,
+                sentinel=sentinel,
+                max_event_size=max_event_size,
+            )
+        except Exception as exc:
+            self.fail("analysis", exc)
+        self.provider = self.detection.dialect.value if self.detection else "unknown"
+        if record:
+            try:
+                self.writer = RecordingWriter.create(
+                    directory,
+                    started=self.started,
+                    provider=self.provider,
+                    flow_id=flow.id,
+                    fsync=fsync,
+                    redact=redact,
+                    encoded=bool(self.decoder) or (self.encoding not in (None, "", "identity")),
+                )
+                self.writer.header(self._header(flow))
+                for note in self.errors:
+                    self.writer.note("streamtap_error", note)
+                self.writer.flush()
+            except Exception as exc:
+                self.fail("recording", exc)
+
+    # the errors ---------------------------------------------------------------------
+    def fail(self, part: str, exc: BaseException) -> None:
+        """Switch off the failed part for this flow; log the first failure only."""
+        message = f"{part}: {type(exc).__name__}: {exc}"
+        if not self.errors:
+            log.warning(f"streamtap: flow {self.flow_id[:12]}: {message}; traffic passes on untouched")
+        self.errors.append(message)
+        if part == "recording":
+            writer, self.writer = self.writer, None
+            if writer is not None:
+                try:
+                    writer.close()
+                except Exception:
+                    pass
+        else:
+            self.session = None
+            if self.writer is not None:
+                try:
+                    self.writer.note("streamtap_error", message)
+                except Exception as write_exc:
+                    self.fail("recording", write_exc)
+
+    def _header(self, flow: http.HTTPFlow) -> dict[str, Any]:
+        request, response = flow.request, flow.response
+        assert response is not None
+        body: dict[str, Any] = {}
+        raw = request.raw_content
+        if raw:
+            try:
+                body["body"] = orjson.loads(request.get_content(strict=False) or b"")
+            except Exception:
+                import base64
+
+                body["body_b64"] = base64.b64encode(raw).decode("ascii")
+        return {
+            "flow_id": flow.id,
+            "started": self.started,
+            "request_started": request.timestamp_start,
+            "request": {
+                "method": request.method,
+                "url": request.pretty_url,
+                "http_version": request.http_version,
+                "headers": list(request.headers.items(multi=True)),
+                **body,
+            },
+            "response": {
+                "status": response.status_code,
+                "reason": response.reason,
+                "http_version": response.http_version,
+                "headers": list(response.headers.items(multi=True)),
+            },
+            "dialect": self.provider,
+            "why": self.detection.why if self.detection else None,
+            "wire": {
+                "format": self.detection.wire if self.detection else None,
+                "content_encoding": self.encoding or None,
+            },
+        }
+
+    # the bytes ----------------------------------------------------------------------
+    def feed(self, data: bytes) -> None:
+        if not data or self.finished:
+            return
+        t = time.monotonic() - self.t0
+        t_ms = _ms(t)
+        writer = self.writer
+        if writer is not None:
+            try:
+                writer.read(data, t_ms)
+            except Exception as exc:
+                self.fail("recording", exc)
+                writer = None
+        self._take_body(data, t, writer)
+        if self.writer is not None:
+            try:
+                self.writer.flush()
+            except Exception as exc:
+                self.fail("recording", exc)
+
+    def _take_body(self, data: bytes, t: float, writer: RecordingWriter | None, final: bool = False) -> None:
+        if self.body_lost:
+            return
+        body = data
+        if self.decoder is not None:
+            try:
+                body = self.decoder.flush() if final else self.decoder.decompress(data)
+            except Exception as exc:
+                self.body_lost = True
+                self.fail("analysis", exc)
+                return
+            if not body:
+                return
+        t_ms = _ms(t)
+        session = self.session
+        if session is None:
+            if writer is not None and body:
+                try:
+                    writer.raw(body, t_ms, "streamtap analysis was off for this flow")
+                except Exception as exc:
+                    self.fail("recording", exc)
+            return
+        try:
+            events = session.feed(body, t)
+        except Exception as exc:
+            self.fail("analysis", exc)
+            return
+        if writer is not None and self.writer is not None:
+            try:
+                for event in events:
+                    writer.frame(event, t_ms)
+            except Exception as exc:
+                self.fail("recording", exc)
+
+    # the end ------------------------------------------------------------------------
+    def finish(self, end: StreamEnd, error: str | None = None) -> dict[str, Any]:
+        """Judge and close; returns the summary the addon logs and marks the flow with."""
+        self.finished = True
+        t = time.monotonic() - self.t0
+        if self.decoder is not None:
+            self._take_body(b"", t, self.writer, final=True)
+        summary: dict[str, Any] = {
+            "provider": self.provider,
+            "model": None,
+            "verdict": VerdictKind.UNKNOWN.value,
+            "reason": "streamtap could not analyse this flow",
+            "events": 0,
+            "bytes": 0,
+            "ttft_ms": None,
+            "duration_ms": _ms(t),
+            "stream_end": end.value,
+            "recording": None,
+            "errors": self.errors,
+        }
+        end_record: dict[str, Any] = {"stream_end": end.value, "error": error, "duration_ms": _ms(t)}
+        if self.session is not None:
+            try:
+                analysis = self.session.close(end)
+                if self.writer is not None:
+                    try:
+                        for event in analysis.events:
+                            self.writer.frame(event, _ms(t))
+                    except Exception as exc:
+                        self.fail("recording", exc)
+                turn, verdict = analysis.turn, analysis.verdict
+                ttft = turn.timing.first_content
+                turn_dict = turn.to_dict()
+                turn_dict.get("timing", {}).pop("arrivals", None)
+                summary.update(
+                    model=turn.model,
+                    verdict=verdict.kind.value,
+                    reason=verdict.reason,
+                    events=analysis.wire_events,
+                    bytes=analysis.bytes,
+                    ttft_ms=_ms(ttft) if ttft is not None else None,
+                )
+                end_record.update(verdict=verdict.to_dict(), turn=turn_dict, ttft_ms=summary["ttft_ms"])
+            except Exception as exc:
+                self.fail("analysis", exc)
+        if self.session is None:
+            end_record["verdict"] = {"kind": summary["verdict"], "reason": summary["reason"], "evidence": {}}
+        if self.errors:
+            end_record["streamtap_errors"] = self.errors
+        if self.writer is not None:
+            try:
+                final = self.writer.path.with_name(
+                    final_name(self.started, self.provider, summary["verdict"], self.flow_id)
+                )
+                self.recording_path = self.writer.finish(end_record, final)
+                summary["recording"] = str(self.recording_path)
+            except Exception as exc:
+                self.fail("recording", exc)
+        summary["errors"] = self.errors
+        return summary
+
+    def abandon(self) -> None:
+        """The proxy is shutting down mid-stream: leave the recording marked incomplete."""
+        self.finished = True
+        if self.writer is not None:
+            self.writer.close()
+
+
+# --- the addon --------------------------------------------------------------------------
+
+
+def _is_default_match(flow: http.HTTPFlow) -> bool:
+    response = flow.response
+    assert response is not None
+    mime = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    if mime in STREAM_CONTENT_TYPES:
+        return True
+    request = flow.request
+    if not PROVIDER_HOSTS.search(request.pretty_host.lower()) and mime not in ("", "application/json", "text/plain"):
+        return False
+    # a streaming call to a known API, answered with something else (an HTTP error body)
+    detection = detect_dialect(
+        RequestInfo(request.method, request.pretty_url, {k.lower(): v for k, v in request.headers.items()}, request.raw_content),
+        response.headers.get("content-type"),
+    )
+    return detection.dialect is not Dialect.UNKNOWN and detection.streaming
+
+
+def summary_line(s: dict[str, Any]) -> str:
+    ttft = f"{s['ttft_ms']:.0f} ms" if s.get("ttft_ms") is not None else "-"
+    extra = "" if s["verdict"] == VerdictKind.COMPLETE else f" ({s['reason']})"
+    end = "" if s["stream_end"] == StreamEnd.FINISHED else f" [{s['stream_end']}]"
+    return (
+        f"streamtap: {s['provider']} {s['model'] or '-'} {s['verdict']}{extra}{end}: "
+        f"{s['events']} events, {s['bytes']} bytes, ttft {ttft}, {s['duration_ms']:.0f} ms"
+        + (f" -> {s['recording']}" if s.get("recording") else "")
+    )
+
+
+class Tap:
+    """mitmproxy addon: stream matching responses through streamtap's analysis and recorder."""
+
+    def __init__(self) -> None:
+        self.open: dict[str, FlowTap] = {}
+        self.filter: Callable[[http.HTTPFlow], bool] | None = None
+        self.finished: list[dict[str, Any]] = []  # summaries of finished turns, newest last (bounded)
+
+    def load(self, loader) -> None:
+        loader.add_option(
+            "streamtap_dir", str, "./recordings/live", "Directory for recordings (one JSONL file per flow)."
+        )
+        loader.add_option(
+            "streamtap_filter",
+            str,
+            "",
+            "mitmproxy filter expression choosing the flows to tap. Empty: any text/event-stream, "
+            "application/vnd.amazon.eventstream or application/x-ndjson response, plus streaming calls "
+            "to a known LLM API (so their HTTP error answers are judged too).",
+        )
+        loader.add_option(
+            "streamtap_fsync",
+            str,
+            "end",
+            "When recordings reach the disk: always (every line), end (at the end of each stream), never (leave it to the OS).",
+            choices=list(FSYNC_POLICIES),
+        )
+        loader.add_option(
+            "streamtap_redact",
+            Sequence[str],
+            [],
+            "More header and query parameter names whose values are redacted in recordings "
+            "(Authorization, x-api-key, cookies, AWS signatures and key= always are).",
+        )
+        loader.add_option(
+            "streamtap_sentinel",
+            str | None,
+            None,
+            "A text the app's prompt asks the model to end every answer with; a turn without it is not complete.",
+        )
+        loader.add_option("streamtap_record", bool, True, "Write recordings (off: analyse and log only).")
+        loader.add_option(
+            "streamtap_max_event", int, DEFAULT_MAX_EVENT, "Largest single wire event in bytes before it counts as malformed."
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        from mitmproxy import ctx
+
+        if "streamtap_filter" in updated:
+            expression = ctx.options.streamtap_filter.strip()
+            if not expression:
+                self.filter = None
+            else:
+                try:
+                    self.filter = flowfilter.parse(expression)
+                except ValueError as exc:
+                    raise exceptions.OptionsError(f"streamtap_filter: {exc}") from exc
+        if "streamtap_max_event" in updated and ctx.options.streamtap_max_event < 1:
+            raise exceptions.OptionsError("streamtap_max_event must be a positive number of bytes")
+
+    def _matches(self, flow: http.HTTPFlow) -> bool:
+        if self.filter is not None:
+            return bool(self.filter(flow))
+        return _is_default_match(flow)
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        from mitmproxy import ctx
+
+        try:
+            if flow.response is None or flow.id in self.open or not self._matches(flow):
+                return
+            options = ctx.options
+            tap = FlowTap(
+                flow,
+                directory=options.streamtap_dir,
+                fsync=options.streamtap_fsync,
+                redact=options.streamtap_redact,
+                sentinel=options.streamtap_sentinel,
+                max_event_size=options.streamtap_max_event,
+                record=options.streamtap_record,
+            )
+        except Exception as exc:  # fail open: the flow goes on as mitmproxy would carry it
+            log.warning(f"streamtap: flow {flow.id[:12]}: cannot tap: {type(exc).__name__}: {exc}")
+            return
+        self.open[flow.id] = tap
+
+        def stream(data: bytes) -> bytes:
+            try:
+                tap.feed(data)
+            except Exception as exc:  # FlowTap.feed does not raise; this is the last line of defence
+                tap.fail("analysis", exc)
+            return data
+
+        flow.response.stream = stream
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        self._finish(flow, StreamEnd.FINISHED, None)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        message = flow.error.msg if flow.error else "error"
+        client_gone = "client" in message.lower() or (
+            flow.client_conn.timestamp_end is not None and flow.server_conn.timestamp_end is None
+        )
+        self._finish(flow, StreamEnd.CLIENT_ABORTED if client_gone else StreamEnd.UPSTREAM_RESET, message)
+
+    def _finish(self, flow: http.HTTPFlow, end: StreamEnd, error: str | None) -> None:
+        tap = self.open.pop(flow.id, None)
+        if tap is None:
+            return
+        try:
+            summary = tap.finish(end, error)
+            self.finished.append(summary)
+            del self.finished[:-100]
+            flow.metadata["streamtap"] = summary
+            if summary["verdict"] != VerdictKind.COMPLETE:
+                flow.marked = MARK
+                flow.comment = f"streamtap: {summary['verdict']}: {summary['reason']}"
+                if summary["errors"]:
+                    flow.comment += f" (streamtap error: {summary['errors'][0]})"
+            elif summary["errors"]:
+                flow.comment = f"streamtap error: {summary['errors'][0]}"
+            log.info(summary_line(summary))
+        except Exception as exc:
+            log.warning(f"streamtap: flow {flow.id[:12]}: cannot finish: {type(exc).__name__}: {exc}")
+
+    def done(self) -> None:
+        for tap in self.open.values():
+            try:
+                tap.abandon()
+            except Exception:
+                pass
+        self.open.clear()

@@ -1,0 +1,367 @@
+"""A fake LLM provider on loopback that sends exactly the bytes a test scripts.
+
+Tests (and the bench) register a ``Script`` under a name; a request whose path starts
+with ``/s/<name>/`` is answered with it. So a real SDK pointed at
+``http://proxy/s/<name>`` (OpenAI adds ``/chat/completions``, Anthropic ``/v1/messages``,
+boto3 ``/model/.../converse-stream``) gets the scripted stream through the proxy, and the
+test can compare what the upstream sent with what the client got.
+
+A script controls the status, headers, chunk sizes and gaps, the body framing
+(chunked, content-length, close-delimited), gzip, and how the stream ends: properly,
+cut with a FIN (an unterminated body), or cut with a TCP reset. ``pause_after`` holds the
+stream open mid-body until ``release()`` (for kill and abort tests).
+
+Run alone for manual checks: ``python tests/upstream.py`` serves ``/s/demo/`` until ^C.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip as gzip_module
+import socket
+import struct
+import threading
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Script:
+    body: bytes
+    status: int = 200
+    content_type: str = "text/event-stream"
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    chunk_size: int | None = None  # None: one write per event-ish piece (split at blank lines), else fixed size
+    chunks: list[bytes] | None = None  # exact writes (overrides chunk_size)
+    gap: float = 0.0  # seconds between writes
+    framing: str = "chunked"  # "chunked" | "length" | "close"
+    encoding: str | None = None  # "gzip" | "deflate": the body is compressed before framing
+    cut_at: int | None = None  # stop after this many (wire) body bytes
+    cut_style: str = "fin"  # "fin": close the connection (body unterminated); "reset": TCP RST
+    pause_after: int | None = None  # wire bytes after which to wait for release()
+
+
+@dataclass
+class Served:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    wire: bytes = b""  # body bytes as sent (after compression, before chunked framing)
+    done: bool = False
+
+
+class Upstream:
+    """Start with ``with Upstream() as up:``; ``up.url`` is ``http://127.0.0.1:PORT``."""
+
+    def __init__(self) -> None:
+        self.scripts: dict[str, Script] = {}
+        self.served: dict[str, list[Served]] = defaultdict(list)
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._release = threading.Event()
+        self._paused = threading.Event()
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def add(self, name: str, script: Script) -> str:
+        self.scripts[name] = script
+        return name
+
+    def last(self, name: str) -> Served:
+        return self.served[name][-1]
+
+    def release(self) -> None:
+        self._release.set()
+
+    def wait_paused(self, timeout: float = 10) -> bool:
+        return self._paused.wait(timeout)
+
+    # lifecycle ---------------------------------------------------------------------
+    def __enter__(self) -> Upstream:
+        self._thread = threading.Thread(target=self._run, name="upstream", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("upstream did not start")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._release.set()
+        if self._loop and self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._shutdown)
+        if self._thread:
+            self._thread.join(10)
+
+    def _shutdown(self) -> None:
+        if self._server:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        self._loop.call_later(0.05, self._loop.stop)
+
+    def _run(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self._loop)
+        self._server = self._loop.run_until_complete(
+            asyncio.start_server(self._handle, "127.0.0.1", 0, reuse_address=True, backlog=256)
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.close()
+
+    # HTTP -------------------------------------------------------------------------
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._tasks.add(task)
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {}
+                for line in lines[1:]:
+                    if ":" in line:
+                        name, value = line.split(":", 1)
+                        headers[name.strip().lower()] = value.strip()
+                body = b""
+                if headers.get("transfer-encoding", "").lower() == "chunked":
+                    while True:
+                        size = int((await reader.readline()).split(b";")[0], 16)
+                        chunk = await reader.readexactly(size + 2)
+                        body += chunk[:-2]
+                        if size == 0:
+                            break
+                elif "content-length" in headers:
+                    body = await reader.readexactly(int(headers["content-length"]))
+                keep_open = await self._respond(method, path, headers, body, writer)
+                if not keep_open:
+                    return
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            self._tasks.discard(task)
+            if not writer.is_closing():
+                writer.close()
+
+    async def _respond(self, method, path, headers, body, writer) -> bool:
+        parts = path.split("/")
+        name = parts[2] if len(parts) > 2 and parts[1] == "s" else ""
+        script = self.scripts.get(name)
+        served = Served(method, path, headers, body)
+        self.served[name].append(served)
+        if script is None:
+            payload = b'{"error":{"type":"not_found","message":"no script for this path"}}'
+            writer.write(
+                b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                % (len(payload), payload)
+            )
+            await writer.drain()
+            return True
+        wire = script.body
+        if script.encoding == "gzip":
+            wire = gzip_module.compress(wire, mtime=0)
+        elif script.encoding == "deflate":
+            wire = zlib.compress(wire)
+        pieces = _pieces(wire, script)
+        head = [f"HTTP/1.1 {script.status} {_REASONS.get(script.status, 'Status')}", f"content-type: {script.content_type}"]
+        if script.encoding:
+            head.append(f"content-encoding: {script.encoding}")
+        if script.framing == "chunked":
+            head.append("transfer-encoding: chunked")
+        elif script.framing == "length":
+            head.append(f"content-length: {len(wire)}")
+        else:
+            head.append("connection: close")
+        head += [f"{k}: {v}" for k, v in script.headers]
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+        await writer.drain()
+        sent = 0
+        for piece in pieces:
+            if script.cut_at is not None and sent + len(piece) > script.cut_at:
+                piece = piece[: script.cut_at - sent]
+                if piece:
+                    self._write(writer, piece, script)
+                    served.wire += piece
+                    sent += len(piece)
+                    await writer.drain()
+                await asyncio.sleep(0.05)  # let the bytes leave before the cut
+                self._cut(writer, script)
+                return False
+            if script.pause_after is not None and sent >= script.pause_after and not self._paused.is_set():
+                self._paused.set()
+                await asyncio.get_running_loop().run_in_executor(None, self._release.wait, 60)
+            self._write(writer, piece, script)
+            served.wire += piece
+            sent += len(piece)
+            await writer.drain()
+            if script.gap:
+                await asyncio.sleep(script.gap)
+        if script.cut_at is not None and sent >= script.cut_at:
+            await asyncio.sleep(0.05)
+            self._cut(writer, script)
+            return False
+        if script.framing == "chunked":
+            writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        served.done = True
+        if script.framing == "close":
+            writer.close()
+            return False
+        return True
+
+    @staticmethod
+    def _write(writer, piece: bytes, script: Script) -> None:
+        if script.framing == "chunked":
+            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+        else:
+            writer.write(piece)
+
+    @staticmethod
+    def _cut(writer, script: Script) -> None:
+        if script.cut_style == "reset":
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
+        else:
+            writer.close()
+
+
+def _pieces(wire: bytes, script: Script) -> list[bytes]:
+    if script.chunks is not None:
+        assert b"".join(script.chunks) == wire or script.encoding, "chunks must add up to the body"
+        if not script.encoding:
+            return list(script.chunks)
+    if script.chunk_size:
+        return [wire[i : i + script.chunk_size] for i in range(0, len(wire), script.chunk_size)] or [b""]
+    if script.encoding or script.content_type != "text/event-stream":
+        return [wire[i : i + 512] for i in range(0, len(wire), 512)]
+    pieces, start = [], 0
+    while (end := wire.find(b"\n\n", start)) >= 0:
+        pieces.append(wire[start : end + 2])
+        start = end + 2
+    if start < len(wire):
+        pieces.append(wire[start:])
+    return pieces
+
+
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error", 529: "Overloaded"}
+
+
+if __name__ == "__main__":
+    import time
+
+    with Upstream() as up:
+        up.add("demo", Script(b'data: {"hello":"world"}\n\ndata: [DONE]\n\n', gap=0.2))
+        print(f"serving {up.url}/s/demo/ ; ^C to stop", flush=True)
+        try:
+            while True:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            pass
+
+
+# --- a real mitmdump with the streamtap addon ------------------------------------------
+
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import time as _time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+MITMDUMP = REPO / ".venv" / "bin" / "mitmdump"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Mitmdump:
+    """``mitmdump -s addon/tap.py`` in reverse mode in front of ``upstream_url``, on a free loopback port."""
+
+    def __init__(self, upstream_url: str, workdir: Path, *, script: Path | None = REPO / "addon" / "tap.py", options: dict[str, str] | None = None, mode: str | None = None) -> None:
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.record_dir = self.workdir / "recordings"
+        self.confdir = self.workdir / "mitmconf"
+        self.log_path = self.workdir / "mitmdump.log"
+        self.port = free_port()
+        self.args = [str(MITMDUMP), "--mode", mode or f"reverse:{upstream_url}", "--listen-host", "127.0.0.1", "--listen-port", str(self.port)]
+        if script is not None:
+            self.args += ["-s", str(script)]
+        opts = {"confdir": str(self.confdir), "flow_detail": "0", "termlog_verbosity": "info"}
+        if script is not None:
+            opts["streamtap_dir"] = str(self.record_dir)
+        opts.update(options or {})
+        for name, value in opts.items():
+            self.args += ["--set", f"{name}={value}"]
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 20) -> Mitmdump:
+        self._log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=self.workdir, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = _time.monotonic() + timeout
+        while _time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"mitmdump exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self
+            except OSError:
+                _time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"mitmdump did not listen within {timeout} s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def wait_log(self, text: str, count: int = 1, timeout: float = 10) -> str:
+        deadline = _time.monotonic() + timeout
+        while _time.monotonic() < deadline:
+            log = self.log()
+            if log.count(text) >= count:
+                return log
+            _time.sleep(0.02)
+        raise AssertionError(f"{text!r} did not appear {count} time(s) in the mitmdump log:\n{self.log()[-4000:]}")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        if getattr(self, "_log", None):
+            self._log.close()
+
+    def kill9(self) -> None:
+        assert self.process
+        self.process.kill()
+        self.process.wait(5)
+        self._log.close()
+
+    def __enter__(self) -> Mitmdump:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
