@@ -182,15 +182,24 @@ def parse_headers(block: bytes, offset: int = 0) -> dict[str, Any]:
     return headers
 
 
-def _cached_headers(block: bytes, offset: int) -> dict[str, Any]:
-    cached = _HEADER_CACHE.get(block)
-    if cached is None:
-        cached = parse_headers(block, offset)
-        if len(block) <= _HEADER_CACHE_MAX_BLOCK:
-            if len(_HEADER_CACHE) >= _HEADER_CACHE_ENTRIES:
-                _HEADER_CACHE.clear()
-            _HEADER_CACHE[block] = cached
-    return cached.copy()
+def _parse_and_cache(block: bytes, offset: int) -> dict[str, Any]:
+    headers = parse_headers(block, offset)
+    if len(block) <= _HEADER_CACHE_MAX_BLOCK:
+        if len(_HEADER_CACHE) >= _HEADER_CACHE_ENTRIES:
+            _HEADER_CACHE.clear()
+        _HEADER_CACHE[block] = headers
+    return headers
+
+
+# EventStreamMessage is a frozen dataclass; its generated __init__ costs more than the
+# rest of a frame's decoding. Filling its slots directly builds the same object.
+_new_message = object.__new__
+_set_seq = EventStreamMessage.seq.__set__  # type: ignore[attr-defined]
+_set_start = EventStreamMessage.start.__set__  # type: ignore[attr-defined]
+_set_end = EventStreamMessage.end.__set__  # type: ignore[attr-defined]
+_set_raw = EventStreamMessage.raw.__set__  # type: ignore[attr-defined]
+_set_headers = EventStreamMessage.headers.__set__  # type: ignore[attr-defined]
+_set_payload = EventStreamMessage.payload.__set__  # type: ignore[attr-defined]
 
 
 class EventStreamDecoder:
@@ -209,27 +218,28 @@ class EventStreamDecoder:
         self._pending: list[bytes] = []  # chunks that arrived after self._head
         self._available = 0  # unconsumed bytes in head and pending together
         self._need = PRELUDE_LENGTH  # unconsumed bytes the next step needs
+        self._decoding = True  # neither stopped at an error nor closed
         self._stopped = False
         self._closed = False
         self._kept_after_stop = 0
         self._dropped_after_stop = 0
 
     def feed(self, data: bytes) -> list[EventStreamMessage | Malformed]:
-        if not data or self._closed:
-            return []
-        if self._stopped:
+        if self._decoding:
+            self._pending.append(data)
+            self._available += len(data)
+            if self._available < self._need:  # the common case for small reads
+                return []
+            return self._decode()
+        if self._stopped and not self._closed:
             self._keep_after_stop(data)
-            return []
-        self._pending.append(data)
-        self._available += len(data)
-        if self._available < self._need:
-            return []
-        return self._decode()
+        return []
 
     def close(self) -> list[Tail]:
         if self._closed:
             return []
         self._closed = True
+        self._decoding = False
         self._join()
         rest = self._head[self._pos :]
         self._head = b""
@@ -256,25 +266,53 @@ class EventStreamDecoder:
             self._pos = 0
             self._pending = []
 
-    def _decode(self) -> list[EventStreamMessage | Malformed]:
-        self._join()
-        head = self._head
+    def _decode(
+        self,
+        checksum=crc32,
+        unpack_prelude=_unpack_prelude,
+        unpack_u32=_unpack_u32,
+        new=_new_message,
+        message_class=EventStreamMessage,
+        set_seq=_set_seq,
+        set_start=_set_start,
+        set_end=_set_end,
+        set_raw=_set_raw,
+        set_headers=_set_headers,
+        set_payload=_set_payload,
+        cache=_HEADER_CACHE,
+    ) -> list[EventStreamMessage | Malformed]:
+        # The hot path of the whole proxy for Bedrock. Helpers arrive as default
+        # arguments (free locals); a valid frame whose header block was seen before
+        # makes no method call.
+        pending = self._pending
         pos = self._pos
+        head = self._head
+        if pos < len(head):
+            pending.insert(0, head[pos:] if pos else head)
+        self._head_offset += pos
+        self._head = head = pending[0] if len(pending) == 1 else b"".join(pending)
+        self._pending = []
+        pos = 0
         size = len(head)
+        base = self._head_offset
+        seq = self._seq
         limit = self.max_message_length
         events: list[EventStreamMessage | Malformed] = []
-        need = PRELUDE_LENGTH
         append = events.append
-        while size - pos >= PRELUDE_LENGTH:
-            total, headers_length, prelude_crc = _unpack_prelude(head, pos)
-            if crc32(head[pos : pos + 8]) != prelude_crc:
-                error: FramingError = PreludeCRCMismatch(
-                    "prelude checksum mismatch", self._head_offset + pos + 8
-                )
+        need = PRELUDE_LENGTH
+        last_block = b""  # frames in a row tend to share it: compare in place, no slice
+        last_headers: dict[str, Any] = {}
+        last_length = -1
+        while size - pos >= 12:
+            total, headers_length, prelude_crc = unpack_prelude(head, pos)
+            if checksum(head[pos : pos + 8]) != prelude_crc:
+                self._seq = seq
+                error: FramingError = PreludeCRCMismatch("prelude checksum mismatch", base + pos + 8)
                 append(self._fail(head, pos, pos + PRELUDE_LENGTH, error))
                 return events
-            error = self._check_lengths(total, headers_length, self._head_offset + pos)
-            if error is not None:
+            if not (16 <= total <= limit and headers_length <= total - 16 and headers_length <= 131072):
+                self._seq = seq
+                error = self._length_error(total, headers_length, base + pos)
                 append(self._fail(head, pos, pos + PRELUDE_LENGTH, error))
                 return events
             end = pos + total
@@ -282,32 +320,40 @@ class EventStreamDecoder:
                 need = total
                 break
             raw = head[pos:end]
-            if crc32(raw[8:-4], prelude_crc) != _unpack_u32(raw, total - 4)[0]:
-                error = MessageCRCMismatch("message checksum mismatch", self._head_offset + end - 4)
+            if checksum(raw[8:-4], prelude_crc) != unpack_u32(raw, total - 4)[0]:
+                self._seq = seq
+                error = MessageCRCMismatch("message checksum mismatch", base + end - 4)
                 append(self._fail(head, pos, end, error))
                 return events
-            headers_end = PRELUDE_LENGTH + headers_length
-            try:
-                headers = _cached_headers(
-                    raw[PRELUDE_LENGTH:headers_end], self._head_offset + pos + PRELUDE_LENGTH
-                )
-            except InvalidHeaders as header_error:
-                append(self._fail(head, pos, end, header_error))
-                return events
-            start = self._head_offset + pos
-            append(
-                EventStreamMessage(
-                    self._seq, start, start + total, raw, headers, raw[headers_end:-4]
-                )
-            )
-            self._seq += 1
+            headers_end = 12 + headers_length
+            if headers_length != last_length or not raw.startswith(last_block, 12):
+                block = raw[12:headers_end]
+                headers = cache.get(block)
+                if headers is None:
+                    try:
+                        headers = _parse_and_cache(block, base + pos + 12)
+                    except InvalidHeaders as header_error:
+                        self._seq = seq
+                        append(self._fail(head, pos, end, header_error))
+                        return events
+                last_block, last_headers, last_length = block, headers, headers_length
+            message = new(message_class)
+            set_seq(message, seq)
+            set_start(message, base + pos)
+            set_end(message, base + end)
+            set_raw(message, raw)
+            set_headers(message, last_headers.copy())
+            set_payload(message, raw[headers_end:-4])
+            append(message)
+            seq += 1
             pos = end
+        self._seq = seq
         self._pos = pos
         self._available = size - pos
         self._need = need
         return events
 
-    def _check_lengths(self, total: int, headers_length: int, offset: int) -> FramingError | None:
+    def _length_error(self, total: int, headers_length: int, offset: int) -> FramingError:
         if total < MIN_MESSAGE_LENGTH:
             return InvalidMessageLength(
                 f"total length {total} is below the {MIN_MESSAGE_LENGTH}-byte minimum", offset
@@ -325,11 +371,12 @@ class EventStreamDecoder:
                 f"headers length {headers_length} is over the {MAX_HEADERS_LENGTH}-byte limit",
                 offset + 4,
             )
-        return None
+        raise AssertionError("called for lengths that are valid")
 
     def _fail(self, head: bytes, start: int, end: int, error: FramingError) -> Malformed:
         """Stop for good: report the bad unit, keep the rest for close()."""
         self._stopped = True
+        self._decoding = False
         event = Malformed(
             self._seq, self._head_offset + start, self._head_offset + end, head[start:end], error, True
         )
