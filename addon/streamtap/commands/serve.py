@@ -1,0 +1,96 @@
+"""`streamtap serve DIR`: answer HTTP requests from recordings, with timing and faults."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+HELP = "Serve recordings back to real clients (byte-exact, original timing, injected cuts and faults)."
+
+EPILOG = """\
+Requests match a recording by method, path (and query) and a hash of the JSON body;
+unmatched requests get a JSON 404 naming the nearest recordings. Point a client at the
+printed base URL, e.g. OPENAI_BASE_URL=http://127.0.0.1:8080/v1.
+
+timing:  original (recorded gaps) | scale=N (gaps times N) | fast (default)
+faults:  cut:event=N|byte=N|at=tool-args|escaped-quote|between-blocks|before-terminal|prelude|crc[,style=clean|abort|reset]
+         stall:after=N,secs=S  fragment:max=K  latency:ms=M,jitter=J  bandwidth:bps=BITS
+         corrupt:frame=N,field=payload|crc|prelude-crc|length[,byte=0x22]  duplicate|reorder|drop:event=N
+         error:kind=overloaded_error|modelStreamErrorException|openai[,after=N]  swap-tail:with=OTHER.jsonl[,at=N]
+         (several: repeat --fault or join with ';')
+
+examples:
+  streamtap serve recordings/live/
+  streamtap serve --timing original --fault 'cut:at=tool-args,style=abort' recordings/live/x.jsonl
+"""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument("paths", nargs="+", metavar="DIR|FILE", help="recordings (*.jsonl) or directories of them")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
+    parser.add_argument("--port", type=int, default=0, help="port (default: a free one, printed)")
+    parser.add_argument("--timing", default="fast", help="original, scale=N or fast (default)")
+    parser.add_argument("--fault", action="append", default=[], metavar="SPEC", help="inject a fault (repeatable)")
+    parser.add_argument("--once", action="store_true", help="serve each recording once (repeat requests walk through recordings of the same request)")
+    parser.add_argument("--ignore-field", action="append", default=[], metavar="PATH", help="JSON body field left out of matching, dotted (repeatable)")
+    parser.add_argument("--ignore-param", action="append", default=[], metavar="NAME", help="query parameter left out of matching (repeatable)")
+    parser.add_argument("--match-header", action="append", default=[], metavar="NAME", help="request header that must match too (repeatable)")
+    parser.add_argument("--assign-ids", action="store_true", help="add `id: <seq>` lines to SSE streams so any client can resume with Last-Event-ID")
+    parser.add_argument("--fault-header", action="store_true", help=f"honour a per-request fault in the x-streamtap-fault header")
+
+
+def build(args: argparse.Namespace):
+    """(library, options) from the arguments, or UsageError."""
+    from streamtap.cli import UsageError
+    from streamtap.replay.faults import FaultSpecError, Timing, parse_faults
+    from streamtap.replay.match import Library, MatchOptions
+    from streamtap.replay.server import ServeOptions
+    from streamtap.replay.source import RecordingError
+
+    try:
+        timing = Timing.parse(args.timing)
+        faults = [f for spec in args.fault for f in parse_faults(spec)]
+    except FaultSpecError as exc:
+        raise UsageError(str(exc)) from None
+    options = MatchOptions(tuple(args.ignore_field), tuple(args.ignore_param), tuple(h.lower() for h in args.match_header), args.once)
+    try:
+        library = Library.load(args.paths, options)
+    except RecordingError as exc:
+        raise UsageError(str(exc)) from None
+    if not library.entries:
+        raise UsageError(f"no recordings (*.jsonl) under {' '.join(args.paths)}")
+    return library, ServeOptions(timing, faults, args.assign_ids, args.fault_header)
+
+
+def run(args: argparse.Namespace) -> int:
+    from streamtap.cli import UsageError
+    from streamtap.replay.server import ReplayServer
+    from streamtap.replay.source import RecordingError
+
+    library, options = build(args)
+
+    async def main() -> None:
+        server = ReplayServer(library, options)
+        try:
+            await server.start(args.host, args.port)
+        except OSError as exc:
+            raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+        except RecordingError as exc:
+            raise UsageError(str(exc)) from None
+        print(server.base_url, flush=True)
+        print(
+            f"streamtap serve: {len(library.entries)} recording(s), timing {options.timing}, "
+            f"faults: {'; '.join(map(str, options.faults)) or 'none'}; Ctrl-C stops",
+            file=sys.stderr,
+            flush=True,
+        )
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await server.close()
+
+    asyncio.run(main())
+    return 0

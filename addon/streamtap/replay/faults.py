@@ -1,0 +1,693 @@
+"""The fault catalog: spec strings in, a deterministic action plan out (sans-IO).
+
+A fault is one short spec, ``KIND:key=value,key=value``; several are joined with ``;``::
+
+    cut:event=37,style=abort        the body stops right after the event at position 37
+    cut:byte=1200,style=clean       ... after 1200 body bytes
+    cut:at=tool-args                ... at a protocol-aware position (see CUT_POSITIONS)
+    stall:after=10,secs=95          pause 95 s after event 10 (the idle-timeout case)
+    fragment:max=3                  re-chunk into writes of 1..3 bytes
+    latency:ms=20,jitter=5          each write 20±5 ms late
+    bandwidth:bps=80000             at most 80 000 bits per second
+    corrupt:frame=12,field=crc,byte=0x22   set (or, without byte=, flip) one byte
+    duplicate:event=N  reorder:event=N  drop:event=N
+    error:kind=overloaded_error     the provider's own mid-stream error, after=N
+    swap-tail:with=OTHER.jsonl      the tail of another recording, from at=N on
+
+Event positions count the events as served (0 is the first one). ``plan()`` turns a
+``Source`` plus faults plus a timing mode into a ``Plan``: a list of ``Write(data, at)``
+actions (``at`` = seconds after the response started) ending in one ``End(style, at)``,
+and a log line per fault naming its exact byte offset and event. Everything is
+reproducible: the pseudo-random faults take a ``seed`` (default 0).
+
+End styles: ``clean`` ends the HTTP message properly (the transport says "done");
+``abort`` leaves the chunked body unterminated and closes the connection (curl exit 18,
+httpx ``RemoteProtocolError``); ``reset`` closes with a TCP RST.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import struct
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .source import Frame, Source, view_frame
+
+CUT_STYLES = ("clean", "abort", "reset")
+CUT_POSITIONS = ("tool-args", "escaped-quote", "between-blocks", "before-terminal", "prelude", "crc")
+CORRUPT_FIELDS = ("payload", "crc", "prelude-crc", "length")
+
+# kind -> {param: type}; a type is int, float, str or a tuple of allowed words
+_PARAMS: dict[str, dict[str, Any]] = {
+    "cut": {"event": int, "byte": int, "at": CUT_POSITIONS, "style": CUT_STYLES},
+    "stall": {"after": int, "byte": int, "secs": float},
+    "fragment": {"max": int, "seed": int},
+    "latency": {"ms": float, "jitter": float, "seed": int},
+    "bandwidth": {"bps": int},
+    "corrupt": {"frame": int, "field": CORRUPT_FIELDS, "byte": int, "offset": int},
+    "duplicate": {"event": int},
+    "reorder": {"event": int},
+    "drop": {"event": int},
+    "error": {"kind": str, "after": int, "message": str},
+    "swap-tail": {"with": str, "at": int},
+}
+_REQUIRED = {
+    "stall": ("secs",),
+    "fragment": ("max",),
+    "latency": ("ms",),
+    "bandwidth": ("bps",),
+    "duplicate": ("event",),
+    "reorder": ("event",),
+    "drop": ("event",),
+    "error": ("kind",),
+    "swap-tail": ("with",),
+}
+
+ANTHROPIC_ERRORS = (
+    "overloaded_error", "api_error", "rate_limit_error", "timeout_error", "invalid_request_error",
+    "authentication_error", "permission_error", "not_found_error", "billing_error",
+)  # fmt: skip
+BEDROCK_EXCEPTIONS = (
+    "modelStreamErrorException", "internalServerException", "throttlingException",
+    "validationException", "serviceUnavailableException", "modelTimeoutException",
+)  # fmt: skip
+OPENAI_ERRORS = ("openai",)
+
+
+class FaultSpecError(ValueError):
+    """A fault spec that does not parse, or does not fit the recording it is applied to."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    kind: str
+    params: dict[str, Any]
+    spec: str
+
+    def __str__(self) -> str:
+        return self.spec
+
+
+def parse_fault(spec: str) -> Fault:
+    spec = spec.strip()
+    kind, _, rest = spec.partition(":")
+    kind = kind.strip().lower()
+    if kind not in _PARAMS:
+        raise FaultSpecError(f"unknown fault {kind!r} in {spec!r}; known: {', '.join(_PARAMS)}")
+    params: dict[str, Any] = {}
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not eq or not value:
+            raise FaultSpecError(f"{spec!r}: expected key=value, got {item!r}")
+        allowed = _PARAMS[kind]
+        if key not in allowed:
+            raise FaultSpecError(f"{spec!r}: {kind} takes {', '.join(allowed)}, not {key!r}")
+        params[key] = _convert(spec, key, value, allowed[key])
+    for key in _REQUIRED.get(kind, ()):
+        if key not in params:
+            raise FaultSpecError(f"{spec!r}: {kind} needs {key}=")
+    if kind == "cut" and sum(k in params for k in ("byte", "at")) + ("event" in params and "at" not in params) != 1:
+        raise FaultSpecError(f"{spec!r}: cut needs exactly one of event=, byte=, at=")
+    if kind == "fragment" and params["max"] < 1:
+        raise FaultSpecError(f"{spec!r}: fragment max must be >= 1")
+    if kind == "bandwidth" and params["bps"] < 8:
+        raise FaultSpecError(f"{spec!r}: bandwidth bps must be >= 8 (bits per second)")
+    if kind == "corrupt" and "byte" in params and not 0 <= params["byte"] <= 255:
+        raise FaultSpecError(f"{spec!r}: byte must be 0..255")
+    if kind == "error":
+        known = ANTHROPIC_ERRORS + BEDROCK_EXCEPTIONS + OPENAI_ERRORS
+        if params["kind"] not in known and not params["kind"].endswith(("_error", "Exception")):
+            raise FaultSpecError(f"{spec!r}: error kind is one of {', '.join(known)}")
+    return Fault(kind, params, spec)
+
+
+def parse_faults(text: str | None) -> list[Fault]:
+    """Several specs joined with ';' (empty or None: no fault)."""
+    if not text:
+        return []
+    return [parse_fault(part) for part in text.split(";") if part.strip()]
+
+
+def _convert(spec: str, key: str, value: str, kind: Any) -> Any:
+    try:
+        if kind is int:
+            return int(value, 0)
+        if kind is float:
+            return float(value)
+    except ValueError:
+        raise FaultSpecError(f"{spec!r}: {key} must be a number, got {value!r}") from None
+    if isinstance(kind, tuple) and value not in kind:
+        raise FaultSpecError(f"{spec!r}: {key} is one of {', '.join(kind)}, not {value!r}")
+    return value
+
+
+# --- timing -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """``original`` (recorded gaps), ``scale=N`` (gaps times N) or ``fast``."""
+
+    mode: str = "fast"
+    factor: float = 1.0
+
+    @classmethod
+    def parse(cls, text: str) -> Timing:
+        text = text.strip().lower()
+        if text in ("fast", "original"):
+            return cls(text)
+        if text.startswith("scale="):
+            try:
+                factor = float(text[6:])
+            except ValueError:
+                factor = -1.0
+            if factor >= 0:
+                return cls("scale", factor)
+        raise FaultSpecError(f"timing is fast, original or scale=N (N >= 0), not {text!r}")
+
+    def seconds(self, t_ms: float) -> float:
+        if self.mode == "fast":
+            return 0.0
+        return t_ms / 1000.0 * (self.factor if self.mode == "scale" else 1.0)
+
+    def __str__(self) -> str:
+        return f"scale={self.factor:g}" if self.mode == "scale" else self.mode
+
+
+# --- the plan -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    data: bytes
+    at: float  # seconds after the response started, not before
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    style: str  # clean | abort | reset
+    at: float
+
+
+@dataclass(slots=True)
+class Plan:
+    writes: list[Write]
+    end: End
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(w.data for w in self.writes)
+
+
+@dataclass(slots=True)
+class _Piece:
+    data: bytes
+    t_ms: float
+
+
+def plan(
+    source: Source,
+    faults: list[Fault] | None = None,
+    timing: Timing | None = None,
+    *,
+    others: dict[str, Source] | None = None,
+    start_after: int | None = None,
+) -> Plan:
+    """Everything the server writes for one response, and when.
+
+    ``start_after``: serve only the events after this position (Last-Event-ID resume).
+    ``others``: recordings that ``swap-tail:with=`` names, loaded by the caller.
+    """
+    faults = list(faults or [])
+    timing = timing or Timing()
+    log: list[str] = []
+    frames = list(source.frames)
+    reshaped = False
+    for fault in faults:
+        if fault.kind in ("drop", "duplicate", "reorder", "corrupt", "error", "swap-tail"):
+            frames = _EVENT_FAULTS[fault.kind](source, frames, fault, log, others or {})
+            reshaped = True
+    t0 = 0.0
+    if start_after is not None:
+        t0 = frames[start_after].t_ms if 0 <= start_after < len(frames) else 0.0
+        frames = frames[start_after + 1 :]
+        reshaped = True
+    if reshaped or not _reads_tile(source):
+        pieces = [_Piece(f.raw, f.t_ms - t0) for f in frames]
+    else:
+        body = source.body
+        pieces = [_Piece(body[o : o + n], t) for o, n, t in source.reads]
+    ends = _event_ends(frames)
+    style = "clean"
+    stall_at: list[tuple[int, float]] = []
+    for fault in faults:
+        if fault.kind == "cut":
+            position, what = _cut_position(source, frames, ends, fault)
+            pieces = _truncate(pieces, position)
+            style = fault.params.get("style", "clean")
+            log.append(f"{fault.spec}: {style} cut at byte {position} ({what})")
+        elif fault.kind == "stall":
+            if "byte" in fault.params:
+                position, what = fault.params["byte"], f"byte {fault.params['byte']}"
+            else:
+                n = fault.params.get("after", len(ends) // 2)
+                position, what = _event_end(ends, n, fault), f"after event {fault.params.get('after', len(ends) // 2)}"
+            stall_at.append((position, fault.params["secs"]))
+            log.append(f"{fault.spec}: stall {fault.params['secs']:g} s at byte {position} ({what})")
+    for position, _secs in stall_at:
+        pieces = _split_at(pieces, position)
+    writes = _schedule(pieces, timing, stall_at)
+    for fault in faults:
+        if fault.kind == "latency":
+            writes = _latency(writes, fault)
+            log.append(f"{fault.spec}: every write delayed {fault.params['ms']:g}±{fault.params.get('jitter', 0):g} ms")
+        elif fault.kind == "fragment":
+            writes = _fragment(writes, fault)
+            log.append(f"{fault.spec}: {len(writes)} writes of 1..{fault.params['max']} bytes")
+        elif fault.kind == "bandwidth":
+            writes = _bandwidth(writes, fault)
+            log.append(f"{fault.spec}: paced to {fault.params['bps']} bit/s")
+    if timing.mode == "fast" and not any(f.kind in ("fragment", "bandwidth") for f in faults):
+        writes = _coalesce(writes)
+    served = sum(len(w.data) for w in writes)
+    end_at = (writes[-1].at if writes else 0.0) + sum(secs for at, secs in stall_at if at >= served and served)
+    return Plan(writes, End(style, end_at), log)
+
+
+def _reads_tile(source: Source) -> bool:
+    if not source.reads:
+        return False
+    expected = 0
+    for offset, length, _t in source.reads:
+        if offset != expected:
+            return False
+        expected += length
+    return expected == sum(len(f.raw) for f in source.frames)
+
+
+def _event_ends(frames: list[Frame]) -> list[int]:
+    """Byte offset just after each event, by served position (tail bytes excluded)."""
+    ends, pos = [], 0
+    for f in frames:
+        pos += len(f.raw)
+        if f.seq is not None:
+            ends.append(pos)
+    return ends
+
+
+def _event_end(ends: list[int], n: int, fault: Fault) -> int:
+    if n == -1:
+        return 0
+    if not 0 <= n < len(ends):
+        raise FaultSpecError(f"{fault.spec!r}: event {n} does not exist (this stream has {len(ends)} events)")
+    return ends[n]
+
+
+def _truncate(pieces: list[_Piece], position: int) -> list[_Piece]:
+    out, pos = [], 0
+    for p in pieces:
+        if pos >= position:
+            break
+        keep = p.data[: position - pos]
+        out.append(_Piece(keep, p.t_ms))
+        pos += len(keep)
+    return out
+
+
+def _split_at(pieces: list[_Piece], position: int) -> list[_Piece]:
+    out, pos = [], 0
+    for p in pieces:
+        if pos < position < pos + len(p.data):
+            cut = position - pos
+            out += [_Piece(p.data[:cut], p.t_ms), _Piece(p.data[cut:], p.t_ms)]
+        else:
+            out.append(p)
+        pos += len(p.data)
+    return out
+
+
+def _schedule(pieces: list[_Piece], timing: Timing, stalls: list[tuple[int, float]]) -> list[Write]:
+    writes, pos, last = [], 0, 0.0
+    for p in pieces:
+        delay = sum(secs for at, secs in stalls if at <= pos)
+        at = max(last, timing.seconds(p.t_ms)) + delay
+        if p.data:
+            writes.append(Write(p.data, at))
+        last = max(last, timing.seconds(p.t_ms))
+        pos += len(p.data)
+    if not writes:
+        delay = sum(secs for _at, secs in stalls)
+        writes.append(Write(b"", delay))
+    return writes
+
+
+def _latency(writes: list[Write], fault: Fault) -> list[Write]:
+    rng = random.Random(fault.params.get("seed", 0))
+    ms, jitter = fault.params["ms"], fault.params.get("jitter", 0.0)
+    out, last = [], 0.0
+    for w in writes:
+        at = max(last, w.at + max(0.0, ms + rng.uniform(-jitter, jitter)) / 1000.0)
+        out.append(Write(w.data, at))
+        last = at
+    return out
+
+
+def _fragment(writes: list[Write], fault: Fault) -> list[Write]:
+    rng = random.Random(fault.params.get("seed", 0))
+    out = []
+    for w in writes:
+        data = w.data
+        while data:
+            n = rng.randint(1, fault.params["max"])
+            out.append(Write(data[:n], w.at))
+            data = data[n:]
+    return out or writes
+
+
+def _bandwidth(writes: list[Write], fault: Fault) -> list[Write]:
+    rate = fault.params["bps"] / 8.0  # bytes per second
+    quantum = max(1, int(rate / 100))  # about 10 ms of bytes per write
+    out, clock = [], 0.0
+    for w in writes:
+        data = w.data
+        while data:
+            piece, data = data[:quantum], data[quantum:]
+            clock = max(clock, w.at)
+            out.append(Write(piece, clock))
+            clock += len(piece) / rate
+    return out or writes
+
+
+def _coalesce(writes: list[Write], limit: int = 256 * 1024) -> list[Write]:
+    out: list[Write] = []
+    buf: list[bytes] = []
+    size, at = 0, None
+    for w in writes:
+        if buf and (w.at != at or size + len(w.data) > limit):
+            out.append(Write(b"".join(buf), at))
+            buf, size = [], 0
+        buf.append(w.data)
+        size += len(w.data)
+        at = w.at
+    if buf:
+        out.append(Write(b"".join(buf), at))
+    return out
+
+
+# --- event-level faults -------------------------------------------------------------------
+
+
+def _positions(frames: list[Frame]) -> list[int]:
+    """Index into frames of each event, by served position."""
+    return [i for i, f in enumerate(frames) if f.seq is not None]
+
+
+def _frame_index(frames: list[Frame], n: int, fault: Fault) -> int:
+    idx = _positions(frames)
+    if not 0 <= n < len(idx):
+        raise FaultSpecError(f"{fault.spec!r}: event {n} does not exist (this stream has {len(idx)} events)")
+    return idx[n]
+
+
+def _offset_of(frames: list[Frame], i: int) -> int:
+    return sum(len(f.raw) for f in frames[:i])
+
+
+def _drop(source, frames, fault, log, others):
+    i = _frame_index(frames, fault.params["event"], fault)
+    log.append(f"{fault.spec}: dropped event {fault.params['event']} ({len(frames[i].raw)} bytes at byte {_offset_of(frames, i)})")
+    return frames[:i] + frames[i + 1 :]
+
+
+def _duplicate(source, frames, fault, log, others):
+    i = _frame_index(frames, fault.params["event"], fault)
+    log.append(f"{fault.spec}: event {fault.params['event']} sent twice (again at byte {_offset_of(frames, i + 1)})")
+    return frames[: i + 1] + [frames[i]] + frames[i + 1 :]
+
+
+def _reorder(source, frames, fault, log, others):
+    n = fault.params["event"]
+    i = _frame_index(frames, n, fault)
+    j = _frame_index(frames, n + 1, fault)
+    out = list(frames)
+    out[i], out[j] = replace(frames[j], t_ms=frames[i].t_ms), replace(frames[i], t_ms=frames[j].t_ms)
+    log.append(f"{fault.spec}: events {n} and {n + 1} swapped (at byte {_offset_of(frames, i)})")
+    return out
+
+
+def _corrupt(source, frames, fault, log, others):
+    n = fault.params.get("frame", len(_positions(frames)) // 2)
+    i = _frame_index(frames, n, fault)
+    raw = bytearray(frames[i].raw)
+    where = fault.params.get("field", "payload")
+    view = view_frame(bytes(raw), source.wire)
+    if source.wire == "eventstream":
+        base = {"crc": len(raw) - 4, "prelude-crc": 8, "length": 0, "payload": view.payload_start}[where]
+        size = {"crc": 4, "prelude-crc": 4, "length": 4, "payload": view.payload_end - view.payload_start}[where]
+        default = {"length": 3, "payload": size // 2}.get(where, 0)
+    elif where == "payload":
+        base, size = view.payload_start, view.payload_end - view.payload_start
+        default = size // 2
+    else:
+        raise FaultSpecError(f"{fault.spec!r}: field={where} needs an event-stream recording; use field=payload")
+    offset = fault.params.get("offset", default)
+    if not 0 <= offset < max(size, 1) or base + offset >= len(raw):
+        raise FaultSpecError(f"{fault.spec!r}: offset {offset} is outside the {where} ({size} bytes)")
+    at = base + offset
+    old = raw[at]
+    raw[at] = fault.params["byte"] if "byte" in fault.params else old ^ 0xFF
+    log.append(
+        f"{fault.spec}: event {n} {where} byte {offset} (body byte {_offset_of(frames, i) + at}) "
+        f"0x{old:02x} -> 0x{raw[at]:02x}"
+    )
+    out = list(frames)
+    out[i] = replace(frames[i], raw=bytes(raw))
+    return out
+
+
+def _error(source, frames, fault, log, others):
+    n = fault.params.get("after", len(_positions(frames)) // 2)
+    i = _frame_index(frames, n, fault) if n >= 0 else -1
+    kind = fault.params["kind"]
+    message = fault.params.get("message")
+    t = frames[i].t_ms if i >= 0 else 0.0
+    injected = [Frame(-1, raw, t) for raw in error_frames(source, kind, message, i + 1)]
+    log.append(f"{fault.spec}: {kind} injected after event {n} at byte {_offset_of(frames, i + 1)}; the rest is dropped")
+    return frames[: i + 1] + injected
+
+
+def error_frames(source: Source, kind: str, message: str | None, position: int) -> list[bytes]:
+    """The provider's own mid-stream error, in the recording's wire format."""
+    if source.wire == "eventstream":
+        if not kind.endswith("Exception"):
+            raise FaultSpecError(f"error kind {kind!r} does not fit an event-stream; use one of {', '.join(BEDROCK_EXCEPTIONS)}")
+        from streamtap.wire import encode_message
+
+        payload: dict[str, Any] = {"message": message or "Model Stream Error"}
+        if kind == "modelStreamErrorException":
+            payload |= {"originalStatusCode": 500, "originalMessage": message or "The model stream failed."}
+        headers = {":message-type": "exception", ":exception-type": kind, ":content-type": "application/json"}
+        return [encode_message(headers, json.dumps(payload, separators=(",", ":")).encode())]
+    if kind.endswith("Exception"):
+        raise FaultSpecError(f"error kind {kind!r} needs an event-stream (Bedrock) recording")
+    if kind == "openai":
+        if source.dialect == "openai-responses":
+            body = {"type": "error", "code": "server_error", "message": message or "The server had an error while processing your request.", "param": None, "sequence_number": position}
+            return [b"event: error\ndata: " + _json(body) + b"\n\n"]
+        body = {"error": {"message": message or "The server had an error while processing your request.", "type": "server_error", "param": None, "code": None}}
+        if source.wire == "ndjson":
+            return [_json({"error": body["error"]["message"]}) + b"\n"]
+        return [b"data: " + _json(body) + b"\n\n", b"data: [DONE]\n\n"]
+    if source.wire != "sse":
+        raise FaultSpecError(f"error kind {kind!r} needs an SSE recording")
+    body = {"type": "error", "error": {"type": kind, "message": message or ("Overloaded" if kind == "overloaded_error" else "Injected by streamtap")}}
+    return [b"event: error\ndata: " + _json(body) + b"\n\n"]
+
+
+def _json(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _swap_tail(source, frames, fault, log, others):
+    other = others.get(fault.params["with"])
+    if other is None:
+        raise FaultSpecError(f"{fault.spec!r}: recording {fault.params['with']!r} was not loaded")
+    if other.wire != source.wire:
+        raise FaultSpecError(f"{fault.spec!r}: {fault.params['with']} is {other.wire}, this recording is {source.wire}")
+    n = fault.params.get("at", len(_positions(frames)) // 2)
+    i = _frame_index(frames, n, fault)
+    j = _frame_index(other.frames, n, fault) if n < len(_positions(other.frames)) else len(other.frames) - 1
+    shift = frames[i].t_ms - other.frames[j].t_ms
+    tail = [replace(f, t_ms=max(frames[i].t_ms, f.t_ms + shift)) for f in other.frames[j + 1 :]]
+    log.append(f"{fault.spec}: after event {n} (byte {_offset_of(frames, i + 1)}) the tail of {fault.params['with']} ({len(tail)} events)")
+    return frames[: i + 1] + tail
+
+
+_EVENT_FAULTS = {
+    "drop": _drop,
+    "duplicate": _duplicate,
+    "reorder": _reorder,
+    "corrupt": _corrupt,
+    "error": _error,
+    "swap-tail": _swap_tail,
+}
+
+
+# --- protocol-aware cut positions ----------------------------------------------------------
+
+
+def _cut_position(source: Source, frames: list[Frame], ends: list[int], fault: Fault) -> tuple[int, str]:
+    p = fault.params
+    if "byte" in p:
+        total = sum(len(f.raw) for f in frames)
+        if not 0 <= p["byte"] <= total:
+            raise FaultSpecError(f"{fault.spec!r}: byte {p['byte']} is past the end ({total} bytes)")
+        return p["byte"], f"byte {p['byte']}"
+    if "at" not in p:
+        return _event_end(ends, p["event"], fault), f"after event {p['event']}"
+    found = protocol_positions(source, frames, only=p["at"], pick=p.get("event"))
+    if not found:
+        raise FaultSpecError(f"{fault.spec!r}: this {source.wire} recording has no {p['at']} position")
+    return found[0][1], found[0][2]
+
+
+def protocol_positions(
+    source: Source, frames: list[Frame] | None = None, *, only: str | None = None, pick: int | None = None
+) -> list[tuple[str, int, str]]:
+    """(name, byte offset, description) for each protocol-aware cut position the stream has."""
+    frames = source.frames if frames is None else frames
+    starts, pos = [], 0
+    for f in frames:
+        starts.append(pos)
+        pos += len(f.raw)
+    views = [view_frame(f.raw, source.wire) if f.seq is not None else None for f in frames]
+    events = [i for i, f in enumerate(frames) if f.seq is not None]
+    out: list[tuple[str, int, str]] = []
+
+    def want(name: str) -> bool:
+        return only is None or only == name
+
+    if want("tool-args"):
+        for n, i in enumerate(events):
+            inner = _tool_args_offset(frames[i].raw, views[i], source.wire)
+            if inner is not None:
+                out.append(("tool-args", starts[i] + inner, f"inside the tool-call arguments of event {n}"))
+                break
+    if want("escaped-quote"):
+        for n, i in enumerate(events):
+            k = frames[i].raw.find(b'\\"')
+            if k >= 0:
+                out.append(("escaped-quote", starts[i] + k + 2, f"right after an escaped quote in event {n}"))
+                break
+    if want("between-blocks"):
+        found = _between_blocks(views, events)
+        if found is not None:
+            n, i = found
+            out.append(("between-blocks", starts[i] + len(frames[i].raw), f"between two content blocks, after event {n}"))
+    if want("before-terminal"):
+        for n, i in enumerate(events):
+            if _is_terminal(views[i]):
+                out.append(("before-terminal", starts[i], f"just before the terminal event {n} ({views[i].name})"))
+                break
+    if source.wire == "eventstream" and events:
+        n = pick if pick is not None and 0 <= pick < len(events) else len(events) // 2
+        i = events[n]
+        if want("prelude"):
+            out.append(("prelude", starts[i] + 6, f"inside the prelude of event {n}"))
+        if want("crc"):
+            out.append(("crc", starts[i] + len(frames[i].raw) - 2, f"inside the message CRC of event {n}"))
+    return out
+
+
+_TOOL_ARG_KEYS = (b'"partial_json":"', b'"arguments":"', b'"input":"', b'"delta":"')
+
+
+def _tool_args_offset(raw: bytes, view, wire: str) -> int | None:
+    data = view.data if view else None
+    if not isinstance(data, dict):
+        return None
+    fragment = _tool_fragment(data)
+    if not fragment:
+        return None
+    if wire == "eventstream":
+        return (view.payload_start + view.payload_end) // 2
+    for key in _TOOL_ARG_KEYS:
+        k = raw.find(key)
+        if k < 0:
+            k = raw.find(key.replace(b":", b": "))
+            key = key.replace(b":", b": ")
+        if k >= 0:
+            return k + len(key) + 1
+    return None
+
+
+def _tool_fragment(data: dict) -> str:
+    """The tool-call argument text this event carries, if any."""
+    kind = data.get("type")
+    if kind == "content_block_delta":
+        delta = data.get("delta") or {}
+        return delta.get("partial_json", "") if delta.get("type") == "input_json_delta" else ""
+    if kind == "response.function_call_arguments.delta":
+        return data.get("delta", "")
+    for choice in data.get("choices") or []:
+        for call in (choice.get("delta") or {}).get("tool_calls") or []:
+            if (call.get("function") or {}).get("arguments"):
+                return call["function"]["arguments"]
+    delta = data.get("delta")
+    if isinstance(delta, dict) and isinstance(delta.get("toolUse"), dict):
+        return delta["toolUse"].get("input", "")
+    return ""
+
+
+def _block_key(view) -> Any:
+    data = view.data if view else None
+    if not isinstance(data, dict):
+        return None
+    kind = data.get("type")
+    if isinstance(kind, str) and kind.startswith("content_block_"):
+        return ("a", data.get("index"))
+    if isinstance(kind, str) and kind.startswith("response.") and "output_index" in data:
+        return ("r", data["output_index"])
+    if "contentBlockIndex" in data:
+        return ("c", data["contentBlockIndex"])
+    for choice in data.get("choices") or []:
+        delta = choice.get("delta") or {}
+        if delta.get("tool_calls"):
+            return ("t", choice.get("index"), delta["tool_calls"][0].get("index"))
+        if delta.get("content"):
+            return ("t", choice.get("index"), "content")
+    return None
+
+
+def _between_blocks(views, events) -> tuple[int, int] | None:
+    last_key, last = None, None
+    for n, i in enumerate(events):
+        key = _block_key(views[i])
+        if key is None:
+            continue
+        if last_key is not None and key != last_key:
+            return last
+        last_key, last = key, (n, i)
+    return None
+
+
+def _is_terminal(view) -> bool:
+    if view is None:
+        return False
+    if view.data == "[DONE]":
+        return True
+    if view.name in ("message_stop", "response.completed", "messageStop"):
+        return True
+    data = view.data
+    return isinstance(data, dict) and data.get("type") in ("message_stop", "response.completed")
+
+
+def event_boundaries(source: Source) -> list[int]:
+    """Every position N for ``cut:event=N`` (after each event but the last)."""
+    n = sum(1 for f in source.frames if f.seq is not None)
+    return list(range(-1, n - 1)) if n else []

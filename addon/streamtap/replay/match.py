@@ -1,0 +1,179 @@
+"""Which recording answers a request: method + path (+ query) + hash of the normalized JSON body.
+
+Normalizing means: parse the JSON, drop the ignored fields (dotted paths such as
+``metadata.user_id``), serialize with sorted keys. Headers play no part unless named with
+``match_headers`` (their recorded values are redacted where secret, so secrets never match).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
+
+from .source import RecordingError, Source, load_source
+
+
+def normalize_body(body: Any, ignore_fields: Iterable[str] = ()) -> Any:
+    if isinstance(body, (bytes, bytearray)):
+        if not body:
+            return None
+        try:
+            body = json.loads(body)
+        except ValueError:
+            return body.decode("utf-8", "replace")
+    for dotted in ignore_fields:
+        _drop_path(body, dotted.split("."))
+    return body
+
+
+def _drop_path(obj: Any, parts: list[str]) -> None:
+    if not isinstance(obj, dict) or not parts:
+        return
+    if len(parts) == 1:
+        obj.pop(parts[0], None)
+    else:
+        _drop_path(obj.get(parts[0]), parts[1:])
+
+
+def body_hash(body: Any) -> str:
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    method: str
+    path: str
+    body: str  # body_hash
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "path": self.path, "body_sha256": self.body, "headers": dict(self.headers)}
+
+
+@dataclass(slots=True)
+class MatchOptions:
+    ignore_fields: tuple[str, ...] = ()
+    ignore_params: tuple[str, ...] = ()
+    match_headers: tuple[str, ...] = ()
+    once: bool = False  # serve each recording once (several recordings of one request: in order)
+
+
+@dataclass(slots=True)
+class _Entry:
+    source: Source
+    key: Key
+    body: Any
+    served: int = 0
+
+
+class Library:
+    """The recordings a server answers from, indexed by request key."""
+
+    def __init__(self, sources: Iterable[Source], options: MatchOptions | None = None) -> None:
+        self.options = options or MatchOptions()
+        self._lock = threading.Lock()
+        self.entries: list[_Entry] = []
+        for source in sources:
+            body = normalize_body(_copy(source.request_body), self.options.ignore_fields)
+            key = self.key(source.method, source.path_and_query, source.request_headers, body)
+            self.entries.append(_Entry(source, key, body))
+
+    @classmethod
+    def load(cls, paths: Iterable[str | Path], options: MatchOptions | None = None) -> Library:
+        """Recordings from files and directories (``*.jsonl`` under a directory, recursively)."""
+        files: list[Path] = []
+        for path in map(Path, paths):
+            if path.is_dir():
+                files += sorted(p for p in path.rglob("*.jsonl") if p.is_file())
+            elif path.is_file():
+                files.append(path)
+            else:
+                raise RecordingError(f"{path}: no such file or directory")
+        return cls([load_source(f) for f in files], options)
+
+    def key(self, method: str, target: str, headers: dict[str, str], body: Any) -> Key:
+        parts = urlsplit(target)
+        path = unquote(parts.path) or "/"
+        query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in self.options.ignore_params]
+        if query:
+            path += "?" + urlencode(sorted(query))
+        wanted = tuple((h, headers.get(h, "")) for h in self.options.match_headers)
+        return Key(method.upper(), path, body_hash(body), wanted)
+
+    def match(self, method: str, target: str, headers: dict[str, str], body: bytes) -> Source | None:
+        key = self.request_key(method, target, headers, body)
+        with self._lock:
+            for entry in self.entries:
+                if entry.key == key and not (self.options.once and entry.served):
+                    entry.served += 1
+                    return entry.source
+        return None
+
+    def has_match(self, method: str, target: str, headers: dict[str, str], body: bytes) -> bool:
+        key = self.request_key(method, target, headers, body)
+        return any(e.key == key and not (self.options.once and e.served) for e in self.entries)
+
+    def request_key(self, method: str, target: str, headers: dict[str, str], body: bytes) -> Key:
+        lowered = {k.lower(): v for k, v in headers.items()}
+        return self.key(method, target, lowered, normalize_body(body, self.options.ignore_fields))
+
+    def explain(self, method: str, target: str, headers: dict[str, str], body: bytes, limit: int = 3) -> dict[str, Any]:
+        """The body of the 404: what was looked for and the nearest recordings."""
+        key = self.request_key(method, target, headers, body)
+        wanted = normalize_body(body, self.options.ignore_fields)
+        ranked = sorted(self.entries, key=lambda e: _distance(key, wanted, e))
+        nearest = []
+        for entry in ranked[:limit]:
+            nearest.append(
+                {
+                    "recording": entry.source.path,
+                    "method": entry.key.method,
+                    "path": entry.key.path,
+                    "body_sha256": entry.key.body,
+                    "differs_in": _differences(key, wanted, entry),
+                    "already_served": bool(self.options.once and entry.served),
+                }
+            )
+        return {
+            "error": {
+                "type": "streamtap_no_recording",
+                "message": f"no recording answers {key.method} {key.path} (body {key.body}); {len(self.entries)} loaded",
+                "looked_for": key.to_dict(),
+                "nearest": nearest,
+            }
+        }
+
+
+def _copy(body: Any) -> Any:
+    return json.loads(json.dumps(body)) if isinstance(body, (dict, list)) else body
+
+
+def _differences(key: Key, body: Any, entry: _Entry) -> list[str]:
+    out = []
+    if key.method != entry.key.method:
+        out.append("method")
+    if key.path != entry.key.path:
+        out.append("path")
+    if key.headers != entry.key.headers:
+        out += [f"header {h}" for (h, v), (_, w) in zip(key.headers, entry.key.headers) if v != w]
+    if key.body != entry.key.body:
+        if isinstance(body, dict) and isinstance(entry.body, dict):
+            fields = sorted(k for k in body.keys() | entry.body.keys() if body.get(k) != entry.body.get(k))
+            out += [f"body.{k}" for k in fields] or ["body"]
+        else:
+            out.append("body")
+    if not out and entry.served:
+        out.append("already served (--once)")
+    return out
+
+
+def _distance(key: Key, body: Any, entry: _Entry) -> tuple[int, int, int]:
+    diffs = _differences(key, body, entry)
+    return (key.path != entry.key.path, key.method != entry.key.method, len(diffs))

@@ -1,0 +1,367 @@
+"""The replay server: HTTP/1.1 on raw asyncio streams, answering requests from recordings.
+
+Raw streams because the point is byte-level control: each planned write becomes one HTTP
+chunk at its time, a clean end is the ``0`` chunk, an abort is an unterminated chunked
+body followed by FIN, a reset is SO_LINGER 0 then close (RST). Everything else about
+the response (which bytes, when) comes from ``faults.plan``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from http import HTTPStatus
+from typing import Any
+
+from .faults import Fault, FaultSpecError, Plan, Timing, parse_faults, plan
+from .match import Library
+from .source import Source, load_source
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
+        "te", "trailer", "trailers", "transfer-encoding", "upgrade", "content-length", "content-encoding",
+    }
+)  # fmt: skip
+FAULT_HEADER = "x-streamtap-fault"
+MAX_HEADER_BYTES = 64 * 1024
+
+
+@dataclass(slots=True)
+class ServeOptions:
+    timing: Timing = field(default_factory=Timing)
+    faults: list[Fault] = field(default_factory=list)
+    assign_ids: bool = False  # add `id: <seq>` lines to SSE streams so any client can resume
+    fault_header: bool = False  # honour x-streamtap-fault request headers (opt-in)
+    fault_on_resume: bool = False  # apply the faults to Last-Event-ID resumes too
+
+
+@dataclass(slots=True)
+class Served:
+    """One answered request, for logs and tests."""
+
+    method: str
+    target: str
+    status: int
+    recording: str | None
+    log: list[str]
+    end: str | None = None
+    resumed_after: str | None = None
+
+
+class ReplayServer:
+    def __init__(
+        self,
+        library: Library,
+        options: ServeOptions | None = None,
+        *,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.library = library
+        self.options = options or ServeOptions()
+        self.log = log if log is not None else _stderr
+        self.served: list[Served] = []
+        self._server: asyncio.base_events.Server | None = None
+        self._others: dict[str, Source] = {}
+        self._with_ids: dict[int, Source] = {}
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.host, self.port = "127.0.0.1", 0
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> ReplayServer:
+        self._load_others(self.options.faults)
+        self._server = await asyncio.start_server(self._connection, host, port, limit=MAX_HEADER_BYTES)
+        self.host, self.port = self._server.sockets[0].getsockname()[:2]
+        return self
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for writer in list(self._writers):
+                writer.transport.abort()
+            await self._server.wait_closed()
+            self._server = None
+
+    def _load_others(self, faults: list[Fault]) -> None:
+        for fault in faults:
+            if fault.kind == "swap-tail" and fault.params["with"] not in self._others:
+                self._others[fault.params["with"]] = load_source(fault.params["with"])
+
+    # --- HTTP ------------------------------------------------------------------------------
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            while True:
+                request = await _read_request(reader, writer)
+                if request is None:
+                    break
+                keep_open = await self._answer(request, writer)
+                if not keep_open:
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass
+        except _BadRequest as exc:
+            await _send_json(writer, 400, {"error": {"type": "bad_request", "message": str(exc)}}, close=True)
+        finally:
+            self._writers.discard(writer)
+            if not writer.transport.is_closing():
+                writer.close()
+
+    async def _answer(self, request: _Request, writer: asyncio.StreamWriter) -> bool:
+        lib = self.library
+        source = lib.match(request.method, request.target, request.headers, request.body)
+        if source is None:
+            body = lib.explain(request.method, request.target, request.headers, request.body)
+            self._record(Served(request.method, request.target, 404, None, []))
+            await _send_json(writer, 404, body, close=not request.keep_alive)
+            return request.keep_alive
+        faults = self.options.faults
+        if self.options.fault_header and FAULT_HEADER in request.headers:
+            try:
+                faults = faults + parse_faults(request.headers[FAULT_HEADER])
+                self._load_others(faults)
+            except (FaultSpecError, ValueError) as exc:
+                await _send_json(writer, 400, {"error": {"type": "streamtap_bad_fault", "message": str(exc)}})
+                return request.keep_alive
+        if self.options.assign_ids and source.wire == "sse":
+            source = self._with_ids.setdefault(id(source), with_event_ids(source))
+        resume_id = request.headers.get("last-event-id")
+        start_after = None
+        if resume_id is not None:
+            start_after = resume_position(source, resume_id)
+            if start_after is None:
+                message = f"Last-Event-ID {resume_id!r} names no event of {source.path}"
+                self._record(Served(request.method, request.target, 404, source.path, []))
+                await _send_json(writer, 404, {"error": {"type": "streamtap_unknown_event_id", "message": message}})
+                return request.keep_alive
+            if not self.options.fault_on_resume:
+                faults = []
+        try:
+            the_plan = plan(source, faults, self.options.timing, others=self._others, start_after=start_after)
+        except FaultSpecError as exc:
+            await _send_json(writer, 400, {"error": {"type": "streamtap_bad_fault", "message": str(exc)}})
+            return request.keep_alive
+        served = Served(request.method, request.target, source.status, source.path, the_plan.log, None, resume_id)
+        self._record(served)
+        await self._stream(source, the_plan, writer, request)
+        served.end = the_plan.end.style
+        return the_plan.end.style == "clean" and request.keep_alive
+
+    def _record(self, served: Served) -> None:
+        self.served.append(served)
+        where = served.recording or "no recording"
+        self.log(f"streamtap replay: {served.method} {served.target} -> {served.status} ({where})")
+        for line in served.log:
+            self.log(f"streamtap replay:   fault {line}")
+
+    async def _stream(self, source: Source, the_plan: Plan, writer: asyncio.StreamWriter, request: _Request) -> None:
+        head = [f"HTTP/1.1 {source.status} {_reason(source.status)}"]
+        head += [f"{k}: {v}" for k, v in source.headers if k.lower() not in HOP_BY_HOP]
+        head += ["transfer-encoding: chunked", "connection: keep-alive" if request.keep_alive else "connection: close"]
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1", "replace"))
+        await writer.drain()
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for write in the_plan.writes:
+            delay = start + write.at - loop.time()
+            if delay > 0:
+                await _sleep_until(loop, start + write.at)
+            if write.data:
+                writer.write(b"%x\r\n%b\r\n" % (len(write.data), write.data))
+                await writer.drain()
+        delay = start + the_plan.end.at - loop.time()
+        if delay > 0:
+            await _sleep_until(loop, start + the_plan.end.at)
+        style = the_plan.end.style
+        if style == "clean":
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            if not request.keep_alive:
+                writer.close()
+        elif style == "abort":
+            await writer.drain()
+            writer.close()  # FIN after an unterminated chunked body
+        else:  # reset
+            await writer.drain()
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
+
+
+async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+    """asyncio.sleep wakes up to a millisecond late; sleep short, then yield until the deadline."""
+    remaining = deadline - loop.time()
+    if remaining > 0.002:
+        await asyncio.sleep(remaining - 0.0015)
+    while loop.time() < deadline:
+        await asyncio.sleep(0)
+
+
+# --- resume ---------------------------------------------------------------------------------
+
+
+def with_event_ids(source: Source) -> Source:
+    """The same stream with an ``id: <seq>`` line opening every SSE event."""
+    frames = [
+        replace(f, raw=b"id: %d\n" % f.seq + f.raw) if f.seq is not None else f
+        for f in source.frames
+    ]
+    return replace(source, frames=frames, reads=[])
+
+
+def resume_position(source: Source, last_event_id: str) -> int | None:
+    """Index of the frame whose event carries ``last_event_id`` (the last such), or None."""
+    current = ""
+    found = None
+    for i, frame in enumerate(source.frames):
+        if frame.seq is None:
+            continue
+        for line in frame.raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n"):
+            if line.startswith(b"id:"):
+                value = line[3:]
+                value = value[1:] if value.startswith(b" ") else value
+                if b"\0" not in value:
+                    current = value.decode("utf-8", "replace")
+        if current == last_event_id:
+            found = i
+    return found
+
+
+# --- HTTP/1.1 plumbing -------------------------------------------------------------------
+
+
+class _BadRequest(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class _Request:
+    method: str
+    target: str
+    headers: dict[str, str]
+    body: bytes
+    keep_alive: bool
+
+
+async def _read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> _Request | None:
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError:
+        return None
+    lines = head.decode("latin-1").split("\r\n")
+    try:
+        method, target, version = lines[0].split(" ", 2)
+    except ValueError:
+        raise _BadRequest(f"bad request line {lines[0][:80]!r}") from None
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if not line:
+            continue
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if headers.get("expect", "").lower() == "100-continue":
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        body = await _read_chunked(reader)
+    else:
+        try:
+            length = int(headers.get("content-length", "0"))
+        except ValueError:
+            raise _BadRequest("bad content-length") from None
+        body = await reader.readexactly(length) if length else b""
+    connection = headers.get("connection", "").lower()
+    keep_alive = "close" not in connection and (version != "HTTP/1.0" or "keep-alive" in connection)
+    return _Request(method.upper(), target, headers, body, keep_alive)
+
+
+async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
+    body = bytearray()
+    while True:
+        size_line = await reader.readuntil(b"\r\n")
+        try:
+            size = int(size_line.split(b";")[0], 16)
+        except ValueError:
+            raise _BadRequest("bad chunk size") from None
+        if size == 0:
+            while (await reader.readuntil(b"\r\n")) != b"\r\n":
+                pass
+            return bytes(body)
+        body += await reader.readexactly(size)
+        await reader.readexactly(2)
+
+
+async def _send_json(writer: asyncio.StreamWriter, status: int, body: Any, close: bool = False) -> None:
+    data = json.dumps(body, indent=1).encode()
+    head = (
+        f"HTTP/1.1 {status} {_reason(status)}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(data)}\r\nconnection: {'close' if close else 'keep-alive'}\r\n\r\n"
+    )
+    writer.write(head.encode() + data)
+    await writer.drain()
+    if close:
+        writer.close()
+
+
+def _reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Status"
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+# --- running a server beside synchronous code (tests, the pytest plugin, the sweep) ------
+
+
+class ServerThread:
+    """A ReplayServer on its own event loop in a daemon thread: ``with ServerThread(...) as s: s.base_url``."""
+
+    def __init__(self, library: Library, options: ServeOptions | None = None, *, host: str = "127.0.0.1", port: int = 0, log: Callable[[str], None] | None = None) -> None:
+        self.server = ReplayServer(library, options, log=log if log is not None else (lambda line: None))
+        self._host, self._port = host, port
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="streamtap-replay", daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return self.server.base_url
+
+    @property
+    def served(self) -> list[Served]:
+        return self.server.served
+
+    def start(self) -> ServerThread:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self.server.start(self._host, self._port), self._loop).result(10)
+        return self
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(self.server.close(), self._loop).result(10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+        self._loop.close()
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,292 @@
+"""What replay serves: one recorded exchange, reduced to the parts a server needs.
+
+A ``Source`` is built from a recording file (``load_source``) or directly from bytes
+(``Source.from_frames``, used by tests and the fault catalog). It keeps the request that
+was answered (for matching), the response status and headers, the body as a list of
+frames that tile it, and the network reads (offset, length, arrival) that give the
+original chunking and timing.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+
+@dataclass(slots=True, frozen=True)
+class Frame:
+    seq: int | None  # None for tail bytes that never formed an event
+    raw: bytes
+    t_ms: float
+
+
+@dataclass(slots=True)
+class Source:
+    path: str
+    method: str
+    url: str
+    request_body: Any  # the decoded JSON request body, or None
+    status: int
+    headers: list[tuple[str, str]]
+    frames: list[Frame]
+    reads: list[tuple[int, int, float]] = field(default_factory=list)
+    wire: str = "sse"
+    dialect: str = "unknown"
+    request_headers: dict[str, str] = field(default_factory=dict)  # lower-case names, as recorded (redacted)
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(f.raw for f in self.frames)
+
+    @property
+    def path_and_query(self) -> str:
+        parts = urlsplit(self.url)
+        return parts.path + (f"?{parts.query}" if parts.query else "") or "/"
+
+    @classmethod
+    def from_frames(
+        cls,
+        raws: list[bytes],
+        *,
+        wire: str = "sse",
+        dialect: str = "unknown",
+        gap_ms: float = 0.0,
+        method: str = "POST",
+        url: str = "http://127.0.0.1/",
+        request_body: Any = None,
+        status: int = 200,
+        headers: list[tuple[str, str]] | None = None,
+        path: str = "<constructed>",
+    ) -> Source:
+        frames = [Frame(i, raw, i * gap_ms) for i, raw in enumerate(raws)]
+        if headers is None:
+            headers = [("content-type", CONTENT_TYPES.get(wire, "application/octet-stream"))]
+        return cls(path, method, url, request_body, status, headers, frames, [], wire, dialect)
+
+
+CONTENT_TYPES = {
+    "sse": "text/event-stream",
+    "eventstream": "application/vnd.amazon.eventstream",
+    "ndjson": "application/x-ndjson",
+    "json-array": "application/json",
+}
+
+
+class RecordingError(ValueError):
+    """A file that cannot be served: not a recording, or unreadable."""
+
+
+def load_source(path: str | Path) -> Source:
+    """Read a streamtap recording (JSONL) into a Source."""
+    path = Path(path)
+    try:
+        from streamtap.recording import read_recording  # the addon engineer's reader
+    except ImportError:
+        read_recording = None
+    if read_recording is not None:
+        try:
+            rec = read_recording(path)
+        except Exception as exc:  # their reader's error types are theirs; say which file
+            raise RecordingError(f"{path}: {exc}") from exc
+        return _from_recording(path, rec)
+    return _from_jsonl(path)
+
+
+def _from_recording(path: Path, rec: Any) -> Source:
+    header = rec.header
+    frames = []
+    covered = 0
+    for fr in rec.frames:
+        frames.append(Frame(fr.seq, bytes(fr.raw), float(fr.t_ms or 0.0)))
+        covered = fr.offset + len(fr.raw)
+    body = rec.body
+    if covered < len(body):  # tail bytes that formed no frame
+        last_t = frames[-1].t_ms if frames else 0.0
+        frames.append(Frame(None, body[covered:], _read_time_at(rec.reads, len(body), last_t)))
+    return _source_from_header(path, header, frames, [tuple(r) for r in rec.reads])
+
+
+def _from_jsonl(path: Path) -> Source:
+    """A minimal reader of the recording format, for when streamtap.recording is absent."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecordingError(f"{path}: cannot read ({exc})") from exc
+    header = None
+    frames: list[Frame] = []
+    reads: list[tuple[int, int, float]] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            if number == len(lines):
+                break  # a cut last line: the frames before it still serve
+            raise RecordingError(f"{path}:{number}: not JSON") from None
+        kind = obj.get("type")
+        if kind == "header":
+            header = obj
+        elif kind in ("frame", "tail"):
+            raw = base64.b64decode(obj["raw_b64"]) if "raw_b64" in obj else obj.get("raw", "").encode()
+            frames.append(Frame(obj.get("seq") if kind == "frame" else None, raw, float(obj.get("t", 0) or 0)))
+        elif kind == "reads":
+            for item in obj.get("reads", []):
+                reads.append((int(item[0]), int(item[1]), float(item[2])))
+    if header is None or not str(header.get("format", "")).startswith("streamtap-recording/"):
+        raise RecordingError(f"{path}: not a streamtap recording (no header line)")
+    return _source_from_header(path, header, frames, reads)
+
+
+def _read_time_at(reads: list, offset: int, default: float) -> float:
+    for r_offset, r_len, t in reads:
+        if r_offset + r_len >= offset:
+            return float(t)
+    return default
+
+
+def _source_from_header(path: Path, header: dict, frames: list[Frame], reads: list) -> Source:
+    request = header.get("request") or {}
+    response = header.get("response") or {}
+    body = request.get("body")
+    if body is None:
+        body = request.get("json")
+    headers = response.get("headers") or []
+    if isinstance(headers, dict):
+        headers = list(headers.items())
+    return Source(
+        path=str(path),
+        method=str(request.get("method", "POST")).upper(),
+        url=str(request.get("url", "/")),
+        request_body=body,
+        status=int(response.get("status", response.get("status_code", 200))),
+        headers=[(str(k), str(v)) for k, v in headers],
+        frames=frames,
+        reads=reads,
+        wire=str(header.get("wire") or "sse"),
+        dialect=str(header.get("dialect") or "unknown"),
+        request_headers=_header_dict(request.get("headers")),
+    )
+
+
+def _header_dict(headers: Any) -> dict[str, str]:
+    if isinstance(headers, dict):
+        headers = headers.items()
+    return {str(k).lower(): str(v) for k, v in (headers or [])}
+
+
+# --- looking inside one frame (for protocol-aware fault positions) -------------------------
+
+
+@dataclass(slots=True)
+class FrameView:
+    """What one frame says: its name (SSE event / event-stream event type / JSON "type")
+    and its JSON payload, if any. For Bedrock invoke ``chunk`` frames the payload is the
+    base64-decoded inner event."""
+
+    name: str
+    data: Any
+    payload_start: int  # where the payload sits inside raw (for corrupt/cut positions)
+    payload_end: int
+    headers_length: int = 0  # event-stream only
+
+
+def view_frame(raw: bytes, wire: str) -> FrameView:
+    if wire == "eventstream":
+        return _view_eventstream(raw)
+    if wire == "sse":
+        return _view_sse(raw)
+    text = raw.strip()
+    data = _json_or_none(text)
+    name = data.get("type", "") if isinstance(data, dict) else ""
+    start = len(raw) - len(raw.lstrip())
+    return FrameView(str(name), data, start, start + len(text))
+
+
+def _view_sse(raw: bytes) -> FrameView:
+    name = ""
+    data_lines = []
+    payload_start = payload_end = None
+    pos = 0
+    for line in raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n"):
+        if line.startswith(b"event:"):
+            name = line[6:].strip().decode("utf-8", "replace")
+        elif line.startswith(b"data:"):
+            value = line[5:]
+            if value.startswith(b" "):
+                value = value[1:]
+            data_lines.append(value)
+            start = raw.find(value, pos) if value else raw.find(line, pos) + len(line)
+            if payload_start is None:
+                payload_start = start
+            payload_end = start + len(value)
+            pos = max(pos, payload_end)
+    text = b"\n".join(data_lines)
+    data = _json_or_none(text)
+    if text.strip() == b"[DONE]":
+        data = "[DONE]"
+        name = name or "[DONE]"
+    if not name and isinstance(data, dict):
+        name = str(data.get("type", "") or "")
+    if payload_start is None:
+        payload_start = payload_end = 0
+    return FrameView(name, data, payload_start, payload_end)
+
+
+def _view_eventstream(raw: bytes) -> FrameView:
+    if len(raw) < 16:
+        return FrameView("", None, 0, len(raw))
+    total, headers_length = struct.unpack(">II", raw[:8])
+    headers = _eventstream_headers(raw[12 : 12 + headers_length])
+    payload_start, payload_end = 12 + headers_length, min(total, len(raw)) - 4
+    payload = raw[payload_start:payload_end]
+    name = headers.get(":event-type") or headers.get(":exception-type") or headers.get(":error-code") or ""
+    data = _json_or_none(payload)
+    if name == "chunk" and isinstance(data, dict) and isinstance(data.get("bytes"), str):
+        try:
+            inner = json.loads(base64.b64decode(data["bytes"]))
+        except ValueError:
+            inner = None
+        if isinstance(inner, dict):
+            data = inner
+            name = str(inner.get("type", "chunk"))
+    return FrameView(str(name), data, payload_start, payload_end, headers_length)
+
+
+def _eventstream_headers(block: bytes) -> dict[str, str]:
+    """String headers only: all Bedrock uses, and all the fault positions need."""
+    headers = {}
+    i = 0
+    try:
+        while i < len(block):
+            n = block[i]
+            name = block[i + 1 : i + 1 + n].decode()
+            i += 1 + n
+            kind = block[i]
+            i += 1
+            if kind in (0, 1):
+                continue
+            fixed = {2: 1, 3: 2, 4: 4, 5: 8, 8: 8, 9: 16}
+            if kind in fixed:
+                i += fixed[kind]
+                continue
+            (length,) = struct.unpack(">H", block[i : i + 2])
+            value = block[i + 2 : i + 2 + length]
+            i += 2 + length
+            if kind == 7:
+                headers[name] = value.decode("utf-8", "replace")
+    except (IndexError, struct.error, UnicodeDecodeError):
+        pass
+    return headers
+
+
+def _json_or_none(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
