@@ -25,6 +25,8 @@ import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+import httpx
+
 
 @dataclass
 class Script:
@@ -365,3 +367,60 @@ class Mitmdump:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def find_recording(record_dir: Path, name: str, timeout: float = 10, partial: bool = False):
+    """The recording of the (last) request for script ``name``, waiting until its writer finished."""
+    from streamtap.recording import read_recording
+
+    deadline = _time.monotonic() + timeout
+    while True:
+        found = []
+        pattern = "*.partial.jsonl" if partial else "*.jsonl"
+        for path in sorted(Path(record_dir).glob(pattern)) if Path(record_dir).is_dir() else []:
+            if not partial and path.name.endswith(".partial.jsonl"):
+                continue
+            try:
+                first = path.open("rb").readline()
+            except OSError:
+                continue
+            if f"/s/{name}/".encode() in first:
+                found.append(path)
+        if found:
+            return read_recording(found[-1])
+        if _time.monotonic() > deadline:
+            raise AssertionError(f"no {'partial ' if partial else ''}recording for /s/{name}/ in {record_dir}: {sorted(p.name for p in Path(record_dir).glob('*'))}")
+        _time.sleep(0.02)
+
+
+def TeeTransport(http=httpx):
+    """An httpx (or httpx2, which the anthropic SDK uses) transport that keeps a copy of every
+    response body's bytes as received, before any content decoding: ``.bodies``."""
+
+    class Tee(http.BaseTransport):
+        def __init__(self) -> None:
+            self._inner = http.HTTPTransport()
+            self.bodies: list[bytearray] = []
+
+        def handle_request(self, request):
+            response = self._inner.handle_request(request)
+            captured = bytearray()
+            self.bodies.append(captured)
+            inner_stream = response.stream
+
+            class Copying(http.SyncByteStream):
+                def __iter__(self):
+                    for chunk in inner_stream:
+                        captured.extend(chunk)
+                        yield chunk
+
+                def close(self):
+                    inner_stream.close()
+
+            response.stream = Copying()
+            return response
+
+        def close(self) -> None:
+            self._inner.close()
+
+    return Tee()

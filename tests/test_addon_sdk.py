@@ -1,0 +1,199 @@
+"""Real SDK clients through a real `mitmdump -s addon/tap.py` to a loopback fake provider.
+
+For each client: the bytes the client received == the bytes the upstream sent == the
+body rebuilt from the recording; the SDK's final message equals the recorded turn; the
+verdict is right; no credential the client used reaches the disk.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+
+import anthropic
+import boto3
+import httpx
+import httpx2
+import openai
+import pytest
+from botocore.config import Config
+
+import provider_streams as streams
+from streamtap.recording import check_recording
+from upstream import Mitmdump, Script, TeeTransport, Upstream, find_recording
+
+OPENAI_KEY = "sk-proj-SDKSECRET0penai1234567890"
+ANTHROPIC_KEY = "sk-ant-api03-SDKSECRETanthr0pic987"
+AWS_KEY_ID = "AKIASDKSECRETKEYID77"
+AWS_SECRET = "SDKSECRETawsSecretAccessKey0123456789abc"
+AWS_TOKEN = "IQoJSDKSECRETsessionToken4444"
+SECRETS = [OPENAI_KEY, ANTHROPIC_KEY, AWS_KEY_ID, AWS_SECRET, AWS_TOKEN]
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory):
+    with Upstream() as upstream:
+        with Mitmdump(upstream.url, tmp_path_factory.mktemp("sdk")) as mitm:
+            mitm.upstream = upstream
+            yield mitm
+
+
+def assert_recorded_exactly(proxy, name, client_bytes=None):
+    rec = find_recording(proxy.record_dir, name)
+    sent = proxy.upstream.last(name).wire
+    assert proxy.upstream.last(name).done
+    if client_bytes is not None:
+        assert bytes(client_bytes) == sent, "the client did not receive the upstream's bytes unchanged"
+    assert rec.body == sent, "the recording does not rebuild the body byte-exact"
+    assert rec.complete_file and check_recording(rec) == []
+    assert sum(length for _, length, _ in rec.reads) == len(sent)
+    return rec
+
+
+def turn_blocks(rec, kind):
+    return [b for b in rec.end["turn"]["choices"][0]["blocks"] if b["kind"] == kind]
+
+
+def test_openai_chat_completions(proxy):
+    body = streams.openai_chat(["The ", "answer ", "is ", "42."])
+    proxy.upstream.add("oai-chat", Script(body, gap=0.002))
+    tee = TeeTransport()
+    client = openai.OpenAI(base_url=f"{proxy.url}/s/oai-chat/v1", api_key=OPENAI_KEY, max_retries=0, http_client=httpx.Client(transport=tee))
+    stream = client.chat.completions.create(
+        model="gpt-test-1", messages=[{"role": "user", "content": "q"}], stream=True, stream_options={"include_usage": True}
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    rec = assert_recorded_exactly(proxy, "oai-chat", tee.bodies[-1])
+    assert text == "The answer is 42."
+    assert rec.verdict["kind"] == "complete"
+    assert "".join(b["text"] for b in turn_blocks(rec, "text")) == text
+    assert rec.end["turn"]["usage"]["total"] == chunks[-1].usage.total_tokens
+    assert rec.header["dialect"] == "openai-chat"
+    assert rec.header["request"]["body"]["stream"] is True
+
+
+def test_openai_responses(proxy):
+    body = streams.openai_responses(["Hello", ", ", "world"])
+    proxy.upstream.add("oai-resp", Script(body, chunk_size=97))
+    tee = TeeTransport()
+    client = openai.OpenAI(base_url=f"{proxy.url}/s/oai-resp/v1", api_key=OPENAI_KEY, max_retries=0, http_client=httpx.Client(transport=tee))
+    with client.responses.stream(model="gpt-test-5", input="q") as stream:
+        final = stream.get_final_response()
+    rec = assert_recorded_exactly(proxy, "oai-resp", tee.bodies[-1])
+    assert final.output_text == "Hello, world"
+    assert rec.verdict["kind"] == "complete"
+    assert "".join(b["text"] for b in turn_blocks(rec, "text")) == final.output_text
+    assert rec.end["turn"]["response_id"] == final.id
+
+
+def test_anthropic_messages_with_thinking_and_tool_use(proxy):
+    body = streams.anthropic("The user wants weather.", "Let me check. \u00e9\u4e2d", {"city": "Paris", "unit": "C"})
+    proxy.upstream.add("ant", Script(body, chunk_size=33, gap=0.001))
+    tee = TeeTransport(httpx2)
+    client = anthropic.Anthropic(base_url=f"{proxy.url}/s/ant", api_key=ANTHROPIC_KEY, max_retries=0, http_client=httpx2.Client(transport=tee))
+    with client.messages.stream(
+        model="claude-test-4", max_tokens=1024, messages=[{"role": "user", "content": "weather?"}],
+        thinking={"type": "enabled", "budget_tokens": 1024},
+    ) as stream:
+        final = stream.get_final_message()
+    rec = assert_recorded_exactly(proxy, "ant", tee.bodies[-1])
+    assert rec.verdict["kind"] == "complete"
+    assert [b.type for b in final.content] == ["thinking", "text", "tool_use"]
+    assert turn_blocks(rec, "thinking")[0]["text"] == final.content[0].thinking
+    assert turn_blocks(rec, "thinking")[0]["signature"] == final.content[0].signature
+    assert turn_blocks(rec, "text")[0]["text"] == final.content[1].text
+    tool = turn_blocks(rec, "tool_call")[0]
+    assert (tool["id"], tool["name"], tool["arguments"]) == (final.content[2].id, final.content[2].name, final.content[2].input)
+    assert rec.end["turn"]["stop_reason_raw"] == final.stop_reason == "tool_use"
+
+
+def bedrock(proxy, name):
+    return boto3.client(
+        "bedrock-runtime",
+        region_name="us-east-1",
+        endpoint_url=f"{proxy.url}/s/{name}",
+        aws_access_key_id=AWS_KEY_ID,
+        aws_secret_access_key=AWS_SECRET,
+        aws_session_token=AWS_TOKEN,
+        config=Config(retries={"max_attempts": 1}),
+    )
+
+
+def test_bedrock_invoke_model_with_response_stream(proxy):
+    body = streams.bedrock_invoke("Thinking it over.", "Sunny.", {"city": "Oslo"})
+    proxy.upstream.add("br-invoke", Script(body, content_type="application/vnd.amazon.eventstream", chunk_size=100))
+    client = bedrock(proxy, "br-invoke")
+    response = client.invoke_model_with_response_stream(
+        modelId="anthropic.claude-test-v1:0", body=json.dumps({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 100, "messages": []})
+    )
+    events = [json.loads(e["chunk"]["bytes"]) for e in response["body"]]
+    rec = assert_recorded_exactly(proxy, "br-invoke")
+    assert rec.verdict["kind"] == "complete"
+    text = "".join(e["delta"]["text"] for e in events if e["type"] == "content_block_delta" and e["delta"]["type"] == "text_delta")
+    args = "".join(e["delta"]["partial_json"] for e in events if e["type"] == "content_block_delta" and e["delta"]["type"] == "input_json_delta")
+    assert turn_blocks(rec, "text")[0]["text"] == text == "Sunny."
+    assert turn_blocks(rec, "tool_call")[0]["arguments"] == json.loads(args)
+    assert rec.header["dialect"] == "bedrock-invoke"
+    # frames are event-stream messages: base64 on disk, decoded headers alongside
+    assert rec.frames[0].event["headers"][":event-type"] == "chunk"
+    assert json.loads(base64.b64decode(json.loads(rec.frames[0].event["payload"])["bytes"]))["type"] == "message_start"
+    check_no_aws_secrets(proxy, "br-invoke")
+
+
+def test_bedrock_converse_stream(proxy):
+    body = streams.bedrock_converse(["It is ", "sunny."], {"city": "Oslo"})
+    proxy.upstream.add("br-conv", Script(body, content_type="application/vnd.amazon.eventstream", chunk_size=61, gap=0.001))
+    client = bedrock(proxy, "br-conv")
+    response = client.converse_stream(modelId="anthropic.claude-test-v1:0", messages=[{"role": "user", "content": [{"text": "q"}]}])
+    events = list(response["stream"])
+    rec = assert_recorded_exactly(proxy, "br-conv")
+    assert rec.verdict["kind"] == "complete"
+    text = "".join(e["contentBlockDelta"]["delta"].get("text", "") for e in events if "contentBlockDelta" in e)
+    assert turn_blocks(rec, "text")[0]["text"] == text == "It is sunny."
+    stop = next(e["messageStop"]["stopReason"] for e in events if "messageStop" in e)
+    assert rec.end["turn"]["stop_reason_raw"] == stop
+    usage = next(e["metadata"]["usage"] for e in events if "metadata" in e)
+    assert rec.end["turn"]["usage"]["total"] == usage["totalTokens"]
+    check_no_aws_secrets(proxy, "br-conv")
+
+
+def check_no_aws_secrets(proxy, name):
+    authorization = proxy.upstream.last(name).headers["authorization"]
+    signature = authorization.rsplit("Signature=", 1)[1]
+    assert len(signature) == 64
+    written = b"".join(p.read_bytes() for p in proxy.record_dir.iterdir())
+    for secret in [signature, AWS_TOKEN, AWS_KEY_ID]:
+        assert secret.encode() not in written
+
+
+@pytest.mark.parametrize("framing", ["chunked", "length", "close"])
+def test_curl_gets_the_exact_bytes(proxy, framing):
+    body = streams.openai_chat(["a", "\u00fc", "b"] * 20)
+    name = f"curl-{framing}"
+    proxy.upstream.add(name, Script(body, chunk_size=13, framing=framing))
+    out = subprocess.run(
+        ["curl", "-sS", "-N", "--max-time", "10", "-H", "content-type: application/json", "-H", f"Authorization: Bearer {OPENAI_KEY}",
+         "--data", '{"model":"m","stream":true,"messages":[]}', f"{proxy.url}/s/{name}/v1/chat/completions"],
+        capture_output=True,
+    )
+    assert out.returncode == 0, out.stderr
+    rec = assert_recorded_exactly(proxy, name, out.stdout)
+    assert rec.verdict["kind"] == "complete"
+    assert [r[1] for r in rec.reads][:3] == [13, 13, 13] or framing != "chunked"
+
+
+def test_no_client_secret_on_disk(proxy):
+    written = b"".join(p.read_bytes() for p in proxy.record_dir.iterdir())
+    assert written, "no recordings were written"
+    for secret in SECRETS:
+        assert secret.encode() not in written
+    assert b"[redacted]" in written
+
+
+def test_each_turn_logs_one_line(proxy):
+    log = proxy.wait_log("streamtap: anthropic claude-test-4 complete")
+    line = next(line for line in log.splitlines() if "streamtap: anthropic claude-test-4 complete" in line)
+    assert "events" in line and "bytes" in line and "ttft" in line and " ms" in line
+    assert "Traceback" not in log
