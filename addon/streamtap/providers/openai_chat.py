@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamtap.wire import SSEEvent, WireEvent
+from streamtap.wire import SSEEvent, Tail, WireEvent
 
 from .common import AssemblerBase, dumps, error_message, one_line, worst_stop
 from .turn import BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
@@ -70,6 +70,17 @@ class Assembler(AssemblerBase):
         for choice in obj.get("choices") or ():
             if isinstance(choice, dict):
                 self._choice(choice, event, t)
+
+    def tail(self, event: Tail) -> bool:
+        """A last ``data: [DONE]`` line with no blank line after it (seen from llama.cpp builds and in
+        fixtures stored without a final newline) is accepted as ``[DONE]``, with a note."""
+        if event.raw.strip() not in (b"data: [DONE]", b"data:[DONE]") or not event.raw.endswith((b"\n", b"\r")):
+            return False
+        self.note("the final data: [DONE] had no blank line after it; accepted as [DONE]")
+        self.seen(event, "[DONE]")
+        self._done = event
+        self._end(event)
+        return True
 
     def _choice(self, choice: dict[str, Any], event: WireEvent, t: float | None) -> None:
         index = choice.get("index") or 0

@@ -158,6 +158,9 @@ class StreamSession:
                 self._malformed = event
             return
         if isinstance(event, Tail):
+            accept = getattr(self._assembler, "tail", None)  # optional: a dialect may read meaning into a tail
+            if accept is not None and self._bug is None and accept(event):
+                return
             self._tail = event
             return
         if self._bug is not None:

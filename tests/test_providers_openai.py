@@ -1,0 +1,575 @@
+"""OpenAI Chat Completions and Responses: real captures, constructed edge cases, cuts, and the SDK as oracle."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import orjson
+import pytest
+from _provider_streams import (
+    chunk_lines,
+    cassette_responses,
+    cut_points,
+    frame_chat,
+    frame_responses,
+    sse_spans,
+    vercel,
+)
+from conftest import FIXTURES, shared_files, shared_path
+
+from streamtap.providers import (
+    BlockKind,
+    Dialect,
+    StreamEnd,
+    StreamSession,
+    VerdictKind,
+    analyze_bytes,
+    detect_dialect,
+    sniff_dialect,
+)
+
+CHAT, RESPONSES = Dialect.OPENAI_CHAT, Dialect.OPENAI_RESPONSES
+C, T, L, F, E, X = (
+    VerdictKind.COMPLETE,
+    VerdictKind.TRUNCATED,
+    VerdictKind.STOPPED_BY_LIMIT,
+    VerdictKind.FILTERED,
+    VerdictKind.ERRORED,
+    VerdictKind.CORRUPT,
+)
+
+# Raw captured bodies (MANIFEST.md): dialect and what the capture is known to hold.
+BODIES = {
+    "pydantic-ai/bodies/openai-chat/test_openai_moderation_stream.0.sse": (CHAT, C, "end_turn"),
+    "pydantic-ai/bodies/openai-chat/test_run_stream_sync_streams_real_model.0.sse": (CHAT, C, "tool_use"),
+    "pydantic-ai/bodies/openai-chat/test_run_stream_sync_streams_real_model.1.sse": (CHAT, C, "end_turn"),
+    "pydantic-ai/bodies/groq/test_tool_use_failed_error_streaming.0.sse": (CHAT, E, "error"),  # event: error mid-stream
+    "pydantic-ai/bodies/groq/test_tool_use_failed_error_streaming.1.sse": (CHAT, C, "tool_use"),
+    "pydantic-ai/bodies/groq/test_tool_use_failed_error_streaming.2.sse": (CHAT, C, "end_turn"),
+    "pydantic-ai/bodies/openrouter/test_openrouter_stream_error.0.sse": (CHAT, E, "error"),  # error chunk, then [DONE]
+    "pydantic-ai/bodies/openrouter/test_openrouter_streaming_reasoning.0.sse": (CHAT, C, "end_turn"),
+    "openllmetry/bodies/openai_chat_stream_parallel_tool_calls.0.sse": (CHAT, C, "tool_use"),
+    "openllmetry/bodies/openai_chat_stream_parallel_tool_calls.1.sse": (CHAT, C, "tool_use"),
+    "openllmetry/bodies/openai_chat_stream_tool_call.0.sse": (CHAT, C, "tool_use"),
+    "vercel-ai/openai-compatible/anthropic-fallback-tool-call.sse": (CHAT, C, "tool_use"),
+    "pydantic-ai/bodies/openai-responses/test_background_mode_streaming_starting_after_vcr.0.sse": (RESPONSES, C, "end_turn"),
+    "pydantic-ai/bodies/openai-responses/test_background_mode_streaming_starting_after_vcr.1.sse": (RESPONSES, C, "end_turn"),
+    "pydantic-ai/bodies/openai-responses/test_openai_responses_stream.0.sse": (RESPONSES, C, "tool_use"),
+    "pydantic-ai/bodies/openai-responses/test_openai_responses_stream.1.sse": (RESPONSES, C, "end_turn"),
+    "pydantic-ai/bodies/openai-responses/test_openai_responses_streaming_usage.0.sse": (RESPONSES, C, "tool_use"),
+    "pydantic-ai/bodies/bedrock-mantle/test_reused_tool_call_ids__stream.0.sse": (RESPONSES, C, "tool_use"),
+    "pydantic-ai/bodies/bedrock-mantle/test_reused_tool_call_ids__stream.1.sse": (RESPONSES, C, "tool_use"),
+    "pydantic-ai/bodies/bedrock-mantle/test_reused_tool_call_ids__stream.2.sse": (RESPONSES, C, "end_turn"),
+}
+
+# vercel-ai chunk lists (payloads only), re-framed as SSE: constructed framing, real payloads.
+CHAT_CHUNKS = {
+    "openai/chat/openai-text.chunks.txt": (C, "end_turn"),
+    "openai/chat/azure-model-router.1.chunks.txt": (C, "end_turn"),
+    "openai/completion/openai-completion-text.chunks.txt": (L, "max_tokens"),  # cut by max_tokens (length)
+    "xai/xai-text.chunks.txt": (C, "end_turn"),
+    "xai/xai-tool-call.chunks.txt": (C, "tool_use"),
+    "openai-compatible/xai-text.chunks.txt": (C, "end_turn"),
+    "openai-compatible/xai-tool-call.chunks.txt": (C, "tool_use"),
+    "mistral/mistral-text.chunks.txt": (C, "end_turn"),
+    "mistral/mistral-reasoning.chunks.txt": (C, "end_turn"),
+    "mistral/mistral-tool-call.chunks.txt": (C, "tool_use"),
+    "mistral/mistral-incremental-tool-call.chunks.txt": (C, "tool_use"),
+    "groq/groq-tool-call.chunks.txt": (C, "tool_use"),
+    "deepseek/deepseek-reasoning.chunks.txt": (C, "end_turn"),
+    "deepseek/deepseek-tool-call.chunks.txt": (C, "tool_use"),
+}
+RESPONSES_CHUNKS = {
+    "azure/azure-text.1.chunks.txt": (C, "end_turn"),
+    "azure/azure-tool-call.1.chunks.txt": (C, "tool_use"),
+    "openai/responses/openai-error.1.chunks.txt": (E, "error"),  # error event then response.failed
+    "openai/responses/github-copilot-id-rotation.1.chunks.txt": (C, "end_turn"),
+    "openai/responses/openai-file-search-tool.1.chunks.txt": (C, "end_turn"),
+    "openai/responses/openai-web-search-tool.1.chunks.txt": (C, "end_turn"),
+    "openai/responses/openai-tool-search.1.chunks.txt": (C, "tool_use"),
+    "openai/responses/openai-image-generation-tool.1.chunks.txt": (C, "end_turn"),
+    "openai/responses/openai-mcp-tool-approval.1.chunks.txt": (C, "end_turn"),
+    "openai/responses/openai-local-shell-tool.1.chunks.txt": (C, "end_turn"),
+    "openai/responses/openai-shell-local-multiturn.1.chunks.txt": (C, "end_turn"),
+    "openai/responses/openai-shell-container-multiturn.1.chunks.txt": (C, "end_turn"),
+    "openai/responses/programmatic-tool-calling.1.chunks.txt": (C, "tool_use"),
+    "open-responses/lmstudio-tool-call.1.chunks.txt": (C, "tool_use"),
+    "open-responses/openai-pdf-input-file.1.chunks.txt": (C, "end_turn"),
+}
+
+
+def _shared_or_skip() -> None:
+    shared_path("fixtures", "MANIFEST.md")
+
+
+@pytest.mark.parametrize("name", sorted(BODIES))
+def test_captured_body(name):
+    body = shared_path("fixtures", name).read_bytes()
+    dialect, kind, stop = BODIES[name]
+    assert sniff_dialect(body).dialect is dialect
+    analysis = analyze_bytes(body, dialect)
+    assert analysis.verdict.kind is kind, analysis.verdict
+    assert analysis.turn.stop_reason == stop
+    assert analysis.verdict.seq is not None and analysis.verdict.offset is not None
+    # the same bytes in small network reads give the same turn and verdict
+    again = analyze_bytes(body, dialect, chunk_size=7)
+    assert again.turn.to_dict() == analysis.turn.to_dict()
+    assert again.verdict.to_dict() == analysis.verdict.to_dict()
+
+
+def test_every_openai_style_body_is_covered():
+    _shared_or_skip()
+    listed = set(BODIES)
+    for pattern in ("*/bodies/**/*.sse", "vercel-ai/openai-compatible/*.sse"):
+        for path in shared_files(pattern):
+            name = str(path.relative_to(FIXTURES))
+            if name.startswith(("pydantic-ai/bodies/anthropic/", "openllmetry/bodies/anthropic_")):
+                continue
+            if "/google/" in name:
+                continue
+            assert name in listed, f"{name} has no expectation"
+
+
+@pytest.mark.parametrize("name", sorted(CHAT_CHUNKS))
+def test_chat_chunk_lists_reframed(name):
+    path = vercel(*name.split("/"))
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    body = frame_chat(chunk_lines(path))
+    kind, stop = CHAT_CHUNKS[name]
+    assert sniff_dialect(body).dialect is CHAT
+    analysis = analyze_bytes(body, CHAT)
+    assert analysis.verdict.kind is kind, analysis.verdict
+    assert analysis.turn.stop_reason == stop
+    blocks = analysis.turn.blocks
+    assert blocks, "no content assembled"
+    if stop == "tool_use":
+        calls = analysis.turn.tool_calls()
+        assert calls and all(c.arguments is not None and c.name for c in calls)
+    # routing by the event's own tag: thinking never follows answer text in these captures
+    kinds = [b.kind for b in blocks]
+    if BlockKind.THINKING in kinds and BlockKind.TEXT in kinds:
+        assert kinds.index(BlockKind.THINKING) < kinds.index(BlockKind.TEXT)
+
+
+@pytest.mark.parametrize("name", sorted(RESPONSES_CHUNKS))
+def test_responses_chunk_lists_reframed(name):
+    path = vercel(*name.split("/"))
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    body = frame_responses(chunk_lines(path))
+    kind, stop = RESPONSES_CHUNKS[name]
+    assert sniff_dialect(body).dialect is RESPONSES
+    analysis = analyze_bytes(body, RESPONSES)
+    assert analysis.verdict.kind is kind, analysis.verdict
+    assert analysis.turn.stop_reason == stop
+
+
+def test_responses_error_capture_names_the_error():
+    path = vercel("openai", "responses", "openai-error.1.chunks.txt")
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    analysis = analyze_bytes(frame_responses(chunk_lines(path)), RESPONSES)
+    assert analysis.verdict.kind is E
+    assert "insufficient_quota" in analysis.verdict.reason
+    assert analysis.turn.error["code"] == "insufficient_quota"
+
+
+def test_trimmed_capture_is_a_sequence_gap():
+    """openai-phase was trimmed by its recorders: sequence_number jumps 5 -> 41. That is lost events."""
+    path = vercel("openai", "responses", "openai-phase.1.chunks.txt")
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    analysis = analyze_bytes(frame_responses(chunk_lines(path)), RESPONSES)
+    assert analysis.verdict.kind is X
+    assert "sequence_number jumped from 5 to 41" in analysis.verdict.reason
+    assert analysis.verdict.seq == 6  # the seventh SSE event is where it stopped making sense
+
+
+def test_several_responses_back_to_back_are_flagged_and_each_part_is_complete():
+    """Documented behaviour: one body = one response. A second response after the terminal event is corrupt;
+    split at the terminal events, each response is complete on its own."""
+    path = vercel("openai", "responses", "openai-reasoning-encrypted-content.1.chunks.txt")
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    lines = chunk_lines(path)
+    whole = analyze_bytes(frame_responses(lines), RESPONSES)
+    assert whole.verdict.kind is X and "after the terminal signal" in whole.verdict.reason
+    parts, current = [], []
+    for line in lines:
+        current.append(line)
+        if orjson.loads(line)["type"] in ("response.completed", "response.incomplete", "response.failed"):
+            parts.append(current)
+            current = []
+    assert len(parts) == 4 and not current
+    stops = [analyze_bytes(frame_responses(p), RESPONSES) for p in parts]
+    assert all(a.verdict.kind is C for a in stops), [a.verdict for a in stops]
+    assert [a.turn.stop_reason for a in stops].count("tool_use") >= 1
+
+
+def test_cassette_requests_detect_the_dialect():
+    _shared_or_skip()
+    captured = [
+        c
+        for c in cassette_responses("pydantic-ai/cassettes/**/*.yaml") + cassette_responses("openllmetry/cassettes/openai*.yaml")
+        if "/chat/completions" in c.request.url or "/responses" in c.request.url
+    ]
+    assert len(captured) >= 15
+    for item in captured:
+        detection = detect_dialect(item.request, item.content_type)
+        expected = CHAT if "/chat/completions" in item.request.url else RESPONSES
+        assert detection.dialect is expected, item.name
+        assert detection.wire == "sse"
+        analysis = analyze_bytes(item.body, detection.dialect, wire=detection.wire, http_status=item.status)
+        wanted = E if ("stream_error" in item.name or "failed_error_streaming.yaml#0" in item.name) else C
+        assert analysis.verdict.kind is wanted, (item.name, analysis.verdict)
+
+
+# ---------------------------------------------------------------------------------------
+# constructed streams (shapes from provider-streams.md §1 and §2; no capture exists)
+
+
+def chat_chunk(delta=None, finish=None, index=0, **extra) -> dict:
+    chunk = {"id": "chatcmpl-c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-test",
+             "choices": [{"index": index, "delta": delta or {}, "finish_reason": finish}]}
+    chunk.update(extra)
+    return chunk
+
+
+def sse_data(*objects, done=True) -> bytes:
+    body = b"".join(b"data: " + orjson.dumps(o) + b"\n\n" for o in objects)
+    return body + (b"data: [DONE]\n\n" if done else b"")
+
+
+def test_constructed_mid_stream_error_then_done_is_errored():
+    body = sse_data(
+        chat_chunk({"role": "assistant", "content": "Hel"}),
+        {"error": {"message": "The server had an error processing your request.", "type": "server_error", "param": None, "code": None}},
+    )
+    analysis = analyze_bytes(body, CHAT)
+    assert analysis.verdict.kind is E
+    assert "server had an error" in analysis.verdict.reason
+    assert analysis.verdict.seq == 1
+    assert analysis.turn.text() == "Hel"
+
+
+def test_constructed_done_without_finish_reason_is_truncated():
+    analysis = analyze_bytes(sse_data(chat_chunk({"content": "Hi"})), CHAT)
+    assert analysis.verdict.kind is T
+    assert "finish_reason" in analysis.verdict.reason
+
+
+def test_constructed_finish_without_done_is_truncated_but_content_complete():
+    analysis = analyze_bytes(sse_data(chat_chunk({"content": "Hi"}), chat_chunk(finish="stop"), done=False), CHAT)
+    assert analysis.verdict.kind is T
+    assert analysis.verdict.evidence["content_complete"] is True
+
+
+def test_constructed_n2_choices_each_with_its_finish_reason():
+    body = sse_data(
+        chat_chunk({"content": "A"}, index=0),
+        chat_chunk({"content": "B"}, index=1),
+        chat_chunk({"content": "a"}, index=0),
+        chat_chunk(finish="stop", index=0),
+        chat_chunk(finish="length", index=1),
+    )
+    analysis = analyze_bytes(body, CHAT)
+    assert [analysis.turn.text(i) for i in (0, 1)] == ["Aa", "B"]
+    assert [c.stop_reason for c in analysis.turn.choices] == ["stop", "length"]
+    assert analysis.verdict.kind is L  # judged by the worst choice
+    one_missing = sse_data(chat_chunk({"content": "A"}, index=0), chat_chunk({"content": "B"}, index=1), chat_chunk(finish="stop"))
+    assert analyze_bytes(one_missing, CHAT).verdict.kind is T
+
+
+def test_constructed_refusal_and_content_filter_are_filtered():
+    refusal = sse_data(chat_chunk({"refusal": "I can't help with that."}), chat_chunk(finish="stop"))
+    analysis = analyze_bytes(refusal, CHAT)
+    assert analysis.verdict.kind is F
+    assert analysis.turn.blocks[0].kind is BlockKind.REFUSAL
+    assert analyze_bytes(sse_data(chat_chunk({"content": "x"}), chat_chunk(finish="content_filter")), CHAT).verdict.kind is F
+
+
+def test_constructed_tool_calls_by_index_and_invalid_arguments():
+    call = lambda i, **f: chat_chunk({"tool_calls": [{"index": i, **f}]})  # noqa: E731
+    good = sse_data(
+        chat_chunk({"content": "Let me check."}),
+        call(0, id="call_A", type="function", function={"name": "get_weather", "arguments": ""}),
+        call(1, id="call_B", type="function", function={"name": "get_time", "arguments": "{}"}),
+        call(0, function={"arguments": '{"city":'}),
+        call(0, function={"arguments": '"Paris"}'}),
+        chat_chunk(finish="tool_calls"),
+        {"id": "chatcmpl-c", "object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}},
+    )
+    analysis = analyze_bytes(good, CHAT)
+    assert analysis.verdict.kind is C and analysis.turn.stop_reason == "tool_use"
+    calls = analysis.turn.tool_calls()
+    assert [(c.id, c.name, c.arguments) for c in calls] == [("call_A", "get_weather", {"city": "Paris"}), ("call_B", "get_time", {})]
+    assert calls[0].arguments_raw == '{"city":"Paris"}'
+    assert (analysis.turn.usage.input, analysis.turn.usage.output, analysis.turn.usage.total) == (3, 5, 8)
+    bad = sse_data(call(0, id="call_A", function={"name": "f", "arguments": '{"city": "Par'}), chat_chunk(finish="tool_calls"))
+    verdict = analyze_bytes(bad, CHAT).verdict
+    assert verdict.kind is X and "invalid argument JSON" in verdict.reason
+
+
+def test_constructed_reasoning_deltas_are_thinking_text_between_calls_stays_two_blocks():
+    body = sse_data(
+        chat_chunk({"reasoning_content": "think "}),
+        chat_chunk({"reasoning": "more"}),
+        chat_chunk({"content": "first"}),
+        chat_chunk({"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "f", "arguments": "{}"}}]}),
+        chat_chunk({"content": "second"}),
+        chat_chunk(finish="tool_calls"),
+    )
+    turn = analyze_bytes(body, CHAT).turn
+    assert [(b.kind, b.text) for b in turn.blocks if b.kind is not BlockKind.TOOL_CALL] == [
+        (BlockKind.THINKING, "think more"), (BlockKind.TEXT, "first"), (BlockKind.TEXT, "second")
+    ]
+    assert [b.kind for b in turn.blocks] == [BlockKind.THINKING, BlockKind.TEXT, BlockKind.TOOL_CALL, BlockKind.TEXT]
+
+
+def test_constructed_unparseable_event_json_is_corrupt():
+    body = sse_data(chat_chunk({"content": "a"})) .replace(b"data: [DONE]", b'data: {"choices": [ broken\n\ndata: [DONE]')
+    verdict = analyze_bytes(body, CHAT).verdict
+    assert verdict.kind is X and "not JSON" in verdict.reason and verdict.seq == 1
+
+
+def responses_stream(*events: dict) -> bytes:
+    out = []
+    for number, event in enumerate(events):
+        event = {"sequence_number": number, **event}
+        out.append(b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n")
+    return b"".join(out)
+
+
+def message_events(text_parts: list[str]) -> list[dict]:
+    item = {"id": "msg_1", "type": "message", "status": "in_progress", "role": "assistant", "content": []}
+    events = [
+        {"type": "response.created", "response": {"id": "resp_1", "status": "in_progress", "model": "gpt-test", "output": []}},
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+        {"type": "response.content_part.added", "item_id": "msg_1", "output_index": 0, "content_index": 0, "part": {"type": "output_text", "text": ""}},
+    ]
+    events += [{"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": p} for p in text_parts]
+    return events
+
+
+@pytest.mark.parametrize(
+    ("reason", "kind", "stop"),
+    [("max_output_tokens", L, "max_tokens"), ("content_filter", F, "filtered")],
+)
+def test_constructed_response_incomplete(reason, kind, stop):
+    events = message_events(["Once upon", " a time"]) + [
+        {"type": "response.incomplete", "response": {"id": "resp_1", "status": "incomplete", "incomplete_details": {"reason": reason},
+                                                      "output": [], "usage": {"input_tokens": 5, "output_tokens": 16, "total_tokens": 21}}},
+    ]
+    analysis = analyze_bytes(responses_stream(*events), RESPONSES)
+    assert analysis.verdict.kind is kind
+    assert analysis.turn.stop_reason == stop
+    assert analysis.turn.text() == "Once upon a time"  # partial output kept
+    assert analysis.turn.usage.output == 16
+
+
+def test_constructed_responses_failed_without_error_event():
+    events = message_events(["x"]) + [{"type": "response.failed", "response": {"id": "resp_1", "status": "failed", "error": {"code": "server_error", "message": "boom"}}}]
+    analysis = analyze_bytes(responses_stream(*events), RESPONSES)
+    assert analysis.verdict.kind is E and "boom" in analysis.verdict.reason
+
+
+def test_constructed_responses_corruptions():
+    base = message_events(["Hi"])
+    # a delta for an item that was never added
+    stray = base + [{"type": "response.output_text.delta", "item_id": "msg_9", "output_index": 4, "content_index": 0, "delta": "x"}]
+    assert analyze_bytes(responses_stream(*stray), RESPONSES).verdict.kind is X
+    # disorder: a sequence number repeats
+    body = responses_stream(*base).replace(b'"sequence_number":3', b'"sequence_number":2')
+    verdict = analyze_bytes(body, RESPONSES).verdict
+    assert verdict.kind is X and "went back" in verdict.reason
+    # a function call that never finished, yet the response claims completion
+    call = [
+        {"type": "response.created", "response": {"id": "r", "output": []}},
+        {"type": "response.output_item.added", "output_index": 0, "item": {"id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "f", "arguments": ""}},
+        {"type": "response.function_call_arguments.delta", "item_id": "fc_1", "output_index": 0, "delta": '{"a":'},
+        {"type": "response.completed", "response": {"id": "r", "status": "completed", "output": None}},
+    ]
+    verdict = analyze_bytes(responses_stream(*call), RESPONSES).verdict
+    assert verdict.kind is X and "never finished" in verdict.reason
+
+
+# ---------------------------------------------------------------------------------------
+# cuts: every event boundary and sampled offsets inside events
+
+
+def _cut_bodies():
+    cases = []
+    for name in ("openllmetry/bodies/openai_chat_stream_parallel_tool_calls.0.sse",
+                 "pydantic-ai/bodies/openai-chat/test_run_stream_sync_streams_real_model.1.sse",
+                 "pydantic-ai/bodies/openrouter/test_openrouter_streaming_reasoning.0.sse"):
+        cases.append((name, CHAT))
+    for name in ("pydantic-ai/bodies/openai-responses/test_openai_responses_stream.0.sse",
+                 "pydantic-ai/bodies/openai-responses/test_openai_responses_streaming_usage.0.sse",
+                 "pydantic-ai/bodies/bedrock-mantle/test_reused_tool_call_ids__stream.2.sse"):
+        cases.append((name, RESPONSES))
+    return cases
+
+
+@pytest.mark.parametrize(("name", "dialect"), _cut_bodies())
+def test_cut_anywhere_is_never_complete(name, dialect):
+    body = shared_path("fixtures", name).read_bytes()
+    assert analyze_bytes(body, dialect).verdict.kind is C
+    points = cut_points(body, sse_spans(body), inside_per_event=2)
+    assert len(points) > 10
+    for point in points:
+        for end in (StreamEnd.FINISHED, StreamEnd.UPSTREAM_RESET):
+            verdict = analyze_bytes(body[:point], dialect, end=end).verdict
+            assert verdict.kind in (T, X), (point, verdict)
+            assert verdict.offset is not None and verdict.offset <= point
+
+
+def test_cut_long_capture_at_every_boundary():
+    path = vercel("openai", "chat", "openai-text.chunks.txt")
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    body = frame_chat(chunk_lines(path))
+    spans = sse_spans(body)
+    assert len(spans) > 300
+    for point in cut_points(body, spans, inside_per_event=0):
+        verdict = analyze_bytes(body[:point], CHAT).verdict
+        assert verdict.kind is T, (point, verdict)
+
+
+def test_client_abort_is_said_not_to_be_the_providers_fault():
+    body = shared_path("fixtures", "pydantic-ai/bodies/openai-chat/test_run_stream_sync_streams_real_model.1.sse").read_bytes()
+    verdict = analyze_bytes(body[: len(body) // 2], CHAT, end=StreamEnd.CLIENT_ABORTED).verdict
+    assert verdict.kind is T
+    assert "not the provider's fault" in verdict.reason
+    assert verdict.evidence["end"] == "client_aborted"
+
+
+# ---------------------------------------------------------------------------------------
+# the official SDK as the reference: same bytes through a real httpx transport
+
+
+def _client(body: bytes) -> openai.OpenAI:
+    def upstream(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    return openai.OpenAI(api_key="sk-test", base_url="http://127.0.0.1:9/v1", max_retries=0,
+                         http_client=httpx.Client(transport=httpx.MockTransport(upstream)))
+
+
+def _chat_sdk_cases():
+    cases = [(n, None) for n, (d, k, _) in BODIES.items() if d is CHAT and k is C and n not in SDK_REFUSES]
+    cases += [(None, n) for n, (k, _) in CHAT_CHUNKS.items() if n.startswith(("openai/chat", "xai", "groq", "deepseek", "openai-compatible"))]
+    return cases
+
+
+# Streams the SDK's stream helpers refuse (their own limits, not stream faults); streamtap judges them
+# complete above. Checked here so a future SDK that accepts them shows up.
+SDK_REFUSES = {
+    # tool call at index 1 with no index 0 (text came first): the helper indexes a list by tool index
+    "vercel-ai/openai-compatible/anthropic-fallback-tool-call.sse": IndexError,
+    # a resumed background stream starts after response.created (starting_after=0)
+    "pydantic-ai/bodies/openai-responses/test_background_mode_streaming_starting_after_vcr.1.sse": RuntimeError,
+    # ids rotate between lifecycle events behind GitHub Copilot
+    "openai/responses/github-copilot-id-rotation.1.chunks.txt": RuntimeError,
+}
+
+
+def _body(body_name, chunks_name, frame):
+    if body_name:
+        return shared_path("fixtures", body_name).read_bytes()
+    path = vercel(*chunks_name.split("/"))
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    return frame(chunk_lines(path))
+
+
+@pytest.mark.parametrize("name", sorted(SDK_REFUSES))
+def test_streams_the_sdk_refuses_are_still_judged(name):
+    responses = "responses" in name
+    body = _body(None if name.endswith(".txt") else name, name if name.endswith(".txt") else None,
+                 frame_responses if responses else frame_chat)
+    with pytest.raises(SDK_REFUSES[name]):
+        client = _client(body)
+        if responses:
+            with client.responses.stream(model="m", input="hi") as stream:
+                for _ in stream:
+                    pass
+        else:
+            with client.chat.completions.stream(model="m", messages=[{"role": "user", "content": "hi"}]) as stream:
+                for _ in stream:
+                    pass
+    assert analyze_bytes(body, RESPONSES if responses else CHAT).verdict.kind is C
+
+
+@pytest.mark.parametrize(("body_name", "chunks_name"), _chat_sdk_cases())
+def test_chat_completions_equal_the_sdk_stream_helper(body_name, chunks_name):
+    body = _body(body_name, chunks_name, frame_chat)
+    with _client(body).chat.completions.stream(model="gpt-test", messages=[{"role": "user", "content": "hi"}]) as stream:
+        for _ in stream:
+            pass
+        final = stream.get_final_completion()
+    turn = analyze_bytes(body, CHAT).turn
+    assert len(final.choices) == len(turn.choices)
+    for choice in final.choices:
+        assert (choice.message.content or "") == turn.text(choice.index)
+        assert choice.finish_reason == turn.choices[choice.index].stop_reason
+        ours = turn.tool_calls(choice.index)
+        theirs = choice.message.tool_calls or []
+        assert [(c.id, c.function.name, c.function.arguments) for c in theirs] == [(c.id, c.name, c.arguments_raw) for c in ours]
+    if final.usage is None:
+        # the helper overwrites usage with a later chunk's "usage": null (moderation chunk after the usage chunk);
+        # streamtap keeps the one usage the provider sent
+        assert turn.usage.total is None or b'"usage":null' in body[body.rindex(b'"total_tokens"'):]
+    else:
+        assert (final.usage.prompt_tokens, final.usage.completion_tokens, final.usage.total_tokens) == (
+            turn.usage.input, turn.usage.output, turn.usage.total)
+
+
+def test_sdk_and_streamtap_agree_on_an_in_band_error():
+    body = shared_path("fixtures", "pydantic-ai/bodies/openrouter/test_openrouter_stream_error.0.sse").read_bytes()
+    with pytest.raises(openai.APIError, match="Token limit reached"):
+        with _client(body).chat.completions.stream(model="m", messages=[{"role": "user", "content": "hi"}]) as stream:
+            for _ in stream:
+                pass
+    assert analyze_bytes(body, CHAT).verdict.kind is E
+
+
+def _responses_sdk_cases():
+    cases = [(n, None) for n, (d, k, _) in BODIES.items() if d is RESPONSES and k is C and n not in SDK_REFUSES]
+    cases += [(None, n) for n, (k, _) in RESPONSES_CHUNKS.items() if k is C and n not in SDK_REFUSES]
+    return cases
+
+
+@pytest.mark.parametrize(("body_name", "chunks_name"), _responses_sdk_cases())
+def test_responses_equal_the_sdk_stream_helper(body_name, chunks_name):
+    body = _body(body_name, chunks_name, frame_responses)
+    with _client(body).responses.stream(model="gpt-test", input="hi") as stream:
+        for _ in stream:
+            pass
+        final = stream.get_final_response()
+    turn = analyze_bytes(body, RESPONSES).turn
+    assert final.output_text == turn.text()
+    sdk_calls = [(o.call_id, o.name, o.arguments) for o in final.output if o.type == "function_call"]
+    assert sdk_calls == [(b.id, b.name, b.arguments_raw) for b in turn.tool_calls()]
+    assert final.status == turn.stop_reason_raw
+    assert (turn.stop_reason == "tool_use") == bool(sdk_calls)
+    if final.usage is not None:
+        assert (final.usage.input_tokens, final.usage.output_tokens, final.usage.total_tokens) == (
+            turn.usage.input, turn.usage.output, turn.usage.total)
+        assert final.usage.output_tokens_details.reasoning_tokens == turn.usage.reasoning
+
+
+def test_session_feed_returns_events_and_times_them():
+    body = shared_path("fixtures", "pydantic-ai/bodies/openai-chat/test_run_stream_sync_streams_real_model.1.sse").read_bytes()
+    session = StreamSession(CHAT)
+    events, t = [], 0.25
+    for i in range(0, len(body), 100):
+        events += session.feed(body[i : i + 100], t)
+        t += 0.01
+    analysis = session.close()
+    assert b"".join(e.raw for e in events + analysis.events) == body
+    timing = analysis.turn.timing
+    assert timing.first_byte == 0.25 and timing.last_byte == pytest.approx(t - 0.01)
+    assert len(timing.arrivals) == len(events) + len(analysis.events)
+    assert timing.arrivals == sorted(timing.arrivals)
+    assert timing.first_byte <= timing.first_content <= timing.last_byte
