@@ -23,7 +23,7 @@ BEDROCK_URL = f"https://bedrock-runtime.us-east-1.amazonaws.com/model/{BEDROCK_M
 
 OPENAI_REQUEST = {"model": "gpt-4.1-nano", "stream": True, "messages": [{"role": "user", "content": "Weather in Paris?"}]}
 ANTHROPIC_REQUEST = {
-    "model": "claude-sonnet-4-5",
+    "model": "claude-sonnet-4-6",
     "max_tokens": 1024,
     "stream": True,
     "messages": [{"role": "user", "content": "Weather in Paris?"}],
@@ -71,7 +71,7 @@ def openai_text(frames: list[bytes]) -> str:
 
 def anthropic_events(words: int = 20) -> list[dict]:
     events = [
-        {"type": "message_start", "message": {"id": "msg_01A", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": [], "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 472, "output_tokens": 2}}},
+        {"type": "message_start", "message": {"id": "msg_01A", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6", "content": [], "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 472, "output_tokens": 2}}},
         {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}},
         {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "User wants weather; call the tool."}},
         {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "EqQBCgIYAhIM1gbc"}},

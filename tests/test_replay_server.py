@@ -1,0 +1,325 @@
+"""`streamtap serve` against real clients: the openai, anthropic and boto3 SDKs, httpx,
+httpx-sse, curl and a raw socket, all on loopback."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from replay_streams import (
+    ANTHROPIC_REQUEST,
+    BEDROCK_MODEL,
+    BEDROCK_REQUEST,
+    OPENAI_REQUEST,
+    anthropic_frames,
+    bedrock_invoke_frames,
+    openai_chat_frames,
+    write_recording,
+)
+
+from streamtap.providers import analyze_bytes
+from streamtap.providers.turn import Dialect
+from streamtap.replay.faults import Timing, parse_faults
+from streamtap.replay.match import Library, MatchOptions
+from streamtap.replay.server import ServeOptions, ServerThread
+
+REPO = Path(__file__).resolve().parents[1]
+STREAMTAP = [sys.executable, "-m", "streamtap.cli"]
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("recordings")
+    write_recording(d / "openai.jsonl", "openai", openai_chat_frames())
+    write_recording(d / "anthropic.jsonl", "anthropic", anthropic_frames())
+    write_recording(d / "bedrock.jsonl", "bedrock", bedrock_invoke_frames())
+    return d
+
+
+@pytest.fixture(scope="module")
+def serve(recordings):
+    """A real `streamtap serve` process, per-request faults enabled."""
+    proc = subprocess.Popen(
+        [*STREAMTAP, "serve", str(recordings), "--fault-header"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), proc.stderr.read()
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def recorded_turn(frames, dialect):
+    return analyze_bytes(b"".join(frames), dialect).turn
+
+
+def test_openai_sdk_gets_the_recorded_turn(serve):
+    import openai
+
+    client = openai.OpenAI(base_url=serve + "/v1", api_key="sk-test", max_retries=0)
+    text, args = [], {}
+    for chunk in client.chat.completions.create(**OPENAI_REQUEST):
+        for choice in chunk.choices:
+            text.append(choice.delta.content or "")
+            for call in choice.delta.tool_calls or []:
+                args[call.index] = args.get(call.index, "") + (call.function.arguments or "")
+    turn = recorded_turn(openai_chat_frames(), Dialect.OPENAI_CHAT)
+    assert "".join(text) == turn.text()
+    assert [json.loads(a) for a in args.values()] == [b.arguments for b in turn.tool_calls()]
+
+
+def test_anthropic_sdk_gets_the_recorded_turn(serve):
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=serve, api_key="sk-ant-test", max_retries=0)
+    request = {k: v for k, v in ANTHROPIC_REQUEST.items() if k != "stream"}
+    with client.messages.stream(**request) as stream:
+        message = stream.get_final_message()
+    turn = recorded_turn(anthropic_frames(), Dialect.ANTHROPIC)
+    kinds = [block.type for block in message.content]
+    assert kinds == ["thinking", "text", "tool_use"]
+    assert message.content[0].thinking == turn.thinking()
+    assert message.content[1].text == turn.text()
+    assert message.content[2].input == turn.tool_calls()[0].arguments
+    assert message.stop_reason == turn.stop_reason_raw == "tool_use"
+
+
+def _bedrock(url: str, fault: str | None = None):
+    import boto3
+    from botocore.config import Config
+
+    client = boto3.client(
+        "bedrock-runtime",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id="AKIDTEST",
+        aws_secret_access_key="secret",
+        config=Config(retries={"max_attempts": 0}),
+    )
+    if fault:
+        client.meta.events.register("before-send.*", lambda request, **kw: request.headers.__setitem__("x-streamtap-fault", fault))
+    return client
+
+
+def _bedrock_events(client) -> list[dict]:
+    response = client.invoke_model_with_response_stream(modelId=BEDROCK_MODEL, body=json.dumps(BEDROCK_REQUEST))
+    return [json.loads(event["chunk"]["bytes"]) for event in response["body"]]
+
+
+def test_boto3_gets_the_recorded_turn(serve):
+    events = _bedrock_events(_bedrock(serve))
+    text = "".join(e["delta"].get("text", "") for e in events if e["type"] == "content_block_delta")
+    turn = recorded_turn(bedrock_invoke_frames(), Dialect.BEDROCK_INVOKE)
+    assert text == turn.text() and events[-1]["type"] == "message_stop"
+
+
+def test_boto3_raises_on_a_corrupted_crc(serve):
+    from botocore.eventstream import ChecksumMismatch
+
+    with pytest.raises(ChecksumMismatch):
+        _bedrock_events(_bedrock(serve, "corrupt:frame=5,field=crc,byte=0x22"))
+
+
+def test_boto3_raises_the_injected_model_stream_error(serve):
+    from botocore.exceptions import EventStreamError
+
+    with pytest.raises(EventStreamError, match="modelStreamErrorException"):
+        _bedrock_events(_bedrock(serve, "error:kind=modelStreamErrorException,after=3"))
+
+
+def test_anthropic_sdk_raises_on_the_injected_overloaded_error(serve):
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=serve, api_key="sk-ant-test", max_retries=0, default_headers={"x-streamtap-fault": "error:kind=overloaded_error,after=12"})
+    request = {k: v for k, v in ANTHROPIC_REQUEST.items() if k != "stream"}
+    with pytest.raises(anthropic.APIStatusError, match="Overloaded"):
+        with client.messages.stream(**request) as stream:
+            stream.get_final_message()
+
+
+def test_unmatched_request_gets_a_json_404_with_the_nearest_recording(serve):
+    r = httpx.post(serve + "/v1/chat/completions", json=OPENAI_REQUEST | {"model": "gpt-other"}, timeout=5)
+    assert r.status_code == 404
+    error = r.json()["error"]
+    assert error["looked_for"]["path"] == "/v1/chat/completions"
+    assert error["nearest"][0]["recording"].endswith("openai.jsonl")
+    assert error["nearest"][0]["differs_in"] == ["body.model"]
+
+
+def test_a_bad_fault_header_is_a_400_naming_the_problem(serve):
+    r = httpx.post(serve + "/v1/chat/completions", json=OPENAI_REQUEST, headers={"x-streamtap-fault": "cut:evnt=3"}, timeout=5)
+    assert r.status_code == 400 and "cut takes" in r.json()["error"]["message"]
+
+
+# --- the bytes on the wire, per end style: raw socket, curl, httpx ------------------------
+
+
+@pytest.fixture(scope="module")
+def library(recordings):
+    return Library.load([recordings])
+
+
+def _server(library, fault=None, timing="fast", **kw):
+    return ServerThread(library, ServeOptions(Timing.parse(timing), parse_faults(fault), **kw))
+
+
+def _raw_exchange(base_url: str, body: bytes, path: str = "/v1/chat/completions", extra: str = "") -> tuple[bytes, str]:
+    """Send one request on a raw socket; return (everything received, how it ended)."""
+    host, port = base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(
+            f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n{extra}content-length: {len(body)}\r\n\r\n".encode() + body
+        )
+        data = b""
+        while True:
+            try:
+                piece = sock.recv(65536)
+            except ConnectionResetError:
+                return data, "reset"
+            except TimeoutError:
+                return data, "open"
+            if not piece:
+                return data, "fin"
+            data += piece
+            if data.endswith(b"\r\n0\r\n\r\n"):
+                return data, "complete"
+
+
+def _dechunk(data: bytes) -> tuple[list[bytes], bool]:
+    """The chunks of a chunked body and whether the terminating 0-chunk came."""
+    head, _, rest = data.partition(b"\r\n\r\n")
+    chunks = []
+    while rest:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            return chunks, True
+        chunks.append(rest[:size])
+        rest = rest[size + 2 :]
+    return chunks, False
+
+
+OPENAI_BODY = json.dumps(OPENAI_REQUEST).encode()
+
+
+@pytest.mark.parametrize("style, ending", [("clean", "complete"), ("abort", "fin"), ("reset", "reset")])
+def test_cut_styles_on_a_raw_socket(library, style, ending):
+    frames = openai_chat_frames()
+    with _server(library, f"cut:event=9,style={style}") as server:
+        data, how = _raw_exchange(server.base_url, OPENAI_BODY)
+    assert how == ending
+    if style != "reset":  # a reset may discard bytes still in flight: that is what a reset does
+        chunks, terminated = _dechunk(data)
+        assert b"".join(chunks) == b"".join(frames[:10])
+        assert terminated == (style == "clean")
+    assert data.startswith(b"HTTP/1.1 200 OK\r\n") and b"content-type: text/event-stream" in data
+
+
+@pytest.mark.parametrize("style, exit_code", [("clean", 0), ("abort", 18), ("reset", 56)])
+def test_cut_styles_seen_by_curl(library, style, exit_code):
+    if not shutil.which("curl"):
+        pytest.skip("curl is not installed")
+    with _server(library, f"cut:byte=700,style={style}") as server:
+        result = subprocess.run(
+            ["curl", "-sS", "-N", "--max-time", "10", "-d", OPENAI_BODY, server.base_url + "/v1/chat/completions"],
+            capture_output=True,
+            timeout=20,
+        )
+    assert result.returncode == exit_code, result.stderr
+    if style != "reset":
+        assert result.stdout == b"".join(openai_chat_frames())[:700]
+
+
+def test_abort_is_a_protocol_error_for_httpx(library):
+    with _server(library, "cut:at=tool-args,style=abort") as server:
+        with pytest.raises(httpx.RemoteProtocolError):
+            with httpx.stream("POST", server.base_url + "/v1/chat/completions", content=OPENAI_BODY, timeout=10) as r:
+                for _ in r.iter_bytes():
+                    pass
+
+
+def test_clean_cut_is_silently_complete_for_httpx(library):
+    with _server(library, "cut:at=tool-args,style=clean") as server:
+        with httpx.stream("POST", server.base_url + "/v1/chat/completions", content=OPENAI_BODY, timeout=10) as r:
+            body = b"".join(r.iter_bytes())
+    assert body == b"".join(openai_chat_frames())[: len(body)] and body.endswith(b'"arguments":"{')
+
+
+def test_fragment_writes_small_chunks_and_keeps_the_bytes(library):
+    with _server(library, "fragment:max=3") as server:
+        data, how = _raw_exchange(server.base_url, OPENAI_BODY)
+    chunks, terminated = _dechunk(data)
+    assert how == "complete" and terminated
+    assert b"".join(chunks) == b"".join(openai_chat_frames())
+    assert max(map(len, chunks)) <= 3
+
+
+def test_stall_holds_the_stream_for_the_given_time(library):
+    with _server(library, "stall:after=5,secs=0.6") as server:
+        seen = []
+        start = time.monotonic()
+        with httpx.stream("POST", server.base_url + "/v1/chat/completions", content=OPENAI_BODY, timeout=10) as r:
+            for line in r.iter_lines():
+                if line.startswith("data:"):
+                    seen.append(time.monotonic() - start)
+    assert len(seen) == len(openai_chat_frames())
+    assert seen[5] < 0.4 and seen[6] - seen[5] >= 0.55
+
+
+def test_original_timing_follows_the_recorded_gaps(tmp_path):
+    write_recording(tmp_path / "slow.jsonl", "openai", openai_chat_frames(words=8, tool=False), gap_ms=50)
+    with _server(Library.load([tmp_path]), timing="original") as server:
+        seen = []
+        start = time.monotonic()
+        with httpx.stream("POST", server.base_url + "/v1/chat/completions", content=OPENAI_BODY, timeout=10) as r:
+            for line in r.iter_lines():
+                if line.startswith("data:"):
+                    seen.append(time.monotonic() - start)
+    gaps = [b - a for a, b in zip(seen, seen[1:])]
+    assert len(gaps) == 10 and all(0.035 < g < 0.1 for g in gaps), gaps
+
+
+def test_once_serves_a_recording_a_single_time(recordings):
+    with ServerThread(Library.load([recordings], MatchOptions(once=True)), ServeOptions()) as server:
+        first = httpx.post(server.base_url + "/v1/chat/completions", content=OPENAI_BODY, timeout=5)
+        second = httpx.post(server.base_url + "/v1/chat/completions", content=OPENAI_BODY, timeout=5)
+    assert first.status_code == 200 and first.content == b"".join(openai_chat_frames())
+    assert second.status_code == 404 and second.json()["error"]["nearest"][0]["already_served"] is True
+
+
+def test_ignored_body_fields_still_match(recordings):
+    options = MatchOptions(ignore_fields=("metadata.user_id", "temperature"))
+    with ServerThread(Library.load([recordings], options), ServeOptions()) as server:
+        request = OPENAI_REQUEST | {"temperature": 0.3, "metadata": {"user_id": "u-42"}}
+        r = httpx.post(server.base_url + "/v1/chat/completions", json=request, timeout=5)
+    # metadata.user_id is dropped but an empty metadata object remains: that still differs
+    assert r.status_code == 404 and r.json()["error"]["nearest"][0]["differs_in"] == ["body.metadata"]
+    with ServerThread(Library.load([recordings], MatchOptions(ignore_fields=("metadata", "temperature"))), ServeOptions()) as server:
+        r = httpx.post(server.base_url + "/v1/chat/completions", json=request, timeout=5)
+    assert r.status_code == 200
+
+
+def test_serve_usage_errors_exit_2_with_one_line(tmp_path):
+    for args, message in [
+        (["serve", str(tmp_path / "missing")], "no such file"),
+        (["serve", str(tmp_path)], "no recordings"),
+        (["serve", str(tmp_path), "--fault", "cut:nowhere=1"], "cut takes"),
+        (["serve", str(tmp_path), "--timing", "slow"], "timing is"),
+    ]:
+        result = subprocess.run([*STREAMTAP, *args], capture_output=True, text=True, timeout=30)
+        assert result.returncode == 2, (args, result.stderr)
+        assert message in result.stderr and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
