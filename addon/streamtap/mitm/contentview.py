@@ -1,0 +1,209 @@
+"""mitmproxy contentviews that show LLM streams frame by frame (mitmweb, mitmproxy, mitmdump).
+
+``application/vnd.amazon.eventstream`` bodies (Bedrock) are binary: without this view
+mitmweb shows a hex dump. With it each message is listed with its place in the body,
+its headers and its payload as indented JSON; a Bedrock InvokeModel ``chunk`` also shows
+the model's own event, base64-decoded from the payload's ``bytes`` field.
+``text/event-stream`` bodies are listed event by event with ``data`` as indented JSON.
+Bytes that break the framing and a cut last frame are shown where they occur.
+
+Wiring (addon/tap.py): ``addons = [Tap(), *(cls() for cls in contentview.ADDONS), ...]``. The addon in
+``ADDONS`` registers both views when mitmproxy loads it; ``register()`` does the same
+for other scripts. Both views are chosen automatically by content type and can be
+picked by name ("AWS event-stream", "LLM stream (SSE)").
+
+mitmproxy keeps no body for a streamed response unless ``--set
+store_streamed_bodies=true``; start mitmweb with it to see live streams here.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from mitmproxy import contentviews
+from mitmproxy.contentviews import Contentview, Metadata, SyntaxHighlight
+
+from streamtap.wire import (
+    EventStreamDecoder,
+    EventStreamMessage,
+    Malformed,
+    SSEDecoder,
+    SSEEvent,
+    Tail,
+    WireEvent,
+)
+
+EVENTSTREAM_TYPE = "application/vnd.amazon.eventstream"
+SSE_TYPE = "text/event-stream"
+MAX_FRAMES_SHOWN = 5000  # past this a body is a bulk transfer, not something to read
+
+
+def _indent(text: str, prefix: str = "  ") -> str:
+    return "\n".join(prefix + line for line in text.splitlines())
+
+
+def _pretty_json(text: str | bytes) -> str | None:
+    try:
+        value = json.loads(text)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def _header_value(value: Any) -> str:
+    if isinstance(value, bytes):
+        return f"<{len(value)} bytes> {base64.b64encode(value).decode('ascii')}"
+    return str(value)
+
+
+def _place(kind: str, event: WireEvent) -> str:
+    return f"# {kind} {event.seq} · offset {event.start} · {event.end - event.start} bytes"
+
+
+def _problem(event: WireEvent) -> list[str]:
+    if isinstance(event, Malformed):
+        stop = "decoding stopped here" if event.fatal else "skipped"
+        return [
+            f"# !! malformed at offset {event.start} ({len(event.raw)} bytes): {event.error.message} "
+            f"at byte {event.error.offset}, {stop}",
+            f"#    {event.raw[:80]!r}{' ...' if len(event.raw) > 80 else ''}",
+        ]
+    if isinstance(event, Tail):
+        return [
+            f"# !! the body ends inside a frame: {len(event.raw)} bytes at offset {event.start} "
+            f"formed no frame ({event.reason})",
+            f"#    {event.raw[:80]!r}{' ...' if len(event.raw) > 80 else ''}",
+        ]
+    return []
+
+
+def _decode(decoder: EventStreamDecoder | SSEDecoder, data: bytes) -> list[WireEvent]:
+    return [*decoder.feed(data), *decoder.close()]
+
+
+def _summary(events: list[WireEvent], data: bytes, noun: str) -> str:
+    frames = sum(1 for e in events if not isinstance(e, (Malformed, Tail)))
+    problems = sum(1 for e in events if isinstance(e, (Malformed, Tail)))
+    line = f"# {frames} {noun}{'s' if frames != 1 else ''}, {len(data)} bytes"
+    if problems:
+        line += f", {problems} framing problem{'s' if problems != 1 else ''} (marked !!)"
+    return line
+
+
+def _render(events: list[WireEvent], data: bytes, noun: str, frame: Any) -> str:
+    out = [_summary(events, data, noun)]
+    for shown, event in enumerate(events):
+        if shown == MAX_FRAMES_SHOWN:
+            out.append(f"\n# ... {len(events) - shown} more not shown")
+            break
+        out.append("")
+        out.extend(_problem(event) or frame(event))
+    return "\n".join(out) + "\n"
+
+
+def eventstream_lines(message: EventStreamMessage) -> list[str]:
+    lines = [_place("message", message)]
+    lines += [f"{name}: {_header_value(value)}" for name, value in message.headers.items()]
+    if not message.payload:
+        return lines
+    try:
+        payload = json.loads(message.payload)
+    except (ValueError, UnicodeDecodeError):
+        try:
+            text = message.payload.decode("utf-8")
+        except UnicodeDecodeError:
+            text = repr(message.payload)
+        lines += ["payload: |", _indent(text)]
+        return lines
+    inner = None
+    if isinstance(payload, dict) and isinstance(payload.get("bytes"), str):
+        # Bedrock InvokeModel: the model's own event travels base64-encoded in "bytes".
+        try:
+            decoded = base64.b64decode(payload["bytes"], validate=True)
+        except ValueError:
+            decoded = None
+        if decoded is not None:
+            inner = _pretty_json(decoded) or repr(decoded)
+            payload = {**payload, "bytes": f"<{len(decoded)} bytes, decoded below>"}
+    lines += ["payload:", _indent(json.dumps(payload, indent=2, ensure_ascii=False))]
+    if inner is not None:
+        lines += ["bytes (base64-decoded):", _indent(inner)]
+    return lines
+
+
+def sse_lines(event: SSEEvent) -> list[str]:
+    lines = [_place("event", event), f"event: {event.event}"]
+    if event.id:
+        lines.append(f"id: {event.id}")
+    if event.retry is not None:
+        lines.append(f"retry: {event.retry}")
+    if event.invalid_utf8:
+        lines.append(f"# {event.invalid_utf8} invalid UTF-8 sequence(s) replaced")
+    pretty = _pretty_json(event.data) if event.data.lstrip()[:1] in ("{", "[") else None
+    if pretty is not None:
+        lines += ["data:", _indent(pretty)]
+    elif "\n" in event.data:
+        lines += ["data: |", _indent(event.data)]
+    else:
+        lines.append(f"data: {event.data}")
+    return lines
+
+
+class EventStreamContentview(Contentview):
+    """AWS event-stream (Bedrock): messages, headers, JSON payloads, InvokeModel chunks decoded."""
+
+    @property
+    def name(self) -> str:
+        return "AWS event-stream"
+
+    @property
+    def syntax_highlight(self) -> SyntaxHighlight:
+        return "yaml"
+
+    def prettify(self, data: bytes, metadata: Metadata) -> str:
+        events = _decode(EventStreamDecoder(), data)
+        return _render(events, data, "message", eventstream_lines)
+
+    def render_priority(self, data: bytes, metadata: Metadata) -> float:
+        return 2 if data and metadata.content_type == EVENTSTREAM_TYPE else -1
+
+
+class SSEContentview(Contentview):
+    """Server-Sent Events: one block per event, ``data`` as indented JSON where it is JSON."""
+
+    @property
+    def name(self) -> str:
+        return "LLM stream (SSE)"
+
+    @property
+    def syntax_highlight(self) -> SyntaxHighlight:
+        return "yaml"
+
+    def prettify(self, data: bytes, metadata: Metadata) -> str:
+        events = _decode(SSEDecoder(), data)
+        return _render(events, data, "event", sse_lines)
+
+    def render_priority(self, data: bytes, metadata: Metadata) -> float:
+        return 2 if data and metadata.content_type == SSE_TYPE else -1
+
+
+VIEWS: tuple[Contentview, ...] = (EventStreamContentview(), SSEContentview())
+
+
+def register(views: Iterable[Contentview] = VIEWS) -> None:
+    """Add the views to mitmproxy's registry (idempotent: a view replaces its namesake)."""
+    for view in views:
+        contentviews.add(view)
+
+
+class StreamContentviews:
+    """The addon form of ``register()``, for an ``addons`` list."""
+
+    def load(self, loader: Any) -> None:
+        register()
+
+
+ADDONS = [StreamContentviews]  # classes: addon/tap.py instantiates them
