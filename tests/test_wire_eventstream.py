@@ -452,3 +452,14 @@ def test_plain_ints_pick_int32_or_int64():
 def test_encoder_refuses_values_the_format_cannot_carry(headers):
     with pytest.raises((ValueError, TypeError)):
         encode_message(headers, b"")
+
+
+@pytest.mark.timeout(60)
+def test_one_byte_reads_of_a_large_message_stay_linear():
+    # Joining the buffer on every read would copy ~5e11 bytes here and time out.
+    message = encode_message({":event-type": "chunk"}, b"p" * (1024 * 1024))
+    decoder = EventStreamDecoder()
+    events = []
+    for index in range(len(message)):
+        events += decoder.feed(message[index : index + 1])
+    assert [event.raw for event in events] == [message] and decoder.close() == []

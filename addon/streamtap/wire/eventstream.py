@@ -205,47 +205,39 @@ _set_payload = EventStreamMessage.payload.__set__  # type: ignore[attr-defined]
 class EventStreamDecoder:
     """Sans-IO decoder: ``feed(bytes) -> [EventStreamMessage | Malformed]``, ``close() -> [Tail]``.
 
-    Buffering keeps the chunks of an unfinished message in a list and joins them once the
-    message is whole, so feeding one byte at a time stays linear in the stream length.
+    Unconsumed bytes wait in one bytearray (appending is amortised O(1)); the frame loop
+    runs only once the next message is whole, so one-byte reads stay linear in the
+    stream length and cost a single comparison each.
     """
 
     def __init__(self, max_event_size: int = MAX_MESSAGE_LENGTH) -> None:
         self.max_message_length = min(max_event_size, MAX_MESSAGE_LENGTH)
         self._seq = 0
-        self._head = b""  # joined bytes; the unconsumed part starts at self._pos
-        self._pos = 0
-        self._head_offset = 0  # stream offset of self._head[0]
-        self._pending: list[bytes] = []  # chunks that arrived after self._head
-        self._available = 0  # unconsumed bytes in head and pending together
-        self._need = PRELUDE_LENGTH  # unconsumed bytes the next step needs
+        self._buffer = bytearray()  # bytes not yet part of an event
+        self._offset = 0  # stream offset of self._buffer[0]
+        self._need = PRELUDE_LENGTH  # len(self._buffer) the next step needs
         self._decoding = True  # neither stopped at an error nor closed
         self._stopped = False
         self._closed = False
-        self._kept_after_stop = 0
         self._dropped_after_stop = 0
 
     def feed(self, data: bytes) -> list[EventStreamMessage | Malformed]:
-        if self._decoding:
-            self._pending.append(data)
-            self._available += len(data)
-            if self._available < self._need:  # the common case for small reads
-                return []
-            return self._decode()
-        if self._stopped and not self._closed:
-            self._keep_after_stop(data)
-        return []
+        buffer = self._buffer
+        buffer += data
+        if len(buffer) < self._need:  # the common case for small reads: one comparison
+            return []
+        return self._decode()
 
     def close(self) -> list[Tail]:
         if self._closed:
             return []
         self._closed = True
         self._decoding = False
-        self._join()
-        rest = self._head[self._pos :]
-        self._head = b""
+        self._need = 0  # every later feed goes to _decode, which drops it
+        rest = bytes(self._buffer)
+        self._buffer = bytearray()
         if not rest:
             return []
-        start = self._head_offset + self._pos
         if self._stopped:
             reason = "decoder stopped at an error"
             if self._dropped_after_stop:
@@ -254,17 +246,9 @@ class EventStreamDecoder:
             reason = f"prelude needs {PRELUDE_LENGTH} bytes, {len(rest)} arrived"
         else:
             reason = f"message needs {_unpack_u32(rest)[0]} bytes, {len(rest)} arrived"
-        return [self._tail(start, rest, reason)]
-
-    def _join(self) -> None:
-        if self._pending:
-            pending = self._pending
-            if self._pos < len(self._head):
-                pending.insert(0, self._head[self._pos :] if self._pos else self._head)
-            self._head_offset += self._pos
-            self._head = pending[0] if len(pending) == 1 else b"".join(pending)
-            self._pos = 0
-            self._pending = []
+        tail = Tail(self._seq, self._offset, self._offset + len(rest), rest, reason)
+        self._seq += 1
+        return [tail]
 
     def _decode(
         self,
@@ -282,19 +266,18 @@ class EventStreamDecoder:
         cache=_HEADER_CACHE,
     ) -> list[EventStreamMessage | Malformed]:
         # The hot path of the whole proxy for Bedrock. Helpers arrive as default
-        # arguments (free locals); a valid frame whose header block was seen before
-        # makes no method call.
-        pending = self._pending
-        pos = self._pos
-        head = self._head
-        if pos < len(head):
-            pending.insert(0, head[pos:] if pos else head)
-        self._head_offset += pos
-        self._head = head = pending[0] if len(pending) == 1 else b"".join(pending)
-        self._pending = []
-        pos = 0
+        # arguments (free locals); a valid frame whose header block is the previous
+        # frame's makes no Python-level call besides the CRCs and slot setters.
+        if not self._decoding:
+            if self._closed:
+                self._buffer.clear()
+            else:
+                self._keep_after_stop()
+            return []
+        head = bytes(self._buffer)  # slices of bytes are bytes: one copy per feed
         size = len(head)
-        base = self._head_offset
+        pos = 0
+        base = self._offset
         seq = self._seq
         limit = self.max_message_length
         events: list[EventStreamMessage | Malformed] = []
@@ -303,28 +286,25 @@ class EventStreamDecoder:
         last_block = b""  # frames in a row tend to share it: compare in place, no slice
         last_headers: dict[str, Any] = {}
         last_length = -1
+        error: FramingError | None = None
         while size - pos >= 12:
             total, headers_length, prelude_crc = unpack_prelude(head, pos)
             if checksum(head[pos : pos + 8]) != prelude_crc:
-                self._seq = seq
-                error: FramingError = PreludeCRCMismatch("prelude checksum mismatch", base + pos + 8)
-                append(self._fail(head, pos, pos + PRELUDE_LENGTH, error))
-                return events
+                error = PreludeCRCMismatch("prelude checksum mismatch", base + pos + 8)
+                end = pos + PRELUDE_LENGTH
+                break
             if not (16 <= total <= limit and headers_length <= total - 16 and headers_length <= 131072):
-                self._seq = seq
                 error = self._length_error(total, headers_length, base + pos)
-                append(self._fail(head, pos, pos + PRELUDE_LENGTH, error))
-                return events
+                end = pos + PRELUDE_LENGTH
+                break
             end = pos + total
             if end > size:
                 need = total
                 break
             raw = head[pos:end]
             if checksum(raw[8:-4], prelude_crc) != unpack_u32(raw, total - 4)[0]:
-                self._seq = seq
                 error = MessageCRCMismatch("message checksum mismatch", base + end - 4)
-                append(self._fail(head, pos, end, error))
-                return events
+                break
             headers_end = 12 + headers_length
             if headers_length != last_length or not raw.startswith(last_block, 12):
                 block = raw[12:headers_end]
@@ -333,9 +313,8 @@ class EventStreamDecoder:
                     try:
                         headers = _parse_and_cache(block, base + pos + 12)
                     except InvalidHeaders as header_error:
-                        self._seq = seq
-                        append(self._fail(head, pos, end, header_error))
-                        return events
+                        error = header_error
+                        break
                 last_block, last_headers, last_length = block, headers, headers_length
             message = new(message_class)
             set_seq(message, seq)
@@ -347,9 +326,18 @@ class EventStreamDecoder:
             append(message)
             seq += 1
             pos = end
+        if error is not None:
+            # Stop for good: report the bad unit, keep what follows it for close().
+            append(Malformed(seq, base + pos, base + end, head[pos:end], error, True))
+            seq += 1
+            pos = end
+            self._decoding = False
+            self._stopped = True
+        del self._buffer[:pos]
+        if self._stopped:
+            self._keep_after_stop()
+        self._offset = base + pos
         self._seq = seq
-        self._pos = pos
-        self._available = size - pos
         self._need = need
         return events
 
@@ -366,43 +354,18 @@ class EventStreamDecoder:
             return InvalidMessageLength(
                 f"headers length {headers_length} does not fit a {total}-byte message", offset + 4
             )
-        if headers_length > MAX_HEADERS_LENGTH:
-            return InvalidMessageLength(
-                f"headers length {headers_length} is over the {MAX_HEADERS_LENGTH}-byte limit",
-                offset + 4,
-            )
-        raise AssertionError("called for lengths that are valid")
-
-    def _fail(self, head: bytes, start: int, end: int, error: FramingError) -> Malformed:
-        """Stop for good: report the bad unit, keep the rest for close()."""
-        self._stopped = True
-        self._decoding = False
-        event = Malformed(
-            self._seq, self._head_offset + start, self._head_offset + end, head[start:end], error, True
+        return InvalidMessageLength(
+            f"headers length {headers_length} is over the {MAX_HEADERS_LENGTH}-byte limit", offset + 4
         )
-        self._seq += 1
-        self._pos = end
-        rest = len(head) - end
-        self._kept_after_stop = rest
-        self._available = rest
-        return event
 
-    def _keep_after_stop(self, data: bytes) -> None:
-        # Memory stays bounded after a fatal error: at most max_event_size bytes are kept.
-        room = self.max_message_length - self._kept_after_stop
-        if room <= 0:
-            self._dropped_after_stop += len(data)
-            return
-        if len(data) > room:
-            self._dropped_after_stop += len(data) - room
-            data = data[:room]
-        self._pending.append(data)
-        self._kept_after_stop += len(data)
-
-    def _tail(self, start: int, raw: bytes, reason: str) -> Tail:
-        tail = Tail(self._seq, start, start + len(raw), raw, reason)
-        self._seq += 1
-        return tail
+    def _keep_after_stop(self) -> None:
+        # Memory stays bounded after a fatal error: at most max_event_size bytes are kept,
+        # and feed() only calls here once that bound is passed.
+        excess = len(self._buffer) - self.max_message_length
+        if excess > 0:
+            self._dropped_after_stop += excess
+            del self._buffer[self.max_message_length :]
+        self._need = self.max_message_length + 1
 
 
 # encoding ------------------------------------------------------------------------
