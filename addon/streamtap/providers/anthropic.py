@@ -432,7 +432,9 @@ def stop_verdict(turn: Turn, judge: Judge, terminal: str, table: dict[str, tuple
                  **evidence: Any) -> Verdict:
     """The verdict once the terminal signal arrived: read off the stop reason."""
     raw = turn.stop_reason_raw
-    evidence = {"stop_reason": raw, **{k: v for k, v in evidence.items() if v not in (None, 1)}}
+    evidence = {"stop_reason": raw, **{k: v for k, v in evidence.items() if v is not None}}
+    if evidence.get("messages") == 1:
+        del evidence["messages"]
     if raw is None:
         return Verdict(VerdictKind.UNKNOWN, f"{terminal} arrived without a stop reason", judge.last_seq,
                        judge.last_end, evidence)

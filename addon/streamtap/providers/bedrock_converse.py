@@ -8,8 +8,10 @@ Bedrock InvokeModel reuses it for Amazon Nova, whose chunks carry the same event
 Choices this module makes where the provider is silent:
 - Text and reasoning blocks often have no ``contentBlockStart`` in real captures: a
   block is created by its first delta, its kind taken from that delta.
-- ``metadata`` (usage) may come before or after ``messageStop``; a turn without it is
-  still judged by its stop reason, with ``usage_missing`` in the evidence.
+- The turn ends with ``messageStop`` and ``metadata`` (usage), in either order (live
+  streams send ``messageStop`` first; an edited capture has it the other way). A stream
+  that stops after ``messageStop`` but before ``metadata`` was still cut: ``truncated``,
+  with ``content_complete`` in the evidence, so a cut is never mistaken for a finish.
 - ``malformed_model_output`` / ``malformed_tool_use`` are ``errored``: the model failed
   to produce something the provider could parse.
 - A block left open at ``messageStop`` is corrupt, except after ``max_tokens`` /
@@ -84,6 +86,7 @@ class ConverseBuilder:
         self.blocks: dict[int, Block] = {}
         self.open_blocks: set[int] = set()
         self.fragments: dict[int, list[str]] = {}
+        self.announced: set[int] = set()  # started with an empty start, no delta yet
         self.metadata_seen = False
         self.outcomes: list[tuple[str | None, int | None, int | None]] = []
 
@@ -107,6 +110,7 @@ class ConverseBuilder:
         self.blocks = {}
         self.open_blocks = set()
         self.fragments = {}
+        self.announced = set()
         self.metadata_seen = False
         self.turn.stop_reason = None
         self.turn.stop_reason_raw = None
@@ -146,7 +150,7 @@ class ConverseBuilder:
         if not isinstance(index, int) or not isinstance(start, dict):
             self.judge.corrupt("contentBlockStart without contentBlockIndex or start", seq, offset)
             return
-        if index in self.blocks:
+        if index in self.blocks or index in self.announced:
             self.judge.corrupt(f"contentBlockStart for index {index}, which already started", seq, offset,
                                index=index)
             return
@@ -161,6 +165,8 @@ class ConverseBuilder:
             result = start["toolResult"]
             self._new_block(index, BlockKind.SERVER_TOOL, id=result.get("toolUseId"),
                             extra={"toolResult": dict(result), "content": []})
+        elif not start:
+            self.announced.add(index)  # an empty start: the first delta says what the block is
         else:
             self._new_block(index, BlockKind.OTHER, extra={"start": dict(start)})
             self.judge.note(f"contentBlockStart {sorted(start)} kept as 'other' (index {index})")
@@ -184,6 +190,7 @@ class ConverseBuilder:
                 return
             if member == "reasoningContent" and isinstance(value, dict) and "redactedContent" in value:
                 kind = BlockKind.REDACTED_THINKING
+            self.announced.discard(index)
             block = self._new_block(index, kind)
         elif index not in self.open_blocks:
             self.judge.corrupt(f"contentBlockDelta for index {index} after its contentBlockStop", seq, offset,
@@ -227,6 +234,9 @@ class ConverseBuilder:
         if not self._in_message(seq, offset, "contentBlockStop"):
             return
         index = body.get("contentBlockIndex")
+        if index in self.announced:  # started empty and stopped without a delta: nothing to keep
+            self.announced.discard(index)
+            return
         block = self.blocks.get(index)  # type: ignore[arg-type]
         if block is None or index not in self.open_blocks:
             what = "unknown index" if block is None else "a block already stopped"
@@ -253,12 +263,12 @@ class ConverseBuilder:
         self.turn.stop_reason = STOP_REASONS.get(raw, (None, raw))[1] if raw is not None else None
         if body.get("additionalModelResponseFields") is not None:
             self.turn.extra["additionalModelResponseFields"] = body["additionalModelResponseFields"]
-        if self.open_blocks:
-            open_indexes = sorted(self.open_blocks)
+        if self.open_blocks or self.announced:
+            open_indexes = sorted(self.open_blocks | self.announced)
             if raw is not None and STOP_REASONS.get(raw, (None,))[0] is VerdictKind.STOPPED_BY_LIMIT:
                 for index in open_indexes:
-                    block = self.blocks[index]
                     if index in self.fragments:
+                        block = self.blocks[index]
                         block.arguments_raw = "".join(self.fragments.pop(index))
                         block.arguments_error = f"block never closed: the turn was cut by {raw}"
                 self.judge.note(f"blocks {open_indexes} left open by {raw}")
@@ -306,8 +316,10 @@ class ConverseBuilder:
             if kind is not VerdictKind.COMPLETE:
                 return Verdict(kind, f"an earlier message in this stream ended with stopReason {raw}", seq, offset,
                                {"stop_reason": raw, "messages": self.messages})
-        return stop_verdict(self.turn, judge, "messageStop", STOP_REASONS, messages=self.messages,
-                            usage_missing=True if not self.metadata_seen else None)
+        if not self.metadata_seen:
+            return judge.truncated("messageStop arrived but metadata (usage) did not", end, content_complete=True,
+                                   stop_reason=self.turn.stop_reason_raw)
+        return stop_verdict(self.turn, judge, "messageStop", STOP_REASONS, messages=self.messages)
 
 
 class Assembler:

@@ -1,0 +1,475 @@
+"""Bedrock InvokeModelWithResponseStream and ConverseStream: every real .bin body, re-framed
+chunk lists, constructed exception frames, cuts, and the official SDKs as the reference.
+
+The dialect of each captured body comes from its cassette's request URI through
+``detect_dialect``; expected verdicts come from the frames read with botocore's own
+event-stream decoder, mapped through ../shared/docs/provider-streams.md §3.4/§4.3, plus
+one documented choice: ``amazon-bedrock-guardrailAction: INTERVENED`` means the
+guardrail blocked or masked the output, so the turn is ``filtered``. boto3's
+bedrock-runtime client and the anthropic SDK's AnthropicBedrock client read the same
+bytes from a loopback server, and what they make of them must equal streamtap's Turn.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import boto3
+import botocore.exceptions
+import pytest
+import yaml
+from anthropic.lib.streaming._messages import accumulate_event
+from botocore.eventstream import EventStreamBuffer
+from conftest import FIXTURES, shared_files
+from test_providers_anthropic import (  # one loopback server and one SDK comparison for both test files
+    DOC_OUTCOME,
+    LoopbackServer,
+    assert_turn_matches_sdk,
+)
+
+from streamtap.providers import (
+    BlockKind,
+    Dialect,
+    RequestInfo,
+    StreamEnd,
+    VerdictKind,
+    analyze_bytes,
+    detect_dialect,
+)
+from streamtap.wire import EventStreamDecoder, encode_message
+
+EVENTSTREAM = "application/vnd.amazon.eventstream"
+
+# §4.3: ConverseStream stopReason -> outcome (malformed_*: our documented choice, errored)
+CONVERSE_OUTCOME = {
+    "end_turn": "complete",
+    "tool_use": "complete",
+    "stop_sequence": "complete",
+    "max_tokens": "stopped_by_limit",
+    "model_context_window_exceeded": "stopped_by_limit",
+    "guardrail_intervened": "filtered",
+    "content_filtered": "filtered",
+    "malformed_model_output": "errored",
+    "malformed_tool_use": "errored",
+}
+TITAN_OUTCOME = {"FINISH": "complete", "LENGTH": "stopped_by_limit"}
+
+
+@pytest.fixture(scope="module")
+def loopback():
+    server = LoopbackServer()
+    yield server
+    server.stop()
+
+
+def boto_client(loopback: LoopbackServer):
+    return boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url=loopback.url,
+                        aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="test-secret")
+
+
+def request_uri(body_path: Path) -> str:
+    """The request URI from the cassette this body was extracted from."""
+    source = body_path.relative_to(FIXTURES).parts[0]
+    sub = body_path.parent.relative_to(FIXTURES / source / "bodies")
+    name, index, _ = body_path.name.rsplit(".", 2)
+    cassette = FIXTURES / source / "cassettes" / sub / f"{name}.yaml"
+    return yaml.safe_load(cassette.read_text())["interactions"][int(index)]["request"]["uri"]
+
+
+def frames(body: bytes) -> list[tuple[dict, bytes]]:
+    """Headers and payload of each frame, read by botocore (the SDK's decoder)."""
+    buffer = EventStreamBuffer()
+    buffer.add_data(body)
+    return [(message.headers, message.payload) for message in buffer]
+
+
+def chunk_events(body: bytes) -> list[dict]:
+    return [json.loads(base64.b64decode(json.loads(payload)["bytes"])) for headers, payload in frames(body)
+            if headers.get(":event-type") == "chunk"]
+
+
+def expected_verdict(dialect: Dialect, body: bytes) -> str:
+    if dialect is Dialect.BEDROCK_CONVERSE:
+        stops = [json.loads(p)["stopReason"] for h, p in frames(body) if h.get(":event-type") == "messageStop"]
+        return CONVERSE_OUTCOME[stops[-1]] if stops else "truncated"
+    events = chunk_events(body)
+    if any(e.get("amazon-bedrock-guardrailAction") == "INTERVENED" for e in events):
+        return "filtered"
+    last = events[-1]
+    if last.get("type") == "message_stop":
+        return DOC_OUTCOME[[e for e in events if e.get("type") == "message_delta"][-1]["delta"]["stop_reason"]]
+    if "messageStop" in last or "metadata" in last:
+        return CONVERSE_OUTCOME[[e for e in events if "messageStop" in e][-1]["messageStop"]["stopReason"]]
+    if "outputText" in last:
+        return TITAN_OUTCOME[last["completionReason"]]
+    return "truncated"
+
+
+# -- what the SDKs make of the bytes ---------------------------------------------------------
+class ConverseReference:
+    """A final message from SDK-decoded ConverseStream events (boto3 dicts or Nova chunks)."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.stop_reason: str | None = None
+        self.usage: dict[str, Any] = {}
+
+    def add(self, event: dict[str, Any]) -> None:
+        if "contentBlockStart" in event:
+            start = event["contentBlockStart"]
+            tool = start["start"].get("toolUse")
+            result = start["start"].get("toolResult")
+            if tool:
+                self.blocks[start["contentBlockIndex"]] = {"tool": (tool["toolUseId"], tool["name"]), "input": ""}
+            elif result:
+                self.blocks[start["contentBlockIndex"]] = {"result": result["toolUseId"], "content": []}
+        elif "contentBlockDelta" in event:
+            body = event["contentBlockDelta"]
+            block = self.blocks.setdefault(body["contentBlockIndex"], {})
+            delta = body["delta"]
+            if "text" in delta:
+                block["text"] = block.get("text", "") + delta["text"]
+            elif "toolUse" in delta:
+                block["input"] += delta["toolUse"]["input"]
+            elif "toolResult" in delta:
+                block["content"] += delta["toolResult"]
+            elif "reasoningContent" in delta:
+                reasoning = delta["reasoningContent"]
+                if "text" in reasoning:
+                    block["thinking"] = block.get("thinking", "") + reasoning["text"]
+                if "signature" in reasoning:
+                    block["signature"] = reasoning["signature"]
+                if "redactedContent" in reasoning:
+                    blob = reasoning["redactedContent"]
+                    block["redacted"] = blob if isinstance(blob, str) else base64.b64encode(blob).decode()
+        elif "messageStop" in event:
+            self.stop_reason = event["messageStop"]["stopReason"]
+        elif "metadata" in event:
+            self.usage = event["metadata"].get("usage", {})
+
+    def assert_equals(self, turn) -> None:
+        ours = turn.blocks
+        assert len(ours) == len(self.blocks)
+        for block, (_, ref) in zip(ours, sorted(self.blocks.items()), strict=True):
+            if "tool" in ref:
+                assert block.kind in (BlockKind.TOOL_CALL, BlockKind.SERVER_TOOL)
+                assert (block.id, block.name) == ref["tool"]
+                assert block.arguments == (json.loads(ref["input"]) if ref["input"] else {})
+            elif "result" in ref:
+                assert block.kind is BlockKind.SERVER_TOOL and block.id == ref["result"]
+                assert block.extra["content"] == ref["content"]
+            elif "thinking" in ref:
+                assert block.kind is BlockKind.THINKING
+                assert (block.text, block.signature) == (ref["thinking"], ref.get("signature"))
+            elif "redacted" in ref:
+                assert block.kind is BlockKind.REDACTED_THINKING and block.data == ref["redacted"]
+            else:
+                assert block.kind is BlockKind.TEXT and block.text == ref["text"]
+        assert turn.stop_reason_raw == self.stop_reason
+        if self.usage:
+            assert (turn.usage.input, turn.usage.output) == (self.usage["inputTokens"], self.usage["outputTokens"])
+
+
+def boto3_converse(loopback: LoopbackServer, body: bytes) -> ConverseReference:
+    loopback.serve(body, EVENTSTREAM)
+    response = boto_client(loopback).converse_stream(modelId="test-model",
+                                                     messages=[{"role": "user", "content": [{"text": "hi"}]}])
+    reference = ConverseReference()
+    for event in response["stream"]:
+        reference.add(event)
+    return reference
+
+
+def boto3_invoke_chunks(loopback: LoopbackServer, body: bytes) -> list[dict]:
+    loopback.serve(body, EVENTSTREAM)
+    response = boto_client(loopback).invoke_model_with_response_stream(modelId="test-model", body=b"{}")
+    return [json.loads(event["chunk"]["bytes"]) for event in response["body"]]
+
+
+def anthropic_bedrock_message(loopback: LoopbackServer, body: bytes):
+    loopback.serve(body, EVENTSTREAM)
+    client = anthropic.AnthropicBedrock(aws_access_key="AKIDEXAMPLE", aws_secret_key="test-secret",
+                                        aws_region="us-east-1", base_url=loopback.url, max_retries=0)
+    with client.messages.stream(model="anthropic.claude-test", max_tokens=64,
+                                messages=[{"role": "user", "content": "hi"}]) as stream:
+        return stream.get_final_message()
+
+
+# -- every real body ---------------------------------------------------------------------------
+BINS = shared_files("*/bodies/**/*.bin")
+
+
+@pytest.mark.parametrize("path", BINS, ids=[str(p.relative_to(FIXTURES)) for p in BINS])
+def test_real_body(path: Path, loopback: LoopbackServer) -> None:
+    body = path.read_bytes()
+    detection = detect_dialect(RequestInfo("POST", request_uri(path), {}, b"{}"), EVENTSTREAM)
+    assert detection.dialect in (Dialect.BEDROCK_INVOKE, Dialect.BEDROCK_CONVERSE)
+    assert detection.wire == "eventstream"
+    analysis = analyze_bytes(body, detection.dialect)
+    turn = analysis.turn
+    assert turn.dialect is detection.dialect
+    assert analysis.verdict.kind.value == expected_verdict(detection.dialect, body), analysis.verdict
+    if detection.dialect is Dialect.BEDROCK_CONVERSE:
+        boto3_converse(loopback, body).assert_equals(turn)
+        return
+    chunks = boto3_invoke_chunks(loopback, body)
+    assert chunks == chunk_events(body)  # boto3 hands out exactly the chunks streamtap decoded
+    family = turn.extra["family"]
+    if family == "anthropic":
+        snapshot, json_bufs = None, {}
+        for event in chunks:
+            snapshot = accumulate_event(event=event, current_snapshot=snapshot, json_bufs=json_bufs)
+        assert_turn_matches_sdk(turn, snapshot)
+        assert_turn_matches_sdk(turn, anthropic_bedrock_message(loopback, body))
+        metrics = chunks[-1]["amazon-bedrock-invocationMetrics"]
+        assert turn.usage.raw["amazon-bedrock-invocationMetrics"] == metrics
+    elif family == "nova":
+        reference = ConverseReference()
+        for event in chunks:
+            reference.add(event)
+        reference.assert_equals(turn)
+    else:
+        assert family == "titan"
+        assert turn.text() == "".join(c["outputText"] for c in chunks)
+        assert turn.usage.input == int(chunks[0]["inputTextTokenCount"])
+        assert turn.usage.output == int(chunks[-1]["totalOutputTextTokenCount"])
+
+
+def test_all_24_bodies_are_here() -> None:
+    if not BINS:
+        pytest.skip("../shared/fixtures is absent: the real captures live beside a development or CI clone only")
+    assert len(BINS) == 24
+
+
+# -- vercel-ai ConverseStream chunk lists, re-framed (constructed framing) -----------------------
+def converse_frame(kind: str, payload: dict) -> bytes:
+    return encode_message({":event-type": kind, ":content-type": "application/json", ":message-type": "event"},
+                          json.dumps(payload).encode())
+
+
+def reframe(path: Path) -> bytes:
+    out = []
+    for line in path.read_bytes().splitlines():
+        if line.strip():
+            (kind, payload), = json.loads(line).items()
+            out.append(converse_frame(kind, payload))
+    return b"".join(out)
+
+
+VERCEL = [p for p in shared_files("vercel-ai/amazon-bedrock/*.chunks.txt")]
+
+
+@pytest.mark.parametrize("path", VERCEL, ids=[p.name for p in VERCEL])
+def test_vercel_converse_chunks_reframed(path: Path, loopback: LoopbackServer) -> None:
+    body = reframe(path)
+    analysis = analyze_bytes(body, Dialect.BEDROCK_CONVERSE)
+    assert analysis.verdict.kind.value == expected_verdict(Dialect.BEDROCK_CONVERSE, body), analysis.verdict
+    boto3_converse(loopback, body).assert_equals(analysis.turn)
+
+
+SYNTHETIC_DECISIONS = {
+    # vendor hand-written files: streamtap's decision. A text block that never gets its
+    # contentBlockStop while the message ends is "started but never stopped": corrupt.
+    "amazon-bedrock-json-tool.2.chunks.txt": "corrupt",
+    "amazon-bedrock-json-tool.3.chunks.txt": "corrupt",
+    "amazon-bedrock-json-with-tool.1.chunks.txt": "corrupt",
+    "amazon-bedrock-json-with-tools.1.chunks.txt": "corrupt",
+    # no metadata after messageStop: the stream stopped before its usage, so it was cut
+    "amazon-bedrock-json-tool.1.chunks.txt": "truncated",
+    # no messageStart, metadata before messageStop: tolerated (a real edited capture does it too)
+    "amazon-bedrock-json-only-text-first.1.chunks.txt": "complete",
+    "amazon-bedrock-json-tool-text-then-weather-then-json.1.chunks.txt": "complete",
+    "amazon-bedrock-tool-call.1.chunks.txt": "complete",
+    # an empty contentBlockStart {}: the first delta says it is text
+    "amazon-bedrock-tool-no-args.chunks.txt": "complete",
+}
+
+
+def test_vercel_synthetic_converse_decisions() -> None:
+    files = shared_files("vercel-ai/amazon-bedrock/synthetic/*.chunks.txt")
+    if not files:
+        pytest.skip("../shared/fixtures is absent")
+    assert sorted(p.name for p in files) == sorted(SYNTHETIC_DECISIONS)
+    for path in files:
+        verdict = analyze_bytes(reframe(path), Dialect.BEDROCK_CONVERSE).verdict
+        assert verdict.kind.value == SYNTHETIC_DECISIONS[path.name], (path.name, verdict)
+        if verdict.kind is VerdictKind.CORRUPT:
+            assert "never stopped" in verdict.reason
+
+
+# -- constructed from the provider notes (labelled constructed) -----------------------------------
+def exception_frame(kind: str, payload: dict) -> bytes:
+    return encode_message({":exception-type": kind, ":content-type": "application/json",
+                           ":message-type": "exception"}, json.dumps(payload).encode())
+
+
+def chunk_frame(event: dict) -> bytes:
+    inner = base64.b64encode(json.dumps(event).encode()).decode()
+    return encode_message({":event-type": "chunk", ":content-type": "application/json", ":message-type": "event"},
+                          json.dumps({"bytes": inner, "p": "abcdefgh"}).encode())
+
+
+CONVERSE_HEAD = (converse_frame("messageStart", {"role": "assistant"})
+                 + converse_frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "Partial "}})
+                 + converse_frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "answer"}}))
+INVOKE_HEAD = b"".join(chunk_frame(e) for e in [
+    {"type": "message_start", "message": {"id": "msg_bdrk_c", "type": "message", "role": "assistant",
+                                          "model": "claude-constructed", "content": [], "stop_reason": None,
+                                          "usage": {"input_tokens": 9, "output_tokens": 1}}},
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Partial answer"}},
+])
+
+EXCEPTIONS = [
+    ("modelStreamErrorException", {"message": "Model Stream Error", "originalStatusCode": 500,
+                                   "originalMessage": "The model stream failed."}),
+    ("throttlingException", {"message": "Too many requests, please wait before trying again."}),
+    ("internalServerException", {"message": "The server encountered an internal error."}),
+    ("validationException", {"message": "Input is too long for requested model."}),
+    ("serviceUnavailableException", {"message": "Service unavailable."}),
+]
+
+
+@pytest.mark.parametrize("kind, payload", EXCEPTIONS, ids=[k for k, _ in EXCEPTIONS])
+@pytest.mark.parametrize("dialect", [Dialect.BEDROCK_CONVERSE, Dialect.BEDROCK_INVOKE])
+def test_exception_frame_is_errored_as_boto3_says(dialect: Dialect, kind: str, payload: dict,
+                                                  loopback: LoopbackServer) -> None:
+    head = CONVERSE_HEAD if dialect is Dialect.BEDROCK_CONVERSE else INVOKE_HEAD
+    body = head + exception_frame(kind, payload)
+    analysis = analyze_bytes(body, dialect)
+    assert analysis.verdict.kind is VerdictKind.ERRORED
+    assert kind in analysis.verdict.reason and payload["message"] in analysis.verdict.reason
+    assert analysis.verdict.offset == len(head)
+    assert analysis.turn.error["type"] == kind
+    assert analysis.turn.text() == "Partial answer"
+    if kind == "modelStreamErrorException":
+        assert analysis.turn.error["code"] == 500
+    loopback.serve(body, EVENTSTREAM)
+    client = boto_client(loopback)
+    with pytest.raises(botocore.exceptions.EventStreamError) as raised:
+        if dialect is Dialect.BEDROCK_CONVERSE:
+            list(client.converse_stream(modelId="m", messages=[{"role": "user", "content": [{"text": "hi"}]}])[
+                "stream"])
+        else:
+            list(client.invoke_model_with_response_stream(modelId="m", body=b"{}")["body"])
+    assert raised.value.response["Error"]["Code"] == kind
+    assert raised.value.response["Error"]["Message"] == payload["message"]
+
+
+def test_error_frame_is_errored() -> None:
+    frame = encode_message({":message-type": "error", ":error-code": "InternalFailure",
+                            ":error-message": "We encountered an internal error."})
+    analysis = analyze_bytes(CONVERSE_HEAD + frame, Dialect.BEDROCK_CONVERSE)
+    assert analysis.verdict.kind is VerdictKind.ERRORED
+    assert analysis.turn.error["type"] == "InternalFailure"
+
+
+@pytest.mark.parametrize("stop_reason, kind", [
+    ("max_tokens", VerdictKind.STOPPED_BY_LIMIT),
+    ("guardrail_intervened", VerdictKind.FILTERED),
+    ("content_filtered", VerdictKind.FILTERED),
+    ("malformed_tool_use", VerdictKind.ERRORED),
+    ("stop_sequence", VerdictKind.COMPLETE),
+])
+def test_converse_stop_reasons(stop_reason: str, kind: VerdictKind) -> None:
+    body = (CONVERSE_HEAD + converse_frame("contentBlockStop", {"contentBlockIndex": 0})
+            + converse_frame("messageStop", {"stopReason": stop_reason})
+            + converse_frame("metadata", {"usage": {"inputTokens": 3, "outputTokens": 4, "totalTokens": 7},
+                                          "metrics": {"latencyMs": 10}}))
+    analysis = analyze_bytes(body, Dialect.BEDROCK_CONVERSE)
+    assert analysis.verdict.kind is kind
+    assert (analysis.turn.usage.input, analysis.turn.usage.output, analysis.turn.usage.total) == (3, 4, 7)
+
+
+def test_converse_cut_between_message_stop_and_metadata_is_truncated() -> None:
+    """Decided: the turn ends with messageStop and metadata; bytes that stop between them were cut
+    (the content is whole, and the evidence says so, but the stream did not finish)."""
+    body = (CONVERSE_HEAD + converse_frame("contentBlockStop", {"contentBlockIndex": 0})
+            + converse_frame("messageStop", {"stopReason": "end_turn"}))
+    verdict = analyze_bytes(body, Dialect.BEDROCK_CONVERSE).verdict
+    assert verdict.kind is VerdictKind.TRUNCATED and verdict.evidence["content_complete"] is True
+    assert "metadata" in verdict.reason
+
+
+def test_invoke_max_tokens_is_stopped_by_limit() -> None:
+    body = INVOKE_HEAD + b"".join(chunk_frame(e) for e in [
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "max_tokens"}, "usage": {"output_tokens": 16}},
+        {"type": "message_stop", "amazon-bedrock-invocationMetrics": {"inputTokenCount": 9, "outputTokenCount": 16,
+                                                                     "invocationLatency": 5, "firstByteLatency": 2}},
+    ])
+    analysis = analyze_bytes(body, Dialect.BEDROCK_INVOKE)
+    assert analysis.verdict.kind is VerdictKind.STOPPED_BY_LIMIT
+    assert analysis.turn.usage.output == 16
+
+
+def test_converse_spliced_message_start_and_unknown_tool_index_are_corrupt() -> None:
+    spliced = analyze_bytes(CONVERSE_HEAD + converse_frame("messageStart", {"role": "assistant"}),
+                            Dialect.BEDROCK_CONVERSE).verdict
+    assert spliced.kind is VerdictKind.CORRUPT and spliced.seq == 3 and "spliced" in spliced.reason
+    orphan = converse_frame("contentBlockDelta", {"contentBlockIndex": 4, "delta": {"toolUse": {"input": "{}"}}})
+    verdict = analyze_bytes(CONVERSE_HEAD + orphan, Dialect.BEDROCK_CONVERSE).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "unknown index 4" in verdict.reason
+
+
+def test_converse_invalid_tool_json_is_corrupt() -> None:
+    body = (converse_frame("messageStart", {"role": "assistant"})
+            + converse_frame("contentBlockStart", {"contentBlockIndex": 0,
+                                                   "start": {"toolUse": {"toolUseId": "t1", "name": "f"}}})
+            + converse_frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"toolUse": {"input": "{\"a\":"}}})
+            + converse_frame("contentBlockStop", {"contentBlockIndex": 0})
+            + converse_frame("messageStop", {"stopReason": "tool_use"}))
+    analysis = analyze_bytes(body, Dialect.BEDROCK_CONVERSE)
+    assert analysis.verdict.kind is VerdictKind.CORRUPT and analysis.verdict.seq == 3
+    assert analysis.turn.tool_calls()[0].arguments_raw == '{"a":'
+
+
+def test_crc_damage_is_corrupt() -> None:
+    path = FIXTURES / "pydantic-ai/bodies/bedrock/test_bedrock_model_thinking_part_stream.0.bin"
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    body = bytearray(path.read_bytes())
+    body[len(body) // 2] ^= 0x01
+    assert analyze_bytes(bytes(body), Dialect.BEDROCK_CONVERSE).verdict.kind is VerdictKind.CORRUPT
+
+
+# -- cuts: never complete ---------------------------------------------------------------------
+CUT_BODIES = [
+    (Dialect.BEDROCK_CONVERSE, "pydantic-ai/bodies/bedrock/test_bedrock_model_thinking_part_stream.0.bin"),
+    (Dialect.BEDROCK_CONVERSE, "openllmetry/bodies/converse_stream_anthropic_tool_use.0.bin"),
+    (Dialect.BEDROCK_INVOKE, "otel-contrib/bodies/invoke_stream_tool_call__anthropic.claude.0.bin"),
+    (Dialect.BEDROCK_INVOKE, "otel-contrib/bodies/invoke_stream_tool_call__amazon.nova.1.bin"),
+    (Dialect.BEDROCK_INVOKE, "openllmetry/bodies/invoke_stream_titan.0.bin"),
+]
+
+
+@pytest.mark.parametrize("dialect, name", CUT_BODIES, ids=[n.rsplit("/", 1)[1] for _, n in CUT_BODIES])
+def test_cut_anywhere_is_never_complete(dialect: Dialect, name: str) -> None:
+    path = FIXTURES / name
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    body = path.read_bytes()
+    decoder = EventStreamDecoder()
+    events = decoder.feed(body) + decoder.close()
+    whole = analyze_bytes(body, dialect).verdict.kind
+    assert whole in (VerdictKind.COMPLETE, VerdictKind.FILTERED)
+    step = max(1, len(body) // 40)
+    cuts = sorted({e.end for e in events if e.end < len(body)} | set(range(0, len(body), step)))
+    for cut in cuts:
+        verdict = analyze_bytes(body[:cut], dialect, end=StreamEnd.UPSTREAM_RESET).verdict
+        assert verdict.kind in (VerdictKind.TRUNCATED, VerdictKind.CORRUPT), (cut, verdict)
+
+
+def test_any_chunking_gives_the_same_turn() -> None:
+    path = FIXTURES / "otel-contrib/bodies/invoke_stream_tool_call__anthropic.claude.0.bin"
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    body = path.read_bytes()
+    whole = analyze_bytes(body, Dialect.BEDROCK_INVOKE)
+    for size in (1, 13, 500):
+        split = analyze_bytes(body, Dialect.BEDROCK_INVOKE, chunk_size=size)
+        assert split.turn.to_dict() == whole.turn.to_dict() and split.verdict.to_dict() == whole.verdict.to_dict()
