@@ -198,7 +198,7 @@ class StreamSession:
         if verdict.kind in (VerdictKind.ERRORED, VerdictKind.CORRUPT):
             return verdict
         tail = self._tail
-        if tail is not None and tail.raw.strip():
+        if tail is not None and getattr(tail, "cut", True) and tail.raw.strip():
             evidence = {
                 "end": end.value,
                 "bytes": self._bytes,
@@ -217,6 +217,14 @@ class StreamSession:
                 tail.seq,
                 tail.start,
                 evidence | {"was": verdict.kind.value},
+            )
+        if self.wire == "json-array" and not getattr(self._decoder, "finished", True) and verdict.kind is not VerdictKind.TRUNCATED:
+            return Verdict(
+                VerdictKind.TRUNCATED,
+                f"the JSON array never closed (no ']'): {END_WORDS[end]}",
+                verdict.seq,
+                self._bytes,
+                {"end": end.value, "bytes": self._bytes, "was": verdict.kind.value},
             )
         if verdict.kind is VerdictKind.TRUNCATED:
             verdict.evidence["last_event_offset"] = verdict.offset

@@ -1,0 +1,292 @@
+"""Gemini streamGenerateContent (SSE and JSON array) and Ollama NDJSON turns and verdicts."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from _provider_streams import (
+    cassette_responses,
+    chunk_lines,
+    cut_points,
+    frame_gemini_array,
+    frame_gemini_sse,
+    sse_spans,
+    vercel,
+)
+from conftest import shared_files, shared_path
+
+from streamtap.providers import BlockKind, Dialect, StreamEnd, VerdictKind, analyze_bytes, detect_dialect, sniff_dialect
+from streamtap.wire import JSONArrayDecoder, NDJSONDecoder, Tail
+
+GEMINI, OLLAMA = Dialect.GEMINI, Dialect.OLLAMA
+C, T, L, F, E, X = (
+    VerdictKind.COMPLETE,
+    VerdictKind.TRUNCATED,
+    VerdictKind.STOPPED_BY_LIMIT,
+    VerdictKind.FILTERED,
+    VerdictKind.ERRORED,
+    VerdictKind.CORRUPT,
+)
+
+# raw captured Gemini SSE bodies (CRLF framing): (stop, tool call names, text must contain)
+GEMINI_BODIES = {
+    "test_cancel_recorded_provider_stream__google.0.sse": ("end_turn", [], ""),
+    "test_google_model_iter_stream.0.sse": ("tool_use", ["get_capital"], None),
+    "test_google_model_iter_stream.1.sse": ("tool_use", ["get_temperature"], None),
+    "test_google_model_iter_stream.2.sse": ("end_turn", [], "Paris"),
+    "test_google_model_stream.0.sse": ("end_turn", [], ""),
+    "test_google_stream_usage_is_live_mid_stream.0.sse": ("end_turn", [], ""),
+    "test_google_streaming_tool_call_thought_signature.0.sse": ("tool_use", ["get_country"], None),
+    "test_google_streaming_tool_call_thought_signature.1.sse": ("end_turn", [], ""),
+}
+
+GEMINI_CHUNKS = {
+    "google-text.chunks.txt": "end_turn",
+    "google-reasoning.chunks.txt": "end_turn",
+    "google-reasoning-gemini3.chunks.txt": "end_turn",
+    "google-tool-call.chunks.txt": "tool_use",
+    "google-tool-call-gemini3.chunks.txt": "tool_use",
+    "google-stream-no-args-tool-call.chunks.txt": "tool_use",
+    "google-stream-tool-call-arguments.chunks.txt": "tool_use",
+    "google-stream-tool-call-array-arguments-missing-terminal-function-call.chunks.txt": "tool_use",
+    "google-vertex-stream-tool-call-arguments-nested.1.chunks.txt": "tool_use",
+}
+
+
+@pytest.mark.parametrize("name", sorted(GEMINI_BODIES))
+def test_gemini_captured_body(name):
+    body = shared_path("fixtures", "pydantic-ai", "bodies", "google", name).read_bytes()
+    assert b"\r\n\r\n" in body  # the real API frames with CRLF
+    stop, calls, text = GEMINI_BODIES[name]
+    assert sniff_dialect(body).dialect is GEMINI
+    analysis = analyze_bytes(body, GEMINI)
+    assert analysis.verdict.kind is C, analysis.verdict
+    assert analysis.turn.stop_reason == stop
+    assert [c.name for c in analysis.turn.tool_calls()] == calls
+    assert all(isinstance(c.arguments, dict) for c in analysis.turn.tool_calls())
+    if text is not None:
+        assert text in analysis.turn.text()
+        assert analysis.turn.text().strip()
+    assert analysis.turn.usage.total is not None
+
+
+def test_gemini_usage_is_the_last_snapshot_not_a_sum():
+    body = shared_path("fixtures", "pydantic-ai", "bodies", "google", "test_google_stream_usage_is_live_mid_stream.0.sse").read_bytes()
+    snapshots = [orjson.loads(line[6:])["usageMetadata"] for line in body.split(b"\r\n") if line.startswith(b"data: ")]
+    assert len(snapshots) == 3
+    usage = analyze_bytes(body, GEMINI).turn.usage
+    assert (usage.input, usage.output, usage.total) == (
+        snapshots[-1]["promptTokenCount"], snapshots[-1].get("candidatesTokenCount"), snapshots[-1]["totalTokenCount"])
+
+
+def test_gemini_cassette_requests_detect_dialect_and_wire():
+    shared_path("fixtures", "pydantic-ai", "cassettes", "google")
+    captured = cassette_responses("pydantic-ai/cassettes/google/*.yaml")
+    assert len(captured) == 8
+    for item in captured:
+        detection = detect_dialect(item.request, item.content_type)
+        assert (detection.dialect, detection.wire) == (GEMINI, "sse"), item.name
+        assert analyze_bytes(item.body, GEMINI, wire=detection.wire).verdict.kind is C
+
+
+@pytest.mark.parametrize("name", sorted(GEMINI_CHUNKS))
+@pytest.mark.parametrize("framing", ["sse", "json-array"])
+def test_gemini_chunk_lists_reframed(name, framing):
+    path = vercel("google", name)
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    lines = chunk_lines(path)
+    body = frame_gemini_sse(lines) if framing == "sse" else frame_gemini_array(lines)
+    detection = sniff_dialect(body)
+    assert (detection.dialect, detection.wire) == (GEMINI, framing)
+    analysis = analyze_bytes(body, GEMINI, wire=framing)
+    assert analysis.verdict.kind is C, analysis.verdict
+    assert analysis.turn.stop_reason == GEMINI_CHUNKS[name]
+    for call in analysis.turn.tool_calls():
+        assert call.name and isinstance(call.arguments, dict) and call.closed
+    if framing == "json-array":  # the same array without its closing bracket was cut
+        cut = analyze_bytes(frame_gemini_array(lines, close=False), GEMINI, wire="json-array")
+        assert cut.verdict.kind is T and "']'" in cut.verdict.reason
+
+
+def test_gemini_streamed_partial_arguments_merge_into_the_documented_object():
+    path = vercel("google", "google-stream-tool-call-arguments.chunks.txt")
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    # the arguments as the chunks spell them: jsonPath $.location, string pieces appended
+    pieces = {}
+    for line in chunk_lines(path):
+        for candidate in orjson.loads(line).get("candidates", []):
+            for part in candidate["content"].get("parts", []):
+                for partial in part.get("functionCall", {}).get("partialArgs", []):
+                    pieces.setdefault(partial["jsonPath"], []).append(partial["stringValue"])
+    calls = analyze_bytes(frame_gemini_sse(chunk_lines(path)), GEMINI).turn.tool_calls()
+    assert [c.arguments for c in calls] == [{"location": "Boston"}, {"location": "San Francisco"}]
+    assert "".join(pieces["$.location"]) == "BostonSan Francisco"
+
+
+def test_gemini_thought_parts_are_thinking_by_their_tag():
+    chunk = lambda parts, **kw: {"candidates": [{"content": {"role": "model", "parts": parts}, "index": 0, **kw}]}  # noqa: E731
+    body = frame_gemini_sse([orjson.dumps(c) for c in (
+        chunk([{"text": "Considering", "thought": True}]),
+        chunk([{"text": "Answer "}]),
+        chunk([{"text": " more thought", "thought": True}]),
+        chunk([{"text": "done."}, {"text": "", "thoughtSignature": "sig=="}], finishReason="STOP"),
+    )])
+    turn = analyze_bytes(body, GEMINI).turn
+    assert [(b.kind, b.text) for b in turn.blocks] == [
+        (BlockKind.THINKING, "Considering"), (BlockKind.TEXT, "Answer "), (BlockKind.THINKING, " more thought"), (BlockKind.TEXT, "done.")
+    ]
+    assert turn.blocks[-1].signature == "sig=="
+
+
+# constructed from provider-streams.md §5 (no capture of these exists in ../shared)
+def _gemini(*chunks: dict) -> bytes:
+    return frame_gemini_sse([orjson.dumps(c) for c in chunks])
+
+
+TEXT = {"candidates": [{"content": {"role": "model", "parts": [{"text": "Once upon a time"}]}, "index": 0}],
+        "usageMetadata": {"promptTokenCount": 4, "candidatesTokenCount": 4, "totalTokenCount": 8}}
+
+
+@pytest.mark.parametrize(
+    ("reason", "kind", "stop"),
+    [("MAX_TOKENS", L, "max_tokens"), ("SAFETY", F, "filtered"), ("RECITATION", F, "filtered"),
+     ("MALFORMED_FUNCTION_CALL", E, "malformed_output"), ("OTHER", VerdictKind.UNKNOWN, "other")],
+)
+def test_gemini_constructed_finish_reasons(reason, kind, stop):
+    last = {"candidates": [{"content": {"role": "model", "parts": []}, "finishReason": reason, "index": 0}],
+            "usageMetadata": {"promptTokenCount": 4, "candidatesTokenCount": 9, "totalTokenCount": 13}}
+    for wire, body in (("sse", _gemini(TEXT, last)), ("json-array", frame_gemini_array([orjson.dumps(TEXT), orjson.dumps(last)]))):
+        analysis = analyze_bytes(body, GEMINI, wire=wire)
+        assert analysis.verdict.kind is kind, (wire, analysis.verdict)
+        assert analysis.turn.stop_reason == stop and analysis.turn.stop_reason_raw == reason
+        assert analysis.turn.text() == "Once upon a time"
+        assert analysis.turn.usage.output == 9
+
+
+def test_gemini_constructed_prompt_blocked_and_error():
+    blocked = _gemini({"promptFeedback": {"blockReason": "PROHIBITED_CONTENT"}, "usageMetadata": {"promptTokenCount": 9, "totalTokenCount": 9}})
+    analysis = analyze_bytes(blocked, GEMINI)
+    assert analysis.verdict.kind is F and "PROHIBITED_CONTENT" in analysis.verdict.reason
+    errored = _gemini(TEXT, {"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}})
+    analysis = analyze_bytes(errored, GEMINI)
+    assert analysis.verdict.kind is E and "overloaded" in analysis.verdict.reason and analysis.verdict.seq == 1
+    as_array = frame_gemini_array([orjson.dumps(TEXT), b'{"error": {"code": 500, "message": "Internal", "status": "INTERNAL"}}'])
+    assert analyze_bytes(as_array, GEMINI, wire="json-array").verdict.kind is E
+
+
+def test_gemini_no_finish_reason_is_truncated_and_only_the_last_chunk_counts():
+    assert analyze_bytes(_gemini(TEXT, TEXT), GEMINI).verdict.kind is T
+    early_stop = {"candidates": [{"content": {"role": "model", "parts": [{"text": "a"}]}, "finishReason": "STOP", "index": 0}]}
+    # old models stamped STOP on every chunk: a stream that goes on after one is judged by its last chunk
+    assert analyze_bytes(_gemini(early_stop, TEXT), GEMINI).verdict.kind is T
+    assert analyze_bytes(_gemini(TEXT, early_stop), GEMINI).verdict.kind is C
+
+
+def test_gemini_http_error_status_with_json_body():
+    body = b'[{\n  "error": {\n    "code": 429,\n    "message": "Resource has been exhausted (e.g. check quota).",\n    "status": "RESOURCE_EXHAUSTED"\n  }\n}\n]'
+    analysis = analyze_bytes(body, GEMINI, wire="json-array", http_status=429)
+    assert analysis.verdict.kind is E
+    assert analysis.verdict.reason.startswith("HTTP 429") and "exhausted" in analysis.verdict.reason
+
+
+@pytest.mark.parametrize("name", ["test_google_model_stream.0.sse", "test_google_streaming_tool_call_thought_signature.1.sse",
+                                  "test_google_model_iter_stream.2.sse"])
+def test_gemini_cut_anywhere_is_never_complete(name):
+    body = shared_path("fixtures", "pydantic-ai", "bodies", "google", name).read_bytes()
+    points = cut_points(body, sse_spans(body), inside_per_event=8)
+    assert points
+    for point in points:
+        verdict = analyze_bytes(body[:point], GEMINI).verdict
+        assert verdict.kind in (T, X), (point, verdict)
+
+
+def test_gemini_json_array_cut_anywhere_is_never_complete():
+    path = vercel("google", "google-stream-tool-call-arguments.chunks.txt")
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    body = frame_gemini_array(chunk_lines(path))
+    decoder = JSONArrayDecoder()
+    spans = [(e.start, e.end) for e in decoder.feed(body) + decoder.close() if not isinstance(e, Tail)]
+    assert analyze_bytes(body, GEMINI, wire="json-array").verdict.kind is C
+    for point in cut_points(body, spans, inside_per_event=3):
+        verdict = analyze_bytes(body[:point], GEMINI, wire="json-array").verdict
+        assert verdict.kind in (T, X), (point, verdict)
+
+
+# ---------------------------------------------------------------------------------------
+# Ollama: no capture in ../shared; streams constructed from provider-streams.md §6.1
+
+
+def ndjson(*objects: dict) -> bytes:
+    return b"".join(orjson.dumps(o) + b"\n" for o in objects)
+
+
+CHAT = [
+    {"model": "qwen3", "created_at": "2025-10-26T17:15:24.09Z", "message": {"role": "assistant", "content": "", "thinking": "User asks weather"}, "done": False},
+    {"model": "qwen3", "created_at": "2025-10-26T17:15:24.10Z", "message": {"role": "assistant", "content": "Checking."}, "done": False},
+    {"model": "qwen3", "created_at": "2025-10-26T17:15:24.11Z", "message": {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_x1", "function": {"index": 0, "name": "get_weather", "arguments": {"city": "Tokyo"}}}]}, "done": False},
+    {"model": "qwen3", "created_at": "2025-10-26T17:15:24.19Z", "message": {"role": "assistant", "content": ""}, "done": True,
+     "done_reason": "stop", "total_duration": 182242375, "prompt_eval_count": 169, "eval_count": 15},
+]
+GENERATE = [
+    {"model": "llama3.2", "created_at": "t", "response": "The", "done": False},
+    {"model": "llama3.2", "created_at": "t", "response": " sky", "done": False},
+    {"model": "llama3.2", "created_at": "t", "response": " is blue.", "done": True, "done_reason": "stop", "context": [1, 2], "prompt_eval_count": 26, "eval_count": 290},
+]
+
+
+def test_ollama_chat_turn():
+    body = ndjson(*CHAT)
+    assert sniff_dialect(body).dialect is OLLAMA
+    analysis = analyze_bytes(body, OLLAMA)
+    turn = analysis.turn
+    assert analysis.verdict.kind is C and turn.stop_reason == "tool_use"
+    assert [b.kind for b in turn.blocks] == [BlockKind.THINKING, BlockKind.TEXT, BlockKind.TOOL_CALL]
+    call = turn.tool_calls()[0]
+    assert (call.id, call.name, call.arguments) == ("call_x1", "get_weather", {"city": "Tokyo"})
+    assert (turn.usage.input, turn.usage.output, turn.usage.total) == (169, 15, 184)
+    assert turn.model == "qwen3"
+
+
+def test_ollama_generate_turn_and_length():
+    analysis = analyze_bytes(ndjson(*GENERATE), OLLAMA)
+    assert analysis.verdict.kind is C and analysis.turn.text() == "The sky is blue."
+    limited = [*GENERATE[:-1], {**GENERATE[-1], "done_reason": "length"}]
+    assert analyze_bytes(ndjson(*limited), OLLAMA).verdict.kind is L
+
+
+def test_ollama_error_line_and_detection():
+    analysis = analyze_bytes(ndjson(*GENERATE[:2], {"error": "an error was encountered while running the model"}), OLLAMA)
+    assert analysis.verdict.kind is E and "error was encountered" in analysis.verdict.reason and analysis.verdict.seq == 2
+    from streamtap.providers import RequestInfo
+
+    for path, body in (("/api/chat", b'{"model":"qwen3","messages":[]}'), ("/api/generate", b'{"model":"x","prompt":"hi"}')):
+        detection = detect_dialect(RequestInfo("POST", f"http://127.0.0.1:11434{path}", {}, body), "application/x-ndjson")
+        assert (detection.dialect, detection.wire, detection.streaming) == (OLLAMA, "ndjson", True)
+    off = detect_dialect(RequestInfo("POST", "http://127.0.0.1:11434/api/chat", {}, b'{"stream": false}'), "application/json")
+    assert off.streaming is False
+
+
+def test_ollama_bad_line_is_corrupt_and_cuts_are_never_complete():
+    body = ndjson(*CHAT)
+    broken = body.replace(b'"content":"Checking."', b'"content":"Checking.', 1)
+    verdict = analyze_bytes(broken, OLLAMA).verdict
+    assert verdict.kind is X and verdict.seq == 1
+    decoder = NDJSONDecoder()
+    spans = [(e.start, e.end) for e in decoder.feed(body) + decoder.close()]
+    for point in cut_points(body, spans, inside_per_event=5):
+        for end in (StreamEnd.FINISHED, StreamEnd.UPSTREAM_RESET, StreamEnd.CLIENT_ABORTED):
+            verdict = analyze_bytes(body[:point], OLLAMA, end=end).verdict
+            assert verdict.kind is T, (point, verdict)
+    # a last line that parses but lacks its newline is still a cut
+    assert analyze_bytes(body[:-1], OLLAMA).verdict.kind is T
+
+
+def test_every_gemini_body_is_covered():
+    names = {p.name for p in shared_files("pydantic-ai/bodies/google/*.sse")}
+    if not names:
+        pytest.skip("../shared/fixtures is absent")
+    assert names == set(GEMINI_BODIES)
