@@ -117,32 +117,27 @@ KINDS = {
 
 
 def write_recording(path: Path, kind: str, frames: list[bytes], *, gap_ms: float = 1.0, request: dict | None = None) -> Path:
-    """A recording of `frames` as the answer to the `kind` request, one frame per network read."""
-    url, default_request, wire, dialect, content_type = KINDS[kind]
-    header = {
-        "type": "header",
-        "format": "streamtap-recording/1",
-        "request": {"method": "POST", "url": url, "headers": {"content-type": "application/json"}, "body": request or default_request},
-        "response": {"status": 200, "headers": [["content-type", content_type]]},
-        "dialect": dialect,
-        "wire": wire,
-    }
-    lines = [header]
-    offset = 0
-    reads = []
-    for seq, raw in enumerate(frames):
-        line = {"type": "frame", "seq": seq, "offset": offset, "len": len(raw), "t": seq * gap_ms}
-        try:
-            line["raw"] = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            line["raw_b64"] = base64.b64encode(raw).decode()
-        lines.append(line)
-        reads.append([offset, len(raw), seq * gap_ms])
-        offset += len(raw)
-    lines.append({"type": "reads", "reads": reads})
-    body = b"".join(frames)
-    import hashlib
+    """A recording (streamtap.recording's writer) of `frames` as the answer to the `kind` request,
+    one network read per frame, `gap_ms` apart."""
+    from streamtap.recording import RecordingWriter
+    from streamtap.wire import EventStreamDecoder, SSEDecoder
 
-    lines.append({"type": "end", "bytes": len(body), "sha256": hashlib.sha256(body).hexdigest()})
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    url, default_request, wire, dialect, content_type = KINDS[kind]
+    writer = RecordingWriter(path)
+    writer.header(
+        {
+            "request": {"method": "POST", "url": url, "headers": [["content-type", "application/json"]], "body": request or default_request},
+            "response": {"status": 200, "headers": [["content-type", content_type]]},
+            "dialect": dialect,
+            "wire": {"format": wire, "content_encoding": None},
+        }
+    )
+    decoder = EventStreamDecoder() if wire == "eventstream" else SSEDecoder()
+    for i, raw in enumerate(frames):
+        writer.read(raw, i * gap_ms)
+        for event in decoder.feed(raw):
+            writer.frame(event, i * gap_ms)
+    for event in decoder.close():
+        writer.frame(event, len(frames) * gap_ms)
+    writer.finish({"stream_end": "finished"})
     return path

@@ -33,7 +33,7 @@ from streamtap.replay.match import Library, MatchOptions
 from streamtap.replay.server import ServeOptions, ServerThread
 
 REPO = Path(__file__).resolve().parents[1]
-STREAMTAP = [sys.executable, "-m", "streamtap.cli"]
+STREAMTAP = [sys.executable, "-c", "import sys; from streamtap.cli import main; sys.exit(main())"]
 
 
 @pytest.fixture(scope="module")

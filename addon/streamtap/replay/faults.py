@@ -243,7 +243,7 @@ def plan(
         body = source.body
         pieces = [_Piece(body[o : o + n], t) for o, n, t in source.reads]
     ends = _event_ends(frames)
-    style = "clean"
+    style = source.end_style
     stall_at: list[tuple[int, float]] = []
     for fault in faults:
         if fault.kind == "cut":

@@ -38,6 +38,7 @@ class Source:
     wire: str = "sse"
     dialect: str = "unknown"
     request_headers: dict[str, str] = field(default_factory=dict)  # lower-case names, as recorded (redacted)
+    end_style: str = "clean"  # "abort" when the recorded upstream was reset: replay reproduces it
 
     @property
     def body(self) -> bytes:
@@ -98,17 +99,17 @@ def load_source(path: str | Path) -> Source:
 
 
 def _from_recording(path: Path, rec: Any) -> Source:
-    header = rec.header
     frames = []
-    covered = 0
-    for fr in rec.frames:
-        frames.append(Frame(fr.seq, bytes(fr.raw), float(fr.t_ms or 0.0)))
-        covered = fr.offset + len(fr.raw)
-    body = rec.body
-    if covered < len(body):  # tail bytes that formed no frame
-        last_t = frames[-1].t_ms if frames else 0.0
-        frames.append(Frame(None, body[covered:], _read_time_at(rec.reads, len(body), last_t)))
-    return _source_from_header(path, header, frames, [tuple(r) for r in rec.reads])
+    last_t = 0.0
+    for segment in getattr(rec, "segments", rec.frames):
+        last_t = float(segment.t_ms) if segment.t_ms is not None else last_t
+        is_event = getattr(segment, "kind", "frame") == "frame"
+        frames.append(Frame(segment.seq if is_event else None, bytes(segment.raw), last_t))
+    reads = [(int(o), int(n), float(t) if t is not None else 0.0) for o, n, t in rec.reads]
+    source = _source_from_header(path, rec.header, frames, reads)
+    if (rec.end or {}).get("stream_end") == "upstream_reset":
+        source.end_style = "abort"
+    return source
 
 
 def _from_jsonl(path: Path) -> Source:
@@ -143,13 +144,6 @@ def _from_jsonl(path: Path) -> Source:
     return _source_from_header(path, header, frames, reads)
 
 
-def _read_time_at(reads: list, offset: int, default: float) -> float:
-    for r_offset, r_len, t in reads:
-        if r_offset + r_len >= offset:
-            return float(t)
-    return default
-
-
 def _source_from_header(path: Path, header: dict, frames: list[Frame], reads: list) -> Source:
     request = header.get("request") or {}
     response = header.get("response") or {}
@@ -168,10 +162,16 @@ def _source_from_header(path: Path, header: dict, frames: list[Frame], reads: li
         headers=[(str(k), str(v)) for k, v in headers],
         frames=frames,
         reads=reads,
-        wire=str(header.get("wire") or "sse"),
+        wire=_wire_format(header.get("wire")),
         dialect=str(header.get("dialect") or "unknown"),
         request_headers=_header_dict(request.get("headers")),
     )
+
+
+def _wire_format(wire: Any) -> str:
+    if isinstance(wire, dict):
+        wire = wire.get("format")
+    return str(wire or "sse")
 
 
 def _header_dict(headers: Any) -> dict[str, str]:
