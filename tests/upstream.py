@@ -24,6 +24,7 @@ import threading
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 
@@ -38,7 +39,7 @@ class Script:
     chunks: list[bytes] | None = None  # exact writes (overrides chunk_size)
     gap: float = 0.0  # seconds between writes
     framing: str = "chunked"  # "chunked" | "length" | "close"
-    encoding: str | None = None  # "gzip" | "deflate": the body is compressed before framing
+    encoding: str | None = None  # "gzip" | "deflate" | "br" | "zstd": the body is compressed before framing
     cut_at: int | None = None  # stop after this many (wire) body bytes
     cut_style: str = "fin"  # "fin": close the connection (body unterminated); "reset": TCP RST
     pause_after: int | None = None  # wire bytes after which to wait for release()
@@ -82,6 +83,11 @@ class Upstream:
 
     def release(self) -> None:
         self._release.set()
+
+    def arm_pause(self) -> None:
+        """Make the next script with ``pause_after`` wait again for ``release()``."""
+        self._release.clear()
+        self._paused.clear()
 
     def wait_paused(self, timeout: float = 10) -> bool:
         return self._paused.wait(timeout)
@@ -178,6 +184,14 @@ class Upstream:
             wire = gzip_module.compress(wire, mtime=0)
         elif script.encoding == "deflate":
             wire = zlib.compress(wire)
+        elif script.encoding == "br":
+            import brotli
+
+            wire = brotli.compress(wire)
+        elif script.encoding == "zstd":
+            from backports import zstd
+
+            wire = zstd.compress(wire)
         pieces = _pieces(wire, script)
         head = [f"HTTP/1.1 {script.status} {_REASONS.get(script.status, 'Status')}", f"content-type: {script.content_type}"]
         if script.encoding:
@@ -258,6 +272,132 @@ def _pieces(wire: bytes, script: Script) -> list[bytes]:
     if start < len(wire):
         pieces.append(wire[start:])
     return pieces
+
+
+class H2Upstream(Upstream):
+    """The same scripts over HTTP/2 with TLS (ALPN h2, a throwaway self-signed certificate).
+
+    Cuts: ``fin`` closes the connection, ``reset`` sends RST_STREAM (the HTTP/2 abort).
+    Bodies must fit in the default flow-control window (64 KiB).
+    """
+
+    def _run(self) -> None:
+        import ssl
+        import tempfile
+
+        self._tmp = tempfile.TemporaryDirectory()
+        cert, key = _self_signed(Path(self._tmp.name))
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        context.set_alpn_protocols(["h2"])
+        self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self._loop)
+        self._server = self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0, ssl=context))
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.close()
+
+    @property
+    def url(self) -> str:
+        return f"https://localhost:{self.port}"
+
+    async def _handle(self, reader, writer) -> None:
+        import h2.config
+        import h2.connection
+        import h2.events
+
+        task = asyncio.current_task()
+        self._tasks.add(task)
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
+        conn.initiate_connection()
+        writer.write(conn.data_to_send())
+        requests: dict[int, list] = {}
+        try:
+            while data := await reader.read(65536):
+                for event in conn.receive_data(data):
+                    if isinstance(event, h2.events.RequestReceived):
+                        requests[event.stream_id] = [dict(event.headers), b""]
+                    elif isinstance(event, h2.events.DataReceived):
+                        requests[event.stream_id][1] += event.data
+                        conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                    elif isinstance(event, h2.events.StreamEnded):
+                        headers, body = requests.pop(event.stream_id)
+                        asyncio.ensure_future(self._respond_h2(conn, writer, event.stream_id, headers, body))
+                writer.write(conn.data_to_send())
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            self._tasks.discard(task)
+            writer.close()
+
+    async def _respond_h2(self, conn, writer, stream_id, headers, body) -> None:
+        path = headers.get(":path", "/")
+        parts = path.split("/")
+        name = parts[2] if len(parts) > 2 and parts[1] == "s" else ""
+        served = Served(headers.get(":method", ""), path, {k: v for k, v in headers.items() if not k.startswith(":")}, body)
+        self.served[name].append(served)
+        script = self.scripts.get(name) or Script(b'{"error":"no script"}', status=404, content_type="application/json")
+        wire = gzip_module.compress(script.body, mtime=0) if script.encoding == "gzip" else script.body
+        response_headers = [(":status", str(script.status)), ("content-type", script.content_type)]
+        if script.encoding:
+            response_headers.append(("content-encoding", script.encoding))
+        conn.send_headers(stream_id, response_headers + list(script.headers))
+        writer.write(conn.data_to_send())
+        sent = 0
+        for piece in _pieces(wire, script):
+            if script.cut_at is not None and sent + len(piece) > script.cut_at:
+                piece = piece[: script.cut_at - sent]
+                if piece:
+                    conn.send_data(stream_id, piece)
+                    served.wire += piece
+                writer.write(conn.data_to_send())
+                await writer.drain()
+                await asyncio.sleep(0.05)
+                if script.cut_style == "reset":
+                    import h2.errors
+
+                    conn.reset_stream(stream_id, h2.errors.ErrorCodes.INTERNAL_ERROR)
+                    writer.write(conn.data_to_send())
+                else:
+                    writer.close()
+                return
+            conn.send_data(stream_id, piece)
+            served.wire += piece
+            sent += len(piece)
+            writer.write(conn.data_to_send())
+            await writer.drain()
+            if script.gap:
+                await asyncio.sleep(script.gap)
+        conn.end_stream(stream_id)
+        writer.write(conn.data_to_send())
+        await writer.drain()
+        served.done = True
+
+
+def _self_signed(directory: Path) -> tuple[str, str]:
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return str(cert_path), str(key_path)
 
 
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error", 529: "Overloaded"}

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 from mitmproxy import exceptions, flowfilter, http
+from mitmproxy.connection import ConnectionState
 
 from streamtap.providers import Dialect, RequestInfo, StreamEnd, StreamSession, VerdictKind, detect_dialect
 from streamtap.recording import FSYNC_POLICIES, RecordingWriter, final_name
@@ -393,6 +394,28 @@ def _is_default_match(flow: http.HTTPFlow) -> bool:
     return detection.dialect is not Dialect.UNKNOWN and detection.streaming
 
 
+def _closed(conn) -> bool:
+    # the proxy clears CAN_READ when the peer's EOF arrives, before the hooks run
+    return conn.timestamp_end is not None or not (conn.state & ConnectionState.CAN_READ)
+
+
+def ended_by(flow: http.HTTPFlow, message: str) -> StreamEnd:
+    """Which side ended a flow that errored. mitmproxy's error does not say, so read the signs:
+    its HTTP/1 message names the client; otherwise the side whose connection closed first;
+    for an HTTP/2 stream reset (mitmproxy words it "reset by client" for either side) the
+    code: clients cancel with CANCEL, servers cut with other codes."""
+    text = message.lower()
+    if "client disconnected" in text:
+        return StreamEnd.CLIENT_ABORTED
+    client_closed = _closed(flow.client_conn)
+    server_closed = _closed(flow.server_conn)
+    if client_closed != server_closed:
+        return StreamEnd.CLIENT_ABORTED if client_closed else StreamEnd.UPSTREAM_RESET
+    if "stream reset" in text:
+        return StreamEnd.CLIENT_ABORTED if "(cancel)" in text else StreamEnd.UPSTREAM_RESET
+    return StreamEnd.UPSTREAM_RESET
+
+
 def summary_line(s: dict[str, Any]) -> str:
     ttft = f"{s['ttft_ms']:.0f} ms" if s.get("ttft_ms") is not None else "-"
     extra = "" if s["verdict"] == VerdictKind.COMPLETE else f" ({s['reason']})"
@@ -504,10 +527,7 @@ class Tap:
 
     def error(self, flow: http.HTTPFlow) -> None:
         message = flow.error.msg if flow.error else "error"
-        client_gone = "client" in message.lower() or (
-            flow.client_conn.timestamp_end is not None and flow.server_conn.timestamp_end is None
-        )
-        self._finish(flow, StreamEnd.CLIENT_ABORTED if client_gone else StreamEnd.UPSTREAM_RESET, message)
+        self._finish(flow, ended_by(flow, message), message)
 
     def _finish(self, flow: http.HTTPFlow, end: StreamEnd, error: str | None) -> None:
         tap = self.open.pop(flow.id, None)
