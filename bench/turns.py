@@ -1,0 +1,232 @@
+"""Turn assembly throughput: decode + assemble + verdict, against the SDKs' own accumulators.
+
+    .venv/bin/python bench/turns.py [--quick]
+
+Two constructed streams of realistic shape, ~20k wire events each:
+  * Anthropic Messages SSE: a thinking block (thinking deltas + signature), a text block,
+    a tool_use block whose input arrives in small input_json_delta fragments, pings,
+    message_delta, message_stop;
+  * OpenAI Chat Completions SSE: content chunks, then one tool call whose arguments arrive
+    in fragments, a finish_reason chunk, the usage chunk and ``[DONE]``.
+Both are fed in 1,500-byte reads (one TCP segment).
+
+streamtap: ``analyze_bytes`` (SSE decoder + dialect assembler + verdict). Peers, on the
+same bytes and the same reads:
+  * "SDK decode+accumulate": the SDK's own SSE decoder, json.loads, then the accumulator
+    (anthropic ``accumulate_event``; openai ``ChatCompletionStreamState.handle_chunk`` on
+    ``ChatCompletionChunk`` objects built the way the SDK's Stream builds them) - the
+    least an app using the SDK pays;
+  * "SDK client end-to-end": the real client (``client.messages.stream(...)
+    .get_final_message()`` / ``client.chat.completions.stream(...).get_final_completion()``)
+    over an in-memory httpx transport - what an app actually pays, HTTP plumbing included.
+The turns are checked equal (text, tool arguments, stop reason) before timing.
+Figures are the best of a few repetitions; ratio = streamtap events/s / peer events/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from collections.abc import Callable
+
+import anthropic
+import httpx2  # the HTTP library these SDK versions are built on
+import openai
+from anthropic._streaming import SSEDecoder as AnthropicSSEDecoder
+from anthropic.lib.streaming._messages import accumulate_event
+from openai._models import construct_type
+from openai._streaming import SSEDecoder as OpenAISSEDecoder
+from openai.lib.streaming.chat import ChatCompletionStreamState
+from openai.types.chat import ChatCompletionChunk
+
+from streamtap.providers import Dialect, analyze_bytes
+
+READ = 1500
+WORDS = "the quick brown fox jumps over a lazy dog while streaming tokens arrive one by one".split()
+
+
+def _words(rng: random.Random) -> str:
+    return " " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 3)))
+
+
+def _fragments(rng: random.Random, count: int) -> list[str]:
+    """``count`` small pieces that join into one JSON object."""
+    items = ",".join(json.dumps({"n": i, "w": rng.choice(WORDS)}) for i in range(count // 6))
+    text = '{"items": [' + items + '], "done": true}'
+    size = max(1, len(text) // count)
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def anthropic_stream(events: int) -> bytes:
+    rng = random.Random(11)
+    thinking, tool = events // 5, events // 5
+    text = events - thinking - tool
+    out: list[dict] = [{
+        "type": "message_start",
+        "message": {"id": "msg_bench", "type": "message", "role": "assistant", "model": "claude-bench",
+                    "content": [], "stop_reason": None, "stop_sequence": None,
+                    "usage": {"input_tokens": 1200, "cache_read_input_tokens": 0, "output_tokens": 1}},
+    }]  # fmt: skip
+    out.append({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "thinking", "thinking": "", "signature": ""}})
+    out += [{"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": _words(rng)}}
+            for _ in range(thinking)]
+    out.append({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "EqQB" * 40}})
+    out.append({"type": "content_block_stop", "index": 0})
+    out.append({"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}})
+    for i in range(text):
+        out.append({"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": _words(rng)}})
+        if i % 1000 == 999:
+            out.append({"type": "ping"})
+    out.append({"type": "content_block_stop", "index": 1})
+    out.append({"type": "content_block_start", "index": 2,
+                "content_block": {"type": "tool_use", "id": "toolu_bench", "name": "record", "input": {}}})
+    out += [{"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": f}}
+            for f in _fragments(rng, tool)]
+    out.append({"type": "content_block_stop", "index": 2})
+    out.append({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                "usage": {"output_tokens": events}})
+    out.append({"type": "message_stop"})
+    return b"".join(
+        b"event: " + e["type"].encode() + b"\ndata: " + json.dumps(e, separators=(",", ":")).encode() + b"\n\n"
+        for e in out
+    )
+
+
+def openai_stream(chunks: int) -> bytes:
+    rng = random.Random(13)
+    base = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1700000000,
+            "model": "gpt-bench", "system_fingerprint": "fp_bench"}
+    fragments = _fragments(rng, chunks // 5)
+    content = chunks - len(fragments) - 4
+    out: list[dict] = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                             "logprobs": None, "finish_reason": None}]}]
+    out += [{**base, "choices": [{"index": 0, "delta": {"content": _words(rng)}, "logprobs": None,
+                                  "finish_reason": None}]} for _ in range(content)]
+    out.append({**base, "choices": [{"index": 0, "delta": {"tool_calls": [
+        {"index": 0, "id": "call_bench", "type": "function", "function": {"name": "record", "arguments": ""}}]},
+        "logprobs": None, "finish_reason": None}]})
+    out += [{**base, "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": f}}]},
+                                  "logprobs": None, "finish_reason": None}]} for f in fragments]
+    out.append({**base, "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "tool_calls"}]})
+    out.append({**base, "choices": [], "usage": {"prompt_tokens": 900, "completion_tokens": chunks,
+                                                 "total_tokens": 900 + chunks}})
+    body = b"".join(b"data: " + json.dumps(c, separators=(",", ":")).encode() + b"\n\n" for c in out)
+    return body + b"data: [DONE]\n\n"
+
+
+def reads(body: bytes) -> list[bytes]:
+    return [body[i : i + READ] for i in range(0, len(body), READ)]
+
+
+# -- the contenders: each returns (text, tool arguments, stop reason) ------------------------------
+def streamtap_runner(dialect: Dialect) -> Callable[[bytes], tuple]:
+    def run(body: bytes) -> tuple:
+        analysis = analyze_bytes(body, dialect, chunk_size=READ)
+        assert analysis.verdict.ok, analysis.verdict
+        turn = analysis.turn
+        return turn.text(), turn.tool_calls()[0].arguments, turn.stop_reason_raw
+
+    return run
+
+
+def anthropic_accumulate(body: bytes) -> tuple:
+    snapshot, buffers = None, {}
+    for sse in AnthropicSSEDecoder().iter_bytes(iter(reads(body))):
+        snapshot = accumulate_event(event=json.loads(sse.data), current_snapshot=snapshot, json_bufs=buffers)
+    text = "".join(c.text for c in snapshot.content if c.type == "text")
+    return text, snapshot.content[2].input, snapshot.stop_reason
+
+
+def _mock_client(cls, body: bytes, **kwargs):
+    """The real client over an in-memory transport that hands out the body in READ-sized reads."""
+
+    class Reads(httpx2.ByteStream):
+        def __iter__(self):
+            yield from reads(body)
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=Reads(body))
+
+    return cls(http_client=httpx2.Client(transport=httpx2.MockTransport(handler)), base_url="http://bench.invalid",
+               max_retries=0, **kwargs)
+
+
+def anthropic_client(body: bytes) -> tuple:
+    client = _mock_client(anthropic.Anthropic, body, api_key="bench")
+    with client.messages.stream(model="claude-bench", max_tokens=10,
+                                messages=[{"role": "user", "content": "hi"}]) as stream:
+        message = stream.get_final_message()
+    text = "".join(c.text for c in message.content if c.type == "text")
+    return text, message.content[2].input, message.stop_reason
+
+
+def openai_accumulate(body: bytes) -> tuple:
+    state = ChatCompletionStreamState()
+    for sse in OpenAISSEDecoder().iter_bytes(iter(reads(body))):
+        if sse.data.startswith("[DONE]"):
+            break
+        state.handle_chunk(construct_type(type_=ChatCompletionChunk, value=json.loads(sse.data)))
+    return _openai_result(state.get_final_completion())
+
+
+def openai_client(body: bytes) -> tuple:
+    client = _mock_client(openai.OpenAI, body, api_key="bench")
+    with client.chat.completions.stream(model="gpt-bench", messages=[{"role": "user", "content": "hi"}]) as stream:
+        completion = stream.get_final_completion()
+    return _openai_result(completion)
+
+
+def _openai_result(completion) -> tuple:
+    choice = completion.choices[0]
+    arguments = json.loads(choice.message.tool_calls[0].function.arguments)
+    return choice.message.content, arguments, choice.finish_reason
+
+
+def best_of(fn: Callable[[bytes], tuple], body: bytes, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn(body)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="2k events and one repetition (a smoke run)")
+    args = parser.parse_args()
+    events = 2_000 if args.quick else 20_000
+    repeat = 1 if args.quick else 5
+    cases = [
+        ("anthropic", anthropic_stream(events), Dialect.ANTHROPIC, "tool_use",
+         [("anthropic SDK decode+accumulate", anthropic_accumulate),
+          ("anthropic SDK client end-to-end", anthropic_client)]),
+        ("openai-chat", openai_stream(events), Dialect.OPENAI_CHAT, "tool_calls",
+         [("openai SDK decode+ChatCompletionStreamState", openai_accumulate),
+          ("openai SDK client end-to-end", openai_client)]),
+    ]
+    print(f"python {sys.version.split()[0]}, reads of {READ} bytes, best of {repeat}")
+    print(f"{'stream':<12} {'events':>7} {'MiB':>6}  {'contender':<46} {'events/s':>11} {'ratio':>7}")
+    for name, body, dialect, stop, peers in cases:
+        ours = streamtap_runner(dialect)
+        reference = ours(body)
+        wire_events = analyze_bytes(body, dialect).wire_events
+        assert reference[2] == stop
+        for _, peer in peers:  # same turn before timing anything
+            text, arguments, stop_reason = peer(body)
+            assert (text, arguments, stop_reason) == reference, f"{name}: a peer disagrees with streamtap"
+        mib = len(body) / 2**20
+        ours_rate = wire_events / best_of(ours, body, repeat)
+        print(f"{name:<12} {wire_events:>7} {mib:>6.2f}  {'streamtap analyze_bytes':<46} {ours_rate:>11,.0f} {'':>7}")
+        for label, peer in peers:
+            rate = wire_events / best_of(peer, body, repeat)
+            print(f"{'':<12} {'':>7} {'':>6}  {label:<46} {rate:>11,.0f} {ours_rate / rate:>6.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
