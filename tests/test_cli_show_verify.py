@@ -1,0 +1,157 @@
+"""`streamtap show` and `streamtap verify` run as real processes on captured files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import shared_path
+
+from streamtap.providers import Dialect, StreamSession
+from streamtap.recording import RecordingWriter
+
+F = "fixtures"
+STREAMTAP = Path(sys.executable).with_name("streamtap")
+
+
+def streamtap(*args: str | Path, timeout: float = 30) -> subprocess.CompletedProcess:
+    # the installed console script, as a user runs it
+    return subprocess.run([str(STREAMTAP), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def files() -> dict[str, Path]:
+    return {
+        "chat": shared_path(F, "openllmetry/bodies/openai_chat_stream_parallel_tool_calls.0.sse"),
+        "reasoning": shared_path(F, "pydantic-ai/bodies/openrouter/test_openrouter_streaming_reasoning.0.sse"),
+        "responses": shared_path(F, "pydantic-ai/bodies/openai-responses/test_openai_responses_stream.1.sse"),
+        "gemini": shared_path(F, "pydantic-ai/bodies/google/test_google_model_stream.0.sse"),
+        "errored": shared_path(F, "pydantic-ai/bodies/openrouter/test_openrouter_stream_error.0.sse"),
+        "anthropic": shared_path(F, "pydantic-ai/bodies/anthropic/test_anthropic_model_thinking_part_stream.0.sse"),
+        "bedrock": shared_path(F, "openllmetry/bodies/converse_stream_anthropic_tool_use.0.bin"),
+    }
+
+
+def test_verify_all_complete_exits_0_one_line_each_and_says_it_sniffed(files):
+    paths = [files[k] for k in ("chat", "reasoning", "responses", "gemini", "anthropic", "bedrock")]
+    result = streamtap("verify", *paths)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == len(paths)
+    for path, line in zip(paths, lines):
+        assert line.startswith(f"{path}: complete (")
+        assert "sniffed" in line
+    assert "(openai-chat, sniffed" in lines[0] and "(gemini, sniffed" in lines[3]
+    assert "(anthropic, sniffed" in lines[4] and "(bedrock-converse, sniffed" in lines[5]
+
+
+def test_verify_exits_1_when_any_file_is_not_complete(files, tmp_path):
+    body = files["chat"].read_bytes()
+    cut = tmp_path / "cut.sse"
+    cut.write_bytes(body[: len(body) * 2 // 3])
+    result = streamtap("verify", files["chat"], cut, files["errored"])
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3
+    assert ": complete (" in lines[0]
+    assert lines[1].startswith(f"{cut}: truncated (openai-chat, sniffed")
+    assert ": errored (" in lines[2] and "Token limit reached" in lines[2]
+
+
+def test_usage_errors_exit_2_in_one_line(files, tmp_path):
+    missing = streamtap("verify", files["chat"], tmp_path / "nope.sse")
+    assert missing.returncode == 2
+    assert missing.stdout == ""
+    assert missing.stderr.strip() == f"streamtap verify: {tmp_path / 'nope.sse'}: no such file"
+    bad = streamtap("show", "--provider", "openai", files["chat"])
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr and "Traceback" not in bad.stderr
+    none = streamtap("verify")
+    assert none.returncode == 2
+
+
+def test_provider_flag_overrides_sniffing(files):
+    forced = streamtap("verify", "--provider", "openai-chat", files["chat"])
+    assert forced.returncode == 0 and "sniffed" not in forced.stdout and "(openai-chat)" in forced.stdout
+    # the wrong dialect on purpose: the file does not make sense as Responses
+    wrong = streamtap("verify", "--provider", "openai-responses", files["chat"])
+    assert wrong.returncode == 1 and ": truncated (openai-responses)" in wrong.stdout
+
+
+def test_json_output_carries_turn_and_verdict(files):
+    result = streamtap("verify", "--json", files["chat"], files["errored"])
+    assert result.returncode == 1
+    first, second = (orjson.loads(line) for line in result.stdout.splitlines())
+    assert first["verdict"]["kind"] == "complete" and first["dialect"] == "openai-chat"
+    calls = [b for b in first["turn"]["choices"][0]["blocks"] if b["kind"] == "tool_call"]
+    assert [c["arguments"] for c in calls] == [{"location": "San Francisco"}, {"location": "Boston"}]
+    assert second["verdict"]["kind"] == "errored" and second["turn"]["error"]["message"]
+    assert first["detected"].startswith("sniffed")
+    shown = streamtap("show", "--json", files["responses"])
+    assert shown.returncode == 0 and orjson.loads(shown.stdout)["turn"]["dialect"] == "openai-responses"
+
+
+def test_show_renders_thinking_apart_from_the_answer_and_tool_calls(files):
+    result = streamtap("show", files["reasoning"], files["chat"])
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    first, second = out.split(f"\n\n{files['chat']}")
+    assert first.index("─── thinking") < first.index("─── answer")
+    assert "│ " in first.split("─── answer")[0]  # thinking lines are marked, the answer is not
+    assert "verdict   COMPLETE" in first and "dialect   openai-chat  (sniffed" in first
+    assert "timing    no arrival times" in first
+    assert "usage     in 43, out 36, reasoning 13" in first
+    assert '─── tool call get_current_weather (id call_' in second
+    assert '{"location":"Boston"}' in second
+
+
+def test_sentinel_flag(files, tmp_path):
+    body = files["gemini"].read_bytes()
+    result = streamtap("verify", "--sentinel", "THE END", files["gemini"])
+    assert result.returncode == 1 and "truncated" in result.stdout and "sentinel missing" in result.stdout
+
+
+def _record(path: Path, body: bytes, dialect: Dialect, step: int, finish: bool = True) -> None:
+    """Write a recording the way the proxy does: frames as the session returns them, with times."""
+    writer = RecordingWriter(path)
+    writer.header({"dialect": dialect.value, "wire": {"format": "sse", "content_encoding": None},
+                   "request": {"method": "POST", "url": "https://api.openai.com/v1/chat/completions", "headers": []},
+                   "response": {"status": 200, "headers": [["content-type", "text/event-stream"]]}})
+    session = StreamSession(dialect)
+    t_ms = 120.0
+    for i in range(0, len(body), step):
+        writer.read(body[i : i + step], t_ms)
+        for event in session.feed(body[i : i + step], t_ms / 1000):
+            writer.frame(event, t_ms)
+        t_ms += 15
+    analysis = session.close()
+    for event in analysis.events:
+        writer.frame(event, t_ms)
+    if finish:
+        writer.finish({"verdict": analysis.verdict.to_dict(), "stream_end": "finished"})
+    else:
+        writer.flush()
+
+
+def test_show_and_verify_read_recordings_with_timing(files, tmp_path):
+    recording = tmp_path / "flow.jsonl"
+    _record(recording, files["reasoning"].read_bytes(), Dialect.OPENAI_CHAT, 500)
+    verify = streamtap("verify", recording)
+    assert verify.returncode == 0 and verify.stdout.startswith(f"{recording}: complete (openai-chat)")
+    show = streamtap("show", recording)
+    assert "(recording, sse," in show.stdout
+    assert "timing    first byte 120 ms, first content" in show.stdout
+    partial = tmp_path / "flow.partial.jsonl"
+    body = files["reasoning"].read_bytes()
+    _record(partial, body[: len(body) // 2], Dialect.OPENAI_CHAT, 500, finish=False)
+    cut = streamtap("verify", partial)
+    assert cut.returncode == 1 and ": truncated (openai-chat)" in cut.stdout and "recording:" in cut.stdout
+
+
+def test_help_teaches(files):
+    result = streamtap("verify", "--help")
+    assert result.returncode == 0
+    for word in ("--provider", "--sentinel", "--json", "openai-responses", "Exit codes", "truncated"):
+        assert word in result.stdout
