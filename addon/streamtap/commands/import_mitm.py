@@ -1,0 +1,123 @@
+"""`streamtap import FILE.mitm`: mitmproxy captures become streamtap recordings."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError
+
+HELP = "Turn a mitmproxy capture (mitmdump -w FILE) into streamtap recordings, one per streamed LLM answer."
+
+DESCRIPTION = """\
+Reads every flow of a mitmproxy capture and writes one streamtap recording per streamed
+LLM answer (an SSE, AWS event-stream or NDJSON response, or a streaming call to a known
+provider API that was answered with an error), then prints each file with its verdict.
+The recordings are what the live addon writes, minus arrival times, which captures do
+not keep; `streamtap show`, `verify` and `serve` take them as they are.
+
+Capture with the bodies kept. Plain `mitmdump -w capture.mitm` keeps them, but holds
+each response back until it is complete. With streaming on (`--set stream_large_bodies=1`,
+or the streamtap addon loaded) mitmproxy forwards at once and keeps NO body unless you
+also pass `--set store_streamed_bodies=true`:
+
+  mitmdump -w capture.mitm -s addon/tap.py --set store_streamed_bodies=true
+
+Flows whose body is missing are listed as skipped. Importing the same capture again
+skips the flows already recorded in the output directory.
+"""
+
+EPILOG = "Exit codes: 0 every streamed answer imported, 1 none found or some skipped, 2 usage error."
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("capture", metavar="FILE.mitm", help="a capture written by mitmdump -w or mitmweb/mitmproxy (save)")
+    parser.add_argument(
+        "--out", metavar="DIR", type=Path, default=Path("recordings/imported"),
+        help="directory for the recordings (default: recordings/imported)",
+    )
+    parser.add_argument(
+        "--filter", metavar="EXPR",
+        help="mitmproxy filter expression choosing the flows instead (e.g. '~d openai.com & ~s')",
+    )
+    parser.add_argument("--sentinel", metavar="LINE", help="exact last line every answer must end with; missing => truncated")
+    parser.add_argument(
+        "--redact", metavar="NAME", action="append", default=[],
+        help="another header or query parameter whose value is redacted (repeatable; the usual secrets always are)",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress messages, only the result lines")
+
+
+class Progress:
+    """A line on stderr every second or so while a long capture is read."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.start = self.last = time.monotonic()
+
+    def __call__(self, flows: int) -> None:
+        now = time.monotonic()
+        if self.enabled and now - self.last >= 1.0:
+            self.last = now
+            print(f"streamtap import: {flows} flows read ({now - self.start:.0f} s)", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from streamtap.recording.importer import CaptureError, import_capture, is_llm_stream
+
+    source = Path(args.capture)
+    if not source.exists():
+        raise UsageError(f"{source}: no such file")
+    if not source.is_file():
+        raise UsageError(f"{source}: not a file")
+    matches = is_llm_stream
+    if args.filter:
+        from mitmproxy import flowfilter
+
+        try:
+            expression = flowfilter.parse(args.filter)
+        except ValueError as exc:
+            raise UsageError(f"--filter: {exc}") from None
+        matches = expression
+    if args.out.exists() and not args.out.is_dir():
+        raise UsageError(f"--out {args.out}: exists and is not a directory")
+
+    written = skipped = already = 0
+    try:
+        for item in import_capture(
+            source, args.out, matches=matches, sentinel=args.sentinel, redact=args.redact,
+            progress=Progress(not args.quiet),
+        ):
+            if item.already:
+                already += 1
+                print(f"{item.path}  already imported ({item.url})")
+            elif item.skipped:
+                skipped += 1
+                print(f"skipped {item.flow_id[:12]} {item.url}: {item.skipped}")
+            else:
+                written += 1
+                reason = "" if item.verdict == "complete" else f" ({item.reason})"
+                print(
+                    f"{item.path}  {item.verdict}{reason}  "
+                    f"{item.provider} {item.model or '-'}, {item.events} events, {item.bytes} bytes"
+                )
+    except CaptureError as exc:
+        raise UsageError(str(exc)) from None
+    except PermissionError as exc:
+        raise UsageError(f"--out {args.out}: {exc.strerror}") from None
+
+    total = written + skipped + already
+    if total == 0:
+        print(f"streamtap import: no streamed LLM answers in {source}", file=sys.stderr)
+        return EXIT_FINDING
+    if not args.quiet:
+        print(
+            f"streamtap import: {written} recorded, {already} already there, {skipped} skipped -> {args.out}",
+            file=sys.stderr,
+        )
+    return EXIT_FINDING if skipped else EXIT_OK

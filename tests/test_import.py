@@ -1,0 +1,214 @@
+"""`streamtap import`: real captures from a real `mitmdump -w` become recordings.
+
+A loopback fake provider serves an OpenAI SSE stream, a Bedrock InvokeModel event-stream
+(a real capture from ../shared) and an SSE stream cut mid-event; curl fetches them through
+mitmdump, which writes the capture. The imported recordings must rebuild the bodies byte
+for byte and carry the right verdicts.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+from interception import MITMDUMP, REPO, TAP, Mitmdump, Provider, Route, openai_chat_stream
+from streamtap.recording import check_recording, read_recording
+
+STREAMTAP = REPO / ".venv" / "bin" / "streamtap"
+SECRET = "sk-import-secret-7f3a"
+CHAT = openai_chat_stream(["Imported ", "from ", "a ", "capture", "."])
+CUT = openai_chat_stream(["This ", "answer ", "never ", "ends"])[:-60]
+INVOKE_PATH = "/model/anthropic.claude-3-haiku-20240307-v1:0/invoke-with-response-stream"
+
+
+def invoke_body() -> bytes:
+    """A real Bedrock InvokeModel capture from ../shared, or one built the same way."""
+    real = FIXTURES / "openllmetry" / "bodies" / "invoke_stream_anthropic_claude3.0.bin"
+    if real.exists():
+        return real.read_bytes()
+    import base64
+    import json
+
+    from streamtap.wire import encode_message
+
+    events = [
+        {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+                                              "model": "claude-3-haiku", "content": [], "usage": {"input_tokens": 3, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hello"}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}},
+        {"type": "message_stop"},
+    ]
+    headers = {":event-type": "chunk", ":content-type": "application/json", ":message-type": "event"}
+    return b"".join(
+        encode_message(headers, json.dumps({"bytes": base64.b64encode(json.dumps(e).encode()).decode(), "p": "ab"}).encode())
+        for e in events
+    )
+
+
+@pytest.fixture(scope="module")
+def provider():
+    invoke = invoke_body()
+    routes = {
+        "/v1/chat/completions": Route(CHAT),
+        "/cut/v1/chat/completions": Route(CUT),
+        INVOKE_PATH: Route(invoke, content_type="application/vnd.amazon.eventstream", chunk_size=211),
+        "/v1/models": Route(b'{"data": []}', content_type="application/json"),
+    }
+    with Provider(routes) as server:
+        yield server
+
+
+def fetch(proxy: Mitmdump, provider: Provider, path: str, body: str) -> bytes:
+    result = subprocess.run(
+        ["curl", "-sS", "--no-buffer", "--proxy", f"http://127.0.0.1:{proxy.port}",
+         f"http://127.0.0.1:{provider.port}{path}", "-H", f"authorization: Bearer {SECRET}",
+         "-H", "content-type: application/json", "-d", body],
+        capture_output=True, timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def capture(tmp: Path, provider: Provider, *options: str, tap: bool = False) -> tuple[Path, dict[str, bytes]]:
+    """Run the four requests through `mitmdump -w FILE OPTIONS`; returns the file and what curl got."""
+    path = tmp / "capture.mitm"
+    extra = ["--set", f"streamtap_dir={tmp / 'live'}"] if tap else []
+    proxy = Mitmdump("--listen-host", "127.0.0.1", "--listen-port", "0", "-w", str(path), *options, *extra,
+                     confdir=tmp / "conf", tap=tap)
+    try:
+        got = {
+            "chat": fetch(proxy, provider, "/v1/chat/completions", '{"model":"gpt-4o","stream":true,"messages":[]}'),
+            "cut": fetch(proxy, provider, "/cut/v1/chat/completions", '{"model":"gpt-4o","stream":true,"messages":[]}'),
+            "invoke": fetch(proxy, provider, INVOKE_PATH, '{"anthropic_version":"bedrock-2023-05-31","max_tokens":64,"messages":[]}'),
+            "models": fetch(proxy, provider, "/v1/models", "{}"),
+        }
+    finally:
+        proxy.stop()  # flushes the capture file
+    return path, got
+
+
+def streamtap_import(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(STREAMTAP), "import", *args], capture_output=True, text=True, timeout=60, cwd=REPO)
+
+
+def by_path(recordings: list) -> dict[str, object]:
+    return {r.header["request"]["url"].split("127.0.0.1")[1].split("/", 1)[1]: r for r in recordings}
+
+
+@pytest.fixture(scope="module")
+def plain_capture(tmp_path_factory, provider):
+    tmp = tmp_path_factory.mktemp("plain")
+    return capture(tmp, provider), tmp
+
+
+def test_a_plain_mitmdump_capture_imports_byte_exact_with_verdicts(plain_capture, provider):
+    (path, got), tmp = plain_capture
+    out = tmp / "imported"
+    result = streamtap_import(str(path), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    files = sorted(out.glob("*.jsonl"))
+    assert len(files) == 3, result.stdout  # the JSON /v1/models flow is not a stream
+    for file in files:
+        assert str(file) in result.stdout  # each written file is printed
+        assert SECRET not in file.read_text()
+        assert oct(file.stat().st_mode & 0o777) == "0o600"
+    recordings = by_path([read_recording(f) for f in files])
+    sent = {s.path: s.sent for s in provider.served}
+    chat, cut, invoke = recordings["v1/chat/completions"], recordings["cut/v1/chat/completions"], recordings[INVOKE_PATH[1:]]
+    assert chat.body == got["chat"] == sent["/v1/chat/completions"] == CHAT
+    assert cut.body == got["cut"] == CUT
+    assert invoke.body == got["invoke"] == sent[INVOKE_PATH]
+    assert chat.verdict["kind"] == "complete" and invoke.verdict["kind"] == "complete"
+    assert cut.verdict["kind"] == "truncated", cut.verdict
+    assert invoke.header["dialect"] == "bedrock-invoke"
+    for recording in (chat, cut, invoke):
+        assert recording.complete_file and not check_recording(recording), check_recording(recording)
+        assert recording.header["imported_from"] == str(path)
+    lines = {line.split()[0]: line for line in result.stdout.splitlines()}
+    assert " truncated (" in lines[str(cut.path)] and " complete " in lines[str(invoke.path)]
+    assert "_truncated_" in cut.path.name and "_bedrock-invoke_" in invoke.path.name
+    verify = subprocess.run([str(STREAMTAP), "verify", str(chat.path), str(invoke.path)], capture_output=True, timeout=60)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_importing_again_skips_what_is_there(plain_capture):
+    (path, _), tmp = plain_capture
+    out = tmp / "again"
+    first = streamtap_import(str(path), "--out", str(out), "-q")
+    second = streamtap_import(str(path), "--out", str(out), "-q")
+    assert first.returncode == second.returncode == 0
+    assert second.stdout.count("already imported") == 3
+    assert len(list(out.glob("*.jsonl"))) == 3
+
+
+def test_filter_chooses_flows(plain_capture):
+    (path, _), tmp = plain_capture
+    out = tmp / "filtered"
+    result = streamtap_import(str(path), "--out", str(out), "--filter", "~u invoke-with-response-stream", "-q")
+    assert result.returncode == 0, result.stderr
+    assert len(list(out.glob("*.jsonl"))) == 1
+
+
+@pytest.mark.skipif(not TAP.exists(), reason="addon/tap.py is not in this checkout yet")
+def test_the_recommended_capture_with_the_tap_matches_the_live_recordings(tmp_path, provider):
+    """`mitmdump -w FILE -s addon/tap.py --set store_streamed_bodies=true`, as --help says:
+    the imported recordings hold the same frames as the ones the Tap wrote live."""
+    path, got = capture(tmp_path, provider, "--set", "store_streamed_bodies=true", tap=True)
+    result = streamtap_import(str(path), "--out", str(tmp_path / "imported"))
+    assert result.returncode == 0, result.stderr
+    imported = by_path([read_recording(f) for f in (tmp_path / "imported").glob("*.jsonl")])
+    live = by_path([read_recording(f) for f in (tmp_path / "live").glob("*.jsonl")])
+    assert set(imported) == set(live) == {"v1/chat/completions", "cut/v1/chat/completions", INVOKE_PATH[1:]}
+    for key, recording in imported.items():
+        assert recording.body == live[key].body
+        assert [(f.offset, f.sum) for f in recording.frames] == [(f.offset, f.sum) for f in live[key].frames]
+        assert recording.verdict["kind"] == live[key].verdict["kind"]
+        assert all(f.t_ms is None for f in recording.frames)  # a capture has no arrival times
+
+
+@pytest.mark.skipif(not TAP.exists(), reason="addon/tap.py is not in this checkout yet")
+def test_a_streamed_capture_without_bodies_is_reported_not_guessed(tmp_path, provider):
+    path, _ = capture(tmp_path, provider, tap=True)
+    result = streamtap_import(str(path), "--out", str(tmp_path / "imported"))
+    assert result.returncode == 1
+    assert result.stdout.count("store_streamed_bodies=true") == 3
+    assert not list((tmp_path / "imported").glob("*.jsonl"))
+
+
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (None, "no such file"),
+        (b"data: {}\n\n", "is not a mitmproxy capture"),
+        (b"\x00\x01\x02garbage", "is not a mitmproxy capture"),
+    ],
+    ids=["missing", "sse-text", "binary"],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, content, expected):
+    path = tmp_path / "capture.mitm"
+    if content is not None:
+        path.write_bytes(content)
+    result = streamtap_import(str(path), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2, result.stderr
+    assert expected in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_bad_filter_and_empty_capture(tmp_path):
+    empty = tmp_path / "empty.mitm"
+    empty.write_bytes(b"")
+    result = streamtap_import(str(empty), "--out", str(tmp_path / "out"))
+    assert result.returncode == 1 and "no streamed LLM answers" in result.stderr
+    result = streamtap_import(str(empty), "--filter", "~q ~~ (")
+    assert result.returncode == 2 and "--filter" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_help_explains_streamed_bodies():
+    result = streamtap_import("--help")
+    assert result.returncode == 0
+    assert "store_streamed_bodies=true" in result.stdout and "mitmdump -w" in result.stdout
