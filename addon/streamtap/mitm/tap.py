@@ -483,7 +483,7 @@ class Tap:
                 try:
                     self.filter = flowfilter.parse(expression)
                 except ValueError as exc:
-                    raise exceptions.OptionsError(f"streamtap_filter: {exc}") from exc
+                    raise exceptions.OptionsError(f"streamtap_filter: {exc}") from None
         if "streamtap_max_event" in updated and ctx.options.streamtap_max_event < 1:
             raise exceptions.OptionsError("streamtap_max_event must be a positive number of bytes")
 
