@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# Debian packages some tests use (curl as a raw client; ip/iptables for the namespaced hosts).
+# Debian packages some tests drive: curl as a raw client; ip, iptables and unshare for the
+# namespaced hosts (tests/test_transparent.py) and the private trust store
+# (tests/test_certs_howto.py); update-ca-certificates for the OS-store recipe.
+# Node and a JDK are used when present (certs_howto.md's Node and Java recipes) but not
+# installed here: they are large, and those tests skip, saying so, without them.
 # Best effort: without root or a package mirror the tests that need them skip, saying why.
 set -u
 missing=()
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v iptables >/dev/null 2>&1 || missing+=(iptables)
+command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
+command -v update-ca-certificates >/dev/null 2>&1 || missing+=(ca-certificates)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
   echo "system-deps: not installing ${missing[*]} (needs root and apt-get); tests that need them will skip" >&2
   exit 0
 fi
 echo "system-deps: installing ${missing[*]}" >&2
-{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } >/dev/null 2>&1 \
+{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >/dev/null 2>&1 \
   || echo "system-deps: could not install ${missing[*]}; tests that need them will skip" >&2
 exit 0

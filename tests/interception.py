@@ -15,6 +15,7 @@ import ipaddress
 import json
 import os
 import re
+import shutil
 import socket
 import ssl
 import subprocess
@@ -24,10 +25,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = REPO / ".venv" / "bin" / "python"
 MITMDUMP = REPO / ".venv" / "bin" / "mitmdump"
 TAP = REPO / "addon" / "tap.py"
+
+needs_curl = pytest.mark.skipif(
+    not shutil.which("curl"), reason="curl is not installed (scripts/system-deps.sh installs it as root)"
+)
 
 
 # --- certificates -----------------------------------------------------------------

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+
 from interception import (
     APP_JAVA,
     APP_JS,
@@ -29,6 +30,7 @@ from interception import (
     Route,
     issue_cert,
     make_ca,
+    needs_curl,
     openai_chat_stream,
 )
 
@@ -182,6 +184,7 @@ def explicit_proxy(world, tmp_path):
     proxy.stop()
 
 
+@needs_curl
 def test_curl_through_the_explicit_proxy(world, explicit_proxy, tmp_path):
     proxy, recordings = explicit_proxy
     result = run_client("explicit-curl", world, proxy, tmp_path)
@@ -189,6 +192,7 @@ def test_curl_through_the_explicit_proxy(world, explicit_proxy, tmp_path):
     assert_recorded(recordings, BODY, proxy)
 
 
+@needs_curl
 def test_curl_refuses_the_proxy_without_its_ca(world, explicit_proxy, tmp_path):
     """Counter-check: trusting another CA (the provider's own), curl must reject mitmproxy's
     certificate (exit 60), so the block above passes because of the CA it names."""
@@ -229,6 +233,7 @@ def test_java_truststore_and_proxy_properties(world, explicit_proxy, tmp_path):
     assert_recorded(recordings, BODY, proxy)
 
 
+@needs_curl
 def test_os_store_in_a_private_mount_namespace(world, explicit_proxy, tmp_path):
     """`update-ca-certificates` for real, on a private copy of the store (never the machine's)."""
     if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("update-ca-certificates"):

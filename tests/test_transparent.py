@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+
 from interception import (
     APP_PY,
     MITMDUMP,
@@ -33,6 +34,7 @@ from interception import (
     Mitmdump,
     issue_cert,
     make_ca,
+    needs_curl,
     openai_chat_stream,
 )
 
@@ -196,6 +198,7 @@ def recordings_of(network, body: bytes) -> list:
         time.sleep(0.1)
 
 
+@needs_curl
 def test_curl_by_address_is_tapped_transparently(network):
     ca = network["proxy"].ca_cert
     result = curl(network, ca)
@@ -210,6 +213,7 @@ def test_curl_by_address_is_tapped_transparently(network):
         assert "sk-transparent-secret" not in recorded[0].path.read_text()
 
 
+@needs_curl
 def test_the_client_really_meets_mitmproxy_not_the_provider(network):
     """Trusting only the provider's CA, the client must now fail: the certificate it is
     shown comes from mitmproxy, so the redirect is real, not a direct connection."""
