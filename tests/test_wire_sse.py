@@ -195,9 +195,9 @@ def test_invalid_utf8_replaced_and_counted_never_raised() -> None:
 
 
 def test_invalid_utf8_counts_do_not_depend_on_chunking() -> None:
-    stream = b"data: \xf0\x9f\x98\n\ndata: \xf0\x9f\x98\x80\xc0\xaf\n\n"
+    stream = b"data: \xf0\x9f\x98\n\ndata: \xf0\x9f\x98\x80\xc0\xaf\n\ndata: \xff\xef\xbf\xbd\n\n"
     whole = decode(stream)
-    assert [e.invalid_utf8 for e in whole] == [1, 2]
+    assert [e.invalid_utf8 for e in whole] == [1, 2, 1]  # the last has one real U+FFFD
     assert decode(stream, [1]) == whole
 
 
@@ -243,6 +243,16 @@ def test_event_exactly_at_the_limit_is_kept() -> None:
     assert isinstance(event, SSEEvent)
     (bad,) = decode(stream, max_event_size=len(stream) - 1)
     assert isinstance(bad, Malformed)
+
+
+@pytest.mark.parametrize("shape", [b"data: %s\n\n", b"event: e\r\ndata:%s\r\n\r\n", b": c\ndata: %s\n\n"])
+def test_limit_applies_to_every_event_of_a_run(shape: bytes) -> None:
+    small, big = shape % b"a", shape % b"bb"
+    stream = small + big + small
+    for chunks in (None, [1]):
+        events = decode(stream, chunks, max_event_size=len(small))
+        assert [type(e).__name__ for e in events] == ["SSEEvent", "Malformed", "SSEEvent"], chunks
+        assert events[1].end - events[1].start == len(big)
 
 
 def test_fields_of_an_oversize_event_do_not_take_effect() -> None:

@@ -1,0 +1,154 @@
+"""SSEDecoder against the SSE decoders of the openai and anthropic SDKs, on every real
+SSE body in ../shared/fixtures (``*.sse``, the anthropic SDK's ``.txt`` streams, and the
+text/event-stream responses inside the VCR cassettes).
+
+Where an SDK departs from the WHATWG rules the spec wins; each departure is named here
+with its rule, shown on a constructed stream, and filtered out of the fixture comparison
+explicitly (and only that departure).
+"""
+
+from __future__ import annotations
+
+import anthropic._streaming as anthropic_streaming
+import openai._streaming as openai_streaming
+import pytest
+import yaml
+
+from conftest import FIXTURES, shared_files
+from streamtap.wire import SSEDecoder, SSEEvent
+
+SDKS = {"openai": openai_streaming, "anthropic": anthropic_streaming}
+
+
+def sse_bodies() -> list[tuple[str, bytes]]:
+    bodies = [(str(p.relative_to(FIXTURES)), p.read_bytes()) for p in shared_files("**/*.sse")]
+    bodies += [
+        (str(p.relative_to(FIXTURES)), p.read_bytes()) for p in shared_files("anthropic-sdk-python/**/*.txt")
+    ]
+    for path in shared_files("**/*.yaml"):
+        cassette = yaml.safe_load(path.read_text())
+        for i, interaction in enumerate(cassette.get("interactions") or []):
+            response = interaction["response"]
+            body = (response.get("body") or {}).get("string")
+            headers = {k.lower(): v for k, v in (response.get("headers") or {}).items()}
+            content_type = str(headers.get("content-type", ""))
+            # !!binary bodies load as bytes: those are event-stream, not SSE
+            if isinstance(body, str) and "text/event-stream" in content_type:
+                bodies.append((f"{path.relative_to(FIXTURES)}#{i}", body.encode()))
+    return bodies
+
+
+BODIES = sse_bodies()
+
+
+def ours(stream: bytes, chunk: int | None = None) -> list[tuple[str, str, str]]:
+    decoder = SSEDecoder()
+    events = []
+    if chunk is None:
+        events += decoder.feed(stream)
+    else:
+        for i in range(0, len(stream), chunk):
+            events += decoder.feed(stream[i : i + chunk])
+    events += decoder.close()
+    return [(e.event, e.data, e.id) for e in events if isinstance(e, SSEEvent)]
+
+
+def sdk_events(module, stream: bytes) -> list[tuple[tuple[str, str, str], bool]]:
+    """The SDK's own decode of ``stream`` as (event, data, id), each with whether the
+    event had a data line (tracked beside the SDK, which does not say)."""
+    had_data: list[bool] = []
+
+    class Tracking(module.SSEDecoder):
+        seen_data = False
+
+        def decode(self, line: str):
+            if line.partition(":")[0] == "data":
+                self.seen_data = True
+            event = super().decode(line)
+            if event is not None:
+                had_data.append(self.seen_data)
+            if not line:
+                self.seen_data = False
+            return event
+
+    events = list(Tracking().iter_bytes(iter([stream])))
+    return [((e.event or "message", e.data, e.id or ""), d) for e, d in zip(events, had_data, strict=True)]
+
+
+def spec_conformant(events: list[tuple[tuple[str, str, str], bool]]) -> list[tuple[str, str, str]]:
+    """Drop what the SDKs dispatch against WHATWG §9.2.6 "if the data buffer is an empty
+    string, ... return" (DEPARTURE_DATALESS_DISPATCH below), and nothing else."""
+    return [event for event, had_data in events if had_data]
+
+
+@pytest.mark.skipif(not BODIES, reason=f"{FIXTURES} is absent: ../shared/ exists beside a development or CI clone only")
+@pytest.mark.parametrize("sdk", sorted(SDKS))
+@pytest.mark.parametrize("name,stream", BODIES, ids=[name for name, _ in BODIES])
+def test_fixture_decodes_like_the_sdk(name: str, stream: bytes, sdk: str) -> None:
+    expected = spec_conformant(sdk_events(SDKS[sdk], stream))
+    got = ours(stream)
+    assert got == expected
+    assert got, "every fixture carries events"
+    assert ours(stream, 1) == got and ours(stream, 7) == got
+
+
+def test_fixture_set_is_complete_when_shared_is_present() -> None:
+    if not FIXTURES.is_dir():
+        pytest.skip(f"{FIXTURES} is absent: ../shared/ exists beside a development or CI clone only")
+    names = [name for name, _ in BODIES]
+    assert any(n.endswith(".sse") for n in names)
+    assert any(n.endswith(".txt") for n in names)
+    assert any(".yaml#" in n for n in names)
+    assert any(b"\r\n" in stream for _, stream in BODIES)  # the Gemini CRLF framing is covered
+
+
+# -- departures, each named with the rule it breaks -----------------------------------
+
+
+@pytest.mark.parametrize("sdk", sorted(SDKS))
+def test_departure_dataless_dispatch(sdk: str) -> None:
+    """Rule (§9.2.6 dispatch, step 2): an event whose data buffer is empty is not
+    dispatched. Both SDKs dispatch it (data "") when it set event, id or retry."""
+    stream = b"event: ping\n\nretry: 10\n\ndata: a\n\n"
+    assert [e for e, _ in sdk_events(SDKS[sdk], stream)] == [("ping", "", ""), ("message", "", ""), ("message", "a", "")]
+    assert ours(stream) == [("message", "a", "")]
+    assert spec_conformant(sdk_events(SDKS[sdk], stream)) == ours(stream)
+
+
+@pytest.mark.parametrize("sdk", sorted(SDKS))
+def test_departure_dispatch_after_comment_once_an_id_was_set(sdk: str) -> None:
+    """Rule (§9.2.6 dispatch, step 2 with the last-event-ID buffer persisting): once an
+    id was set, the SDKs dispatch an empty event at every blank line, keep-alive
+    comments included, because they test the persisted id for "something to send"."""
+    stream = b"id: 7\ndata: a\n\n: keep-alive\n\n"
+    assert [e for e, _ in sdk_events(SDKS[sdk], stream)] == [("message", "a", "7"), ("message", "", "7")]
+    assert ours(stream) == [("message", "a", "7")]
+
+
+@pytest.mark.parametrize("sdk", sorted(SDKS))
+def test_departure_bom_not_stripped(sdk: str) -> None:
+    """Rule (§9.2.5, UTF-8 decode): one leading BOM is removed. The SDKs keep it, so the
+    first field name becomes "\\ufeffdata" and the first event is lost."""
+    stream = b"\xef\xbb\xbfdata: a\n\ndata: b\n\n"
+    assert [e for e, _ in sdk_events(SDKS[sdk], stream)] == [("message", "b", "")]
+    assert ours(stream) == [("message", "a", ""), ("message", "b", "")]
+
+
+@pytest.mark.parametrize("sdk", sorted(SDKS))
+def test_departure_invalid_utf8_raises(sdk: str) -> None:
+    """Rule (§9.2.5, UTF-8 decode with replacement): invalid bytes become U+FFFD. The
+    SDKs decode strictly and raise."""
+    stream = b"data: \xff\n\n"
+    with pytest.raises(UnicodeDecodeError):
+        sdk_events(SDKS[sdk], stream)
+    assert ours(stream) == [("message", "\ufffd", "")]
+
+
+def test_departure_anthropic_retry_accepts_non_digits() -> None:
+    """Rule (§9.2.6, retry): only a value of ASCII digits sets the reconnection time. The
+    anthropic SDK uses int(), which also takes signs, underscores and other digits."""
+    stream = b"retry: +1_0\ndata: a\n\n"
+    (event,) = anthropic_streaming.SSEDecoder().iter_bytes(iter([stream]))
+    assert event.retry == 10
+    (ours_event,) = SSEDecoder().feed(stream)
+    assert ours_event.retry is None
