@@ -280,3 +280,78 @@ def test_check_request_on_recorded_request_bodies():
     body = orjson.loads(follow_ups[0].request.body)
     body["input"] = [i for i in body["input"] if not (isinstance(i, dict) and i.get("type") == "function_call")]
     assert check_request(Dialect.OPENAI_RESPONSES, body)
+
+
+# --- odd shapes: a provider (or a fault) may put any JSON anywhere ----------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from streamtap.providers.session import make_assembler  # noqa: E402
+from streamtap.providers.turn import StreamEnd as _End  # noqa: E402
+from streamtap.wire import JSONValue, SSEDecoder  # noqa: E402
+
+ODD = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.sampled_from(["type", "index", "text", "delta", "x"]), inner, max_size=2),
+    max_leaves=4,
+)
+
+_SAMPLES = {
+    Dialect.OPENAI_CHAT: "openllmetry/bodies/openai_chat_stream_parallel_tool_calls.0.sse",
+    Dialect.OPENAI_RESPONSES: "pydantic-ai/bodies/openai-responses/test_openai_responses_streaming_usage.0.sse",
+    Dialect.GEMINI: "pydantic-ai/bodies/google/test_google_streaming_tool_call_thought_signature.0.sse",
+}
+
+
+def _paths(value, prefix=()):
+    yield prefix
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from _paths(inner, (*prefix, key))
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            yield from _paths(inner, (*prefix, i))
+
+
+def _replace(value, path, new):
+    if not path:
+        return new
+    value = copy_json(value)
+    node = value
+    for step in path[:-1]:
+        node = node[step]
+    node[path[-1]] = new
+    return value
+
+
+def copy_json(value):
+    return orjson.loads(orjson.dumps(value))
+
+
+@pytest.mark.parametrize("dialect", sorted(_SAMPLES))
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_odd_shapes_never_raise_inside_an_assembler(dialect, data):
+    body = shared_path("fixtures", _SAMPLES[dialect]).read_bytes()
+    decoder = SSEDecoder()
+    events = [e for e in decoder.feed(body) if e.data.strip() not in ("", "[DONE]")]
+    target = data.draw(st.integers(0, len(events) - 1))
+    payload = orjson.loads(events[target].data)
+    path = data.draw(st.sampled_from(list(_paths(payload))))
+    mutated = _replace(payload, path, data.draw(ODD))
+    assembler = make_assembler(dialect, "sse")
+    for i, event in enumerate(events):
+        if i == target:
+            event = type(event)(event.seq, event.start, event.end, event.raw, event.event, orjson.dumps(mutated).decode(), event.id, event.retry)
+        assembler.feed(event, None)
+    assembler.finish(_End.FINISHED)
+
+
+@settings(max_examples=60, deadline=None)
+@given(value=ODD)
+def test_odd_ndjson_lines_never_raise_inside_the_ollama_assembler(value):
+    assembler = make_assembler(Dialect.OLLAMA, "ndjson")
+    for seq, obj in enumerate(({"message": value, "done": False}, value, {"done": True, "done_reason": value, "message": {"tool_calls": value}})):
+        assembler.feed(JSONValue(seq, seq, seq + 1, b"x", obj), None)
+    assembler.finish(_End.FINISHED)

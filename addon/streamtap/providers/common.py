@@ -29,6 +29,8 @@ from streamtap.wire import IncrementalJSON, WireEvent
 
 from .turn import Block, BlockKind, Choice, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
+MAX_CHOICES = 128  # a bound, so a hostile index cannot make a huge list
+
 # normalized stop reason -> verdict kind
 STOP_VERDICT: dict[str, VerdictKind] = {
     "end_turn": VerdictKind.COMPLETE,
@@ -110,9 +112,34 @@ def error_message(obj: Any) -> str:
     return str(obj)[:200]
 
 
+def as_dict(value: Any) -> dict[str, Any]:
+    """The value if it is an object, else {}: providers (and faults) can put anything anywhere."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def as_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def as_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def one_line(text: str, limit: int = 160) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _hashable(key: Any) -> Any:
+    try:
+        hash(key)
+    except TypeError:
+        return repr(key)
+    return key
 
 
 class AssemblerBase:
@@ -193,30 +220,35 @@ class AssemblerBase:
 
     # -- blocks -----------------------------------------------------------------------
     def choice(self, index: int) -> Choice:
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < MAX_CHOICES:
+            self.note(f"choice index {str(index)[:20]} is not usable; counted as 0")
+            index = 0
         choices = self.turn.choices
         while len(choices) <= index:
             choices.append(Choice(len(choices)))
         return choices[index]
 
     def new_block(self, choice: int, kind: BlockKind, key: Any = None, **fields: Any) -> Block:
-        blocks = self.choice(choice).blocks
+        choice = self.choice(choice).index
+        blocks = self.turn.choices[choice].blocks
         block = Block(kind, len(blocks), **fields)
         blocks.append(block)
         if key is not None:
-            self._keys[(choice, key)] = block
+            self._keys[(choice, _hashable(key))] = block
         return block
 
     def block(self, choice: int, key: Any) -> Block | None:
-        return self._keys.get((choice, key))
+        return self._keys.get((choice, _hashable(key)))
 
     def append(self, choice: int, kind: BlockKind, text: str, t: float | None, key: Any = None) -> Block:
         """Grow a text-like block: by key when the provider names blocks, else the last one."""
+        choice = self.choice(choice).index
         if key is not None:
-            block = self._keys.get((choice, key))
+            block = self.block(choice, key)
             if block is None:
                 block = self.new_block(choice, kind, key)
         else:
-            blocks = self.choice(choice).blocks
+            blocks = self.turn.choices[choice].blocks
             block = blocks[-1] if blocks and blocks[-1].kind is kind and not blocks[-1].closed else None
             if block is None:
                 block = self.new_block(choice, kind)

@@ -13,7 +13,7 @@ from typing import Any
 
 from streamtap.wire import JSONValue, SSEEvent, WireEvent
 
-from .common import AssemblerBase, dumps, error_message, one_line, worst_stop
+from .common import AssemblerBase, as_dict, as_int, as_list, as_str, dumps, error_message, one_line, worst_stop
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict
 
 POLICY = {
@@ -69,17 +69,17 @@ class Assembler(AssemblerBase):
         if "error" in obj:
             message = one_line(error_message(obj))
             error = obj["error"] if isinstance(obj["error"], dict) else {}
-            self.errored(f"in-band error: {message}", event, {"source": "stream", "message": message, "code": error.get("code"), "status": error.get("status")})
+            self.errored(f"in-band error: {message}", event, {"source": "stream", "message": message, "code": as_dict(error).get("code"), "status": as_dict(error).get("status")})
             return
         turn = self.turn
-        turn.model = turn.model or obj.get("modelVersion")
-        turn.response_id = turn.response_id or obj.get("responseId")
+        turn.model = turn.model or as_str(obj.get("modelVersion"))
+        turn.response_id = turn.response_id or as_str(obj.get("responseId"))
         if isinstance(obj.get("usageMetadata"), dict):
             self._usage(obj["usageMetadata"])
-        feedback = obj.get("promptFeedback") or {}
-        if isinstance(feedback, dict) and feedback.get("blockReason"):
-            self._blocked = (event, feedback["blockReason"])
-        candidates = [c for c in obj.get("candidates") or () if isinstance(c, dict)]
+        feedback = as_dict(obj.get("promptFeedback"))
+        if feedback.get("blockReason"):
+            self._blocked = (event, str(feedback["blockReason"]))
+        candidates = [c for c in as_list(obj.get("candidates")) if isinstance(c, dict)]
         if candidates:
             self._last_candidates_event = event
             self._last_chunk_finished = all(c.get("finishReason") for c in candidates)
@@ -87,21 +87,20 @@ class Assembler(AssemblerBase):
             self._candidate(candidate, event, t)
 
     def _candidate(self, candidate: dict[str, Any], event: WireEvent, t: float | None) -> None:
-        index = candidate.get("index") or 0
-        choice = self.choice(index)
-        content = candidate.get("content") or {}
-        for part in content.get("parts") or () if isinstance(content, dict) else ():
+        choice = self.choice(candidate.get("index") or 0)
+        index = choice.index
+        for part in as_list(as_dict(candidate.get("content")).get("parts")):
             if isinstance(part, dict):
                 self._part(index, part, event, t)
-        for citation in (candidate.get("citationMetadata") or {}).get("citations") or ():
+        for citation in as_list(as_dict(candidate.get("citationMetadata")).get("citations")):
             if choice.blocks:
                 choice.blocks[-1].citations.append(citation)
         if candidate.get("finishReason"):
-            self._finish[index] = candidate["finishReason"]
-            choice.stop_reason = candidate["finishReason"]
+            self._finish[index] = str(candidate["finishReason"])
+            choice.stop_reason = self._finish[index]
 
     def _part(self, index: int, part: dict[str, Any], event: WireEvent, t: float | None) -> None:
-        signature = part.get("thoughtSignature")
+        signature = as_str(part.get("thoughtSignature"))
         call = part.get("functionCall")
         if isinstance(call, dict):
             block = self._function_call(index, call, event, t)
@@ -129,22 +128,23 @@ class Assembler(AssemblerBase):
     def _function_call(self, index: int, call: dict[str, Any], event: WireEvent, t: float | None) -> Block | None:
         streaming = self._streaming_call.get(index)
         if streaming is not None:
-            for partial in call.get("partialArgs") or ():
+            for partial in as_list(call.get("partialArgs")):
                 if isinstance(partial, dict):
                     self._merge_partial(streaming, partial, event)
-            if call.get("name") and not streaming.name:
+            if as_str(call.get("name")) and not streaming.name:
                 streaming.name = call["name"]
             if not call.get("willContinue"):
                 self._close_streaming(index)
             return streaming
         self._calls += 1
-        block = self.tool_block(index, None, id=call.get("id") or f"gemini-call-{self._calls}", name=call.get("name"), t=t)
-        if call.get("id") is None:
+        call_id = as_str(call.get("id"))
+        block = self.tool_block(index, None, id=call_id or f"gemini-call-{self._calls}", name=as_str(call.get("name")), t=t)
+        if call_id is None:
             block.extra["generated_id"] = True
         if call.get("willContinue"):  # Vertex streamed arguments: partialArgs follow
             block.extra["partial"] = {}
             self._streaming_call[index] = block
-            for partial in call.get("partialArgs") or ():
+            for partial in as_list(call.get("partialArgs")):
                 if isinstance(partial, dict):
                     self._merge_partial(block, partial, event)
             return block
@@ -155,21 +155,24 @@ class Assembler(AssemblerBase):
         return block
 
     def _merge_partial(self, block: Block, partial: dict[str, Any], event: WireEvent) -> None:
-        path = _parse_path(partial.get("jsonPath", ""))
+        path = _parse_path(as_str(partial.get("jsonPath")) or "")
         if path is None:
             self.corrupt(f"unparseable partialArgs jsonPath {partial.get('jsonPath')!r}", event)
             return
         root = block.extra.setdefault("partial", {})
         if "stringValue" in partial:
             current = _get(root, path)
-            value = (current if isinstance(current, str) else "") + partial["stringValue"]
+            value = (current if isinstance(current, str) else "") + (as_str(partial["stringValue"]) or "")
         elif "numberValue" in partial:
             value = partial["numberValue"]
         elif "boolValue" in partial:
             value = partial["boolValue"]
         else:
             value = None
-        _set(root, path, value)
+        try:
+            _set(root, path, value)
+        except (TypeError, AttributeError, IndexError, ValueError):
+            self.corrupt(f"partialArgs path {partial.get('jsonPath')!r} conflicts with the arguments so far", event)
 
     def _close_streaming(self, index: int) -> None:
         block = self._streaming_call.pop(index)
@@ -181,11 +184,11 @@ class Assembler(AssemblerBase):
     def _usage(self, raw: dict[str, Any]) -> None:
         usage = self.turn.usage  # cumulative snapshots: overwrite, never sum
         usage.raw = raw
-        usage.input = raw.get("promptTokenCount")
-        usage.output = raw.get("candidatesTokenCount")
-        usage.reasoning = raw.get("thoughtsTokenCount")
-        usage.cache_read = raw.get("cachedContentTokenCount")
-        usage.total = raw.get("totalTokenCount")
+        usage.input = as_int(raw.get("promptTokenCount"))
+        usage.output = as_int(raw.get("candidatesTokenCount"))
+        usage.reasoning = as_int(raw.get("thoughtsTokenCount"))
+        usage.cache_read = as_int(raw.get("cachedContentTokenCount"))
+        usage.total = as_int(raw.get("totalTokenCount"))
 
     def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
         for index in list(self._streaming_call):
@@ -235,9 +238,15 @@ def _get(root: Any, path: list[str | int]) -> Any:
     return node
 
 
+MAX_ARRAY_INDEX = 10_000  # partialArgs indexes beyond this are refused, not allocated
+
+
 def _set(root: dict, path: list[str | int], value: Any) -> None:
+    """Put ``value`` at ``path``, creating containers; raises on a path that conflicts with them."""
     if not path:
         return
+    if any(isinstance(step, int) and step > MAX_ARRAY_INDEX for step in path):
+        raise ValueError("array index too large")
     node: Any = root
     for step, following in zip(path, path[1:]):
         empty: Any = [] if isinstance(following, int) else {}

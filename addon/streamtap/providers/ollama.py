@@ -11,7 +11,7 @@ from typing import Any
 
 from streamtap.wire import JSONValue, WireEvent
 
-from .common import AssemblerBase, dumps, error_message, one_line
+from .common import AssemblerBase, as_dict, as_int, as_list, as_str, dumps, error_message, one_line
 from .turn import BlockKind, Dialect, StreamEnd, Turn, Verdict
 
 DONE = {"stop": "end_turn", "length": "max_tokens"}
@@ -39,7 +39,7 @@ class Assembler(AssemblerBase):
             self.errored(f"in-band error: {message}", event, {"source": "stream", "message": message})
             return
         turn = self.turn
-        turn.model = turn.model or obj.get("model")
+        turn.model = turn.model or as_str(obj.get("model"))
         message = obj.get("message") if isinstance(obj.get("message"), dict) else obj  # chat vs generate
         thinking = message.get("thinking")
         if isinstance(thinking, str) and thinking:
@@ -47,12 +47,12 @@ class Assembler(AssemblerBase):
         text = message.get("content") if message is not obj else obj.get("response")
         if isinstance(text, str) and text:
             self.append(0, BlockKind.TEXT, text, t)
-        for call in message.get("tool_calls") or ():
+        for call in as_list(message.get("tool_calls")):
             if isinstance(call, dict):
                 self._tool_call(call, t)
         if obj.get("done") is True:
             self._usage(obj)
-            reason = obj.get("done_reason") or "stop"
+            reason = as_str(obj.get("done_reason")) or "stop"
             calls = any(b.kind is BlockKind.TOOL_CALL for b in turn.blocks)
             normalized = DONE.get(reason, "other")
             if normalized == "end_turn" and calls:
@@ -60,9 +60,10 @@ class Assembler(AssemblerBase):
             self.terminal(event, reason, normalized)
 
     def _tool_call(self, call: dict[str, Any], t: float | None) -> None:
-        function = call.get("function") or {}
+        function = as_dict(call.get("function"))
         self._calls += 1
-        block = self.tool_block(0, None, id=call.get("id") or f"ollama-call-{self._calls}", name=function.get("name"), t=t)
+        call_id = as_str(call.get("id")) or f"ollama-call-{self._calls}"
+        block = self.tool_block(0, None, id=call_id, name=as_str(function.get("name")), t=t)
         args = function.get("arguments")
         if isinstance(args, str):  # not what Ollama sends, but parse it like a fragment stream
             block.arguments_raw = args
@@ -74,8 +75,8 @@ class Assembler(AssemblerBase):
     def _usage(self, obj: dict[str, Any]) -> None:
         usage = self.turn.usage
         usage.raw = {k: v for k, v in obj.items() if k.endswith(("_count", "_duration"))}
-        usage.input = obj.get("prompt_eval_count")
-        usage.output = obj.get("eval_count")
+        usage.input = as_int(obj.get("prompt_eval_count"))
+        usage.output = as_int(obj.get("eval_count"))
         if usage.input is not None or usage.output is not None:
             usage.total = (usage.input or 0) + (usage.output or 0)
 

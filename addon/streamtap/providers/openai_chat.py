@@ -12,7 +12,7 @@ from typing import Any
 
 from streamtap.wire import SSEEvent, Tail, WireEvent
 
-from .common import AssemblerBase, dumps, error_message, one_line, worst_stop
+from .common import AssemblerBase, as_dict, as_int, as_list, as_str, dumps, error_message, one_line, worst_stop
 from .turn import BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 FINISH = {
@@ -62,12 +62,12 @@ class Assembler(AssemblerBase):
             message = one_line(error_message(obj))
             self.errored(f"in-band error: {message}", event, _error_dict(err, message))
         turn = self.turn
-        turn.model = turn.model or obj.get("model")
-        turn.response_id = turn.response_id or obj.get("id")
-        usage = obj.get("usage") or (obj.get("x_groq") or {}).get("usage")
+        turn.model = turn.model or as_str(obj.get("model"))
+        turn.response_id = turn.response_id or as_str(obj.get("id"))
+        usage = obj.get("usage") or as_dict(obj.get("x_groq")).get("usage")
         if isinstance(usage, dict):
             self._usage(usage)
-        for choice in obj.get("choices") or ():
+        for choice in as_list(obj.get("choices")):
             if isinstance(choice, dict):
                 self._choice(choice, event, t)
 
@@ -83,12 +83,11 @@ class Assembler(AssemblerBase):
         return True
 
     def _choice(self, choice: dict[str, Any], event: WireEvent, t: float | None) -> None:
-        index = choice.get("index") or 0
-        self.choice(index)
+        index = self.choice(choice.get("index") or 0).index
         delta = choice.get("delta")
         if delta is None and "text" in choice:  # legacy /v1/completions
             delta = {"content": choice.get("text")}
-        delta = delta or {}
+        delta = as_dict(delta)
         reasoning = delta.get("reasoning_content")
         if not isinstance(reasoning, str):
             reasoning = delta.get("reasoning")
@@ -102,17 +101,17 @@ class Assembler(AssemblerBase):
         refusal = delta.get("refusal")
         if isinstance(refusal, str) and refusal:
             self.append(index, BlockKind.REFUSAL, refusal, t)
-        for call in delta.get("tool_calls") or ():
+        for call in as_list(delta.get("tool_calls")):
             if isinstance(call, dict):
                 self._tool_fragment(index, call, event, t)
         legacy = delta.get("function_call")
         if isinstance(legacy, dict):
             self._tool_fragment(index, {"index": -1, "function": legacy}, event, t)
-        for note in delta.get("annotations") or ():
+        for note in as_list(delta.get("annotations")):
             blocks = self.choice(index).blocks
             if blocks:
                 blocks[-1].citations.append(note)
-        finish = choice.get("finish_reason")
+        finish = as_str(choice.get("finish_reason"))
         if finish:
             self._finish[index] = finish
             self.choice(index).stop_reason = finish
@@ -124,19 +123,20 @@ class Assembler(AssemblerBase):
                 continue
             if part.get("type") == "thinking":
                 inner = part.get("thinking")
-                text = "".join(p.get("text", "") for p in inner if isinstance(p, dict)) if isinstance(inner, list) else str(inner or "")
+                pieces = [as_str(p.get("text")) or "" for p in as_list(inner) if isinstance(p, dict)]
+                text = "".join(pieces) if isinstance(inner, list) else as_str(inner) or ""
                 self.append(index, BlockKind.THINKING, text, t)
             elif isinstance(part.get("text"), str):
                 self.append(index, BlockKind.TEXT, part["text"], t)
 
     def _tool_fragment(self, index: int, call: dict[str, Any], event: WireEvent, t: float | None) -> None:
-        position = call.get("index")
-        if not isinstance(position, int):
+        position = as_int(call.get("index"))
+        if position is None:
             position = len([b for b in self.choice(index).blocks if b.kind is BlockKind.TOOL_CALL])
-        function = call.get("function") or {}
+        function = as_dict(call.get("function"))
         generation = self._tool_keys.get((index, position), 0)
         block = self.block(index, ("tool", position, generation))
-        new_id = call.get("id")
+        new_id = as_str(call.get("id"))
         if block is not None and new_id and block.id and new_id != block.id:
             # a gateway reusing one index for parallel calls: a new id is a new call
             generation += 1
@@ -144,10 +144,10 @@ class Assembler(AssemblerBase):
             block = None
         if block is None:
             self._calls += 1
-            block = self.tool_block(index, ("tool", position, generation), id=new_id, name=function.get("name"), t=t)
+            block = self.tool_block(index, ("tool", position, generation), id=new_id, name=as_str(function.get("name")), t=t)
         else:
             block.id = block.id or new_id
-            block.name = block.name or function.get("name")
+            block.name = block.name or as_str(function.get("name"))
         arguments = function.get("arguments")
         if isinstance(arguments, str):
             block.arguments_raw = (block.arguments_raw or "") + arguments
@@ -159,11 +159,11 @@ class Assembler(AssemblerBase):
     def _usage(self, raw: dict[str, Any]) -> None:
         usage = self.turn.usage
         usage.raw = raw
-        usage.input = raw.get("prompt_tokens")
-        usage.output = raw.get("completion_tokens")
-        usage.total = raw.get("total_tokens")
-        usage.cache_read = (raw.get("prompt_tokens_details") or {}).get("cached_tokens")
-        usage.reasoning = (raw.get("completion_tokens_details") or {}).get("reasoning_tokens")
+        usage.input = as_int(raw.get("prompt_tokens"))
+        usage.output = as_int(raw.get("completion_tokens"))
+        usage.total = as_int(raw.get("total_tokens"))
+        usage.cache_read = as_int(as_dict(raw.get("prompt_tokens_details")).get("cached_tokens"))
+        usage.reasoning = as_int(as_dict(raw.get("completion_tokens_details")).get("reasoning_tokens"))
 
     def _end(self, event: WireEvent) -> None:
         choices = [c.index for c in self.turn.choices]

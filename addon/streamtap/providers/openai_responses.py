@@ -13,7 +13,7 @@ from typing import Any
 
 from streamtap.wire import SSEEvent, WireEvent
 
-from .common import AssemblerBase, error_message, finalize_arguments, one_line
+from .common import AssemblerBase, as_dict, as_int, as_list, as_str, error_message, finalize_arguments, one_line
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict
 
 INCOMPLETE = {
@@ -47,7 +47,7 @@ class Assembler(AssemblerBase):
             self.seen(event, "[DONE]")
             return
         obj = self.payload(event, event.data) if event.data.strip() else None
-        kind = obj.get("type") if isinstance(obj, dict) else None
+        kind = as_str(obj.get("type")) if isinstance(obj, dict) else None
         self.seen(event, kind or event.event)
         if not isinstance(obj, dict):
             if obj is not None:
@@ -65,8 +65,8 @@ class Assembler(AssemblerBase):
             self.note(f"unknown event {kind}")
 
     def _check_sequence(self, obj: dict[str, Any], event: WireEvent) -> None:
-        number = obj.get("sequence_number")
-        if not isinstance(number, int):
+        number = as_int(obj.get("sequence_number"))
+        if number is None:
             return
         previous, self._sequence = self._sequence, number
         if previous is None or number == previous + 1:
@@ -82,16 +82,16 @@ class Assembler(AssemblerBase):
 
     # -- lifecycle ----------------------------------------------------------------------
     def _lifecycle(self, obj: dict[str, Any]) -> dict[str, Any]:
-        response = obj.get("response") or {}
-        if isinstance(response, dict):
-            if response.get("id"):
+        response = as_dict(obj.get("response"))
+        if response:
+            if as_str(response.get("id")):
                 if self.turn.response_id and response["id"] != self.turn.response_id:
                     self.note(f"response id changed from {self.turn.response_id} to {response['id']}")
                 self.turn.response_id = self.turn.response_id or response["id"]
-            self.turn.model = self.turn.model or response.get("model")
+            self.turn.model = self.turn.model or as_str(response.get("model"))
             if isinstance(response.get("usage"), dict):
                 self._usage(response["usage"])
-        return response if isinstance(response, dict) else {}
+        return response
 
     def _on_response_created(self, obj, event, t):
         self._lifecycle(obj)
@@ -102,48 +102,49 @@ class Assembler(AssemblerBase):
         response = self._lifecycle(obj)
         self._fill_from_output(response.get("output"), t)
         calls = any(b.kind is BlockKind.TOOL_CALL for b in self.turn.blocks)
-        self.terminal(event, response.get("status") or "completed", "tool_use" if calls else "end_turn")
+        self.terminal(event, as_str(response.get("status")) or "completed", "tool_use" if calls else "end_turn")
 
     def _on_response_incomplete(self, obj, event, t):
         response = self._lifecycle(obj)
         self._fill_from_output(response.get("output"), t)
-        reason = (response.get("incomplete_details") or {}).get("reason")
+        reason = as_str(as_dict(response.get("incomplete_details")).get("reason"))
         self.terminal(event, f"incomplete:{reason}", INCOMPLETE.get(reason, "other"))
 
     def _on_response_failed(self, obj, event, t):
         response = self._lifecycle(obj)
         error = response.get("error") or {}
         message = one_line(error_message({"error": error}) if error else "response.failed")
-        self.errored(f"response.failed: {message}", event, {"source": "stream", "message": message, "code": error.get("code") if isinstance(error, dict) else None})
+        self.errored(f"response.failed: {message}", event, {"source": "stream", "message": message, "code": as_dict(error).get("code")})
         self.terminal(event, "failed", "error")
 
     def _on_error(self, obj, event, t):
-        inner = obj.get("error") if isinstance(obj.get("error"), dict) else obj
+        inner = as_dict(obj.get("error")) or obj
         message = one_line(error_message({"error": inner}))
         self.errored(f"error event: {message}", event, {"source": "stream", "message": message, "code": inner.get("code"), "type": inner.get("type")})
 
     # -- items ----------------------------------------------------------------------------
     def _index(self, obj: dict[str, Any], event: WireEvent) -> int | None:
-        index = obj.get("output_index")
-        if not isinstance(index, int):
-            index = self._item_index.get(obj.get("item_id", ""))
+        index = as_int(obj.get("output_index"))
+        if index is None:
+            index = self._item_index.get(as_str(obj.get("item_id")) or "")
         if index is None or index not in self._items:
             self.corrupt(f"{obj.get('type')} for output item {index if index is not None else obj.get('item_id')} that was never added", event)
             return None
         return index
 
     def _on_response_output_item_added(self, obj, event, t):
-        item = obj.get("item") or {}
-        index = obj.get("output_index")
-        if not isinstance(index, int):
+        item = as_dict(obj.get("item"))
+        index = as_int(obj.get("output_index"))
+        if index is None:
             index = len(self._items)
         self._items[index] = item
-        if item.get("id"):
+        if as_str(item.get("id")):
             self._item_index[item["id"]] = index
-        kind = item.get("type")
+        kind = as_str(item.get("type"))
         if kind in CLIENT_CALLS:
-            block = self.tool_block(0, (index, "args"), id=item.get("call_id") or item.get("id"), name=item.get("name"), t=t)
-            block.arguments_raw = item.get("arguments") or item.get("input") or ""
+            call_id = as_str(item.get("call_id")) or as_str(item.get("id"))
+            block = self.tool_block(0, (index, "args"), id=call_id, name=as_str(item.get("name")), t=t)
+            block.arguments_raw = as_str(item.get("arguments")) or as_str(item.get("input")) or ""
             block.extra["item_id"] = item.get("id")
             if kind == "custom_tool_call":
                 block.extra["freeform"] = True
@@ -152,13 +153,13 @@ class Assembler(AssemblerBase):
             self.new_block(0, BlockKind.SERVER_TOOL, (index, "tool"), id=item.get("id"), name=kind, extra={"item": item})
 
     def _on_response_output_item_done(self, obj, event, t):
-        item = obj.get("item") or {}
-        index = obj.get("output_index")
-        if not isinstance(index, int) or index not in self._items:
+        item = as_dict(obj.get("item"))
+        index = as_int(obj.get("output_index"))
+        if index is None or index not in self._items:
             self.corrupt(f"output_item.done for output item {index} that was never added", event)
             return
         self._items[index] = item
-        kind = item.get("type")
+        kind = as_str(item.get("type"))
         if kind in CLIENT_CALLS:
             block = self.block(0, (index, "args"))
             if block is not None:
@@ -170,7 +171,7 @@ class Assembler(AssemblerBase):
                         block.arguments_raw = final
                 self._close_call(block)
         elif kind == "reasoning":
-            signature = item.get("encrypted_content")
+            signature = as_str(item.get("encrypted_content"))
             blocks = [b for (c, k), b in self._keys.items() if c == 0 and k[0] == index]
             if not blocks and signature is not None:
                 blocks = [self.new_block(0, BlockKind.THINKING, (index, "summary", 0))]
@@ -195,13 +196,13 @@ class Assembler(AssemblerBase):
             finalize_arguments(block)
 
     def _fill_message(self, index: int, item: dict[str, Any], t: float | None) -> None:
-        for ci, part in enumerate(item.get("content") or ()):
+        for ci, part in enumerate(as_list(item.get("content"))):
             if not isinstance(part, dict):
                 continue
             kind = BlockKind.REFUSAL if part.get("type") == "refusal" else BlockKind.TEXT
-            text = part.get("refusal") if kind is BlockKind.REFUSAL else part.get("text")
+            text = as_str(part.get("refusal") if kind is BlockKind.REFUSAL else part.get("text"))
             block = self.new_block(0, kind, (index, "content", ci), text=text or "")
-            block.citations = list(part.get("annotations") or [])
+            block.citations = list(as_list(part.get("annotations")))
             self.content(t)
 
     def _fill_from_output(self, output: Any, t: float | None) -> None:
@@ -215,8 +216,8 @@ class Assembler(AssemblerBase):
             if item.get("type") == "message":
                 self._fill_message(index, item, t)
             elif item.get("type") in CLIENT_CALLS:
-                block = self.tool_block(0, (index, "args"), id=item.get("call_id"), name=item.get("name"), t=t)
-                block.arguments_raw = item.get("arguments") or item.get("input") or ""
+                block = self.tool_block(0, (index, "args"), id=as_str(item.get("call_id")), name=as_str(item.get("name")), t=t)
+                block.arguments_raw = as_str(item.get("arguments")) or as_str(item.get("input")) or ""
                 self._close_call(block)
             self.note(f"output item {index} came only with the terminal event")
 
@@ -225,9 +226,10 @@ class Assembler(AssemblerBase):
         index = self._index(obj, event)
         if index is None:
             return
-        part = obj.get("part") or {}
-        kind = {"refusal": BlockKind.REFUSAL, "reasoning_text": BlockKind.THINKING}.get(part.get("type"), BlockKind.TEXT)
-        self.new_block(0, kind, (index, "content", obj.get("content_index", 0)), text=part.get("text") or part.get("refusal") or "")
+        part = as_dict(obj.get("part"))
+        kind = {"refusal": BlockKind.REFUSAL, "reasoning_text": BlockKind.THINKING}.get(as_str(part.get("type")) or "", BlockKind.TEXT)
+        text = as_str(part.get("text")) or as_str(part.get("refusal")) or ""
+        self.new_block(0, kind, (index, "content", obj.get("content_index", 0)), text=text)
 
     def _part(self, obj, event, kind: BlockKind, sub: str = "content") -> Block | None:
         index = self._index(obj, event)
@@ -290,7 +292,7 @@ class Assembler(AssemblerBase):
     def _on_response_content_part_done(self, obj, event, t):
         block = self._part(obj, event, BlockKind.TEXT)
         if block is not None:
-            block.citations = list((obj.get("part") or {}).get("annotations") or block.citations)
+            block.citations = list(as_list(as_dict(obj.get("part")).get("annotations")) or block.citations)
 
     def _on_response_output_text_annotation_added(self, obj, event, t):
         block = self._part(obj, event, BlockKind.TEXT)
@@ -347,11 +349,11 @@ class Assembler(AssemblerBase):
     def _usage(self, raw: dict[str, Any]) -> None:
         usage = self.turn.usage
         usage.raw = raw
-        usage.input = raw.get("input_tokens")
-        usage.output = raw.get("output_tokens")
-        usage.total = raw.get("total_tokens")
-        usage.cache_read = (raw.get("input_tokens_details") or {}).get("cached_tokens")
-        usage.reasoning = (raw.get("output_tokens_details") or {}).get("reasoning_tokens")
+        usage.input = as_int(raw.get("input_tokens"))
+        usage.output = as_int(raw.get("output_tokens"))
+        usage.total = as_int(raw.get("total_tokens"))
+        usage.cache_read = as_int(as_dict(raw.get("input_tokens_details")).get("cached_tokens"))
+        usage.reasoning = as_int(as_dict(raw.get("output_tokens_details")).get("reasoning_tokens"))
 
     def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
         if self.terminal_seen and self._error is None:
