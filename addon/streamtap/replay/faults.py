@@ -443,11 +443,23 @@ def _reorder(source, frames, fault, log, others):
 def _corrupt(source, frames, fault, log, others):
     n = fault.params.get("frame", len(_positions(frames)) // 2)
     i = _frame_index(frames, n, fault)
-    raw = bytearray(frames[i].raw)
+    raw, at, old = corrupt_raw(frames[i].raw, source.wire, fault)
+    log.append(
+        f"{fault.spec}: event {n} {fault.params.get('field', 'payload')} (body byte {_offset_of(frames, i) + at}) "
+        f"0x{old:02x} -> 0x{raw[at]:02x}"
+    )
+    out = list(frames)
+    out[i] = replace(frames[i], raw=raw)
+    return out
+
+
+def corrupt_raw(raw: bytes, wire: str, fault: Fault) -> tuple[bytes, int, int]:
+    """(the corrupted frame, the offset changed inside it, the old byte value)."""
+    data = bytearray(raw)
     where = fault.params.get("field", "payload")
-    view = view_frame(bytes(raw), source.wire)
-    if source.wire == "eventstream":
-        base = {"crc": len(raw) - 4, "prelude-crc": 8, "length": 0, "payload": view.payload_start}[where]
+    view = view_frame(raw, wire)
+    if wire == "eventstream":
+        base = {"crc": len(data) - 4, "prelude-crc": 8, "length": 0, "payload": view.payload_start}[where]
         size = {"crc": 4, "prelude-crc": 4, "length": 4, "payload": view.payload_end - view.payload_start}[where]
         default = {"length": 3, "payload": size // 2}.get(where, 0)
     elif where == "payload":
@@ -456,18 +468,12 @@ def _corrupt(source, frames, fault, log, others):
     else:
         raise FaultSpecError(f"{fault.spec!r}: field={where} needs an event-stream recording; use field=payload")
     offset = fault.params.get("offset", default)
-    if not 0 <= offset < max(size, 1) or base + offset >= len(raw):
+    if not 0 <= offset < max(size, 1) or base + offset >= len(data):
         raise FaultSpecError(f"{fault.spec!r}: offset {offset} is outside the {where} ({size} bytes)")
     at = base + offset
-    old = raw[at]
-    raw[at] = fault.params["byte"] if "byte" in fault.params else old ^ 0xFF
-    log.append(
-        f"{fault.spec}: event {n} {where} byte {offset} (body byte {_offset_of(frames, i) + at}) "
-        f"0x{old:02x} -> 0x{raw[at]:02x}"
-    )
-    out = list(frames)
-    out[i] = replace(frames[i], raw=bytes(raw))
-    return out
+    old = data[at]
+    data[at] = fault.params["byte"] if "byte" in fault.params else old ^ 0xFF
+    return bytes(data), at, old
 
 
 def _error(source, frames, fault, log, others):
@@ -691,3 +697,145 @@ def event_boundaries(source: Source) -> list[int]:
     """Every position N for ``cut:event=N`` (after each event but the last)."""
     n = sum(1 for f in source.frames if f.seq is not None)
     return list(range(-1, n - 1)) if n else []
+
+
+# --- live traffic --------------------------------------------------------------------------
+
+LIVE_KINDS = ("cut", "corrupt", "drop", "duplicate", "reorder", "error", "fragment")
+
+
+class LiveFaults:
+    """The same faults on a body that is still arriving (the mitmproxy addon's live mode).
+
+    ``feed(chunk)`` returns the pieces to forward now; once a cut or an injected error
+    ends the stream, ``end`` holds the style ("clean", "abort", "reset") and every later
+    chunk is swallowed. Event-level faults hold bytes back until their event is complete;
+    timing faults (stall, latency, bandwidth) and swap-tail need a recording (use replay).
+    """
+
+    def __init__(self, faults: list[Fault], wire: str, dialect: str = "unknown") -> None:
+        for fault in faults:
+            if fault.kind not in LIVE_KINDS:
+                raise FaultSpecError(f"{fault.spec!r}: {fault.kind} works on replays only (streamtap_replay / streamtap serve)")
+        self.faults = faults
+        self.wire = wire
+        self.source = Source.from_frames([], wire=wire, dialect=dialect)
+        self.end: str | None = None
+        self.log: list[str] = []
+        self._framed = any(f.kind != "fragment" and not (f.kind == "cut" and "byte" in f.params) for f in faults)
+        self._decoder = _decoder(wire) if self._framed else None
+        self._n = 0  # events seen
+        self._sent = 0  # body bytes forwarded
+        self._held: bytes | None = None  # an event held back by reorder
+        self._last_key: Any = None
+        self._rng = {id(f): random.Random(f.params.get("seed", 0)) for f in faults if f.kind == "fragment"}
+
+    def feed(self, data: bytes) -> list[bytes]:
+        if self.end is not None:
+            return []
+        if self._decoder is None:
+            return self._output(data)
+        out = b"".join(self._event(e.raw) for e in self._decoder.feed(data) if self.end is None)
+        return self._output(out)
+
+    def close(self) -> list[bytes]:
+        """At the end of the upstream body: whatever was held back (a cut tail is forwarded as it came)."""
+        if self.end is not None or self._decoder is None:
+            return []
+        out = b"".join(e.raw for e in self._decoder.close())
+        if self._held is not None:
+            out = self._held + out
+            self._held = None
+        return self._output(out)
+
+    def _event(self, raw: bytes) -> bytes:
+        n = self._n
+        self._n += 1
+        out = b""
+        for fault in self.faults:
+            p = fault.params
+            if fault.kind == "drop" and p["event"] == n:
+                self.log.append(f"{fault.spec}: dropped event {n} at byte {self._sent}")
+                return b""
+            if fault.kind == "corrupt" and p.get("frame", 0) == n:
+                raw, at, old = corrupt_raw(raw, self.wire, fault)
+                self.log.append(f"{fault.spec}: event {n} byte {at} 0x{old:02x} -> 0x{raw[at]:02x}")
+            if fault.kind == "reorder" and p["event"] == n:
+                self._held = raw
+                self.log.append(f"{fault.spec}: events {n} and {n + 1} swapped at byte {self._sent}")
+                return b""
+        cut = self._cut_inside(raw, n)
+        if cut is not None:
+            return raw[:cut]
+        out = raw
+        if self._held is not None:
+            out, self._held = out + self._held, None
+        for fault in self.faults:
+            p = fault.params
+            if fault.kind == "duplicate" and p["event"] == n:
+                out += raw
+                self.log.append(f"{fault.spec}: event {n} sent twice")
+            if fault.kind == "cut" and "event" in p and "at" not in p and p["event"] == n:
+                self.end = p.get("style", "clean")
+                self.log.append(f"{fault.spec}: {self.end} cut after event {n}")
+            if fault.kind == "error" and p.get("after", 0) == n:
+                out += b"".join(error_frames(self.source, p["kind"], p.get("message"), n + 1))
+                self.end = "clean"
+                self.log.append(f"{fault.spec}: {p['kind']} injected after event {n}")
+        return out
+
+    def _cut_inside(self, raw: bytes, n: int) -> int | None:
+        """Where inside this event a protocol-aware cut falls, if it does."""
+        for fault in self.faults:
+            at = fault.params.get("at")
+            if fault.kind != "cut" or at is None:
+                continue
+            view = view_frame(raw, self.wire)
+            offset = None
+            if at == "tool-args":
+                offset = _tool_args_offset(raw, view, self.wire)
+            elif at == "escaped-quote":
+                k = raw.find(b'\\"')
+                offset = k + 2 if k >= 0 else None
+            elif at == "before-terminal":
+                offset = 0 if _is_terminal(view) else None
+            elif at == "between-blocks":
+                key = _block_key(view)
+                if key is not None:
+                    offset = 0 if self._last_key is not None and key != self._last_key else None
+                    self._last_key = key
+            elif self.wire == "eventstream" and n == fault.params.get("event", 0):
+                offset = 6 if at == "prelude" else len(raw) - 2
+            if offset is not None:
+                self.end = fault.params.get("style", "clean")
+                self.log.append(f"{fault.spec}: {self.end} cut at byte {self._sent + offset} ({at}, event {n})")
+                return offset
+        return None
+
+    def _output(self, data: bytes) -> list[bytes]:
+        for fault in self.faults:
+            if fault.kind == "cut" and "byte" in fault.params and self.end is None:
+                room = fault.params["byte"] - self._sent
+                if len(data) >= room:
+                    data = data[: max(room, 0)]
+                    self.end = fault.params.get("style", "clean")
+                    self.log.append(f"{fault.spec}: {self.end} cut at byte {fault.params['byte']}")
+        self._sent += len(data)
+        pieces = [data] if data else []
+        for fault in self.faults:
+            if fault.kind == "fragment":
+                rng = self._rng[id(fault)]
+                split = []
+                for piece in pieces:
+                    while piece:
+                        k = rng.randint(1, fault.params["max"])
+                        split.append(piece[:k])
+                        piece = piece[k:]
+                pieces = split
+        return pieces
+
+
+def _decoder(wire: str):
+    from streamtap import wire as w
+
+    return {"eventstream": w.EventStreamDecoder, "ndjson": w.NDJSONDecoder, "json-array": w.JSONArrayDecoder}.get(wire, w.SSEDecoder)()

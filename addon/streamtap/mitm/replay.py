@@ -1,0 +1,272 @@
+"""mitmproxy addons: answer flows from recordings (``streamtap_replay``) and inject faults
+into live streams (``streamtap_fault``).
+
+Replay runs streamtap's own replay server inside mitmproxy's event loop on a loopback
+port and points matching flows at it, so replayed answers stream with their recorded
+timing and faults, and pass the Tap like any upstream answer: they are recorded and
+judged too (replaying a recording records the same body again).
+
+Live faults wrap the Tap's stream callable (this addon comes after the Tap), so the
+Tap records exactly what the client got. A ``clean`` cut ends the chunked body there (an
+empty chunk from the stream callable is the HTTP/1.1 terminator; HTTP/2 clients wait for
+the upstream's end instead); ``abort`` and ``reset`` close the client connection (FIN or
+RST) once the bytes before the cut are flushed. ``flow.kill()`` alone is no abort.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+from mitmproxy import ctx, exceptions, http
+
+from streamtap.replay.faults import LiveFaults, FaultSpecError, Timing, parse_faults
+from streamtap.replay.match import Library, MatchOptions
+from streamtap.replay.server import FAULT_HEADER, ReplayServer, ServeOptions
+from streamtap.replay.source import RecordingError
+
+log = logging.getLogger("streamtap")
+
+REPLAYED = "streamtap_replayed"  # flow.metadata key: the recording server answering this flow
+
+
+class Replay:
+    """``--set streamtap_replay=DIR``: matching requests are answered from recordings."""
+
+    def __init__(self) -> None:
+        self.library: Library | None = None
+        self.server: ReplayServer | None = None
+        self._starting: asyncio.Lock | None = None
+        self._stale: ReplayServer | None = None
+
+    def load(self, loader) -> None:
+        loader.add_option(
+            "streamtap_replay",
+            Sequence[str],
+            [],
+            "Recordings (files or directories of *.jsonl) that answer matching requests instead of the upstream "
+            "(match: method, path, query and a hash of the JSON body).",
+        )
+        loader.add_option(
+            "streamtap_replay_unmatched",
+            str,
+            "404",
+            "What happens to a request no recording answers: 404 (a JSON error naming the nearest recordings) or upstream.",
+            choices=["404", "upstream"],
+        )
+        loader.add_option(
+            "streamtap_replay_timing", str, "original", "Replay timing: original (recorded gaps), scale=N (gaps times N) or fast."
+        )
+        loader.add_option(
+            "streamtap_replay_ignore", Sequence[str], [], "JSON body fields (dotted paths) left out of request matching."
+        )
+        loader.add_option("streamtap_replay_once", bool, False, "Serve each recording once (then the next recording of the same request).")
+        loader.add_option(
+            "streamtap_replay_assign_ids", bool, False, "Add `id: <seq>` lines to replayed SSE streams so clients can resume with Last-Event-ID."
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        names = {"streamtap_replay", "streamtap_replay_timing", "streamtap_replay_ignore", "streamtap_replay_once",
+                 "streamtap_replay_assign_ids", "streamtap_fault", "streamtap_fault_header"}  # fmt: skip
+        if not updated & names:
+            return
+        options = ctx.options
+        try:
+            Timing.parse(options.streamtap_replay_timing)
+        except FaultSpecError as exc:
+            raise exceptions.OptionsError(f"streamtap_replay_timing: {exc}") from None
+        if not options.streamtap_replay:
+            self.library = None
+        else:
+            match = MatchOptions(ignore_fields=tuple(options.streamtap_replay_ignore), once=options.streamtap_replay_once)
+            try:
+                self.library = Library.load(options.streamtap_replay, match)
+            except (RecordingError, OSError) as exc:
+                raise exceptions.OptionsError(f"streamtap_replay: {exc}") from None
+            log.info(f"streamtap: replaying {len(self.library.entries)} recording(s) from {', '.join(options.streamtap_replay)}")
+            if options.connection_strategy == "eager":
+                # eager would connect to the upstream before the request says it needs one: replay works offline
+                options.update(connection_strategy="lazy")
+        self._stale, self.server = self.server, None  # restarted with the new settings on the next request
+
+    async def _ensure_server(self) -> ReplayServer:
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:
+            if self._stale is not None:
+                await self._stale.close()
+                self._stale = None
+            if self.server is None:
+                options = ctx.options
+                serve = ServeOptions(
+                    timing=Timing.parse(options.streamtap_replay_timing),
+                    faults=parse_faults(getattr(options, "streamtap_fault", "")),
+                    assign_ids=options.streamtap_replay_assign_ids,
+                    fault_header=getattr(options, "streamtap_fault_header", False),
+                )
+                server = ReplayServer(self.library, serve, log=log.info)
+                await server.start("127.0.0.1", 0)
+                self.server = server
+            return self.server
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        library = self.library
+        if library is None or flow.response is not None:
+            return
+        request = flow.request
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        body = request.get_content(strict=False) or b""
+        if not library.has_match(request.method, request.path, headers, body):
+            if ctx.options.streamtap_replay_unmatched == "upstream":
+                return
+        try:
+            server = await self._ensure_server()
+        except Exception as exc:  # fail open: the flow goes upstream as if replay were off
+            log.warning(f"streamtap: replay server did not start: {type(exc).__name__}: {exc}")
+            return
+        host_header = request.host_header
+        request.scheme, request.host, request.port = "http", server.host, server.port
+        request.host_header = host_header  # the recording and the app keep seeing the real host
+        flow.metadata[REPLAYED] = server.base_url
+
+    async def done(self) -> None:
+        for server in (self.server, self._stale):
+            if server is not None:
+                await server.close()
+        self.server = self._stale = None
+
+
+class Faults:
+    """``--set streamtap_fault=SPEC``: inject a fault into every tapped stream.
+
+    Replayed flows get it from the replay server (all fault kinds, real timing);
+    live flows get the kinds that need no recording (cut, corrupt, drop, duplicate,
+    reorder, error, fragment). With ``streamtap_fault_header`` a request may carry its
+    own fault in ``x-streamtap-fault`` (removed before the request goes upstream).
+    """
+
+    def __init__(self) -> None:
+        self.faults: list = []
+
+    def load(self, loader) -> None:
+        loader.add_option(
+            "streamtap_fault",
+            str,
+            "",
+            "A fault for every tapped stream, e.g. cut:event=37,style=abort or stall:after=10,secs=95 "
+            "(several joined with ';'; see `streamtap serve --help`).",
+        )
+        loader.add_option(
+            "streamtap_fault_header", bool, False, f"Honour a per-request fault spec in the {FAULT_HEADER} request header."
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        if "streamtap_fault" in updated:
+            try:
+                self.faults = parse_faults(ctx.options.streamtap_fault)
+            except FaultSpecError as exc:
+                raise exceptions.OptionsError(f"streamtap_fault: {exc}") from None
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        # runs after Replay.request: a replayed flow takes the header to the replay server
+        spec = flow.request.headers.get(FAULT_HEADER)
+        if spec is None or flow.metadata.get(REPLAYED):
+            return
+        if ctx.options.streamtap_fault_header:
+            flow.metadata[FAULT_HEADER] = spec
+        del flow.request.headers[FAULT_HEADER]
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        if flow.metadata.get(REPLAYED) or flow.response is None:
+            return  # the replay server applied the faults already
+        try:
+            faults = self.faults + parse_faults(flow.metadata.get(FAULT_HEADER))
+            if not faults:
+                return
+            live = LiveFaults(faults, _wire_of(flow), flow.metadata.get("streamtap", {}).get("dialect", "unknown"))
+        except FaultSpecError as exc:
+            log.warning(f"streamtap: flow {flow.id[:12]}: fault not applied: {exc}")
+            return
+        inner = flow.response.stream if callable(flow.response.stream) else (lambda data: data)
+        logged = 0
+
+        def forward(pieces: list[bytes]) -> list[bytes]:
+            out = []
+            for piece in pieces:
+                result = inner(piece)
+                out += [result] if isinstance(result, bytes) else list(result)
+            return [p for p in out if p]  # an empty chunk would end a chunked body early
+
+        def stream(data: bytes) -> list[bytes]:
+            nonlocal logged
+            if data == b"":  # end of the upstream body
+                return forward((live.close() if live.end is None else []) + [b""])
+            ended_before = live.end is not None
+            out = forward(live.feed(data))
+            for line in live.log[logged:]:
+                log.info(f"streamtap: flow {flow.id[:12]}: fault {line}")
+            logged = len(live.log)
+            if live.end is not None and not ended_before:
+                if live.end == "clean":
+                    out.append(b"")  # see _end_early
+                else:
+                    _end_early(flow, live.end)
+            return out
+
+        flow.response.stream = stream
+
+
+def _wire_of(flow: http.HTTPFlow) -> str:
+    mime = flow.response.headers.get("content-type", "").split(";")[0].strip().lower() if flow.response else ""
+    return {
+        "application/vnd.amazon.eventstream": "eventstream",
+        "application/x-ndjson": "ndjson",
+        "application/json": "json-array",
+    }.get(mime, "sse")
+
+
+def _end_early(flow: http.HTTPFlow, style: str) -> None:
+    """Abort the response now: close the client connection once the bytes before the cut left.
+
+    (A clean cut needs no help: an empty chunk returned from the stream callable becomes the
+    HTTP/1.1 chunked terminator, so the client sees a properly ended body; the upstream's
+    remaining bytes are swallowed. That is also why ``flow.kill()`` plus an empty return
+    looked like a clean end when measured.)"""
+    writer = _client_writer(flow)
+    if writer is None:
+        log.warning(f"streamtap: flow {flow.id[:12]}: cannot reach the client connection; the {style} cut ends cleanly")
+        flow.kill()
+        return
+
+    async def close_after_flush() -> None:
+        await asyncio.sleep(0)  # let mitmproxy hand the last bytes to the transport
+        try:
+            await writer.drain()
+            if style == "reset":
+                sock = writer.get_extra_info("socket")
+                if sock is not None:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                writer.transport.abort()
+            else:
+                writer.close()  # FIN after an unterminated body
+        except Exception:
+            pass
+        flow.kill()
+
+    asyncio.get_running_loop().create_task(close_after_flush())
+
+
+def _client_writer(flow: http.HTTPFlow) -> Any:
+    try:
+        handler = ctx.master.addons.get("proxyserver").connections[flow.client_conn.id]
+        writer = handler.transports[handler.client].writer
+        return writer if isinstance(writer, asyncio.StreamWriter) else None
+    except (AttributeError, KeyError):
+        return None
+
+
+ADDONS = [Replay, Faults]
