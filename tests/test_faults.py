@@ -115,7 +115,7 @@ def test_cut_right_after_an_escaped_quote():
 
 def test_cut_between_blocks_and_before_terminal():
     between = served("anthropic", "cut:at=between-blocks")
-    assert between.body.endswith(b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n')
+    assert between.body.endswith(b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\nevent: ping\ndata: {"type":"ping"}\n\n')
     before = served("anthropic", "cut:at=before-terminal")
     assert before.body == b"".join(ANTHROPIC[:-1])
     assert verdict("anthropic", before.body).kind is VerdictKind.TRUNCATED
@@ -243,3 +243,45 @@ def test_resume_serves_only_events_after_the_position():
     p = plan(source("anthropic", gap_ms=10.0), [], Timing.parse("original"), start_after=9)
     assert p.body == b"".join(ANTHROPIC[10:])
     assert p.writes[0].at == pytest.approx(0.010)
+
+
+@pytest.mark.parametrize(
+    "kind, spec",
+    [
+        ("openai", "cut:event=7,style=abort"),
+        ("openai", "cut:at=tool-args"),
+        ("openai", "cut:at=escaped-quote"),
+        ("openai", "cut:at=before-terminal"),
+        ("anthropic", "cut:at=between-blocks"),
+        ("anthropic", "cut:byte=999"),
+        ("bedrock", "cut:at=crc,event=4"),
+        ("bedrock", "cut:at=prelude,event=4"),
+        ("openai", "drop:event=3"),
+        ("openai", "duplicate:event=3"),
+        ("openai", "reorder:event=3"),
+        ("bedrock", "corrupt:frame=5,field=crc,byte=0x22"),
+        ("anthropic", "error:kind=overloaded_error,after=10"),
+        ("bedrock", "error:kind=modelStreamErrorException,after=4"),
+    ],
+)
+@pytest.mark.parametrize("chunk", [1, 7, 4096])
+def test_live_faults_give_the_same_bytes_as_replay_for_any_chunking(kind, spec, chunk):
+    from streamtap.replay.faults import LiveFaults
+
+    src = source(kind)
+    expected = plan(src, parse_faults(spec))
+    live = LiveFaults(parse_faults(spec), src.wire, src.dialect)
+    body = src.body
+    out = []
+    for i in range(0, len(body), chunk):
+        out += live.feed(body[i : i + chunk])
+    out += live.close()
+    assert b"".join(out) == expected.body
+    assert (live.end or "clean") == expected.end.style
+
+
+def test_live_faults_refuse_what_needs_a_recording():
+    from streamtap.replay.faults import LiveFaults
+
+    with pytest.raises(FaultSpecError, match="replays only"):
+        LiveFaults(parse_faults("stall:after=3,secs=1"), "sse")

@@ -594,7 +594,7 @@ def protocol_positions(
         found = _between_blocks(views, events)
         if found is not None:
             n, i = found
-            out.append(("between-blocks", starts[i] + len(frames[i].raw), f"between two content blocks, after event {n}"))
+            out.append(("between-blocks", starts[i], f"between two content blocks, before event {n}"))
     if want("before-terminal"):
         for n, i in enumerate(events):
             if _is_terminal(views[i]):
@@ -671,14 +671,15 @@ def _block_key(view) -> Any:
 
 
 def _between_blocks(views, events) -> tuple[int, int] | None:
-    last_key, last = None, None
+    """The first event of the second content block (position, frame index)."""
+    last_key = None
     for n, i in enumerate(events):
         key = _block_key(views[i])
         if key is None:
             continue
         if last_key is not None and key != last_key:
-            return last
-        last_key, last = key, (n, i)
+            return n, i
+        last_key = key
     return None
 
 

@@ -1,0 +1,93 @@
+"""Last-Event-ID resume with a real SSE client (httpx-sse): the pieces of a resumed stream,
+concatenated, are exactly the original event sequence."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from httpx_sse import connect_sse
+from replay_streams import ANTHROPIC_REQUEST, anthropic_frames, write_recording
+
+from streamtap.replay.faults import Timing, parse_faults
+from streamtap.replay.match import Library
+from streamtap.replay.server import ServeOptions, ServerThread
+
+URL = "/v1/messages"
+
+
+def own_id_frames() -> list[bytes]:
+    return [b"id: evt-%d\n" % i + raw for i, raw in enumerate(anthropic_frames())]
+
+
+@pytest.fixture
+def library(tmp_path):
+    write_recording(tmp_path / "anthropic.jsonl", "anthropic", anthropic_frames())
+    return Library.load([tmp_path])
+
+
+def read(client: httpx.Client, base: str, last_id: str | None = None, stop_after: int | None = None):
+    headers = {"Last-Event-ID": last_id} if last_id is not None else {}
+    events = []
+    with connect_sse(client, "POST", base + URL, json=ANTHROPIC_REQUEST, headers=headers) as source:
+        for sse in source.iter_sse():
+            events.append(sse)
+            if stop_after is not None and len(events) == stop_after:
+                break
+    return events
+
+
+def as_tuples(events):
+    return [(e.event, e.data) for e in events]
+
+
+def original_sequence():
+    out = []
+    for raw in anthropic_frames():
+        name = raw.split(b"\n")[0][len(b"event: ") :].decode()
+        data = raw.split(b"\n")[1][len(b"data: ") :].decode()
+        out.append((name, data))
+    return out
+
+
+def test_resuming_twice_gives_exactly_the_original_sequence(library):
+    with ServerThread(library, ServeOptions(assign_ids=True)) as server, httpx.Client(timeout=10) as client:
+        first = read(client, server.base_url, stop_after=9)
+        second = read(client, server.base_url, last_id=first[-1].id, stop_after=13)
+        third = read(client, server.base_url, last_id=second[-1].id)
+    assert [e.id for e in first] == [str(i) for i in range(9)]
+    assert as_tuples(first + second + third) == original_sequence()
+    assert [s.resumed_after for s in server.served] == [None, "8", "21"]
+
+
+def test_resume_with_the_streams_own_ids(tmp_path):
+    write_recording(tmp_path / "ids.jsonl", "anthropic", own_id_frames())
+    with ServerThread(Library.load([tmp_path]), ServeOptions()) as server, httpx.Client(timeout=10) as client:
+        first = read(client, server.base_url, stop_after=20)
+        rest = read(client, server.base_url, last_id="evt-19")
+        unknown = client.post(server.base_url + URL, json=ANTHROPIC_REQUEST, headers={"Last-Event-ID": "evt-999"})
+    assert first[-1].id == "evt-19" and rest[0].id == "evt-20"
+    assert as_tuples(first + rest) == original_sequence()
+    assert unknown.status_code == 404 and "evt-999" in unknown.json()["error"]["message"]
+
+
+def test_a_client_cut_off_mid_stream_resumes_to_the_full_answer(library):
+    """The field case: the connection is cut (cleanly) after event 12; the client reconnects
+    with the last id it saw and gets the rest from the recording, not a second generation."""
+    options = ServeOptions(Timing.parse("fast"), parse_faults("cut:event=12,style=clean"), assign_ids=True)
+    with ServerThread(library, options) as server, httpx.Client(timeout=10) as client:
+        cut = read(client, server.base_url)
+        rest = read(client, server.base_url, last_id=cut[-1].id)
+    assert len(cut) == 13
+    assert as_tuples(cut + rest) == original_sequence()
+
+
+def test_resume_after_an_abort(library):
+    options = ServeOptions(Timing.parse("fast"), parse_faults("cut:at=tool-args,style=abort"), assign_ids=True)
+    got = []
+    with ServerThread(library, options) as server, httpx.Client(timeout=10) as client:
+        with pytest.raises(httpx.RemoteProtocolError):
+            with connect_sse(client, "POST", server.base_url + URL, json=ANTHROPIC_REQUEST) as source:
+                for sse in source.iter_sse():
+                    got.append(sse)
+        got += read(client, server.base_url, last_id=got[-1].id)
+    assert as_tuples(got) == original_sequence()
