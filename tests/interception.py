@@ -37,6 +37,26 @@ needs_curl = pytest.mark.skipif(
 )
 
 
+# --- certs_howto.md: the blocks marked `<!-- test: NAME -->` --------------------------------
+
+HOWTO = REPO / "certs_howto.md"
+
+
+def howto_blocks() -> dict[str, str]:
+    return dict(re.findall(r"<!-- test: (\S+) -->\n```sh\n(.*?)```", HOWTO.read_text(), re.S))
+
+
+def howto_block(name: str) -> str:
+    blocks = howto_blocks()
+    assert name in blocks, f"certs_howto.md lost its tested block {name!r}"
+    return blocks[name]
+
+
+def howto_commands(name: str) -> list[str]:
+    """A block's commands, one per entry, continuation lines joined."""
+    return [c.strip() for c in howto_block(name).replace("\\\n", " ").splitlines() if c.strip()]
+
+
 # --- certificates -----------------------------------------------------------------
 
 

@@ -7,16 +7,22 @@ Three hosts in network namespaces, addresses from the documentation ranges only:
                                  mitmdump --mode transparent -s addon/tap.py)
 
 The client calls ``https://198.51.100.2/...`` by address with no proxy settings; it
-trusts mitmproxy's CA (certs_howto.md, section 2). The gateway redirects its HTTPS to
+trusts mitmproxy's CA (certs_howto.md, section 2). The redirect sends its HTTPS to
 mitmdump, which reads the original destination back (SO_ORIGINAL_DST; it only can in the
 namespace where the REDIRECT happened) and connects on to the provider, whose own CA it
-is told to trust. This is the "gateway" recipe of certs_howto.md, section 3.
+is told to trust.
+
+Each variant runs a block of certs_howto.md section 3 as written, with the gateway's
+interface for ``eth1``: ``gateway-iptables`` and ``gateway-nft`` on the gateway, and
+``same-host`` on the client itself (mitmdump and the OUTPUT rules in the client's
+namespace, the existing group ``nogroup`` for ``mitmproxy``, so no group is added).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import time
@@ -27,6 +33,7 @@ import pytest
 
 from interception import (
     APP_PY,
+    howto_commands,
     MITMDUMP,
     PYTHON,
     REPO,
@@ -58,8 +65,8 @@ def must(*cmd: str) -> None:
 class Hosts:
     """client / gateway / provider namespaces joined by two veth pairs; removed by close()."""
 
-    def __init__(self) -> None:
-        tag = f"{os.getpid() % 100000}"
+    def __init__(self, variant: int) -> None:
+        tag = f"{os.getpid() % 100000}{variant}"
         self.client, self.gateway, self.provider = f"stc{tag}", f"stg{tag}", f"stp{tag}"
         self.names: list[str] = []
         self.processes: list[subprocess.Popen] = []
@@ -78,9 +85,15 @@ class Hosts:
         must("ip", "-n", c, "route", "add", "default", "via", GATEWAY_IN)
         must("ip", "-n", p, "route", "add", "default", "via", GATEWAY_OUT)
         must("ip", "netns", "exec", g, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-        # The rule of certs_howto.md ("Transparent mode on a gateway"), with g0 for eth1.
-        must("ip", "netns", "exec", g, "iptables", "-t", "nat", "-A", "PREROUTING", "-i", "g0",
-             "-p", "tcp", "--dport", "443", "-j", "REDIRECT", "--to-port", "8080")
+
+    def run_commands(self, ns: str, commands: list[str]) -> None:
+        """Shell commands from the doc, in ``ns``; sudo is a no-op (the test runs as root)."""
+        script = 'sudo() { "$@"; }\n' + "\n".join(commands)
+        result = subprocess.run(
+            self.exec_argv(ns, "bash", "-euo", "pipefail", "-c", script), capture_output=True, text=True, timeout=30
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"{script}\n{result.stderr.strip()}")
 
     def exec_argv(self, ns: str, *argv: str) -> list[str]:
         return ["ip", "netns", "exec", ns, *argv]
@@ -129,17 +142,48 @@ def namespaces_unavailable() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def network(tmp_path_factory):
+VARIANTS = ["gateway-iptables", "gateway-nft", "same-host"]
+
+
+def doc_recipe(variant: str) -> tuple[list[str], list[str], list[str]]:
+    """(shell commands, mitmdump arguments, wrapper before mitmdump) of the doc block."""
+    commands, mitmdump, wrapper = [], [], []
+    for command in howto_commands(variant):
+        command = command.replace("eth1", "g0").replace("--gid-owner mitmproxy", "--gid-owner nogroup")
+        if "groupadd" in command:
+            continue  # nogroup exists already
+        words = shlex.split(command)
+        if "mitmdump" in words:
+            at = words.index("mitmdump")
+            mitmdump = words[at + 1 :]
+            if words[:at] == ["sudo", "-g", "mitmproxy"]:
+                # `sudo -g GROUP` for root, without sudo: same uid, that group only
+                wrapper = ["setpriv", "--regid", "nogroup", "--clear-groups"]
+            else:
+                assert not words[:at], f"unexpected wrapper {words[:at]} in {variant!r}"
+            continue
+        commands.append(command)
+    assert mitmdump[:2] == ["-s", "addon/tap.py"], mitmdump
+    return commands, mitmdump[2:], wrapper
+
+
+@pytest.fixture(scope="module", params=VARIANTS)
+def network(request, tmp_path_factory):
     if reason := namespaces_unavailable():
         pytest.skip(reason)
-    root = tmp_path_factory.mktemp("transparent")
-    hosts = Hosts()
+    variant = request.param
+    if "nft" in variant and not shutil.which("nft"):
+        pytest.skip("nft is not installed")
+    root = tmp_path_factory.mktemp(variant)
+    hosts = Hosts(VARIANTS.index(variant))
     try:
         try:
             hosts.build()
         except RuntimeError as exc:
             pytest.skip(f"cannot build namespaced hosts here: {exc}")
+        commands, mitmdump_args, wrapper = doc_recipe(variant)
+        tapping = hosts.client if variant == "same-host" else hosts.gateway
+        hosts.run_commands(tapping, commands)
         provider_ca = make_ca(root, "fake-provider")
         cert = issue_cert(provider_ca, [PROVIDER], root)
         body_file = root / "body.sse"
@@ -151,13 +195,13 @@ def network(tmp_path_factory):
         )
         confdir = root / "mitmproxy"
         recordings = root / "recordings"
-        mitm_argv = ["ip", "netns", "exec", hosts.gateway, str(MITMDUMP), "--set", f"confdir={confdir}"]
+        argv = ["ip", "netns", "exec", tapping, *wrapper, str(MITMDUMP), "--set", f"confdir={confdir}"]
         if TAP.exists():
-            mitm_argv += ["-s", str(TAP), "--set", f"streamtap_dir={recordings}"]
+            argv += ["-s", str(TAP), "--set", f"streamtap_dir={recordings}"]
         proxy = Mitmdump(
-            "--mode", "transparent", "--listen-port", "8080", "--showhost",
+            *mitmdump_args, "--listen-port", "8080",
             "--set", f"ssl_verify_upstream_trusted_ca={provider_ca[0]}",
-            confdir=confdir, argv=mitm_argv,
+            confdir=confdir, argv=argv,
         )
         hosts.processes.append(proxy.proc)
         yield {"hosts": hosts, "proxy": proxy, "root": root, "recordings": recordings, "provider_ca": provider_ca[0]}
