@@ -492,3 +492,42 @@ def test_assembler_alone_follows_the_protocol() -> None:
             assembler.feed(event, 0.5)
     turn, verdict = assembler.finish(StreamEnd.FINISHED)
     assert verdict.ok and turn.timing.first_content == 0.5 and turn.events == THINK_TEXT_TOOL.count(b"\n\n")
+
+
+# -- fail open: odd shapes never raise ------------------------------------------------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)
+BASE_EVENTS = [json.loads(line[6:]) for line in THINK_TEXT_TOOL.decode().split("\n") if line.startswith("data: ")]
+
+
+def mutated(events: list[dict], data: st.DataObject) -> list[dict]:
+    out = [json.loads(json.dumps(e)) for e in events]
+    for _ in range(data.draw(st.integers(1, 4))):
+        event = out[data.draw(st.integers(0, len(out) - 1))]
+        target = event
+        for key in ("delta", "content_block", "message", "usage"):
+            if isinstance(event.get(key), dict) and data.draw(st.booleans()):
+                target = event[key]
+                break
+        key = data.draw(st.sampled_from(sorted(target) + ["index", "type"]))
+        target[key] = data.draw(JSON_VALUES)
+    return out
+
+
+@settings(max_examples=80)
+@given(st.data())
+def test_odd_event_shapes_never_raise(data: st.DataObject) -> None:
+    events = mutated(BASE_EVENTS, data)
+    assembler = Assembler()
+    body = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+    for event in SSEDecoder().feed(body):
+        assembler.feed(event, None)
+    turn, verdict = assembler.finish(StreamEnd.FINISHED)
+    assert isinstance(verdict.kind, VerdictKind) and verdict.reason
+    turn.to_dict()

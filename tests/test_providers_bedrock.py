@@ -473,3 +473,47 @@ def test_any_chunking_gives_the_same_turn() -> None:
     for size in (1, 13, 500):
         split = analyze_bytes(body, Dialect.BEDROCK_INVOKE, chunk_size=size)
         assert split.turn.to_dict() == whole.turn.to_dict() and split.verdict.to_dict() == whole.verdict.to_dict()
+
+
+# -- fail open: odd shapes never raise ------------------------------------------------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from test_providers_anthropic import JSON_VALUES  # noqa: E402
+
+from streamtap.providers.bedrock_converse import Assembler as ConverseAssembler  # noqa: E402
+from streamtap.providers.bedrock_invoke import Assembler as InvokeAssembler  # noqa: E402
+
+CONVERSE_EVENTS = [
+    ("messageStart", {"role": "assistant"}),
+    ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"reasoningContent": {"text": "hm"}}}),
+    ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"reasoningContent": {"signature": "s"}}}),
+    ("contentBlockStop", {"contentBlockIndex": 0}),
+    ("contentBlockStart", {"contentBlockIndex": 1, "start": {"toolUse": {"toolUseId": "t", "name": "f"}}}),
+    ("contentBlockDelta", {"contentBlockIndex": 1, "delta": {"toolUse": {"input": "{}"}}}),
+    ("contentBlockStop", {"contentBlockIndex": 1}),
+    ("messageStop", {"stopReason": "tool_use"}),
+    ("metadata", {"usage": {"inputTokens": 1, "outputTokens": 2, "totalTokens": 3}}),
+]
+
+
+@settings(max_examples=60)
+@given(st.data())
+def test_odd_payload_shapes_never_raise(data: st.DataObject) -> None:
+    events = [(kind, json.loads(json.dumps(payload))) for kind, payload in CONVERSE_EVENTS]
+    for _ in range(data.draw(st.integers(1, 4))):
+        _, payload = events[data.draw(st.integers(0, len(events) - 1))]
+        target = payload
+        for key in ("delta", "start", "usage"):
+            if isinstance(payload.get(key), dict) and data.draw(st.booleans()):
+                target = payload[key]
+                break
+        target[data.draw(st.sampled_from(sorted(target) + ["contentBlockIndex"]))] = data.draw(JSON_VALUES)
+    converse = b"".join(converse_frame(kind, payload) for kind, payload in events)
+    invoke = b"".join(chunk_frame({kind: payload, "amazon-bedrock-invocationMetrics": data.draw(JSON_VALUES)})
+                      for kind, payload in events)
+    for assembler, body in ((ConverseAssembler(), converse), (InvokeAssembler(), invoke)):
+        for event in EventStreamDecoder().feed(body):
+            assembler.feed(event, None)
+        turn, verdict = assembler.finish(StreamEnd.FINISHED)
+        assert isinstance(verdict.kind, VerdictKind) and verdict.reason
+        turn.to_dict()

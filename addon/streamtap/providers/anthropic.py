@@ -95,6 +95,34 @@ class Judge:
         return Verdict(VerdictKind.TRUNCATED, f"{reason}: {END_WORDS[end]}", self.last_seq, self.last_end, evidence)
 
 
+class Pieces:
+    """Text fragments per block, joined once: growing a str attribute with += copies it every time."""
+
+    def __init__(self) -> None:
+        self._parts: dict[int, tuple[Block, list[str]]] = {}
+
+    def add(self, block: Block, text: str) -> None:
+        entry = self._parts.get(id(block))
+        if entry is None:
+            self._parts[id(block)] = (block, [text])
+        else:
+            entry[1].append(text)
+
+    def flush(self, block: Block | None = None) -> None:
+        """Write the joined text into one block (or into every block)."""
+        entries = [self._parts.pop(id(block), None)] if block is not None else list(self._parts.values())
+        if block is None:
+            self._parts.clear()
+        for entry in entries:
+            if entry is not None:
+                entry[0].text += "".join(entry[1])
+
+
+def as_text(value: Any) -> str | None:
+    """A provider value used as a key (stop reason, type): a string, or None when absent."""
+    return value if value is None or isinstance(value, str) else repr(value)
+
+
 def parse_arguments(raw: str, start_input: Any) -> tuple[Any, str | None]:
     """Parse a closed tool block's argument string: empty means the start input (normally {})."""
     if not raw.strip():
@@ -150,11 +178,12 @@ class MessageBuilder:
         self.saw_delta = False  # any message_delta for the current message
         self.outcomes: list[tuple[str | None, int | None, int | None]] = []  # earlier messages' raw stop reasons
         self.noted_deltas: set[Any] = set()
+        self.pieces = Pieces()
 
     # -- events ---------------------------------------------------------------------------------
     def apply(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         kind = event.get("type")
-        handler = self._handlers.get(kind)  # type: ignore[arg-type]
+        handler = self._handlers.get(kind) if isinstance(kind, str) else None
         if handler is None:
             self.judge.note(f"unknown event type {kind!r} at seq {seq}")
             return
@@ -195,14 +224,16 @@ class MessageBuilder:
         usage = message.get("usage")
         if isinstance(usage, dict):
             self._usage(usage)
-        prefilled = message.get("content") or []
+        prefilled = message.get("content")
+        prefilled = prefilled if isinstance(prefilled, list) else []
         for i, content_block in enumerate(prefilled):
             if isinstance(content_block, dict):
                 block = self._add_block(i, content_block)
                 self._close(block, i, seq, offset, prefilled=True)
-        if message.get("stop_reason") is not None:
-            turn.stop_reason_raw = message["stop_reason"]
-            turn.stop_reason = STOP_REASONS.get(message["stop_reason"], (None, message["stop_reason"]))[1]
+        raw = as_text(message.get("stop_reason"))
+        if raw is not None:
+            turn.stop_reason_raw = raw
+            turn.stop_reason = STOP_REASONS.get(raw, (None, raw))[1]
 
     def _add_block(self, index: int, content_block: dict[str, Any]) -> Block:
         blocks = self.turn.choices[0].blocks
@@ -239,10 +270,11 @@ class MessageBuilder:
             self.turn.timing.first_content = t
 
     def _content_block_delta(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
-        if not self._in_message("content_block_delta", seq, offset):
+        if not self.open_message:
+            self._in_message("content_block_delta", seq, offset)
             return
         index = event.get("index")
-        block = self.blocks.get(index)  # type: ignore[arg-type]
+        block = self.blocks.get(index) if isinstance(index, int) else None
         if block is None:
             self.judge.corrupt(f"content_block_delta for unknown index {index}", seq, offset, index=index)
             return
@@ -259,7 +291,7 @@ class MessageBuilder:
         if kind == "text_delta" and block.kind is BlockKind.TEXT:
             value = delta.get("text")
             if isinstance(value, str):
-                block.text += value
+                self.pieces.add(block, value)
                 if value and self.turn.timing.first_content is None:
                     self.turn.timing.first_content = t
                 return
@@ -273,7 +305,7 @@ class MessageBuilder:
         elif kind == "thinking_delta" and block.kind is BlockKind.THINKING:
             value = delta.get("thinking")
             if isinstance(value, str):
-                block.text += value
+                self.pieces.add(block, value)
                 if value and self.turn.timing.first_content is None:
                     self.turn.timing.first_content = t
                 return
@@ -291,8 +323,8 @@ class MessageBuilder:
                 if key != "type" and isinstance(value, str):
                     previous = block.extra.get(key)
                     block.extra[key] = (previous if isinstance(previous, str) else "") + value
-            if kind not in self.noted_deltas:
-                self.noted_deltas.add(kind)
+            if repr(kind) not in self.noted_deltas:
+                self.noted_deltas.add(repr(kind))
                 self.judge.note(f"delta type {kind!r} kept in block extra (index {index})")
             return
         self.judge.corrupt(f"{kind} does not fit a {block.kind.value} block (index {index})", seq, offset,
@@ -302,7 +334,7 @@ class MessageBuilder:
         if not self._in_message("content_block_stop", seq, offset):
             return
         index = event.get("index")
-        block = self.blocks.get(index)  # type: ignore[arg-type]
+        block = self.blocks.get(index) if isinstance(index, int) else None
         if block is None or index not in self.open_blocks:
             what = "unknown index" if block is None else "a block already stopped"
             self.judge.corrupt(f"content_block_stop for {what} ({index})", seq, offset, index=index)
@@ -312,6 +344,7 @@ class MessageBuilder:
 
     def _close(self, block: Block, index: int, seq: int | None, offset: int | None, prefilled: bool = False) -> None:
         block.closed = True
+        self.pieces.flush(block)
         if block.kind not in _TOOLISH or block.arguments_raw is None:
             return
         start_input = block.extra.pop("start_input", None)
@@ -332,7 +365,7 @@ class MessageBuilder:
         self.saw_delta = True
         delta = event.get("delta")
         if isinstance(delta, dict):
-            raw = delta.get("stop_reason")
+            raw = as_text(delta.get("stop_reason"))
             if raw is not None:
                 self.turn.stop_reason_raw = raw
                 self.turn.stop_reason = STOP_REASONS.get(raw, (None, raw))[1]
@@ -408,6 +441,7 @@ class MessageBuilder:
 
     # -- verdict --------------------------------------------------------------------------------
     def verdict(self, end: StreamEnd) -> Verdict:
+        self.pieces.flush()
         judge = self.judge
         early = judge.early_verdict()
         if early is not None:
@@ -485,8 +519,12 @@ class Assembler:
         if not event.data:
             judge.note(f"event {event.event!r} without data at seq {event.seq}")
             return
-        obj = decode_event_json(event.data, judge, event.seq, event.start, f"{event.event} event data")
-        if obj is None:
+        try:
+            obj = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            obj = None
+        if type(obj) is not dict:  # the error path says why
+            decode_event_json(event.data, judge, event.seq, event.start, f"{event.event} event data")
             return
         name = event.event
         if name != "message" and name != obj.get("type"):

@@ -29,7 +29,7 @@ import orjson
 
 from streamtap.wire import EventStreamMessage, WireEvent
 
-from .anthropic import Judge, decode_event_json, parse_arguments, stop_verdict
+from .anthropic import Judge, Pieces, as_text, decode_event_json, parse_arguments, stop_verdict
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
 STOP_REASONS: dict[str, tuple[VerdictKind, str]] = {
@@ -89,9 +89,10 @@ class ConverseBuilder:
         self.announced: set[int] = set()  # started with an empty start, no delta yet
         self.metadata_seen = False
         self.outcomes: list[tuple[str | None, int | None, int | None]] = []
+        self.pieces = Pieces()
 
     def apply(self, kind: str, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
-        handler = self._handlers.get(kind)
+        handler = self._handlers.get(kind) if isinstance(kind, str) else None
         if handler is None:
             self.judge.note(f"unknown event type {kind!r} at seq {seq}")
             return
@@ -198,13 +199,13 @@ class ConverseBuilder:
             return
         kind = block.kind
         if member == "text" and kind is BlockKind.TEXT and isinstance(value, str):
-            block.text += value
+            self.pieces.add(block, value)
             if value and self.turn.timing.first_content is None:
                 self.turn.timing.first_content = t
         elif member == "reasoningContent" and kind in (BlockKind.THINKING, BlockKind.REDACTED_THINKING) \
                 and isinstance(value, dict):
             if kind is BlockKind.THINKING and isinstance(value.get("text"), str):
-                block.text += value["text"]
+                self.pieces.add(block, value["text"])
                 if value["text"] and self.turn.timing.first_content is None:
                     self.turn.timing.first_content = t
             elif kind is BlockKind.THINKING and isinstance(value.get("signature"), str):
@@ -234,16 +235,20 @@ class ConverseBuilder:
         if not self._in_message(seq, offset, "contentBlockStop"):
             return
         index = body.get("contentBlockIndex")
+        if not isinstance(index, int):
+            self.judge.corrupt("contentBlockStop without contentBlockIndex", seq, offset)
+            return
         if index in self.announced:  # started empty and stopped without a delta: nothing to keep
             self.announced.discard(index)
             return
-        block = self.blocks.get(index)  # type: ignore[arg-type]
+        block = self.blocks.get(index)
         if block is None or index not in self.open_blocks:
             what = "unknown index" if block is None else "a block already stopped"
             self.judge.corrupt(f"contentBlockStop for {what} ({index})", seq, offset, index=index)
             return
         self.open_blocks.discard(index)  # type: ignore[arg-type]
         block.closed = True
+        self.pieces.flush(block)
         if index in self.fragments:
             raw = "".join(self.fragments.pop(index))  # type: ignore[arg-type]
             block.arguments_raw = raw
@@ -258,7 +263,7 @@ class ConverseBuilder:
             return
         self.open_message = False
         self.stopped = True
-        raw = body.get("stopReason")
+        raw = as_text(body.get("stopReason"))
         self.turn.stop_reason_raw = raw
         self.turn.stop_reason = STOP_REASONS.get(raw, (None, raw))[1] if raw is not None else None
         if body.get("additionalModelResponseFields") is not None:
@@ -303,6 +308,7 @@ class ConverseBuilder:
     }
 
     def verdict(self, end: StreamEnd) -> Verdict:
+        self.pieces.flush()
         judge = self.judge
         early = judge.early_verdict()
         if early is not None:

@@ -30,7 +30,7 @@ import orjson
 
 from streamtap.wire import EventStreamMessage, WireEvent
 
-from .anthropic import Judge, MessageBuilder, decode_event_json, stop_verdict
+from .anthropic import Judge, MessageBuilder, Pieces, as_text, decode_event_json, stop_verdict
 from .bedrock_converse import ConverseBuilder, exception_error
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
@@ -88,6 +88,7 @@ class TextFamilyBuilder:
         self.text_key, self.stop_key, self.table = _TEXT_FAMILIES[family]
         self.family = family
         self.block: Block | None = None
+        self.pieces = Pieces()
         self.terminal = False
 
     def apply(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
@@ -102,16 +103,17 @@ class TextFamilyBuilder:
             if self.block is None:
                 self.block = Block(BlockKind.TEXT, 0)
                 self.turn.choices[0].blocks.append(self.block)
-            self.block.text += text
+            self.pieces.add(self.block, text)
             if text and self.turn.timing.first_content is None:
                 self.turn.timing.first_content = t
         usage = self.turn.usage
         for key, field in (("inputTextTokenCount", "input"), ("totalOutputTextTokenCount", "output"),
                            ("prompt_token_count", "input"), ("generation_token_count", "output")):
-            if event.get(key) is not None:
-                setattr(usage, field, int(event[key]))
-                usage.raw[key] = event[key]
-        raw = event.get(self.stop_key)
+            value = event.get(key)
+            if isinstance(value, (int, float)):
+                setattr(usage, field, int(value))
+                usage.raw[key] = value
+        raw = as_text(event.get(self.stop_key))
         if raw is not None or (self.family == "titan" and "totalOutputTextTokenCount" in event):
             # Titan names the last chunk by its output count even when a guardrail blocked
             # the input and no completionReason came
@@ -122,6 +124,7 @@ class TextFamilyBuilder:
             self.turn.stop_reason = self.table.get(raw, (None, raw))[1] if raw is not None else None
 
     def verdict(self, end: StreamEnd) -> Verdict:
+        self.pieces.flush()
         early = self.judge.early_verdict()
         if early is not None:
             return early
