@@ -60,6 +60,7 @@ class Upstream:
 
     def __init__(self) -> None:
         self.scripts: dict[str, Script] = {}
+        self.router = None  # (path, body) -> script name, for requests without a /s/<name>/ prefix
         self.served: dict[str, list[Served]] = defaultdict(list)
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -168,6 +169,8 @@ class Upstream:
     async def _respond(self, method, path, headers, body, writer) -> bool:
         parts = path.split("/")
         name = parts[2] if len(parts) > 2 and parts[1] == "s" else ""
+        if not name and self.router is not None:
+            name = self.router(path, body)
         script = self.scripts.get(name)
         served = Served(method, path, headers, body)
         self.served[name].append(served)
@@ -220,17 +223,20 @@ class Upstream:
             if script.pause_after is not None and sent >= script.pause_after and not self._paused.is_set():
                 self._paused.set()
                 await asyncio.get_running_loop().run_in_executor(None, self._release.wait, 60)
+            last = piece is pieces[-1]
             self._write(writer, piece, script)
+            if last and script.framing == "chunked" and script.cut_at is None:
+                writer.write(b"0\r\n\r\n")  # in the same segment as the last event, as servers do
             served.wire += piece
             sent += len(piece)
             await writer.drain()
-            if script.gap:
+            if script.gap and not last:
                 await asyncio.sleep(script.gap)
         if script.cut_at is not None and sent >= script.cut_at:
             await asyncio.sleep(0.05)
             self._cut(writer, script)
             return False
-        if script.framing == "chunked":
+        if script.framing == "chunked" and not pieces:
             writer.write(b"0\r\n\r\n")
         await writer.drain()
         served.done = True
@@ -241,6 +247,8 @@ class Upstream:
 
     @staticmethod
     def _write(writer, piece: bytes, script: Script) -> None:
+        if not piece:
+            return  # an empty chunk would end a chunked body
         if script.framing == "chunked":
             writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
         else:

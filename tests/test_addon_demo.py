@@ -1,0 +1,45 @@
+"""`streamtap demo` runs offline and shows both verdicts; the bundled recordings are reproducible."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from demo_recordings import generate
+from streamtap.recording import check_recording, read_recording
+from upstream import REPO
+
+BUNDLED = REPO / "recordings" / "demo"
+
+
+@pytest.mark.slow
+def test_demo_shows_a_complete_and_a_cut_turn(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "streamtap.cli", "demo", "--dir", str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert "demo: OK" in out
+    taps = [line for line in out.splitlines() if line.strip().startswith("streamtap: ")]
+    assert len(taps) == 4
+    assert sum(" complete" in line for line in taps) == 2 and sum(" truncated (" in line for line in taps) == 2
+    assert "<- no error raised" in out  # the clean cut the SDK swallowed
+    written = sorted(tmp_path.glob("*.jsonl"))
+    assert len(written) == 4
+    for path in written:
+        assert check_recording(read_recording(path)) == []
+
+
+@pytest.mark.slow
+def test_bundled_recordings_are_what_the_tooling_makes(tmp_path):
+    bundled = sorted(BUNDLED.glob("*.jsonl"))
+    fresh = generate(tmp_path)
+    assert [p.name for p in fresh] == [p.name for p in bundled]
+    for old_path, new_path in zip(bundled, fresh):
+        old, new = read_recording(old_path), read_recording(new_path)
+        assert old.body == new.body, old_path.name
+        assert old.verdict["kind"] == new.verdict["kind"] and old.end["stream_end"] == new.end["stream_end"]
+        assert old.header["request"]["body"] == new.header["request"]["body"]
+        assert check_recording(old) == []
