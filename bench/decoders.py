@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a tenth of the deltas, one repetition (a smoke run)")
     args = parser.parse_args(argv)
     deltas = DELTAS // 10 if args.quick else DELTAS
-    repeats = 1 if args.quick else 3
+    repeats = 1 if args.quick else 5
 
     suites = [
         ("Anthropic SSE", anthropic_sse(deltas), streamtap_sse,
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             for peer_name, peer in [*peers, ("zlib.crc32 (limit)", zlib_crc32)]:
                 rows.append((title, measure(peer_name, peer, data, chunk, repeats), mine))
         sliced = data[: len(data) // 10]
-        one_byte = measure("streamtap", ours, sliced, 1, 1)
+        one_byte = measure("streamtap", ours, sliced, 1, repeats)
         bulk = measure("streamtap", ours, sliced, 16384, repeats)
         rows.append((title, one_byte, bulk))
 

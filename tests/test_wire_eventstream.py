@@ -331,12 +331,15 @@ def test_mangled_header_blocks_with_valid_crcs_are_judged_like_botocore(message,
     ours = decode(stream)
     theirs, their_error = botocore_decode(stream, [])
     bad = [event for event in ours if isinstance(event, Malformed)]
+    # Named departure: botocore slices a string, byte-array or uuid value that runs past the
+    # header block short instead of rejecting it (it may then trip on a later header, or
+    # accept); the declared width is the rule, so we reject at that value.
+    departure = bool(bad) and "value runs past the header block" in bad[0].error.message
     if their_error is not None:
-        assert len(bad) == 1 and isinstance(bad[0].error, our_error_for(their_error))
+        assert len(bad) == 1
+        assert isinstance(bad[0].error, our_error_for(their_error)) or departure
     elif bad:
-        # Named departure: botocore slices a string, byte-array or uuid value that runs past the
-        # header block short instead of rejecting it; the declared width is the rule.
-        assert "value runs past the header block" in bad[0].error.message
+        assert departure
     else:
         assert [(comparable(m.headers), m.payload) for m in ours] == [(comparable(h), p) for h, p in theirs]
 
