@@ -26,6 +26,12 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 
+import httpx
+from anthropic._streaming import SSEDecoder as AnthropicSSEDecoder
+from botocore.eventstream import EventStreamBuffer
+from httpx_sse import EventSource
+from openai._streaming import SSEDecoder as OpenAISSEDecoder
+
 from streamtap.wire import EventStreamDecoder, SSEDecoder, encode_message
 
 DELTAS = 20_000
@@ -100,8 +106,6 @@ def streamtap_sse(chunks: list[bytes]) -> int:
 
 
 def botocore_eventstream(chunks: list[bytes]) -> int:
-    from botocore.eventstream import EventStreamBuffer
-
     buffer = EventStreamBuffer()
     count = 0
     for chunk in chunks:  # how botocore.eventstream.EventStream drives it
@@ -112,23 +116,16 @@ def botocore_eventstream(chunks: list[bytes]) -> int:
 
 
 def httpx_sse_decoder(chunks: list[bytes]) -> int:
-    import httpx
-    from httpx_sse import EventSource
-
     response = httpx.Response(200, headers={"content-type": "text/event-stream"}, content=iter(chunks))
     return sum(1 for _ in EventSource(response).iter_sse())
 
 
 def openai_sse_decoder(chunks: list[bytes]) -> int:
-    from openai._streaming import SSEDecoder as OpenAIDecoder
-
-    return sum(1 for _ in OpenAIDecoder().iter_bytes(iter(chunks)))
+    return sum(1 for _ in OpenAISSEDecoder().iter_bytes(iter(chunks)))
 
 
 def anthropic_sse_decoder(chunks: list[bytes]) -> int:
-    from anthropic._streaming import SSEDecoder as AnthropicDecoder
-
-    return sum(1 for _ in AnthropicDecoder().iter_bytes(iter(chunks)))
+    return sum(1 for _ in AnthropicSSEDecoder().iter_bytes(iter(chunks)))
 
 
 def zlib_crc32(chunks: list[bytes]) -> int:
