@@ -517,3 +517,33 @@ def test_odd_payload_shapes_never_raise(data: st.DataObject) -> None:
         turn, verdict = assembler.finish(StreamEnd.FINISHED)
         assert isinstance(verdict.kind, VerdictKind) and verdict.reason
         turn.to_dict()
+
+
+@pytest.mark.parametrize("events, kind, text", [
+    # Llama: {"generation", "stop_reason"} (shape from the provider notes §4.2)
+    ([{"generation": "Hello", "stop_reason": None}, {"generation": " there", "stop_reason": "length",
+                                                     "generation_token_count": 2}], VerdictKind.STOPPED_BY_LIMIT,
+     "Hello there"),
+    ([{"generation": "Hi", "stop_reason": None}, {"generation": "!", "stop_reason": "stop"}], VerdictKind.COMPLETE,
+     "Hi!"),
+    ([{"generation": "Hi", "stop_reason": None}], VerdictKind.TRUNCATED, "Hi"),
+    # Mistral: {"outputs": [{"text", "stop_reason"}]}
+    ([{"outputs": [{"text": "Bonjour", "stop_reason": None}]}, {"outputs": [{"text": ".", "stop_reason": "stop"}]}],
+     VerdictKind.COMPLETE, "Bonjour."),
+    # Titan: a content filter stop
+    ([{"outputText": "x", "completionReason": "CONTENT_FILTERED", "totalOutputTextTokenCount": 1}],
+     VerdictKind.FILTERED, "x"),
+])
+def test_constructed_other_model_families(events: list[dict], kind: VerdictKind, text: str) -> None:
+    analysis = analyze_bytes(b"".join(chunk_frame(e) for e in events), Dialect.BEDROCK_INVOKE)
+    assert analysis.verdict.kind is kind, analysis.verdict
+    assert analysis.turn.text() == text
+
+
+def test_complete_verdict_points_at_the_terminal_event() -> None:
+    body = (CONVERSE_HEAD + converse_frame("contentBlockStop", {"contentBlockIndex": 0})
+            + converse_frame("messageStop", {"stopReason": "end_turn"}))
+    metadata = converse_frame("metadata", {"usage": {"inputTokens": 1, "outputTokens": 2, "totalTokens": 3}})
+    verdict = analyze_bytes(body + metadata, Dialect.BEDROCK_CONVERSE).verdict
+    assert verdict.kind is VerdictKind.COMPLETE and verdict.seq == 4
+    assert verdict.offset == len(body) - len(converse_frame("messageStop", {"stopReason": "end_turn"}))

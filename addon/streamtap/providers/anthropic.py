@@ -58,6 +58,7 @@ class Judge:
         self.error_at: tuple[int | None, int | None] | None = None
         self.last_seq: int | None = None
         self.last_end: int | None = None
+        self.terminal_at: tuple[int | None, int | None] | None = None  # the terminal event: seq, offset
 
     def corrupt(self, reason: str, seq: int | None, offset: int | None, **evidence: Any) -> None:
         if self.problem is None:
@@ -133,13 +134,18 @@ def parse_arguments(raw: str, start_input: Any) -> tuple[Any, str | None]:
         return None, str(exc).split("\n")[0]
 
 
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
 def _block_from(content_block: dict[str, Any], index: int) -> Block:
     kind = content_block.get("type")
     if kind == "text":
-        return Block(BlockKind.TEXT, index, text=content_block.get("text") or "",
-                     citations=list(content_block.get("citations") or []))
+        citations = content_block.get("citations")
+        return Block(BlockKind.TEXT, index, text=_text(content_block.get("text")),
+                     citations=list(citations) if isinstance(citations, list) else [])
     if kind == "thinking":
-        return Block(BlockKind.THINKING, index, text=content_block.get("thinking") or "",
+        return Block(BlockKind.THINKING, index, text=_text(content_block.get("thinking")),
                      signature=content_block.get("signature"))
     if kind == "redacted_thinking":
         return Block(BlockKind.REDACTED_THINKING, index, data=content_block.get("data"))
@@ -381,6 +387,7 @@ class MessageBuilder:
             return
         self.open_message = False
         self.stopped = True
+        self.judge.terminal_at = (seq, offset)
         metrics = event.get("amazon-bedrock-invocationMetrics")
         if isinstance(metrics, dict):
             self.turn.usage.raw["amazon-bedrock-invocationMetrics"] = metrics
@@ -466,23 +473,22 @@ def stop_verdict(turn: Turn, judge: Judge, terminal: str, table: dict[str, tuple
                  **evidence: Any) -> Verdict:
     """The verdict once the terminal signal arrived: read off the stop reason."""
     raw = turn.stop_reason_raw
+    seq, offset = judge.terminal_at or (judge.last_seq, judge.last_end)
     evidence = {"stop_reason": raw, **{k: v for k, v in evidence.items() if v is not None}}
     if evidence.get("messages") == 1:
         del evidence["messages"]
     if raw is None:
-        return Verdict(VerdictKind.UNKNOWN, f"{terminal} arrived without a stop reason", judge.last_seq,
-                       judge.last_end, evidence)
+        return Verdict(VerdictKind.UNKNOWN, f"{terminal} arrived without a stop reason", seq, offset, evidence)
     kind = table.get(raw, (VerdictKind.UNKNOWN,))[0]
     if kind is VerdictKind.UNKNOWN:
-        return Verdict(kind, f"{terminal} after an unknown stop reason {raw!r}", judge.last_seq, judge.last_end,
-                       evidence)
+        return Verdict(kind, f"{terminal} after an unknown stop reason {raw!r}", seq, offset, evidence)
     words = {
         VerdictKind.COMPLETE: "the model finished",
         VerdictKind.STOPPED_BY_LIMIT: "the model was stopped by a limit",
         VerdictKind.FILTERED: "the output was stopped by a policy",
         VerdictKind.ERRORED: "the model failed",
     }[kind]
-    return Verdict(kind, f"{words}: {terminal} after stop reason {raw}", judge.last_seq, judge.last_end, evidence)
+    return Verdict(kind, f"{words}: {terminal} after stop reason {raw}", seq, offset, evidence)
 
 
 def decode_event_json(data: str | bytes, judge: Judge, seq: int, offset: int, what: str) -> dict[str, Any] | None:

@@ -263,6 +263,7 @@ class ConverseBuilder:
             return
         self.open_message = False
         self.stopped = True
+        self.judge.terminal_at = (seq, offset)
         raw = as_text(body.get("stopReason"))
         self.turn.stop_reason_raw = raw
         self.turn.stop_reason = STOP_REASONS.get(raw, (None, raw))[1] if raw is not None else None

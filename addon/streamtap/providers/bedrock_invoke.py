@@ -118,6 +118,7 @@ class TextFamilyBuilder:
             # Titan names the last chunk by its output count even when a guardrail blocked
             # the input and no completionReason came
             self.terminal = True
+            self.judge.terminal_at = (seq, offset)
             if self.block is not None:
                 self.block.closed = True
             self.turn.stop_reason_raw = raw
@@ -238,8 +239,9 @@ class Assembler:
             seq, offset, _ = self.guardrail
             raw = self.turn.stop_reason_raw
             self.turn.stop_reason = "filtered"
+            model = f"model stop reason {raw}" if raw is not None else "no model stop reason"
             verdict = Verdict(VerdictKind.FILTERED,
                               "a guardrail intervened (amazon-bedrock-guardrailAction INTERVENED): the output was "
-                              f"blocked or masked (model stop reason {raw})", seq, offset,
+                              f"blocked or masked ({model})", seq, offset,
                               {"stop_reason": raw, "guardrail_action": "INTERVENED", "was": verdict.kind.value})
         return self.turn, verdict
