@@ -216,6 +216,7 @@ class EventStreamDecoder:
         self._buffer = bytearray()  # bytes not yet part of an event
         self._offset = 0  # stream offset of self._buffer[0]
         self._need = PRELUDE_LENGTH  # len(self._buffer) the next step needs
+        self._last_headers: tuple[bytes, dict[str, Any], int] = (b"", {}, -1)
         self._decoding = True  # neither stopped at an error nor closed
         self._stopped = False
         self._closed = False
@@ -283,9 +284,8 @@ class EventStreamDecoder:
         events: list[EventStreamMessage | Malformed] = []
         append = events.append
         need = PRELUDE_LENGTH
-        last_block = b""  # frames in a row tend to share it: compare in place, no slice
-        last_headers: dict[str, Any] = {}
-        last_length = -1
+        # frames in a row tend to share a header block: compare in place, no slice
+        last_block, last_headers, last_length = self._last_headers
         error: FramingError | None = None
         while size - pos >= 12:
             total, headers_length, prelude_crc = unpack_prelude(head, pos)
