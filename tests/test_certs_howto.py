@@ -265,7 +265,7 @@ if curl -s --proxy http://127.0.0.1:8080 https://api.openai.com/v1/models; then 
 
 
 def test_wireguard_mode_starts_and_writes_a_client_config(world, tmp_path):
-    """`--mode wireguard` as in the doc: the server starts and the client config is saved.
+    """`--mode wireguard` as in the doc: the server starts, prints a client config, keeps its keys.
 
     No WireGuard client runs here (no wg tools, no tunnel device), so only mitmproxy's side
     of the recipe is exercised.
@@ -280,7 +280,8 @@ def test_wireguard_mode_starts_and_writes_a_client_config(world, tmp_path):
     try:
         assert "WireGuard server listening" in proxy.output
         assert "[Peer]" in proxy.output and "PublicKey" in proxy.output
-        assert conf.exists()
+        keys = json.loads(conf.read_text())
+        assert keys["client_key"] in proxy.output  # the printed client config uses the kept key
     finally:
         proxy.stop()
 
