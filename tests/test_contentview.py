@@ -26,6 +26,7 @@ from streamtap.mitm.contentview import (
     EVENTSTREAM_TYPE,
     SSE_TYPE,
     EventStreamContentview,
+    NDJSONContentview,
     SSEContentview,
     register,
 )
@@ -141,6 +142,20 @@ def test_sse_without_json_and_a_cut_last_event():
     assert "# !! the body ends inside a frame: 16 bytes at offset 65" in rendered
 
 
+def test_ndjson_values_and_a_line_that_is_not_json():
+    values = [{"model": "llama3", "message": {"role": "assistant", "content": w}, "done": False} for w in ("Hi", "!")]
+    values.append({"model": "llama3", "done": True, "done_reason": "stop", "eval_count": 2})
+    lines = [json.dumps(v).encode() + b"\n" for v in values]
+    body = lines[0] + b"not json\n" + b"".join(lines[1:]) + b'{"cut": '
+    rendered = NDJSONContentview().prettify(body, Metadata(content_type="application/x-ndjson"))
+    shown = [b for b in blocks(rendered) if not b.startswith("# !!")]
+    assert rendered.startswith(f"# 3 values, {len(body)} bytes, 2 framing problems")
+    for block, value in zip(shown, values, strict=True):
+        assert json.dumps(value, indent=2) in block
+    assert f"# !! malformed at offset {len(lines[0])}" in rendered
+    assert "# !! the body ends inside a frame: 8 bytes" in rendered
+
+
 def test_views_are_chosen_by_content_type_only():
     register()
     registry = contentviews.registry
@@ -149,6 +164,7 @@ def test_views_are_chosen_by_content_type_only():
     assert isinstance(registry.get_view(b"\x00" * 16, EVENTSTREAM_META), EventStreamContentview)
     assert not isinstance(registry.get_view(data, Metadata(content_type="text/plain")), SSEContentview)
     assert not isinstance(registry.get_view(b"{}", Metadata(content_type="application/json")), SSEContentview)
+    assert isinstance(registry.get_view(b"{}\n", Metadata(content_type="application/x-ndjson")), NDJSONContentview)
     assert "aws event-stream" in registry and "llm stream (sse)" in registry
 
 
@@ -189,7 +205,7 @@ def test_addons_list_registers_on_load():
     """ADDONS holds classes (addon/tap.py instantiates them); load() registers both views."""
     for cls in ADDONS:
         cls().load(None)
-    assert {"aws event-stream", "llm stream (sse)"} <= set(contentviews.registry)
+    assert {"aws event-stream", "llm stream (sse)", "llm stream (ndjson)"} <= set(contentviews.registry)
 
 
 if __name__ == "__main__":  # render a body by hand: python tests/test_contentview.py FILE

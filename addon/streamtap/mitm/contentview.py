@@ -4,13 +4,14 @@
 mitmweb shows a hex dump. With it each message is listed with its place in the body,
 its headers and its payload as indented JSON; a Bedrock InvokeModel ``chunk`` also shows
 the model's own event, base64-decoded from the payload's ``bytes`` field.
-``text/event-stream`` bodies are listed event by event with ``data`` as indented JSON.
-Bytes that break the framing and a cut last frame are shown where they occur.
+``text/event-stream`` bodies are listed event by event with ``data`` as indented JSON,
+``application/x-ndjson`` bodies (Ollama) value by value. Bytes that break the framing
+and a cut last frame are shown where they occur.
 
 Wiring (addon/tap.py): ``addons = [Tap(), *(cls() for cls in contentview.ADDONS), ...]``. The addon in
 ``ADDONS`` registers both views when mitmproxy loads it; ``register()`` does the same
 for other scripts. Both views are chosen automatically by content type and can be
-picked by name ("AWS event-stream", "LLM stream (SSE)").
+picked by name ("AWS event-stream", "LLM stream (SSE)", "LLM stream (NDJSON)").
 
 mitmproxy keeps no body for a streamed response unless ``--set
 store_streamed_bodies=true``; start mitmweb with it to see live streams here.
@@ -29,7 +30,9 @@ from mitmproxy.contentviews import Contentview, Metadata, SyntaxHighlight
 from streamtap.wire import (
     EventStreamDecoder,
     EventStreamMessage,
+    JSONValue,
     Malformed,
+    NDJSONDecoder,
     SSEDecoder,
     SSEEvent,
     Tail,
@@ -38,6 +41,7 @@ from streamtap.wire import (
 
 EVENTSTREAM_TYPE = "application/vnd.amazon.eventstream"
 SSE_TYPE = "text/event-stream"
+NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl")
 MAX_FRAMES_SHOWN = 5000  # past this a body is a bulk transfer, not something to read
 
 
@@ -80,7 +84,7 @@ def _problem(event: WireEvent) -> list[str]:
     return []
 
 
-def _decode(decoder: EventStreamDecoder | SSEDecoder, data: bytes) -> list[WireEvent]:
+def _decode(decoder: EventStreamDecoder | SSEDecoder | NDJSONDecoder, data: bytes) -> list[WireEvent]:
     return [*decoder.feed(data), *decoder.close()]
 
 
@@ -152,6 +156,10 @@ def sse_lines(event: SSEEvent) -> list[str]:
     return lines
 
 
+def ndjson_lines(value: JSONValue) -> list[str]:
+    return [_place("line", value), json.dumps(value.value, indent=2, ensure_ascii=False)]
+
+
 class EventStreamContentview(Contentview):
     """AWS event-stream (Bedrock): messages, headers, JSON payloads, InvokeModel chunks decoded."""
 
@@ -190,7 +198,26 @@ class SSEContentview(Contentview):
         return 2 if data and metadata.content_type == SSE_TYPE else -1
 
 
-VIEWS: tuple[Contentview, ...] = (EventStreamContentview(), SSEContentview())
+class NDJSONContentview(Contentview):
+    """Newline-delimited JSON (Ollama): one indented value per line."""
+
+    @property
+    def name(self) -> str:
+        return "LLM stream (NDJSON)"
+
+    @property
+    def syntax_highlight(self) -> SyntaxHighlight:
+        return "yaml"
+
+    def prettify(self, data: bytes, metadata: Metadata) -> str:
+        events = _decode(NDJSONDecoder(), data)
+        return _render(events, data, "value", ndjson_lines)
+
+    def render_priority(self, data: bytes, metadata: Metadata) -> float:
+        return 2 if data and metadata.content_type in NDJSON_TYPES else -1
+
+
+VIEWS: tuple[Contentview, ...] = (EventStreamContentview(), SSEContentview(), NDJSONContentview())
 
 
 def register(views: Iterable[Contentview] = VIEWS) -> None:
