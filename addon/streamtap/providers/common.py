@@ -280,7 +280,7 @@ class AssemblerBase:
         if self._stop is None:
             reason = f"no terminal signal ({expected}): {END_WORDS[end]}"
             if self.last_name:
-                reason += f"; last event {self.last_name}"
+                reason += f"; last event {self.last_name} (seq {self.last_seq})"
             return self.turn, Verdict(
                 VerdictKind.TRUNCATED, reason, self.last_seq, self.last_offset, {"end": end.value}
             )

@@ -43,33 +43,38 @@ class Assembler(AssemblerBase):
             self.corrupt(f"unexpected {type(event).__name__} in an SSE dialect", event)
             return
         data = event.data
-        if data.strip() == "[DONE]":
+        if data == "[DONE]" or (len(data) < 16 and data.strip() == "[DONE]"):
             self.seen(event, "[DONE]")
             self._done = event
             self._end(event)
             return
-        self.seen(event, f"chunk {event.seq}" if event.event == "message" else f"event: {event.event}")
-        if not data.strip():
+        self.seen(event, "chunk" if event.event == "message" else event.event)
+        if not data or data.isspace():
             return
         obj = self.payload(event, data)
-        if obj is None:
+        if type(obj) is not dict:
+            if obj is not None:
+                self.corrupt("event data is JSON but not an object", event)
             return
-        if not isinstance(obj, dict):
-            self.corrupt("event data is JSON but not an object", event)
-            return
-        if event.event == "error" or obj.get("error") or obj.get("object") == "error":
+        if ("error" in obj and obj["error"]) or event.event == "error" or obj.get("object") == "error":
             err = obj.get("error") if isinstance(obj.get("error"), dict) else obj
             message = one_line(error_message(obj))
             self.errored(f"in-band error: {message}", event, _error_dict(err, message))
         turn = self.turn
-        turn.model = turn.model or as_str(obj.get("model"))
-        turn.response_id = turn.response_id or as_str(obj.get("id"))
-        usage = obj.get("usage") or as_dict(obj.get("x_groq")).get("usage")
-        if isinstance(usage, dict):
+        if turn.model is None:
+            turn.model = as_str(obj.get("model"))
+        if turn.response_id is None:
+            turn.response_id = as_str(obj.get("id"))
+        usage = obj.get("usage")
+        if usage is None and "x_groq" in obj:
+            usage = as_dict(obj["x_groq"]).get("usage")
+        if usage and isinstance(usage, dict):
             self._usage(usage)
-        for choice in as_list(obj.get("choices")):
-            if isinstance(choice, dict):
-                self._choice(choice, event, t)
+        choices = obj.get("choices")
+        if type(choices) is list:
+            for choice in choices:
+                if type(choice) is dict:
+                    self._choice(choice, event, t)
 
     def tail(self, event: Tail) -> bool:
         """A last ``data: [DONE]`` line with no blank line after it (seen from llama.cpp builds and in
@@ -85,6 +90,10 @@ class Assembler(AssemblerBase):
     def _choice(self, choice: dict[str, Any], event: WireEvent, t: float | None) -> None:
         index = self.choice(choice.get("index") or 0).index
         delta = choice.get("delta")
+        if type(delta) is dict and len(delta) == 1 and type(delta.get("content")) is str and not choice.get("finish_reason"):
+            if delta["content"]:  # the common chunk: one text fragment
+                self.append(index, BlockKind.TEXT, delta["content"], t)
+            return
         if delta is None and "text" in choice:  # legacy /v1/completions
             delta = {"content": choice.get("text")}
         delta = as_dict(delta)
