@@ -83,7 +83,8 @@ def _wrap(text: str, width: int) -> list[str]:
         return text.split("\n")
     out: list[str] = []
     for line in text.split("\n"):
-        out.extend(textwrap.wrap(line, width, replace_whitespace=False, drop_whitespace=False) or [""])
+        indent = line[: len(line) - len(line.lstrip())]
+        out.extend(textwrap.wrap(line, width, initial_indent=indent, subsequent_indent=indent) or [line])
     return out
 
 

@@ -66,8 +66,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def judge_files(args: argparse.Namespace) -> list[Judged]:
     paths = [Path(p) for p in args.files]
     for path in paths:
-        if not path.is_file():
+        if not path.exists():
             raise UsageError(f"{path}: no such file")
+        if not path.is_file():
+            raise UsageError(f"{path}: not a file")
     return [judge_file(path, args.provider, args.sentinel) for path in paths]
 
 
@@ -102,7 +104,12 @@ def _judge_recording(path: Path, sentinel: str | None) -> Judged:
         recording = read_recording(path)
     except Exception as exc:  # a damaged file is the user's input problem, said in one line
         raise UsageError(f"{path}: cannot read recording: {exc}") from None
+    from streamtap.recording import check_recording
+
     header = recording.header
+    problems = check_recording(recording)  # sums, sequence, offsets, body hash; the cut-file problem first
+    if sentinel is None:
+        sentinel = header.get("sentinel")  # judge with the sentinel the proxy used
     try:
         dialect = Dialect(header.get("dialect") or "unknown")
     except ValueError:
@@ -118,7 +125,10 @@ def _judge_recording(path: Path, sentinel: str | None) -> Judged:
     except ValueError:
         stream_end = StreamEnd.FINISHED
     analysis = session.close(stream_end)
-    return Judged(path, analysis, dialect, "recording header", "recording", recording.problem)
+    recorded = (recording.verdict or {}).get("kind")
+    if recorded and recorded != analysis.verdict.kind.value:
+        problems.append(f"the recording says {recorded}, judging its bytes again says {analysis.verdict.kind.value}")
+    return Judged(path, analysis, dialect, "recording header", "recording", "; ".join(problems) or None)
 
 
 def as_json(judged: Judged) -> dict:
@@ -154,4 +164,4 @@ def run(args: argparse.Namespace) -> int:
             print_json(judged)
         else:
             print(summary_line(judged))
-    return EXIT_OK if all(j.analysis.verdict.ok for j in results) else EXIT_FINDING
+    return EXIT_OK if all(j.analysis.verdict.ok and not j.problem for j in results) else EXIT_FINDING
