@@ -8,6 +8,13 @@ violation stops it for good: a fatal ``Malformed`` names the error and its absol
 offset, and ``close()`` hands back every later byte as a ``Tail``. It never guesses
 where the next message might start.
 
+Errors and what they span: ``PreludeCRCMismatch`` (offset of the prelude CRC),
+``InvalidMessageLength`` (total length under 16, or a headers length that does not fit;
+offset of the length field) and ``OversizeError`` (over ``max_event_size`` or the
+protocol's 16 MiB) cover the 12 prelude bytes; ``MessageCRCMismatch`` (offset of the
+message CRC), ``InvalidHeaders`` and ``DuplicateHeader`` (offset of the offending header
+byte) cover the whole message.
+
 Header values decode to Python values that remember their wire type, so decoded
 headers compare equal to plain values and re-encode to the same bytes:
 
