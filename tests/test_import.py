@@ -22,6 +22,7 @@ STREAMTAP = REPO / ".venv" / "bin" / "streamtap"
 SECRET = "sk-import-secret-7f3a"
 CHAT = openai_chat_stream(["Imported ", "from ", "a ", "capture", "."])
 CUT = openai_chat_stream(["This ", "answer ", "never ", "ends"])[:-60]
+LIMITED = b'{"type":"error","error":{"type":"rate_limit_error","message":"Number of requests has exceeded your rate limit"}}'
 INVOKE_PATH = "/model/anthropic.claude-3-haiku-20240307-v1:0/invoke-with-response-stream"
 
 
@@ -59,6 +60,7 @@ def provider():
         "/cut/v1/chat/completions": Route(CUT),
         INVOKE_PATH: Route(invoke, content_type="application/vnd.amazon.eventstream", chunk_size=211),
         "/v1/models": Route(b'{"data": []}', content_type="application/json"),
+        "/v1/messages": Route(LIMITED, content_type="application/json", status=429),
     }
     with Provider(routes) as server:
         yield server
@@ -89,6 +91,7 @@ def capture(tmp: Path, provider: Provider, *options: str, tap: bool = False) -> 
             "cut": fetch(proxy, provider, "/cut/v1/chat/completions", '{"model":"gpt-4o","stream":true,"messages":[]}'),
             "invoke": fetch(proxy, provider, INVOKE_PATH, '{"anthropic_version":"bedrock-2023-05-31","max_tokens":64,"messages":[]}'),
             "models": fetch(proxy, provider, "/v1/models", "{}"),
+            "limited": fetch(proxy, provider, "/v1/messages", '{"model":"claude-x","max_tokens":9,"stream":true,"messages":[]}'),
         }
     finally:
         proxy.stop()  # flushes the capture file
@@ -115,7 +118,7 @@ def test_a_plain_mitmdump_capture_imports_byte_exact_with_verdicts(plain_capture
     result = streamtap_import(str(path), "--out", str(out))
     assert result.returncode == 0, result.stderr
     files = sorted(out.glob("*.jsonl"))
-    assert len(files) == 3, result.stdout  # the JSON /v1/models flow is not a stream
+    assert len(files) == 4, result.stdout  # the JSON /v1/models flow is not a stream
     for file in files:
         assert str(file) in result.stdout  # each written file is printed
         assert SECRET not in file.read_text()
@@ -129,6 +132,9 @@ def test_a_plain_mitmdump_capture_imports_byte_exact_with_verdicts(plain_capture
     assert chat.verdict["kind"] == "complete" and invoke.verdict["kind"] == "complete"
     assert cut.verdict["kind"] == "truncated", cut.verdict
     assert invoke.header["dialect"] == "bedrock-invoke"
+    limited = recordings["v1/messages"]  # a streaming call answered with an HTTP error
+    assert limited.body == got["limited"] == LIMITED and limited.header["response"]["status"] == 429
+    assert limited.verdict["kind"] == "errored", limited.verdict
     for recording in (chat, cut, invoke):
         assert recording.complete_file and not check_recording(recording), check_recording(recording)
         assert recording.header["imported_from"] == str(path)
@@ -145,8 +151,8 @@ def test_importing_again_skips_what_is_there(plain_capture):
     first = streamtap_import(str(path), "--out", str(out), "-q")
     second = streamtap_import(str(path), "--out", str(out), "-q")
     assert first.returncode == second.returncode == 0
-    assert second.stdout.count("already imported") == 3
-    assert len(list(out.glob("*.jsonl"))) == 3
+    assert second.stdout.count("already imported") == 4
+    assert len(list(out.glob("*.jsonl"))) == 4
 
 
 def test_filter_chooses_flows(plain_capture):
@@ -166,7 +172,7 @@ def test_the_recommended_capture_with_the_tap_matches_the_live_recordings(tmp_pa
     assert result.returncode == 0, result.stderr
     imported = by_path([read_recording(f) for f in (tmp_path / "imported").glob("*.jsonl")])
     live = by_path([read_recording(f) for f in (tmp_path / "live").glob("*.jsonl")])
-    assert set(imported) == set(live) == {"v1/chat/completions", "cut/v1/chat/completions", INVOKE_PATH[1:]}
+    assert set(imported) == set(live) == {"v1/chat/completions", "cut/v1/chat/completions", INVOKE_PATH[1:], "v1/messages"}
     for key, recording in imported.items():
         assert recording.body == live[key].body
         assert [(f.offset, f.sum) for f in recording.frames] == [(f.offset, f.sum) for f in live[key].frames]
@@ -179,7 +185,7 @@ def test_a_streamed_capture_without_bodies_is_reported_not_guessed(tmp_path, pro
     path, _ = capture(tmp_path, provider, tap=True)
     result = streamtap_import(str(path), "--out", str(tmp_path / "imported"))
     assert result.returncode == 1
-    assert result.stdout.count("store_streamed_bodies=true") == 3
+    assert result.stdout.count("store_streamed_bodies=true") == 4
     assert not list((tmp_path / "imported").glob("*.jsonl"))
 
 

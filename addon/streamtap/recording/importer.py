@@ -24,7 +24,6 @@ from streamtap.wire import DEFAULT_MAX_EVENT
 
 from .writer import RecordingError, RecordingWriter, final_name
 
-STREAM_CONTENT_TYPES = ("text/event-stream", "application/vnd.amazon.eventstream", "application/x-ndjson")
 
 
 class CaptureError(RecordingError):
@@ -59,10 +58,15 @@ def _request_info(flow: Any) -> RequestInfo:
 
 
 def is_llm_stream(flow: Any) -> bool:
-    """A streamed answer: a stream content type, or a streaming call to a known LLM API."""
+    """The flows the Tap taps by default: a stream content type, or a streaming call to a
+    known LLM API answered with something else (an HTTP error body)."""
+    from streamtap.mitm.tap import PROVIDER_HOSTS, STREAM_CONTENT_TYPES
+
     mime = flow.response.headers.get("content-type", "").split(";")[0].strip().lower()
     if mime in STREAM_CONTENT_TYPES:
         return True
+    if not PROVIDER_HOSTS.search(flow.request.pretty_host.lower()) and mime not in ("", "application/json", "text/plain"):
+        return False
     detection = detect_dialect(_request_info(flow), flow.response.headers.get("content-type"))
     return detection.dialect is not Dialect.UNKNOWN and detection.streaming
 
