@@ -175,7 +175,11 @@ def main(argv: list[str] | None = None) -> int:
             mine = measure("streamtap", ours, data, chunk, repeats)
             rows.append((title, mine, None))
             for peer_name, peer in [*peers, ("zlib.crc32 (limit)", zlib_crc32)]:
-                rows.append((title, measure(peer_name, peer, data, chunk, repeats), mine))
+                theirs = measure(peer_name, peer, data, chunk, repeats)
+                rows.append((title, theirs, mine))
+                if mine and theirs and theirs["events"] and theirs["events"] != mine["events"]:
+                    print(f"  note: {peer_name} saw {theirs['events']} events, streamtap {mine['events']}",
+                          file=sys.stderr)
         sliced = data[: len(data) // 10]
         one_byte = measure("streamtap", ours, sliced, 1, repeats)
         bulk = measure("streamtap", ours, sliced, 16384, repeats)
