@@ -391,7 +391,13 @@ def test_constructed_responses_corruptions():
         {"type": "response.completed", "response": {"id": "r", "status": "completed", "output": None}},
     ]
     verdict = analyze_bytes(responses_stream(*call), RESPONSES).verdict
-    assert verdict.kind is X and "never finished" in verdict.reason
+    assert verdict.kind is X and "never done" in verdict.reason and verdict.seq == 3
+    # a message item started and never stopped, yet the response claims completion
+    unclosed = base + [{"type": "response.completed", "response": {"id": "resp_1", "status": "completed", "output": None}}]
+    verdict = analyze_bytes(responses_stream(*unclosed), RESPONSES).verdict
+    assert verdict.kind is X and "output item 0 (message) was added and never done" in verdict.reason
+    # the same stream cut before the terminal event is a cut, not corruption
+    assert analyze_bytes(responses_stream(*base), RESPONSES).verdict.kind is T
 
 
 # ---------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ class Assembler(AssemblerBase):
         self._sequence: int | None = None
         self._items: dict[int, dict[str, Any]] = {}  # output_index -> item from output_item.added/done
         self._item_index: dict[str, int] = {}  # item id -> output_index
+        self._open_items: set[int] = set()  # added, not yet done
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if not isinstance(event, SSEEvent):
@@ -100,6 +101,10 @@ class Assembler(AssemblerBase):
 
     def _on_response_completed(self, obj, event, t):
         response = self._lifecycle(obj)
+        if self._open_items:
+            index = min(self._open_items)
+            kind = self._items[index].get("type")
+            self.corrupt(f"response.completed, but output item {index} ({kind}) was added and never done", event)
         self._fill_from_output(response.get("output"), t)
         calls = any(b.kind is BlockKind.TOOL_CALL for b in self.turn.blocks)
         self.terminal(event, as_str(response.get("status")) or "completed", "tool_use" if calls else "end_turn")
@@ -138,6 +143,7 @@ class Assembler(AssemblerBase):
         if index is None:
             index = len(self._items)
         self._items[index] = item
+        self._open_items.add(index)
         if as_str(item.get("id")):
             self._item_index[item["id"]] = index
         kind = as_str(item.get("type"))
@@ -159,6 +165,7 @@ class Assembler(AssemblerBase):
             self.corrupt(f"output_item.done for output item {index} that was never added", event)
             return
         self._items[index] = item
+        self._open_items.discard(index)
         kind = as_str(item.get("type"))
         if kind in CLIENT_CALLS:
             block = self.block(0, (index, "args"))
