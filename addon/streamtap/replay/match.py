@@ -63,6 +63,7 @@ class MatchOptions:
     ignore_params: tuple[str, ...] = ()
     match_headers: tuple[str, ...] = ()
     once: bool = False  # serve each recording once (several recordings of one request: in order)
+    match_any: bool = False  # answer every request with the first recording (the sweep: one recording, any client)
 
 
 @dataclass(slots=True)
@@ -111,14 +112,14 @@ class Library:
         key = self.request_key(method, target, headers, body)
         with self._lock:
             for entry in self.entries:
-                if entry.key == key and not (self.options.once and entry.served):
+                if (self.options.match_any or entry.key == key) and not (self.options.once and entry.served):
                     entry.served += 1
                     return entry.source
         return None
 
     def has_match(self, method: str, target: str, headers: dict[str, str], body: bytes) -> bool:
         key = self.request_key(method, target, headers, body)
-        return any(e.key == key and not (self.options.once and e.served) for e in self.entries)
+        return any((self.options.match_any or e.key == key) and not (self.options.once and e.served) for e in self.entries)
 
     def request_key(self, method: str, target: str, headers: dict[str, str], body: bytes) -> Key:
         lowered = {k.lower(): v for k, v in headers.items()}

@@ -1,0 +1,117 @@
+"""`streamtap sweep RECORDING -- CLIENT_CMD...`: which cuts does a client silently accept?"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+HELP = "Replay a recording cut at every position, run a client against each, and report which cuts it swallows."
+
+EPILOG = """\
+For each cut position and style a fresh replay server serves the recording cut there, and
+CLIENT_CMD runs with the server's base URL in STREAMTAP_BASE_URL (also OPENAI_BASE_URL=URL/v1,
+ANTHROPIC_BASE_URL, AWS_ENDPOINT_URL_BEDROCK_RUNTIME; dummy API keys). Any request gets the
+recording. Each run is classified:
+  noticed  exit code != 0, or error text in the output
+  SILENT   exit 0, nothing said: partial output silently accepted (the dangerous case)
+  HUNG     still running at --timeout (killed)
+  CRASHED  killed by a signal, or could not start
+
+positions (--positions, comma list): events (after every event), protocol (tool-args,
+escaped-quote, between-blocks, before-terminal, prelude, crc: those the stream has),
+bytes=K (K byte offsets inside events), or explicit event=N, byte=N, at=NAME.
+Styles (--styles): clean (the body ends properly), abort (unterminated body, FIN), reset (RST).
+
+exit code: 0 every cut was noticed, 1 some were silent, hung or crashed, 2 usage error.
+
+example:
+  streamtap sweep recordings/live/x.jsonl --json report.json -- python examples/sweep_openai.py
+"""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    _options(parser)
+    parser.add_argument("recording", help="the recording to cut (a .jsonl file)")
+    # argparse drops a `--` met inside a sub-command, so everything after the recording is
+    # taken as is and split at `--` here: options before it, the client command after it
+    parser.add_argument("rest", nargs=argparse.REMAINDER, metavar="[OPTIONS] -- CLIENT_CMD ...", help="the client to run, after --")
+
+
+def _options(parser: argparse.ArgumentParser) -> None:
+    from streamtap.replay.sweep import DEFAULT_POSITIONS
+
+    parser.add_argument("--positions", default=DEFAULT_POSITIONS, help=f"which cuts (default: {DEFAULT_POSITIONS})")
+    parser.add_argument("--styles", default="clean,abort", help="end styles, comma list of clean, abort, reset (default: clean,abort)")
+    parser.add_argument("--timeout", type=float, default=20.0, help="seconds before a client counts as hung (default 20)")
+    parser.add_argument("--jobs", "-j", type=int, default=0, help="clients run at once (default: the number of cores)")
+    parser.add_argument("--timing", default="fast", help="replay timing: fast (default), original or scale=N")
+    parser.add_argument("--json", metavar="FILE", help="also write the full report as JSON ('-' for stdout)")
+    parser.add_argument("--error-text", metavar="REGEX", help="what counts as the client saying something went wrong")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def run(args: argparse.Namespace) -> int:
+    from streamtap.cli import UsageError
+    from streamtap.replay.faults import CUT_STYLES, FaultSpecError, Timing
+    from streamtap.replay.source import RecordingError, load_source
+    from streamtap.replay.sweep import ERROR_TEXT, HUNG, CRASHED, SILENT, progress_bar, run_sweep, sweep_positions
+
+    rest = list(args.rest)
+    if "--" in rest:
+        before, command = rest[: rest.index("--")], rest[rest.index("--") + 1 :]
+    else:
+        before, command = [], rest
+    if before:
+        options = argparse.ArgumentParser(prog="streamtap sweep", add_help=False)
+        _options(options)
+        try:
+            options.parse_args(before, namespace=args)
+        except SystemExit:
+            raise UsageError(f"cannot read the options {' '.join(before)!r} (see streamtap sweep --help)") from None
+    if not command:
+        raise UsageError("no client command: put it after --, e.g. streamtap sweep REC.jsonl -- python client.py")
+    styles = tuple(s.strip() for s in args.styles.split(",") if s.strip())
+    if not styles or any(s not in CUT_STYLES for s in styles):
+        raise UsageError(f"--styles takes {', '.join(CUT_STYLES)}, not {args.styles!r}")
+    if args.timeout <= 0 or args.jobs < 0:
+        raise UsageError("--timeout must be > 0 and --jobs >= 0")
+    try:
+        source = load_source(args.recording)
+    except (RecordingError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        timing = Timing.parse(args.timing)
+        positions = sweep_positions(source, args.positions)
+    except FaultSpecError as exc:
+        raise UsageError(str(exc)) from None
+    if not positions:
+        raise UsageError(f"{args.recording} has no cut positions for {args.positions!r}")
+    error_text = args.error_text or ERROR_TEXT
+    progress = None if args.no_progress or not sys.stderr.isatty() else progress_bar(sys.stderr)
+    report = asyncio.run(
+        run_sweep(
+            source,
+            command,
+            positions=positions,
+            styles=styles,
+            timing=timing,
+            timeout=args.timeout,
+            jobs=args.jobs or None,
+            error_text=error_text,
+            progress=progress,
+        )
+    )
+    data = report.to_dict()
+    if args.json == "-":
+        print(json.dumps(data, indent=1))
+    else:
+        print(report.table())
+        if args.json:
+            Path(args.json).write_text(json.dumps(data, indent=1) + "\n")
+    counts = report.counts()
+    return 1 if counts[SILENT] or counts[HUNG] or counts[CRASHED] else 0

@@ -1,0 +1,265 @@
+"""The cut sweep: which cuts does a client swallow without a word?
+
+For each cut position of a recording (every event boundary, the protocol-aware positions,
+sampled byte offsets) and each end style, a fresh replay server serves the recording cut
+there, the client command runs against it (base URL in the environment), and the run is
+classified:
+
+- ``noticed``: the client exited non-zero, or said so (error text in its output);
+- ``silent``: exit 0 and nothing said: partial output silently accepted (the dangerous case);
+- ``hung``: still running at the timeout (killed);
+- ``crashed``: killed by a signal, or could not start.
+
+``sweep_positions`` and ``classify`` are pure; ``run_sweep`` is the asyncio runner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from .faults import FaultSpecError, Timing, parse_fault, protocol_positions
+from .match import Library, MatchOptions
+from .server import ReplayServer, ServeOptions
+from .source import Source
+
+NOTICED, SILENT, HUNG, CRASHED = "noticed", "silent", "hung", "crashed"
+OUTCOMES = (SILENT, HUNG, CRASHED, NOTICED)
+ERROR_TEXT = r"(?i)\b(error|exception|traceback|truncated|incomplete|interrupted|failed)\b"
+DEFAULT_POSITIONS = "events,protocol,bytes=16"
+
+
+def sweep_positions(source: Source, which: str = DEFAULT_POSITIONS) -> list[str]:
+    """Cut points as fault-spec prefixes (``cut:event=3``, ``cut:at=tool-args``, ``cut:byte=812``).
+
+    ``which`` is a comma list of: ``events`` (after every event but the last, and before the
+    first), ``protocol`` (each protocol-aware position the stream has), ``bytes=K`` (K byte
+    offsets spread evenly over the body, off the event boundaries), or explicit
+    ``event=N`` / ``byte=N`` / ``at=NAME`` items.
+    """
+    events = [f for f in source.frames if f.seq is not None]
+    body_length = sum(len(f.raw) for f in source.frames)
+    boundaries, pos = {0}, 0
+    for f in source.frames:
+        pos += len(f.raw)
+        boundaries.add(pos)
+    out: list[str] = []
+    for item in filter(None, (w.strip() for w in which.split(","))):
+        name, _, value = item.partition("=")
+        if name == "events":
+            out += [f"cut:event={n}" for n in range(-1, len(events) - 1)]
+        elif name == "protocol":
+            out += [f"cut:at={p}" for p, _o, _w in protocol_positions(source)]
+        elif name == "bytes":
+            count = _int(item, value or "16")
+            inside = [o for o in range(1, body_length) if o not in boundaries]
+            if inside and count > 0:
+                step = len(inside) / count
+                out += sorted({f"cut:byte={inside[int(i * step + step / 2)]}" for i in range(count)}, key=lambda s: int(s.split("=")[1]))
+        elif name in ("event", "byte", "at"):
+            out.append(f"cut:{name}={value}")
+        else:
+            raise FaultSpecError(f"--positions takes events, protocol, bytes=K, event=N, byte=N, at=NAME; not {item!r}")
+    seen: set[str] = set()
+    unique = [p for p in out if not (p in seen or seen.add(p))]
+    for spec in unique:
+        parse_fault(spec)  # a bad explicit item fails here, before any run
+    return unique
+
+
+def _int(item: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise FaultSpecError(f"--positions: {item!r} needs a number") from None
+
+
+def classify(returncode: int | None, output: str, *, timed_out: bool, error_text: str = ERROR_TEXT) -> str:
+    if timed_out:
+        return HUNG
+    if returncode is None or returncode < 0 or returncode in (126, 127) or returncode >= 128:
+        return CRASHED
+    if returncode != 0:
+        return NOTICED
+    return NOTICED if re.search(error_text, output) else SILENT
+
+
+@dataclass(slots=True)
+class Run:
+    position: str
+    style: str
+    outcome: str
+    returncode: int | None
+    seconds: float
+    fault_log: list[str] = field(default_factory=list)
+    output_tail: str = ""
+
+    @property
+    def spec(self) -> str:
+        return f"{self.position},style={self.style}"
+
+
+@dataclass(slots=True)
+class SweepReport:
+    recording: str
+    command: list[str]
+    baseline: Run | None
+    runs: list[Run]
+    seconds: float
+
+    def counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(OUTCOMES, 0)
+        for run in self.runs:
+            counts[run.outcome] += 1
+        return counts
+
+    def to_dict(self) -> dict:
+        return {
+            "recording": self.recording,
+            "command": self.command,
+            "seconds": round(self.seconds, 3),
+            "counts": self.counts(),
+            "baseline": asdict(self.baseline) if self.baseline else None,
+            "runs": [asdict(r) | {"spec": r.spec} for r in self.runs],
+        }
+
+    def table(self) -> str:
+        styles = sorted({r.style for r in self.runs}, key=["clean", "abort", "reset"].index)
+        by = {(r.position, r.style): r for r in self.runs}
+        positions = list(dict.fromkeys(r.position for r in self.runs))
+        width = max([len("cut position")] + [len(p) for p in positions])
+        lines = ["  ".join([f"{'cut position':<{width}}", *[f"{s:<8}" for s in styles]]).rstrip()]
+        for p in positions:
+            cells = [_mark(by[(p, s)].outcome) if (p, s) in by else "-" for s in styles]
+            lines.append("  ".join([f"{p:<{width}}", *[f"{c:<8}" for c in cells]]).rstrip())
+        counts = self.counts()
+        lines.append("")
+        lines.append(
+            f"{len(self.runs)} runs in {self.seconds:.1f} s: {counts[SILENT]} silently accepted partial output, "
+            f"{counts[NOTICED]} noticed, {counts[HUNG]} hung, {counts[CRASHED]} crashed"
+        )
+        if self.baseline is not None and self.baseline.outcome != SILENT:
+            lines.append(f"note: without any cut the client was {self.baseline.outcome} (exit {self.baseline.returncode})")
+        return "\n".join(lines)
+
+
+def _mark(outcome: str) -> str:
+    return {SILENT: "SILENT", NOTICED: "noticed", HUNG: "HUNG", CRASHED: "CRASHED"}[outcome]
+
+
+def client_env(base_url: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        STREAMTAP_BASE_URL=base_url,
+        OPENAI_BASE_URL=base_url + "/v1",
+        ANTHROPIC_BASE_URL=base_url,
+        AWS_ENDPOINT_URL_BEDROCK_RUNTIME=base_url,
+    )
+    # a local replay never needs real credentials: never send the user's to it
+    env.update(
+        OPENAI_API_KEY="sk-streamtap-replay",
+        ANTHROPIC_API_KEY="sk-ant-streamtap-replay",
+        AWS_ACCESS_KEY_ID="AKIDSTREAMTAPREPLAY",
+        AWS_SECRET_ACCESS_KEY="streamtap-replay",
+        AWS_DEFAULT_REGION=env.get("AWS_DEFAULT_REGION", "us-east-1"),
+    )
+    env.pop("AWS_SESSION_TOKEN", None)
+    env.update(extra or {})
+    return env
+
+
+async def run_sweep(
+    source: Source,
+    command: list[str],
+    *,
+    positions: list[str],
+    styles: tuple[str, ...] = ("clean", "abort"),
+    timing: Timing | None = None,
+    timeout: float = 20.0,
+    jobs: int | None = None,
+    error_text: str = ERROR_TEXT,
+    progress: Callable[[int, int, dict[str, int]], None] | None = None,
+) -> SweepReport:
+    timing = timing or Timing()
+    jobs = max(1, jobs or os.cpu_count() or 1)
+    gate = asyncio.Semaphore(jobs)
+    start = time.monotonic()
+    counts = dict.fromkeys(OUTCOMES, 0)
+    done = 0
+    work = [(p, s) for p in positions for s in styles]
+
+    async def one(spec: str | None, position: str, style: str) -> Run:
+        nonlocal done
+        async with gate:
+            run = await _run_once(source, command, spec, position, style, timing, timeout, error_text)
+        if spec is not None:
+            done += 1
+            counts[run.outcome] += 1
+            if progress:
+                progress(done, len(work), counts)
+        return run
+
+    baseline = await one(None, "no cut", "-")
+    if progress:
+        progress(0, len(work), counts)
+    runs = await asyncio.gather(*(one(f"{p},style={s}", p, s) for p, s in work))
+    return SweepReport(source.path, command, baseline, list(runs), time.monotonic() - start)
+
+
+async def _run_once(
+    source: Source, command: list[str], spec: str | None, position: str, style: str, timing: Timing, timeout: float, error_text: str
+) -> Run:
+    faults = [parse_fault(spec)] if spec else []
+    server = ReplayServer(Library([source], MatchOptions(match_any=True)), ServeOptions(timing, faults), log=lambda line: None)
+    await server.start("127.0.0.1", 0)
+    started = time.monotonic()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *command,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=client_env(server.base_url),
+            start_new_session=True,  # so a hung client's children die with it
+        )
+    except OSError as exc:
+        await server.close()
+        return Run(position, style, CRASHED, None, 0.0, [], f"cannot start {command[0]}: {exc}")
+    timed_out = False
+    try:
+        output, _ = await asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError:
+        timed_out = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        output, _ = await proc.communicate()
+    finally:
+        await server.close()
+    text = output.decode("utf-8", "replace")
+    outcome = classify(proc.returncode, text, timed_out=timed_out, error_text=error_text)
+    fault_log = [line for served in server.served for line in served.log]
+    return Run(position, style, outcome, proc.returncode, time.monotonic() - started, fault_log, text[-400:])
+
+
+def progress_bar(stream) -> Callable[[int, int, dict[str, int]], None]:
+    """A one-line progress bar on ``stream`` (stderr), redrawn in place."""
+
+    def draw(done: int, total: int, counts: dict[str, int]) -> None:
+        width = 30
+        filled = int(width * done / total) if total else width
+        stream.write(
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}  silent {counts[SILENT]}  "
+            f"noticed {counts[NOTICED]}  hung {counts[HUNG]}  crashed {counts[CRASHED]}"
+        )
+        if done == total:
+            stream.write("\n")
+        stream.flush()
+
+    return draw

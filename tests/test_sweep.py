@@ -1,0 +1,133 @@
+"""`streamtap sweep`: a careless client shows up as silently accepting cuts, a careful one
+as noticing every cut. The clients are small stdlib Python programs (fast to start), run
+as real processes against real replay servers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from replay_streams import openai_chat_frames, write_recording
+
+from streamtap.replay.faults import protocol_positions
+from streamtap.replay.source import Source, load_source
+from streamtap.replay.sweep import CRASHED, HUNG, NOTICED, SILENT, classify, sweep_positions
+
+STREAMTAP = [sys.executable, "-c", "import sys; from streamtap.cli import main; sys.exit(main())"]
+
+CLIENT = """
+import http.client, json, os, sys, urllib.parse
+url = urllib.parse.urlsplit(os.environ["STREAMTAP_BASE_URL"])
+conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+conn.request("POST", "/v1/chat/completions", body=b"{}", headers={"content-type": "application/json"})
+response = conn.getresponse()
+text, finish, done = [], None, False
+try:
+    for line in response:
+        line = line.decode().rstrip("\\r\\n")
+        if line == "data: [DONE]":
+            done = True
+        elif line.startswith("data: "):
+            chunk = json.loads(line[6:])
+            for choice in chunk["choices"]:
+                text.append(choice["delta"].get("content") or "")
+                finish = choice.get("finish_reason") or finish
+except Exception as exc:
+    if CAREFUL:
+        sys.exit(f"stream broke: {exc!r}")
+print("".join(text))
+if CAREFUL and not (done and finish):
+    sys.exit("incomplete answer")
+"""
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory):
+    path = tmp_path_factory.mktemp("sweep") / "sixty.jsonl"
+    frames = openai_chat_frames(words=52)  # 60 events
+    return write_recording(path, "openai", frames)
+
+
+def client(tmp_path, careful: bool):
+    path = tmp_path / ("careful.py" if careful else "careless.py")
+    path.write_text(f"CAREFUL = {careful}\n" + textwrap.dedent(CLIENT))
+    return [sys.executable, "-S", str(path)]
+
+
+def sweep(recording, command, *options):
+    result = subprocess.run(
+        [*STREAMTAP, "sweep", str(recording), "--json", "-", "--timeout", "15", "--jobs", "2", *options, "--", *command],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode in (0, 1), result.stderr
+    return result.returncode, json.loads(result.stdout)
+
+
+@pytest.mark.slow
+def test_a_careless_client_silently_accepts_the_cuts(recording, tmp_path):
+    code, report = sweep(recording, client(tmp_path, careful=False), "--positions", "events,protocol")
+    events = sum(1 for f in load_source(recording).frames if f.seq is not None)
+    runs = report["runs"]
+    assert len(runs) == 2 * (events + len(protocol_positions(load_source(recording))))
+    assert report["baseline"]["outcome"] == SILENT  # exit 0 with the whole answer
+    # it swallows every cut, clean or abort (it catches what breaks and prints what it has)
+    silent = {(r["position"], r["style"]) for r in runs if r["outcome"] == SILENT}
+    for n in range(-1, events - 1):
+        assert (f"cut:event={n}", "clean") in silent and (f"cut:event={n}", "abort") in silent
+    assert ("cut:at=tool-args", "abort") in silent and ("cut:at=before-terminal", "clean") in silent
+    assert len(silent) == len(runs) == report["counts"][SILENT]
+    assert code == 1
+
+
+@pytest.mark.slow
+def test_a_careful_client_notices_every_cut(recording, tmp_path):
+    code, report = sweep(recording, client(tmp_path, careful=True), "--positions", "events,protocol,bytes=6", "--styles", "clean,abort,reset")
+    assert report["baseline"]["outcome"] == SILENT
+    outcomes = {(r["position"], r["style"]): r["outcome"] for r in report["runs"]}
+    assert set(outcomes.values()) == {NOTICED}, [k for k, v in outcomes.items() if v != NOTICED]
+    assert code == 0
+    assert all(r["fault_log"] and "cut at byte" in r["fault_log"][0] for r in report["runs"])
+
+
+def test_a_hanging_client_is_reported_hung(recording, tmp_path):
+    hang = tmp_path / "hang.py"
+    hang.write_text("import time\ntime.sleep(30)\n")
+    code, report = sweep(recording, [sys.executable, "-S", str(hang)], "--positions", "event=3", "--styles", "clean", "--timeout", "0.5")
+    assert [r["outcome"] for r in report["runs"]] == [HUNG] and code == 1
+
+
+def test_sweep_positions():
+    frames = openai_chat_frames(words=4)
+    src = Source.from_frames(frames, wire="sse", dialect="openai-chat")
+    events = sweep_positions(src, "events")
+    assert events == [f"cut:event={n}" for n in range(-1, len(frames) - 1)]
+    starts = {sum(map(len, frames[:i])) for i in range(len(frames) + 1)}
+    sampled = sweep_positions(src, "bytes=5")
+    offsets = [int(s.split("=")[1]) for s in sampled]
+    assert len(offsets) == 5 and offsets == sorted(offsets) and not starts & set(offsets)
+    assert sweep_positions(src, "protocol") == ["cut:at=tool-args", "cut:at=escaped-quote", "cut:at=between-blocks", "cut:at=before-terminal"]
+    assert sweep_positions(src, "event=2,at=tool-args,event=2") == ["cut:event=2", "cut:at=tool-args"]
+
+
+def test_classify():
+    assert classify(0, "Paris is sunny", timed_out=False) == SILENT
+    assert classify(0, "Error: stream ended early", timed_out=False) == NOTICED
+    assert classify(1, "", timed_out=False) == NOTICED
+    assert classify(-9, "", timed_out=False) == CRASHED
+    assert classify(None, "", timed_out=True) == HUNG
+
+
+def test_sweep_usage_errors(recording):
+    for args, message in [
+        ([str(recording)], "no client command"),
+        ([str(recording), "--styles", "gentle", "--", "true"], "--styles takes"),
+        ([str(recording), "--positions", "everywhere", "--", "true"], "--positions takes"),
+        (["/nonexistent.jsonl", "--", "true"], "nonexistent"),
+    ]:
+        result = subprocess.run([*STREAMTAP, "sweep", *args], capture_output=True, text=True, timeout=30)
+        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, (args, result.stderr)
