@@ -317,6 +317,21 @@ def test_flipped_bytes_are_rejected_like_botocore(stream, data, cuts):
     assert isinstance(bad.error, PreludeCRCMismatch if in_prelude else MessageCRCMismatch)
 
 
+@given(streams, st.data(), cut_lists)
+def test_rewritten_lengths_with_a_valid_prelude_crc_are_judged_like_botocore(stream, data, cuts):
+    # Lengths under 16 and headers lengths past the message are named departures, tested
+    # one by one below; every other length a prelude can claim is judged like botocore.
+    body = b"".join(encode_message(headers, payload) for headers, payload in stream)
+    total = data.draw(st.integers(16, len(body) + 40), label="total length")
+    headers_length = data.draw(st.integers(0, total - 16), label="headers length")
+    prelude = struct.pack(">II", total, headers_length)
+    stream_bytes = prelude + struct.pack(">I", zlib.crc32(prelude)) + body[12:]
+    ours = compare_with_botocore(stream_bytes, cuts)
+    if total > len(stream_bytes):
+        [tail] = ours
+        assert tail.reason == f"message needs {total} bytes, {len(stream_bytes)} arrived"
+
+
 @settings(suppress_health_check=[HealthCheck.too_slow])
 @given(messages, st.data())
 def test_mangled_header_blocks_with_valid_crcs_are_judged_like_botocore(message, data):
