@@ -531,3 +531,17 @@ def test_odd_event_shapes_never_raise(data: st.DataObject) -> None:
     turn, verdict = assembler.finish(StreamEnd.FINISHED)
     assert isinstance(verdict.kind, VerdictKind) and verdict.reason
     turn.to_dict()
+
+
+def test_unknown_block_types_are_kept_whole() -> None:
+    """Constructed: a block type this version does not model (compaction) with its own delta."""
+    body = sse(START, {"type": "content_block_start", "index": 0,
+                       "content_block": {"type": "compaction", "content": None}},
+               {"type": "content_block_delta", "index": 0, "delta": {"type": "compaction_delta", "content": "Sum"}},
+               {"type": "content_block_delta", "index": 0, "delta": {"type": "compaction_delta", "content": "mary"}},
+               {"type": "content_block_stop", "index": 0}, *text_block(1, "Hi"), *end("end_turn"))
+    analysis = analyze_bytes(body, Dialect.ANTHROPIC)
+    other = analysis.turn.blocks[0]
+    assert analysis.verdict.kind is VerdictKind.COMPLETE
+    assert (other.kind, other.text, other.extra["type"]) == (BlockKind.OTHER, "Summary", "compaction")
+    assert analysis.turn.text() == "Hi"  # never mixed into the answer

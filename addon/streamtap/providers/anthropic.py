@@ -305,7 +305,7 @@ class MessageBuilder:
             value = delta.get("partial_json")
             if isinstance(value, str):
                 self.fragments[index].append(value)  # type: ignore[index]
-                if self.turn.timing.first_content is None:
+                if value and self.turn.timing.first_content is None:
                     self.turn.timing.first_content = t
                 return
         elif kind == "thinking_delta" and block.kind is BlockKind.THINKING:
@@ -324,11 +324,15 @@ class MessageBuilder:
             block.citations.append(delta.get("citation"))
             return
         elif kind not in ("text_delta", "input_json_delta", "thinking_delta", "signature_delta", "citations_delta"):
-            # a delta this version does not model: keep its string payload on the block
+            # a delta this version does not model: keep its string payload, as the text of an
+            # 'other' block (a compaction summary, say), else beside the block's own content
             for key, value in delta.items():
                 if key != "type" and isinstance(value, str):
-                    previous = block.extra.get(key)
-                    block.extra[key] = (previous if isinstance(previous, str) else "") + value
+                    if block.kind is BlockKind.OTHER:
+                        self.pieces.add(block, value)
+                    else:
+                        previous = block.extra.get(key)
+                        block.extra[key] = (previous if isinstance(previous, str) else "") + value
             if repr(kind) not in self.noted_deltas:
                 self.noted_deltas.add(repr(kind))
                 self.judge.note(f"delta type {kind!r} kept in block extra (index {index})")
