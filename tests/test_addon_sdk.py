@@ -197,3 +197,23 @@ def test_each_turn_logs_one_line(proxy):
     line = next(line for line in log.splitlines() if "streamtap: anthropic claude-test-4 complete" in line)
     assert "events" in line and "bytes" in line and "ttft" in line and " ms" in line
     assert "Traceback" not in log
+
+
+def test_verify_rechecks_a_recording_and_catches_tampering(proxy, tmp_path):
+    import sys
+
+    good = find_recording(proxy.record_dir, "oai-chat").path
+    ok = subprocess.run([sys.executable, "-m", "streamtap.cli", "verify", str(good)], capture_output=True, text=True)
+    assert ok.returncode == 0 and ": complete " in ok.stdout, ok.stdout + ok.stderr
+
+    lines = good.read_text().splitlines(keepends=True)
+    frame = next(i for i, line in enumerate(lines) if '"type":"frame"' in line and 'answer ' in line)
+    tampered = tmp_path / "tampered.jsonl"
+    tampered.write_text("".join(lines[:frame] + [lines[frame].replace("answer ", "ANSWER ")] + lines[frame + 1 :]))
+    bad = subprocess.run([sys.executable, "-m", "streamtap.cli", "verify", str(tampered)], capture_output=True, text=True)
+    assert bad.returncode == 1 and "does not match its bytes" in bad.stdout and "sha256" in bad.stdout, bad.stdout
+
+    relabelled = tmp_path / "relabelled.jsonl"
+    relabelled.write_text("".join(lines[:-1] + [lines[-1].replace('"kind":"complete"', '"kind":"truncated"', 1)]))
+    wrong = subprocess.run([sys.executable, "-m", "streamtap.cli", "verify", str(relabelled)], capture_output=True, text=True)
+    assert wrong.returncode == 1 and "the recording says truncated" in wrong.stdout, wrong.stdout

@@ -32,6 +32,7 @@ PROVIDER_HOSTS = re.compile(
     r"|aiplatform\.googleapis\.com|amazonaws\.com|api\.mistral\.ai|api\.groq\.com|openrouter\.ai)$"
 )
 MARK = ":warning:"
+FLUSH_EVERY = 0.1  # seconds: recording lines reach the OS at least this often (a syscall per chunk costs too much)
 
 
 # --- content decoding of a copy -------------------------------------------------------
@@ -151,6 +152,7 @@ class FlowTap:
         self.directory = directory
         self.finished = False
         self.body_lost = False  # content decoding failed: later body bytes cannot be placed
+        self.flushed_at = 0.0
         response = flow.response
         assert response is not None
         self.status = response.status_code
@@ -175,6 +177,7 @@ class FlowTap:
         except Exception as exc:
             self.fail("analysis", exc)
         self.provider = self.detection.dialect.value if self.detection else "unknown"
+        self.sentinel = sentinel
         if record:
             try:
                 self.writer = RecordingWriter.create(
@@ -246,6 +249,7 @@ class FlowTap:
             },
             "dialect": self.provider,
             "why": self.detection.why if self.detection else None,
+            "sentinel": self.sentinel,
             "wire": {
                 "format": self.detection.wire if self.detection else None,
                 "content_encoding": self.encoding or None,
@@ -266,6 +270,12 @@ class FlowTap:
                 self.fail("recording", exc)
                 writer = None
         self._take_body(data, t, writer)
+        if t - self.flushed_at >= FLUSH_EVERY:
+            self.flush(t)
+
+    def flush(self, t: float | None = None) -> None:
+        """Hand buffered lines to the OS, so a killed proxy loses at most FLUSH_EVERY of them."""
+        self.flushed_at = time.monotonic() - self.t0 if t is None else t
         if self.writer is not None:
             try:
                 self.writer.flush()
@@ -549,7 +559,29 @@ class Tap:
         except Exception as exc:
             log.warning(f"streamtap: flow {flow.id[:12]}: cannot finish: {type(exc).__name__}: {exc}")
 
+    def running(self) -> None:
+        # a stalled stream gets no chunks, so its buffered lines are flushed from here
+        import asyncio
+
+        try:
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_open())
+        except RuntimeError:  # no loop (a test calling hooks directly)
+            self._flusher = None
+
+    async def _flush_open(self) -> None:
+        import asyncio
+
+        while True:
+            await asyncio.sleep(FLUSH_EVERY)
+            for tap in list(self.open.values()):
+                try:
+                    tap.flush()
+                except Exception:
+                    pass
+
     def done(self) -> None:
+        if getattr(self, "_flusher", None) is not None:
+            self._flusher.cancel()
         for tap in self.open.values():
             try:
                 tap.abandon()

@@ -1,0 +1,395 @@
+"""streamtap in mitmdump against bare streaming mitmdump, same loopback workload, one run.
+
+    .venv/bin/python bench/proxy.py [--mb 16] [--rounds 3] [--quick]
+
+Peers (each a real `mitmdump` in reverse mode in front of the same loopback upstream):
+  bare       a one-line script addon: flow.response.stream = True
+  passthru   a stream callable that returns each chunk (the floor for any callable)
+  streamtap  `-s addon/tap.py`, recording on, fsync=end
+
+Measures: wall time and proxy CPU (utime+stime from /proc) for a large SSE body (OpenAI chat
+chunks) and a large AWS event-stream body (ConverseStream deltas); the added latency per
+event for a small event every 5 ms; the proxy's resident memory per open stream with 100
+streams held open mid-body. Prints figures and ratios to bare as measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "addon"))
+
+from streamtap.wire import encode_message  # noqa: E402
+
+MITMDUMP = REPO / ".venv" / "bin" / "mitmdump"
+CLK = os.sysconf("SC_CLK_TCK")
+
+BARE = "def responseheaders(flow):\n    flow.response.stream = True\n"
+PASSTHRU = "def responseheaders(flow):\n    flow.response.stream = lambda data: data\n"
+
+
+# --- workload ------------------------------------------------------------------------------
+
+
+def sse_events(megabytes: float) -> list[bytes]:
+    base = {"id": "chatcmpl-B1", "object": "chat.completion.chunk", "created": 1770000000, "model": "gpt-bench"}
+    events = [b'data: ' + json.dumps({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}).encode() + b"\n\n"]
+    size, i = 0, 0
+    while size < megabytes * 1e6:
+        piece = json.dumps({**base, "choices": [{"index": 0, "delta": {"content": f"tok{i} "}, "finish_reason": None}]}).encode()
+        events.append(b"data: " + piece + b"\n\n")
+        size += len(events[-1])
+        i += 1
+    events.append(b'data: ' + json.dumps({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}).encode() + b"\n\n")
+    events.append(b"data: [DONE]\n\n")
+    return events
+
+
+def eventstream_events(megabytes: float) -> list[bytes]:
+    def message(kind: str, payload: dict) -> bytes:
+        return encode_message({":event-type": kind, ":content-type": "application/json", ":message-type": "event"}, json.dumps(payload).encode())
+
+    out = [message("messageStart", {"role": "assistant"})]
+    size, i = 0, 0
+    while size < megabytes * 1e6:
+        out.append(message("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": f"tok{i} "}, "p": "abcdefghij"}))
+        size += len(out[-1])
+        i += 1
+    out.append(message("contentBlockStop", {"contentBlockIndex": 0}))
+    out.append(message("messageStop", {"stopReason": "end_turn"}))
+    out.append(message("metadata", {"usage": {"inputTokens": 1, "outputTokens": i, "totalTokens": i + 1}, "metrics": {"latencyMs": 1}}))
+    return out
+
+
+# --- the upstream (its own process, so it does not share the client's GIL) ------------------
+
+
+def upstream_main(port_pipe, megabytes: float) -> None:
+    bodies = {
+        "/sse/v1/chat/completions": (b"text/event-stream", sse_events(megabytes)),
+        "/es/model/m/converse-stream": (b"application/vnd.amazon.eventstream", eventstream_events(megabytes)),
+    }
+
+    async def handle(reader, writer):
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                path = head.split(b" ", 2)[1].decode()
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                await reader.readexactly(length)
+                writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-type: ")
+                if path.startswith("/tick"):  # /tick/<events>/v1/chat/completions: a small event every 5 ms
+                    count = int(path.split("/")[2])
+                    writer.write(b"text/event-stream\r\n\r\n")
+                    start = time.perf_counter()
+                    for i in range(count):
+                        delay = start + i * 0.005 - time.perf_counter()
+                        if delay > 0:
+                            await asyncio.sleep(delay)
+                        event = b'data: {"t":%.9f,"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n' % time.perf_counter()
+                        writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+                        await writer.drain()
+                    event = b"data: [DONE]\n\n"
+                    writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(event), event))
+                elif path.startswith("/hold"):  # a few events, then hold the stream open
+                    writer.write(b"text/event-stream\r\n\r\n")
+                    event = b'data: {"choices":[{"index":0,"delta":{"content":"held"}}]}\n\n' * 4
+                    writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+                    await writer.drain()
+                    await asyncio.sleep(3600)
+                else:
+                    # /sse/... and /es/...: one HTTP chunk per event, as providers flush them;
+                    # /big-sse/... and /big-es/...: the same bytes coalesced into 16 KiB chunks (worst case per byte)
+                    coalesced = path.startswith("/big-")
+                    content_type, events = bodies[path.replace("/big-", "/", 1)]
+                    writer.write(content_type + b"\r\n\r\n")
+                    pieces = [b"".join(events[i : i + 128]) for i in range(0, len(events), 128)] if coalesced else events
+                    for i, piece in enumerate(pieces):
+                        writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                        if i % 64 == 0:
+                            await writer.drain()
+                    writer.write(b"0\r\n\r\n")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def main():
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=512)
+        port_pipe.send((server.sockets[0].getsockname()[1], *(sum(map(len, events)) for _, events in bodies.values())))
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+# --- the proxies ---------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Proxy:
+    def __init__(self, name: str, upstream_port: int, workdir: Path) -> None:
+        self.name = name
+        self.port = free_port()
+        self.dir = workdir / name
+        self.dir.mkdir()
+        args = [str(MITMDUMP), "-q", "--mode", f"reverse:http://127.0.0.1:{upstream_port}", "--listen-host", "127.0.0.1",
+                "--listen-port", str(self.port), "--set", f"confdir={self.dir / 'conf'}"]
+        if name == "streamtap":
+            args += ["-s", str(REPO / "addon" / "tap.py"), "--set", f"streamtap_dir={self.dir / 'rec'}", "--set", "streamtap_fsync=end"]
+        else:
+            script = self.dir / "addon.py"
+            script.write_text(BARE if name == "bare" else PASSTHRU)
+            args += ["-s", str(script)]
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    raise RuntimeError(f"{name} mitmdump did not start")
+                time.sleep(0.05)
+
+    def cpu(self) -> float:
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK
+
+    def rss(self) -> int:
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+REQUEST = b'{"model":"m","stream":true,"messages":[]}'
+
+
+def request_head(path: str) -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(REQUEST)}\r\n\r\n").encode() + REQUEST
+
+
+def fetch(port: int, path: str) -> int:
+    """Read a whole chunked response as fast as possible; returns the raw bytes read."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(request_head(path))
+        total = 0
+        tail = b""
+        while True:
+            data = sock.recv(1 << 20)
+            if not data:
+                break
+            total += len(data)
+            tail = (tail + data)[-7:]
+            if tail.endswith(b"\r\n0\r\n\r\n"[-7:]):
+                break
+        return total
+
+
+def transfer(proxy: Proxy, path: str, repeat: int = 1) -> tuple[float, float]:
+    """Wall and proxy CPU seconds for one body (``repeat`` transfers averaged: CPU ticks are 10 ms)."""
+    cpu0, t0 = proxy.cpu(), time.perf_counter()
+    for _ in range(repeat):
+        fetch(proxy.port, path)
+    wall = (time.perf_counter() - t0) / repeat
+    time.sleep(0.05)  # let the proxy finish the flow (end line, fsync) before reading its CPU
+    return wall, (proxy.cpu() - cpu0) / repeat
+
+
+def tick_latencies(port: int, count: int) -> list[float]:
+    """Per-event delay from the upstream's write to the client's read, in ms."""
+    delays = []
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(request_head(f"/tick/{count}/v1/chat/completions"))
+        buffer = b""
+        while True:
+            data = sock.recv(65536)
+            now = time.perf_counter()
+            if not data:
+                break
+            buffer += data
+            while (start := buffer.find(b'{"t":')) >= 0:
+                end = buffer.find(b",", start)
+                if end < 0:
+                    break
+                delays.append((now - float(buffer[start + 5 : end])) * 1000)
+                buffer = buffer[end:]
+            if b"[DONE]" in buffer:
+                break
+    return delays
+
+
+def held_streams(proxy: Proxy, count: int) -> int:
+    """RSS growth with ``count`` streams held open mid-body, per stream (bytes)."""
+    def open_streams() -> list[socket.socket]:
+        socks = []
+        for _ in range(count):
+            sock = socket.create_connection(("127.0.0.1", proxy.port))
+            sock.sendall(request_head("/hold/v1/chat/completions"))
+            socks.append(sock)
+        for sock in socks:
+            got = b""
+            while b"held" not in got:
+                got += sock.recv(65536)
+        return socks
+
+    for sock in open_streams():  # a first round, so the allocator's pools are warm
+        sock.close()
+    time.sleep(1)
+    before = proxy.rss()
+    socks = open_streams()
+    time.sleep(0.5)
+    after = proxy.rss()
+    for sock in socks:
+        sock.close()
+    return (after - before) // count
+
+
+def per_stream_state(count: int) -> int:
+    """Bytes of streamtap's own per-stream state (session, decoder, assembler, writer) with ``count`` open."""
+    import tracemalloc
+
+    from streamtap.providers import Dialect, StreamSession
+    from streamtap.recording import RecordingWriter
+
+    events = sse_events(0.05)
+    prefix = b"".join(events[:200]) + events[200][:60]  # 200 events in, one event in progress
+    with tempfile.TemporaryDirectory() as tmp:
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        open_streams = []
+        for i in range(count):
+            session = StreamSession(Dialect.OPENAI_CHAT, "sse")
+            writer = RecordingWriter(Path(tmp) / f"{i}.jsonl")
+            writer.header({"request": {"method": "POST", "url": "http://x/v1/chat/completions", "headers": []}})
+            for start in range(0, len(prefix), 1500):
+                chunk = prefix[start : start + 1500]
+                writer.read(chunk, 1.0)
+                for event in session.feed(chunk, 1.0):
+                    writer.frame(event, 1.0)
+                writer.flush()
+            open_streams.append((session, writer))
+        after = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        for _, writer in open_streams:
+            writer.close()
+    return (after - before) // count
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mb", type=float, default=4, help="size of each large body in MB (default 4)")
+    parser.add_argument("--rounds", type=int, default=3, help="transfers per body and proxy; the median is kept (default 3)")
+    parser.add_argument("--ticks", type=int, default=400, help="events in the latency run (one per 5 ms; default 400)")
+    parser.add_argument("--held", type=int, default=100, help="streams held open for the memory figure (default 100)")
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    args = parser.parse_args()
+    if args.quick:
+        args.mb, args.rounds, args.ticks, args.held = 0.5, 1, 100, 20
+
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+    upstream = ctx.Process(target=upstream_main, args=(child, args.mb), daemon=True)
+    upstream.start()
+    port, sse_len, es_len = parent.recv()
+    sse_count, es_count = len(sse_events(args.mb)), len(eventstream_events(args.mb))
+    state_bytes = per_stream_state(args.held)
+    workdir = Path(tempfile.mkdtemp(prefix="streamtap-bench-"))
+    names = ["bare", "passthru", "streamtap"]
+    proxies = {name: Proxy(name, port, workdir) for name in names}
+    results: dict[str, dict[str, float]] = {name: {} for name in names}
+    try:
+        workloads = (
+            ("sse", "/sse/v1/chat/completions", sse_len),
+            ("es", "/es/model/m/converse-stream", es_len),
+            ("sse16k", "/big-sse/v1/chat/completions", sse_len),
+            ("es16k", "/big-es/model/m/converse-stream", es_len),
+        )
+        for label, path, size in workloads:
+            repeat = 8 if label.endswith("16k") else 1
+            runs = {name: [] for name in names}
+            for name in names:
+                transfer(proxies[name], path)  # warm-up
+            for _ in range(args.rounds):
+                for name in names:  # interleaved, so machine noise hits every peer alike
+                    runs[name].append(transfer(proxies[name], path, repeat))
+            for name in names:
+                wall = statistics.median(w for w, _ in runs[name])
+                cpu = statistics.median(c for _, c in runs[name])
+                results[name][f"{label}_mbps"] = size / 1e6 / wall
+                results[name][f"{label}_wall"] = wall
+                results[name][f"{label}_cpu"] = cpu * 1000 / (size / 1e6)
+        for name in names:
+            delays = tick_latencies(proxies[name].port, args.ticks)
+            results[name]["tick_p50"] = statistics.median(delays)
+            results[name]["tick_p99"] = sorted(delays)[int(len(delays) * 0.99) - 1]
+        for name in names:
+            results[name]["held_bytes"] = held_streams(proxies[name], args.held)
+        recordings = list((workdir / "streamtap" / "rec").glob("*.jsonl"))
+    finally:
+        for proxy in proxies.values():
+            proxy.stop()
+        upstream.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    bare = results["bare"]
+    print(f"bench/proxy.py: mitmdump reverse proxy on loopback; SSE {sse_len / 1e6:.1f} MB "
+          f"({sse_count} events), event-stream {es_len / 1e6:.1f} MB ({es_count} messages); median of {args.rounds}; "
+          f"{os.cpu_count()} CPUs; streamtap wrote {len(recordings)} recordings\n")
+    print("throughput (time ratio to bare: 1.10 = 10% slower) and proxy CPU per MB")
+    print(f"{'workload':34} {'proxy':10} {'MB/s':>7} {'x bare':>7} {'CPU ms/MB':>10} {'x bare':>7}")
+    titles = {
+        "sse": "SSE, one HTTP chunk per event",
+        "es": "event-stream, one chunk per message",
+        "sse16k": "SSE, 128 events per HTTP chunk",
+        "es16k": "event-stream, 128 per HTTP chunk",
+    }
+    for label, title in titles.items():
+        for name in names:
+            r = results[name]
+            print(f"{title if name == 'bare' else '':34} {name:10} {r[label + '_mbps']:7.1f} "
+                  f"{r[label + '_wall'] / bare[label + '_wall']:7.2f} {r[label + '_cpu']:10.1f} "
+                  f"{r[label + '_cpu'] / max(bare[label + '_cpu'], 1e-9):7.2f}")
+    print(f"\nlatency of a small event every 5 ms ({args.ticks} events), and resident memory per open stream ({args.held} held open)")
+    print(f"{'proxy':10} {'p50 ms':>8} {'added':>8} {'p99 ms':>8} {'RSS/stream':>12} {'added':>10}")
+    for name in names:
+        r = results[name]
+        print(f"{name:10} {r['tick_p50']:8.3f} {r['tick_p50'] - bare['tick_p50']:8.3f} {r['tick_p99']:8.3f} "
+              f"{r['held_bytes'] / 1024:8.1f} KiB {(r['held_bytes'] - bare['held_bytes']) / 1024:6.1f} KiB")
+    print(f"\nstreamtap per-stream state measured in-process (tracemalloc, {args.held} sessions+writers open mid-event): "
+          f"{state_bytes / 1024:.1f} KiB per stream")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
