@@ -579,3 +579,18 @@ def test_session_feed_returns_events_and_times_them():
     assert len(timing.arrivals) == len(events) + len(analysis.events)
     assert timing.arrivals == sorted(timing.arrivals)
     assert timing.first_byte <= timing.first_content <= timing.last_byte
+
+
+def test_two_generations_stitched_together_are_corrupt():
+    """Head of one real capture, tail of another (a retry spliced onto a cut stream): the chunk id changes."""
+    a = shared_path("fixtures", "openllmetry/bodies/openai_chat_stream_parallel_tool_calls.0.sse").read_bytes()
+    b = shared_path("fixtures", "openllmetry/bodies/openai_chat_stream_parallel_tool_calls.1.sse").read_bytes()
+    cut_a, cut_b = sse_spans(a)[5][1], sse_spans(b)[5][1]
+    stitched = a[:cut_a] + b[cut_b:]
+    verdict = analyze_bytes(stitched, CHAT).verdict
+    assert verdict.kind is X and "chunk id changed" in verdict.reason
+    assert verdict.seq == 6 and verdict.offset == cut_a
+    # Azure's preamble chunk with an empty id is not a change of generation
+    path = vercel("openai", "chat", "azure-model-router.1.chunks.txt")
+    if path.exists():
+        assert analyze_bytes(frame_chat(chunk_lines(path)), CHAT).verdict.kind is C

@@ -36,6 +36,7 @@ class Assembler(AssemblerBase):
         self._done: WireEvent | None = None
         self._tool_keys: dict[tuple[int, int], int] = {}  # (choice, tool index) -> generation, for reused indexes
         self._calls = 0
+        self._chunk_id: str | None = None  # every chunk of one generation carries the same id
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if not isinstance(event, SSEEvent):
@@ -63,8 +64,14 @@ class Assembler(AssemblerBase):
         turn = self.turn
         if turn.model is None:
             turn.model = as_str(obj.get("model"))
+        chunk_id = obj.get("id")
+        if chunk_id and type(chunk_id) is str:  # Azure's preamble chunk has id ""
+            if self._chunk_id is None:
+                self._chunk_id = chunk_id
+            elif chunk_id != self._chunk_id:
+                self.corrupt(f"chunk id changed from {self._chunk_id} to {chunk_id}: two generations in one stream", event)
         if turn.response_id is None:
-            turn.response_id = as_str(obj.get("id"))
+            turn.response_id = self._chunk_id
         usage = obj.get("usage")
         if usage is None and "x_groq" in obj:
             usage = as_dict(obj["x_groq"]).get("usage")
