@@ -545,3 +545,18 @@ def test_unknown_block_types_are_kept_whole() -> None:
     assert analysis.verdict.kind is VerdictKind.COMPLETE
     assert (other.kind, other.text, other.extra["type"]) == (BlockKind.OTHER, "Summary", "compaction")
     assert analysis.turn.text() == "Hi"  # never mixed into the answer
+
+
+def test_session_timing_comes_from_the_reads() -> None:
+    """Fed through StreamSession with arrival times: first content is the read that carried the
+    first text, not the message_start."""
+    from streamtap.providers import StreamSession
+
+    session = StreamSession(Dialect.ANTHROPIC)
+    head = sse(START)
+    session.feed(head, 0.25)
+    session.feed(THINK_TEXT_TOOL[len(head):], 0.75)
+    analysis = session.close()
+    assert analysis.verdict.ok
+    timing = analysis.turn.timing
+    assert (timing.first_byte, timing.first_content, timing.last_byte) == (0.25, 0.75, 0.75)

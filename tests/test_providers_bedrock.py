@@ -547,3 +547,21 @@ def test_complete_verdict_points_at_the_terminal_event() -> None:
     verdict = analyze_bytes(body + metadata, Dialect.BEDROCK_CONVERSE).verdict
     assert verdict.kind is VerdictKind.COMPLETE and verdict.seq == 4
     assert verdict.offset == len(body) - len(converse_frame("messageStop", {"stopReason": "end_turn"}))
+
+
+VERCEL_ANTHROPIC = [p for p in shared_files("vercel-ai/anthropic/*.chunks.txt")]
+
+
+@pytest.mark.parametrize("path", VERCEL_ANTHROPIC, ids=[p.name for p in VERCEL_ANTHROPIC])
+def test_anthropic_events_in_invoke_chunks_give_the_same_turn(path: Path) -> None:
+    """Constructed framing: the real Anthropic payloads wrapped as InvokeModel chunk frames must
+    assemble exactly as they do over SSE (Bedrock reuses the Anthropic event logic)."""
+    from test_providers_anthropic import reframe as sse_reframe
+
+    lines = [json.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+    over_invoke = analyze_bytes(b"".join(chunk_frame(e) for e in lines), Dialect.BEDROCK_INVOKE)
+    over_sse = analyze_bytes(sse_reframe(path), Dialect.ANTHROPIC)
+    assert over_invoke.verdict.kind is over_sse.verdict.kind
+    ours, theirs = over_invoke.turn.to_dict(), over_sse.turn.to_dict()
+    for key in ("choices", "stop_reason", "stop_reason_raw", "usage", "model", "response_id", "error"):
+        assert ours[key] == theirs[key], key

@@ -164,7 +164,7 @@ def _block_from(content_block: dict[str, Any], index: int) -> Block:
     return Block(BlockKind.OTHER, index, extra=dict(content_block))
 
 
-# which delta type a block kind accepts, and the field it carries
+# block kinds whose arguments stream as input_json_delta fragments
 _TOOLISH = (BlockKind.TOOL_CALL, BlockKind.SERVER_TOOL)
 
 
@@ -358,9 +358,12 @@ class MessageBuilder:
         if block.kind not in _TOOLISH or block.arguments_raw is None:
             return
         start_input = block.extra.pop("start_input", None)
-        if prefilled:
+        if prefilled:  # arrived whole inside message_start: no fragments to join
             block.arguments = start_input if start_input is not None else {}
-            block.arguments_raw = orjson.dumps(block.arguments).decode()
+            try:
+                block.arguments_raw = orjson.dumps(block.arguments).decode()
+            except TypeError:
+                block.arguments_raw = None
             return
         raw = "".join(self.fragments.pop(index, ()))
         block.arguments_raw = raw
