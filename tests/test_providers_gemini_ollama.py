@@ -290,3 +290,14 @@ def test_every_gemini_body_is_covered():
     if not names:
         pytest.skip("../shared/fixtures is absent")
     assert names == set(GEMINI_BODIES)
+
+
+def test_gemini_raw_json_error_without_data_lines():
+    """Constructed (provider-streams.md §5.1): an error written as multi-line JSON, no data: prefix."""
+    error = b'{\r\n  "error": {\r\n    "code": 503,\r\n    "message": "The model is overloaded.",\r\n    "status": "UNAVAILABLE"\r\n  }\r\n}\r\n'
+    for tail in (error, error + b"\r\n"):
+        analysis = analyze_bytes(_gemini(TEXT) + tail, GEMINI)
+        assert analysis.verdict.kind is E and "overloaded" in analysis.verdict.reason, analysis.verdict
+        assert analysis.turn.error["status"] == "UNAVAILABLE"
+    # bytes that are not an error object stay a cut
+    assert analyze_bytes(_gemini(TEXT) + b'{"candidates": [', GEMINI).verdict.kind is T

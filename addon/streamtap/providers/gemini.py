@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from streamtap.wire import JSONValue, SSEEvent, WireEvent
+from streamtap.wire import JSONValue, SSEEvent, Tail, WireEvent
 
-from .common import AssemblerBase, as_dict, as_int, as_list, as_str, dumps, error_message, one_line, worst_stop
+from .common import AssemblerBase, as_dict, as_int, as_list, as_str, dumps, error_message, loads, one_line, worst_stop
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict
 
 POLICY = {
@@ -85,6 +85,22 @@ class Assembler(AssemblerBase):
             self._last_chunk_finished = all(c.get("finishReason") for c in candidates)
         for candidate in candidates:
             self._candidate(candidate, event, t)
+
+    def tail(self, event: Tail) -> bool:
+        """An error the server wrote as raw (multi-line) JSON without ``data:`` lines; the
+        official SDK reads these too. Anything else is left to the session as a cut."""
+        try:
+            obj = loads(event.raw)
+        except ValueError:
+            return False
+        if not isinstance(obj, dict) or "error" not in obj:
+            return False
+        self.seen(event, "raw error JSON")
+        message = one_line(error_message(obj))
+        error = as_dict(obj["error"])
+        self.errored(f"in-band error (raw JSON, no data: line): {message}", event,
+                     {"source": "stream", "message": message, "code": error.get("code"), "status": error.get("status")})
+        return True
 
     def _candidate(self, candidate: dict[str, Any], event: WireEvent, t: float | None) -> None:
         choice = self.choice(candidate.get("index") or 0)
