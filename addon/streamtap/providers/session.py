@@ -157,17 +157,18 @@ class StreamSession:
             if self._malformed is None:
                 self._malformed = event
             return
-        if isinstance(event, Tail):
-            accept = getattr(self._assembler, "tail", None)  # optional: a dialect may read meaning into a tail
-            if accept is not None and self._bug is None and accept(event):
-                return
-            self._tail = event
-            return
         if self._bug is not None:
+            if isinstance(event, Tail):
+                self._tail = event
             return
         try:
-            self._assembler.feed(event, t)
-        except Exception as exc:  # fail open
+            if isinstance(event, Tail):
+                accept = getattr(self._assembler, "tail", None)  # optional: a dialect may read meaning into a tail
+                if accept is None or not accept(event):
+                    self._tail = event
+            else:
+                self._assembler.feed(event, t)
+        except Exception as exc:  # fail open: the events still go back to the adapter; the bug becomes evidence
             self._bug = f"{type(exc).__name__}: {exc} (at event {event.seq})"
 
     def _judge(self, turn: Turn, verdict: Verdict, end: StreamEnd) -> Verdict:
