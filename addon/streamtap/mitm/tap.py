@@ -153,6 +153,10 @@ class FlowTap:
         self.finished = False
         self.body_lost = False  # content decoding failed: later body bytes cannot be placed
         self.flushed_at = 0.0
+        # body bytes the decoder holds that no frame covers yet (the event in progress), so that
+        # they can still be recorded if analysis fails; only kept while recording
+        self.unframed = bytearray()
+        self.unframed_start = 0
         response = flow.response
         assert response is not None
         self.status = response.status_code
@@ -201,9 +205,10 @@ class FlowTap:
         """Switch off the failed part for this flow; log the first failure only."""
         message = f"{part}: {type(exc).__name__}: {exc}"
         if not self.errors:
-            log.warning(f"streamtap: flow {self.flow_id[:12]}: {message}; traffic passes on untouched")
+            log.warning(f"streamtap: flow {self.flow_id[:8]}: {message}; traffic passes on untouched")
         self.errors.append(message)
         if part == "recording":
+            self.unframed = bytearray()
             writer, self.writer = self.writer, None
             if writer is not None:
                 try:
@@ -298,23 +303,43 @@ class FlowTap:
         t_ms = _ms(t)
         session = self.session
         if session is None:
-            if writer is not None and body:
-                try:
-                    writer.raw(body, t_ms, "streamtap analysis was off for this flow")
-                except Exception as exc:
-                    self.fail("recording", exc)
+            self._record_raw(body, t_ms)
             return
+        if self.writer is not None:
+            self.unframed += body
         try:
             events = session.feed(body, t)
         except Exception as exc:
             self.fail("analysis", exc)
+            self._record_raw(b"", t_ms)
             return
-        if writer is not None and self.writer is not None:
+        writer = self.writer
+        if writer is not None:
             try:
                 for event in events:
                     writer.frame(event, t_ms)
             except Exception as exc:
                 self.fail("recording", exc)
+                return
+            covered = writer.offset - self.unframed_start
+            if covered:
+                del self.unframed[:covered]
+                self.unframed_start = writer.offset
+
+    def _record_raw(self, body: bytes, t_ms: float) -> None:
+        """Body bytes with no frames: those the decoder still held when analysis stopped, then ``body``."""
+        writer = self.writer
+        if writer is None:
+            return
+        data = bytes(self.unframed) + body
+        self.unframed.clear()
+        if not data:
+            return
+        try:
+            writer.raw(data, t_ms, "streamtap analysis was off for this flow")
+        except Exception as exc:
+            self.fail("recording", exc)
+        self.unframed_start = writer.offset if self.writer is not None else self.unframed_start
 
     # the end ------------------------------------------------------------------------
     def finish(self, end: StreamEnd, error: str | None = None) -> dict[str, Any]:
@@ -361,6 +386,7 @@ class FlowTap:
                 end_record.update(verdict=verdict.to_dict(), turn=turn_dict, ttft_ms=summary["ttft_ms"])
             except Exception as exc:
                 self.fail("analysis", exc)
+                self._record_raw(b"", _ms(t))
         if self.session is None:
             end_record["verdict"] = {"kind": summary["verdict"], "reason": summary["reason"], "evidence": {}}
         if self.errors:

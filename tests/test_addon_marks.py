@@ -1,0 +1,113 @@
+"""The Tap inside mitmproxy's own addon test harness: flow marks, comments, metadata, fail-open hooks."""
+
+from __future__ import annotations
+
+from mitmproxy import flow as mitmflow
+from mitmproxy.test import taddons, tflow
+
+import provider_streams as streams
+from streamtap.mitm.tap import MARK, Tap
+from streamtap.recording import read_recording
+
+
+def streaming_flow(path: str = "/v1/chat/completions", content_type: str = "text/event-stream", status: int = 200):
+    f = tflow.tflow(resp=True)
+    f.request.method, f.request.path = "POST", path
+    f.request.content = b'{"model":"m","stream":true,"messages":[]}'
+    f.response.status_code = status
+    f.response.headers["content-type"] = content_type
+    f.response.content = None
+    return f
+
+
+def run_flow(tap: Tap, f, chunks: list[bytes]) -> list[bytes]:
+    tap.responseheaders(f)
+    assert callable(f.response.stream)
+    return [f.response.stream(chunk) for chunk in chunks] + [f.response.stream(b"")]
+
+
+def test_a_complete_turn_is_not_marked(tmp_path):
+    tap = Tap()
+    with taddons.context(tap) as tctx:
+        tctx.configure(tap, streamtap_dir=str(tmp_path))
+        f = streaming_flow()
+        body = streams.openai_chat(["hi"])
+        chunks = [body[i : i + 10] for i in range(0, len(body), 10)]
+        assert run_flow(tap, f, chunks) == chunks + [b""]  # every chunk handed on unchanged
+        tap.response(f)
+    assert not f.marked and not f.comment
+    assert f.metadata["streamtap"]["verdict"] == "complete"
+    assert read_recording(f.metadata["streamtap"]["recording"]).body == body
+
+
+def test_a_cut_turn_is_marked_with_its_verdict(tmp_path):
+    tap = Tap()
+    with taddons.context(tap) as tctx:
+        tctx.configure(tap, streamtap_dir=str(tmp_path))
+        f = streaming_flow()
+        body = streams.openai_chat(["hi", "there"])
+        run_flow(tap, f, [body[:200]])
+        f.error = mitmflow.Error("server closed connection")
+        tap.error(f)
+    assert f.marked == MARK
+    assert f.comment.startswith("streamtap: truncated: ")
+    assert f.metadata["streamtap"]["stream_end"] == "upstream_reset"
+
+
+def test_unmatched_flows_are_left_alone(tmp_path):
+    tap = Tap()
+    with taddons.context(tap) as tctx:
+        tctx.configure(tap, streamtap_dir=str(tmp_path))
+        f = streaming_flow(path="/index.html", content_type="text/html")
+        f.request.content = b""
+        tap.responseheaders(f)
+        assert f.response.stream is False
+        tap.response(f)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_broken_session_never_breaks_the_stream(tmp_path):
+    tap = Tap()
+    with taddons.context(tap) as tctx:
+        tctx.configure(tap, streamtap_dir=str(tmp_path))
+        f = streaming_flow()
+        tap.responseheaders(f)
+        flow_tap = tap.open[f.id]
+
+        class Exploding:
+            def feed(self, *args):
+                raise RuntimeError("a bug in streamtap")
+
+        flow_tap.session = Exploding()
+        body = streams.openai_chat(["x"])
+        assert f.response.stream(body[:50]) == body[:50]
+        assert f.response.stream(body[50:]) == body[50:]
+        tap.response(f)
+    summary = f.metadata["streamtap"]
+    assert summary["verdict"] == "unknown" and "a bug in streamtap" in summary["errors"][0]
+    rec = read_recording(summary["recording"])
+    assert rec.body == body  # the bytes after the failure are kept as unframed "raw" lines
+    assert any("a bug in streamtap" in note["message"] for note in rec.notes)
+
+
+def test_bytes_the_decoder_held_are_kept_when_analysis_fails(tmp_path):
+    tap = Tap()
+    with taddons.context(tap) as tctx:
+        tctx.configure(tap, streamtap_dir=str(tmp_path))
+        f = streaming_flow()
+        tap.responseheaders(f)
+        body = streams.openai_chat(["a", "b", "c"])
+        second_event = body.index(b"data:", 10)
+        f.response.stream(body[: second_event + 30])  # one whole event and the start of the next
+
+        class Exploding:
+            def feed(self, *args):
+                raise RuntimeError("boom")
+
+        tap.open[f.id].session = Exploding()
+        f.response.stream(body[second_event + 30 :])
+        tap.response(f)
+    rec = read_recording(f.metadata["streamtap"]["recording"])
+    assert rec.body == body
+    assert [s.kind for s in rec.segments] == ["frame", "raw"]
+    assert rec.segments[1].offset == second_event
