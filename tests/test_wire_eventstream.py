@@ -390,6 +390,13 @@ def test_message_over_the_limit_is_rejected_on_its_prelude():
     assert decode(message, max_event_size=len(message))[0].payload == b"x" * 100
 
 
+def test_a_prelude_seen_before_still_meets_each_decoders_limit():
+    message = encode_message({"seen": "before"}, b"y" * 200)
+    assert isinstance(decode(message)[0], EventStreamMessage)  # the prelude is now known
+    [bad, _] = decode(message, max_event_size=100)
+    assert isinstance(bad.error, OversizeError) and (bad.start, bad.end) == (0, 12)
+
+
 def test_duplicate_header_names_are_rejected_at_the_second_header():
     block = b"\x01a\x00" + b"\x01b\x01" + b"\x01a\x01"
     stream = encode_message({}, b"") + frame(16 + len(block), len(block), block)

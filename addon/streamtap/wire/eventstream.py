@@ -189,6 +189,20 @@ def parse_headers(block: bytes, offset: int = 0) -> dict[str, Any]:
     return headers
 
 
+# Preludes repeat too (a stream's frames come in a few hundred sizes). A prelude whose 12
+# bytes were checked before is known good: same bytes, same CRC, same verdict. Only
+# preludes within the protocol's bounds are kept; each decoder still applies its own limit.
+_PRELUDE_CACHE: dict[bytes, tuple[int, int, int]] = {}
+_PRELUDE_CACHE_ENTRIES = 2048
+
+
+def _remember_prelude(prelude: bytes, total: int, headers_length: int, prelude_crc: int) -> None:
+    if total <= MAX_MESSAGE_LENGTH:
+        if len(_PRELUDE_CACHE) >= _PRELUDE_CACHE_ENTRIES:
+            _PRELUDE_CACHE.clear()
+        _PRELUDE_CACHE[prelude] = total, headers_length, prelude_crc
+
+
 def _parse_and_cache(block: bytes, offset: int) -> dict[str, Any]:
     headers = parse_headers(block, offset)
     if len(block) <= _HEADER_CACHE_MAX_BLOCK:
@@ -272,6 +286,7 @@ class EventStreamDecoder:
         set_headers=_set_headers,
         set_payload=_set_payload,
         cache=_HEADER_CACHE,
+        preludes=_PRELUDE_CACHE,
     ) -> list[EventStreamMessage | Malformed]:
         # The hot path of the whole proxy for Bedrock. Helpers arrive as default
         # arguments (free locals); a valid frame whose header block is the previous
@@ -295,15 +310,25 @@ class EventStreamDecoder:
         last_block, last_headers, last_length = self._last_headers
         error: FramingError | None = None
         while size - pos >= 12:
-            total, headers_length, prelude_crc = unpack_prelude(head, pos)
-            if checksum(head[pos : pos + 8]) != prelude_crc:
-                error = PreludeCRCMismatch("prelude checksum mismatch", base + pos + 8)
-                end = pos + PRELUDE_LENGTH
-                break
-            if not (16 <= total <= limit and headers_length <= total - 16 and headers_length <= 131072):
-                error = self._length_error(total, headers_length, base + pos)
-                end = pos + PRELUDE_LENGTH
-                break
+            prelude = head[pos : pos + 12]
+            known = preludes.get(prelude)
+            if known is None:
+                total, headers_length, prelude_crc = unpack_prelude(prelude)
+                if checksum(prelude[:8]) != prelude_crc:
+                    error = PreludeCRCMismatch("prelude checksum mismatch", base + pos + 8)
+                    end = pos + PRELUDE_LENGTH
+                    break
+                if not (16 <= total <= limit and headers_length <= total - 16 and headers_length <= 131072):
+                    error = self._length_error(total, headers_length, base + pos)
+                    end = pos + PRELUDE_LENGTH
+                    break
+                _remember_prelude(prelude, total, headers_length, prelude_crc)
+            else:
+                total, headers_length, prelude_crc = known
+                if total > limit:
+                    error = self._length_error(total, headers_length, base + pos)
+                    end = pos + PRELUDE_LENGTH
+                    break
             end = pos + total
             if end > size:
                 need = total
