@@ -9,6 +9,7 @@ builds. Everything here is test tooling; the product never imports it.
 from __future__ import annotations
 
 import argparse
+import base64
 import datetime
 import hashlib
 import ipaddress
@@ -166,6 +167,31 @@ def openai_chat_stream(words: list[str], model: str = "gpt-test-1") -> bytes:
     return b"".join(parts)
 
 
+def invoke_body() -> bytes:
+    """A real Bedrock InvokeModel capture from ../shared, or one built the same way."""
+    from conftest import FIXTURES
+
+    real = FIXTURES / "openllmetry" / "bodies" / "invoke_stream_anthropic_claude3.0.bin"
+    if real.exists():
+        return real.read_bytes()
+    from streamtap.wire import encode_message
+
+    events = [
+        {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+                                              "model": "claude-3-haiku", "content": [], "usage": {"input_tokens": 3, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hello"}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}},
+        {"type": "message_stop"},
+    ]
+    headers = {":event-type": "chunk", ":content-type": "application/json", ":message-type": "event"}
+    return b"".join(
+        encode_message(headers, json.dumps({"bytes": base64.b64encode(json.dumps(e).encode()).decode(), "p": "ab"}).encode())
+        for e in events
+    )
+
+
 # --- the fake provider ------------------------------------------------------------------
 
 
@@ -294,6 +320,24 @@ text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk
 print(json.dumps({"text": text}), file=sys.stderr)
 """
 
+# boto3 as an app: BEDROCK_ENDPOINT stands in for the real regional endpoint; proxy and CA
+# come from the environment (HTTPS_PROXY, AWS_CA_BUNDLE). stdout: the decoded chunks.
+BEDROCK_MODEL = "anthropic.claude-v2"
+APP_BOTO = """\
+import json, os
+import boto3
+
+client = boto3.client(
+    "bedrock-runtime", region_name="us-east-1", endpoint_url=os.environ["BEDROCK_ENDPOINT"],
+    aws_access_key_id="AKIDSTREAMTAPTEST", aws_secret_access_key="streamtap-test-secret",
+)
+response = client.invoke_model_with_response_stream(
+    modelId="anthropic.claude-v2",
+    body=json.dumps({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 64, "messages": []}),
+)
+print(json.dumps([json.loads(event["chunk"]["bytes"]) for event in response["body"]]))
+"""
+
 APP_JS = """\
 (async () => {
   const response = await fetch(process.env.OPENAI_BASE_URL + "/chat/completions", {
@@ -356,7 +400,12 @@ class Mitmdump:
         )
         self.lines: list[str] = []
         self.port = self._wait_listening()
-        threading.Thread(target=self._drain, daemon=True).start()
+        self._drainer = threading.Thread(target=self._drain, daemon=True)
+        self._drainer.start()
+        # mitmproxy writes its CA just after it says it is listening; clients read it at once
+        deadline = time.monotonic() + 10
+        while not self.ca_cert.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def _wait_listening(self, timeout: float = 30) -> int:
         deadline = time.monotonic() + timeout
@@ -392,6 +441,9 @@ class Mitmdump:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        drainer = getattr(self, "_drainer", None)
+        if drainer is not None:
+            drainer.join(5)  # every line mitmdump wrote is in .output once stop() returns
 
 
 def sha256(data: bytes) -> str:

@@ -19,6 +19,9 @@ import pytest
 
 
 from interception import (
+    APP_BOTO,
+    BEDROCK_MODEL,
+    invoke_body,
     HOWTO,
     howto_blocks,
     APP_JAVA,
@@ -39,6 +42,8 @@ DOC = HOWTO
 WORDS = ["Tapped ", "through ", "the ", "proxy", "."]
 BODY = openai_chat_stream(WORDS)
 MODELS = b'{"object":"list","data":[{"id":"gpt-test-1","object":"model"}]}'
+INVOKE = invoke_body()
+INVOKE_PATH = f"/model/{BEDROCK_MODEL}/invoke-with-response-stream"
 
 
 BLOCKS = howto_blocks()
@@ -60,6 +65,7 @@ def world(tmp_path_factory):
     routes = {
         "/v1/chat/completions": Route(BODY),
         "/v1/models": Route(MODELS, content_type="application/json"),
+        INVOKE_PATH: Route(INVOKE, content_type="application/vnd.amazon.eventstream"),
     }
     with Provider(routes, certfile=cert) as provider:
         yield {"root": root, "home": home, "provider": provider, "provider_ca": ca[0]}
@@ -208,9 +214,60 @@ def test_openai_sdk_through_the_explicit_proxy(world, explicit_proxy, tmp_path):
     result = run_client("explicit-python", world, proxy, tmp_path, OPENAI_BASE_URL=base_url)
     assert result.stdout == BODY == served_stream(world)
     assert json.loads(result.stderr.decode().strip().splitlines()[-1])["text"] == "".join(WORDS)
+    assert_recorded(recordings, BODY, proxy)
+    proxy.stop()
     # The request really went through the proxy (HTTPS_PROXY honoured): mitmdump logged it.
     assert "/v1/chat/completions" in proxy.output
-    assert_recorded(recordings, BODY, proxy)
+
+
+def chunks_of(body: bytes) -> list:
+    """The model events inside an InvokeModel event-stream, decoded by botocore's parser."""
+    import base64
+
+    from botocore.eventstream import EventStreamBuffer
+
+    buffer = EventStreamBuffer()
+    buffer.add_data(body)
+    return [json.loads(base64.b64decode(json.loads(m.payload)["bytes"])) for m in buffer]
+
+
+def served_invoke(world):
+    return [s for s in world["provider"].served if s.path == INVOKE_PATH][-1]
+
+
+def test_boto3_bedrock_through_the_explicit_proxy_keeps_sigv4_intact(world, explicit_proxy, tmp_path):
+    """Section 2's Python block with boto3: HTTPS_PROXY and AWS_CA_BUNDLE are honoured, and
+    the provider sees the Host the request was signed for (what AWS checks)."""
+    proxy, recordings = explicit_proxy
+    (tmp_path / "app.py").write_text(APP_BOTO)
+    endpoint = f"https://localhost:{world['provider'].port}"
+    result = run_client("explicit-python", world, proxy, tmp_path, BEDROCK_ENDPOINT=endpoint)
+    assert json.loads(result.stdout) == chunks_of(INVOKE)
+    served = served_invoke(world)
+    assert served.sent == INVOKE
+    assert "host" in served.headers["authorization"].split("SignedHeaders=")[1].split(",")[0].split(";")
+    assert served.headers["host"] == f"localhost:{world['provider'].port}"  # as signed
+    assert_recorded(recordings, INVOKE, proxy)
+    proxy.stop()
+    assert f"POST https://localhost:{world['provider'].port}/model/" in proxy.output  # via the proxy
+
+
+def test_reverse_mode_rewrites_the_host_that_sigv4_signed(world, tmp_path):
+    """The doc's warning, shown: with endpoint_url pointing at reverse mode, boto3 signs
+    for 127.0.0.1:PORT but the provider receives its own host, so AWS would reject it."""
+    proxy, _ = start_proxy("reverse-proxy", world, tmp_path)
+    try:
+        (tmp_path / "app.py").write_text(APP_BOTO)
+        env = environment(world, BEDROCK_ENDPOINT=f"http://127.0.0.1:{proxy.port}")
+        result = subprocess.run(
+            [str(REPO / ".venv" / "bin" / "python"), "app.py"], cwd=tmp_path, env=env, capture_output=True, timeout=60
+        )
+        assert result.returncode == 0, result.stderr.decode()
+        served = served_invoke(world)
+        assert served.headers["host"] == f"localhost:{world['provider'].port}"
+        assert served.headers["host"] != f"127.0.0.1:{proxy.port}"  # what boto3 signed
+    finally:
+        proxy.stop()
 
 
 @pytest.mark.skipif(not (shutil.which("java") and shutil.which("keytool")), reason="java/keytool not installed")

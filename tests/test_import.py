@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
-from interception import MITMDUMP, REPO, TAP, Mitmdump, Provider, Route, openai_chat_stream
+from interception import REPO, TAP, Mitmdump, Provider, Route, invoke_body, openai_chat_stream
 from streamtap.recording import check_recording, read_recording
 
 STREAMTAP = REPO / ".venv" / "bin" / "streamtap"
@@ -24,32 +23,6 @@ CHAT = openai_chat_stream(["Imported ", "from ", "a ", "capture", "."])
 CUT = openai_chat_stream(["This ", "answer ", "never ", "ends"])[:-60]
 LIMITED = b'{"type":"error","error":{"type":"rate_limit_error","message":"Number of requests has exceeded your rate limit"}}'
 INVOKE_PATH = "/model/anthropic.claude-3-haiku-20240307-v1:0/invoke-with-response-stream"
-
-
-def invoke_body() -> bytes:
-    """A real Bedrock InvokeModel capture from ../shared, or one built the same way."""
-    real = FIXTURES / "openllmetry" / "bodies" / "invoke_stream_anthropic_claude3.0.bin"
-    if real.exists():
-        return real.read_bytes()
-    import base64
-    import json
-
-    from streamtap.wire import encode_message
-
-    events = [
-        {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
-                                              "model": "claude-3-haiku", "content": [], "usage": {"input_tokens": 3, "output_tokens": 1}}},
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hello"}},
-        {"type": "content_block_stop", "index": 0},
-        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}},
-        {"type": "message_stop"},
-    ]
-    headers = {":event-type": "chunk", ":content-type": "application/json", ":message-type": "event"}
-    return b"".join(
-        encode_message(headers, json.dumps({"bytes": base64.b64encode(json.dumps(e).encode()).decode(), "p": "ab"}).encode())
-        for e in events
-    )
 
 
 @pytest.fixture(scope="module")
