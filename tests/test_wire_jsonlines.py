@@ -7,7 +7,7 @@ import json
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import shared_files
@@ -159,6 +159,7 @@ def ndjson_streams(draw) -> bytes:
 CHUNKINGS = st.lists(st.integers(1, 9), min_size=1, max_size=8)
 
 
+@settings(max_examples=100)
 @given(stream=ndjson_streams(), chunks=CHUNKINGS)
 def test_ndjson_any_chunking_gives_the_one_shot_result(stream: bytes, chunks: list[int]) -> None:
     whole, _ = decode(NDJSONDecoder, stream)
@@ -166,6 +167,7 @@ def test_ndjson_any_chunking_gives_the_one_shot_result(stream: bytes, chunks: li
     check_tiling(whole, stream)
 
 
+@settings(max_examples=100)
 @given(stream=ndjson_streams(), chunks=CHUNKINGS, limit=st.integers(1, 30))
 def test_ndjson_oversize_is_chunking_invariant(stream: bytes, chunks: list[int], limit: int) -> None:
     whole, _ = decode(NDJSONDecoder, stream, max_event_size=limit)
@@ -321,6 +323,7 @@ def array_streams(draw) -> bytes:
     return body + ending + draw(st.binary(max_size=3)) if draw(st.booleans()) else body + ending
 
 
+@settings(max_examples=100)
 @given(stream=array_streams(), chunks=CHUNKINGS)
 def test_json_array_any_chunking_gives_the_one_shot_result(stream: bytes, chunks: list[int]) -> None:
     whole, decoder = decode(JSONArrayDecoder, stream)
@@ -329,6 +332,7 @@ def test_json_array_any_chunking_gives_the_one_shot_result(stream: bytes, chunks
     check_tiling(whole, stream)
 
 
+@settings(max_examples=100)
 @given(stream=array_streams())
 def test_json_array_elements_match_a_whole_parse(stream: bytes) -> None:
     events, decoder = decode(JSONArrayDecoder, stream)
@@ -341,12 +345,14 @@ def test_json_array_elements_match_a_whole_parse(stream: bytes) -> None:
         assert not any(isinstance(e, Malformed) for e in events)
 
 
+@settings(max_examples=100)
 @given(stream=array_streams(), chunks=CHUNKINGS, limit=st.integers(1, 30))
 def test_json_array_oversize_is_chunking_invariant(stream: bytes, chunks: list[int], limit: int) -> None:
     whole, _ = decode(JSONArrayDecoder, stream, max_event_size=limit)
     assert decode(JSONArrayDecoder, stream, chunks, max_event_size=limit)[0] == whole
 
 
+@settings(max_examples=100)
 @given(stream=st.binary(max_size=60), chunks=CHUNKINGS)
 def test_arbitrary_bytes_never_raise(stream: bytes, chunks: list[int]) -> None:
     for cls in (NDJSONDecoder, JSONArrayDecoder):

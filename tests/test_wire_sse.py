@@ -4,8 +4,10 @@ and invalid UTF-8 counting."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import shared_files
@@ -309,6 +311,7 @@ def check_tiling(events: list, stream: bytes) -> None:
     assert pos == len(stream)
 
 
+@settings(max_examples=100)
 @given(stream=sse_streams(), chunks=chunkings())
 def test_any_chunking_gives_the_one_shot_result(stream: bytes, chunks: list[int]) -> None:
     whole = decode(stream)
@@ -316,6 +319,7 @@ def test_any_chunking_gives_the_one_shot_result(stream: bytes, chunks: list[int]
     check_tiling(whole, stream)
 
 
+@settings(max_examples=100)
 @given(stream=st.binary(max_size=200), chunks=chunkings())
 def test_arbitrary_bytes_never_raise_and_tile(stream: bytes, chunks: list[int]) -> None:
     whole = decode(stream)
@@ -323,6 +327,7 @@ def test_arbitrary_bytes_never_raise_and_tile(stream: bytes, chunks: list[int]) 
     check_tiling(whole, stream)
 
 
+@settings(max_examples=100)
 @given(stream=sse_streams(), chunks=chunkings(), limit=st.integers(1, 40))
 def test_oversize_handling_is_chunking_invariant(stream: bytes, chunks: list[int], limit: int) -> None:
     whole = decode(stream, max_event_size=limit)
@@ -338,6 +343,7 @@ def test_oversize_handling_is_chunking_invariant(stream: bytes, chunks: list[int
     assert pos == len(stream)
 
 
+@settings(max_examples=100)
 @given(stream=sse_streams())
 def test_one_byte_chunks(stream: bytes) -> None:
     assert decode(stream, [1]) == decode(stream)
@@ -385,3 +391,88 @@ def test_cut_at_every_offset_yields_a_prefix_and_no_partial_event(name: str, str
 
 def decoded(event: SSEEvent) -> tuple:
     return (event.seq, event.start, event.event, event.data, event.id, event.retry, event.invalid_utf8)
+
+
+# -- an independent oracle for the fast paths -----------------------------------------
+
+
+def reference_decode(stream: bytes) -> list[tuple]:
+    """A plain whole-stream reading of the WHATWG rules, written straight from the spec
+    (no incremental state, no fast paths): (event, data, id, start, end) per event."""
+    pos = 3 if stream.startswith(b"\xef\xbb\xbf") else 0
+    events, data, event_type, last_id, span_start = [], [], "", "", 0
+    for m in re.finditer(rb"\r\n|\r|\n", stream):
+        line, pos = stream[pos : m.start()], m.end()
+        if not line:
+            if data:
+                events.append((event_type or "message", "\n".join(data), last_id, span_start, pos))
+                span_start = pos
+            data, event_type = [], ""
+            continue
+        if line.startswith(b":"):
+            continue
+        name, colon, value = line.partition(b":")
+        if colon and value.startswith(b" "):
+            value = value[1:]
+        text = value.decode("utf-8", "replace")
+        if name == b"data":
+            data.append(text)
+        elif name == b"event":
+            event_type = text
+        elif name == b"id" and b"\0" not in value:
+            last_id = text
+    return events
+
+
+@st.composite
+def provider_streams(draw) -> bytes:
+    """Streams shaped like real providers (runs of event+data or data-only events, one
+    line-end style) with occasional oddities that force the slow path."""
+    end = draw(st.sampled_from([b"\n", b"\r\n", b"\n", b"\r\n", b"\r"]))
+    shapes = st.sampled_from(
+        ["event", "event", "data", "data", "comment", "id", "multi", "nospace", "nospace-data", "blank"]
+    )
+    parts = []
+    for i in range(draw(st.integers(0, 30))):
+        payload = b'{"i":%d,"t":"%s"}' % (i, draw(VALUE_TEXT).encode())
+        shape = draw(shapes)
+        block = {
+            "event": [b"event: t" + str(i % 3).encode(), b"data: " + payload],
+            "data": [b"data: " + payload],
+            "comment": [b": keep-alive"],
+            "id": [b"id: " + str(i).encode(), b"data: " + payload],
+            "multi": [b"data: a", b"data: " + payload],
+            "nospace": [b"event:x", b"data:" + payload],
+            "nospace-data": [b"data:" + payload],
+            "blank": [],
+        }[shape]
+        parts.append(b"".join(line + end for line in block) + end)
+    return b"".join(parts) + draw(st.sampled_from([b"", b"data: cut", b"event: x" + end]))
+
+
+@settings(max_examples=100)
+@given(stream=provider_streams(), chunks=st.lists(st.sampled_from([1, 2, 3, 50, 300, 1500, 4096]), min_size=1, max_size=4))
+def test_fast_paths_agree_with_a_plain_reading_of_the_spec(stream: bytes, chunks: list[int]) -> None:
+    expected = reference_decode(stream)
+    for events in (decode(stream), decode(stream, chunks)):
+        got = [(e.event, e.data, e.id, e.start, e.end) for e in events if isinstance(e, SSEEvent)]
+        assert got == expected
+        check_tiling(events, stream)
+
+
+@settings(max_examples=100)
+@given(stream=provider_streams(), chunks=st.lists(st.sampled_from([1, 7, 50, 300, 1500]), min_size=1, max_size=4))
+def test_every_event_is_dispatched_by_the_read_that_completes_it(stream: bytes, chunks: list[int]) -> None:
+    """A proxy must not sit on finished events: after each read, exactly the events the
+    bytes so far complete have come out (a final CR may be the first half of a CRLF,
+    so it cannot end a line yet)."""
+    decoder = SSEDecoder()
+    got: list = []
+    pos = i = 0
+    while pos < len(stream):
+        pos += chunks[i % len(chunks)]
+        i += 1
+        got += [e for e in decoder.feed(stream[pos - chunks[(i - 1) % len(chunks)] : pos]) if isinstance(e, SSEEvent)]
+        seen = stream[:pos]
+        expected = reference_decode(seen[:-1] if seen.endswith(b"\r") else seen)
+        assert [(e.event, e.data, e.id, e.start, e.end) for e in got] == expected
