@@ -229,7 +229,6 @@ def test_error_injection_in_each_providers_own_shape():
         served("bedrock", "error:kind=overloaded_error")
 
 
-@pytest.mark.xfail(strict=True, reason="verdict layer: openai-chat does not yet flag a chunk id that changes mid-stream")
 def test_swap_tail_stitches_two_generations_and_is_caught():
     other_frames = [fr.replace(b"chatcmpl-T1", b"chatcmpl-T2").replace(b"weather", b"climate") for fr in OPENAI]
     other = source("openai", other_frames)

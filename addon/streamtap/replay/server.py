@@ -70,6 +70,7 @@ class ReplayServer:
         self._server: asyncio.base_events.Server | None = None
         self._others: dict[str, Source] = {}
         self._with_ids: dict[int, Source] = {}
+        self._plans: dict[tuple, Plan] = {}
         self._writers: set[asyncio.StreamWriter] = set()
         self.host, self.port = "127.0.0.1", 0
 
@@ -104,6 +105,7 @@ class ReplayServer:
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        writer.transport.set_write_buffer_limits(high=1024 * 1024)  # fewer drain round trips in fast mode
         try:
             while True:
                 request = await _read_request(reader, writer)
@@ -151,15 +153,26 @@ class ReplayServer:
             if not self.options.fault_on_resume:
                 faults = []
         try:
-            the_plan = plan(source, faults, self.options.timing, others=self._others, start_after=start_after)
+            the_plan = self._plan(source, faults, start_after)
         except FaultSpecError as exc:
             await _send_json(writer, 400, {"error": {"type": "streamtap_bad_fault", "message": str(exc)}})
             return request.keep_alive
-        served = Served(request.method, request.target, source.status, source.path, the_plan.log, None, resume_id)
+        served = Served(request.method, request.target, source.status, source.path, list(the_plan.log), None, resume_id)
         self._record(served)
         await self._stream(source, the_plan, writer, request)
         served.end = the_plan.end.style
         return the_plan.end.style == "clean" and request.keep_alive
+
+    def _plan(self, source: Source, faults: list[Fault], start_after: int | None) -> Plan:
+        """Plans are deterministic: a repeated request reuses its plan (bounded cache)."""
+        key = (id(source), tuple(f.spec for f in faults), start_after)
+        cached = self._plans.get(key)
+        if cached is None:
+            cached = plan(source, faults, self.options.timing, others=self._others, start_after=start_after)
+            if len(self._plans) >= 64:
+                self._plans.pop(next(iter(self._plans)))
+            self._plans[key] = cached
+        return cached
 
     def _record(self, served: Served) -> None:
         self.served.append(served)

@@ -39,10 +39,13 @@ class Source:
     dialect: str = "unknown"
     request_headers: dict[str, str] = field(default_factory=dict)  # lower-case names, as recorded (redacted)
     end_style: str = "clean"  # "abort" when the recorded upstream was reset: replay reproduces it
+    _body: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def body(self) -> bytes:
-        return b"".join(f.raw for f in self.frames)
+        if self._body is None:
+            self._body = b"".join(f.raw for f in self.frames)
+        return self._body
 
     @property
     def path_and_query(self) -> str:

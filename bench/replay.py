@@ -1,0 +1,237 @@
+"""Replay: fast-mode throughput, original-mode timing fidelity, sweep speed.
+
+    .venv/bin/python bench/replay.py [--quick]
+
+1. Throughput. A ~32 MiB Anthropic SSE recording (16 KiB network reads) is served by a real
+   `streamtap serve --timing fast` process and received by curl (a C client, so the figure
+   is the server's); the peer is reading the same body bytes from a file in 64 KiB reads
+   (page cache warm), the floor for any server that serves bytes from disk. Best of three.
+2. Timing fidelity. A 2 s recording of 400 events 5 ms apart is served with
+   `--timing original`; a raw-socket client timestamps each HTTP chunk as it arrives and
+   compares each gap with the recorded gap: p50 / p99 / max of |served - recorded|.
+3. Sweep. `streamtap sweep` over 200 cut positions (events, clean style) of a 201-event
+   recording with a stdlib Python client, 2 jobs (the target machine has 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from replay_streams import write_recording  # noqa: E402
+
+from streamtap.recording import RecordingWriter  # noqa: E402
+from streamtap.wire import SSEDecoder  # noqa: E402
+
+STREAMTAP = [sys.executable, "-c", "import sys; from streamtap.cli import main; sys.exit(main())"]
+
+
+def anthropic_body(events: int, text_size: int) -> list[bytes]:
+    word = ("lorem ipsum dolor sit amet " * (text_size // 27 + 1))[:text_size]
+    frames = [b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_b","type":"message","role":"assistant","model":"m","content":[],"usage":{"input_tokens":1,"output_tokens":1}}}\n\n',
+              b'event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n']  # fmt: skip
+    delta = ('event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"%s"}}\n\n' % word).encode()
+    frames += [delta] * events
+    frames += [b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n',
+               b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}\n\n',
+               b'event: message_stop\ndata: {"type":"message_stop"}\n\n']  # fmt: skip
+    return frames
+
+
+def write_big_recording(path: Path, frames: list[bytes], read_size: int) -> bytes:
+    """A recording whose network reads are `read_size` bytes (as a proxy would see them)."""
+    body = b"".join(frames)
+    writer = RecordingWriter(path)
+    writer.header({
+        "request": {"method": "POST", "url": "https://api.anthropic.com/v1/messages", "headers": [], "body": {"bench": True}},
+        "response": {"status": 200, "headers": [["content-type", "text/event-stream"]]},
+        "dialect": "anthropic", "wire": {"format": "sse", "content_encoding": None},
+    })  # fmt: skip
+    decoder = SSEDecoder()
+    for i in range(0, len(body), read_size):
+        piece = body[i : i + read_size]
+        t = i / len(body) * 1000.0
+        writer.read(piece, t)
+        for event in decoder.feed(piece):
+            writer.frame(event, t)
+    for event in decoder.close():
+        writer.frame(event, 1000.0)
+    writer.finish({"stream_end": "finished"})
+    return body
+
+
+class Serve:
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen([*STREAMTAP, "serve", *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.url = self.proc.stdout.readline().strip()
+        if not self.url.startswith("http://"):
+            raise SystemExit(f"streamtap serve did not start: {self.url!r}")
+
+    def __enter__(self) -> Serve:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def throughput(tmp: Path, quick: bool) -> None:
+    events = 8_000 if quick else 32_000
+    frames = anthropic_body(events, 900)
+    rec = tmp / "big.jsonl"
+    t0 = time.perf_counter()
+    body = write_big_recording(rec, frames, 16 * 1024)
+    raw_file = tmp / "body.bin"
+    raw_file.write_bytes(body)
+    mib = len(body) / 2**20
+    print(f"1. throughput: {mib:.1f} MiB body, {len(frames)} events (recording written in {time.perf_counter() - t0:.1f} s)")
+
+    def read_file() -> float:
+        start = time.perf_counter()
+        with open(raw_file, "rb", buffering=0) as f:
+            while f.read(65536):
+                pass
+        return time.perf_counter() - start
+
+    raw = min(read_file() for _ in range(3))
+    if not shutil.which("curl"):
+        print("   curl is not installed: skipped")
+        return
+    start = time.perf_counter()
+    with Serve(str(rec), "--timing", "fast") as server:
+        loaded = time.perf_counter() - start
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            out = subprocess.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{size_download}", "-d", '{"bench": true}', server.url + "/v1/messages"],
+                                 capture_output=True, text=True, check=True)  # fmt: skip
+            times.append(time.perf_counter() - t)
+            assert int(out.stdout) == len(body), out.stdout
+    served = min(times)
+    bare = min(bare_server(raw_file, len(body)) for _ in range(3))
+    print(f"   raw file read (64 KiB reads)   {mib / raw:9.1f} MiB/s")
+    print(f"   bare asyncio server, one write {mib / bare:9.1f} MiB/s   (curl; the loopback HTTP floor for a Python server)")
+    print(f"   streamtap serve --timing fast  {mib / served:9.1f} MiB/s   (curl, whole request, best of 3)")
+    print(f"   ratio replay / raw read        {raw / served:9.3f}   (target >= 0.50)")
+    print(f"   ratio replay / bare server     {bare / served:9.3f}")
+    print(f"   (server start + loading the {rec.stat().st_size / 2**20:.0f} MiB recording: {loaded:.2f} s, not counted)")
+
+
+BARE = """
+import asyncio, sys
+body = open(sys.argv[1], "rb").read()
+async def handle(reader, writer):
+    await reader.readuntil(b"\\r\\n\\r\\n")
+    writer.write(b"HTTP/1.1 200 OK\\r\\ncontent-length: %d\\r\\nconnection: close\\r\\n\\r\\n" % len(body))
+    writer.write(body)
+    await writer.drain()
+    writer.close()
+async def main():
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await asyncio.Event().wait()
+asyncio.run(main())
+"""
+
+
+def bare_server(raw_file: Path, size: int) -> float:
+    proc = subprocess.Popen([sys.executable, "-c", BARE, str(raw_file)], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(proc.stdout.readline())
+        t = time.perf_counter()
+        out = subprocess.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{size_download}", f"http://127.0.0.1:{port}/"], capture_output=True, text=True, check=True)
+        elapsed = time.perf_counter() - t
+        assert int(out.stdout) == size
+        return elapsed
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def timing_fidelity(tmp: Path) -> None:
+    frames = [b'data: {"i":%d,"text":"tok"}\n\n' % i for i in range(400)]
+    rec = write_recording(tmp / "gaps.jsonl", "openai", frames, gap_ms=5.0)
+    with Serve(str(rec), "--timing", "original", "--match-header", "x-none") as server:
+        host, port = server.url.removeprefix("http://").split(":")
+        request = json.dumps({"model": "gpt-4.1-nano", "stream": True, "messages": [{"role": "user", "content": "Weather in Paris?"}]}).encode()
+        arrivals: list[float] = []
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n%b" % (len(request), request))
+            buf = b""
+            seen = 0
+            while True:
+                data = sock.recv(65536)
+                now = time.perf_counter()
+                if not data:
+                    break
+                buf += data
+                count = buf.count(b"data: {")
+                arrivals += [now] * (count - seen)
+                seen = count
+                if buf.endswith(b"\r\n0\r\n\r\n"):
+                    break
+    if len(arrivals) != len(frames):
+        print(f"2. timing fidelity: got {len(arrivals)} of {len(frames)} events")
+        return
+    errors = sorted(abs((b - a) - 0.005) * 1000 for a, b in zip(arrivals, arrivals[1:]))
+    p50 = statistics.median(errors)
+    p99 = errors[min(len(errors) - 1, int(len(errors) * 0.99))]
+    print(f"2. timing fidelity (original mode, 400 events 5 ms apart, {arrivals[-1] - arrivals[0]:.3f} s served for 1.995 s recorded):")
+    print(f"   |served gap - recorded gap|  p50 {p50:.3f} ms   p99 {p99:.3f} ms   max {errors[-1]:.3f} ms   (target p99 < 2 ms)")
+
+
+CLIENT = """
+import http.client, os, sys, urllib.parse
+u = urllib.parse.urlsplit(os.environ["STREAMTAP_BASE_URL"])
+c = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
+c.request("POST", "/v1/chat/completions", body=b"{}")
+body = b""
+try:
+    body = c.getresponse().read()
+except Exception as exc:
+    sys.exit(f"broken: {exc!r}")
+sys.exit(0 if body.rstrip().endswith(b"[DONE]") else "incomplete")
+"""
+
+
+def sweep(tmp: Path) -> None:
+    frames = [b'data: {"i":%d}\n\n' % i for i in range(200)] + [b"data: [DONE]\n\n"]
+    rec = write_recording(tmp / "sweep.jsonl", "openai", frames)
+    client = tmp / "client.py"
+    client.write_text(CLIENT)
+    start = time.perf_counter()
+    out = subprocess.run(
+        [*STREAMTAP, "sweep", str(rec), "--positions", "events", "--styles", "clean", "--jobs", "2", "--json", "-", "--", sys.executable, "-S", str(client)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    elapsed = time.perf_counter() - start
+    report = json.loads(out.stdout)
+    print(f"3. sweep: {len(report['runs'])} cut positions, 2 jobs, {os.cpu_count()} cores here: {elapsed:.1f} s "
+          f"({report['counts']}) (target < 60 s)")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smaller throughput body")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        throughput(tmp, args.quick)
+        timing_fidelity(tmp)
+        sweep(tmp)
+
+
+if __name__ == "__main__":
+    main()
