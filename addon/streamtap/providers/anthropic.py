@@ -27,6 +27,7 @@ import orjson
 
 from streamtap.wire import SSEEvent, WireEvent
 
+from .common import END_WORDS
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
 MAX_NOTES = 50
@@ -42,11 +43,6 @@ STOP_REASONS: dict[str, tuple[VerdictKind, str]] = {
     "refusal": (VerdictKind.FILTERED, "refusal"),
 }
 
-END_WORDS = {
-    StreamEnd.FINISHED: "the body ended",
-    StreamEnd.UPSTREAM_RESET: "the upstream reset the stream",
-    StreamEnd.CLIENT_ABORTED: "the client went away",
-}
 
 
 class Judge:
