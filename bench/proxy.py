@@ -252,8 +252,11 @@ def tick_latencies(port: int, count: int) -> list[float]:
 def held_streams(proxy: Proxy, count: int) -> int:
     """RSS growth with ``count`` streams held open mid-body, per stream (bytes)."""
     def open_streams() -> list[socket.socket]:
+        return open_streams_n(count)
+
+    def open_streams_n(n: int) -> list[socket.socket]:
         socks = []
-        for _ in range(count):
+        for _ in range(n):
             sock = socket.create_connection(("127.0.0.1", proxy.port))
             sock.sendall(request_head("/hold/v1/chat/completions"))
             socks.append(sock)
@@ -263,9 +266,10 @@ def held_streams(proxy: Proxy, count: int) -> int:
                 got += sock.recv(65536)
         return socks
 
-    for sock in open_streams():  # a first round, so the allocator's pools are warm
-        sock.close()
-    time.sleep(1)
+    for _ in range(2):  # the first streams pay one-time costs (imports, caches)
+        for sock in open_streams_n(4):
+            sock.close()
+    time.sleep(0.5)
     before = proxy.rss()
     socks = open_streams()
     time.sleep(0.5)
@@ -329,6 +333,8 @@ def main() -> int:
     proxies = {name: Proxy(name, port, workdir) for name in names}
     results: dict[str, dict[str, float]] = {name: {} for name in names}
     try:
+        for name in names:  # first, while the proxies' heaps are small and unfragmented
+            results[name]["held_bytes"] = held_streams(proxies[name], args.held)
         workloads = (
             ("sse", "/sse/v1/chat/completions", sse_len),
             ("es", "/es/model/m/converse-stream", es_len),
@@ -353,8 +359,6 @@ def main() -> int:
             delays = tick_latencies(proxies[name].port, args.ticks)
             results[name]["tick_p50"] = statistics.median(delays)
             results[name]["tick_p99"] = sorted(delays)[int(len(delays) * 0.99) - 1]
-        for name in names:
-            results[name]["held_bytes"] = held_streams(proxies[name], args.held)
         recordings = list((workdir / "streamtap" / "rec").glob("*.jsonl"))
     finally:
         for proxy in proxies.values():

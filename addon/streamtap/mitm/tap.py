@@ -8,6 +8,7 @@ inside streamtap is caught, logged once per flow and kept as evidence.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -32,6 +33,7 @@ PROVIDER_HOSTS = re.compile(
     r"|aiplatform\.googleapis\.com|amazonaws\.com|api\.mistral\.ai|api\.groq\.com|openrouter\.ai)$"
 )
 MARK = ":warning:"
+MAX_BACKLOG = 1 << 20  # bytes handed on but not yet analysed before analysis runs inline
 FLUSH_EVERY = 0.1  # seconds: recording lines reach the OS at least this often (a syscall per chunk costs too much)
 
 
@@ -153,6 +155,9 @@ class FlowTap:
         self.finished = False
         self.body_lost = False  # content decoding failed: later body bytes cannot be placed
         self.flushed_at = 0.0
+        self.backlog: list[tuple[float, bytes]] = []  # chunks handed on, not analysed yet
+        self.backlog_bytes = 0
+        self.scheduled = False
         # body bytes the decoder holds that no frame covers yet (the event in progress), so that
         # they can still be recorded if analysis fails; only kept while recording
         self.unframed = bytearray()
@@ -262,10 +267,36 @@ class FlowTap:
         }
 
     # the bytes ----------------------------------------------------------------------
-    def feed(self, data: bytes) -> None:
+    def arrived(self, data: bytes, loop) -> None:
+        """A chunk is on its way to the client: note its arrival, analyse it right after.
+
+        The analysis runs in a callback the event loop calls once the proxy has handed the
+        chunk on, so parsing never delays a chunk. Without a loop, or when the backlog
+        grows (a saturated proxy), it runs at once: memory stays bounded."""
         if not data or self.finished:
             return
-        t = time.monotonic() - self.t0
+        self.backlog.append((time.monotonic() - self.t0, data))
+        self.backlog_bytes += len(data)
+        if loop is None or self.backlog_bytes > MAX_BACKLOG:
+            self.catch_up()
+        elif not self.scheduled:
+            self.scheduled = True
+            loop.call_soon(self.catch_up)
+
+    def catch_up(self) -> None:
+        self.scheduled = False
+        backlog, self.backlog, self.backlog_bytes = self.backlog, [], 0
+        for t, data in backlog:
+            try:
+                self.feed(data, t)
+            except Exception as exc:  # feed does not raise; this is the last line of defence
+                self.fail("analysis", exc)
+
+    def feed(self, data: bytes, t: float | None = None) -> None:
+        if not data or self.finished:
+            return
+        if t is None:
+            t = time.monotonic() - self.t0
         t_ms = _ms(t)
         writer = self.writer
         if writer is not None:
@@ -344,6 +375,7 @@ class FlowTap:
     # the end ------------------------------------------------------------------------
     def finish(self, end: StreamEnd, error: str | None = None) -> dict[str, Any]:
         """Judge and close; returns the summary the addon logs and marks the flow with."""
+        self.catch_up()
         self.finished = True
         t = time.monotonic() - self.t0
         if self.decoder is not None:
@@ -405,6 +437,7 @@ class FlowTap:
 
     def abandon(self) -> None:
         """The proxy is shutting down mid-stream: leave the recording marked incomplete."""
+        self.catch_up()
         self.finished = True
         if self.writer is not None:
             self.writer.close()
@@ -549,10 +582,15 @@ class Tap:
             return
         self.open[flow.id] = tap
 
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+
         def stream(data: bytes) -> bytes:
             try:
-                tap.feed(data)
-            except Exception as exc:  # FlowTap.feed does not raise; this is the last line of defence
+                tap.arrived(data, loop)
+            except Exception as exc:  # arrived() does not raise; this is the last line of defence
                 tap.fail("analysis", exc)
             return data
 
@@ -587,16 +625,12 @@ class Tap:
 
     def running(self) -> None:
         # a stalled stream gets no chunks, so its buffered lines are flushed from here
-        import asyncio
-
         try:
             self._flusher = asyncio.get_running_loop().create_task(self._flush_open())
         except RuntimeError:  # no loop (a test calling hooks directly)
             self._flusher = None
 
     async def _flush_open(self) -> None:
-        import asyncio
-
         while True:
             await asyncio.sleep(FLUSH_EVERY)
             for tap in list(self.open.values()):
