@@ -26,7 +26,6 @@ import base64
 import binascii
 from typing import Any
 
-import orjson
 
 from streamtap.wire import EventStreamMessage, WireEvent
 
