@@ -26,7 +26,6 @@ import base64
 import binascii
 from typing import Any
 
-
 from streamtap.wire import EventStreamMessage, WireEvent
 
 from .anthropic import Judge, MessageBuilder, Pieces, as_text, decode_event_json, stop_verdict
