@@ -67,6 +67,7 @@ def build(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from streamtap.cli import UsageError
+    from streamtap.replay.faults import FaultSpecError
     from streamtap.replay.server import ReplayServer
     from streamtap.replay.source import RecordingError
 
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
             await server.start(args.host, args.port)
         except OSError as exc:
             raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
-        except RecordingError as exc:
+        except (RecordingError, FaultSpecError) as exc:
             raise UsageError(str(exc)) from None
         print(server.base_url, flush=True)
         print(

@@ -209,6 +209,8 @@ class Faults:
             out = forward(live.feed(data))
             for line in live.log[logged:]:
                 log.info(f"streamtap: flow {flow.id[:12]}: fault {line}")
+            if len(live.log) > logged:
+                flow.metadata["streamtap_faults"] = list(live.log)  # evidence: what was done to this flow, where
             logged = len(live.log)
             if live.end is not None and not ended_before:
                 if live.end == "clean":

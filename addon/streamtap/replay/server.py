@@ -14,6 +14,7 @@ import socket
 import struct
 import sys
 import threading
+from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from http import HTTPStatus
@@ -94,9 +95,16 @@ class ReplayServer:
             self._server = None
 
     def _load_others(self, faults: list[Fault]) -> None:
+        """Load the recordings swap-tail names: as given, else beside the served recordings."""
         for fault in faults:
-            if fault.kind == "swap-tail" and fault.params["with"] not in self._others:
-                self._others[fault.params["with"]] = load_source(fault.params["with"])
+            name = fault.params.get("with") if fault.kind == "swap-tail" else None
+            if name is None or name in self._others:
+                continue
+            candidates = [Path(name)] + [Path(e.source.path).parent / name for e in self.library.entries]
+            path = next((c for c in candidates if c.is_file()), None)
+            if path is None:
+                raise FaultSpecError(f"{fault.spec!r}: no recording {name!r} (looked beside the served recordings too)")
+            self._others[name] = load_source(path)
 
     # --- HTTP ------------------------------------------------------------------------------
 
