@@ -21,7 +21,16 @@ import pytest
 import yaml
 from conftest import FIXTURES, chunked, shared_files
 
-from streamtap.providers import BlockKind, Dialect, StreamEnd, VerdictKind, analyze_bytes, sniff_dialect
+from streamtap.providers import (
+    BlockKind,
+    Dialect,
+    RequestInfo,
+    StreamEnd,
+    VerdictKind,
+    analyze_bytes,
+    detect_dialect,
+    sniff_dialect,
+)
 from streamtap.providers.anthropic import Assembler
 from streamtap.wire import SSEDecoder
 
@@ -178,16 +187,20 @@ def reframe(chunks_file: Path) -> bytes:
     return b"".join(out)
 
 
-def cassette_bodies() -> list[tuple[str, bytes]]:
+def cassette_bodies() -> list[tuple[str, bytes, RequestInfo, str | None]]:
+    """Anthropic SSE response bodies inside the VCR cassettes, with their request and content type."""
     found = []
     for path in shared_files("*/cassettes/**/*.yaml"):
-        if "anthropic" not in path.name:
+        if "anthropic" not in str(path.relative_to(FIXTURES)):
             continue
         for i, interaction in enumerate(yaml.safe_load(path.read_text())["interactions"]):
-            body = (interaction["response"].get("body") or {}).get("string")
-            if isinstance(body, str) and "event: message_start" in body and "/v1/messages" in interaction[
-                    "request"]["uri"]:
-                found.append((f"{path.relative_to(FIXTURES)}#{i}", body.encode()))
+            request, response = interaction["request"], interaction["response"]
+            body = (response.get("body") or {}).get("string")
+            if isinstance(body, str) and "event: message_start" in body and "/v1/messages" in request["uri"]:
+                sent = request.get("parsed_body") or json.loads(request.get("body") or "{}")
+                info = RequestInfo(request["method"], request["uri"], {}, json.dumps(sent).encode())
+                content_type = (response.get("headers") or {}).get("content-type", [None])[0]
+                found.append((f"{path.relative_to(FIXTURES)}#{i}", body.encode(), info, content_type))
     return found
 
 
@@ -249,9 +262,12 @@ def test_max_tokens_capture_keeps_the_cut_tool_call_raw() -> None:
     assert "max_tokens" in tool.arguments_error
 
 
-@pytest.mark.parametrize("name, body", CASSETTES, ids=[n for n, _ in CASSETTES])
-def test_cassette_bodies(name: str, body: bytes, loopback: LoopbackServer) -> None:
-    analysis = analyze_bytes(body, Dialect.ANTHROPIC)
+@pytest.mark.parametrize("name, body, request_info, content_type", CASSETTES, ids=[c[0] for c in CASSETTES])
+def test_cassette_bodies(name: str, body: bytes, request_info: RequestInfo, content_type: str | None,
+                         loopback: LoopbackServer) -> None:
+    detection = detect_dialect(request_info, content_type)
+    assert (detection.dialect, detection.wire) == (Dialect.ANTHROPIC, "sse"), detection
+    analysis = analyze_bytes(body, detection.dialect)
     events, ended_cleanly = dispatched_events(body)
     assert analysis.verdict.kind.value == expected_verdict(events, ended_cleanly), analysis.verdict
     assert_turn_matches_sdk(analysis.turn, sdk_final_message(loopback, body))
