@@ -192,6 +192,26 @@ def invoke_body() -> bytes:
     )
 
 
+def anthropic_stream(words: list[str], model: str = "claude-test-1") -> bytes:
+    """An Anthropic Messages SSE body: one text block, one delta per word, end_turn."""
+
+    def event(name: str, data: dict) -> bytes:
+        return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+    message = {"id": "msg_interception", "type": "message", "role": "assistant", "model": model, "content": [],
+               "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 3, "output_tokens": 1}}
+    parts = [event("message_start", {"type": "message_start", "message": message}),
+             event("content_block_start", {"type": "content_block_start", "index": 0,
+                                           "content_block": {"type": "text", "text": ""}})]
+    parts += [event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                            "delta": {"type": "text_delta", "text": w}}) for w in words]
+    parts += [event("content_block_stop", {"type": "content_block_stop", "index": 0}),
+              event("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                                      "usage": {"output_tokens": len(words)}}),
+              event("message_stop", {"type": "message_stop"})]
+    return b"".join(parts)
+
+
 # --- the fake provider ------------------------------------------------------------------
 
 
@@ -336,6 +356,20 @@ response = client.invoke_model_with_response_stream(
     body=json.dumps({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 64, "messages": []}),
 )
 print(json.dumps([json.loads(event["chunk"]["bytes"]) for event in response["body"]]))
+"""
+
+# stdout: the SDK's final message as {"text", "stop_reason"}.
+APP_ANTHROPIC = """\
+import json
+import anthropic
+
+client = anthropic.Anthropic(max_retries=0, timeout=20)  # ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY: env
+with client.messages.stream(
+    model="claude-test-1", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
+) as stream:
+    message = stream.get_final_message()
+text = "".join(block.text for block in message.content if block.type == "text")
+print(json.dumps({"text": text, "stop_reason": message.stop_reason}))
 """
 
 APP_JS = """\

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -19,6 +20,8 @@ import pytest
 
 
 from interception import (
+    APP_ANTHROPIC,
+    anthropic_stream,
     APP_BOTO,
     BEDROCK_MODEL,
     invoke_body,
@@ -41,6 +44,7 @@ from interception import (
 DOC = HOWTO
 WORDS = ["Tapped ", "through ", "the ", "proxy", "."]
 BODY = openai_chat_stream(WORDS)
+ANTHROPIC_BODY = anthropic_stream(WORDS)
 MODELS = b'{"object":"list","data":[{"id":"gpt-test-1","object":"model"}]}'
 INVOKE = invoke_body()
 INVOKE_PATH = f"/model/{BEDROCK_MODEL}/invoke-with-response-stream"
@@ -65,6 +69,7 @@ def world(tmp_path_factory):
     routes = {
         "/v1/chat/completions": Route(BODY),
         "/v1/models": Route(MODELS, content_type="application/json"),
+        "/v1/messages": Route(ANTHROPIC_BODY),
         INVOKE_PATH: Route(INVOKE, content_type="application/vnd.amazon.eventstream"),
     }
     with Provider(routes, certfile=cert) as provider:
@@ -77,18 +82,31 @@ def environment(world, **extra: str) -> dict[str, str]:
         HOME=str(world["home"]),
         PATH=f"{REPO / '.venv' / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}",
         OPENAI_API_KEY="sk-howto-test",
+        ANTHROPIC_API_KEY="sk-ant-howto-test",
     )
     env.update(extra)
     return env
 
 
-def adapt(command: str, world, proxy_port: int) -> str:
+def adapt(command: str, world, ports: int | dict[str, int]) -> str:
     """The doc's command for this test's world (the three swaps of the module docstring)."""
     upstream = f"localhost:{world['provider'].port}"
-    return command.replace("api.openai.com", upstream).replace("8080", str(proxy_port))
+    command = command.replace("api.openai.com", upstream).replace("api.anthropic.com", upstream)
+    for doc_port, port in ({"8080": ports} if isinstance(ports, int) else ports).items():
+        command = command.replace(doc_port, str(port))
+    return command
 
 
-def start_proxy(name: str, world, tmp_path: Path) -> tuple[Mitmdump, Path]:
+def free_ports(count: int) -> dict[str, int]:
+    """Free loopback ports for the doc's 8080, 8081, ... (for blocks that name several)."""
+    sockets = [socket.create_server(("127.0.0.1", 0)) for _ in range(count)]
+    ports = {str(8080 + i): s.getsockname()[1] for i, s in enumerate(sockets)}
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def start_proxy(name: str, world, tmp_path: Path, ports: dict[str, int] | None = None) -> tuple[Mitmdump, Path]:
     """Run a doc block that starts mitmdump, on a free port, recording under tmp_path."""
     recordings = tmp_path / "recordings"
     extra = [
@@ -97,16 +115,17 @@ def start_proxy(name: str, world, tmp_path: Path) -> tuple[Mitmdump, Path]:
     ]
     if TAP.exists():
         extra += ["--set", f"streamtap_dir={recordings}"]
-    command = adapt(block(name), world, 0).strip()
+    command = adapt(block(name), world, ports or 0).strip()
     if not TAP.exists():  # until the Tap lands: the same command, plain mitmdump
         command = command.replace("-s addon/tap.py", "")
     argv = ["bash", "-c", f'exec {command} "$@"', "mitmdump"]
     proxy = Mitmdump(*extra, confdir=world["home"] / ".mitmproxy", argv=argv, env=environment(world))
+    proxy.doc_ports = ports or {"8080": proxy.port}
     return proxy, recordings
 
 
 def run_client(name: str, world, proxy: Mitmdump, cwd: Path, *, prelude: str = "", **env: str):
-    script = prelude + adapt(block(name), world, proxy.port)
+    script = prelude + adapt(block(name), world, proxy.doc_ports)
     result = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script],
         cwd=cwd, env=environment(world, **env), capture_output=True, timeout=60,
@@ -146,6 +165,20 @@ def test_reverse_mode_with_a_base_url_needs_no_certificate(world, tmp_path):
         assert result.stdout == BODY == served_stream(world)
         assert json.loads(result.stderr.decode().strip().splitlines()[-1])["text"] == "".join(WORDS)
         assert_recorded(recordings, BODY, proxy)
+    finally:
+        proxy.stop()
+
+
+def test_one_mitmdump_in_front_of_two_providers(world, tmp_path):
+    """Two reverse modes in one mitmdump; the anthropic SDK found by ANTHROPIC_BASE_URL."""
+    proxy, recordings = start_proxy("reverse-two-providers", world, tmp_path, free_ports(2))
+    try:
+        (tmp_path / "app.py").write_text(APP_ANTHROPIC)
+        result = run_client("reverse-anthropic-env", world, proxy, tmp_path)
+        assert json.loads(result.stdout) == {"text": "".join(WORDS), "stop_reason": "end_turn"}
+        served = [s for s in world["provider"].served if s.path == "/v1/messages"][-1]
+        assert served.sent == ANTHROPIC_BODY
+        assert_recorded(recordings, ANTHROPIC_BODY, proxy)
     finally:
         proxy.stop()
 
@@ -345,7 +378,7 @@ def test_wireguard_mode_starts_and_writes_a_client_config(world, tmp_path):
 
 def test_every_block_marked_tested_is_run_by_a_test():
     """A block marked *(tested)* in the doc that no test runs would be a false promise."""
-    here = {"reverse-proxy", "reverse-openai-env", "reverse-node-tls", "explicit-proxy", "explicit-curl",
+    here = {"reverse-proxy", "reverse-openai-env", "reverse-two-providers", "reverse-anthropic-env", "reverse-node-tls", "explicit-proxy", "explicit-curl",
             "explicit-python", "explicit-java", "os-store"}
     in_test_transparent = {"gateway-iptables", "gateway-nft", "same-host"}
     assert set(howto_blocks()) == here | in_test_transparent
