@@ -358,6 +358,10 @@ def test_exception_frame_is_errored_as_boto3_says(dialect: Dialect, kind: str, p
             list(client.invoke_model_with_response_stream(modelId="m", body=b"{}")["body"])
     assert raised.value.response["Error"]["Code"] == kind
     assert raised.value.response["Error"]["Message"] == payload["message"]
+    if dialect is Dialect.BEDROCK_INVOKE:  # the anthropic SDK's Bedrock client fails the same way
+        with pytest.raises(anthropic.APIStatusError) as failed:
+            anthropic_bedrock_message(loopback, body)
+        assert failed.value.body["error"] == {"type": kind, "message": payload["message"]}
 
 
 def test_error_frame_is_errored() -> None:
