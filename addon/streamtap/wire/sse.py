@@ -112,11 +112,11 @@ def _is_event_start(work: bytes, before: int, limit: int) -> bool:
     if not work or len(work) > _HOLD or before + len(work) > limit:
         return False
     if 13 not in work:
-        return work[0] != 10 and b"\n\n" not in work
+        return work[0] != 10 and work.find(b"\n\n") < 0  # find: "in" is slower on bytes
     return (
         work.count(b"\r\n") == work.count(13) == work.count(10)
         and not work.startswith(b"\r\n")
-        and b"\r\n\r\n" not in work
+        and work.find(b"\r\n\r\n") < 0
     )
 
 
@@ -132,7 +132,9 @@ class SSEDecoder:
         self.retry: int | None = None  # the stream's reconnection time, once set
         self._seq = 0
         self._offset = 0  # absolute offset of _buf[0]
-        self._buf = bytearray()  # the unfinished line (possibly ending in a held-back CR)
+        # bytes not parsed yet: the unfinished line (maybe ending in a held-back CR), or
+        # a small unfinished event kept whole
+        self._buf = bytearray()
         self._parts: list[bytes] = []  # processed bytes of the current span
         self._span_start = 0
         self._buf_room = max_event_size  # len(_buf) beyond which the span is oversize
@@ -403,9 +405,9 @@ class SSEDecoder:
         seg = pos = 0  # seg: where the current span begins in work
         for block in blocks:
             end = pos + len(block) + step
-            if end > limit or not block:
-                if block:
-                    break
+            if end > limit:
+                break  # the line path reports oversize events
+            if not block:
                 pos = end  # a second blank line: no event, same span
                 continue
             first = block[0]
@@ -484,14 +486,11 @@ class SSEDecoder:
                         if bad:
                             return 0
             data_lines = lines[1::3]
-            sizes = map(add, map(len, lines[0::3]), map(len, data_lines))
-            sizes = list(map((3 * term).__add__, sizes))
         elif first.startswith(b"data: "):
             if len(lines) != 2 * count or any(lines[1::2]):
                 return 0
             names = repeat("message")
             data_lines = lines[0::2]
-            sizes = list(map((2 * term).__add__, map(len, data_lines)))
         else:
             return 0
         joined = b"\n".join(data_lines)
@@ -503,6 +502,7 @@ class SSEDecoder:
             return 0  # the line path counts the replacements
         if len(texts) != count:
             return 0
+        sizes = list(map((2 * term).__add__, map(len, blocks)))
         head = b"".join(self._parts)
         if max(sizes) > self.max_event_size or len(head) + sizes[0] > self.max_event_size:
             return 0  # the line path reports oversize events
