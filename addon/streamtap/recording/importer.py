@@ -139,7 +139,10 @@ def import_flow(
         return result
     wire = response.raw_content
     if wire is None:
-        result.skipped = "body not in the capture (streamed without --set store_streamed_bodies=true)"
+        if flow.error is not None:
+            result.skipped = f"body not in the capture: the stream failed ({flow.error.msg}) and mitmproxy keeps no partial body"
+        else:
+            result.skipped = "body not in the capture (streamed without --set store_streamed_bodies=true)"
         return result
     try:
         body = response.get_content(strict=True) or b""
