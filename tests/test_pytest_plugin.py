@@ -62,6 +62,7 @@ def test_a_careless_check_fails(streamtap_replay):
 '''
 
 
+@pytest.mark.slow
 def test_fixture_and_marker_in_a_real_pytest_run(pytester, tmp_path):
     write_recording(pytester.path / "weather.jsonl", "openai", openai_chat_frames(words=12))
     pytester.makepyfile(test_example=EXAMPLE)

@@ -3,9 +3,7 @@ httpx-sse, curl and a raw socket, all on loopback."""
 
 from __future__ import annotations
 
-import base64
 import json
-import os
 import shutil
 import socket
 import subprocess

@@ -27,10 +27,8 @@ httpx ``RemoteProtocolError``); ``reset`` closes with a TCP RST.
 
 from __future__ import annotations
 
-import base64
 import json
 import random
-import struct
 from dataclasses import dataclass, field, replace
 from typing import Any
 
