@@ -467,15 +467,13 @@ class SSEDecoder:
         the bytes consumed, or 0 when the run is not uniform."""
         count = len(blocks)
         term = len(line_end)
-        size = sum(map(len, blocks)) + 2 * term * count
-        lines = work[:size].split(line_end)
-        lines.pop()  # after the last line end
-        first = lines[0]
+        first = blocks[0]
         if first.startswith(b"event: "):
-            if len(lines) != 3 * count or any(lines[2::3]):
+            lines = work.split(line_end, 3 * count)  # the run's lines, then the rest
+            if len(lines) <= 3 * count or any(lines[2 : 3 * count : 3]):
                 return 0
             # no line holds an LF, so an LF join splits back exactly at line starts
-            types = b"\n".join(lines[0::3])[7:].split(b"\nevent: ")
+            types = b"\n".join(lines[0 : 3 * count : 3])[7:].split(b"\nevent: ")
             if len(types) != count:
                 return 0
             names = list(map(_type_names.get, types))
@@ -485,12 +483,13 @@ class SSEDecoder:
                         names[i], bad = _type_name(type_)
                         if bad:
                             return 0
-            data_lines = lines[1::3]
+            data_lines = lines[1 : 3 * count : 3]
         elif first.startswith(b"data: "):
-            if len(lines) != 2 * count or any(lines[1::2]):
+            lines = work.split(line_end, 2 * count)
+            if len(lines) <= 2 * count or any(lines[1 : 2 * count : 2]):
                 return 0
             names = repeat("message")
-            data_lines = lines[0::2]
+            data_lines = lines[0 : 2 * count : 2]
         else:
             return 0
         joined = b"\n".join(data_lines)
