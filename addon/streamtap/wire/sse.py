@@ -31,6 +31,12 @@ skips to the next blank line and reports the whole skipped run as one non-fatal
 start`` says how many there were). The rule is positional (a line ending more than
 ``max_event_size`` bytes after the span start is where skipping begins), so the
 result does not depend on how the bytes were chunked.
+
+Speed comes from doing per-event work in C where the stream allows it: a run of
+events in the shape providers actually send (``event:``/``data:`` pairs or lone
+``data:`` lines, one line-end style) is cut up with joins, splits and maps over the
+whole run; anything else takes the line-by-line path, which implements every rule.
+Tests hold both paths to a plain reading of the spec.
 """
 
 from __future__ import annotations
