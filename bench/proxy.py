@@ -5,6 +5,7 @@
 Peers (each a real `mitmdump` in reverse mode in front of the same loopback upstream):
   bare       a one-line script addon: flow.response.stream = True
   passthru   a stream callable that returns each chunk (the floor for any callable)
+  streamtap-norec  `-s addon/tap.py` with streamtap_record=false (decode, assemble, judge only)
   streamtap  `-s addon/tap.py`, recording on, fsync=end
 
 Measures: wall time and proxy CPU (utime+stime from /proc) for a large SSE body (OpenAI chat
@@ -156,8 +157,10 @@ class Proxy:
         self.dir.mkdir()
         args = [str(MITMDUMP), "-q", "--mode", f"reverse:http://127.0.0.1:{upstream_port}", "--listen-host", "127.0.0.1",
                 "--listen-port", str(self.port), "--set", f"confdir={self.dir / 'conf'}"]
-        if name == "streamtap":
+        if name.startswith("streamtap"):
             args += ["-s", str(REPO / "addon" / "tap.py"), "--set", f"streamtap_dir={self.dir / 'rec'}", "--set", "streamtap_fsync=end"]
+            if name == "streamtap-norec":
+                args += ["--set", "streamtap_record=false"]
         else:
             script = self.dir / "addon.py"
             script.write_text(BARE if name == "bare" else PASSTHRU)
@@ -329,7 +332,7 @@ def main() -> int:
     sse_count, es_count = len(sse_events(args.mb)), len(eventstream_events(args.mb))
     state_bytes = per_stream_state(args.held)
     workdir = Path(tempfile.mkdtemp(prefix="streamtap-bench-"))
-    names = ["bare", "passthru", "streamtap"]
+    names = ["bare", "passthru", "streamtap-norec", "streamtap"]
     proxies = {name: Proxy(name, port, workdir) for name in names}
     results: dict[str, dict[str, float]] = {name: {} for name in names}
     try:
@@ -371,7 +374,7 @@ def main() -> int:
           f"({sse_count} events), event-stream {es_len / 1e6:.1f} MB ({es_count} messages); median of {args.rounds}; "
           f"{os.cpu_count()} CPUs; streamtap wrote {len(recordings)} recordings\n")
     print("throughput (time ratio to bare: 1.10 = 10% slower) and proxy CPU per MB")
-    print(f"{'workload':34} {'proxy':10} {'MB/s':>7} {'x bare':>7} {'CPU ms/MB':>10} {'x bare':>7}")
+    print(f"{'workload':34} {'proxy':15} {'MB/s':>7} {'x bare':>7} {'CPU ms/MB':>10} {'x bare':>7}")
     titles = {
         "sse": "SSE, one HTTP chunk per event",
         "es": "event-stream, one chunk per message",
@@ -381,14 +384,14 @@ def main() -> int:
     for label, title in titles.items():
         for name in names:
             r = results[name]
-            print(f"{title if name == 'bare' else '':34} {name:10} {r[label + '_mbps']:7.1f} "
+            print(f"{title if name == 'bare' else '':34} {name:15} {r[label + '_mbps']:7.1f} "
                   f"{r[label + '_wall'] / bare[label + '_wall']:7.2f} {r[label + '_cpu']:10.1f} "
                   f"{r[label + '_cpu'] / max(bare[label + '_cpu'], 1e-9):7.2f}")
     print(f"\nlatency of a small event every 5 ms ({args.ticks} events), and resident memory per open stream ({args.held} held open)")
-    print(f"{'proxy':10} {'p50 ms':>8} {'added':>8} {'p99 ms':>8} {'RSS/stream':>12} {'added':>10}")
+    print(f"{'proxy':15} {'p50 ms':>8} {'added':>8} {'p99 ms':>8} {'RSS/stream':>12} {'added':>10}")
     for name in names:
         r = results[name]
-        print(f"{name:10} {r['tick_p50']:8.3f} {r['tick_p50'] - bare['tick_p50']:8.3f} {r['tick_p99']:8.3f} "
+        print(f"{name:15} {r['tick_p50']:8.3f} {r['tick_p50'] - bare['tick_p50']:8.3f} {r['tick_p99']:8.3f} "
               f"{r['held_bytes'] / 1024:8.1f} KiB {(r['held_bytes'] - bare['held_bytes']) / 1024:6.1f} KiB")
     print(f"\nstreamtap per-stream state measured in-process (tracemalloc, {args.held} sessions+writers open mid-event): "
           f"{state_bytes / 1024:.1f} KiB per stream")
