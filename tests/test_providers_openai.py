@@ -309,6 +309,10 @@ def test_constructed_tool_calls_by_index_and_invalid_arguments():
     bad = sse_data(call(0, id="call_A", function={"name": "f", "arguments": '{"city": "Par'}), chat_chunk(finish="tool_calls"))
     verdict = analyze_bytes(bad, CHAT).verdict
     assert verdict.kind is X and "invalid argument JSON" in verdict.reason
+    # the same call cut by max tokens: the limit explains the broken JSON
+    limited = analyze_bytes(bad.replace(b'"finish_reason":"tool_calls"', b'"finish_reason":"length"'), CHAT)
+    assert limited.verdict.kind is L and limited.verdict.evidence["cut_tool_calls"] == [[0, 0]]
+    assert limited.turn.tool_calls()[0].arguments_raw == '{"city": "Par' and limited.turn.tool_calls()[0].arguments_error
 
 
 def test_constructed_reasoning_deltas_are_thinking_text_between_calls_stays_two_blocks():

@@ -285,9 +285,14 @@ class AssemblerBase:
                 VerdictKind.TRUNCATED, reason, self.last_seq, self.last_offset, {"end": end.value}
             )
         seq, offset, raw, normalized = self._stop
+        kind = STOP_VERDICT.get(normalized, VerdictKind.UNKNOWN)
+        evidence: dict[str, Any] = {"end": end.value}
         for choice in self.turn.choices:
             for block in choice.blocks:
                 if block.kind is BlockKind.TOOL_CALL and block.arguments_error:
+                    if kind is not VerdictKind.COMPLETE:  # a limit or a filter may cut a call short
+                        evidence.setdefault("cut_tool_calls", []).append([choice.index, block.index])
+                        continue
                     return self.turn, Verdict(
                         VerdictKind.CORRUPT,
                         f"tool call {block.name or block.id or block.index} has invalid argument JSON "
@@ -296,7 +301,6 @@ class AssemblerBase:
                         offset,
                         {"choice": choice.index, "block": block.index},
                     )
-        kind = STOP_VERDICT.get(normalized, VerdictKind.UNKNOWN)
         words = {
             VerdictKind.COMPLETE: "the model finished",
             VerdictKind.STOPPED_BY_LIMIT: "the model was stopped by a limit",
@@ -304,4 +308,4 @@ class AssemblerBase:
             VerdictKind.ERRORED: "the provider reported a failed generation",
             VerdictKind.UNKNOWN: "the provider gave a stop reason streamtap does not know",
         }[kind]
-        return self.turn, Verdict(kind, f"{words} (stop reason {raw!s})", seq, offset, {"end": end.value})
+        return self.turn, Verdict(kind, f"{words} (stop reason {raw!s})", seq, offset, evidence)
