@@ -26,9 +26,11 @@ from anthropic.lib.streaming._messages import accumulate_event
 from botocore.eventstream import EventStreamBuffer
 from conftest import FIXTURES, shared_files
 from test_providers_anthropic import (  # one loopback server and one SDK comparison for both test files
+    ABSENT,
     DOC_OUTCOME,
     LoopbackServer,
     assert_turn_matches_sdk,
+    or_absent,
 )
 
 from streamtap.providers import (
@@ -203,7 +205,7 @@ def anthropic_bedrock_message(loopback: LoopbackServer, body: bytes):
 BINS = shared_files("*/bodies/**/*.bin")
 
 
-@pytest.mark.parametrize("path", BINS, ids=[str(p.relative_to(FIXTURES)) for p in BINS])
+@pytest.mark.parametrize("path", or_absent(BINS, ids=[str(p.relative_to(FIXTURES)) for p in BINS]))
 def test_real_body(path: Path, loopback: LoopbackServer) -> None:
     body = path.read_bytes()
     detection = detect_dialect(RequestInfo("POST", request_uri(path), {}, b"{}"), EVENTSTREAM)
@@ -241,7 +243,7 @@ def test_real_body(path: Path, loopback: LoopbackServer) -> None:
 
 def test_all_24_bodies_are_here() -> None:
     if not BINS:
-        pytest.skip("../shared/fixtures is absent: the real captures live beside a development or CI clone only")
+        pytest.skip(ABSENT)
     assert len(BINS) == 24
 
 
@@ -263,7 +265,7 @@ def reframe(path: Path) -> bytes:
 VERCEL = [p for p in shared_files("vercel-ai/amazon-bedrock/*.chunks.txt")]
 
 
-@pytest.mark.parametrize("path", VERCEL, ids=[p.name for p in VERCEL])
+@pytest.mark.parametrize("path", or_absent(VERCEL, ids=[p.name for p in VERCEL]))
 def test_vercel_converse_chunks_reframed(path: Path, loopback: LoopbackServer) -> None:
     body = reframe(path)
     analysis = analyze_bytes(body, Dialect.BEDROCK_CONVERSE)
@@ -292,7 +294,7 @@ SYNTHETIC_DECISIONS = {
 def test_vercel_synthetic_converse_decisions() -> None:
     files = shared_files("vercel-ai/amazon-bedrock/synthetic/*.chunks.txt")
     if not files:
-        pytest.skip("../shared/fixtures is absent")
+        pytest.skip(ABSENT)
     assert sorted(p.name for p in files) == sorted(SYNTHETIC_DECISIONS)
     for path in files:
         verdict = analyze_bytes(reframe(path), Dialect.BEDROCK_CONVERSE).verdict
@@ -556,7 +558,7 @@ def test_complete_verdict_points_at_the_terminal_event() -> None:
 VERCEL_ANTHROPIC = [p for p in shared_files("vercel-ai/anthropic/*.chunks.txt")]
 
 
-@pytest.mark.parametrize("path", VERCEL_ANTHROPIC, ids=[p.name for p in VERCEL_ANTHROPIC])
+@pytest.mark.parametrize("path", or_absent(VERCEL_ANTHROPIC, ids=[p.name for p in VERCEL_ANTHROPIC]))
 def test_anthropic_events_in_invoke_chunks_give_the_same_turn(path: Path) -> None:
     """Constructed framing: the real Anthropic payloads wrapped as InvokeModel chunk frames must
     assemble exactly as they do over SSE (Bedrock reuses the Anthropic event logic)."""
