@@ -400,6 +400,11 @@ def test_constructed_responses_corruptions():
     unclosed = base + [{"type": "response.completed", "response": {"id": "resp_1", "status": "completed", "output": None}}]
     verdict = analyze_bytes(responses_stream(*unclosed), RESPONSES).verdict
     assert verdict.kind is X and "output item 0 (message) was added and never done" in verdict.reason
+    # cut mid-arguments by max_output_tokens: stopped by the limit, the partial call kept
+    limited = call[:3] + [{"type": "response.incomplete", "response": {"id": "r", "status": "incomplete",
+                                                                       "incomplete_details": {"reason": "max_output_tokens"}}}]
+    analysis = analyze_bytes(responses_stream(*limited), RESPONSES)
+    assert analysis.verdict.kind is L and analysis.turn.tool_calls()[0].arguments_raw == '{"a":'
     # the same stream cut before the terminal event is a cut, not corruption
     assert analyze_bytes(responses_stream(*base), RESPONSES).verdict.kind is T
 

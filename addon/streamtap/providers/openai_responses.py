@@ -363,7 +363,7 @@ class Assembler(AssemblerBase):
         usage.reasoning = as_int(as_dict(raw.get("output_tokens_details")).get("reasoning_tokens"))
 
     def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
-        if self.terminal_seen and self._error is None:
+        if self.terminal_seen and self._error is None and self.turn.stop_reason in ("end_turn", "tool_use"):
             for block in self.turn.blocks:
                 if block.kind is BlockKind.TOOL_CALL and not block.closed:
                     self.corrupt(f"tool call {block.name} was never finished (no arguments.done / output_item.done)")
