@@ -19,6 +19,10 @@ same bytes and the same reads:
   * "SDK client end-to-end": the real client (``client.messages.stream(...)
     .get_final_message()`` / ``client.chat.completions.stream(...).get_final_completion()``)
     over an in-memory httpx transport - what an app actually pays, HTTP plumbing included.
+A second table leaves decoding out on both sides: streamtap's dialect Assembler on
+already-decoded wire events against the SDK accumulator on already-parsed events
+(anthropic: dicts; openai: ChatCompletionChunk objects, whose construction is the SDK's
+decoding).
 The turns are checked equal (text, tool arguments, stop reason) before timing.
 Figures are the best of a few repetitions; ratio = streamtap events/s / peer events/s.
 """
@@ -42,7 +46,9 @@ from openai._streaming import SSEDecoder as OpenAISSEDecoder
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
-from streamtap.providers import Dialect, analyze_bytes
+from streamtap.providers import Dialect, StreamEnd, analyze_bytes
+from streamtap.providers.session import make_assembler
+from streamtap.wire import SSEDecoder
 
 READ = 1500
 WORDS = "the quick brown fox jumps over a lazy dog while streaming tokens arrive one by one".split()
@@ -186,7 +192,38 @@ def _openai_result(completion) -> tuple:
     return choice.message.content, arguments, choice.finish_reason
 
 
-def best_of(fn: Callable[[bytes], tuple], body: bytes, repeat: int) -> float:
+def decoded(body: bytes) -> list:
+    decoder = SSEDecoder()
+    return [e for chunk in reads(body) for e in decoder.feed(chunk)] + decoder.close()
+
+
+def assemble_only(dialect: Dialect) -> Callable[[list], object]:
+    def run(events: list) -> object:
+        assembler = make_assembler(dialect, "sse")
+        for event in events:
+            assembler.feed(event, None)
+        turn, verdict = assembler.finish(StreamEnd.FINISHED)
+        assert verdict.ok
+        return turn
+
+    return run
+
+
+def anthropic_accumulate_only(events: list[dict]) -> object:
+    snapshot, buffers = None, {}
+    for event in events:
+        snapshot = accumulate_event(event=event, current_snapshot=snapshot, json_bufs=buffers)
+    return snapshot
+
+
+def openai_accumulate_only(chunks: list) -> object:
+    state = ChatCompletionStreamState()
+    for chunk in chunks:
+        state.handle_chunk(chunk)
+    return state.get_final_completion()
+
+
+def best_of(fn: Callable, body: object, repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()
@@ -225,6 +262,21 @@ def main() -> int:
         for label, peer in peers:
             rate = wire_events / best_of(peer, body, repeat)
             print(f"{'':<12} {'':>7} {'':>6}  {label:<46} {rate:>11,.0f} {ours_rate / rate:>6.1f}x")
+    print()
+    print("assembly only (events already decoded)")
+    print(f"{'stream':<12} {'events':>7}  {'contender':<46} {'events/s':>11} {'ratio':>7}")
+    for name, body, dialect, _, _ in cases:
+        wire_events = decoded(body)
+        parsed = [json.loads(e.data) for e in wire_events if not e.data.startswith("[DONE]")]
+        if dialect is Dialect.OPENAI_CHAT:
+            label, peer = "openai ChatCompletionStreamState.handle_chunk", openai_accumulate_only
+            inputs = [construct_type(type_=ChatCompletionChunk, value=p) for p in parsed]
+        else:
+            label, peer, inputs = "anthropic accumulate_event", anthropic_accumulate_only, parsed
+        ours_rate = len(wire_events) / best_of(assemble_only(dialect), wire_events, repeat)
+        rate = len(wire_events) / best_of(peer, inputs, repeat)
+        print(f"{name:<12} {len(wire_events):>7}  {'streamtap ' + dialect.value + ' Assembler':<46} {ours_rate:>11,.0f}")
+        print(f"{'':<12} {'':>7}  {label:<46} {rate:>11,.0f} {ours_rate / rate:>6.1f}x")
     return 0
 
 
