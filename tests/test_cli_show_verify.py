@@ -155,3 +155,23 @@ def test_help_teaches(files):
     assert result.returncode == 0
     for word in ("--provider", "--sentinel", "--json", "openai-responses", "Exit codes", "truncated"):
         assert word in result.stdout
+
+
+def test_ndjson_and_json_array_bodies_by_extension(tmp_path):
+    """Constructed: an Ollama NDJSON body and a Gemini JSON-array body (real payloads re-framed)."""
+    chunks = shared_path(F, "vercel-ai/google/google-text.chunks.txt").read_bytes().split(b"\n")
+    array = tmp_path / "gemini.json"
+    array.write_bytes(b"[" + b",\n".join(c for c in chunks if c.strip()) + b"]")
+    cut_array = tmp_path / "gemini-cut.json"
+    cut_array.write_bytes(array.read_bytes()[:-1])
+    ollama = tmp_path / "ollama.ndjson"
+    ollama.write_bytes(
+        b'{"model":"llama3.2","response":"Hi","done":false}\n'
+        b'{"model":"llama3.2","response":" there","done":true,"done_reason":"stop","prompt_eval_count":3,"eval_count":2}\n'
+    )
+    result = streamtap("verify", array, ollama, cut_array)
+    lines = result.stdout.splitlines()
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert lines[0].startswith(f"{array}: complete (gemini, sniffed: JSON array")
+    assert lines[1].startswith(f"{ollama}: complete (ollama, sniffed: NDJSON")
+    assert lines[2].startswith(f"{cut_array}: truncated (gemini") and "']'" in lines[2]
