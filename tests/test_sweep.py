@@ -82,6 +82,9 @@ def test_a_careless_client_silently_accepts_the_cuts(recording, tmp_path):
     assert ("cut:at=tool-args", "abort") in silent and ("cut:at=before-terminal", "clean") in silent
     assert len(silent) == len(runs) == report["counts"][SILENT]
     assert code == 1
+    # what the client swallowed, streamtap calls truncated (the cut falls before [DONE])
+    assert {r["verdict"] for r in runs} == {"truncated"}
+    assert report["baseline"]["verdict"] == "complete"
 
 
 @pytest.mark.slow

@@ -279,7 +279,7 @@ def plan(
     return Plan(writes, End(style, end_at), log)
 
 
-def _fast_plan(source: Source, size: int = 256 * 1024) -> Plan:
+def _fast_plan(source: Source, size: int = 1024 * 1024) -> Plan:
     """No fault, no timing: the body in large writes (what `_coalesce` would give, without the copies)."""
     body = source.body
     writes = [Write(body[i : i + size], 0.0) for i in range(0, len(body), size)] or [Write(b"", 0.0)]

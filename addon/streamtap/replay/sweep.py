@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from .faults import FaultSpecError, Timing, parse_fault, protocol_positions
+from .faults import FaultSpecError, Timing, parse_fault, plan, protocol_positions
 from .match import Library, MatchOptions
 from .server import ReplayServer, ServeOptions
 from .source import Source
@@ -98,6 +98,7 @@ class Run:
     seconds: float
     fault_log: list[str] = field(default_factory=list)
     output_tail: str = ""
+    verdict: str | None = None  # what streamtap's verdict layer says of the stream this client got
 
     @property
     def spec(self) -> str:
@@ -245,7 +246,16 @@ async def _run_once(
     text = output.decode("utf-8", "replace")
     outcome = classify(proc.returncode, text, timed_out=timed_out, error_text=error_text)
     fault_log = [line for served in server.served for line in served.log]
-    return Run(position, style, outcome, proc.returncode, time.monotonic() - started, fault_log, text[-400:])
+    return Run(position, style, outcome, proc.returncode, time.monotonic() - started, fault_log, text[-400:], _verdict(source, faults))
+
+
+def _verdict(source: Source, faults: list) -> str | None:
+    try:
+        from streamtap.providers import Dialect, analyze_bytes
+
+        return str(analyze_bytes(plan(source, faults).body, Dialect(source.dialect)).verdict.kind)
+    except Exception:  # an unknown dialect string, or the verdict layer missing: the sweep still reports
+        return None
 
 
 def progress_bar(stream) -> Callable[[int, int, dict[str, int]], None]:
