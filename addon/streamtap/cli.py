@@ -69,4 +69,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as `python -m streamtap.cli`, this file is __main__; the verbs raise
+    # streamtap.cli.UsageError, so dispatch through that module's main.
+    from streamtap.cli import main as package_main
+
+    sys.exit(package_main())
