@@ -516,6 +516,7 @@ class Assembler:
         self.turn = Turn(Dialect.ANTHROPIC)
         self.judge = Judge(self.turn)
         self.builder = MessageBuilder(self.turn, self.judge)
+        self.renamed: set[tuple[str, Any]] = set()  # (event name, type) pairs already noted
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if not isinstance(event, SSEEvent):
@@ -537,7 +538,10 @@ class Assembler:
             return
         name = event.event
         if name != "message" and name != obj.get("type"):
-            judge.note(f"event name {name!r} differs from its type {obj.get('type')!r} at seq {event.seq}")
+            pair = (name, repr(obj.get("type")))
+            if pair not in self.renamed:  # the JSON type decides; say so once per pair
+                self.renamed.add(pair)
+                judge.note(f"event name {name!r} differs from its type {obj.get('type')!r} (first at seq {event.seq})")
         self.builder.apply(obj, event.seq, event.start, t)
 
     def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
