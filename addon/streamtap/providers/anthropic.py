@@ -12,11 +12,15 @@ Choices this module makes where the provider is silent:
   keeps its raw arguments unparsed.
 - Several messages back to back (``message_start`` again after ``message_stop``, as in
   multi-step test recordings) are assembled into one turn: blocks are appended in
-  order (``extra["message"]`` says which message), model/id/usage/stop reason come
+  order (``extra["message"]`` numbers the second and later messages from 1), model/id/usage/stop reason come
   from the last message, and an earlier message that did not end cleanly decides the
   verdict. A ``message_start`` while a message is still open is a splice: corrupt.
   The same ``message_start`` repeated before any content is tolerated and noted.
-- Thinking and answer text are routed by their block type only.
+- Thinking and answer text are routed by their block type only. Server tool uses and
+  their ``*_tool_result`` blocks are ``server_tool`` (the result kept whole in ``extra``);
+  block types this version does not know are ``other``, kept whole, their deltas' text
+  joined into ``text``.
+- An ``error`` event makes the turn ``errored`` whatever follows it.
 """
 
 from __future__ import annotations
