@@ -40,6 +40,9 @@ def test_bundled_recordings_are_what_the_tooling_makes(tmp_path):
     for old_path, new_path in zip(bundled, fresh):
         old, new = read_recording(old_path), read_recording(new_path)
         assert old.body == new.body, old_path.name
-        assert old.verdict["kind"] == new.verdict["kind"] and old.end["stream_end"] == new.end["stream_end"]
+        assert old.verdict["kind"] == new.verdict["kind"]
+        # an SDK that stops reading at [DONE] may close before the proxy sees the body end: a
+        # race between client and upstream, so only the provider's own reset must repeat
+        assert (old.end["stream_end"] == "upstream_reset") == (new.end["stream_end"] == "upstream_reset")
         assert old.header["request"]["body"] == new.header["request"]["body"]
         assert check_recording(old) == []
