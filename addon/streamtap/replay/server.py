@@ -197,20 +197,28 @@ class ReplayServer:
         await writer.drain()
         loop = asyncio.get_running_loop()
         start = loop.time()
-        for write in the_plan.writes:
+        style = the_plan.end.style
+        writes = the_plan.writes
+        # a clean end due with the last write leaves in the same segment: a proxy in front then
+        # sees the body end before the client can react to the last event (and hang up)
+        terminated = style == "clean" and bool(writes) and the_plan.end.at <= writes[-1].at
+        for i, write in enumerate(writes):
             delay = start + write.at - loop.time()
             if delay > 0:
                 await _sleep_until(loop, start + write.at)
+            last = terminated and i == len(writes) - 1
             if write.data:
-                writer.write(b"%x\r\n%b\r\n" % (len(write.data), write.data))
-                await writer.drain()
+                writer.write(b"%x\r\n%b\r\n%b" % (len(write.data), write.data, b"0\r\n\r\n" if last else b""))
+            elif last:
+                writer.write(b"0\r\n\r\n")
+            await writer.drain()
         delay = start + the_plan.end.at - loop.time()
         if delay > 0:
             await _sleep_until(loop, start + the_plan.end.at)
-        style = the_plan.end.style
         if style == "clean":
-            writer.write(b"0\r\n\r\n")
-            await writer.drain()
+            if not terminated:
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
             if not request.keep_alive:
                 writer.close()
         elif style == "abort":
