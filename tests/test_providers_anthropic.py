@@ -324,6 +324,16 @@ def test_synthetic_edge_cases() -> None:
     refusal = analyze_bytes(reframe(base / "anthropic-refusal.chunks.txt"), Dialect.ANTHROPIC)
     assert refusal.verdict.kind is VerdictKind.FILTERED
     assert refusal.turn.extra["stop_details"]["category"] == "cyber"
+    # an advisor result that itself says max_tokens is the tool's business, not the turn's
+    advisor = analyze_bytes(reframe(base / "anthropic-advisor-stop-reasons.chunks.txt"), Dialect.ANTHROPIC)
+    assert advisor.verdict.kind is VerdictKind.COMPLETE
+    assert [b.kind for b in advisor.turn.blocks] == [BlockKind.SERVER_TOOL] * 4
+    assert advisor.turn.blocks[1].extra["content"]["stop_reason"] == "max_tokens"
+    # a model-fallback marker block is kept whole as 'other', never mixed into the answer
+    fallback = analyze_bytes(reframe(base / "anthropic-fallback.chunks.txt"), Dialect.ANTHROPIC)
+    assert fallback.verdict.kind is VerdictKind.COMPLETE
+    assert fallback.turn.blocks[0].kind is BlockKind.OTHER and fallback.turn.blocks[0].extra["type"] == "fallback"
+    assert fallback.turn.text() == "The printing press was invented by Johannes Gutenberg around 1440."
 
 
 # -- constructed from the provider notes (labelled constructed) --------------------------------
