@@ -137,11 +137,31 @@ def test_live_error_injection_makes_the_anthropic_sdk_raise(proxy):
             stream.get_final_message()
 
 
-def test_unmatched_gets_the_json_404_when_asked(tmp_path):
+def test_unmatched_gets_the_json_404_and_the_fault_option_cuts_replays(tmp_path):
     write_recording(tmp_path / "openai.jsonl", "openai", openai_chat_frames(words=3))
-    options = {"streamtap_replay": str(tmp_path), "streamtap_replay_unmatched": "404", "streamtap_replay_timing": "fast"}
+    options = {
+        "streamtap_replay": str(tmp_path),
+        "streamtap_replay_unmatched": "404",
+        "streamtap_replay_timing": "fast",
+        "streamtap_fault": "cut:event=1,style=abort",
+    }
     with Mitmdump("http://192.0.2.1:9", tmp_path / "work", options=options) as mitm:  # no upstream at all
         r = httpx.post(mitm.url + "/v1/chat/completions", json=OPENAI_REQUEST | {"model": "other"}, timeout=10)
         assert r.status_code == 404 and r.json()["error"]["nearest"][0]["differs_in"] == ["body.model"]
-        ok = httpx.post(mitm.url + "/v1/chat/completions", content=OPENAI_BODY, timeout=10)
-        assert ok.status_code == 200 and ok.content == b"".join(openai_chat_frames(words=3))
+        got = b""
+        with pytest.raises(httpx.RemoteProtocolError):
+            with httpx.stream("POST", mitm.url + "/v1/chat/completions", content=OPENAI_BODY, timeout=10) as response:
+                for piece in response.iter_bytes():
+                    got += piece
+        assert got == b"".join(openai_chat_frames(words=3)[:2])
+
+
+def test_bad_replay_options_stop_mitmdump_with_a_clear_message(tmp_path):
+    for option, value, message in [
+        ("streamtap_fault", "cut:nowhere=1", "streamtap_fault: 'cut:nowhere=1': cut takes"),
+        ("streamtap_replay", str(tmp_path / "missing"), "streamtap_replay: " + str(tmp_path / "missing") + ": no such file"),
+        ("streamtap_replay_timing", "slow", "streamtap_replay_timing: timing is fast, original or scale=N"),
+    ]:
+        bad = Mitmdump("http://192.0.2.1:9", tmp_path / option, options={option: value})
+        result = subprocess.run(bad.args, capture_output=True, text=True, timeout=30, cwd=tmp_path)
+        assert result.returncode != 0 and message in result.stdout + result.stderr, result.stdout + result.stderr
