@@ -116,7 +116,15 @@ KINDS = {
 }
 
 
-def write_recording(path: Path, kind: str, frames: list[bytes], *, gap_ms: float = 1.0, request: dict | None = None) -> Path:
+def write_recording(
+    path: Path,
+    kind: str,
+    frames: list[bytes],
+    *,
+    gap_ms: float = 1.0,
+    request: dict | None = None,
+    stream_end: str = "finished",
+) -> Path:
     """A recording (streamtap.recording's writer) of `frames` as the answer to the `kind` request,
     one network read per frame, `gap_ms` apart."""
     from streamtap.recording import RecordingWriter
@@ -139,5 +147,5 @@ def write_recording(path: Path, kind: str, frames: list[bytes], *, gap_ms: float
             writer.frame(event, i * gap_ms)
     for event in decoder.close():
         writer.frame(event, len(frames) * gap_ms)
-    writer.finish({"stream_end": "finished"})
+    writer.finish({"stream_end": stream_end})
     return path

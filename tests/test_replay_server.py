@@ -321,3 +321,31 @@ def test_serve_usage_errors_exit_2_with_one_line(tmp_path):
         result = subprocess.run([*STREAMTAP, *args], capture_output=True, text=True, timeout=30)
         assert result.returncode == 2, (args, result.stderr)
         assert message in result.stderr and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_a_recorded_upstream_reset_replays_as_an_abort_with_its_tail(tmp_path):
+    frames = openai_chat_frames(words=6, tool=False)
+    cut = frames[:5] + [frames[5][:40]]  # the upstream died 40 bytes into event 5
+    write_recording(tmp_path / "reset.jsonl", "openai", cut, stream_end="upstream_reset")
+    with ServerThread(Library.load([tmp_path]), ServeOptions()) as server:
+        data, how = _raw_exchange(server.base_url, OPENAI_BODY)
+    chunks, terminated = _dechunk(data)
+    assert how == "fin" and not terminated
+    assert b"".join(chunks) == b"".join(cut)
+
+
+def test_original_timing_reproduces_the_recorded_network_reads(tmp_path):
+    from streamtap.replay.faults import plan
+    from streamtap.replay.source import load_source
+
+    frames = openai_chat_frames(words=5, tool=False)
+    write_recording(tmp_path / "r.jsonl", "openai", frames, gap_ms=7)
+    source = load_source(tmp_path / "r.jsonl")
+    assert [(o, n) for o, n, _t in source.reads] == [(sum(map(len, frames[:i])), len(f)) for i, f in enumerate(frames)]
+    p = plan(source, [], Timing.parse("original"))
+    assert [w.data for w in p.writes] == frames
+    assert [round(w.at, 6) for w in p.writes] == [round(i * 0.007, 6) for i in range(len(frames))]
+    with ServerThread(Library.load([tmp_path]), ServeOptions(Timing.parse("original"))) as server:
+        data, how = _raw_exchange(server.base_url, OPENAI_BODY)
+    chunks, terminated = _dechunk(data)
+    assert how == "complete" and terminated and chunks == frames  # one HTTP chunk per recorded read
