@@ -153,6 +153,7 @@ class SSEDecoder:
         self._skip_partial = False  # the dropped unfinished line had bytes
         self._bom_pending = True
         self._quick = False  # feed may just append: no pending BOM, CR, skip or close
+        self._between_events = False  # no event half parsed: _buf holds a whole event's start
         self._closed = False
 
     @property
@@ -161,12 +162,19 @@ class SSEDecoder:
         return self._offset + len(self._buf)
 
     def feed(self, data: bytes) -> list[SSEEvent | Malformed]:
-        if self._quick and 10 not in data and 13 not in data:  # int tests: memchr, cheap
+        if self._quick and 13 not in data:  # int tests: memchr, cheap ("in" with bytes is not)
             buf = self._buf
-            buf += data
-            if len(buf) > self._buf_room:
-                return self._overflow()
-            return []
+            # no line ends, or (between events) no blank line: nothing can complete yet
+            if 10 not in data or (
+                self._between_events
+                and data.find(b"\n\n") < 0
+                and (data[0] != 10 or buf[-1:] != b"\n")
+                and len(buf) + len(data) <= _HOLD
+            ):
+                buf += data
+                if len(buf) > self._buf_room:
+                    return self._overflow()
+                return []
         if self._closed:
             raise RuntimeError("feed() after close()")
         if not data:
@@ -249,9 +257,10 @@ class SSEDecoder:
                 # event boundary and takes the fast path
                 self._buf += work
                 self._buf_room = self._span_start + self.max_event_size - self._offset
-                self._quick = True
+                self._quick = self._between_events = True
                 return out
         self._lines(work, final, out)
+        self._between_events = self._quick and not (self._data or self._type or self._span_invalid)
         return out
 
     def _overflow(self) -> list[SSEEvent | Malformed]:
@@ -261,6 +270,7 @@ class SSEDecoder:
         self._buf.clear()
         out: list = []
         self._lines(work, False, out)
+        self._between_events = self._quick and not (self._data or self._type or self._span_invalid)
         return out
 
     def _lines(self, work: bytes, final: bool, out: list) -> None:
