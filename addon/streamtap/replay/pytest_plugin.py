@@ -1,19 +1,39 @@
 """pytest plugin (entry point ``streamtap``): replay recordings, with faults, inside tests.
 
 Fixture ``streamtap_replay``: a function that starts a replay server on a free loopback
-port and returns it (``.base_url``, ``.served``); every server it started stops when the
-test ends::
+port for one or more recordings (optional ``fault=``, ``timing=``, ``assign_ids=``,
+``once=``, ``ignore_fields=``) and returns it (``.base_url``, ``.served`` with each
+answered request and its fault log). Every server it started stops when the test ends.
+Marker ``streamtap_faults(*specs)``: run the test once per fault spec (``None``: no fault);
+the fixture applies the current one, also available as the ``streamtap_fault`` fixture.
 
-    def test_client_survives_a_cut(streamtap_replay):
-        server = streamtap_replay("tests/recordings/weather.jsonl", fault="cut:at=tool-args,style=abort")
-        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="test")
-        ...
+A complete example (``weather.jsonl`` recorded by the Tap, or by ``streamtap import``)::
 
-Marker ``streamtap_faults``: run a test once per fault spec; the fixture picks the
-current one up when called without ``fault=``::
+    import openai
+    import pytest
 
-    @pytest.mark.streamtap_faults("cut:event=3,style=clean", "cut:event=3,style=abort", None)
-    def test_each(streamtap_replay): ...
+    def answer(client):
+        text, finish = [], None
+        for chunk in client.chat.completions.create(
+            model="gpt-4.1-nano", messages=[{"role": "user", "content": "Weather in Paris?"}], stream=True
+        ):
+            for choice in chunk.choices:
+                text.append(choice.delta.content or "")
+                finish = choice.finish_reason or finish
+        if finish is None:
+            raise RuntimeError("incomplete answer")
+        return "".join(text)
+
+    def client_for(server):
+        return openai.OpenAI(base_url=server.base_url + "/v1", api_key="test", max_retries=0)
+
+    def test_full_answer(streamtap_replay):
+        assert answer(client_for(streamtap_replay("weather.jsonl"))).startswith("The weather")
+
+    @pytest.mark.streamtap_faults("cut:event=5,style=clean", "cut:at=tool-args,style=abort")
+    def test_cut_answers_are_refused(streamtap_replay):
+        with pytest.raises(Exception):
+            answer(client_for(streamtap_replay("weather.jsonl")))
 
 This module is loaded by every pytest run in an environment where streamtap is
 installed, so it imports nothing heavy at import time and never fails there.
