@@ -518,14 +518,15 @@ class SSEDecoder:
         if len(texts) != count:
             return 0
         sizes = list(map((2 * term).__add__, map(len, blocks)))
-        head = b"".join(self._parts)
-        if max(sizes) > self.max_event_size or len(head) + sizes[0] > self.max_event_size:
-            return 0  # the line path reports oversize events
         ends = list(accumulate(sizes))
-        raws = list(map(work.__getitem__, map(slice, chain((0,), ends), ends)))
-        if head:
-            raws[0] = head + raws[0]
         base = self._offset
+        before = base - self._span_start  # bytes of the first event's span already seen
+        if before + ends[-1] > self.max_event_size:  # some event may be oversize
+            if before + sizes[0] > self.max_event_size or max(sizes) > self.max_event_size:
+                return 0  # the line path reports oversize events
+        raws = list(map(work.__getitem__, map(slice, chain((0,), ends), ends)))
+        if self._parts:
+            raws[0] = b"".join(self._parts) + raws[0]
         ends_abs = list(map(base.__add__, ends))
         starts_abs = chain((self._span_start,), ends_abs)
         events = list(
