@@ -257,6 +257,16 @@ def test_limit_applies_to_every_event_of_a_run(shape: bytes) -> None:
         assert events[1].end - events[1].start == len(big)
 
 
+def test_limit_counts_comments_before_an_event_in_its_span() -> None:
+    comment = b": " + b"c" * 20 + b"\n\n"
+    event = b"event: e\ndata: 1\n\n"
+    stream = comment + event * 4
+    for chunks in (None, [len(comment), 1000], [1]):
+        events = decode(stream, chunks, max_event_size=len(event) + 5)
+        assert [type(e).__name__ for e in events] == ["Malformed"] + ["SSEEvent"] * 3, chunks
+        assert (events[0].start, events[0].end) == (0, len(comment) + len(event))
+
+
 def test_fields_of_an_oversize_event_do_not_take_effect() -> None:
     stream = b"id: 1\ndata: a\n\ndata: " + b"x" * 50 + b"\nid: 2\n\ndata: b\n\n"
     for chunks in (None, [1], [5]):
