@@ -258,7 +258,7 @@ def test_limit_applies_to_every_event_of_a_run(shape: bytes) -> None:
 
 
 def test_limit_counts_comments_before_an_event_in_its_span() -> None:
-    comment = b": " + b"c" * 20 + b"\n\n"
+    comment = b": " + b"c" * 6 + b"\n\n"  # fits the limit alone, not with the event after it
     event = b"event: e\ndata: 1\n\n"
     stream = comment + event * 4
     for chunks in (None, [len(comment), 1000], [1]):
