@@ -380,7 +380,11 @@ class ServerThread:
 
     def start(self) -> ServerThread:
         self._thread.start()
-        asyncio.run_coroutine_threadsafe(self.server.start(self._host, self._port), self._loop).result(10)
+        try:
+            asyncio.run_coroutine_threadsafe(self.server.start(self._host, self._port), self._loop).result(10)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:
