@@ -107,14 +107,34 @@ def describe(event: Any) -> dict[str, Any]:
 _PLAIN_SSE: dict[str, bytes] = {}  # event type -> its description, for the common SSE event without id or retry
 
 
+_HEADERS: dict[tuple, bytes] = {}  # event-stream header set -> its JSON (a stream repeats a few sets)
+
+
 def _described(event: Any) -> bytes:
-    if type(event) is SSEEvent and not event.id and event.retry is None and not event.invalid_utf8:
+    """``orjson.dumps(describe(event))``, with the repetitive parts cached: this runs once per event."""
+    kind = type(event)
+    if kind is SSEEvent and not event.id and event.retry is None and not event.invalid_utf8:
         cached = _PLAIN_SSE.get(event.event)
         if cached is None:
             cached = orjson.dumps({"sse": event.event})
             if len(_PLAIN_SSE) < 1024:
                 _PLAIN_SSE[event.event] = cached
         return cached
+    if kind is EventStreamMessage:
+        try:
+            key = tuple(event.headers.items())
+            headers = _HEADERS.get(key)
+        except TypeError:  # an unhashable value
+            key, headers = None, None
+        if headers is None:
+            headers = orjson.dumps({k: _plain_header_value(v) for k, v in event.headers.items()})
+            if key is not None and len(_HEADERS) < 1024:
+                _HEADERS[key] = headers
+        try:
+            payload = b'"payload":' + orjson.dumps(event.payload.decode("utf-8"))
+        except UnicodeDecodeError:
+            payload = b'"payload_b64":"' + base64.b64encode(event.payload) + b'"'
+        return b'{"headers":' + headers + b"," + payload + b"}"
     return orjson.dumps(describe(event))
 
 
