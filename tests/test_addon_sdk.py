@@ -121,15 +121,40 @@ def bedrock(proxy, name):
     )
 
 
+def tee_boto3(client) -> bytearray:
+    """Keep a copy of the event-stream bytes botocore reads from the wire (before it parses them)."""
+    captured = bytearray()
+
+    class Tee:
+        def __init__(self, raw):
+            self._raw = raw
+
+        def stream(self, *args, **kwargs):
+            for chunk in self._raw.stream(*args, **kwargs):
+                captured.extend(chunk)
+                yield chunk
+
+        def __getattr__(self, name):
+            return getattr(self._raw, name)
+
+    def wrap(response_dict, **kwargs):
+        if hasattr(response_dict.get("body"), "stream"):
+            response_dict["body"] = Tee(response_dict["body"])
+
+    client.meta.events.register("before-parse.bedrock-runtime.*", wrap)
+    return captured
+
+
 def test_bedrock_invoke_model_with_response_stream(proxy):
     body = streams.bedrock_invoke("Thinking it over.", "Sunny.", {"city": "Oslo"})
     proxy.upstream.add("br-invoke", Script(body, content_type="application/vnd.amazon.eventstream", chunk_size=100))
     client = bedrock(proxy, "br-invoke")
+    received = tee_boto3(client)
     response = client.invoke_model_with_response_stream(
         modelId="anthropic.claude-test-v1:0", body=json.dumps({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 100, "messages": []})
     )
     events = [json.loads(e["chunk"]["bytes"]) for e in response["body"]]
-    rec = assert_recorded_exactly(proxy, "br-invoke")
+    rec = assert_recorded_exactly(proxy, "br-invoke", received)
     assert rec.verdict["kind"] == "complete"
     text = "".join(e["delta"]["text"] for e in events if e["type"] == "content_block_delta" and e["delta"]["type"] == "text_delta")
     args = "".join(e["delta"]["partial_json"] for e in events if e["type"] == "content_block_delta" and e["delta"]["type"] == "input_json_delta")
@@ -146,9 +171,10 @@ def test_bedrock_converse_stream(proxy):
     body = streams.bedrock_converse(["It is ", "sunny."], {"city": "Oslo"})
     proxy.upstream.add("br-conv", Script(body, content_type="application/vnd.amazon.eventstream", chunk_size=61, gap=0.001))
     client = bedrock(proxy, "br-conv")
+    received = tee_boto3(client)
     response = client.converse_stream(modelId="anthropic.claude-test-v1:0", messages=[{"role": "user", "content": [{"text": "q"}]}])
     events = list(response["stream"])
-    rec = assert_recorded_exactly(proxy, "br-conv")
+    rec = assert_recorded_exactly(proxy, "br-conv", received)
     assert rec.verdict["kind"] == "complete"
     text = "".join(e["contentBlockDelta"]["delta"].get("text", "") for e in events if "contentBlockDelta" in e)
     assert turn_blocks(rec, "text")[0]["text"] == text == "It is sunny."
