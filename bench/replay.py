@@ -4,8 +4,10 @@
 
 1. Throughput. A ~32 MiB Anthropic SSE recording (16 KiB network reads) is served by a real
    `streamtap serve --timing fast` process and received by curl (a C client, so the figure
-   is the server's); the peer is reading the same body bytes from a file in 64 KiB reads
-   (page cache warm), the floor for any server that serves bytes from disk. Best of three.
+   is the server's). Peers, same bytes: Python reading the body file in 64 KiB reads (page
+   cache warm), curl reading it as a file:// URL (same client, no network), and a bare
+   asyncio server sending it in one write (the loopback HTTP floor for a Python server).
+   Best of three each.
 2. Timing fidelity. A 2 s recording of 400 events 5 ms apart is served with
    `--timing original`; a raw-socket client timestamps each HTTP chunk as it arrives and
    compares each gap with the recorded gap: p50 / p99 / max of |served - recorded|.
@@ -121,10 +123,13 @@ def throughput(tmp: Path, quick: bool) -> None:
             assert int(out.stdout) == len(body), out.stdout
     served = min(times)
     bare = min(bare_server(raw_file, len(body)) for _ in range(3))
+    curl_file = min(_curl_file(raw_file, len(body)) for _ in range(3))
     print(f"   raw file read (64 KiB reads)   {mib / raw:9.1f} MiB/s")
+    print(f"   curl file:// of the body       {mib / curl_file:9.1f} MiB/s   (the same client reading the bytes from disk)")
     print(f"   bare asyncio server, one write {mib / bare:9.1f} MiB/s   (curl; the loopback HTTP floor for a Python server)")
     print(f"   streamtap serve --timing fast  {mib / served:9.1f} MiB/s   (curl, whole request, best of 3)")
     print(f"   ratio replay / raw read        {raw / served:9.3f}   (target >= 0.50)")
+    print(f"   ratio replay / curl file://    {curl_file / served:9.3f}")
     print(f"   ratio replay / bare server     {bare / served:9.3f}")
     print(f"   (server start + loading the {rec.stat().st_size / 2**20:.0f} MiB recording: {loaded:.2f} s, not counted)")
 
@@ -144,6 +149,14 @@ async def main():
     await asyncio.Event().wait()
 asyncio.run(main())
 """
+
+
+def _curl_file(raw_file: Path, size: int) -> float:
+    t = time.perf_counter()
+    out = subprocess.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{size_download}", raw_file.as_uri()], capture_output=True, text=True, check=True)
+    elapsed = time.perf_counter() - t
+    assert int(out.stdout) == size
+    return elapsed
 
 
 def bare_server(raw_file: Path, size: int) -> float:
