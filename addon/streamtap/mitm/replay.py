@@ -187,7 +187,7 @@ class Faults:
             faults = self.faults + parse_faults(flow.metadata.get(FAULT_HEADER))
             if not faults:
                 return
-            live = LiveFaults(faults, _wire_of(flow), flow.metadata.get("streamtap", {}).get("dialect", "unknown"))
+            live = LiveFaults(faults, *_wire_and_dialect(flow))
         except FaultSpecError as exc:
             log.warning(f"streamtap: flow {flow.id[:12]}: fault not applied: {exc}")
             return
@@ -220,6 +220,21 @@ class Faults:
             return out
 
         flow.response.stream = stream
+
+
+def _wire_and_dialect(flow: http.HTTPFlow) -> tuple[str, str]:
+    """The wire format and dialect, as the Tap would detect them (the error shapes depend on both)."""
+    try:
+        from streamtap.providers import RequestInfo, detect_dialect
+
+        request = flow.request
+        detection = detect_dialect(
+            RequestInfo(request.method, request.pretty_url, {k.lower(): v for k, v in request.headers.items()}, request.raw_content),
+            flow.response.headers.get("content-type") if flow.response else None,
+        )
+        return detection.wire or _wire_of(flow), str(detection.dialect)
+    except Exception:  # fail open: framing from the content type alone
+        return _wire_of(flow), "unknown"
 
 
 def _wire_of(flow: http.HTTPFlow) -> str:
