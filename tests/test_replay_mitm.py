@@ -16,7 +16,17 @@ from pathlib import Path
 
 import httpx
 import pytest
-from replay_streams import ANTHROPIC_REQUEST, OPENAI_REQUEST, anthropic_frames, openai_chat_frames, openai_text, write_recording
+from replay_streams import (
+    ANTHROPIC_REQUEST,
+    BEDROCK_MODEL,
+    BEDROCK_REQUEST,
+    OPENAI_REQUEST,
+    anthropic_frames,
+    bedrock_invoke_frames,
+    openai_chat_frames,
+    openai_text,
+    write_recording,
+)
 from upstream import Mitmdump, Script, Upstream
 
 from streamtap.recording import read_recording
@@ -34,6 +44,7 @@ def proxy(tmp_path_factory):
     recordings.mkdir()
     write_recording(recordings / "openai.jsonl", "openai", openai_chat_frames(words=20), gap_ms=20)
     write_recording(recordings / "anthropic.jsonl", "anthropic", anthropic_frames())
+    write_recording(recordings / "bedrock.jsonl", "bedrock", bedrock_invoke_frames(), gap_ms=5)
     with Upstream() as upstream:
         upstream.add("live", Script(LIVE, gap=0.01))
         options = {
@@ -85,6 +96,23 @@ def test_replay_through_the_tap_streams_with_timing_and_records_the_same_body(pr
     assert again.body == original.body
     assert again.end["verdict"]["kind"] == "complete"
     assert again.header["request"]["url"].endswith("/v1/chat/completions")
+
+
+def test_bedrock_replay_through_the_tap_is_recorded_byte_identical(proxy):
+    import boto3
+    from botocore.config import Config
+
+    before = existing(proxy)
+    client = boto3.client(
+        "bedrock-runtime", endpoint_url=proxy.url, region_name="us-east-1", aws_access_key_id="AKIDTEST",
+        aws_secret_access_key="secret", config=Config(retries={"max_attempts": 0}),
+    )  # fmt: skip
+    response = client.invoke_model_with_response_stream(modelId=BEDROCK_MODEL, body=json.dumps(BEDROCK_REQUEST))
+    events = [json.loads(e["chunk"]["bytes"]) for e in response["body"]]  # botocore checks every CRC
+    assert events[-1]["type"] == "message_stop"
+    [again] = new_recordings(proxy, before)
+    assert again.body == read_recording(proxy.replay_dir / "bedrock.jsonl").body == b"".join(bedrock_invoke_frames())
+    assert again.end["verdict"]["kind"] == "complete"
 
 
 def test_unmatched_requests_go_upstream(proxy):
