@@ -30,6 +30,7 @@ from streamtap.wire import IncrementalJSON, WireEvent
 from .turn import Block, BlockKind, Choice, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 MAX_CHOICES = 128  # a bound, so a hostile index cannot make a huge list
+TEXT_BATCH = 256  # text fragments joined at a time while a block grows
 
 # normalized stop reason -> verdict kind
 STOP_VERDICT: dict[str, VerdictKind] = {
@@ -160,6 +161,11 @@ class AssemblerBase:
         self.last_offset: int | None = None
         self.last_name: str | None = None  # what the last event was, for reasons
         self._keys: dict[tuple[int, Any], Block] = {}  # (choice, key) -> block
+        # the text-like block growing now and its fragments not yet in block.text: a str
+        # attribute grown with += is copied whole every time (quadratic in the answer length)
+        self._growing: Block | None = None
+        self._pieces: list[str] = []
+        self._joined: list[str] = []  # every TEXT_BATCH pieces, joined once
 
     # -- per-event bookkeeping ------------------------------------------------------
     def seen(self, event: WireEvent, name: str | None = None) -> None:
@@ -252,10 +258,33 @@ class AssemblerBase:
             block = blocks[-1] if blocks and blocks[-1].kind is kind and not blocks[-1].closed else None
             if block is None:
                 block = self.new_block(choice, kind)
-        block.text += text
         if text:
+            if block is not self._growing:
+                self.flush_text()
+                self._growing = block
+            pieces = self._pieces
+            pieces.append(text)
+            if len(pieces) >= TEXT_BATCH:
+                self._joined.append("".join(pieces))
+                pieces.clear()
             self.content(t)
         return block
+
+    def flush_text(self) -> None:
+        """Write the fragments ``append`` holds into their block's ``text``.
+
+        ``judge`` and ``close_blocks`` call it; a dialect that reads ``block.text`` of a
+        block grown by ``append`` before the end must call it first."""
+        block = self._growing
+        if block is None:
+            return
+        self._growing = None
+        if self._joined:
+            self._pieces[:0] = self._joined
+            self._joined = []
+        if self._pieces:
+            block.text += "".join(self._pieces)
+            self._pieces = []
 
     def tool_block(self, choice: int, key: Any, *, id: str | None, name: str | None, t: float | None) -> Block:
         self.content(t)
@@ -264,6 +293,7 @@ class AssemblerBase:
     # -- the verdict ------------------------------------------------------------------
     def close_blocks(self) -> None:
         """Parse arguments of every tool call; dialects whose blocks have no stop event call this."""
+        self.flush_text()
         for choice in self.turn.choices:
             for block in choice.blocks:
                 if block.kind is BlockKind.TOOL_CALL and block.arguments is None and block.arguments_error is None:
@@ -273,6 +303,7 @@ class AssemblerBase:
 
     def judge(self, end: StreamEnd, expected: str) -> tuple[Turn, Verdict]:
         """The verdict from the events alone. ``expected`` names the missing terminal signal."""
+        self.flush_text()
         if self._error is not None:
             return self.turn, self._error
         if self._corrupt is not None:
