@@ -8,11 +8,12 @@ body hash are all it remembers (plus at most one small batch of network reads).
 from __future__ import annotations
 
 import base64
+import binascii
 import fcntl
 import hashlib
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +26,15 @@ from .redact import redact_headers, redact_url
 
 FORMAT = "streamtap-recording/1"
 SUM_HEX = 16  # sha256 prefix length in a frame's "sum": 64 bits tell a wrong frame apart
+SUM_BYTES = SUM_HEX // 2
 FSYNC_POLICIES = ("always", "end", "never")
 PARTIAL_SUFFIX = ".partial.jsonl"
 READS_PER_LINE = 256
 WIRE_BYTES_PER_LINE = 16 * 1024
 WRITE_BUFFER = 8 * 1024
+
+_sha256 = hashlib.sha256
+_hexlify = binascii.hexlify
 
 
 class RecordingError(Exception):
@@ -66,6 +71,22 @@ def _raw_field(raw: bytes) -> dict[str, str]:
         return {"raw": raw.decode("utf-8")}
     except UnicodeDecodeError:
         return {"raw_b64": base64.b64encode(raw).decode("ascii")}
+
+
+def _raw_json(raw: bytes, binary: bool) -> bytes:
+    """The raw bytes' JSON member: ``"raw":"text"`` when valid UTF-8, else ``"raw_b64":"..."``.
+
+    ``binary`` says failure is likely (an event-stream prelude holds CRC bytes): then validity
+    is checked without the cost of raising UnicodeDecodeError per frame."""
+    if binary and not raw.isascii():
+        text = raw.decode("utf-8", "ignore")  # drops exactly the invalid bytes, so a shorter result means invalid
+        if len(text.encode("utf-8")) != len(raw):
+            return b'"raw_b64":"' + base64.b64encode(raw) + b'"'
+        return b'"raw":' + orjson.dumps(text)
+    try:
+        return b'"raw":' + orjson.dumps(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return b'"raw_b64":"' + base64.b64encode(raw) + b'"'
 
 
 def _plain_header_value(value: Any) -> Any:
@@ -223,33 +244,50 @@ class RecordingWriter:
 
     def frame(self, event: Any, t_ms: float | None) -> None:
         """One decoded wire event (SSEEvent, EventStreamMessage, JSONValue, Malformed)."""
-        if isinstance(event, Tail):
-            return self.tail(event, t_ms)
-        raw = event.raw
-        start = event.start
-        if start != self._offset:
-            raise RecordingError(f"bytes at offset {start} do not follow the recorded {self._offset}")
-        self._offset += len(raw)
-        self._body_hash.update(raw)
-        self._frames += 1
-        # assembled by hand: this runs once per event on the proxy's hot path
+        self.frames((event,), (t_ms,))
+
+    def frames(self, events: Sequence[Any], t_ms: Sequence[float | None]) -> None:
+        """Wire events in order, ``t_ms[i]`` the time of ``events[i]``: their lines in one write.
+
+        This runs once per event on the proxy's hot path, so the line is assembled by hand."""
+        sync_each = self.fsync == "always"
+        lines: list[bytes] = []
+        write = self._file.write
+        offset = self._offset
+        body_hash = self._body_hash.update
+        last_t: Any = lines  # no t is this object: the first event encodes its t
+        t_field = b""
         try:
-            raw_field = b'"raw":' + orjson.dumps(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            raw_field = b'"raw_b64":"' + base64.b64encode(raw) + b'"'
-        line = b'{"type":"frame","seq":%d,"offset":%d,"len":%d,"sum":"%s","t":%s,%s,"event":%s}\n' % (
-            event.seq,
-            start,
-            len(raw),
-            hashlib.sha256(raw).digest()[: SUM_HEX // 2].hex().encode(),
-            orjson.dumps(t_ms),
-            raw_field,
-            _described(event),
-        )
-        self._file.write(line)
-        if self.fsync == "always":
-            self._file.flush()
-            os.fsync(self._file.fileno())
+            for event, t in zip(events, t_ms):
+                if type(event) is Tail:
+                    if lines:
+                        write(b"".join(lines))
+                        lines = []
+                    self._offset = offset
+                    self.tail(event, t)
+                    offset = self._offset
+                    continue
+                raw = event.raw
+                if event.start != offset:
+                    raise RecordingError(f"bytes at offset {event.start} do not follow the recorded {offset}")
+                if t is not last_t:
+                    last_t, t_field = t, orjson.dumps(t)
+                raw_field = _raw_json(raw, type(event) is EventStreamMessage)
+                lines.append(
+                    b'{"type":"frame","seq":%d,"offset":%d,"len":%d,"sum":"%s","t":%s,%s,"event":%s}\n'
+                    % (event.seq, offset, len(raw), _hexlify(_sha256(raw).digest()[:SUM_BYTES]), t_field, raw_field, _described(event))
+                )
+                offset += len(raw)
+                body_hash(raw)
+                self._frames += 1
+                if sync_each:
+                    write(lines.pop())
+                    self._file.flush()
+                    os.fsync(self._file.fileno())
+        finally:
+            self._offset = offset
+            if lines:
+                write(b"".join(lines))
 
     def tail(self, event: Tail, t_ms: float | None) -> None:
         """Bytes at the end that formed no frame: a cut event, kept as they came."""
@@ -276,13 +314,23 @@ class RecordingWriter:
 
     def read(self, data: bytes, t_ms: float | None) -> None:
         """One network read as the proxy received it (before any content decoding)."""
-        self._reads.append([self._wire_offset, len(data), t_ms])
-        self._wire_offset += len(data)
-        self._wire_hash.update(data)
-        if self.encoded:
-            self._wire_pending += data
-        if len(self._reads) >= READS_PER_LINE or len(self._wire_pending) >= WIRE_BYTES_PER_LINE:
-            self._flush_reads()
+        self.reads((data,), (t_ms,))
+
+    def reads(self, chunks: Sequence[bytes], t_ms: Sequence[float | None]) -> None:
+        """Network reads in order, ``t_ms[i]`` the arrival of ``chunks[i]``."""
+        records = self._reads
+        offset = self._wire_offset
+        for data, t in zip(chunks, t_ms):
+            records.append([offset, len(data), t])
+            offset += len(data)
+            self._wire_hash.update(data)
+            if self.encoded:
+                self._wire_pending += data
+            if len(records) >= READS_PER_LINE or len(self._wire_pending) >= WIRE_BYTES_PER_LINE:
+                self._wire_offset = offset
+                self._flush_reads()
+                records = self._reads
+        self._wire_offset = offset
 
     def _flush_reads(self) -> None:
         if not self._reads:
