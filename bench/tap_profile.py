@@ -1,21 +1,19 @@
 """Per-event cost of streamtap's proxy path, in-process: where the microseconds go.
 
-    .venv/bin/python bench/tap_profile.py [--mb 4] [--profile sse|es|sse128|es128]
+    .venv/bin/python bench/tap_profile.py [--mb 4] [--profile sse|es|sse128|es128 [--turn BYTES]]
 
-Feeds the bench/proxy.py workloads to the same objects the addon uses, the way the addon
-uses them, and prints microseconds per event for each layer added in turn:
+Feeds the bench/proxy.py workloads to the objects the addon uses, the way the addon uses
+them, and prints microseconds per wire event for each layer added in turn:
 
-  decoder     the wire decoder alone
-  session     StreamSession (decoder + dialect assembler + session bookkeeping)
-  +writer     session + RecordingWriter (read line, frame lines, flush every 0.1 s)
-  flowtap     the Tap's per-flow object, FlowTap.arrived() per chunk with no event loop
-              (what the stream callable does, minus mitmproxy), recording on, fsync=end:
-              every chunk analysed on its own
-  flowtap/64K the same with a stand-in event loop turning once per 64 KiB of chunks, as
-              mitmdump does (one socket read's HTTP chunks, then the deferred analysis)
+  decoder   the wire decoder alone
+  session   StreamSession (decoder + dialect assembler + session bookkeeping)
+  +writer   session + RecordingWriter (reads line, frame lines, flush every 0.1 s)
+  flowtap   the Tap's per-flow object: FlowTap.arrived() per chunk, its deferred analysis
+            run once per event-loop turn (what the stream callable does, minus mitmproxy),
+            recording on, fsync=end
 
-The first four layers feed one chunk at a time; "flowtap/64K" is not cumulative with them.
-
+Twice: with one read per event-loop turn (a slow stream), and with 64 KiB of reads per
+turn, as mitmdump delivers a fast stream (every HTTP chunk of one socket read in one turn).
 ``--profile`` runs cProfile over the flowtap layer for one workload and prints the top
 functions by own time.
 """
@@ -55,41 +53,56 @@ def chunks_for(name: str, megabytes: float) -> tuple[list[bytes], int]:
     return [b"".join(events[i : i + per]) for i in range(0, len(events), per)], len(events)
 
 
-def run_decoder(name: str, chunks: list[bytes], tmp: Path) -> None:
-    decoder = (SSEDecoder if WORKLOADS[name][1] == "sse" else EventStreamDecoder)()
+def turns(chunks: list[bytes], per_turn: int) -> list[list[bytes]]:
+    """The chunks grouped as one event-loop turn sees them: ``per_turn`` bytes of reads (0: one read)."""
+    if not per_turn:
+        return [[chunk] for chunk in chunks]
+    out: list[list[bytes]] = [[]]
+    size = 0
     for chunk in chunks:
-        decoder.feed(chunk)
+        out[-1].append(chunk)
+        size += len(chunk)
+        if size >= per_turn:
+            out.append([])
+            size = 0
+    return [group for group in out if group]
+
+
+def run_decoder(name: str, groups: list[list[bytes]], tmp: Path) -> None:
+    decoder = (SSEDecoder if WORKLOADS[name][1] == "sse" else EventStreamDecoder)()
+    for group in groups:
+        decoder.feed(group[0] if len(group) == 1 else b"".join(group))
     decoder.close()
 
 
-def run_session(name: str, chunks: list[bytes], tmp: Path) -> None:
+def run_session(name: str, groups: list[list[bytes]], tmp: Path) -> None:
     dialect, wire = WORKLOADS[name][:2]
-    session = StreamSession(dialect, wire)
+    session = StreamSession(dialect, wire, keep_arrivals=False)
     t0 = time.monotonic()
-    for chunk in chunks:
-        session.feed(chunk, time.monotonic() - t0)
+    for group in groups:
+        t = time.monotonic() - t0
+        session.feed_reads(group, [t] * len(group))
     session.close()
 
 
-def run_writer(name: str, chunks: list[bytes], tmp: Path) -> None:
+def run_writer(name: str, groups: list[list[bytes]], tmp: Path) -> None:
     dialect, wire = WORKLOADS[name][:2]
-    session = StreamSession(dialect, wire)
+    session = StreamSession(dialect, wire, keep_arrivals=False)
     writer = RecordingWriter(tmp / f"w-{time.monotonic_ns()}.jsonl")
     writer.header({"request": {"method": "POST", "url": "http://x/", "headers": []}})
     t0 = time.monotonic()
     flushed = 0.0
-    for chunk in chunks:
+    for group in groups:
         t = time.monotonic() - t0
-        t_ms = round(t * 1000, 3)
-        writer.read(chunk, t_ms)
-        for event in session.feed(chunk, t):
-            writer.frame(event, t_ms)
+        t_ms = [round(t * 1000, 3)] * len(group)
+        writer.reads(group, t_ms)
+        events, brought_by = session.feed_reads(group, [t] * len(group))
+        writer.frames(events, [t_ms[i] for i in brought_by])
         if t - flushed >= 0.1:
             writer.flush()
             flushed = t
     analysis = session.close()
-    for event in analysis.events:
-        writer.frame(event, None)
+    writer.frames(analysis.events, [None] * len(analysis.events))
     writer.finish({"verdict": analysis.verdict.to_dict()})
 
 
@@ -108,21 +121,8 @@ def make_flow(name: str):
     return flow
 
 
-def run_flowtap(name: str, chunks: list[bytes], tmp: Path) -> None:
-    from streamtap.mitm.tap import FlowTap
-    from streamtap.providers import StreamEnd
-
-    tap = FlowTap(
-        make_flow(name), directory=str(tmp), fsync="end", redact=(), sentinel=None, max_event_size=16 << 20, record=True
-    )
-    for chunk in chunks:
-        tap.arrived(chunk, None)
-    summary = tap.finish(StreamEnd.FINISHED)
-    assert summary["verdict"] == "complete", summary
-
-
 class TurnLoop:
-    """Stands in for the event loop: the Tap's deferred analysis runs once per socket read."""
+    """Stands in for the event loop: the Tap's deferred analysis runs once per turn."""
 
     def __init__(self) -> None:
         self.callbacks: list = []
@@ -136,9 +136,9 @@ class TurnLoop:
             callback()
 
 
-def run_flowtap_loop(name: str, chunks: list[bytes], tmp: Path) -> None:
-    """As mitmdump drives it: the HTTP chunks of one 64 KiB socket read reach the stream
-    callable in one event-loop turn, and the analysis callback runs after them."""
+def run_flowtap(name: str, groups: list[list[bytes]], tmp: Path) -> None:
+    """As mitmdump drives it: the HTTP chunks of one socket read reach the stream callable
+    in one event-loop turn, and the deferred analysis runs after them."""
     from streamtap.mitm.tap import FlowTap
     from streamtap.providers import StreamEnd
 
@@ -146,26 +146,16 @@ def run_flowtap_loop(name: str, chunks: list[bytes], tmp: Path) -> None:
         make_flow(name), directory=str(tmp), fsync="end", redact=(), sentinel=None, max_event_size=16 << 20, record=True
     )
     loop = TurnLoop()
-    read = 0
-    for chunk in chunks:
-        tap.arrived(chunk, loop)
-        read += len(chunk)
-        if read >= SOCKET_READ:
-            loop.run()
-            read = 0
-    loop.run()
+    for group in groups:
+        for chunk in group:
+            tap.arrived(chunk, loop)
+        loop.run()
     summary = tap.finish(StreamEnd.FINISHED)
     assert summary["verdict"] == "complete", summary
 
 
-SOCKET_READ = 65536
-LAYERS = {
-    "decoder": run_decoder,
-    "session": run_session,
-    "+writer": run_writer,
-    "flowtap": run_flowtap,
-    "flowtap/64K": run_flowtap_loop,
-}
+TURN_BYTES = 65536  # mitmproxy reads sockets 64 KiB at a time
+LAYERS = {"decoder": run_decoder, "session": run_session, "+writer": run_writer, "flowtap": run_flowtap}
 
 
 def best_of(fn, name, chunks, tmp, rounds: int) -> float:
@@ -182,25 +172,30 @@ def main() -> int:
     parser.add_argument("--mb", type=float, default=4, help="body size in MB (default 4)")
     parser.add_argument("--rounds", type=int, default=3, help="runs per figure, the best is kept (default 3)")
     parser.add_argument("--profile", choices=list(WORKLOADS), help="cProfile the flowtap layer on this workload")
-    parser.add_argument("--loop", action="store_true", help="with --profile: the flowtap/64K layer")
+    parser.add_argument("--turn", type=int, default=TURN_BYTES,
+                        help=f"with --profile: bytes of reads per event-loop turn (default {TURN_BYTES}; 0: one read)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         if args.profile:
             chunks, count = chunks_for(args.profile, args.mb)
+            groups = turns(chunks, args.turn)
             profiler = cProfile.Profile()
             profiler.enable()
-            (run_flowtap_loop if args.loop else run_flowtap)(args.profile, chunks, tmp_path)
+            run_flowtap(args.profile, groups, tmp_path)
             profiler.disable()
             pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
             return 0
         print(f"bench/tap_profile.py: {args.mb} MB bodies, best of {args.rounds}; microseconds per wire event "
-              "(cumulative: each layer includes the ones above it)")
-        print(f"{'workload':10} {'events':>7} {'chunks':>7} " + " ".join(f"{layer:>11}" for layer in LAYERS))
-        for name in WORKLOADS:
-            chunks, count = chunks_for(name, args.mb)
-            figures = [best_of(fn, name, chunks, tmp_path, args.rounds) / count * 1e6 for fn in LAYERS.values()]
-            print(f"{name:10} {count:7} {len(chunks):7} " + " ".join(f"{f:11.2f}" for f in figures))
+              "(cumulative: each layer includes the ones before it)")
+        for per_turn, title in ((0, "one read per event-loop turn"), (TURN_BYTES, f"{TURN_BYTES // 1024} KiB of reads per event-loop turn (as in mitmdump)")):
+            print(f"\n{title}")
+            print(f"{'workload':10} {'events':>7} {'chunks':>7} " + " ".join(f"{layer:>9}" for layer in LAYERS))
+            for name in WORKLOADS:
+                chunks, count = chunks_for(name, args.mb)
+                groups = turns(chunks, per_turn)
+                figures = [best_of(fn, name, groups, tmp_path, args.rounds) / count * 1e6 for fn in LAYERS.values()]
+                print(f"{name:10} {count:7} {len(chunks):7} " + " ".join(f"{f:9.2f}" for f in figures))
     return 0
 
 

@@ -178,3 +178,47 @@ def test_text_fragments_kept_exact_across_blocks_and_batches():
     assert [(b.kind, b.text) for b in turn.blocks] == [
         ("text", "".join(first)), ("thinking", "".join(thinking)), ("text", "".join(second))
     ]
+
+
+def test_tool_arguments_kept_exact_across_fragments():
+    """Argument fragments are joined lazily too, and a second call's fragments stay its own."""
+    base = {"id": "c1", "object": "chat.completion.chunk", "model": "m"}
+
+    def chunk(delta, finish=None):
+        return b"data: " + json.dumps({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}).encode() + b"\n\n"
+
+    def call(position, fragments, call_id):
+        first = {"tool_calls": [{"index": position, "id": call_id, "type": "function", "function": {"name": "f", "arguments": ""}}]}
+        return [chunk(first)] + [chunk({"tool_calls": [{"index": position, "function": {"arguments": f}}]}) for f in fragments]
+
+    one = json.dumps({"text": "".join(f"x{i}" for i in range(TEXT_BATCH * 2))})
+    two = json.dumps({"n": 2})
+    body = b"".join(
+        [chunk({"content": "calling"})]
+        + call(0, [one[i : i + 3] for i in range(0, len(one), 3)], "call_1")
+        + call(1, list(two), "call_2")
+        + [chunk({}, "tool_calls"), b"data: [DONE]\n\n"]
+    )
+    session = StreamSession(Dialect.OPENAI_CHAT, "sse")
+    session.feed(body, 0.0)
+    analysis = session.close()
+    calls = analysis.turn.tool_calls()
+    assert [(c.id, c.arguments_raw, c.arguments) for c in calls] == [
+        ("call_1", one, json.loads(one)), ("call_2", two, {"n": 2})
+    ]
+    assert analysis.turn.text() == "calling" and analysis.verdict.kind == "complete"
+
+
+def test_anthropic_long_text_block_is_exact():
+    from streamtap.providers.anthropic import PIECES_BATCH
+
+    pieces = [f"t{i} " for i in range(PIECES_BATCH * 2 + 7)]
+    events = [e for e in streams.anthropic_events("hmm", "", {"q": 1})]
+    at = next(i for i, e in enumerate(events) if e.get("delta", {}).get("type") == "text_delta")
+    events[at : at + 1] = [{"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": p}} for p in pieces]
+    body = b"".join(b"event: %s\ndata: %s\n\n" % (e["type"].encode(), json.dumps(e).encode()) for e in events)
+    session = StreamSession(Dialect.ANTHROPIC, "sse")
+    for i in range(0, len(body), 999):
+        session.feed(body[i : i + 999], 0.0)
+    analysis = session.close()
+    assert analysis.turn.text() == "".join(pieces) and analysis.verdict.kind == "complete"

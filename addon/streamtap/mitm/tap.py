@@ -14,6 +14,7 @@ import re
 import time
 import zlib
 from collections.abc import Callable, Sequence
+from math import floor as _floor
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +127,8 @@ def content_decoder(encoding: str | None):
 
 
 def _ms(seconds: float) -> float:
-    return round(seconds * 1000, 3)
+    """Milliseconds to the microsecond (the value round(seconds * 1000, 3) gives, at a quarter of its cost)."""
+    return _floor(seconds * 1e6 + 0.5) / 1000
 
 
 class FlowTap:
@@ -156,7 +158,8 @@ class FlowTap:
         self.finished = False
         self.body_lost = False  # content decoding failed: later body bytes cannot be placed
         self.flushed_at = 0.0
-        self.backlog: list[tuple[float, bytes]] = []  # chunks handed on, not analysed yet
+        self.backlog: list[bytes] = []  # chunks handed on, not analysed yet
+        self.backlog_times: list[float] = []  # their arrivals
         self.backlog_bytes = 0
         self.scheduled = False
         # body bytes the decoder holds that no frame covers yet (the event in progress), so that
@@ -277,7 +280,8 @@ class FlowTap:
         grows (a saturated proxy), it runs at once: memory stays bounded."""
         if not data or self.finished:
             return
-        self.backlog.append((time.monotonic() - self.t0, data))
+        self.backlog_times.append(time.monotonic() - self.t0)
+        self.backlog.append(data)
         self.backlog_bytes += len(data)
         if loop is None or self.backlog_bytes > MAX_BACKLOG:
             self.catch_up()
@@ -287,33 +291,32 @@ class FlowTap:
 
     def catch_up(self) -> None:
         self.scheduled = False
-        backlog, self.backlog, self.backlog_bytes = self.backlog, [], 0
-        if not backlog or self.finished:
+        chunks, times = self.backlog, self.backlog_times
+        if not chunks:
             return
-        if self.decoder is not None or self.session is None or len(backlog) == 1:
-            for t, data in backlog:
+        self.backlog, self.backlog_times, self.backlog_bytes = [], [], 0
+        if self.finished:
+            return
+        if self.decoder is not None or self.session is None or len(chunks) == 1:
+            for t, data in zip(times, chunks):
                 try:
                     self.feed(data, t)
                 except Exception as exc:  # feed does not raise; this is the last line of defence
                     self.fail("analysis", exc)
             return
         # the common case: the reads of one event-loop turn, decoded in one pass per BATCH_BYTES
-        group: list[tuple[float, bytes]] = []
-        size = 0
-        for item in backlog:
-            group.append(item)
-            size += len(item[1])
+        first, size = 0, 0
+        for i, chunk in enumerate(chunks):
+            size += len(chunk)
             if size >= BATCH_BYTES:
-                self._feed_reads(group, size)
-                group, size = [], 0
-        if group:
-            self._feed_reads(group, size)
+                self._feed_reads(chunks[first : i + 1], times[first : i + 1], size)
+                first, size = i + 1, 0
+        if first < len(chunks):
+            self._feed_reads(chunks[first:] if first else chunks, times[first:] if first else times, size)
 
-    def _feed_reads(self, reads: list[tuple[float, bytes]], size: int) -> None:
+    def _feed_reads(self, chunks: list[bytes], times: list[float], size: int) -> None:
         """Several identity-encoded reads: recorded, decoded and framed in one pass each."""
         try:
-            times = [t for t, _ in reads]
-            chunks = [data for _, data in reads]
             t_ms = [_ms(t) for t in times]
             writer = self.writer
             if writer is not None:

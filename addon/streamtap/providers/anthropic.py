@@ -35,6 +35,7 @@ from .common import END_WORDS
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
 MAX_NOTES = 50
+PIECES_BATCH = 256  # fragments of one block joined at a time
 
 # raw stop_reason -> (verdict, normalized stop reason)
 STOP_REASONS: dict[str, tuple[VerdictKind, str]] = {
@@ -97,17 +98,24 @@ class Judge:
 
 
 class Pieces:
-    """Text fragments per block, joined once: growing a str attribute with += copies it every time."""
+    """Text fragments per block, joined once: growing a str attribute with += copies it every time.
+
+    Every PIECES_BATCH fragments of a block are joined on the way, so a long block holds a
+    few strings rather than one object per event."""
 
     def __init__(self) -> None:
-        self._parts: dict[int, tuple[Block, list[str]]] = {}
+        self._parts: dict[int, tuple[Block, list[str], list[str]]] = {}  # id -> block, fragments, joined batches
 
     def add(self, block: Block, text: str) -> None:
         entry = self._parts.get(id(block))
         if entry is None:
-            self._parts[id(block)] = (block, [text])
-        else:
-            entry[1].append(text)
+            self._parts[id(block)] = (block, [text], [])
+            return
+        fragments = entry[1]
+        fragments.append(text)
+        if len(fragments) >= PIECES_BATCH:
+            entry[2].append("".join(fragments))
+            fragments.clear()
 
     def flush(self, block: Block | None = None) -> None:
         """Write the joined text into one block (or into every block)."""
@@ -116,7 +124,7 @@ class Pieces:
             self._parts.clear()
         for entry in entries:
             if entry is not None:
-                entry[0].text += "".join(entry[1])
+                entry[0].text += "".join(entry[2]) + "".join(entry[1])
 
 
 def as_text(value: Any) -> str | None:

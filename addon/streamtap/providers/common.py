@@ -161,9 +161,9 @@ class AssemblerBase:
         self.last_offset: int | None = None
         self.last_name: str | None = None  # what the last event was, for reasons
         self._keys: dict[tuple[int, Any], Block] = {}  # (choice, key) -> block
-        # the text-like block growing now and its fragments not yet in block.text: a str
-        # attribute grown with += is copied whole every time (quadratic in the answer length)
+        # the block growing now (see grow) and its fragments not yet in it
         self._growing: Block | None = None
+        self._growing_field = "text"
         self._pieces: list[str] = []
         self._joined: list[str] = []  # every TEXT_BATCH pieces, joined once
 
@@ -259,22 +259,27 @@ class AssemblerBase:
             if block is None:
                 block = self.new_block(choice, kind)
         if text:
-            if block is not self._growing:
-                self.flush_text()
-                self._growing = block
-            pieces = self._pieces
-            pieces.append(text)
-            if len(pieces) >= TEXT_BATCH:
-                self._joined.append("".join(pieces))
-                pieces.clear()
+            self.grow(block, "text", text)
             self.content(t)
         return block
 
-    def flush_text(self) -> None:
-        """Write the fragments ``append`` holds into their block's ``text``.
+    def grow(self, block: Block, field: str, text: str) -> None:
+        """Add ``text`` to a block's ``text`` or ``arguments_raw``, joined lazily: a str attribute
+        grown with += is copied whole every time (quadratic in the answer's length)."""
+        if block is not self._growing or field != self._growing_field:
+            self.flush_text()
+            self._growing, self._growing_field = block, field
+        pieces = self._pieces
+        pieces.append(text)
+        if len(pieces) >= TEXT_BATCH:
+            self._joined.append("".join(pieces))
+            pieces.clear()
 
-        ``judge`` and ``close_blocks`` call it; a dialect that reads ``block.text`` of a
-        block grown by ``append`` before the end must call it first."""
+    def flush_text(self) -> None:
+        """Write the fragments ``grow`` holds into their block.
+
+        ``judge`` and ``close_blocks`` call it; a dialect that reads ``text`` or ``arguments_raw``
+        of a block grown by ``append``/``grow`` before the end must call it first."""
         block = self._growing
         if block is None:
             return
@@ -283,7 +288,8 @@ class AssemblerBase:
             self._pieces[:0] = self._joined
             self._joined = []
         if self._pieces:
-            block.text += "".join(self._pieces)
+            field = self._growing_field
+            setattr(block, field, (getattr(block, field) or "") + "".join(self._pieces))
             self._pieces = []
 
     def tool_block(self, choice: int, key: Any, *, id: str | None, name: str | None, t: float | None) -> Block:

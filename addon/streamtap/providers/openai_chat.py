@@ -166,11 +166,11 @@ class Assembler(AssemblerBase):
             block.name = block.name or as_str(function.get("name"))
         arguments = function.get("arguments")
         if isinstance(arguments, str):
-            block.arguments_raw = (block.arguments_raw or "") + arguments
             if arguments:
+                self.grow(block, "arguments_raw", arguments)
                 self.content(t)
         elif isinstance(arguments, dict):  # some servers send whole objects
-            block.arguments_raw = (block.arguments_raw or "") + dumps(arguments)
+            self.grow(block, "arguments_raw", dumps(arguments))
 
     def _usage(self, raw: dict[str, Any]) -> None:
         usage = self.turn.usage
