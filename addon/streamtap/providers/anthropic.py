@@ -35,7 +35,7 @@ from .common import END_WORDS
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
 MAX_NOTES = 50
-PIECES_BATCH = 256  # fragments of one block joined at a time
+PIECES_BATCH = 64  # fragments of one block joined at a time (bounds the objects held)
 
 # raw stop_reason -> (verdict, normalized stop reason)
 STOP_REASONS: dict[str, tuple[VerdictKind, str]] = {

@@ -30,7 +30,7 @@ from streamtap.wire import IncrementalJSON, WireEvent
 from .turn import Block, BlockKind, Choice, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 MAX_CHOICES = 128  # a bound, so a hostile index cannot make a huge list
-TEXT_BATCH = 256  # text fragments joined at a time while a block grows
+TEXT_BATCH = 64  # text fragments joined at a time while a block grows (bounds the objects held)
 
 # normalized stop reason -> verdict kind
 STOP_VERDICT: dict[str, VerdictKind] = {
@@ -248,6 +248,22 @@ class AssemblerBase:
 
     def append(self, choice: int, kind: BlockKind, text: str, t: float | None, key: Any = None) -> Block:
         """Grow a text-like block: by key when the provider names blocks, else the last one."""
+        if key is None and text and type(choice) is int and choice >= 0:
+            # the common case, once per event: the same block grows again
+            choices = self.turn.choices
+            if choice < len(choices):
+                blocks = choices[choice].blocks
+                if blocks:
+                    block = blocks[-1]
+                    if block is self._growing and block.kind is kind and not block.closed and self._growing_field == "text":
+                        pieces = self._pieces
+                        pieces.append(text)
+                        if len(pieces) >= TEXT_BATCH:
+                            self._joined.append("".join(pieces))
+                            pieces.clear()
+                        if t is not None and self.turn.timing.first_content is None:
+                            self.turn.timing.first_content = t
+                        return block
         choice = self.choice(choice).index
         if key is not None:
             block = self.block(choice, key)

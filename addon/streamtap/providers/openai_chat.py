@@ -95,7 +95,9 @@ class Assembler(AssemblerBase):
         return True
 
     def _choice(self, choice: dict[str, Any], event: WireEvent, t: float | None) -> None:
-        index = self.choice(choice.get("index") or 0).index
+        index = choice.get("index") or 0
+        if type(index) is not int or not 0 <= index < len(self.turn.choices):
+            index = self.choice(index).index
         delta = choice.get("delta")
         if type(delta) is dict and len(delta) == 1 and type(delta.get("content")) is str and not choice.get("finish_reason"):
             if delta["content"]:  # the common chunk: one text fragment

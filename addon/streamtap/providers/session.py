@@ -15,10 +15,13 @@ from dataclasses import dataclass, field
 from streamtap.wire import (
     DEFAULT_MAX_EVENT,
     EventStreamDecoder,
+    EventStreamMessage,
     JSONArrayDecoder,
+    JSONValue,
     Malformed,
     NDJSONDecoder,
     SSEDecoder,
+    SSEEvent,
     Tail,
     WireEvent,
 )
@@ -56,6 +59,8 @@ _DECODERS = {
     "ndjson": NDJSONDecoder,
     "json-array": JSONArrayDecoder,
 }
+
+_PLAIN_EVENTS = frozenset({SSEEvent, EventStreamMessage, JSONValue})  # events that go straight to the assembler
 
 ERROR_BODY_LIMIT = 64 * 1024  # an HTTP error body is kept for its message, not forever
 
@@ -145,13 +150,24 @@ class StreamSession:
         reads: list[int] = []
         take, last_read, i = self._take, len(chunks) - 1, 0
         end = ends[0]
+        assemble, arrivals, plain = self._assembler.feed, self._arrivals, _PLAIN_EVENTS
         for event in events:
             last_byte = event.end - 1
             while last_byte >= end and i < last_read:
                 i += 1
                 end = ends[i]
-            take(event, times[i])
+            t = times[i]
             reads.append(i)
+            if type(event) in plain and self._bug is None:  # _take's common case, without the call
+                self._events += 1
+                if t is not None and arrivals is not None:
+                    arrivals.append(t)
+                try:
+                    assemble(event, t)
+                except Exception as exc:  # fail open, as in _take
+                    self._bug = f"{type(exc).__name__}: {exc} (at event {event.seq})"
+            else:
+                take(event, t)
         return events, reads
 
     def _arrived(self, chunk: bytes, t: float | None) -> None:

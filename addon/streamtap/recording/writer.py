@@ -35,6 +35,7 @@ WRITE_BUFFER = 8 * 1024
 
 _sha256 = hashlib.sha256
 _hexlify = binascii.hexlify
+_b64 = binascii.b2a_base64
 
 
 class RecordingError(Exception):
@@ -71,22 +72,6 @@ def _raw_field(raw: bytes) -> dict[str, str]:
         return {"raw": raw.decode("utf-8")}
     except UnicodeDecodeError:
         return {"raw_b64": base64.b64encode(raw).decode("ascii")}
-
-
-def _raw_json(raw: bytes, binary: bool) -> bytes:
-    """The raw bytes' JSON member: ``"raw":"text"`` when valid UTF-8, else ``"raw_b64":"..."``.
-
-    ``binary`` says failure is likely (an event-stream prelude holds CRC bytes): then validity
-    is checked without the cost of raising UnicodeDecodeError per frame."""
-    if binary and not raw.isascii():
-        text = raw.decode("utf-8", "ignore")  # drops exactly the invalid bytes, so a shorter result means invalid
-        if len(text.encode("utf-8")) != len(raw):
-            return b'"raw_b64":"' + base64.b64encode(raw) + b'"'
-        return b'"raw":' + orjson.dumps(text)
-    try:
-        return b'"raw":' + orjson.dumps(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        return b'"raw_b64":"' + base64.b64encode(raw) + b'"'
 
 
 def _plain_header_value(value: Any) -> Any:
@@ -131,6 +116,20 @@ _PLAIN_SSE: dict[str, bytes] = {}  # event type -> its description, for the comm
 _HEADERS: dict[tuple, bytes] = {}  # event-stream header set -> its JSON (a stream repeats a few sets)
 
 
+def _headers_json(headers: dict[str, Any]) -> bytes:
+    """``orjson.dumps`` of an event-stream header set as ``describe`` gives it, cached (a stream repeats a few)."""
+    try:
+        key = tuple(headers.items())
+        cached = _HEADERS.get(key)
+    except TypeError:  # an unhashable value
+        key, cached = None, None
+    if cached is None:
+        cached = orjson.dumps({k: _plain_header_value(v) for k, v in headers.items()})
+        if key is not None and len(_HEADERS) < 1024:
+            _HEADERS[key] = cached
+    return cached
+
+
 def _described(event: Any) -> bytes:
     """``orjson.dumps(describe(event))``, with the repetitive parts cached: this runs once per event."""
     kind = type(event)
@@ -142,15 +141,7 @@ def _described(event: Any) -> bytes:
                 _PLAIN_SSE[event.event] = cached
         return cached
     if kind is EventStreamMessage:
-        try:
-            key = tuple(event.headers.items())
-            headers = _HEADERS.get(key)
-        except TypeError:  # an unhashable value
-            key, headers = None, None
-        if headers is None:
-            headers = orjson.dumps({k: _plain_header_value(v) for k, v in event.headers.items()})
-            if key is not None and len(_HEADERS) < 1024:
-                _HEADERS[key] = headers
+        headers = _headers_json(event.headers)
         try:
             payload = b'"payload":' + orjson.dumps(event.payload.decode("utf-8"))
         except UnicodeDecodeError:
@@ -249,17 +240,22 @@ class RecordingWriter:
     def frames(self, events: Sequence[Any], t_ms: Sequence[float | None]) -> None:
         """Wire events in order, ``t_ms[i]`` the time of ``events[i]``: their lines in one write.
 
-        This runs once per event on the proxy's hot path, so the line is assembled by hand."""
+        This runs once per event on the proxy's hot path, so the lines are assembled by hand
+        (the same JSON as ``describe`` and ``_raw_field`` give, byte for byte on the common paths)."""
         sync_each = self.fsync == "always"
         lines: list[bytes] = []
         write = self._file.write
         offset = self._offset
         body_hash = self._body_hash.update
+        dumps = orjson.dumps
         last_t: Any = lines  # no t is this object: the first event encodes its t
         t_field = b""
+        last_headers: Any = None  # event-stream messages in a row mostly repeat one header set
+        headers_json = b""
         try:
             for event, t in zip(events, t_ms):
-                if type(event) is Tail:
+                kind = type(event)
+                if kind is Tail:
                     if lines:
                         write(b"".join(lines))
                         lines = []
@@ -271,12 +267,40 @@ class RecordingWriter:
                 if event.start != offset:
                     raise RecordingError(f"bytes at offset {event.start} do not follow the recorded {offset}")
                 if t is not last_t:
-                    last_t, t_field = t, orjson.dumps(t)
-                raw_field = _raw_json(raw, type(event) is EventStreamMessage)
-                lines.append(
-                    b'{"type":"frame","seq":%d,"offset":%d,"len":%d,"sum":"%s","t":%s,%s,"event":%s}\n'
-                    % (event.seq, offset, len(raw), _hexlify(_sha256(raw).digest()[:SUM_BYTES]), t_field, raw_field, _described(event))
-                )
+                    last_t, t_field = t, dumps(t)
+                digest = _hexlify(_sha256(raw).digest()[:SUM_BYTES])
+                if kind is EventStreamMessage:
+                    # the prelude's CRC bytes make raw binary: test validity without raising
+                    text = raw.decode("utf-8", "ignore")
+                    if len(text.encode("utf-8")) == len(raw):
+                        raw_field = b'"raw":' + dumps(text)
+                    else:
+                        raw_field = b'"raw_b64":"' + _b64(raw, newline=False) + b'"'
+                    headers = event.headers
+                    if headers != last_headers:
+                        headers_json = _headers_json(headers)
+                        last_headers = headers
+                    payload = event.payload
+                    if payload.isascii():
+                        payload_field = b'"payload":' + dumps(payload.decode("ascii"))
+                    else:
+                        try:
+                            payload_field = b'"payload":' + dumps(payload.decode("utf-8"))
+                        except UnicodeDecodeError:
+                            payload_field = b'"payload_b64":"' + _b64(payload, newline=False) + b'"'
+                    lines.append(
+                        b'{"type":"frame","seq":%d,"offset":%d,"len":%d,"sum":"%s","t":%s,%s,"event":{"headers":%s,%s}}\n'
+                        % (event.seq, offset, len(raw), digest, t_field, raw_field, headers_json, payload_field)
+                    )
+                else:
+                    try:
+                        raw_field = b'"raw":' + dumps(raw.decode("utf-8"))
+                    except UnicodeDecodeError:
+                        raw_field = b'"raw_b64":"' + _b64(raw, newline=False) + b'"'
+                    lines.append(
+                        b'{"type":"frame","seq":%d,"offset":%d,"len":%d,"sum":"%s","t":%s,%s,"event":%s}\n'
+                        % (event.seq, offset, len(raw), digest, t_field, raw_field, _described(event))
+                    )
                 offset += len(raw)
                 body_hash(raw)
                 self._frames += 1
