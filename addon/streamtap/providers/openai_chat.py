@@ -12,7 +12,7 @@ from typing import Any
 
 from streamtap.wire import SSEEvent, Tail, WireEvent
 
-from .common import AssemblerBase, as_dict, as_int, as_list, as_str, dumps, error_message, one_line, worst_stop
+from .common import AssemblerBase, as_dict, as_int, as_list, as_str, dumps, error_message, loads, one_line, worst_stop
 from .turn import BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 FINISH = {
@@ -52,7 +52,10 @@ class Assembler(AssemblerBase):
         self.seen(event, "chunk" if event.event == "message" else event.event)
         if not data or data.isspace():
             return
-        obj = self.payload(event, data)
+        try:
+            obj = loads(data)
+        except ValueError:
+            obj = self.payload(event, data)  # records why, as corruption
         if type(obj) is not dict:
             if obj is not None:
                 self.corrupt("event data is JSON but not an object", event)

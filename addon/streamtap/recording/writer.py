@@ -246,7 +246,7 @@ class RecordingWriter:
         lines: list[bytes] = []
         write = self._file.write
         offset = self._offset
-        body_hash = self._body_hash.update
+        hashed: list[bytes] = []  # frame bytes for the body hash, one update per batch
         dumps = orjson.dumps
         last_t: Any = lines  # no t is this object: the first event encodes its t
         t_field = b""
@@ -259,6 +259,9 @@ class RecordingWriter:
                     if lines:
                         write(b"".join(lines))
                         lines = []
+                    if hashed:
+                        self._body_hash.update(b"".join(hashed))
+                        hashed = []
                     self._offset = offset
                     self.tail(event, t)
                     offset = self._offset
@@ -302,7 +305,7 @@ class RecordingWriter:
                         % (event.seq, offset, len(raw), digest, t_field, raw_field, _described(event))
                     )
                 offset += len(raw)
-                body_hash(raw)
+                hashed.append(raw)
                 self._frames += 1
                 if sync_each:
                     write(lines.pop())
@@ -310,6 +313,8 @@ class RecordingWriter:
                     os.fsync(self._file.fileno())
         finally:
             self._offset = offset
+            if hashed:
+                self._body_hash.update(b"".join(hashed))
             if lines:
                 write(b"".join(lines))
 
@@ -344,12 +349,22 @@ class RecordingWriter:
         """Network reads in order, ``t_ms[i]`` the arrival of ``chunks[i]``."""
         records = self._reads
         offset = self._wire_offset
+        if not self.encoded:  # the common case: no wire copy to keep, one hash update
+            self._wire_hash.update(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+            for data, t in zip(chunks, t_ms):
+                records.append([offset, len(data), t])
+                offset += len(data)
+                if len(records) >= READS_PER_LINE:
+                    self._wire_offset = offset
+                    self._flush_reads()
+                    records = self._reads
+            self._wire_offset = offset
+            return
         for data, t in zip(chunks, t_ms):
             records.append([offset, len(data), t])
             offset += len(data)
             self._wire_hash.update(data)
-            if self.encoded:
-                self._wire_pending += data
+            self._wire_pending += data
             if len(records) >= READS_PER_LINE or len(self._wire_pending) >= WIRE_BYTES_PER_LINE:
                 self._wire_offset = offset
                 self._flush_reads()
