@@ -511,8 +511,17 @@ class FlowTap:
                 final = self.writer.path.with_name(
                     final_name(self.started, self.provider, summary["verdict"], self.flow_id)
                 )
-                self.recording_path = self.writer.finish(end_record, final)
+                try:
+                    loop = asyncio.get_running_loop()
+                except RuntimeError:
+                    loop = None
+                writer = self.writer
+                # in the proxy, the disk sync runs on a worker thread: the client's end of body
+                # (sent after this hook) never waits for the disk
+                self.recording_path = writer.finish(end_record, final, sync=loop is None)
                 summary["recording"] = str(self.recording_path)
+                if loop is not None:
+                    loop.run_in_executor(None, _sync_recording, writer, self.flow_id)
             except Exception as exc:
                 self.fail("recording", exc)
         summary["errors"] = self.errors
@@ -524,6 +533,14 @@ class FlowTap:
         self.finished = True
         if self.writer is not None:
             self.writer.close()
+
+
+def _sync_recording(writer: RecordingWriter, flow_id: str) -> None:
+    """On a worker thread: the finished recording's sync (per policy) and close."""
+    try:
+        writer.sync_and_close()
+    except Exception as exc:  # the end line is written; only its durability is in doubt
+        log.warning(f"streamtap: flow {flow_id[:8]}: recording sync failed: {type(exc).__name__}: {exc}")
 
 
 # --- the addon --------------------------------------------------------------------------

@@ -173,7 +173,7 @@ class ConverseBuilder:
             self.judge.note(f"contentBlockStart {sorted(start)} kept as 'other' (index {index})")
 
     def _block_delta(self, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
-        if not self._in_message(seq, offset, "contentBlockDelta"):
+        if not self.open_message and not self._in_message(seq, offset, "contentBlockDelta"):
             return
         index = body.get("contentBlockIndex")
         delta = body.get("delta")
@@ -356,8 +356,12 @@ class Assembler:
                 judge.note(f"frame with :message-type {message_type!r} at seq {event.seq}")
             return
         kind = headers.get(":event-type")
-        body = decode_event_json(event.payload, judge, event.seq, event.start, f"{kind} payload")
-        if body is None:
+        try:
+            body = orjson.loads(event.payload)
+        except orjson.JSONDecodeError:
+            body = None
+        if type(body) is not dict:  # the error path says why
+            decode_event_json(event.payload, judge, event.seq, event.start, f"{kind} payload")
             return
         self.builder.apply(kind, body, event.seq, event.start, t)  # type: ignore[arg-type]
 

@@ -389,8 +389,14 @@ class RecordingWriter:
         """Hand buffered lines to the OS, so a killed proxy loses nothing already seen."""
         self._file.flush()
 
-    def finish(self, end: dict[str, Any], final_path: str | os.PathLike[str] | None = None) -> Path:
-        """Write the end line, sync per policy, close, and move to ``final_path``."""
+    def finish(
+        self, end: dict[str, Any], final_path: str | os.PathLike[str] | None = None, *, sync: bool = True
+    ) -> Path:
+        """Write the end line, sync per policy, close, and move to ``final_path``.
+
+        ``sync=False`` leaves the sync and the close to ``sync_and_close``, which the caller
+        runs where a disk sync cannot delay traffic (the name is final already: a crash before
+        the sync leaves a file that reads back as incomplete, never as a wrong one)."""
         self._flush_reads()
         record: dict[str, Any] = {"type": "end"}
         record.update(end)
@@ -403,14 +409,23 @@ class RecordingWriter:
         )
         self._line(record)
         self._file.flush()
-        if self.fsync != "never":
+        if sync and self.fsync != "never":
             os.fsync(self._file.fileno())
         if final_path is not None:
             final_path = Path(final_path)
             os.rename(self.path, final_path)  # the lock belongs to the open file, not the name
             self.path = final_path
-        self.close()
+        if sync:
+            self.close()
         return self.path
+
+    def sync_and_close(self) -> None:
+        """After ``finish(sync=False)``: sync per policy, then close (dropping the lock)."""
+        try:
+            if self.fsync != "never" and not self.closed:
+                os.fsync(self._file.fileno())
+        finally:
+            self.close()
 
     def close(self) -> None:
         """Stop writing without an end line: the recording stays marked incomplete."""
