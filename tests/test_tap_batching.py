@@ -222,3 +222,34 @@ def test_anthropic_long_text_block_is_exact():
         session.feed(body[i : i + 999], 0.0)
     analysis = session.close()
     assert analysis.turn.text() == "".join(pieces) and analysis.verdict.kind == "complete"
+
+
+def test_analysis_failing_mid_batch_still_records_every_byte(tmp_path):
+    """Fail open on the batched path: when the session breaks, the bytes it held and every later
+    read are still recorded (as raw), so the body rebuilds byte-exact."""
+    from streamtap.recording import read_recording
+
+    path, content_type, body = BODIES["openai-chat"]
+    chunks = cut(body, 5)
+    tap = FlowTap(flow_for(path, content_type), directory=str(tmp_path), fsync="end", redact=(), sentinel=None,
+                  max_event_size=1 << 20, record=True)
+    loop = TurnLoop()
+    half = len(chunks) // 2
+    for chunk in chunks[:half]:
+        tap.arrived(chunk, loop)
+    loop.run()
+    assert tap.unframed  # an event in progress is held
+
+    def broken(chunks, times):
+        raise RuntimeError("injected")
+
+    tap.session.feed_reads = broken
+    for i, chunk in enumerate(chunks[half:], 1):
+        tap.arrived(chunk, loop)
+        if i % 20 == 0:
+            loop.run()
+    loop.run()
+    summary = tap.finish(StreamEnd.FINISHED)
+    assert summary["verdict"] == "unknown" and len(summary["errors"]) == 1 and "injected" in summary["errors"][0]
+    recording = read_recording(summary["recording"])
+    assert recording.body == body and recording.end is not None
