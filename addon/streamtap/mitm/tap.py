@@ -297,14 +297,18 @@ class FlowTap:
         self.backlog, self.backlog_times, self.backlog_bytes = [], [], 0
         if self.finished:
             return
-        if self.decoder is not None or self.session is None or len(chunks) == 1:
+        if self.decoder is not None or self.session is None:
             for t, data in zip(times, chunks):
                 try:
                     self.feed(data, t)
                 except Exception as exc:  # feed does not raise; this is the last line of defence
                     self.fail("analysis", exc)
             return
-        # the common case: the reads of one event-loop turn, decoded in one pass per BATCH_BYTES
+        # the common case: the reads of one event-loop turn (often a single one), decoded and
+        # recorded in one pass per BATCH_BYTES
+        if len(chunks) == 1:
+            self._feed_reads(chunks, times, len(chunks[0]))
+            return
         first, size = 0, 0
         for i, chunk in enumerate(chunks):
             size += len(chunk)
@@ -330,14 +334,19 @@ class FlowTap:
                 self._record_raw(b"".join(chunks), t_ms[-1])
                 return
             try:
-                events, brought_by = session.feed_reads(chunks, times)
+                if len(chunks) == 1:
+                    events = session.feed(chunks[0], times[0])
+                    event_ms = [t_ms[0]] * len(events)
+                else:
+                    events, brought_by = session.feed_reads(chunks, times)
+                    event_ms = [t_ms[i] for i in brought_by]
             except Exception as exc:
                 self.fail("analysis", exc)
                 self._record_raw(b"".join(chunks), t_ms[-1])
                 return
             if writer is not None:
                 try:
-                    writer.frames(events, [t_ms[i] for i in brought_by])
+                    writer.frames(events, event_ms)
                 except Exception as exc:
                     self.fail("recording", exc)
                 else:
