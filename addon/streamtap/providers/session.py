@@ -135,7 +135,9 @@ class StreamSession:
 
         The same events and turn as feeding the chunks one by one (decoders give identical
         results for any chunking), for a fraction of the per-call cost. Returns the events and,
-        for each, the index of the read that brought its last byte: its time is the event's time."""
+        for each, the index of the read that brought its last byte: its time is the event's time.
+        (Read by read, an event gets the time of the read that completed it: the same read,
+        except where a decoder must see a byte past an event to end it, e.g. a CR line end.)"""
         if self._closed is not None:
             return [], []
         if len(chunks) == 1:
