@@ -1,12 +1,14 @@
 """streamtap in mitmdump against bare streaming mitmdump, same loopback workload, one run.
 
-    .venv/bin/python bench/proxy.py [--mb 16] [--rounds 3] [--quick]
+    .venv/bin/python bench/proxy.py [--mb 16] [--rounds 3] [--quick] [--against DIR]
 
 Peers (each a real `mitmdump` in reverse mode in front of the same loopback upstream):
   bare       a one-line script addon: flow.response.stream = True
   passthru   a stream callable that returns each chunk (the floor for any callable)
   streamtap-norec  `-s addon/tap.py` with streamtap_record=false (decode, assemble, judge only)
   streamtap  `-s addon/tap.py`, recording on, fsync=end
+  streamtap-norec-old, streamtap-old  (with --against DIR) the same from another checkout, e.g.
+             `git archive COMMIT addon | tar -x -C DIR`, to compare two versions in one run
 
 Measures: wall time and proxy CPU (utime+stime from /proc) for a large SSE body (OpenAI chat
 chunks) and a large AWS event-stream body (ConverseStream deltas); the added latency per
@@ -150,7 +152,7 @@ def free_port() -> int:
 
 
 class Proxy:
-    def __init__(self, name: str, upstream_port: int, workdir: Path) -> None:
+    def __init__(self, name: str, upstream_port: int, workdir: Path, against: Path | None = None) -> None:
         self.name = name
         self.port = free_port()
         self.dir = workdir / name
@@ -158,8 +160,9 @@ class Proxy:
         args = [str(MITMDUMP), "-q", "--mode", f"reverse:http://127.0.0.1:{upstream_port}", "--listen-host", "127.0.0.1",
                 "--listen-port", str(self.port), "--set", f"confdir={self.dir / 'conf'}"]
         if name.startswith("streamtap"):
-            args += ["-s", str(REPO / "addon" / "tap.py"), "--set", f"streamtap_dir={self.dir / 'rec'}", "--set", "streamtap_fsync=end"]
-            if name == "streamtap-norec":
+            tap = (against if name.endswith("-old") and against else REPO) / "addon" / "tap.py"  # tap.py puts its own tree first
+            args += ["-s", str(tap), "--set", f"streamtap_dir={self.dir / 'rec'}", "--set", "streamtap_fsync=end"]
+            if name.startswith("streamtap-norec"):
                 args += ["--set", "streamtap_record=false"]
         else:
             script = self.dir / "addon.py"
@@ -320,6 +323,8 @@ def main() -> int:
     parser.add_argument("--ticks", type=int, default=400, help="events in the latency run (one per 5 ms; default 400)")
     parser.add_argument("--held", type=int, default=100, help="streams held open for the memory figure (default 100)")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--against", type=Path, metavar="DIR",
+                        help="also run DIR/addon/tap.py (another version of streamtap) as the -old peers")
     args = parser.parse_args()
     if args.quick:
         args.mb, args.rounds, args.ticks, args.held = 0.5, 1, 100, 20
@@ -333,7 +338,11 @@ def main() -> int:
     state_bytes = per_stream_state(args.held)
     workdir = Path(tempfile.mkdtemp(prefix="streamtap-bench-"))
     names = ["bare", "passthru", "streamtap-norec", "streamtap"]
-    proxies = {name: Proxy(name, port, workdir) for name in names}
+    if args.against:
+        if not (args.against / "addon" / "tap.py").is_file():
+            parser.error(f"--against: {args.against}/addon/tap.py does not exist")
+        names[2:2] = ["streamtap-norec-old", "streamtap-old"]
+    proxies = {name: Proxy(name, port, workdir, args.against) for name in names}
     results: dict[str, dict[str, float]] = {name: {} for name in names}
     try:
         for name in names:  # first, while the proxies' heaps are small and unfragmented
@@ -374,7 +383,7 @@ def main() -> int:
           f"({sse_count} events), event-stream {es_len / 1e6:.1f} MB ({es_count} messages); median of {args.rounds}; "
           f"{os.cpu_count()} CPUs; streamtap wrote {len(recordings)} recordings\n")
     print("throughput (time ratio to bare: 1.10 = 10% slower) and proxy CPU per MB")
-    print(f"{'workload':34} {'proxy':15} {'MB/s':>7} {'x bare':>7} {'CPU ms/MB':>10} {'x bare':>7}")
+    print(f"{'workload':34} {'proxy':19} {'MB/s':>7} {'x bare':>7} {'CPU ms/MB':>10} {'x bare':>7}")
     titles = {
         "sse": "SSE, one HTTP chunk per event",
         "es": "event-stream, one chunk per message",
@@ -384,14 +393,14 @@ def main() -> int:
     for label, title in titles.items():
         for name in names:
             r = results[name]
-            print(f"{title if name == 'bare' else '':34} {name:15} {r[label + '_mbps']:7.1f} "
+            print(f"{title if name == 'bare' else '':34} {name:19} {r[label + '_mbps']:7.1f} "
                   f"{r[label + '_wall'] / bare[label + '_wall']:7.2f} {r[label + '_cpu']:10.1f} "
                   f"{r[label + '_cpu'] / max(bare[label + '_cpu'], 1e-9):7.2f}")
     print(f"\nlatency of a small event every 5 ms ({args.ticks} events), and resident memory per open stream ({args.held} held open)")
-    print(f"{'proxy':15} {'p50 ms':>8} {'added':>8} {'p99 ms':>8} {'RSS/stream':>12} {'added':>10}")
+    print(f"{'proxy':19} {'p50 ms':>8} {'added':>8} {'p99 ms':>8} {'RSS/stream':>12} {'added':>10}")
     for name in names:
         r = results[name]
-        print(f"{name:15} {r['tick_p50']:8.3f} {r['tick_p50'] - bare['tick_p50']:8.3f} {r['tick_p99']:8.3f} "
+        print(f"{name:19} {r['tick_p50']:8.3f} {r['tick_p50'] - bare['tick_p50']:8.3f} {r['tick_p99']:8.3f} "
               f"{r['held_bytes'] / 1024:8.1f} KiB {(r['held_bytes'] - bare['held_bytes']) / 1024:6.1f} KiB")
     print("  (RSS moves in pages and the heap reuses memory freed by earlier flows, so a few KiB per stream is below its"
           " resolution; the in-process figure below is the precise one)")
