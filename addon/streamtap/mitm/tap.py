@@ -610,6 +610,7 @@ class Tap:
 
     def __init__(self) -> None:
         self.open: dict[str, FlowTap] = {}
+        self.told_about_loaded_flows = False
         self.filter: Callable[[http.HTTPFlow], bool] | None = None
         self.finished: list[dict[str, Any]] = []  # summaries of finished turns, newest last (bounded)
 
@@ -675,6 +676,14 @@ class Tap:
 
         try:
             if flow.response is None or flow.id in self.open or not self._matches(flow):
+                return
+            if not flow.live:
+                # A flow read from a file (mitmdump -r) arrives with its body already
+                # stored: nothing will stream through a callable, so tapping it would
+                # record an empty turn. `streamtap import` analyses stored bodies.
+                if not self.told_about_loaded_flows:
+                    self.told_about_loaded_flows = True
+                    log.info("streamtap: flows read from a file are not tapped; `streamtap import FILE` records them")
                 return
             options = ctx.options
             tap = FlowTap(
