@@ -31,11 +31,8 @@ import orjson
 
 from streamtap.wire import SSEEvent, WireEvent
 
-from .common import END_WORDS
+from .judge import Judge, Pieces, as_text, decode_event_json, parse_arguments, stop_verdict
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
-
-MAX_NOTES = 50
-PIECES_BATCH = 64  # fragments of one block joined at a time (bounds the objects held)
 
 # raw stop_reason -> (verdict, normalized stop reason)
 STOP_REASONS: dict[str, tuple[VerdictKind, str]] = {
@@ -48,98 +45,6 @@ STOP_REASONS: dict[str, tuple[VerdictKind, str]] = {
     "refusal": (VerdictKind.FILTERED, "refusal"),
 }
 
-
-
-class Judge:
-    """Collects what decides a verdict while events arrive: first corruption, first error, notes."""
-
-    def __init__(self, turn: Turn) -> None:
-        self.turn = turn
-        self.problem: tuple[str, int | None, int | None, dict[str, Any]] | None = None
-        self.error_at: tuple[int | None, int | None] | None = None
-        self.last_seq: int | None = None
-        self.last_end: int | None = None
-        self.terminal_at: tuple[int | None, int | None] | None = None  # the terminal event: seq, offset
-
-    def corrupt(self, reason: str, seq: int | None, offset: int | None, **evidence: Any) -> None:
-        if self.problem is None:
-            self.problem = (reason, seq, offset, evidence)
-
-    def errored(self, error: dict[str, Any], seq: int | None, offset: int | None) -> None:
-        if self.error_at is None:
-            self.turn.error = error
-            self.turn.stop_reason = "error"
-            self.error_at = (seq, offset)
-
-    def note(self, text: str) -> None:
-        notes = self.turn.notes
-        if len(notes) < MAX_NOTES:
-            notes.append(text)
-        elif len(notes) == MAX_NOTES:
-            notes.append("more notes dropped")
-
-    def early_verdict(self) -> Verdict | None:
-        """An in-band error (the provider's own word wins), else the first corruption; None when neither."""
-        if self.error_at is not None:
-            err = self.turn.error or {}
-            what = err.get("type") or err.get("code") or "error"
-            message = err.get("message")
-            reason = f"{err.get('source', 'stream')} error {what}" + (f": {message}" if message else "")
-            evidence = {k: v for k, v in err.items() if v is not None}
-            return Verdict(VerdictKind.ERRORED, reason, self.error_at[0], self.error_at[1], evidence)
-        if self.problem is not None:
-            reason, seq, offset, evidence = self.problem
-            return Verdict(VerdictKind.CORRUPT, reason, seq, offset, dict(evidence))
-        return None
-
-    def truncated(self, reason: str, end: StreamEnd, **evidence: Any) -> Verdict:
-        evidence["end"] = end.value
-        return Verdict(VerdictKind.TRUNCATED, f"{reason}: {END_WORDS[end]}", self.last_seq, self.last_end, evidence)
-
-
-class Pieces:
-    """Text fragments per block, joined once: growing a str attribute with += copies it every time.
-
-    Every PIECES_BATCH fragments of a block are joined on the way, so a long block holds a
-    few strings rather than one object per event."""
-
-    def __init__(self) -> None:
-        self._parts: dict[int, tuple[Block, list[str], list[str]]] = {}  # id -> block, fragments, joined batches
-
-    def add(self, block: Block, text: str) -> None:
-        entry = self._parts.get(id(block))
-        if entry is None:
-            self._parts[id(block)] = (block, [text], [])
-            return
-        fragments = entry[1]
-        fragments.append(text)
-        if len(fragments) >= PIECES_BATCH:
-            entry[2].append("".join(fragments))
-            fragments.clear()
-
-    def flush(self, block: Block | None = None) -> None:
-        """Write the joined text into one block (or into every block)."""
-        entries = [self._parts.pop(id(block), None)] if block is not None else list(self._parts.values())
-        if block is None:
-            self._parts.clear()
-        for entry in entries:
-            if entry is not None:
-                entry[0].text += "".join(entry[2]) + "".join(entry[1])
-
-
-def as_text(value: Any) -> str | None:
-    """A provider value used as a key (stop reason, type): a string, or None when absent."""
-    return value if value is None or isinstance(value, str) else repr(value)
-
-
-def parse_arguments(raw: str, start_input: Any) -> tuple[Any, str | None]:
-    """Parse a closed tool block's argument string: empty means the start input (normally {})."""
-    if not raw.strip():
-        return (start_input if isinstance(start_input, dict) else {}), None
-    try:
-        return orjson.loads(raw), None
-    except orjson.JSONDecodeError as exc:
-        return None, str(exc).split("\n")[0]
 
 
 def _text(value: Any) -> str:
@@ -482,40 +387,6 @@ class MessageBuilder:
                 return Verdict(kind, f"an earlier message in this stream ended with stop_reason {raw}", seq, offset,
                                {"stop_reason": raw, "messages": self.messages})
         return stop_verdict(self.turn, judge, "message_stop", STOP_REASONS, messages=self.messages)
-
-
-def stop_verdict(turn: Turn, judge: Judge, terminal: str, table: dict[str, tuple[VerdictKind, str]],
-                 **evidence: Any) -> Verdict:
-    """The verdict once the terminal signal arrived: read off the stop reason."""
-    raw = turn.stop_reason_raw
-    seq, offset = judge.terminal_at or (judge.last_seq, judge.last_end)
-    evidence = {"stop_reason": raw, **{k: v for k, v in evidence.items() if v is not None}}
-    if evidence.get("messages") == 1:
-        del evidence["messages"]
-    if raw is None:
-        return Verdict(VerdictKind.UNKNOWN, f"{terminal} arrived without a stop reason", seq, offset, evidence)
-    kind = table.get(raw, (VerdictKind.UNKNOWN,))[0]
-    if kind is VerdictKind.UNKNOWN:
-        return Verdict(kind, f"{terminal} after an unknown stop reason {raw!r}", seq, offset, evidence)
-    words = {
-        VerdictKind.COMPLETE: "the model finished",
-        VerdictKind.STOPPED_BY_LIMIT: "the model was stopped by a limit",
-        VerdictKind.FILTERED: "the output was stopped by a policy",
-        VerdictKind.ERRORED: "the model failed",
-    }[kind]
-    return Verdict(kind, f"{words}: {terminal} after stop reason {raw}", seq, offset, evidence)
-
-
-def decode_event_json(data: str | bytes, judge: Judge, seq: int, offset: int, what: str) -> dict[str, Any] | None:
-    try:
-        value = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        judge.corrupt(f"{what} is not valid JSON ({exc})", seq, offset, data=str(data[:200]))
-        return None
-    if not isinstance(value, dict):
-        judge.corrupt(f"{what} is JSON but not an object", seq, offset, data=str(data[:200]))
-        return None
-    return value
 
 
 class Assembler:

@@ -29,7 +29,7 @@ import orjson
 
 from streamtap.wire import EventStreamMessage, WireEvent
 
-from .anthropic import Judge, Pieces, as_text, decode_event_json, parse_arguments, stop_verdict
+from .judge import Judge, Pieces, as_text, decode_event_json, parse_arguments, stop_verdict
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
 STOP_REASONS: dict[str, tuple[VerdictKind, str]] = {

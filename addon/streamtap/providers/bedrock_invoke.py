@@ -28,7 +28,8 @@ from typing import Any
 
 from streamtap.wire import EventStreamMessage, WireEvent
 
-from .anthropic import Judge, MessageBuilder, Pieces, as_text, decode_event_json, stop_verdict
+from .anthropic import MessageBuilder
+from .judge import Judge, Pieces, as_text, decode_event_json, stop_verdict
 from .bedrock_converse import ConverseBuilder, exception_error
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 

@@ -31,6 +31,7 @@ from .turn import Block, BlockKind, Choice, Dialect, StreamEnd, Turn, Verdict, V
 
 MAX_CHOICES = 128  # a bound, so a hostile index cannot make a huge list
 TEXT_BATCH = 64  # text fragments joined at a time while a block grows (bounds the objects held)
+MAX_NOTES = 50  # notes kept per turn
 
 # normalized stop reason -> verdict kind
 STOP_VERDICT: dict[str, VerdictKind] = {
@@ -212,7 +213,7 @@ class AssemblerBase:
         self.turn.stop_reason_raw = raw
 
     def note(self, text: str) -> None:
-        if text not in self.turn.notes and len(self.turn.notes) < 50:
+        if text not in self.turn.notes and len(self.turn.notes) < MAX_NOTES:
             self.turn.notes.append(text)
 
     @property
