@@ -31,7 +31,7 @@ import orjson
 
 from streamtap.wire import SSEEvent, WireEvent
 
-from .judge import Judge, Pieces, as_text, decode_event_json, parse_arguments, stop_verdict
+from .judge import Judge, Pieces, as_text, close_arguments, decode_event_json, earlier_outcome, stop_verdict
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
 # raw stop_reason -> (verdict, normalized stop reason)
@@ -278,12 +278,7 @@ class MessageBuilder:
             except TypeError:
                 block.arguments_raw = None
             return
-        raw = "".join(self.fragments.pop(index, ()))
-        block.arguments_raw = raw
-        block.arguments, block.arguments_error = parse_arguments(raw, start_input)
-        if block.arguments_error is not None:
-            self.judge.corrupt(f"tool call {block.name!r} arguments are not valid JSON ({block.arguments_error})",
-                               seq, offset, index=index, tool=block.name, arguments_raw=raw[:200])
+        close_arguments(block, "".join(self.fragments.pop(index, ())), start_input, self.judge, seq, offset, index)
 
     def _message_delta(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         if not self._in_message("message_delta", seq, offset):
@@ -381,11 +376,9 @@ class MessageBuilder:
                 return judge.truncated("message_delta arrived but message_stop did not", end,
                                        open_blocks=open_blocks)
             return judge.truncated("the stream ended before message_stop", end, open_blocks=open_blocks)
-        for raw, seq, offset in self.outcomes:  # an earlier message of a back-to-back recording
-            kind = STOP_REASONS.get(raw, (VerdictKind.UNKNOWN,))[0] if raw else VerdictKind.UNKNOWN
-            if kind is not VerdictKind.COMPLETE:
-                return Verdict(kind, f"an earlier message in this stream ended with stop_reason {raw}", seq, offset,
-                               {"stop_reason": raw, "messages": self.messages})
+        earlier = earlier_outcome(self.outcomes, STOP_REASONS, "stop_reason", self.messages)
+        if earlier is not None:
+            return earlier
         return stop_verdict(self.turn, judge, "message_stop", STOP_REASONS, messages=self.messages)
 
 
@@ -404,11 +397,8 @@ class Assembler:
     def feed(self, event: WireEvent, t: float | None) -> None:
         if not isinstance(event, SSEEvent):
             return
-        turn = self.turn
-        turn.events += 1
         judge = self.judge
-        judge.last_seq = event.seq
-        judge.last_end = event.end
+        judge.seen(event)
         if not event.data:
             judge.note(f"event {event.event!r} without data at seq {event.seq}")
             return

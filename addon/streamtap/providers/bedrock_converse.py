@@ -29,7 +29,7 @@ import orjson
 
 from streamtap.wire import EventStreamMessage, WireEvent
 
-from .judge import Judge, Pieces, as_text, decode_event_json, parse_arguments, stop_verdict
+from .judge import Judge, Pieces, as_text, close_arguments, decode_event_json, earlier_outcome, stop_verdict
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
 STOP_REASONS: dict[str, tuple[VerdictKind, str]] = {
@@ -72,6 +72,19 @@ def exception_error(message: EventStreamMessage, judge: Judge) -> None:
         error = {"source": "stream", "type": headers.get(":error-code"), "code": None,
                  "message": headers.get(":error-message")}
     judge.errored(error, message.seq, message.start)
+
+
+def event_frame(message: EventStreamMessage, judge: Judge) -> bool:
+    """Count a frame; True for an ``event`` frame, else record what the frame says (an error, or a note)."""
+    judge.seen(message)
+    message_type = message.headers.get(":message-type", "event")
+    if message_type == "event":
+        return True
+    if message_type in ("exception", "error"):
+        exception_error(message, judge)
+    else:
+        judge.note(f"frame with :message-type {message_type!r} at seq {message.seq}")
+    return False
 
 
 class ConverseBuilder:
@@ -250,13 +263,7 @@ class ConverseBuilder:
         block.closed = True
         self.pieces.flush(block)
         if index in self.fragments:
-            raw = "".join(self.fragments.pop(index))  # type: ignore[arg-type]
-            block.arguments_raw = raw
-            block.arguments, block.arguments_error = parse_arguments(raw, {})
-            if block.arguments_error is not None:
-                self.judge.corrupt(f"tool call {block.name!r} arguments are not valid JSON "
-                                   f"({block.arguments_error})", seq, offset, index=index, tool=block.name,
-                                   arguments_raw=raw[:200])
+            close_arguments(block, "".join(self.fragments.pop(index)), {}, self.judge, seq, offset, index)
 
     def _message_stop(self, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         if not self._in_message(seq, offset, "messageStop"):
@@ -318,11 +325,9 @@ class ConverseBuilder:
             return judge.truncated("no event arrived", end)
         if not self.stopped:
             return judge.truncated("the stream ended before messageStop", end, open_blocks=sorted(self.open_blocks))
-        for raw, seq, offset in self.outcomes:
-            kind = STOP_REASONS.get(raw, (VerdictKind.UNKNOWN,))[0] if raw else VerdictKind.UNKNOWN
-            if kind is not VerdictKind.COMPLETE:
-                return Verdict(kind, f"an earlier message in this stream ended with stopReason {raw}", seq, offset,
-                               {"stop_reason": raw, "messages": self.messages})
+        earlier = earlier_outcome(self.outcomes, STOP_REASONS, "stopReason", self.messages)
+        if earlier is not None:
+            return earlier
         if not self.metadata_seen:
             return judge.truncated("messageStop arrived but metadata (usage) did not", end, content_complete=True,
                                    stop_reason=self.turn.stop_reason_raw)
@@ -343,18 +348,10 @@ class Assembler:
     def feed(self, event: WireEvent, t: float | None) -> None:
         if not isinstance(event, EventStreamMessage):
             return
-        self.turn.events += 1
         judge = self.judge
-        judge.last_seq = event.seq
-        judge.last_end = event.end
-        headers = event.headers
-        message_type = headers.get(":message-type", "event")
-        if message_type != "event":
-            if message_type in ("exception", "error"):
-                exception_error(event, judge)
-            else:
-                judge.note(f"frame with :message-type {message_type!r} at seq {event.seq}")
+        if not event_frame(event, judge):
             return
+        headers = event.headers
         kind = headers.get(":event-type")
         try:
             body = orjson.loads(event.payload)

@@ -30,7 +30,7 @@ from streamtap.wire import EventStreamMessage, WireEvent
 
 from .anthropic import MessageBuilder
 from .judge import Judge, Pieces, as_text, decode_event_json, stop_verdict
-from .bedrock_converse import ConverseBuilder, exception_error
+from .bedrock_converse import ConverseBuilder, event_frame
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 _CONVERSE_KEYS = ("messageStart", "contentBlockStart", "contentBlockDelta", "contentBlockStop", "messageStop",
@@ -149,18 +149,10 @@ class Assembler:
     def feed(self, event: WireEvent, t: float | None) -> None:
         if not isinstance(event, EventStreamMessage):
             return
-        self.turn.events += 1
         judge = self.judge
-        judge.last_seq = event.seq
-        judge.last_end = event.end
-        headers = event.headers
-        message_type = headers.get(":message-type", "event")
-        if message_type != "event":
-            if message_type in ("exception", "error"):
-                exception_error(event, judge)
-            else:
-                judge.note(f"frame with :message-type {message_type!r} at seq {event.seq}")
+        if not event_frame(event, judge):
             return
+        headers = event.headers
         if headers.get(":event-type") != "chunk":
             judge.note(f"event type {headers.get(':event-type')!r} at seq {event.seq} is not a chunk")
             return

@@ -12,6 +12,8 @@ from typing import Any
 
 import orjson
 
+from streamtap.wire import WireEvent
+
 from .common import END_WORDS, MAX_NOTES, TEXT_BATCH
 from .turn import Block, Turn, StreamEnd, Verdict, VerdictKind
 
@@ -26,6 +28,12 @@ class Judge:
         self.last_seq: int | None = None
         self.last_end: int | None = None
         self.terminal_at: tuple[int | None, int | None] | None = None  # the terminal event: seq, offset
+
+    def seen(self, event: WireEvent) -> None:
+        """Count an event of the dialect's wire and remember where the stream has got to."""
+        self.turn.events += 1
+        self.last_seq = event.seq
+        self.last_end = event.end
 
     def corrupt(self, reason: str, seq: int | None, offset: int | None, **evidence: Any) -> None:
         if self.problem is None:
@@ -106,6 +114,30 @@ def parse_arguments(raw: str, start_input: Any) -> tuple[Any, str | None]:
         return orjson.loads(raw), None
     except orjson.JSONDecodeError as exc:
         return None, str(exc).split("\n")[0]
+
+
+def close_arguments(block: Block, raw: str, start_input: Any, judge: Judge, seq: int | None, offset: int | None,
+                    index: int) -> None:
+    """Parse a stopped tool block's joined argument fragments; arguments that do not parse are corrupt."""
+    block.arguments_raw = raw
+    block.arguments, block.arguments_error = parse_arguments(raw, start_input)
+    if block.arguments_error is not None:
+        judge.corrupt(f"tool call {block.name!r} arguments are not valid JSON ({block.arguments_error})",
+                      seq, offset, index=index, tool=block.name, arguments_raw=raw[:200])
+
+
+def earlier_outcome(outcomes: list[tuple[str | None, int | None, int | None]],
+                    table: dict[str, tuple[VerdictKind, str]], field: str, messages: int) -> Verdict | None:
+    """An earlier message of a back-to-back stream that did not finish decides the turn; None when all did.
+
+    ``outcomes`` holds each earlier message's raw stop reason and where the next one started;
+    ``field`` is the provider's name for the stop reason, for the reason text."""
+    for raw, seq, offset in outcomes:
+        kind = table.get(raw, (VerdictKind.UNKNOWN,))[0] if raw else VerdictKind.UNKNOWN
+        if kind is not VerdictKind.COMPLETE:
+            return Verdict(kind, f"an earlier message in this stream ended with {field} {raw}", seq, offset,
+                           {"stop_reason": raw, "messages": messages})
+    return None
 
 
 def stop_verdict(turn: Turn, judge: Judge, terminal: str, table: dict[str, tuple[VerdictKind, str]],
