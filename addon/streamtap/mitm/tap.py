@@ -18,12 +18,11 @@ from math import floor as _floor
 from pathlib import Path
 from typing import Any
 
-import orjson
 from mitmproxy import exceptions, flowfilter, http
 from mitmproxy.connection import ConnectionState
 
 from streamtap.providers import Dialect, RequestInfo, StreamEnd, StreamSession, VerdictKind, detect_dialect
-from streamtap.recording import FSYNC_POLICIES, RecordingWriter, final_name
+from streamtap.recording import FSYNC_POLICIES, RecordingWriter, final_name, flow_header
 from streamtap.wire import DEFAULT_MAX_EVENT
 
 log = logging.getLogger("streamtap")
@@ -234,42 +233,17 @@ class FlowTap:
                     self.fail("recording", write_exc)
 
     def _header(self, flow: http.HTTPFlow) -> dict[str, Any]:
-        request, response = flow.request, flow.response
-        assert response is not None
-        body: dict[str, Any] = {}
-        raw = request.raw_content
-        if raw:
-            try:
-                body["body"] = orjson.loads(request.get_content(strict=False) or b"")
-            except Exception:
-                import base64
-
-                body["body_b64"] = base64.b64encode(raw).decode("ascii")
-        return {
-            "flow_id": flow.id,
-            "started": self.started,
-            "request_started": request.timestamp_start,
-            "request": {
-                "method": request.method,
-                "url": request.pretty_url,
-                "http_version": request.http_version,
-                "headers": list(request.headers.items(multi=True)),
-                **body,
-            },
-            "response": {
-                "status": response.status_code,
-                "reason": response.reason,
-                "http_version": response.http_version,
-                "headers": list(response.headers.items(multi=True)),
-            },
-            "dialect": self.provider,
-            "why": self.detection.why if self.detection else None,
-            "sentinel": self.sentinel,
-            "wire": {
-                "format": self.detection.wire if self.detection else None,
-                "content_encoding": self.encoding or None,
-            },
-        }
+        assert flow.response is not None
+        detection = self.detection
+        return flow_header(
+            flow,
+            started=self.started,
+            dialect=self.provider,
+            why=detection.why if detection else None,
+            wire_format=detection.wire if detection else None,
+            content_encoding=self.encoding or None,
+            sentinel=self.sentinel,
+        )
 
     # the bytes ----------------------------------------------------------------------
     def arrived(self, data: bytes, loop) -> None:

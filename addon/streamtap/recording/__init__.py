@@ -3,6 +3,7 @@
 The format is described in docs/recording-format.md.
 """
 
+from .header import flow_header
 from .reader import Frame, Recording, check_recording, read_recording
 from .redact import REDACTED, SECRET_HEADERS, SECRET_QUERY, redact_header_value, redact_headers, redact_url
 from .writer import (
@@ -33,6 +34,7 @@ __all__ = [
     "check_recording",
     "describe",
     "final_name",
+    "flow_header",
     "frame_sum",
     "partial_name",
     "read_recording",

@@ -11,17 +11,15 @@ A response that mitmproxy streamed is only in the capture if it was made with
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from streamtap.providers import Dialect, RequestInfo, StreamEnd, StreamSession, detect_dialect
 from streamtap.wire import DEFAULT_MAX_EVENT
 
+from .header import flow_header
 from .writer import RecordingError, RecordingWriter, final_name
 
 
@@ -86,38 +84,6 @@ def read_flows(source: Path) -> Iterator[Any]:
             raise CaptureError(f"{source} is not a mitmproxy capture (mitmdump -w): {exc}") from None
 
 
-def _header(flow: Any, detection: Any, source: Path) -> dict[str, Any]:
-    request, response = flow.request, flow.response
-    body: dict[str, Any] = {}
-    if request.raw_content:
-        try:
-            body["body"] = orjson.loads(request.get_content(strict=False) or b"")
-        except Exception:
-            body["body_b64"] = base64.b64encode(request.raw_content).decode("ascii")
-    return {
-        "flow_id": flow.id,
-        "started": response.timestamp_start,
-        "request_started": request.timestamp_start,
-        "imported_from": str(source),
-        "request": {
-            "method": request.method,
-            "url": request.pretty_url,
-            "http_version": request.http_version,
-            "headers": list(request.headers.items(multi=True)),
-            **body,
-        },
-        "response": {
-            "status": response.status_code,
-            "reason": response.reason,
-            "http_version": response.http_version,
-            "headers": list(response.headers.items(multi=True)),
-        },
-        "dialect": detection.dialect.value,
-        "why": detection.why,
-        "wire": {"format": detection.wire, "content_encoding": response.headers.get("content-encoding") or None},
-    }
-
-
 def _stream_end(flow: Any) -> tuple[StreamEnd, str | None]:
     if flow.error is None:
         return StreamEnd.FINISHED, None
@@ -161,7 +127,15 @@ def import_flow(
         out, started=started, provider=result.provider, flow_id=flow.id, redact=redact, encoded=encoded
     )
     try:
-        writer.header(_header(flow, detection, source))
+        writer.header(flow_header(
+            flow,
+            started=flow.response.timestamp_start,
+            dialect=detection.dialect.value,
+            why=detection.why,
+            wire_format=detection.wire,
+            content_encoding=flow.response.headers.get("content-encoding") or None,
+            imported_from=source,
+        ))
         writer.read(wire, None)  # the capture keeps the bytes, not when they came
         for event in session.feed(body, None):
             writer.frame(event, None)

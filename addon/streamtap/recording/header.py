@@ -1,0 +1,55 @@
+"""The header line of a recording, from a mitmproxy flow (the live Tap and the capture importer).
+
+The flow is used by duck typing (``request``/``response`` as mitmproxy has them), so this
+module imports no mitmproxy; the writer redacts secrets when it writes the line.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+
+def flow_header(flow: Any, *, started: float | None, dialect: str | None, why: str | None,
+                wire_format: str | None, content_encoding: str | None, imported_from: Path | None = None,
+                **after_why: Any) -> dict[str, Any]:
+    """The header fields, in the order the format lists them.
+
+    ``imported_from`` names the capture a recording was imported from; ``after_why`` holds more
+    fields placed between ``why`` and ``wire`` (the Tap's ``sentinel``)."""
+    request, response = flow.request, flow.response
+    body: dict[str, Any] = {}
+    raw = request.raw_content
+    if raw:
+        try:
+            body["body"] = orjson.loads(request.get_content(strict=False) or b"")
+        except Exception:
+            body["body_b64"] = base64.b64encode(raw).decode("ascii")
+    header: dict[str, Any] = {
+        "flow_id": flow.id,
+        "started": started,
+        "request_started": request.timestamp_start,
+    }
+    if imported_from is not None:
+        header["imported_from"] = str(imported_from)
+    header["request"] = {
+        "method": request.method,
+        "url": request.pretty_url,
+        "http_version": request.http_version,
+        "headers": list(request.headers.items(multi=True)),
+        **body,
+    }
+    header["response"] = {
+        "status": response.status_code,
+        "reason": response.reason,
+        "http_version": response.http_version,
+        "headers": list(response.headers.items(multi=True)),
+    }
+    header["dialect"] = dialect
+    header["why"] = why
+    header.update(after_why)
+    header["wire"] = {"format": wire_format, "content_encoding": content_encoding}
+    return header
