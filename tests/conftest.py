@@ -39,3 +39,20 @@ def shared_files(pattern: str) -> list[Path]:
 
 def chunked(data: bytes, size: int) -> list[bytes]:
     return [data[i : i + size] for i in range(0, len(data), size)] or [b""]
+
+
+def feed_cycled(decoder, stream: bytes, chunks: list[int] | None = None) -> list:
+    """Every event a wire decoder gives for ``stream`` fed in pieces of the given sizes (cycled), or whole,
+    then closed."""
+    out: list = []
+    if chunks is None:
+        out += decoder.feed(stream)
+    else:
+        pos = i = 0
+        while pos < len(stream):
+            size = chunks[i % len(chunks)]
+            out += decoder.feed(stream[pos : pos + size])
+            pos += size
+            i += 1
+    out += decoder.close()
+    return out

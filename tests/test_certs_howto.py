@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from interception import (
     needs_curl,
     openai_chat_stream,
 )
+import upstream
 
 DOC = HOWTO
 WORDS = ["Tapped ", "through ", "the ", "proxy", "."]
@@ -99,11 +99,7 @@ def adapt(command: str, world, ports: int | dict[str, int]) -> str:
 
 def free_ports(count: int) -> dict[str, int]:
     """Free loopback ports for the doc's 8080, 8081, ... (for blocks that name several)."""
-    sockets = [socket.create_server(("127.0.0.1", 0)) for _ in range(count)]
-    ports = {str(8080 + i): s.getsockname()[1] for i, s in enumerate(sockets)}
-    for s in sockets:
-        s.close()
-    return ports
+    return {str(8080 + i): port for i, port in enumerate(upstream.free_ports(count))}
 
 
 def start_proxy(name: str, world, tmp_path: Path, ports: dict[str, int] | None = None) -> tuple[Mitmdump, Path]:

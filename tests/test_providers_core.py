@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from _provider_streams import cassette_responses
+from provider_streams import cassette_responses
 from conftest import chunked, shared_files, shared_path
 
 from streamtap.providers import (

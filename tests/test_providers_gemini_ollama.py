@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from _provider_streams import (
+from provider_streams import (
+    C,
+    E,
+    F,
+    L,
+    T,
+    X,
     cassette_responses,
     chunk_lines,
     cut_points,
@@ -19,14 +25,6 @@ from streamtap.providers import BlockKind, Dialect, StreamEnd, VerdictKind, anal
 from streamtap.wire import JSONArrayDecoder, NDJSONDecoder, Tail
 
 GEMINI, OLLAMA = Dialect.GEMINI, Dialect.OLLAMA
-C, T, L, F, E, X = (
-    VerdictKind.COMPLETE,
-    VerdictKind.TRUNCATED,
-    VerdictKind.STOPPED_BY_LIMIT,
-    VerdictKind.FILTERED,
-    VerdictKind.ERRORED,
-    VerdictKind.CORRUPT,
-)
 
 # raw captured Gemini SSE bodies (CRLF framing): (stop, tool call names, text must contain)
 GEMINI_BODIES = {

@@ -6,7 +6,13 @@ import httpx
 import openai
 import orjson
 import pytest
-from _provider_streams import (
+from provider_streams import (
+    C,
+    E,
+    F,
+    L,
+    T,
+    X,
     chunk_lines,
     cassette_responses,
     cut_points,
@@ -22,21 +28,12 @@ from streamtap.providers import (
     Dialect,
     StreamEnd,
     StreamSession,
-    VerdictKind,
     analyze_bytes,
     detect_dialect,
     sniff_dialect,
 )
 
 CHAT, RESPONSES = Dialect.OPENAI_CHAT, Dialect.OPENAI_RESPONSES
-C, T, L, F, E, X = (
-    VerdictKind.COMPLETE,
-    VerdictKind.TRUNCATED,
-    VerdictKind.STOPPED_BY_LIMIT,
-    VerdictKind.FILTERED,
-    VerdictKind.ERRORED,
-    VerdictKind.CORRUPT,
-)
 
 # Raw captured bodies (MANIFEST.md): dialect and what the capture is known to hold.
 BODIES = {

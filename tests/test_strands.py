@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from _provider_streams import cut_points, sse_spans
+from provider_streams import cut_points, sse_spans
 from conftest import shared_path
 
 from streamtap.providers import Block, BlockKind, Dialect, Turn, analyze_bytes, compare_strands

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import shared_files
+from conftest import feed_cycled, shared_files
 from streamtap.wire import (
     InvalidJSON,
     JSONArrayDecoder,
@@ -25,18 +25,7 @@ from streamtap.wire import (
 def decode(cls, stream: bytes, chunks: list[int] | None = None, **kwargs):
     """Decode ``stream`` fed in pieces of the given sizes (cycled), or whole."""
     decoder = cls(**kwargs)
-    out: list = []
-    if chunks is None:
-        out += decoder.feed(stream)
-    else:
-        pos = i = 0
-        while pos < len(stream):
-            size = chunks[i % len(chunks)]
-            out += decoder.feed(stream[pos : pos + size])
-            pos += size
-            i += 1
-    out += decoder.close()
-    return out, decoder
+    return feed_cycled(decoder, stream, chunks), decoder
 
 
 def values(events: list) -> list:

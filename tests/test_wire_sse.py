@@ -10,25 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import shared_files
+from conftest import feed_cycled, shared_files
 from streamtap.wire import Malformed, OversizeError, SSEDecoder, SSEEvent, Tail
 
 
 def decode(stream: bytes, chunks: list[int] | None = None, **kwargs) -> list:
     """Decode ``stream`` fed in pieces of the given sizes (cycled), or whole."""
-    decoder = SSEDecoder(**kwargs)
-    out: list = []
-    if chunks is None:
-        out += decoder.feed(stream)
-    else:
-        pos = i = 0
-        while pos < len(stream):
-            size = chunks[i % len(chunks)]
-            out += decoder.feed(stream[pos : pos + size])
-            pos += size
-            i += 1
-    out += decoder.close()
-    return out
+    return feed_cycled(SSEDecoder(**kwargs), stream, chunks)
 
 
 def triples(events: list) -> list[tuple]:

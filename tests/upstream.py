@@ -441,6 +441,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(count: int) -> list[int]:
+    """Several free loopback ports, held together while they are picked so they differ."""
+    sockets = [socket.create_server(("127.0.0.1", 0)) for _ in range(count)]
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
 class Mitmdump:
     """``mitmdump -s addon/tap.py`` in reverse mode in front of ``upstream_url``, on a free loopback port."""
 
