@@ -149,3 +149,25 @@ def write_recording(
         writer.frame(event, len(frames) * gap_ms)
     writer.finish({"stream_end": stream_end})
     return path
+
+
+def write_recordings(directory: Path) -> Path:
+    """The three standard recordings (openai, anthropic, bedrock), default frames, in ``directory``."""
+    write_recording(directory / "openai.jsonl", "openai", openai_chat_frames())
+    write_recording(directory / "anthropic.jsonl", "anthropic", anthropic_frames())
+    write_recording(directory / "bedrock.jsonl", "bedrock", bedrock_invoke_frames())
+    return directory
+
+
+def dechunk(data: bytes) -> tuple[list[bytes], bool]:
+    """The chunks of an HTTP/1.1 response's chunked body and whether the terminating 0-chunk came."""
+    head, _, rest = data.partition(b"\r\n\r\n")
+    chunks = []
+    while rest:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            return chunks, True
+        chunks.append(rest[:size])
+        rest = rest[size + 2 :]
+    return chunks, False

@@ -17,7 +17,9 @@ from replay_streams import (
     anthropic_frames,
     bedrock_invoke_frames,
     openai_chat_frames,
+    dechunk,
     write_recording,
+    write_recordings,
 )
 
 from streamtap.providers import analyze_bytes
@@ -37,10 +39,7 @@ REQUESTS = {
 
 @pytest.fixture(scope="module")
 def library(tmp_path_factory):
-    d = tmp_path_factory.mktemp("wire")
-    write_recording(d / "openai.jsonl", "openai", OPENAI)
-    write_recording(d / "anthropic.jsonl", "anthropic", ANTHROPIC)
-    write_recording(d / "bedrock.jsonl", "bedrock", BEDROCK)
+    d = write_recordings(tmp_path_factory.mktemp("wire"))
     write_recording(d / "other.jsonl", "openai", OTHER, request=OPENAI_REQUEST | {"model": "another"})
     return Library.load([d])
 
@@ -61,17 +60,10 @@ def receive(library, kind: str, spec: str | None) -> tuple[bytes, bool, float]:
                     break
                 data += piece
         elapsed = time.monotonic() - start
-    head, _, rest = data.partition(b"\r\n\r\n")
+    head = data.partition(b"\r\n\r\n")[0]
     assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding: chunked" in head
-    out = b""
-    while rest:
-        size_line, _, rest = rest.partition(b"\r\n")
-        size = int(size_line, 16)
-        if size == 0:
-            return out, True, elapsed
-        out += rest[:size]
-        rest = rest[size + 2 :]
-    return out, False, elapsed
+    chunks, terminated = dechunk(data)
+    return b"".join(chunks), terminated, elapsed
 
 
 def verdict(kind: str, body: bytes) -> VerdictKind:

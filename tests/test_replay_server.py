@@ -20,8 +20,10 @@ from replay_streams import (
     OPENAI_REQUEST,
     anthropic_frames,
     bedrock_invoke_frames,
+    dechunk,
     openai_chat_frames,
     write_recording,
+    write_recordings,
 )
 
 from streamtap.providers import analyze_bytes
@@ -36,11 +38,7 @@ STREAMTAP = [sys.executable, "-c", "import sys; from streamtap.cli import main; 
 
 @pytest.fixture(scope="module")
 def recordings(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("recordings")
-    write_recording(d / "openai.jsonl", "openai", openai_chat_frames())
-    write_recording(d / "anthropic.jsonl", "anthropic", anthropic_frames())
-    write_recording(d / "bedrock.jsonl", "bedrock", bedrock_invoke_frames())
-    return d
+    return write_recordings(tmp_path_factory.mktemp("recordings"))
 
 
 @pytest.fixture(scope="module")
@@ -197,20 +195,6 @@ def _raw_exchange(base_url: str, body: bytes, path: str = "/v1/chat/completions"
                 return data, "complete"
 
 
-def _dechunk(data: bytes) -> tuple[list[bytes], bool]:
-    """The chunks of a chunked body and whether the terminating 0-chunk came."""
-    head, _, rest = data.partition(b"\r\n\r\n")
-    chunks = []
-    while rest:
-        size_line, _, rest = rest.partition(b"\r\n")
-        size = int(size_line, 16)
-        if size == 0:
-            return chunks, True
-        chunks.append(rest[:size])
-        rest = rest[size + 2 :]
-    return chunks, False
-
-
 OPENAI_BODY = json.dumps(OPENAI_REQUEST).encode()
 
 
@@ -221,7 +205,7 @@ def test_cut_styles_on_a_raw_socket(library, style, ending):
         data, how = _raw_exchange(server.base_url, OPENAI_BODY)
     assert how == ending
     if style != "reset":  # a reset may discard bytes still in flight: that is what a reset does
-        chunks, terminated = _dechunk(data)
+        chunks, terminated = dechunk(data)
         assert b"".join(chunks) == b"".join(frames[:10])
         assert terminated == (style == "clean")
     assert data.startswith(b"HTTP/1.1 200 OK\r\n") and b"content-type: text/event-stream" in data
@@ -260,7 +244,7 @@ def test_clean_cut_is_silently_complete_for_httpx(library):
 def test_fragment_writes_small_chunks_and_keeps_the_bytes(library):
     with _server(library, "fragment:max=3") as server:
         data, how = _raw_exchange(server.base_url, OPENAI_BODY)
-    chunks, terminated = _dechunk(data)
+    chunks, terminated = dechunk(data)
     assert how == "complete" and terminated
     assert b"".join(chunks) == b"".join(openai_chat_frames())
     assert max(map(len, chunks)) <= 3
@@ -329,7 +313,7 @@ def test_a_recorded_upstream_reset_replays_as_an_abort_with_its_tail(tmp_path):
     write_recording(tmp_path / "reset.jsonl", "openai", cut, stream_end="upstream_reset")
     with ServerThread(Library.load([tmp_path]), ServeOptions()) as server:
         data, how = _raw_exchange(server.base_url, OPENAI_BODY)
-    chunks, terminated = _dechunk(data)
+    chunks, terminated = dechunk(data)
     assert how == "fin" and not terminated
     assert b"".join(chunks) == b"".join(cut)
 
@@ -347,5 +331,5 @@ def test_original_timing_reproduces_the_recorded_network_reads(tmp_path):
     assert [round(w.at, 6) for w in p.writes] == [round(i * 0.007, 6) for i in range(len(frames))]
     with ServerThread(Library.load([tmp_path]), ServeOptions(Timing.parse("original"))) as server:
         data, how = _raw_exchange(server.base_url, OPENAI_BODY)
-    chunks, terminated = _dechunk(data)
+    chunks, terminated = dechunk(data)
     assert how == "complete" and terminated and chunks == frames  # one HTTP chunk per recorded read
