@@ -7,10 +7,13 @@ timing and faults, and pass the Tap like any upstream answer: they are recorded 
 judged too (replaying a recording records the same body again).
 
 Live faults wrap the Tap's stream callable (this addon comes after the Tap), so the
-Tap records exactly what the client got. A ``clean`` cut ends the chunked body there (an
-empty chunk from the stream callable is the HTTP/1.1 terminator; HTTP/2 clients wait for
-the upstream's end instead); ``abort`` and ``reset`` close the client connection (FIN or
-RST) once the bytes before the cut are flushed. ``flow.kill()`` alone is no abort.
+Tap records exactly what the client got. For HTTP/1.1 clients a ``clean`` cut ends the
+chunked body there (an empty chunk from the stream callable is the terminator);
+``abort`` and ``reset`` close the client connection (FIN or RST) once the bytes before the
+cut are flushed. ``flow.kill()`` alone is no abort. For HTTP/2 clients a ``clean`` cut
+sends END_STREAM and ``abort`` RST_STREAM (INTERNAL_ERROR) on that stream only, at once,
+and the upstream's side is cancelled (see ``_end_h2_stream``); ``reset`` is a TCP RST of
+the whole connection, as for HTTP/1.1.
 """
 
 from __future__ import annotations
@@ -213,7 +216,9 @@ class Faults:
                 flow.metadata["streamtap_faults"] = list(live.log)  # evidence: what was done to this flow, where
             logged = len(live.log)
             if live.end is not None and not ended_before:
-                if live.end == "clean":
+                if flow.client_conn.alpn == b"h2" and live.end in H2_ENDS:
+                    _end_h2_stream(flow, live.end)
+                elif live.end == "clean":
                     out.append(b"")  # see _end_early
                 else:
                     _end_early(flow, live.end)
@@ -275,6 +280,99 @@ def _end_early(flow: http.HTTPFlow, style: str) -> None:
         flow.kill()
 
     asyncio.get_running_loop().create_task(close_after_flush())
+
+
+# --- HTTP/2: end one stream at the cut -------------------------------------------------
+#
+# A stream callable returns bytes only, and an empty DATA frame does not end an HTTP/2
+# stream, so the end must come from mitmproxy's HTTP layer. The flow's HttpStream is handed
+# the event it would get from an upstream that ends right there: ResponseEndOfMessage
+# (clean: the response hook, then END_STREAM, as for a finished body) or
+# ResponseProtocolError (abort: the error hook, then RST_STREAM INTERNAL_ERROR, as for an
+# upstream reset). Before that the upstream's side is cancelled (RST_STREAM CANCEL to an
+# HTTP/2 upstream, the connection closed for HTTP/1), so no more of its body reaches the
+# stream. Events travel only down the layer stack, so this one rides on a Wakeup, which
+# every layer passes down and the HTTP layer routes by its command (as for its own HTTP/2
+# keep-alive pings), to a stand-in that forwards all else to the stream. These are
+# mitmproxy 12.3 internals: when they are not found, the cut falls back and says so.
+
+H2_ENDS = {"clean": "END_STREAM", "abort": "RST_STREAM INTERNAL_ERROR"}  # "reset" stays a TCP RST (every stream)
+
+
+def _end_h2_stream(flow: http.HTTPFlow, style: str) -> None:
+    """End the client's HTTP/2 stream of ``flow`` at the cut (see above); the other streams go on."""
+    try:
+        from mitmproxy.proxy import commands, events
+
+        handler = ctx.master.addons.get("proxyserver").connections[flow.client_conn.id]
+        layer = _http_layer(handler.layer)
+        stream = next(s for s in layer.streams.values() if getattr(s, "flow", None) is flow)
+        wakeup = commands.RequestWakeup(0)
+        layer.command_sources[wakeup] = _StreamEnder(layer, stream, style, wakeup)
+    except Exception as exc:
+        fallback = "the stream ends when the upstream's does" if style == "clean" else "the whole client connection is closed instead"
+        log.warning(f"streamtap: flow {flow.id[:12]}: cannot end the HTTP/2 stream at the cut ({type(exc).__name__}: {exc}); {fallback}")
+        if style != "clean":
+            _end_early(flow, style)
+        return
+    task = asyncio.get_running_loop().create_task(handler.server_event(events.Wakeup(wakeup)))
+    _PENDING.add(task)  # the loop keeps only a weak reference
+    task.add_done_callback(_PENDING.discard)
+
+
+_PENDING: set[asyncio.Task] = set()
+
+
+def _http_layer(top: Any) -> Any:
+    from mitmproxy.proxy.layer import NextLayer
+    from mitmproxy.proxy.layers.http import HttpLayer
+
+    layer = top
+    for _ in range(32):
+        if isinstance(layer, HttpLayer):
+            return layer
+        if isinstance(layer, NextLayer):
+            nxt = layer.layer
+        else:
+            # a layer that hands its events on keeps its child here, or is its child's handle_event
+            nxt = getattr(layer, "child_layer", None) or getattr(getattr(layer, "_handle_event", None), "__self__", None)
+        if nxt is None or nxt is layer:
+            break
+        layer = nxt
+    raise LookupError("no HTTP layer on the client connection")
+
+
+class _StreamEnder:
+    """Stands in for one HttpStream in the HTTP layer's routing: on its wakeup it ends the
+    stream; every other event (the hook replies that follow) goes on to the stream."""
+
+    def __init__(self, layer: Any, stream: Any, style: str, wakeup: Any) -> None:
+        self.layer, self.stream, self.style, self.wakeup = layer, stream, style, wakeup
+
+    def handle_event(self, event: Any):
+        if getattr(event, "command", None) is not self.wakeup:
+            yield from self.stream.handle_event(event)
+            return
+        from mitmproxy.proxy.layers.http import (
+            ErrorCode,
+            RequestProtocolError,
+            ResponseEndOfMessage,
+            ResponseProtocolError,
+            SendHttp,
+        )
+
+        stream = self.stream
+        flow = stream.flow
+        if stream.server_state != stream.state_stream_response_body:
+            return  # the upstream ended first, or the stream errored
+        if stream.context.server in self.layer.connections:
+            yield SendHttp(RequestProtocolError(stream.stream_id, "streamtap fault: cut", ErrorCode.CANCEL), stream.context.server)
+        log.info(f"streamtap: flow {flow.id[:12]}: HTTP/2 stream {stream.stream_id}: {self.style} cut, {H2_ENDS[self.style]} to the client, upstream cancelled")
+        if self.style == "clean":
+            yield from stream.handle_event(ResponseEndOfMessage(stream.stream_id))
+        else:
+            message = f"streamtap fault: {self.style} cut, stream reset ({H2_ENDS[self.style]})"
+            yield from stream.handle_event(ResponseProtocolError(stream.stream_id, message, ErrorCode.GENERIC_SERVER_ERROR))
 
 
 def _client_writer(flow: http.HTTPFlow) -> Any:

@@ -1,0 +1,289 @@
+"""Live cuts for HTTP/2 clients through a real `mitmdump -s addon/tap.py` (TLS towards the
+client, h2 by ALPN): a clean cut ends the client's stream with END_STREAM right at the cut,
+an abort resets only that stream (RST_STREAM), a reset drops the TCP connection; the
+upstream's side of the stream is cancelled, and the Tap records exactly what the client got.
+
+The upstream streams slowly (0.1 s between events), so a cut that waited for the upstream's
+end would show as seconds of delay. A small raw HTTP/2 client (the h2 library on a TLS
+socket) sees the frames themselves and keeps several streams on one connection.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import httpx
+import pytest
+
+import provider_streams as streams
+from streamtap.recording import check_recording
+from upstream import H2Upstream, Mitmdump, Script, Upstream, find_recording
+
+CHAT = "/v1/chat/completions"
+REQUEST = b'{"model":"m","stream":true,"messages":[]}'
+GAP = 0.1  # seconds between upstream events
+SLOW = streams.openai_chat([f"w{i} " for i in range(36)])  # 40 events: about 4 s upstream
+BEFORE_CUT = SLOW[: SLOW.index(b"data:", 1)]  # event 0
+for _ in range(5):
+    BEFORE_CUT = SLOW[: SLOW.index(b"data:", len(BEFORE_CUT) + 1)]  # through event 5
+PROMPT = 1.6  # the cut comes after ~0.55 s; the upstream would end after ~4 s
+
+
+def prompt_enough(elapsed: float) -> None:
+    assert elapsed < PROMPT, f"the stream ended after {elapsed:.2f} s: it waited for the upstream"
+
+
+def assert_upstream_stopped(served) -> None:
+    """The upstream stopped sending soon after the cut (TCP lets a write or two through
+    before a closed peer is noticed), long before its body was done."""
+    time.sleep(3 * GAP)
+    sent = len(served.wire)
+    time.sleep(4 * GAP)
+    assert len(served.wire) == sent < len(SLOW) and not served.done, "the upstream went on sending after the cut"
+
+
+@pytest.fixture(scope="module")
+def clean_proxy(tmp_path_factory):
+    """An HTTP/1.1 upstream (reverse:http://...), HTTP/2 clients; every tapped stream gets a
+    clean cut after event 5 (the option)."""
+    with Upstream() as upstream:
+        options = {"streamtap_fault": "cut:event=5,style=clean"}
+        with Mitmdump(upstream.url, tmp_path_factory.mktemp("h2clean"), options=options) as mitm:
+            mitm.upstream = upstream
+            mitm.ca = str(mitm.confdir / "mitmproxy-ca-cert.pem")
+            yield mitm
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory):
+    """HTTP/2 on both sides (so httpx, which prefers http/1.1, gets h2 too); faults per request by header."""
+    with H2Upstream() as upstream:
+        options = {"ssl_insecure": "true", "streamtap_fault_header": "true"}
+        with Mitmdump(upstream.url, tmp_path_factory.mktemp("h2faults"), options=options) as mitm:
+            mitm.upstream = upstream
+            mitm.ca = str(mitm.confdir / "mitmproxy-ca-cert.pem")
+            yield mitm
+
+
+# --- a raw HTTP/2 client: what each stream got, and how it ended -------------------------
+
+
+@dataclass
+class StreamResult:
+    started: float
+    status: int | None = None
+    data: bytearray = field(default_factory=bytearray)
+    ended: float | None = None  # END_STREAM arrived (monotonic time)
+    reset: int | None = None  # RST_STREAM error code
+    reset_at: float | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.ended is not None or self.reset is not None
+
+
+class H2Client:
+    def __init__(self, port: int, ca: str) -> None:
+        context = ssl.create_default_context(cafile=ca)
+        context.set_alpn_protocols(["h2"])
+        self.sock = context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=5), server_hostname="localhost")
+        assert self.sock.selected_alpn_protocol() == "h2"
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        self.conn.initiate_connection()
+        self.streams: dict[int, StreamResult] = {}
+        self.goaway: h2.events.ConnectionTerminated | None = None
+        self.closed = False
+        self._flush()
+
+    def post(self, path: str, fault: str | None = None) -> int:
+        stream_id = self.conn.get_next_available_stream_id()
+        headers = [(":method", "POST"), (":scheme", "https"), (":authority", "localhost"), (":path", path), ("content-type", "application/json")]
+        if fault:
+            headers.append(("x-streamtap-fault", fault))
+        self.conn.send_headers(stream_id, headers)
+        self.conn.send_data(stream_id, REQUEST, end_stream=True)
+        self._flush()
+        self.streams[stream_id] = StreamResult(time.monotonic())
+        return stream_id
+
+    def wait(self, *stream_ids: int, timeout: float) -> None:
+        """Read frames until the streams finished, the connection ended or ``timeout`` s passed."""
+        deadline = time.monotonic() + timeout
+        while not all(self.streams[s].finished for s in stream_ids) and not self.closed:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self.sock.settimeout(remaining)
+            try:
+                data = self.sock.recv(65536)
+            except TimeoutError:
+                return
+            if not data:
+                self.closed = True
+                return
+            for event in self.conn.receive_data(data):
+                result = self.streams.get(getattr(event, "stream_id", 0))
+                if isinstance(event, h2.events.ResponseReceived):
+                    result.status = int(dict(event.headers)[":status"])
+                elif isinstance(event, h2.events.DataReceived):
+                    result.data += event.data
+                    self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, h2.events.StreamEnded):
+                    result.ended = time.monotonic()
+                elif isinstance(event, h2.events.StreamReset):
+                    result.reset, result.reset_at = event.error_code, time.monotonic()
+                elif isinstance(event, h2.events.ConnectionTerminated):
+                    self.goaway = event
+            self._flush()
+
+    def _flush(self) -> None:
+        if data := self.conn.data_to_send():
+            self.sock.sendall(data)
+
+    def close(self) -> None:
+        try:
+            self.conn.close_connection()
+            self._flush()
+        except OSError:
+            pass
+        self.sock.close()
+
+
+@pytest.fixture
+def client(proxy):
+    c = H2Client(proxy.port, proxy.ca)
+    yield c
+    c.close()
+
+
+def curl_h2(proxy, name: str, fault: str | None = None) -> tuple[subprocess.CompletedProcess, float]:
+    args = ["curl", "-sS", "-N", "--http2", "--max-time", "8", "--cacert", proxy.ca, "-H", "content-type: application/json", "--data", REQUEST.decode()]
+    if fault:
+        args += ["-H", f"x-streamtap-fault: {fault}"]
+    start = time.monotonic()
+    out = subprocess.run([*args, f"https://localhost:{proxy.port}/s/{name}{CHAT}"], capture_output=True)
+    return out, time.monotonic() - start
+
+
+# --- clean: END_STREAM at the cut ---------------------------------------------------------
+
+
+def test_clean_cut_ends_the_http2_stream_at_once_and_cancels_the_upstream(proxy):
+    proxy.upstream.add("clean", Script(SLOW, chunk_size=None, gap=GAP))
+    with httpx.Client(http2=True, verify=ssl.create_default_context(cafile=proxy.ca)) as http:
+        start = time.monotonic()
+        with http.stream("POST", f"https://localhost:{proxy.port}/s/clean{CHAT}", content=REQUEST,
+                         headers={"x-streamtap-fault": "cut:event=5,style=clean"}) as response:
+            got = b"".join(response.iter_raw())  # raises if the stream does not end properly
+        elapsed = time.monotonic() - start
+        assert response.http_version == "HTTP/2"
+        # the client connection stays open, yet the upstream stops sending: its stream was reset
+        assert_upstream_stopped(proxy.upstream.last("clean"))
+    prompt_enough(elapsed)
+    assert got == BEFORE_CUT
+    rec = find_recording(proxy.record_dir, "clean")
+    assert rec.body == got and check_recording(rec) == []
+    assert rec.verdict["kind"] == "truncated" and rec.end["stream_end"] == "finished"
+    assert "HTTP/2 stream" in proxy.wait_log("clean cut, END_STREAM to the client")
+
+
+def test_clean_cut_with_curl_exits_0(clean_proxy):
+    clean_proxy.upstream.add("clean-curl", Script(SLOW, chunk_size=None, gap=GAP))
+    out, elapsed = curl_h2(clean_proxy, "clean-curl")
+    assert out.returncode == 0, out.stderr
+    prompt_enough(elapsed)
+    assert out.stdout == BEFORE_CUT
+
+
+def test_clean_cut_from_an_http1_upstream(clean_proxy):
+    proxy = clean_proxy
+    proxy.upstream.add("clean-h1", Script(SLOW, chunk_size=None, gap=GAP))
+    client = H2Client(proxy.port, proxy.ca)
+    try:
+        stream = client.post(f"/s/clean-h1{CHAT}")  # the fault comes from the streamtap_fault option
+        client.wait(stream, timeout=PROMPT)
+        # with the client connection still open, the proxy closed the upstream connection
+        assert_upstream_stopped(proxy.upstream.last("clean-h1"))
+    finally:
+        client.close()
+    result = client.streams[stream]
+    assert result.status == 200 and result.reset is None
+    assert result.ended is not None, "no END_STREAM at the cut"
+    prompt_enough(result.ended - result.started)
+    assert bytes(result.data) == BEFORE_CUT
+    rec = find_recording(proxy.record_dir, "clean-h1")
+    assert rec.body == BEFORE_CUT and rec.verdict["kind"] == "truncated" and rec.end["stream_end"] == "finished"
+
+
+# --- abort: RST_STREAM on that stream only ------------------------------------------------
+
+
+def test_abort_resets_only_that_stream(proxy, client):
+    proxy.upstream.add("abort", Script(SLOW, chunk_size=None, gap=GAP))
+    steady = streams.openai_chat(["steady "] * 8)  # 11 events over ~1 s, no fault, same connection
+    proxy.upstream.add("steady", Script(steady, chunk_size=None, gap=GAP))
+    neighbour = client.post(f"/s/steady{CHAT}")
+    aborted = client.post(f"/s/abort{CHAT}", fault="cut:event=5,style=abort")
+    client.wait(aborted, timeout=PROMPT)
+    result = client.streams[aborted]
+    assert result.reset == h2.errors.ErrorCodes.INTERNAL_ERROR, (result, client.goaway, client.closed)
+    prompt_enough(result.reset_at - result.started)
+    assert bytes(result.data) == BEFORE_CUT and result.ended is None
+    # the other stream, open during the reset, finishes normally on the same connection
+    client.wait(neighbour, timeout=5)
+    assert client.streams[neighbour].ended is not None and client.streams[neighbour].reset is None
+    assert bytes(client.streams[neighbour].data) == steady
+    # and the connection takes new requests
+    proxy.upstream.add("after", Script(streams.openai_chat(["fine"])))
+    after = client.post(f"/s/after{CHAT}")
+    client.wait(after, timeout=5)
+    assert client.streams[after].ended is not None and bytes(client.streams[after].data) == streams.openai_chat(["fine"])
+    assert client.goaway is None and not client.closed
+    rec = find_recording(proxy.record_dir, "abort")
+    assert rec.body == BEFORE_CUT and check_recording(rec) == []
+    assert rec.verdict["kind"] == "truncated" and rec.end["stream_end"] == "upstream_reset"
+    assert "abort cut, RST_STREAM INTERNAL_ERROR to the client" in proxy.wait_log("RST_STREAM INTERNAL_ERROR")
+
+
+def test_abort_is_a_stream_error_for_curl_and_httpx(proxy):
+    proxy.upstream.add("abort-curl", Script(SLOW, chunk_size=None, gap=GAP))
+    out, elapsed = curl_h2(proxy, "abort-curl", "cut:event=5,style=abort")
+    assert out.returncode == 92, out.stderr  # curl: HTTP/2 stream not closed cleanly
+    assert b"INTERNAL_ERROR" in out.stderr
+    prompt_enough(elapsed)
+    assert out.stdout == BEFORE_CUT
+    with httpx.Client(http2=True, verify=ssl.create_default_context(cafile=proxy.ca)) as http:
+        start = time.monotonic()
+        got = bytearray()
+        with pytest.raises(httpx.RemoteProtocolError, match="StreamReset"):
+            with http.stream("POST", f"https://localhost:{proxy.port}/s/abort-curl{CHAT}", content=REQUEST,
+                             headers={"x-streamtap-fault": "cut:event=5,style=abort"}) as response:
+                assert response.http_version == "HTTP/2"
+                for chunk in response.iter_raw():
+                    got += chunk
+        prompt_enough(time.monotonic() - start)
+        assert bytes(got) == BEFORE_CUT
+
+
+# --- reset: the TCP connection (every stream on it) --------------------------------------
+
+
+def test_reset_drops_the_whole_connection(proxy, client):
+    proxy.upstream.add("reset", Script(SLOW, chunk_size=None, gap=GAP))
+    stream = client.post(f"/s/reset{CHAT}", fault="cut:event=5,style=reset")
+    client.wait(stream, timeout=PROMPT)
+    result = client.streams[stream]
+    assert client.closed and client.goaway is None, "the TCP connection should just go (no GOAWAY)"
+    assert result.ended is None and result.reset is None and bytes(result.data) == BEFORE_CUT
+    prompt_enough(time.monotonic() - result.started)
+    out, elapsed = curl_h2(proxy, "reset", "cut:event=5,style=reset")
+    assert out.returncode == 56 and b"reset by peer" in out.stderr, out.stderr  # a TCP RST, not a FIN
+    prompt_enough(elapsed)
