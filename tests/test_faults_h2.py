@@ -287,3 +287,34 @@ def test_reset_drops_the_whole_connection(proxy, client):
     out, elapsed = curl_h2(proxy, "reset", "cut:event=5,style=reset")
     assert out.returncode == 56 and b"reset by peer" in out.stderr, out.stderr  # a TCP RST, not a FIN
     prompt_enough(elapsed)
+
+
+# --- the same end for HTTP/1.1 clients ------------------------------------------------------
+
+
+def test_clean_cut_keeps_an_http1_connection_usable(clean_proxy):
+    """The chunked terminator comes once, at the cut: the next request on the connection
+    gets its own response (a second terminator when the upstream ended would read as a
+    bogus status line)."""
+    clean_proxy.upstream.add("keepalive", Script(SLOW, chunk_size=None, gap=GAP))
+    with httpx.Client() as http:
+        url = f"{clean_proxy.url}/s/keepalive{CHAT}"
+        start = time.monotonic()
+        first = http.post(url, content=REQUEST)
+        prompt_enough(time.monotonic() - start)
+        second = http.post(url, content=REQUEST)
+        assert first.content == second.content == BEFORE_CUT
+        assert first.extensions["network_stream"] is second.extensions["network_stream"], "not the same connection"
+        assert_upstream_stopped(clean_proxy.upstream.last("keepalive"))
+
+
+def test_clean_cut_of_a_close_delimited_http1_body_is_a_fin_at_the_cut(clean_proxy):
+    clean_proxy.upstream.add("close-delimited", Script(SLOW, chunk_size=None, gap=GAP, framing="close"))
+    with httpx.Client() as http:
+        start = time.monotonic()
+        response = http.post(f"{clean_proxy.url}/s/close-delimited{CHAT}", content=REQUEST)
+        prompt_enough(time.monotonic() - start)
+    assert "content-length" not in response.headers and "transfer-encoding" not in response.headers
+    assert response.content == BEFORE_CUT
+    rec = find_recording(clean_proxy.record_dir, "close-delimited")
+    assert rec.body == BEFORE_CUT and rec.end["stream_end"] == "finished"

@@ -7,13 +7,13 @@ timing and faults, and pass the Tap like any upstream answer: they are recorded 
 judged too (replaying a recording records the same body again).
 
 Live faults wrap the Tap's stream callable (this addon comes after the Tap), so the
-Tap records exactly what the client got. For HTTP/1.1 clients a ``clean`` cut ends the
-chunked body there (an empty chunk from the stream callable is the terminator);
-``abort`` and ``reset`` close the client connection (FIN or RST) once the bytes before the
-cut are flushed. ``flow.kill()`` alone is no abort. For HTTP/2 clients a ``clean`` cut
-sends END_STREAM and ``abort`` RST_STREAM (INTERNAL_ERROR) on that stream only, at once,
-and the upstream's side is cancelled (see ``_end_h2_stream``); ``reset`` is a TCP RST of
-the whole connection, as for HTTP/1.1.
+Tap records exactly what the client got. A ``clean`` cut ends the response at once and
+cancels the upstream's side (see ``_end_at_cut``): HTTP/1.1 clients get the chunked
+terminator (a close-delimited body a FIN) on a connection that stays usable, HTTP/2
+clients END_STREAM. ``abort`` is, for HTTP/1.1, a FIN of the client connection after an
+unterminated body, for HTTP/2 an RST_STREAM (INTERNAL_ERROR) of that stream only;
+``reset`` is a TCP RST of the client connection (for HTTP/2: every stream on it). Aborts
+come once the bytes before the cut are flushed; ``flow.kill()`` alone is no abort.
 """
 
 from __future__ import annotations
@@ -216,12 +216,7 @@ class Faults:
                 flow.metadata["streamtap_faults"] = list(live.log)  # evidence: what was done to this flow, where
             logged = len(live.log)
             if live.end is not None and not ended_before:
-                if flow.client_conn.alpn == b"h2" and live.end in H2_ENDS:
-                    _end_h2_stream(flow, live.end)
-                elif live.end == "clean":
-                    out.append(b"")  # see _end_early
-                else:
-                    _end_early(flow, live.end)
+                _end_at_cut(flow, live.end, out)
             return out
 
         flow.response.stream = stream
@@ -254,10 +249,9 @@ def _wire_of(flow: http.HTTPFlow) -> str:
 def _end_early(flow: http.HTTPFlow, style: str) -> None:
     """Abort the response now: close the client connection once the bytes before the cut left.
 
-    (A clean cut needs no help: an empty chunk returned from the stream callable becomes the
-    HTTP/1.1 chunked terminator, so the client sees a properly ended body; the upstream's
-    remaining bytes are swallowed. That is also why ``flow.kill()`` plus an empty return
-    looked like a clean end when measured.)"""
+    (An empty chunk returned from the stream callable becomes the HTTP/1.1 chunked
+    terminator, which is why ``flow.kill()`` plus an empty return looked like a clean end
+    when measured.)"""
     writer = _client_writer(flow)
     if writer is None:
         log.warning(f"streamtap: flow {flow.id[:12]}: cannot reach the client connection; the {style} cut ends cleanly")
@@ -282,25 +276,53 @@ def _end_early(flow: http.HTTPFlow, style: str) -> None:
     asyncio.get_running_loop().create_task(close_after_flush())
 
 
-# --- HTTP/2: end one stream at the cut -------------------------------------------------
+# --- ending the client's message at the cut ---------------------------------------------
 #
 # A stream callable returns bytes only, and an empty DATA frame does not end an HTTP/2
 # stream, so the end must come from mitmproxy's HTTP layer. The flow's HttpStream is handed
 # the event it would get from an upstream that ends right there: ResponseEndOfMessage
-# (clean: the response hook, then END_STREAM, as for a finished body) or
-# ResponseProtocolError (abort: the error hook, then RST_STREAM INTERNAL_ERROR, as for an
-# upstream reset). Before that the upstream's side is cancelled (RST_STREAM CANCEL to an
-# HTTP/2 upstream, the connection closed for HTTP/1), so no more of its body reaches the
-# stream. Events travel only down the layer stack, so this one rides on a Wakeup, which
-# every layer passes down and the HTTP layer routes by its command (as for its own HTTP/2
-# keep-alive pings), to a stand-in that forwards all else to the stream. These are
-# mitmproxy 12.3 internals: when they are not found, the cut falls back and says so.
+# (clean: the response hook, then END_STREAM, or for HTTP/1.1 the chunked terminator or, for
+# a close-delimited body, a FIN) or ResponseProtocolError (HTTP/2 abort: the error hook,
+# then RST_STREAM INTERNAL_ERROR, as for an upstream reset). Before that the upstream's side
+# is cancelled (RST_STREAM CANCEL to an HTTP/2 upstream, the connection closed for
+# HTTP/1), so no more of its body reaches the stream and a kept-alive HTTP/1.1 client
+# connection gets no second terminator. Events travel only down the layer stack, so this
+# one rides on a Wakeup, which every layer passes down and the HTTP layer routes by its
+# command (as for its own HTTP/2 keep-alive pings), to a stand-in that forwards all else to
+# the stream. These are mitmproxy 12.3 internals: when they are not found, the cut falls
+# back to the older way and says so.
 
-H2_ENDS = {"clean": "END_STREAM", "abort": "RST_STREAM INTERNAL_ERROR"}  # "reset" stays a TCP RST (every stream)
+ENDS = {
+    ("h2", "clean"): "END_STREAM",
+    ("h2", "abort"): "RST_STREAM INTERNAL_ERROR",  # "reset" stays a TCP RST (every stream)
+    ("http/1.1", "clean"): "end of body",
+}
 
 
-def _end_h2_stream(flow: http.HTTPFlow, style: str) -> None:
-    """End the client's HTTP/2 stream of ``flow`` at the cut (see above); the other streams go on."""
+def _end_at_cut(flow: http.HTTPFlow, style: str, out: list[bytes]) -> None:
+    """End the client's response now that the bytes in ``out`` are the last ones."""
+    protocol = "h2" if flow.client_conn.alpn == b"h2" else "http/1.1"
+    if protocol == "http/1.1" and style == "clean" and "chunked" not in flow.response.headers.get("transfer-encoding", "").lower():
+        if "content-length" in flow.response.headers:
+            log.warning(f"streamtap: flow {flow.id[:12]}: a content-length body cannot end early cleanly; the client connection is closed (FIN)")
+            _end_early(flow, "abort")
+            return
+    if (protocol, style) in ENDS:
+        if _end_stream(flow, style, protocol):
+            return
+        if style == "abort":
+            log.warning(f"streamtap: flow {flow.id[:12]}: the abort closes the whole client connection instead")
+    if style == "clean":
+        if protocol == "h2":
+            log.warning(f"streamtap: flow {flow.id[:12]}: the HTTP/2 stream ends when the upstream's does")
+        else:
+            out.append(b"")  # the HTTP/1.1 chunked terminator (and another when the upstream ends)
+    else:
+        _end_early(flow, style)
+
+
+def _end_stream(flow: http.HTTPFlow, style: str, protocol: str) -> bool:
+    """Have mitmproxy end the flow's response to the client (see above); False if it cannot."""
     try:
         from mitmproxy.proxy import commands, events
 
@@ -308,16 +330,14 @@ def _end_h2_stream(flow: http.HTTPFlow, style: str) -> None:
         layer = _http_layer(handler.layer)
         stream = next(s for s in layer.streams.values() if getattr(s, "flow", None) is flow)
         wakeup = commands.RequestWakeup(0)
-        layer.command_sources[wakeup] = _StreamEnder(layer, stream, style, wakeup)
+        layer.command_sources[wakeup] = _StreamEnder(layer, stream, style, ENDS[protocol, style], wakeup)
     except Exception as exc:
-        fallback = "the stream ends when the upstream's does" if style == "clean" else "the whole client connection is closed instead"
-        log.warning(f"streamtap: flow {flow.id[:12]}: cannot end the HTTP/2 stream at the cut ({type(exc).__name__}: {exc}); {fallback}")
-        if style != "clean":
-            _end_early(flow, style)
-        return
+        log.warning(f"streamtap: flow {flow.id[:12]}: cannot end the response at the cut ({type(exc).__name__}: {exc})")
+        return False
     task = asyncio.get_running_loop().create_task(handler.server_event(events.Wakeup(wakeup)))
     _PENDING.add(task)  # the loop keeps only a weak reference
     task.add_done_callback(_PENDING.discard)
+    return True
 
 
 _PENDING: set[asyncio.Task] = set()
@@ -346,8 +366,8 @@ class _StreamEnder:
     """Stands in for one HttpStream in the HTTP layer's routing: on its wakeup it ends the
     stream; every other event (the hook replies that follow) goes on to the stream."""
 
-    def __init__(self, layer: Any, stream: Any, style: str, wakeup: Any) -> None:
-        self.layer, self.stream, self.style, self.wakeup = layer, stream, style, wakeup
+    def __init__(self, layer: Any, stream: Any, style: str, how: str, wakeup: Any) -> None:
+        self.layer, self.stream, self.style, self.how, self.wakeup = layer, stream, style, how, wakeup
 
     def handle_event(self, event: Any):
         if getattr(event, "command", None) is not self.wakeup:
@@ -367,11 +387,12 @@ class _StreamEnder:
             return  # the upstream ended first, or the stream errored
         if stream.context.server in self.layer.connections:
             yield SendHttp(RequestProtocolError(stream.stream_id, "streamtap fault: cut", ErrorCode.CANCEL), stream.context.server)
-        log.info(f"streamtap: flow {flow.id[:12]}: HTTP/2 stream {stream.stream_id}: {self.style} cut, {H2_ENDS[self.style]} to the client, upstream cancelled")
+        where = f"HTTP/2 stream {stream.stream_id}" if flow.client_conn.alpn == b"h2" else "HTTP/1.1 response"
+        log.info(f"streamtap: flow {flow.id[:12]}: {where}: {self.style} cut, {self.how} to the client, upstream cancelled")
         if self.style == "clean":
             yield from stream.handle_event(ResponseEndOfMessage(stream.stream_id))
         else:
-            message = f"streamtap fault: {self.style} cut, stream reset ({H2_ENDS[self.style]})"
+            message = f"streamtap fault: {self.style} cut, stream reset ({self.how})"
             yield from stream.handle_event(ResponseProtocolError(stream.stream_id, message, ErrorCode.GENERIC_SERVER_ERROR))
 
 
