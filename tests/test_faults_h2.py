@@ -60,6 +60,7 @@ def clean_proxy(tmp_path_factory):
             mitm.upstream = upstream
             mitm.ca = str(mitm.confdir / "mitmproxy-ca-cert.pem")
             yield mitm
+            assert "mitmproxy has crashed" not in mitm.log()
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +72,7 @@ def proxy(tmp_path_factory):
             mitm.upstream = upstream
             mitm.ca = str(mitm.confdir / "mitmproxy-ca-cert.pem")
             yield mitm
+            assert "mitmproxy has crashed" not in mitm.log()
 
 
 # --- a raw HTTP/2 client: what each stream got, and how it ended -------------------------
@@ -221,6 +223,26 @@ def test_clean_cut_from_an_http1_upstream(clean_proxy):
     assert bytes(result.data) == BEFORE_CUT
     rec = find_recording(proxy.record_dir, "clean-h1")
     assert rec.body == BEFORE_CUT and rec.verdict["kind"] == "truncated" and rec.end["stream_end"] == "finished"
+
+
+@pytest.mark.parametrize("fixture", ["clean_proxy", "proxy"])
+def test_clean_cuts_racing_a_fast_upstream(fixture, request):
+    """The upstream's later bytes (or its end) may already be on their way when the cut ends
+    the stream: every stream still gets exactly the bytes before the cut and one END_STREAM."""
+    proxy = request.getfixturevalue(fixture)
+    proxy.upstream.add("fast", Script(SLOW, chunk_size=97))
+    client = H2Client(proxy.port, proxy.ca)
+    try:
+        fault = None if fixture == "clean_proxy" else "cut:event=5,style=clean"
+        ids = [client.post(f"/s/fast{CHAT}", fault=fault) for _ in range(8)]
+        client.wait(*ids, timeout=5)
+        for stream_id in ids:
+            result = client.streams[stream_id]
+            assert result.ended is not None and result.reset is None and bytes(result.data) == BEFORE_CUT
+        assert client.goaway is None and not client.closed
+    finally:
+        client.close()
+    assert "mitmproxy has crashed" not in proxy.log()
 
 
 # --- abort: RST_STREAM on that stream only ------------------------------------------------

@@ -383,8 +383,11 @@ class _StreamEnder:
 
         stream = self.stream
         flow = stream.flow
-        if stream.server_state != stream.state_stream_response_body:
-            return  # the upstream ended first, or the stream errored
+        ending = flow.response is None or flow.response.timestamp_end is not None  # set before the response hook
+        if ending or getattr(stream, "_paused", None) or stream.server_state != stream.state_stream_response_body:
+            # the upstream's end came first (its response hook may still be running: an end
+            # event now would reach the stream after it is done), or the stream errored
+            return
         if stream.context.server in self.layer.connections:
             yield SendHttp(RequestProtocolError(stream.stream_id, "streamtap fault: cut", ErrorCode.CANCEL), stream.context.server)
         where = f"HTTP/2 stream {stream.stream_id}" if flow.client_conn.alpn == b"h2" else "HTTP/1.1 response"
