@@ -50,13 +50,28 @@ def assert_upstream_stopped(served) -> None:
     assert len(served.wire) == sent < len(SLOW) and not served.done, "the upstream went on sending after the cut"
 
 
+# An addon whose response hook takes a while for /s/slowhook/ flows: what the upstream
+# sends meanwhile (its close, bytes in flight) reaches a stream that is waiting for the hook.
+SLOW_HOOK = """
+import asyncio
+
+async def response(flow):
+    if "/s/slowhook" in flow.request.path:
+        await asyncio.sleep(0.3)
+"""
+
+
 @pytest.fixture(scope="module")
 def clean_proxy(tmp_path_factory):
     """An HTTP/1.1 upstream (reverse:http://...), HTTP/2 clients; every tapped stream gets a
     clean cut after event 5 (the option)."""
+    work = tmp_path_factory.mktemp("h2clean")
+    (work / "slow_hook.py").write_text(SLOW_HOOK)
     with Upstream() as upstream:
         options = {"streamtap_fault": "cut:event=5,style=clean"}
-        with Mitmdump(upstream.url, tmp_path_factory.mktemp("h2clean"), options=options) as mitm:
+        mitm = Mitmdump(upstream.url, work, options=options)
+        mitm.args += ["-s", str(work / "slow_hook.py")]
+        with mitm:
             mitm.upstream = upstream
             mitm.ca = str(mitm.confdir / "mitmproxy-ca-cert.pem")
             yield mitm
@@ -243,6 +258,35 @@ def test_clean_cuts_racing_a_fast_upstream(fixture, request):
     finally:
         client.close()
     assert "mitmproxy has crashed" not in proxy.log()
+
+
+@pytest.mark.parametrize("http2", [True, False])
+def test_upstream_close_during_a_slow_response_hook(clean_proxy, http2):
+    """The cut closes the HTTP/1.1 upstream connection while the stream waits for a slow
+    response hook: the upstream's close must not reach the ended stream (a second end,
+    a crash, or a closed client connection)."""
+    clean_proxy.upstream.add("slowhook", Script(SLOW, chunk_size=None, gap=GAP))
+    path = f"/s/slowhook{CHAT}"
+    if http2:
+        client = H2Client(clean_proxy.port, clean_proxy.ca)
+        try:
+            ids = [client.post(path)]
+            client.wait(*ids, timeout=PROMPT + 0.3)
+            ids.append(client.post(path))
+            client.wait(*ids, timeout=PROMPT + 0.3)
+            for stream_id in ids:
+                result = client.streams[stream_id]
+                assert result.ended is not None and result.reset is None and bytes(result.data) == BEFORE_CUT
+            assert client.goaway is None and not client.closed
+        finally:
+            client.close()
+    else:
+        with httpx.Client() as http:
+            first = http.post(clean_proxy.url + path, content=REQUEST)
+            second = http.post(clean_proxy.url + path, content=REQUEST)
+        assert first.content == second.content == BEFORE_CUT
+        assert first.extensions["network_stream"] is second.extensions["network_stream"], "not the same connection"
+    assert "mitmproxy has crashed" not in clean_proxy.log()
 
 
 # --- abort: RST_STREAM on that stream only ------------------------------------------------

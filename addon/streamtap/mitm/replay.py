@@ -363,16 +363,25 @@ def _http_layer(top: Any) -> Any:
 
 
 class _StreamEnder:
-    """Stands in for one HttpStream in the HTTP layer's routing: on its wakeup it ends the
-    stream; every other event (the hook replies that follow) goes on to the stream."""
+    """Stands in for one HttpStream in the HTTP layer's routing. On its wakeup it ends the
+    stream and takes the stream's place in the layer, so that what the upstream still sends
+    for it (bytes in flight, its close, its end) is dropped instead of reaching a stream that
+    already ended (mitmproxy would crash on it, or pass a late error on to the client's next
+    request). Every other event (the hook replies, the client's own events) goes on to it."""
 
     def __init__(self, layer: Any, stream: Any, style: str, how: str, wakeup: Any) -> None:
         self.layer, self.stream, self.style, self.how, self.wakeup = layer, stream, style, how, wakeup
+        self.flow = stream.flow
 
     def handle_event(self, event: Any):
-        if getattr(event, "command", None) is not self.wakeup:
+        from mitmproxy.proxy.layers.http import ResponseData, ResponseEndOfMessage, ResponseProtocolError, ResponseTrailers
+
+        if getattr(event, "command", None) is self.wakeup:
+            yield from self._end()
+        elif not isinstance(event, (ResponseData, ResponseTrailers, ResponseEndOfMessage, ResponseProtocolError)):
             yield from self.stream.handle_event(event)
-            return
+
+    def _end(self):
         from mitmproxy.proxy.layers.http import (
             ErrorCode,
             RequestProtocolError,
@@ -381,13 +390,18 @@ class _StreamEnder:
             SendHttp,
         )
 
-        stream = self.stream
-        flow = stream.flow
+        stream, flow = self.stream, self.flow
         ending = flow.response is None or flow.response.timestamp_end is not None  # set before the response hook
-        if ending or getattr(stream, "_paused", None) or stream.server_state != stream.state_stream_response_body:
+        if (
+            ending
+            or getattr(stream, "_paused", None)
+            or stream.server_state != stream.state_stream_response_body
+            or self.layer.streams.get(stream.stream_id) is not stream
+        ):
             # the upstream's end came first (its response hook may still be running: an end
             # event now would reach the stream after it is done), or the stream errored
             return
+        self.layer.streams[stream.stream_id] = self  # until the stream is dropped
         if stream.context.server in self.layer.connections:
             yield SendHttp(RequestProtocolError(stream.stream_id, "streamtap fault: cut", ErrorCode.CANCEL), stream.context.server)
         where = f"HTTP/2 stream {stream.stream_id}" if flow.client_conn.alpn == b"h2" else "HTTP/1.1 response"
