@@ -384,3 +384,26 @@ def test_clean_cut_of_a_close_delimited_http1_body_is_a_fin_at_the_cut(clean_pro
     assert response.content == BEFORE_CUT
     rec = find_recording(clean_proxy.record_dir, "close-delimited")
     assert rec.body == BEFORE_CUT and rec.end["stream_end"] == "finished"
+
+
+# --- when mitmproxy's internals are not as expected -----------------------------------------
+
+
+@pytest.mark.parametrize("alpn, style, chunk, says", [
+    (b"h2", "clean", [], "cannot end the response at the cut"),
+    (b"http/1.1", "clean", [b""], "cannot end the response at the cut"),
+    (b"h2", "abort", [], "the abort closes the whole client connection instead"),
+])
+def test_without_the_proxy_internals_the_cut_falls_back_and_says_so(alpn, style, chunk, says, caplog):
+    from mitmproxy.test import tflow
+
+    from streamtap.mitm.replay import _end_at_cut
+
+    flow = tflow.tflow(resp=True)  # no proxy server around it: the HTTP layer cannot be found
+    flow.client_conn.alpn = alpn
+    flow.response.headers["transfer-encoding"] = "chunked"
+    out: list[bytes] = []
+    with caplog.at_level("INFO", logger="streamtap"):
+        _end_at_cut(flow, style, out)
+    assert out == chunk  # HTTP/1.1: the empty chunk (the terminator) is the fallback
+    assert says in caplog.text

@@ -283,14 +283,15 @@ def _end_early(flow: http.HTTPFlow, style: str) -> None:
 # the event it would get from an upstream that ends right there: ResponseEndOfMessage
 # (clean: the response hook, then END_STREAM, or for HTTP/1.1 the chunked terminator or, for
 # a close-delimited body, a FIN) or ResponseProtocolError (HTTP/2 abort: the error hook,
-# then RST_STREAM INTERNAL_ERROR, as for an upstream reset). Before that the upstream's side
-# is cancelled (RST_STREAM CANCEL to an HTTP/2 upstream, the connection closed for
-# HTTP/1), so no more of its body reaches the stream and a kept-alive HTTP/1.1 client
-# connection gets no second terminator. Events travel only down the layer stack, so this
-# one rides on a Wakeup, which every layer passes down and the HTTP layer routes by its
-# command (as for its own HTTP/2 keep-alive pings), to a stand-in that forwards all else to
-# the stream. These are mitmproxy 12.3 internals: when they are not found, the cut falls
-# back to the older way and says so.
+# then RST_STREAM INTERNAL_ERROR, as for an upstream reset). Events travel only down the
+# layer stack, so this one rides on a Wakeup, which every layer passes down and the HTTP
+# layer routes by its command (as for its own HTTP/2 keep-alive pings), to a stand-in
+# (_StreamEnder). The stand-in also takes the stream's place in the HTTP layer until the
+# stream is dropped, and cancels the upstream's side (RST_STREAM CANCEL to an HTTP/2
+# upstream, the connection closed for HTTP/1): whatever the upstream still sends for the
+# flow is dropped, so a kept-alive HTTP/1.1 client gets no second terminator and no late
+# error. These are mitmproxy 12.3 internals: when they are not found, the cut falls back to
+# the older way (HTTP/1.1: an empty chunk; HTTP/2 abort: the connection is closed) and says so.
 
 ENDS = {
     ("h2", "clean"): "END_STREAM",
@@ -301,7 +302,8 @@ ENDS = {
 
 def _end_at_cut(flow: http.HTTPFlow, style: str, out: list[bytes]) -> None:
     """End the client's response now that the bytes in ``out`` are the last ones."""
-    protocol = "h2" if flow.client_conn.alpn == b"h2" else "http/1.1"
+    alpn = flow.client_conn.alpn or b"http/1.1"
+    protocol = "http/1.1" if alpn.startswith(b"http/1") else alpn.decode("ascii", "replace")
     if protocol == "http/1.1" and style == "clean" and "chunked" not in flow.response.headers.get("transfer-encoding", "").lower():
         if "content-length" in flow.response.headers:
             log.warning(f"streamtap: flow {flow.id[:12]}: a content-length body cannot end early cleanly; the client connection is closed (FIN)")
@@ -313,10 +315,10 @@ def _end_at_cut(flow: http.HTTPFlow, style: str, out: list[bytes]) -> None:
         if style == "abort":
             log.warning(f"streamtap: flow {flow.id[:12]}: the abort closes the whole client connection instead")
     if style == "clean":
-        if protocol == "h2":
-            log.warning(f"streamtap: flow {flow.id[:12]}: the HTTP/2 stream ends when the upstream's does")
-        else:
+        if protocol == "http/1.1":
             out.append(b"")  # the HTTP/1.1 chunked terminator (and another when the upstream ends)
+        else:
+            log.warning(f"streamtap: flow {flow.id[:12]}: the {protocol} stream ends when the upstream's does")
     else:
         _end_early(flow, style)
 
