@@ -356,6 +356,35 @@ def test_reset_drops_the_whole_connection(proxy, client):
     prompt_enough(elapsed)
 
 
+# --- replayed cuts reach HTTP/2 clients through mitmproxy's own mapping -------------------
+
+
+def test_replayed_cuts_for_http2_clients(tmp_path):
+    """The replay server cuts its HTTP/1.1 answer (terminator, FIN or RST); mitmproxy turns
+    that into END_STREAM or, for both abort and reset, RST_STREAM INTERNAL_ERROR."""
+    import json
+
+    from replay_streams import OPENAI_REQUEST, openai_chat_frames, write_recording
+
+    (tmp_path / "replay").mkdir()
+    frames = openai_chat_frames(words=20)
+    write_recording(tmp_path / "replay" / "openai.jsonl", "openai", frames, gap_ms=20)
+    options = {"streamtap_replay": str(tmp_path / "replay"), "streamtap_fault_header": "true"}
+    with Upstream() as upstream, Mitmdump(upstream.url, tmp_path, options=options) as mitm:
+        ca = str(mitm.confdir / "mitmproxy-ca-cert.pem")
+        for style, code in [("clean", 0), ("abort", 92), ("reset", 92)]:
+            out = subprocess.run(
+                ["curl", "-sS", "--http2", "--max-time", "8", "--cacert", ca, "-H", f"x-streamtap-fault: cut:event=7,style={style}",
+                 "-H", "content-type: application/json", "--data-binary", json.dumps(OPENAI_REQUEST),
+                 f"https://localhost:{mitm.port}/v1/chat/completions"],
+                capture_output=True,
+            )
+            assert out.returncode == code, (style, out.stderr)
+            assert out.stdout == b"".join(frames[:8])
+            if code:
+                assert b"INTERNAL_ERROR" in out.stderr
+
+
 # --- the same end for HTTP/1.1 clients ------------------------------------------------------
 
 
