@@ -20,9 +20,11 @@ actions (``at`` = seconds after the response started) ending in one ``End(style,
 and a log line per fault naming its exact byte offset and event. Everything is
 reproducible: the pseudo-random faults take a ``seed`` (default 0).
 
-End styles: ``clean`` ends the HTTP message properly (the transport says "done");
-``abort`` leaves the chunked body unterminated and closes the connection (curl exit 18,
-httpx ``RemoteProtocolError``); ``reset`` closes with a TCP RST.
+End styles: ``clean`` ends the HTTP message properly (the transport says "done": the
+chunked terminator, or END_STREAM on HTTP/2); ``abort`` ends it as broken (HTTP/1.1: the
+chunked body left unterminated and the connection closed, curl exit 18, httpx
+``RemoteProtocolError``; HTTP/2: RST_STREAM on that stream only); ``reset`` closes the
+connection with a TCP RST.
 """
 
 from __future__ import annotations
