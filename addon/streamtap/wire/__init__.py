@@ -15,13 +15,11 @@ from .errors import (
     OversizeError,
     PreludeCRCMismatch,
 )
-from .events import EventStreamMessage, JSONValue, Malformed, SSEEvent, Tail, WireEvent
+from .events import DEFAULT_MAX_EVENT, EventStreamMessage, JSONValue, Malformed, SSEEvent, Tail, WireEvent
 from .eventstream import EventStreamDecoder, Int8, Int16, Int32, Int64, Timestamp, encode_message
 from .jsonlines import JSONArrayDecoder, NDJSONDecoder
 from .partial_json import IncrementalJSON, JSONIncomplete
 from .sse import SSEDecoder
-
-DEFAULT_MAX_EVENT = 16 * 1024 * 1024
 
 __all__ = [
     "DEFAULT_MAX_EVENT",

@@ -16,6 +16,8 @@ from typing import Any
 
 from .errors import FramingError
 
+DEFAULT_MAX_EVENT = 16 * 1024 * 1024  # the per-event size limit every decoder applies unless told otherwise
+
 
 @dataclass(slots=True, frozen=True)
 class SSEEvent:

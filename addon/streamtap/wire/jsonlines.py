@@ -20,9 +20,8 @@ import re
 import orjson
 
 from .errors import InvalidJSON, OversizeError
-from .events import JSONValue, Malformed, Tail
+from .events import DEFAULT_MAX_EVENT, JSONValue, Malformed, Tail
 
-DEFAULT_MAX_EVENT = 16 * 1024 * 1024
 _JSON_SPACE = b" \t\r\n"
 
 

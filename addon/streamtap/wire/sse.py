@@ -48,9 +48,7 @@ from itertools import count as count_from
 from operator import add
 
 from .errors import OversizeError
-from .events import Malformed, SSEEvent, Tail
-
-DEFAULT_MAX_EVENT = 16 * 1024 * 1024
+from .events import DEFAULT_MAX_EVENT, Malformed, SSEEvent, Tail
 
 _BOM = b"\xef\xbb\xbf"
 _LINE_END = re.compile(rb"(\r\n|\r|\n)")
