@@ -371,6 +371,7 @@ class EventStreamDecoder:
         self._offset = base + pos
         self._seq = seq
         self._need = need
+        self._last_headers = last_block, last_headers, last_length
         return events
 
     def _length_error(self, total: int, headers_length: int, offset: int) -> FramingError:
