@@ -35,7 +35,6 @@ class Assembler(AssemblerBase):
         self._finish: dict[int, str] = {}  # choice -> raw finish_reason
         self._done: WireEvent | None = None
         self._tool_keys: dict[tuple[int, int], int] = {}  # (choice, tool index) -> generation, for reused indexes
-        self._calls = 0
         self._chunk_id: str | None = None  # every chunk of one generation carries the same id
 
     def feed(self, event: WireEvent, t: float | None) -> None:
@@ -164,7 +163,6 @@ class Assembler(AssemblerBase):
             self._tool_keys[(index, position)] = generation
             block = None
         if block is None:
-            self._calls += 1
             block = self.tool_block(index, ("tool", position, generation), id=new_id, name=as_str(function.get("name")), t=t)
         else:
             block.id = block.id or new_id
