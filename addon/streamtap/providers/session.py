@@ -255,7 +255,7 @@ class StreamSession:
         if verdict.kind in (VerdictKind.ERRORED, VerdictKind.CORRUPT):
             return verdict
         tail = self._tail
-        if tail is not None and getattr(tail, "cut", True) and tail.raw.strip():
+        if tail is not None and tail.cut and tail.raw.strip():
             evidence = {
                 "end": end.value,
                 "bytes": self._bytes,
@@ -275,7 +275,7 @@ class StreamSession:
                 tail.start,
                 evidence | {"was": verdict.kind.value},
             )
-        if self.wire == "json-array" and not getattr(self._decoder, "finished", True) and verdict.kind is not VerdictKind.TRUNCATED:
+        if self.wire == "json-array" and not self._decoder.finished and verdict.kind is not VerdictKind.TRUNCATED:
             return Verdict(
                 VerdictKind.TRUNCATED,
                 f"the JSON array never closed (no ']'): {END_WORDS[end]}",
