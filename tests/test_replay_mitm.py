@@ -193,3 +193,16 @@ def test_bad_replay_options_stop_mitmdump_with_a_clear_message(tmp_path):
         bad = Mitmdump("http://192.0.2.1:9", tmp_path / option, options={option: value})
         result = subprocess.run(bad.args, capture_output=True, text=True, timeout=30, cwd=tmp_path)
         assert result.returncode != 0 and message in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("spec", ["corrupt:frame=2,field=crc", "corrupt:frame=2,offset=999", "error:kind=modelStreamErrorException,after=2"])
+def test_a_live_fault_that_does_not_fit_the_stream_is_not_applied_and_the_stream_passes(proxy, spec):
+    """Fail open: a fault that does not fit this wire (an SSE body has no CRC, no payload byte 999,
+    no event-stream exception) is logged as not applied; the client gets the body unchanged."""
+    before = existing(proxy)
+    result = curl(proxy.url + "/s/live/x", "-H", f"x-streamtap-fault: {spec}", "-d", "{}")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == LIVE
+    [rec] = new_recordings(proxy, before)
+    assert rec.body == LIVE
+    assert f"fault not applied: '{spec}'" in proxy.log()

@@ -730,6 +730,14 @@ class LiveFaults:
         self.faults = faults
         self.wire = wire
         self.source = Source.from_frames([], wire=wire, dialect=dialect)
+        for fault in faults:  # what does not fit this wire is refused now, not at its event mid-stream
+            if fault.kind == "corrupt" and fault.params.get("field", "payload") != "payload" and wire != "eventstream":
+                raise FaultSpecError(f"{fault.spec!r}: field={fault.params['field']} needs an event-stream; use field=payload")
+            if fault.kind == "error":
+                try:
+                    error_frames(self.source, fault.params["kind"], None, 0)
+                except FaultSpecError as exc:
+                    raise FaultSpecError(f"{fault.spec!r}: {exc}") from None
         self.end: str | None = None
         self.log: list[str] = []
         self._framed = any(f.kind != "fragment" and not (f.kind == "cut" and "byte" in f.params) for f in faults)
@@ -761,15 +769,18 @@ class LiveFaults:
     def _event(self, raw: bytes) -> bytes:
         n = self._n
         self._n += 1
-        out = b""
         for fault in self.faults:
             p = fault.params
             if fault.kind == "drop" and p["event"] == n:
                 self.log.append(f"{fault.spec}: dropped event {n} at byte {self._sent}")
                 return b""
             if fault.kind == "corrupt" and p.get("frame", 0) == n:
-                raw, at, old = corrupt_raw(raw, self.wire, fault)
-                self.log.append(f"{fault.spec}: event {n} byte {at} 0x{old:02x} -> 0x{raw[at]:02x}")
+                try:
+                    raw, at, old = corrupt_raw(raw, self.wire, fault)
+                except FaultSpecError as exc:  # this event has no such byte: it passes unchanged
+                    self.log.append(f"not applied: {exc}")
+                else:
+                    self.log.append(f"{fault.spec}: event {n} byte {at} 0x{old:02x} -> 0x{raw[at]:02x}")
             if fault.kind == "reorder" and p["event"] == n:
                 self._held = raw
                 self.log.append(f"{fault.spec}: events {n} and {n + 1} swapped at byte {self._sent}")
