@@ -170,14 +170,7 @@ class FlowTap:
         self.status = response.status_code
         self.encoding = response.headers.get("content-encoding")
         try:
-            request = flow.request
-            info = RequestInfo(
-                request.method,
-                request.pretty_url,
-                {k.lower(): v for k, v in request.headers.items()},
-                request.raw_content,
-            )
-            self.detection = detect_dialect(info, response.headers.get("content-type"))
+            self.detection = detect_dialect(request_info(flow), response.headers.get("content-type"))
             self.decoder = content_decoder(self.encoding)
             self.session = StreamSession(
                 self.detection.dialect,
@@ -529,20 +522,25 @@ def _sync_recording(writer: RecordingWriter, flow_id: str) -> None:
 # --- the addon --------------------------------------------------------------------------
 
 
-def _is_default_match(flow: http.HTTPFlow) -> bool:
+def request_info(flow: http.HTTPFlow) -> RequestInfo:
+    """The request as dialect detection sees it."""
+    request = flow.request
+    return RequestInfo(
+        request.method, request.pretty_url, {k.lower(): v for k, v in request.headers.items()}, request.raw_content
+    )
+
+
+def is_llm_stream(flow: http.HTTPFlow) -> bool:
+    """The flows tapped when ``streamtap_filter`` is empty (and imported by ``streamtap import``)."""
     response = flow.response
     assert response is not None
     mime = response.headers.get("content-type", "").split(";")[0].strip().lower()
     if mime in STREAM_CONTENT_TYPES:
         return True
-    request = flow.request
-    if not PROVIDER_HOSTS.search(request.pretty_host.lower()) and mime not in ("", "application/json", "text/plain"):
+    if not PROVIDER_HOSTS.search(flow.request.pretty_host.lower()) and mime not in ("", "application/json", "text/plain"):
         return False
     # a streaming call to a known API, answered with something else (an HTTP error body)
-    detection = detect_dialect(
-        RequestInfo(request.method, request.pretty_url, {k.lower(): v for k, v in request.headers.items()}, request.raw_content),
-        response.headers.get("content-type"),
-    )
+    detection = detect_dialect(request_info(flow), response.headers.get("content-type"))
     return detection.dialect is not Dialect.UNKNOWN and detection.streaming
 
 
@@ -643,7 +641,7 @@ class Tap:
     def _matches(self, flow: http.HTTPFlow) -> bool:
         if self.filter is not None:
             return bool(self.filter(flow))
-        return _is_default_match(flow)
+        return is_llm_stream(flow)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         from mitmproxy import ctx

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streamtap.providers import Dialect, RequestInfo, StreamEnd, StreamSession, detect_dialect
+from streamtap.mitm.tap import is_llm_stream, request_info
+from streamtap.providers import StreamEnd, StreamSession, detect_dialect
 from streamtap.wire import DEFAULT_MAX_EVENT
 
 from .header import flow_header
 from .writer import RecordingError, RecordingWriter, final_name
-
 
 
 class CaptureError(RecordingError):
@@ -43,30 +43,6 @@ class Imported:
     bytes: int = 0
     skipped: str | None = None  # why no recording was written
     already: bool = False  # a recording of this flow was in the directory already
-
-
-def _request_info(flow: Any) -> RequestInfo:
-    request = flow.request
-    return RequestInfo(
-        request.method,
-        request.pretty_url,
-        {k.lower(): v for k, v in request.headers.items()},
-        request.raw_content,
-    )
-
-
-def is_llm_stream(flow: Any) -> bool:
-    """The flows the Tap taps by default: a stream content type, or a streaming call to a
-    known LLM API answered with something else (an HTTP error body)."""
-    from streamtap.mitm.tap import PROVIDER_HOSTS, STREAM_CONTENT_TYPES
-
-    mime = flow.response.headers.get("content-type", "").split(";")[0].strip().lower()
-    if mime in STREAM_CONTENT_TYPES:
-        return True
-    if not PROVIDER_HOSTS.search(flow.request.pretty_host.lower()) and mime not in ("", "application/json", "text/plain"):
-        return False
-    detection = detect_dialect(_request_info(flow), flow.response.headers.get("content-type"))
-    return detection.dialect is not Dialect.UNKNOWN and detection.streaming
 
 
 def read_flows(source: Path) -> Iterator[Any]:
@@ -115,7 +91,7 @@ def import_flow(
     except ValueError as exc:
         result.skipped = f"cannot undo content-encoding {response.headers.get('content-encoding')!r}: {exc}"
         return result
-    detection = detect_dialect(_request_info(flow), response.headers.get("content-type"))
+    detection = detect_dialect(request_info(flow), response.headers.get("content-type"))
     result.provider = detection.dialect.value
     session = StreamSession(
         detection.dialect, detection.wire, http_status=response.status_code,
