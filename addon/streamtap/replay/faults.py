@@ -368,14 +368,18 @@ def _latency(writes: list[Write], fault: Fault) -> list[Write]:
 
 def _fragment(writes: list[Write], fault: Fault) -> list[Write]:
     rng = random.Random(fault.params.get("seed", 0))
-    out = []
-    for w in writes:
-        data = w.data
-        while data:
-            n = rng.randint(1, fault.params["max"])
-            out.append(Write(data[:n], w.at))
-            data = data[n:]
+    out = [Write(piece, w.at) for w in writes for piece in _random_pieces(w.data, rng, fault.params["max"])]
     return out or writes
+
+
+def _random_pieces(data: bytes, rng: random.Random, largest: int) -> list[bytes]:
+    """``data`` in pieces of 1..largest bytes (sliced by index: a re-slice of the rest per piece is quadratic)."""
+    pieces, i = [], 0
+    while i < len(data):
+        n = rng.randint(1, largest)
+        pieces.append(data[i : i + n])
+        i += n
+    return pieces
 
 
 def _bandwidth(writes: list[Write], fault: Fault) -> list[Write]:
@@ -383,9 +387,8 @@ def _bandwidth(writes: list[Write], fault: Fault) -> list[Write]:
     quantum = max(1, int(rate / 100))  # about 10 ms of bytes per write
     out, clock = [], 0.0
     for w in writes:
-        data = w.data
-        while data:
-            piece, data = data[:quantum], data[quantum:]
+        for i in range(0, len(w.data), quantum):
+            piece = w.data[i : i + quantum]
             clock = max(clock, w.at)
             out.append(Write(piece, clock))
             clock += len(piece) / rate
@@ -846,13 +849,7 @@ class LiveFaults:
         for fault in self.faults:
             if fault.kind == "fragment":
                 rng = self._rng[id(fault)]
-                split = []
-                for piece in pieces:
-                    while piece:
-                        k = rng.randint(1, fault.params["max"])
-                        split.append(piece[:k])
-                        piece = piece[k:]
-                pieces = split
+                pieces = [p for piece in pieces for p in _random_pieces(piece, rng, fault.params["max"])]
         return pieces
 
 
