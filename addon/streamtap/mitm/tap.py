@@ -361,7 +361,7 @@ class FlowTap:
             except Exception as exc:
                 self.fail("recording", exc)
                 writer = None
-        self._take_body(data, t, writer, t_ms=t_ms)
+        self._take_body(data, t, t_ms=t_ms)
         if t - self.flushed_at >= FLUSH_EVERY:
             self.flush(t)
 
@@ -374,9 +374,7 @@ class FlowTap:
             except Exception as exc:
                 self.fail("recording", exc)
 
-    def _take_body(
-        self, data: bytes, t: float, writer: RecordingWriter | None, final: bool = False, t_ms: float | None = None
-    ) -> None:
+    def _take_body(self, data: bytes, t: float, final: bool = False, t_ms: float | None = None) -> None:
         if self.body_lost:
             return
         body = data
@@ -438,7 +436,7 @@ class FlowTap:
         self.finished = True
         t = time.monotonic() - self.t0
         if self.decoder is not None:
-            self._take_body(b"", t, self.writer, final=True)
+            self._take_body(b"", t, final=True)
         summary: dict[str, Any] = {
             "provider": self.provider,
             "model": None,
@@ -585,6 +583,7 @@ class Tap:
         self.told_about_loaded_flows = False
         self.filter: Callable[[http.HTTPFlow], bool] | None = None
         self.finished: list[dict[str, Any]] = []  # summaries of finished turns, newest last (bounded)
+        self._flusher: asyncio.Task | None = None
 
     def load(self, loader) -> None:
         loader.add_option(
@@ -730,7 +729,7 @@ class Tap:
                     pass
 
     def done(self) -> None:
-        if getattr(self, "_flusher", None) is not None:
+        if self._flusher is not None:
             self._flusher.cancel()
         for tap in self.open.values():
             try:
