@@ -64,7 +64,7 @@ def final_name(started: float, provider: str, verdict: str, flow_id: str) -> str
 
 
 def frame_sum(raw: bytes) -> str:
-    return hashlib.sha256(raw).digest()[: SUM_HEX // 2].hex()
+    return _sha256(raw).digest()[:SUM_BYTES].hex()
 
 
 def _raw_field(raw: bytes) -> dict[str, str]:
@@ -131,22 +131,15 @@ def _headers_json(headers: dict[str, Any]) -> bytes:
 
 
 def _described(event: Any) -> bytes:
-    """``orjson.dumps(describe(event))``, with the repetitive parts cached: this runs once per event."""
-    kind = type(event)
-    if kind is SSEEvent and not event.id and event.retry is None and not event.invalid_utf8:
+    """``orjson.dumps(describe(event))`` for all but event-stream messages (``frames`` writes
+    those itself), plain SSE descriptions cached: this runs once per event."""
+    if type(event) is SSEEvent and not event.id and event.retry is None and not event.invalid_utf8:
         cached = _PLAIN_SSE.get(event.event)
         if cached is None:
             cached = orjson.dumps({"sse": event.event})
             if len(_PLAIN_SSE) < 1024:
                 _PLAIN_SSE[event.event] = cached
         return cached
-    if kind is EventStreamMessage:
-        headers = _headers_json(event.headers)
-        try:
-            payload = b'"payload":' + orjson.dumps(event.payload.decode("utf-8"))
-        except UnicodeDecodeError:
-            payload = b'"payload_b64":"' + base64.b64encode(event.payload) + b'"'
-        return b'{"headers":' + headers + b"," + payload + b"}"
     return orjson.dumps(describe(event))
 
 
@@ -180,8 +173,8 @@ class RecordingWriter:
         if os.fstat(fd).st_size:
             os.close(fd)
             raise RecordingError(f"{self.path} already holds a recording (recordings are append-only, one writer each)")
-        # a small buffer: the adapter flushes after every network read anyway, and an
-        # open stream's memory must stay small
+        # a small buffer: the adapter flushes at least every 0.1 s anyway, and an open
+        # stream's memory must stay small
         self._file = os.fdopen(fd, "ab", buffering=WRITE_BUFFER)
         self._offset = 0
         self._body_hash = hashlib.sha256()
