@@ -159,6 +159,7 @@ class Assembler(AssemblerBase):
             self.new_block(0, BlockKind.SERVER_TOOL, (index, "tool"), id=item.get("id"), name=kind, extra={"item": item})
 
     def _on_response_output_item_done(self, obj, event, t):
+        self.flush_text()  # reads and closes blocks that deltas grew
         item = as_dict(obj.get("item"))
         index = as_int(obj.get("output_index"))
         if index is None or index not in self._items:
@@ -253,11 +254,12 @@ class Assembler(AssemblerBase):
     def _delta(self, obj, event, t, kind: BlockKind, sub: str = "content") -> None:
         block = self._part(obj, event, kind, sub)
         if block is not None and isinstance(obj.get("delta"), str):
-            block.text += obj["delta"]
             if obj["delta"]:
+                self.grow(block, "text", obj["delta"])
                 self.content(t)
 
     def _done(self, obj, event, kind: BlockKind, field: str, sub: str = "content") -> None:
+        self.flush_text()  # compares with the text the deltas grew
         block = self._part(obj, event, kind, sub)
         if block is None or not isinstance(obj.get(field), str) or obj[field] == block.text:
             return
@@ -319,10 +321,11 @@ class Assembler(AssemblerBase):
     def _on_response_function_call_arguments_delta(self, obj, event, t):
         block = self._call(obj, event)
         if block is not None and isinstance(obj.get("delta"), str):
-            block.arguments_raw = (block.arguments_raw or "") + obj["delta"]
+            self.grow(block, "arguments_raw", obj["delta"])
             self.content(t)
 
     def _on_response_function_call_arguments_done(self, obj, event, t):
+        self.flush_text()  # compares with the arguments the deltas grew
         block = self._call(obj, event)
         if block is not None:
             final = obj.get("arguments")
@@ -336,6 +339,7 @@ class Assembler(AssemblerBase):
     _on_response_custom_tool_call_input_delta = _on_response_function_call_arguments_delta
 
     def _on_response_custom_tool_call_input_done(self, obj, event, t):
+        self.flush_text()
         block = self._call(obj, event)
         if block is not None:
             if isinstance(obj.get("input"), str) and obj["input"] != block.arguments_raw:
@@ -345,9 +349,10 @@ class Assembler(AssemblerBase):
     def _on_response_mcp_call_arguments_delta(self, obj, event, t):
         block = self._call(obj, event, "tool")
         if block is not None and isinstance(obj.get("delta"), str):
-            block.arguments_raw = (block.arguments_raw or "") + obj["delta"]
+            self.grow(block, "arguments_raw", obj["delta"])
 
     def _on_response_mcp_call_arguments_done(self, obj, event, t):
+        self.flush_text()  # the final arguments replace what the deltas grew
         block = self._call(obj, event, "tool")
         if block is not None and isinstance(obj.get("arguments"), str):
             block.arguments_raw = obj["arguments"]
@@ -363,6 +368,7 @@ class Assembler(AssemblerBase):
         usage.reasoning = as_int(as_dict(raw.get("output_tokens_details")).get("reasoning_tokens"))
 
     def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
+        self.flush_text()
         if self.terminal_seen and self._error is None and self.turn.stop_reason in ("end_turn", "tool_use"):
             for block in self.turn.blocks:
                 if block.kind is BlockKind.TOOL_CALL and not block.closed:
