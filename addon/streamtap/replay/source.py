@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from streamtap.recording import read_recording
+
 
 @dataclass(slots=True, frozen=True)
 class Frame:
@@ -89,62 +91,19 @@ def load_source(path: str | Path) -> Source:
     """Read a streamtap recording (JSONL) into a Source."""
     path = Path(path)
     try:
-        from streamtap.recording import read_recording  # the addon engineer's reader
-    except ImportError:
-        read_recording = None
-    if read_recording is not None:
-        try:
-            rec = read_recording(path)
-        except Exception as exc:  # their reader's error types are theirs; say which file
-            raise RecordingError(f"{path}: {exc}") from exc
-        return _from_recording(path, rec)
-    return _from_jsonl(path)
-
-
-def _from_recording(path: Path, rec: Any) -> Source:
+        rec = read_recording(path)
+    except Exception as exc:  # a damaged file breaks the reader in several ways (RecordingError, base64, OSError)
+        raise RecordingError(f"{path}: {exc}") from exc
     frames = []
     last_t = 0.0
-    for segment in getattr(rec, "segments", rec.frames):
+    for segment in rec.segments:
         last_t = float(segment.t_ms) if segment.t_ms is not None else last_t
-        is_event = getattr(segment, "kind", "frame") == "frame"
-        frames.append(Frame(segment.seq if is_event else None, bytes(segment.raw), last_t))
-    reads = [(int(o), int(n), float(t) if t is not None else 0.0) for o, n, t in rec.reads]
+        frames.append(Frame(segment.seq if segment.kind == "frame" else None, segment.raw, last_t))
+    reads = [(o, n, float(t) if t is not None else 0.0) for o, n, t in rec.reads]
     source = _source_from_header(path, rec.header, frames, reads)
     if (rec.end or {}).get("stream_end") == "upstream_reset":
         source.end_style = "abort"
     return source
-
-
-def _from_jsonl(path: Path) -> Source:
-    """A minimal reader of the recording format, for when streamtap.recording is absent."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RecordingError(f"{path}: cannot read ({exc})") from exc
-    header = None
-    frames: list[Frame] = []
-    reads: list[tuple[int, int, float]] = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            if number == len(lines):
-                break  # a cut last line: the frames before it still serve
-            raise RecordingError(f"{path}:{number}: not JSON") from None
-        kind = obj.get("type")
-        if kind == "header":
-            header = obj
-        elif kind in ("frame", "tail"):
-            raw = base64.b64decode(obj["raw_b64"]) if "raw_b64" in obj else obj.get("raw", "").encode()
-            frames.append(Frame(obj.get("seq") if kind == "frame" else None, raw, float(obj.get("t", 0) or 0)))
-        elif kind == "reads":
-            for item in obj.get("reads", []):
-                reads.append((int(item[0]), int(item[1]), float(item[2])))
-    if header is None or not str(header.get("format", "")).startswith("streamtap-recording/"):
-        raise RecordingError(f"{path}: not a streamtap recording (no header line)")
-    return _source_from_header(path, header, frames, reads)
 
 
 def _source_from_header(path: Path, header: dict, frames: list[Frame], reads: list) -> Source:
