@@ -11,7 +11,7 @@ the event that follows them.  Concatenating every ``raw`` of one decode, the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import FramingError
