@@ -318,7 +318,11 @@ class EventStreamDecoder:
                     error = PreludeCRCMismatch("prelude checksum mismatch", base + pos + 8)
                     end = pos + PRELUDE_LENGTH
                     break
-                if not (16 <= total <= limit and headers_length <= total - 16 and headers_length <= 131072):
+                if not (
+                    MIN_MESSAGE_LENGTH <= total <= limit
+                    and headers_length <= total - MIN_MESSAGE_LENGTH
+                    and headers_length <= MAX_HEADERS_LENGTH
+                ):
                     error = self._length_error(total, headers_length, base + pos)
                     end = pos + PRELUDE_LENGTH
                     break
