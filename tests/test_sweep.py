@@ -131,6 +131,8 @@ def test_sweep_usage_errors(recording):
         ([str(recording), "--styles", "gentle", "--", "true"], "--styles takes"),
         ([str(recording), "--positions", "everywhere", "--", "true"], "--positions takes"),
         (["/nonexistent.jsonl", "--", "true"], "nonexistent"),
+        ([str(recording), "--error-text", "(", "--", "true"], "--error-text"),
+        ([str(recording), "--json", "/nonexistent/report.json", "--", "true"], "/nonexistent/report.json"),
     ]:
         result = subprocess.run([*STREAMTAP, "sweep", *args], capture_output=True, text=True, timeout=30)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, (args, result.stderr)

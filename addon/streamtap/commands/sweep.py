@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -80,6 +81,13 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--styles takes {', '.join(CUT_STYLES)}, not {args.styles!r}")
     if args.timeout <= 0 or args.jobs < 0:
         raise UsageError("--timeout must be > 0 and --jobs >= 0")
+    error_text = args.error_text or ERROR_TEXT
+    try:
+        re.compile(error_text)
+    except re.error as exc:
+        raise UsageError(f"--error-text {error_text!r} is not a regular expression: {exc}") from None
+    if args.json not in (None, "-") and not Path(args.json).parent.is_dir():
+        raise UsageError(f"--json {args.json}: no such directory")  # said now, not after the sweep
     try:
         source = load_source(args.recording)
     except (RecordingError, OSError) as exc:
@@ -91,7 +99,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if not positions:
         raise UsageError(f"{args.recording} has no cut positions for {args.positions!r}")
-    error_text = args.error_text or ERROR_TEXT
     progress = None if args.no_progress or not sys.stderr.isatty() else progress_bar(sys.stderr)
     report = asyncio.run(
         run_sweep(
@@ -112,6 +119,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(report.table())
         if args.json:
-            Path(args.json).write_text(json.dumps(data, indent=1) + "\n")
+            try:
+                Path(args.json).write_text(json.dumps(data, indent=1) + "\n")
+            except OSError as exc:
+                raise UsageError(f"--json {args.json}: {exc.strerror or exc}") from None
     counts = report.counts()
     return 1 if counts[SILENT] or counts[HUNG] or counts[CRASHED] else 0
