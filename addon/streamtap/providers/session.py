@@ -29,8 +29,6 @@ from streamtap.wire import (
 from .common import END_WORDS, error_message, loads, one_line
 from .turn import Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
-WIRES = ("sse", "eventstream", "ndjson", "json-array")
-
 DEFAULT_WIRE = {
     Dialect.OPENAI_CHAT: "sse",
     Dialect.OPENAI_RESPONSES: "sse",
@@ -101,7 +99,7 @@ class StreamSession:
         self.dialect = Dialect(dialect)
         self.wire = wire or DEFAULT_WIRE[self.dialect]
         if self.wire not in _DECODERS:
-            raise ValueError(f"unknown wire {self.wire!r}; expected one of {', '.join(WIRES)}")
+            raise ValueError(f"unknown wire {self.wire!r}; expected one of {', '.join(_DECODERS)}")
         self.http_status = http_status
         self.sentinel = sentinel
         self._decoder = _DECODERS[self.wire](max_event_size=max_event_size)
