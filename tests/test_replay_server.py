@@ -301,6 +301,7 @@ def test_serve_usage_errors_exit_2_with_one_line(tmp_path):
         (["serve", str(tmp_path)], "no recordings"),
         (["serve", str(tmp_path), "--fault", "cut:nowhere=1"], "cut takes"),
         (["serve", str(tmp_path), "--timing", "slow"], "timing is"),
+        (["serve", str(tmp_path), "--port", "70000"], "--port 70000"),
     ]:
         result = subprocess.run([*STREAMTAP, *args], capture_output=True, text=True, timeout=30)
         assert result.returncode == 2, (args, result.stderr)

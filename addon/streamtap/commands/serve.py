@@ -50,6 +50,8 @@ def build(args: argparse.Namespace):
     from streamtap.replay.server import ServeOptions
     from streamtap.replay.source import RecordingError
 
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port}: a port is 0..65535 (0: a free one)")
     try:
         timing = Timing.parse(args.timing)
         faults = [f for spec in args.fault for f in parse_faults(spec)]
