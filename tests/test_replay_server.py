@@ -295,6 +295,16 @@ def test_ignored_body_fields_still_match(recordings):
     assert r.status_code == 200
 
 
+def test_a_long_running_server_keeps_a_bounded_record_of_what_it_served(recordings, monkeypatch):
+    import streamtap.replay.server as server_module
+
+    monkeypatch.setattr(server_module, "SERVED_KEPT", 3)
+    with ServerThread(Library.load([recordings]), ServeOptions()) as server, httpx.Client(timeout=5) as client:
+        for i in range(5):
+            client.post(server.base_url + f"/v1/nothing/{i}", json={})
+        assert [s.target for s in server.served] == ["/v1/nothing/2", "/v1/nothing/3", "/v1/nothing/4"]
+
+
 def test_serve_usage_errors_exit_2_with_one_line(tmp_path):
     for args, message in [
         (["serve", str(tmp_path / "missing")], "no such file"),

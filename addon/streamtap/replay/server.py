@@ -14,10 +14,11 @@ import socket
 import struct
 import sys
 import threading
-from pathlib import Path
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from http import HTTPStatus
+from pathlib import Path
 from typing import Any
 
 from .faults import Fault, FaultSpecError, Plan, Timing, parse_faults, plan
@@ -32,6 +33,7 @@ HOP_BY_HOP = frozenset(
 )  # fmt: skip
 FAULT_HEADER = "x-streamtap-fault"
 MAX_HEADER_BYTES = 64 * 1024
+SERVED_KEPT = 1000  # answered requests kept for logs and tests: a server inside mitmproxy runs for days
 
 
 @dataclass(slots=True)
@@ -67,7 +69,7 @@ class ReplayServer:
         self.library = library
         self.options = options or ServeOptions()
         self.log = log if log is not None else _stderr
-        self.served: list[Served] = []
+        self.served: deque[Served] = deque(maxlen=SERVED_KEPT)
         self._server: asyncio.base_events.Server | None = None
         self._others: dict[str, Source] = {}
         self._with_ids: dict[int, Source] = {}
@@ -380,7 +382,7 @@ class ServerThread:
         return self.server.base_url
 
     @property
-    def served(self) -> list[Served]:
+    def served(self) -> deque[Served]:
         return self.server.served
 
     def start(self) -> ServerThread:
