@@ -14,6 +14,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
+from streamtap.wire import EventStreamDecoder
+from streamtap.wire.eventstream import MIN_MESSAGE_LENGTH, PRELUDE_LENGTH
+
 from .turn import Dialect
 
 
@@ -110,21 +113,15 @@ _SSE_FIELD = re.compile(rb"^(data|event|id|retry)?:", re.M)
 
 def _eventstream_types(body: bytes) -> list[str] | None:
     """The ``:event-type`` values of the first messages, or None if this is not event-stream."""
-    if len(body) < 16:
-        return None
-    total, headers_len = struct.unpack(">II", body[:8])
-    if total < 16 or headers_len > total - 16 or total > 16 * 1024 * 1024:
-        return None
-    import zlib
-
-    if zlib.crc32(body[:8]) != struct.unpack(">I", body[8:12])[0]:
+    # the first prelude must pass the decoder's own checks (bounds and CRC); it reports a bad one at once
+    if len(body) < MIN_MESSAGE_LENGTH or EventStreamDecoder().feed(body[:PRELUDE_LENGTH]):
         return None
     types, pos = [], 0
-    while pos + 12 <= len(body) and len(types) < 5:
+    while pos + PRELUDE_LENGTH <= len(body) and len(types) < 5:
         total, headers_len = struct.unpack(">II", body[pos : pos + 8])
-        if total < 16 or pos + total > len(body):
+        if total < MIN_MESSAGE_LENGTH or pos + total > len(body):
             break
-        headers = body[pos + 12 : pos + 12 + headers_len]
+        headers = body[pos + PRELUDE_LENGTH : pos + PRELUDE_LENGTH + headers_len]
         match = re.search(rb":(event|exception)-type\x07\x00(.)", headers, re.S)
         if match:
             n = match.group(2)[0]
