@@ -175,3 +175,34 @@ def test_ndjson_and_json_array_bodies_by_extension(tmp_path):
     assert lines[0].startswith(f"{array}: complete (gemini, sniffed: JSON array")
     assert lines[1].startswith(f"{ollama}: complete (ollama, sniffed: NDJSON")
     assert lines[2].startswith(f"{cut_array}: truncated (gemini") and "']'" in lines[2]
+
+
+@pytest.mark.parametrize(
+    ("line1", "line2", "says"),
+    [
+        ('"response":{"status":"abc"}', None, "line 1 is damaged: 'status' is \"abc\", not an integer"),
+        ('"response":[200]', None, "line 1 is damaged: 'response' is [200], not an object"),
+        ('"wire":{"format":"xml"}', None, "cannot judge recording: unknown wire 'xml'"),
+        ('"wire":{"format":"sse"}', '{"type":"frame","seq":0,"offset":0,"raw":"data: x\\n\\n","sum":"x","t":"soon"}',
+         "line 2 is damaged: 't' is \"soon\", not a number"),
+        ('"wire":{"format":"sse"}', '{"type":"frame","seq":"a","offset":0,"raw":"a","sum":"x"}',
+         "line 2 is damaged: 'seq' is \"a\", not an integer"),
+        ('"wire":{"format":"sse"}', '{"type":"reads","reads":[[0,"a",1]]}',
+         'line 2 is damaged: a network read is [0,"a",1], not [offset, length, t]'),
+        ('"wire":{"format":"sse"}', '{"type":"end","verdict":"complete"}',
+         "line 2 is damaged: 'verdict' is \"complete\", not an object"),
+    ],
+)
+def test_a_recording_with_a_mistyped_field_is_one_line_exit_2(tmp_path, line1, line2, says):
+    """A hand-edited or damaged recording: a field of the wrong type names its line, no traceback."""
+    recording = tmp_path / "edited.jsonl"
+    lines = ['{"type":"header","format":"streamtap-recording/1","dialect":"openai-chat",' + line1 + "}"]
+    lines += [line2] if line2 else []
+    if not (line2 or "").startswith('{"type":"end"'):
+        lines.append('{"type":"end","stream_end":"finished"}')
+    recording.write_text("\n".join(lines) + "\n")
+    for verb in ("verify", "show"):
+        result = streamtap(verb, recording)
+        assert result.returncode == 2, result.stderr
+        assert result.stdout == "" and "Traceback" not in result.stderr
+        assert len(result.stderr.splitlines()) == 1 and says in result.stderr, result.stderr

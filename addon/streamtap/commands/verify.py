@@ -94,18 +94,12 @@ def judge_file(path: Path, provider: str | None, sentinel: str | None) -> Judged
 
 
 def _judge_recording(path: Path, sentinel: str | None) -> Judged:
-    try:
-        from streamtap.recording import read_recording
-    except ImportError:
-        read_recording = None
-    if read_recording is None:
-        raise UsageError(f"{path} is a streamtap recording, but this build cannot read recordings yet")
+    from streamtap.recording import check_recording, read_recording
+
     try:
         recording = read_recording(path)
     except Exception as exc:  # a damaged file is the user's input problem, said in one line
         raise UsageError(f"{path}: cannot read recording: {exc}") from None
-    from streamtap.recording import check_recording
-
     header = recording.header
     problems = check_recording(recording)  # sums, sequence, offsets, body hash; the cut-file problem first
     if sentinel is None:
@@ -114,9 +108,12 @@ def _judge_recording(path: Path, sentinel: str | None) -> Judged:
         dialect = Dialect(header.get("dialect") or "unknown")
     except ValueError:
         dialect = Dialect.UNKNOWN
-    wire = (header.get("wire") or {}).get("format") if isinstance(header.get("wire"), dict) else header.get("wire")
-    status = int((header.get("response") or {}).get("status") or 200)
-    session = StreamSession(dialect, wire or None, http_status=status, sentinel=sentinel)
+    wire = (header.get("wire") or {}).get("format")  # the reader checked the header's types
+    status = (header.get("response") or {}).get("status") or 200
+    try:
+        session = StreamSession(dialect, wire or None, http_status=status, sentinel=sentinel)
+    except ValueError as exc:  # a wire format this build does not know
+        raise UsageError(f"{path}: cannot judge recording: {exc}") from None
     for segment in recording.segments:
         session.feed(segment.raw, segment.t_ms / 1000 if segment.t_ms is not None else None)
     end = (recording.end or {}).get("stream_end") or "finished"

@@ -8,6 +8,7 @@ off as a shorter complete turn. A file that is damaged in the middle raises.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import os
 from dataclasses import dataclass, field
@@ -77,8 +78,31 @@ class Recording:
 
 def _bytes_of(record: dict[str, Any]) -> bytes:
     if "raw" in record:
-        return record["raw"].encode("utf-8")
-    return base64.b64decode(record.get("raw_b64", ""))
+        return _typed(record, "raw", str, required=True).encode("utf-8")
+    return base64.b64decode(_typed(record, "raw_b64", str) or "")
+
+
+_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer", (int, float): "a number"}
+
+
+def _typed(record: dict[str, Any], name: str, kind: type | tuple[type, ...], *, required: bool = False) -> Any:
+    """``record[name]`` when it has the type the format gives it (None when absent and optional).
+    Raises ValueError otherwise: the caller names the line."""
+    value = record.get(name)
+    if value is None and not required:
+        return None
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise ValueError(f"{name!r} is {orjson.dumps(value).decode()[:40]}, not {_NAMES[kind]}")
+    return value
+
+
+def _read_entry(entry: Any) -> tuple[int, int, float | None]:
+    """One ``[wire_offset, length, t_ms]`` of a reads line."""
+    if isinstance(entry, list) and len(entry) == 3:
+        offset, length, t = entry
+        if type(offset) is int and type(length) is int and (t is None or type(t) in (int, float)):
+            return offset, length, t
+    raise ValueError(f"a network read is {orjson.dumps(entry).decode()[:40]}, not [offset, length, t]")
 
 
 def read_recording(path: str | os.PathLike[str]) -> Recording:
@@ -119,32 +143,44 @@ def read_recording(path: str | os.PathLike[str]) -> Recording:
             if kind != "header" or not str(record.get("format", "")).startswith("streamtap-recording/"):
                 raise RecordingError(f"{path} is not a streamtap recording (line 1 is not a {FORMAT} header)")
             header = record
-            continue
-        if end is not None:
+        elif end is not None:
             raise RecordingError(f"{path}: line {number} follows the end line")
-        if kind in ("frame", "raw", "tail"):
-            segment = Frame(
-                kind=kind,
-                seq=record.get("seq"),
-                offset=int(record.get("offset", -1)),
-                raw=_bytes_of(record),
-                t_ms=record.get("t"),
-                sum=record.get("sum", ""),
-                event=record.get("event") or ({"reason": record["reason"]} if "reason" in record else {}),
-                line=number,
-            )
-            segments.append(segment)
-            if kind == "frame":
-                frames.append(segment)
-        elif kind == "reads":
-            reads.extend((int(r[0]), int(r[1]), r[2]) for r in record.get("reads", []))
-            if "wire_b64" in record:
-                wire_parts.append(record["wire_b64"])
-        elif kind == "note":
-            notes.append(record)
-        elif kind == "end":
-            end = record
-        # unknown line types are skipped: a newer writer may add some
+        try:  # the fields the format types, so a damaged value fails here, naming its line
+            if number == 1:
+                for name in ("request", "response", "wire"):
+                    _typed(record, name, dict)
+                for name in ("dialect", "sentinel"):
+                    _typed(record, name, str)
+                _typed(record.get("response") or {}, "status", int)
+                _typed(record.get("wire") or {}, "format", str)
+            elif kind in ("frame", "raw", "tail"):
+                segment = Frame(
+                    kind=kind,
+                    seq=_typed(record, "seq", int),
+                    offset=_typed(record, "offset", int, required=True),
+                    raw=_bytes_of(record),
+                    t_ms=_typed(record, "t", (int, float)),
+                    sum=_typed(record, "sum", str) or "",
+                    event=_typed(record, "event", dict) or ({"reason": record["reason"]} if "reason" in record else {}),
+                    line=number,
+                )
+                segments.append(segment)
+                if kind == "frame":
+                    frames.append(segment)
+            elif kind == "reads":
+                entries = _typed(record, "reads", list) or []
+                reads.extend(_read_entry(entry) for entry in entries)
+                if "wire_b64" in record:
+                    wire_parts.append(_typed(record, "wire_b64", str, required=True))
+            elif kind == "note":
+                notes.append(record)
+            elif kind == "end":
+                _typed(record, "verdict", dict)
+                _typed(record, "stream_end", str)
+                end = record
+            # unknown line types are skipped: a newer writer may add some
+        except (ValueError, binascii.Error) as exc:
+            raise RecordingError(f"{path}: line {number} is damaged: {exc}") from None
     if header is None:
         raise RecordingError(f"{path} is empty: recording incomplete at byte 0") if not data else RecordingError(
             f"{path}: recording incomplete at byte 0: the header line is cut"
