@@ -111,15 +111,22 @@ class Library:
     def match(self, method: str, target: str, headers: dict[str, str], body: bytes) -> Source | None:
         key = self.request_key(method, target, headers, body)
         with self._lock:
-            for entry in self.entries:
-                if (self.options.match_any or entry.key == key) and not (self.options.once and entry.served):
-                    entry.served += 1
-                    return entry.source
-        return None
+            entry = self._first_answer(key)
+            if entry is None:
+                return None
+            entry.served += 1
+            return entry.source
 
     def has_match(self, method: str, target: str, headers: dict[str, str], body: bytes) -> bool:
         key = self.request_key(method, target, headers, body)
-        return any((self.options.match_any or e.key == key) and not (self.options.once and e.served) for e in self.entries)
+        with self._lock:
+            return self._first_answer(key) is not None
+
+    def _first_answer(self, key: Key) -> _Entry | None:
+        for entry in self.entries:
+            if (self.options.match_any or entry.key == key) and not (self.options.once and entry.served):
+                return entry
+        return None
 
     def request_key(self, method: str, target: str, headers: dict[str, str], body: bytes) -> Key:
         lowered = {k.lower(): v for k, v in headers.items()}
