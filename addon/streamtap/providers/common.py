@@ -2,13 +2,17 @@
 
 A dialect module subclasses ``AssemblerBase`` and, per decoded event, calls:
 
-- ``self.seen(event, t)`` first (counts the event, remembers where it was);
-- ``self.payload(event)`` for SSE/event-stream JSON payloads (unparseable JSON is
+- ``self.seen(event, name)`` first (counts the event, remembers where it was and what
+  it was called, for reasons);
+- ``self.payload(event, text)`` for SSE/event-stream JSON payloads (unparseable JSON is
   recorded as corrupt and ``None`` is returned);
-- ``self.append(choice, kind, key, text, t)`` to grow a text/thinking/refusal block
+- ``self.append(choice, kind, text, t, key=None)`` to grow a text/thinking/refusal block
   (a new block starts whenever the last block of the choice is a different one, so a
   tool call between two texts leaves two text blocks);
-- ``self.tool_block(choice, key, ...)`` to open a tool call, then ``block.arguments_raw +=``;
+- ``self.tool_block(choice, key, ...)`` to open a tool call, then
+  ``self.grow(block, "arguments_raw", fragment)`` for its argument fragments (``+=`` on the
+  attribute would copy the whole string per fragment); ``flush_text()`` before reading
+  a grown block's ``text`` or ``arguments_raw`` mid-stream;
 - ``self.corrupt(reason, event)`` / ``self.errored(reason, event, error)`` for findings,
   ``self.terminal(event, stop_raw, normalized)`` when the provider's end signal arrives;
 - and implements ``finish(end)`` as ``return self.judge(end, expected="...")``.
