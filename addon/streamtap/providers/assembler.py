@@ -3,6 +3,11 @@
 A dialect module turns wire events into a Turn and a Verdict. It sees only events
 that decoded cleanly; framing trouble (``Malformed``, ``Tail``), HTTP status, the
 end-of-stream kind and the sentinel are judged once, by the session that drives it.
+
+One optional hook: ``tail(event: Tail) -> bool``. The session offers it the leftover
+bytes at close; a dialect that can read meaning into them (a final ``data: [DONE]``
+without its blank line, an error written as raw JSON) takes them and returns True, and
+the session then does not judge them as a cut.
 """
 
 from __future__ import annotations
