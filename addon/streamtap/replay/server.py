@@ -262,19 +262,22 @@ def with_event_ids(source: Source) -> Source:
 
 
 def resume_position(source: Source, last_event_id: str) -> int | None:
-    """Index of the frame whose event carries ``last_event_id`` (the last such), or None."""
-    current = ""
+    """Index of the frame whose event carries ``last_event_id`` (the last such), or None.
+
+    The SSE decoder tracks the id in force at each event by the WHATWG rules (an id
+    persists over later events, one with a NUL is ignored)."""
+    if source.wire != "sse":
+        return None
+    from streamtap.wire import SSEDecoder, SSEEvent, Tail
+
+    event_frames = [i for i, frame in enumerate(source.frames) if frame.seq is not None]
+    decoder = SSEDecoder()
+    decoded = decoder.feed(b"".join(source.frames[i].raw for i in event_frames)) + decoder.close()
+    # the frames were cut by this decoder when recorded: its events are the frames, in order
+    ids = [event.id if isinstance(event, SSEEvent) else None for event in decoded if not isinstance(event, Tail)]
     found = None
-    for i, frame in enumerate(source.frames):
-        if frame.seq is None:
-            continue
-        for line in frame.raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n"):
-            if line.startswith(b"id:"):
-                value = line[3:]
-                value = value[1:] if value.startswith(b" ") else value
-                if b"\0" not in value:
-                    current = value.decode("utf-8", "replace")
-        if current == last_event_id:
+    for i, event_id in zip(event_frames, ids):
+        if event_id == last_event_id:
             found = i
     return found
 
