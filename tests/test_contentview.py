@@ -204,7 +204,7 @@ def test_mitmdump_shows_a_saved_bedrock_flow_decoded(tmp_path):
 
 
 def test_addons_list_registers_on_load():
-    """ADDONS holds classes (addon/tap.py instantiates them); load() registers both views."""
+    """ADDONS holds classes (addon/tap.py instantiates them); load() registers the three views."""
     for cls in ADDONS:
         cls().load(None)
     assert {"aws event-stream", "llm stream (sse)", "llm stream (ndjson)"} <= set(contentviews.registry)

@@ -9,7 +9,7 @@ the model's own event, base64-decoded from the payload's ``bytes`` field.
 and a cut last frame are shown where they occur.
 
 Wiring (addon/tap.py): ``addons = [Tap(), *(cls() for cls in contentview.ADDONS), ...]``. The addon in
-``ADDONS`` registers both views when mitmproxy loads it; ``register()`` does the same
+``ADDONS`` registers the three views when mitmproxy loads it; ``register()`` does the same
 for other scripts. Both views are chosen automatically by content type and can be
 picked by name ("AWS event-stream", "LLM stream (SSE)", "LLM stream (NDJSON)").
 
@@ -84,10 +84,6 @@ def _problem(event: WireEvent) -> list[str]:
     return []
 
 
-def _decode(decoder: EventStreamDecoder | SSEDecoder | NDJSONDecoder, data: bytes) -> list[WireEvent]:
-    return [*decoder.feed(data), *decoder.close()]
-
-
 def _summary(events: list[WireEvent], data: bytes, noun: str) -> str:
     frames = sum(1 for e in events if not isinstance(e, (Malformed, Tail)))
     problems = sum(1 for e in events if isinstance(e, (Malformed, Tail)))
@@ -160,61 +156,62 @@ def ndjson_lines(value: JSONValue) -> list[str]:
     return [_place("line", value), json.dumps(value.value, indent=2, ensure_ascii=False)]
 
 
-class EventStreamContentview(Contentview):
+class _FrameView(Contentview):
+    """A stream body listed frame by frame: the subclass names the decoder, the frame's noun,
+    how one frame is shown and the content types it is chosen for."""
+
+    title: str
+    decoder: type[EventStreamDecoder | SSEDecoder | NDJSONDecoder]
+    noun: str
+    content_types: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.title
+
+    @property
+    def syntax_highlight(self) -> SyntaxHighlight:
+        return "yaml"
+
+    def frame_lines(self, event: Any) -> list[str]:
+        raise NotImplementedError
+
+    def prettify(self, data: bytes, metadata: Metadata) -> str:
+        decoder = self.decoder()
+        return _render([*decoder.feed(data), *decoder.close()], data, self.noun, self.frame_lines)
+
+    def render_priority(self, data: bytes, metadata: Metadata) -> float:
+        return 2 if data and metadata.content_type in self.content_types else -1
+
+
+class EventStreamContentview(_FrameView):
     """AWS event-stream (Bedrock): messages, headers, JSON payloads, InvokeModel chunks decoded."""
 
-    @property
-    def name(self) -> str:
-        return "AWS event-stream"
-
-    @property
-    def syntax_highlight(self) -> SyntaxHighlight:
-        return "yaml"
-
-    def prettify(self, data: bytes, metadata: Metadata) -> str:
-        events = _decode(EventStreamDecoder(), data)
-        return _render(events, data, "message", eventstream_lines)
-
-    def render_priority(self, data: bytes, metadata: Metadata) -> float:
-        return 2 if data and metadata.content_type == EVENTSTREAM_TYPE else -1
+    title = "AWS event-stream"
+    decoder = EventStreamDecoder
+    noun = "message"
+    content_types = (EVENTSTREAM_TYPE,)
+    frame_lines = staticmethod(eventstream_lines)
 
 
-class SSEContentview(Contentview):
+class SSEContentview(_FrameView):
     """Server-Sent Events: one block per event, ``data`` as indented JSON where it is JSON."""
 
-    @property
-    def name(self) -> str:
-        return "LLM stream (SSE)"
-
-    @property
-    def syntax_highlight(self) -> SyntaxHighlight:
-        return "yaml"
-
-    def prettify(self, data: bytes, metadata: Metadata) -> str:
-        events = _decode(SSEDecoder(), data)
-        return _render(events, data, "event", sse_lines)
-
-    def render_priority(self, data: bytes, metadata: Metadata) -> float:
-        return 2 if data and metadata.content_type == SSE_TYPE else -1
+    title = "LLM stream (SSE)"
+    decoder = SSEDecoder
+    noun = "event"
+    content_types = (SSE_TYPE,)
+    frame_lines = staticmethod(sse_lines)
 
 
-class NDJSONContentview(Contentview):
+class NDJSONContentview(_FrameView):
     """Newline-delimited JSON (Ollama): one indented value per line."""
 
-    @property
-    def name(self) -> str:
-        return "LLM stream (NDJSON)"
-
-    @property
-    def syntax_highlight(self) -> SyntaxHighlight:
-        return "yaml"
-
-    def prettify(self, data: bytes, metadata: Metadata) -> str:
-        events = _decode(NDJSONDecoder(), data)
-        return _render(events, data, "value", ndjson_lines)
-
-    def render_priority(self, data: bytes, metadata: Metadata) -> float:
-        return 2 if data and metadata.content_type in NDJSON_TYPES else -1
+    title = "LLM stream (NDJSON)"
+    decoder = NDJSONDecoder
+    noun = "value"
+    content_types = NDJSON_TYPES
+    frame_lines = staticmethod(ndjson_lines)
 
 
 VIEWS: tuple[Contentview, ...] = (EventStreamContentview(), SSEContentview(), NDJSONContentview())
