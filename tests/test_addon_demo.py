@@ -46,3 +46,14 @@ def test_bundled_recordings_are_what_the_tooling_makes(tmp_path):
         assert (old.end["stream_end"] == "upstream_reset") == (new.end["stream_end"] == "upstream_reset")
         assert old.header["request"]["body"] == new.header["request"]["body"]
         assert check_recording(old) == []
+
+
+def test_demo_dir_that_is_a_file_is_a_usage_error(tmp_path):
+    not_a_dir = tmp_path / "recordings"
+    not_a_dir.write_text("")
+    result = subprocess.run(
+        [sys.executable, "-m", "streamtap.cli", "demo", "--dir", str(not_a_dir)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stdout == ""
+    assert result.stderr.strip() == f"streamtap demo: --dir {not_a_dir}: exists and is not a directory"

@@ -255,6 +255,13 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"the mitmproxy addon is missing: {ADDON}")
     if not sorted(args.recordings.glob("*.jsonl")):
         raise UsageError(f"no bundled recordings in {args.recordings}")
+    if args.dir is not None:
+        if args.dir.exists() and not args.dir.is_dir():
+            raise UsageError(f"--dir {args.dir}: exists and is not a directory")
+        try:
+            args.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--dir {args.dir}: {exc.strerror or exc}") from None
     with tempfile.TemporaryDirectory(prefix="streamtap-demo-") as tmp:
         workdir = Path(tmp)
         record_dir = (args.dir or workdir / "recordings").resolve()
