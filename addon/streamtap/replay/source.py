@@ -18,6 +18,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from streamtap.recording import read_recording
+from streamtap.wire.errors import FramingError
+from streamtap.wire.eventstream import parse_headers
 
 
 @dataclass(slots=True, frozen=True)
@@ -220,31 +222,11 @@ def _view_eventstream(raw: bytes) -> FrameView:
     return FrameView(str(name), data, payload_start, payload_end, headers_length)
 
 
-def _eventstream_headers(block: bytes) -> dict[str, str]:
-    """String headers only: all Bedrock uses, and all the fault positions need."""
-    headers = {}
-    i = 0
+def _eventstream_headers(block: bytes) -> dict[str, Any]:
     try:
-        while i < len(block):
-            n = block[i]
-            name = block[i + 1 : i + 1 + n].decode()
-            i += 1 + n
-            kind = block[i]
-            i += 1
-            if kind in (0, 1):
-                continue
-            fixed = {2: 1, 3: 2, 4: 4, 5: 8, 8: 8, 9: 16}
-            if kind in fixed:
-                i += fixed[kind]
-                continue
-            (length,) = struct.unpack(">H", block[i : i + 2])
-            value = block[i + 2 : i + 2 + length]
-            i += 2 + length
-            if kind == 7:
-                headers[name] = value.decode("utf-8", "replace")
-    except (IndexError, struct.error, UnicodeDecodeError):
-        pass
-    return headers
+        return parse_headers(block)
+    except FramingError:  # a damaged header block names nothing
+        return {}
 
 
 def _json_or_none(data: bytes) -> Any:
