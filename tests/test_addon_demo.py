@@ -57,3 +57,24 @@ def test_demo_dir_that_is_a_file_is_a_usage_error(tmp_path):
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stdout == ""
     assert result.stderr.strip() == f"streamtap demo: --dir {not_a_dir}: exists and is not a directory"
+
+
+def test_demo_proxy_that_fails_to_start_is_stopped(tmp_path, monkeypatch):
+    """Ctrl-C (or a start timeout) while waiting for mitmdump's port: the process is not left running."""
+    from streamtap.commands import demo
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, "_wait_port", interrupted)
+    proxy = demo.Proxy("http://127.0.0.1:9", tmp_path, tmp_path / "rec")
+    with pytest.raises(KeyboardInterrupt):
+        with proxy:
+            pass
+    try:
+        assert proxy.process.poll() is not None, "mitmdump still running after a failed start"
+        assert proxy._log.closed
+    finally:
+        if proxy.process.poll() is None:
+            proxy.process.kill()
+            proxy.process.wait()

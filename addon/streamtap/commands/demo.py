@@ -185,7 +185,11 @@ class Proxy:
     def __enter__(self) -> Proxy:
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT)
-        _wait_port(self.port, self.process, "mitmdump", self.log_path)
+        try:
+            _wait_port(self.port, self.process, "mitmdump", self.log_path)
+        except BaseException:  # `with` calls __exit__ only after __enter__ returned
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
