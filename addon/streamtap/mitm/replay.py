@@ -121,10 +121,9 @@ class Replay:
         if library is None or flow.response is not None:
             return
         request = flow.request
-        headers = {k.lower(): v for k, v in request.headers.items()}
-        body = request.get_content(strict=False) or b""
-        if not library.has_match(request.method, request.path, headers, body):
-            if ctx.options.streamtap_replay_unmatched == "upstream":
+        if ctx.options.streamtap_replay_unmatched == "upstream":  # else the replay server answers all, 404 or not
+            headers = {k.lower(): v for k, v in request.headers.items()}
+            if not library.has_match(request.method, request.path, headers, request.get_content(strict=False) or b""):
                 return
         try:
             server = await self._ensure_server()
