@@ -258,7 +258,7 @@ def plan(
                 position, what = fault.params["byte"], f"byte {fault.params['byte']}"
             else:
                 n = fault.params.get("after", len(ends) // 2)
-                position, what = _event_end(ends, n, fault), f"after event {fault.params.get('after', len(ends) // 2)}"
+                position, what = _event_end(ends, n, fault), f"after event {n}"
             stall_at.append((position, fault.params["secs"]))
             log.append(f"{fault.spec}: stall {fault.params['secs']:g} s at byte {position} ({what})")
     for position, _secs in stall_at:
