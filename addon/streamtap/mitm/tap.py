@@ -485,10 +485,7 @@ class FlowTap:
                 final = self.writer.path.with_name(
                     final_name(self.started, self.provider, summary["verdict"], self.flow_id)
                 )
-                try:
-                    loop = asyncio.get_running_loop()
-                except RuntimeError:
-                    loop = None
+                loop = _running_loop()
                 writer = self.writer
                 # in the proxy, the disk sync runs on a worker thread: the client's end of body
                 # (sent after this hook) never waits for the disk
@@ -507,6 +504,14 @@ class FlowTap:
         self.finished = True
         if self.writer is not None:
             self.writer.close()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The proxy's event loop; None where hooks are called without one (tests, scripts)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _sync_recording(writer: RecordingWriter, flow_id: str) -> None:
@@ -670,11 +675,7 @@ class Tap:
             log.warning(f"streamtap: flow {flow.id[:12]}: cannot tap: {type(exc).__name__}: {exc}")
             return
         self.open[flow.id] = tap
-
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
+        loop = _running_loop()
 
         def stream(data: bytes) -> bytes:
             try:
@@ -714,10 +715,8 @@ class Tap:
 
     def running(self) -> None:
         # a stalled stream gets no chunks, so its buffered lines are flushed from here
-        try:
-            self._flusher = asyncio.get_running_loop().create_task(self._flush_open())
-        except RuntimeError:  # no loop (a test calling hooks directly)
-            self._flusher = None
+        loop = _running_loop()
+        self._flusher = loop.create_task(self._flush_open()) if loop is not None else None
 
     async def _flush_open(self) -> None:
         while True:
