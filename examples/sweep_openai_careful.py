@@ -2,7 +2,7 @@
 
     streamtap sweep examples/recordings/openai-chat.jsonl -- python examples/sweep_openai_careful.py
 
-Every choice must end with a finish_reason; a stream that ends without one exits 1.
+The answer must end with a finish_reason; a stream that ends before one exits 1.
 (The SDK hides the [DONE] sentinel, so finish_reason is what a client can check.)
 """
 
