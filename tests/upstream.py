@@ -481,6 +481,7 @@ class Mitmdump:
         deadline = _time.monotonic() + timeout
         while _time.monotonic() < deadline:
             if self.process.poll() is not None:
+                self.stop()
                 raise RuntimeError(f"mitmdump exited with {self.process.returncode}:\n{self.log()}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
@@ -538,7 +539,8 @@ def find_recording(record_dir: Path, name: str, timeout: float = 10, partial: bo
             if not partial and path.name.endswith(".partial.jsonl"):
                 continue
             try:
-                first = path.open("rb").readline()
+                with path.open("rb") as handle:
+                    first = handle.readline()
             except OSError:
                 continue
             if f"/s/{name}/".encode() in first:
