@@ -9,7 +9,6 @@ tests/test_addon_demo.py regenerates them and checks the bundle still matches.
 
 from __future__ import annotations
 
-import base64  # noqa: F401  (kept for readers adapting the builders)
 import json
 import shutil
 import sys
