@@ -44,10 +44,11 @@ def sweep_positions(source: Source, which: str = DEFAULT_POSITIONS) -> list[str]
     """
     events = [f for f in source.frames if f.seq is not None]
     body_length = sum(len(f.raw) for f in source.frames)
-    boundaries, pos = {0}, 0
+    frame_ends, pos = set(), 0
     for f in source.frames:
         pos += len(f.raw)
-        boundaries.add(pos)
+        frame_ends.add(pos)
+    inner_ends = sorted(o for o in frame_ends if 0 < o < body_length)
     out: list[str] = []
     for item in filter(None, (w.strip() for w in which.split(","))):
         name, _, value = item.partition("=")
@@ -57,10 +58,11 @@ def sweep_positions(source: Source, which: str = DEFAULT_POSITIONS) -> list[str]
             out += [f"cut:at={p}" for p, _o, _w in protocol_positions(source)]
         elif name == "bytes":
             count = _int(item, value or "16")
-            inside = [o for o in range(1, body_length) if o not in boundaries]
-            if inside and count > 0:
-                step = len(inside) / count
-                out += sorted({f"cut:byte={inside[int(i * step + step / 2)]}" for i in range(count)}, key=lambda s: int(s.split("=")[1]))
+            inside = body_length - 1 - len(inner_ends)  # offsets 1..length-1 that are no frame's end
+            if inside > 0 and count > 0:
+                step = inside / count
+                picked = {_nth_inside(int(i * step + step / 2), inner_ends) for i in range(count)}
+                out += [f"cut:byte={o}" for o in sorted(picked)]
         elif name in ("event", "byte", "at"):
             out.append(f"cut:{name}={value}")
         else:
@@ -70,6 +72,16 @@ def sweep_positions(source: Source, which: str = DEFAULT_POSITIONS) -> list[str]
     for spec in unique:
         parse_fault(spec)  # a bad explicit item fails here, before any run
     return unique
+
+
+def _nth_inside(n: int, inner_ends: list[int]) -> int:
+    """The n-th (from 0) body offset that is not a frame's end, without listing every offset."""
+    offset = n + 1
+    for end in inner_ends:
+        if end > offset:
+            break
+        offset += 1
+    return offset
 
 
 def _int(item: str, value: str) -> int:
