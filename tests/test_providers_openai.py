@@ -457,7 +457,8 @@ def test_client_abort_is_said_not_to_be_the_providers_fault():
 
 
 # ---------------------------------------------------------------------------------------
-# the official SDK as the reference: same bytes through a real httpx transport
+# the official SDK as the reference: the same bytes served to it in process by httpx's
+# MockTransport (no socket needed: the SDK's stream parsing is the reference here, not under test)
 
 
 def _client(body: bytes) -> openai.OpenAI:
