@@ -136,3 +136,44 @@ def test_sweep_usage_errors(recording):
     ]:
         result = subprocess.run([*STREAMTAP, "sweep", *args], capture_output=True, text=True, timeout=30)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, (args, result.stderr)
+
+
+def test_interrupting_a_sweep_stops_the_clients_it_started(recording, tmp_path):
+    """The clients run in their own session (so a hung one's children die with it): Ctrl-C
+    does not reach them, so the sweep must stop them itself."""
+    import os
+    import signal
+    import time
+
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    hang = tmp_path / "hang.py"
+    hang.write_text(f"import os, time\nopen(os.path.join({str(pids)!r}, str(os.getpid())), 'w').close()\ntime.sleep(60)\n")
+    sweep = subprocess.Popen(
+        [*STREAMTAP, "sweep", str(recording), "--positions", "event=3", "--styles", "clean", "--timeout", "60", "--", sys.executable, "-S", str(hang)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not list(pids.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        started = [int(p.name) for p in pids.iterdir()]
+        assert started, "the client never started"
+        sweep.send_signal(signal.SIGINT)
+        assert sweep.wait(20) != 0
+    finally:
+        sweep.kill()
+        sweep.wait(10)
+    time.sleep(0.2)
+    alive = []
+    for pid in started:
+        try:
+            os.kill(pid, 0)
+            alive.append(pid)
+        except ProcessLookupError:
+            pass
+    for pid in alive:
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, f"clients still running after the sweep was interrupted: {alive}"

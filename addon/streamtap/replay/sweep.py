@@ -248,17 +248,25 @@ async def _run_once(
         output, _ = await asyncio.wait_for(proc.communicate(), timeout)
     except TimeoutError:
         timed_out = True
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _kill_group(proc)
         output, _ = await proc.communicate()
+    except BaseException:  # cancelled (Ctrl-C): the client's own session does not get the SIGINT
+        _kill_group(proc)
+        await proc.wait()
+        raise
     finally:
         await server.close()
     text = output.decode("utf-8", "replace")
     outcome = classify(proc.returncode, text, timed_out=timed_out, error_text=error_text)
     fault_log = [line for served in server.served for line in served.log]
     return Run(position, style, outcome, proc.returncode, time.monotonic() - started, fault_log, text[-400:], _verdict(source, faults))
+
+
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _verdict(source: Source, faults: list) -> str | None:
