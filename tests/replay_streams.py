@@ -3,8 +3,7 @@
 The streams follow the documented wire shapes (docs/provider-streams.md in ../shared):
 OpenAI chat completions with text then a tool call, Anthropic messages with thinking,
 text and tool use, Bedrock InvokeModelWithResponseStream carrying Anthropic events.
-Recordings are written with streamtap.recording's writer when it has one, else in the
-same JSONL format by hand.
+Recordings are written with streamtap.recording's writer.
 """
 
 from __future__ import annotations
