@@ -425,7 +425,7 @@ class Mitmdump:
         self.confdir = confdir
         if argv is None:
             argv = [*(prefix or []), str(MITMDUMP), "--set", f"confdir={confdir}"]
-            if tap and TAP.exists():
+            if tap:
                 argv += ["-s", str(TAP)]
         cmd = [*argv, *args]
         self.cmd = cmd

@@ -30,7 +30,6 @@ from interception import (
     APP_JS,
     APP_PY,
     REPO,
-    TAP,
     Mitmdump,
     Provider,
     Route,
@@ -108,12 +107,9 @@ def start_proxy(name: str, world, tmp_path: Path, ports: dict[str, int] | None =
     extra = [
         "--listen-host", "127.0.0.1", "--listen-port", "0",
         "--set", f"ssl_verify_upstream_trusted_ca={world['provider_ca']}",
+        "--set", f"streamtap_dir={recordings}",
     ]
-    if TAP.exists():
-        extra += ["--set", f"streamtap_dir={recordings}"]
     command = adapt(block(name), world, ports or 0).strip()
-    if not TAP.exists():  # until the Tap lands: the same command, plain mitmdump
-        command = command.replace("-s addon/tap.py", "")
     argv = ["bash", "-c", f'exec {command} "$@"', "mitmdump"]
     proxy = Mitmdump(*extra, confdir=world["home"] / ".mitmproxy", argv=argv, env=environment(world))
     proxy.doc_ports = ports or {"8080": proxy.port}
@@ -135,8 +131,6 @@ def run_client(name: str, world, proxy: Mitmdump, cwd: Path, *, prelude: str = "
 
 def assert_recorded(recordings: Path, body: bytes, proxy: Mitmdump) -> None:
     """The Tap wrote a recording of exactly these bytes, judged complete."""
-    if not TAP.exists():
-        return  # the plain-mitmdump stage: byte-exact delivery is all there is to check
     from streamtap.recording import read_recording
 
     proxy.stop()  # a finished flow's recording is renamed on its end line; stopping settles it
@@ -360,8 +354,6 @@ def test_wireguard_mode_starts_and_writes_a_client_config(world, tmp_path):
     assert "mitmdump -s addon/tap.py --mode wireguard" in text
     conf = world["home"] / ".mitmproxy" / "wireguard.conf"
     argv = ["bash", "-c", 'exec mitmdump -s addon/tap.py --mode wireguard@0 "$@"', "mitmdump"]
-    if not TAP.exists():
-        argv[2] = argv[2].replace("-s addon/tap.py ", "")
     proxy = Mitmdump(confdir=world["home"] / ".mitmproxy", argv=argv, env=environment(world))
     try:
         assert "WireGuard server listening" in proxy.output

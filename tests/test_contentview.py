@@ -185,12 +185,9 @@ def test_mitmdump_shows_a_saved_bedrock_flow_decoded(tmp_path):
     capture = tmp_path / "bedrock.mitm"
     with capture.open("wb") as f:
         io.FlowWriter(f).add(flow)
-    script = tmp_path / "views.py"
-    script.write_text("from streamtap.mitm.contentview import ADDONS\naddons = [cls() for cls in ADDONS]\n")
-    scripts = ["-s", str(TAP)] if TAP.exists() else ["-s", str(script)]
     result = subprocess.run(
-        [str(MITMDUMP), "-n", "-r", str(capture), "--flow-detail", "4", *scripts,
-         "--set", f"confdir={tmp_path}", "--set", f"streamtap_dir={tmp_path / 'rec'}" if TAP.exists() else "termlog_verbosity=info"],
+        [str(MITMDUMP), "-n", "-r", str(capture), "--flow-detail", "4", "-s", str(TAP),
+         "--set", f"confdir={tmp_path}", "--set", f"streamtap_dir={tmp_path / 'rec'}"],
         capture_output=True, text=True, timeout=60, cwd=REPO,
     )
     out = result.stdout + result.stderr
@@ -199,8 +196,8 @@ def test_mitmdump_shows_a_saved_bedrock_flow_decoded(tmp_path):
     inner = json.loads(base64.b64decode(json.loads(first.payload)["bytes"]))
     assert f"# {len(peer_messages(body))} messages, {len(body)} bytes" in out, out[-3000:]
     assert "bytes (base64-decoded):" in out and f'"type": "{inner["type"]}"' in out
-    if TAP.exists():  # a flow read from a file holds its body already: nothing streams, nothing is recorded
-        assert not list((tmp_path / "rec").glob("*")), "the Tap recorded a flow read from a file"
+    # a flow read from a file holds its body already: nothing streams, nothing is recorded
+    assert not list((tmp_path / "rec").glob("*")), "the Tap recorded a flow read from a file"
 
 
 def test_addons_list_registers_on_load():

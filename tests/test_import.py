@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from interception import REPO, TAP, Mitmdump, Provider, Route, invoke_body, openai_chat_stream
+from interception import REPO, Mitmdump, Provider, Route, invoke_body, openai_chat_stream
 from streamtap.recording import check_recording, read_recording
 
 STREAMTAP = REPO / ".venv" / "bin" / "streamtap"
@@ -136,7 +136,6 @@ def test_filter_chooses_flows(plain_capture):
     assert len(list(out.glob("*.jsonl"))) == 1
 
 
-@pytest.mark.skipif(not TAP.exists(), reason="addon/tap.py is not in this checkout yet")
 def test_the_recommended_capture_with_the_tap_matches_the_live_recordings(tmp_path, provider):
     """`mitmdump -w FILE -s addon/tap.py --set store_streamed_bodies=true`, as --help says:
     the imported recordings hold the same frames as the ones the Tap wrote live."""
@@ -153,7 +152,6 @@ def test_the_recommended_capture_with_the_tap_matches_the_live_recordings(tmp_pa
         assert all(f.t_ms is None for f in recording.frames)  # a capture has no arrival times
 
 
-@pytest.mark.skipif(not TAP.exists(), reason="addon/tap.py is not in this checkout yet")
 def test_a_streamed_capture_without_bodies_is_reported_not_guessed(tmp_path, provider):
     path, _ = capture(tmp_path, provider, tap=True)
     result = streamtap_import(str(path), "--out", str(tmp_path / "imported"))

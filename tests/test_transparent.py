@@ -195,9 +195,10 @@ def network(request, tmp_path_factory):
         )
         confdir = root / "mitmproxy"
         recordings = root / "recordings"
-        argv = ["ip", "netns", "exec", tapping, *wrapper, str(MITMDUMP), "--set", f"confdir={confdir}"]
-        if TAP.exists():
-            argv += ["-s", str(TAP), "--set", f"streamtap_dir={recordings}"]
+        argv = [
+            "ip", "netns", "exec", tapping, *wrapper, str(MITMDUMP), "--set", f"confdir={confdir}",
+            "-s", str(TAP), "--set", f"streamtap_dir={recordings}",
+        ]
         proxy = Mitmdump(
             *mitmdump_args, "--listen-port", "8080",
             "--set", f"ssl_verify_upstream_trusted_ca={provider_ca[0]}",
@@ -229,8 +230,6 @@ def curl(network, ca: Path) -> subprocess.CompletedProcess:
 
 
 def recordings_of(network, body: bytes) -> list:
-    if not TAP.exists():
-        return []
     from streamtap.recording import read_recording
 
     deadline = time.monotonic() + 5  # the recording is finished as the flow ends, just after the client got it all
@@ -250,11 +249,10 @@ def test_curl_by_address_is_tapped_transparently(network):
     assert result.stdout == BODY
     # mitmdump saw the flow with its original destination
     assert f"{PROVIDER}" in network["proxy"].output and "/v1/chat/completions" in network["proxy"].output
-    if TAP.exists():
-        recorded = recordings_of(network, BODY)
-        assert recorded, f"no complete recording of the body\n{network['proxy'].output}"
-        assert recorded[0].verdict["kind"] == "complete", recorded[0].verdict
-        assert "sk-transparent-secret" not in recorded[0].path.read_text()
+    recorded = recordings_of(network, BODY)
+    assert recorded, f"no complete recording of the body\n{network['proxy'].output}"
+    assert recorded[0].verdict["kind"] == "complete", recorded[0].verdict
+    assert "sk-transparent-secret" not in recorded[0].path.read_text()
 
 
 @needs_curl
@@ -280,5 +278,4 @@ def test_openai_sdk_by_address_is_tapped_transparently(network):
     assert result.returncode == 0, f"{result.stderr.decode()}\nmitmdump:\n{network['proxy'].output}"
     assert result.stdout == BODY
     assert json.loads(result.stderr.decode().strip().splitlines()[-1])["text"] == "".join(WORDS)
-    if TAP.exists():
-        assert len(recordings_of(network, BODY)) >= 2, network["proxy"].output
+    assert len(recordings_of(network, BODY)) >= 2, network["proxy"].output
