@@ -266,6 +266,28 @@ def test_check_request_finds_orphan_tool_results():
     assert check_request(Dialect.OPENAI_CHAT, "not a dict") == []
 
 
+def test_check_request_reads_odd_shapes_without_raising():
+    """Request bodies come from any client: a value of the wrong type is skipped, never a traceback."""
+    chat = {"messages": [
+        {"role": "assistant", "tool_calls": 5},
+        {"role": "assistant", "tool_calls": [{"id": ["not", "a", "string"]}]},
+        {"role": "tool", "tool_call_id": {"odd": 1}, "content": "x"},
+        {"role": "tool", "tool_call_id": "call_3", "content": "orphan"},
+    ]}
+    findings = check_request(Dialect.OPENAI_CHAT, chat)
+    assert len(findings) == 2 and "messages[2]" in findings[0] and "call_3" in findings[1]
+
+    responses = {"input": [{"type": None}, {"type": 7, "call_id": "c"},
+                           {"type": "function_call_output", "call_id": "call_7"}]}
+    findings = check_request(Dialect.OPENAI_RESPONSES, responses)
+    assert len(findings) == 1 and "input[2]" in findings[0]
+
+    ollama = {"messages": [{"role": "assistant", "tool_calls": [{"function": "f"}]},
+                           {"role": "tool", "tool_name": "g", "content": "orphan"}]}
+    findings = check_request(Dialect.OLLAMA, ollama)
+    assert len(findings) == 1 and "'g'" in findings[0]
+
+
 def test_check_request_on_recorded_request_bodies():
     captured = [c for c in cassette_responses("pydantic-ai/cassettes/openai-responses/*.yaml") + cassette_responses("pydantic-ai/cassettes/bedrock-mantle/*.yaml")
                 if c.request.body]

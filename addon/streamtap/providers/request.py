@@ -22,6 +22,8 @@ def check_request(dialect: Dialect | str, body_json: Any) -> list[str]:
         return []
     findings, calls = [], set()
     for kind, call_id, where in walker(body_json):
+        if isinstance(call_id, list | dict):  # JSON's unhashable values: no real id is one, but a set needs a key
+            call_id = repr(call_id)
         if kind == "call":
             calls.add(call_id)
         elif call_id not in calls:
@@ -48,9 +50,8 @@ def _anthropic(body: dict) -> Iterator[Item]:
 
 def _openai_chat(body: dict) -> Iterator[Item]:
     for mi, message in _dicts(body.get("messages")):
-        for call in message.get("tool_calls") or ():
-            if isinstance(call, dict):
-                yield "call", call.get("id"), ""
+        for _, call in _dicts(message.get("tool_calls")):
+            yield "call", call.get("id"), ""
         if message.get("role") == "tool":
             yield "result", message.get("tool_call_id"), f"messages[{mi}]"
 
@@ -60,7 +61,9 @@ def _openai_responses(body: dict) -> Iterator[Item]:
         return  # the history lives on the server: nothing to check here
     items = body.get("input")
     for ii, item in _dicts(items):
-        kind = item.get("type", "")
+        kind = item.get("type")
+        if not isinstance(kind, str):
+            continue
         if kind.endswith("_call") and item.get("call_id"):
             yield "call", item["call_id"], ""
         elif kind.endswith("_call_output"):
@@ -91,12 +94,11 @@ def _gemini(body: dict) -> Iterator[Item]:
 
 def _ollama(body: dict) -> Iterator[Item]:
     for mi, message in _dicts(body.get("messages")):
-        for call in message.get("tool_calls") or ():
-            if isinstance(call, dict):
-                function = call.get("function") or {}
-                if call.get("id"):
-                    yield "call", call["id"], ""
-                yield "call", function.get("name"), ""
+        for _, call in _dicts(message.get("tool_calls")):
+            function = call.get("function")
+            if call.get("id"):
+                yield "call", call["id"], ""
+            yield "call", function.get("name") if isinstance(function, dict) else None, ""
         if message.get("role") == "tool":
             yield "result", message.get("tool_call_id") or message.get("tool_name"), f"messages[{mi}]"
 
