@@ -272,7 +272,7 @@ def _end_early(flow: http.HTTPFlow, style: str) -> None:
             pass
         flow.kill()
 
-    asyncio.get_running_loop().create_task(close_after_flush())
+    _run_soon(close_after_flush())
 
 
 # --- ending the client's message at the cut ---------------------------------------------
@@ -335,13 +335,17 @@ def _end_stream(flow: http.HTTPFlow, style: str, protocol: str) -> bool:
     except Exception as exc:
         log.warning(f"streamtap: flow {flow.id[:12]}: cannot end the response at the cut ({type(exc).__name__}: {exc})")
         return False
-    task = asyncio.get_running_loop().create_task(handler.server_event(events.Wakeup(wakeup)))
-    _PENDING.add(task)  # the loop keeps only a weak reference
-    task.add_done_callback(_PENDING.discard)
+    _run_soon(handler.server_event(events.Wakeup(wakeup)))
     return True
 
 
 _PENDING: set[asyncio.Task] = set()
+
+
+def _run_soon(coroutine: Any) -> None:
+    task = asyncio.get_running_loop().create_task(coroutine)
+    _PENDING.add(task)  # the loop keeps only a weak reference: an unreferenced task may vanish mid-way
+    task.add_done_callback(_PENDING.discard)
 
 
 def _http_layer(top: Any) -> Any:
