@@ -192,3 +192,22 @@ def test_help_explains_streamed_bodies():
     result = streamtap_import("--help")
     assert result.returncode == 0
     assert "store_streamed_bodies=true" in result.stdout and "mitmdump -w" in result.stdout
+
+
+def test_a_sentinel_import_is_judged_the_same_by_verify(plain_capture):
+    """Imported with --sentinel: the header keeps the sentinel, as the Tap's does, so verify
+    judges the recording with it again instead of reporting a verdict it cannot reproduce."""
+    (path, _), tmp = plain_capture
+    out = tmp / "sentinel"
+    result = streamtap_import(str(path), "--out", str(out), "--sentinel", "THE END", "-q", "--filter", "~u chat/completions")
+    assert result.returncode == 0, result.stderr
+    files = sorted(out.glob("*.jsonl"))
+    assert len(files) == 2
+    for file in files:
+        recording = read_recording(file)
+        assert recording.header["sentinel"] == "THE END"
+        assert recording.verdict["kind"] == "truncated", recording.verdict
+    verify = subprocess.run([str(STREAMTAP), "verify", *map(str, files)], capture_output=True, text=True, timeout=60)
+    assert verify.returncode == 1, verify.stdout + verify.stderr
+    assert "judging its bytes again" not in verify.stdout, verify.stdout
+    assert verify.stdout.count(": truncated (") == 2, verify.stdout

@@ -14,12 +14,12 @@ import orjson
 
 
 def flow_header(flow: Any, *, started: float | None, dialect: str | None, why: str | None,
-                wire_format: str | None, content_encoding: str | None, imported_from: Path | None = None,
-                **after_why: Any) -> dict[str, Any]:
+                sentinel: str | None, wire_format: str | None, content_encoding: str | None,
+                imported_from: Path | None = None) -> dict[str, Any]:
     """The header fields, in the order the format lists them.
 
-    ``imported_from`` names the capture a recording was imported from; ``after_why`` holds more
-    fields placed between ``why`` and ``wire`` (the Tap's ``sentinel``)."""
+    ``sentinel`` is the one the verdict was judged with (``verify`` judges with it again);
+    ``imported_from`` names the capture a recording was imported from."""
     request, response = flow.request, flow.response
     body: dict[str, Any] = {}
     raw = request.raw_content
@@ -50,6 +50,6 @@ def flow_header(flow: Any, *, started: float | None, dialect: str | None, why: s
     }
     header["dialect"] = dialect
     header["why"] = why
-    header.update(after_why)
+    header["sentinel"] = sentinel
     header["wire"] = {"format": wire_format, "content_encoding": content_encoding}
     return header

@@ -108,6 +108,7 @@ def import_flow(
             started=flow.response.timestamp_start,
             dialect=detection.dialect.value,
             why=detection.why,
+            sentinel=sentinel,
             wire_format=detection.wire,
             content_encoding=flow.response.headers.get("content-encoding") or None,
             imported_from=source,
