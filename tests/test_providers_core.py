@@ -68,6 +68,15 @@ def test_detection_never_reads_the_response_body():
     assert detect_dialect(None, "text/event-stream").dialect is Dialect.UNKNOWN
 
 
+def test_detection_reads_a_url_whose_host_has_an_unbalanced_bracket():
+    # the URL is built from the client's Host header, which can be anything; the path still decides
+    request = RequestInfo("POST", "http://[192.0.2.10/v1/messages?beta=true", {}, b'{"stream": true}')
+    detection = detect_dialect(request, "text/event-stream")
+    assert (detection.dialect, detection.wire, detection.streaming) == (Dialect.ANTHROPIC, "sse", True)
+    request = RequestInfo("POST", "http://192.0.2.10]/v1beta/models/g:streamGenerateContent?alt=sse", {}, None)
+    assert (detect_dialect(request, None).dialect, detect_dialect(request, None).wire) == (Dialect.GEMINI, "sse")
+
+
 def test_cassette_requests_and_sniffing_agree_on_every_stream():
     """Every streamed response in the cassettes: detection from the recorded request and sniffing
     the body alone name the same dialect and wire."""

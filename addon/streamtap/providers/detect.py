@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import struct
 from dataclasses import dataclass, field
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import SplitResult, parse_qs, urlsplit
 
 import orjson
 
@@ -65,13 +65,20 @@ def _body_json(body: bytes | None) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
+def _split_url(url: str) -> SplitResult:
+    try:
+        return urlsplit(url)
+    except ValueError:  # an unbalanced "[" or "]" in the host, which comes from the client's Host header
+        return urlsplit(url.replace("[", "%5B").replace("]", "%5D"))
+
+
 def detect_dialect(request: RequestInfo | None, content_type: str | None) -> Detection:
     ct_wire = wire_from_content_type(content_type)
     ct_note = f"content-type {content_type.split(';')[0].strip()}" if content_type else "no content-type"
     if request is None:
         wire = ct_wire if ct_wire not in (None, "json-array") else "sse"
         return Detection(Dialect.UNKNOWN, wire, f"no request; {ct_note}", ct_wire not in (None, "json-array"))
-    url = urlsplit(request.url)
+    url = _split_url(request.url)
     host = (url.hostname or request.headers.get("host", "")).lower()
     path = url.path.rstrip("/")
     query = parse_qs(url.query)
