@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 
-import pytest
 from provider_streams import cut_points, sse_spans
 from conftest import shared_path
 
@@ -104,8 +103,7 @@ def test_two_different_captures_diverge():
     assert result.block == 0  # different call ids from the first block on
 
 
-@pytest.mark.parametrize("choices", [2])
-def test_multi_choice(choices):
+def test_multi_choice():
     a = turn_of(text("A"))
     a.choices.append(Choice(1, [text("B")]))
     b = copy.deepcopy(a)
