@@ -206,3 +206,18 @@ def test_a_recording_with_a_mistyped_field_is_one_line_exit_2(tmp_path, line1, l
         assert result.returncode == 2, result.stderr
         assert result.stdout == "" and "Traceback" not in result.stderr
         assert len(result.stderr.splitlines()) == 1 and says in result.stderr, result.stderr
+
+
+def test_a_bug_in_a_verb_exits_3_not_1(monkeypatch, capsys, tmp_path):
+    """Exit 1 means "a finding": an internal error must not be mistaken for one."""
+    from streamtap import cli
+    from streamtap.commands import verify
+
+    def broken(args):
+        raise RuntimeError("a bug in streamtap")
+
+    monkeypatch.setattr(verify, "run", broken)
+    body = tmp_path / "body.sse"
+    body.write_bytes(b"data: {}\n\n")
+    assert cli.main(["verify", str(body)]) == cli.EXIT_INTERNAL == 3
+    assert "RuntimeError: a bug in streamtap" in capsys.readouterr().err

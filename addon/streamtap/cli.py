@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
 
 # verb -> module; each module defines HELP (one line), configure(parser) and run(args) -> int
 VERBS = {
@@ -39,12 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"streamtap {__version__}")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB")
     for verb, module_name in VERBS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue  # a verb still being built
+        module = importlib.import_module(module_name)
         sub = verbs.add_parser(verb, help=module.HELP, description=module.HELP)
         module.configure(sub)
         sub.set_defaults(run=module.run)
@@ -66,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return EXIT_OK
+    except Exception:  # a bug in streamtap: its traceback helps, and exit 3 keeps it apart from a finding
+        traceback.print_exc()
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":
