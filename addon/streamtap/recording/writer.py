@@ -146,8 +146,9 @@ def _described(event: Any) -> bytes:
 class RecordingWriter:
     """Appends the lines of one recording. Not thread-safe: one flow, one writer.
 
-    ``path`` must not hold a recording yet; an exclusive lock held until ``finish``
-    makes a second writer fail with RecordingBusy instead of interleaving lines.
+    ``path`` must not hold a recording yet; an exclusive lock held until the file is closed
+    (``finish``, or ``sync_and_close`` after ``finish(sync=False)``) makes a second writer
+    fail with RecordingBusy instead of interleaving lines.
     """
 
     def __init__(
