@@ -7,6 +7,7 @@ re-encoding), and each faulted stream goes through the verdict layer, which must
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from replay_streams import anthropic_frames, bedrock_invoke_frames, openai_chat_frames
@@ -277,6 +278,9 @@ def test_live_faults_give_the_same_bytes_as_replay_for_any_chunking(kind, spec, 
     out += live.close()
     assert b"".join(out) == expected.body
     assert (live.end or "clean") == expected.end.style
+    # every fault is logged with its exact position: the body byte replay names, however the body came in
+    positions = re.compile(r"(?:at|body) byte (\d+)")
+    assert [positions.findall(line) for line in live.log] == [positions.findall(line) for line in expected.log]
 
 
 def test_live_faults_refuse_what_needs_a_recording():

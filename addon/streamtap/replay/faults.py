@@ -756,8 +756,15 @@ class LiveFaults:
             return []
         if self._decoder is None:
             return self._output(data)
-        out = b"".join(self._event(e.raw) for e in self._decoder.feed(data) if self.end is None)
-        return self._output(out)
+        out: list[bytes] = []
+        at = self._sent  # body offset of the next byte out: one chunk may carry several events
+        for event in self._decoder.feed(data):
+            if self.end is not None:
+                break
+            piece = self._event(event.raw, at)
+            out.append(piece)
+            at += len(piece)
+        return self._output(b"".join(out))
 
     def close(self) -> list[bytes]:
         """At the end of the upstream body: whatever was held back (a cut tail is forwarded as it came)."""
@@ -769,26 +776,29 @@ class LiveFaults:
             self._held = None
         return self._output(out)
 
-    def _event(self, raw: bytes) -> bytes:
+    def _event(self, raw: bytes, at: int) -> bytes:
+        """What to forward for event ``n``, which would start at body offset ``at``."""
         n = self._n
         self._n += 1
         for fault in self.faults:
             p = fault.params
             if fault.kind == "drop" and p["event"] == n:
-                self.log.append(f"{fault.spec}: dropped event {n} at byte {self._sent}")
+                self.log.append(f"{fault.spec}: dropped event {n} at byte {at}")
                 return b""
             if fault.kind == "corrupt" and p.get("frame", 0) == n:
                 try:
-                    raw, at, old = corrupt_raw(raw, self.wire, fault)
+                    raw, inside, old = corrupt_raw(raw, self.wire, fault)
                 except FaultSpecError as exc:  # this event has no such byte: it passes unchanged
                     self.log.append(f"not applied: {exc}")
                 else:
-                    self.log.append(f"{fault.spec}: event {n} byte {at} 0x{old:02x} -> 0x{raw[at]:02x}")
+                    self.log.append(
+                        f"{fault.spec}: event {n} {p.get('field', 'payload')} (body byte {at + inside}) 0x{old:02x} -> 0x{raw[inside]:02x}"
+                    )
             if fault.kind == "reorder" and p["event"] == n:
                 self._held = raw
-                self.log.append(f"{fault.spec}: events {n} and {n + 1} swapped at byte {self._sent}")
+                self.log.append(f"{fault.spec}: events {n} and {n + 1} swapped (at byte {at})")
                 return b""
-        cut = self._cut_inside(raw, n)
+        cut = self._cut_inside(raw, n, at)
         if cut is not None:
             return raw[:cut]
         out = raw
@@ -797,42 +807,43 @@ class LiveFaults:
         for fault in self.faults:
             p = fault.params
             if fault.kind == "duplicate" and p["event"] == n:
+                self.log.append(f"{fault.spec}: event {n} sent twice (again at byte {at + len(out)})")
                 out += raw
-                self.log.append(f"{fault.spec}: event {n} sent twice")
             if fault.kind == "cut" and "event" in p and "at" not in p and p["event"] == n:
                 self.end = p.get("style", "clean")
-                self.log.append(f"{fault.spec}: {self.end} cut after event {n}")
+                self.log.append(f"{fault.spec}: {self.end} cut after event {n} at byte {at + len(out)}")
             if fault.kind == "error" and p.get("after", 0) == n:
+                self.log.append(f"{fault.spec}: {p['kind']} injected after event {n} at byte {at + len(out)}")
                 out += b"".join(error_frames(self.source, p["kind"], p.get("message"), n + 1))
                 self.end = "clean"
-                self.log.append(f"{fault.spec}: {p['kind']} injected after event {n}")
         return out
 
-    def _cut_inside(self, raw: bytes, n: int) -> int | None:
-        """Where inside this event a protocol-aware cut falls, if it does."""
+    def _cut_inside(self, raw: bytes, n: int, at: int) -> int | None:
+        """Where inside this event (which starts at body offset ``at``) a protocol-aware cut falls, if it does."""
+        view = None
         for fault in self.faults:
-            at = fault.params.get("at")
-            if fault.kind != "cut" or at is None:
+            position = fault.params.get("at")
+            if fault.kind != "cut" or position is None:
                 continue
-            view = view_frame(raw, self.wire)
+            view = view or view_frame(raw, self.wire)
             offset = None
-            if at == "tool-args":
+            if position == "tool-args":
                 offset = _tool_args_offset(raw, view, self.wire)
-            elif at == "escaped-quote":
+            elif position == "escaped-quote":
                 k = raw.find(b'\\"')
                 offset = k + 2 if k >= 0 else None
-            elif at == "before-terminal":
+            elif position == "before-terminal":
                 offset = 0 if _is_terminal(view) else None
-            elif at == "between-blocks":
+            elif position == "between-blocks":
                 key = _block_key(view)
                 if key is not None:
                     offset = 0 if self._last_key is not None and key != self._last_key else None
                     self._last_key = key
             elif self.wire == "eventstream" and n == fault.params.get("event", 0):
-                offset = 6 if at == "prelude" else len(raw) - 2
+                offset = 6 if position == "prelude" else len(raw) - 2
             if offset is not None:
                 self.end = fault.params.get("style", "clean")
-                self.log.append(f"{fault.spec}: {self.end} cut at byte {self._sent + offset} ({at}, event {n})")
+                self.log.append(f"{fault.spec}: {self.end} cut at byte {at + offset} ({position}, event {n})")
                 return offset
         return None
 
