@@ -328,6 +328,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.mb, args.rounds, args.ticks, args.held = 0.5, 1, 100, 20
+    if args.against and not (args.against / "addon" / "tap.py").is_file():
+        parser.error(f"--against: {args.against}/addon/tap.py does not exist")
 
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe()
@@ -339,12 +341,12 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="streamtap-bench-"))
     names = ["bare", "passthru", "streamtap-norec", "streamtap"]
     if args.against:
-        if not (args.against / "addon" / "tap.py").is_file():
-            parser.error(f"--against: {args.against}/addon/tap.py does not exist")
         names[2:2] = ["streamtap-norec-old", "streamtap-old"]
-    proxies = {name: Proxy(name, port, workdir, args.against) for name in names}
+    proxies: dict[str, Proxy] = {}
     results: dict[str, dict[str, float]] = {name: {} for name in names}
     try:
+        for name in names:  # inside the try: a proxy that fails to start stops the ones before it
+            proxies[name] = Proxy(name, port, workdir, args.against)
         for name in names:  # first, while the proxies' heaps are small and unfragmented
             results[name]["held_bytes"] = held_streams(proxies[name], args.held)
         workloads = (
