@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import socket
 import ssl
-import subprocess
 import time
 
 import anthropic
@@ -15,10 +14,7 @@ import pytest
 
 import provider_streams as streams
 from streamtap.recording import check_recording
-from upstream import H2Upstream, Mitmdump, Script, TeeTransport, Upstream, find_recording
-
-CHAT = "/v1/chat/completions"
-REQUEST = '{"model":"m","stream":true,"messages":[]}'
+from upstream import CHAT, STREAM_REQUEST, H2Upstream, Mitmdump, Script, TeeTransport, Upstream, curl, find_recording
 
 
 @pytest.fixture(scope="module")
@@ -27,13 +23,6 @@ def proxy(tmp_path_factory):
         with Mitmdump(upstream.url, tmp_path_factory.mktemp("ends")) as mitm:
             mitm.upstream = upstream
             yield mitm
-
-
-def curl(url: str, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["curl", "-sS", "-N", "--max-time", "10", "-H", "content-type: application/json", "--data", REQUEST, *extra, url],
-        capture_output=True,
-    )
 
 
 def find_line(proxy, text: str) -> str:
@@ -68,7 +57,7 @@ def test_client_abort_is_not_the_providers_fault(proxy):
     with socket.create_connection(("127.0.0.1", proxy.port)) as sock:
         sock.sendall(
             f"POST /s/abort{CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(REQUEST)}\r\n\r\n{REQUEST}".encode()
+            f"Content-Length: {len(STREAM_REQUEST)}\r\n\r\n{STREAM_REQUEST}".encode()
         )
         assert proxy.upstream.wait_paused()
         received = b""
@@ -155,7 +144,7 @@ def h2proxy(tmp_path_factory):
 
 def h2_post(h2proxy, name, stop_after: int | None = None):
     with httpx.Client(http2=True, verify=ssl.create_default_context(cafile=h2proxy.ca)) as client:
-        with client.stream("POST", f"https://localhost:{h2proxy.port}/s/{name}{CHAT}", content=REQUEST) as response:
+        with client.stream("POST", f"https://localhost:{h2proxy.port}/s/{name}{CHAT}", content=STREAM_REQUEST) as response:
             got = bytearray()
             error = None
             try:

@@ -15,23 +15,13 @@ import pytest
 
 import provider_streams as streams
 from streamtap.recording import check_recording, read_recording
-from upstream import MITMDUMP, REPO, Mitmdump, Script, Upstream, find_recording
-
-CHAT = "/v1/chat/completions"
-REQUEST = '{"model":"m","stream":true,"messages":[]}'
+from upstream import CHAT, MITMDUMP, REPO, STREAM_REQUEST, Mitmdump, Script, Upstream, curl, find_recording
 
 
 @pytest.fixture(scope="module")
 def upstream():
     with Upstream() as up:
         yield up
-
-
-def curl(url: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["curl", "-sS", "-N", "--max-time", "20", "-H", "content-type: application/json", "--data", REQUEST, url],
-        capture_output=True,
-    )
 
 
 def big_stream(events: int) -> bytes:
@@ -45,7 +35,7 @@ def test_unwritable_recording_dir_passes_traffic_and_says_so_once(upstream, tmp_
     upstream.add("unwritable", Script(body, chunk_size=999))
     with Mitmdump(upstream.url, tmp_path / "m", options={"streamtap_dir": str(blocker / "recordings")}) as proxy:
         for _ in range(2):
-            out = curl(f"{proxy.url}/s/unwritable{CHAT}")
+            out = curl(f"{proxy.url}/s/unwritable{CHAT}", max_time=20)
             assert out.returncode == 0 and out.stdout == body
         log = proxy.wait_log("streamtap: openai-chat", count=2)
     errors = [line for line in log.splitlines() if "traffic passes on untouched" in line]
@@ -71,7 +61,7 @@ def test_disk_full_mid_stream(upstream, tmp_path, tiny_disk):
     assert len(body) > 120_000
     upstream.add("diskfull", Script(body, chunk_size=4096, gap=0.001))
     with Mitmdump(upstream.url, tmp_path / "m", options={"streamtap_dir": str(tiny_disk)}) as proxy:
-        out = curl(f"{proxy.url}/s/diskfull{CHAT}")
+        out = curl(f"{proxy.url}/s/diskfull{CHAT}", max_time=20)
         assert out.returncode == 0 and out.stdout == body == upstream.last("diskfull").wire
         log = proxy.wait_log("streamtap: openai-chat")
     errors = [line for line in log.splitlines() if "traffic passes on untouched" in line]
@@ -89,7 +79,7 @@ def test_a_body_that_lies_about_its_encoding(upstream, tmp_path):
     upstream.add("liar", Script(body, headers=[("content-encoding", "gzip")], chunk_size=300))
     with Mitmdump(upstream.url, tmp_path / "m") as proxy:
         out = subprocess.run(
-            ["curl", "-sS", "-N", "-H", "content-type: application/json", "--data", REQUEST, f"{proxy.url}/s/liar{CHAT}"],
+            ["curl", "-sS", "-N", "-H", "content-type: application/json", "--data", STREAM_REQUEST, f"{proxy.url}/s/liar{CHAT}"],
             capture_output=True,
         )
         assert out.stdout == body  # forwarded untouched, though it cannot be decoded
@@ -107,7 +97,7 @@ def test_kill_9_mid_stream_leaves_an_incomplete_recording(upstream, tmp_path):
     upstream.add("kill9", Script(body, chunk_size=500, pause_after=4000))
     proxy = Mitmdump(upstream.url, tmp_path / "m").start()
     client = subprocess.Popen(
-        ["curl", "-sS", "-N", "-H", "content-type: application/json", "--data", REQUEST, f"{proxy.url}/s/kill9{CHAT}"],
+        ["curl", "-sS", "-N", "-H", "content-type: application/json", "--data", STREAM_REQUEST, f"{proxy.url}/s/kill9{CHAT}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
     try:
@@ -145,7 +135,7 @@ def test_fifty_concurrent_streams(upstream, tmp_path):
 
         def run(name: str) -> bytes:
             barrier.wait()
-            with client.stream("POST", f"{proxy.url}/s/{name}{CHAT}", content=REQUEST) as response:
+            with client.stream("POST", f"{proxy.url}/s/{name}{CHAT}", content=STREAM_REQUEST) as response:
                 return b"".join(response.iter_raw())
 
         with ThreadPoolExecutor(50) as pool:
@@ -172,8 +162,8 @@ def test_a_filter_chooses_the_flows(upstream, tmp_path):
     upstream.add("chosen", Script(body))
     upstream.add("ignored", Script(body))
     with Mitmdump(upstream.url, tmp_path / "m", options={"streamtap_filter": "~u /s/chosen/", "streamtap_fsync": "always"}) as proxy:
-        assert curl(f"{proxy.url}/s/ignored{CHAT}").stdout == body
-        assert curl(f"{proxy.url}/s/chosen{CHAT}").stdout == body
+        assert curl(f"{proxy.url}/s/ignored{CHAT}", max_time=20).stdout == body
+        assert curl(f"{proxy.url}/s/chosen{CHAT}", max_time=20).stdout == body
         rec = find_recording(proxy.record_dir, "chosen")
         assert rec.body == body
         assert len(list(proxy.record_dir.iterdir())) == 1

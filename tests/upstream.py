@@ -433,6 +433,17 @@ from pathlib import Path  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 MITMDUMP = REPO / ".venv" / "bin" / "mitmdump"
+CHAT = "/v1/chat/completions"
+STREAM_REQUEST = '{"model":"m","stream":true,"messages":[]}'  # a streaming chat call, as curl sends it
+
+
+def curl(url: str, *extra: str, max_time: float = 10) -> subprocess.CompletedProcess:
+    """``curl -N`` posting STREAM_REQUEST: stdout holds the bytes the client received."""
+    return subprocess.run(
+        ["curl", "-sS", "-N", "--max-time", str(max_time), "-H", "content-type: application/json",
+         "--data", STREAM_REQUEST, *extra, url],
+        capture_output=True,
+    )
 
 
 def free_port() -> int:
