@@ -344,3 +344,31 @@ def test_original_timing_reproduces_the_recorded_network_reads(tmp_path):
         data, how = _raw_exchange(server.base_url, OPENAI_BODY)
     chunks, terminated = dechunk(data)
     assert how == "complete" and terminated and chunks == frames  # one HTTP chunk per recorded read
+
+
+def test_a_recording_of_a_non_json_request_body_answers_that_body(tmp_path):
+    """The recording header keeps a body that is not JSON as body_b64 (recording/header.py)."""
+    import base64
+
+    from streamtap.recording import RecordingWriter
+    from streamtap.wire import SSEDecoder
+
+    form = b"prompt=Weather+in+Paris%3F&stream=1"
+    writer = RecordingWriter(tmp_path / "form.jsonl")
+    writer.header(
+        {
+            "request": {"method": "POST", "url": "https://llm.example/generate", "headers": [], "body_b64": base64.b64encode(form).decode()},
+            "response": {"status": 200, "headers": [["content-type", "text/event-stream"]]},
+            "dialect": "unknown",
+            "wire": {"format": "sse", "content_encoding": None},
+        }
+    )
+    writer.read(b"data: hello\n\n", 0.0)
+    [event] = SSEDecoder().feed(b"data: hello\n\n")
+    writer.frame(event, 0.0)
+    writer.finish({"stream_end": "finished"})
+    with ServerThread(Library.load([tmp_path]), ServeOptions()) as server:
+        matched = httpx.post(server.base_url + "/generate", content=form, timeout=5)
+        other = httpx.post(server.base_url + "/generate", content=b"prompt=other", timeout=5)
+    assert matched.status_code == 200 and matched.content == b"data: hello\n\n"
+    assert other.status_code == 404

@@ -112,8 +112,8 @@ def _source_from_header(path: Path, header: dict, frames: list[Frame], reads: li
     request = header.get("request") or {}
     response = header.get("response") or {}
     body = request.get("body")
-    if body is None:
-        body = request.get("json")
+    if body is None and "body_b64" in request:  # a request body that is not JSON
+        body = base64.b64decode(request["body_b64"])
     headers = response.get("headers") or []
     if isinstance(headers, dict):
         headers = list(headers.items())
