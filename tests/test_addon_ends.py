@@ -187,3 +187,22 @@ def test_http2_client_cancel_is_a_client_abort(h2proxy):
     rec = find_recording(h2proxy.record_dir, "h2cancel")
     assert rec.end["stream_end"] == "client_aborted", rec.end["error"]
     assert rec.body.startswith(got) and rec.body == body[: len(rec.body)] and len(rec.body) < len(body)
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate (zlib)", "deflate (raw)"])
+def test_a_compressed_copy_decodes_the_same_one_byte_read_at_a_time(encoding):
+    """The Tap's content decoders see the body as the network cut it: one-byte reads included
+    (the first of them must not decide alone whether "deflate" is zlib-wrapped)."""
+    import zlib
+
+    from streamtap.mitm.tap import content_decoder
+
+    body = streams.openai_chat(["one ", "byte ", "at ", "a ", "time"])
+    wire = {
+        "gzip": gzip.compress(body),
+        "deflate (zlib)": zlib.compress(body),
+        "deflate (raw)": zlib.compress(body)[2:-4],
+    }[encoding]
+    decoder = content_decoder(encoding.split()[0])
+    decoded = b"".join(decoder.decompress(wire[i : i + 1]) for i in range(len(wire))) + decoder.flush()
+    assert decoded == body

@@ -62,12 +62,16 @@ class _Deflate(_Zlib):
 
     def __init__(self) -> None:
         super().__init__(zlib.MAX_WBITS)
-        self._sniffed = False
+        self._head: bytes | None = b""  # held until two bytes tell a zlib header from raw deflate
 
     def decompress(self, data: bytes) -> bytes:
-        if not self._sniffed and data:
-            self._sniffed = True
-            if (data[0] & 0x0F) != 8 or (data[0] << 8 | (data[1] if len(data) > 1 else 0)) % 31:
+        if self._head is not None:
+            data = self._head + data
+            if len(data) < 2:
+                self._head = data
+                return b""
+            self._head = None
+            if (data[0] & 0x0F) != 8 or (data[0] << 8 | data[1]) % 31:
                 self._d = zlib.decompressobj(-zlib.MAX_WBITS)
         return super().decompress(data)
 
