@@ -330,7 +330,10 @@ class Assembler(AssemblerBase):
         return f"{what} {number} of output item {obj.get('output_index', obj.get('item_id'))}"
 
     def _delta(self, obj, event, t, kind: BlockKind, sub: str = "content") -> None:
-        if self.reopened(self._part_unit(obj, sub), str(obj.get("type")), event):
+        # the widest closed unit is named: the item, else the part
+        item = f"output item {obj.get('output_index', obj.get('item_id'))}"
+        if self.reopened(item, str(obj.get("type")), event) or \
+                self.reopened(self._part_unit(obj, sub), str(obj.get("type")), event):
             return
         block = self._part(obj, event, kind, sub)
         if block is not None and isinstance(obj.get("delta"), str):
