@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import importlib
 import inspect
 from collections.abc import Sequence
@@ -68,13 +69,18 @@ ERROR_BODY_LIMIT = 64 * 1024  # an HTTP error body is kept for its message, not 
 
 def make_assembler(dialect: Dialect, wire: str):
     """The dialect module's ``Assembler``, given the wire when its constructor takes one."""
-    module = importlib.import_module(MODULES[dialect])
-    cls = module.Assembler
+    cls, takes_wire = _assembler_class(dialect)
+    return cls(wire=wire) if takes_wire else cls()
+
+
+@functools.cache
+def _assembler_class(dialect: Dialect) -> tuple[type, bool]:
+    cls = importlib.import_module(MODULES[dialect]).Assembler
     try:
         takes_wire = "wire" in inspect.signature(cls).parameters
     except (TypeError, ValueError):
         takes_wire = False
-    return cls(wire=wire) if takes_wire else cls()
+    return cls, takes_wire
 
 
 @dataclass(slots=True)
