@@ -121,6 +121,7 @@ class StreamSession:
         # this off, so a long stream does not grow a list in memory
         self._arrivals: list[float] | None = [] if keep_arrivals else None
         self._malformed: Malformed | None = None
+        self._damaged: SSEEvent | None = None  # the first event whose bytes were not UTF-8
         self._malformed_count = 0
         self._tail: Tail | None = None
         self._bug: str | None = None
@@ -169,6 +170,8 @@ class StreamSession:
             reads.append(i)
             if type(event) in plain and self._bug is None:  # _take's common case, without the call
                 self._events += 1
+                if type(event) is SSEEvent and event.invalid_utf8 and self._damaged is None:
+                    self._damaged = event
                 if t is not None and arrivals is not None:
                     arrivals.append(t)
                 try:
@@ -221,6 +224,8 @@ class StreamSession:
             if self._malformed is None:
                 self._malformed = event
             return
+        if type(event) is SSEEvent and event.invalid_utf8 and self._damaged is None:
+            self._damaged = event
         if self._bug is not None:
             if isinstance(event, Tail):
                 self._tail = event
@@ -283,6 +288,17 @@ class StreamSession:
                 bad.seq,
                 bad.start,
                 {"error": type(bad.error).__name__, "fatal": bad.fatal, "end": end.value, "bytes": self._bytes},
+            )
+        damaged = self._damaged
+        if damaged is not None and not (verdict.kind is VerdictKind.CORRUPT and (verdict.seq or 0) < damaged.seq):
+            # SSE is UTF-8 by definition and every provider sends it: bytes that are not were damaged in flight
+            return Verdict(
+                VerdictKind.CORRUPT,
+                f"event at seq {damaged.seq} (byte {damaged.start}) is not valid UTF-8 "
+                f"({damaged.invalid_utf8} invalid sequence(s)): its bytes were damaged",
+                damaged.seq,
+                damaged.start,
+                {"invalid_utf8": damaged.invalid_utf8, "end": end.value, "bytes": self._bytes, "was": verdict.kind.value},
             )
         if verdict.kind in (VerdictKind.ERRORED, VerdictKind.CORRUPT):
             return verdict
