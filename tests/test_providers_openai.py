@@ -603,3 +603,81 @@ def test_two_generations_stitched_together_are_corrupt():
     path = vercel("openai", "chat", "azure-model-router.1.chunks.txt")
     if path.exists():
         assert analyze_bytes(frame_chat(chunk_lines(path)), CHAT).verdict.kind is C
+
+
+def test_responses_reasoning_signature_is_the_final_responses_as_the_sdk_keeps_it():
+    """The encrypted reasoning is re-issued in response.completed; the SDK's final response holds that one."""
+    body = shared_path("fixtures", "pydantic-ai/bodies/openai-responses/test_openai_responses_streaming_usage.0.sse").read_bytes()
+    with _client(body).responses.stream(model="gpt-test", input="hi") as stream:
+        for _ in stream:
+            pass
+        final = stream.get_final_response()
+    sdk = [o.encrypted_content for o in final.output if o.type == "reasoning" and o.encrypted_content]
+    turn = analyze_bytes(body, RESPONSES).turn
+    ours = [b.signature for b in turn.blocks if b.kind is BlockKind.THINKING and b.signature]
+    assert sdk and ours and set(ours) == set(sdk)
+    # output_item.done carried another encryption of the same reasoning: kept as an earlier signature
+    assert any(b.extra.get("earlier_signatures") for b in turn.blocks if b.kind is BlockKind.THINKING)
+
+
+def _sse_events(body: bytes) -> list:
+    from streamtap.wire import SSEDecoder, SSEEvent
+
+    decoder = SSEDecoder()
+    return [e for e in decoder.feed(body) + decoder.close() if isinstance(e, SSEEvent)]
+
+
+def _unnumbered(body: bytes) -> bytes:
+    """The same events without sequence_number, as some compatible servers send them."""
+    out = []
+    for event in _sse_events(body):
+        obj = orjson.loads(event.data)
+        obj.pop("sequence_number", None)
+        out.append(b"event: " + obj["type"].encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n")
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("fault", ["drop", "duplicate", "reorder"])
+@pytest.mark.parametrize("numbered", [True, False], ids=["sequence_number", "no sequence_number"])
+def test_responses_text_delta_lost_repeated_or_reordered_in_flight_is_corrupt(fault, numbered):
+    """streamtap's own faults on a real capture: with sequence_number the gap or step back shows; without it,
+    the deltas disagree with output_text.done and with the final response."""
+    from streamtap.replay.faults import parse_faults, plan
+    from streamtap.replay.source import Source
+
+    body = shared_path("fixtures", "pydantic-ai/bodies/bedrock-mantle/test_reused_tool_call_ids__stream.2.sse").read_bytes()
+    if not numbered:
+        body = _unnumbered(body)
+    assert analyze_bytes(body, RESPONSES).verdict.kind is C
+    events = _sse_events(body)
+    objects = [orjson.loads(e.data) for e in events]
+    deltas = [i for i, o in enumerate(objects) if o["type"] == "response.output_text.delta"]
+    n = next(i for i in deltas if i + 1 in deltas and objects[i]["delta"] != objects[i + 1]["delta"] and objects[i]["delta"])
+    source = Source.from_frames([e.raw for e in events], wire="sse", dialect="openai-responses")
+    served = plan(source, parse_faults(f"{fault}:event={n}")).body
+    verdict = analyze_bytes(served, RESPONSES).verdict
+    assert verdict.kind is X, verdict
+    if numbered:
+        assert "sequence_number" in verdict.reason
+    else:
+        assert "the deltas disagree with response.output_text.done at block" in verdict.reason
+        before = len("".join(objects[i]["delta"] for i in deltas if i < n).encode())
+        assert before <= verdict.evidence["byte"] <= before + len((objects[n]["delta"] + objects[n + 1]["delta"]).encode())
+
+
+def test_responses_final_snapshot_disagreeing_with_the_deltas_is_corrupt():
+    """Only the final response names the text (no .done event carries it): a lost delta shows against it."""
+    body = shared_path("fixtures", "pydantic-ai/bodies/bedrock-mantle/test_reused_tool_call_ids__stream.2.sse").read_bytes()
+    kept = []
+    for event in _sse_events(_unnumbered(body)):
+        obj = orjson.loads(event.data)
+        if obj["type"] in ("response.output_text.done", "response.content_part.done"):
+            continue
+        if obj["type"] == "response.output_item.done":
+            obj["item"].pop("content", None)
+        kept.append(b"event: " + obj["type"].encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n")
+    assert analyze_bytes(b"".join(kept), RESPONSES).verdict.kind is C
+    deltas = [i for i, raw in enumerate(kept) if b'"response.output_text.delta"' in raw]
+    lost = b"".join(raw for i, raw in enumerate(kept) if i != deltas[2])
+    verdict = analyze_bytes(lost, RESPONSES).verdict
+    assert verdict.kind is X and "the deltas disagree with the final response at block" in verdict.reason, verdict
