@@ -317,3 +317,14 @@ def test_crlf_body_cut_between_its_last_cr_and_lf_stays_complete():
     for dialect, crlf in ((CHAT, body), (Dialect.GEMINI, gemini_chunk("Hel") + gemini_chunk("lo", "STOP"))):
         assert analyze_bytes(crlf[:-1], dialect).verdict.kind is C
         assert analyze_bytes(crlf[:-2], dialect).verdict.kind is T
+
+
+def test_anthropic_content_after_the_stop_reason_is_corrupt():
+    """message_delta's stop_reason ends the message's content: a block delta after it contradicts it."""
+    events = anthropic_events("think", "answer", {"city": "Paris"})
+    delta = next(i for i, e in enumerate(events) if e["type"] == "message_delta")
+    events.insert(delta + 1, {"type": "content_block_start", "index": 3, "content_block": {"type": "text", "text": ""}})
+    body = anthropic_body(events)
+    verdict = analyze_bytes(body, ANTHROPIC).verdict
+    assert_names_both(verdict, sse_events(body), delta, delta + 1)
+    assert "message_delta (stop_reason tool_use)" in verdict.reason

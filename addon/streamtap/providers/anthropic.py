@@ -21,9 +21,10 @@ Choices this module makes where the provider is silent:
   block types this version does not know are ``other``, kept whole, their deltas' text
   joined into ``text``.
 - An ``error`` event makes the turn ``errored`` whatever follows it.
-- Closed units (``Judge.reopened``): ``content_block_stop`` closes its block and
-  ``message_stop`` the message; any event for a closed block, or inside a stopped message
-  before the next ``message_start``, is corrupt, naming both events.
+- Closed units (``Judge.reopened``): ``content_block_stop`` closes its block, a
+  ``message_delta`` with a stop reason the message's content (no block starts or grows
+  after it) and ``message_stop`` the message; any event for a closed block, or inside a
+  stopped message before the next ``message_start``, is corrupt, naming both events.
 """
 
 from __future__ import annotations
@@ -173,7 +174,8 @@ class MessageBuilder:
     def _content_block_start(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         index = event.get("index")
         content_block = event.get("content_block")
-        if not self._in_message("content_block_start", seq, offset):
+        if not self._in_message("content_block_start", seq, offset) or \
+                self.judge.reopened("the message's content", "content_block_start", seq, offset):
             return
         if not isinstance(index, int) or not isinstance(content_block, dict):
             self.judge.corrupt("content_block_start without an index or content_block", seq, offset)
@@ -198,6 +200,8 @@ class MessageBuilder:
     def _content_block_delta(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         if not self.open_message:
             self._in_message("content_block_delta", seq, offset)
+            return
+        if self.judge.reopened("the message's content", "content_block_delta", seq, offset):
             return
         index = event.get("index")
         block = self.blocks.get(index) if isinstance(index, int) else None
@@ -297,6 +301,8 @@ class MessageBuilder:
             if raw is not None:
                 self.turn.stop_reason_raw = raw
                 self.turn.stop_reason = STOP_REASONS.get(raw, (None, raw))[1]
+                # the stop reason ends the message's content: no block may start or grow after it
+                self.judge.close("the message's content", f"message_delta (stop_reason {raw})", seq, offset)
             for key in ("stop_sequence", "stop_details", "container"):
                 if delta.get(key) is not None:
                     self.turn.extra[key] = delta[key]
