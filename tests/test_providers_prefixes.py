@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import orjson
-import pytest
 from provider_streams import cassette_responses, chunk_lines, frame_chat, frame_gemini_sse, frame_responses
 from conftest import FIXTURES, shared_files, shared_path
 

@@ -32,7 +32,7 @@ import orjson
 
 from streamtap.wire import WireEvent
 
-from .judge import END_WORDS, MAX_NOTES, TEXT_BATCH, Judge, parse_arguments  # noqa: F401 (re-exported)
+from .judge import TEXT_BATCH, Judge, parse_arguments
 
 from .turn import Block, BlockKind, Choice, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 

@@ -233,7 +233,7 @@ class Assembler(AssemblerBase):
                 normalized = [normalize(self._finish[c.index], calls) for c in self.turn.choices]
                 worst = worst_stop(normalized)
                 raw = next(self._finish[c.index] for c, n in zip(self.turn.choices, normalized) if n == worst)
-                self.terminal(self._last_candidates_event, raw, worst, f"the last chunk's finishReason")
+                self.terminal(self._last_candidates_event, raw, worst, "the last chunk's finishReason")
         expected = "a finishReason on the last chunk" + (" and the closing ]" if self.wire == "json-array" else "")
         return self.judge(end, expected=expected)
 

@@ -26,7 +26,8 @@ from typing import Any
 
 from streamtap.wire import SSEEvent, WireEvent
 
-from .common import AssemblerBase, as_dict, as_int, as_list, as_str, error_fields, parse_arguments
+from .common import AssemblerBase, as_dict, as_int, as_list, as_str, error_fields
+from .judge import parse_arguments
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict
 
 INCOMPLETE = {
