@@ -328,3 +328,18 @@ def test_anthropic_content_after_the_stop_reason_is_corrupt():
     verdict = analyze_bytes(body, ANTHROPIC).verdict
     assert_names_both(verdict, sse_events(body), delta, delta + 1)
     assert "message_delta (stop_reason tool_use)" in verdict.reason
+
+
+def test_responses_delta_naming_its_item_only_by_id_after_the_item_closed_is_corrupt():
+    body = openai_responses(["Hel", "lo"])
+    late = {k: v for k, v in text_delta(" again").items() if k != "output_index"}
+    verdict = analyze_bytes(responses_insert(body, "response.output_item.done", late), RESPONSES).verdict
+    assert verdict.kind is X and "after output item 0 was closed by response.output_item.done" in verdict.reason, verdict
+
+
+def test_responses_completed_event_whose_response_is_not_completed_is_not_complete():
+    body = openai_responses(["Hi"])
+    objects = [orjson.loads(e.data) for e in sse_events(body)]
+    objects[-1]["response"]["status"] = "incomplete"
+    verdict = analyze_bytes(b"".join(_sse(o["type"], o) for o in objects), RESPONSES).verdict
+    assert verdict.kind.value == "unknown" and "incomplete" in verdict.reason, verdict

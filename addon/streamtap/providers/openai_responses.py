@@ -121,8 +121,10 @@ class Assembler(AssemblerBase):
             self.corrupt(f"response.completed, but output item {index} ({kind}) was added and never done", event)
         self._final_output(response.get("output"), event, t)
         calls = any(b.kind is BlockKind.TOOL_CALL for b in self.turn.blocks)
-        self.terminal(event, as_str(response.get("status")) or "completed", "tool_use" if calls else "end_turn",
-                      "response.completed")
+        status = as_str(response.get("status")) or "completed"
+        # a response.completed whose response says another status is not a finished turn
+        normalized = ("tool_use" if calls else "end_turn") if status == "completed" else "other"
+        self.terminal(event, status, normalized, "response.completed")
 
     def _on_response_incomplete(self, obj, event, t):
         response = self._lifecycle(obj)
@@ -325,14 +327,21 @@ class Assembler(AssemblerBase):
             self.corrupt(f"{obj.get('type')} for content part {number} of item {index} that was never added", event)
         return block
 
+    def _item_of(self, obj) -> Any:
+        """The event's output item: its output_index, else the index its item_id was added at."""
+        index = as_int(obj.get("output_index"))
+        if index is None:
+            index = self._item_index.get(as_str(obj.get("item_id")) or "")
+        return index if index is not None else obj.get("item_id")
+
     def _part_unit(self, obj, sub: str) -> str:
         number = obj.get("summary_index" if sub == "summary" else "content_index", 0)
         what = "summary part" if sub == "summary" else "content part"
-        return f"{what} {number} of output item {obj.get('output_index', obj.get('item_id'))}"
+        return f"{what} {number} of output item {self._item_of(obj)}"
 
     def _delta(self, obj, event, t, kind: BlockKind, sub: str = "content") -> None:
         # the widest closed unit is named: the item, else the part
-        item = f"output item {obj.get('output_index', obj.get('item_id'))}"
+        item = f"output item {self._item_of(obj)}"
         if self.reopened(item, str(obj.get("type")), event) or \
                 self.reopened(self._part_unit(obj, sub), str(obj.get("type")), event):
             return
@@ -409,7 +418,7 @@ class Assembler(AssemblerBase):
         return block
 
     def _on_response_function_call_arguments_delta(self, obj, event, t):
-        if self.reopened(f"arguments of output item {obj.get('output_index', obj.get('item_id'))}", str(obj.get("type")), event):
+        if self.reopened(f"arguments of output item {self._item_of(obj)}", str(obj.get("type")), event):
             return
         block = self._call(obj, event)
         if block is not None and isinstance(obj.get("delta"), str):
@@ -419,7 +428,7 @@ class Assembler(AssemblerBase):
     def _on_response_function_call_arguments_done(self, obj, event, t):
         self.flush_text()  # compares with the arguments the deltas grew
         block = self._call(obj, event)
-        self.close_unit(f"arguments of output item {obj.get('output_index', obj.get('item_id'))}", str(obj.get("type")), event)
+        self.close_unit(f"arguments of output item {self._item_of(obj)}", str(obj.get("type")), event)
         if block is not None:
             final = obj.get("arguments")
             if isinstance(final, str) and final != block.arguments_raw:
