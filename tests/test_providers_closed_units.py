@@ -343,3 +343,11 @@ def test_responses_completed_event_whose_response_is_not_completed_is_not_comple
     objects[-1]["response"]["status"] = "incomplete"
     verdict = analyze_bytes(b"".join(_sse(o["type"], o) for o in objects), RESPONSES).verdict
     assert verdict.kind.value == "unknown" and "incomplete" in verdict.reason, verdict
+
+
+def test_anthropic_a_second_different_stop_reason_is_corrupt():
+    events = anthropic_events("think", "answer", {"city": "Paris"})
+    delta = next(i for i, e in enumerate(events) if e["type"] == "message_delta")
+    events.insert(delta + 1, {"type": "message_delta", "delta": {"stop_reason": "max_tokens"}, "usage": {"output_tokens": 40}})
+    body = anthropic_body(events)
+    assert_names_both(analyze_bytes(body, ANTHROPIC).verdict, sse_events(body), delta, delta + 1)

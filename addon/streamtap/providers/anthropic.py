@@ -298,6 +298,9 @@ class MessageBuilder:
         delta = event.get("delta")
         if isinstance(delta, dict):
             raw = as_text(delta.get("stop_reason"))
+            if raw is not None and self.turn.stop_reason_raw not in (None, raw) and \
+                    self.judge.reopened("the message's content", f"message_delta (stop_reason {raw})", seq, offset):
+                return
             if raw is not None:
                 self.turn.stop_reason_raw = raw
                 self.turn.stop_reason = STOP_REASONS.get(raw, (None, raw))[1]
