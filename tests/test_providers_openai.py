@@ -568,6 +568,10 @@ def test_responses_equal_the_sdk_stream_helper(body_name, chunks_name):
     assert sdk_calls == [(b.id, b.name, b.arguments_raw) for b in turn.tool_calls()]
     assert final.status == turn.stop_reason_raw
     assert (turn.stop_reason == "tool_use") == bool(sdk_calls)
+    # the reasoning signatures are the final response's, as the SDK keeps them
+    sdk_signatures = [o.encrypted_content for o in final.output if o.type == "reasoning" and o.encrypted_content]
+    ours = [b.signature for b in turn.blocks if b.kind is BlockKind.THINKING and b.signature]
+    assert list(dict.fromkeys(ours)) == sdk_signatures
     if final.usage is not None:
         assert (final.usage.input_tokens, final.usage.output_tokens, final.usage.total_tokens) == (
             turn.usage.input, turn.usage.output, turn.usage.total)
