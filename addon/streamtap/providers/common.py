@@ -18,7 +18,7 @@ A dialect module subclasses ``AssemblerBase`` and, per decoded event, calls:
   ``self.close_unit(unit, by, event)`` when the provider closes a unit and
   ``self.reopened(unit, what, event)`` before using one,
   ``self.terminal(event, stop_raw, normalized, name)`` when the provider's end signal arrives;
-- and implements ``finish(end)`` as ``return self.judge(end, expected="...")``.
+- and implements ``finish(end)`` as ``return self.verdict(end, expected="...")``.
 
 Findings, closed units and the verdict are the one mechanism in ``judge.py`` (``Judge``),
 which the Anthropic and Bedrock modules use directly.
@@ -149,7 +149,7 @@ class AssemblerBase:
         if wire:
             self.wire = wire
         self.turn = Turn(self.dialect)
-        self.judge_ = Judge(self.turn)
+        self.judge = Judge(self.turn)
         self._stop: tuple[str | None, str] | None = None  # raw, normalized stop reason
         self._keys: dict[tuple[int, Any], Block] = {}  # (choice, key) -> block
         # the block growing now (see grow) and its fragments not yet in it
@@ -160,16 +160,16 @@ class AssemblerBase:
 
     @property
     def last_seq(self) -> int | None:
-        return self.judge_.last_seq
+        return self.judge.last_seq
 
     @property
     def last_offset(self) -> int | None:
-        return self.judge_.last_offset
+        return self.judge.last_offset
 
     # -- per-event bookkeeping ------------------------------------------------------
     def seen(self, event: WireEvent, name: str | None = None) -> None:
         """Count an event; any event after the response was closed contradicts it."""
-        judge = self.judge_
+        judge = self.judge
         judge.seen(event, name)
         if judge.is_closed(RESPONSE):
             judge.reopened(RESPONSE, f"event {name or type(event).__name__}", event.seq, event.start)
@@ -188,30 +188,30 @@ class AssemblerBase:
     # -- findings ---------------------------------------------------------------------
     def corrupt(self, reason: str, event: WireEvent | None = None, **evidence: Any) -> None:
         seq, offset = self._where(event)
-        self.judge_.corrupt(reason, seq, offset, **evidence)
+        self.judge.corrupt(reason, seq, offset, **evidence)
 
     def errored(self, event: WireEvent | None, error: dict[str, Any]) -> None:
         seq, offset = self._where(event)
-        self.judge_.errored({"source": "stream", **error}, seq, offset)
+        self.judge.errored({"source": "stream", **error}, seq, offset)
 
     def close_unit(self, unit: str, by: str, event: WireEvent) -> None:
-        self.judge_.close(unit, by, event.seq, event.start)
+        self.judge.close(unit, by, event.seq, event.start)
 
     def reopened(self, unit: str, what: str, event: WireEvent, **evidence: Any) -> bool:
-        return self.judge_.reopened(unit, what, event.seq, event.start, **evidence)
+        return self.judge.reopened(unit, what, event.seq, event.start, **evidence)
 
     def terminal(self, event: WireEvent, raw: str | None, normalized: str, name: str = "the terminal event") -> None:
         """The provider's end signal: it closes the response."""
         if self._stop is None:
             self._stop = (raw, normalized)
-            self.judge_.terminal(name, event.seq, event.start)
-            self.judge_.close(RESPONSE, name, event.seq, event.start)
-        if self.judge_.error_at is None:  # an in-band error stays the turn's stop reason
+            self.judge.terminal(name, event.seq, event.start)
+            self.judge.close(RESPONSE, name, event.seq, event.start)
+        if self.judge.error_at is None:  # an in-band error stays the turn's stop reason
             self.turn.stop_reason = normalized
         self.turn.stop_reason_raw = raw
 
     def note(self, text: str) -> None:
-        self.judge_.note(text)
+        self.judge.note(text)
 
     @property
     def terminal_seen(self) -> bool:
@@ -220,11 +220,11 @@ class AssemblerBase:
     @property
     def troubled(self) -> bool:
         """An in-band error or a corruption was found already."""
-        return self.judge_.error_at is not None or self.judge_.problem is not None
+        return self.judge.error_at is not None or self.judge.problem is not None
 
     def _where(self, event: WireEvent | None) -> tuple[int | None, int | None]:
         if event is None:
-            return self.judge_.last_seq, self.judge_.last_offset
+            return self.judge.last_seq, self.judge.last_offset
         return event.seq, event.start
 
     # -- blocks -----------------------------------------------------------------------
@@ -326,10 +326,10 @@ class AssemblerBase:
                         parse_arguments(block, block.arguments_raw)
                 block.closed = True
 
-    def judge(self, end: StreamEnd, expected: str) -> tuple[Turn, Verdict]:
+    def verdict(self, end: StreamEnd, expected: str) -> tuple[Turn, Verdict]:
         """The verdict from the events alone. ``expected`` names the missing terminal signal."""
         self.flush_text()
-        judge = self.judge_
+        judge = self.judge
         early = judge.early_verdict()
         if early is not None:
             return self.turn, early

@@ -109,7 +109,7 @@ class Assembler(AssemblerBase):
         index = choice.index
         finish = candidate.get("finishReason")
         unit = f"candidate {index}"
-        if self.judge_.is_closed(unit):
+        if self.judge.is_closed(unit):
             carries = [_part_kind(p) for p in as_list(as_dict(candidate.get("content")).get("parts")) if _part_kind(p)]
             if carries or (finish and str(finish) != self._finish.get(index)):
                 what = f"a chunk with {', '.join(carries)}" if carries else f"finishReason {finish}"
@@ -235,7 +235,7 @@ class Assembler(AssemblerBase):
                 raw = next(self._finish[c.index] for c, n in zip(self.turn.choices, normalized) if n == worst)
                 self.terminal(self._last_candidates_event, raw, worst, "the last chunk's finishReason")
         expected = "a finishReason on the last chunk" + (" and the closing ]" if self.wire == "json-array" else "")
-        return self.judge(end, expected=expected)
+        return self.verdict(end, expected=expected)
 
 
 def _part_kind(part: Any) -> str | None:

@@ -82,4 +82,4 @@ class Assembler(AssemblerBase):
 
     def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
         self.close_blocks()
-        return self.judge(end, expected='a line with "done": true')
+        return self.verdict(end, expected='a line with "done": true')

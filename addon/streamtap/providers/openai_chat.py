@@ -239,7 +239,7 @@ class Assembler(AssemblerBase):
                 self._done.start,
                 {"end": end.value, "choices_without_finish": missing},
             )
-        turn, verdict = self.judge(end, expected="data: [DONE]")
+        turn, verdict = self.verdict(end, expected="data: [DONE]")
         if verdict.kind is VerdictKind.TRUNCATED and self._finish and len(self._finish) == len(turn.choices):
             verdict.evidence["content_complete"] = True  # only the usage chunk / [DONE] went missing
             verdict.reason += " (every choice had its finish_reason)"

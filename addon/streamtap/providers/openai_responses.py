@@ -474,7 +474,7 @@ class Assembler(AssemblerBase):
 
     def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
         self.flush_text()
-        if self.terminal_seen and self.judge_.error_at is None and self.turn.stop_reason in ("end_turn", "tool_use"):
+        if self.terminal_seen and self.judge.error_at is None and self.turn.stop_reason in ("end_turn", "tool_use"):
             for block in self.turn.blocks:
                 if block.kind is BlockKind.TOOL_CALL and not block.closed:
                     self.corrupt(f"tool call {block.name} was never finished (no arguments.done / output_item.done)")
@@ -485,7 +485,7 @@ class Assembler(AssemblerBase):
                     block.arguments = block.arguments_raw
                 else:
                     parse_arguments(block, block.arguments_raw)
-        return self.judge(end, expected="response.completed / response.incomplete / response.failed")
+        return self.verdict(end, expected="response.completed / response.incomplete / response.failed")
 
 
 
