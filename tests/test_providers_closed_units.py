@@ -351,3 +351,20 @@ def test_anthropic_a_second_different_stop_reason_is_corrupt():
     events.insert(delta + 1, {"type": "message_delta", "delta": {"stop_reason": "max_tokens"}, "usage": {"output_tokens": 40}})
     body = anthropic_body(events)
     assert_names_both(analyze_bytes(body, ANTHROPIC).verdict, sse_events(body), delta, delta + 1)
+
+
+def test_responses_parts_only_the_finished_item_carries_are_in_the_turn():
+    """No summary deltas: the reasoning summary and signature come with output_item.done; the SDK shows them."""
+    reasoning = {"id": "rs_1", "type": "reasoning", "summary": []}
+    done = {**reasoning, "summary": [{"type": "summary_text", "text": "I thought."}], "encrypted_content": "sig-final"}
+    events = [
+        {"type": "response.created", "response": {"id": "r", "output": []}},
+        {"type": "response.output_item.added", "output_index": 0, "item": reasoning},
+        {"type": "response.output_item.done", "output_index": 0, "item": done},
+        {"type": "response.completed", "response": {"id": "r", "status": "completed", "output": [done]}},
+    ]
+    body = b"".join(_sse(e["type"], {**e, "sequence_number": n}) for n, e in enumerate(events))
+    analysis = analyze_bytes(body, RESPONSES)
+    assert analysis.verdict.kind is C, analysis.verdict
+    assert analysis.turn.thinking() == "I thought."
+    assert [b.signature for b in analysis.turn.blocks] == ["sig-final"]

@@ -256,20 +256,21 @@ class Assembler(AssemblerBase):
         finished item); a reasoning item's ``encrypted_content`` becomes the thinking signature."""
         self.flush_text()
         kind = as_str(item.get("type"))
-        pairs: list[tuple[Any, str, str]] = []  # block key, field, final value
+        pairs: list[tuple[Any, str, str, BlockKind]] = []  # block key, field, final value, kind of a new block
         if kind == "message":
             for ci, part in enumerate(as_list(item.get("content"))):
                 part = as_dict(part)
-                final = part.get("refusal") if part.get("type") == "refusal" else part.get("text")
+                refusal = part.get("type") == "refusal"
+                final = part.get("refusal") if refusal else part.get("text")
                 if isinstance(final, str):
-                    pairs.append(((index, "content", ci), "text", final))
+                    pairs.append(((index, "content", ci), "text", final, BlockKind.REFUSAL if refusal else BlockKind.TEXT))
         elif kind == "reasoning":
             for si, part in enumerate(as_list(item.get("summary"))):
                 if isinstance(as_dict(part).get("text"), str):
-                    pairs.append(((index, "summary", si), "text", part["text"]))
+                    pairs.append(((index, "summary", si), "text", part["text"], BlockKind.THINKING))
             for ci, part in enumerate(as_list(item.get("content"))):
                 if isinstance(as_dict(part).get("text"), str):
-                    pairs.append(((index, "content", ci), "text", part["text"]))
+                    pairs.append(((index, "content", ci), "text", part["text"], BlockKind.THINKING))
             signature = as_str(item.get("encrypted_content"))
             if signature is not None:
                 blocks = [b for (c, k), b in self._keys.items() if c == 0 and k[0] == index]
@@ -284,14 +285,14 @@ class Assembler(AssemblerBase):
         elif kind in CLIENT_CALLS:
             final = item.get("arguments") if kind == "function_call" else item.get("input")
             if isinstance(final, str):
-                pairs.append(((index, "args"), "arguments_raw", final))
-        for key, field, final in pairs:
+                pairs.append(((index, "args"), "arguments_raw", final, BlockKind.TOOL_CALL))
+        for key, field, final, new_kind in pairs:
             block = self.block(0, key)
             if block is None:
-                if final and any(k[0] == index for (c, k) in self._keys if c == 0):
-                    self.corrupt(f"the deltas disagree with {source}: output item {index} has a part "
-                                 f"({key[1]} {key[2] if len(key) > 2 else 0}) the stream never sent", event,
-                                 output_index=index)
+                if final and new_kind is not BlockKind.TOOL_CALL:
+                    # a part only the finished item carries: the SDK shows it, so the turn has it
+                    self.new_block(0, new_kind, key, text=final)
+                    self.note(f"output item {index} part {key[1]} {key[2]} came only with {source}")
                 continue
             ours = getattr(block, field) or ""
             if ours == final:
