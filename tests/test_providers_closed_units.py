@@ -257,11 +257,20 @@ def test_gemini_content_after_the_finish_reason_is_corrupt():
     assert_names_both(analyze_bytes(limited, Dialect.GEMINI).verdict, sse_events(limited), 0, 1)
 
 
-def test_gemini_legacy_stop_on_every_chunk_is_still_read_to_the_end():
-    """Early-2024 models stamped STOP on every chunk: the stream shows no finish to contradict."""
+def test_gemini_content_after_a_stop_on_the_first_chunk_is_never_complete():
+    """Early-2024 models stamped STOP on every chunk, so content after a first-chunk STOP is that, or a second
+    generation appended (a one-chunk capture with itself appended): the bytes cannot tell, so unknown."""
     body = gemini_chunk("Hel", "STOP") + gemini_chunk("lo", "STOP")
     analysis = analyze_bytes(body, Dialect.GEMINI)
-    assert analysis.verdict.kind is C and analysis.turn.text() == "Hello"
+    assert analysis.verdict.kind.value == "unknown", analysis.verdict
+    events = sse_events(body)
+    assert (analysis.verdict.seq, analysis.verdict.offset) == (events[1].seq, events[1].start)
+    assert analysis.verdict.evidence["stamped_offset"] == events[0].start
+    assert analysis.turn.text() == "Hello"
+    # a STOP on an early empty chunk (gateways do that) closes nothing
+    empty_stop = b"data: " + orjson.dumps({"candidates": [{"content": {"role": "model", "parts": [{"text": ""}]},
+                                                           "finishReason": "STOP", "index": 0}]}) + b"\r\n\r\n"
+    assert analyze_bytes(empty_stop + gemini_chunk("Hel") + gemini_chunk("lo", "STOP"), Dialect.GEMINI).verdict.kind is C
 
 
 def ndjson_events(body: bytes) -> list[JSONValue]:
@@ -368,3 +377,17 @@ def test_responses_parts_only_the_finished_item_carries_are_in_the_turn():
     assert analysis.verdict.kind is C, analysis.verdict
     assert analysis.turn.thinking() == "I thought."
     assert [b.signature for b in analysis.turn.blocks] == ["sig-final"]
+
+
+def test_anthropic_ping_after_message_stop_is_corrupt():
+    events = anthropic_events("think", "answer", {"city": "Paris"}) + [{"type": "ping"}]
+    body = anthropic_body(events)
+    assert_names_both(analyze_bytes(body, ANTHROPIC).verdict, sse_events(body), len(events) - 2, len(events) - 1)
+
+
+def test_converse_metadata_twice_is_corrupt():
+    body = bedrock_converse(["Hi"], {"city": "Paris"})
+    messages = frames(body)
+    again = body + messages[-1].raw
+    assert_names_both(analyze_bytes(again, Dialect.BEDROCK_CONVERSE).verdict, frames(again),
+                      len(messages) - 1, len(messages))

@@ -339,7 +339,8 @@ class MessageBuilder:
                                    seq, offset, open_blocks=open_indexes)
 
     def _ping(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
-        pass
+        if self.stopped and not self.open_message:  # keep-alive for a message already stopped
+            self.judge.reopened("the message", "ping", seq, offset)
 
     def _error(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         error = event.get("error")

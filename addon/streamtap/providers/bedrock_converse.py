@@ -123,6 +123,7 @@ class ConverseBuilder:
             self.judge.note(f"no messageStart before seq {seq}")
         self.judge.forget("block ")
         self.judge.forget("the message")
+        self.judge.forget("the metadata")
         self.messages += 1
         self.open_message = True
         self.stopped = False
@@ -300,6 +301,9 @@ class ConverseBuilder:
     def _metadata(self, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         if not self.open_message and not self.stopped:
             self._begin(seq, offset, implicit=True)
+        if self.judge.reopened("the metadata", "metadata", seq, offset):
+            return
+        self.judge.close("the metadata", "metadata", seq, offset)  # one usage report per message
         self.metadata_seen = True
         usage = body.get("usage")
         if isinstance(usage, dict):

@@ -9,7 +9,10 @@ Closed units: a ``finishReason`` closes its candidate once the stream has shown 
 does not stamp one on every chunk (an earlier chunk of that candidate came without one),
 and a finishReason other than ``STOP`` always closes it (the legacy stamping was ``STOP``
 only). Content for a closed candidate, or another finishReason, is a second generation:
-corrupt. A stream that stamps ``STOP`` on every chunk cannot be judged this way.
+corrupt. Content after a ``STOP`` that came on the candidate's first chunks is either a
+model of early 2024 stamping ``STOP`` on every chunk or a second generation appended after
+the first finished: the bytes cannot tell, so such a turn is ``unknown``, never complete.
+A ``STOP`` on a chunk without content (gateways stamp early empty chunks) closes nothing.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 from streamtap.wire import JSONValue, SSEEvent, Tail, WireEvent
 
 from .common import AssemblerBase, as_dict, as_int, as_list, as_str, dumps, error_fields, loads, worst_stop
-from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict
+from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 POLICY = {
     "SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "LANGUAGE",
@@ -54,6 +57,8 @@ class Assembler(AssemblerBase):
         self._streaming_call: dict[int, Block] = {}  # candidate -> call whose partialArgs are still arriving
         self._calls = 0
         self._unstamped: set[int] = set()  # candidates that had a chunk without a finishReason
+        self._stamped: dict[int, WireEvent] = {}  # candidate -> a chunk with content and STOP before any without
+        self._ambiguous: tuple[WireEvent, WireEvent] | None = None  # (that chunk, content after it)
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if isinstance(event, SSEEvent):
@@ -109,16 +114,20 @@ class Assembler(AssemblerBase):
         index = choice.index
         finish = candidate.get("finishReason")
         unit = f"candidate {index}"
+        carries = [_part_kind(p) for p in as_list(as_dict(candidate.get("content")).get("parts")) if _part_kind(p)]
         if self.judge.is_closed(unit):
-            carries = [_part_kind(p) for p in as_list(as_dict(candidate.get("content")).get("parts")) if _part_kind(p)]
             if carries or (finish and str(finish) != self._finish.get(index)):
                 what = f"a chunk with {', '.join(carries)}" if carries else f"finishReason {finish}"
                 self.reopened(unit, f"{what} (a second generation)", event)
                 return
+        if index in self._stamped and carries and self._ambiguous is None:
+            self._ambiguous = (self._stamped[index], event)
         if not finish:
             self._unstamped.add(index)
         elif str(finish) != "STOP" or index in self._unstamped:
             self.close_unit(unit, f"finishReason {finish}", event)
+        elif carries:
+            self._stamped.setdefault(index, event)
         for part in as_list(as_dict(candidate.get("content")).get("parts")):
             if isinstance(part, dict):
                 self._part(index, part, event, t)
@@ -235,7 +244,19 @@ class Assembler(AssemblerBase):
                 raw = next(self._finish[c.index] for c, n in zip(self.turn.choices, normalized) if n == worst)
                 self.terminal(self._last_candidates_event, raw, worst, "the last chunk's finishReason")
         expected = "a finishReason on the last chunk" + (" and the closing ]" if self.wire == "json-array" else "")
-        return self.verdict(end, expected=expected)
+        turn, verdict = self.verdict(end, expected=expected)
+        if self._ambiguous is not None and verdict.kind in (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT,
+                                                            VerdictKind.FILTERED):
+            stamped, after = self._ambiguous
+            verdict = Verdict(
+                VerdictKind.UNKNOWN,
+                f"content at seq {after.seq} (byte {after.start}) after finishReason STOP at seq {stamped.seq} "
+                f"(byte {stamped.start}): a model stamping STOP on every chunk, or a second generation appended "
+                "after the first finished; the bytes cannot tell",
+                after.seq, after.start,
+                {"stamped_seq": stamped.seq, "stamped_offset": stamped.start, "was": verdict.kind.value,
+                 "end": end.value})
+        return turn, verdict
 
 
 def _part_kind(part: Any) -> str | None:
