@@ -135,8 +135,7 @@ def text_delta(text: str, content_index: int = 0) -> dict:
 @pytest.mark.parametrize(("after", "closing"), [
     ("response.output_item.done", "response.output_item.done"),
     ("response.output_text.done", "response.output_text.done"),
-    # the part was closed first by output_text.done: that is the closing event named
-    ("response.content_part.done", "response.output_text.done"),
+    ("response.content_part.done", "response.content_part.done"),
 ])
 def test_responses_delta_after_its_unit_closed_is_corrupt(after, closing):
     body = responses_insert(openai_responses(["Hel", "lo"]), after, text_delta(" again"))
@@ -391,3 +390,13 @@ def test_converse_metadata_twice_is_corrupt():
     again = body + messages[-1].raw
     assert_names_both(analyze_bytes(again, Dialect.BEDROCK_CONVERSE).verdict, frames(again),
                       len(messages) - 1, len(messages))
+
+
+@pytest.mark.parametrize("kind", ["response.output_text.done", "response.content_part.done", "response.output_item.added",
+                                  "response.content_part.added"])
+def test_responses_structural_event_twice_is_corrupt(kind):
+    body = openai_responses(["Hel", "lo"])
+    objects = [orjson.loads(e.data) for e in sse_events(body)]
+    twice = responses_insert(body, kind, dict(next(o for o in objects if o["type"] == kind)))
+    verdict = analyze_bytes(twice, RESPONSES).verdict
+    assert verdict.kind is X, verdict

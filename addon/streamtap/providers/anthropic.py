@@ -298,6 +298,7 @@ class MessageBuilder:
         delta = event.get("delta")
         if isinstance(delta, dict):
             raw = as_text(delta.get("stop_reason"))
+            # message_delta may come more than once (cumulative usage), but a stop reason is given once
             if raw is not None and self.turn.stop_reason_raw not in (None, raw) and \
                     self.judge.reopened("the message's content", f"message_delta (stop_reason {raw})", seq, offset):
                 return

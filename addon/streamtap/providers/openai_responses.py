@@ -161,6 +161,9 @@ class Assembler(AssemblerBase):
             index = len(self._items)
         if self.reopened(f"output item {index}", "response.output_item.added", event):
             return
+        if index in self._open_items:
+            self.corrupt(f"output item {index} was added twice", event, output_index=index)
+            return
         self._items[index] = item
         self._open_items.add(index)
         if as_str(item.get("id")):
@@ -309,7 +312,10 @@ class Assembler(AssemblerBase):
     # -- content parts ------------------------------------------------------------------
     def _on_response_content_part_added(self, obj, event, t):
         index = self._index(obj, event)
-        if index is None:
+        if index is None or self.reopened(self._part_unit(obj, "content"), "response.content_part.added", event):
+            return
+        if self.block(0, (index, "content", obj.get("content_index", 0))) is not None:
+            self.corrupt(f"content part {obj.get('content_index', 0)} of output item {index} was added twice", event)
             return
         part = as_dict(obj.get("part"))
         kind = {"refusal": BlockKind.REFUSAL, "reasoning_text": BlockKind.THINKING}.get(as_str(part.get("type")) or "", BlockKind.TEXT)
@@ -341,10 +347,10 @@ class Assembler(AssemblerBase):
         return f"{what} {number} of output item {self._item_of(obj)}"
 
     def _delta(self, obj, event, t, kind: BlockKind, sub: str = "content") -> None:
-        # the widest closed unit is named: the item, else the part
-        item = f"output item {self._item_of(obj)}"
-        if self.reopened(item, str(obj.get("type")), event) or \
-                self.reopened(self._part_unit(obj, sub), str(obj.get("type")), event):
+        # the widest closed unit is named: the item, else the part, else its text
+        item, part, what = f"output item {self._item_of(obj)}", self._part_unit(obj, sub), str(obj.get("type"))
+        if self.reopened(item, what, event) or self.reopened(part, what, event) or \
+                self.reopened(f"the text of {part}", what, event):
             return
         block = self._part(obj, event, kind, sub)
         if block is not None and isinstance(obj.get("delta"), str):
@@ -354,8 +360,11 @@ class Assembler(AssemblerBase):
 
     def _done(self, obj, event, kind: BlockKind, field: str, sub: str = "content") -> None:
         self.flush_text()  # compares with the text the deltas grew
+        text_unit = f"the text of {self._part_unit(obj, sub)}"
+        if self.reopened(text_unit, str(obj.get("type")), event):
+            return
         block = self._part(obj, event, kind, sub)
-        self.close_unit(self._part_unit(obj, sub), str(obj.get("type")), event)
+        self.close_unit(text_unit, str(obj.get("type")), event)
         if block is None or not isinstance(obj.get(field), str) or obj[field] == block.text:
             return
         if block.text:
@@ -394,10 +403,14 @@ class Assembler(AssemblerBase):
         self._done(obj, event, BlockKind.THINKING, "text", "summary")
 
     def _on_response_reasoning_summary_part_done(self, obj, event, t):
+        if self.reopened(self._part_unit(obj, "summary"), "response.reasoning_summary_part.done", event):
+            return
         self._part(obj, event, BlockKind.THINKING, "summary")
         self.close_unit(self._part_unit(obj, "summary"), "response.reasoning_summary_part.done", event)
 
     def _on_response_content_part_done(self, obj, event, t):
+        if self.reopened(self._part_unit(obj, "content"), "response.content_part.done", event):
+            return
         block = self._part(obj, event, BlockKind.TEXT)
         self.close_unit(self._part_unit(obj, "content"), "response.content_part.done", event)
         if block is not None:
@@ -428,6 +441,8 @@ class Assembler(AssemblerBase):
 
     def _on_response_function_call_arguments_done(self, obj, event, t):
         self.flush_text()  # compares with the arguments the deltas grew
+        if self.reopened(f"arguments of output item {self._item_of(obj)}", str(obj.get("type")), event):
+            return
         block = self._call(obj, event)
         self.close_unit(f"arguments of output item {self._item_of(obj)}", str(obj.get("type")), event)
         if block is not None:
