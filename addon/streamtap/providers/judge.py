@@ -15,7 +15,9 @@ lives here, written once, so a rule holds in every dialect and is worded the sam
   one precedence: in-band error, then corruption, then no terminal signal (truncated),
   then the stop reason.
 
-The session adds framing trouble, HTTP status, cut tails and the sentinel on top.
+The session adds on top what no dialect can see: framing trouble, bytes that are not
+UTF-8, HTTP status, cut tails (a terminal event in a cut tail was never dispatched: the
+stream is truncated) and the sentinel.
 """
 
 from __future__ import annotations
