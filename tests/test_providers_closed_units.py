@@ -400,3 +400,15 @@ def test_responses_structural_event_twice_is_corrupt(kind):
     twice = responses_insert(body, kind, dict(next(o for o in objects if o["type"] == kind)))
     verdict = analyze_bytes(twice, RESPONSES).verdict
     assert verdict.kind is X, verdict
+
+
+def test_chat_role_on_the_finish_chunk_starts_nothing():
+    body = b"".join([
+        chat_chunk({"role": "assistant", "content": ""}),
+        chat_chunk({"content": "Hel"}),
+        chat_chunk({"content": "lo"}),
+        chat_chunk({"role": "assistant"}, "stop"),
+        b"data: [DONE]\n\n",
+    ])
+    analysis = analyze_bytes(body, CHAT)
+    assert analysis.verdict.kind is C and analysis.turn.text() == "Hello", analysis.verdict

@@ -9,7 +9,8 @@ Closed units: a ``finish_reason`` closes its choice and ``[DONE]`` closes the re
 Content for a finished choice (text, reasoning, refusal, a tool call, another finish
 reason) is a second generation: corrupt. So is a second assistant start (a ``role``
 chunk again, once the choice has had content without one; OpenRouter and Perplexity put
-the role on every chunk, which is not a start), and a change of chunk id. An empty delta
+the role on every chunk, and some servers on the finish chunk, which is not a start), and a
+change of chunk id. An empty delta
 after the finish (OpenRouter's usage chunk) contradicts nothing.
 """
 
@@ -155,7 +156,8 @@ class Assembler(AssemblerBase):
             first = self._started.get(index)
             if first is None:
                 self._started[index] = event
-            elif index in self._bare_content:
+            elif index in self._bare_content and not choice.get("finish_reason"):
+                # (a role on the finish chunk, as some servers send, starts nothing)
                 self.corrupt(
                     f"a second assistant start (role chunk) at seq {event.seq} (byte {event.start}) for choice {index}, "
                     f"which started at seq {first.seq} (byte {first.start}): two generations in one stream",
