@@ -412,3 +412,8 @@ def test_chat_role_on_the_finish_chunk_starts_nothing():
     ])
     analysis = analyze_bytes(body, CHAT)
     assert analysis.verdict.kind is C and analysis.turn.text() == "Hello", analysis.verdict
+
+
+def test_an_unknown_dialect_never_claims_a_terminal_event():
+    verdict = analyze_bytes(b'data: {"a": 1}\n\ndata: {"b": 2}\n', Dialect.UNKNOWN).verdict
+    assert verdict.kind is T and "terminal" not in verdict.reason, verdict

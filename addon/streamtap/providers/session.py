@@ -203,7 +203,8 @@ class StreamSession:
         except Exception as exc:  # fail open: a bug in streamtap is evidence, not a crash
             self._bug = self._bug or f"{type(exc).__name__}: {exc}"
             turn, verdict = Turn(self.dialect), Verdict(VerdictKind.UNKNOWN, "")
-        verdict = self._judge(turn, verdict, end, terminal_tail)
+        # the tail held the terminal signal when it alone would have turned a cut stream into a finished one
+        verdict = self._judge(turn, verdict, end, terminal_tail and verdict.kind is VerdictKind.TRUNCATED)
         timing = turn.timing
         timing.first_byte, timing.last_byte = self._first_byte, self._last_byte
         if self._arrivals is not None:
