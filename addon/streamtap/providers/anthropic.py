@@ -99,6 +99,7 @@ class MessageBuilder:
         self.open_blocks: set[int] = set()
         self.fragments: dict[int, list[str]] = {}
         self.saw_delta = False  # any message_delta for the current message
+        self.content_stopped = False  # a message_delta gave the stop reason: the content is closed
         self.outcomes: list[tuple[str | None, int | None, int | None]] = []  # earlier messages' raw stop reasons
         self.noted_deltas: set[Any] = set()
         self.pieces = Pieces()
@@ -132,6 +133,7 @@ class MessageBuilder:
                             "message_stop: several responses back to back")
         self.judge.forget("block ")
         self.judge.forget("the message")
+        self.content_stopped = False
         self.messages += 1
         self.open_message = True
         self.stopped = False
@@ -201,14 +203,15 @@ class MessageBuilder:
         if not self.open_message:
             self._in_message("content_block_delta", seq, offset)
             return
-        if self.judge.reopened("the message's content", "content_block_delta", seq, offset):
+        if self.content_stopped and self.judge.reopened("the message's content", "content_block_delta", seq, offset):
             return
         index = event.get("index")
         block = self.blocks.get(index) if isinstance(index, int) else None
         if block is None:
             self.judge.corrupt(f"content_block_delta for unknown index {index}", seq, offset, index=index)
             return
-        if self.judge.reopened(f"block {index}", "content_block_delta", seq, offset, index=index):
+        if index not in self.open_blocks and \
+                self.judge.reopened(f"block {index}", "content_block_delta", seq, offset, index=index):
             return
         delta = event.get("delta")
         if not isinstance(delta, dict):
@@ -306,6 +309,7 @@ class MessageBuilder:
                 self.turn.stop_reason_raw = raw
                 self.turn.stop_reason = STOP_REASONS.get(raw, (None, raw))[1]
                 # the stop reason ends the message's content: no block may start or grow after it
+                self.content_stopped = True
                 self.judge.close("the message's content", f"message_delta (stop_reason {raw})", seq, offset)
             for key in ("stop_sequence", "stop_details", "container"):
                 if delta.get(key) is not None:

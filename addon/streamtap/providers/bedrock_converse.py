@@ -202,7 +202,8 @@ class ConverseBuilder:
             self.judge.corrupt("contentBlockDelta without contentBlockIndex or a single delta member", seq, offset)
             return
         (member, value), = delta.items()
-        if self.judge.reopened(f"block {index}", f"contentBlockDelta ({member})", seq, offset, index=index):
+        if index not in self.open_blocks and \
+                self.judge.reopened(f"block {index}", f"contentBlockDelta ({member})", seq, offset, index=index):
             return
         block = self.blocks.get(index)
         if block is None:

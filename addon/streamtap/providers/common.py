@@ -170,8 +170,11 @@ class AssemblerBase:
     def seen(self, event: WireEvent, name: str | None = None) -> None:
         """Count an event; any event after the response was closed contradicts it."""
         judge = self.judge
-        judge.seen(event, name)
-        if judge.is_closed(RESPONSE):
+        self.turn.events += 1  # Judge.seen, inlined: once per event
+        judge.last_seq, judge.last_offset, judge.last_end = event.seq, event.start, event.end
+        if name is not None:
+            judge.last_name = name
+        if RESPONSE in judge.closed_units:
             judge.reopened(RESPONSE, f"event {name or type(event).__name__}", event.seq, event.start)
 
     def payload(self, event: WireEvent, text: str | bytes) -> Any:

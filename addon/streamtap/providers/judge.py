@@ -65,7 +65,7 @@ class Judge:
         self.last_name: str | None = None  # what the last event was, for reasons
         self.terminal_at: tuple[int | None, int | None] | None = None  # the terminal event: seq, offset
         self.terminal_name: str | None = None
-        self._closed: dict[str, tuple[str, int | None, int | None]] = {}  # unit -> closing event, seq, offset
+        self.closed_units: dict[str, tuple[str, int | None, int | None]] = {}  # unit -> closing event, seq, offset
 
     # -- while events arrive ----------------------------------------------------------
     def seen(self, event: WireEvent, name: str | None = None) -> None:
@@ -103,14 +103,14 @@ class Judge:
     # -- closed units: the general rule -----------------------------------------------
     def close(self, unit: str, by: str, seq: int | None, offset: int | None) -> None:
         """The provider closed ``unit`` (e.g. "block 2", "choice 0", "output item 1") with event ``by``."""
-        self._closed.setdefault(unit, (by, seq, offset))
+        self.closed_units.setdefault(unit, (by, seq, offset))
 
     def is_closed(self, unit: str) -> bool:
-        return unit in self._closed
+        return unit in self.closed_units
 
     def reopened(self, unit: str, what: str, seq: int | None, offset: int | None, **evidence: Any) -> bool:
         """True (and the stream is corrupt) when ``unit`` was closed: ``what`` contradicts it."""
-        closing = self._closed.get(unit)
+        closing = self.closed_units.get(unit)
         if closing is None:
             return False
         by, closed_seq, closed_offset = closing
@@ -122,8 +122,8 @@ class Judge:
 
     def forget(self, prefix: str) -> None:
         """Units named from ``prefix`` on are new again (a new message numbers its blocks from 0)."""
-        for unit in [u for u in self._closed if u.startswith(prefix)]:
-            del self._closed[unit]
+        for unit in [u for u in self.closed_units if u.startswith(prefix)]:
+            del self.closed_units[unit]
 
     def close_arguments(self, block: Block, raw: str, start_input: Any, seq: int | None, offset: int | None) -> None:
         """The provider stopped a tool block: its joined arguments must parse, else the stream is corrupt."""
