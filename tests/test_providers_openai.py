@@ -603,6 +603,7 @@ def test_two_generations_stitched_together_are_corrupt():
     verdict = analyze_bytes(stitched, CHAT).verdict
     assert verdict.kind is X and "chunk id changed" in verdict.reason
     assert verdict.seq == 6 and verdict.offset == cut_a
+    assert (verdict.evidence["first_seq"], verdict.evidence["first_offset"]) == (0, 0)  # both events named
     # Azure's preamble chunk with an empty id is not a change of generation
     path = vercel("openai", "chat", "azure-model-router.1.chunks.txt")
     if path.exists():

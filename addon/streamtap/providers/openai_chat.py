@@ -44,6 +44,7 @@ class Assembler(AssemblerBase):
         self._done: WireEvent | None = None
         self._tool_keys: dict[tuple[int, int], int] = {}  # (choice, tool index) -> generation, for reused indexes
         self._chunk_id: str | None = None  # every chunk of one generation carries the same id
+        self._chunk_id_at: WireEvent | None = None  # the first chunk that carried it
         self._started: dict[int, WireEvent] = {}  # choice -> its first role chunk
         self._bare_content: set[int] = set()  # choices that had content in a chunk without a role
 
@@ -79,9 +80,12 @@ class Assembler(AssemblerBase):
         chunk_id = obj.get("id")
         if chunk_id and type(chunk_id) is str:  # Azure's preamble chunk has id ""
             if self._chunk_id is None:
-                self._chunk_id = chunk_id
+                self._chunk_id, self._chunk_id_at = chunk_id, event
             elif chunk_id != self._chunk_id:
-                self.corrupt(f"chunk id changed from {self._chunk_id} to {chunk_id}: two generations in one stream", event)
+                first = self._chunk_id_at
+                self.corrupt(f"chunk id changed from {self._chunk_id} (seq {first.seq}, byte {first.start}) to "
+                             f"{chunk_id} at seq {event.seq} (byte {event.start}): two generations in one stream",
+                             event, first_seq=first.seq, first_offset=first.start)
         if turn.response_id is None:
             turn.response_id = self._chunk_id
         usage = obj.get("usage")
