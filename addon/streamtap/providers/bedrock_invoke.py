@@ -18,6 +18,9 @@ Choices this module makes:
   ``truncated``.
 - Exception frames (``modelStreamErrorException``, ``throttlingException``, ...) are
   ``errored`` with the exception type, message and ``originalStatusCode``.
+- Closed units as in the Anthropic and ConverseStream modules; for the plain text
+  families the chunk carrying the stop reason closes the response, and any chunk after
+  it is corrupt.
 """
 
 from __future__ import annotations
