@@ -444,12 +444,14 @@ def test_message_delta_without_message_stop_is_truncated() -> None:
     ([START, text_block(0)[0], {"type": "content_block_delta", "index": 5,
                                 "delta": {"type": "text_delta", "text": "x"}}], "unknown index 5", 2),
     ([START, text_block(0, "x")[0], text_block(0, "x")[1], *end("end_turn")], "never stopped", 4),
-    ([START, *tool_block(0, '{"a": '), *end("tool_use")], "not valid JSON", 3),
+    ([START, *tool_block(0, '{"a": '), *end("tool_use")], "invalid argument JSON", 3),
     ([START, text_block(0)[0], {"type": "content_block_delta", "index": 0,
                                 "delta": {"type": "input_json_delta", "partial_json": "{}"}}], "does not fit", 2),
-    ([START, *text_block(0, "x"), {"type": "content_block_stop", "index": 0}], "already stopped", 4),
+    ([START, *text_block(0, "x"), {"type": "content_block_stop", "index": 0}],
+         "content_block_stop at seq 4 (byte", 4),
     ([text_block(0)[0]], "before message_start", 0),
-    ([START, *text_block(0, "a"), *end("end_turn"), *text_block(1, "late")], "after message_stop", 6),
+    ([START, *text_block(0, "a"), *end("end_turn"), *text_block(1, "late")],
+         "after the message was closed by message_stop at seq 5", 6),
 ])
 def test_corrupt_streams_name_the_event(events: list[dict], words: str, seq: int) -> None:
     verdict = analyze_bytes(sse(*events), Dialect.ANTHROPIC).verdict

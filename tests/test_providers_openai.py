@@ -48,7 +48,8 @@ BODIES = {
     "openllmetry/bodies/openai_chat_stream_parallel_tool_calls.0.sse": (CHAT, C, "tool_use"),
     "openllmetry/bodies/openai_chat_stream_parallel_tool_calls.1.sse": (CHAT, C, "tool_use"),
     "openllmetry/bodies/openai_chat_stream_tool_call.0.sse": (CHAT, C, "tool_use"),
-    "vercel-ai/openai-compatible/anthropic-fallback-tool-call.sse": (CHAT, C, "tool_use"),
+    # ends "data: [DONE]\n" with no blank line: the SSE rules never dispatch that event, so the body was cut
+    "vercel-ai/openai-compatible/anthropic-fallback-tool-call.sse": (CHAT, T, None),
     "pydantic-ai/bodies/openai-responses/test_background_mode_streaming_starting_after_vcr.0.sse": (RESPONSES, C, "end_turn"),
     "pydantic-ai/bodies/openai-responses/test_background_mode_streaming_starting_after_vcr.1.sse": (RESPONSES, C, "end_turn"),
     "pydantic-ai/bodies/openai-responses/test_openai_responses_stream.0.sse": (RESPONSES, C, "tool_use"),
@@ -191,7 +192,7 @@ def test_several_responses_back_to_back_are_flagged_and_each_part_is_complete():
         pytest.skip(f"{path} is absent")
     lines = chunk_lines(path)
     whole = analyze_bytes(frame_responses(lines), RESPONSES)
-    assert whole.verdict.kind is X and "after the terminal signal" in whole.verdict.reason
+    assert whole.verdict.kind is X and "after the response was closed by response.completed" in whole.verdict.reason
     parts, current = [], []
     for line in lines:
         current.append(line)
@@ -511,7 +512,8 @@ def test_streams_the_sdk_refuses_are_still_judged(name):
             with client.chat.completions.stream(model="m", messages=[{"role": "user", "content": "hi"}]) as stream:
                 for _ in stream:
                     pass
-    assert analyze_bytes(body, RESPONSES if responses else CHAT).verdict.kind is C
+    expected = BODIES.get(name, (None, C))[1]
+    assert analyze_bytes(body, RESPONSES if responses else CHAT).verdict.kind is expected
 
 
 @pytest.mark.parametrize(("body_name", "chunks_name"), _chat_sdk_cases())
@@ -566,6 +568,10 @@ def test_responses_equal_the_sdk_stream_helper(body_name, chunks_name):
     assert sdk_calls == [(b.id, b.name, b.arguments_raw) for b in turn.tool_calls()]
     assert final.status == turn.stop_reason_raw
     assert (turn.stop_reason == "tool_use") == bool(sdk_calls)
+    # the reasoning signatures are the final response's, as the SDK keeps them
+    sdk_signatures = [o.encrypted_content for o in final.output if o.type == "reasoning" and o.encrypted_content]
+    ours = [b.signature for b in turn.blocks if b.kind is BlockKind.THINKING and b.signature]
+    assert list(dict.fromkeys(ours)) == sdk_signatures
     if final.usage is not None:
         assert (final.usage.input_tokens, final.usage.output_tokens, final.usage.total_tokens) == (
             turn.usage.input, turn.usage.output, turn.usage.total)
@@ -597,7 +603,86 @@ def test_two_generations_stitched_together_are_corrupt():
     verdict = analyze_bytes(stitched, CHAT).verdict
     assert verdict.kind is X and "chunk id changed" in verdict.reason
     assert verdict.seq == 6 and verdict.offset == cut_a
+    assert (verdict.evidence["first_seq"], verdict.evidence["first_offset"]) == (0, 0)  # both events named
     # Azure's preamble chunk with an empty id is not a change of generation
     path = vercel("openai", "chat", "azure-model-router.1.chunks.txt")
     if path.exists():
         assert analyze_bytes(frame_chat(chunk_lines(path)), CHAT).verdict.kind is C
+
+
+def test_responses_reasoning_signature_is_the_final_responses_as_the_sdk_keeps_it():
+    """The encrypted reasoning is re-issued in response.completed; the SDK's final response holds that one."""
+    body = shared_path("fixtures", "pydantic-ai/bodies/openai-responses/test_openai_responses_streaming_usage.0.sse").read_bytes()
+    with _client(body).responses.stream(model="gpt-test", input="hi") as stream:
+        for _ in stream:
+            pass
+        final = stream.get_final_response()
+    sdk = [o.encrypted_content for o in final.output if o.type == "reasoning" and o.encrypted_content]
+    turn = analyze_bytes(body, RESPONSES).turn
+    ours = [b.signature for b in turn.blocks if b.kind is BlockKind.THINKING and b.signature]
+    assert sdk and ours and set(ours) == set(sdk)
+    # output_item.done carried another encryption of the same reasoning: kept as an earlier signature
+    assert any(b.extra.get("earlier_signatures") for b in turn.blocks if b.kind is BlockKind.THINKING)
+
+
+def _sse_events(body: bytes) -> list:
+    from streamtap.wire import SSEDecoder, SSEEvent
+
+    decoder = SSEDecoder()
+    return [e for e in decoder.feed(body) + decoder.close() if isinstance(e, SSEEvent)]
+
+
+def _unnumbered(body: bytes) -> bytes:
+    """The same events without sequence_number, as some compatible servers send them."""
+    out = []
+    for event in _sse_events(body):
+        obj = orjson.loads(event.data)
+        obj.pop("sequence_number", None)
+        out.append(b"event: " + obj["type"].encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n")
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("fault", ["drop", "duplicate", "reorder"])
+@pytest.mark.parametrize("numbered", [True, False], ids=["sequence_number", "no sequence_number"])
+def test_responses_text_delta_lost_repeated_or_reordered_in_flight_is_corrupt(fault, numbered):
+    """streamtap's own faults on a real capture: with sequence_number the gap or step back shows; without it,
+    the deltas disagree with output_text.done and with the final response."""
+    from streamtap.replay.faults import parse_faults, plan
+    from streamtap.replay.source import Source
+
+    body = shared_path("fixtures", "pydantic-ai/bodies/bedrock-mantle/test_reused_tool_call_ids__stream.2.sse").read_bytes()
+    if not numbered:
+        body = _unnumbered(body)
+    assert analyze_bytes(body, RESPONSES).verdict.kind is C
+    events = _sse_events(body)
+    objects = [orjson.loads(e.data) for e in events]
+    deltas = [i for i, o in enumerate(objects) if o["type"] == "response.output_text.delta"]
+    n = next(i for i in deltas if i + 1 in deltas and objects[i]["delta"] != objects[i + 1]["delta"] and objects[i]["delta"])
+    source = Source.from_frames([e.raw for e in events], wire="sse", dialect="openai-responses")
+    served = plan(source, parse_faults(f"{fault}:event={n}")).body
+    verdict = analyze_bytes(served, RESPONSES).verdict
+    assert verdict.kind is X, verdict
+    if numbered:
+        assert "sequence_number" in verdict.reason
+    else:
+        assert "the deltas disagree with response.output_text.done at block" in verdict.reason
+        before = len("".join(objects[i]["delta"] for i in deltas if i < n).encode())
+        assert before <= verdict.evidence["byte"] <= before + len((objects[n]["delta"] + objects[n + 1]["delta"]).encode())
+
+
+def test_responses_final_snapshot_disagreeing_with_the_deltas_is_corrupt():
+    """Only the final response names the text (no .done event carries it): a lost delta shows against it."""
+    body = shared_path("fixtures", "pydantic-ai/bodies/bedrock-mantle/test_reused_tool_call_ids__stream.2.sse").read_bytes()
+    kept = []
+    for event in _sse_events(_unnumbered(body)):
+        obj = orjson.loads(event.data)
+        if obj["type"] in ("response.output_text.done", "response.content_part.done"):
+            continue
+        if obj["type"] == "response.output_item.done":
+            obj["item"].pop("content", None)
+        kept.append(b"event: " + obj["type"].encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n")
+    assert analyze_bytes(b"".join(kept), RESPONSES).verdict.kind is C
+    deltas = [i for i, raw in enumerate(kept) if b'"response.output_text.delta"' in raw]
+    lost = b"".join(raw for i, raw in enumerate(kept) if i != deltas[2])
+    verdict = analyze_bytes(lost, RESPONSES).verdict
+    assert verdict.kind is X and "the deltas disagree with the final response at block" in verdict.reason, verdict

@@ -21,6 +21,10 @@ Choices this module makes where the provider is silent:
   block types this version does not know are ``other``, kept whole, their deltas' text
   joined into ``text``.
 - An ``error`` event makes the turn ``errored`` whatever follows it.
+- Closed units (``Judge.reopened``): ``content_block_stop`` closes its block, a
+  ``message_delta`` with a stop reason the message's content (no block starts or grows
+  after it) and ``message_stop`` the message; any event for a closed block, or inside a
+  stopped message before the next ``message_start``, is corrupt, naming both events.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import orjson
 
 from streamtap.wire import SSEEvent, WireEvent
 
-from .judge import Judge, Pieces, as_text, close_arguments, decode_event_json, earlier_outcome, stop_verdict
+from .judge import Judge, Pieces, as_text, decode_event_json, earlier_outcome, stop_verdict
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
 # raw stop_reason -> (verdict, normalized stop reason)
@@ -95,6 +99,7 @@ class MessageBuilder:
         self.open_blocks: set[int] = set()
         self.fragments: dict[int, list[str]] = {}
         self.saw_delta = False  # any message_delta for the current message
+        self.content_stopped = False  # a message_delta gave the stop reason: the content is closed
         self.outcomes: list[tuple[str | None, int | None, int | None]] = []  # earlier messages' raw stop reasons
         self.noted_deltas: set[Any] = set()
         self.pieces = Pieces()
@@ -126,6 +131,9 @@ class MessageBuilder:
             self.outcomes.append((self.turn.stop_reason_raw, seq, offset))
             self.judge.note(f"message {self.messages + 1} ({message.get('id')}) starts at seq {seq} after "
                             "message_stop: several responses back to back")
+        self.judge.forget("block ")
+        self.judge.forget("the message")
+        self.content_stopped = False
         self.messages += 1
         self.open_message = True
         self.stopped = False
@@ -168,10 +176,13 @@ class MessageBuilder:
     def _content_block_start(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         index = event.get("index")
         content_block = event.get("content_block")
-        if not self._in_message("content_block_start", seq, offset):
+        if not self._in_message("content_block_start", seq, offset) or \
+                self.judge.reopened("the message's content", "content_block_start", seq, offset):
             return
         if not isinstance(index, int) or not isinstance(content_block, dict):
             self.judge.corrupt("content_block_start without an index or content_block", seq, offset)
+            return
+        if self.judge.reopened(f"block {index}", "content_block_start", seq, offset, index=index):
             return
         if index in self.blocks:
             self.judge.corrupt(f"content_block_start for index {index}, which already started", seq, offset,
@@ -192,14 +203,15 @@ class MessageBuilder:
         if not self.open_message:
             self._in_message("content_block_delta", seq, offset)
             return
+        if self.content_stopped and self.judge.reopened("the message's content", "content_block_delta", seq, offset):
+            return
         index = event.get("index")
         block = self.blocks.get(index) if isinstance(index, int) else None
         if block is None:
             self.judge.corrupt(f"content_block_delta for unknown index {index}", seq, offset, index=index)
             return
-        if index not in self.open_blocks:
-            self.judge.corrupt(f"content_block_delta for index {index} after its content_block_stop", seq, offset,
-                               index=index)
+        if index not in self.open_blocks and \
+                self.judge.reopened(f"block {index}", "content_block_delta", seq, offset, index=index):
             return
         delta = event.get("delta")
         if not isinstance(delta, dict):
@@ -258,11 +270,13 @@ class MessageBuilder:
             return
         index = event.get("index")
         block = self.blocks.get(index) if isinstance(index, int) else None
+        if self.judge.reopened(f"block {index}", "content_block_stop", seq, offset, index=index):
+            return
         if block is None or index not in self.open_blocks:
-            what = "unknown index" if block is None else "a block already stopped"
-            self.judge.corrupt(f"content_block_stop for {what} ({index})", seq, offset, index=index)
+            self.judge.corrupt(f"content_block_stop for unknown index ({index})", seq, offset, index=index)
             return
         self.open_blocks.discard(index)  # type: ignore[arg-type]
+        self.judge.close(f"block {index}", "content_block_stop", seq, offset)
         self._close(block, index, seq, offset)  # type: ignore[arg-type]
 
     def _close(self, block: Block, index: int, seq: int | None, offset: int | None, prefilled: bool = False) -> None:
@@ -278,7 +292,7 @@ class MessageBuilder:
             except TypeError:
                 block.arguments_raw = None
             return
-        close_arguments(block, "".join(self.fragments.pop(index, ())), start_input, self.judge, seq, offset, index)
+        self.judge.close_arguments(block, "".join(self.fragments.pop(index, ())), start_input, seq, offset)
 
     def _message_delta(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         if not self._in_message("message_delta", seq, offset):
@@ -287,9 +301,16 @@ class MessageBuilder:
         delta = event.get("delta")
         if isinstance(delta, dict):
             raw = as_text(delta.get("stop_reason"))
+            # message_delta may come more than once (cumulative usage), but a stop reason is given once
+            if raw is not None and self.turn.stop_reason_raw not in (None, raw) and \
+                    self.judge.reopened("the message's content", f"message_delta (stop_reason {raw})", seq, offset):
+                return
             if raw is not None:
                 self.turn.stop_reason_raw = raw
                 self.turn.stop_reason = STOP_REASONS.get(raw, (None, raw))[1]
+                # the stop reason ends the message's content: no block may start or grow after it
+                self.content_stopped = True
+                self.judge.close("the message's content", f"message_delta (stop_reason {raw})", seq, offset)
             for key in ("stop_sequence", "stop_details", "container"):
                 if delta.get(key) is not None:
                     self.turn.extra[key] = delta[key]
@@ -303,6 +324,7 @@ class MessageBuilder:
         self.open_message = False
         self.stopped = True
         self.judge.terminal_at = (seq, offset)
+        self.judge.close("the message", "message_stop", seq, offset)
         metrics = event.get("amazon-bedrock-invocationMetrics")
         if isinstance(metrics, dict):
             self.turn.usage.raw["amazon-bedrock-invocationMetrics"] = metrics
@@ -322,7 +344,8 @@ class MessageBuilder:
                                    seq, offset, open_blocks=open_indexes)
 
     def _ping(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
-        pass
+        if self.stopped and not self.open_message:  # keep-alive for a message already stopped
+            self.judge.reopened("the message", "ping", seq, offset)
 
     def _error(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         error = event.get("error")
@@ -333,8 +356,8 @@ class MessageBuilder:
     def _in_message(self, what: str, seq: int | None, offset: int | None) -> bool:
         if self.open_message:
             return True
-        where = "after message_stop" if self.stopped else "before message_start"
-        self.judge.corrupt(f"{what} {where}", seq, offset)
+        if not self.judge.reopened("the message", what, seq, offset):
+            self.judge.corrupt(f"{what} before message_start", seq, offset)
         return False
 
     def _usage(self, usage: dict[str, Any]) -> None:
@@ -398,7 +421,7 @@ class Assembler:
         if not isinstance(event, SSEEvent):
             return
         judge = self.judge
-        judge.seen(event)
+        judge.seen(event, event.event)
         if not event.data:
             judge.note(f"event {event.event!r} without data at seq {event.seq}")
             return

@@ -5,9 +5,11 @@ that decoded cleanly; framing trouble (``Malformed``, ``Tail``), HTTP status, th
 end-of-stream kind and the sentinel are judged once, by the session that drives it.
 
 One optional hook: ``tail(event: Tail) -> bool``. The session offers it the leftover
-bytes at close; a dialect that can read meaning into them (a final ``data: [DONE]``
-without its blank line, an error written as raw JSON) takes them and returns True, and
-the session then does not judge them as a cut.
+bytes at close; a dialect that can read meaning into them (an error written as raw JSON
+without SSE framing) takes them and returns True, and the session then does not judge
+them as a cut. A terminal signal in the leftover bytes is never taken: that event was
+not dispatched, so the stream is ``truncated`` (the session says the terminal event
+arrived but was never ended). Findings and verdicts go through ``judge.Judge``.
 """
 
 from __future__ import annotations

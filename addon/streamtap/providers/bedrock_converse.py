@@ -19,6 +19,9 @@ Choices this module makes where the provider is silent:
 - Several messages back to back behave as in the Anthropic module: blocks appended,
   the last message's stop reason and usage kept, a ``messageStart`` inside an open
   message is a splice (corrupt).
+- Closed units (``Judge.reopened``): ``contentBlockStop`` closes its block and
+  ``messageStop`` the message; a delta, start or stop for a closed block, or a content
+  event after ``messageStop`` (before another ``messageStart``), is corrupt, naming both events.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import orjson
 
 from streamtap.wire import EventStreamMessage, WireEvent
 
-from .judge import Judge, Pieces, as_text, close_arguments, decode_event_json, earlier_outcome, stop_verdict
+from .judge import Judge, Pieces, as_text, decode_event_json, earlier_outcome, stop_verdict
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
 STOP_REASONS: dict[str, tuple[VerdictKind, str]] = {
@@ -76,7 +79,7 @@ def exception_error(message: EventStreamMessage, judge: Judge) -> None:
 
 def event_frame(message: EventStreamMessage, judge: Judge) -> bool:
     """Count a frame; True for an ``event`` frame, else record what the frame says (an error, or a note)."""
-    judge.seen(message)
+    judge.seen(message, message.headers.get(":event-type") or message.headers.get(":exception-type"))
     message_type = message.headers.get(":message-type", "event")
     if message_type == "event":
         return True
@@ -118,6 +121,9 @@ class ConverseBuilder:
                             "several responses back to back")
         elif implicit:
             self.judge.note(f"no messageStart before seq {seq}")
+        self.judge.forget("block ")
+        self.judge.forget("the message")
+        self.judge.forget("the metadata")
         self.messages += 1
         self.open_message = True
         self.stopped = False
@@ -134,7 +140,7 @@ class ConverseBuilder:
         if self.open_message:
             return True
         if self.stopped:
-            self.judge.corrupt(f"{what} after messageStop", seq, offset)
+            self.judge.reopened("the message", what, seq, offset)
             return False
         self._begin(seq, offset, implicit=True)  # an edited capture may lack messageStart
         return True
@@ -163,6 +169,8 @@ class ConverseBuilder:
         start = body.get("start")
         if not isinstance(index, int) or not isinstance(start, dict):
             self.judge.corrupt("contentBlockStart without contentBlockIndex or start", seq, offset)
+            return
+        if self.judge.reopened(f"block {index}", "contentBlockStart", seq, offset, index=index):
             return
         if index in self.blocks or index in self.announced:
             self.judge.corrupt(f"contentBlockStart for index {index}, which already started", seq, offset,
@@ -194,6 +202,9 @@ class ConverseBuilder:
             self.judge.corrupt("contentBlockDelta without contentBlockIndex or a single delta member", seq, offset)
             return
         (member, value), = delta.items()
+        if index not in self.open_blocks and \
+                self.judge.reopened(f"block {index}", f"contentBlockDelta ({member})", seq, offset, index=index):
+            return
         block = self.blocks.get(index)
         if block is None:
             kind = _DELTA_KIND.get(member)
@@ -206,10 +217,6 @@ class ConverseBuilder:
                 kind = BlockKind.REDACTED_THINKING
             self.announced.discard(index)
             block = self._new_block(index, kind)
-        elif index not in self.open_blocks:
-            self.judge.corrupt(f"contentBlockDelta for index {index} after its contentBlockStop", seq, offset,
-                               index=index)
-            return
         kind = block.kind
         if member == "text" and kind is BlockKind.TEXT and isinstance(value, str):
             self.pieces.add(block, value)
@@ -251,19 +258,21 @@ class ConverseBuilder:
         if not isinstance(index, int):
             self.judge.corrupt("contentBlockStop without contentBlockIndex", seq, offset)
             return
+        if self.judge.reopened(f"block {index}", "contentBlockStop", seq, offset, index=index):
+            return
+        self.judge.close(f"block {index}", "contentBlockStop", seq, offset)
         if index in self.announced:  # started empty and stopped without a delta: nothing to keep
             self.announced.discard(index)
             return
         block = self.blocks.get(index)
         if block is None or index not in self.open_blocks:
-            what = "unknown index" if block is None else "a block already stopped"
-            self.judge.corrupt(f"contentBlockStop for {what} ({index})", seq, offset, index=index)
+            self.judge.corrupt(f"contentBlockStop for unknown index ({index})", seq, offset, index=index)
             return
         self.open_blocks.discard(index)  # type: ignore[arg-type]
         block.closed = True
         self.pieces.flush(block)
         if index in self.fragments:
-            close_arguments(block, "".join(self.fragments.pop(index)), {}, self.judge, seq, offset, index)
+            self.judge.close_arguments(block, "".join(self.fragments.pop(index)), {}, seq, offset)
 
     def _message_stop(self, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         if not self._in_message(seq, offset, "messageStop"):
@@ -271,6 +280,7 @@ class ConverseBuilder:
         self.open_message = False
         self.stopped = True
         self.judge.terminal_at = (seq, offset)
+        self.judge.close("the message", "messageStop", seq, offset)
         raw = as_text(body.get("stopReason"))
         self.turn.stop_reason_raw = raw
         self.turn.stop_reason = STOP_REASONS.get(raw, (None, raw))[1] if raw is not None else None
@@ -292,6 +302,9 @@ class ConverseBuilder:
     def _metadata(self, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         if not self.open_message and not self.stopped:
             self._begin(seq, offset, implicit=True)
+        if self.judge.reopened("the metadata", "metadata", seq, offset):
+            return
+        self.judge.close("the metadata", "metadata", seq, offset)  # one usage report per message
         self.metadata_seen = True
         usage = body.get("usage")
         if isinstance(usage, dict):

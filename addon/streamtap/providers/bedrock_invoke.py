@@ -18,6 +18,9 @@ Choices this module makes:
   ``truncated``.
 - Exception frames (``modelStreamErrorException``, ``throttlingException``, ...) are
   ``errored`` with the exception type, message and ``originalStatusCode``.
+- Closed units as in the Anthropic and ConverseStream modules; for the plain text
+  families the chunk carrying the stop reason closes the response, and any chunk after
+  it is corrupt.
 """
 
 from __future__ import annotations
@@ -91,8 +94,7 @@ class TextFamilyBuilder:
         self.terminal = False
 
     def apply(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
-        if self.terminal:
-            self.judge.corrupt("a chunk after the chunk that carried the stop reason", seq, offset)
+        if self.judge.reopened("the response", "a chunk", seq, offset):
             return
         if self.family == "mistral":
             outputs = event.get("outputs") or [{}]
@@ -118,6 +120,7 @@ class TextFamilyBuilder:
             # the input and no completionReason came
             self.terminal = True
             self.judge.terminal_at = (seq, offset)
+            self.judge.close("the response", f"the chunk with {self.stop_key}", seq, offset)
             if self.block is not None:
                 self.block.closed = True
             self.turn.stop_reason_raw = raw

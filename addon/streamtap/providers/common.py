@@ -1,9 +1,10 @@
-"""Pieces every dialect assembler shares: findings, stop reasons, tool-call arguments.
+"""The block bookkeeping the openai, gemini and ollama assemblers share.
 
 A dialect module subclasses ``AssemblerBase`` and, per decoded event, calls:
 
 - ``self.seen(event, name)`` first (counts the event, remembers where it was and what
-  it was called, for reasons);
+  it was called, for reasons; any event after the terminal signal contradicts the closed
+  response);
 - ``self.payload(event, text)`` for SSE/event-stream JSON payloads (unparseable JSON is
   recorded as corrupt and ``None`` is returned);
 - ``self.append(choice, kind, text, t, key=None)`` to grow a text/thinking/refusal block
@@ -13,14 +14,14 @@ A dialect module subclasses ``AssemblerBase`` and, per decoded event, calls:
   ``self.grow(block, "arguments_raw", fragment)`` for its argument fragments (``+=`` on the
   attribute would copy the whole string per fragment); ``flush_text()`` before reading
   a grown block's ``text`` or ``arguments_raw`` mid-stream;
-- ``self.corrupt(reason, event)`` / ``self.errored(reason, event, error)`` for findings,
-  ``self.terminal(event, stop_raw, normalized)`` when the provider's end signal arrives;
-- and implements ``finish(end)`` as ``return self.judge(end, expected="...")``.
+- ``self.corrupt(reason, event)`` / ``self.errored(event, error)`` for findings,
+  ``self.close_unit(unit, by, event)`` when the provider closes a unit and
+  ``self.reopened(unit, what, event)`` before using one,
+  ``self.terminal(event, stop_raw, normalized, name)`` when the provider's end signal arrives;
+- and implements ``finish(end)`` as ``return self.verdict(end, expected="...")``.
 
-``judge`` applies the precedence every dialect shares: in-band error, then in-stream
-corruption, then "no terminal signal" (truncated), then trouble found only at close
-(tool arguments that do not parse, blocks never stopped), then the stop reason.
-The session adds framing trouble, HTTP status and the sentinel on top.
+Findings, closed units and the verdict are the one mechanism in ``judge.py`` (``Judge``),
+which the Anthropic and Bedrock modules use directly.
 """
 
 from __future__ import annotations
@@ -29,13 +30,14 @@ from typing import Any
 
 import orjson
 
-from streamtap.wire import IncrementalJSON, WireEvent
+from streamtap.wire import WireEvent
+
+from .judge import TEXT_BATCH, Judge, parse_arguments
 
 from .turn import Block, BlockKind, Choice, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 MAX_CHOICES = 128  # a bound, so a hostile index cannot make a huge list
-TEXT_BATCH = 64  # text fragments joined at a time while a block grows (bounds the objects held)
-MAX_NOTES = 50  # notes kept per turn
+RESPONSE = "the response"  # the unit every terminal signal closes
 
 # normalized stop reason -> verdict kind
 STOP_VERDICT: dict[str, VerdictKind] = {
@@ -61,13 +63,6 @@ _SEVERITY = [
     VerdictKind.ERRORED,
 ]
 
-END_WORDS = {
-    StreamEnd.FINISHED: "the body ended cleanly",
-    StreamEnd.UPSTREAM_RESET: "the upstream connection was reset or timed out",
-    StreamEnd.CLIENT_ABORTED: "the client went away first (not the provider's fault)",
-}
-
-
 def worst_stop(normalized: list[str]) -> str:
     """The normalized stop reason that decides a multi-choice turn."""
     return max(normalized, key=lambda n: _SEVERITY.index(STOP_VERDICT.get(n, VerdictKind.UNKNOWN)))
@@ -80,23 +75,6 @@ def loads(text: str | bytes) -> Any:
 
 def dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
-
-
-def finalize_arguments(block: Block) -> str | None:
-    """Parse a closed tool call's ``arguments_raw`` once; return the parse error, if any.
-
-    Empty arguments mean ``{}`` (providers send nothing for a tool with no parameters).
-    """
-    document = IncrementalJSON()
-    document.feed(block.arguments_raw or "")
-    try:
-        block.arguments = document.value()
-    except ValueError as exc:
-        block.arguments = None
-        block.arguments_error = str(exc).split("\n")[0]
-        return block.arguments_error
-    block.arguments_error = None
-    return None
 
 
 def error_message(obj: Any) -> str:
@@ -116,6 +94,19 @@ def error_message(obj: Any) -> str:
     if isinstance(obj, list) and obj:
         return error_message(obj[0])
     return str(obj)[:200]
+
+
+def error_fields(obj: Any) -> dict[str, Any]:
+    """{type, code, status, message} from the error shapes providers use (for ``Judge.errored``)."""
+    inner = obj.get("error", obj) if isinstance(obj, dict) else obj
+    if not isinstance(inner, dict):
+        return {"message": one_line(str(inner)[:200])}
+    message = next((inner[k] for k in ("message", "Message", "msg", "detail") if isinstance(inner.get(k), str)), None)
+    if message is None and isinstance(obj, dict):
+        message = next((obj[k] for k in ("message", "Message") if isinstance(obj.get(k), str)), None)
+    fields = {"type": inner.get("type"), "code": inner.get("code"), "status": inner.get("status"),
+              "message": one_line(message if message is not None else str(inner)[:200])}
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def as_dict(value: Any) -> dict[str, Any]:
@@ -149,7 +140,7 @@ def _hashable(key: Any) -> Any:
 
 
 class AssemblerBase:
-    """State and verdict precedence shared by the dialect assemblers."""
+    """State shared by the dialect assemblers; every finding and verdict goes through ``Judge``."""
 
     dialect: Dialect = Dialect.UNKNOWN
     wire: str = "sse"
@@ -158,13 +149,8 @@ class AssemblerBase:
         if wire:
             self.wire = wire
         self.turn = Turn(self.dialect)
-        self._error: Verdict | None = None
-        self._corrupt: Verdict | None = None
-        self._stop: tuple[int, int, str | None, str] | None = None  # seq, offset, raw, normalized
-        self._after_terminal = 0
-        self.last_seq: int | None = None
-        self.last_offset: int | None = None
-        self.last_name: str | None = None  # what the last event was, for reasons
+        self.judge = Judge(self.turn)
+        self._stop: tuple[str | None, str] | None = None  # raw, normalized stop reason
         self._keys: dict[tuple[int, Any], Block] = {}  # (choice, key) -> block
         # the block growing now (see grow) and its fragments not yet in it
         self._growing: Block | None = None
@@ -172,20 +158,24 @@ class AssemblerBase:
         self._pieces: list[str] = []
         self._joined: list[str] = []  # every TEXT_BATCH pieces, joined once
 
+    @property
+    def last_seq(self) -> int | None:
+        return self.judge.last_seq
+
+    @property
+    def last_offset(self) -> int | None:
+        return self.judge.last_offset
+
     # -- per-event bookkeeping ------------------------------------------------------
     def seen(self, event: WireEvent, name: str | None = None) -> None:
-        self.turn.events += 1
-        self.last_seq, self.last_offset = event.seq, event.start
+        """Count an event; any event after the response was closed contradicts it."""
+        judge = self.judge
+        self.turn.events += 1  # Judge.seen, inlined: once per event
+        judge.last_seq, judge.last_offset, judge.last_end = event.seq, event.start, event.end
         if name is not None:
-            self.last_name = name
-        if self._stop is not None and self._error is None:
-            self._after_terminal += 1
-            if self._after_terminal == 1:
-                self.corrupt(
-                    f"event after the terminal signal ({self._stop[2] or 'end'}): "
-                    "a second response in one body, or a confused upstream",
-                    event,
-                )
+            judge.last_name = name
+        if RESPONSE in judge.closed_units:
+            judge.reopened(RESPONSE, f"event {name or type(event).__name__}", event.seq, event.start)
 
     def payload(self, event: WireEvent, text: str | bytes) -> Any:
         try:
@@ -200,34 +190,45 @@ class AssemblerBase:
 
     # -- findings ---------------------------------------------------------------------
     def corrupt(self, reason: str, event: WireEvent | None = None, **evidence: Any) -> None:
-        if self._corrupt is None:
-            self._corrupt = self._verdict(VerdictKind.CORRUPT, reason, event, evidence)
+        seq, offset = self._where(event)
+        self.judge.corrupt(reason, seq, offset, **evidence)
 
-    def errored(self, reason: str, event: WireEvent | None, error: dict[str, Any] | None = None) -> None:
-        if self._error is None:
-            self._error = self._verdict(VerdictKind.ERRORED, reason, event, {})
-            self.turn.error = error or {"source": "stream", "message": reason}
-            self.turn.stop_reason = "error"
+    def errored(self, event: WireEvent | None, error: dict[str, Any]) -> None:
+        seq, offset = self._where(event)
+        self.judge.errored({"source": "stream", **error}, seq, offset)
 
-    def terminal(self, event: WireEvent, raw: str | None, normalized: str) -> None:
+    def close_unit(self, unit: str, by: str, event: WireEvent) -> None:
+        self.judge.close(unit, by, event.seq, event.start)
+
+    def reopened(self, unit: str, what: str, event: WireEvent, **evidence: Any) -> bool:
+        return self.judge.reopened(unit, what, event.seq, event.start, **evidence)
+
+    def terminal(self, event: WireEvent, raw: str | None, normalized: str, name: str = "the terminal event") -> None:
+        """The provider's end signal: it closes the response."""
         if self._stop is None:
-            self._stop = (event.seq, event.start, raw, normalized)
-        if self._error is None:  # an in-band error stays the turn's stop reason
+            self._stop = (raw, normalized)
+            self.judge.terminal(name, event.seq, event.start)
+            self.judge.close(RESPONSE, name, event.seq, event.start)
+        if self.judge.error_at is None:  # an in-band error stays the turn's stop reason
             self.turn.stop_reason = normalized
         self.turn.stop_reason_raw = raw
 
     def note(self, text: str) -> None:
-        if text not in self.turn.notes and len(self.turn.notes) < MAX_NOTES:
-            self.turn.notes.append(text)
+        self.judge.note(text)
 
     @property
     def terminal_seen(self) -> bool:
         return self._stop is not None
 
-    def _verdict(self, kind: VerdictKind, reason: str, event: WireEvent | None, evidence: dict) -> Verdict:
-        seq = event.seq if event is not None else self.last_seq
-        offset = event.start if event is not None else self.last_offset
-        return Verdict(kind, reason, seq, offset, dict(evidence))
+    @property
+    def troubled(self) -> bool:
+        """An in-band error or a corruption was found already."""
+        return self.judge.error_at is not None or self.judge.problem is not None
+
+    def _where(self, event: WireEvent | None) -> tuple[int | None, int | None]:
+        if event is None:
+            return self.judge.last_seq, self.judge.last_offset
+        return event.seq, event.start
 
     # -- blocks -----------------------------------------------------------------------
     def choice(self, index: int) -> Choice:
@@ -325,45 +326,18 @@ class AssemblerBase:
             for block in choice.blocks:
                 if block.kind is BlockKind.TOOL_CALL and block.arguments is None and block.arguments_error is None:
                     if block.arguments_raw is not None:
-                        finalize_arguments(block)
+                        parse_arguments(block, block.arguments_raw)
                 block.closed = True
 
-    def judge(self, end: StreamEnd, expected: str) -> tuple[Turn, Verdict]:
+    def verdict(self, end: StreamEnd, expected: str) -> tuple[Turn, Verdict]:
         """The verdict from the events alone. ``expected`` names the missing terminal signal."""
         self.flush_text()
-        if self._error is not None:
-            return self.turn, self._error
-        if self._corrupt is not None:
-            return self.turn, self._corrupt
+        judge = self.judge
+        early = judge.early_verdict()
+        if early is not None:
+            return self.turn, early
         if self._stop is None:
-            reason = f"no terminal signal ({expected}): {END_WORDS[end]}"
-            if self.last_name:
-                reason += f"; last event {self.last_name} (seq {self.last_seq})"
-            return self.turn, Verdict(
-                VerdictKind.TRUNCATED, reason, self.last_seq, self.last_offset, {"end": end.value}
-            )
-        seq, offset, raw, normalized = self._stop
+            return self.turn, judge.truncated(f"no terminal signal ({expected})", end)
+        raw, normalized = self._stop
         kind = STOP_VERDICT.get(normalized, VerdictKind.UNKNOWN)
-        evidence: dict[str, Any] = {"end": end.value}
-        for choice in self.turn.choices:
-            for block in choice.blocks:
-                if block.kind is BlockKind.TOOL_CALL and block.arguments_error:
-                    if kind is not VerdictKind.COMPLETE:  # a limit or a filter may cut a call short
-                        evidence.setdefault("cut_tool_calls", []).append([choice.index, block.index])
-                        continue
-                    return self.turn, Verdict(
-                        VerdictKind.CORRUPT,
-                        f"tool call {block.name or block.id or block.index} has invalid argument JSON "
-                        f"({one_line(block.arguments_error, 80)})",
-                        seq,
-                        offset,
-                        {"choice": choice.index, "block": block.index},
-                    )
-        words = {
-            VerdictKind.COMPLETE: "the model finished",
-            VerdictKind.STOPPED_BY_LIMIT: "the model was stopped by a limit",
-            VerdictKind.FILTERED: "the output was filtered or refused",
-            VerdictKind.ERRORED: "the provider reported a failed generation",
-            VerdictKind.UNKNOWN: "the provider gave a stop reason streamtap does not know",
-        }[kind]
-        return self.turn, Verdict(kind, f"{words} (stop reason {raw!s})", seq, offset, evidence)
+        return self.turn, judge.finished(kind, judge.terminal_name or "the terminal event", raw, end=end.value)

@@ -4,6 +4,15 @@ There is no end sentinel: the turn is finished when the last chunk that carries
 candidates gives every candidate a ``finishReason`` (older models stamped one on every
 chunk, so only the last chunk counts), or when the prompt was blocked. The JSON-array
 form must also close its ``]`` (the session sees a missing one as a cut).
+
+Closed units: a ``finishReason`` closes its candidate once the stream has shown that it
+does not stamp one on every chunk (an earlier chunk of that candidate came without one),
+and a finishReason other than ``STOP`` always closes it (the legacy stamping was ``STOP``
+only). Content for a closed candidate, or another finishReason, is a second generation:
+corrupt. Content after a ``STOP`` that came on the candidate's first chunks is either a
+model of early 2024 stamping ``STOP`` on every chunk or a second generation appended after
+the first finished: the bytes cannot tell, so such a turn is ``unknown``, never complete.
+A ``STOP`` on a chunk without content (gateways stamp early empty chunks) closes nothing.
 """
 
 from __future__ import annotations
@@ -13,8 +22,8 @@ from typing import Any
 
 from streamtap.wire import JSONValue, SSEEvent, Tail, WireEvent
 
-from .common import AssemblerBase, as_dict, as_int, as_list, as_str, dumps, error_message, loads, one_line, worst_stop
-from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict
+from .common import AssemblerBase, as_dict, as_int, as_list, as_str, dumps, error_fields, loads, worst_stop
+from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 POLICY = {
     "SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "LANGUAGE",
@@ -47,6 +56,9 @@ class Assembler(AssemblerBase):
         self._blocked: tuple[WireEvent, str] | None = None
         self._streaming_call: dict[int, Block] = {}  # candidate -> call whose partialArgs are still arriving
         self._calls = 0
+        self._unstamped: set[int] = set()  # candidates that had a chunk without a finishReason
+        self._stamped: dict[int, WireEvent] = {}  # candidate -> a chunk with content and STOP before any without
+        self._ambiguous: tuple[WireEvent, WireEvent] | None = None  # (that chunk, content after it)
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if isinstance(event, SSEEvent):
@@ -67,9 +79,7 @@ class Assembler(AssemblerBase):
             self.corrupt("chunk is JSON but not an object", event)
             return
         if "error" in obj:
-            message = one_line(error_message(obj))
-            error = obj["error"] if isinstance(obj["error"], dict) else {}
-            self.errored(f"in-band error: {message}", event, {"source": "stream", "message": message, "code": as_dict(error).get("code"), "status": as_dict(error).get("status")})
+            self.errored(event, error_fields(obj))
             return
         turn = self.turn
         turn.model = turn.model or as_str(obj.get("modelVersion"))
@@ -96,15 +106,28 @@ class Assembler(AssemblerBase):
         if not isinstance(obj, dict) or "error" not in obj:
             return False
         self.seen(event, "raw error JSON")
-        message = one_line(error_message(obj))
-        error = as_dict(obj["error"])
-        self.errored(f"in-band error (raw JSON, no data: line): {message}", event,
-                     {"source": "stream", "message": message, "code": error.get("code"), "status": error.get("status")})
+        self.errored(event, {**error_fields(obj), "framing": "raw JSON, no data: line"})
         return True
 
     def _candidate(self, candidate: dict[str, Any], event: WireEvent, t: float | None) -> None:
         choice = self.choice(candidate.get("index") or 0)
         index = choice.index
+        finish = candidate.get("finishReason")
+        unit = f"candidate {index}"
+        carries = [_part_kind(p) for p in as_list(as_dict(candidate.get("content")).get("parts")) if _part_kind(p)]
+        if self.judge.is_closed(unit):
+            if carries or (finish and str(finish) != self._finish.get(index)):
+                what = f"a chunk with {', '.join(carries)}" if carries else f"finishReason {finish}"
+                self.reopened(unit, f"{what} (a second generation)", event)
+                return
+        if index in self._stamped and carries and self._ambiguous is None:
+            self._ambiguous = (self._stamped[index], event)
+        if not finish:
+            self._unstamped.add(index)
+        elif str(finish) != "STOP" or index in self._unstamped:
+            self.close_unit(unit, f"finishReason {finish}", event)
+        elif carries:
+            self._stamped.setdefault(index, event)
         for part in as_list(as_dict(candidate.get("content")).get("parts")):
             if isinstance(part, dict):
                 self._part(index, part, event, t)
@@ -212,16 +235,39 @@ class Assembler(AssemblerBase):
             self._close_streaming(index)
         if self._blocked is not None and not self._finish:
             event, reason = self._blocked
-            self.terminal(event, f"blockReason:{reason}", "filtered")
+            self.terminal(event, f"blockReason:{reason}", "filtered", "promptFeedback.blockReason")
         elif self._last_chunk_finished and self._last_candidates_event is not None:
             if all(c.index in self._finish for c in self.turn.choices):
                 calls = any(b.kind is BlockKind.TOOL_CALL for c in self.turn.choices for b in c.blocks)
                 normalized = [normalize(self._finish[c.index], calls) for c in self.turn.choices]
                 worst = worst_stop(normalized)
                 raw = next(self._finish[c.index] for c, n in zip(self.turn.choices, normalized) if n == worst)
-                self.terminal(self._last_candidates_event, raw, worst)
+                self.terminal(self._last_candidates_event, raw, worst, "the last chunk's finishReason")
         expected = "a finishReason on the last chunk" + (" and the closing ]" if self.wire == "json-array" else "")
-        return self.judge(end, expected=expected)
+        turn, verdict = self.verdict(end, expected=expected)
+        if self._ambiguous is not None and verdict.kind in (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT,
+                                                            VerdictKind.FILTERED):
+            stamped, after = self._ambiguous
+            verdict = Verdict(
+                VerdictKind.UNKNOWN,
+                f"content at seq {after.seq} (byte {after.start}) after finishReason STOP at seq {stamped.seq} "
+                f"(byte {stamped.start}): a model stamping STOP on every chunk, or a second generation appended "
+                "after the first finished; the bytes cannot tell",
+                after.seq, after.start,
+                {"stamped_seq": stamped.seq, "stamped_offset": stamped.start, "was": verdict.kind.value,
+                 "end": end.value})
+        return turn, verdict
+
+
+def _part_kind(part: Any) -> str | None:
+    """What content a part carries (None for an empty or signature-only part)."""
+    if not isinstance(part, dict):
+        return None
+    if isinstance(part.get("functionCall"), dict):
+        return "a functionCall"
+    if isinstance(part.get("text"), str) and part["text"]:
+        return "thought text" if part.get("thought") else "text"
+    return next((k for k in ("executableCode", "codeExecutionResult", "inlineData", "fileData") if k in part), None)
 
 
 _STEP = re.compile(r"\.([A-Za-z_][\w-]*)|\[(\d+)\]|\['([^']*)'\]|\[\"([^\"]*)\"\]")

@@ -2,7 +2,8 @@
 
 One JSON object per line; the last one says ``"done": true`` with ``done_reason``
 (``stop`` or ``length``) and the token counts. Tool calls arrive whole. A line holding
-only ``{"error": ...}`` is an in-band error (the HTTP status stays 200).
+only ``{"error": ...}`` is an in-band error (the HTTP status stays 200). The done line
+closes the response: any line after it is corrupt.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 from streamtap.wire import JSONValue, WireEvent
 
-from .common import AssemblerBase, as_dict, as_int, as_list, as_str, dumps, error_message, one_line
+from .common import AssemblerBase, as_dict, as_int, as_list, as_str, dumps, error_fields
 from .turn import BlockKind, Dialect, StreamEnd, Turn, Verdict
 
 DONE = {"stop": "end_turn", "length": "max_tokens"}
@@ -35,8 +36,7 @@ class Assembler(AssemblerBase):
             self.corrupt("line is JSON but not an object", event)
             return
         if "error" in obj:
-            message = one_line(error_message(obj))
-            self.errored(f"in-band error: {message}", event, {"source": "stream", "message": message})
+            self.errored(event, error_fields(obj))
             return
         turn = self.turn
         turn.model = turn.model or as_str(obj.get("model"))
@@ -57,7 +57,7 @@ class Assembler(AssemblerBase):
             normalized = DONE.get(reason, "other")
             if normalized == "end_turn" and calls:
                 normalized = "tool_use"
-            self.terminal(event, reason, normalized)
+            self.terminal(event, reason, normalized, 'the "done": true line')
 
     def _tool_call(self, call: dict[str, Any], t: float | None) -> None:
         function = as_dict(call.get("function"))
@@ -82,4 +82,4 @@ class Assembler(AssemblerBase):
 
     def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
         self.close_blocks()
-        return self.judge(end, expected='a line with "done": true')
+        return self.verdict(end, expected='a line with "done": true')

@@ -4,15 +4,23 @@
 ``finish_reason``. An error object anywhere makes the turn errored even when ``[DONE]``
 follows (OpenAI, vLLM and OpenRouter all do that). Reasoning from compatible servers
 (``reasoning_content`` / ``reasoning``, Mistral's typed content parts) becomes thinking.
+
+Closed units: a ``finish_reason`` closes its choice and ``[DONE]`` closes the response.
+Content for a finished choice (text, reasoning, refusal, a tool call, another finish
+reason) is a second generation: corrupt. So is a second assistant start (a ``role``
+chunk again, once the choice has had content without one; OpenRouter and Perplexity put
+the role on every chunk, and some servers on the finish chunk, which is not a start), and a
+change of chunk id. An empty delta
+after the finish (OpenRouter's usage chunk) contradicts nothing.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from streamtap.wire import SSEEvent, Tail, WireEvent
+from streamtap.wire import SSEEvent, WireEvent
 
-from .common import AssemblerBase, as_dict, as_int, as_list, as_str, dumps, error_message, loads, one_line, worst_stop
+from .common import RESPONSE, AssemblerBase, as_dict, as_int, as_list, as_str, dumps, error_fields, loads, worst_stop
 from .turn import BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 FINISH = {
@@ -36,6 +44,9 @@ class Assembler(AssemblerBase):
         self._done: WireEvent | None = None
         self._tool_keys: dict[tuple[int, int], int] = {}  # (choice, tool index) -> generation, for reused indexes
         self._chunk_id: str | None = None  # every chunk of one generation carries the same id
+        self._chunk_id_at: WireEvent | None = None  # the first chunk that carried it
+        self._started: dict[int, WireEvent] = {}  # choice -> its first role chunk
+        self._bare_content: set[int] = set()  # choices that had content in a chunk without a role
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if not isinstance(event, SSEEvent):
@@ -45,8 +56,10 @@ class Assembler(AssemblerBase):
         data = event.data
         if data == "[DONE]" or (len(data) < 16 and data.strip() == "[DONE]"):
             self.seen(event, "[DONE]")
-            self._done = event
-            self._end(event)
+            if self._done is None:
+                self._done = event
+                self._end(event)
+                self.close_unit(RESPONSE, "data: [DONE]", event)
             return
         self.seen(event, "chunk" if event.event == "message" else event.event)
         if not data or data.isspace():
@@ -60,18 +73,19 @@ class Assembler(AssemblerBase):
                 self.corrupt("event data is JSON but not an object", event)
             return
         if ("error" in obj and obj["error"]) or event.event == "error" or obj.get("object") == "error":
-            err = obj.get("error") if isinstance(obj.get("error"), dict) else obj
-            message = one_line(error_message(obj))
-            self.errored(f"in-band error: {message}", event, _error_dict(err, message))
+            self.errored(event, error_fields(obj))
         turn = self.turn
         if turn.model is None:
             turn.model = as_str(obj.get("model"))
         chunk_id = obj.get("id")
         if chunk_id and type(chunk_id) is str:  # Azure's preamble chunk has id ""
             if self._chunk_id is None:
-                self._chunk_id = chunk_id
+                self._chunk_id, self._chunk_id_at = chunk_id, event
             elif chunk_id != self._chunk_id:
-                self.corrupt(f"chunk id changed from {self._chunk_id} to {chunk_id}: two generations in one stream", event)
+                first = self._chunk_id_at
+                self.corrupt(f"chunk id changed from {self._chunk_id} (seq {first.seq}, byte {first.start}) to "
+                             f"{chunk_id} at seq {event.seq} (byte {event.start}): two generations in one stream",
+                             event, first_seq=first.seq, first_offset=first.start)
         if turn.response_id is None:
             turn.response_id = self._chunk_id
         usage = obj.get("usage")
@@ -85,29 +99,22 @@ class Assembler(AssemblerBase):
                 if type(choice) is dict:
                     self._choice(choice, event, t)
 
-    def tail(self, event: Tail) -> bool:
-        """A last ``data: [DONE]`` line with no blank line after it (seen from llama.cpp builds and in
-        fixtures stored without a final newline) is accepted as ``[DONE]``, with a note."""
-        if event.raw.strip() not in (b"data: [DONE]", b"data:[DONE]") or not event.raw.endswith((b"\n", b"\r")):
-            return False
-        self.note("the final data: [DONE] had no blank line after it; accepted as [DONE]")
-        self.seen(event, "[DONE]")
-        self._done = event
-        self._end(event)
-        return True
-
     def _choice(self, choice: dict[str, Any], event: WireEvent, t: float | None) -> None:
         index = choice.get("index") or 0
         if type(index) is not int or not 0 <= index < len(self.turn.choices):
             index = self.choice(index).index
         delta = choice.get("delta")
-        if type(delta) is dict and len(delta) == 1 and type(delta.get("content")) is str and not choice.get("finish_reason"):
+        if type(delta) is dict and len(delta) == 1 and type(delta.get("content")) is str and not choice.get("finish_reason") \
+                and index not in self._finish:
             if delta["content"]:  # the common chunk: one text fragment
+                self._bare_content.add(index)
                 self.append(index, BlockKind.TEXT, delta["content"], t)
             return
         if delta is None and "text" in choice:  # legacy /v1/completions
             delta = {"content": choice.get("text")}
         delta = as_dict(delta)
+        if not self._one_generation(index, choice, delta, event):
+            return
         reasoning = delta.get("reasoning_content")
         if not isinstance(reasoning, str):
             reasoning = delta.get("reasoning")
@@ -135,6 +142,34 @@ class Assembler(AssemblerBase):
         if finish:
             self._finish[index] = finish
             self.choice(index).stop_reason = finish
+            self.close_unit(f"choice {index}", f"finish_reason {finish}", event)
+
+    def _one_generation(self, index: int, choice: dict[str, Any], delta: dict[str, Any], event: WireEvent) -> bool:
+        """False (and corrupt) when this chunk starts or continues a second generation of the choice."""
+        carries = [k for k in ("content", "reasoning_content", "reasoning", "refusal", "tool_calls", "function_call")
+                   if delta.get(k)]
+        if index in self._finish:
+            finish = as_str(choice.get("finish_reason"))
+            if carries or (finish and finish != self._finish[index]) or (delta.get("role") and index in self._bare_content):
+                what = f"a delta with {', '.join(carries)}" if carries else (
+                    f"finish_reason {finish}" if finish and finish != self._finish[index] else "a role chunk")
+                self.reopened(f"choice {index}", f"{what} (a second generation)", event)
+                return False
+            return True
+        if delta.get("role"):
+            first = self._started.get(index)
+            if first is None:
+                self._started[index] = event
+            elif index in self._bare_content and not choice.get("finish_reason"):
+                # (a role on the finish chunk, as some servers send, starts nothing)
+                self.corrupt(
+                    f"a second assistant start (role chunk) at seq {event.seq} (byte {event.start}) for choice {index}, "
+                    f"which started at seq {first.seq} (byte {first.start}): two generations in one stream",
+                    event, choice=index, first_seq=first.seq, first_offset=first.start)
+                return False
+        elif carries:
+            self._bare_content.add(index)
+        return True
 
     def _parts(self, index: int, parts: list[Any], t: float | None) -> None:
         """Typed content parts (Mistral): route by the part's own type."""
@@ -197,11 +232,11 @@ class Assembler(AssemblerBase):
             normalized.append(norm)
         worst = worst_stop(normalized)
         raw = next(self._finish[i] for i, n in zip(choices, normalized) if n == worst)
-        self.terminal(event, raw, worst)
+        self.terminal(event, raw, worst, "data: [DONE]")
 
     def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
         self.close_blocks()
-        if self._done is not None and not self.terminal_seen and self._error is None and self._corrupt is None:
+        if self._done is not None and not self.terminal_seen and not self.troubled:
             missing = [c.index for c in self.turn.choices if c.index not in self._finish]
             return self.turn, Verdict(
                 VerdictKind.TRUNCATED,
@@ -210,16 +245,9 @@ class Assembler(AssemblerBase):
                 self._done.start,
                 {"end": end.value, "choices_without_finish": missing},
             )
-        turn, verdict = self.judge(end, expected="data: [DONE]")
+        turn, verdict = self.verdict(end, expected="data: [DONE]")
         if verdict.kind is VerdictKind.TRUNCATED and self._finish and len(self._finish) == len(turn.choices):
             verdict.evidence["content_complete"] = True  # only the usage chunk / [DONE] went missing
             verdict.reason += " (every choice had its finish_reason)"
         return turn, verdict
 
-
-def _error_dict(err: Any, message: str) -> dict[str, Any]:
-    out: dict[str, Any] = {"source": "stream", "message": message}
-    if isinstance(err, dict):
-        out["type"] = err.get("type")
-        out["code"] = err.get("code")
-    return out

@@ -5,6 +5,19 @@ part's own index; a delta for an item or part that was never announced is corrup
 as is a gap or step back in ``sequence_number``. The terminal event decides:
 ``response.completed`` / ``response.incomplete`` (by ``incomplete_details.reason``) /
 ``response.failed``; an ``error`` event makes the turn errored.
+
+Closed units: ``output_text.done`` / ``content_part.done`` (and their refusal, reasoning
+and summary kin) close a part, ``function_call_arguments.done`` a call's arguments,
+``output_item.done`` the whole item, the terminal event the response. Any event for a
+closed unit is corrupt.
+
+The final snapshot: the terminal event's ``response.output`` (and each
+``output_item.done``'s item) is what the SDK hands the app. It is compared with what the
+deltas assembled; where they disagree the stream is corrupt ("the deltas disagree with
+the final response at block N, byte B"), so a delta lost, repeated or reordered in flight
+shows even without ``sequence_number``. Where the deltas sent nothing the snapshot fills
+the block, and a reasoning item's ``encrypted_content`` (the thinking signature) is the
+snapshot's.
 """
 
 from __future__ import annotations
@@ -13,7 +26,8 @@ from typing import Any
 
 from streamtap.wire import SSEEvent, WireEvent
 
-from .common import AssemblerBase, as_dict, as_int, as_list, as_str, error_message, finalize_arguments, one_line
+from .common import AssemblerBase, as_dict, as_int, as_list, as_str, error_fields
+from .judge import parse_arguments
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict
 
 INCOMPLETE = {
@@ -105,27 +119,28 @@ class Assembler(AssemblerBase):
             index = min(self._open_items)
             kind = self._items[index].get("type")
             self.corrupt(f"response.completed, but output item {index} ({kind}) was added and never done", event)
-        self._fill_from_output(response.get("output"), t)
+        self._final_output(response.get("output"), event, t)
         calls = any(b.kind is BlockKind.TOOL_CALL for b in self.turn.blocks)
-        self.terminal(event, as_str(response.get("status")) or "completed", "tool_use" if calls else "end_turn")
+        status = as_str(response.get("status")) or "completed"
+        # a response.completed whose response says another status is not a finished turn
+        normalized = ("tool_use" if calls else "end_turn") if status == "completed" else "other"
+        self.terminal(event, status, normalized, "response.completed")
 
     def _on_response_incomplete(self, obj, event, t):
         response = self._lifecycle(obj)
-        self._fill_from_output(response.get("output"), t)
+        self._final_output(response.get("output"), event, t)
         reason = as_str(as_dict(response.get("incomplete_details")).get("reason"))
-        self.terminal(event, f"incomplete:{reason}", INCOMPLETE.get(reason, "other"))
+        self.terminal(event, f"incomplete:{reason}", INCOMPLETE.get(reason, "other"), "response.incomplete")
 
     def _on_response_failed(self, obj, event, t):
         response = self._lifecycle(obj)
-        error = response.get("error") or {}
-        message = one_line(error_message({"error": error}) if error else "response.failed")
-        self.errored(f"response.failed: {message}", event, {"source": "stream", "message": message, "code": as_dict(error).get("code")})
-        self.terminal(event, "failed", "error")
+        error = response.get("error") or {"message": "response.failed"}
+        self.errored(event, {**error_fields({"error": error}), "event": "response.failed"})
+        self.terminal(event, "failed", "error", "response.failed")
 
     def _on_error(self, obj, event, t):
-        inner = as_dict(obj.get("error")) or obj
-        message = one_line(error_message({"error": inner}))
-        self.errored(f"error event: {message}", event, {"source": "stream", "message": message, "code": inner.get("code"), "type": inner.get("type")})
+        inner = as_dict(obj.get("error")) or {k: v for k, v in obj.items() if k not in ("type", "sequence_number")}
+        self.errored(event, {**error_fields({"error": inner}), "event": "error"})
 
     # -- items ----------------------------------------------------------------------------
     def _index(self, obj: dict[str, Any], event: WireEvent) -> int | None:
@@ -135,6 +150,8 @@ class Assembler(AssemblerBase):
         if index is None or index not in self._items:
             self.corrupt(f"{obj.get('type')} for output item {index if index is not None else obj.get('item_id')} that was never added", event)
             return None
+        if self.reopened(f"output item {index}", str(obj.get("type")), event):
+            return None
         return index
 
     def _on_response_output_item_added(self, obj, event, t):
@@ -142,6 +159,11 @@ class Assembler(AssemblerBase):
         index = as_int(obj.get("output_index"))
         if index is None:
             index = len(self._items)
+        if self.reopened(f"output item {index}", "response.output_item.added", event):
+            return
+        if index in self._open_items:
+            self.corrupt(f"output item {index} was added twice", event, output_index=index)
+            return
         self._items[index] = item
         self._open_items.add(index)
         if as_str(item.get("id")):
@@ -165,30 +187,21 @@ class Assembler(AssemblerBase):
         if index is None or index not in self._items:
             self.corrupt(f"output_item.done for output item {index} that was never added", event)
             return
+        if self.reopened(f"output item {index}", "response.output_item.done", event):
+            return
+        self.close_unit(f"output item {index}", "response.output_item.done", event)
         self._items[index] = item
         self._open_items.discard(index)
         kind = as_str(item.get("type"))
+        self._agree(index, item, event, "response.output_item.done")
         if kind in CLIENT_CALLS:
             block = self.block(0, (index, "args"))
             if block is not None:
-                final = item.get("arguments") if kind == "function_call" else item.get("input")
-                if isinstance(final, str) and final != block.arguments_raw:
-                    if block.arguments_raw:
-                        self.corrupt(f"arguments of {block.name} in output_item.done differ from the streamed deltas", event)
-                    else:
-                        block.arguments_raw = final
                 self._close_call(block)
-        elif kind == "reasoning":
-            signature = as_str(item.get("encrypted_content"))
-            blocks = [b for (c, k), b in self._keys.items() if c == 0 and k[0] == index]
-            if not blocks and signature is not None:
-                blocks = [self.new_block(0, BlockKind.THINKING, (index, "summary", 0))]
-            for block in blocks:
-                block.signature = signature
         elif kind == "message":
             if not any(k[0] == index for (c, k) in self._keys if c == 0):
                 self._fill_message(index, item, t)
-        else:
+        elif kind not in ("reasoning", None):
             block = self.block(0, (index, "tool"))
             if block is not None:
                 block.extra["item"] = item
@@ -201,7 +214,7 @@ class Assembler(AssemblerBase):
         if block.extra.get("freeform"):
             block.arguments = block.arguments_raw
         else:
-            finalize_arguments(block)
+            parse_arguments(block, block.arguments_raw)
 
     def _fill_message(self, index: int, item: dict[str, Any], t: float | None) -> None:
         for ci, part in enumerate(as_list(item.get("content"))):
@@ -227,12 +240,82 @@ class Assembler(AssemblerBase):
                 block = self.tool_block(0, (index, "args"), id=as_str(item.get("call_id")), name=as_str(item.get("name")), t=t)
                 block.arguments_raw = as_str(item.get("arguments")) or as_str(item.get("input")) or ""
                 self._close_call(block)
+            elif item.get("type") == "reasoning":
+                self._agree(index, item, None, "the terminal event")
             self.note(f"output item {index} came only with the terminal event")
+
+    def _final_output(self, output: Any, event: WireEvent, t: float | None) -> None:
+        """The terminal event's output: compared with what the deltas assembled, then what the stream lacked."""
+        if isinstance(output, list):
+            for index, item in enumerate(output):
+                if index in self._items and isinstance(item, dict):
+                    self._agree(index, item, event, "the final response")
+        self._fill_from_output(output, t)
+
+    def _agree(self, index: int, item: dict[str, Any], event: WireEvent | None, source: str) -> None:
+        """Compare a finished item with the blocks its deltas grew: a difference is corrupt.
+
+        A block the deltas left empty takes the item's value (servers that send only the
+        finished item); a reasoning item's ``encrypted_content`` becomes the thinking signature."""
+        self.flush_text()
+        kind = as_str(item.get("type"))
+        pairs: list[tuple[Any, str, str, BlockKind]] = []  # block key, field, final value, kind of a new block
+        if kind == "message":
+            for ci, part in enumerate(as_list(item.get("content"))):
+                part = as_dict(part)
+                refusal = part.get("type") == "refusal"
+                final = part.get("refusal") if refusal else part.get("text")
+                if isinstance(final, str):
+                    pairs.append(((index, "content", ci), "text", final, BlockKind.REFUSAL if refusal else BlockKind.TEXT))
+        elif kind == "reasoning":
+            for si, part in enumerate(as_list(item.get("summary"))):
+                if isinstance(as_dict(part).get("text"), str):
+                    pairs.append(((index, "summary", si), "text", part["text"], BlockKind.THINKING))
+            for ci, part in enumerate(as_list(item.get("content"))):
+                if isinstance(as_dict(part).get("text"), str):
+                    pairs.append(((index, "content", ci), "text", part["text"], BlockKind.THINKING))
+            signature = as_str(item.get("encrypted_content"))
+            if signature is not None:
+                blocks = [b for (c, k), b in self._keys.items() if c == 0 and k[0] == index]
+                if not blocks:
+                    blocks = [self.new_block(0, BlockKind.THINKING, (index, "summary", 0))]
+                for block in blocks:
+                    if block.signature is not None and block.signature != signature:
+                        # re-encrypted between output_item.done and the final response: the final one is
+                        # what the SDK keeps; the earlier one names the same thinking (see compare_strands)
+                        block.extra.setdefault("earlier_signatures", []).append(block.signature)
+                    block.signature = signature
+        elif kind in CLIENT_CALLS:
+            final = item.get("arguments") if kind == "function_call" else item.get("input")
+            if isinstance(final, str):
+                pairs.append(((index, "args"), "arguments_raw", final, BlockKind.TOOL_CALL))
+        for key, field, final, new_kind in pairs:
+            block = self.block(0, key)
+            if block is None:
+                if final and new_kind is not BlockKind.TOOL_CALL:
+                    # a part only the finished item carries: the SDK shows it, so the turn has it
+                    self.new_block(0, new_kind, key, text=final)
+                    self.note(f"output item {index} part {key[1]} {key[2]} came only with {source}")
+                continue
+            ours = getattr(block, field) or ""
+            if ours == final:
+                continue
+            if not ours:
+                setattr(block, field, final)
+                continue
+            at = _common_prefix(ours, final)
+            byte = len(ours[:at].encode("utf-8", "surrogatepass"))
+            self.corrupt(f"the deltas disagree with {source} at block {block.index}, byte {byte}", event,
+                         block=block.index, output_index=index, byte=byte, streamed=ours[at:at + 40],
+                         final=final[at:at + 40])
 
     # -- content parts ------------------------------------------------------------------
     def _on_response_content_part_added(self, obj, event, t):
         index = self._index(obj, event)
-        if index is None:
+        if index is None or self.reopened(self._part_unit(obj, "content"), "response.content_part.added", event):
+            return
+        if self.block(0, (index, "content", obj.get("content_index", 0))) is not None:
+            self.corrupt(f"content part {obj.get('content_index', 0)} of output item {index} was added twice", event)
             return
         part = as_dict(obj.get("part"))
         kind = {"refusal": BlockKind.REFUSAL, "reasoning_text": BlockKind.THINKING}.get(as_str(part.get("type")) or "", BlockKind.TEXT)
@@ -251,7 +334,24 @@ class Assembler(AssemblerBase):
             self.corrupt(f"{obj.get('type')} for content part {number} of item {index} that was never added", event)
         return block
 
+    def _item_of(self, obj) -> Any:
+        """The event's output item: its output_index, else the index its item_id was added at."""
+        index = as_int(obj.get("output_index"))
+        if index is None:
+            index = self._item_index.get(as_str(obj.get("item_id")) or "")
+        return index if index is not None else obj.get("item_id")
+
+    def _part_unit(self, obj, sub: str) -> str:
+        number = obj.get("summary_index" if sub == "summary" else "content_index", 0)
+        what = "summary part" if sub == "summary" else "content part"
+        return f"{what} {number} of output item {self._item_of(obj)}"
+
     def _delta(self, obj, event, t, kind: BlockKind, sub: str = "content") -> None:
+        # the widest closed unit is named: the item, else the part, else its text
+        item, part, what = f"output item {self._item_of(obj)}", self._part_unit(obj, sub), str(obj.get("type"))
+        if self.reopened(item, what, event) or self.reopened(part, what, event) or \
+                self.reopened(f"the text of {part}", what, event):
+            return
         block = self._part(obj, event, kind, sub)
         if block is not None and isinstance(obj.get("delta"), str):
             if obj["delta"]:
@@ -260,11 +360,18 @@ class Assembler(AssemblerBase):
 
     def _done(self, obj, event, kind: BlockKind, field: str, sub: str = "content") -> None:
         self.flush_text()  # compares with the text the deltas grew
+        text_unit = f"the text of {self._part_unit(obj, sub)}"
+        if self.reopened(text_unit, str(obj.get("type")), event):
+            return
         block = self._part(obj, event, kind, sub)
+        self.close_unit(text_unit, str(obj.get("type")), event)
         if block is None or not isinstance(obj.get(field), str) or obj[field] == block.text:
             return
         if block.text:
-            self.corrupt(f"{obj.get('type')} text differs from the streamed deltas", event)
+            at = _common_prefix(block.text, obj[field])
+            byte = len(block.text[:at].encode("utf-8", "surrogatepass"))
+            self.corrupt(f"the deltas disagree with {obj.get('type')} at block {block.index}, byte {byte}", event,
+                         block=block.index, byte=byte)
         else:  # some compatible servers send only the .done
             block.text = obj[field]
 
@@ -296,10 +403,16 @@ class Assembler(AssemblerBase):
         self._done(obj, event, BlockKind.THINKING, "text", "summary")
 
     def _on_response_reasoning_summary_part_done(self, obj, event, t):
+        if self.reopened(self._part_unit(obj, "summary"), "response.reasoning_summary_part.done", event):
+            return
         self._part(obj, event, BlockKind.THINKING, "summary")
+        self.close_unit(self._part_unit(obj, "summary"), "response.reasoning_summary_part.done", event)
 
     def _on_response_content_part_done(self, obj, event, t):
+        if self.reopened(self._part_unit(obj, "content"), "response.content_part.done", event):
+            return
         block = self._part(obj, event, BlockKind.TEXT)
+        self.close_unit(self._part_unit(obj, "content"), "response.content_part.done", event)
         if block is not None:
             block.citations = list(as_list(as_dict(obj.get("part")).get("annotations")) or block.citations)
 
@@ -319,6 +432,8 @@ class Assembler(AssemblerBase):
         return block
 
     def _on_response_function_call_arguments_delta(self, obj, event, t):
+        if self.reopened(f"arguments of output item {self._item_of(obj)}", str(obj.get("type")), event):
+            return
         block = self._call(obj, event)
         if block is not None and isinstance(obj.get("delta"), str):
             self.grow(block, "arguments_raw", obj["delta"])
@@ -326,12 +441,18 @@ class Assembler(AssemblerBase):
 
     def _on_response_function_call_arguments_done(self, obj, event, t):
         self.flush_text()  # compares with the arguments the deltas grew
+        if self.reopened(f"arguments of output item {self._item_of(obj)}", str(obj.get("type")), event):
+            return
         block = self._call(obj, event)
+        self.close_unit(f"arguments of output item {self._item_of(obj)}", str(obj.get("type")), event)
         if block is not None:
             final = obj.get("arguments")
             if isinstance(final, str) and final != block.arguments_raw:
                 if block.arguments_raw:
-                    self.corrupt(f"function_call_arguments.done for {block.name} differs from the streamed deltas", event)
+                    at = _common_prefix(block.arguments_raw, final)
+                    byte = len(block.arguments_raw[:at].encode("utf-8", "surrogatepass"))
+                    self.corrupt(f"the deltas disagree with function_call_arguments.done at block {block.index}, "
+                                 f"byte {byte}", event, block=block.index, byte=byte, tool=block.name)
                 else:  # no deltas at all (LM Studio): the .done carries the arguments
                     block.arguments_raw = final
             self._close_call(block)
@@ -369,7 +490,7 @@ class Assembler(AssemblerBase):
 
     def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
         self.flush_text()
-        if self.terminal_seen and self._error is None and self.turn.stop_reason in ("end_turn", "tool_use"):
+        if self.terminal_seen and self.judge.error_at is None and self.turn.stop_reason in ("end_turn", "tool_use"):
             for block in self.turn.blocks:
                 if block.kind is BlockKind.TOOL_CALL and not block.closed:
                     self.corrupt(f"tool call {block.name} was never finished (no arguments.done / output_item.done)")
@@ -379,6 +500,14 @@ class Assembler(AssemblerBase):
                 if block.extra.get("freeform"):
                     block.arguments = block.arguments_raw
                 else:
-                    finalize_arguments(block)
-        return self.judge(end, expected="response.completed / response.incomplete / response.failed")
+                    parse_arguments(block, block.arguments_raw)
+        return self.verdict(end, expected="response.completed / response.incomplete / response.failed")
 
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n

@@ -7,6 +7,9 @@ bytes stopped; the session never raises on bad input or on a bug in an assembler
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import functools
 import importlib
 import inspect
 from collections.abc import Sequence
@@ -26,7 +29,8 @@ from streamtap.wire import (
     WireEvent,
 )
 
-from .common import END_WORDS, error_message, loads, one_line
+from .common import error_message, loads, one_line
+from .judge import END_WORDS
 from .turn import Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 DEFAULT_WIRE = {
@@ -65,13 +69,18 @@ ERROR_BODY_LIMIT = 64 * 1024  # an HTTP error body is kept for its message, not 
 
 def make_assembler(dialect: Dialect, wire: str):
     """The dialect module's ``Assembler``, given the wire when its constructor takes one."""
-    module = importlib.import_module(MODULES[dialect])
-    cls = module.Assembler
+    cls, takes_wire = _assembler_class(dialect)
+    return cls(wire=wire) if takes_wire else cls()
+
+
+@functools.cache
+def _assembler_class(dialect: Dialect) -> tuple[type, bool]:
+    cls = importlib.import_module(MODULES[dialect]).Assembler
     try:
         takes_wire = "wire" in inspect.signature(cls).parameters
     except (TypeError, ValueError):
         takes_wire = False
-    return cls(wire=wire) if takes_wire else cls()
+    return cls, takes_wire
 
 
 @dataclass(slots=True)
@@ -112,6 +121,7 @@ class StreamSession:
         # this off, so a long stream does not grow a list in memory
         self._arrivals: list[float] | None = [] if keep_arrivals else None
         self._malformed: Malformed | None = None
+        self._damaged: SSEEvent | None = None  # the first event whose bytes were not UTF-8
         self._malformed_count = 0
         self._tail: Tail | None = None
         self._bug: str | None = None
@@ -160,6 +170,8 @@ class StreamSession:
             reads.append(i)
             if type(event) in plain and self._bug is None:  # _take's common case, without the call
                 self._events += 1
+                if type(event) is SSEEvent and event.invalid_utf8 and self._damaged is None:
+                    self._damaged = event
                 if t is not None and arrivals is not None:
                     arrivals.append(t)
                 try:
@@ -185,12 +197,14 @@ class StreamSession:
         events = self._decoder.close()
         for event in events:
             self._take(event, self._last_byte)
+        terminal_tail = self._terminal_in_tail(end)
         try:
             turn, verdict = self._assembler.finish(end)
         except Exception as exc:  # fail open: a bug in streamtap is evidence, not a crash
             self._bug = self._bug or f"{type(exc).__name__}: {exc}"
             turn, verdict = Turn(self.dialect), Verdict(VerdictKind.UNKNOWN, "")
-        verdict = self._judge(turn, verdict, end)
+        # the tail held the terminal signal when it alone would have turned a cut stream into a finished one
+        verdict = self._judge(turn, verdict, end, terminal_tail and verdict.kind is VerdictKind.TRUNCATED)
         timing = turn.timing
         timing.first_byte, timing.last_byte = self._first_byte, self._last_byte
         if self._arrivals is not None:
@@ -211,6 +225,8 @@ class StreamSession:
             if self._malformed is None:
                 self._malformed = event
             return
+        if type(event) is SSEEvent and event.invalid_utf8 and self._damaged is None:
+            self._damaged = event
         if self._bug is not None:
             if isinstance(event, Tail):
                 self._tail = event
@@ -225,7 +241,31 @@ class StreamSession:
         except Exception as exc:  # fail open: the events still go back to the adapter; the bug becomes evidence
             self._bug = f"{type(exc).__name__}: {exc} (at event {event.seq})"
 
-    def _judge(self, turn: Turn, verdict: Verdict, end: StreamEnd) -> Verdict:
+    def _terminal_in_tail(self, end: StreamEnd) -> bool:
+        """Would the undispatched last event have ended the stream (``data: [DONE]`` with no blank line
+        after it, a ``message_stop`` cut after its data line, a done line with no newline)?
+
+        Asked of a copy of the assembler fed that event as if it had been dispatched, so every dialect
+        answers by its own rules; the copy is thrown away: the event was never dispatched."""
+        tail = self._tail
+        if tail is None or not tail.cut or self._bug is not None or self.wire not in ("sse", "ndjson"):
+            return False
+        ending = b"\n\n" if self.wire == "sse" else b"\n"
+        decoder = _DECODERS[self.wire]()
+        completed = [e for e in decoder.feed(tail.raw + ending) + decoder.close() if type(e) in _PLAIN_EVENTS]
+        if not completed:
+            return False
+        try:
+            probe = copy.deepcopy(self._assembler)
+            for event in completed:
+                probe.feed(dataclasses.replace(event, seq=tail.seq, start=tail.start + event.start,
+                                               end=tail.start + event.end), self._last_byte)
+            _, would = probe.finish(end)
+        except Exception:  # fail open: the tail is then judged as any other cut
+            return False
+        return would.kind is not VerdictKind.TRUNCATED
+
+    def _judge(self, turn: Turn, verdict: Verdict, end: StreamEnd, terminal_tail: bool = False) -> Verdict:
         verdict.evidence.setdefault("end", end.value)
         verdict.evidence["bytes"] = self._bytes
         if self.http_status >= 400:
@@ -250,6 +290,17 @@ class StreamSession:
                 bad.start,
                 {"error": type(bad.error).__name__, "fatal": bad.fatal, "end": end.value, "bytes": self._bytes},
             )
+        damaged = self._damaged
+        if damaged is not None and not (verdict.kind is VerdictKind.CORRUPT and (verdict.seq or 0) < damaged.seq):
+            # SSE is UTF-8 by definition and every provider sends it: bytes that are not were damaged in flight
+            return Verdict(
+                VerdictKind.CORRUPT,
+                f"event at seq {damaged.seq} (byte {damaged.start}) is not valid UTF-8 "
+                f"({damaged.invalid_utf8} invalid sequence(s)): its bytes were damaged",
+                damaged.seq,
+                damaged.start,
+                {"invalid_utf8": damaged.invalid_utf8, "end": end.value, "bytes": self._bytes, "was": verdict.kind.value},
+            )
         if verdict.kind in (VerdictKind.ERRORED, VerdictKind.CORRUPT):
             return verdict
         tail = self._tail
@@ -261,6 +312,15 @@ class StreamSession:
                 "tail_reason": tail.reason,
                 "tail_head": tail.raw[:80].decode("utf-8", "replace"),
             }
+            if terminal_tail:
+                return Verdict(
+                    VerdictKind.TRUNCATED,
+                    f"the terminal event ({_head(tail.raw)}) arrived but was never ended: {tail.reason}; "
+                    f"{END_WORDS[end]}",
+                    tail.seq,
+                    tail.start,
+                    evidence | {"terminal_not_dispatched": True, "was": verdict.kind.value},
+                )
             if verdict.kind is VerdictKind.TRUNCATED:
                 verdict.evidence.update(evidence)
                 verdict.reason += f"; {len(tail.raw)} bytes of an unfinished event at byte {tail.start}"
@@ -316,6 +376,11 @@ class StreamSession:
             0,
             {"status": self.http_status, "end": end.value, "bytes": self._bytes},
         )
+
+
+def _head(raw: bytes, limit: int = 60) -> str:
+    text = " ".join(raw.decode("utf-8", "replace").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _last_line(text: str) -> str:

@@ -34,6 +34,12 @@ def _payload(block: Block) -> str:
     return block.text
 
 
+def _signatures(block: Block) -> set[str]:
+    """Every signature a thinking block was issued under (Responses re-encrypts it in the final response)."""
+    earlier = block.extra.get("earlier_signatures")
+    return {block.signature, *(earlier if isinstance(earlier, list) else [])} - {None}
+
+
 def _header(block: Block) -> tuple:
     return (block.kind, block.id, block.name) if block.kind is not BlockKind.TEXT else (block.kind,)
 
@@ -64,7 +70,7 @@ def compare_strands(a: Turn, b: Turn) -> StrandComparison:
             x, y = blocks_a[bi], blocks_b[bi]
             if _header(x) != _header(y):
                 return _diverge(ci, bi, 0, f"block {bi} is {_describe(x)} in a but {_describe(y)} in b")
-            if x.kind is BlockKind.THINKING and x.signature and y.signature and x.signature != y.signature:
+            if x.kind is BlockKind.THINKING and x.signature and y.signature and not _signatures(x) & _signatures(y):
                 return _diverge(ci, bi, 0, f"block {bi} thinking signatures differ")
             pa, pb = _payload(x), _payload(y)
             if pa == pb:

@@ -1,0 +1,419 @@
+"""The general rule, in every dialect: an event that contradicts a unit the provider already closed
+(a block, a choice, an output item, a message, the response) is corrupt, and the verdict names both
+events; and a terminal signal whose event was never dispatched is truncated.
+
+Streams are the wire-exact constructed ones from provider_streams.py with one event added or moved;
+where the closing and contradicting events sit is read back with the wire decoders, not hard-coded.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import orjson
+import pytest
+from provider_streams import C, T, X, _sse, anthropic_events, bedrock_converse, openai_chat, openai_responses
+
+from streamtap.providers import Dialect, StreamEnd, analyze_bytes
+from streamtap.wire import EventStreamDecoder, JSONValue, NDJSONDecoder, SSEDecoder, SSEEvent, encode_message
+
+CHAT, RESPONSES, ANTHROPIC = Dialect.OPENAI_CHAT, Dialect.OPENAI_RESPONSES, Dialect.ANTHROPIC
+
+
+def sse_events(body: bytes) -> list[SSEEvent]:
+    decoder = SSEDecoder()
+    return [e for e in decoder.feed(body) + decoder.close() if isinstance(e, SSEEvent)]
+
+
+def sse_insert(body: bytes, after: int, *raw: bytes) -> bytes:
+    """``raw`` events inserted after SSE event number ``after``."""
+    cut = sse_events(body)[after].end
+    return body[:cut] + b"".join(raw) + body[cut:]
+
+
+def assert_names_both(verdict, body_events, closing: int, contradicting: int) -> None:
+    """The verdict is corrupt and names the closing and the contradicting event: seq and byte of each."""
+    assert verdict.kind is X, verdict
+    closing_event, contradicting_event = body_events[closing], body_events[contradicting]
+    assert (verdict.seq, verdict.offset) == (contradicting_event.seq, contradicting_event.start), verdict
+    assert (verdict.evidence["closed_seq"], verdict.evidence["closed_offset"]) == (closing_event.seq, closing_event.start)
+    assert f"at seq {contradicting_event.seq} (byte {contradicting_event.start})" in verdict.reason
+    assert f"at seq {closing_event.seq} (byte {closing_event.start})" in verdict.reason
+
+
+# -- OpenAI Chat Completions --------------------------------------------------------------
+
+
+def chat_chunk(delta: dict, finish: str | None = None) -> bytes:
+    chunk = {"id": "chatcmpl-T1", "object": "chat.completion.chunk", "created": 1770000000, "model": "gpt-test-1",
+             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return _sse(None, chunk)
+
+
+def test_chat_content_after_the_finish_reason_is_corrupt_naming_both_events():
+    body = openai_chat(["Hello", " world"])
+    finish = 3  # role chunk, two text chunks, then the finish chunk
+    assert orjson.loads(sse_events(body)[finish].data)["choices"][0]["finish_reason"] == "stop"
+    late = sse_insert(body, finish, chat_chunk({"content": " and more"}))
+    verdict = analyze_bytes(late, CHAT).verdict
+    assert_names_both(verdict, sse_events(late), finish, finish + 1)
+    assert "finish_reason stop" in verdict.reason
+
+
+@pytest.mark.parametrize("delta", [
+    {"tool_calls": [{"index": 0, "id": "call_x", "function": {"name": "f", "arguments": "{}"}}]},
+    {"reasoning_content": "more thoughts"},
+    {"refusal": "no"},
+])
+def test_chat_any_delta_after_the_finish_is_a_second_generation(delta):
+    body = sse_insert(openai_chat(["Hi"]), 2, chat_chunk(delta))
+    assert_names_both(analyze_bytes(body, CHAT).verdict, sse_events(body), 2, 3)
+
+
+def test_chat_second_generation_with_the_same_chunk_id_is_corrupt():
+    """A role chunk again, more text, another finish, all under the first generation's id."""
+    first = openai_chat(["Hello", " world"], done=False)
+    second = openai_chat(["Hello", " world"])
+    stitched = first + second
+    events = sse_events(stitched)
+    assert len({orjson.loads(e.data)["id"] for e in events if e.data != "[DONE]"}) == 1
+    analysis = analyze_bytes(stitched, CHAT)
+    verdict = analysis.verdict
+    assert verdict.kind is X, verdict
+    restart = len(sse_events(first))
+    assert (verdict.seq, verdict.offset) == (events[restart].seq, events[restart].start)
+    assert "second generation" in verdict.reason
+    # the same with the first generation cut before its finish: the second role chunk is a second start
+    cut = first[: sse_events(first)[2].end]
+    verdict = analyze_bytes(cut + second, CHAT).verdict
+    assert verdict.kind is X and "second assistant start" in verdict.reason, verdict
+    assert verdict.evidence["first_seq"] == 0 and verdict.seq == 3
+
+
+def test_chat_event_after_done_is_corrupt():
+    body = openai_chat(["Hi"])
+    late = body + chat_chunk({"content": "late"})
+    events = sse_events(late)
+    verdict = analyze_bytes(late, CHAT).verdict
+    assert_names_both(verdict, events, len(events) - 2, len(events) - 1)
+    assert "data: [DONE]" in verdict.reason
+
+
+def test_chat_role_on_every_chunk_and_an_empty_delta_after_the_finish_stay_complete():
+    """OpenRouter's style: the role on every chunk, then a usage chunk with an empty delta after the finish."""
+    body = b"".join([
+        chat_chunk({"role": "assistant", "content": "Hel"}),
+        chat_chunk({"role": "assistant", "content": "lo"}),
+        chat_chunk({"role": "assistant", "content": ""}, "stop"),
+        chat_chunk({"role": "assistant", "content": ""}),
+        b"data: [DONE]\n\n",
+    ])
+    analysis = analyze_bytes(body, CHAT)
+    assert analysis.verdict.kind is C, analysis.verdict
+    assert analysis.turn.text() == "Hello"
+
+
+# -- OpenAI Responses -----------------------------------------------------------------------
+
+
+def responses_insert(body: bytes, after_type: str, event: dict) -> bytes:
+    """``event`` inserted after the first event of ``after_type``; sequence numbers renumbered."""
+    objects = [orjson.loads(e.data) for e in sse_events(body)]
+    at = next(i for i, o in enumerate(objects) if o["type"] == after_type) + 1
+    objects.insert(at, event)
+    for number, obj in enumerate(objects):
+        obj["sequence_number"] = number
+    return b"".join(_sse(o["type"], o) for o in objects)
+
+
+def text_delta(text: str, content_index: int = 0) -> dict:
+    return {"type": "response.output_text.delta", "item_id": "msg_T1", "output_index": 0,
+            "content_index": content_index, "delta": text, "logprobs": []}
+
+
+@pytest.mark.parametrize(("after", "closing"), [
+    ("response.output_item.done", "response.output_item.done"),
+    ("response.output_text.done", "response.output_text.done"),
+    ("response.content_part.done", "response.content_part.done"),
+])
+def test_responses_delta_after_its_unit_closed_is_corrupt(after, closing):
+    body = responses_insert(openai_responses(["Hel", "lo"]), after, text_delta(" again"))
+    events = sse_events(body)
+    types = [orjson.loads(e.data)["type"] for e in events]
+    verdict = analyze_bytes(body, RESPONSES).verdict
+    assert_names_both(verdict, events, types.index(closing), types.index(after) + 1)
+    assert closing in verdict.reason
+
+
+def test_responses_function_arguments_after_their_done_are_corrupt():
+    events = [
+        {"type": "response.created", "response": {"id": "r", "output": []}},
+        {"type": "response.output_item.added", "output_index": 0,
+         "item": {"id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "f", "arguments": ""}},
+        {"type": "response.function_call_arguments.delta", "item_id": "fc_1", "output_index": 0, "delta": '{"a":1}'},
+        {"type": "response.function_call_arguments.done", "item_id": "fc_1", "output_index": 0, "arguments": '{"a":1}'},
+        {"type": "response.function_call_arguments.delta", "item_id": "fc_1", "output_index": 0, "delta": "}"},
+    ]
+    body = b"".join(_sse(e["type"], {**e, "sequence_number": n}) for n, e in enumerate(events))
+    assert_names_both(analyze_bytes(body, RESPONSES).verdict, sse_events(body), 3, 4)
+
+
+def test_responses_item_done_twice_is_corrupt():
+    body = openai_responses(["Hi"])
+    objects = [orjson.loads(e.data) for e in sse_events(body)]
+    done = next(o for o in objects if o["type"] == "response.output_item.done")
+    again = responses_insert(body, "response.output_item.done", dict(done))
+    verdict = analyze_bytes(again, RESPONSES).verdict
+    assert verdict.kind is X and "after output item 0 was closed by response.output_item.done" in verdict.reason
+
+
+# -- Anthropic, Bedrock InvokeModel (Anthropic events), ConverseStream ------------------------------
+
+
+def anthropic_body(events: list[dict]) -> bytes:
+    return b"".join(_sse(e["type"], e) for e in events)
+
+
+def late_text_delta(index: int) -> dict:
+    return {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": "late"}}
+
+
+def test_anthropic_delta_after_content_block_stop_is_corrupt_naming_both_events():
+    events = anthropic_events("think", "answer", {"city": "Paris"})
+    stop = next(i for i, e in enumerate(events) if e["type"] == "content_block_stop" and e["index"] == 1)
+    events.insert(stop + 1, late_text_delta(1))
+    body = anthropic_body(events)
+    verdict = analyze_bytes(body, ANTHROPIC).verdict
+    assert_names_both(verdict, sse_events(body), stop, stop + 1)
+    assert "block 1 was closed by content_block_stop" in verdict.reason
+
+
+def test_anthropic_message_delta_after_message_stop_is_corrupt():
+    events = anthropic_events("think", "answer", {"city": "Paris"})
+    events.append({"type": "message_delta", "delta": {"stop_reason": "max_tokens"}, "usage": {"output_tokens": 99}})
+    body = anthropic_body(events)
+    verdict = analyze_bytes(body, ANTHROPIC).verdict
+    assert_names_both(verdict, sse_events(body), len(events) - 2, len(events) - 1)
+
+
+def invoke_body(events: list[dict]) -> bytes:
+    out = []
+    for event in events:
+        payload = json.dumps({"bytes": base64.b64encode(json.dumps(event).encode()).decode(), "p": "ab"}).encode()
+        out.append(encode_message({":event-type": "chunk", ":content-type": "application/json", ":message-type": "event"}, payload))
+    return b"".join(out)
+
+
+def frames(body: bytes):
+    return EventStreamDecoder().feed(body)
+
+
+def test_bedrock_invoke_delta_after_content_block_stop_is_corrupt():
+    events = anthropic_events("think", "answer", {"city": "Paris"})
+    stop = next(i for i, e in enumerate(events) if e["type"] == "content_block_stop" and e["index"] == 0)
+    events.insert(stop + 1, {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "x"}})
+    body = invoke_body(events)
+    assert_names_both(analyze_bytes(body, Dialect.BEDROCK_INVOKE).verdict, frames(body), stop, stop + 1)
+
+
+def test_converse_delta_after_content_block_stop_is_corrupt():
+    body = bedrock_converse(["Hel", "lo"], {"city": "Paris"})
+    messages = frames(body)
+    stop = next(i for i, m in enumerate(messages) if m.headers[":event-type"] == "contentBlockStop")
+    late = encode_message({":event-type": "contentBlockDelta", ":content-type": "application/json", ":message-type": "event"},
+                          json.dumps({"contentBlockIndex": 0, "delta": {"text": "late"}, "p": "x"}).encode())
+    spliced = body[: messages[stop].end] + late + body[messages[stop].end:]
+    verdict = analyze_bytes(spliced, Dialect.BEDROCK_CONVERSE).verdict
+    assert_names_both(verdict, frames(spliced), stop, stop + 1)
+    assert "contentBlockStop" in verdict.reason
+
+
+def test_converse_content_after_message_stop_is_corrupt():
+    body = bedrock_converse(["Hi"], {"city": "Paris"})
+    messages = frames(body)
+    stop = next(i for i, m in enumerate(messages) if m.headers[":event-type"] == "messageStop")
+    late = encode_message({":event-type": "contentBlockDelta", ":content-type": "application/json", ":message-type": "event"},
+                          json.dumps({"contentBlockIndex": 2, "delta": {"text": "late"}}).encode())
+    spliced = body[: messages[stop].end] + late + body[messages[stop].end:]
+    assert_names_both(analyze_bytes(spliced, Dialect.BEDROCK_CONVERSE).verdict, frames(spliced), stop, stop + 1)
+
+
+# -- Gemini and Ollama ----------------------------------------------------------------------------
+
+
+def gemini_chunk(text: str, finish: str | None = None) -> bytes:
+    candidate: dict = {"content": {"role": "model", "parts": [{"text": text}]}, "index": 0}
+    if finish:
+        candidate["finishReason"] = finish
+    return b"data: " + orjson.dumps({"candidates": [candidate], "modelVersion": "gemini-test"}) + b"\r\n\r\n"
+
+
+def test_gemini_content_after_the_finish_reason_is_corrupt():
+    body = gemini_chunk("Hel") + gemini_chunk("lo", "STOP") + gemini_chunk(" again", "STOP")
+    assert_names_both(analyze_bytes(body, Dialect.GEMINI).verdict, sse_events(body), 1, 2)
+    limited = gemini_chunk("Hel", "MAX_TOKENS") + gemini_chunk("lo", "MAX_TOKENS")
+    assert_names_both(analyze_bytes(limited, Dialect.GEMINI).verdict, sse_events(limited), 0, 1)
+
+
+def test_gemini_content_after_a_stop_on_the_first_chunk_is_never_complete():
+    """Early-2024 models stamped STOP on every chunk, so content after a first-chunk STOP is that, or a second
+    generation appended (a one-chunk capture with itself appended): the bytes cannot tell, so unknown."""
+    body = gemini_chunk("Hel", "STOP") + gemini_chunk("lo", "STOP")
+    analysis = analyze_bytes(body, Dialect.GEMINI)
+    assert analysis.verdict.kind.value == "unknown", analysis.verdict
+    events = sse_events(body)
+    assert (analysis.verdict.seq, analysis.verdict.offset) == (events[1].seq, events[1].start)
+    assert analysis.verdict.evidence["stamped_offset"] == events[0].start
+    assert analysis.turn.text() == "Hello"
+    # a STOP on an early empty chunk (gateways do that) closes nothing
+    empty_stop = b"data: " + orjson.dumps({"candidates": [{"content": {"role": "model", "parts": [{"text": ""}]},
+                                                           "finishReason": "STOP", "index": 0}]}) + b"\r\n\r\n"
+    assert analyze_bytes(empty_stop + gemini_chunk("Hel") + gemini_chunk("lo", "STOP"), Dialect.GEMINI).verdict.kind is C
+
+
+def ndjson_events(body: bytes) -> list[JSONValue]:
+    decoder = NDJSONDecoder()
+    return [e for e in decoder.feed(body) + decoder.close() if isinstance(e, JSONValue)]
+
+
+def test_ollama_line_after_done_is_corrupt():
+    lines = [{"model": "m", "message": {"role": "assistant", "content": "Hi"}, "done": False},
+             {"model": "m", "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": "stop"},
+             {"model": "m", "message": {"role": "assistant", "content": "again"}, "done": False}]
+    body = b"".join(orjson.dumps(line) + b"\n" for line in lines)
+    verdict = analyze_bytes(body, Dialect.OLLAMA).verdict
+    assert_names_both(verdict, ndjson_events(body), 1, 2)
+
+
+# -- a terminal signal whose event was never dispatched ------------------------------------------------
+
+
+def _ollama_body() -> bytes:
+    lines = [{"model": "m", "message": {"role": "assistant", "content": "Hi"}, "done": False},
+             {"model": "m", "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": "stop"}]
+    return b"".join(orjson.dumps(line) + b"\n" for line in lines)
+
+
+TERMINAL_CASES = {
+    "openai-chat": (CHAT, openai_chat(["Hello"]), 1),  # ends "data: [DONE]\n"
+    "openai-responses": (RESPONSES, openai_responses(["Hello"]), 1),
+    "anthropic": (ANTHROPIC, anthropic_body(anthropic_events("t", "a", {"x": 1})), 1),
+    "gemini": (Dialect.GEMINI, gemini_chunk("Hel") + gemini_chunk("lo", "STOP"), 2),  # CRLF: the last CRLF goes
+    "ollama": (Dialect.OLLAMA, _ollama_body(), 1),  # the done line without its newline
+}
+
+
+@pytest.mark.parametrize("name", sorted(TERMINAL_CASES))
+@pytest.mark.parametrize("end", [StreamEnd.FINISHED, StreamEnd.UPSTREAM_RESET])
+def test_terminal_event_never_dispatched_is_truncated(name, end):
+    dialect, body, missing = TERMINAL_CASES[name]
+    assert analyze_bytes(body, dialect).verdict.kind is C
+    verdict = analyze_bytes(body[:-missing], dialect, end=end).verdict
+    assert verdict.kind is T, verdict
+    assert "terminal event" in verdict.reason and "arrived but was never ended" in verdict.reason
+    assert verdict.evidence["terminal_not_dispatched"] is True
+    # cut inside the terminal event's line, the reason is the same
+    line_cut = body[: -missing - 1]
+    assert analyze_bytes(line_cut, dialect, end=end).verdict.kind is T
+
+
+def test_crlf_body_cut_between_its_last_cr_and_lf_stays_complete():
+    """A lone CR ends the line and the blank line (SSE rules): the event was dispatched."""
+    body = openai_chat(["Hello"]).replace(b"\n", b"\r\n")
+    assert body.endswith(b"\r\n\r\n")
+    for dialect, crlf in ((CHAT, body), (Dialect.GEMINI, gemini_chunk("Hel") + gemini_chunk("lo", "STOP"))):
+        assert analyze_bytes(crlf[:-1], dialect).verdict.kind is C
+        assert analyze_bytes(crlf[:-2], dialect).verdict.kind is T
+
+
+def test_anthropic_content_after_the_stop_reason_is_corrupt():
+    """message_delta's stop_reason ends the message's content: a block delta after it contradicts it."""
+    events = anthropic_events("think", "answer", {"city": "Paris"})
+    delta = next(i for i, e in enumerate(events) if e["type"] == "message_delta")
+    events.insert(delta + 1, {"type": "content_block_start", "index": 3, "content_block": {"type": "text", "text": ""}})
+    body = anthropic_body(events)
+    verdict = analyze_bytes(body, ANTHROPIC).verdict
+    assert_names_both(verdict, sse_events(body), delta, delta + 1)
+    assert "message_delta (stop_reason tool_use)" in verdict.reason
+
+
+def test_responses_delta_naming_its_item_only_by_id_after_the_item_closed_is_corrupt():
+    body = openai_responses(["Hel", "lo"])
+    late = {k: v for k, v in text_delta(" again").items() if k != "output_index"}
+    verdict = analyze_bytes(responses_insert(body, "response.output_item.done", late), RESPONSES).verdict
+    assert verdict.kind is X and "after output item 0 was closed by response.output_item.done" in verdict.reason, verdict
+
+
+def test_responses_completed_event_whose_response_is_not_completed_is_not_complete():
+    body = openai_responses(["Hi"])
+    objects = [orjson.loads(e.data) for e in sse_events(body)]
+    objects[-1]["response"]["status"] = "incomplete"
+    verdict = analyze_bytes(b"".join(_sse(o["type"], o) for o in objects), RESPONSES).verdict
+    assert verdict.kind.value == "unknown" and "incomplete" in verdict.reason, verdict
+
+
+def test_anthropic_a_second_different_stop_reason_is_corrupt():
+    events = anthropic_events("think", "answer", {"city": "Paris"})
+    delta = next(i for i, e in enumerate(events) if e["type"] == "message_delta")
+    events.insert(delta + 1, {"type": "message_delta", "delta": {"stop_reason": "max_tokens"}, "usage": {"output_tokens": 40}})
+    body = anthropic_body(events)
+    assert_names_both(analyze_bytes(body, ANTHROPIC).verdict, sse_events(body), delta, delta + 1)
+
+
+def test_responses_parts_only_the_finished_item_carries_are_in_the_turn():
+    """No summary deltas: the reasoning summary and signature come with output_item.done; the SDK shows them."""
+    reasoning = {"id": "rs_1", "type": "reasoning", "summary": []}
+    done = {**reasoning, "summary": [{"type": "summary_text", "text": "I thought."}], "encrypted_content": "sig-final"}
+    events = [
+        {"type": "response.created", "response": {"id": "r", "output": []}},
+        {"type": "response.output_item.added", "output_index": 0, "item": reasoning},
+        {"type": "response.output_item.done", "output_index": 0, "item": done},
+        {"type": "response.completed", "response": {"id": "r", "status": "completed", "output": [done]}},
+    ]
+    body = b"".join(_sse(e["type"], {**e, "sequence_number": n}) for n, e in enumerate(events))
+    analysis = analyze_bytes(body, RESPONSES)
+    assert analysis.verdict.kind is C, analysis.verdict
+    assert analysis.turn.thinking() == "I thought."
+    assert [b.signature for b in analysis.turn.blocks] == ["sig-final"]
+
+
+def test_anthropic_ping_after_message_stop_is_corrupt():
+    events = anthropic_events("think", "answer", {"city": "Paris"}) + [{"type": "ping"}]
+    body = anthropic_body(events)
+    assert_names_both(analyze_bytes(body, ANTHROPIC).verdict, sse_events(body), len(events) - 2, len(events) - 1)
+
+
+def test_converse_metadata_twice_is_corrupt():
+    body = bedrock_converse(["Hi"], {"city": "Paris"})
+    messages = frames(body)
+    again = body + messages[-1].raw
+    assert_names_both(analyze_bytes(again, Dialect.BEDROCK_CONVERSE).verdict, frames(again),
+                      len(messages) - 1, len(messages))
+
+
+@pytest.mark.parametrize("kind", ["response.output_text.done", "response.content_part.done", "response.output_item.added",
+                                  "response.content_part.added"])
+def test_responses_structural_event_twice_is_corrupt(kind):
+    body = openai_responses(["Hel", "lo"])
+    objects = [orjson.loads(e.data) for e in sse_events(body)]
+    twice = responses_insert(body, kind, dict(next(o for o in objects if o["type"] == kind)))
+    verdict = analyze_bytes(twice, RESPONSES).verdict
+    assert verdict.kind is X, verdict
+
+
+def test_chat_role_on_the_finish_chunk_starts_nothing():
+    body = b"".join([
+        chat_chunk({"role": "assistant", "content": ""}),
+        chat_chunk({"content": "Hel"}),
+        chat_chunk({"content": "lo"}),
+        chat_chunk({"role": "assistant"}, "stop"),
+        b"data: [DONE]\n\n",
+    ])
+    analysis = analyze_bytes(body, CHAT)
+    assert analysis.verdict.kind is C and analysis.turn.text() == "Hello", analysis.verdict
+
+
+def test_an_unknown_dialect_never_claims_a_terminal_event():
+    verdict = analyze_bytes(b'data: {"a": 1}\n\ndata: {"b": 2}\n', Dialect.UNKNOWN).verdict
+    assert verdict.kind is T and "terminal" not in verdict.reason, verdict
