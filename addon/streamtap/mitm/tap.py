@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -21,17 +20,13 @@ from typing import Any
 from mitmproxy import exceptions, flowfilter, http
 from mitmproxy.connection import ConnectionState
 
-from streamtap.providers import Dialect, RequestInfo, StreamEnd, StreamSession, VerdictKind, detect_dialect
+from streamtap.providers import StreamEnd, StreamSession, VerdictKind, detect_dialect
 from streamtap.recording import FSYNC_POLICIES, RecordingWriter, final_name, flow_header
+from streamtap.recording.flows import is_llm_stream, request_info
 from streamtap.wire import DEFAULT_MAX_EVENT
 
 log = logging.getLogger("streamtap")
 
-STREAM_CONTENT_TYPES = ("text/event-stream", "application/vnd.amazon.eventstream", "application/x-ndjson")
-PROVIDER_HOSTS = re.compile(
-    r"(^|\.)(api\.openai\.com|api\.anthropic\.com|openai\.azure\.com|generativelanguage\.googleapis\.com"
-    r"|aiplatform\.googleapis\.com|amazonaws\.com|api\.mistral\.ai|api\.groq\.com|openrouter\.ai)$"
-)
 MARK = ":warning:"
 MAX_BACKLOG = 1 << 20  # bytes handed on but not yet analysed before analysis runs inline
 BATCH_BYTES = 64 * 1024  # reads decoded in one pass: amortises per-call costs, bounds the joined copy
@@ -527,28 +522,6 @@ def _sync_recording(writer: RecordingWriter, flow_id: str) -> None:
 
 
 # --- the addon --------------------------------------------------------------------------
-
-
-def request_info(flow: http.HTTPFlow) -> RequestInfo:
-    """The request as dialect detection sees it."""
-    request = flow.request
-    return RequestInfo(
-        request.method, request.pretty_url, {k.lower(): v for k, v in request.headers.items()}, request.raw_content
-    )
-
-
-def is_llm_stream(flow: http.HTTPFlow) -> bool:
-    """The flows tapped when ``streamtap_filter`` is empty (and imported by ``streamtap import``)."""
-    response = flow.response
-    assert response is not None
-    mime = response.headers.get("content-type", "").split(";")[0].strip().lower()
-    if mime in STREAM_CONTENT_TYPES:
-        return True
-    if not PROVIDER_HOSTS.search(flow.request.pretty_host.lower()) and mime not in ("", "application/json", "text/plain"):
-        return False
-    # a streaming call to a known API, answered with something else (an HTTP error body)
-    detection = detect_dialect(request_info(flow), response.headers.get("content-type"))
-    return detection.dialect is not Dialect.UNKNOWN and detection.streaming
 
 
 def _closed(conn) -> bool:
