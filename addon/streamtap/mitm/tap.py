@@ -22,7 +22,7 @@ from mitmproxy.connection import ConnectionState
 
 from streamtap.providers import StreamEnd, StreamSession, VerdictKind, detect_dialect
 from streamtap.recording import FSYNC_POLICIES, RecordingWriter, final_name, flow_header
-from streamtap.recording.flows import is_llm_stream, request_info
+from streamtap.recording.flows import injected_fault, is_llm_stream, request_info
 from streamtap.wire import DEFAULT_MAX_EVENT
 
 log = logging.getLogger("streamtap")
@@ -429,8 +429,11 @@ class FlowTap:
         self.unframed_start = writer.offset if self.writer is not None else self.unframed_start
 
     # the end ------------------------------------------------------------------------
-    def finish(self, end: StreamEnd, error: str | None = None) -> dict[str, Any]:
-        """Judge and close; returns the summary the addon logs and marks the flow with."""
+    def finish(self, end: StreamEnd, error: str | None = None, injected_fault: str | None = None) -> dict[str, Any]:
+        """Judge and close; returns the summary the addon logs and marks the flow with.
+
+        ``injected_fault``: the faults streamtap itself put into this answer; the recording,
+        the verdict's evidence and the summary name them."""
         self.catch_up()
         self.finished = True
         t = time.monotonic() - self.t0
@@ -450,6 +453,8 @@ class FlowTap:
             "errors": self.errors,
         }
         end_record: dict[str, Any] = {"stream_end": end.value, "error": error, "duration_ms": _ms(t)}
+        if injected_fault:
+            summary["injected_fault"] = end_record["injected_fault"] = injected_fault
         if self.session is not None:
             try:
                 analysis = self.session.close(end)
@@ -460,6 +465,8 @@ class FlowTap:
                     except Exception as exc:
                         self.fail("recording", exc)
                 turn, verdict = analysis.turn, analysis.verdict
+                if injected_fault:
+                    verdict.evidence["injected_fault"] = injected_fault
                 ttft = turn.timing.first_content
                 turn_dict = turn.to_dict()
                 turn_dict.get("timing", {}).pop("arrivals", None)
@@ -476,7 +483,8 @@ class FlowTap:
                 self.fail("analysis", exc)
                 self._record_raw(b"", _ms(t))
         if self.session is None:
-            end_record["verdict"] = {"kind": summary["verdict"], "reason": summary["reason"], "evidence": {}}
+            evidence = {"injected_fault": injected_fault} if injected_fault else {}
+            end_record["verdict"] = {"kind": summary["verdict"], "reason": summary["reason"], "evidence": evidence}
         if self.errors:
             end_record["streamtap_errors"] = self.errors
         if self.writer is not None:
@@ -553,6 +561,7 @@ def summary_line(s: dict[str, Any]) -> str:
     return (
         f"streamtap: {s['provider']} {s['model'] or '-'} {s['verdict']}{extra}{end}: "
         f"{s['events']} events, {s['bytes']} bytes, ttft {ttft}, {s['duration_ms']:.0f} ms"
+        + (f" [injected fault: {s['injected_fault']}]" if s.get("injected_fault") else "")
         + (f" -> {s['recording']}" if s.get("recording") else "")
     )
 
@@ -675,7 +684,7 @@ class Tap:
         if tap is None:
             return
         try:
-            summary = tap.finish(end, error)
+            summary = tap.finish(end, error, injected_fault(flow))
             self.finished.append(summary)
             del self.finished[:-100]
             flow.metadata["streamtap"] = summary

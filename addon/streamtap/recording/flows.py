@@ -1,5 +1,6 @@
-"""What streamtap reads off a mitmproxy flow: the request as detection sees it, and whether
-the flow is a streamed LLM answer (the live Tap and the capture importer ask the same).
+"""What streamtap reads off a mitmproxy flow: the request as detection sees it, whether the
+flow is a streamed LLM answer (the live Tap and the capture importer ask the same), and
+whether streamtap's own fault injection produced the answer.
 
 The flow is used by duck typing (``request``/``response`` as mitmproxy has them), so this
 module imports no mitmproxy.
@@ -26,3 +27,20 @@ def is_llm_stream(flow: Any) -> bool:
     response = flow.response
     assert response is not None
     return _is_llm_stream(request_info(flow), response.headers.get("content-type"))
+
+
+INJECTED = "streamtap_injected_fault"  # flow.metadata key: the live faults applied to this flow
+INJECTED_HEADER = "x-streamtap-injected-fault"  # response header: the faults a replay server served with
+
+
+def injected_fault(flow: Any) -> str | None:
+    """The fault specs streamtap injected into this flow's answer (live, or by the replay server
+    that answered it), joined with "; "; None for an answer as the upstream sent it."""
+    specs = []
+    response = flow.response
+    if response is not None:
+        specs += response.headers.get_all(INJECTED_HEADER)
+    live = flow.metadata.get(INJECTED)
+    if live:
+        specs.append(live)
+    return "; ".join(specs) or None

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from streamtap.providers.positions import POSITION_NAMES, PositionFinder, find_positions
+from streamtap.recording.flows import INJECTED_HEADER
 
 from .source import Frame, Source, view_frame
 
@@ -200,6 +201,13 @@ class Plan:
     writes: list[Write]
     end: End
     log: list[str] = field(default_factory=list)
+    faults: str = ""  # the specs applied, joined with "; "
+
+    @property
+    def headers(self) -> list[tuple[str, str]]:
+        """Response headers the plan adds: an answer made by fault injection says so, so that
+        a proxy recording it (the Tap) never takes it for the upstream's own."""
+        return [(INJECTED_HEADER, self.faults)] if self.faults else []
 
     @property
     def body(self) -> bytes:
@@ -280,7 +288,7 @@ def plan(
         writes = _coalesce(writes)
     served = sum(len(w.data) for w in writes)
     end_at = (writes[-1].at if writes else 0.0) + sum(secs for at, secs in stall_at if at >= served and served)
-    return Plan(writes, End(style, end_at), log)
+    return Plan(writes, End(style, end_at), log, "; ".join(f.spec for f in faults))
 
 
 def _fast_plan(source: Source, size: int = 1024 * 1024) -> Plan:
