@@ -37,9 +37,9 @@ CAPTURES = _captures()
 class Stream:
     """A capture as the replay layer holds it: pieces that tile the body, each an event or not."""
 
-    def __init__(self, body: bytes) -> None:
+    def __init__(self, body: bytes, dialect: str | None = None, wire: str | None = None) -> None:
         detection = sniff_dialect(body)
-        self.dialect, self.wire, self.body = detection.dialect, detection.wire, body
+        self.dialect, self.wire, self.body = dialect or detection.dialect, wire or detection.wire, body
         session = StreamSession(self.dialect, self.wire)
         events = session.feed(body) + session.close().events
         self.pieces = [(e.raw, not isinstance(e, Tail)) for e in events]
@@ -133,3 +133,21 @@ def test_live_cuts_land_where_replay_cuts_on_every_capture_with_tool_calls():
             assert [re.findall(r"byte (\d+)", line) for line in live.log] == [re.findall(r"byte (\d+)", line) for line in expected.log]
             checked += 1
     assert checked > 20
+
+
+def test_a_dialect_the_old_shape_tables_never_knew_has_every_position():
+    """Ollama's NDJSON (tool arguments as an object, "done": true at the end) was in no table
+    of per-dialect shapes; its assembler's turn is enough."""
+    base = {"model": "llama3", "created_at": "2026-01-01T00:00:00Z"}
+    lines = [base | {"message": {"role": "assistant", "content": w}, "done": False} for w in ["The ", 'weather "is"', " fine"]]
+    call = {"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+    lines.append(base | {"message": {"role": "assistant", "content": "", "tool_calls": [call]}, "done": False})
+    lines.append(base | {"message": {"role": "assistant", "content": ""}, "done": True, "done_reason": "stop"})
+    body = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+    stream = Stream(body, "ollama", "ndjson")
+    found = {p.name: p for p in find_positions(stream.pieces, "ollama", "ndjson")}
+    assert set(found) == {"tool-args", "escaped-quote", "between-blocks", "before-terminal"}
+    for p in found.values():
+        assert holds(stream, p.name, p.event, p.offset), p
+    assert body[: found["tool-args"].offset].endswith(b'"arguments": {')
+    assert (found["between-blocks"].event, found["before-terminal"].event) == (3, 4)
