@@ -27,7 +27,7 @@ from typing import Any
 
 from mitmproxy import ctx, exceptions, http
 
-from streamtap.recording.flows import INJECTED
+from streamtap.recording.flows import INJECTED, request_info
 from streamtap.replay.faults import LiveFaults, FaultSpecError, Timing, parse_faults
 from streamtap.replay.match import Library, MatchOptions
 from streamtap.replay.server import FAULT_HEADER, ReplayServer, ServeOptions
@@ -230,13 +230,9 @@ class Faults:
 def _wire_and_dialect(flow: http.HTTPFlow) -> tuple[str, str]:
     """The wire format and dialect, as the Tap would detect them (the error shapes depend on both)."""
     try:
-        from streamtap.providers import RequestInfo, detect_dialect
+        from streamtap.providers import detect_dialect
 
-        request = flow.request
-        detection = detect_dialect(
-            RequestInfo(request.method, request.pretty_url, {k.lower(): v for k, v in request.headers.items()}, request.raw_content),
-            flow.response.headers.get("content-type") if flow.response else None,
-        )
+        detection = detect_dialect(request_info(flow), flow.response.headers.get("content-type") if flow.response else None)
         return detection.wire or _wire_of(flow), str(detection.dialect)
     except Exception:  # fail open: framing from the content type alone
         return _wire_of(flow), "unknown"
