@@ -151,3 +151,46 @@ def test_a_dialect_the_old_shape_tables_never_knew_has_every_position():
         assert holds(stream, p.name, p.event, p.offset), p
     assert body[: found["tool-args"].offset].endswith(b'"arguments": {')
     assert (found["between-blocks"].event, found["before-terminal"].event) == (3, 4)
+
+
+def _chat(delta: dict, finish: str | None = None) -> bytes:
+    chunk = {"id": "c1", "object": "chat.completion.chunk", "model": "m", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+def _call(index: int, name: str | None = None, arguments: str = "") -> dict:
+    call = {"index": index, "function": {"arguments": arguments}}
+    if name:
+        call |= {"id": f"call_{index}", "type": "function", "function": {"name": name, "arguments": arguments}}
+    return {"tool_calls": [call]}
+
+
+def test_a_tool_call_without_arguments_is_given_up_not_waited_for():
+    """Live, the events of a call are held until its arguments are known; a call that never has
+    any (a tool without parameters) is given up when the next block opens: the cut lands in the
+    next call's arguments, and nothing was held back longer than that."""
+    frames = [
+        _chat({"role": "assistant", "content": ""}),
+        _chat(_call(0, "now")),  # no parameters: its arguments stay empty
+        _chat(_call(1, "weather")),
+        _chat(_call(1, arguments='{"city"')),
+        _chat(_call(1, arguments=': "Paris"}')),
+        _chat({}, "tool_calls"),
+        b"data: [DONE]\n\n",
+    ]
+    source = Source.from_frames(frames, wire="sse", dialect="openai-chat")
+    expected = plan(source, parse_faults("cut:at=tool-args"))
+    assert expected.body == b"".join(frames[:3]) + frames[3][: frames[3].index(b'"{') + 2]
+    live = LiveFaults(parse_faults("cut:at=tool-args"), "sse", "openai-chat")
+    sent = [b"".join(live.feed(frame)) for frame in frames]
+    assert sent[:2] == [frames[0], b""]  # the first call is held while its arguments may still come
+    assert sent[2] == frames[1]  # given up when the second call opened
+    assert b"".join(sent) == expected.body and live.end == "clean"
+
+    without = [frames[0], frames[1], _chat({}, "tool_calls"), b"data: [DONE]\n\n"]
+    with pytest.raises(FaultSpecError, match="no tool-args position"):
+        plan(Source.from_frames(without, wire="sse", dialect="openai-chat"), parse_faults("cut:at=tool-args"))
+    live = LiveFaults(parse_faults("cut:at=tool-args"), "sse", "openai-chat")
+    sent = [b"".join(live.feed(frame)) for frame in without]
+    assert sent == [without[0], b"", b"", b"".join(without[1:])]  # released when the turn ended
+    assert live.close() == [] and live.end is None

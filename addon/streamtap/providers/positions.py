@@ -30,7 +30,7 @@ import copy
 import json
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from json.decoder import scanstring
 from typing import Any
 
@@ -63,44 +63,43 @@ class _Candidate:
     raw: bytes
 
 
-@dataclass(slots=True)
 class PositionFinder:
     """Feed the body in order: ``event(raw)`` for each event, ``other(raw)`` for bytes that are no
     event (a tail). Each call returns the positions that became known, possibly inside an
     earlier event (tool-call arguments are known once the call's block has them); ``holding``
-    says such an earlier event is still undecided (a live adapter holds it back meanwhile).
+    names the first such earlier event still undecided (a live adapter holds it back meanwhile).
 
     ``wanted``: the names to look for (default all); ``pick``: the event whose prelude and CRC
     are named (default 0)."""
 
-    dialect: Dialect | str
-    wire: str
-    wanted: frozenset[str] = frozenset(POSITION_NAMES)
-    pick: int = 0
-    found: dict[str, Position] = field(default_factory=dict)
-    _session: StreamSession | None = None
-    _events: int = 0
-    _offset: int = 0
-    _blocks: int = 0
-    _ended: bool = False
-    _candidates: list[_Candidate] = field(default_factory=list)
-    _tools: int = 0
-
-    def __post_init__(self) -> None:
-        self.wanted = frozenset(self.wanted)
-        if self.wire != "eventstream":
-            self.wanted -= EVENTSTREAM_ONLY
+    def __init__(self, dialect: Dialect | str, wire: str, wanted: Iterable[str] = POSITION_NAMES, pick: int = 0) -> None:
+        self.wire = wire
+        self.wanted = frozenset(wanted) - (frozenset() if wire == "eventstream" else EVENTSTREAM_ONLY)
+        self.pick = pick
+        self.found: dict[str, Position] = {}
+        self._session: StreamSession | None = None
+        self._events = 0
+        self._offset = 0
+        self._blocks = 0  # blocks in the turn so far
+        self._tools = 0  # blocks with tool-call arguments so far
+        self._ended = False
+        self._watched: int | None = None  # the first tool block whose arguments are awaited
+        self._candidates: list[_Candidate] = []  # events since that call opened
         if self.wanted & NEEDS_THE_TURN:
             try:
-                self._session = StreamSession(self.dialect, self.wire, keep_arrivals=False)
+                self._session = StreamSession(dialect, wire, keep_arrivals=False)
             except ValueError:  # an unknown dialect or wire: no turn to read positions from
                 self.wanted -= NEEDS_THE_TURN
             else:  # a dialect that never judges a stream truncated has no terminal event to cut before
                 self._ended = _ended(copy.deepcopy(self._session).close().verdict.kind)
 
     @property
-    def holding(self) -> bool:
-        return bool(self._candidates) and "tool-args" not in self.found
+    def holding(self) -> int | None:
+        """The first event that may still hold the position (a live adapter holds it and those after
+        it back); None when no earlier event is undecided."""
+        if not self._candidates or "tool-args" in self.found:
+            return None
+        return self._candidates[0].event
 
     def other(self, raw: bytes) -> None:
         if self._session is not None:
@@ -137,28 +136,40 @@ class PositionFinder:
     def _read_turn(self, n: int, start: int, raw: bytes) -> list[Position]:
         """What the stream so far is judged to be, compared with the stream before this event."""
         analysis = copy.deepcopy(self._session).close()
-        turn, new = analysis.turn, []
-        blocks = [block for choice in turn.choices for block in choice.blocks]
+        new = []
+        blocks = [block for choice in analysis.turn.choices for block in choice.blocks]
         if self._open("between-blocks") and self._blocks >= 1 and len(blocks) > self._blocks:
             new.append(self._found("between-blocks", n, start, 0, f"between two content blocks, before event {n}"))
-        self._blocks = len(blocks)
         ended = _ended(analysis.verdict.kind)
         if self._open("before-terminal") and ended and not self._ended:
             what = f"just before the terminal event {n} (with it the stream is {analysis.verdict.kind})"
             new.append(self._found("before-terminal", n, start, 0, what))
-        self._ended = ended
         if self._open("tool-args"):
-            tools = [block for block in blocks if block.arguments_raw is not None]  # client and server tool calls
-            if len(tools) > self._tools or self._candidates:
-                self._candidates.append(_Candidate(n, start, raw))
-            self._tools = len(tools)
-            known = [block.arguments_raw for block in tools if block.arguments_raw]
-            if known and self._candidates:
-                position = self._first_fragment(known)
-                if position is not None:
-                    new.append(position)
-                self._candidates.clear()  # found, or these calls carried no fragment: wait for the next call
+            new += self._watch_tool_calls(n, start, raw, blocks, ended)
+        self._blocks, self._ended = len(blocks), ended
         return new
+
+    def _watch_tool_calls(self, n: int, start: int, raw: bytes, blocks: list, ended: bool) -> list[Position]:
+        """Keep the events since a tool call opened until its arguments are known, then find the
+        first of them that carries their beginning. A call that never gets arguments (a tool
+        without parameters) is given up when another block opens or the turn ends."""
+        tools = [block for block in blocks if block.arguments_raw is not None]  # client and server tool calls
+        opened = len(tools) > self._tools
+        if self._watched is not None and not any(t.arguments_raw for t in tools[self._watched :]):
+            if opened or len(blocks) > self._blocks or ended:
+                self._watched, self._candidates = None, []
+        if opened and self._watched is None and not ended:
+            self._watched = self._tools
+        self._tools = len(tools)
+        if self._watched is None:
+            return []
+        self._candidates.append(_Candidate(n, start, raw))
+        known = [t.arguments_raw for t in tools[self._watched :] if t.arguments_raw]
+        if not known:
+            return []
+        position = self._first_fragment(known)
+        self._watched, self._candidates = None, []  # found, or this call carried no fragment: wait for the next
+        return [position] if position is not None else []
 
     def _first_fragment(self, arguments: list[str]) -> Position | None:
         objects = [value for value in map(_json_or_none, arguments) if isinstance(value, dict | list) and value]

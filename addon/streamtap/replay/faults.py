@@ -745,15 +745,17 @@ class LiveFaults:
         return None
 
     def _hold_or_release(self, event: int, raw: bytes, out: bytes, n: int, at: int) -> bytes:
-        if self.end is None and any(finder.holding for _fault, finder in self._finders):
-            self._waiting.append(_Waiting(event, raw, out, n, at))
-            return b""
-        return self._release() + out
+        """Forward what no finder may still cut into; hold the rest (this event included)."""
+        undecided = [f.holding for _fault, f in self._finders if f.holding is not None]
+        if self.end is not None or not undecided:
+            return self._release() + out
+        self._waiting.append(_Waiting(event, raw, out, n, at))
+        return self._release(before=min(undecided))
 
-    def _release(self) -> bytes:
-        out = b"".join(w.out for w in self._waiting)
-        self._waiting = []
-        return out
+    def _release(self, before: int | None = None) -> bytes:
+        done = [w for w in self._waiting if before is None or w.event < before]
+        self._waiting = self._waiting[len(done) :]
+        return b"".join(w.out for w in done)
 
     def _output(self, data: bytes) -> list[bytes]:
         for fault in self.faults:
