@@ -194,3 +194,18 @@ def test_a_tool_call_without_arguments_is_given_up_not_waited_for():
     sent = [b"".join(live.feed(frame)) for frame in without]
     assert sent == [without[0], b"", b"", b"".join(without[1:])]  # released when the turn ended
     assert live.close() == [] and live.end is None
+
+
+def test_a_session_that_cannot_be_copied_costs_the_turn_positions_only():
+    """Fail open: positions that need the turn are given up (nothing stays held), the rest remain."""
+    import threading
+
+    from streamtap.providers.positions import PositionFinder
+
+    finder = PositionFinder("openai-chat", "sse")
+    frames = [_chat({"role": "assistant", "content": 'say \\"hi\\"'}), _chat(_call(0, "now"))]
+    finder.event(frames[0])
+    finder._session.lock = threading.Lock()  # deepcopy cannot copy a lock
+    found = finder.event(frames[1])
+    assert [p.name for p in finder.found.values()] == ["escaped-quote"] and found == []
+    assert finder.holding is None and not finder.wanted & {"tool-args", "between-blocks", "before-terminal"}

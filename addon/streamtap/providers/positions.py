@@ -135,7 +135,12 @@ class PositionFinder:
 
     def _read_turn(self, n: int, start: int, raw: bytes) -> list[Position]:
         """What the stream so far is judged to be, compared with the stream before this event."""
-        analysis = copy.deepcopy(self._session).close()
+        try:
+            analysis = copy.deepcopy(self._session).close()
+        except Exception:  # a session that cannot be copied: no turn positions, and nothing held for them
+            self.wanted -= NEEDS_THE_TURN
+            self._session, self._watched, self._candidates = None, None, []
+            return []
         new = []
         blocks = [block for choice in analysis.turn.choices for block in choice.blocks]
         if self._open("between-blocks") and self._blocks >= 1 and len(blocks) > self._blocks:
