@@ -111,3 +111,25 @@ def test_a_live_fault_names_itself_in_the_recording_only_when_it_changed_the_ans
     else:
         assert response.content == LIVE
         assert "injected_fault" not in rec.end and "injected fault" not in log + verified.stdout
+
+
+def test_a_live_cut_inside_anthropic_tool_arguments_through_mitmdump(tmp_path):
+    """Anthropic's tool arguments are known once the block stops: the proxy holds the call's events
+    back until then and the client gets exactly what replay would serve; the recording says why."""
+    from replay_streams import ANTHROPIC_REQUEST, anthropic_frames
+
+    from streamtap.replay.faults import parse_faults, plan
+    from streamtap.replay.source import Source
+
+    frames = anthropic_frames()
+    fault = "cut:at=tool-args,style=clean"
+    expected = plan(Source.from_frames(frames, dialect="anthropic"), parse_faults(fault)).body
+    with Upstream() as upstream:
+        upstream.add("anth", Script(b"".join(frames), gap=0.005))
+        with Mitmdump(upstream.url, tmp_path / "work", options={"streamtap_fault": fault}) as mitm:
+            response = httpx.post(mitm.url + "/s/anth/v1/messages", json=ANTHROPIC_REQUEST, timeout=15)
+            path, rec = _recording(mitm)
+            log = mitm.wait_log("streamtap: anthropic")
+    assert response.content == expected == rec.body
+    assert rec.verdict["kind"] == "truncated" and rec.end["injected_fault"] == fault
+    assert f"{fault}: clean cut at byte {len(expected)} (tool-args" in log
