@@ -132,4 +132,4 @@ def test_a_live_cut_inside_anthropic_tool_arguments_through_mitmdump(tmp_path):
             log = mitm.wait_log("streamtap: anthropic")
     assert response.content == expected == rec.body
     assert rec.verdict["kind"] == "truncated" and rec.end["injected_fault"] == fault
-    assert f"{fault}: clean cut at byte {len(expected)} (tool-args" in log
+    assert f"{fault}: clean cut at byte {len(expected)} (inside the tool-call arguments of event" in log

@@ -114,12 +114,13 @@ TOOL_CAPTURES = [(n, b) for n, b in CAPTURES if b'arguments' in b or b'partial_j
 @pytest.mark.skipif(not TOOL_CAPTURES, reason="../shared/fixtures is absent")
 def test_live_cuts_land_where_replay_cuts_on_every_capture_with_tool_calls():
     """Live, the arguments of a call may be known only once its block closed (Anthropic): the
-    events since the call opened are held back meanwhile, so the cut lands where replay puts it."""
+    events since the call opened are held back meanwhile, so the cut lands where replay puts it.
+    Positions are those of the stream as served: after a duplicated or reordered event too."""
     checked = 0
     for name, body in TOOL_CAPTURES:
         stream = Stream(body)
         source = _source(stream, name)
-        for spec in ("cut:at=tool-args", "cut:at=between-blocks,style=abort"):
+        for spec in ("cut:at=tool-args", "cut:at=between-blocks,style=abort", "duplicate:event=2;cut:at=between-blocks", "reorder:event=3;cut:at=escaped-quote"):
             try:
                 expected = plan(source, parse_faults(spec))
             except FaultSpecError:  # this capture has no such position
@@ -130,7 +131,7 @@ def test_live_cuts_land_where_replay_cuts_on_every_capture_with_tool_calls():
                 out += live.feed(body[i : i + 4096])
             out += live.close()
             assert b"".join(out) == expected.body, (name, spec)
-            assert [re.findall(r"byte (\d+)", line) for line in live.log] == [re.findall(r"byte (\d+)", line) for line in expected.log]
+            assert live.log[-1] == expected.log[-1], (name, spec)  # the cut, in the same words (replay also logs faults the cut preempted)
             checked += 1
     assert checked > 20
 

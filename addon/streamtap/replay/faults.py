@@ -605,12 +605,10 @@ def event_boundaries(source: Source) -> list[int]:
 
 @dataclass(slots=True)
 class _Waiting:
-    """An event held back: what would be forwarded for it, and where it is."""
+    """A served event held back while a protocol-aware cut may still fall inside it."""
 
-    event: int  # its index among the events the position finders saw
+    event: int  # its index among the events served (what the position finders saw)
     raw: bytes
-    out: bytes
-    n: int  # its index among all upstream events (for logs)
     at: int  # its body offset as served
 
 LIVE_KINDS = ("cut", "corrupt", "drop", "duplicate", "reorder", "error", "fragment")
@@ -676,18 +674,18 @@ class LiveFaults:
         """At the end of the upstream body: whatever was held back (a cut tail is forwarded as it came)."""
         if self.end is not None or self._decoder is None:
             return []
-        out = b"".join(e.raw for e in self._decoder.close())
-        if self._held is not None:
-            out = self._held + out
-            self._held = None
-        out = self._release() + out
+        tail = b"".join(e.raw for e in self._decoder.close())
+        held, self._held = self._held, None
+        out = self._serve([held] if held is not None else [], self._sent + sum(len(w.raw) for w in self._waiting))
+        if self.end is None:
+            out = self._release() + out + tail
         return self._output(out)
 
     def _event(self, raw: bytes, at: int) -> bytes:
         """What to forward for event ``n``, which would start at body offset ``at``."""
         n = self._n
         self._n += 1
-        at += sum(len(w.out) for w in self._waiting)
+        at += sum(len(w.raw) for w in self._waiting)
         for fault in self.faults:
             p = fault.params
             if fault.kind == "drop" and p["event"] == n:
@@ -706,31 +704,43 @@ class LiveFaults:
                 self._held = raw
                 self.log.append(f"{fault.spec}: events {n} and {n + 1} swapped (at byte {at})")
                 return b""
-        cut = self._cut_inside(raw, n, at)
-        if cut is not None:
-            return cut
-        out = raw
+        units = [raw]  # the events served for this one, in order
         if self._held is not None:
-            out, self._held = out + self._held, None
+            units.append(self._held)
+            self._held = None
         for fault in self.faults:
             p = fault.params
+            size = sum(map(len, units))
             if fault.kind == "duplicate" and p["event"] == n:
-                self.log.append(f"{fault.spec}: event {n} sent twice (again at byte {at + len(out)})")
-                out += raw
+                self.log.append(f"{fault.spec}: event {n} sent twice (again at byte {at + size})")
+                units.append(raw)
             if fault.kind == "cut" and "event" in p and "at" not in p and p["event"] == n:
                 self.end = p.get("style", "clean")
-                self.log.append(f"{fault.spec}: {self.end} cut after event {n} at byte {at + len(out)}")
+                self.log.append(f"{fault.spec}: {self.end} cut after event {n} at byte {at + size}")
             if fault.kind == "error" and p.get("after", 0) == n:
-                self.log.append(f"{fault.spec}: {p['kind']} injected after event {n} at byte {at + len(out)}")
-                out += b"".join(error_frames(self.source, p["kind"], p.get("message"), n + 1))
+                self.log.append(f"{fault.spec}: {p['kind']} injected after event {n} at byte {at + size}")
+                units += error_frames(self.source, p["kind"], p.get("message"), n + 1)
                 self.end = "clean"
-        return self._hold_or_release(self._fed - 1, raw, out, n, at)
+        return self._serve(units, at)
 
-    def _cut_inside(self, raw: bytes, n: int, at: int) -> bytes | None:
+    def _serve(self, units: list[bytes], at: int) -> bytes:
+        """The served events (at body offset ``at``) through the protocol-aware cuts: what to forward now."""
+        if not self._finders:
+            return b"".join(units)
+        out = b""
+        for unit in units:
+            cut = self._cut_inside(unit, at)
+            if cut is not None:
+                return out + cut
+            out += self._hold_or_release(unit, at)
+            at += len(unit)
+        if self.end is not None:  # an event cut or an injected error ended the stream: nothing more to wait for
+            out += self._release()
+        return out
+
+    def _cut_inside(self, raw: bytes, at: int) -> bytes | None:
         """The bytes to forward when a protocol-aware cut falls in this event or in one held back
         (the stream then ends); None when it does not (yet)."""
-        if not self._finders:
-            return None
         self._fed += 1
         for fault, finder in self._finders:
             for position in finder.event(raw):
@@ -738,24 +748,24 @@ class LiveFaults:
                 before = [w for w in self._waiting if w.event < position.event]
                 self._waiting = []
                 if held is not None:
-                    raw, n, at = held.raw, held.n, held.at
+                    raw, at = held.raw, held.at
                 self.end = fault.params.get("style", "clean")
-                self.log.append(f"{fault.spec}: {self.end} cut at byte {at + position.inside} ({position.name}, event {n})")
-                return b"".join(w.out for w in before) + raw[: position.inside]
+                self.log.append(f"{fault.spec}: {self.end} cut at byte {at + position.inside} ({position.what})")
+                return b"".join(w.raw for w in before) + raw[: position.inside]
         return None
 
-    def _hold_or_release(self, event: int, raw: bytes, out: bytes, n: int, at: int) -> bytes:
+    def _hold_or_release(self, raw: bytes, at: int) -> bytes:
         """Forward what no finder may still cut into; hold the rest (this event included)."""
         undecided = [f.holding for _fault, f in self._finders if f.holding is not None]
-        if self.end is not None or not undecided:
-            return self._release() + out
-        self._waiting.append(_Waiting(event, raw, out, n, at))
+        if not undecided:
+            return self._release() + raw
+        self._waiting.append(_Waiting(self._fed - 1, raw, at))
         return self._release(before=min(undecided))
 
     def _release(self, before: int | None = None) -> bytes:
         done = [w for w in self._waiting if before is None or w.event < before]
         self._waiting = self._waiting[len(done) :]
-        return b"".join(w.out for w in done)
+        return b"".join(w.raw for w in done)
 
     def _output(self, data: bytes) -> list[bytes]:
         for fault in self.faults:
