@@ -72,6 +72,7 @@ def test_a_faulted_replay_recorded_through_the_tap_names_its_fault(tmp_path, fau
     if fault is None:  # the upstream's own answer: nothing named anywhere
         assert "injected_fault" not in rec.end and "injected_fault" not in rec.verdict["evidence"]
         assert "injected fault" not in log and "injected fault" not in verified.stdout
+        assert "injected " not in subprocess.run([*STREAMTAP, "show", str(path)], capture_output=True, text=True, timeout=60).stdout
         assert rec.verdict["kind"] == "complete" and verified.returncode == 0
         return
     assert rec.end["injected_fault"] == fault
@@ -82,6 +83,8 @@ def test_a_faulted_replay_recorded_through_the_tap_names_its_fault(tmp_path, fau
         assert rec.verdict["kind"] == "truncated" and verified.returncode == 1
     else:  # a duplicated text delta is invisible in Chat Completions: complete, but never silently
         assert rec.body == response.content
+    shown = subprocess.run([*STREAMTAP, "show", str(path)], capture_output=True, text=True, timeout=60)
+    assert f"injected  {fault} (streamtap's fault injection made this answer)" in shown.stdout
     verified_json = subprocess.run([*STREAMTAP, "verify", "--json", str(path)], capture_output=True, text=True, timeout=60)
     assert json.loads(verified_json.stdout)["verdict"]["evidence"]["injected_fault"] == fault
 
