@@ -620,7 +620,9 @@ class LiveFaults:
     ``feed(chunk)`` returns the pieces to forward now; once a cut or an injected error
     ends the stream, ``end`` holds the style ("clean", "abort", "reset") and every later
     chunk is swallowed. Event-level faults hold bytes back until their event is complete;
-    timing faults (stall, latency, bandwidth) and swap-tail need a recording (use replay).
+    a protocol-aware cut sees the events as served (after drop, duplicate, reorder, error)
+    and holds back those it may still fall in (a tool call's, until its arguments are known).
+    Timing faults (stall, latency, bandwidth) and swap-tail need a recording (use replay).
     """
 
     def __init__(self, faults: list[Fault], wire: str, dialect: str = "unknown") -> None:
