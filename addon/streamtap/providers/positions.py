@@ -28,6 +28,7 @@ import base64
 import binascii
 import copy
 import json
+import pickle
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -91,7 +92,7 @@ class PositionFinder:
             except ValueError:  # an unknown dialect or wire: no turn to read positions from
                 self.wanted -= NEEDS_THE_TURN
             else:  # a dialect that never judges a stream truncated has no terminal event to cut before
-                self._ended = _ended(copy.deepcopy(self._session).close().verdict.kind)
+                self._ended = _ended(_copy(self._session).close().verdict.kind)
 
     @property
     def holding(self) -> int | None:
@@ -136,7 +137,7 @@ class PositionFinder:
     def _read_turn(self, n: int, start: int, raw: bytes) -> list[Position]:
         """What the stream so far is judged to be, compared with the stream before this event."""
         try:
-            analysis = copy.deepcopy(self._session).close()
+            analysis = _copy(self._session).close()
         except Exception:  # a session that cannot be copied: no turn positions, and nothing held for them
             self.wanted -= NEEDS_THE_TURN
             self._session, self._watched, self._candidates = None, None, []
@@ -229,6 +230,15 @@ def find_positions(
         if len(finder.found) == len(finder.wanted):
             break
     return sorted(finder.found.values(), key=lambda p: POSITION_NAMES.index(p.name))
+
+
+def _copy(session: StreamSession) -> StreamSession:
+    """An independent copy to close: a pickle round trip costs about half a deepcopy of the same
+    session (measured over the captures: 0.95-1.36 s against 2.17-2.59 s)."""
+    try:
+        return pickle.loads(pickle.dumps(session, pickle.HIGHEST_PROTOCOL))
+    except Exception:  # something in it does not pickle
+        return copy.deepcopy(session)
 
 
 def _ended(kind: VerdictKind) -> bool:
