@@ -9,7 +9,6 @@ that begins a tool call's final arguments, and so on.
 from __future__ import annotations
 
 import json
-import re
 from json.decoder import scanstring
 
 import pytest
