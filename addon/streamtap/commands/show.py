@@ -51,6 +51,8 @@ def render(judged: Judged, width: int = 100) -> str:
     if verdict.offset is not None:
         where.append(f"byte {verdict.offset}")
     lines.append(f"verdict   {str(verdict.kind).upper()}: {verdict.reason}" + (f"  [{', '.join(where)}]" if where else ""))
+    if judged.injected_fault:
+        lines.append(f"injected  {judged.injected_fault} (streamtap's fault injection made this answer)")
     if judged.problem:
         lines.append(f"recording {judged.problem}")
     stop = turn.stop_reason or "-"

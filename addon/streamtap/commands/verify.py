@@ -41,6 +41,7 @@ class Judged:
     how: str  # how the dialect was chosen: "--provider", "sniffed: ...", "recording header"
     source: str  # "raw body" | "recording"
     problem: str | None = None  # e.g. an incomplete recording file
+    injected_fault: str | None = None  # the faults streamtap injected into this answer (the recording says)
 
 
 def add_input_options(parser: argparse.ArgumentParser) -> None:
@@ -125,7 +126,10 @@ def _judge_recording(path: Path, sentinel: str | None) -> Judged:
     recorded = (recording.verdict or {}).get("kind")
     if recorded and recorded != analysis.verdict.kind.value:
         problems.append(f"the recording says {recorded}, judging its bytes again says {analysis.verdict.kind.value}")
-    return Judged(path, analysis, dialect, "recording header", "recording", "; ".join(problems) or None)
+    injected = (recording.end or {}).get("injected_fault")
+    if injected:
+        analysis.verdict.evidence["injected_fault"] = injected
+    return Judged(path, analysis, dialect, "recording header", "recording", "; ".join(problems) or None, injected or None)
 
 
 def as_json(judged: Judged) -> dict:
@@ -151,7 +155,8 @@ def summary_line(judged: Judged) -> str:
     how = "" if judged.how in ("--provider", "recording header") else f", {judged.how}"
     where = f" [seq {verdict.seq}, byte {verdict.offset}]" if verdict.seq is not None or verdict.offset is not None else ""
     problem = f" (recording: {judged.problem})" if judged.problem else ""
-    return f"{judged.path}: {verdict.kind} ({judged.dialect}{how}) {verdict.reason}{where}{problem}"
+    injected = f" [injected fault: {judged.injected_fault}]" if judged.injected_fault else ""
+    return f"{judged.path}: {verdict.kind} ({judged.dialect}{how}) {verdict.reason}{where}{injected}{problem}"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -27,6 +27,7 @@ from typing import Any
 
 from mitmproxy import ctx, exceptions, http
 
+from streamtap.recording.flows import INJECTED, request_info
 from streamtap.replay.faults import LiveFaults, FaultSpecError, Timing, parse_faults
 from streamtap.replay.match import Library, MatchOptions
 from streamtap.replay.server import FAULT_HEADER, ReplayServer, ServeOptions
@@ -193,6 +194,9 @@ class Faults:
         except FaultSpecError as exc:
             log.warning(f"streamtap: flow {flow.id[:12]}: fault not applied: {exc}")
             return
+        specs = "; ".join(f.spec for f in faults)
+        if any(f.kind == "fragment" for f in faults):  # it re-chunks every stream, and logs nothing per event
+            flow.metadata[INJECTED] = specs
         inner = flow.response.stream if callable(flow.response.stream) else (lambda data: data)
         logged = 0
 
@@ -213,6 +217,8 @@ class Faults:
                 log.info(f"streamtap: flow {flow.id[:12]}: fault {line}")
             if len(live.log) > logged:
                 flow.metadata["streamtap_faults"] = list(live.log)  # evidence: what was done to this flow, where
+                if any(not line.startswith("not applied") for line in live.log[logged:]):
+                    flow.metadata[INJECTED] = specs  # the Tap names it in the recording and the verdict
             logged = len(live.log)
             if live.end is not None and not ended_before:
                 _end_at_cut(flow, live.end, out)
@@ -224,13 +230,9 @@ class Faults:
 def _wire_and_dialect(flow: http.HTTPFlow) -> tuple[str, str]:
     """The wire format and dialect, as the Tap would detect them (the error shapes depend on both)."""
     try:
-        from streamtap.providers import RequestInfo, detect_dialect
+        from streamtap.providers import detect_dialect
 
-        request = flow.request
-        detection = detect_dialect(
-            RequestInfo(request.method, request.pretty_url, {k.lower(): v for k, v in request.headers.items()}, request.raw_content),
-            flow.response.headers.get("content-type") if flow.response else None,
-        )
+        detection = detect_dialect(request_info(flow), flow.response.headers.get("content-type") if flow.response else None)
         return detection.wire or _wire_of(flow), str(detection.dialect)
     except Exception:  # fail open: framing from the content type alone
         return _wire_of(flow), "unknown"

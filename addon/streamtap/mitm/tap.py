@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -21,17 +20,13 @@ from typing import Any
 from mitmproxy import exceptions, flowfilter, http
 from mitmproxy.connection import ConnectionState
 
-from streamtap.providers import Dialect, RequestInfo, StreamEnd, StreamSession, VerdictKind, detect_dialect
+from streamtap.providers import StreamEnd, StreamSession, VerdictKind, detect_dialect
 from streamtap.recording import FSYNC_POLICIES, RecordingWriter, final_name, flow_header
+from streamtap.recording.flows import injected_fault, is_llm_stream, request_info
 from streamtap.wire import DEFAULT_MAX_EVENT
 
 log = logging.getLogger("streamtap")
 
-STREAM_CONTENT_TYPES = ("text/event-stream", "application/vnd.amazon.eventstream", "application/x-ndjson")
-PROVIDER_HOSTS = re.compile(
-    r"(^|\.)(api\.openai\.com|api\.anthropic\.com|openai\.azure\.com|generativelanguage\.googleapis\.com"
-    r"|aiplatform\.googleapis\.com|amazonaws\.com|api\.mistral\.ai|api\.groq\.com|openrouter\.ai)$"
-)
 MARK = ":warning:"
 MAX_BACKLOG = 1 << 20  # bytes handed on but not yet analysed before analysis runs inline
 BATCH_BYTES = 64 * 1024  # reads decoded in one pass: amortises per-call costs, bounds the joined copy
@@ -434,8 +429,11 @@ class FlowTap:
         self.unframed_start = writer.offset if self.writer is not None else self.unframed_start
 
     # the end ------------------------------------------------------------------------
-    def finish(self, end: StreamEnd, error: str | None = None) -> dict[str, Any]:
-        """Judge and close; returns the summary the addon logs and marks the flow with."""
+    def finish(self, end: StreamEnd, error: str | None = None, injected_fault: str | None = None) -> dict[str, Any]:
+        """Judge and close; returns the summary the addon logs and marks the flow with.
+
+        ``injected_fault``: the faults streamtap itself put into this answer; the recording,
+        the verdict's evidence and the summary name them."""
         self.catch_up()
         self.finished = True
         t = time.monotonic() - self.t0
@@ -455,6 +453,8 @@ class FlowTap:
             "errors": self.errors,
         }
         end_record: dict[str, Any] = {"stream_end": end.value, "error": error, "duration_ms": _ms(t)}
+        if injected_fault:
+            summary["injected_fault"] = end_record["injected_fault"] = injected_fault
         if self.session is not None:
             try:
                 analysis = self.session.close(end)
@@ -465,6 +465,8 @@ class FlowTap:
                     except Exception as exc:
                         self.fail("recording", exc)
                 turn, verdict = analysis.turn, analysis.verdict
+                if injected_fault:
+                    verdict.evidence["injected_fault"] = injected_fault
                 ttft = turn.timing.first_content
                 turn_dict = turn.to_dict()
                 turn_dict.get("timing", {}).pop("arrivals", None)
@@ -481,7 +483,8 @@ class FlowTap:
                 self.fail("analysis", exc)
                 self._record_raw(b"", _ms(t))
         if self.session is None:
-            end_record["verdict"] = {"kind": summary["verdict"], "reason": summary["reason"], "evidence": {}}
+            evidence = {"injected_fault": injected_fault} if injected_fault else {}
+            end_record["verdict"] = {"kind": summary["verdict"], "reason": summary["reason"], "evidence": evidence}
         if self.errors:
             end_record["streamtap_errors"] = self.errors
         if self.writer is not None:
@@ -529,28 +532,6 @@ def _sync_recording(writer: RecordingWriter, flow_id: str) -> None:
 # --- the addon --------------------------------------------------------------------------
 
 
-def request_info(flow: http.HTTPFlow) -> RequestInfo:
-    """The request as dialect detection sees it."""
-    request = flow.request
-    return RequestInfo(
-        request.method, request.pretty_url, {k.lower(): v for k, v in request.headers.items()}, request.raw_content
-    )
-
-
-def is_llm_stream(flow: http.HTTPFlow) -> bool:
-    """The flows tapped when ``streamtap_filter`` is empty (and imported by ``streamtap import``)."""
-    response = flow.response
-    assert response is not None
-    mime = response.headers.get("content-type", "").split(";")[0].strip().lower()
-    if mime in STREAM_CONTENT_TYPES:
-        return True
-    if not PROVIDER_HOSTS.search(flow.request.pretty_host.lower()) and mime not in ("", "application/json", "text/plain"):
-        return False
-    # a streaming call to a known API, answered with something else (an HTTP error body)
-    detection = detect_dialect(request_info(flow), response.headers.get("content-type"))
-    return detection.dialect is not Dialect.UNKNOWN and detection.streaming
-
-
 def _closed(conn) -> bool:
     # the proxy clears CAN_READ when the peer's EOF arrives, before the hooks run
     return conn.timestamp_end is not None or not (conn.state & ConnectionState.CAN_READ)
@@ -580,6 +561,7 @@ def summary_line(s: dict[str, Any]) -> str:
     return (
         f"streamtap: {s['provider']} {s['model'] or '-'} {s['verdict']}{extra}{end}: "
         f"{s['events']} events, {s['bytes']} bytes, ttft {ttft}, {s['duration_ms']:.0f} ms"
+        + (f" [injected fault: {s['injected_fault']}]" if s.get("injected_fault") else "")
         + (f" -> {s['recording']}" if s.get("recording") else "")
     )
 
@@ -702,7 +684,7 @@ class Tap:
         if tap is None:
             return
         try:
-            summary = tap.finish(end, error)
+            summary = tap.finish(end, error, injected_fault(flow))
             self.finished.append(summary)
             del self.finished[:-100]
             flow.metadata["streamtap"] = summary

@@ -113,6 +113,28 @@ def detect_dialect(request: RequestInfo | None, content_type: str | None) -> Det
     return found(Dialect.UNKNOWN, wire, f"no known API at host {host} path {path}", ct_wire not in (None, "json-array"))
 
 
+# --- which responses are streamed LLM answers ----------------------------------------------
+
+STREAM_CONTENT_TYPES = ("text/event-stream", "application/vnd.amazon.eventstream", "application/x-ndjson")
+PROVIDER_HOSTS = re.compile(
+    r"(^|\.)(api\.openai\.com|api\.anthropic\.com|openai\.azure\.com|generativelanguage\.googleapis\.com"
+    r"|aiplatform\.googleapis\.com|amazonaws\.com|api\.mistral\.ai|api\.groq\.com|openrouter\.ai)$"
+)
+
+
+def is_llm_stream(request: RequestInfo, content_type: str | None) -> bool:
+    """A streamed answer (by its content-type), or a streaming call to a known LLM API answered
+    with something else, e.g. an HTTP error body (so that error is judged too)."""
+    mime = (content_type or "").split(";")[0].strip().lower()
+    if mime in STREAM_CONTENT_TYPES:
+        return True
+    host = (_split_url(request.url).hostname or "").lower()
+    if not PROVIDER_HOSTS.search(host) and mime not in ("", "application/json", "text/plain"):
+        return False
+    detection = detect_dialect(request, content_type)
+    return detection.dialect is not Dialect.UNKNOWN and detection.streaming
+
+
 # --- sniffing raw bodies -----------------------------------------------------------------
 
 _SSE_FIELD = re.compile(rb"^(data|event|id|retry)?:", re.M)

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streamtap.mitm.tap import is_llm_stream, request_info
 from streamtap.providers import StreamEnd, StreamSession, detect_dialect
 from streamtap.wire import DEFAULT_MAX_EVENT
 
+from .flows import is_llm_stream, request_info
 from .header import flow_header
 from .writer import RecordingError, RecordingWriter, final_name
 

@@ -4,7 +4,7 @@ A fault is one short spec, ``KIND:key=value,key=value``; several are joined with
 
     cut:event=37,style=abort        the body stops right after the event at position 37
     cut:byte=1200,style=clean       ... after 1200 body bytes
-    cut:at=tool-args                ... at a protocol-aware position (see CUT_POSITIONS)
+    cut:at=tool-args                ... at a protocol-aware position (providers/positions.py)
     stall:after=10,secs=95          pause 95 s after event 10 (the idle-timeout case)
     fragment:max=3                  re-chunk into writes of 1..3 bytes
     latency:ms=20,jitter=5          each write 20±5 ms late
@@ -34,10 +34,13 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from streamtap.providers.positions import POSITION_NAMES, PositionFinder, find_positions
+from streamtap.recording.flows import INJECTED_HEADER
+
 from .source import Frame, Source, view_frame
 
 CUT_STYLES = ("clean", "abort", "reset")
-CUT_POSITIONS = ("tool-args", "escaped-quote", "between-blocks", "before-terminal", "prelude", "crc")
+CUT_POSITIONS = POSITION_NAMES
 CORRUPT_FIELDS = ("payload", "crc", "prelude-crc", "length")
 
 # kind -> {param: type}; a type is int, float, str or a tuple of allowed words
@@ -198,6 +201,13 @@ class Plan:
     writes: list[Write]
     end: End
     log: list[str] = field(default_factory=list)
+    faults: str = ""  # the specs applied, joined with "; "
+
+    @property
+    def headers(self) -> list[tuple[str, str]]:
+        """Response headers the plan adds: an answer made by fault injection says so, so that
+        a proxy recording it (the Tap) never takes it for the upstream's own."""
+        return [(INJECTED_HEADER, self.faults)] if self.faults else []
 
     @property
     def body(self) -> bytes:
@@ -278,7 +288,7 @@ def plan(
         writes = _coalesce(writes)
     served = sum(len(w.data) for w in writes)
     end_at = (writes[-1].at if writes else 0.0) + sum(secs for at, secs in stall_at if at >= served and served)
-    return Plan(writes, End(style, end_at), log)
+    return Plan(writes, End(style, end_at), log, "; ".join(f.spec for f in faults))
 
 
 def _fast_plan(source: Source, size: int = 1024 * 1024) -> Plan:
@@ -577,133 +587,11 @@ def _cut_position(source: Source, frames: list[Frame], ends: list[int], fault: F
 def protocol_positions(
     source: Source, frames: list[Frame] | None = None, *, only: str | None = None, pick: int | None = None
 ) -> list[tuple[str, int, str]]:
-    """(name, byte offset, description) for each protocol-aware cut position the stream has."""
+    """(name, byte offset, description) for each protocol-aware cut position the stream has
+    (the providers layer reads them off the dialect's own turn: see providers/positions.py)."""
     frames = source.frames if frames is None else frames
-    starts, pos = [], 0
-    for f in frames:
-        starts.append(pos)
-        pos += len(f.raw)
-    views = [view_frame(f.raw, source.wire) if f.seq is not None else None for f in frames]
-    events = [i for i, f in enumerate(frames) if f.seq is not None]
-    out: list[tuple[str, int, str]] = []
-
-    def want(name: str) -> bool:
-        return only is None or only == name
-
-    if want("tool-args"):
-        for n, i in enumerate(events):
-            inner = _tool_args_offset(frames[i].raw, views[i], source.wire)
-            if inner is not None:
-                out.append(("tool-args", starts[i] + inner, f"inside the tool-call arguments of event {n}"))
-                break
-    if want("escaped-quote"):
-        for n, i in enumerate(events):
-            k = frames[i].raw.find(b'\\"')
-            if k >= 0:
-                out.append(("escaped-quote", starts[i] + k + 2, f"right after an escaped quote in event {n}"))
-                break
-    if want("between-blocks"):
-        found = _between_blocks(views, events)
-        if found is not None:
-            n, i = found
-            out.append(("between-blocks", starts[i], f"between two content blocks, before event {n}"))
-    if want("before-terminal"):
-        for n, i in enumerate(events):
-            if _is_terminal(views[i]):
-                out.append(("before-terminal", starts[i], f"just before the terminal event {n} ({views[i].name})"))
-                break
-    if source.wire == "eventstream" and events:
-        n = pick if pick is not None and 0 <= pick < len(events) else len(events) // 2
-        i = events[n]
-        if want("prelude"):
-            out.append(("prelude", starts[i] + 6, f"inside the prelude of event {n}"))
-        if want("crc"):
-            out.append(("crc", starts[i] + len(frames[i].raw) - 2, f"inside the message CRC of event {n}"))
-    return out
-
-
-_TOOL_ARG_KEYS = (b'"partial_json":"', b'"arguments":"', b'"input":"', b'"delta":"')
-
-
-def _tool_args_offset(raw: bytes, view, wire: str) -> int | None:
-    data = view.data if view else None
-    if not isinstance(data, dict):
-        return None
-    fragment = _tool_fragment(data)
-    if not fragment:
-        return None
-    if wire == "eventstream":
-        return (view.payload_start + view.payload_end) // 2
-    for key in _TOOL_ARG_KEYS:
-        k = raw.find(key)
-        if k < 0:
-            k = raw.find(key.replace(b":", b": "))
-            key = key.replace(b":", b": ")
-        if k >= 0:
-            return k + len(key) + 1
-    return None
-
-
-def _tool_fragment(data: dict) -> str:
-    """The tool-call argument text this event carries, if any."""
-    kind = data.get("type")
-    if kind == "content_block_delta":
-        delta = data.get("delta") or {}
-        return delta.get("partial_json", "") if delta.get("type") == "input_json_delta" else ""
-    if kind == "response.function_call_arguments.delta":
-        return data.get("delta", "")
-    for choice in data.get("choices") or []:
-        for call in (choice.get("delta") or {}).get("tool_calls") or []:
-            if (call.get("function") or {}).get("arguments"):
-                return call["function"]["arguments"]
-    delta = data.get("delta")
-    if isinstance(delta, dict) and isinstance(delta.get("toolUse"), dict):
-        return delta["toolUse"].get("input", "")
-    return ""
-
-
-def _block_key(view) -> Any:
-    data = view.data if view else None
-    if not isinstance(data, dict):
-        return None
-    kind = data.get("type")
-    if isinstance(kind, str) and kind.startswith("content_block_"):
-        return ("a", data.get("index"))
-    if isinstance(kind, str) and kind.startswith("response.") and "output_index" in data:
-        return ("r", data["output_index"])
-    if "contentBlockIndex" in data:
-        return ("c", data["contentBlockIndex"])
-    for choice in data.get("choices") or []:
-        delta = choice.get("delta") or {}
-        if delta.get("tool_calls"):
-            return ("t", choice.get("index"), delta["tool_calls"][0].get("index"))
-        if delta.get("content"):
-            return ("t", choice.get("index"), "content")
-    return None
-
-
-def _between_blocks(views, events) -> tuple[int, int] | None:
-    """The first event of the second content block (position, frame index)."""
-    last_key = None
-    for n, i in enumerate(events):
-        key = _block_key(views[i])
-        if key is None:
-            continue
-        if last_key is not None and key != last_key:
-            return n, i
-        last_key = key
-    return None
-
-
-def _is_terminal(view) -> bool:
-    if view is None:
-        return False
-    if view.data == "[DONE]":
-        return True
-    if view.name in ("message_stop", "response.completed", "messageStop"):
-        return True
-    data = view.data
-    return isinstance(data, dict) and data.get("type") in ("message_stop", "response.completed")
+    found = find_positions(((f.raw, f.seq is not None) for f in frames), source.dialect, source.wire, only=only, pick=pick)
+    return [(p.name, p.offset, p.what) for p in found]
 
 
 def event_boundaries(source: Source) -> list[int]:
@@ -714,6 +602,15 @@ def event_boundaries(source: Source) -> list[int]:
 
 # --- live traffic --------------------------------------------------------------------------
 
+
+@dataclass(slots=True)
+class _Waiting:
+    """A served event held back while a protocol-aware cut may still fall inside it."""
+
+    event: int  # its index among the events served (what the position finders saw)
+    raw: bytes
+    at: int  # its body offset as served
+
 LIVE_KINDS = ("cut", "corrupt", "drop", "duplicate", "reorder", "error", "fragment")
 
 
@@ -723,7 +620,9 @@ class LiveFaults:
     ``feed(chunk)`` returns the pieces to forward now; once a cut or an injected error
     ends the stream, ``end`` holds the style ("clean", "abort", "reset") and every later
     chunk is swallowed. Event-level faults hold bytes back until their event is complete;
-    timing faults (stall, latency, bandwidth) and swap-tail need a recording (use replay).
+    a protocol-aware cut sees the events as served (after drop, duplicate, reorder, error)
+    and holds back those it may still fall in (a tool call's, until its arguments are known).
+    Timing faults (stall, latency, bandwidth) and swap-tail need a recording (use replay).
     """
 
     def __init__(self, faults: list[Fault], wire: str, dialect: str = "unknown") -> None:
@@ -748,7 +647,14 @@ class LiveFaults:
         self._n = 0  # events seen
         self._sent = 0  # body bytes forwarded
         self._held: bytes | None = None  # an event held back by reorder
-        self._last_key: Any = None
+        # a protocol-aware cut: the providers layer finds its position as the events pass
+        self._finders = [
+            (fault, PositionFinder(dialect, wire, frozenset([fault.params["at"]]), fault.params.get("event", 0)))
+            for fault in faults
+            if fault.kind == "cut" and "at" in fault.params
+        ]
+        self._waiting: list[_Waiting] = []  # events held while a finder cannot yet say whether the cut falls in them
+        self._fed = 0  # events shown to the finders
         self._rng = {id(f): random.Random(f.params.get("seed", 0)) for f in faults if f.kind == "fragment"}
 
     def feed(self, data: bytes) -> list[bytes]:
@@ -770,16 +676,18 @@ class LiveFaults:
         """At the end of the upstream body: whatever was held back (a cut tail is forwarded as it came)."""
         if self.end is not None or self._decoder is None:
             return []
-        out = b"".join(e.raw for e in self._decoder.close())
-        if self._held is not None:
-            out = self._held + out
-            self._held = None
+        tail = b"".join(e.raw for e in self._decoder.close())
+        held, self._held = self._held, None
+        out = self._serve([held] if held is not None else [], self._sent + sum(len(w.raw) for w in self._waiting))
+        if self.end is None:
+            out = self._release() + out + tail
         return self._output(out)
 
     def _event(self, raw: bytes, at: int) -> bytes:
         """What to forward for event ``n``, which would start at body offset ``at``."""
         n = self._n
         self._n += 1
+        at += sum(len(w.raw) for w in self._waiting)
         for fault in self.faults:
             p = fault.params
             if fault.kind == "drop" and p["event"] == n:
@@ -798,54 +706,68 @@ class LiveFaults:
                 self._held = raw
                 self.log.append(f"{fault.spec}: events {n} and {n + 1} swapped (at byte {at})")
                 return b""
-        cut = self._cut_inside(raw, n, at)
-        if cut is not None:
-            return raw[:cut]
-        out = raw
+        units = [raw]  # the events served for this one, in order
         if self._held is not None:
-            out, self._held = out + self._held, None
+            units.append(self._held)
+            self._held = None
         for fault in self.faults:
             p = fault.params
+            size = sum(map(len, units))
             if fault.kind == "duplicate" and p["event"] == n:
-                self.log.append(f"{fault.spec}: event {n} sent twice (again at byte {at + len(out)})")
-                out += raw
+                self.log.append(f"{fault.spec}: event {n} sent twice (again at byte {at + size})")
+                units.append(raw)
             if fault.kind == "cut" and "event" in p and "at" not in p and p["event"] == n:
                 self.end = p.get("style", "clean")
-                self.log.append(f"{fault.spec}: {self.end} cut after event {n} at byte {at + len(out)}")
+                self.log.append(f"{fault.spec}: {self.end} cut after event {n} at byte {at + size}")
             if fault.kind == "error" and p.get("after", 0) == n:
-                self.log.append(f"{fault.spec}: {p['kind']} injected after event {n} at byte {at + len(out)}")
-                out += b"".join(error_frames(self.source, p["kind"], p.get("message"), n + 1))
+                self.log.append(f"{fault.spec}: {p['kind']} injected after event {n} at byte {at + size}")
+                units += error_frames(self.source, p["kind"], p.get("message"), n + 1)
                 self.end = "clean"
+        return self._serve(units, at)
+
+    def _serve(self, units: list[bytes], at: int) -> bytes:
+        """The served events (at body offset ``at``) through the protocol-aware cuts: what to forward now."""
+        if not self._finders:
+            return b"".join(units)
+        out = b""
+        for unit in units:
+            cut = self._cut_inside(unit, at)
+            if cut is not None:
+                return out + cut
+            out += self._hold_or_release(unit, at)
+            at += len(unit)
+        if self.end is not None:  # an event cut or an injected error ended the stream: nothing more to wait for
+            out += self._release()
         return out
 
-    def _cut_inside(self, raw: bytes, n: int, at: int) -> int | None:
-        """Where inside this event (which starts at body offset ``at``) a protocol-aware cut falls, if it does."""
-        view = None
-        for fault in self.faults:
-            position = fault.params.get("at")
-            if fault.kind != "cut" or position is None:
-                continue
-            view = view or view_frame(raw, self.wire)
-            offset = None
-            if position == "tool-args":
-                offset = _tool_args_offset(raw, view, self.wire)
-            elif position == "escaped-quote":
-                k = raw.find(b'\\"')
-                offset = k + 2 if k >= 0 else None
-            elif position == "before-terminal":
-                offset = 0 if _is_terminal(view) else None
-            elif position == "between-blocks":
-                key = _block_key(view)
-                if key is not None:
-                    offset = 0 if self._last_key is not None and key != self._last_key else None
-                    self._last_key = key
-            elif self.wire == "eventstream" and n == fault.params.get("event", 0):
-                offset = 6 if position == "prelude" else len(raw) - 2
-            if offset is not None:
+    def _cut_inside(self, raw: bytes, at: int) -> bytes | None:
+        """The bytes to forward when a protocol-aware cut falls in this event or in one held back
+        (the stream then ends); None when it does not (yet)."""
+        self._fed += 1
+        for fault, finder in self._finders:
+            for position in finder.event(raw):
+                held = next((w for w in self._waiting if w.event == position.event), None)
+                before = [w for w in self._waiting if w.event < position.event]
+                self._waiting = []
+                if held is not None:
+                    raw, at = held.raw, held.at
                 self.end = fault.params.get("style", "clean")
-                self.log.append(f"{fault.spec}: {self.end} cut at byte {at + offset} ({position}, event {n})")
-                return offset
+                self.log.append(f"{fault.spec}: {self.end} cut at byte {at + position.inside} ({position.what})")
+                return b"".join(w.raw for w in before) + raw[: position.inside]
         return None
+
+    def _hold_or_release(self, raw: bytes, at: int) -> bytes:
+        """Forward what no finder may still cut into; hold the rest (this event included)."""
+        undecided = [f.holding for _fault, f in self._finders if f.holding is not None]
+        if not undecided:
+            return self._release() + raw
+        self._waiting.append(_Waiting(self._fed - 1, raw, at))
+        return self._release(before=min(undecided))
+
+    def _release(self, before: int | None = None) -> bytes:
+        done = [w for w in self._waiting if before is None or w.event < before]
+        self._waiting = self._waiting[len(done) :]
+        return b"".join(w.raw for w in done)
 
     def _output(self, data: bytes) -> list[bytes]:
         for fault in self.faults:

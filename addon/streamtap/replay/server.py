@@ -195,6 +195,7 @@ class ReplayServer:
         head = [f"HTTP/1.1 {source.status} {_reason(source.status)}"]
         head += [f"{k}: {v}" for k, v in source.headers if k.lower() not in HOP_BY_HOP]
         head += ["transfer-encoding: chunked", "connection: keep-alive" if request.keep_alive else "connection: close"]
+        head += [f"{k}: {v}" for k, v in the_plan.headers]  # e.g. the faults it carries, for whatever records it
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1", "replace"))
         await writer.drain()
         loop = asyncio.get_running_loop()

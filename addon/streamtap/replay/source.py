@@ -144,14 +144,14 @@ def _header_dict(headers: Any) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in (headers or [])}
 
 
-# --- looking inside one frame (for protocol-aware fault positions) -------------------------
+# --- looking inside one frame (where corrupt:field=payload flips a byte) -----------------------
+# (what the payload means, e.g. for protocol-aware cut positions, is the providers layer's business)
 
 
 @dataclass(slots=True)
 class FrameView:
     """What one frame says: its name (SSE event / event-stream event type / JSON "type")
-    and its JSON payload, if any. For Bedrock invoke ``chunk`` frames the payload is the
-    base64-decoded inner event."""
+    and its JSON payload, if any."""
 
     name: str
     data: Any
@@ -211,14 +211,6 @@ def _view_eventstream(raw: bytes) -> FrameView:
     payload = raw[payload_start:payload_end]
     name = headers.get(":event-type") or headers.get(":exception-type") or headers.get(":error-code") or ""
     data = _json_or_none(payload)
-    if name == "chunk" and isinstance(data, dict) and isinstance(data.get("bytes"), str):
-        try:
-            inner = json.loads(base64.b64decode(data["bytes"]))
-        except ValueError:
-            inner = None
-        if isinstance(inner, dict):
-            data = inner
-            name = str(inner.get("type", "chunk"))
     return FrameView(str(name), data, payload_start, payload_end, headers_length)
 
 

@@ -1,0 +1,46 @@
+"""What streamtap reads off a mitmproxy flow: the request as detection sees it, whether the
+flow is a streamed LLM answer (the live Tap and the capture importer ask the same), and
+whether streamtap's own fault injection produced the answer.
+
+The flow is used by duck typing (``request``/``response`` as mitmproxy has them), so this
+module imports no mitmproxy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamtap.providers import RequestInfo
+from streamtap.providers.detect import is_llm_stream as _is_llm_stream
+
+
+def request_info(flow: Any) -> RequestInfo:
+    """The request as dialect detection sees it."""
+    request = flow.request
+    return RequestInfo(
+        request.method, request.pretty_url, {k.lower(): v for k, v in request.headers.items()}, request.raw_content
+    )
+
+
+def is_llm_stream(flow: Any) -> bool:
+    """The flows tapped when ``streamtap_filter`` is empty (and imported by ``streamtap import``)."""
+    response = flow.response
+    assert response is not None
+    return _is_llm_stream(request_info(flow), response.headers.get("content-type"))
+
+
+INJECTED = "streamtap_injected_fault"  # flow.metadata key: the live faults applied to this flow
+INJECTED_HEADER = "x-streamtap-injected-fault"  # response header: the faults a replay server served with
+
+
+def injected_fault(flow: Any) -> str | None:
+    """The fault specs streamtap injected into this flow's answer (live, or by the replay server
+    that answered it), joined with "; "; None for an answer as the upstream sent it."""
+    specs = []
+    response = flow.response
+    if response is not None:
+        specs += response.headers.get_all(INJECTED_HEADER)
+    live = flow.metadata.get(INJECTED)
+    if live:
+        specs.append(live)
+    return "; ".join(specs) or None
