@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from dataclasses import fields, make_dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zlib import crc32
@@ -213,14 +214,12 @@ def _parse_and_cache(block: bytes, offset: int) -> dict[str, Any]:
 
 
 # EventStreamMessage is a frozen dataclass; its generated __init__ costs more than the
-# rest of a frame's decoding. Filling its slots directly builds the same object.
-_new_message = object.__new__
-_set_seq = EventStreamMessage.seq.__set__  # type: ignore[attr-defined]
-_set_start = EventStreamMessage.start.__set__  # type: ignore[attr-defined]
-_set_end = EventStreamMessage.end.__set__  # type: ignore[attr-defined]
-_set_raw = EventStreamMessage.raw.__set__  # type: ignore[attr-defined]
-_set_headers = EventStreamMessage.headers.__set__  # type: ignore[attr-defined]
-_set_payload = EventStreamMessage.payload.__set__  # type: ignore[attr-defined]
+# rest of a frame's decoding. Messages are built as instances of a plain twin with the
+# very same slots, then given their real class: the same frozen object, made faster.
+_MessageBuilder = make_dataclass(
+    "_MessageBuilder", [(f.name, f.type) for f in fields(EventStreamMessage)], slots=True, repr=False, eq=False
+)
+assert _MessageBuilder.__slots__ == EventStreamMessage.__slots__
 
 
 class EventStreamDecoder:
@@ -238,6 +237,7 @@ class EventStreamDecoder:
         self._offset = 0  # stream offset of self._buffer[0]
         self._need = PRELUDE_LENGTH  # len(self._buffer) the next step needs
         self._last_headers: tuple[bytes, dict[str, Any], int] = (b"", {}, -1)
+        self._prefix_crcs: dict[bytes, int] = {}  # prelude -> CRC of it and the last header block
         self._decoding = True  # neither stopped at an error nor closed
         self._stopped = False
         self._closed = False
@@ -277,20 +277,14 @@ class EventStreamDecoder:
         checksum=crc32,
         unpack_prelude=_unpack_prelude,
         unpack_u32=_unpack_u32,
-        new=_new_message,
+        builder=_MessageBuilder,
         message_class=EventStreamMessage,
-        set_seq=_set_seq,
-        set_start=_set_start,
-        set_end=_set_end,
-        set_raw=_set_raw,
-        set_headers=_set_headers,
-        set_payload=_set_payload,
         cache=_HEADER_CACHE,
         preludes=_PRELUDE_CACHE,
     ) -> list[EventStreamMessage | Malformed]:
         # The hot path of the whole proxy for Bedrock. Helpers arrive as default
         # arguments (free locals); a valid frame whose header block is the previous
-        # frame's makes no Python-level call besides the CRCs and slot setters.
+        # frame's makes no Python-level call besides the CRCs and the message builder.
         if not self._decoding:
             if self._closed:
                 self._buffer.clear()
@@ -308,6 +302,7 @@ class EventStreamDecoder:
         need = PRELUDE_LENGTH
         # frames in a row tend to share a header block: compare in place, no slice
         last_block, last_headers, last_length = self._last_headers
+        prefix_crcs = self._prefix_crcs
         error: FramingError | None = None
         while size - pos >= 12:
             prelude = head[pos : pos + 12]
@@ -337,13 +332,25 @@ class EventStreamDecoder:
             if end > size:
                 need = total
                 break
-            raw = head[pos:end]
-            if checksum(raw[8:-4], prelude_crc) != unpack_u32(raw, total - 4)[0]:
+            headers_end = pos + 12 + headers_length
+            payload = head[headers_end : end - 4]
+            # The message CRC runs over prelude, header block and payload. The first two
+            # mostly repeat (a known prelude, the previous frame's block), so their part
+            # of the CRC is remembered and only the payload is checksummed.
+            same_block = headers_length == last_length and head.startswith(last_block, pos + 12)
+            if same_block:
+                prefix_crc = prefix_crcs.get(prelude)
+                if prefix_crc is None:
+                    if len(prefix_crcs) >= _PRELUDE_CACHE_ENTRIES:
+                        prefix_crcs.clear()
+                    prefix_crc = prefix_crcs[prelude] = checksum(last_block, checksum(prelude))
+            else:
+                block = head[pos + 12 : headers_end]
+                prefix_crc = checksum(block, checksum(prelude))
+            if checksum(payload, prefix_crc) != unpack_u32(head, end - 4)[0]:
                 error = MessageCRCMismatch("message checksum mismatch", base + end - 4)
                 break
-            headers_end = 12 + headers_length
-            if headers_length != last_length or not raw.startswith(last_block, 12):
-                block = raw[12:headers_end]
+            if not same_block:
                 headers = cache.get(block)
                 if headers is None:
                     try:
@@ -352,13 +359,9 @@ class EventStreamDecoder:
                         error = header_error
                         break
                 last_block, last_headers, last_length = block, headers, headers_length
-            message = new(message_class)
-            set_seq(message, seq)
-            set_start(message, base + pos)
-            set_end(message, base + end)
-            set_raw(message, raw)
-            set_headers(message, last_headers.copy())
-            set_payload(message, raw[headers_end:-4])
+                prefix_crcs.clear()  # they include the previous block
+            message = builder(seq, base + pos, base + end, head[pos:end], last_headers.copy(), payload)
+            message.__class__ = message_class
             append(message)
             seq += 1
             pos = end
