@@ -32,11 +32,14 @@ start`` says how many there were). The rule is positional (a line ending more th
 ``max_event_size`` bytes after the span start is where skipping begins), so the
 result does not depend on how the bytes were chunked.
 
-Speed comes from doing per-event work in C where the stream allows it: a run of
-events in the shape providers actually send (``event:``/``data:`` pairs or lone
-``data:`` lines, one line-end style) is cut up with joins, splits and maps over the
-whole run; anything else takes the line-by-line path, which implements every rule.
-Tests hold both paths to a plain reading of the spec.
+Speed comes from doing per-event work in C where the stream allows it. A read of
+the stream nearly every provider sends (LF line ends, ``event: T`` + ``data: D`` or
+``data: D`` alone, then a blank line) is cut into events by one regular-expression
+scan (``_lf_run``); a run of such events with CRLF, or with keep-alive comments in
+between, is cut up with joins, splits and maps over the whole run; anything else
+takes the line-by-line path, which implements every rule. Tests hold the shortcuts
+to the line-by-line path (``_shortcuts = False``) and all paths to a plain reading
+of the spec.
 """
 
 from __future__ import annotations
