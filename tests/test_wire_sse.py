@@ -534,23 +534,21 @@ def test_shortcuts_give_what_the_general_path_gives(stream: bytes, chunks: list[
 
 
 def test_the_lf_shortcut_takes_the_common_shapes() -> None:
-    """The differential test above means something only if the shortcut runs: a plain
-    LF-only stream, fed in pieces, is dispatched by it alone (no general path)."""
+    """The differential test above means something only if the shortcuts run: a plain
+    LF-only stream, fed in pieces of any size, never takes the line-by-line path."""
     stream = b"".join(
         b"event: content_block_delta\ndata: {\"i\": %d}\n\n" % i if i % 2 else b"data: {\"i\": %d}\n\n" % i
         for i in range(200)
     )
 
     class ShortcutOnly(SSEDecoder):
-        def _process(self, work: bytes, final: bool) -> list:
-            if not final:
-                raise AssertionError(f"general path taken for {work[:40]!r}")
-            return super()._process(work, final)
+        def _lines(self, work: bytes, final: bool, out: list) -> None:
+            if work and not final:
+                raise AssertionError(f"line-by-line path taken for {work[:40]!r}")
+            super()._lines(work, final, out)
 
-    decoder = ShortcutOnly()
-    events = []
-    for start in range(0, len(stream), 1500):
-        events += decoder.feed(stream[start : start + 1500])
-    events += decoder.close()
-    assert events == decode_with(GeneralPathDecoder(), stream, [len(stream)])
-    assert len(events) == 200
+    expected = decode_with(GeneralPathDecoder(), stream, [len(stream)])
+    assert len(expected) == 200
+    one_per_read = [len(event.raw) for event in expected]  # as a proxy relays them
+    for reads in ([1500], one_per_read, [7, 300, 16384]):
+        assert decode_with(ShortcutOnly(), stream, reads) == expected

@@ -290,6 +290,12 @@ class SSEDecoder:
         done = work.rfind(b"\n\n") + 2
         if done < 2:
             return None
+        before = self._offset - self._span_start  # bytes of the first event's span already seen
+        limit = self.max_event_size
+        if work.find(b"\n\n") + 2 == done:  # one event: the usual read when a proxy relays as sent
+            if before + done > limit:
+                return None  # the line path reports oversize events
+            return self._lf_one(work, done)
         found = _LF_EVENT.findall(work, 0, done)
         if not found:
             return None
@@ -297,8 +303,6 @@ class SSEDecoder:
         sizes = list(map(len, raws))
         if sum(sizes) != done:  # something else sits between the events
             return None
-        before = self._offset - self._span_start  # bytes of the first event's span already seen
-        limit = self.max_event_size
         if before + done > limit and (before + sizes[0] > limit or max(sizes) > limit):
             return None  # the line path reports oversize events
         names = list(map(_type_names.get, types))
@@ -329,13 +333,56 @@ class SSEDecoder:
         for event in events:
             event.__class__ = SSEEvent
         self._seq = seq + len(events)
-        self._span_start = self._offset = base + done
+        return self._dispatched(events, work, done)
+
+    def _lf_one(self, work: bytes, done: int) -> list[SSEEvent | Malformed] | None:
+        """``_lf_run`` for a read that completes exactly one event (ending at ``done``):
+        the same checks, by hand, which costs less than the scan for a single event."""
+        if work.startswith(b"data: "):
+            if work.find(b"\n", 6) != done - 2:
+                return None  # more than one line
+            type_ = b""
+            value = work[6 : done - 2]
+        elif work.startswith(b"event: "):
+            type_end = work.find(b"\n", 7)
+            data_at = type_end + 1
+            if not work.startswith(b"data: ", data_at) or work.find(b"\n", data_at) != done - 2:
+                return None
+            type_ = work[7:type_end]
+            value = work[data_at + 6 : done - 2]
+        else:
+            return None
+        name = _type_names.get(type_)
+        if name is None:
+            name, bad = _type_name(type_)
+            if bad:
+                return None  # the line path counts the replacements
+        try:
+            text = value.decode()
+        except UnicodeDecodeError:
+            return None  # the line path counts the replacements
+        raw = work if done == len(work) else work[:done]
+        if self._parts:
+            raw = b"".join(self._parts) + raw
+            self._parts.clear()
+        event = _SSEEventBuilder(
+            self._seq, self._span_start, self._offset + done, raw, name, text, self.last_event_id, self._span_retry, 0
+        )
+        event.__class__ = SSEEvent
+        self._seq += 1
+        return self._dispatched([event], work, done)
+
+    def _dispatched(self, events: list, work: bytes, done: int) -> list[SSEEvent | Malformed]:
+        """After the shortcut dispatched the events of ``work[:done]``: move past them and keep
+        what follows (the start of the next event) for the next read."""
+        self._span_start = self._offset = self._offset + done
         self._span_retry = None
         self._fields = False
+        limit = self.max_event_size
         buf = self._buf
         buf.clear()
-        rest = work[done:]
-        if rest:
+        if done < len(work):
+            rest = work[done:]
             if len(rest) <= _HOLD and len(rest) <= limit:
                 buf += rest  # the start of the next event (it holds no blank line), kept whole
             else:
