@@ -228,12 +228,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{pair.stream:<22} {pair.label:<44} skipped: {pair.skipped}")
             continue
         ratios = pair.ratios
-        unit = "x slower" if pair.note == "1B" else "x"
-        rate = "" if pair.note == "1B" else f"{statistics.median(pair.our_rates):15.1f}"
-        print(f"{pair.stream:<22} {pair.label:<44} {statistics.median(ratios):11.2f}{unit[0]} "
-              f"{min(ratios):6.2f}-{max(ratios):.2f}{unit[0]} {rate}{' (' + unit[1:].strip() + ')' if pair.note else ''}")
+        slowdown = pair.note == "1B"  # 1-byte time / 16 KiB time, not a speed ratio to a peer
+        rate = "  (times slower)" if slowdown else f"{statistics.median(pair.our_rates):15.1f}"
+        print(f"{pair.stream:<22} {pair.label:<44} {statistics.median(ratios):11.2f}x "
+              f"{min(ratios):6.2f}-{max(ratios):.2f}x {rate}")
         mine, theirs = pair.events
-        if pair.note != "1B" and theirs and theirs != mine:
+        if not slowdown and theirs and theirs != mine:
             print(f"  note: the peer saw {theirs} events, streamtap {mine}")
     return 0
 
