@@ -11,9 +11,15 @@ Each is fed in 1,500-byte (one TCP segment) and 16 KiB chunks to streamtap and t
 peers: botocore's EventStreamBuffer; the SSE decoders of httpx-sse, the openai SDK and
 the anthropic SDK, each driven the way the library drives it (bytes iterator in, events
 out); and zlib.crc32 over the same chunks, the floor for any decoder that checks CRCs.
-streamtap is also fed 1 byte at a time on a slice, to show the cost of tiny reads.
-Figures are CPU time of this process (steadier than wall time on a shared machine),
-best of five repetitions; ratios are streamtap / peer.
+streamtap is also fed 1 byte at a time on a slice, against 16 KiB reads of the same
+slice, to show the cost of tiny reads.
+
+Each pair (streamtap and one peer, or streamtap's 1-byte and 16 KiB reads) runs back to
+back in every round, the order alternating between rounds, and the ratio is taken within
+the round: machine load hits both sides of a ratio alike. Figures are CPU time of this
+process (steadier than wall time on a shared machine). Printed: the median and the range
+of each pair's ratios (peer time / streamtap time: above 1 means streamtap is faster;
+for the 1-byte pair, how many times slower 1-byte reads are).
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import random
+import statistics
 import sys
 import time
 import zlib
@@ -136,30 +144,52 @@ def zlib_crc32(chunks: list[bytes]) -> int:
     return 0
 
 
-def best_of(run: Callable[[list[bytes]], int], chunks: list[bytes], repeats: int) -> tuple[float, int]:
-    best, events = float("inf"), 0
-    for _ in range(repeats):
-        started = time.process_time()
+def cpu_seconds(run: Callable[[list[bytes]], int], chunks: list[bytes], repeat: int = 1) -> tuple[float, int]:
+    """CPU time of this process for ``repeat`` runs over ``chunks`` (per run), and the events counted."""
+    events = 0
+    started = time.process_time()
+    for _ in range(repeat):
         events = run(chunks)
-        best = min(best, time.process_time() - started)
-    return best, events
+    return (time.process_time() - started) / repeat, events
 
 
-def measure(name: str, run, data: bytes, chunk: int, repeats: int) -> dict | None:
-    try:
-        seconds, events = best_of(run, chunks_of(data, chunk), repeats)
-    except NotImplementedError as missing:
-        print(f"  skipped {name}: {missing}", file=sys.stderr)
-        return None
-    return {"decoder": name, "chunk": chunk, "bytes": len(data), "seconds": seconds, "events": events}
+class Pair:
+    """Two runs timed back to back in every round; the round's ratio is ``slow / fast``."""
+
+    def __init__(self, stream: str, label: str, ours, theirs, note: str = "") -> None:
+        self.stream, self.label, self.note = stream, label, note
+        self.ours, self.theirs = ours, theirs  # (run, chunks, repeat)
+        self.ratios: list[float] = []
+        self.our_rates: list[float] = []
+        self.events: tuple[int, int] = (0, 0)
+        self.skipped = ""
+
+    def round(self, flip: bool) -> None:
+        if self.skipped:
+            return
+        sides = [self.ours, self.theirs]
+        timed = {}
+        try:
+            for side in reversed(sides) if flip else sides:  # alternate who goes first
+                run, chunks, repeat = side
+                timed[id(side)] = cpu_seconds(run, chunks, repeat)
+        except NotImplementedError as missing:
+            self.skipped = str(missing)
+            return
+        (mine, my_events), (theirs, their_events) = timed[id(self.ours)], timed[id(self.theirs)]
+        self.events = (my_events, their_events)
+        self.ratios.append(theirs / mine)
+        self.our_rates.append(sum(map(len, self.ours[1])) / mine / 1e6)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a tenth of the deltas, one repetition (a smoke run)")
+    parser.add_argument("--quick", action="store_true", help="a tenth of the deltas, 5 rounds (a smoke run)")
+    parser.add_argument("--rounds", type=int, default=7, help="rounds; every pair runs once in each (default 7, at least 5)")
     args = parser.parse_args(argv)
+    if args.rounds < 5:
+        parser.error("--rounds: at least 5 (a median and range of fewer ratios says little)")
     deltas = DELTAS // 10 if args.quick else DELTAS
-    repeats = 1 if args.quick else 5
 
     suites = [
         ("Anthropic SSE", anthropic_sse(deltas), streamtap_sse,
@@ -168,37 +198,43 @@ def main(argv: list[str] | None = None) -> int:
         ("Bedrock event-stream", bedrock_body(deltas), streamtap_eventstream,
          [("botocore EventStreamBuffer", botocore_eventstream)]),
     ]  # fmt: skip
-    rows = []
+    pairs: list[Pair] = []
     for title, data, ours, peers in suites:
         print(f"{title}: {len(data):,} bytes", file=sys.stderr)
         for chunk in (1500, 16384):
-            mine = measure("streamtap", ours, data, chunk, repeats)
-            rows.append((title, mine, None))
+            chunks = chunks_of(data, chunk)
             for peer_name, peer in [*peers, ("zlib.crc32 (limit)", zlib_crc32)]:
-                theirs = measure(peer_name, peer, data, chunk, repeats)
-                rows.append((title, theirs, mine))
-                if mine and theirs and theirs["events"] and theirs["events"] != mine["events"]:
-                    print(f"  note: {peer_name} saw {theirs['events']} events, streamtap {mine['events']}",
-                          file=sys.stderr)
+                pairs.append(Pair(title, f"{chunk:>5} B  vs {peer_name}", (ours, chunks, 1), (peer, chunks, 1)))
+        # the cost of tiny reads: 1-byte reads against 16 KiB reads of the same slice, same decoder
         sliced = data[: len(data) // 10]
-        one_byte = measure("streamtap", ours, sliced, 1, repeats)
-        bulk = measure("streamtap", ours, sliced, 16384, repeats)
-        rows.append((title, one_byte, bulk))
+        pairs.append(Pair(title, "    1 B  vs 16 KiB reads (slowdown)", (ours, chunks_of(sliced, 16384), 4),
+                          (ours, chunks_of(sliced, 1), 1), note="1B"))
+    for pair in pairs:  # warm-up: imports, caches, first-call costs
+        for run, chunks, _ in (pair.ours, pair.theirs):
+            try:
+                run(chunks[: max(1, len(chunks) // 20)])
+            except NotImplementedError:
+                pass
+    for number in range(args.rounds):
+        for pair in pairs:
+            pair.round(flip=bool(number % 2))
 
-    print(f"{'stream':<22} {'chunk':>6} {'decoder':<28} {'MB/s':>9} {'events/s':>11} {'streamtap/peer':>15}")
-    for title, row, reference in rows:
-        if row is None:
+    print(f"bench/decoders.py: {args.rounds} rounds; in each round the two sides of a pair run back to back "
+          f"(order alternating) and the ratio is taken within the round; CPU time of this process; "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end")
+    print(f"{'stream':<22} {'pair':<44} {'ratio median':>12} {'range':>15} {'streamtap MB/s':>15}")
+    for pair in pairs:
+        if pair.skipped:
+            print(f"{pair.stream:<22} {pair.label:<44} skipped: {pair.skipped}")
             continue
-        rate = row["bytes"] / row["seconds"] / 1e6
-        events = row["events"] / row["seconds"] if row["events"] else float("nan")
-        ratio = ""
-        if reference is not None and row["decoder"] != "streamtap":
-            ratio = f"{reference['bytes'] / reference['seconds'] / rate / 1e6:.2f}x"
-        elif reference is not None:  # the 1-byte row: slowdown against 16 KiB on the same slice
-            slowdown = (reference["bytes"] / reference["seconds"]) / (row["bytes"] / row["seconds"])
-            ratio = f"1B is {slowdown:.1f}x slower"
-        events_text = "" if events != events else f"{events:,.0f}"
-        print(f"{title:<22} {row['chunk']:>6} {row['decoder']:<28} {rate:>9.1f} {events_text:>11} {ratio:>15}")
+        ratios = pair.ratios
+        slowdown = pair.note == "1B"  # 1-byte time / 16 KiB time, not a speed ratio to a peer
+        rate = "  (times slower)" if slowdown else f"{statistics.median(pair.our_rates):15.1f}"
+        print(f"{pair.stream:<22} {pair.label:<44} {statistics.median(ratios):11.2f}x "
+              f"{min(ratios):6.2f}-{max(ratios):.2f}x {rate}")
+        mine, theirs = pair.events
+        if not slowdown and theirs and theirs != mine:
+            print(f"  note: the peer saw {theirs} events, streamtap {mine}")
     return 0
 
 

@@ -1,6 +1,6 @@
 """streamtap in mitmdump against bare streaming mitmdump, same loopback workload, one run.
 
-    .venv/bin/python bench/proxy.py [--mb 16] [--rounds 3] [--quick] [--against DIR]
+    .venv/bin/python bench/proxy.py [--mb 16] [--rounds 5] [--quick] [--against DIR]
 
 Peers (each a real `mitmdump` in reverse mode in front of the same loopback upstream):
   bare       a one-line script addon: flow.response.stream = True
@@ -13,7 +13,9 @@ Peers (each a real `mitmdump` in reverse mode in front of the same loopback upst
 Measures: wall time and proxy CPU (utime+stime from /proc) for a large SSE body (OpenAI chat
 chunks) and a large AWS event-stream body (ConverseStream deltas); the added latency per
 event for a small event every 5 ms; the proxy's resident memory per open stream with 100
-streams held open mid-body. Prints figures and ratios to bare as measured.
+streams held open mid-body. Every round runs each proxy once per workload, interleaved (the
+order alternating between rounds); each ratio to bare is taken within its round, and the
+median and range of those ratios are printed, as measured.
 """
 
 from __future__ import annotations
@@ -319,15 +321,18 @@ def per_stream_state(count: int) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mb", type=float, default=4, help="size of each large body in MB (default 4)")
-    parser.add_argument("--rounds", type=int, default=3, help="transfers per body and proxy; the median is kept (default 3)")
-    parser.add_argument("--ticks", type=int, default=400, help="events in the latency run (one per 5 ms; default 400)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="rounds; in each, every proxy runs every workload once (default 5, at least 5)")
+    parser.add_argument("--ticks", type=int, default=400, help="events in the latency run per proxy, spread over the rounds (one per 5 ms; default 400)")
     parser.add_argument("--held", type=int, default=100, help="streams held open for the memory figure (default 100)")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--against", type=Path, metavar="DIR",
                         help="also run DIR/addon/tap.py (another version of streamtap) as the -old peers")
     args = parser.parse_args()
     if args.quick:
-        args.mb, args.rounds, args.ticks, args.held = 0.5, 1, 100, 20
+        args.mb, args.rounds, args.ticks, args.held = 0.5, 5, 100, 20
+    if args.rounds < 5:
+        parser.error("--rounds: at least 5 (a median and range of fewer ratios says little)")
     if args.against and not (args.against / "addon" / "tap.py").is_file():
         parser.error(f"--against: {args.against}/addon/tap.py does not exist")
 
@@ -357,22 +362,30 @@ def main() -> int:
         )
         for label, path, size in workloads:
             repeat = 8 if label.endswith("16k") else 1
-            runs = {name: [] for name in names}
             for name in names:
                 transfer(proxies[name], path)  # warm-up
-            for _ in range(args.rounds):
-                for name in names:  # interleaved, so machine noise hits every peer alike
-                    runs[name].append(transfer(proxies[name], path, repeat))
+            for number in range(args.rounds):
+                order = names if number % 2 == 0 else names[::-1]  # interleaved, order alternating
+                round_runs = {name: transfer(proxies[name], path, repeat) for name in order}
+                bare_wall, bare_cpu = round_runs["bare"]
+                for name in names:
+                    wall, cpu = round_runs[name]
+                    r = results[name]
+                    r.setdefault(f"{label}_wall", []).append(wall)
+                    r.setdefault(f"{label}_wall_x", []).append(wall / bare_wall)
+                    r.setdefault(f"{label}_cpu_x", []).append(cpu / max(bare_cpu, 1e-9))
+                    r.setdefault(f"{label}_cpu", []).append(cpu * 1000 / (size / 1e6))
+        ticks = max(20, args.ticks // args.rounds)
+        for number in range(args.rounds):
+            order = names if number % 2 == 0 else names[::-1]
+            p50 = {}
+            for name in order:
+                delays = tick_latencies(proxies[name].port, ticks)
+                p50[name] = statistics.median(delays)
+                results[name].setdefault("tick_p99", []).append(sorted(delays)[int(len(delays) * 0.99) - 1])
             for name in names:
-                wall = statistics.median(w for w, _ in runs[name])
-                cpu = statistics.median(c for _, c in runs[name])
-                results[name][f"{label}_mbps"] = size / 1e6 / wall
-                results[name][f"{label}_wall"] = wall
-                results[name][f"{label}_cpu"] = cpu * 1000 / (size / 1e6)
-        for name in names:
-            delays = tick_latencies(proxies[name].port, args.ticks)
-            results[name]["tick_p50"] = statistics.median(delays)
-            results[name]["tick_p99"] = sorted(delays)[int(len(delays) * 0.99) - 1]
+                results[name].setdefault("tick_p50", []).append(p50[name])
+                results[name].setdefault("tick_added", []).append(p50[name] - p50["bare"])
         recordings = list((workdir / "streamtap" / "rec").glob("*.jsonl"))
     finally:
         for proxy in proxies.values():
@@ -380,29 +393,38 @@ def main() -> int:
         upstream.kill()
         shutil.rmtree(workdir, ignore_errors=True)
 
-    bare = results["bare"]
+    def spread(values: list[float], digits: int = 2) -> str:
+        return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
     print(f"bench/proxy.py: mitmdump reverse proxy on loopback; SSE {sse_len / 1e6:.1f} MB "
-          f"({sse_count} events), event-stream {es_len / 1e6:.1f} MB ({es_count} messages); median of {args.rounds}; "
-          f"{os.cpu_count()} CPUs; streamtap wrote {len(recordings)} recordings\n")
-    print("throughput (time ratio to bare: 1.10 = 10% slower) and proxy CPU per MB")
-    print(f"{'workload':34} {'proxy':19} {'MB/s':>7} {'x bare':>7} {'CPU ms/MB':>10} {'x bare':>7}")
+          f"({sse_count} events), event-stream {es_len / 1e6:.1f} MB ({es_count} messages); {args.rounds} rounds, "
+          f"the proxies interleaved in each round and every ratio to bare taken within its round; "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end; "
+          f"streamtap wrote {len(recordings)} recordings\n")
+    print("throughput and proxy CPU, as ratios to bare: median (range) over the rounds; 1.10 = 10% more")
+    print(f"{'workload':34} {'proxy':19} {'MB/s':>7} {'time x bare':>18} {'CPU ms/MB':>10} {'CPU x bare':>18}")
     titles = {
         "sse": "SSE, one HTTP chunk per event",
         "es": "event-stream, one chunk per message",
         "sse16k": "SSE, 128 events per HTTP chunk",
         "es16k": "event-stream, 128 per HTTP chunk",
     }
+    sizes = {"sse": sse_len, "es": es_len, "sse16k": sse_len, "es16k": es_len}
     for label, title in titles.items():
         for name in names:
             r = results[name]
-            print(f"{title if name == 'bare' else '':34} {name:19} {r[label + '_mbps']:7.1f} "
-                  f"{r[label + '_wall'] / bare[label + '_wall']:7.2f} {r[label + '_cpu']:10.1f} "
-                  f"{r[label + '_cpu'] / max(bare[label + '_cpu'], 1e-9):7.2f}")
-    print(f"\nlatency of a small event every 5 ms ({args.ticks} events), and resident memory per open stream ({args.held} held open)")
-    print(f"{'proxy':19} {'p50 ms':>8} {'added':>8} {'p99 ms':>8} {'RSS/stream':>12} {'added':>10}")
+            mbps = sizes[label] / 1e6 / statistics.median(r[label + "_wall"])
+            print(f"{title if name == 'bare' else '':34} {name:19} {mbps:7.1f} {spread(r[label + '_wall_x']):>18} "
+                  f"{statistics.median(r[label + '_cpu']):10.1f} {spread(r[label + '_cpu_x']):>18}")
+    ticks = max(20, args.ticks // args.rounds)
+    print(f"\nlatency of a small event every 5 ms ({ticks} events per proxy and round): p50 added over bare within the round,"
+          f" median (range); and resident memory per open stream ({args.held} held open)")
+    print(f"{'proxy':19} {'p50 ms':>8} {'added ms':>22} {'p99 ms':>8} {'RSS/stream':>12} {'added':>10}")
+    bare = results["bare"]
     for name in names:
         r = results[name]
-        print(f"{name:19} {r['tick_p50']:8.3f} {r['tick_p50'] - bare['tick_p50']:8.3f} {r['tick_p99']:8.3f} "
+        print(f"{name:19} {statistics.median(r['tick_p50']):8.3f} {spread(r['tick_added'], 3):>22} "
+              f"{statistics.median(r['tick_p99']):8.3f} "
               f"{r['held_bytes'] / 1024:8.1f} KiB {(r['held_bytes'] - bare['held_bytes']) / 1024:6.1f} KiB")
     print("  (RSS moves in pages and the heap reuses memory freed by earlier flows, so a few KiB per stream is below its"
           " resolution; the in-process figure below is the precise one)")

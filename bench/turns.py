@@ -24,14 +24,18 @@ already-decoded wire events against the SDK accumulator on already-parsed events
 (anthropic: dicts; openai: ChatCompletionChunk objects, whose construction is the SDK's
 decoding).
 The turns are checked equal (text, tool arguments, stop reason) before timing.
-Figures are the best of a few repetitions; ratio = streamtap events/s / peer events/s.
+Each pair runs back to back in every round (order alternating), the ratio (peer CPU time /
+streamtap CPU time) is taken within the round, and the median and range over the rounds are
+printed: machine load hits both sides of a ratio alike.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -223,21 +227,35 @@ def openai_accumulate_only(chunks: list) -> object:
     return state.get_final_completion()
 
 
-def best_of(fn: Callable, body: object, repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn(body)
-        best = min(best, time.perf_counter() - start)
-    return best
+def paired_rounds(ours: Callable, our_input: object, peer: Callable, peer_input: object, rounds: int) -> tuple[list[float], list[float]]:
+    """Both sides back to back in each round, the order alternating: (peer time / our time per
+    round, our seconds per round). CPU time of this process, steadier than wall time under load."""
+    ratios, mine = [], []
+    for number in range(rounds):
+        sides = [(ours, our_input), (peer, peer_input)]
+        timed = []
+        for fn, value in sides if number % 2 == 0 else sides[::-1]:
+            start = time.process_time()
+            fn(value)
+            timed.append((fn, time.process_time() - start))
+        seconds = dict((id(fn), t) for fn, t in timed)
+        ratios.append(seconds[id(peer)] / seconds[id(ours)])
+        mine.append(seconds[id(ours)])
+    return ratios, mine
+
+
+def spread(ratios: list[float]) -> str:
+    return f"{statistics.median(ratios):6.1f}x {min(ratios):5.1f}-{max(ratios):.1f}x"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2k events and one repetition (a smoke run)")
+    parser.add_argument("--quick", action="store_true", help="2k events, 5 rounds (a smoke run)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds per pair (default 5, at least 5)")
     args = parser.parse_args()
+    if args.rounds < 5:
+        parser.error("--rounds: at least 5 (a median and range of fewer ratios says little)")
     events = 2_000 if args.quick else 20_000
-    repeat = 1 if args.quick else 5
     cases = [
         ("anthropic", anthropic_stream(events), Dialect.ANTHROPIC, "tool_use",
          [("anthropic SDK decode+accumulate", anthropic_accumulate),
@@ -246,8 +264,10 @@ def main() -> int:
          [("openai SDK decode+ChatCompletionStreamState", openai_accumulate),
           ("openai SDK client end-to-end", openai_client)]),
     ]
-    print(f"python {sys.version.split()[0]}, reads of {READ} bytes, best of {repeat}")
-    print(f"{'stream':<12} {'events':>7} {'MiB':>6}  {'contender':<46} {'events/s':>11} {'ratio':>7}")
+    print(f"python {sys.version.split()[0]}, reads of {READ} bytes; {args.rounds} rounds per pair, the two sides back "
+          f"to back in each (order alternating), ratio = peer CPU time / streamtap CPU time within the round; "
+          f"median and range; load average {os.getloadavg()[0]:.2f} at the start")
+    print(f"{'stream':<12} {'events':>7} {'MiB':>6}  {'peer':<46} {'streamtap ev/s':>14} {'ratio':>8} {'range':>10}")
     for name, body, dialect, stop, peers in cases:
         ours = streamtap_runner(dialect)
         reference = ours(body)
@@ -257,14 +277,13 @@ def main() -> int:
             text, arguments, stop_reason = peer(body)
             assert (text, arguments, stop_reason) == reference, f"{name}: a peer disagrees with streamtap"
         mib = len(body) / 2**20
-        ours_rate = wire_events / best_of(ours, body, repeat)
-        print(f"{name:<12} {wire_events:>7} {mib:>6.2f}  {'streamtap analyze_bytes':<46} {ours_rate:>11,.0f} {'':>7}")
         for label, peer in peers:
-            rate = wire_events / best_of(peer, body, repeat)
-            print(f"{'':<12} {'':>7} {'':>6}  {label:<46} {rate:>11,.0f} {ours_rate / rate:>6.1f}x")
+            ratios, mine = paired_rounds(ours, body, peer, body, args.rounds)
+            rate = wire_events / statistics.median(mine)
+            print(f"{name:<12} {wire_events:>7} {mib:>6.2f}  {label:<46} {rate:>14,.0f} {spread(ratios)}")
     print()
     print("assembly only (events already decoded)")
-    print(f"{'stream':<12} {'events':>7}  {'contender':<46} {'events/s':>11} {'ratio':>7}")
+    print(f"{'stream':<12} {'events':>7}  {'peer':<46} {'streamtap ev/s':>14} {'ratio':>8} {'range':>10}")
     for name, body, dialect, _, _ in cases:
         wire_events = decoded(body)
         parsed = [json.loads(e.data) for e in wire_events if not e.data.startswith("[DONE]")]
@@ -273,10 +292,9 @@ def main() -> int:
             inputs = [construct_type(type_=ChatCompletionChunk, value=p) for p in parsed]
         else:
             label, peer, inputs = "anthropic accumulate_event", anthropic_accumulate_only, parsed
-        ours_rate = len(wire_events) / best_of(assemble_only(dialect), wire_events, repeat)
-        rate = len(wire_events) / best_of(peer, inputs, repeat)
-        print(f"{name:<12} {len(wire_events):>7}  {'streamtap ' + dialect.value + ' Assembler':<46} {ours_rate:>11,.0f}")
-        print(f"{'':<12} {'':>7}  {label:<46} {rate:>11,.0f} {ours_rate / rate:>6.1f}x")
+        ratios, mine = paired_rounds(assemble_only(dialect), wire_events, peer, inputs, args.rounds)
+        rate = len(wire_events) / statistics.median(mine)
+        print(f"{name:<12} {len(wire_events):>7}  {label:<46} {rate:>14,.0f} {spread(ratios)}")
     return 0
 
 

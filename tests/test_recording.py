@@ -22,7 +22,19 @@ from streamtap.recording import (
     redact_headers,
     redact_url,
 )
-from streamtap.wire import EventStreamMessage, SSEEvent, Tail
+from streamtap.wire import (
+    EventStreamMessage,
+    Int8,
+    Int16,
+    Int32,
+    Int64,
+    InvalidJSON,
+    JSONValue,
+    Malformed,
+    SSEEvent,
+    Tail,
+    Timestamp,
+)
 
 SECRETS = {
     "bearer": "sk-proj-SECRETbearer0123456789",
@@ -277,4 +289,131 @@ def test_any_body_split_any_way_rebuilds_exactly(tmp_path_factory, body, cuts, r
     writer.finish({})
     rec = read_recording(directory / "r.jsonl")
     assert rec.body == body
+    assert check_recording(rec) == []
+
+
+# -- the writer's hand-built frame lines against a straightforward reading of the format ---
+
+
+def reference_line(event, t_ms) -> bytes:
+    """One frame or tail line written the plain way, straight from docs/recording-format.md:
+    a dict per line, dumped by the standard library's json (not orjson, not the writer's code)."""
+    import base64
+    import json
+
+    raw = event.raw
+    line = {
+        "type": "tail" if isinstance(event, Tail) else "frame",
+        "seq": event.seq,
+        "offset": event.start,
+        "len": len(raw),
+        "sum": hashlib.sha256(raw).hexdigest()[:16],
+        "t": t_ms,
+    }
+    try:
+        line["raw"] = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        line["raw_b64"] = base64.b64encode(raw).decode()
+    if isinstance(event, Tail):
+        line["reason"] = event.reason
+    elif isinstance(event, SSEEvent):
+        view = {"sse": event.event}
+        if event.id:
+            view["id"] = event.id
+        if event.retry is not None:
+            view["retry"] = event.retry
+        if event.invalid_utf8:
+            view["invalid_utf8"] = event.invalid_utf8
+        line["event"] = view
+    elif isinstance(event, EventStreamMessage):
+        headers = {}
+        for name, value in event.headers.items():
+            if isinstance(value, bytes):
+                value = {"b64": base64.b64encode(value).decode()}
+            elif not isinstance(value, (str, int, float, bool)):
+                value = str(value)
+            headers[name] = value
+        view = {"headers": headers}
+        try:
+            view["payload"] = event.payload.decode("utf-8")
+        except UnicodeDecodeError:
+            view["payload_b64"] = base64.b64encode(event.payload).decode()
+        line["event"] = view
+    elif isinstance(event, JSONValue):
+        line["event"] = {"json": True}
+    else:  # Malformed
+        line["event"] = {"malformed": event.error.message, "error": type(event.error).__name__, "fatal": event.fatal}
+    return json.dumps(line, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+_TEXTS = st.text(st.characters(codec="utf-8"), max_size=30)
+_RAWS = st.one_of(_TEXTS.map(str.encode), st.binary(min_size=1, max_size=40))
+
+
+@st.composite
+def wire_events(draw):
+    """(kind, raw, details) for one event of any kind the writer takes."""
+    kind = draw(st.sampled_from(["sse", "sse", "sse-plain", "eventstream", "json", "malformed"]))
+    raw = draw(_RAWS)
+    if kind == "sse-plain":
+        return kind, raw, (draw(st.sampled_from(["message", "content_block_delta"])), "", None, 0)
+    if kind == "sse":
+        return kind, raw, (draw(_TEXTS), draw(_TEXTS), draw(st.none() | st.integers(0, 10**6)), draw(st.integers(0, 3)))
+    if kind == "eventstream":
+        values = st.one_of(
+            _TEXTS, st.binary(max_size=8), st.booleans(), st.sampled_from([Int8(-3), Int16(7), Int32(-70000), Int64(2**40), Timestamp(1_700_000_000_123)]),
+            st.uuids(),
+        )
+        headers = draw(st.dictionaries(_TEXTS, values, max_size=3))
+        return kind, raw, (headers, draw(_RAWS))
+    return kind, raw, draw(_TEXTS)
+
+
+def build_events(drawn: list, cut_tail: bytes | None) -> list:
+    events, offset = [], 0
+    for seq, (kind, raw, details) in enumerate(drawn):
+        start, end = offset, offset + len(raw)
+        if kind.startswith("sse"):
+            name, id_, retry, invalid = details
+            events.append(SSEEvent(seq, start, end, raw, name, "", id_, retry, invalid))
+        elif kind == "eventstream":
+            events.append(EventStreamMessage(seq, start, end, raw, *details))
+        elif kind == "json":
+            events.append(JSONValue(seq, start, end, raw, None))
+        else:
+            events.append(Malformed(seq, start, end, raw, InvalidJSON(details, start), fatal=False))
+        offset = end
+    if cut_tail:
+        events.append(Tail(len(events), offset, offset + len(cut_tail), cut_tail, "cut"))
+    return events
+
+
+@settings(max_examples=120)
+@given(
+    drawn=st.lists(wire_events(), max_size=25),
+    cut_tail=st.none() | _RAWS,
+    batches=st.lists(st.integers(1, 9), min_size=1, max_size=6),
+    times=st.lists(st.none() | st.floats(0, 1e9).map(lambda t: round(t, 3)), min_size=1, max_size=4),
+    fsync=st.sampled_from(["end", "always"]),
+)
+def test_frame_lines_are_what_a_straightforward_writer_gives(tmp_path_factory, drawn, cut_tail, batches, times, fsync):
+    """frames() builds its lines by hand for speed; they must be byte for byte what the
+    format says, for every event kind, any batching, shared or distinct times."""
+    events = build_events(drawn, cut_tail)
+    directory = tmp_path_factory.mktemp("lines")
+    writer = RecordingWriter(directory / "r.jsonl", fsync=fsync)
+    writer.header({})
+    expected, i, b = [], 0, 0
+    while i < len(events):
+        batch = events[i : i + batches[b % len(batches)]]
+        # a batch shares one time object (as the proxy passes it) or not
+        t_ms = [times[b % len(times)]] * len(batch) if b % 2 else [times[(b + j) % len(times)] for j in range(len(batch))]
+        writer.frames(batch, t_ms)
+        expected += [reference_line(event, t) for event, t in zip(batch, t_ms)]
+        i += len(batch)
+        b += 1
+    writer.finish({})
+    lines = (directory / "r.jsonl").read_bytes().splitlines(keepends=True)
+    assert lines[1:-1] == expected
+    rec = read_recording(directory / "r.jsonl")
     assert check_recording(rec) == []

@@ -488,3 +488,27 @@ def test_one_byte_reads_of_a_large_message_stay_linear():
     for index in range(len(message)):
         events += decoder.feed(message[index : index + 1])
     assert [event.raw for event in events] == [message] and decoder.close() == []
+
+
+def test_a_frame_layout_learnt_at_the_protocol_limit_still_obeys_a_lower_limit() -> None:
+    """Frame layouts are remembered across decoders; a decoder with a lower limit must
+    still reject a frame over it, even one whose layout another decoder learnt."""
+    headers = {":event-type": "chunk", ":message-type": "event"}
+    frames = [encode_message(headers, b'{"n":%d}' % i + b"x" * 200) for i in range(3)]
+    body = b"".join(frames)
+    assert [type(e) for e in decode(body)] == [EventStreamMessage] * 3  # layouts learnt
+    events = decode(body, max_event_size=len(frames[0]) - 1)
+    assert isinstance(events[0], Malformed) and isinstance(events[0].error, OversizeError)
+    assert events[0].start == 0 and events[0].end == 12
+
+
+def test_a_repeated_prelude_with_a_different_header_block_is_decoded_afresh() -> None:
+    """Two frames with the same prelude bytes (same sizes) but different header blocks:
+    the second must get its own headers, not the remembered ones."""
+    first = encode_message({":event-type": "aaaa"}, b"{}")
+    second = encode_message({":event-type": "bbbb"}, b"{}")
+    assert first[:12] == second[:12] and first != second
+    for body, types in ((first + second, ["aaaa", "bbbb"]), (second + first + second, ["bbbb", "aaaa", "bbbb"])):
+        events = decode(body)
+        assert all(isinstance(e, EventStreamMessage) for e in events)
+        assert [e.headers[":event-type"] for e in events] == types

@@ -474,3 +474,81 @@ def test_every_event_is_dispatched_by_the_read_that_completes_it(stream: bytes, 
         seen = stream[:pos]
         expected = reference_decode(seen[:-1] if seen.endswith(b"\r") else seen)
         assert [(e.event, e.data, e.id, e.start, e.end) for e in got] == expected
+
+
+# -- the shortcuts against the general line-by-line path -------------------------------
+
+
+class GeneralPathDecoder(SSEDecoder):
+    """The same decoder with every shortcut off: each byte takes the line-by-line path."""
+
+    _shortcuts = False
+
+
+@st.composite
+def lf_streams(draw) -> bytes:
+    """Mostly the LF-only shape the fastest path takes, with the oddities that must send it
+    back to the general path: a CR, a comment, an id, two data lines, no space after the
+    colon, a stray blank line, invalid UTF-8, an empty type, a value with a leading space."""
+    parts = [b"\xef\xbb\xbf"] if draw(st.integers(0, 9)) == 0 else []
+    for i in range(draw(st.integers(0, 25))):
+        value = draw(VALUE_TEXT).encode()
+        shape = draw(st.sampled_from(
+            ["typed", "typed", "typed", "data", "data", "data", "cr", "comment", "id", "retry", "two-data",
+             "nospace", "blank", "bad-utf8", "empty-type", "spaced", "junk"]
+        ))  # fmt: skip
+        parts.append({
+            "typed": b"event: t%d\ndata: %s\n\n" % (i % 3, value),
+            "data": b"data: %s\n\n" % value,
+            "cr": b"data: %s\r\n\r\n" % value,
+            "comment": b": keep-alive\n\n",
+            "id": b"id: %d\ndata: %s\n\n" % (i, value),
+            "retry": b"retry: 5\nevent: r\ndata: %s\n\n" % value,
+            "two-data": b"data: a\ndata: %s\n\n" % value,
+            "nospace": b"event:x\ndata:%s\n\n" % value,
+            "blank": b"\n",
+            "bad-utf8": b"data: \xff%s\n\n" % value,
+            "empty-type": b"event: \ndata: %s\n\n" % value,
+            "spaced": b"event:  t\ndata:  %s\n\n" % value,
+            "junk": b"x: %s\n" % value,
+        }[shape])  # fmt: skip
+    return b"".join(parts) + draw(st.sampled_from([b"", b"data: cut", b"event: x\n", b"data: x\n"]))
+
+
+def decode_with(decoder: SSEDecoder, stream: bytes, chunks: list[int]) -> list:
+    return feed_cycled(decoder, stream, chunks)
+
+
+@settings(max_examples=300)
+@given(
+    stream=st.one_of(lf_streams(), provider_streams(), sse_streams()),
+    chunks=st.lists(st.sampled_from([1, 2, 3, 5, 9, 50, 137, 300, 1500, 4096, 16384]), min_size=1, max_size=5),
+    limit=st.sampled_from([16 * 1024 * 1024, 16 * 1024 * 1024, 40, 100, 300]),
+)
+def test_shortcuts_give_what_the_general_path_gives(stream: bytes, chunks: list[int], limit: int) -> None:
+    """Every field of every event, tail and error, for any chunking and size limit."""
+    general = decode_with(GeneralPathDecoder(max_event_size=limit), stream, [len(stream) or 1])
+    assert decode_with(GeneralPathDecoder(max_event_size=limit), stream, chunks) == general
+    assert decode_with(SSEDecoder(max_event_size=limit), stream, chunks) == general
+    assert decode_with(SSEDecoder(max_event_size=limit), stream, [len(stream) or 1]) == general
+
+
+def test_the_lf_shortcut_takes_the_common_shapes() -> None:
+    """The differential test above means something only if the shortcuts run: a plain
+    LF-only stream, fed in pieces of any size, never takes the line-by-line path."""
+    stream = b"".join(
+        b"event: content_block_delta\ndata: {\"i\": %d}\n\n" % i if i % 2 else b"data: {\"i\": %d}\n\n" % i
+        for i in range(200)
+    )
+
+    class ShortcutOnly(SSEDecoder):
+        def _lines(self, work: bytes, final: bool, out: list) -> None:
+            if work and not final:
+                raise AssertionError(f"line-by-line path taken for {work[:40]!r}")
+            super()._lines(work, final, out)
+
+    expected = decode_with(GeneralPathDecoder(), stream, [len(stream)])
+    assert len(expected) == 200
+    one_per_read = [len(event.raw) for event in expected]  # as a proxy relays them
+    for reads in ([1500], one_per_read, [7, 300, 16384]):
+        assert decode_with(ShortcutOnly(), stream, reads) == expected

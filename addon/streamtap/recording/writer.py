@@ -27,6 +27,7 @@ from .redact import redact_headers, redact_url
 FORMAT = "streamtap-recording/1"
 SUM_HEX = 16  # sha256 prefix length in a frame's "sum": 64 bits tell a wrong frame apart
 SUM_BYTES = SUM_HEX // 2
+assert SUM_HEX == 16  # frames() writes "sum" with "%.16s" (the line cuts the hex digest, no slice per frame)
 FSYNC_POLICIES = ("always", "end", "never")
 PARTIAL_SUFFIX = ".partial.jsonl"
 READS_PER_LINE = 256
@@ -246,6 +247,7 @@ class RecordingWriter:
         t_field = b""
         last_headers: Any = None  # event-stream messages in a row mostly repeat one header set
         headers_json = b""
+        plain_sse = _PLAIN_SSE
         try:
             for event, t in zip(events, t_ms):
                 kind = type(event)
@@ -265,7 +267,7 @@ class RecordingWriter:
                     raise RecordingError(f"bytes at offset {event.start} do not follow the recorded {offset}")
                 if t is not last_t:
                     last_t, t_field = t, dumps(t)
-                digest = _hexlify(_sha256(raw).digest()[:SUM_BYTES])
+                digest = _hexlify(_sha256(raw).digest())  # the line keeps its first SUM_HEX digits
                 if kind is EventStreamMessage:
                     # the prelude's CRC bytes make raw binary: test validity without raising
                     text = raw.decode("utf-8", "ignore")
@@ -286,18 +288,26 @@ class RecordingWriter:
                         except UnicodeDecodeError:
                             payload_field = b'"payload_b64":"' + _b64(payload, newline=False) + b'"'
                     lines.append(
-                        b'{"type":"frame","seq":%d,"offset":%d,"len":%d,"sum":"%s","t":%s,%s,"event":{"headers":%s,%s}}\n'
+                        b'{"type":"frame","seq":%d,"offset":%d,"len":%d,"sum":"%.16s","t":%s,%s,"event":{"headers":%s,%s}}\n'
                         % (event.seq, offset, len(raw), digest, t_field, raw_field, headers_json, payload_field)
                     )
                 else:
+                    if kind is SSEEvent and not event.id and event.retry is None and not event.invalid_utf8:
+                        described = plain_sse.get(event.event) or _described(event)
+                    else:
+                        described = _described(event)
                     try:
-                        raw_field = b'"raw":' + dumps(raw.decode("utf-8"))
+                        text = raw.decode("utf-8")
                     except UnicodeDecodeError:
-                        raw_field = b'"raw_b64":"' + _b64(raw, newline=False) + b'"'
-                    lines.append(
-                        b'{"type":"frame","seq":%d,"offset":%d,"len":%d,"sum":"%s","t":%s,%s,"event":%s}\n'
-                        % (event.seq, offset, len(raw), digest, t_field, raw_field, _described(event))
-                    )
+                        lines.append(
+                            b'{"type":"frame","seq":%d,"offset":%d,"len":%d,"sum":"%.16s","t":%s,"raw_b64":"%s","event":%s}\n'
+                            % (event.seq, offset, len(raw), digest, t_field, _b64(raw, newline=False), described)
+                        )
+                    else:
+                        lines.append(
+                            b'{"type":"frame","seq":%d,"offset":%d,"len":%d,"sum":"%.16s","t":%s,"raw":%s,"event":%s}\n'
+                            % (event.seq, offset, len(raw), digest, t_field, dumps(text), described)
+                        )
                 offset += len(raw)
                 hashed.append(raw)
                 self._frames += 1

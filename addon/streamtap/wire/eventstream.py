@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from dataclasses import fields, make_dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zlib import crc32
@@ -203,6 +204,15 @@ def _remember_prelude(prelude: bytes, total: int, headers_length: int, prelude_c
         _PRELUDE_CACHE[prelude] = total, headers_length, prelude_crc
 
 
+# A frame layout: prelude -> (total length, headers end, CRC of prelude and header block,
+# that block, its headers). A frame whose prelude is known and whose next bytes are that
+# block is checked by one CRC over its payload, continued from the stored CRC (the message
+# CRC runs over prelude, block and payload), and its headers need no parsing. Bedrock
+# repeats one block per event type and a few hundred frame sizes, so nearly every frame
+# takes this path. Values are never handed out: callers get a copy of the headers.
+_LAYOUTS: dict[bytes, tuple[int, int, int, bytes, dict[str, Any]]] = {}
+
+
 def _parse_and_cache(block: bytes, offset: int) -> dict[str, Any]:
     headers = parse_headers(block, offset)
     if len(block) <= _HEADER_CACHE_MAX_BLOCK:
@@ -213,14 +223,12 @@ def _parse_and_cache(block: bytes, offset: int) -> dict[str, Any]:
 
 
 # EventStreamMessage is a frozen dataclass; its generated __init__ costs more than the
-# rest of a frame's decoding. Filling its slots directly builds the same object.
-_new_message = object.__new__
-_set_seq = EventStreamMessage.seq.__set__  # type: ignore[attr-defined]
-_set_start = EventStreamMessage.start.__set__  # type: ignore[attr-defined]
-_set_end = EventStreamMessage.end.__set__  # type: ignore[attr-defined]
-_set_raw = EventStreamMessage.raw.__set__  # type: ignore[attr-defined]
-_set_headers = EventStreamMessage.headers.__set__  # type: ignore[attr-defined]
-_set_payload = EventStreamMessage.payload.__set__  # type: ignore[attr-defined]
+# rest of a frame's decoding. Messages are built as instances of a plain twin with the
+# very same slots, then given their real class: the same frozen object, made faster.
+_MessageBuilder = make_dataclass(
+    "_MessageBuilder", [(f.name, f.type) for f in fields(EventStreamMessage)], slots=True, repr=False, eq=False
+)
+assert _MessageBuilder.__slots__ == EventStreamMessage.__slots__
 
 
 class EventStreamDecoder:
@@ -237,7 +245,6 @@ class EventStreamDecoder:
         self._buffer = bytearray()  # bytes not yet part of an event
         self._offset = 0  # stream offset of self._buffer[0]
         self._need = PRELUDE_LENGTH  # len(self._buffer) the next step needs
-        self._last_headers: tuple[bytes, dict[str, Any], int] = (b"", {}, -1)
         self._decoding = True  # neither stopped at an error nor closed
         self._stopped = False
         self._closed = False
@@ -277,20 +284,15 @@ class EventStreamDecoder:
         checksum=crc32,
         unpack_prelude=_unpack_prelude,
         unpack_u32=_unpack_u32,
-        new=_new_message,
+        builder=_MessageBuilder,
         message_class=EventStreamMessage,
-        set_seq=_set_seq,
-        set_start=_set_start,
-        set_end=_set_end,
-        set_raw=_set_raw,
-        set_headers=_set_headers,
-        set_payload=_set_payload,
         cache=_HEADER_CACHE,
         preludes=_PRELUDE_CACHE,
     ) -> list[EventStreamMessage | Malformed]:
         # The hot path of the whole proxy for Bedrock. Helpers arrive as default
-        # arguments (free locals); a valid frame whose header block is the previous
-        # frame's makes no Python-level call besides the CRCs and slot setters.
+        # arguments (free locals). A frame of a known layout (see _LAYOUTS) costs one dict
+        # lookup, one CRC over its payload and the message builder: no other
+        # Python-level call.
         if not self._decoding:
             if self._closed:
                 self._buffer.clear()
@@ -298,6 +300,7 @@ class EventStreamDecoder:
                 self._keep_after_stop()
             return []
         head = bytes(self._buffer)  # slices of bytes are bytes: one copy per feed
+        last_start = len(head) - PRELUDE_LENGTH  # where the last whole prelude could start
         size = len(head)
         pos = 0
         base = self._offset
@@ -306,44 +309,61 @@ class EventStreamDecoder:
         events: list[EventStreamMessage | Malformed] = []
         append = events.append
         need = PRELUDE_LENGTH
-        # frames in a row tend to share a header block: compare in place, no slice
-        last_block, last_headers, last_length = self._last_headers
+        layouts = _LAYOUTS
+        get_layout = layouts.get
         error: FramingError | None = None
-        while size - pos >= 12:
+        while pos <= last_start:
             prelude = head[pos : pos + 12]
-            known = preludes.get(prelude)
-            if known is None:
-                total, headers_length, prelude_crc = unpack_prelude(prelude)
-                if checksum(prelude[:8]) != prelude_crc:
-                    error = PreludeCRCMismatch("prelude checksum mismatch", base + pos + 8)
-                    end = pos + PRELUDE_LENGTH
+            layout = get_layout(prelude)
+            if layout is not None and head.startswith(layout[3], pos + 12):
+                total, headers_end, prefix_crc, _, headers = layout
+                end = pos + total
+                if end > size or total > limit:
+                    if total > limit:
+                        error = self._length_error(total, headers_end - 12, base + pos)
+                        end = pos + PRELUDE_LENGTH
+                    else:
+                        need = total
                     break
-                if not (
-                    MIN_MESSAGE_LENGTH <= total <= limit
-                    and headers_length <= total - MIN_MESSAGE_LENGTH
-                    and headers_length <= MAX_HEADERS_LENGTH
-                ):
-                    error = self._length_error(total, headers_length, base + pos)
-                    end = pos + PRELUDE_LENGTH
+                payload = head[pos + headers_end : end - 4]
+                if checksum(payload, prefix_crc) != unpack_u32(head, end - 4)[0]:
+                    error = MessageCRCMismatch("message checksum mismatch", base + end - 4)
                     break
-                _remember_prelude(prelude, total, headers_length, prelude_crc)
             else:
-                total, headers_length, prelude_crc = known
-                if total > limit:
-                    error = self._length_error(total, headers_length, base + pos)
-                    end = pos + PRELUDE_LENGTH
+                known = preludes.get(prelude)
+                if known is None:
+                    total, headers_length, prelude_crc = unpack_prelude(prelude)
+                    if checksum(prelude[:8]) != prelude_crc:
+                        error = PreludeCRCMismatch("prelude checksum mismatch", base + pos + 8)
+                        end = pos + PRELUDE_LENGTH
+                        break
+                    if not (
+                        MIN_MESSAGE_LENGTH <= total <= limit
+                        and headers_length <= total - MIN_MESSAGE_LENGTH
+                        and headers_length <= MAX_HEADERS_LENGTH
+                    ):
+                        error = self._length_error(total, headers_length, base + pos)
+                        end = pos + PRELUDE_LENGTH
+                        break
+                    _remember_prelude(prelude, total, headers_length, prelude_crc)
+                else:
+                    total, headers_length, prelude_crc = known
+                    if total > limit:
+                        error = self._length_error(total, headers_length, base + pos)
+                        end = pos + PRELUDE_LENGTH
+                        break
+                end = pos + total
+                if end > size:
+                    need = total
                     break
-            end = pos + total
-            if end > size:
-                need = total
-                break
-            raw = head[pos:end]
-            if checksum(raw[8:-4], prelude_crc) != unpack_u32(raw, total - 4)[0]:
-                error = MessageCRCMismatch("message checksum mismatch", base + end - 4)
-                break
-            headers_end = 12 + headers_length
-            if headers_length != last_length or not raw.startswith(last_block, 12):
-                block = raw[12:headers_end]
+                headers_end = 12 + headers_length
+                block = head[pos + 12 : pos + headers_end]
+                # the message CRC runs over prelude, header block and payload
+                prefix_crc = checksum(block, checksum(prelude))
+                payload = head[pos + headers_end : end - 4]
+                if checksum(payload, prefix_crc) != unpack_u32(head, end - 4)[0]:
+                    error = MessageCRCMismatch("message checksum mismatch", base + end - 4)
+                    break
                 headers = cache.get(block)
                 if headers is None:
                     try:
@@ -351,14 +371,12 @@ class EventStreamDecoder:
                     except InvalidHeaders as header_error:
                         error = header_error
                         break
-                last_block, last_headers, last_length = block, headers, headers_length
-            message = new(message_class)
-            set_seq(message, seq)
-            set_start(message, base + pos)
-            set_end(message, base + end)
-            set_raw(message, raw)
-            set_headers(message, last_headers.copy())
-            set_payload(message, raw[headers_end:-4])
+                if len(block) <= _HEADER_CACHE_MAX_BLOCK:
+                    if len(layouts) >= _PRELUDE_CACHE_ENTRIES:
+                        layouts.clear()
+                    layouts[prelude] = total, headers_end, prefix_crc, block, headers
+            message = builder(seq, base + pos, base + end, head[pos:end], headers.copy(), payload)
+            message.__class__ = message_class
             append(message)
             seq += 1
             pos = end
@@ -375,7 +393,6 @@ class EventStreamDecoder:
         self._offset = base + pos
         self._seq = seq
         self._need = need
-        self._last_headers = last_block, last_headers, last_length
         return events
 
     def _length_error(self, total: int, headers_length: int, offset: int) -> FramingError:
