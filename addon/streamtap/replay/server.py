@@ -71,7 +71,8 @@ class ReplayServer:
         self.log = log if log is not None else _stderr
         self.served: deque[Served] = deque(maxlen=SERVED_KEPT)
         self._server: asyncio.base_events.Server | None = None
-        self._others: dict[str, Source] = {}
+        self._others: dict[str, Source] = {}  # swap-tail names -> recordings
+        self._given: dict[str, Source] | None = None  # names a fault header may use for swap-tail
         self._with_ids: dict[int, Source] = {}
         self._plans: dict[tuple, Plan] = {}
         self._writers: set[asyncio.StreamWriter] = set()
@@ -107,6 +108,34 @@ class ReplayServer:
             if path is None:
                 raise FaultSpecError(f"{fault.spec!r}: no recording {name!r} (looked beside the served recordings too)")
             self._others[name] = load_source(path)
+
+    def _given_recordings(self) -> dict[str, Source]:
+        """What a fault header may name for swap-tail: only recordings this server was given
+        (served ones by path as loaded, absolute path or file name; the swap-tail recordings of
+        the faults it was started with, by their names). A header never opens a file: a name
+        outside this table reads as unknown whatever is, or is not, at that path."""
+        if self._given is None:
+            given: dict[str, Source] = {}
+            for entry in self.library.entries:
+                path = Path(entry.source.path)
+                for name in (str(path), str(path.absolute()), path.name):
+                    given.setdefault(name, entry.source)
+            given.update(self._others)
+            self._given = given
+        return self._given
+
+    def _header_others(self, faults: list[Fault]) -> None:
+        given = self._given_recordings()
+        for fault in faults:
+            if fault.kind != "swap-tail":
+                continue
+            name = fault.params["with"]
+            if name not in given:
+                raise FaultSpecError(
+                    f"{fault.spec!r}: with= names no recording this server serves "
+                    "(a fault header may name only the served recordings, by path or file name)"
+                )
+            self._others.setdefault(name, given[name])
 
     # --- HTTP ------------------------------------------------------------------------------
 
@@ -144,8 +173,9 @@ class ReplayServer:
         faults = self.options.faults
         if self.options.fault_header and FAULT_HEADER in request.headers:
             try:
-                faults = faults + parse_faults(request.headers[FAULT_HEADER])
-                self._load_others(faults)
+                from_header = parse_faults(request.headers[FAULT_HEADER])
+                self._header_others(from_header)
+                faults = faults + from_header
             except (FaultSpecError, ValueError) as exc:
                 await _send_json(writer, 400, {"error": {"type": "streamtap_bad_fault", "message": str(exc)}})
                 return request.keep_alive
