@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import resource
 import socket
 import time
 
@@ -69,7 +70,8 @@ def good_request(server) -> float:
 
 def test_half_sent_requests_are_dropped_after_the_header_timeout_while_others_are_served(server):
     held = []
-    for i in range(300):
+    count = min(1000, (resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 200) // 2)  # both ends are in this process
+    for i in range(count):
         sock = connect(server)
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-" if i % 2 else b"POS")
         held.append(sock)
@@ -233,3 +235,12 @@ def test_head_gets_the_head_alone_and_the_connection_stays_usable(server):
             assert piece
             data += piece
         assert data.startswith(b"HTTP/1.1 200 ") and b"".join(dechunk(data)[0]) == EXPECTED
+
+
+def test_a_body_that_stops_coming_gets_a_408_after_the_body_timeout(server):
+    with connect(server) as sock:
+        start = time.monotonic()
+        sock.sendall(f"POST {PATH} HTTP/1.1\r\nhost: x\r\ncontent-length: {len(BODY)}\r\n\r\n".encode() + BODY[:10])
+        data, closed = read_until_closed(sock, 4)
+        elapsed = time.monotonic() - start
+    assert data.startswith(b"HTTP/1.1 408 ") and closed and 0.9 < elapsed < 3, (data[:100], elapsed)

@@ -105,7 +105,7 @@ class ReplayServer:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> ReplayServer:
         self._load_others(self.options.faults)
-        self._server = await asyncio.start_server(self._connection, host, port)
+        self._server = await asyncio.start_server(self._connection, host, port, backlog=1024)
         self.host, self.port = self._server.sockets[0].getsockname()[:2]
         return self
 
