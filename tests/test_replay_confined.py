@@ -11,7 +11,7 @@ import subprocess
 import httpx
 import pytest
 from replay_streams import OPENAI_REQUEST, openai_chat_frames, write_recording
-from upstream import Mitmdump, Upstream
+from upstream import Mitmdump, Script, Upstream
 
 from streamtap.replay.faults import Timing
 from streamtap.replay.match import Library
@@ -102,8 +102,10 @@ def test_the_fault_header_inside_mitmproxy_is_confined_too(places, tmp_path):
     if not shutil.which("curl"):
         pytest.skip("curl is not installed")
     served, outside = places
+    live = b"".join(b'data: {"i": %d}\n\n' % i for i in range(10))
     with Upstream() as upstream:
-        options = {"streamtap_replay": str(served), "streamtap_fault_header": "true"}
+        upstream.add("live", Script(live))
+        options = {"streamtap_replay": str(served), "streamtap_fault_header": "true", "streamtap_replay_unmatched": "upstream"}
         with Mitmdump(upstream.url, tmp_path / "m", options=options) as proxy:
 
             class Answer:
@@ -128,7 +130,12 @@ def test_the_fault_header_inside_mitmproxy_is_confined_too(places, tmp_path):
             ok = post("swap-tail:with=sibling.jsonl,at=3")
             assert ok.status_code == 200
             assert ok.content == b"".join(openai_chat_frames(words=20)[:4] + openai_chat_frames(words=25)[4:])
-            log = proxy.log()
+            # a live (not replayed) flow never takes swap-tail: it passes untouched, whatever it names
+            result = subprocess.run(["curl", "-sS", "--max-time", "10", "-H", "x-streamtap-fault: swap-tail:with=/etc/shadow",
+                                     "-d", "{}", proxy.url + "/s/live/x"], capture_output=True, timeout=20)
+            assert result.returncode == 0 and result.stdout == live, result.stderr
+            assert upstream.last("live").headers.get("x-streamtap-fault") is None
+            log = proxy.wait_log("works on replays only")
     assert "Traceback" not in log
     for leak in ("Permission denied", "not a recording", "root:"):
         assert leak not in log

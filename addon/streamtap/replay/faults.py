@@ -37,7 +37,6 @@ from typing import Any
 
 from .source import Frame, Source, view_frame
 
-MAX_SCALE = 1000  # scale=N: recorded gaps at most a thousand times longer
 CUT_STYLES = ("clean", "abort", "reset")
 CUT_POSITIONS = ("tool-args", "escaped-quote", "between-blocks", "before-terminal", "prelude", "crc")
 CORRUPT_FIELDS = ("payload", "crc", "prelude-crc", "length")
@@ -171,6 +170,9 @@ def _number(spec: str, key: str, value: str, kind: Any) -> int | float:
 
 
 # --- timing -------------------------------------------------------------------------------
+
+
+MAX_SCALE = 1000  # scale=N: recorded gaps at most a thousand times longer
 
 
 @dataclass(frozen=True, slots=True)
