@@ -54,6 +54,7 @@ JSON_BODY = {
     "api_key": BODY_SECRETS[0],
     "messages": [{"role": "user", "content": "hello"}],
     "metadata": {"client_secret": BODY_SECRETS[1], "deeper": [{"password": BODY_SECRETS[2]}, {"auth": {"token": BODY_SECRETS[3]}}]},
+    "account": {"pin_password": 918273645},  # a number under a secret name
     "connection": {"accessToken": BODY_SECRETS[4], "secrets": [BODY_SECRETS[5]], "privateKey": BODY_SECRETS[6], "budget_tokens": 1024},
 }
 FORM_SECRETS = ["fPassw0rd21", "fClientSecret22", "fApiKey23", "fToken24"]
@@ -67,7 +68,7 @@ ALLOWED_VALUE = "keptPageTok41"
 
 
 def all_secrets() -> list[str]:
-    out = list(QUERY_SECRETS.values()) + BODY_SECRETS + FORM_SECRETS
+    out = list(QUERY_SECRETS.values()) + BODY_SECRETS + FORM_SECRETS + ["918273645"]
     out += [value.split(" ")[-1].split("=")[-1] for value in HEADER_SECRETS.values()]
     out += ["rSetCookie31", "rUpstreamTok32", "rAuthTok33"]
     return out
@@ -122,7 +123,10 @@ def test_counts_and_ordinary_names_are_no_secrets(name, where):
 def test_token_counts_survive_in_a_body_even_under_secret_looking_names():
     usage = {"usage": {"input_tokens": 12, "output_tokens": 34, "prompt_token": 5, "total_token_count": 46}, "max_tokens": 99}
     assert Redactor().json(usage) == usage
-    assert Redactor().json({"token": "s3", "n": {"id_token": 7}}) == {"token": REDACTED, "n": {"id_token": 7}}
+    assert Redactor().json({"token": "s3", "n": {"max_token": 7}}) == {"token": REDACTED, "n": {"max_token": 7}}
+    # a number under any other secret name is a secret (a PIN), true/false/null are not
+    assert Redactor().json({"password": 123456, "pin_secret": [1, 2], "api_key": None, "client_secret": True}) == {
+        "password": REDACTED, "pin_secret": [REDACTED, REDACTED], "api_key": None, "client_secret": True}
 
 
 def test_explicit_names_and_the_allow_list():

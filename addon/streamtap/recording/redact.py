@@ -6,9 +6,8 @@ values are touched; names, order, structure and the auth scheme stay, so a recor
 shows *how* a request authenticated (``Bearer``, ``AWS4-HMAC-SHA256``) without the secret,
 and a redacted JSON field is still a string (``"[redacted]"``): replay matching ignores it.
 
-Counts are not secrets: in JSON bodies only string values are redacted (``max_tokens``,
-``usage.input_tokens`` and friends are numbers), and the patterns look at whole words
-(``token`` as the last word, never ``tokens`` or ``token_count``).
+Counts are not secrets: the patterns look at whole words (``token`` as the last word, never
+``tokens`` or ``token_count``), and in JSON bodies a number under a ``…token`` name is kept.
 """
 
 from __future__ import annotations
@@ -118,18 +117,18 @@ class Redactor:
         return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
     def json(self, value: Any) -> Any:
-        """A JSON value with the string values of secret fields replaced, at any depth
-        (a list under a secret name: its strings). Numbers and structure stay; the fields of
+        """A JSON value with the values of secret fields replaced, at any depth (a list under a
+        secret name: its items). Numbers under a ``…token`` name and the structure stay; the fields of
         an object under a secret name are judged by their own names (a tool's JSON schema
         may well have a ``password`` property whose ``type`` is no secret)."""
         if isinstance(value, dict):
             out = {}
             for name, item in value.items():
                 if isinstance(name, str) and self.secret(name, "body"):
-                    if isinstance(item, str):
+                    if _secret_scalar(name, item):
                         item = REDACTED
                     elif isinstance(item, list):
-                        item = [REDACTED if isinstance(x, str) else self.json(x) for x in item]
+                        item = [REDACTED if _secret_scalar(name, x) else self.json(x) for x in item]
                     else:
                         item = self.json(item)
                 else:
@@ -166,6 +165,16 @@ class Redactor:
             if raw is not None and looks_like_form(raw, part.get("headers")):
                 part["body_b64"] = base64.b64encode(self.form(raw)).decode("ascii")
         return part
+
+
+def _secret_scalar(name: str, value: Any) -> bool:
+    """A value to redact under a secret name: a string, or a number unless the name ends in
+    ``token`` (a count such as ``max_token`` is a number; a PIN under ``password`` is a secret)."""
+    if isinstance(value, str):
+        return True
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return words(name)[-1:] != ["token"]
 
 
 def looks_like_form(raw: bytes, headers: Any = None) -> bool:
