@@ -45,14 +45,18 @@ HEADER_SECRETS = {
     "Cookie": "sid=hCookieSid08",
     "x-amz-security-token": "hAmzTok09",
 }
-BODY_SECRETS = ["bApiKey11", "bClientSecret12", "bPassword13", "bToken14", "bNestedTok15", "bListSecret16", "bPrivKey17"]
+BODY_SECRETS = ["bApiKey11", "bClientSecret12", "bPassword13", "bToken14", "bNestedTok15", "bListSecret16", "bPrivKey17", "bToolArg18"]
 JSON_BODY = {
     "model": "gpt-test",
     "stream": True,
     "max_tokens": 77,
     "max_completion_tokens": 78,
     "api_key": BODY_SECRETS[0],
-    "messages": [{"role": "user", "content": "hello"}],
+    "messages": [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "login", "arguments": json.dumps({"user": "alice", "password": BODY_SECRETS[7]})}}]},
+    ],
     "metadata": {"client_secret": BODY_SECRETS[1], "deeper": [{"password": BODY_SECRETS[2]}, {"auth": {"token": BODY_SECRETS[3]}}]},
     "account": {"pin_password": 918273645},  # a number under a secret name
     "connection": {"accessToken": BODY_SECRETS[4], "secrets": [BODY_SECRETS[5]], "privateKey": BODY_SECRETS[6], "budget_tokens": 1024},
@@ -182,7 +186,9 @@ def test_redacted_recordings_keep_their_structure_and_counts(recorded):
     body = request["body"]
     assert body["max_tokens"] == 77 and body["max_completion_tokens"] == 78 and body["connection"]["budget_tokens"] == 1024
     assert body["api_key"] == REDACTED and body["metadata"]["deeper"][1]["auth"]["token"] == REDACTED
-    assert body["connection"]["secrets"] == [REDACTED] and body["messages"] == JSON_BODY["messages"]
+    assert body["connection"]["secrets"] == [REDACTED] and body["messages"][0] == JSON_BODY["messages"][0]
+    arguments = body["messages"][1]["tool_calls"][0]["function"]["arguments"]  # JSON in a string: redacted inside
+    assert json.loads(arguments) == {"user": "alice", "password": REDACTED}
     headers = dict(request["headers"])
     assert headers["Authorization"] == "Bearer [redacted]" and headers["x-custom-token"] == REDACTED
     assert "model=m" in request["url"] and f"{ALLOWED}={ALLOWED_VALUE}" in request["url"]
@@ -203,6 +209,10 @@ def test_a_redacted_recording_answers_the_request_with_the_real_secrets(recorded
         other_secret = json.loads(json.dumps(JSON_BODY))
         other_secret["metadata"]["deeper"][0]["password"] = "another one"
         assert httpx.post(url, json=other_secret, timeout=10).status_code == 200
+        other_secret["messages"][1]["tool_calls"][0]["function"]["arguments"] = json.dumps({"user": "alice", "password": "x"})
+        assert httpx.post(url, json=other_secret, timeout=10).status_code == 200
+        other_secret["messages"][1]["tool_calls"][0]["function"]["arguments"] = json.dumps({"user": "bob", "password": "x"})
+        assert httpx.post(url, json=other_secret, timeout=10).status_code == 404
         changed = JSON_BODY | {"max_tokens": 5}
         assert httpx.post(url, json=changed, timeout=10).status_code == 404  # what is not redacted still counts
         form_url = f"{server.base_url}/s/form{CHAT}?{query}"

@@ -13,6 +13,7 @@ Counts are not secrets: the patterns look at whole words (``token`` as the last 
 from __future__ import annotations
 
 import base64
+import json
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -137,7 +138,19 @@ class Redactor:
             return out
         if isinstance(value, list):
             return [self.json(item) for item in value]
+        if isinstance(value, str) and value[:1] in ("{", "["):
+            return self._json_in_text(value)
         return value
+
+    def _json_in_text(self, text: str) -> str:
+        """JSON carried as a string (a tool call's ``arguments``): redacted inside, re-serialized
+        by ``dump_embedded`` only when something was redacted, else left as it was."""
+        try:
+            inner = json.loads(text)
+        except ValueError:
+            return text
+        redacted = self.json(inner)
+        return dump_embedded(redacted) if redacted != inner else text
 
     def form(self, body: bytes) -> bytes:
         """An ``a=1&b=2`` body with secret fields' values replaced; every other byte as it was."""
@@ -165,6 +178,11 @@ class Redactor:
             if raw is not None and looks_like_form(raw, part.get("headers")):
                 part["body_b64"] = base64.b64encode(self.form(raw)).decode("ascii")
         return part
+
+
+def dump_embedded(value: Any) -> str:
+    """How redacted JSON-in-a-string is written (replay matching writes a request's the same way)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _secret_scalar(name: str, value: Any) -> bool:

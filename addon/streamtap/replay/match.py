@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
-from streamtap.recording.redact import FORM_REDACTED, REDACTED
+from streamtap.recording.redact import FORM_REDACTED, REDACTED, dump_embedded
 
 from .source import RecordingError, Source, load_source
 
@@ -52,7 +52,7 @@ def holds_redacted(value: Any) -> bool:
         return any(holds_redacted(v) for v in value.values())
     if isinstance(value, list):
         return any(holds_redacted(v) for v in value)
-    return isinstance(value, str) and (value == REDACTED or FORM_REDACTED in value)
+    return isinstance(value, str) and (REDACTED in value or FORM_REDACTED in value)
 
 
 def mask_like(live: Any, recorded: Any) -> Any:
@@ -60,14 +60,27 @@ def mask_like(live: Any, recorded: Any) -> Any:
     if isinstance(recorded, str):
         if recorded == REDACTED:
             return REDACTED
-        if FORM_REDACTED in recorded and isinstance(live, str):
-            return _mask_form(live, recorded)
+        if isinstance(live, str) and live != recorded:
+            if FORM_REDACTED in recorded:
+                return _mask_form(live, recorded)
+            if REDACTED in recorded and recorded[:1] in ("{", "["):
+                return _mask_embedded(live, recorded)
         return live
     if isinstance(recorded, dict) and isinstance(live, dict):
         return {k: mask_like(v, recorded[k]) if k in recorded else v for k, v in live.items()}
     if isinstance(recorded, list) and isinstance(live, list) and len(live) == len(recorded):
         return [mask_like(a, b) for a, b in zip(live, recorded)]
     return live
+
+
+def _mask_embedded(live: str, recorded: str) -> str:
+    """JSON carried in a string (a tool call's arguments), masked inside and written as the
+    redaction wrote it."""
+    try:
+        mine, theirs = json.loads(live), json.loads(recorded)
+    except ValueError:
+        return live
+    return dump_embedded(mask_like(mine, theirs))
 
 
 def _mask_form(live: str, recorded: str) -> str:
