@@ -13,6 +13,7 @@ Counts are not secrets: the patterns look at whole words (``token`` as the last 
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 from collections.abc import Iterable
@@ -55,6 +56,7 @@ def words(name: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(name)]
 
 
+@functools.lru_cache(maxsize=4096)  # a body repeats a few names many times ("role", "content")
 def secret_name(name: str, where: str = "body") -> bool:
     """Whether the patterns take ``name`` (of a ``header``, ``query`` parameter or ``body`` field) for a secret."""
     lowered = name.lower()
