@@ -140,8 +140,10 @@ def test_an_oversized_chunked_body_gets_a_413_once_past_the_limit(server):
         b"BROKEN\r\n\r\n",
         b"POST /v1/chat/completions HTTP/1.1\r\nno colon here\r\n\r\n",
         b"POST /v1/chat/completions HTTP/9.9\r\nhost: x\r\n\r\n",
+        b"POST /v1/chat/completions HTTP/1.1\r\ncontent-length: 2\r\n\r\n{}",
     ],
-    ids=["negative-length", "bad-length", "two-lengths", "negative-chunk", "bad-chunk", "unknown-coding", "request-line", "header-line", "version"],
+    ids=["negative-length", "bad-length", "two-lengths", "negative-chunk", "bad-chunk", "unknown-coding", "request-line", "header-line",
+         "version", "no-host"],
 )
 def test_malformed_requests_get_a_400_and_no_traceback(server, request_bytes, caplog):
     caplog.set_level(logging.DEBUG)
