@@ -48,7 +48,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sentinel", metavar="LINE", help="exact last line every answer must end with; missing => truncated")
     parser.add_argument(
         "--redact", metavar="NAME", action="append", default=[],
-        help="another header or query parameter whose value is redacted (repeatable; the usual secrets always are)",
+        help="another header, query parameter or body field whose value is redacted (repeatable; names that "
+        "look like secrets always are: see the README's Security section)",
+    )
+    parser.add_argument(
+        "--redact-allow", metavar="NAME", action="append", default=[],
+        help="a name the secret patterns catch wrongly: its value is kept (repeatable)",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress messages, only the result lines")
 
@@ -91,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         for item in import_capture(
             source, args.out, matches=matches, sentinel=args.sentinel, redact=args.redact,
-            progress=Progress(not args.quiet),
+            redact_allow=args.redact_allow, progress=Progress(not args.quiet),
         ):
             if item.already:
                 already += 1

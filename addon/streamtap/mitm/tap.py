@@ -139,6 +139,7 @@ class FlowTap:
         directory: str,
         fsync: str,
         redact: Sequence[str],
+        redact_allow: Sequence[str] = (),
         sentinel: str | None,
         max_event_size: int,
         record: bool,
@@ -192,6 +193,7 @@ class FlowTap:
                     flow_id=flow.id,
                     fsync=fsync,
                     redact=redact,
+                    redact_allow=redact_allow,
                     encoded=bool(self.decoder) or (self.encoding not in (None, "", "identity")),
                 )
                 self.writer.header(self._header(flow))
@@ -599,8 +601,14 @@ class Tap:
             "streamtap_redact",
             Sequence[str],
             [],
-            "More header and query parameter names whose values are redacted in recordings "
-            "(Authorization, x-api-key, cookies, AWS signatures and key= always are).",
+            "More header, query parameter and body field names whose values are redacted in recordings "
+            "(names that look like secrets always are: see the README's Security section).",
+        )
+        loader.add_option(
+            "streamtap_redact_allow",
+            Sequence[str],
+            [],
+            "Names the secret patterns catch wrongly: their values are kept in recordings.",
         )
         loader.add_option(
             "streamtap_sentinel",
@@ -653,6 +661,7 @@ class Tap:
                 directory=options.streamtap_dir,
                 fsync=options.streamtap_fsync,
                 redact=options.streamtap_redact,
+                redact_allow=options.streamtap_redact_allow,
                 sentinel=options.streamtap_sentinel,
                 max_event_size=options.streamtap_max_event,
                 record=options.streamtap_record,

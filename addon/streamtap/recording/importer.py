@@ -69,7 +69,8 @@ def _stream_end(flow: Any) -> tuple[StreamEnd, str | None]:
 
 
 def import_flow(
-    flow: Any, out: Path, source: Path, *, sentinel: str | None = None, redact: Iterable[str] = ()
+    flow: Any, out: Path, source: Path, *, sentinel: str | None = None, redact: Iterable[str] = (),
+    redact_allow: Iterable[str] = (),
 ) -> Imported:
     """Write one flow's recording into ``out`` (which must exist)."""
     request, response = flow.request, flow.response
@@ -100,7 +101,8 @@ def import_flow(
     encoded = body != wire or bool(response.headers.get("content-encoding"))
     started = response.timestamp_start or request.timestamp_start or 0.0
     writer = RecordingWriter.create(
-        out, started=started, provider=result.provider, flow_id=flow.id, redact=redact, encoded=encoded
+        out, started=started, provider=result.provider, flow_id=flow.id, redact=redact, redact_allow=redact_allow,
+        encoded=encoded
     )
     try:
         writer.header(flow_header(
@@ -152,6 +154,7 @@ def import_capture(
     matches: Callable[[Any], bool] = is_llm_stream,
     sentinel: str | None = None,
     redact: Iterable[str] = (),
+    redact_allow: Iterable[str] = (),
     progress: Callable[[int], None] | None = None,
 ) -> Iterator[Imported]:
     """One ``Imported`` per HTTP flow with a response that ``matches``; ``progress(flows_read)``."""
@@ -163,7 +166,7 @@ def import_capture(
             progress(count)
         if not isinstance(flow, http.HTTPFlow) or flow.response is None or not matches(flow):
             continue
-        yield import_flow(flow, out, source, sentinel=sentinel, redact=redact)
+        yield import_flow(flow, out, source, sentinel=sentinel, redact=redact, redact_allow=redact_allow)
 
 
 __all__ = ["CaptureError", "Imported", "import_capture", "import_flow", "is_llm_stream", "read_flows"]

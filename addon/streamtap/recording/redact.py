@@ -1,44 +1,80 @@
 """Keep secrets off disk: credentials are replaced before a recording line is written.
 
-Only values are touched; names, order and the auth scheme stay, so a recording still
-shows *how* a request authenticated (``Bearer``, ``AWS4-HMAC-SHA256``) without the secret.
+Secrets are found by NAME: a header, query parameter, JSON body field or form field whose
+name says it carries a credential (``SECRET_PATTERNS`` below, listed in the README). Only
+values are touched; names, order, structure and the auth scheme stay, so a recording still
+shows *how* a request authenticated (``Bearer``, ``AWS4-HMAC-SHA256``) without the secret,
+and a redacted JSON field is still a string (``"[redacted]"``): replay matching ignores it.
+
+Counts are not secrets: the patterns look at whole words (``token`` as the last word, never
+``tokens`` or ``token_count``), and in JSON bodies a number under a ``…token`` name is kept.
 """
 
 from __future__ import annotations
 
+import base64
+import functools
+import json
 import re
 from collections.abc import Iterable
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import Any
+from urllib.parse import parse_qsl, quote_plus, unquote_plus, urlencode, urlsplit, urlunsplit
 
 REDACTED = "[redacted]"
+FORM_REDACTED = quote_plus(REDACTED)  # how a redacted value reads in a form or query string
 
+# Names redacted whatever their words (headers; kept for the users of this module).
 SECRET_HEADERS = frozenset(
-    {
-        "authorization",
-        "proxy-authorization",
-        "x-api-key",
-        "api-key",
-        "x-goog-api-key",
-        "cookie",
-        "set-cookie",
-        "x-amz-security-token",
-    }
+    {"authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key", "cookie", "set-cookie", "x-amz-security-token"}
+)
+SECRET_QUERY = frozenset({"key", "api_key", "api-key", "x-amz-signature", "x-amz-credential", "x-amz-security-token"})
+
+# The patterns, by the words of a name (split at non-letters and at camelCase humps, lower-cased):
+SECRET_SUBSTRINGS = ("secret", "password", "passwd")  # anywhere in the name: client_secret, x-app-secret, db_password
+SECRET_LAST_WORDS = frozenset(  # the name's last word: access_token, x-session-token, sessionToken, sig, X-Amz-Signature
+    {"token", "signature", "sig", "credential", "credentials", "apikey", "cookie", "authorization"}
+)
+KEY_QUALIFIERS = frozenset(  # "<word> key" as the name's last two words: api_key, x-api-key, privateKey, Ocp-Apim-Subscription-Key
+    {"api", "access", "private", "secret", "subscription", "account", "signing", "master", "client", "functions", "session", "auth"}
+)
+# only for headers: any x-...-key (x-goog-api-key, x-functions-key, x-vendor-key); only for queries: key= (Gemini)
+SECRET_PATTERNS = (
+    "any name containing " + ", ".join(SECRET_SUBSTRINGS),
+    "last word " + ", ".join(sorted(SECRET_LAST_WORDS)),
+    "last words '<" + "|".join(sorted(KEY_QUALIFIERS)) + "> key'",
+    "headers: x-...-key, authorization, proxy-authorization, cookie, set-cookie",
+    "query parameters: key",
 )
 
-# Query parameters that carry a credential: Gemini's `key=`, presigned SigV4 URLs.
-SECRET_QUERY = frozenset(
-    {
-        "key",
-        "api_key",
-        "api-key",
-        "x-amz-signature",
-        "x-amz-credential",
-        "x-amz-security-token",
-    }
-)
-
-# "Bearer sk-..." keeps "Bearer"; "AWS4-HMAC-SHA256 Credential=..., Signature=..." keeps the scheme.
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _SCHEME = re.compile(r"^\s*([A-Za-z][A-Za-z0-9._-]*)\s+\S")
+_FORM = re.compile(rb"[^&=\s]+=[^&\s]*(?:&[^&=\s]+=[^&\s]*)*&?")
+
+
+def words(name: str) -> list[str]:
+    """``x-amz-Security-Token`` -> x amz security token; ``clientSecret`` -> client secret."""
+    return [w.lower() for w in _WORD.findall(name)]
+
+
+@functools.lru_cache(maxsize=4096)  # a body repeats a few names many times ("role", "content")
+def secret_name(name: str, where: str = "body") -> bool:
+    """Whether the patterns take ``name`` (of a ``header``, ``query`` parameter or ``body`` field) for a secret."""
+    lowered = name.lower()
+    if any(part in lowered for part in SECRET_SUBSTRINGS):
+        return True
+    parts = words(name)
+    if not parts:
+        return False
+    if parts[-1] in SECRET_LAST_WORDS:
+        return True
+    if parts[-1] == "key":
+        if len(parts) >= 2 and parts[-2] in KEY_QUALIFIERS:
+            return True
+        if where == "header" and len(parts) >= 2 and parts[0] == "x":
+            return True
+        if where == "query" and len(parts) == 1:
+            return True
+    return where == "header" and lowered in SECRET_HEADERS
 
 
 def redact_header_value(value: str) -> str:
@@ -48,32 +84,132 @@ def redact_header_value(value: str) -> str:
     return REDACTED
 
 
-def redact_headers(
-    headers: Iterable[tuple[str, str]], extra: Iterable[str] = ()
-) -> list[list[str]]:
+class Redactor:
+    """The redaction rules in force: the patterns, plus ``extra`` names always redacted,
+    minus ``allow`` names a pattern would catch wrongly (both case-insensitive, exact names)."""
+
+    def __init__(self, extra: Iterable[str] = (), allow: Iterable[str] = ()) -> None:
+        self.extra = frozenset(name.lower() for name in extra)
+        self.allow = frozenset(name.lower() for name in allow)
+
+    def secret(self, name: str, where: str) -> bool:
+        lowered = name.lower()
+        if lowered in self.extra:
+            return True
+        return lowered not in self.allow and secret_name(name, where)
+
+    def headers(self, headers: Iterable[tuple[str, str]]) -> list[list[str]]:
+        """Header pairs (order and repeats kept) with secret values replaced."""
+        return [[name, redact_header_value(value) if self.secret(name, "header") else value] for name, value in headers]
+
+    def url(self, url: str) -> str:
+        """The URL with credential query values (and any userinfo password) replaced."""
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if "@" in netloc:
+            userinfo, _, hostport = netloc.rpartition("@")
+            user = userinfo.split(":", 1)[0]
+            netloc = f"{user}:{REDACTED}@{hostport}" if ":" in userinfo else f"{REDACTED}@{hostport}"
+        query = parts.query
+        if query:
+            pairs = parse_qsl(query, keep_blank_values=True)
+            if any(self.secret(name, "query") for name, _ in pairs):
+                query = urlencode(
+                    [(name, REDACTED if self.secret(name, "query") else value) for name, value in pairs], safe="[]/:"
+                )
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+    def json(self, value: Any) -> Any:
+        """A JSON value with the values of secret fields replaced, at any depth (a list under a
+        secret name: its items). Numbers under a ``…token`` name and the structure stay; the fields of
+        an object under a secret name are judged by their own names (a tool's JSON schema
+        may well have a ``password`` property whose ``type`` is no secret)."""
+        if isinstance(value, dict):
+            out = {}
+            for name, item in value.items():
+                if isinstance(name, str) and self.secret(name, "body"):
+                    if _secret_scalar(name, item):
+                        item = REDACTED
+                    elif isinstance(item, list):
+                        item = [REDACTED if _secret_scalar(name, x) else self.json(x) for x in item]
+                    else:
+                        item = self.json(item)
+                else:
+                    item = self.json(item)
+                out[name] = item
+            return out
+        if isinstance(value, list):
+            return [self.json(item) for item in value]
+        if isinstance(value, str) and value[:1] in ("{", "["):
+            return self._json_in_text(value)
+        return value
+
+    def _json_in_text(self, text: str) -> str:
+        """JSON carried as a string (a tool call's ``arguments``): redacted inside, re-serialized
+        by ``dump_embedded`` only when something was redacted, else left as it was."""
+        try:
+            inner = json.loads(text)
+        except ValueError:
+            return text
+        redacted = self.json(inner)
+        return dump_embedded(redacted) if redacted != inner else text
+
+    def form(self, body: bytes) -> bytes:
+        """An ``a=1&b=2`` body with secret fields' values replaced; every other byte as it was."""
+        pieces = body.split(b"&")
+        for i, piece in enumerate(pieces):
+            name, eq, _value = piece.partition(b"=")
+            if eq and self.secret(unquote_plus(name.decode("latin-1")), "body"):
+                pieces[i] = name + b"=" + FORM_REDACTED.encode()
+        return b"&".join(pieces)
+
+    def request_part(self, part: dict[str, Any]) -> dict[str, Any]:
+        """A recording header's ``request`` or ``response``, redacted."""
+        part = dict(part)
+        if "headers" in part:
+            part["headers"] = self.headers(part["headers"])
+        if "url" in part:
+            part["url"] = self.url(part["url"])
+        if "body" in part:
+            part["body"] = self.json(part["body"])
+        if isinstance(part.get("body_b64"), str):
+            try:
+                raw = base64.b64decode(part["body_b64"], validate=True)
+            except ValueError:
+                raw = None
+            if raw is not None and looks_like_form(raw, part.get("headers")):
+                part["body_b64"] = base64.b64encode(self.form(raw)).decode("ascii")
+        return part
+
+
+def dump_embedded(value: Any) -> str:
+    """How redacted JSON-in-a-string is written (replay matching writes a request's the same way)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _secret_scalar(name: str, value: Any) -> bool:
+    """A value to redact under a secret name: a string, or a number unless the name ends in
+    ``token`` (a count such as ``max_token`` is a number; a PIN under ``password`` is a secret)."""
+    if isinstance(value, str):
+        return True
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return words(name)[-1:] != ["token"]
+
+
+def looks_like_form(raw: bytes, headers: Any = None) -> bool:
+    """A form body: so declared, or bytes that follow the ``a=1&b=2`` grammar."""
+    for name, value in headers or ():
+        if str(name).lower() == "content-type" and "x-www-form-urlencoded" in str(value).lower():
+            return True
+    return _FORM.fullmatch(raw.strip()) is not None
+
+
+def redact_headers(headers: Iterable[tuple[str, str]], extra: Iterable[str] = ()) -> list[list[str]]:
     """Header pairs (order and repeats kept) with secret values replaced."""
-    secret = SECRET_HEADERS | {name.lower() for name in extra}
-    return [
-        [name, redact_header_value(value) if name.lower() in secret else value]
-        for name, value in headers
-    ]
+    return Redactor(extra).headers(headers)
 
 
 def redact_url(url: str, extra: Iterable[str] = ()) -> str:
     """The URL with credential query values (and any userinfo password) replaced."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostport = netloc.rpartition("@")
-        user = userinfo.split(":", 1)[0]
-        netloc = f"{user}:{REDACTED}@{hostport}" if ":" in userinfo else f"{REDACTED}@{hostport}"
-    query = parts.query
-    if query:
-        secret = SECRET_QUERY | {name.lower() for name in extra}
-        pairs = parse_qsl(query, keep_blank_values=True)
-        if any(name.lower() in secret for name, _ in pairs):
-            query = urlencode(
-                [(name, REDACTED if name.lower() in secret else value) for name, value in pairs],
-                safe="[]/:",
-            )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    return Redactor(extra).url(url)

@@ -22,7 +22,7 @@ import orjson
 from streamtap import __version__
 from streamtap.wire import EventStreamMessage, JSONValue, Malformed, SSEEvent, Tail
 
-from .redact import redact_headers, redact_url
+from .redact import Redactor
 
 FORMAT = "streamtap-recording/1"
 SUM_HEX = 16  # sha256 prefix length in a frame's "sum": 64 bits tell a wrong frame apart
@@ -158,6 +158,7 @@ class RecordingWriter:
         *,
         fsync: str = "end",
         redact: Iterable[str] = (),
+        redact_allow: Iterable[str] = (),
         encoded: bool = False,
     ) -> None:
         if fsync not in FSYNC_POLICIES:
@@ -165,6 +166,7 @@ class RecordingWriter:
         self.path = Path(path)
         self.fsync = fsync
         self.redact = tuple(redact)
+        self.redactor = Redactor(self.redact, redact_allow)
         self.encoded = encoded  # wire bytes differ from the body (content-encoding): keep them too
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         try:
@@ -207,19 +209,13 @@ class RecordingWriter:
             os.fsync(self._file.fileno())
 
     def header(self, fields: dict[str, Any]) -> None:
-        """Line 1. ``request``/``response`` header pairs and the URL are redacted here."""
+        """Line 1. ``request``/``response`` header pairs, the URL and the request body are redacted here."""
         record: dict[str, Any] = {"type": "header", "format": FORMAT, "streamtap": __version__}
         record.update(fields)
         for side in ("request", "response"):
             part = record.get(side)
-            if not isinstance(part, dict):
-                continue
-            part = dict(part)
-            if "headers" in part:
-                part["headers"] = redact_headers(part["headers"], self.redact)
-            if "url" in part:
-                part["url"] = redact_url(part["url"], self.redact)
-            record[side] = part
+            if isinstance(part, dict):
+                record[side] = self.redactor.request_part(part)
         self._line(record)
 
     def _body(self, start: int, raw: bytes) -> None:

@@ -30,6 +30,7 @@ connection with a TCP RST.
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -135,20 +136,46 @@ def parse_faults(text: str | None) -> list[Fault]:
     return [parse_fault(part) for part in text.split(";") if part.strip()]
 
 
+# The range of each number (inclusive). Event positions may be -1 (before the first event);
+# times are bounded so that a plan never sleeps past a day or overflows a clock.
+MAX_POSITION = 2**53  # events, bytes, frames: more than any recording holds
+_RANGES: dict[str, tuple[float, float]] = {
+    "event": (-1, MAX_POSITION), "after": (-1, MAX_POSITION), "at": (0, MAX_POSITION),
+    "byte": (0, MAX_POSITION), "frame": (0, MAX_POSITION), "offset": (0, MAX_POSITION),
+    "max": (1, MAX_POSITION), "seed": (0, 2**64), "bps": (8, 10**12),
+    "secs": (0, 86_400), "ms": (0, 3_600_000), "jitter": (0, 3_600_000),
+}  # fmt: skip
+
+
 def _convert(spec: str, key: str, value: str, kind: Any) -> Any:
-    try:
-        if kind is int:
-            return int(value, 0)
-        if kind is float:
-            return float(value)
-    except ValueError:
-        raise FaultSpecError(f"{spec!r}: {key} must be a number, got {value!r}") from None
+    if kind in (int, float):
+        return _number(spec, key, value, kind)
     if isinstance(kind, tuple) and value not in kind:
         raise FaultSpecError(f"{spec!r}: {key} is one of {', '.join(kind)}, not {value!r}")
     return value
 
 
+def _number(spec: str, key: str, value: str, kind: Any) -> int | float:
+    """A finite number within the key's range, or a FaultSpecError that says which."""
+    try:
+        number = int(value, 0) if kind is int else float(value)
+    except ValueError:
+        whole = " (a whole one)" if kind is int else ""
+        raise FaultSpecError(f"{spec!r}: {key} must be a number{whole}, got {value!r}") from None
+    if not math.isfinite(number):
+        raise FaultSpecError(f"{spec!r}: {key} must be a finite number, got {value!r}")
+    low, high = _RANGES.get(key, (0, MAX_POSITION))
+    if number < low:
+        raise FaultSpecError(f"{spec!r}: {key} must be >= {low}, got {value!r}")
+    if number > high:
+        raise FaultSpecError(f"{spec!r}: {key} must be <= {high}, got {value!r}")
+    return number
+
+
 # --- timing -------------------------------------------------------------------------------
+
+
+MAX_SCALE = 1000  # scale=N: recorded gaps at most a thousand times longer
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,9 +195,9 @@ class Timing:
                 factor = float(text[6:])
             except ValueError:
                 factor = -1.0
-            if factor >= 0:
+            if 0 <= factor <= MAX_SCALE:  # also false for nan
                 return cls("scale", factor)
-        raise FaultSpecError(f"timing is fast, original or scale=N (N >= 0), not {text!r}")
+        raise FaultSpecError(f"timing is fast, original or scale=N (0 <= N <= {MAX_SCALE}), not {text!r}")
 
     def seconds(self, t_ms: float) -> float:
         if self.mode == "fast":

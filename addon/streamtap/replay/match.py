@@ -3,6 +3,10 @@
 Normalizing means: parse the JSON, drop the ignored fields (dotted paths such as
 ``metadata.user_id``), serialize with sorted keys. Headers play no part unless named with
 ``match_headers`` (their recorded values are redacted where secret, so secrets never match).
+
+A value the recording holds redacted (``"[redacted]"`` in the JSON body, a redacted query
+parameter or form field) matches any value: the request with the real secret still finds
+the recording the secret was taken out of.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
+
+from streamtap.recording.redact import FORM_REDACTED, REDACTED, dump_embedded
 
 from .source import RecordingError, Source, load_source
 
@@ -39,6 +45,53 @@ def _drop_path(obj: Any, parts: list[str]) -> None:
         obj.pop(parts[0], None)
     else:
         _drop_path(obj.get(parts[0]), parts[1:])
+
+
+def holds_redacted(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(holds_redacted(v) for v in value.values())
+    if isinstance(value, list):
+        return any(holds_redacted(v) for v in value)
+    return isinstance(value, str) and (REDACTED in value or FORM_REDACTED in value)
+
+
+def mask_like(live: Any, recorded: Any) -> Any:
+    """``live`` with ``"[redacted]"`` wherever ``recorded`` has it (a copy where it differs)."""
+    if isinstance(recorded, str):
+        if recorded == REDACTED:
+            return REDACTED
+        if isinstance(live, str) and live != recorded:
+            if FORM_REDACTED in recorded:
+                return _mask_form(live, recorded)
+            if REDACTED in recorded and recorded[:1] in ("{", "["):
+                return _mask_embedded(live, recorded)
+        return live
+    if isinstance(recorded, dict) and isinstance(live, dict):
+        return {k: mask_like(v, recorded[k]) if k in recorded else v for k, v in live.items()}
+    if isinstance(recorded, list) and isinstance(live, list) and len(live) == len(recorded):
+        return [mask_like(a, b) for a, b in zip(live, recorded)]
+    return live
+
+
+def _mask_embedded(live: str, recorded: str) -> str:
+    """JSON carried in a string (a tool call's arguments), masked inside and written as the
+    redaction wrote it."""
+    try:
+        mine, theirs = json.loads(live), json.loads(recorded)
+    except ValueError:
+        return live
+    return dump_embedded(mask_like(mine, theirs))
+
+
+def _mask_form(live: str, recorded: str) -> str:
+    """A form body: each field the recording redacted takes the recorded (redacted) value."""
+    mine, theirs = live.split("&"), recorded.split("&")
+    if len(mine) != len(theirs):
+        return live
+    for i, (a, b) in enumerate(zip(mine, theirs)):
+        if b.endswith("=" + FORM_REDACTED) and a.partition("=")[0] == b.partition("=")[0]:
+            mine[i] = b
+    return "&".join(mine)
 
 
 def body_hash(body: Any) -> str:
@@ -72,6 +125,8 @@ class _Entry:
     key: Key
     body: Any
     served: int = 0
+    redacted_params: frozenset[str] = frozenset()  # query parameters recorded redacted
+    redacted_body: bool = False  # the body holds redacted values
 
 
 class Library:
@@ -84,7 +139,10 @@ class Library:
         for source in sources:
             body = normalize_body(_copy(source.request_body), self.options.ignore_fields)
             key = self.key(source.method, source.path_and_query, source.request_headers, body)
-            self.entries.append(_Entry(source, key, body))
+            params = frozenset(
+                k for k, v in parse_qsl(urlsplit(source.path_and_query).query, keep_blank_values=True) if v == REDACTED
+            )
+            self.entries.append(_Entry(source, key, body, redacted_params=params, redacted_body=holds_redacted(body)))
 
     @classmethod
     def load(cls, paths: Iterable[str | Path], options: MatchOptions | None = None) -> Library:
@@ -99,32 +157,50 @@ class Library:
                 raise RecordingError(f"{path}: no such file or directory")
         return cls([load_source(f) for f in files], options)
 
-    def key(self, method: str, target: str, headers: dict[str, str], body: Any) -> Key:
+    def key(self, method: str, target: str, headers: dict[str, str], body: Any, redacted_params: frozenset[str] = frozenset()) -> Key:
         parts = urlsplit(target)
         path = unquote(parts.path) or "/"
-        query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in self.options.ignore_params]
+        query = [
+            (k, REDACTED if k in redacted_params else v)
+            for k, v in parse_qsl(parts.query, keep_blank_values=True)
+            if k not in self.options.ignore_params
+        ]
         if query:
             path += "?" + urlencode(sorted(query))
         wanted = tuple((h, headers.get(h, "")) for h in self.options.match_headers)
         return Key(method.upper(), path, body_hash(body), wanted)
 
     def match(self, method: str, target: str, headers: dict[str, str], body: bytes) -> Source | None:
-        key = self.request_key(method, target, headers, body)
+        request = self._request(method, target, headers, body)
         with self._lock:
-            entry = self._first_answer(key)
+            entry = self._first_answer(request)
             if entry is None:
                 return None
             entry.served += 1
             return entry.source
 
     def has_match(self, method: str, target: str, headers: dict[str, str], body: bytes) -> bool:
-        key = self.request_key(method, target, headers, body)
+        request = self._request(method, target, headers, body)
         with self._lock:
-            return self._first_answer(key) is not None
+            return self._first_answer(request) is not None
 
-    def _first_answer(self, key: Key) -> _Entry | None:
+    def _request(self, method: str, target: str, headers: dict[str, str], body: bytes) -> tuple:
+        lowered = {k.lower(): v for k, v in headers.items()}
+        normalized = normalize_body(body, self.options.ignore_fields)
+        return method, target, lowered, normalized, self.key(method, target, lowered, normalized)
+
+    def _answers(self, entry: _Entry, request: tuple) -> bool:
+        method, target, headers, body, key = request
+        if self.options.match_any or entry.key == key:
+            return True
+        if not (entry.redacted_body or entry.redacted_params) or entry.key.method != key.method:
+            return False
+        masked = mask_like(body, entry.body) if entry.redacted_body else body
+        return entry.key == self.key(method, target, headers, masked, entry.redacted_params)
+
+    def _first_answer(self, request: tuple) -> _Entry | None:
         for entry in self.entries:
-            if (self.options.match_any or entry.key == key) and not (self.options.once and entry.served):
+            if not (self.options.once and entry.served) and self._answers(entry, request):
                 return entry
         return None
 

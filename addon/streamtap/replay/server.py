@@ -1,9 +1,12 @@
 """The replay server: HTTP/1.1 on raw asyncio streams, answering requests from recordings.
 
-Raw streams because the point is byte-level control: each planned write becomes one HTTP
-chunk at its time, a clean end is the ``0`` chunk, an abort is an unterminated chunked
-body followed by FIN, a reset is SO_LINGER 0 then close (RST). Everything else about
-the response (which bytes, when) comes from ``faults.plan``.
+Requests are parsed by h11 (``_RequestReader``) within ``Limits``: headers must arrive
+within a time limit, a body larger than the limit gets a 413 before any of it is read,
+anything h11 refuses a 400 (or 431), and the connection closes after each of these.
+Responses are written by hand, because the point is byte-level control: each planned
+write becomes one HTTP chunk at its time, a clean end is the ``0`` chunk, an abort is an
+unterminated chunked body followed by FIN, a reset is SO_LINGER 0 then close (RST).
+Everything else about the response (which bytes, when) comes from ``faults.plan``.
 """
 
 from __future__ import annotations
@@ -14,12 +17,15 @@ import socket
 import struct
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
+
+import h11
 
 from .faults import Fault, FaultSpecError, Plan, Timing, parse_faults, plan
 from .match import Library
@@ -33,6 +39,7 @@ HOP_BY_HOP = frozenset(
 )  # fmt: skip
 FAULT_HEADER = "x-streamtap-fault"
 MAX_HEADER_BYTES = 64 * 1024
+READ_SIZE = 64 * 1024
 SERVED_KEPT = 1000  # answered requests kept for logs and tests: a server inside mitmproxy runs for days
 
 
@@ -43,6 +50,17 @@ class ServeOptions:
     assign_ids: bool = False  # add `id: <seq>` lines to SSE streams so any client can resume
     fault_header: bool = False  # honour x-streamtap-fault request headers (opt-in)
     fault_on_resume: bool = False  # apply the faults to Last-Event-ID resumes too
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What the server accepts from a client (the README's Security section lists them)."""
+
+    header_bytes: int = MAX_HEADER_BYTES  # request line and headers; more: 431
+    body_bytes: int = 32 * 1024 * 1024  # a request body; more: 413, before any of it is read
+    header_timeout: float = 10.0  # seconds from a request's first byte to the end of its headers; then 408
+    body_timeout: float = 10.0  # seconds the body may pause between two reads; then 408
+    idle_timeout: float = 120.0  # seconds a kept-alive connection may wait for its next request
 
 
 @dataclass(slots=True)
@@ -65,13 +83,16 @@ class ReplayServer:
         options: ServeOptions | None = None,
         *,
         log: Callable[[str], None] | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self.library = library
         self.options = options or ServeOptions()
+        self.limits = limits or Limits()
         self.log = log if log is not None else _stderr
         self.served: deque[Served] = deque(maxlen=SERVED_KEPT)
         self._server: asyncio.base_events.Server | None = None
-        self._others: dict[str, Source] = {}
+        self._others: dict[str, Source] = {}  # swap-tail names -> recordings
+        self._given: dict[str, Source] | None = None  # names a fault header may use for swap-tail
         self._with_ids: dict[int, Source] = {}
         self._plans: dict[tuple, Plan] = {}
         self._writers: set[asyncio.StreamWriter] = set()
@@ -84,7 +105,7 @@ class ReplayServer:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> ReplayServer:
         self._load_others(self.options.faults)
-        self._server = await asyncio.start_server(self._connection, host, port, limit=MAX_HEADER_BYTES)
+        self._server = await asyncio.start_server(self._connection, host, port, backlog=1024)
         self.host, self.port = self._server.sockets[0].getsockname()[:2]
         return self
 
@@ -108,6 +129,34 @@ class ReplayServer:
                 raise FaultSpecError(f"{fault.spec!r}: no recording {name!r} (looked beside the served recordings too)")
             self._others[name] = load_source(path)
 
+    def _given_recordings(self) -> dict[str, Source]:
+        """What a fault header may name for swap-tail: only recordings this server was given
+        (served ones by path as loaded, absolute path or file name; the swap-tail recordings of
+        the faults it was started with, by their names). A header never opens a file: a name
+        outside this table reads as unknown whatever is, or is not, at that path."""
+        if self._given is None:
+            given: dict[str, Source] = {}
+            for entry in self.library.entries:
+                path = Path(entry.source.path)
+                for name in (str(path), str(path.absolute()), path.name):
+                    given.setdefault(name, entry.source)
+            given.update(self._others)
+            self._given = given
+        return self._given
+
+    def _header_others(self, faults: list[Fault]) -> None:
+        given = self._given_recordings()
+        for fault in faults:
+            if fault.kind != "swap-tail":
+                continue
+            name = fault.params["with"]
+            if name not in given:
+                raise FaultSpecError(
+                    f"{fault.spec!r}: with= names no recording this server serves "
+                    "(a fault header may name only the served recordings, by path or file name)"
+                )
+            self._others.setdefault(name, given[name])
+
     # --- HTTP ------------------------------------------------------------------------------
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -116,18 +165,23 @@ class ReplayServer:
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         writer.transport.set_write_buffer_limits(high=1024 * 1024)  # fewer drain round trips in fast mode
+        requests = _RequestReader(reader, writer, self.limits)
         try:
             while True:
-                request = await _read_request(reader, writer)
+                request = await requests.next()
                 if request is None:
                     break
                 keep_open = await self._answer(request, writer)
                 if not keep_open:
                     return
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+        except ConnectionError:
             pass
-        except _BadRequest as exc:
-            await _send_json(writer, 400, {"error": {"type": "bad_request", "message": str(exc)}}, close=True)
+        except _Refused as exc:
+            body = {"error": {"type": exc.kind, "message": exc.message}}
+            try:
+                await _send_json(writer, exc.status, body, close=True)
+            except ConnectionError:
+                pass
         finally:
             self._writers.discard(writer)
             if not writer.transport.is_closing():
@@ -139,15 +193,17 @@ class ReplayServer:
         if source is None:
             body = lib.explain(request.method, request.target, request.headers, request.body)
             self._record(Served(request.method, request.target, 404, None, []))
-            await _send_json(writer, 404, body, close=not request.keep_alive)
+            await _send_json(writer, 404, body, close=not request.keep_alive, head_only=request.method == "HEAD")
             return request.keep_alive
         faults = self.options.faults
         if self.options.fault_header and FAULT_HEADER in request.headers:
             try:
-                faults = faults + parse_faults(request.headers[FAULT_HEADER])
-                self._load_others(faults)
+                from_header = parse_faults(request.headers[FAULT_HEADER])
+                self._header_others(from_header)
+                faults = faults + from_header
             except (FaultSpecError, ValueError) as exc:
-                await _send_json(writer, 400, {"error": {"type": "streamtap_bad_fault", "message": str(exc)}})
+                error = {"error": {"type": "streamtap_bad_fault", "message": str(exc)}}
+                await _send_json(writer, 400, error, head_only=request.method == "HEAD")
                 return request.keep_alive
         if self.options.assign_ids and source.wire == "sse":
             source = self._with_ids.setdefault(id(source), with_event_ids(source))
@@ -158,14 +214,15 @@ class ReplayServer:
             if start_after is None:
                 message = f"Last-Event-ID {resume_id!r} names no event of {source.path}"
                 self._record(Served(request.method, request.target, 404, source.path, []))
-                await _send_json(writer, 404, {"error": {"type": "streamtap_unknown_event_id", "message": message}})
+                error = {"error": {"type": "streamtap_unknown_event_id", "message": message}}
+                await _send_json(writer, 404, error, head_only=request.method == "HEAD")
                 return request.keep_alive
             if not self.options.fault_on_resume:
                 faults = []
         try:
             the_plan = self._plan(source, faults, start_after)
         except FaultSpecError as exc:
-            await _send_json(writer, 400, {"error": {"type": "streamtap_bad_fault", "message": str(exc)}})
+            await _send_json(writer, 400, {"error": {"type": "streamtap_bad_fault", "message": str(exc)}}, head_only=request.method == "HEAD")
             return request.keep_alive
         served = Served(request.method, request.target, source.status, source.path, list(the_plan.log), None, resume_id)
         self._record(served)
@@ -198,6 +255,8 @@ class ReplayServer:
         head += [f"{k}: {v}" for k, v in the_plan.headers]  # e.g. the faults it carries, for whatever records it
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1", "replace"))
         await writer.drain()
+        if request.method == "HEAD":  # a HEAD response is its head alone
+            return
         loop = asyncio.get_running_loop()
         start = loop.time()
         style = the_plan.end.style
@@ -286,8 +345,12 @@ def resume_position(source: Source, last_event_id: str) -> int | None:
 # --- HTTP/1.1 plumbing -------------------------------------------------------------------
 
 
-class _BadRequest(Exception):
-    pass
+class _Refused(Exception):
+    """A request the server answers with an error status and then closes the connection."""
+
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.message = status, kind, message
 
 
 @dataclass(slots=True)
@@ -299,60 +362,107 @@ class _Request:
     keep_alive: bool
 
 
-async def _read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> _Request | None:
-    try:
-        head = await reader.readuntil(b"\r\n\r\n")
-    except asyncio.IncompleteReadError:
-        return None
-    lines = head.decode("latin-1").split("\r\n")
-    try:
-        method, target, version = lines[0].split(" ", 2)
-    except ValueError:
-        raise _BadRequest(f"bad request line {lines[0][:80]!r}") from None
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        if not line:
-            continue
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    if headers.get("expect", "").lower() == "100-continue":
-        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        body = await _read_chunked(reader)
-    else:
+class _RequestReader:
+    """The requests on one connection, parsed by h11 within the server's ``Limits``.
+
+    One h11 connection per request (the bytes after a request carry over), because the
+    responses are written by hand: h11 only ever sees the client's side."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limits: Limits) -> None:
+        self.reader, self.writer, self.limits = reader, writer, limits
+        self._leftover = b""
+
+    async def next(self) -> _Request | None:
+        """The next whole request; None when the client closed or went quiet between requests.
+        Raises _Refused for what cannot be answered normally."""
+        limits = self.limits
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.header_bytes)
+        header_deadline = time.monotonic() + limits.header_timeout if self._leftover else None
+        if self._leftover:  # (receive_data(b"") would mean the client closed)
+            conn.receive_data(self._leftover)
+            self._leftover = b""
+        request: h11.Request | None = None
+        body = bytearray()
+        while True:
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError as exc:
+                if request is None and header_deadline is None:
+                    return None  # closed before a request began
+                status = exc.error_status_hint if exc.error_status_hint in (400, 431) else 400
+                raise _Refused(status, "bad_request", f"malformed request: {exc}") from None
+            if event is h11.NEED_DATA:
+                if request is None:
+                    timeout = limits.idle_timeout if header_deadline is None else header_deadline - time.monotonic()
+                else:
+                    timeout = limits.body_timeout
+                data = await self._read(timeout, waiting=header_deadline is not None or request is not None)
+                if data is None:
+                    return None
+                if data and header_deadline is None:
+                    header_deadline = time.monotonic() + limits.header_timeout
+                conn.receive_data(data)
+            elif isinstance(event, h11.Request):
+                request = event
+                if event.http_version not in (b"1.0", b"1.1"):
+                    raise _Refused(505, "bad_request", f"HTTP/{event.http_version.decode('latin-1')} is not spoken here; HTTP/1.1 is")
+                if _head_size(event) > limits.header_bytes:  # h11 bounds only a head still incomplete
+                    raise _Refused(431, "bad_request", f"request headers over {limits.header_bytes} bytes")
+                length = _content_length(event)
+                if length is not None and length > limits.body_bytes:
+                    raise _Refused(413, "request_too_large", f"request body of {length} bytes; this server takes at most {limits.body_bytes}")
+                if conn.they_are_waiting_for_100_continue:
+                    self.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            elif isinstance(event, h11.Data):
+                body += event.data
+                if len(body) > limits.body_bytes:
+                    raise _Refused(413, "request_too_large", f"request body over {limits.body_bytes} bytes")
+            elif isinstance(event, h11.EndOfMessage):
+                assert request is not None
+                self._leftover = bytes(conn.trailing_data[0])
+                return _request(request, bytes(body))
+            elif isinstance(event, h11.ConnectionClosed):
+                return None
+            # PAUSED cannot come before EndOfMessage on the client's side
+
+    async def _read(self, timeout: float, *, waiting: bool) -> bytes | None:
+        """Bytes from the client (b"" at its end); None when an idle connection timed out.
+        ``waiting``: a request is under way, so a timeout is a 408."""
         try:
-            length = int(headers.get("content-length", "0"))
-        except ValueError:
-            raise _BadRequest("bad content-length") from None
-        body = await reader.readexactly(length) if length else b""
+            return await asyncio.wait_for(self.reader.read(READ_SIZE), max(timeout, 0.0))
+        except TimeoutError:
+            if waiting:
+                raise _Refused(408, "request_timeout", "the request did not arrive in time") from None
+            return None
+
+
+def _head_size(request: h11.Request) -> int:
+    """The request line and header lines, in bytes as sent (give or take whitespace)."""
+    line = len(request.method) + len(request.target) + 12
+    return line + sum(len(name) + len(value) + 4 for name, value in request.headers) + 2
+
+
+def _content_length(request: h11.Request) -> int | None:
+    for name, value in request.headers:
+        if name == b"content-length":
+            return int(value)  # h11 let only digits through
+    return None
+
+
+def _request(event: h11.Request, body: bytes) -> _Request:
+    headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in event.headers}  # names come lower-cased
     connection = headers.get("connection", "").lower()
-    keep_alive = "close" not in connection and (version != "HTTP/1.0" or "keep-alive" in connection)
-    return _Request(method.upper(), target, headers, body, keep_alive)
+    keep_alive = "close" not in connection and (event.http_version != b"1.0" or "keep-alive" in connection)
+    return _Request(event.method.decode("ascii").upper(), event.target.decode("latin-1"), headers, body, keep_alive)
 
 
-async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    body = bytearray()
-    while True:
-        size_line = await reader.readuntil(b"\r\n")
-        try:
-            size = int(size_line.split(b";")[0], 16)
-        except ValueError:
-            raise _BadRequest("bad chunk size") from None
-        if size == 0:
-            while (await reader.readuntil(b"\r\n")) != b"\r\n":
-                pass
-            return bytes(body)
-        body += await reader.readexactly(size)
-        await reader.readexactly(2)
-
-
-async def _send_json(writer: asyncio.StreamWriter, status: int, body: Any, close: bool = False) -> None:
+async def _send_json(writer: asyncio.StreamWriter, status: int, body: Any, close: bool = False, head_only: bool = False) -> None:
     data = json.dumps(body, indent=1).encode()
     head = (
         f"HTTP/1.1 {status} {_reason(status)}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(data)}\r\nconnection: {'close' if close else 'keep-alive'}\r\n\r\n"
     )
-    writer.write(head.encode() + data)
+    writer.write(head.encode() + (b"" if head_only else data))
     await writer.drain()
     if close:
         writer.close()
@@ -375,8 +485,9 @@ def _stderr(line: str) -> None:
 class ServerThread:
     """A ReplayServer on its own event loop in a daemon thread: ``with ServerThread(...) as s: s.base_url``."""
 
-    def __init__(self, library: Library, options: ServeOptions | None = None, *, host: str = "127.0.0.1", port: int = 0, log: Callable[[str], None] | None = None) -> None:
-        self.server = ReplayServer(library, options, log=log if log is not None else (lambda line: None))
+    def __init__(self, library: Library, options: ServeOptions | None = None, *, host: str = "127.0.0.1", port: int = 0,
+                 log: Callable[[str], None] | None = None, limits: Limits | None = None) -> None:
+        self.server = ReplayServer(library, options, log=log if log is not None else (lambda line: None), limits=limits)
         self._host, self._port = host, port
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="streamtap-replay", daemon=True)

@@ -1,0 +1,248 @@
+"""Secrets stay off disk: by name pattern, in the query string, request and response
+headers, JSON bodies at any depth and form bodies, through a real mitmdump; token counts
+survive; a redacted recording still answers the request with the real secret."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from urllib.parse import unquote_plus
+
+import httpx
+import pytest
+from upstream import CHAT, Mitmdump, Script, Upstream, find_recording
+
+import provider_streams as streams
+from streamtap.recording import REDACTED, read_recording
+from streamtap.recording.redact import Redactor, secret_name
+from streamtap.replay.faults import Timing
+from streamtap.replay.match import Library
+from streamtap.replay.server import ServeOptions, ServerThread
+
+# every secret is distinct and grep-able; none is a substring of another
+QUERY_SECRETS = {
+    "access_token": "qAccessTok3n91",
+    "refresh_token": "qRefreshTok3n92",
+    "client_secret": "qClientS3cret93",
+    "db_password": "qDbPassw0rd94",
+    "sig": "qSasSig95",
+    "signature": "qSignatur396",
+    "key": "qGeminiKey97",
+    "X-Amz-Credential": "qAmzCred98",
+}
+HEADER_SECRETS = {
+    "Authorization": "Bearer hAuthBearer01",
+    "Ocp-Apim-Subscription-Key": "hApimKey02",
+    "x-session-token": "hSessionTok03",
+    "x-custom-token": "hCustomTok04",
+    "x-vendor-key": "hVendorKey05",
+    "x-app-secret": "hAppSecret06",
+    "x-goog-api-key": "hGoogKey07",
+    "Cookie": "sid=hCookieSid08",
+    "x-amz-security-token": "hAmzTok09",
+}
+BODY_SECRETS = ["bApiKey11", "bClientSecret12", "bPassword13", "bToken14", "bNestedTok15", "bListSecret16", "bPrivKey17", "bToolArg18"]
+JSON_BODY = {
+    "model": "gpt-test",
+    "stream": True,
+    "max_tokens": 77,
+    "max_completion_tokens": 78,
+    "api_key": BODY_SECRETS[0],
+    "messages": [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "login", "arguments": json.dumps({"user": "alice", "password": BODY_SECRETS[7]})}}]},
+    ],
+    "metadata": {"client_secret": BODY_SECRETS[1], "deeper": [{"password": BODY_SECRETS[2]}, {"auth": {"token": BODY_SECRETS[3]}}]},
+    "account": {"pin_password": 918273645},  # a number under a secret name
+    "connection": {"accessToken": BODY_SECRETS[4], "secrets": [BODY_SECRETS[5]], "privateKey": BODY_SECRETS[6], "budget_tokens": 1024},
+}
+FORM_SECRETS = ["fPassw0rd21", "fClientSecret22", "fApiKey23", "fToken24"]
+FORM_BODY = (
+    f"grant_type=password&username=alice&password={FORM_SECRETS[0]}&client_secret={FORM_SECRETS[1]}"
+    f"&api_key={FORM_SECRETS[2]}&token={FORM_SECRETS[3]}&max_tokens=12"
+)
+RESPONSE_SECRETS = {"set-cookie": "rSetCookie31=abc; Path=/; HttpOnly", "x-upstream-token": "rUpstreamTok32", "x-auth-token": "rAuthTok33"}
+ALLOWED = "page_token"  # the test's allow-listed name: its value is kept
+ALLOWED_VALUE = "keptPageTok41"
+
+
+def all_secrets() -> list[str]:
+    out = list(QUERY_SECRETS.values()) + BODY_SECRETS + FORM_SECRETS + ["918273645"]
+    out += [value.split(" ")[-1].split("=")[-1] for value in HEADER_SECRETS.values()]
+    out += ["rSetCookie31", "rUpstreamTok32", "rAuthTok33"]
+    return out
+
+
+def everything_written(directory: Path) -> bytes:
+    """Every byte under ``directory``, plus every base64 field decoded and every string URL-decoded."""
+    out = []
+    for path in sorted(directory.rglob("*")):
+        if not path.is_file():
+            continue
+        data = path.read_bytes()
+        out.append(data)
+        for line in data.splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            out += list(_decoded_strings(record))
+    return b"\n".join(out)
+
+
+def _decoded_strings(value):
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _decoded_strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _decoded_strings(item)
+    elif isinstance(value, str):
+        yield unquote_plus(value).encode()
+        try:
+            yield base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            pass
+
+
+# --- the patterns ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, where",
+    [("max_tokens", "body"), ("input_tokens", "body"), ("output_tokens", "body"), ("cache_read_input_tokens", "body"),
+     ("totalTokenCount", "body"), ("maxOutputTokens", "body"), ("budget_tokens", "body"), ("prompt_cache_key", "body"),
+     ("key", "body"), ("x-ratelimit-remaining-tokens", "header"), ("anthropic-ratelimit-tokens-reset", "header"),
+     ("Idempotency-Key", "header"), ("content-type", "header"), ("x-request-id", "header"), ("model", "query")],
+)
+def test_counts_and_ordinary_names_are_no_secrets(name, where):
+    assert not secret_name(name, where)
+
+
+def test_token_counts_survive_in_a_body_even_under_secret_looking_names():
+    usage = {"usage": {"input_tokens": 12, "output_tokens": 34, "prompt_token": 5, "total_token_count": 46}, "max_tokens": 99}
+    assert Redactor().json(usage) == usage
+    assert Redactor().json({"token": "s3", "n": {"max_token": 7}}) == {"token": REDACTED, "n": {"max_token": 7}}
+    # a number under any other secret name is a secret (a PIN), true/false/null are not
+    assert Redactor().json({"password": 123456, "pin_secret": [1, 2], "api_key": None, "client_secret": True}) == {
+        "password": REDACTED, "pin_secret": [REDACTED, REDACTED], "api_key": None, "client_secret": True}
+
+
+def test_explicit_names_and_the_allow_list():
+    redactor = Redactor(extra=["x-team"], allow=["x-session-token", "Page_Token"])
+    assert redactor.headers([("X-Team", "t"), ("x-session-token", "kept"), ("x-other-token", "s")]) == [
+        ["X-Team", REDACTED], ["x-session-token", "kept"], ["x-other-token", REDACTED]]
+    assert redactor.url("https://h/p?page_token=a&access_token=b") == "https://h/p?page_token=a&access_token=[redacted]"
+    assert redactor.form(b"a=1&password=x&page_token=2") == b"a=1&password=%5Bredacted%5D&page_token=2"
+
+
+# --- a real mitmdump -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    if not shutil.which("curl"):
+        pytest.skip("curl is not installed")
+    work = tmp_path_factory.mktemp("redaction")
+    body = streams.openai_chat(["secret-free ", "answer"])
+    with Upstream() as upstream:
+        upstream.add("json", Script(body, headers=list(RESPONSE_SECRETS.items())))
+        upstream.add("form", Script(body, headers=list(RESPONSE_SECRETS.items()), encoding="gzip"))
+        options = {"streamtap_redact_allow": ALLOWED}
+        with Mitmdump(upstream.url, work, options=options) as proxy:
+            query = "&".join(f"{k}={v}" for k, v in QUERY_SECRETS.items()) + f"&{ALLOWED}={ALLOWED_VALUE}&model=m"
+            headers = [arg for name, value in HEADER_SECRETS.items() for arg in ("-H", f"{name}: {value}")]
+            common = ["curl", "-sS", "-N", "--max-time", "10", "--compressed", *headers]
+            out = subprocess.run([*common, "-H", "content-type: application/json", "--data-binary", json.dumps(JSON_BODY),
+                                  f"{proxy.url}/s/json{CHAT}?{query}"], capture_output=True)
+            assert out.returncode == 0 and out.stdout == body, out.stderr
+            out = subprocess.run([*common, "-H", "content-type: application/x-www-form-urlencoded", "--data-binary", FORM_BODY,
+                                  f"{proxy.url}/s/form{CHAT}?{query}"], capture_output=True)
+            assert out.returncode == 0 and out.stdout == body, out.stderr
+            as_json = find_recording(proxy.record_dir, "json")
+            as_form = find_recording(proxy.record_dir, "form")
+            assert upstream.last("json").headers["x-session-token"] == HEADER_SECRETS["x-session-token"]  # traffic untouched
+            assert upstream.last("form").body == FORM_BODY.encode()
+        yield proxy.record_dir, as_json, as_form
+
+
+def test_no_secret_reaches_any_byte_written(recorded):
+    record_dir, _, _ = recorded
+    written = everything_written(record_dir)
+    assert written
+    leaked = [secret for secret in all_secrets() if secret.encode() in written]
+    assert not leaked, f"secrets on disk: {leaked}"
+    assert ALLOWED_VALUE.encode() in written, "the allow-listed name lost its value"
+
+
+def test_redacted_recordings_keep_their_structure_and_counts(recorded):
+    _, as_json, as_form = recorded
+    request = as_json.header["request"]
+    body = request["body"]
+    assert body["max_tokens"] == 77 and body["max_completion_tokens"] == 78 and body["connection"]["budget_tokens"] == 1024
+    assert body["api_key"] == REDACTED and body["metadata"]["deeper"][1]["auth"]["token"] == REDACTED
+    assert body["connection"]["secrets"] == [REDACTED] and body["messages"][0] == JSON_BODY["messages"][0]
+    arguments = body["messages"][1]["tool_calls"][0]["function"]["arguments"]  # JSON in a string: redacted inside
+    assert json.loads(arguments) == {"user": "alice", "password": REDACTED}
+    headers = dict(request["headers"])
+    assert headers["Authorization"] == "Bearer [redacted]" and headers["x-custom-token"] == REDACTED
+    assert "model=m" in request["url"] and f"{ALLOWED}={ALLOWED_VALUE}" in request["url"]
+    response = dict(as_json.header["response"]["headers"])
+    assert response["set-cookie"] == response["x-upstream-token"] == REDACTED
+    form = base64.b64decode(as_form.header["request"]["body_b64"]).decode()
+    assert form.startswith("grant_type=password&username=alice&password=%5Bredacted%5D&") and form.endswith("&max_tokens=12")
+    assert as_json.end["verdict"]["kind"] == "complete"
+
+
+def test_a_redacted_recording_answers_the_request_with_the_real_secrets(recorded):
+    _, as_json, as_form = recorded
+    library = Library.load([as_json.path, as_form.path])
+    query = "&".join(f"{k}={v}" for k, v in QUERY_SECRETS.items()) + f"&{ALLOWED}={ALLOWED_VALUE}&model=m"
+    with ServerThread(library, ServeOptions(Timing.parse("fast"))) as server:
+        url = f"{server.base_url}/s/json{CHAT}?{query}"
+        assert httpx.post(url, json=JSON_BODY, timeout=10).status_code == 200
+        other_secret = json.loads(json.dumps(JSON_BODY))
+        other_secret["metadata"]["deeper"][0]["password"] = "another one"
+        assert httpx.post(url, json=other_secret, timeout=10).status_code == 200
+        other_secret["messages"][1]["tool_calls"][0]["function"]["arguments"] = json.dumps({"user": "alice", "password": "x"})
+        assert httpx.post(url, json=other_secret, timeout=10).status_code == 200
+        other_secret["messages"][1]["tool_calls"][0]["function"]["arguments"] = json.dumps({"user": "bob", "password": "x"})
+        assert httpx.post(url, json=other_secret, timeout=10).status_code == 404
+        changed = JSON_BODY | {"max_tokens": 5}
+        assert httpx.post(url, json=changed, timeout=10).status_code == 404  # what is not redacted still counts
+        form_url = f"{server.base_url}/s/form{CHAT}?{query}"
+        form_headers = {"content-type": "application/x-www-form-urlencoded"}
+        assert httpx.post(form_url, content=FORM_BODY, headers=form_headers, timeout=10).status_code == 200
+        assert httpx.post(form_url, content=FORM_BODY.replace("alice", "bob"), headers=form_headers, timeout=10).status_code == 404
+        other_query = url.replace("model=m", "model=n")
+        assert httpx.post(other_query, json=JSON_BODY, timeout=10).status_code == 404
+
+
+def test_streamtap_import_redacts_alike_and_takes_an_allow_list(tmp_path):
+    if not shutil.which("curl"):
+        pytest.skip("curl is not installed")
+    body = streams.openai_chat(["imported"])
+    capture = tmp_path / "capture.mitm"
+    with Upstream() as upstream:
+        upstream.add("json", Script(body, headers=list(RESPONSE_SECRETS.items())))
+        with Mitmdump(upstream.url, tmp_path / "m", script=None, options={"save_stream_file": str(capture)}) as proxy:
+            query = "&".join(f"{k}={v}" for k, v in QUERY_SECRETS.items()) + f"&{ALLOWED}={ALLOWED_VALUE}"
+            headers = [arg for name, value in HEADER_SECRETS.items() for arg in ("-H", f"{name}: {value}")]
+            out = subprocess.run(["curl", "-sS", "--max-time", "10", *headers, "-H", "content-type: application/json",
+                                  "--data-binary", json.dumps(JSON_BODY), f"{proxy.url}/s/json{CHAT}?{query}"], capture_output=True)
+            assert out.returncode == 0 and out.stdout == body, out.stderr
+    streamtap = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "streamtap"
+    result = subprocess.run([str(streamtap), "import", str(capture), "--out", str(tmp_path / "out"), "--redact-allow", ALLOWED, "-q"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode in (0, 1), result.stderr
+    [path] = (tmp_path / "out").glob("*.jsonl")
+    written = everything_written(tmp_path / "out")
+    leaked = [secret for secret in all_secrets() if secret not in FORM_SECRETS and secret.encode() in written]
+    assert not leaked, f"secrets on disk: {leaked}"
+    assert ALLOWED_VALUE.encode() in written
+    assert read_recording(path).header["request"]["body"]["max_tokens"] == 77
