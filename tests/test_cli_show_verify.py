@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -62,10 +63,11 @@ def test_verify_exits_1_when_any_file_is_not_complete(files, tmp_path):
 
 
 def test_usage_errors_exit_2_in_one_line(files, tmp_path):
-    missing = streamtap("verify", files["chat"], tmp_path / "nope.sse")
+    missing = streamtap("verify", tmp_path / "nope.sse", files["chat"])
     assert missing.returncode == 2
-    assert missing.stdout == ""
+    # the missing path is said on its own line; the file after it is still judged
     assert missing.stderr.strip() == f"streamtap verify: {tmp_path / 'nope.sse'}: no such file"
+    assert missing.stdout.startswith(f"{files['chat']}: complete (") and len(missing.stdout.splitlines()) == 1
     bad = streamtap("show", "--provider", "openai", files["chat"])
     assert bad.returncode == 2 and "invalid choice" in bad.stderr and "Traceback" not in bad.stderr
     none = streamtap("verify")
@@ -199,7 +201,9 @@ def test_a_recording_with_a_mistyped_field_is_one_line_exit_2(tmp_path, line1, l
     lines = ['{"type":"header","format":"streamtap-recording/1","dialect":"openai-chat",' + line1 + "}"]
     lines += [line2] if line2 else []
     if not (line2 or "").startswith('{"type":"end"'):
-        lines.append('{"type":"end","stream_end":"finished"}')
+        empty = hashlib.sha256(b"").hexdigest()
+        lines.append('{"type":"end","stream_end":"finished","frames":0,"bytes":0,"sha256":"%s","wire_bytes":0,'
+                     '"wire_sha256":"%s"}' % (empty, empty))
     recording.write_text("\n".join(lines) + "\n")
     for verb in ("verify", "show"):
         result = streamtap(verb, recording)

@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import textwrap
 
-from streamtap.cli import EXIT_OK
 from streamtap.providers import Block, BlockKind, Turn
 from streamtap.providers.common import dumps
 
-from .verify import Judged, add_input_options, judge_files, print_json
+from .verify import Judged, Unjudged, add_input_options, exit_code, judge_inputs, print_json, report_unjudged
 
 HELP = "Render captured streams as turns: thinking and answer apart, tool calls, verdict, timing."
 
@@ -19,21 +18,29 @@ RULE = "─"
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
         "Accepts raw bodies (.sse, .ndjson, .bin/.eventstream, .json array; others are sniffed) and "
-        "streamtap recordings. Example: streamtap show --provider openai-chat capture.sse"
+        "streamtap recordings, and directories of them. Exit codes: 0 every input shown, 2 any input could not be "
+        "read (said on its own line; the others are still shown). Example: streamtap show --provider openai-chat capture.sse"
     )
     add_input_options(parser)
     parser.add_argument("--width", type=int, default=100, help="wrap long lines at this width (0: no wrapping)")
 
 
 def run(args: argparse.Namespace) -> int:
-    for number, judged in enumerate(judge_files(args)):
-        if args.json:
-            print_json(judged)
+    """Exit 0 when every input was shown (whatever its verdict), 2 when any could not be read."""
+    shown, unjudged = 0, False
+    for item in judge_inputs(args):
+        if isinstance(item, Unjudged):
+            report_unjudged("show", item)
+            unjudged = True
             continue
-        if number:
+        if args.json:
+            print_json(item)
+            continue
+        if shown:
             print()
-        print(render(judged, args.width))
-    return EXIT_OK
+        print(render(item, args.width), flush=True)
+        shown += 1
+    return exit_code(True, unjudged)
 
 
 def render(judged: Judged, width: int = 100) -> str:
