@@ -225,3 +225,132 @@ def test_a_bug_in_a_verb_exits_3_not_1(monkeypatch, capsys, tmp_path):
     body.write_bytes(b"data: {}\n\n")
     assert cli.main(["verify", str(body)]) == cli.EXIT_INTERNAL == 3
     assert "RuntimeError: a bug in streamtap" in capsys.readouterr().err
+
+
+# -- recordings that contradict the format or their own bytes (issue 9.5) ---------------------------
+
+
+def _edited(tmp_path: Path, files, edit) -> Path:
+    """A real recording written by the project's writer, then edited by ``edit(lines) -> lines``
+    (lines without their newline, as bytes)."""
+    original = tmp_path / "original.jsonl"
+    _record(original, files["reasoning"].read_bytes(), Dialect.OPENAI_CHAT, 500)
+    assert streamtap("verify", original).returncode == 0
+    edited = tmp_path / "edited.jsonl"
+    edited.write_bytes(b"\n".join(edit(original.read_bytes().split(b"\n")[:-1])) + b"\n")
+    return edited
+
+
+def _first(lines: list[bytes], kind: str) -> int:
+    return next(i for i, line in enumerate(lines) if orjson.loads(line)["type"] == kind)
+
+
+def _set(kind: str, **fields):
+    """Set fields of the first line of that type."""
+
+    def edit(lines: list[bytes]) -> list[bytes]:
+        i = _first(lines, kind)
+        record = orjson.loads(lines[i])
+        for name, value in fields.items():
+            if value is None:
+                del record[name]
+            else:
+                record[name] = value
+        return [*lines[:i], orjson.dumps(record), *lines[i + 1 :]]
+
+    return edit
+
+
+def _frame_as_b64(text: str):
+    def edit(lines: list[bytes]) -> list[bytes]:
+        i = _first(lines, "frame")
+        record = orjson.loads(lines[i])
+        del record["raw"]
+        record["raw_b64"] = text
+        return [*lines[:i], orjson.dumps(record), *lines[i + 1 :]]
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "line_of", "says"),
+    [
+        (_set("frame", len=10**18), "frame", "'len' is 1000000000000000000, but the line holds"),
+        (_set("frame", len=None), "frame", "'len' is null"),
+        (_set("frame", sum="zz" * 8), "frame", "'sum' is \"zzzz"),
+        (_set("frame", offset=-3), "frame", "'offset' is -3"),
+        (_set("frame", t=-5), "frame", "'t' is -5"),
+        (_frame_as_b64("not base64!"), "frame", "'raw_b64' is not valid base64"),
+        (_set("end", stream_end="exploded"), "end", "'stream_end' is \"exploded\", not one of"),
+        (_set("end", verdict={"kind": "great"}), "end", "'kind' is \"great\", not one of"),
+        (_set("end", sha256="00"), "end", "'sha256' is \"00\", not 64 lowercase hex digits"),
+        (_set("end", frames=None), "end", "'frames' is null, not an integer"),
+        (_set("reads", wire_b64="AAAA"), "reads", "'wire_b64' holds 3 bytes, its reads add up to"),
+        (lambda lines: [lines[0], lines[0], *lines[1:]], 1, "line 2 is a second header"),
+        (lambda lines: [line + b"\r" for line in lines], 0, "line 1 ends in CR LF"),
+        (lambda lines: [lines[0], b" " + lines[1], *lines[2:]], 1, "line 2 (byte"),
+    ],
+    ids=["len-huge", "len-missing", "sum-not-hex", "offset-negative", "t-negative", "raw_b64-invalid",
+         "stream_end-invalid", "verdict-kind-invalid", "sha256-not-hex", "frames-missing", "wire_b64-length",
+         "second-header", "crlf", "space-before-line"],  # fmt: skip
+)
+def test_a_recording_that_contradicts_the_format_is_one_line_exit_2_naming_the_line(files, tmp_path, edit, line_of, says):
+    edited = _edited(tmp_path, files, edit)
+    lines = edited.read_bytes().split(b"\n")
+    number = line_of + 1 if isinstance(line_of, int) else _first(lines, line_of) + 1
+    for verb in ("verify", "show"):
+        result = streamtap(verb, edited)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert result.stdout == "" and "Traceback" not in result.stderr
+        assert len(result.stderr.splitlines()) == 1, result.stderr
+        assert f"line {number} " in result.stderr and says in result.stderr, result.stderr
+
+
+def test_an_end_line_whose_frame_count_differs_from_the_file_is_a_finding(files, tmp_path):
+    edited = _edited(tmp_path, files, lambda lines: [line for i, line in enumerate(lines) if i != _first(lines, "frame")])
+    result = streamtap("verify", edited)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "frames, the file holds" in result.stdout and "offset" in result.stdout
+
+
+PEAK_RSS = (
+    "import resource, subprocess, sys;"
+    "code = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True);"
+    "print(code.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024, code.stderr.strip())"
+)
+
+
+def _peak_rss(*args: str | Path) -> tuple[int, int, str]:
+    """(exit code, peak RSS in MiB, stderr) of one `streamtap` run, measured alone."""
+    out = subprocess.run([sys.executable, "-c", PEAK_RSS, str(STREAMTAP), *map(str, args)],
+                         capture_output=True, text=True, timeout=120, check=True).stdout  # fmt: skip
+    code, mib, err = out.split(" ", 2)
+    return int(code), int(mib), err
+
+
+def test_a_line_longer_than_the_format_allows_is_refused_in_bounded_memory(files, tmp_path):
+    """A ~200 MiB line (over MAX_LINE_BYTES) is refused without reading it whole into memory several times."""
+    from streamtap.recording import MAX_LINE_BYTES
+
+    note = b'{"type":"note","kind":"x","message":"' + b"a" * MAX_LINE_BYTES + b'"}'
+    edited = _edited(tmp_path, files, lambda lines: [lines[0], note, *lines[1:]])
+    code, mib, err = _peak_rss("verify", edited)
+    assert code == 2 and "line 2 (byte" in err and f"longer than {MAX_LINE_BYTES} bytes" in err, err
+    assert mib < 1.5 * MAX_LINE_BYTES / 2**20, f"peak RSS {mib} MiB"
+
+
+def test_verify_memory_does_not_grow_with_the_recording(tmp_path):
+    """A 64 MiB recording of events that hold no text (padded pings): verify's peak memory stays
+    far below the file's size (before: about 6x it)."""
+    start = (b'event: message_start\ndata: {"type":"message_start","message":{"id":"m","type":"message",'
+             b'"role":"assistant","model":"m","content":[],"usage":{"input_tokens":1,"output_tokens":1}}}\n\n')  # fmt: skip
+    ping = b'event: ping\ndata: {"type":"ping","pad":"%s"}\n\n' % (b"x" * 4000)
+    stop = (b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},'
+            b'"usage":{"output_tokens":9}}\n\nevent: message_stop\ndata: {"type":"message_stop"}\n\n')  # fmt: skip
+    recording = tmp_path / "pings.jsonl"
+    _record(recording, start + ping * (64 * 2**20 // len(ping)) + stop, Dialect.ANTHROPIC, 64 * 1024)
+    size_mib = recording.stat().st_size / 2**20
+    assert size_mib > 60
+    code, mib, err = _peak_rss("verify", recording)
+    assert code == 0, err
+    assert mib < size_mib / 2, f"peak RSS {mib} MiB for a {size_mib:.0f} MiB recording"

@@ -40,6 +40,8 @@ from .writer import FORMAT, SUM_HEX, RecordingError, frame_sum
 # (\u00XX), so 12 bytes per event byte, plus room for the other fields.
 MAX_LINE_BYTES = 12 * DEFAULT_MAX_EVENT + 2**20
 
+READ_PIECE = 1024 * 1024  # a line longer than this is read in pieces of this size
+
 _SUM = re.compile(rb"[0-9a-f]{%d}" % SUM_HEX)
 _SHA256 = re.compile(rb"[0-9a-f]{64}")
 _STREAM_ENDS = frozenset(e.value for e in StreamEnd)
@@ -274,10 +276,19 @@ class RecordingLines:
     def _damaged(self, number: int, what: str) -> RecordingError:
         return RecordingError(f"{self.path}: line {number} {what}")
 
-    def _next_line(self) -> bytes:
-        """The next line with its newline; b"" at the end; a cut last line without one."""
+    def _next_line(self) -> bytes | bytearray:
+        """The next line with its newline; b"" at the end; a cut last line without one.
+
+        Read in pieces, so that a line over the limit costs no more than the limit."""
         assert self._file is not None
-        line = self._file.readline(self.max_line_bytes + 1)
+        line: bytes | bytearray = self._file.readline(READ_PIECE)
+        if line and not line.endswith(b"\n") and len(line) == READ_PIECE:
+            line = bytearray(line)
+            while not line.endswith(b"\n") and len(line) <= self.max_line_bytes:
+                piece = self._file.readline(min(READ_PIECE, self.max_line_bytes + 1 - len(line)))
+                if not piece:
+                    break
+                line += piece
         if line:
             self._number += 1
         if len(line) > self.max_line_bytes:
