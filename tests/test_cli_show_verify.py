@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -354,3 +356,106 @@ def test_verify_memory_does_not_grow_with_the_recording(tmp_path):
     code, mib, err = _peak_rss("verify", recording)
     assert code == 0, err
     assert mib < size_mib / 2, f"peak RSS {mib} MiB for a {size_mib:.0f} MiB recording"
+
+
+# -- the CLI takes what users hand it (issue 10.2) --------------------------------------------------
+
+
+def test_directories_are_judged_recursively_in_name_order_and_a_partial_recording_as_incomplete(files, tmp_path):
+    root = tmp_path / "captures"
+    (root / "a").mkdir(parents=True)
+    (root / "b").mkdir()
+    body = files["reasoning"].read_bytes()
+    _record(root / "a" / "flow.jsonl", body, Dialect.OPENAI_CHAT, 500)
+    _record(root / "a" / "killed.partial.jsonl", body[: len(body) // 2], Dialect.OPENAI_CHAT, 500, finish=False)
+    (root / "b" / "chat.sse").symlink_to(files["chat"])
+    (root / "z.sse").symlink_to(files["gemini"])
+    (root / "notes.md").write_text("# not a stream file: a directory contributes recordings and stream bodies only\n")
+    expected = [root / "a" / "flow.jsonl", root / "a" / "killed.partial.jsonl", root / "b" / "chat.sse", root / "z.sse"]
+    result = streamtap("verify", root)
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split(": ", 1)[0] for line in lines] == [str(p) for p in expected]
+    assert ": complete (" in lines[0] and ": complete (" in lines[2] and ": complete (" in lines[3]
+    assert ": truncated (openai-chat)" in lines[1] and "(recording: recording incomplete at byte" in lines[1]
+    shown = streamtap("show", root)
+    assert shown.returncode == 0, shown.stderr
+    positions = [shown.stdout.index(f"{p}  (") for p in expected]
+    assert positions == sorted(positions)
+
+
+def test_an_unreadable_path_is_said_on_its_own_line_and_the_others_are_still_judged(files, tmp_path):
+    root = tmp_path / "captures"
+    root.mkdir()
+    (root / "a.sse").symlink_to(files["chat"])
+    (root / "gone.sse").symlink_to(tmp_path / "deleted.sse")  # a dangling link: listed, not readable
+    (root / "z.sse").symlink_to(files["gemini"])
+    for verb in ("verify", "show"):
+        result = streamtap(verb, root, tmp_path / "missing.sse")
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert result.stderr.splitlines() == [
+            f"streamtap {verb}: {root / 'gone.sse'}: cannot read: No such file or directory",
+            f"streamtap {verb}: {tmp_path / 'missing.sse'}: no such file",
+        ]
+        assert str(root / "a.sse") in result.stdout and str(root / "z.sse") in result.stdout
+    if os.geteuid() != 0:  # root reads a file whatever its mode
+        locked = tmp_path / "locked.sse"
+        locked.write_bytes(files["chat"].read_bytes())
+        locked.chmod(0)
+        result = streamtap("verify", locked, files["chat"])
+        assert result.returncode == 2 and "cannot read: Permission denied" in result.stderr
+        assert result.stdout.startswith(f"{files['chat']}: complete")
+
+
+def test_provider_rejudges_a_recording_as_that_dialect(files, tmp_path):
+    recording = tmp_path / "chat.jsonl"
+    _record(recording, files["chat"].read_bytes(), Dialect.OPENAI_CHAT, 300)
+    as_recorded = streamtap("verify", recording)
+    assert as_recorded.returncode == 0 and "(openai-chat)" in as_recorded.stdout
+    same = streamtap("verify", "--provider", "openai-chat", recording)
+    assert same.returncode == 0 and same.stdout == as_recorded.stdout
+    other = streamtap("verify", "--provider", "openai-responses", recording)
+    assert other.returncode == 1, other.stdout + other.stderr
+    assert "(openai-responses, --provider, the recording says openai-chat)" in other.stdout
+    assert ": complete (" not in other.stdout and "judging its bytes again" not in other.stdout
+    shown = streamtap("show", "--json", "--provider", "anthropic", recording)
+    assert orjson.loads(shown.stdout)["dialect"] == "anthropic"
+
+
+def test_a_file_that_is_not_a_stream_is_said_so(tmp_path):
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(random.Random(7).randbytes(3000))
+    result = streamtap("verify", readme, junk)
+    assert result.returncode == 2 and result.stdout == ""
+    assert [line.split(": not a stream: ")[0] for line in result.stderr.splitlines()] == [
+        f"streamtap verify: {readme}", f"streamtap verify: {junk}"
+    ]
+    forced = streamtap("verify", "--provider", "openai-chat", readme)  # the user insists: judged, not complete
+    assert forced.returncode == 1 and forced.stdout.startswith(f"{readme}: truncated (openai-chat)")
+
+
+def test_the_sniffing_message_names_the_format_it_read_the_bytes_as(tmp_path):
+    """SSE bytes of no known dialect in a .json file are read as a JSON array: the line says so."""
+    odd = tmp_path / "odd.json"
+    odd.write_bytes(b'data: {"a":1}\n\n')
+    result = streamtap("verify", odd)
+    assert result.returncode == 1
+    assert "sniffed: SSE with no recognisable payload; read as a JSON array (a .json file)" in result.stdout
+
+
+def test_show_marks_an_unfinished_tool_call_and_block(files, tmp_path):
+    chat = files["chat"].read_bytes()
+    cut_chat = tmp_path / "cut-in-second-call.sse"
+    cut_chat.write_bytes(chat[: chat.index(b"\n\n", chat.index(b'"osto"')) + 2])  # after '{"location": "Bosto'
+    out = streamtap("show", cut_chat).stdout
+    first, second = out.split("─── tool call get_current_weather")[1:]
+    assert "UNFINISHED" not in first and "San Francisco" in first
+    assert "UNFINISHED" in second.splitlines()[0] and "Bosto" in second
+    assert "UNFINISHED" not in streamtap("show", files["chat"]).stdout
+    thinking = files["anthropic"].read_bytes()
+    cut_text = tmp_path / "cut-in-answer.sse"
+    cut_text.write_bytes(thinking[: thinking.index(b"\n\n", thinking.index(b"text_delta")) + 2])
+    shown = streamtap("show", cut_text).stdout
+    assert any(line.startswith("─── answer") and "UNFINISHED" in line for line in shown.splitlines()), shown
+    assert not any(line.startswith("─── thinking") and "UNFINISHED" in line for line in shown.splitlines()), shown

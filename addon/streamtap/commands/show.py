@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 
-from streamtap.providers import Block, BlockKind, Turn
+from streamtap.providers import Block, BlockKind, Choice, Turn
 from streamtap.providers.common import dumps
 
 from .verify import Judged, Unjudged, add_input_options, exit_code, judge_inputs, print_json, report_unjudged
@@ -77,11 +77,27 @@ def render(judged: Judged, width: int = 100) -> str:
             lines.append("(no content)")
         for block in choice.blocks:
             lines.append("")
-            lines.extend(_block(block, width))
+            title, body = _block(block, width)
+            lines.append(_heading(title, _unfinished(turn, choice, block)))
+            lines.extend(body)
     return "\n".join(lines)
 
 
-def _heading(title: str) -> str:
+UNFINISHED = "UNFINISHED: the stream stopped inside it"
+
+
+def _unfinished(turn: Turn, choice: Choice, block: Block) -> bool:
+    """The provider never ended this block: it says so itself (``closed``), or its choice got no
+    stop reason and it is the choice's last block (dialects whose blocks have no end event)."""
+    if not block.closed:
+        return True
+    stopped = choice.stop_reason is not None or (turn.stop_reason is not None and len(turn.choices) == 1)
+    return not stopped and block is choice.blocks[-1]
+
+
+def _heading(title: str, unfinished: bool = False) -> str:
+    if unfinished:
+        title = f"{title} · {UNFINISHED}"
     return f"{RULE * 3} {title} {RULE * max(3, 60 - len(title))}"
 
 
@@ -95,18 +111,19 @@ def _wrap(text: str, width: int) -> list[str]:
     return out
 
 
-def _block(block: Block, width: int) -> list[str]:
+def _block(block: Block, width: int) -> tuple[str, list[str]]:
+    """The block's title and its lines."""
     kind = block.kind
     if kind is BlockKind.THINKING:
         title = "thinking" + (" (signed)" if block.signature else "")
         body = [f"│ {line}" for line in _wrap(block.text, width)] if block.text else ["│ (no visible text)"]
-        return [_heading(title), *body]
+        return title, body
     if kind is BlockKind.REDACTED_THINKING:
-        return [_heading("redacted thinking"), f"│ ({len(block.data or '')} bytes of encrypted data)"]
+        return "redacted thinking", [f"│ ({len(block.data or '')} bytes of encrypted data)"]
     if kind is BlockKind.TEXT:
-        return [_heading("answer"), *_wrap(block.text, width)]
+        return "answer", _wrap(block.text, width)
     if kind is BlockKind.REFUSAL:
-        return [_heading("refusal"), *_wrap(block.text, width)]
+        return "refusal", _wrap(block.text, width)
     if kind is BlockKind.TOOL_CALL:
         title = f"tool call {block.name or '?'}" + (f" (id {block.id})" if block.id else "")
         if block.arguments_error:
@@ -115,10 +132,10 @@ def _block(block: Block, width: int) -> list[str]:
             args = [dumps(block.arguments) if not isinstance(block.arguments, str) else block.arguments]
         else:
             args = [block.arguments_raw or ""]
-        return [_heading(title), *[f"  {line}" for line in args]]
+        return title, [f"  {line}" for line in args]
     label = f"{kind} {block.name or ''}".strip()
     summary = block.text or block.arguments_raw or ""
-    return [_heading(label)] + ([f"  {line}" for line in _wrap(summary, width)] if summary else [])
+    return label, [f"  {line}" for line in _wrap(summary, width)] if summary else []
 
 
 def _usage(turn: Turn) -> str:
