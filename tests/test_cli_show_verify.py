@@ -384,6 +384,20 @@ def test_directories_are_judged_recursively_in_name_order_and_a_partial_recordin
     assert positions == sorted(positions)
 
 
+def test_a_partial_recording_killed_before_its_header_was_out_is_judged_incomplete(files, tmp_path):
+    whole = tmp_path / "whole.jsonl"
+    _record(whole, files["reasoning"].read_bytes(), Dialect.OPENAI_CHAT, 500)
+    empty = tmp_path / "20260130T061502.123Z_openai-chat_3f2a9c0e1b7d.partial.jsonl"
+    empty.write_bytes(b"")
+    cut = tmp_path / "20260130T061503.123Z_openai-chat_3f2a9c0e1b7e.partial.jsonl"
+    cut.write_bytes(whole.read_bytes()[:40])
+    result = streamtap("verify", empty, cut)
+    assert result.returncode == 1, result.stdout + result.stderr
+    first, second = result.stdout.splitlines()
+    assert first.startswith(f"{empty}: unknown") and "recording incomplete at byte 0: the file is empty" in first
+    assert second.startswith(f"{cut}: unknown") and "recording incomplete at byte 0: the header line is cut" in second
+
+
 def test_an_unreadable_path_is_said_on_its_own_line_and_the_others_are_still_judged(files, tmp_path):
     root = tmp_path / "captures"
     root.mkdir()

@@ -121,12 +121,13 @@ def judge_inputs(args: argparse.Namespace) -> Iterator[Judged | Unjudged]:
 
 
 def judge_file(path: Path, provider: str | None, sentinel: str | None) -> Judged | Unjudged:
-    from streamtap.recording import RecordingError, open_recording
+    from streamtap.recording import PARTIAL_SUFFIX, RecordingError, open_recording
 
     try:
         with open_recording(path) as file:
             head = file.read(SNIFF_BYTES)
-            if head.lstrip().startswith(b"{") and RECORDING_MARK in head.split(b"\n", 1)[0]:
+            first_line = head.split(b"\n", 1)[0]
+            if path.name.endswith(PARTIAL_SUFFIX) or (head.lstrip().startswith(b"{") and RECORDING_MARK in first_line):
                 return _judge_recording(path, provider, sentinel)
             return _judge_raw(path, head, file, provider, sentinel)
     except RecordingError as exc:
@@ -171,9 +172,15 @@ def _judge_raw(path: Path, head: bytes, file: BinaryIO, provider: str | None, se
 def _judge_recording(path: Path, provider: str | None, sentinel: str | None) -> Judged | Unjudged:
     """Walk the recording once: check each line against the others and feed its bytes to the
     judge as they come, so memory does not grow with the file."""
-    from streamtap.recording import Frame, NetworkReads, RecordingCheck, RecordingLines
+    from streamtap.recording import Frame, HeaderCut, NetworkReads, RecordingCheck, RecordingLines
 
-    with RecordingLines(path) as lines:
+    try:
+        lines = RecordingLines(path).open()
+    except HeaderCut as exc:  # a writer killed before its header was out: incomplete, and said so
+        problem = str(exc).removeprefix(f"{path}: ").removeprefix(f"{path} ")
+        analysis = StreamSession(Dialect.UNKNOWN).close(StreamEnd.FINISHED)
+        return Judged(path, analysis, Dialect.UNKNOWN, "recording header", "recording", problem)
+    with lines:
         header = lines.header
         if sentinel is None:
             sentinel = header.get("sentinel")  # judge with the sentinel the proxy used

@@ -7,6 +7,7 @@ from .header import flow_header
 from .reader import (
     MAX_LINE_BYTES,
     Frame,
+    HeaderCut,
     NetworkReads,
     Recording,
     RecordingCheck,
@@ -38,6 +39,7 @@ __all__ = [
     "SECRET_HEADERS",
     "SECRET_QUERY",
     "Frame",
+    "HeaderCut",
     "NetworkReads",
     "Recording",
     "RecordingBusy",

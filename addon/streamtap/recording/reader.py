@@ -55,6 +55,10 @@ def open_recording(path: str | os.PathLike[str]) -> BinaryIO:
     return open(path, "rb")
 
 
+class HeaderCut(RecordingError):
+    """The file ends before its header line does: its writer stopped at once (a killed proxy)."""
+
+
 @dataclass(slots=True)
 class Frame:
     """One stretch of the body: a decoded frame, unframed bytes (``raw``) or the cut ``tail``."""
@@ -256,14 +260,19 @@ class RecordingLines:
         self._number = 0  # lines read so far
         self._position = 0  # bytes of complete lines read so far
 
-    def __enter__(self) -> RecordingLines:
-        self._file = open_recording(self.path)
-        try:
-            self._read_header()
-        except BaseException:
-            self.close()
-            raise
+    def open(self) -> RecordingLines:
+        """Open the file and read its header (``with`` does this too)."""
+        if self._file is None:
+            self._file = open_recording(self.path)
+            try:
+                self._read_header()
+            except BaseException:
+                self.close()
+                raise
         return self
+
+    def __enter__(self) -> RecordingLines:
+        return self.open()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -315,9 +324,9 @@ class RecordingLines:
     def _read_header(self) -> None:
         line = self._next_line()
         if not line:
-            raise RecordingError(f"{self.path} is empty: recording incomplete at byte 0")
+            raise HeaderCut(f"{self.path}: recording incomplete at byte 0: the file is empty")
         if not line.endswith(b"\n"):
-            raise RecordingError(f"{self.path}: recording incomplete at byte 0: the header line is cut")
+            raise HeaderCut(f"{self.path}: recording incomplete at byte 0: the header line is cut")
         self._no_crlf(line)
         try:
             record = self._parse(line)
