@@ -1,13 +1,15 @@
 """Peak memory of `streamtap verify` on a large recording, against the recording's size.
 
-    .venv/bin/python bench/verify_memory.py [--mib 256] [--rounds 5] [--baseline PYTHON]
+    .venv/bin/python bench/verify_memory.py [--mib 256] [--rounds 5] [--pings] [--baseline PYTHON]
 
-A recording of about `--mib` MiB (an Anthropic SSE answer, 2 KiB text deltas, 16 KiB network
-reads) is written once with the project's own writer. Each round runs `streamtap verify` on it
+A recording of about `--mib` MiB (an Anthropic SSE answer, 2 KiB text deltas, or with `--pings`
+ping events of the same size that add nothing to the turn; 16 KiB network reads) is written once with the project's own writer. Each round runs `streamtap verify` on it
 in a fresh process and reads that process's peak RSS (ru_maxrss of the waited child). With
 `--baseline PYTHON` (e.g. another checkout's `.venv/bin/python`), each round also runs that
 interpreter's streamtap on the same file, interleaved, and prints the ratio within the round.
-A bare `python -c pass` gives the interpreter's own floor.
+Two floors are printed with it: Python importing streamtap, and the reader alone (every line
+read and checked, as verify does, without judging): the rest of verify's peak is the judged
+turn (the answer's text, which the providers' assemblers keep).
 """
 
 from __future__ import annotations
@@ -40,10 +42,26 @@ def verify_command(python: str, path: Path) -> list[str]:
     return [python, "-c", "import sys; from streamtap.cli import main; sys.exit(main())", "verify", str(path)]
 
 
-def write_recording(path: Path, mib: int) -> None:
+WALK = """
+import sys
+from streamtap.recording import Frame, NetworkReads, RecordingCheck, RecordingLines
+with RecordingLines(sys.argv[1]) as lines:
+    check = RecordingCheck()
+    for item in lines:
+        if isinstance(item, Frame):
+            check.segment(item)
+        elif isinstance(item, NetworkReads):
+            check.reads(item.reads, item.wire)
+sys.exit(1 if check.finish(lines.end) else 0)
+"""
+
+
+def write_recording(path: Path, mib: int, pings: bool = False) -> None:
     text = ("lorem ipsum dolor sit amet " * 80)[:2048]
     delta = ('event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
              '"delta":{"type":"text_delta","text":"%s"}}\n\n' % text).encode()  # fmt: skip
+    if pings:  # events of the same size that add nothing to the turn
+        delta = ('event: ping\ndata: {"type":"ping","pad":"%s"}\n\n' % text).encode()
     start = (b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_b","type":"message",'
              b'"role":"assistant","model":"m","content":[],"usage":{"input_tokens":1,"output_tokens":1}}}\n\n'
              b'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
@@ -86,27 +104,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=256, help="size of the recording to verify (MiB, about)")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--pings", action="store_true", help="events that add no text to the turn (padded pings)")
     parser.add_argument("--baseline", metavar="PYTHON", help="another interpreter whose streamtap runs in the same rounds")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="streamtap-bench-") as tmp:
         path = Path(tmp) / "big.jsonl"
-        write_recording(path, args.mib)
+        write_recording(path, args.mib, args.pings)
         size = path.stat().st_size / 2**20
         print(f"recording: {size:.1f} MiB, {sum(1 for _ in path.open('rb'))} lines")
         floor = peak_rss_mib([sys.executable, "-c", "import streamtap.cli"])[1]
         print(f"python importing streamtap.cli: {floor:.1f} MiB")
-        peaks, ratios, baseline_peaks = [], [], []
+        peaks, ratios, baseline_peaks, walks = [], [], [], []
         for number in range(1, args.rounds + 1):
+            walk_code, walk = peak_rss_mib([sys.executable, "-c", WALK, str(path)])
+            walks.append(walk)
             code, peak = peak_rss_mib(verify_command(sys.executable, path))
             peaks.append(peak)
-            line = f"round {number}: this checkout {peak:.1f} MiB (exit {code}, {peak / size:.3f}x the file)"
+            line = (f"round {number}: reader alone {walk:.1f} MiB (exit {walk_code}); "
+                    f"verify {peak:.1f} MiB (exit {code}, {peak / size:.3f}x the file)")  # fmt: skip
             if args.baseline:
                 base_code, base = peak_rss_mib(verify_command(args.baseline, path))
                 baseline_peaks.append(base)
                 ratios.append(base / peak)
                 line += f"; baseline {base:.1f} MiB (exit {base_code}); baseline / this {base / peak:.2f}x"
             print(line)
-        print(f"this checkout, peak RSS MiB: {spread(peaks)}; per MiB of file: {spread([p / size for p in peaks])}")
+        print(f"reader alone, peak RSS MiB: {spread(walks)}")
+        print(f"verify, peak RSS MiB: {spread(peaks)}; per MiB of file: {spread([p / size for p in peaks])}")
         if args.baseline:
             print(f"baseline, peak RSS MiB: {spread(baseline_peaks)}; baseline / this: {spread(ratios)}")
 
