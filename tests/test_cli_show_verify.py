@@ -371,6 +371,7 @@ def test_directories_are_judged_recursively_in_name_order_and_a_partial_recordin
     (root / "b" / "chat.sse").symlink_to(files["chat"])
     (root / "z.sse").symlink_to(files["gemini"])
     (root / "notes.md").write_text("# not a stream file: a directory contributes recordings and stream bodies only\n")
+    os.mkfifo(root / "b" / "pipe.sse")  # not a regular file: left out (reading it would block)
     expected = [root / "a" / "flow.jsonl", root / "a" / "killed.partial.jsonl", root / "b" / "chat.sse", root / "z.sse"]
     result = streamtap("verify", root)
     assert result.returncode == 1, result.stdout + result.stderr

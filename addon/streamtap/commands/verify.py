@@ -103,7 +103,11 @@ def input_paths(names: list[str]) -> Iterator[Path | Unjudged]:
                 found.append(Unjudged(Path(error.filename or path), f"cannot read directory: {error.strerror}"))
 
             for folder, _, files in os.walk(path, onerror=unreadable):
-                found += [Path(folder, f) for f in files if f.endswith(DIRECTORY_SUFFIXES)]
+                for name in files:
+                    file = Path(folder, name)
+                    # a dangling link is kept (and said unreadable); a pipe or socket would block or fail
+                    if name.endswith(DIRECTORY_SUFFIXES) and (file.is_file() or not file.exists()):
+                        found.append(file)
             found.sort(key=lambda item: str(item.path if isinstance(item, Unjudged) else item))
             if not found:
                 yield Unjudged(path, f"no recordings or stream files in this directory (files ending in {', '.join(DIRECTORY_SUFFIXES)})")
