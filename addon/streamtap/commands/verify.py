@@ -18,7 +18,7 @@ from typing import BinaryIO
 import orjson
 
 from streamtap.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE
-from streamtap.providers import Analysis, Dialect, StreamEnd, StreamSession, sniff_dialect
+from streamtap.providers import Analysis, Detection, Dialect, StreamEnd, StreamSession, sniff_dialect
 
 HELP = "Judge captured streams: one line per file; exit 0 only if every turn is complete."
 
@@ -102,11 +102,11 @@ def input_paths(names: list[str]) -> Iterator[Path | Unjudged]:
             def unreadable(error: OSError) -> None:
                 found.append(Unjudged(Path(error.filename or path), f"cannot read directory: {error.strerror}"))
 
-            for folder, _, files in os.walk(path, onerror=unreadable):
-                for name in files:
-                    file = Path(folder, name)
+            for folder, _, file_names in os.walk(path, onerror=unreadable):
+                for file_name in file_names:
+                    file = Path(folder, file_name)
                     # a dangling link is kept (and said unreadable); a pipe or socket would block or fail
-                    if name.endswith(DIRECTORY_SUFFIXES) and (file.is_file() or not file.exists()):
+                    if file_name.endswith(DIRECTORY_SUFFIXES) and (file.is_file() or not file.exists()):
                         found.append(file)
             found.sort(key=lambda item: str(item.path if isinstance(item, Unjudged) else item))
             if not found:
@@ -141,9 +141,9 @@ def judge_file(path: Path, provider: str | None, sentinel: str | None) -> Judged
         return Unjudged(path, f"cannot read: {exc.strerror or exc}")
 
 
-def _recognised(detection) -> bool:
-    """Whether sniffing found any stream format at all (its last resort reads the bytes as SSE)."""
-    return detection.dialect is not Dialect.UNKNOWN or not detection.why.startswith("sniffed: nothing")
+def _recognised(detection: Detection) -> bool:
+    """Whether sniffing found any stream format at all: its last resort is what it says of no bytes."""
+    return detection != sniff_dialect(b"")
 
 
 def _judge_raw(path: Path, head: bytes, file: BinaryIO, provider: str | None, sentinel: str | None) -> Judged | Unjudged:
