@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -62,10 +65,11 @@ def test_verify_exits_1_when_any_file_is_not_complete(files, tmp_path):
 
 
 def test_usage_errors_exit_2_in_one_line(files, tmp_path):
-    missing = streamtap("verify", files["chat"], tmp_path / "nope.sse")
+    missing = streamtap("verify", tmp_path / "nope.sse", files["chat"])
     assert missing.returncode == 2
-    assert missing.stdout == ""
+    # the missing path is said on its own line; the file after it is still judged
     assert missing.stderr.strip() == f"streamtap verify: {tmp_path / 'nope.sse'}: no such file"
+    assert missing.stdout.startswith(f"{files['chat']}: complete (") and len(missing.stdout.splitlines()) == 1
     bad = streamtap("show", "--provider", "openai", files["chat"])
     assert bad.returncode == 2 and "invalid choice" in bad.stderr and "Traceback" not in bad.stderr
     none = streamtap("verify")
@@ -199,7 +203,9 @@ def test_a_recording_with_a_mistyped_field_is_one_line_exit_2(tmp_path, line1, l
     lines = ['{"type":"header","format":"streamtap-recording/1","dialect":"openai-chat",' + line1 + "}"]
     lines += [line2] if line2 else []
     if not (line2 or "").startswith('{"type":"end"'):
-        lines.append('{"type":"end","stream_end":"finished"}')
+        empty = hashlib.sha256(b"").hexdigest()
+        lines.append('{"type":"end","stream_end":"finished","frames":0,"bytes":0,"sha256":"%s","wire_bytes":0,'
+                     '"wire_sha256":"%s"}' % (empty, empty))
     recording.write_text("\n".join(lines) + "\n")
     for verb in ("verify", "show"):
         result = streamtap(verb, recording)
@@ -221,3 +227,250 @@ def test_a_bug_in_a_verb_exits_3_not_1(monkeypatch, capsys, tmp_path):
     body.write_bytes(b"data: {}\n\n")
     assert cli.main(["verify", str(body)]) == cli.EXIT_INTERNAL == 3
     assert "RuntimeError: a bug in streamtap" in capsys.readouterr().err
+
+
+# -- recordings that contradict the format or their own bytes (issue 9.5) ---------------------------
+
+
+def _edited(tmp_path: Path, files, edit) -> Path:
+    """A real recording written by the project's writer, then edited by ``edit(lines) -> lines``
+    (lines without their newline, as bytes)."""
+    original = tmp_path / "original.jsonl"
+    _record(original, files["reasoning"].read_bytes(), Dialect.OPENAI_CHAT, 500)
+    assert streamtap("verify", original).returncode == 0
+    edited = tmp_path / "edited.jsonl"
+    edited.write_bytes(b"\n".join(edit(original.read_bytes().split(b"\n")[:-1])) + b"\n")
+    return edited
+
+
+def _first(lines: list[bytes], kind: str) -> int:
+    return next(i for i, line in enumerate(lines) if orjson.loads(line)["type"] == kind)
+
+
+def _set(kind: str, **fields):
+    """Set fields of the first line of that type."""
+
+    def edit(lines: list[bytes]) -> list[bytes]:
+        i = _first(lines, kind)
+        record = orjson.loads(lines[i])
+        for name, value in fields.items():
+            if value is None:
+                del record[name]
+            else:
+                record[name] = value
+        return [*lines[:i], orjson.dumps(record), *lines[i + 1 :]]
+
+    return edit
+
+
+def _frame_as_b64(text: str):
+    def edit(lines: list[bytes]) -> list[bytes]:
+        i = _first(lines, "frame")
+        record = orjson.loads(lines[i])
+        del record["raw"]
+        record["raw_b64"] = text
+        return [*lines[:i], orjson.dumps(record), *lines[i + 1 :]]
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "line_of", "says"),
+    [
+        (_set("frame", len=10**18), "frame", "'len' is 1000000000000000000, but the line holds"),
+        (_set("frame", len=None), "frame", "'len' is null"),
+        (_set("frame", sum="zz" * 8), "frame", "'sum' is \"zzzz"),
+        (_set("frame", offset=-3), "frame", "'offset' is -3"),
+        (_set("frame", t=-5), "frame", "'t' is -5"),
+        (_frame_as_b64("not base64!"), "frame", "'raw_b64' is not valid base64"),
+        (_set("end", stream_end="exploded"), "end", "'stream_end' is \"exploded\", not one of"),
+        (_set("end", verdict={"kind": "great"}), "end", "'kind' is \"great\", not one of"),
+        (_set("end", sha256="00"), "end", "'sha256' is \"00\", not 64 lowercase hex digits"),
+        (_set("end", frames=None), "end", "'frames' is null, not an integer"),
+        (_set("reads", wire_b64="AAAA"), "reads", "'wire_b64' holds 3 bytes, its reads add up to"),
+        (lambda lines: [lines[0], lines[0], *lines[1:]], 1, "line 2 is a second header"),
+        (lambda lines: [line + b"\r" for line in lines], 0, "line 1 ends in CR LF"),
+        (lambda lines: [lines[0], b" " + lines[1], *lines[2:]], 1, "line 2 (byte"),
+    ],
+    ids=["len-huge", "len-missing", "sum-not-hex", "offset-negative", "t-negative", "raw_b64-invalid",
+         "stream_end-invalid", "verdict-kind-invalid", "sha256-not-hex", "frames-missing", "wire_b64-length",
+         "second-header", "crlf", "space-before-line"],  # fmt: skip
+)
+def test_a_recording_that_contradicts_the_format_is_one_line_exit_2_naming_the_line(files, tmp_path, edit, line_of, says):
+    edited = _edited(tmp_path, files, edit)
+    lines = edited.read_bytes().split(b"\n")
+    number = line_of + 1 if isinstance(line_of, int) else _first(lines, line_of) + 1
+    for verb in ("verify", "show"):
+        result = streamtap(verb, edited)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert result.stdout == "" and "Traceback" not in result.stderr
+        assert len(result.stderr.splitlines()) == 1, result.stderr
+        assert f"line {number} " in result.stderr and says in result.stderr, result.stderr
+
+
+def test_an_end_line_whose_frame_count_differs_from_the_file_is_a_finding(files, tmp_path):
+    edited = _edited(tmp_path, files, lambda lines: [line for i, line in enumerate(lines) if i != _first(lines, "frame")])
+    result = streamtap("verify", edited)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "frames, the file holds" in result.stdout and "offset" in result.stdout
+
+
+PEAK_RSS = (
+    "import resource, subprocess, sys;"
+    "code = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True);"
+    "print(code.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024, code.stderr.strip())"
+)
+
+
+def _peak_rss(*args: str | Path) -> tuple[int, int, str]:
+    """(exit code, peak RSS in MiB, stderr) of one `streamtap` run, measured alone."""
+    out = subprocess.run([sys.executable, "-c", PEAK_RSS, str(STREAMTAP), *map(str, args)],
+                         capture_output=True, text=True, timeout=120, check=True).stdout  # fmt: skip
+    code, mib, err = out.split(" ", 2)
+    return int(code), int(mib), err
+
+
+def test_a_line_longer_than_the_format_allows_is_refused_in_bounded_memory(files, tmp_path):
+    """A ~200 MiB line (over MAX_LINE_BYTES) is refused without reading it whole into memory several times."""
+    from streamtap.recording import MAX_LINE_BYTES
+
+    note = b'{"type":"note","kind":"x","message":"' + b"a" * MAX_LINE_BYTES + b'"}'
+    edited = _edited(tmp_path, files, lambda lines: [lines[0], note, *lines[1:]])
+    code, mib, err = _peak_rss("verify", edited)
+    assert code == 2 and "line 2 (byte" in err and f"longer than {MAX_LINE_BYTES} bytes" in err, err
+    assert mib < 1.5 * MAX_LINE_BYTES / 2**20, f"peak RSS {mib} MiB"
+
+
+def test_verify_memory_does_not_grow_with_the_recording(tmp_path):
+    """A 64 MiB recording of events that hold no text (padded pings): verify's peak memory stays
+    far below the file's size (before: about 6x it)."""
+    start = (b'event: message_start\ndata: {"type":"message_start","message":{"id":"m","type":"message",'
+             b'"role":"assistant","model":"m","content":[],"usage":{"input_tokens":1,"output_tokens":1}}}\n\n')  # fmt: skip
+    ping = b'event: ping\ndata: {"type":"ping","pad":"%s"}\n\n' % (b"x" * 4000)
+    stop = (b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},'
+            b'"usage":{"output_tokens":9}}\n\nevent: message_stop\ndata: {"type":"message_stop"}\n\n')  # fmt: skip
+    recording = tmp_path / "pings.jsonl"
+    _record(recording, start + ping * (64 * 2**20 // len(ping)) + stop, Dialect.ANTHROPIC, 64 * 1024)
+    size_mib = recording.stat().st_size / 2**20
+    assert size_mib > 60
+    code, mib, err = _peak_rss("verify", recording)
+    assert code == 0, err
+    assert mib < size_mib / 2, f"peak RSS {mib} MiB for a {size_mib:.0f} MiB recording"
+
+
+# -- the CLI takes what users hand it (issue 10.2) --------------------------------------------------
+
+
+def test_directories_are_judged_recursively_in_name_order_and_a_partial_recording_as_incomplete(files, tmp_path):
+    root = tmp_path / "captures"
+    (root / "a").mkdir(parents=True)
+    (root / "b").mkdir()
+    body = files["reasoning"].read_bytes()
+    _record(root / "a" / "flow.jsonl", body, Dialect.OPENAI_CHAT, 500)
+    _record(root / "a" / "killed.partial.jsonl", body[: len(body) // 2], Dialect.OPENAI_CHAT, 500, finish=False)
+    (root / "b" / "chat.sse").symlink_to(files["chat"])
+    (root / "z.sse").symlink_to(files["gemini"])
+    (root / "notes.md").write_text("# not a stream file: a directory contributes recordings and stream bodies only\n")
+    os.mkfifo(root / "b" / "pipe.sse")  # not a regular file: left out (reading it would block)
+    expected = [root / "a" / "flow.jsonl", root / "a" / "killed.partial.jsonl", root / "b" / "chat.sse", root / "z.sse"]
+    result = streamtap("verify", root)
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split(": ", 1)[0] for line in lines] == [str(p) for p in expected]
+    assert ": complete (" in lines[0] and ": complete (" in lines[2] and ": complete (" in lines[3]
+    assert ": truncated (openai-chat)" in lines[1] and "(recording: recording incomplete at byte" in lines[1]
+    shown = streamtap("show", root)
+    assert shown.returncode == 0, shown.stderr
+    positions = [shown.stdout.index(f"{p}  (") for p in expected]
+    assert positions == sorted(positions)
+
+
+def test_a_partial_recording_killed_before_its_header_was_out_is_judged_incomplete(files, tmp_path):
+    whole = tmp_path / "whole.jsonl"
+    _record(whole, files["reasoning"].read_bytes(), Dialect.OPENAI_CHAT, 500)
+    empty = tmp_path / "20260130T061502.123Z_openai-chat_3f2a9c0e1b7d.partial.jsonl"
+    empty.write_bytes(b"")
+    cut = tmp_path / "20260130T061503.123Z_openai-chat_3f2a9c0e1b7e.partial.jsonl"
+    cut.write_bytes(whole.read_bytes()[:40])
+    result = streamtap("verify", empty, cut)
+    assert result.returncode == 1, result.stdout + result.stderr
+    first, second = result.stdout.splitlines()
+    assert first.startswith(f"{empty}: unknown") and "recording incomplete at byte 0: the file is empty" in first
+    assert second.startswith(f"{cut}: unknown") and "recording incomplete at byte 0: the header line is cut" in second
+
+
+def test_an_unreadable_path_is_said_on_its_own_line_and_the_others_are_still_judged(files, tmp_path):
+    root = tmp_path / "captures"
+    root.mkdir()
+    (root / "a.sse").symlink_to(files["chat"])
+    (root / "gone.sse").symlink_to(tmp_path / "deleted.sse")  # a dangling link: listed, not readable
+    (root / "z.sse").symlink_to(files["gemini"])
+    for verb in ("verify", "show"):
+        result = streamtap(verb, root, tmp_path / "missing.sse")
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert result.stderr.splitlines() == [
+            f"streamtap {verb}: {root / 'gone.sse'}: cannot read: No such file or directory",
+            f"streamtap {verb}: {tmp_path / 'missing.sse'}: no such file",
+        ]
+        assert str(root / "a.sse") in result.stdout and str(root / "z.sse") in result.stdout
+    if os.geteuid() != 0:  # root reads a file whatever its mode
+        locked = tmp_path / "locked.sse"
+        locked.write_bytes(files["chat"].read_bytes())
+        locked.chmod(0)
+        result = streamtap("verify", locked, files["chat"])
+        assert result.returncode == 2 and "cannot read: Permission denied" in result.stderr
+        assert result.stdout.startswith(f"{files['chat']}: complete")
+
+
+def test_provider_rejudges_a_recording_as_that_dialect(files, tmp_path):
+    recording = tmp_path / "chat.jsonl"
+    _record(recording, files["chat"].read_bytes(), Dialect.OPENAI_CHAT, 300)
+    as_recorded = streamtap("verify", recording)
+    assert as_recorded.returncode == 0 and "(openai-chat)" in as_recorded.stdout
+    same = streamtap("verify", "--provider", "openai-chat", recording)
+    assert same.returncode == 0 and same.stdout == as_recorded.stdout
+    other = streamtap("verify", "--provider", "openai-responses", recording)
+    assert other.returncode == 1, other.stdout + other.stderr
+    assert "(openai-responses, --provider, the recording says openai-chat)" in other.stdout
+    assert ": complete (" not in other.stdout and "judging its bytes again" not in other.stdout
+    shown = streamtap("show", "--json", "--provider", "anthropic", recording)
+    assert orjson.loads(shown.stdout)["dialect"] == "anthropic"
+
+
+def test_a_file_that_is_not_a_stream_is_said_so(tmp_path):
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(random.Random(7).randbytes(3000))
+    result = streamtap("verify", readme, junk)
+    assert result.returncode == 2 and result.stdout == ""
+    assert [line.split(": not a stream: ")[0] for line in result.stderr.splitlines()] == [
+        f"streamtap verify: {readme}", f"streamtap verify: {junk}"
+    ]
+    forced = streamtap("verify", "--provider", "openai-chat", readme)  # the user insists: judged, not complete
+    assert forced.returncode == 1 and forced.stdout.startswith(f"{readme}: truncated (openai-chat)")
+
+
+def test_the_sniffing_message_names_the_format_it_read_the_bytes_as(tmp_path):
+    """SSE bytes of no known dialect in a .json file are read as a JSON array: the line says so."""
+    odd = tmp_path / "odd.json"
+    odd.write_bytes(b'data: {"a":1}\n\n')
+    result = streamtap("verify", odd)
+    assert result.returncode == 1
+    assert "sniffed: SSE with no recognisable payload; read as a JSON array (a .json file)" in result.stdout
+
+
+def test_show_marks_an_unfinished_tool_call_and_block(files, tmp_path):
+    chat = files["chat"].read_bytes()
+    cut_chat = tmp_path / "cut-in-second-call.sse"
+    cut_chat.write_bytes(chat[: chat.index(b"\n\n", chat.index(b'"osto"')) + 2])  # after '{"location": "Bosto'
+    out = streamtap("show", cut_chat).stdout
+    first, second = out.split("─── tool call get_current_weather")[1:]
+    assert "UNFINISHED" not in first and "San Francisco" in first
+    assert "UNFINISHED" in second.splitlines()[0] and "Bosto" in second
+    assert "UNFINISHED" not in streamtap("show", files["chat"]).stdout
+    thinking = files["anthropic"].read_bytes()
+    cut_text = tmp_path / "cut-in-answer.sse"
+    cut_text.write_bytes(thinking[: thinking.index(b"\n\n", thinking.index(b"text_delta")) + 2])
+    shown = streamtap("show", cut_text).stdout
+    assert any(line.startswith("─── answer") and "UNFINISHED" in line for line in shown.splitlines()), shown
+    assert not any(line.startswith("─── thinking") and "UNFINISHED" in line for line in shown.splitlines()), shown

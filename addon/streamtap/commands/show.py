@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import textwrap
 
-from streamtap.cli import EXIT_OK
-from streamtap.providers import Block, BlockKind, Turn
+from streamtap.providers import Block, BlockKind, Choice, Turn
 from streamtap.providers.common import dumps
 
-from .verify import Judged, add_input_options, judge_files, print_json
+from .verify import Judged, Unjudged, add_input_options, exit_code, judge_inputs, print_json, report_unjudged
 
 HELP = "Render captured streams as turns: thinking and answer apart, tool calls, verdict, timing."
 
@@ -19,21 +18,29 @@ RULE = "─"
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
         "Accepts raw bodies (.sse, .ndjson, .bin/.eventstream, .json array; others are sniffed) and "
-        "streamtap recordings. Example: streamtap show --provider openai-chat capture.sse"
+        "streamtap recordings, and directories of them. Exit codes: 0 every input shown, 2 any input could not be "
+        "read (said on its own line; the others are still shown). Example: streamtap show --provider openai-chat capture.sse"
     )
     add_input_options(parser)
     parser.add_argument("--width", type=int, default=100, help="wrap long lines at this width (0: no wrapping)")
 
 
 def run(args: argparse.Namespace) -> int:
-    for number, judged in enumerate(judge_files(args)):
-        if args.json:
-            print_json(judged)
+    """Exit 0 when every input was shown (whatever its verdict), 2 when any could not be read."""
+    shown, unjudged = 0, False
+    for item in judge_inputs(args):
+        if isinstance(item, Unjudged):
+            report_unjudged("show", item)
+            unjudged = True
             continue
-        if number:
+        if args.json:
+            print_json(item)
+            continue
+        if shown:
             print()
-        print(render(judged, args.width))
-    return EXIT_OK
+        print(render(item, args.width), flush=True)
+        shown += 1
+    return exit_code(True, unjudged)
 
 
 def render(judged: Judged, width: int = 100) -> str:
@@ -72,11 +79,27 @@ def render(judged: Judged, width: int = 100) -> str:
             lines.append("(no content)")
         for block in choice.blocks:
             lines.append("")
-            lines.extend(_block(block, width))
+            title, body = _block(block, width)
+            lines.append(_heading(title, _unfinished(turn, choice, block)))
+            lines.extend(body)
     return "\n".join(lines)
 
 
-def _heading(title: str) -> str:
+UNFINISHED = "UNFINISHED: the stream stopped inside it"
+
+
+def _unfinished(turn: Turn, choice: Choice, block: Block) -> bool:
+    """The provider never ended this block: it says so itself (``closed``), or its choice got no
+    stop reason and it is the choice's last block (dialects whose blocks have no end event)."""
+    if not block.closed:
+        return True
+    stopped = choice.stop_reason is not None or (turn.stop_reason is not None and len(turn.choices) == 1)
+    return not stopped and block is choice.blocks[-1]
+
+
+def _heading(title: str, unfinished: bool = False) -> str:
+    if unfinished:
+        title = f"{title} · {UNFINISHED}"
     return f"{RULE * 3} {title} {RULE * max(3, 60 - len(title))}"
 
 
@@ -90,18 +113,19 @@ def _wrap(text: str, width: int) -> list[str]:
     return out
 
 
-def _block(block: Block, width: int) -> list[str]:
+def _block(block: Block, width: int) -> tuple[str, list[str]]:
+    """The block's title and its lines."""
     kind = block.kind
     if kind is BlockKind.THINKING:
         title = "thinking" + (" (signed)" if block.signature else "")
         body = [f"│ {line}" for line in _wrap(block.text, width)] if block.text else ["│ (no visible text)"]
-        return [_heading(title), *body]
+        return title, body
     if kind is BlockKind.REDACTED_THINKING:
-        return [_heading("redacted thinking"), f"│ ({len(block.data or '')} bytes of encrypted data)"]
+        return "redacted thinking", [f"│ ({len(block.data or '')} bytes of encrypted data)"]
     if kind is BlockKind.TEXT:
-        return [_heading("answer"), *_wrap(block.text, width)]
+        return "answer", _wrap(block.text, width)
     if kind is BlockKind.REFUSAL:
-        return [_heading("refusal"), *_wrap(block.text, width)]
+        return "refusal", _wrap(block.text, width)
     if kind is BlockKind.TOOL_CALL:
         title = f"tool call {block.name or '?'}" + (f" (id {block.id})" if block.id else "")
         if block.arguments_error:
@@ -110,10 +134,10 @@ def _block(block: Block, width: int) -> list[str]:
             args = [dumps(block.arguments) if not isinstance(block.arguments, str) else block.arguments]
         else:
             args = [block.arguments_raw or ""]
-        return [_heading(title), *[f"  {line}" for line in args]]
+        return title, [f"  {line}" for line in args]
     label = f"{kind} {block.name or ''}".strip()
     summary = block.text or block.arguments_raw or ""
-    return [_heading(label)] + ([f"  {line}" for line in _wrap(summary, width)] if summary else [])
+    return label, [f"  {line}" for line in _wrap(summary, width)] if summary else []
 
 
 def _usage(turn: Turn) -> str:

@@ -8,14 +8,17 @@ Also home of the input loading that `show` shares: raw bodies (`.sse`, `.ndjson`
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import orjson
 
-from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError
-from streamtap.providers import Analysis, Dialect, StreamEnd, StreamSession, sniff_dialect
+from streamtap.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE
+from streamtap.providers import Analysis, Detection, Dialect, StreamEnd, StreamSession, sniff_dialect
 
 HELP = "Judge captured streams: one line per file; exit 0 only if every turn is complete."
 
@@ -30,7 +33,12 @@ EXTENSION_WIRE = {
     ".json": "json-array",
 }
 
+DIRECTORY_SUFFIXES = (".jsonl", *EXTENSION_WIRE)  # what a directory given as input contributes
+
+WIRE_NAMES = {"sse": "SSE", "eventstream": "AWS event-stream", "ndjson": "NDJSON", "json-array": "a JSON array"}
+
 RECORDING_MARK = b'"streamtap-recording/'
+SNIFF_BYTES = 1024 * 1024  # a raw body's dialect is sniffed from its start; the rest is fed in reads of this size
 
 
 @dataclass(slots=True)
@@ -44,13 +52,29 @@ class Judged:
     injected_fault: str | None = None  # the faults streamtap injected into this answer (the recording says)
 
 
+@dataclass(slots=True)
+class Unjudged:
+    """An input that could not be judged (missing, unreadable, damaged, not a stream): reported
+    on its own line; the other inputs are still judged."""
+
+    path: Path
+    message: str
+
+
 def add_input_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", metavar="FILE", help="raw response bodies or streamtap recordings")
+    parser.add_argument(
+        "files",
+        nargs="+",
+        metavar="PATH",
+        help="raw response bodies, streamtap recordings, or directories of them (searched recursively, in name order; "
+        f"files ending in {', '.join(DIRECTORY_SUFFIXES)})",
+    )
     parser.add_argument(
         "--provider",
         choices=PROVIDERS,
         metavar="NAME",
-        help=f"dialect of raw bodies: {', '.join(PROVIDERS)} (default: sniffed from the content, and said so)",
+        help=f"judge as this dialect: {', '.join(PROVIDERS)} (default: a raw body's is sniffed from its content, "
+        "and said so; a recording's is the one its header names)",
     )
     parser.add_argument("--sentinel", metavar="LINE", help="exact last line the answer must end with; missing => truncated")
     parser.add_argument("--json", action="store_true", help="print one JSON object per file (turn and verdict)")
@@ -59,77 +83,144 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
         "Verdicts: complete, truncated, stopped_by_limit, filtered, errored, corrupt, unknown. "
-        "Exit codes: 0 every file complete, 1 any file not complete, 2 usage error."
+        "A .partial.jsonl recording (its writer never finished) is judged as incomplete. "
+        "Exit codes: 0 every file complete, 1 any file not complete, 2 usage error or any input that could not "
+        "be judged (missing, unreadable, a damaged recording, not a stream: each is said on its own line on "
+        "stderr, and the other inputs are still judged)."
     )
     add_input_options(parser)
 
 
-def judge_files(args: argparse.Namespace) -> list[Judged]:
-    paths = [Path(p) for p in args.files]
-    for path in paths:
+def input_paths(names: list[str]) -> Iterator[Path | Unjudged]:
+    """Each named file, and the stream files under each named directory in name order."""
+    for name in names:
+        path = Path(name)
         if not path.exists():
-            raise UsageError(f"{path}: no such file")
-        if not path.is_file():
-            raise UsageError(f"{path}: not a file")
-    return [judge_file(path, args.provider, args.sentinel) for path in paths]
+            yield Unjudged(path, "no such file")
+        elif path.is_dir():
+            found: list[Path | Unjudged] = []
+
+            def unreadable(error: OSError) -> None:
+                found.append(Unjudged(Path(error.filename or path), f"cannot read directory: {error.strerror}"))
+
+            for folder, _, file_names in os.walk(path, onerror=unreadable):
+                for file_name in file_names:
+                    file = Path(folder, file_name)
+                    # a dangling link is kept (and said unreadable); a pipe or socket would block or fail
+                    if file_name.endswith(DIRECTORY_SUFFIXES) and (file.is_file() or not file.exists()):
+                        found.append(file)
+            found.sort(key=lambda item: str(item.path if isinstance(item, Unjudged) else item))
+            if not found:
+                yield Unjudged(path, f"no recordings or stream files in this directory (files ending in {', '.join(DIRECTORY_SUFFIXES)})")
+            yield from found
+        elif not path.is_file():
+            yield Unjudged(path, "not a file")
+        else:
+            yield path
 
 
-def judge_file(path: Path, provider: str | None, sentinel: str | None) -> Judged:
-    data = path.read_bytes()
-    if data[:200].lstrip().startswith(b"{") and RECORDING_MARK in data.split(b"\n", 1)[0]:
-        return _judge_recording(path, sentinel)
-    wire = EXTENSION_WIRE.get(path.suffix.lower())
+def judge_inputs(args: argparse.Namespace) -> Iterator[Judged | Unjudged]:
+    """One result per input file, in order, as each is judged."""
+    for item in input_paths(args.files):
+        yield item if isinstance(item, Unjudged) else judge_file(item, args.provider, args.sentinel)
+
+
+def judge_file(path: Path, provider: str | None, sentinel: str | None) -> Judged | Unjudged:
+    from streamtap.recording import PARTIAL_SUFFIX, RecordingError, open_recording
+
+    try:
+        with open_recording(path) as file:
+            head = file.read(SNIFF_BYTES)
+            first_line = head.split(b"\n", 1)[0]
+            if path.name.endswith(PARTIAL_SUFFIX) or (head.lstrip().startswith(b"{") and RECORDING_MARK in first_line):
+                return _judge_recording(path, provider, sentinel)
+            return _judge_raw(path, head, file, provider, sentinel)
+    except RecordingError as exc:
+        message = str(exc).removeprefix(f"{path}: ").removeprefix(str(path) + " ")
+        return Unjudged(path, f"cannot read recording: {message}")
+    except OSError as exc:
+        return Unjudged(path, f"cannot read: {exc.strerror or exc}")
+
+
+def _recognised(detection: Detection) -> bool:
+    """Whether sniffing found any stream format at all: its last resort is what it says of no bytes."""
+    return detection != sniff_dialect(b"")
+
+
+def _judge_raw(path: Path, head: bytes, file: BinaryIO, provider: str | None, sentinel: str | None) -> Judged | Unjudged:
+    by_name = EXTENSION_WIRE.get(path.suffix.lower())
+    detection = sniff_dialect(head)
     if provider:
         dialect, how = Dialect(provider), "--provider"
-        if wire is None:
-            wire = sniff_dialect(data).wire
+        wire = by_name or detection.wire
     else:
-        detection = sniff_dialect(data)
         dialect, how = detection.dialect, detection.why
-        wire = wire if wire and (wire == detection.wire or detection.dialect is Dialect.UNKNOWN) else detection.wire
+        wire = by_name if by_name and (by_name == detection.wire or detection.dialect is Dialect.UNKNOWN) else detection.wire
     if dialect is Dialect.GEMINI and wire not in ("sse", "json-array"):
         wire = "sse"
+    if not provider and wire != detection.wire:
+        how += f"; read as {WIRE_NAMES[wire]}" + (f" (a {path.suffix} file)" if wire == by_name else "")
     session = StreamSession(dialect, wire, sentinel=sentinel)
-    session.feed(data)
-    return Judged(path, session.close(StreamEnd.FINISHED), dialect, how, "raw body")
+    session.feed(head)
+    while chunk := file.read(SNIFF_BYTES):
+        session.feed(chunk)
+    analysis = session.close(StreamEnd.FINISHED)
+    if head and not provider and not _recognised(detection) and analysis.turn.events == 0:
+        return Unjudged(
+            path,
+            f"not a stream: no SSE, AWS event-stream, NDJSON or JSON array found in it (read as {WIRE_NAMES[wire]}, "
+            "nothing decoded); --provider judges it anyway",
+        )
+    return Judged(path, analysis, dialect, how, "raw body")
 
 
-def _judge_recording(path: Path, sentinel: str | None) -> Judged:
-    from streamtap.recording import check_recording, read_recording
+def _judge_recording(path: Path, provider: str | None, sentinel: str | None) -> Judged | Unjudged:
+    """Walk the recording once: check each line against the others and feed its bytes to the
+    judge as they come, so memory does not grow with the file."""
+    from streamtap.recording import Frame, HeaderCut, NetworkReads, RecordingCheck, RecordingLines
 
     try:
-        recording = read_recording(path)
-    except Exception as exc:  # a damaged file is the user's input problem, said in one line
-        raise UsageError(f"{path}: cannot read recording: {exc}") from None
-    header = recording.header
-    problems = check_recording(recording)  # sums, sequence, offsets, body hash; the cut-file problem first
-    if sentinel is None:
-        sentinel = header.get("sentinel")  # judge with the sentinel the proxy used
-    try:
-        dialect = Dialect(header.get("dialect") or "unknown")
-    except ValueError:
-        dialect = Dialect.UNKNOWN
-    wire = (header.get("wire") or {}).get("format")  # the reader checked the header's types
-    status = (header.get("response") or {}).get("status") or 200
-    try:
-        session = StreamSession(dialect, wire or None, http_status=status, sentinel=sentinel)
-    except ValueError as exc:  # a wire format this build does not know
-        raise UsageError(f"{path}: cannot judge recording: {exc}") from None
-    for segment in recording.segments:
-        session.feed(segment.raw, segment.t_ms / 1000 if segment.t_ms is not None else None)
-    end = (recording.end or {}).get("stream_end") or "finished"
-    try:
-        stream_end = StreamEnd(end)
-    except ValueError:
-        stream_end = StreamEnd.FINISHED
-    analysis = session.close(stream_end)
-    recorded = (recording.verdict or {}).get("kind")
-    if recorded and recorded != analysis.verdict.kind.value:
-        problems.append(f"the recording says {recorded}, judging its bytes again says {analysis.verdict.kind.value}")
-    injected = (recording.end or {}).get("injected_fault")
+        lines = RecordingLines(path).open()
+    except HeaderCut as exc:  # a writer killed before its header was out: incomplete, and said so
+        problem = str(exc).removeprefix(f"{path}: ").removeprefix(f"{path} ")
+        analysis = StreamSession(Dialect.UNKNOWN).close(StreamEnd.FINISHED)
+        return Judged(path, analysis, Dialect.UNKNOWN, "recording header", "recording", problem)
+    with lines:
+        header = lines.header
+        if sentinel is None:
+            sentinel = header.get("sentinel")  # judge with the sentinel the proxy used
+        recorded = header.get("dialect") or "unknown"
+        try:
+            dialect = Dialect(provider or recorded)
+        except ValueError:
+            dialect = Dialect.UNKNOWN
+        how = "recording header"
+        if provider and provider != recorded:
+            how = f"--provider, the recording says {recorded}"
+        wire = (header.get("wire") or {}).get("format")  # the reader checked the header's types
+        status = (header.get("response") or {}).get("status") or 200
+        try:
+            session = StreamSession(dialect, wire or None, http_status=status, sentinel=sentinel)
+        except ValueError as exc:  # a wire format this build does not know
+            return Unjudged(path, f"cannot judge recording: {exc}")
+        check = RecordingCheck((header.get("wire") or {}).get("content_encoding"))
+        for item in lines:
+            if isinstance(item, Frame):
+                check.segment(item)
+                session.feed(item.raw, item.t_ms / 1000 if item.t_ms is not None else None)
+            elif isinstance(item, NetworkReads):
+                check.reads(item.reads, item.wire)
+    end = lines.end or {}
+    problems = [lines.problem] if lines.problem else []
+    problems += check.finish(lines.end)  # sums, sequence, offsets, counts, hashes
+    analysis = session.close(StreamEnd(end.get("stream_end") or "finished"))  # the reader checked the value
+    recorded_kind = (end.get("verdict") or {}).get("kind")
+    if recorded_kind and dialect.value == recorded and recorded_kind != analysis.verdict.kind.value:
+        problems.append(f"the recording says {recorded_kind}, judging its bytes again says {analysis.verdict.kind.value}")
+    injected = end.get("injected_fault")
     if injected:
         analysis.verdict.evidence["injected_fault"] = injected
-    return Judged(path, analysis, dialect, "recording header", "recording", "; ".join(problems) or None, injected or None)
+    return Judged(path, analysis, dialect, how, "recording", "; ".join(problems) or None, injected or None)
 
 
 def as_json(judged: Judged) -> dict:
@@ -159,11 +250,21 @@ def summary_line(judged: Judged) -> str:
     return f"{judged.path}: {verdict.kind} ({judged.dialect}{how}) {verdict.reason}{where}{injected}{problem}"
 
 
+def report_unjudged(verb: str, item: Unjudged) -> None:
+    print(f"streamtap {verb}: {item.path}: {item.message}", file=sys.stderr, flush=True)
+
+
+def exit_code(judged_ok: bool, any_unjudged: bool) -> int:
+    return EXIT_USAGE if any_unjudged else EXIT_OK if judged_ok else EXIT_FINDING
+
+
 def run(args: argparse.Namespace) -> int:
-    results = judge_files(args)
-    for judged in results:
-        if args.json:
-            print_json(judged)
-        else:
-            print(summary_line(judged))
-    return EXIT_OK if all(j.analysis.verdict.ok and not j.problem for j in results) else EXIT_FINDING
+    all_ok, unjudged = True, False
+    for item in judge_inputs(args):
+        if isinstance(item, Unjudged):
+            report_unjudged("verify", item)
+            unjudged = True
+            continue
+        all_ok = all_ok and item.analysis.verdict.ok and not item.problem
+        print(orjson.dumps(as_json(item)).decode() if args.json else summary_line(item), flush=True)
+    return exit_code(all_ok, unjudged)

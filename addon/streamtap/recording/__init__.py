@@ -4,7 +4,18 @@ The format is described in docs/recording-format.md.
 """
 
 from .header import flow_header
-from .reader import Frame, Recording, check_recording, read_recording
+from .reader import (
+    MAX_LINE_BYTES,
+    Frame,
+    HeaderCut,
+    NetworkReads,
+    Recording,
+    RecordingCheck,
+    RecordingLines,
+    check_recording,
+    open_recording,
+    read_recording,
+)
 from .redact import REDACTED, SECRET_HEADERS, SECRET_QUERY, redact_header_value, redact_headers, redact_url
 from .writer import (
     FORMAT,
@@ -22,20 +33,26 @@ from .writer import (
 __all__ = [
     "FORMAT",
     "FSYNC_POLICIES",
+    "MAX_LINE_BYTES",
     "PARTIAL_SUFFIX",
     "REDACTED",
     "SECRET_HEADERS",
     "SECRET_QUERY",
     "Frame",
+    "HeaderCut",
+    "NetworkReads",
     "Recording",
     "RecordingBusy",
+    "RecordingCheck",
     "RecordingError",
+    "RecordingLines",
     "RecordingWriter",
     "check_recording",
     "describe",
     "final_name",
     "flow_header",
     "frame_sum",
+    "open_recording",
     "partial_name",
     "read_recording",
     "redact_header_value",

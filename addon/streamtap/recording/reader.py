@@ -1,8 +1,18 @@
 """Read a recording back, and check it against itself.
 
+A recording is read one line at a time (``RecordingLines``): memory stays bounded by the
+longest line the format allows (``MAX_LINE_BYTES``), not by the file. Every field the format
+defines is checked as its line is read; a line that contradicts the format or its own bytes
+raises ``RecordingError`` naming the line. What only the whole file can show (sums, sequence,
+offsets, counts and hashes against the end line) is collected by ``RecordingCheck`` as
+problems, line by line too.
+
 A file whose writer stopped early (proxy killed, disk full) reads back with
 ``complete_file = False`` and a ``problem`` saying where it stops; it is never passed
 off as a shorter complete turn. A file that is damaged in the middle raises.
+
+``read_recording`` gathers everything into one ``Recording`` for callers that need the
+frames at hand (replay); ``verify`` and ``show`` walk the lines instead.
 """
 
 from __future__ import annotations
@@ -11,13 +21,42 @@ import base64
 import binascii
 import hashlib
 import os
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
-from .writer import FORMAT, RecordingError, frame_sum
+from streamtap.providers import StreamEnd, VerdictKind
+from streamtap.wire import DEFAULT_MAX_EVENT
+
+from .writer import FORMAT, SUM_HEX, RecordingError, frame_sum
+
+# The longest line a writer can produce: a frame holds at most one event of max_event bytes
+# (a larger one is reported as malformed, never kept whole). Its bytes appear twice at most
+# (``raw`` and an event-stream ``payload``), and JSON escaping turns a control byte into six
+# (\u00XX), so 12 bytes per event byte, plus room for the other fields.
+MAX_LINE_BYTES = 12 * DEFAULT_MAX_EVENT + 2**20
+
+READ_PIECE = 1024 * 1024  # a line longer than this is read in pieces of this size
+
+_SUM = re.compile(rb"[0-9a-f]{%d}" % SUM_HEX)
+_SHA256 = re.compile(rb"[0-9a-f]{64}")
+_STREAM_ENDS = frozenset(e.value for e in StreamEnd)
+_VERDICTS = frozenset(k.value for k in VerdictKind)
+
+
+def open_recording(path: str | os.PathLike[str]) -> BinaryIO:
+    """The recording's bytes, as a binary file object read from the start.
+
+    The one place that knows how a recording is stored on disk."""
+    return open(path, "rb")
+
+
+class HeaderCut(RecordingError):
+    """The file ends before its header line does: its writer stopped at once (a killed proxy)."""
 
 
 @dataclass(slots=True)
@@ -39,6 +78,326 @@ class Frame:
 
 
 @dataclass(slots=True)
+class NetworkReads:
+    """One ``reads`` line: network reads as (wire offset, length, ms since response start)."""
+
+    reads: list[tuple[int, int, float | None]]
+    wire: bytes | None  # the encoded bytes of these reads, when the body was content-encoded
+    line: int = 0
+
+
+# -- field checks: each raises ValueError with what is wrong; the caller names the line --------
+
+_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer", (int, float): "a number"}
+
+
+def _shown(value: Any) -> str:
+    return orjson.dumps(value).decode()[:40]
+
+
+def _typed(record: dict[str, Any], name: str, kind: type | tuple[type, ...], *, required: bool = False) -> Any:
+    """``record[name]`` when it has the type the format gives it (None when absent and optional)."""
+    value = record.get(name)
+    if value is None and not required:
+        return None
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise ValueError(f"{name!r} is {_shown(value)}, not {_NAMES[kind]}")
+    return value
+
+
+def _counted(record: dict[str, Any], name: str, *, required: bool = False) -> int | None:
+    """A count or position: an integer, never negative."""
+    value = _typed(record, name, int, required=required)
+    if value is not None and value < 0:
+        raise ValueError(f"{name!r} is {value}, not a count (negative)")
+    return value
+
+
+def _time(record: dict[str, Any], name: str) -> float | None:
+    value = _typed(record, name, (int, float))
+    if value is not None and value < 0:
+        raise ValueError(f"{name!r} is {value}: a time since the response started is never negative")
+    return value
+
+
+def _one_of(record: dict[str, Any], name: str, allowed: frozenset[str]) -> str | None:
+    value = _typed(record, name, str)
+    if value is not None and value not in allowed:
+        raise ValueError(f"{name!r} is {_shown(value)}, not one of {', '.join(sorted(allowed))}")
+    return value
+
+
+def _hex(record: dict[str, Any], name: str, pattern: re.Pattern[bytes], digits: int, *, required: bool) -> str | None:
+    value = _typed(record, name, str, required=required)
+    if value is not None and not pattern.fullmatch(value.encode("utf-8", "replace")):
+        raise ValueError(f"{name!r} is {_shown(value)}, not {digits} lowercase hex digits")
+    return value
+
+
+def _b64(record: dict[str, Any], name: str) -> bytes:
+    text = _typed(record, name, str, required=True)
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"{name!r} is not valid base64") from None
+
+
+def _headers(part: dict[str, Any], side: str) -> None:
+    pairs = _typed(part, "headers", list)
+    for pair in pairs or ():
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+            raise ValueError(f"a {side} header is {_shown(pair)}, not a [name, value] pair")
+
+
+def _check_header(record: dict[str, Any]) -> None:
+    for name in ("request", "response", "wire"):
+        _typed(record, name, dict)
+    for name in ("dialect", "sentinel", "streamtap", "flow_id", "why"):
+        _typed(record, name, str)
+    for name in ("started", "request_started"):
+        _typed(record, name, (int, float))
+    request, response = record.get("request") or {}, record.get("response") or {}
+    status = _typed(response, "status", int)
+    if status is not None and not 100 <= status <= 599:
+        raise ValueError(f"'status' is {status}, not an HTTP status")
+    for part, side in ((request, "request"), (response, "response")):
+        for name in ("http_version", "reason", "method", "url"):
+            _typed(part, name, str)
+        _headers(part, side)
+    if "body_b64" in request:
+        _b64(request, "body_b64")
+    wire = record.get("wire") or {}
+    _typed(wire, "format", str)
+    _typed(wire, "content_encoding", str)
+
+
+def _segment(record: dict[str, Any], kind: str, number: int) -> Frame:
+    seq = _counted(record, "seq", required=kind == "frame")
+    offset = _counted(record, "offset", required=True)
+    if ("raw" in record) == ("raw_b64" in record):
+        raise ValueError("a body line holds its bytes in exactly one of 'raw' and 'raw_b64'")
+    raw = _typed(record, "raw", str, required=True).encode("utf-8") if "raw" in record else _b64(record, "raw_b64")
+    t_ms = _time(record, "t")
+    length = _counted(record, "len", required=True)
+    if length != len(raw):
+        raise ValueError(f"'len' is {length}, but the line holds {len(raw)} bytes")
+    digest = _hex(record, "sum", _SUM, SUM_HEX, required=True)
+    if kind == "raw":
+        _typed(record, "why", str)
+    if kind == "tail":
+        _typed(record, "reason", str)
+    event = _typed(record, "event", dict) or ({"reason": record["reason"]} if "reason" in record else {})
+    return Frame(kind=kind, seq=seq, offset=offset, raw=raw, t_ms=t_ms, sum=digest, event=event, line=number)
+
+
+def _read_entry(entry: Any) -> tuple[int, int, float | None]:
+    """One ``[wire_offset, length, t_ms]`` of a reads line."""
+    if isinstance(entry, list) and len(entry) == 3:
+        offset, length, t = entry
+        if type(offset) is int and type(length) is int and (t is None or type(t) in (int, float)):
+            if offset >= 0 and length >= 0 and (t is None or t >= 0):
+                return offset, length, t
+    raise ValueError(f"a network read is {_shown(entry)}, not [offset, length, t]")
+
+
+def _network_reads(record: dict[str, Any], number: int) -> NetworkReads:
+    reads = [_read_entry(entry) for entry in _typed(record, "reads", list, required=True)]
+    wire = None
+    if "wire_b64" in record:
+        wire = _b64(record, "wire_b64")
+        if len(wire) != sum(length for _, length, _ in reads):
+            raise ValueError(f"'wire_b64' holds {len(wire)} bytes, its reads add up to {sum(n for _, n, _ in reads)}")
+    return NetworkReads(reads, wire, number)
+
+
+def _check_note(record: dict[str, Any]) -> None:
+    _typed(record, "kind", str, required=True)
+    _typed(record, "message", str)
+    _time(record, "t")
+
+
+def _check_end(record: dict[str, Any]) -> None:
+    verdict = _typed(record, "verdict", dict)
+    if verdict is not None:
+        _one_of(verdict, "kind", _VERDICTS)
+        _typed(verdict, "reason", str)
+        _counted(verdict, "seq")
+        _counted(verdict, "offset")
+    _typed(record, "turn", dict)
+    _one_of(record, "stream_end", _STREAM_ENDS)
+    _typed(record, "error", str)
+    _typed(record, "streamtap_errors", list)
+    for name in ("frames", "bytes", "wire_bytes"):
+        _counted(record, name, required=True)
+    _hex(record, "sha256", _SHA256, 64, required=True)
+    _hex(record, "wire_sha256", _SHA256, 64, required=True)
+    for name in ("duration_ms", "ttft_ms"):
+        _time(record, name)
+
+
+# -- the line walk ------------------------------------------------------------------------------
+
+
+class RecordingLines:
+    """A recording, line by line: ``header`` once opened, then frames, raw and tail lines
+    (``Frame``), ``NetworkReads`` and notes (dicts) in file order; ``end``, ``complete_file``
+    and ``problem`` once the walk is over.
+
+        with RecordingLines(path) as lines:
+            for item in lines: ...
+
+    Raises RecordingError for a file that is not a recording or is damaged before its last line.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+        self.path = Path(path)
+        self.max_line_bytes = max_line_bytes
+        self.header: dict[str, Any] = {}
+        self.end: dict[str, Any] | None = None
+        self.complete_file = True
+        self.problem: str | None = None
+        self._file: BinaryIO | None = None
+        self._number = 0  # lines read so far
+        self._position = 0  # bytes of complete lines read so far
+
+    def open(self) -> RecordingLines:
+        """Open the file and read its header (``with`` does this too)."""
+        if self._file is None:
+            self._file = open_recording(self.path)
+            try:
+                self._read_header()
+            except BaseException:
+                self.close()
+                raise
+        return self
+
+    def __enter__(self) -> RecordingLines:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def _damaged(self, number: int, what: str) -> RecordingError:
+        return RecordingError(f"{self.path}: line {number} {what}")
+
+    def _next_line(self) -> bytes | bytearray:
+        """The next line with its newline; b"" at the end; a cut last line without one.
+
+        Read in pieces, so that a line over the limit costs no more than the limit."""
+        assert self._file is not None
+        line: bytes | bytearray = self._file.readline(READ_PIECE)
+        if line and not line.endswith(b"\n") and len(line) == READ_PIECE:
+            line = bytearray(line)
+            while not line.endswith(b"\n") and len(line) <= self.max_line_bytes:
+                piece = self._file.readline(min(READ_PIECE, self.max_line_bytes + 1 - len(line)))
+                if not piece:
+                    break
+                line += piece
+        if line:
+            self._number += 1
+        if len(line) > self.max_line_bytes:
+            raise self._damaged(
+                self._number, f"(byte {self._position}) is longer than {self.max_line_bytes} bytes, "
+                "the longest line the format allows: the file is damaged or not a recording"
+            )  # fmt: skip
+        return line
+
+    def _no_crlf(self, line: bytes) -> None:
+        if line.endswith(b"\r\n"):
+            raise self._damaged(self._number, "ends in CR LF; the format ends lines with LF alone (was the file converted?)")
+
+    @staticmethod
+    def _parse(line: bytes) -> dict[str, Any]:
+        """One complete line as a JSON object; raises ValueError."""
+        if not (line.startswith(b"{") and line.endswith(b"}\n")):
+            raise ValueError("is not a JSON object alone on its line")
+        record = orjson.loads(line)
+        if not isinstance(record, dict):
+            raise ValueError("is not a JSON object")
+        return record
+
+    def _read_header(self) -> None:
+        line = self._next_line()
+        if not line:
+            raise HeaderCut(f"{self.path}: recording incomplete at byte 0: the file is empty")
+        if not line.endswith(b"\n"):
+            raise HeaderCut(f"{self.path}: recording incomplete at byte 0: the header line is cut")
+        self._no_crlf(line)
+        try:
+            record = self._parse(line)
+        except ValueError:
+            record = None
+        if record is None or record.get("type") != "header" or not str(record.get("format", "")).startswith("streamtap-recording/"):
+            raise RecordingError(f"{self.path} is not a streamtap recording (line 1 is not a {FORMAT} header)")
+        if record["format"] != FORMAT:
+            raise RecordingError(f"{self.path}: line 1: the recording is {record['format']}, this streamtap reads {FORMAT}")
+        try:
+            _check_header(record)
+        except ValueError as exc:
+            raise self._damaged(1, f"is damaged: {exc}") from None
+        self.header = record
+        self._position = len(line)
+
+    def _cut(self, why: str) -> None:
+        self.complete_file = False
+        self.problem = f"recording incomplete at byte {self._position}: {why}"
+
+    def __iter__(self) -> Iterator[Frame | NetworkReads | dict[str, Any]]:
+        if self._file is None:
+            raise RuntimeError("RecordingLines is read inside a with block")
+        while line := self._next_line():
+            number = self._number
+            if not line.endswith(b"\n"):  # readline stops short of a newline only at the end of the file
+                self._cut("the last line is cut (the writer stopped mid-line)")
+                return
+            self._no_crlf(line)
+            try:
+                record = self._parse(line)
+            except ValueError as exc:
+                if not self._next_line():  # garbage as the very last line: a writer that stopped there
+                    self._cut("the last line is cut (the writer stopped mid-line)")
+                    return
+                message = str(exc) if str(exc).startswith("is ") else "is not a JSON object"
+                raise self._damaged(number, f"(byte {self._position}) {message}: the file is damaged") from None
+            if self.end is not None:
+                raise self._damaged(number, "follows the end line")
+            kind = record.get("type")
+            try:
+                if kind in ("frame", "raw", "tail"):
+                    item: Any = _segment(record, kind, number)
+                elif kind == "reads":
+                    item = _network_reads(record, number)
+                elif kind == "note":
+                    _check_note(record)
+                    item = record
+                elif kind == "end":
+                    _check_end(record)
+                    self.end, item = record, None
+                elif kind == "header":
+                    raise ValueError("is a second header (a recording has one, on line 1)")
+                elif not isinstance(kind, str):
+                    raise ValueError(f"'type' is {_shown(kind)}, not a line type")
+                else:  # a type this reader does not know: a newer writer may add some
+                    item = None
+            except (ValueError, binascii.Error) as exc:
+                message = str(exc)
+                raise self._damaged(number, message if message.startswith("is a ") else f"is damaged: {message}") from None
+            self._position += len(line)
+            if item is not None:
+                yield item
+        if self.end is None and self.complete_file:
+            self._cut("no end line (the writer stopped before the stream ended)")
+
+
+# -- the whole recording at hand ----------------------------------------------------------------
+
+
+@dataclass(slots=True)
 class Recording:
     path: Path
     header: dict[str, Any]
@@ -49,7 +408,7 @@ class Recording:
     end: dict[str, Any] | None
     complete_file: bool
     problem: str | None  # why the file is incomplete, when it is
-    wire_b64_parts: list[str] = field(default_factory=list, repr=False)
+    wire_parts: list[bytes] = field(default_factory=list, repr=False)
 
     @property
     def tail(self) -> Frame | None:
@@ -69,171 +428,103 @@ class Recording:
         """The body bytes as they crossed the network: the body itself unless it was content-encoded."""
         if not self.content_encoding:
             return self.body
-        return b"".join(base64.b64decode(p) for p in self.wire_b64_parts)
+        return b"".join(self.wire_parts)
 
     @property
     def verdict(self) -> dict[str, Any] | None:
         return (self.end or {}).get("verdict")
 
 
-def _bytes_of(record: dict[str, Any]) -> bytes:
-    if "raw" in record:
-        return _typed(record, "raw", str, required=True).encode("utf-8")
-    return base64.b64decode(_typed(record, "raw_b64", str) or "")
-
-
-_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer", (int, float): "a number"}
-
-
-def _typed(record: dict[str, Any], name: str, kind: type | tuple[type, ...], *, required: bool = False) -> Any:
-    """``record[name]`` when it has the type the format gives it (None when absent and optional).
-    Raises ValueError otherwise: the caller names the line."""
-    value = record.get(name)
-    if value is None and not required:
-        return None
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise ValueError(f"{name!r} is {orjson.dumps(value).decode()[:40]}, not {_NAMES[kind]}")
-    return value
-
-
-def _read_entry(entry: Any) -> tuple[int, int, float | None]:
-    """One ``[wire_offset, length, t_ms]`` of a reads line."""
-    if isinstance(entry, list) and len(entry) == 3:
-        offset, length, t = entry
-        if type(offset) is int and type(length) is int and (t is None or type(t) in (int, float)):
-            return offset, length, t
-    raise ValueError(f"a network read is {orjson.dumps(entry).decode()[:40]}, not [offset, length, t]")
-
-
 def read_recording(path: str | os.PathLike[str]) -> Recording:
-    """Parse a recording. Raises RecordingError when it is not one or is damaged mid-file."""
-    path = Path(path)
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    complete_file = True
-    problem: str | None = None
-    if lines and lines[-1] == b"":
-        lines.pop()
-    header: dict[str, Any] | None = None
-    frames: list[Frame] = []
+    """Parse a recording into memory. Raises RecordingError when it is not one or is damaged mid-file."""
     segments: list[Frame] = []
     reads: list[tuple[int, int, float | None]] = []
     notes: list[dict[str, Any]] = []
-    wire_parts: list[str] = []
-    end: dict[str, Any] | None = None
-    position = 0
-    for number, line in enumerate(lines, start=1):
-        is_last = number == len(lines)
-        cut = is_last and not data.endswith(b"\n")
-        try:
-            if cut:
-                raise ValueError("no newline")
-            record = orjson.loads(line)
-            if not isinstance(record, dict):
-                raise ValueError("not an object")
-        except (ValueError, orjson.JSONDecodeError):
-            if is_last:
-                complete_file = False
-                problem = f"recording incomplete at byte {position}: the last line is cut (the writer stopped mid-line)"
-                break
-            raise RecordingError(f"{path}: line {number} (byte {position}) is not a JSON object: the file is damaged") from None
-        position += len(line) + 1
-        kind = record.get("type")
-        if number == 1:
-            if kind != "header" or not str(record.get("format", "")).startswith("streamtap-recording/"):
-                raise RecordingError(f"{path} is not a streamtap recording (line 1 is not a {FORMAT} header)")
-            header = record
-        elif end is not None:
-            raise RecordingError(f"{path}: line {number} follows the end line")
-        try:  # the fields the format types, so a damaged value fails here, naming its line
-            if number == 1:
-                for name in ("request", "response", "wire"):
-                    _typed(record, name, dict)
-                for name in ("dialect", "sentinel"):
-                    _typed(record, name, str)
-                _typed(record.get("response") or {}, "status", int)
-                _typed(record.get("wire") or {}, "format", str)
-            elif kind in ("frame", "raw", "tail"):
-                segment = Frame(
-                    kind=kind,
-                    seq=_typed(record, "seq", int),
-                    offset=_typed(record, "offset", int, required=True),
-                    raw=_bytes_of(record),
-                    t_ms=_typed(record, "t", (int, float)),
-                    sum=_typed(record, "sum", str) or "",
-                    event=_typed(record, "event", dict) or ({"reason": record["reason"]} if "reason" in record else {}),
-                    line=number,
-                )
-                segments.append(segment)
-                if kind == "frame":
-                    frames.append(segment)
-            elif kind == "reads":
-                entries = _typed(record, "reads", list) or []
-                reads.extend(_read_entry(entry) for entry in entries)
-                if "wire_b64" in record:
-                    wire_parts.append(_typed(record, "wire_b64", str, required=True))
-            elif kind == "note":
-                notes.append(record)
-            elif kind == "end":
-                _typed(record, "verdict", dict)
-                _typed(record, "stream_end", str)
-                end = record
-            # unknown line types are skipped: a newer writer may add some
-        except (ValueError, binascii.Error) as exc:
-            raise RecordingError(f"{path}: line {number} is damaged: {exc}") from None
-    if header is None:
-        raise RecordingError(f"{path} is empty: recording incomplete at byte 0") if not data else RecordingError(
-            f"{path}: recording incomplete at byte 0: the header line is cut"
-        )
-    if end is None and complete_file:
-        complete_file = False
-        problem = f"recording incomplete at byte {position}: no end line (the writer stopped before the stream ended)"
+    wire_parts: list[bytes] = []
+    with RecordingLines(path) as lines:
+        for item in lines:
+            if isinstance(item, Frame):
+                segments.append(item)
+            elif isinstance(item, NetworkReads):
+                reads.extend(item.reads)
+                if item.wire is not None:
+                    wire_parts.append(item.wire)
+            else:
+                notes.append(item)
     return Recording(
-        path=path,
-        header=header,
-        frames=frames,
+        path=lines.path,
+        header=lines.header,
+        frames=[s for s in segments if s.kind == "frame"],
         segments=segments,
         reads=reads,
         notes=notes,
-        end=end,
-        complete_file=complete_file,
-        problem=problem,
-        wire_b64_parts=wire_parts,
+        end=lines.end,
+        complete_file=lines.complete_file,
+        problem=lines.problem,
+        wire_parts=wire_parts,
     )
+
+
+class RecordingCheck:
+    """What a recording's lines say about each other, checked as they go by: ``segment`` and
+    ``reads`` for each line in order, then ``finish`` with the end line gives the problems."""
+
+    def __init__(self, content_encoding: str | None = None) -> None:
+        self.content_encoding = content_encoding
+        self.problems: list[str] = []
+        self._offset = 0
+        self._seq: int | None = None
+        self._frames = 0
+        self._body_hash = hashlib.sha256()
+        self._wire_offset = 0
+        self._wire_hash = hashlib.sha256()
+        self._any_reads = False
+
+    def segment(self, s: Frame) -> None:
+        where = f"line {s.line} ({s.kind} seq {s.seq})"
+        if s.offset != self._offset:
+            self.problems.append(f"{where}: offset {s.offset}, expected {self._offset} (bytes missing or overlapping)")
+        if frame_sum(s.raw) != s.sum:
+            self.problems.append(f"{where}: sum {s.sum} does not match its bytes ({frame_sum(s.raw)})")
+        if s.seq is not None:
+            if self._seq is not None and s.seq != self._seq:
+                self.problems.append(f"{where}: sequence number {s.seq}, expected {self._seq}")
+            self._seq = s.seq + 1
+        if s.kind == "frame":
+            self._frames += 1
+        self._offset = s.offset + len(s.raw)
+        self._body_hash.update(s.raw)
+
+    def reads(self, reads: list[tuple[int, int, float | None]], wire: bytes | None = None) -> None:
+        self._any_reads = self._any_reads or bool(reads)
+        for offset, length, _ in reads:
+            if offset != self._wire_offset:
+                self.problems.append(f"network read at wire offset {offset}, expected {self._wire_offset}")
+            self._wire_offset = offset + length
+        if wire is not None:
+            self._wire_hash.update(wire)
+
+    def finish(self, end: dict[str, Any] | None) -> list[str]:
+        problems = self.problems
+        if end is not None:
+            if end.get("frames") is not None and end.get("frames") != self._frames:
+                problems.append(f"end line says {end.get('frames')} frames, the file holds {self._frames}")
+            if end.get("bytes") != self._offset:
+                problems.append(f"end line says {end.get('bytes')} body bytes, the frames hold {self._offset}")
+            if end.get("sha256") != self._body_hash.hexdigest():
+                problems.append("body sha256 differs from the end line's")
+            if self._any_reads and end.get("wire_bytes") != self._wire_offset:
+                problems.append(f"end line says {end.get('wire_bytes')} wire bytes, the reads add up to {self._wire_offset}")
+            if self.content_encoding and end.get("wire_sha256") != self._wire_hash.hexdigest():
+                problems.append("wire sha256 differs from the end line's")
+        return problems
 
 
 def check_recording(recording: Recording) -> list[str]:
     """Everything in the recording that does not check out against itself (empty: all good)."""
-    problems: list[str] = []
-    if recording.problem:
-        problems.append(recording.problem)
-    expected_offset = 0
-    expected_seq: int | None = None
+    check = RecordingCheck(recording.content_encoding)
     for s in recording.segments:
-        where = f"line {s.line} ({s.kind} seq {s.seq})"
-        if s.offset != expected_offset:
-            problems.append(f"{where}: offset {s.offset}, expected {expected_offset} (bytes missing or overlapping)")
-        if frame_sum(s.raw) != s.sum:
-            problems.append(f"{where}: sum {s.sum} does not match its bytes ({frame_sum(s.raw)})")
-        if s.seq is not None:
-            if expected_seq is not None and s.seq != expected_seq:
-                problems.append(f"{where}: sequence number {s.seq}, expected {expected_seq}")
-            expected_seq = s.seq + 1
-        expected_offset = s.offset + len(s.raw)
-    wire_offset = 0
-    for offset, length, _ in recording.reads:
-        if offset != wire_offset:
-            problems.append(f"network read at wire offset {offset}, expected {wire_offset}")
-        wire_offset = offset + length
-    end = recording.end
-    if end is not None:
-        body = recording.body
-        if end.get("bytes") != len(body):
-            problems.append(f"end line says {end.get('bytes')} body bytes, the frames hold {len(body)}")
-        if end.get("sha256") != hashlib.sha256(body).hexdigest():
-            problems.append("body sha256 differs from the end line's")
-        if recording.reads and end.get("wire_bytes") != wire_offset:
-            problems.append(f"end line says {end.get('wire_bytes')} wire bytes, the reads add up to {wire_offset}")
-        if recording.content_encoding and end.get("wire_sha256") != hashlib.sha256(recording.wire).hexdigest():
-            problems.append("wire sha256 differs from the end line's")
-    return problems
+        check.segment(s)
+    check.reads(recording.reads, recording.wire if recording.content_encoding else None)
+    problems = check.finish(recording.end)
+    return [recording.problem, *problems] if recording.problem else problems
