@@ -17,7 +17,7 @@ import orjson
 
 from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError
 from streamtap.recording import fleet
-from streamtap.recording.catalog import COLUMNS, find_recordings
+from streamtap.recording.catalog import find_recordings
 
 HELP = "Report across many recordings: verdict counts and rates by provider, model and day; stream ends; TTFT and duration p50/p95/p99; top reasons; the incomplete ones."
 
@@ -49,8 +49,9 @@ def load(con, paths: list[str], verb: str = "report") -> int:
     if indexes and not others and len(indexes) == 1:
         return fleet.open_index(con, Path(indexes[0]))
     loaded = fleet.Loaded()
+    indexed = set().union(*(fleet.indexed_paths(con, Path(d)) for d in indexes))  # a recording in an index counts once
     try:
-        rows = fleet.read_rows(find_recordings(others), loaded=loaded)
+        rows = fleet.read_rows(find_recordings(others), skip=indexed, loaded=loaded)
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
     except Exception as exc:  # a named file that is not a recording, or is damaged
@@ -58,12 +59,7 @@ def load(con, paths: list[str], verb: str = "report") -> int:
     warn(loaded, verb)
     fleet.load_rows(con, rows, "loaded_rows" if indexes else "recordings")
     if indexes:
-        globs = [str(Path(d) / fleet.PARQUET_GLOB) for d in indexes]
-        con.execute(
-            f"CREATE VIEW recordings AS SELECT * FROM loaded_rows UNION ALL BY NAME "
-            f"SELECT {', '.join(COLUMNS)} FROM read_parquet(?, hive_partitioning = true, union_by_name = true)",
-            [globs],
-        )
+        con.execute(f"CREATE VIEW recordings AS SELECT * FROM loaded_rows UNION ALL BY NAME {fleet.select_index([Path(d) for d in indexes])}")
     return con.execute("SELECT count(*) FROM recordings").fetchone()[0]
 
 

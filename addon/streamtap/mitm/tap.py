@@ -475,8 +475,9 @@ class FlowTap:
                     events=analysis.wire_events,
                     bytes=analysis.bytes,
                     ttft_ms=_ms(ttft) if ttft is not None else None,
+                    usage=turn_dict.get("usage"),
                 )
-                end_record.update(verdict=verdict.to_dict(), turn=turn_dict, ttft_ms=summary["ttft_ms"])
+                end_record.update(verdict=verdict.to_dict(), turn=turn_dict, ttft_ms=summary["ttft_ms"], events=analysis.wire_events)
             except Exception as exc:
                 self.fail("analysis", exc)
                 self._record_raw(b"", _ms(t))

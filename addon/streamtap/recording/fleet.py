@@ -45,10 +45,12 @@ def read_rows(found: Iterable[Found], *, skip: set[str] = frozenset(), loaded: L
     A named file that is not a recording raises; one found in a folder is skipped and noted."""
     loaded = loaded if loaded is not None else Loaded()
     rows = []
+    seen = set(skip)  # a file given twice (by name and in its folder) is one recording
     for item in found:
         resolved = str(item.path.resolve())
-        if resolved in skip:
+        if resolved in seen:
             continue
+        seen.add(resolved)
         if item.path.name.endswith(".partial.jsonl") and being_written(item.path):
             loaded.busy.append(str(item.path))
             continue
@@ -87,11 +89,14 @@ def open_index(con: duckdb.DuckDBPyConnection, directory: Path, table: str = "re
     if not index_files(directory):
         load_rows(con, [], table)
         return 0
-    con.execute(
-        f"CREATE OR REPLACE VIEW {table} AS SELECT {', '.join(COLUMNS)} FROM read_parquet(?, hive_partitioning = true, union_by_name = true)",
-        [str(directory / PARQUET_GLOB)],
-    )
+    con.execute(f"CREATE OR REPLACE VIEW {table} AS {select_index([directory])}")
     return con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def select_index(directories: list[Path]) -> str:
+    """A SELECT of every row in the index folders (views cannot take parameters: the paths are quoted)."""
+    globs = ", ".join(f"'{_sql_string(str(Path(d) / PARQUET_GLOB))}'" for d in directories)
+    return f"SELECT {', '.join(COLUMNS)} FROM read_parquet([{globs}], hive_partitioning = true, union_by_name = true)"
 
 
 def indexed_paths(con: duckdb.DuckDBPyConnection, directory: Path) -> set[str]:
