@@ -593,6 +593,7 @@ class Tap:
         self.told_about_loaded_flows = False
         self.filter: Callable[[http.HTTPFlow], bool] | None = None
         self.finished: list[dict[str, Any]] = []  # summaries of finished turns, newest last (bounded)
+        self.observers: list[Any] = []  # told of each finished turn and each failure (the Metrics addon)
         self._flusher: asyncio.Task | None = None
 
     def load(self, loader) -> None:
@@ -678,6 +679,7 @@ class Tap:
             )
         except Exception as exc:  # fail open: the flow goes on as mitmproxy would carry it
             log.warning(f"streamtap: flow {flow.id[:12]}: cannot tap: {type(exc).__name__}: {exc}")
+            self._tell("tap_failed")
             return
         self.open[flow.id] = tap
         loop = _running_loop()
@@ -717,6 +719,16 @@ class Tap:
             log.info(summary_line(summary))
         except Exception as exc:
             log.warning(f"streamtap: flow {flow.id[:12]}: cannot finish: {type(exc).__name__}: {exc}")
+            self._tell("tap_failed")
+            return
+        self._tell("turn_finished", flow, summary)
+
+    def _tell(self, what: str, *args: Any) -> None:
+        for observer in self.observers:
+            try:
+                getattr(observer, what)(*args)
+            except Exception as exc:  # an observer's bug never reaches the traffic
+                log.warning(f"streamtap: {type(observer).__name__}.{what}: {type(exc).__name__}: {exc}")
 
     def running(self) -> None:
         # a stalled stream gets no chunks, so its buffered lines are flushed from here
