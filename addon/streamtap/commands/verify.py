@@ -74,6 +74,8 @@ def judge_files(args: argparse.Namespace) -> list[Judged]:
 
 
 def judge_file(path: Path, provider: str | None, sentinel: str | None) -> Judged:
+    if path.name.endswith(".jsonl.zst"):  # a compressed recording (raw bodies are given uncompressed)
+        return _judge_recording(path, sentinel)
     data = path.read_bytes()
     if data[:200].lstrip().startswith(b"{") and RECORDING_MARK in data.split(b"\n", 1)[0]:
         return _judge_recording(path, sentinel)

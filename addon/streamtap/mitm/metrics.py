@@ -56,6 +56,9 @@ class TurnMetrics:
         for part in ERROR_PARTS:
             self.errors.labels(part)  # present at 0 from the start, so rates work
         self.models: set[str] = set()
+        # labelled children per label set: prometheus-client's labels() costs more than the update
+        self._children: dict[tuple[str, str, str, str], tuple[Any, Any, Any]] = {}
+        self._token_children: dict[tuple[str, str, str], Any] = {}
 
     def model_label(self, model: str | None) -> str:
         if model in self.models:
@@ -67,17 +70,29 @@ class TurnMetrics:
 
     def count(self, summary: dict[str, Any], model: str | None) -> None:
         provider, label = summary["provider"], self.model_label(model)
-        self.turns.labels(provider, label, summary["verdict"], summary["stream_end"]).inc()
+        key = (provider, label, summary["verdict"], summary["stream_end"])
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (
+                self.turns.labels(*key), self.ttft.labels(provider, label), self.duration.labels(provider, label)
+            )
+        turns, ttft, duration = children
+        turns.inc()
         if summary.get("ttft_ms") is not None:
-            self.ttft.labels(provider, label).observe(summary["ttft_ms"] / 1000)
-        self.duration.labels(provider, label).observe(summary["duration_ms"] / 1000)
+            ttft.observe(summary["ttft_ms"] / 1000)
+        duration.observe(summary["duration_ms"] / 1000)
         self.bytes.inc(summary.get("bytes") or 0)
         self.events.inc(summary.get("events") or 0)
-        usage = summary.get("usage") or {}
-        for kind in TOKEN_KINDS:
-            value = usage.get(kind)
-            if isinstance(value, int) and value > 0:
-                self.tokens.labels(provider, label, kind).inc(value)
+        usage = summary.get("usage")
+        if usage:
+            for kind in TOKEN_KINDS:
+                value = usage.get(kind)
+                if type(value) is int and value > 0:
+                    token_key = (provider, label, kind)
+                    child = self._token_children.get(token_key)
+                    if child is None:
+                        child = self._token_children[token_key] = self.tokens.labels(*token_key)
+                    child.inc(value)
         for error in summary.get("errors") or ():
             part = error.split(":", 1)[0]
             self.errors.labels(part if part in ERROR_PARTS else "tap").inc()

@@ -23,6 +23,7 @@ from mitmproxy.connection import ConnectionState
 
 from streamtap.providers import Dialect, RequestInfo, StreamEnd, StreamSession, VerdictKind, detect_dialect
 from streamtap.recording import FSYNC_POLICIES, RecordingWriter, final_name, flow_header
+from streamtap.recording.compress import COMPRESSIONS
 from streamtap.wire import DEFAULT_MAX_EVENT
 
 log = logging.getLogger("streamtap")
@@ -147,6 +148,7 @@ class FlowTap:
         sentinel: str | None,
         max_event_size: int,
         record: bool,
+        compress: str = "none",
     ) -> None:
         self.flow_id = flow.id
         self.t0 = time.monotonic()
@@ -198,6 +200,7 @@ class FlowTap:
                     fsync=fsync,
                     redact=redact,
                     encoded=bool(self.decoder) or (self.encoding not in (None, "", "identity")),
+                    compress=compress,
                 )
                 self.writer.header(self._header(flow))
                 for note in self.errors:
@@ -488,7 +491,7 @@ class FlowTap:
         if self.writer is not None:
             try:
                 final = self.writer.path.with_name(
-                    final_name(self.started, self.provider, summary["verdict"], self.flow_id)
+                    final_name(self.started, self.provider, summary["verdict"], self.flow_id) + self.writer.suffix
                 )
                 loop = _running_loop()
                 writer = self.writer
@@ -630,6 +633,10 @@ class Tap:
         )
         loader.add_option("streamtap_record", bool, True, "Write recordings (off: analyse and log only).")
         loader.add_option(
+            "streamtap_compress", str, "none", "Compress recordings: zstd writes .jsonl.zst (crash-safe zstd blocks), none plain .jsonl.",
+            choices=list(COMPRESSIONS),
+        )
+        loader.add_option(
             "streamtap_max_event", int, DEFAULT_MAX_EVENT, "Largest single wire event in bytes before it counts as malformed."
         )
 
@@ -676,6 +683,7 @@ class Tap:
                 sentinel=options.streamtap_sentinel,
                 max_event_size=options.streamtap_max_event,
                 record=options.streamtap_record,
+                compress=options.streamtap_compress,
             )
         except Exception as exc:  # fail open: the flow goes on as mitmproxy would carry it
             log.warning(f"streamtap: flow {flow.id[:12]}: cannot tap: {type(exc).__name__}: {exc}")

@@ -9,6 +9,7 @@ is the command that rechecks the frames against it.
 from __future__ import annotations
 
 import fcntl
+import io
 import os
 import time
 from collections.abc import Iterable, Iterator
@@ -18,12 +19,14 @@ from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 import orjson
+import zstandard
 
 from streamtap.providers.model import model_of
 
+from .compress import SUFFIX, decompress_file, is_compressed
 from .writer import RecordingError
 
-RECORDING_SUFFIXES = (".jsonl",)
+RECORDING_SUFFIXES = (".jsonl", ".jsonl" + SUFFIX)
 TAIL_BLOCK = 64 * 1024
 
 # the columns of a row, in order, with their DuckDB types (the index's Parquet schema)
@@ -69,7 +72,7 @@ class Found:
 
 def find_recordings(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Found]:
     """The recording files among ``paths``: files as given, directories searched recursively
-    for ``*.jsonl`` (sorted, so the order is the same on every run). Raises FileNotFoundError
+    for ``*.jsonl`` and ``*.jsonl.zst`` (sorted, so the order is the same on every run). Raises FileNotFoundError
     for a path that does not exist."""
     for raw in paths:
         path = Path(raw)
@@ -102,8 +105,16 @@ def being_written(path: Path) -> bool:
 
 
 def open_bytes(path: Path) -> BinaryIO:
-    """The recording's bytes as a seekable binary file."""
-    return path.open("rb")
+    """The recording's lines as a seekable binary file. A ``.jsonl.zst`` has no index of its
+    frames, so it is decompressed whole (in memory: a compressed recording is small)."""
+    handle = path.open("rb")
+    if not is_compressed(path):
+        return handle
+    with handle:
+        try:
+            return io.BytesIO(decompress_file(handle))
+        except zstandard.ZstdError as exc:
+            raise RecordingError(f"{path}: the zstd stream is damaged: {exc}") from None
 
 
 def _last_line(handle: BinaryIO, size: int) -> tuple[bytes, int]:
@@ -139,7 +150,7 @@ def read_ends(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, str | 
             "streamtap-recording/"
         ):
             raise NotARecording(f"{path} is not a streamtap recording (line 1 is not a recording header)")
-        size = handle.seek(0, os.SEEK_END)
+        size = handle.seek(0, os.SEEK_END)  # of the lines (decompressed)  # of the lines (decompressed)
         if size == len(first):
             return header, None, f"recording incomplete at byte {size}: no end line", size
         last, start = _last_line(handle, size)
@@ -209,5 +220,5 @@ def recording_row(path: Path) -> dict[str, Any]:
         "method": _text(request.get("method")),
         "file_complete": problem is None,
         "problem": problem,
-        "recording_bytes": size,
+        "recording_bytes": path.stat().st_size if is_compressed(path) else size,
     }

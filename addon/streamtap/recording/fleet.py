@@ -51,7 +51,7 @@ def read_rows(found: Iterable[Found], *, skip: set[str] = frozenset(), loaded: L
         if resolved in seen:
             continue
         seen.add(resolved)
-        if item.path.name.endswith(".partial.jsonl") and being_written(item.path):
+        if ".partial.jsonl" in item.path.name and being_written(item.path):
             loaded.busy.append(str(item.path))
             continue
         try:
@@ -85,11 +85,12 @@ def index_files(directory: Path) -> list[str]:
 
 
 def open_index(con: duckdb.DuckDBPyConnection, directory: Path, table: str = "recordings") -> int:
-    """A view ``table`` over an index folder; returns its row count (0 and an empty table when it has no files)."""
+    """Table ``table`` loaded from an index folder (one scan of its files; every figure is then
+    computed in memory); returns its row count (0 and an empty table when it has no files)."""
     if not index_files(directory):
         load_rows(con, [], table)
         return 0
-    con.execute(f"CREATE OR REPLACE VIEW {table} AS {select_index([directory])}")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {select_index([directory])}")
     return con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
 
 

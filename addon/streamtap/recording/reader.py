@@ -17,6 +17,9 @@ from typing import Any
 
 import orjson
 
+import zstandard
+
+from .compress import read_bytes
 from .writer import FORMAT, RecordingError, frame_sum
 
 
@@ -105,10 +108,18 @@ def _read_entry(entry: Any) -> tuple[int, int, float | None]:
     raise ValueError(f"a network read is {orjson.dumps(entry).decode()[:40]}, not [offset, length, t]")
 
 
+def _recording_bytes(path: Path) -> bytes:
+    """The recording's lines, decompressed for a ``.jsonl.zst``."""
+    try:
+        return read_bytes(path)
+    except zstandard.ZstdError as exc:
+        raise RecordingError(f"{path}: the zstd stream is damaged: {exc}") from None
+
+
 def read_recording(path: str | os.PathLike[str]) -> Recording:
     """Parse a recording. Raises RecordingError when it is not one or is damaged mid-file."""
     path = Path(path)
-    data = path.read_bytes()
+    data = _recording_bytes(path)
     lines = data.split(b"\n")
     complete_file = True
     problem: str | None = None
