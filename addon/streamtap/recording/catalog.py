@@ -27,6 +27,7 @@ from .compress import SUFFIX, decompress_file, is_compressed
 from .writer import RecordingError
 
 RECORDING_SUFFIXES = (".jsonl", ".jsonl" + SUFFIX)
+HEAD_BLOCK = 32 * 1024  # most recordings fit whole: one read
 TAIL_BLOCK = 64 * 1024
 
 # the columns of a row, in order, with their DuckDB types (the index's Parquet schema)
@@ -71,16 +72,17 @@ class Found:
 
 
 def find_recordings(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Found]:
-    """The recording files among ``paths``: files as given, directories searched recursively
-    for ``*.jsonl`` and ``*.jsonl.zst`` (sorted, so the order is the same on every run). Raises FileNotFoundError
-    for a path that does not exist."""
+    """The recording files among ``paths``, as absolute paths: files as given, directories
+    searched recursively for ``*.jsonl`` and ``*.jsonl.zst`` (sorted, so the order is the same on
+    every run). Raises FileNotFoundError for a path that does not exist."""
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            for found in sorted(p for p in path.rglob("*") if p.name.endswith(RECORDING_SUFFIXES) and p.is_file()):
+            root = path.resolve()  # once: resolving each file costs a stat per folder level
+            for found in sorted(p for p in root.rglob("*") if p.name.endswith(RECORDING_SUFFIXES) and p.is_file()):
                 yield Found(found, named=False)
         elif path.exists():
-            yield Found(path, named=True)
+            yield Found(path.resolve(), named=True)
         else:
             raise FileNotFoundError(f"{path}: no such file or directory")
 
@@ -105,14 +107,15 @@ def being_written(path: Path) -> bool:
 
 
 def open_bytes(path: Path) -> BinaryIO:
-    """The recording's lines as a seekable binary file. A ``.jsonl.zst`` has no index of its
-    frames, so it is decompressed whole (in memory: a compressed recording is small)."""
-    handle = path.open("rb")
+    """The recording's lines as a seekable binary file (unbuffered: the reads below are few and
+    large). A ``.jsonl.zst`` has no index of its frames, so it is decompressed whole (in memory:
+    a compressed recording is small)."""
+    handle = open(path, "rb", buffering=0)
     if not is_compressed(path):
-        return handle
+        return handle  # type: ignore[return-value]
     with handle:
         try:
-            return io.BytesIO(decompress_file(handle))
+            return io.BytesIO(decompress_file(handle))  # type: ignore[arg-type]
         except zstandard.ZstdError as exc:
             raise RecordingError(f"{path}: the zstd stream is damaged: {exc}") from None
 
@@ -142,18 +145,30 @@ def _json_line(line: bytes) -> dict[str, Any] | None:
 
 
 def read_ends(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, str | None, int]:
-    """(header, end line or None, why the file is incomplete or None, file size)."""
+    """(header, end line or None, why the file is incomplete or None, size of the lines).
+
+    A small file takes one read; a large one a read at each end."""
     with open_bytes(path) as handle:
-        first = handle.readline()
-        header = _json_line(first)
+        head = handle.read(HEAD_BLOCK)
+        while b"\n" not in head:  # a long request in the header: read on to its line end
+            more = handle.read(max(len(head), HEAD_BLOCK))
+            if not more:
+                break
+            head += more
+        first = head[: head.find(b"\n") + 1] or head
+        header = _json_line(first) if first.endswith(b"\n") else None
         if header is None or header.get("type") != "header" or not str(header.get("format", "")).startswith(
             "streamtap-recording/"
         ):
             raise NotARecording(f"{path} is not a streamtap recording (line 1 is not a recording header)")
-        size = handle.seek(0, os.SEEK_END)  # of the lines (decompressed)  # of the lines (decompressed)
+        size = handle.seek(0, os.SEEK_END)
         if size == len(first):
             return header, None, f"recording incomplete at byte {size}: no end line", size
-        last, start = _last_line(handle, size)
+        if size <= len(head):  # the whole file is in hand
+            start = head.rfind(b"\n", 0, len(head) - 1) + 1
+            last = head[start:]
+        else:
+            last, start = _last_line(handle, size)
     if not last.endswith(b"\n"):
         return header, None, f"recording incomplete at byte {start}: the last line is cut (the writer stopped mid-line)", size
     end = _json_line(last)
@@ -212,7 +227,7 @@ def recording_row(path: Path) -> dict[str, Any]:
         "cache_read_tokens": _number(usage.get("cache_read")),
         "cache_write_tokens": _number(usage.get("cache_write")),
         "reasoning_tokens": _number(usage.get("reasoning")),
-        "path": str(path.resolve()),
+        "path": str(path),  # absolute: find_recordings resolved it
         "sha256": _text(end.get("sha256")),
         "flow_id": _text(header.get("flow_id")),
         "host": host,

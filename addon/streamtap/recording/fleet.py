@@ -47,7 +47,7 @@ def read_rows(found: Iterable[Found], *, skip: set[str] = frozenset(), loaded: L
     rows = []
     seen = set(skip)  # a file given twice (by name and in its folder) is one recording
     for item in found:
-        resolved = str(item.path.resolve())
+        resolved = str(item.path)  # absolute already
         if resolved in seen:
             continue
         seen.add(resolved)
