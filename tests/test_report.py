@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fleet_traffic import drive
-from upstream import REPO, Mitmdump, Upstream
+from upstream import Mitmdump, Upstream
 
 STREAMTAP = [sys.executable, "-m", "streamtap.cli"]
 

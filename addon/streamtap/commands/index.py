@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from streamtap.cli import EXIT_OK, UsageError
-from streamtap.recording import fleet
+from streamtap.recording import RecordingError, fleet
 from streamtap.recording.catalog import find_recordings
 
 from .report import warn
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     loaded = fleet.Loaded()
     try:
         rows = fleet.read_rows(find_recordings(args.paths), skip=known, loaded=loaded)
-    except Exception as exc:  # a named file that is not a recording, or is damaged
+    except (RecordingError, OSError) as exc:  # a named file that is not a recording or is damaged
         raise UsageError(str(exc)) from None
     warn(loaded, "index")
     if rows:

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError
-from streamtap.recording import fleet
+from streamtap.recording import RecordingError, fleet
 from streamtap.recording.catalog import find_recordings
 
 HELP = "Report across many recordings: verdict counts and rates by provider, model and day; stream ends; TTFT and duration p50/p95/p99; top reasons; the incomplete ones."
@@ -52,9 +52,7 @@ def load(con, paths: list[str], verb: str = "report") -> int:
     indexed = set().union(*(fleet.indexed_paths(con, Path(d)) for d in indexes))  # a recording in an index counts once
     try:
         rows = fleet.read_rows(find_recordings(others), skip=indexed, loaded=loaded)
-    except FileNotFoundError as exc:
-        raise UsageError(str(exc)) from None
-    except Exception as exc:  # a named file that is not a recording, or is damaged
+    except (RecordingError, OSError) as exc:  # a missing file, or a named file that is not a recording or is damaged
         raise UsageError(str(exc)) from None
     warn(loaded, verb)
     fleet.load_rows(con, rows, "loaded_rows" if indexes else "recordings")

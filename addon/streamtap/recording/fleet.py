@@ -242,6 +242,8 @@ def ttft_values(con: duckdb.DuckDBPyConnection) -> list[tuple[str, float]]:
 
 
 __all__ = [
+    "PARQUET_GLOB",
+    "VERDICT_ORDER",
     "Loaded",
     "NotARecording",
     "connect",
@@ -251,6 +253,7 @@ __all__ = [
     "open_index",
     "read_rows",
     "report",
+    "select_index",
     "time_series",
     "ttft_values",
     "write_index",
