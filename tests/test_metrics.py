@@ -124,3 +124,42 @@ def test_a_bad_address_stops_the_proxy_at_startup_saying_why(tmp_path):
     process = subprocess.run(mitm.args, capture_output=True, text=True, timeout=30, cwd=tmp_path)
     assert process.returncode != 0
     assert "streamtap_metrics must be HOST:PORT (e.g. 127.0.0.1:9108), not 'nonsense'" in process.stdout + process.stderr
+
+
+def test_metrics_report_and_index_agree_with_compression_on(tmp_path):
+    """Metrics and zstd recordings on together: the scraped counters, `report` over the
+    .jsonl.zst recordings and the Parquet index tell the same numbers."""
+    import duckdb
+
+    port = free_port()
+    with Upstream() as upstream:
+        options = {"streamtap_metrics": f"127.0.0.1:{port}", "streamtap_compress": "zstd"}
+        with Mitmdump(upstream.url, tmp_path / "proxy", options=options) as mitm:
+            mitm.upstream = upstream
+            mitm.wait_log("metrics on http://127.0.0.1:")
+            recordings = drive(mitm)
+            families = scrape(port)
+    assert all(r.path.name.endswith(".jsonl.zst") for r in recordings)
+    scraped = Counter()
+    for s in families["streamtap_turns"]:
+        if s.name == "streamtap_turns_total":
+            scraped[(s.labels["provider"], s.labels["model"], s.labels["verdict"], s.labels["stream_end"])] += int(s.value)
+    out = tmp_path / "idx"
+    assert streamtap("index", str(mitm.record_dir), "--out", str(out)).returncode == 0
+    con = duckdb.connect()
+    rows = con.execute(
+        f"SELECT provider, model, verdict, stream_end, count(*) FROM read_parquet('{out}/**/*.parquet', hive_partitioning = true) GROUP BY ALL"
+    ).fetchall()
+    assert {(p, m, v, e): n for p, m, v, e, n in rows} == dict(scraped)
+    total_bytes, total_events, input_tokens, output_tokens = con.execute(
+        f"SELECT sum(bytes), sum(events), sum(input_tokens), sum(output_tokens) FROM read_parquet('{out}/**/*.parquet')"
+    ).fetchall()[0]
+    assert value(families, "streamtap_stream_bytes_total") == total_bytes
+    assert value(families, "streamtap_events_total") == total_events
+    assert value(families, "streamtap_usage_tokens_total", kind="input") == input_tokens
+    assert value(families, "streamtap_usage_tokens_total", kind="output") == output_tokens
+    report = json.loads(streamtap("report", "--json", str(mitm.record_dir)).stdout)
+    by_verdict: Counter = Counter()
+    for (_, _, verdict, _), n in scraped.items():
+        by_verdict[verdict] += n
+    assert report["verdicts"] == dict(by_verdict) and report["recordings"] == len(recordings)
