@@ -13,8 +13,7 @@ import time
 from pathlib import Path
 
 from streamtap.cli import EXIT_OK, UsageError
-from streamtap.recording import RecordingError, fleet
-from streamtap.recording.catalog import find_recordings
+from streamtap.recording import RecordingError
 
 from .report import warn
 
@@ -32,6 +31,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from streamtap.recording import fleet  # DuckDB: imported by this verb only
+    from streamtap.recording.catalog import find_recordings
+
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: not a folder")
