@@ -237,7 +237,7 @@ def bench_metrics(rounds: int) -> None:
     print(f"\nmetrics per finished turn, CPU: {summary(added, 'µs', 1e6)} added (observer call, labels, counters, histograms)")
     per_event = [a / events for a in added]
     print(f"  per event at the real captures' median of {events:.0f} events per turn: {summary(per_event, 'µs', 1e6)}; target < 1 µs")
-    print(f"  nothing runs per event: only a turn of fewer than {statistics.median(added) * 1e6:.0f} events costs more than 1 µs per event")
+    print(f"  nothing runs per event: only a turn of {int(statistics.median(added) * 1e6)} events or fewer costs more than 1 µs per event")
 
 
 def bench_compression() -> None:
