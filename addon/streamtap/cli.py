@@ -20,6 +20,8 @@ VERBS = {
     "import": "streamtap.commands.import_mitm",
     "serve": "streamtap.commands.serve",
     "sweep": "streamtap.commands.sweep",
+    "report": "streamtap.commands.report",
+    "index": "streamtap.commands.index",
 }
 
 EXIT_OK, EXIT_FINDING, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3

@@ -29,7 +29,7 @@ examples:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
-    parser.add_argument("paths", nargs="+", metavar="DIR|FILE", help="recordings (*.jsonl) or directories of them")
+    parser.add_argument("paths", nargs="+", metavar="DIR|FILE", help="recordings (*.jsonl, *.jsonl.zst) or directories of them")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
     parser.add_argument("--port", type=int, default=0, help="port (default: a free one, printed)")
     parser.add_argument("--timing", default="fast", help="original, scale=N or fast (default)")
@@ -63,7 +63,7 @@ def build(args: argparse.Namespace):
     except RecordingError as exc:
         raise UsageError(str(exc)) from None
     if not library.entries:
-        raise UsageError(f"no recordings (*.jsonl) under {' '.join(args.paths)}")
+        raise UsageError(f"no recordings (*.jsonl, *.jsonl.zst) under {' '.join(args.paths)}")
     return library, ServeOptions(timing, faults, args.assign_ids, args.fault_header)
 
 

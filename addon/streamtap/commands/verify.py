@@ -33,7 +33,7 @@ EXTENSION_WIRE = {
     ".json": "json-array",
 }
 
-DIRECTORY_SUFFIXES = (".jsonl", *EXTENSION_WIRE)  # what a directory given as input contributes
+DIRECTORY_SUFFIXES = (".jsonl", ".jsonl.zst", *EXTENSION_WIRE)  # what a directory given as input contributes
 
 WIRE_NAMES = {"sse": "SSE", "eventstream": "AWS event-stream", "ndjson": "NDJSON", "json-array": "a JSON array"}
 
@@ -132,7 +132,7 @@ def judge_file(path: Path, provider: str | None, sentinel: str | None) -> Judged
         with open_recording(path) as file:
             head = file.read(SNIFF_BYTES)
             first_line = head.split(b"\n", 1)[0]
-            if path.name.endswith(PARTIAL_SUFFIX) or (head.lstrip().startswith(b"{") and RECORDING_MARK in first_line):
+            if path.name.endswith((PARTIAL_SUFFIX, PARTIAL_SUFFIX + ".zst")) or (head.lstrip().startswith(b"{") and RECORDING_MARK in first_line):
                 return _judge_recording(path, provider, sentinel)
             return _judge_raw(path, head, file, provider, sentinel)
     except RecordingError as exc:

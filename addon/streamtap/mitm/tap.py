@@ -23,6 +23,7 @@ from mitmproxy.connection import ConnectionState
 from streamtap.providers import StreamEnd, StreamSession, VerdictKind, detect_dialect
 from streamtap.recording import FSYNC_POLICIES, RecordingWriter, final_name, flow_header
 from streamtap.recording.flows import injected_fault, is_llm_stream, request_info
+from streamtap.recording.compress import COMPRESSIONS
 from streamtap.wire import DEFAULT_MAX_EVENT
 
 log = logging.getLogger("streamtap")
@@ -143,6 +144,7 @@ class FlowTap:
         sentinel: str | None,
         max_event_size: int,
         record: bool,
+        compress: str = "none",
     ) -> None:
         self.flow_id = flow.id
         self.t0 = time.monotonic()
@@ -195,6 +197,7 @@ class FlowTap:
                     redact=redact,
                     redact_allow=redact_allow,
                     encoded=bool(self.decoder) or (self.encoding not in (None, "", "identity")),
+                    compress=compress,
                 )
                 self.writer.header(self._header(flow))
                 for note in self.errors:
@@ -479,8 +482,9 @@ class FlowTap:
                     events=analysis.wire_events,
                     bytes=analysis.bytes,
                     ttft_ms=_ms(ttft) if ttft is not None else None,
+                    usage=turn_dict.get("usage"),
                 )
-                end_record.update(verdict=verdict.to_dict(), turn=turn_dict, ttft_ms=summary["ttft_ms"])
+                end_record.update(verdict=verdict.to_dict(), turn=turn_dict, ttft_ms=summary["ttft_ms"], events=analysis.wire_events)
             except Exception as exc:
                 self.fail("analysis", exc)
                 self._record_raw(b"", _ms(t))
@@ -492,7 +496,7 @@ class FlowTap:
         if self.writer is not None:
             try:
                 final = self.writer.path.with_name(
-                    final_name(self.started, self.provider, summary["verdict"], self.flow_id)
+                    final_name(self.started, self.provider, summary["verdict"], self.flow_id) + self.writer.suffix
                 )
                 loop = _running_loop()
                 writer = self.writer
@@ -576,6 +580,7 @@ class Tap:
         self.told_about_loaded_flows = False
         self.filter: Callable[[http.HTTPFlow], bool] | None = None
         self.finished: list[dict[str, Any]] = []  # summaries of finished turns, newest last (bounded)
+        self.observers: list[Any] = []  # told of each finished turn and each failure (the Metrics addon)
         self._flusher: asyncio.Task | None = None
 
     def load(self, loader) -> None:
@@ -617,6 +622,10 @@ class Tap:
             "A text the app's prompt asks the model to end every answer with; a turn without it is not complete.",
         )
         loader.add_option("streamtap_record", bool, True, "Write recordings (off: analyse and log only).")
+        loader.add_option(
+            "streamtap_compress", str, "none", "Compress recordings: zstd writes .jsonl.zst (crash-safe zstd blocks), none plain .jsonl.",
+            choices=list(COMPRESSIONS),
+        )
         loader.add_option(
             "streamtap_max_event", int, DEFAULT_MAX_EVENT, "Largest single wire event in bytes before it counts as malformed."
         )
@@ -665,9 +674,11 @@ class Tap:
                 sentinel=options.streamtap_sentinel,
                 max_event_size=options.streamtap_max_event,
                 record=options.streamtap_record,
+                compress=options.streamtap_compress,
             )
         except Exception as exc:  # fail open: the flow goes on as mitmproxy would carry it
             log.warning(f"streamtap: flow {flow.id[:12]}: cannot tap: {type(exc).__name__}: {exc}")
+            self._tell("tap_failed")
             return
         self.open[flow.id] = tap
         loop = _running_loop()
@@ -707,6 +718,16 @@ class Tap:
             log.info(summary_line(summary))
         except Exception as exc:
             log.warning(f"streamtap: flow {flow.id[:12]}: cannot finish: {type(exc).__name__}: {exc}")
+            self._tell("tap_failed")
+            return
+        self._tell("turn_finished", flow, summary)
+
+    def _tell(self, what: str, *args: Any) -> None:
+        for observer in self.observers:
+            try:
+                getattr(observer, what)(*args)
+            except Exception as exc:  # an observer's bug never reaches the traffic
+                log.warning(f"streamtap: {type(observer).__name__}.{what}: {type(exc).__name__}: {exc}")
 
     def running(self) -> None:
         # a stalled stream gets no chunks, so its buffered lines are flushed from here

@@ -32,6 +32,7 @@ import orjson
 from streamtap.providers import StreamEnd, VerdictKind
 from streamtap.wire import DEFAULT_MAX_EVENT
 
+from .compress import open_lines
 from .writer import FORMAT, SUM_HEX, RecordingError, frame_sum
 
 # The longest line a writer can produce: a frame holds at most one event of max_event bytes
@@ -52,7 +53,7 @@ def open_recording(path: str | os.PathLike[str]) -> BinaryIO:
     """The recording's bytes, as a binary file object read from the start.
 
     The one place that knows how a recording is stored on disk."""
-    return open(path, "rb")
+    return open_lines(path)
 
 
 class HeaderCut(RecordingError):

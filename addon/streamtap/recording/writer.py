@@ -23,6 +23,7 @@ from streamtap import __version__
 from streamtap.wire import EventStreamMessage, JSONValue, Malformed, SSEEvent, Tail
 
 from .redact import Redactor
+from .compress import COMPRESSIONS, SUFFIX, ZstdLines
 
 FORMAT = "streamtap-recording/1"
 SUM_HEX = 16  # sha256 prefix length in a frame's "sum": 64 bits tell a wrong frame apart
@@ -160,9 +161,12 @@ class RecordingWriter:
         redact: Iterable[str] = (),
         redact_allow: Iterable[str] = (),
         encoded: bool = False,
+        compress: str = "none",
     ) -> None:
         if fsync not in FSYNC_POLICIES:
             raise RecordingError(f"fsync policy must be one of {', '.join(FSYNC_POLICIES)}, not {fsync!r}")
+        if compress not in COMPRESSIONS:
+            raise RecordingError(f"compression must be one of {', '.join(COMPRESSIONS)}, not {compress!r}")
         self.path = Path(path)
         self.fsync = fsync
         self.redact = tuple(redact)
@@ -180,6 +184,10 @@ class RecordingWriter:
         # a small buffer: the adapter flushes at least every 0.1 s anyway, and an open
         # stream's memory must stay small
         self._file = os.fdopen(fd, "ab", buffering=WRITE_BUFFER)
+        self.compressed = compress == "zstd"
+        self.suffix = SUFFIX if self.compressed else ""  # after .jsonl in the file's names
+        if self.compressed:
+            self._file = ZstdLines(self._file)
         self._offset = 0
         self._body_hash = hashlib.sha256()
         self._frames = 0
@@ -195,7 +203,8 @@ class RecordingWriter:
     ) -> RecordingWriter:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        return cls(directory / partial_name(started, provider, flow_id), **kwargs)
+        suffix = SUFFIX if kwargs.get("compress") == "zstd" else ""
+        return cls(directory / (partial_name(started, provider, flow_id) + suffix), **kwargs)
 
     @property
     def offset(self) -> int:
@@ -408,6 +417,8 @@ class RecordingWriter:
             wire_sha256=self._wire_hash.hexdigest(),
         )
         self._line(record)
+        if self.compressed:
+            self._file.end_frame()  # a complete zstd frame holds the end line before any sync
         self._file.flush()
         if sync and self.fsync != "never":
             os.fsync(self._file.fileno())

@@ -146,11 +146,11 @@ class Library:
 
     @classmethod
     def load(cls, paths: Iterable[str | Path], options: MatchOptions | None = None) -> Library:
-        """Recordings from files and directories (``*.jsonl`` under a directory, recursively)."""
+        """Recordings from files and directories (``*.jsonl`` and ``*.jsonl.zst`` under a directory, recursively)."""
         files: list[Path] = []
         for path in map(Path, paths):
             if path.is_dir():
-                files += sorted(p for p in path.rglob("*.jsonl") if p.is_file())
+                files += sorted(p for p in path.rglob("*") if p.name.endswith((".jsonl", ".jsonl.zst")) and p.is_file())
             elif path.is_file():
                 files.append(path)
             else:

@@ -1,0 +1,183 @@
+"""The `--html` page of `streamtap report`: one self-contained file, charts as inline SVG.
+
+No scripts and no external files: the page opens the same offline, in a mail attachment or
+in a CI artifact viewer. Every text from a recording is escaped.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from html import escape
+from typing import Any
+
+VERDICT_COLORS = {
+    "complete": "#2e7d32",
+    "stopped_by_limit": "#f9a825",
+    "filtered": "#8e24aa",
+    "errored": "#c62828",
+    "truncated": "#ef6c00",
+    "corrupt": "#5d4037",
+    "unknown": "#9e9e9e",
+}
+OTHER_COLOR = "#607d8b"
+PROVIDER_COLORS = ["#1565c0", "#ef6c00", "#2e7d32", "#6a1b9a", "#00838f", "#ad1457", "#4e342e", "#455a64"]
+TTFT_EDGES_MS = [0, 50, 100, 200, 400, 800, 1600, 3200, 6400, 12800]  # doubling bins: TTFT spans orders of magnitude
+LISTED = 200  # incomplete recordings listed on the page
+
+STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#212121;max-width:1100px}
+h1{font-size:20px}h2{font-size:16px;margin-top:28px;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:8px 0}td,th{padding:3px 10px;border-bottom:1px solid #eee;text-align:right}
+td:first-child,th:first-child{text-align:left}.path{text-align:left;font-family:monospace;font-size:12px}
+.legend span{display:inline-block;margin-right:14px}.swatch{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px}
+svg text{font:11px system-ui,sans-serif;fill:#424242}
+"""
+
+
+def _color(verdict: str) -> str:
+    return VERDICT_COLORS.get(verdict, OTHER_COLOR)
+
+
+def _bucket_label(t: int, bucket: str) -> str:
+    return time.strftime("%Y-%m-%d" if bucket == "day" else "%m-%d %H:00", time.gmtime(t))
+
+
+def verdict_rate_chart(provider: str, bucket: str, series: list[dict[str, Any]]) -> str:
+    """Stacked bars: for each time bucket, the share of each verdict among the provider's turns."""
+    buckets: dict[int, dict[str, int]] = {}
+    for item in series:
+        if item["provider"] == provider:
+            buckets.setdefault(item["t"], {})[item["verdict"]] = item["count"]
+    times = sorted(buckets)
+    width, height, left, bottom, top = 640, 180, 44, 34, 10
+    plot_w, plot_h = width - left - 10, height - bottom - top
+    step = plot_w / max(len(times), 1)
+    bar = max(min(step * 0.8, 60), 1)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" aria-label="verdict rate over time, {escape(provider)}">']
+    for share in (0, 0.5, 1):
+        y = top + plot_h * (1 - share)
+        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{width - 10}" y2="{y:.1f}" stroke="#e0e0e0"/>')
+        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{share * 100:.0f}%</text>')
+    for i, t in enumerate(times):
+        counts = buckets[t]
+        total = sum(counts.values())
+        x = left + i * step + (step - bar) / 2
+        y = top + plot_h
+        for verdict in sorted(counts, key=lambda v: (v != "complete", v)):
+            h = plot_h * counts[verdict] / total
+            y -= h
+            parts.append(
+                f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar:.1f}" height="{h:.1f}" fill="{_color(verdict)}">'
+                f"<title>{escape(_bucket_label(t, bucket))}: {escape(verdict)} {counts[verdict]} of {total}</title></rect>"
+            )
+        if len(times) <= 12 or i in (0, len(times) - 1) or i % max(len(times) // 6, 1) == 0:
+            parts.append(f'<text x="{left + i * step + step / 2:.1f}" y="{height - bottom + 16}" text-anchor="middle">{escape(_bucket_label(t, bucket))}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _short(ms: int) -> str:
+    return f"{ms / 1000:g}k" if ms >= 1000 else str(ms)
+
+
+def ttft_histogram(values: list[tuple[str, float]], providers: list[str]) -> str:
+    """Turns per TTFT bin (doubling widths), stacked by provider."""
+    labels = [f"{_short(a)}–{_short(b)}" for a, b in zip(TTFT_EDGES_MS, TTFT_EDGES_MS[1:])] + [f"≥{_short(TTFT_EDGES_MS[-1])}"]
+    counts = [[0] * len(providers) for _ in labels]
+    for provider, ttft in values:
+        index = max(bisect.bisect_right(TTFT_EDGES_MS, ttft) - 1, 0)
+        counts[index][providers.index(provider)] += 1
+    width, height, left, bottom, top = 640, 200, 44, 34, 10
+    plot_w, plot_h = width - left - 10, height - bottom - top
+    tallest = max((sum(c) for c in counts), default=0) or 1
+    step = plot_w / len(labels)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" aria-label="TTFT distribution">']
+    for share in (0, 0.5, 1):
+        y = top + plot_h * (1 - share)
+        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{width - 10}" y2="{y:.1f}" stroke="#e0e0e0"/>')
+        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{round(tallest * share)}</text>')
+    for i, label in enumerate(labels):
+        x, y = left + i * step + step * 0.1, top + plot_h
+        for p, n in enumerate(counts[i]):
+            if not n:
+                continue
+            h = plot_h * n / tallest
+            y -= h
+            parts.append(
+                f'<rect x="{x:.1f}" y="{y:.1f}" width="{step * 0.8:.1f}" height="{h:.1f}" fill="{PROVIDER_COLORS[p % len(PROVIDER_COLORS)]}">'
+                f"<title>{escape(providers[p])}: {n} turns with TTFT {escape(label)} ms</title></rect>"
+            )
+        parts.append(f'<text x="{left + i * step + step / 2:.1f}" y="{height - bottom + 16}" text-anchor="middle">{escape(label)}</text>')
+    parts.append(f'<text x="{left + plot_w / 2:.1f}" y="{height - 4}" text-anchor="middle">TTFT, ms</text></svg>')
+    return "".join(parts)
+
+
+def _legend(items: list[tuple[str, str]]) -> str:
+    return '<p class="legend">' + "".join(f'<span><i class="swatch" style="background:{c}"></i>{escape(name)}</span>' for name, c in items) + "</p>"
+
+
+def _rows(headers: list[str], rows: list[list[Any]], path_column: int | None = None) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>" + "".join(f'<td{" class=path" if i == path_column else ""}>{escape(str(c))}</td>' for i, c in enumerate(row)) + "</tr>"
+        for row in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _pct(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate * 100:.1f}%"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _groups(groups: list[dict[str, Any]], keys: list[str]) -> str:
+    return _rows(
+        [" ".join(keys), "recordings", "complete", "not complete", "rate", "ttft p50", "p95", "p99", "duration p50", "p95", "p99"],
+        [
+            [" ".join(str(g[k]) if g[k] is not None else "-" for k in keys), g["recordings"], g["verdicts"].get("complete", 0),
+             sum(n for k, n in g["verdicts"].items() if k != "complete"), _pct(g["not_complete_rate"]),
+             *(_ms(v) for v in g["ttft_ms"].values()), *(_ms(v) for v in g["duration_ms"].values())]
+            for g in groups
+        ],
+    )
+
+
+def render_html(data: dict[str, Any], bucket: str, series: list[dict[str, Any]], ttft: list[tuple[str, float]]) -> str:
+    providers = [g["provider"] for g in data["by_provider"]]
+    verdicts_seen = list(dict.fromkeys(item["verdict"] for item in series))
+    charts = "".join(
+        f"<h3>{escape(p)}</h3>{verdict_rate_chart(p, bucket, series)}" for p in providers if any(s["provider"] == p for s in series)
+    )
+    incomplete = data["incomplete"]
+    from .report import verdict_and_why
+
+    listed = [[item["path"], verdict_and_why(item)[0], item["stream_end"] or "-", verdict_and_why(item)[1]] for item in incomplete[:LISTED]]
+    more = f"<p>… and {len(incomplete) - LISTED} more (streamtap report --json lists all).</p>" if len(incomplete) > LISTED else ""
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>streamtap report</title><style>{STYLE}</style></head><body>
+<h1>streamtap report: {data['recordings']} recordings</h1>
+<p>{escape((data['first'] or '-')[:19].replace("T", " "))} … {escape((data['last'] or '-')[:19].replace("T", " "))} UTC{f"; {data['incomplete_files']} recording file(s) incomplete" if data['incomplete_files'] else ""}</p>
+<h2>Verdicts</h2>
+{_rows(["verdict", "count", "rate"], [[k, n, _pct(data["rates"].get(k))] for k, n in data["verdicts"].items()])}
+<h2>Verdict rate over time, per provider (by {bucket})</h2>
+{_legend([(v, _color(v)) for v in sorted(verdicts_seen, key=lambda v: (v != "complete", v))])}
+{charts or "<p>No judged turns.</p>"}
+<h2>TTFT distribution</h2>
+{_legend([(p, PROVIDER_COLORS[i % len(PROVIDER_COLORS)]) for i, p in enumerate(providers)])}
+{ttft_histogram(ttft, providers) if ttft else "<p>No turn has a TTFT.</p>"}
+<p>TTFT ms: {" ".join(f"{q} {_ms(v)}" for q, v in data["ttft_ms"].items())}; duration ms: {" ".join(f"{q} {_ms(v)}" for q, v in data["duration_ms"].items())}</p>
+<h2>By provider</h2>{_groups(data["by_provider"], ["provider"])}
+<h2>By model</h2>{_groups(data["by_model"], ["provider", "model"])}
+<h2>By day</h2>{_groups(data["by_day"], ["day"])}
+<h2>Stream ends</h2>
+{_rows(["stream end", "count"], [[k, n] for k, n in data["stream_end"].items()])}
+<h2>Most frequent reasons</h2>
+{_rows(["count", "verdict", "reason"], [[r["count"], r["verdict"], r["reason"] or "-"] for r in data["reasons"]]) if data["reasons"] else "<p>Every turn is complete.</p>"}
+<h2>Not complete ({len(incomplete)})</h2>
+{_rows(["recording", "verdict", "stream end", "why"], listed, path_column=0) if listed else "<p>None.</p>"}{more}
+</body></html>
+"""

@@ -1,0 +1,176 @@
+"""The Metrics addon: live turn metrics in the Prometheus text format (``streamtap_metrics=HOST:PORT``).
+
+The Tap tells it about each finished turn (``turn_finished``), so everything is counted once
+per turn, from the turn's summary: nothing runs per event or per chunk. Scrapes are served by
+prometheus-client's own server on a thread, from a registry of this addon's own (not the
+process-wide default one).
+
+Label cardinality is bounded: provider, verdict and stream end come from closed sets; model
+names are free text from the traffic, so the first ``MAX_MODELS`` distinct plausible names get
+their own label value, and any other name (or none) is counted as ``other``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import orjson
+from mitmproxy import exceptions
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from streamtap.providers.model import model_of
+
+log = logging.getLogger("streamtap")
+
+MAX_MODELS = 50
+OTHER = "other"
+_PLAUSIBLE_MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,99}\Z")
+TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 30, 60)
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
+TOKEN_KINDS = ("input", "output", "cache_read", "cache_write", "reasoning")
+ERROR_PARTS = ("analysis", "recording", "tap")
+
+
+class TurnMetrics:
+    """The metric families, in their own registry, and how a finished turn updates them."""
+
+    def __init__(self, open_streams=lambda: 0) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.turns = Counter("streamtap_turns", "Finished turns (one per tapped streamed answer).",
+                             ["provider", "model", "verdict", "stream_end"], registry=r)
+        self.ttft = Histogram("streamtap_ttft_seconds", "Time from the response start to the first content.",
+                              ["provider", "model"], buckets=TTFT_BUCKETS, registry=r)
+        self.duration = Histogram("streamtap_turn_duration_seconds", "Time from the response start to its end.",
+                                  ["provider", "model"], buckets=DURATION_BUCKETS, registry=r)
+        self.bytes = Counter("streamtap_stream_bytes", "Body bytes of finished turns (after content decoding).", registry=r)
+        self.events = Counter("streamtap_events", "Wire events (frames and cut tails) of finished turns.", registry=r)
+        self.tokens = Counter("streamtap_usage_tokens", "Tokens the providers reported in the streams' usage.",
+                              ["provider", "model", "kind"], registry=r)
+        self.open = Gauge("streamtap_open_streams", "Streams being tapped right now.", registry=r)
+        self.open.set_function(open_streams)
+        self.errors = Counter("streamtap_tap_errors", "Errors streamtap hit itself (traffic passed on untouched), counted when the flow ends.",
+                              ["part"], registry=r)
+        for part in ERROR_PARTS:
+            self.errors.labels(part)  # present at 0 from the start, so rates work
+        self.models: set[str] = set()
+        # labelled children per label set: prometheus-client's labels() costs more than the update
+        self._children: dict[tuple[str, str, str, str], tuple[Any, Any, Any]] = {}
+        self._token_children: dict[tuple[str, str, str], Any] = {}
+
+    def model_label(self, model: str | None) -> str:
+        if model in self.models:
+            return model  # type: ignore[return-value]
+        if model is None or len(self.models) >= MAX_MODELS or not _PLAUSIBLE_MODEL.match(model):
+            return OTHER
+        self.models.add(model)
+        return model
+
+    def count(self, summary: dict[str, Any], model: str | None) -> None:
+        provider, label = summary["provider"], self.model_label(model)
+        key = (provider, label, summary["verdict"], summary["stream_end"])
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (
+                self.turns.labels(*key), self.ttft.labels(provider, label), self.duration.labels(provider, label)
+            )
+        turns, ttft, duration = children
+        turns.inc()
+        if summary.get("ttft_ms") is not None:
+            ttft.observe(summary["ttft_ms"] / 1000)
+        duration.observe(summary["duration_ms"] / 1000)
+        self.bytes.inc(summary.get("bytes") or 0)
+        self.events.inc(summary.get("events") or 0)
+        usage = summary.get("usage")
+        if usage:
+            for kind in TOKEN_KINDS:
+                value = usage.get(kind)
+                if type(value) is int and value > 0:
+                    token_key = (provider, label, kind)
+                    child = self._token_children.get(token_key)
+                    if child is None:
+                        child = self._token_children[token_key] = self.tokens.labels(*token_key)
+                    child.inc(value)
+        for error in summary.get("errors") or ():
+            part = error.split(":", 1)[0]
+            self.errors.labels(part if part in ERROR_PARTS else "tap").inc()
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    host, sep, port = text.strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"streamtap_metrics must be HOST:PORT (e.g. 127.0.0.1:9108), not {text!r}")
+    return host, int(port)
+
+
+def _requested_model(flow) -> Any:
+    try:
+        return orjson.loads(flow.request.get_content(strict=False) or b"null")
+    except Exception:
+        return None
+
+
+class Metrics:
+    """mitmproxy addon serving ``TurnMetrics`` on ``streamtap_metrics`` (off when empty)."""
+
+    def __init__(self, tap) -> None:
+        self.tap = tap
+        self.metrics = TurnMetrics(lambda: len(tap.open))
+        self.server = None
+        self.address: tuple[str, int] | None = None
+
+    def load(self, loader) -> None:
+        loader.add_option(
+            "streamtap_metrics", str, "",
+            "HOST:PORT to serve Prometheus metrics on (/metrics), e.g. 127.0.0.1:9108. Empty: off.",
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        from mitmproxy import ctx
+
+        if "streamtap_metrics" not in updated:
+            return
+        text = ctx.options.streamtap_metrics.strip()
+        try:
+            address = parse_address(text) if text else None
+        except ValueError as exc:
+            raise exceptions.OptionsError(str(exc)) from None
+        if address == self.address:
+            return
+        self.stop()
+        if address is None:
+            return
+        try:
+            self.server, _ = start_http_server(address[1], address[0], registry=self.metrics.registry)
+        except OSError as exc:  # the proxy runs on without metrics: they never block traffic
+            log.error(f"streamtap: cannot serve metrics on {text}: {exc}")
+            return
+        self.address = address
+        if self not in self.tap.observers:
+            self.tap.observers.append(self)
+        host, port = self.server.server_address[:2]
+        log.info(f"streamtap: metrics on http://{host}:{port}/metrics")
+
+    def turn_finished(self, flow, summary: dict[str, Any]) -> None:
+        model = summary.get("model")
+        if not model:
+            model = model_of(None, flow.request.pretty_url, _requested_model(flow))
+        self.metrics.count(summary, model)
+
+    def tap_failed(self) -> None:
+        self.metrics.errors.labels("tap").inc()
+
+    def stop(self) -> None:
+        if self.tap is not None and self in self.tap.observers:
+            self.tap.observers.remove(self)
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+        self.address = None
+
+    def done(self) -> None:
+        self.stop()

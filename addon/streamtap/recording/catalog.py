@@ -1,0 +1,239 @@
+"""One row per recording, read from its header and end lines only: the unit of the fleet view
+(``streamtap report``, ``streamtap index``).
+
+The end line is found from the end of the file, so a 100 MB recording costs two short reads,
+not a parse of every frame. The row trusts what the writer put in the end line; ``verify``
+is the command that rechecks the frames against it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import os
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+from urllib.parse import urlsplit
+
+import orjson
+import zstandard
+
+from streamtap.providers.model import model_of
+
+from .compress import SUFFIX, decompress_file, is_compressed
+from .writer import RecordingError
+
+RECORDING_SUFFIXES = (".jsonl", ".jsonl" + SUFFIX)
+HEAD_BLOCK = 32 * 1024  # most recordings fit whole: one read
+TAIL_BLOCK = 64 * 1024
+
+# the columns of a row, in order, with their DuckDB types (the index's Parquet schema)
+COLUMNS: dict[str, str] = {
+    "started": "TIMESTAMPTZ",
+    "day": "DATE",
+    "provider": "VARCHAR",
+    "model": "VARCHAR",
+    "verdict": "VARCHAR",
+    "reason": "VARCHAR",
+    "stream_end": "VARCHAR",
+    "status": "INTEGER",
+    "ttft_ms": "DOUBLE",
+    "duration_ms": "DOUBLE",
+    "bytes": "BIGINT",
+    "events": "BIGINT",
+    "input_tokens": "BIGINT",
+    "output_tokens": "BIGINT",
+    "cache_read_tokens": "BIGINT",
+    "cache_write_tokens": "BIGINT",
+    "reasoning_tokens": "BIGINT",
+    "path": "VARCHAR",
+    "sha256": "VARCHAR",
+    "flow_id": "VARCHAR",
+    "host": "VARCHAR",
+    "url_path": "VARCHAR",
+    "method": "VARCHAR",
+    "file_complete": "BOOLEAN",
+    "problem": "VARCHAR",
+    "recording_bytes": "BIGINT",
+}
+
+
+class NotARecording(RecordingError):
+    """The file is not a streamtap recording (or its header line is unreadable)."""
+
+
+@dataclass(slots=True)
+class Found:
+    path: Path
+    named: bool  # given by name (a mistake in it is the user's to hear about) or found in a directory
+
+
+def find_recordings(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Found]:
+    """The recording files among ``paths``, as absolute paths: files as given, directories
+    searched recursively for ``*.jsonl`` and ``*.jsonl.zst`` (sorted, so the order is the same on
+    every run). Raises FileNotFoundError for a path that does not exist."""
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            root = path.resolve()  # once: resolving each file costs a stat per folder level
+            for found in sorted(p for p in root.rglob("*") if p.name.endswith(RECORDING_SUFFIXES) and p.is_file()):
+                yield Found(found, named=False)
+        elif path.exists():
+            yield Found(path.resolve(), named=True)
+        else:
+            raise FileNotFoundError(f"{path}: no such file or directory")
+
+
+def being_written(path: Path) -> bool:
+    """True while a writer holds the recording's lock (a stream still open in a live proxy).
+
+    A killed proxy's lock is gone with it, so its ``.partial`` file is not being written."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing drops a lock taken here
+    return False
+
+
+def open_bytes(path: Path) -> BinaryIO:
+    """The recording's lines as a seekable binary file (unbuffered: the reads below are few and
+    large). A ``.jsonl.zst`` has no index of its frames, so it is decompressed whole (in memory:
+    a compressed recording is small)."""
+    handle = open(path, "rb", buffering=0)
+    if not is_compressed(path):
+        return handle  # type: ignore[return-value]
+    with handle:
+        try:
+            return io.BytesIO(decompress_file(handle))  # type: ignore[arg-type]
+        except zstandard.ZstdError as exc:
+            raise RecordingError(f"{path}: the zstd stream is damaged: {exc}") from None
+
+
+def _last_line(handle: BinaryIO, size: int) -> tuple[bytes, int]:
+    """The file's last line (with its newline, if it has one) and the byte where it starts,
+    reading backwards in growing blocks (an end line holds the whole answer's text)."""
+    block, position, data = TAIL_BLOCK, size, b""
+    while position > 0:
+        step = min(block, position)
+        position -= step
+        handle.seek(position)
+        data = handle.read(step) + data
+        cut = data.rfind(b"\n", 0, len(data) - 1)
+        if cut >= 0:
+            return data[cut + 1 :], position + cut + 1
+        block *= 2
+    return data, 0
+
+
+def _json_line(line: bytes) -> dict[str, Any] | None:
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def read_ends(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, str | None, int]:
+    """(header, end line or None, why the file is incomplete or None, size of the lines).
+
+    A small file takes one read; a large one a read at each end."""
+    with open_bytes(path) as handle:
+        head = handle.read(HEAD_BLOCK)
+        while b"\n" not in head:  # a long request in the header: read on to its line end
+            more = handle.read(max(len(head), HEAD_BLOCK))
+            if not more:
+                break
+            head += more
+        first = head[: head.find(b"\n") + 1] or head
+        header = _json_line(first) if first.endswith(b"\n") else None
+        if header is None or header.get("type") != "header" or not str(header.get("format", "")).startswith(
+            "streamtap-recording/"
+        ):
+            raise NotARecording(f"{path} is not a streamtap recording (line 1 is not a recording header)")
+        size = handle.seek(0, os.SEEK_END)
+        if size == len(first):
+            return header, None, f"recording incomplete at byte {size}: no end line", size
+        if size <= len(head):  # the whole file is in hand
+            start = head.rfind(b"\n", 0, len(head) - 1) + 1
+            last = head[start:]
+        else:
+            last, start = _last_line(handle, size)
+    if not last.endswith(b"\n"):
+        return header, None, f"recording incomplete at byte {start}: the last line is cut (the writer stopped mid-line)", size
+    end = _json_line(last)
+    if end is None:
+        raise RecordingError(f"{path}: the last line (byte {start}) is not a JSON object: the file is damaged")
+    if end.get("type") != "end":
+        return header, None, f"recording incomplete at byte {size}: no end line (the writer stopped before the stream ended)", size
+    return header, end, None, size
+
+
+def _number(value: Any) -> int | float | None:
+    return value if type(value) in (int, float) else None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def recording_row(path: Path) -> dict[str, Any]:
+    """The row of one recording (the keys of COLUMNS; ``started`` as epoch seconds, ``day`` as
+    YYYY-MM-DD in UTC). Raises NotARecording or RecordingError."""
+    header, end, problem, size = read_ends(path)
+    request = header.get("request") if isinstance(header.get("request"), dict) else {}
+    response = header.get("response") if isinstance(header.get("response"), dict) else {}
+    end = end or {}
+    verdict = end.get("verdict") if isinstance(end.get("verdict"), dict) else {}
+    turn = end.get("turn") if isinstance(end.get("turn"), dict) else {}
+    usage = turn.get("usage") if isinstance(turn.get("usage"), dict) else {}
+    url = _text(request.get("url")) or ""
+    try:
+        parts = urlsplit(url)
+        host, url_path = parts.hostname, parts.path
+    except ValueError:
+        host, url_path = None, None
+    started = _number(header.get("started")) or _number(header.get("request_started"))
+    if started is None:
+        started = path.stat().st_mtime
+    events = _number(end.get("events"))
+    if events is None:
+        events = _number(end.get("frames"))
+    return {
+        "started": started,
+        "day": time.strftime("%Y-%m-%d", time.gmtime(started)),
+        "provider": _text(header.get("dialect")) or "unknown",
+        "model": model_of(_text(turn.get("model")), url, request.get("body")),
+        "verdict": _text(verdict.get("kind")),
+        "reason": _text(verdict.get("reason")),
+        "stream_end": _text(end.get("stream_end")),
+        "status": _number(response.get("status")),
+        "ttft_ms": _number(end.get("ttft_ms")),
+        "duration_ms": _number(end.get("duration_ms")),
+        "bytes": _number(end.get("bytes")),
+        "events": events,
+        "input_tokens": _number(usage.get("input")),
+        "output_tokens": _number(usage.get("output")),
+        "cache_read_tokens": _number(usage.get("cache_read")),
+        "cache_write_tokens": _number(usage.get("cache_write")),
+        "reasoning_tokens": _number(usage.get("reasoning")),
+        "path": str(path),  # absolute: find_recordings resolved it
+        "sha256": _text(end.get("sha256")),
+        "flow_id": _text(header.get("flow_id")),
+        "host": host,
+        "url_path": url_path,
+        "method": _text(request.get("method")),
+        "file_complete": problem is None,
+        "problem": problem,
+        "recording_bytes": path.stat().st_size if is_compressed(path) else size,
+    }

@@ -1,0 +1,140 @@
+"""`streamtap index`: real traffic through mitmdump, indexed to hive-partitioned Parquet, read
+back with DuckDB (always) and Spark (where Java and pyspark are installed); incremental runs."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from fleet_traffic import drive
+from test_report import streamtap
+from upstream import Mitmdump, Upstream
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    with Upstream() as upstream:
+        with Mitmdump(upstream.url, tmp_path_factory.mktemp("index")) as mitm:
+            mitm.upstream = upstream
+            recordings = drive(mitm)
+    return mitm.record_dir, recordings
+
+
+def read_index(out: Path) -> dict[str, dict]:
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    rel = con.sql(f"SELECT * FROM read_parquet('{out}/**/*.parquet', hive_partitioning = true)")
+    return {row["path"]: row for row in (dict(zip(rel.columns, values)) for values in rel.fetchall())}
+
+
+def file_hashes(out: Path) -> dict[str, str]:
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in out.rglob("*.parquet")}
+
+
+def test_rows_match_the_recordings(recorded, tmp_path):
+    record_dir, recordings = recorded
+    out = tmp_path / "idx"
+    run = streamtap("index", str(record_dir), "--out", str(out))
+    assert run.returncode == 0, run.stderr
+    rows = read_index(out)
+    assert len(rows) == len(recordings)
+    for rec in recordings:
+        row = rows[str(rec.path.resolve())]
+        turn, usage = rec.end["turn"], rec.end["turn"]["usage"]
+        assert row["provider"] == rec.header["dialect"]
+        assert row["verdict"] == rec.verdict["kind"] and row["reason"] == rec.verdict["reason"]
+        assert row["stream_end"] == rec.end["stream_end"]
+        assert row["status"] == rec.header["response"]["status"]
+        assert row["bytes"] == len(rec.body) and row["sha256"] == hashlib.sha256(rec.body).hexdigest()
+        assert row["events"] == len(rec.segments)  # frames and a cut tail: the wire events the Tap counted
+        assert row["ttft_ms"] == rec.end["ttft_ms"] and row["duration_ms"] == rec.end["duration_ms"]
+        assert row["input_tokens"] == usage["input"] and row["output_tokens"] == usage["output"]
+        assert row["flow_id"] == rec.header["flow_id"]
+        assert row["started"].timestamp() == pytest.approx(rec.header["started"], abs=1e-6)
+        assert row["day"].isoformat() == row["started"].date().isoformat()
+        assert row["url_path"].startswith("/s/fleet-") and row["host"] == "127.0.0.1"
+        assert row["model"] == (turn["model"] or rec.header["request"]["body"].get("model") or "amazon.nova-lite-v1:0")
+        assert row["file_complete"] is True
+        partition = out / f"day={row['day'].isoformat()}" / f"provider={row['provider']}"
+        assert any(partition.glob("*.parquet")), partition
+
+
+def test_incremental_runs_add_only_new_recordings(recorded, tmp_path):
+    record_dir, recordings = recorded
+    out = tmp_path / "idx"
+    first = [str(r.path) for r in recordings[:4]]
+    assert streamtap("index", *first, "--out", str(out)).returncode == 0
+    before = file_hashes(out)
+    assert len(read_index(out)) == 4
+    second = streamtap("index", str(record_dir), "--out", str(out))
+    assert second.returncode == 0 and f"{len(recordings) - 4} new recording(s) indexed, 4 already" in second.stderr
+    after = file_hashes(out)
+    assert {k: after[k] for k in before} == before, "an existing Parquet file was rewritten"
+    rows = read_index(out)
+    assert len(rows) == len(recordings)  # no path twice
+    third = streamtap("index", str(record_dir), "--out", str(out))
+    assert "0 new recording(s)" in third.stderr and file_hashes(out) == after
+
+
+def test_report_over_the_index_equals_the_report_over_the_recordings(recorded, tmp_path):
+    record_dir, _ = recorded
+    out = tmp_path / "idx"
+    assert streamtap("index", str(record_dir), "--out", str(out)).returncode == 0
+    from_files = streamtap("report", "--json", str(record_dir))
+    from_index = streamtap("report", "--json", str(out))
+    assert from_index.returncode == from_files.returncode == 1
+    assert json.loads(from_index.stdout) == json.loads(from_files.stdout)
+
+
+def test_a_recording_being_written_is_left_out_until_its_writer_is_gone(recorded, tmp_path):
+    from streamtap.recording import RecordingWriter
+
+    record_dir, recordings = recorded
+    live = tmp_path / "live"
+    writer = RecordingWriter.create(live, started=recordings[0].header["started"], provider="openai-chat", flow_id="0123456789abcdef")
+    writer.header({k: v for k, v in recordings[0].header.items() if k not in ("type", "format", "streamtap")})
+    writer.flush()
+    out = tmp_path / "idx"
+    run = streamtap("index", str(live), "--out", str(out))
+    assert run.returncode == 0 and "left out 1 recording(s) a live proxy is still writing" in run.stderr
+    assert not list(out.rglob("*.parquet"))
+    writer.close()  # as after a kill: no end line, no lock
+    streamtap("index", str(live), "--out", str(out))
+    [row] = read_index(out).values()
+    assert row["verdict"] is None and row["file_complete"] is False and "no end line" in row["problem"]
+
+
+def test_spark_reads_the_index_unchanged(recorded, tmp_path):
+    if shutil.which("java") is None:
+        pytest.skip("no Java runtime: Spark needs one (apt-get install default-jre-headless)")
+    if importlib.util.find_spec("pyspark") is None:
+        pytest.skip("pyspark is not installed (it is no dependency of streamtap: pip install pyspark to run this check)")
+    from pyspark.sql import SparkSession
+
+    record_dir, recordings = recorded
+    out = tmp_path / "idx"
+    assert streamtap("index", str(record_dir), "--out", str(out)).returncode == 0
+    spark = (
+        SparkSession.builder.master("local[1]").appName("streamtap-index-test")
+        .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC").getOrCreate()
+    )
+    try:
+        spark.sql(f"CREATE TABLE recordings USING parquet LOCATION '{out}'")
+        spark.sql("MSCK REPAIR TABLE recordings")
+        counts = {row["verdict"]: row["n"] for row in spark.sql("SELECT verdict, count(*) AS n FROM recordings GROUP BY verdict").collect()}
+        expected: dict[str, int] = {}
+        for rec in recordings:
+            expected[rec.verdict["kind"]] = expected.get(rec.verdict["kind"], 0) + 1
+        assert counts == expected
+        providers = {row["provider"] for row in spark.sql("SELECT DISTINCT provider FROM recordings").collect()}
+        assert providers == {r.header["dialect"] for r in recordings}
+        [row] = spark.sql("SELECT min(started) AS first, sum(bytes) AS total FROM recordings").collect()
+        assert row["total"] == sum(len(r.body) for r in recordings)
+    finally:
+        spark.stop()

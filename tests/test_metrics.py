@@ -1,0 +1,165 @@
+"""Live metrics: a real mitmdump with streamtap_metrics on loopback, real streaming traffic,
+the endpoint scraped and parsed with prometheus-client's own parser; the counters equal the
+recordings (read back with the reader) and the report."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from collections import Counter
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import provider_streams as streams
+from fleet_traffic import drive
+from test_report import streamtap
+from upstream import CHAT, Mitmdump, Script, Upstream, free_port
+
+
+def scrape(port: int) -> dict[str, list]:
+    """{family name: [samples]} from the endpoint."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    return {family.name: family.samples for family in text_string_to_metric_families(text)}
+
+
+def value(families, sample_name: str, **labels) -> float:
+    found = [s.value for family in families.values() for s in family if s.name == sample_name and all(s.labels.get(k) == v for k, v in labels.items())]
+    return sum(found)
+
+
+def model(rec) -> str:
+    return rec.end["turn"]["model"] or rec.header["request"]["body"].get("model") or "amazon.nova-lite-v1:0"
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory):
+    port = free_port()
+    with Upstream() as upstream:
+        with Mitmdump(upstream.url, tmp_path_factory.mktemp("metrics"), options={"streamtap_metrics": f"127.0.0.1:{port}"}) as mitm:
+            mitm.upstream = upstream
+            mitm.metrics_port = port
+            mitm.wait_log("metrics on http://127.0.0.1:")
+            yield mitm
+
+
+def test_counters_equal_the_recordings(proxy):
+    before = scrape(proxy.metrics_port)
+    assert value(before, "streamtap_turns_total") == 0
+    assert {s.labels["part"] for s in before["streamtap_tap_errors"]} >= {"analysis", "recording", "tap"}
+    recordings = drive(proxy)
+    families = scrape(proxy.metrics_port)
+    turns = Counter((r.header["dialect"], model(r), r.verdict["kind"], r.end["stream_end"]) for r in recordings)
+    scraped = {
+        (s.labels["provider"], s.labels["model"], s.labels["verdict"], s.labels["stream_end"]): s.value
+        for s in families["streamtap_turns"] if s.name == "streamtap_turns_total"
+    }
+    assert scraped == {key: float(n) for key, n in turns.items()}
+    groups = Counter((r.header["dialect"], model(r)) for r in recordings)
+    for (provider, name), n in groups.items():
+        mine = [r for r in recordings if (r.header["dialect"], model(r)) == (provider, name)]
+        assert value(families, "streamtap_turn_duration_seconds_count", provider=provider, model=name) == n
+        assert value(families, "streamtap_turn_duration_seconds_sum", provider=provider, model=name) == pytest.approx(
+            sum(r.end["duration_ms"] for r in mine) / 1000, abs=1e-3)
+        with_ttft = [r.end["ttft_ms"] for r in mine if r.end["ttft_ms"] is not None]
+        assert value(families, "streamtap_ttft_seconds_count", provider=provider, model=name) == len(with_ttft)
+        assert value(families, "streamtap_ttft_seconds_sum", provider=provider, model=name) == pytest.approx(sum(with_ttft) / 1000, abs=1e-3)
+    assert value(families, "streamtap_stream_bytes_total") == sum(len(r.body) for r in recordings)
+    assert value(families, "streamtap_events_total") == sum(len(r.segments) for r in recordings)
+    for kind in ("input", "output"):
+        expected = sum((r.end["turn"]["usage"] or {}).get(kind) or 0 for r in recordings)
+        assert expected > 0 and value(families, "streamtap_usage_tokens_total", kind=kind) == expected
+    assert value(families, "streamtap_tap_errors_total") == 0
+    assert value(families, "streamtap_open_streams") == 0
+    # the report over the same recordings says the same
+    report = json.loads(streamtap("report", "--json", str(proxy.record_dir)).stdout)
+    by_verdict: Counter = Counter()
+    for (_, _, verdict, _), n in scraped.items():
+        by_verdict[verdict] += n
+    assert report["verdicts"] == {k: int(v) for k, v in by_verdict.items()}
+
+
+def test_open_streams_during_a_stream(proxy):
+    body = streams.openai_chat(["x"] * 20)
+    proxy.upstream.arm_pause()
+    proxy.upstream.add("fleet-open", Script(body, chunk_size=100, pause_after=300))
+    with socket.create_connection(("127.0.0.1", proxy.port)) as sock:
+        request = '{"model":"m","stream":true,"messages":[]}'
+        sock.sendall(
+            f"POST /s/fleet-open{CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(request)}\r\n\r\n{request}".encode()
+        )
+        try:
+            assert proxy.upstream.wait_paused()
+            assert value(scrape(proxy.metrics_port), "streamtap_open_streams") == 1
+        finally:
+            proxy.upstream.release()
+        received = b""
+        while not received.endswith(b"0\r\n\r\n"):
+            received += sock.recv(65536)
+    for _ in range(100):  # the Tap closes the stream right after the last byte went out
+        if value(scrape(proxy.metrics_port), "streamtap_open_streams") == 0:
+            break
+        time.sleep(0.05)
+    assert value(scrape(proxy.metrics_port), "streamtap_open_streams") == 0
+
+
+def test_model_labels_are_bounded():
+    from streamtap.mitm.metrics import MAX_MODELS, OTHER, TurnMetrics
+
+    metrics = TurnMetrics()
+    labels = [metrics.model_label(f"model-{i}") for i in range(MAX_MODELS + 10)]
+    assert labels[:MAX_MODELS] == [f"model-{i}" for i in range(MAX_MODELS)]
+    assert labels[MAX_MODELS:] == [OTHER] * 10
+    assert metrics.model_label("model-3") == "model-3"  # a known name keeps its label
+    fresh = TurnMetrics()
+    assert fresh.model_label("gpt 4 <script>") == OTHER and fresh.model_label(None) == OTHER and fresh.model_label("x" * 200) == OTHER
+
+
+def test_a_bad_address_stops_the_proxy_at_startup_saying_why(tmp_path):
+    mitm = Mitmdump("http://127.0.0.1:9", tmp_path, options={"streamtap_metrics": "nonsense"})
+    process = subprocess.run(mitm.args, capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    assert process.returncode != 0
+    assert "streamtap_metrics must be HOST:PORT (e.g. 127.0.0.1:9108), not 'nonsense'" in process.stdout + process.stderr
+
+
+def test_metrics_report_and_index_agree_with_compression_on(tmp_path):
+    """Metrics and zstd recordings on together: the scraped counters, `report` over the
+    .jsonl.zst recordings and the Parquet index tell the same numbers."""
+    import duckdb
+
+    port = free_port()
+    with Upstream() as upstream:
+        options = {"streamtap_metrics": f"127.0.0.1:{port}", "streamtap_compress": "zstd"}
+        with Mitmdump(upstream.url, tmp_path / "proxy", options=options) as mitm:
+            mitm.upstream = upstream
+            mitm.wait_log("metrics on http://127.0.0.1:")
+            recordings = drive(mitm)
+            families = scrape(port)
+    assert all(r.path.name.endswith(".jsonl.zst") for r in recordings)
+    scraped = Counter()
+    for s in families["streamtap_turns"]:
+        if s.name == "streamtap_turns_total":
+            scraped[(s.labels["provider"], s.labels["model"], s.labels["verdict"], s.labels["stream_end"])] += int(s.value)
+    out = tmp_path / "idx"
+    assert streamtap("index", str(mitm.record_dir), "--out", str(out)).returncode == 0
+    con = duckdb.connect()
+    rows = con.execute(
+        f"SELECT provider, model, verdict, stream_end, count(*) FROM read_parquet('{out}/**/*.parquet', hive_partitioning = true) GROUP BY ALL"
+    ).fetchall()
+    assert {(p, m, v, e): n for p, m, v, e, n in rows} == dict(scraped)
+    total_bytes, total_events, input_tokens, output_tokens = con.execute(
+        f"SELECT sum(bytes), sum(events), sum(input_tokens), sum(output_tokens) FROM read_parquet('{out}/**/*.parquet')"
+    ).fetchall()[0]
+    assert value(families, "streamtap_stream_bytes_total") == total_bytes
+    assert value(families, "streamtap_events_total") == total_events
+    assert value(families, "streamtap_usage_tokens_total", kind="input") == input_tokens
+    assert value(families, "streamtap_usage_tokens_total", kind="output") == output_tokens
+    report = json.loads(streamtap("report", "--json", str(mitm.record_dir)).stdout)
+    by_verdict: Counter = Counter()
+    for (_, _, verdict, _), n in scraped.items():
+        by_verdict[verdict] += n
+    assert report["verdicts"] == dict(by_verdict) and report["recordings"] == len(recordings)
