@@ -20,6 +20,7 @@ VERBS = {
     "import": "streamtap.commands.import_mitm",
     "serve": "streamtap.commands.serve",
     "sweep": "streamtap.commands.sweep",
+    "addon": "streamtap.commands.addon",
 }
 
 EXIT_OK, EXIT_FINDING, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
