@@ -179,3 +179,26 @@ def test_sniffing_bytes_that_are_no_stream_says_unknown():
     for junk in (b"# A README\n\nNot a stream.\n", bytes(range(256))):
         detection = sniff_dialect(junk)
         assert str(detection.dialect) == "unknown", detection
+
+
+# The contentview checks of tests/test_contentview.py (rendering compared with botocore's and
+# httpx-sse's decoders), run on generated bodies: without ../shared/ they have no input.
+GENERATED_BODIES = {
+    "bedrock-invoke.bin": lambda: streams.bedrock_invoke("hmm", "Hello", {"city": "Paris"}),
+    "bedrock-converse.bin": lambda: streams.bedrock_converse(["Hel", "lo"], {"city": "Paris"}),
+    "openai-chat.sse": lambda: streams.openai_chat(["Hel", "lo"]),
+    "anthropic.sse": lambda: streams.anthropic("hmm", "Hello", {"city": "Paris"}),
+    "openai-responses.sse": responses_with_reasoning_and_a_call,
+}
+
+
+@pytest.mark.parametrize("name", sorted(GENERATED_BODIES))
+def test_contentviews_render_generated_bodies_frame_by_frame(name, tmp_path):
+    import test_contentview
+
+    path = tmp_path / name
+    path.write_bytes(GENERATED_BODIES[name]())
+    if name.endswith(".bin"):
+        test_contentview.test_eventstream_messages_headers_payloads_and_invoke_chunks(path)
+    else:
+        test_contentview.test_sse_events_with_json_data(path)
