@@ -86,6 +86,8 @@ def test_addon_verb_prints_the_script_mitmproxy_loads(tmp_path):
     result = subprocess.run([sys.executable, "-m", "streamtap.cli", "addon"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     script = Path(result.stdout.strip())
+    as_module = subprocess.run([sys.executable, "-m", "streamtap", "addon"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert as_module.returncode == 0 and as_module.stdout == result.stdout, as_module.stderr
     assert script.is_absolute() and script.is_file()
     import streamtap
 
