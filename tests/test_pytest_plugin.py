@@ -49,6 +49,13 @@ def test_a_fault_that_fits_no_recording(streamtap_replay):
         answer(client_for(streamtap_replay("plain.jsonl")))
 
 
+@pytest.mark.streamtap_faults("cut:at=tool-args,style=abort")
+def test_a_fault_that_misses_one_of_the_recordings(streamtap_replay):
+    """Meant to fail at set-up: a request matching plain.jsonl would get an HTTP 400."""
+    with pytest.raises(Exception):
+        answer(client_for(streamtap_replay("weather.jsonl", "plain.jsonl")))
+
+
 def test_served_log_names_the_fault(streamtap_replay):
     server = streamtap_replay("weather.jsonl", fault="cut:event=5,style=abort")
     with pytest.raises(IncompleteAnswer, match="connection broken"):
@@ -73,7 +80,7 @@ def test_fixture_and_marker_in_a_real_pytest_run(pytester):
     (here / "test_example.py").write_text(documented_example())
     (here / "test_more.py").write_text(MORE)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "-rf", "suite")
-    result.assert_outcomes(passed=4, failed=3)
+    result.assert_outcomes(passed=4, failed=4)
     out = result.stdout.str()
     for name in ("test_full_answer", "test_cut_answers_are_refused[cut:event=5,style=clean]",
                  "test_cut_answers_are_refused[cut:at=tool-args,style=abort]", "test_served_log_names_the_fault"):
@@ -81,7 +88,11 @@ def test_fixture_and_marker_in_a_real_pytest_run(pytester):
     result.stdout.fnmatch_lines(["FAILED suite/test_more.py::test_a_careless_check_fails*"])
     result.stdout.fnmatch_lines([
         "*test_a_fault_that_fits_no_recording*",
-        "streamtap_replay: fault 'cut:at=tool-args,style=abort' fits none of the recordings (plain.jsonl: *tool*",
+        "streamtap_replay: a fault does not fit the recording (plain.jsonl: 'cut:at=tool-args,style=abort': *tool*",
+    ])
+    result.stdout.fnmatch_lines([
+        "*test_a_fault_that_misses_one_of_the_recordings*",
+        "streamtap_replay: a fault does not fit the recording (plain.jsonl: *",
     ])
     result.stdout.fnmatch_lines(["*test_a_missing_recording*", "streamtap_replay: */suite/nowhere.jsonl: no such file or directory"])
     assert "During handling" not in out

@@ -43,9 +43,9 @@ test file's folder: relative recording paths resolve there, whatever the current
         with pytest.raises(IncompleteAnswer):
             answer(client)
 
-A fault that fits none of the recordings (``cut:at=tool-args`` on an answer without a tool
-call, ``cut:event=99`` on a 20-event stream) fails the test when the server starts, with
-the reason: it is never served as an HTTP error that ``pytest.raises`` could mistake for
+A fault that does not fit a recording the server holds (``cut:at=tool-args`` on an answer
+without a tool call, ``cut:event=99`` on a 20-event stream) fails the test when the server
+starts, with the reason: it is never served as an HTTP error that ``pytest.raises`` could mistake for
 the failure under test.
 
 This module is loaded by every pytest run in an environment where streamtap is
@@ -91,8 +91,8 @@ def streamtap_fault() -> str | None:
 def streamtap_replay(request: pytest.FixtureRequest, streamtap_fault: str | None):
     """A factory: ``streamtap_replay(*recordings, fault=..., timing="fast", assign_ids=False, once=False,
     ignore_fields=())`` -> a running server with ``.base_url``. Relative recording paths resolve
-    against the test file's folder; a fault that fits none of the recordings fails the test here,
-    before the client runs."""
+    against the test file's folder; a fault that does not fit one of the recordings fails the test
+    here, before the client runs."""
     from streamtap.replay.faults import FaultSpecError, Timing, parse_faults
     from streamtap.replay.match import Library, MatchOptions
     from streamtap.replay.server import ServeOptions, ServerThread
@@ -134,19 +134,18 @@ def streamtap_replay(request: pytest.FixtureRequest, streamtap_fault: str | None
 
 
 def _check_faults_fit(library: Any, faults: list) -> None:
-    """Every fault must land somewhere in at least one recording; otherwise the server could
-    only answer each request with an error, and a test expecting a failure would pass for that."""
+    """Every fault must land somewhere in every recording the server holds: a request matching
+    one it does not fit would get an HTTP 400, and a test expecting a failure would pass for that."""
     from streamtap.replay.faults import FaultSpecError, plan
 
     # swap-tail names another recording: the server loads and checks it when it starts
     placed = [f for f in faults if f.kind != "swap-tail"]
+    misfits = []
     for fault in placed:
-        reasons = []
         for entry in library.entries:
             try:
                 plan(entry.source, [fault])
-                break
             except FaultSpecError as exc:
-                reasons.append(f"{Path(entry.source.path).name}: {exc}")
-        else:
-            raise FaultSpecError(f"fault {fault.spec!r} fits none of the recordings ({'; '.join(reasons)})")
+                misfits.append(f"{Path(entry.source.path).name}: {exc}")
+    if misfits:
+        raise FaultSpecError(f"a fault does not fit the recording ({'; '.join(misfits)}); serve only recordings it fits")
