@@ -56,3 +56,36 @@ def feed_cycled(decoder, stream: bytes, chunks: list[int] | None = None) -> list
             i += 1
     out += decoder.close()
     return out
+
+
+# --- skip reasons, one line each -------------------------------------------------------------
+# pytest's -rs prints one line per skipped test location and path, so a clone without
+# ../shared/ would get ~150 near-identical lines. Instead each reason is printed once with
+# its count (addopts asks for -rfExX: every report but skips); `-rs` still lists them all.
+
+SHARED_ABSENT = "../shared/ is absent (the team's captured provider streams, beside a development or CI clone only)"
+
+
+def skip_reason(report: pytest.TestReport) -> str:
+    """A skip's reason, with every path under ../shared/ folded into one reason."""
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    reason = reason.removeprefix("Skipped: ")
+    if str(SHARED) in reason or "../shared/" in reason:
+        return SHARED_ABSENT
+    if reason.startswith("got empty parameter set") and not FIXTURES.is_dir():
+        return SHARED_ABSENT  # a parametrization over shared_files(): nothing to run without them
+    return reason
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    counts: dict[str, int] = {}
+    for report in skipped:
+        reason = skip_reason(report)
+        counts[reason] = counts.get(reason, 0) + 1
+    terminalreporter.section(f"{len(skipped)} skipped, by reason", sep="-")
+    for reason, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        terminalreporter.line(f"{count:5d}  {reason}")

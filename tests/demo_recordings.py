@@ -1,9 +1,9 @@
-"""Make the bundled demo recordings (recordings/demo/) with the project's own tooling.
+"""Make the bundled demo recordings (addon/streamtap/data/demo/, package data) with the project's own tooling.
 
 The provider streams are constructed here (shapes from docs/provider-streams.md); the
 demo's own SDK calls send the requests through a real `mitmdump -s addon/tap.py` to the
 loopback fake provider, and the recordings the Tap writes are the bundle. Run from the
-repository: `.venv/bin/python tests/demo_recordings.py [OUT_DIR]` (default recordings/demo).
+repository: `.venv/bin/python tests/demo_recordings.py [OUT_DIR]` (default addon/streamtap/data/demo).
 tests/test_addon_demo.py regenerates them and checks the bundle still matches.
 """
 
@@ -102,6 +102,6 @@ def generate(out: Path) -> list[Path]:
 
 
 if __name__ == "__main__":
-    destination = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / "recordings" / "demo"
+    destination = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / "addon" / "streamtap" / "data" / "demo"
     for path in generate(destination):
         print(path)

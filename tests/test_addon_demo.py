@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from demo_recordings import generate
 from streamtap.recording import check_recording, read_recording
-from upstream import REPO
+from upstream import MITMDUMP, REPO
 
-BUNDLED = REPO / "recordings" / "demo"
+BUNDLED = REPO / "addon" / "streamtap" / "data" / "demo"  # package data: the wheel carries them
 
 
 @pytest.mark.slow
@@ -78,3 +79,18 @@ def test_demo_proxy_that_fails_to_start_is_stopped(tmp_path, monkeypatch):
         if proxy.process.poll() is None:
             proxy.process.kill()
             proxy.process.wait()
+
+
+def test_addon_verb_prints_the_script_mitmproxy_loads(tmp_path):
+    """`streamtap addon` prints an absolute path to the package's script, whatever the cwd."""
+    result = subprocess.run([sys.executable, "-m", "streamtap.cli", "addon"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    script = Path(result.stdout.strip())
+    as_module = subprocess.run([sys.executable, "-m", "streamtap", "addon"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert as_module.returncode == 0 and as_module.stdout == result.stdout, as_module.stderr
+    assert script.is_absolute() and script.is_file()
+    import streamtap
+
+    assert script.is_relative_to(Path(streamtap.__file__).resolve().parent)
+    listed = subprocess.run([str(MITMDUMP), "-s", str(script), "--options"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert "streamtap_dir:" in listed.stdout, listed.stderr

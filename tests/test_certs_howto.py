@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -101,15 +102,21 @@ def free_ports(count: int) -> dict[str, int]:
     return {str(8080 + i): port for i, port in enumerate(upstream.free_ports(count))}
 
 
-def start_proxy(name: str, world, tmp_path: Path, ports: dict[str, int] | None = None) -> tuple[Mitmdump, Path]:
-    """Run a doc block that starts mitmdump, on a free port, recording under tmp_path."""
+def start_proxy(
+    name: str, world, tmp_path: Path, ports: dict[str, int] | None = None, *, provider: tuple[str, str, Path] | None = None
+) -> tuple[Mitmdump, Path]:
+    """Run a doc block that starts mitmdump, on a free port, recording under tmp_path.
+    ``provider``: (the doc's host, the fake provider's host:port, its CA) for another provider."""
     recordings = tmp_path / "recordings"
+    trusted = provider[2] if provider else world["provider_ca"]
     extra = [
         "--listen-host", "127.0.0.1", "--listen-port", "0",
-        "--set", f"ssl_verify_upstream_trusted_ca={world['provider_ca']}",
+        "--set", f"ssl_verify_upstream_trusted_ca={trusted}",
         "--set", f"streamtap_dir={recordings}",
     ]
     command = adapt(block(name), world, ports or 0).strip()
+    if provider:
+        command = command.replace(provider[0], provider[1])
     argv = ["bash", "-c", f'exec {command} "$@"', "mitmdump"]
     proxy = Mitmdump(*extra, confdir=world["home"] / ".mitmproxy", argv=argv, env=environment(world))
     proxy.doc_ports = ports or {"8080": proxy.port}
@@ -200,6 +207,15 @@ def test_node_without_the_ca_is_refused(world, tmp_path):
 
 
 # --- section 2: explicit proxy ----------------------------------------------------------------
+
+
+def js_block(name: str) -> str:
+    """A JavaScript block marked tested: an app's client set-up, used as written."""
+    blocks = dict(re.findall(r"<!-- test: (\S+) -->\n```js\n(.*?)```", DOC.read_text(), re.S))
+    assert name in blocks, f"certs_howto.md lost its tested block {name!r}"
+    return blocks[name]
+
+
 
 
 @pytest.fixture
@@ -364,12 +380,160 @@ def test_wireguard_mode_starts_and_writes_a_client_config(world, tmp_path):
         proxy.stop()
 
 
+# --- Node: the AWS SDK for Bedrock, and fetch after Connection: close ------------------------
+
+NODE_BEDROCK_PACKAGES = ("@aws-sdk/client-bedrock-runtime", "https-proxy-agent")
+BEDROCK_HOST = "bedrock-runtime.us-east-1.amazonaws.com"
+
+# what the app does with the client the doc's block builds: stream a Bedrock answer, print its chunks
+BEDROCK_CALL_JS = """
+const { InvokeModelWithResponseStreamCommand } = require("@aws-sdk/client-bedrock-runtime");
+(async () => {
+  const response = await client.send(new InvokeModelWithResponseStreamCommand({
+    modelId: "anthropic.claude-v2", contentType: "application/json",
+    body: JSON.stringify({ anthropic_version: "bedrock-2023-05-31", max_tokens: 64, messages: [] }),
+  }));
+  const chunks = [];
+  for await (const event of response.body) chunks.push(JSON.parse(Buffer.from(event.chunk.bytes).toString()));
+  console.log(JSON.stringify(chunks));
+})().catch((err) => { console.error(String(err)); process.exit(1); });
+"""
+
+
+@pytest.fixture(scope="module")
+def node_aws_sdk() -> Path:
+    """node_modules with the Bedrock client and https-proxy-agent: installed once from the npm
+    registry into a cache folder, or the tests skip saying why."""
+    if not (shutil.which("node") and shutil.which("npm")):
+        pytest.skip("node and npm are not installed")
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "streamtap-tests" / "node-bedrock"
+    modules = cache / "node_modules"
+    if not all((modules / name / "package.json").is_file() for name in NODE_BEDROCK_PACKAGES):
+        cache.mkdir(parents=True, exist_ok=True)
+        try:
+            result = subprocess.run(
+                ["npm", "install", "--no-save", "--no-audit", "--no-fund", "--prefix", str(cache), *NODE_BEDROCK_PACKAGES],
+                capture_output=True, text=True, timeout=240,
+            )
+        except subprocess.TimeoutExpired:
+            pytest.skip("npm install of the AWS SDK timed out (no network?)")
+        if result.returncode != 0:
+            reason = (result.stderr.strip().splitlines() or ["?"])[-1]
+            pytest.skip(f"npm could not install {' '.join(NODE_BEDROCK_PACKAGES)} (no network?): {reason}")
+    return modules
+
+
+def node_app(tmp_path: Path, modules: Path, client_js: str) -> None:
+    (tmp_path / "app.js").write_text(client_js + BEDROCK_CALL_JS)
+    if not (tmp_path / "node_modules").exists():
+        (tmp_path / "node_modules").symlink_to(modules)
+
+
+AWS_TEST_KEYS = {"AWS_ACCESS_KEY_ID": "AKIDSTREAMTAPTEST", "AWS_SECRET_ACCESS_KEY": "streamtap-test-secret"}
+
+
+def test_node_bedrock_through_the_explicit_proxy_with_the_http1_handler(world, explicit_proxy, tmp_path, node_aws_sdk):
+    """The doc's client, pointed at the fake provider where it would reach AWS: through the
+    proxy (HTTPS_PROXY, mitmproxy's CA), signed for the host it reaches, recorded complete."""
+    proxy, recordings = explicit_proxy
+    provider = f"https://localhost:{world['provider'].port}"
+    client = js_block("node-bedrock-proxy-client").replace('region: "us-east-1",', f'region: "us-east-1", endpoint: "{provider}",')
+    node_app(tmp_path, node_aws_sdk, client)
+    result = run_client("node-bedrock-proxy", world, proxy, tmp_path, **AWS_TEST_KEYS)
+    assert json.loads(result.stdout) == chunks_of(INVOKE)
+    served = served_invoke(world)
+    assert served.sent == INVOKE
+    assert served.headers["host"] == f"localhost:{world['provider'].port}"  # the host it signed
+    assert "host" in served.headers["authorization"].split("SignedHeaders=")[1].split(",")[0].split(";")
+    assert_recorded(recordings, INVOKE, proxy)
+    assert f"POST https://localhost:{world['provider'].port}/model/" in proxy.output  # via the proxy
+
+
+def test_node_bedrock_https_reverse_mode_speaks_http2(world, tmp_path, node_aws_sdk):
+    """The SDK's default HTTP/2 handler through the https:// reverse mode, in front of a
+    provider that speaks HTTP/2 (as AWS does)."""
+    with upstream.H2Upstream() as h2:
+        h2.add("", upstream.Script(INVOKE, content_type="application/vnd.amazon.eventstream"))
+        certificate = Path(h2._tmp.name) / "cert.pem"
+        proxy, recordings = start_proxy("reverse-bedrock", world, tmp_path, provider=(BEDROCK_HOST, f"localhost:{h2.port}", certificate))
+        try:
+            node_app(tmp_path, node_aws_sdk, js_block("node-bedrock-reverse-client"))
+            result = run_client("node-bedrock-reverse", world, proxy, tmp_path, **AWS_TEST_KEYS)
+            assert json.loads(result.stdout) == chunks_of(INVOKE)
+            assert h2.served[""][-1].path == INVOKE_PATH
+            assert_recorded(recordings, INVOKE, proxy)
+            from streamtap.recording import read_recording
+
+            (recording,) = [read_recording(p) for p in recordings.glob("*.jsonl")]
+            assert recording.header["request"]["http_version"] == "HTTP/2.0"  # the app spoke HTTP/2
+        finally:
+            proxy.stop()
+
+
+def test_node_bedrock_http2_cannot_reach_a_plain_http_reverse_proxy(world, tmp_path, node_aws_sdk):
+    """The doc's warning, shown: the default handler over http:// fails; the HTTP/1.1 handler
+    gets through the same proxy (to a provider that speaks only HTTP/1.1, over https:// too)."""
+    provider = (BEDROCK_HOST, f"localhost:{world['provider'].port}", world["provider_ca"])
+    proxy, recordings = start_proxy("reverse-bedrock", world, tmp_path, provider=provider)
+    try:
+        env = environment(world, **AWS_TEST_KEYS, NODE_EXTRA_CA_CERTS=str(world["home"] / ".mitmproxy" / "mitmproxy-ca-cert.pem"))
+        node_app(tmp_path, node_aws_sdk, js_block("node-bedrock-reverse-client"))
+        failed = subprocess.run(["node", "app.js"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                                env={**env, "BEDROCK_ENDPOINT": f"http://127.0.0.1:{proxy.port}"})
+        assert failed.returncode != 0 and "http2 request did not get a response" in failed.stderr, failed.stderr
+        http1 = js_block("node-bedrock-reverse-client").replace(
+            "endpoint: process.env.BEDROCK_ENDPOINT", "endpoint: process.env.BEDROCK_ENDPOINT, requestHandler: new NodeHttpHandler()"
+        )
+        for scheme, host in (("http", "127.0.0.1"), ("https", "localhost")):
+            node_app(tmp_path, node_aws_sdk, 'const { NodeHttpHandler } = require("@smithy/node-http-handler");\n' + http1)
+            result = subprocess.run(["node", "app.js"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                                    env={**env, "BEDROCK_ENDPOINT": f"{scheme}://{host}:{proxy.port}"})
+            assert result.returncode == 0, result.stderr
+            assert json.loads(result.stdout) == chunks_of(INVOKE)
+    finally:
+        proxy.stop()
+
+
+FETCH_APP_JS = """
+(async () => {
+  const response = await fetch(process.env.OPENAI_BASE_URL + "/chat/completions", {
+    method: "POST", headers: {"content-type": "application/json"}, body: JSON.stringify({stream: true, messages: []}),
+  });
+  process.stdout.write(Buffer.from(await response.arrayBuffer()));
+})().catch((err) => { console.error(String(err)); process.exit(1); });
+"""
+
+
+@pytest.mark.skipif(not shutil.which("node"), reason="node is not installed")
+@pytest.mark.parametrize("style", ["fin", "reset"])
+def test_node_fetch_takes_a_cut_body_as_whole_after_connection_close(tmp_path, style):
+    """The doc's note: through mitmdump, a body cut mid-answer raises in Node's fetch, unless
+    the response said Connection: close; then fetch returns the partial body without an error.
+    streamtap judges both truncated."""
+    (tmp_path / "app.js").write_text(FETCH_APP_JS)
+    body = openai_chat_stream(WORDS * 4)
+    cut = len(body) // 2
+    with upstream.Upstream() as fake, upstream.Mitmdump(fake.url, tmp_path / "proxy") as proxy:
+        got = {}
+        for name, headers in (("keep", []), ("close", [("connection", "close")])):
+            fake.add(name, upstream.Script(body, chunk_size=40, cut_at=cut, cut_style=style, headers=headers))
+            env = {**os.environ, "OPENAI_BASE_URL": f"{proxy.url}/s/{name}/v1"}
+            got[name] = subprocess.run(["node", "app.js"], cwd=tmp_path, env=env, capture_output=True, timeout=60)
+            assert upstream.find_recording(proxy.record_dir, name).verdict["kind"] == "truncated"
+    assert got["keep"].returncode == 1 and b"terminated" in got["keep"].stderr, got["keep"]
+    assert got["close"].returncode == 0, got["close"].stderr
+    assert got["close"].stdout == body[:cut]  # the partial answer, taken as whole
+
+
 def test_every_block_marked_tested_is_run_by_a_test():
     """A block marked *(tested)* in the doc that no test runs would be a false promise."""
     here = {"reverse-proxy", "reverse-openai-env", "reverse-two-providers", "reverse-anthropic-env", "reverse-node-tls", "explicit-proxy", "explicit-curl",
-            "explicit-python", "explicit-java", "os-store"}
+            "explicit-python", "explicit-java", "os-store", "node-bedrock-proxy", "reverse-bedrock", "node-bedrock-reverse"}
+    js_here = {"node-bedrock-proxy-client", "node-bedrock-reverse-client"}
+    for name in js_here:
+        js_block(name)
     in_test_transparent = {"gateway-iptables", "gateway-nft", "same-host"}
     assert set(howto_blocks()) == here | in_test_transparent
     text = (REPO / "tests" / "test_transparent.py").read_text()
     assert all(f'"{name}"' in text for name in in_test_transparent)
-    assert DOC.read_text().count("*(tested)*\n<!-- test: ") == len(here | in_test_transparent)
+    assert DOC.read_text().count("*(tested)*\n<!-- test: ") == len(here | in_test_transparent | js_here)

@@ -118,11 +118,64 @@ def test_sweep_positions():
 
 
 def test_classify():
-    assert classify(0, "Paris is sunny", timed_out=False) == SILENT
-    assert classify(0, "Error: stream ended early", timed_out=False) == NOTICED
-    assert classify(1, "", timed_out=False) == NOTICED
+    answer = "The weather in Paris today is mild"
+    assert classify(0, answer + "\n", timed_out=False, answer=answer) == SILENT
+    assert classify(0, "Error: stream ended early", timed_out=False, answer=answer) == NOTICED
+    assert classify(1, answer, timed_out=False, answer=answer) == NOTICED  # printed, then exit 1: noticed
     assert classify(-9, "", timed_out=False) == CRASHED
     assert classify(None, "", timed_out=True) == HUNG
+    # exit 0 and the partial answer handed on: an error word beside it does not make it noticed
+    assert classify(0, f"{answer}\nerrors: none", timed_out=False, answer=answer) == SILENT
+    assert classify(0, f"answer:   {answer.replace(' ', chr(10))}", timed_out=False, answer=answer) == SILENT  # whitespace folded
+    # ... nor one inside the answer (a model may write about errors)
+    about_errors = "An error budget is the failure rate a service may have"
+    assert classify(0, about_errors, timed_out=False, answer=about_errors) == SILENT
+    # too short to tell from an error message that quotes it: only the error words count
+    assert classify(0, "failed after 'Paris'", timed_out=False, answer="Paris") == NOTICED
+    assert classify(0, "", timed_out=False, answer="") == SILENT
+    # a user's own pattern: any match in an exit-0 run counts, as the option says
+    assert classify(0, f"{answer}\nWARN cut", timed_out=False, error_text="WARN", answer=answer) == NOTICED
+    assert classify(0, f"{answer}\nerror", timed_out=False, error_text="WARN", answer=answer) == SILENT
+
+
+WORDY = """
+import http.client, json, os, sys, urllib.parse
+url = urllib.parse.urlsplit(os.environ["STREAMTAP_BASE_URL"])
+conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+conn.request("POST", "/v1/chat/completions", body=b"{}", headers={"content-type": "application/json"})
+text = []
+try:
+    for line in conn.getresponse():
+        line = line.decode().rstrip("\\r\\n")
+        if line.startswith("data: {"):
+            for choice in json.loads(line[6:])["choices"]:
+                text.append(choice["delta"].get("content") or "")
+except Exception:
+    pass
+if not "".join(text):
+    print("error: no answer came")
+    sys.exit(0)
+print("".join(text))
+print("request done, no error")
+"""
+
+
+@pytest.mark.slow
+def test_the_default_classification_looks_at_the_answer_not_at_error_words(recording, tmp_path):
+    """A careless client that exits 0 and prints the word "error" beside the partial answer is
+    silent; one that prints no answer but an error, exit 0, noticed it. --error-text restores
+    the plain word match."""
+    wordy = tmp_path / "wordy.py"
+    wordy.write_text(WORDY)
+    command = [sys.executable, "-S", str(wordy)]
+    positions = ("--positions", "event=0,event=10,event=30", "--styles", "clean,abort")
+    code, report = sweep(recording, command, *positions)
+    outcomes = {(r["position"], r["style"]): r["outcome"] for r in report["runs"]}
+    assert outcomes[("cut:event=10", "clean")] == outcomes[("cut:event=30", "abort")] == SILENT, outcomes
+    assert outcomes[("cut:event=0", "abort")] == outcomes[("cut:event=0", "clean")] == NOTICED, outcomes  # no text: it said so
+    assert code == 1
+    code, report = sweep(recording, command, *positions, "--error-text", r"\berror\b")
+    assert {r["outcome"] for r in report["runs"]} == {NOTICED} and code == 0
 
 
 def test_sweep_usage_errors(recording):

@@ -22,6 +22,7 @@ VERBS = {
     "sweep": "streamtap.commands.sweep",
     "report": "streamtap.commands.report",
     "index": "streamtap.commands.index",
+    "addon": "streamtap.commands.addon",
 }
 
 EXIT_OK, EXIT_FINDING, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3

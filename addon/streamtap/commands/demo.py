@@ -1,7 +1,7 @@
 """`streamtap demo`: the whole product in half a minute, offline, no API key.
 
 A replay server (`streamtap serve`) plays the bundled recordings as a provider would;
-`mitmdump -s addon/tap.py` sits in front of it in reverse mode; the real openai,
+`mitmdump -s "$(streamtap addon)"` sits in front of it in reverse mode; the real openai,
 anthropic and boto3 clients talk to the proxy. Some turns arrive whole, some are cut —
 one so cleanly that the SDK returns as if nothing happened. streamtap says which is which,
 writes a recording per turn, and `streamtap verify` checks every recording.
@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import Callable
 
 import streamtap
+from streamtap.commands.addon import script_path
 
 HELP = "Watch streamtap catch a cut answer: bundled recordings, real SDK clients, a real mitmdump (offline)."
 
 PACKAGE = Path(streamtap.__file__).resolve().parent
-ADDON = PACKAGE.parent / "tap.py"
-BUNDLED = PACKAGE.parent.parent / "recordings" / "demo"
+ADDON = script_path()  # the mitmproxy script inside the installed package
+BUNDLED = PACKAGE / "data" / "demo"  # package data: travels in the wheel
 FAKE_KEY = "sk-demo-not-a-real-key"
 
 
@@ -243,8 +244,8 @@ class Replay:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = (
-        "Runs offline on loopback: `streamtap serve` plays recordings/demo/ as the providers,\n"
-        "`mitmdump -s addon/tap.py` taps the traffic, real SDK clients make the calls.\n"
+        "Runs offline on loopback: `streamtap serve` plays the bundled recordings as the providers,\n"
+        "`mitmdump -s \"$(streamtap addon)\"` taps the traffic, real SDK clients make the calls.\n"
         "Exit 0 when every turn got the verdict its recording holds and every recording verified."
     )
     parser.add_argument("--dir", type=Path, default=None, help="keep the recordings the demo writes here (default: a temporary directory)")

@@ -15,11 +15,19 @@ EPILOG = """\
 For each cut position and style a fresh replay server serves the recording cut there, and
 CLIENT_CMD runs with the server's base URL in STREAMTAP_BASE_URL (also OPENAI_BASE_URL=URL/v1,
 ANTHROPIC_BASE_URL, AWS_ENDPOINT_URL_BEDROCK_RUNTIME; dummy API keys). Any request gets the
-recording. Each run is classified:
-  noticed  exit code != 0, or error text in the output
-  SILENT   exit 0, nothing said: partial output silently accepted (the dangerous case)
+recording. Each run is classified by the client's exit status and by what it printed:
+  noticed  exit code != 0; or exit 0 without printing the answer the cut stream delivered,
+           and an error word in the output (error, exception, traceback, truncated,
+           incomplete, interrupted, failed)
+  SILENT   exit 0 with the partial answer printed as its answer (an error word beside it or
+           inside it does not count), or exit 0 and nothing said: partial output silently
+           accepted (the dangerous case)
   HUNG     still running at --timeout (killed)
   CRASHED  killed by a signal, or could not start
+streamtap knows the answer each cut delivers (its text, else the tool-call arguments): a
+client "prints it" when its output holds the first half of that text (up to 200 characters,
+whitespace folded; answers under 12 characters are not looked for). With --error-text REGEX,
+an exit-0 run whose output matches REGEX anywhere counts as noticed instead.
 
 positions (--positions, comma list): events (after every event), protocol (tool-args,
 escaped-quote, between-blocks, before-terminal, prelude, crc: those the stream has),
@@ -52,7 +60,7 @@ def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", "-j", type=int, default=0, help="clients run at once (default: the number of cores)")
     parser.add_argument("--timing", default="fast", help="replay timing: fast (default), original or scale=N")
     parser.add_argument("--json", metavar="FILE", help="also write the full report as JSON ('-' for stdout)")
-    parser.add_argument("--error-text", metavar="REGEX", help="what counts as the client saying something went wrong")
+    parser.add_argument("--error-text", metavar="REGEX", help="an exit-0 run whose output matches REGEX counts as noticed, answer printed or not (default: exit status and printed answer decide, see below)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
@@ -60,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     from streamtap.cli import UsageError
     from streamtap.replay.faults import CUT_STYLES, FaultSpecError, Timing
     from streamtap.replay.source import RecordingError, load_source
-    from streamtap.replay.sweep import ERROR_TEXT, HUNG, CRASHED, SILENT, progress_bar, run_sweep, sweep_positions
+    from streamtap.replay.sweep import HUNG, CRASHED, SILENT, progress_bar, run_sweep, sweep_positions
 
     rest = list(args.rest)
     if "--" in rest:
@@ -81,9 +89,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--styles takes {', '.join(CUT_STYLES)}, not {args.styles!r}")
     if args.timeout <= 0 or args.jobs < 0:
         raise UsageError("--timeout must be > 0 and --jobs >= 0")
-    error_text = args.error_text or ERROR_TEXT
+    error_text = args.error_text
     try:
-        re.compile(error_text)
+        if error_text is not None:
+            re.compile(error_text)
     except re.error as exc:
         raise UsageError(f"--error-text {error_text!r} is not a regular expression: {exc}") from None
     if args.json not in (None, "-") and not Path(args.json).parent.is_dir():

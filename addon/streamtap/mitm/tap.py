@@ -752,3 +752,14 @@ class Tap:
             except Exception:
                 pass
         self.open.clear()
+
+
+def __getattr__(name: str) -> Any:
+    # `mitmdump -s .../streamtap/mitm/tap.py` loads this module as a script, and mitmproxy
+    # registers a script's `addons`: hand it the whole addon rather than silently nothing.
+    if name == "addons":
+        from streamtap.mitm.entry import make_addons
+
+        globals()["addons"] = made = make_addons()
+        return made
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,21 +7,28 @@ answered request and its fault log). Every server it started stops when the test
 Marker ``streamtap_faults(*specs)``: run the test once per fault spec (``None``: no fault);
 the fixture applies the current one, also available as the ``streamtap_fault`` fixture.
 
-A complete example (``weather.jsonl`` recorded by the Tap, or by ``streamtap import``)::
+A complete example (``weather.jsonl`` recorded by the Tap, or by ``streamtap import``, in the
+test file's folder: relative recording paths resolve there, whatever the current directory)::
 
     import openai
     import pytest
 
+    class IncompleteAnswer(Exception):  # the app's own verdict: the answer did not finish
+        pass
+
     def answer(client):
         text, finish = [], None
-        for chunk in client.chat.completions.create(
-            model="gpt-4.1-nano", messages=[{"role": "user", "content": "Weather in Paris?"}], stream=True
-        ):
-            for choice in chunk.choices:
-                text.append(choice.delta.content or "")
-                finish = choice.finish_reason or finish
-        if finish is None:
-            raise RuntimeError("incomplete answer")
+        try:
+            for chunk in client.chat.completions.create(
+                model="gpt-4.1-nano", messages=[{"role": "user", "content": "Weather in Paris?"}], stream=True
+            ):
+                for choice in chunk.choices:
+                    text.append(choice.delta.content or "")
+                    finish = choice.finish_reason or finish
+        except openai.APIConnectionError as exc:  # the connection broke mid-answer
+            raise IncompleteAnswer(f"connection broken: {exc}") from exc
+        if finish is None:  # a clean cut: the SDK ends the loop as if the answer were whole
+            raise IncompleteAnswer("the stream ended without a finish_reason")
         return "".join(text)
 
     def client_for(server):
@@ -32,8 +39,14 @@ A complete example (``weather.jsonl`` recorded by the Tap, or by ``streamtap imp
 
     @pytest.mark.streamtap_faults("cut:event=5,style=clean", "cut:at=tool-args,style=abort")
     def test_cut_answers_are_refused(streamtap_replay):
-        with pytest.raises(Exception):
-            answer(client_for(streamtap_replay("weather.jsonl")))
+        client = client_for(streamtap_replay("weather.jsonl"))
+        with pytest.raises(IncompleteAnswer):
+            answer(client)
+
+A fault that does not fit a recording the server holds (``cut:at=tool-args`` on an answer
+without a tool call, ``cut:event=99`` on a 20-event stream) fails the test when the server
+starts, with the reason: it is never served as an HTTP error that ``pytest.raises`` could mistake for
+the failure under test.
 
 This module is loaded by every pytest run in an environment where streamtap is
 installed, so it imports nothing heavy at import time and never fails there.
@@ -41,6 +54,7 @@ installed, so it imports nothing heavy at import time and never fails there.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -74,14 +88,18 @@ def streamtap_fault() -> str | None:
 
 
 @pytest.fixture
-def streamtap_replay(streamtap_fault: str | None):
+def streamtap_replay(request: pytest.FixtureRequest, streamtap_fault: str | None):
     """A factory: ``streamtap_replay(*recordings, fault=..., timing="fast", assign_ids=False, once=False,
-    ignore_fields=())`` -> a running server with ``.base_url``."""
-    from streamtap.replay.faults import Timing, parse_faults
+    ignore_fields=())`` -> a running server with ``.base_url``. Relative recording paths resolve
+    against the test file's folder; a fault that does not fit one of the recordings fails the test
+    here, before the client runs."""
+    from streamtap.replay.faults import FaultSpecError, Timing, parse_faults
     from streamtap.replay.match import Library, MatchOptions
     from streamtap.replay.server import ServeOptions, ServerThread
+    from streamtap.replay.source import RecordingError
 
     started: list[Any] = []
+    beside_test = Path(request.path).parent
 
     def start(
         *recordings: Any,
@@ -93,12 +111,41 @@ def streamtap_replay(streamtap_fault: str | None):
     ):
         if not recordings:
             raise TypeError("streamtap_replay() needs at least one recording file or directory")
-        library = Library.load([str(r) for r in recordings], MatchOptions(tuple(ignore_fields), once=once))
-        options = ServeOptions(Timing.parse(timing), parse_faults(fault), assign_ids)
-        server = ServerThread(library, options).start()
-        started.append(server)
-        return server
+        paths = [beside_test / Path(r) for r in recordings]  # an absolute path stays as it is
+        try:
+            library = Library.load(paths, MatchOptions(tuple(ignore_fields), once=once))
+            faults = parse_faults(fault)
+            options = ServeOptions(Timing.parse(timing), faults, assign_ids)
+            if not library.entries:
+                raise RecordingError(f"no recordings (*.jsonl) in {', '.join(map(str, paths))}")
+            _check_faults_fit(library, faults)
+            server = ServerThread(library, options).start()
+        except (RecordingError, FaultSpecError) as exc:
+            problem = str(exc)
+        else:
+            started.append(server)
+            return server
+        # outside the except clause, so the report is this one line, not a chained traceback
+        pytest.fail(f"streamtap_replay: {problem}", pytrace=False)
 
     yield start
     for server in started:
         server.stop()
+
+
+def _check_faults_fit(library: Any, faults: list) -> None:
+    """Every fault must land somewhere in every recording the server holds: a request matching
+    one it does not fit would get an HTTP 400, and a test expecting a failure would pass for that."""
+    from streamtap.replay.faults import FaultSpecError, plan
+
+    # swap-tail names another recording: the server loads and checks it when it starts
+    placed = [f for f in faults if f.kind != "swap-tail"]
+    misfits = []
+    for fault in placed:
+        for entry in library.entries:
+            try:
+                plan(entry.source, [fault])
+            except FaultSpecError as exc:
+                misfits.append(f"{Path(entry.source.path).name}: {exc}")
+    if misfits:
+        raise FaultSpecError(f"a fault does not fit the recording ({'; '.join(misfits)}); serve only recordings it fits")

@@ -5,8 +5,11 @@ sampled byte offsets) and each end style, a fresh replay server serves the recor
 there, the client command runs against it (base URL in the environment), and the run is
 classified:
 
-- ``noticed``: the client exited non-zero, or said so (error text in its output);
-- ``silent``: exit 0 and nothing said: partial output silently accepted (the dangerous case);
+- ``noticed``: the client exited non-zero; or it exited 0 without handing on the answer the
+  cut stream delivered and said why (error text in its output);
+- ``silent``: exit 0 with the partial answer printed as its answer, or nothing said: partial
+  output silently accepted (the dangerous case). An error word printed beside the answer (or
+  inside it: a model may well write "error") does not count as noticing;
 - ``hung``: still running at the timeout (killed);
 - ``crashed``: killed by a signal, or could not start.
 
@@ -91,14 +94,34 @@ def _int(item: str, value: str) -> int:
         raise FaultSpecError(f"--positions: {item!r} needs a number") from None
 
 
-def classify(returncode: int | None, output: str, *, timed_out: bool, error_text: str = ERROR_TEXT) -> str:
+MIN_ANSWER_CHARS = 12  # a shorter answer is not told apart from an error message that quotes it
+ANSWER_PROBE_CHARS = 200
+
+
+def classify(returncode: int | None, output: str, *, timed_out: bool, error_text: str | None = None, answer: str = "") -> str:
+    """One run's outcome. ``answer``: the text the (cut) stream delivered. ``error_text``: a user's
+    own pattern; any match in an exit-0 run's output then counts as noticed."""
     if timed_out:
         return HUNG
     if returncode is None or returncode < 0 or returncode in (126, 127) or returncode >= 128:
         return CRASHED
     if returncode != 0:
         return NOTICED
-    return NOTICED if re.search(error_text, output) else SILENT
+    if error_text is not None:
+        return NOTICED if re.search(error_text, output) else SILENT
+    if carries_answer(output, answer):
+        return SILENT  # exit 0 with the partial answer handed on: whatever else it printed, it accepted it
+    return NOTICED if re.search(ERROR_TEXT, output) else SILENT
+
+
+def carries_answer(output: str, answer: str) -> bool:
+    """Whether ``output`` holds the answer (its first half, up to 200 characters, whitespace
+    folded): the client printed what the stream delivered as its result."""
+    answer = " ".join(answer.split())
+    if len(answer) < MIN_ANSWER_CHARS:
+        return False
+    probe = answer[: min(ANSWER_PROBE_CHARS, max(MIN_ANSWER_CHARS, len(answer) // 2))]
+    return probe in " ".join(output.split())
 
 
 @dataclass(slots=True)
@@ -195,7 +218,7 @@ async def run_sweep(
     timing: Timing | None = None,
     timeout: float = 20.0,
     jobs: int | None = None,
-    error_text: str = ERROR_TEXT,
+    error_text: str | None = None,
     progress: Callable[[int, int, dict[str, int]], None] | None = None,
 ) -> SweepReport:
     timing = timing or Timing()
@@ -225,7 +248,7 @@ async def run_sweep(
 
 
 async def _run_once(
-    source: Source, command: list[str], spec: str | None, position: str, style: str, timing: Timing, timeout: float, error_text: str
+    source: Source, command: list[str], spec: str | None, position: str, style: str, timing: Timing, timeout: float, error_text: str | None
 ) -> Run:
     faults = [parse_fault(spec)] if spec else []
     server = ReplayServer(Library([source], MatchOptions(match_any=True)), ServeOptions(timing, faults), log=lambda line: None)
@@ -257,9 +280,10 @@ async def _run_once(
     finally:
         await server.close()
     text = output.decode("utf-8", "replace")
-    outcome = classify(proc.returncode, text, timed_out=timed_out, error_text=error_text)
+    verdict, answer = _judge(source, faults)
+    outcome = classify(proc.returncode, text, timed_out=timed_out, error_text=error_text, answer=answer)
     fault_log = [line for served in server.served for line in served.log]
-    return Run(position, style, outcome, proc.returncode, time.monotonic() - started, fault_log, text[-400:], _verdict(source, faults))
+    return Run(position, style, outcome, proc.returncode, time.monotonic() - started, fault_log, text[-400:], verdict)
 
 
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
@@ -269,13 +293,18 @@ def _kill_group(proc: asyncio.subprocess.Process) -> None:
         pass
 
 
-def _verdict(source: Source, faults: list) -> str | None:
+def _judge(source: Source, faults: list) -> tuple[str | None, str]:
+    """streamtap's verdict on the stream the client got, and the answer it carried (text, else
+    the tool calls' argument strings)."""
     try:
         from streamtap.providers import Dialect, analyze_bytes
 
-        return str(analyze_bytes(plan(source, faults).body, Dialect(source.dialect)).verdict.kind)
+        analysis = analyze_bytes(plan(source, faults).body, Dialect(source.dialect))
     except Exception:  # an unknown dialect string, or the verdict layer missing: the sweep still reports
-        return None
+        return None, ""
+    turn = analysis.turn
+    answer = turn.text() or "".join(call.arguments_raw or "" for call in turn.tool_calls())
+    return str(analysis.verdict.kind), answer
 
 
 def progress_bar(stream) -> Callable[[int, int, dict[str, int]], None]:

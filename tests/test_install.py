@@ -1,0 +1,85 @@
+"""The package works installed from a wheel, far from the checkout.
+
+One test builds the wheel from a clean copy of the sources (a stale ``build/`` in the
+checkout could slip files into it), installs it into a fresh venv in a temporary folder
+(dependencies from pip's cache or index), and then, with the working directory outside
+the checkout: ``streamtap addon`` names the script inside the venv, mitmdump and mitmweb
+list the streamtap_ options from it (and from mitm/tap.py loaded directly), a real
+mitmdump from the venv records a streamed answer, and ``streamtap demo`` passes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import provider_streams as streams
+from streamtap.recording import check_recording
+from upstream import CHAT, REPO, Mitmdump, Script, Upstream, curl, find_recording
+
+STREAMTAP_OPTIONS = {"streamtap_dir", "streamtap_filter", "streamtap_fsync", "streamtap_replay", "streamtap_fault"}
+LEFT_OUT = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis", "live")
+
+
+def _run(argv: list, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    return subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _ok(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 0, f"{result.args} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory) -> Path:
+    """A fresh venv outside the checkout with only the built wheel (and its dependencies) installed."""
+    base = tmp_path_factory.mktemp("installed")
+    source = base / "source"
+    shutil.copytree(REPO, source, ignore=LEFT_OUT)
+    wheels = base / "wheels"
+    _ok(_run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", wheels, source], base))
+    (wheel,) = wheels.glob("streamtap-*.whl")
+    env_dir = base / "venv"
+    _ok(_run([sys.executable, "-m", "venv", env_dir], base))
+    _ok(_run([env_dir / "bin" / "python", "-m", "pip", "install", "-q", wheel], base, timeout=300))
+    shutil.rmtree(source)  # nothing may lean on the sources once installed
+    return env_dir
+
+
+@pytest.mark.slow
+def test_installed_wheel_runs_the_addon_and_the_demo(venv, tmp_path):
+    bin_dir = venv / "bin"
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+
+    script = Path(_ok(_run([bin_dir / "streamtap", "addon"], outside)).strip())
+    assert script.is_absolute() and script.is_file(), script
+    assert script.is_relative_to(venv) and not script.is_relative_to(REPO), script
+
+    for tool, path in (("mitmdump", script), ("mitmweb", script), ("mitmdump", script.parent / "tap.py")):
+        listed = _ok(_run([bin_dir / tool, "-s", path, "--options"], outside, timeout=60))
+        names = {line.split(":")[0] for line in listed.splitlines() if line.startswith("streamtap_")}
+        assert STREAMTAP_OPTIONS <= names, (tool, path, sorted(names))
+
+    with Upstream() as upstream:
+        proxy = Mitmdump(upstream.url, tmp_path / "proxy", script=script)
+        proxy.args[0] = str(bin_dir / "mitmdump")
+        with proxy:
+            body = streams.openai_chat(["Paris ", "is ", "sunny."])
+            upstream.add("installed", Script(body, chunk_size=30))
+            out = curl(f"{proxy.url}/s/installed{CHAT}")
+            assert out.returncode == 0 and out.stdout == body, out.stderr
+            recording = find_recording(proxy.record_dir, "installed")
+    assert recording.verdict["kind"] == "complete", recording.verdict
+    assert recording.body == body and check_recording(recording) == []
+
+    demo = _run([bin_dir / "streamtap", "demo", "--dir", tmp_path / "demo"], outside)
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert "demo: OK" in demo.stdout
+    assert len(list((tmp_path / "demo").glob("*.jsonl"))) == 4
