@@ -21,6 +21,7 @@ from typing import Any
 from mitmproxy import exceptions, flowfilter, http
 from mitmproxy.connection import ConnectionState
 
+from streamtap.mitm import option_checks
 from streamtap.providers import Dialect, RequestInfo, StreamEnd, StreamSession, VerdictKind, detect_dialect
 from streamtap.recording import FSYNC_POLICIES, RecordingWriter, final_name, flow_header
 from streamtap.wire import DEFAULT_MAX_EVENT
@@ -35,6 +36,7 @@ PROVIDER_HOSTS = re.compile(
 MARK = ":warning:"
 MAX_BACKLOG = 1 << 20  # bytes handed on but not yet analysed before analysis runs inline
 BATCH_BYTES = 64 * 1024  # reads decoded in one pass: amortises per-call costs, bounds the joined copy
+MAX_EVENT_LIMIT = 256 * 1024 * 1024  # streamtap_max_event above this would unbound a stream's memory
 FLUSH_EVERY = 0.1  # seconds: recording lines reach the OS at least this often (a syscall per chunk costs too much)
 
 
@@ -630,6 +632,7 @@ class Tap:
         loader.add_option(
             "streamtap_max_event", int, DEFAULT_MAX_EVENT, "Largest single wire event in bytes before it counts as malformed."
         )
+        option_checks.given_before_load(loader)
 
     def configure(self, updated: set[str]) -> None:
         from mitmproxy import ctx
@@ -643,8 +646,17 @@ class Tap:
                     self.filter = flowfilter.parse(expression)
                 except ValueError as exc:
                     raise exceptions.OptionsError(f"streamtap_filter: {exc}") from None
-        if "streamtap_max_event" in updated and ctx.options.streamtap_max_event < 1:
-            raise exceptions.OptionsError("streamtap_max_event must be a positive number of bytes")
+        options = ctx.options
+        if "streamtap_fsync" in updated:
+            option_checks.choice("streamtap_fsync", options.streamtap_fsync, FSYNC_POLICIES)
+        if updated & {"streamtap_dir", "streamtap_record"} and options.streamtap_record:
+            option_checks.writable_dir("streamtap_dir", options.streamtap_dir)
+        if "streamtap_redact" in updated:
+            option_checks.names("streamtap_redact", options.streamtap_redact)
+        if "streamtap_sentinel" in updated:
+            option_checks.sentinel("streamtap_sentinel", options.streamtap_sentinel)
+        if "streamtap_max_event" in updated:
+            option_checks.size("streamtap_max_event", options.streamtap_max_event, 1, MAX_EVENT_LIMIT)
 
     def _matches(self, flow: http.HTTPFlow) -> bool:
         if self.filter is not None:
