@@ -167,3 +167,109 @@ def test_mitmweb_in_chromium_lists_the_verdicts_and_shows_the_stream(web, tmp_pa
     view = chromium(f"{page}#/flows/{flows['cut']['id']}/response", tmp_path / "profile", "--dump-dom")
     assert "LLM stream SSE" in view.stdout and "the body ends inside a frame" in view.stdout, view.stdout[-3000:]
     print("screenshots:", *shots.values())
+
+
+class DevTools:
+    """A headless Chromium driven over the devtools protocol (tornado, which mitmproxy brings, speaks its websocket)."""
+
+    def __init__(self, profile: Path) -> None:
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+             f"--user-data-dir={profile}", f"--remote-debugging-port={self.port}", "--window-size=1400,900", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                pages = httpx.get(f"http://127.0.0.1:{self.port}/json/list", timeout=2).json()
+                self.ws_url = next(p["webSocketDebuggerUrl"] for p in pages if p["type"] == "page")
+                break
+            except (httpx.HTTPError, StopIteration, ValueError):
+                if time.monotonic() > deadline:
+                    self.close()
+                    raise
+                time.sleep(0.2)
+
+    async def run(self, steps):
+        from tornado.websocket import websocket_connect
+
+        conn = await websocket_connect(self.ws_url, max_message_size=64 * 1024 * 1024)
+        counter = iter(range(1, 1_000_000))
+
+        async def send(method: str, **params):
+            ident = next(counter)
+            await conn.write_message(json.dumps({"id": ident, "method": method, "params": params}))
+            while True:
+                message = json.loads(await conn.read_message())
+                if message.get("id") == ident:
+                    assert "error" not in message, message
+                    return message["result"]
+
+        async def js(expression: str):
+            result = await send("Runtime.evaluate", expression=expression, awaitPromise=True, returnByValue=True)
+            assert "exceptionDetails" not in result, result
+            return result["result"].get("value")
+
+        try:
+            return await steps(send, js)
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+
+
+PICK_VIEW = """
+(async (name) => {
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  const links = () => [...document.querySelectorAll("a")];
+  for (let i = 0; i < 100 && !links().some((a) => a.textContent.includes("View:")); i++) await sleep(100);
+  links().find((a) => a.textContent.includes("View:")).click();
+  for (let i = 0; i < 50 && !links().some((a) => a.textContent.trim() === name); i++) await sleep(100);
+  links().find((a) => a.textContent.trim() === name).click();
+  for (let i = 0; i < 50; i++) {
+    await sleep(100);
+    const pane = document.querySelector(".contentview");
+    if (pane && pane.innerText.includes("View: " + name) && !pane.innerText.includes("Loading")) break;
+  }
+  return document.querySelector(".contentview").innerText;
+})
+"""
+
+
+@needs_chromium
+def test_a_contentview_picked_by_name_in_chromium(web, tmp_path):
+    """The user's way: open the cut flow's response, pick the view in its 'View:' menu."""
+    import asyncio
+    import base64
+
+    proxy, _, flows = web
+    browser = DevTools(tmp_path / "profile")
+    shown = {}
+
+    async def steps(send, js):
+        await send("Page.enable")
+        await send("Page.navigate", url=f"{proxy.web_url}/?token={PASSWORD}#/flows/{flows['cut']['id']}/response")
+        for view in VIEWS:
+            name = view.name.lower()  # the menu lists the names in lower case
+            shown[name] = await js(f"{PICK_VIEW}({json.dumps(name)})")
+            shot = await send("Page.captureScreenshot", format="png")
+            (tmp_path / f"picked-{name.replace(' ', '-')}.png").write_bytes(base64.b64decode(shot["data"]))
+
+    try:
+        asyncio.run(browser.run(steps))
+    finally:
+        browser.close()
+    for name, text in shown.items():
+        assert f"View: {name}" in text and "404" not in text and "Error" not in text, (name, text)
+    sse = shown["llm stream sse"]
+    assert f"# 1 event, {CUT_AT} bytes, 1 framing problem" in sse, sse
+    assert f"# 0 values, {CUT_AT} bytes" in shown["llm stream ndjson"], shown  # an SSE body is no NDJSON
+    print("screenshots:", *sorted(tmp_path.glob("picked-*.png")))
