@@ -140,3 +140,22 @@ def test_bytes_the_decoder_held_are_kept_when_analysis_fails(tmp_path):
     assert rec.body == body
     assert [s.kind for s in rec.segments] == ["frame", "raw"]
     assert rec.segments[1].offset == second_event
+
+
+def test_the_commands_answer_for_streaming_finished_and_untapped_flows(tmp_path):
+    tap = Tap()
+    with taddons.context(tap) as tctx:
+        tctx.configure(tap, streamtap_dir=str(tmp_path))
+        commands = tctx.master.commands
+        f, other = streaming_flow(), streaming_flow(path="/index.html", content_type="text/html")
+        tap.responseheaders(f)
+        tap.responseheaders(other)
+        assert commands.call("streamtap.verdict", [f, other]) == ["streaming", "not tapped"]
+        partial = commands.call("streamtap.recording", [f, other])
+        assert partial[0].endswith(".partial.jsonl") and partial[1] == ""
+        f.response.stream(streams.openai_chat(["hi"]))
+        tap.response(f)
+        verdict = commands.call("streamtap.verdict", [f])
+        assert verdict == [f"complete: {f.metadata['streamtap']['reason']}"]
+        [path] = commands.call("streamtap.recording", [f])
+        assert path == f.metadata["streamtap"]["recording"] and read_recording(path).verdict["kind"] == "complete"
