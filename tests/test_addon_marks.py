@@ -26,7 +26,7 @@ def run_flow(tap: Tap, f, chunks: list[bytes]) -> list[bytes]:
     return [f.response.stream(chunk) for chunk in chunks] + [f.response.stream(b"")]
 
 
-def test_a_complete_turn_is_not_marked(tmp_path):
+def test_a_complete_turn_is_not_marked_and_shows_its_verdict(tmp_path):
     tap = Tap()
     with taddons.context(tap) as tctx:
         tctx.configure(tap, streamtap_dir=str(tmp_path))
@@ -35,7 +35,8 @@ def test_a_complete_turn_is_not_marked(tmp_path):
         chunks = [body[i : i + 10] for i in range(0, len(body), 10)]
         assert run_flow(tap, f, chunks) == chunks + [b""]  # every chunk handed on unchanged
         tap.response(f)
-    assert not f.marked and not f.comment
+    assert not f.marked
+    assert f.comment.startswith("streamtap: complete: ") and "[" not in f.comment
     assert f.metadata["streamtap"]["verdict"] == "complete"
     assert read_recording(f.metadata["streamtap"]["recording"]).body == body
 
@@ -50,8 +51,36 @@ def test_a_cut_turn_is_marked_with_its_verdict(tmp_path):
         f.error = mitmflow.Error("server closed connection")
         tap.error(f)
     assert f.marked == MARK
-    assert f.comment.startswith("streamtap: truncated: ")
+    assert f.comment.startswith("streamtap: truncated: ") and f.comment.endswith(" [upstream_reset]")
     assert f.metadata["streamtap"]["stream_end"] == "upstream_reset"
+    assert f.response.raw_content is None  # store_streamed_bodies is off: nothing kept
+
+
+def test_a_cut_turn_shows_the_body_forwarded_when_streamed_bodies_are_stored(tmp_path):
+    tap = Tap()
+    with taddons.context(tap) as tctx:
+        tctx.options.add_option("store_streamed_bodies", bool, False, "the proxy server addon's option")
+        tctx.configure(tap, streamtap_dir=str(tmp_path), store_streamed_bodies=True)
+        f = streaming_flow()
+        body = streams.openai_chat(["hi", "there"])
+        run_flow(tap, f, [body[:100], body[100:200]])
+        f.error = mitmflow.Error("server closed connection")
+        tap.error(f)
+    assert f.marked == MARK
+    assert f.response.raw_content == body[:200]
+
+
+def test_a_body_mitmproxy_stored_is_left_as_it_is(tmp_path):
+    tap = Tap()
+    with taddons.context(tap) as tctx:
+        tctx.options.add_option("store_streamed_bodies", bool, False, "the proxy server addon's option")
+        tctx.configure(tap, streamtap_dir=str(tmp_path), store_streamed_bodies=True)
+        f = streaming_flow()
+        body = streams.openai_chat(["hi"])
+        run_flow(tap, f, [body])
+        f.response.raw_content = b"what mitmproxy stored"
+        tap.response(f)
+    assert f.response.raw_content == b"what mitmproxy stored"
 
 
 def test_unmatched_flows_are_left_alone(tmp_path):
@@ -111,3 +140,22 @@ def test_bytes_the_decoder_held_are_kept_when_analysis_fails(tmp_path):
     assert rec.body == body
     assert [s.kind for s in rec.segments] == ["frame", "raw"]
     assert rec.segments[1].offset == second_event
+
+
+def test_the_commands_answer_for_streaming_finished_and_untapped_flows(tmp_path):
+    tap = Tap()
+    with taddons.context(tap) as tctx:
+        tctx.configure(tap, streamtap_dir=str(tmp_path))
+        commands = tctx.master.commands
+        f, other = streaming_flow(), streaming_flow(path="/index.html", content_type="text/html")
+        tap.responseheaders(f)
+        tap.responseheaders(other)
+        assert commands.call("streamtap.verdict", [f, other]) == ["streaming", "not tapped"]
+        partial = commands.call("streamtap.recording", [f, other])
+        assert partial[0].endswith(".partial.jsonl") and partial[1] == ""
+        f.response.stream(streams.openai_chat(["hi"]))
+        tap.response(f)
+        verdict = commands.call("streamtap.verdict", [f])
+        assert verdict == [f"complete: {f.metadata['streamtap']['reason']}"]
+        [path] = commands.call("streamtap.recording", [f])
+        assert path == f.metadata["streamtap"]["recording"] and read_recording(path).verdict["kind"] == "complete"

@@ -4,6 +4,7 @@ kill -9 mid-stream, 50 concurrent streams, bad options."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -29,19 +30,25 @@ def big_stream(events: int) -> bytes:
 
 
 def test_unwritable_recording_dir_passes_traffic_and_says_so_once(upstream, tmp_path):
+    # a directory that cannot be written stops mitmdump at start (test_addon_options);
+    # here it turns into a file once the proxy runs
     blocker = tmp_path / "not-a-dir"
-    blocker.write_text("a file where the recording directory should be")
+    blocker.mkdir()
     body = big_stream(200)
     upstream.add("unwritable", Script(body, chunk_size=999))
     with Mitmdump(upstream.url, tmp_path / "m", options={"streamtap_dir": str(blocker / "recordings")}) as proxy:
+        assert curl(f"{proxy.url}/s/unwritable{CHAT}", max_time=20).stdout == body  # the addon is loaded and records
+        find_recording(blocker / "recordings", "unwritable")
+        shutil.rmtree(blocker)
+        blocker.write_text("a file where the recording directory should be")
         for _ in range(2):
             out = curl(f"{proxy.url}/s/unwritable{CHAT}", max_time=20)
             assert out.returncode == 0 and out.stdout == body
-        log = proxy.wait_log("streamtap: openai-chat", count=2)
+        log = proxy.wait_log("streamtap: openai-chat", count=3)
     errors = [line for line in log.splitlines() if "traffic passes on untouched" in line]
     assert len(errors) == 2, log  # once per flow, not once per chunk
     assert all("recording:" in line and "not-a-dir" in line for line in errors)
-    assert log.count("complete:") == 2  # analysis went on without the recorder
+    assert log.count("complete:") == 3  # analysis went on without the recorder
     assert "Traceback" not in log
 
 

@@ -165,7 +165,7 @@ def test_views_are_chosen_by_content_type_only():
     assert not isinstance(registry.get_view(data, Metadata(content_type="text/plain")), SSEContentview)
     assert not isinstance(registry.get_view(b"{}", Metadata(content_type="application/json")), SSEContentview)
     assert isinstance(registry.get_view(b"{}\n", Metadata(content_type="application/x-ndjson")), NDJSONContentview)
-    assert "aws event-stream" in registry and "llm stream (sse)" in registry
+    assert "aws event-stream" in registry and "llm stream sse" in registry
 
 
 def test_mitmdump_shows_a_saved_bedrock_flow_decoded(tmp_path):
@@ -204,7 +204,7 @@ def test_addons_list_registers_on_load():
     """ADDONS holds classes (addon/tap.py instantiates them); load() registers the three views."""
     for cls in ADDONS:
         cls().load(None)
-    assert {"aws event-stream", "llm stream (sse)", "llm stream (ndjson)"} <= set(contentviews.registry)
+    assert {"aws event-stream", "llm stream sse", "llm stream ndjson"} <= set(contentviews.registry)
 
 
 if __name__ == "__main__":  # render a body by hand: python tests/test_contentview.py FILE

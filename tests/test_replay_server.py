@@ -372,3 +372,27 @@ def test_a_recording_of_a_non_json_request_body_answers_that_body(tmp_path):
         other = httpx.post(server.base_url + "/generate", content=b"prompt=other", timeout=5)
     assert matched.status_code == 200 and matched.content == b"data: hello\n\n"
     assert other.status_code == 404
+
+
+def test_serve_refuses_at_start_a_fault_that_fits_none_of_the_recordings(tmp_path):
+    write_recording(tmp_path / "no-tool.jsonl", "openai", openai_chat_frames(words=3, tool=False))
+    write_recording(tmp_path / "also-no-tool.jsonl", "openai", openai_chat_frames(words=5, tool=False))
+    for fault, message in [
+        ("cut:at=tool-args", "has no tool-args position (nor any of the other 1 recordings)"),
+        ("cut:event=500", "event 500 does not exist"),
+        ("drop:event=500", "event 500 does not exist"),
+    ]:
+        result = subprocess.run([*STREAMTAP, "serve", str(tmp_path), "--fault", fault], capture_output=True, text=True, timeout=10)
+        assert result.returncode == 2, (fault, result.stderr)
+        assert message in result.stderr and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+
+
+def test_serve_takes_a_fault_that_fits_one_of_the_recordings(tmp_path):
+    write_recording(tmp_path / "no-tool.jsonl", "openai", openai_chat_frames(words=3, tool=False))
+    write_recording(tmp_path / "tool.jsonl", "openai", openai_chat_frames(words=3, tool=True))
+    proc = subprocess.Popen([*STREAMTAP, "serve", str(tmp_path), "--fault", "cut:at=tool-args"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().startswith("http://127.0.0.1:"), proc.stderr.read()
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -45,7 +45,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def build(args: argparse.Namespace):
     """(library, options) from the arguments, or UsageError."""
     from streamtap.cli import UsageError
-    from streamtap.replay.faults import FaultSpecError, Timing, parse_faults
+    from streamtap.replay.faults import FaultSpecError, Timing, parse_faults, unfit_faults
     from streamtap.replay.match import Library, MatchOptions
     from streamtap.replay.server import ServeOptions
     from streamtap.replay.source import RecordingError
@@ -64,6 +64,9 @@ def build(args: argparse.Namespace):
         raise UsageError(str(exc)) from None
     if not library.entries:
         raise UsageError(f"no recordings (*.jsonl, *.jsonl.zst) under {' '.join(args.paths)}")
+    unfit = unfit_faults(faults, [entry.source for entry in library.entries])
+    if unfit:  # refused now: the server would answer every request with a 400
+        raise UsageError("; ".join(unfit))
     return library, ServeOptions(timing, faults, args.assign_ids, args.fault_header)
 
 

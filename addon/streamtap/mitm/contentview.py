@@ -11,7 +11,9 @@ and a cut last frame are shown where they occur.
 Wiring (addon/tap.py): ``addons = [Tap(), *(cls() for cls in contentview.ADDONS), ...]``. The addon in
 ``ADDONS`` registers the three views when mitmproxy loads it; ``register()`` does the same
 for other scripts. Both views are chosen automatically by content type and can be
-picked by name ("AWS event-stream", "LLM stream (SSE)", "LLM stream (NDJSON)").
+picked by name ("AWS event-stream", "LLM stream SSE", "LLM stream NDJSON"). The names
+hold only letters, digits, spaces and hyphens: mitmweb puts the name in a URL path whose
+pattern refuses other characters such as parentheses (a 404 when picked).
 
 mitmproxy keeps no body for a streamed response unless ``--set
 store_streamed_bodies=true``; start mitmweb with it to see live streams here.
@@ -197,7 +199,7 @@ class EventStreamContentview(_FrameView):
 class SSEContentview(_FrameView):
     """Server-Sent Events: one block per event, ``data`` as indented JSON where it is JSON."""
 
-    title = "LLM stream (SSE)"
+    title = "LLM stream SSE"
     decoder = SSEDecoder
     noun = "event"
     content_types = (SSE_TYPE,)
@@ -207,7 +209,7 @@ class SSEContentview(_FrameView):
 class NDJSONContentview(_FrameView):
     """Newline-delimited JSON (Ollama): one indented value per line."""
 
-    title = "LLM stream (NDJSON)"
+    title = "LLM stream NDJSON"
     decoder = NDJSONDecoder
     noun = "value"
     content_types = NDJSON_TYPES

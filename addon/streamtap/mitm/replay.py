@@ -27,8 +27,9 @@ from typing import Any
 
 from mitmproxy import ctx, exceptions, http
 
+from streamtap.mitm import option_checks
 from streamtap.recording.flows import INJECTED, request_info
-from streamtap.replay.faults import LiveFaults, FaultSpecError, Timing, parse_faults
+from streamtap.replay.faults import LIVE_KINDS, FaultSpecError, LiveFaults, Timing, parse_faults, unfit_faults
 from streamtap.replay.match import Library, MatchOptions
 from streamtap.replay.server import FAULT_HEADER, ReplayServer, ServeOptions
 from streamtap.replay.source import RecordingError
@@ -72,10 +73,11 @@ class Replay:
         loader.add_option(
             "streamtap_replay_assign_ids", bool, False, "Add `id: <seq>` lines to replayed SSE streams so clients can resume with Last-Event-ID."
         )
+        option_checks.given_before_load(loader)
 
     def configure(self, updated: set[str]) -> None:
         names = {"streamtap_replay", "streamtap_replay_timing", "streamtap_replay_ignore", "streamtap_replay_once",
-                 "streamtap_replay_assign_ids", "streamtap_fault", "streamtap_fault_header"}  # fmt: skip
+                 "streamtap_replay_assign_ids", "streamtap_replay_unmatched", "streamtap_fault", "streamtap_fault_header"}  # fmt: skip
         if not updated & names:
             return
         options = ctx.options
@@ -83,6 +85,8 @@ class Replay:
             Timing.parse(options.streamtap_replay_timing)
         except FaultSpecError as exc:
             raise exceptions.OptionsError(f"streamtap_replay_timing: {exc}") from None
+        option_checks.choice("streamtap_replay_unmatched", options.streamtap_replay_unmatched, ("404", "upstream"))
+        option_checks.dotted_paths("streamtap_replay_ignore", options.streamtap_replay_ignore)
         if not options.streamtap_replay:
             self.library = None
         else:
@@ -91,6 +95,15 @@ class Replay:
                 self.library = Library.load(options.streamtap_replay, match)
             except (RecordingError, OSError) as exc:
                 raise exceptions.OptionsError(f"streamtap_replay: {exc}") from None
+            if not self.library.entries:
+                raise exceptions.OptionsError(f"streamtap_replay: no recordings (*.jsonl) in {', '.join(options.streamtap_replay)}")
+            try:
+                faults = parse_faults(getattr(options, "streamtap_fault", ""))
+            except FaultSpecError:
+                faults = []  # the Faults addon names the option
+            unfit = unfit_faults(faults, [entry.source for entry in self.library.entries])
+            if unfit:  # else every replayed request would be answered with a 400
+                raise exceptions.OptionsError(f"streamtap_fault: {'; '.join(unfit)}")
             log.info(f"streamtap: replaying {len(self.library.entries)} recording(s) from {', '.join(options.streamtap_replay)}")
             if options.connection_strategy == "eager":
                 # eager would connect to the upstream before the request says it needs one: replay works offline
@@ -166,13 +179,19 @@ class Faults:
         loader.add_option(
             "streamtap_fault_header", bool, False, f"Honour a per-request fault spec in the {FAULT_HEADER} request header."
         )
+        option_checks.given_before_load(loader)
 
     def configure(self, updated: set[str]) -> None:
-        if "streamtap_fault" in updated:
+        if updated & {"streamtap_fault", "streamtap_replay"}:
             try:
                 self.faults = parse_faults(ctx.options.streamtap_fault)
             except FaultSpecError as exc:
                 raise exceptions.OptionsError(f"streamtap_fault: {exc}") from None
+            replay_only = [f.spec for f in self.faults if f.kind not in LIVE_KINDS]
+            if replay_only and not getattr(ctx.options, "streamtap_replay", None):
+                raise exceptions.OptionsError(
+                    f"streamtap_fault: {', '.join(replay_only)}: works on replays only (set streamtap_replay, or use streamtap serve)"
+                )
 
     def request(self, flow: http.HTTPFlow) -> None:
         # runs after Replay.request: a replayed flow takes the header to the replay server

@@ -20,6 +20,8 @@ from typing import Any
 from mitmproxy import exceptions, flowfilter, http
 from mitmproxy.connection import ConnectionState
 
+from streamtap.mitm import option_checks
+from streamtap.mitm.flow_commands import FlowCommands
 from streamtap.providers import StreamEnd, StreamSession, VerdictKind, detect_dialect
 from streamtap.recording import FSYNC_POLICIES, RecordingWriter, final_name, flow_header
 from streamtap.recording.flows import injected_fault, is_llm_stream, request_info
@@ -31,6 +33,8 @@ log = logging.getLogger("streamtap")
 MARK = ":warning:"
 MAX_BACKLOG = 1 << 20  # bytes handed on but not yet analysed before analysis runs inline
 BATCH_BYTES = 64 * 1024  # reads decoded in one pass: amortises per-call costs, bounds the joined copy
+MAX_KEPT_BODY = 32 * 1024 * 1024  # bytes of a streamed body kept to show when mitmproxy keeps none
+MAX_EVENT_LIMIT = 256 * 1024 * 1024  # streamtap_max_event above this would unbound a stream's memory
 FLUSH_EVERY = 0.1  # seconds: recording lines reach the OS at least this often (a syscall per chunk costs too much)
 
 
@@ -572,11 +576,23 @@ def summary_line(s: dict[str, Any]) -> str:
     )
 
 
+def flow_comment(s: dict[str, Any]) -> str:
+    """The verdict as mitmweb shows it beside the flow."""
+    comment = f"streamtap: {s['verdict']}: {s['reason']}"
+    if s["stream_end"] != StreamEnd.FINISHED:
+        comment += f" [{s['stream_end']}]"
+    if s["errors"]:
+        comment += f" (streamtap error: {s['errors'][0]})"
+    return comment
+
+
 class Tap:
     """mitmproxy addon: stream matching responses through streamtap's analysis and recorder."""
 
     def __init__(self) -> None:
         self.open: dict[str, FlowTap] = {}
+        self.kept: dict[str, bytearray] = {}  # with store_streamed_bodies: the bytes forwarded, for a cut flow
+        self.addons = [FlowCommands(self)]  # mitmproxy registers an addon's `addons` with it
         self.told_about_loaded_flows = False
         self.filter: Callable[[http.HTTPFlow], bool] | None = None
         self.finished: list[dict[str, Any]] = []  # summaries of finished turns, newest last (bounded)
@@ -629,6 +645,7 @@ class Tap:
         loader.add_option(
             "streamtap_max_event", int, DEFAULT_MAX_EVENT, "Largest single wire event in bytes before it counts as malformed."
         )
+        option_checks.given_before_load(loader)
 
     def configure(self, updated: set[str]) -> None:
         from mitmproxy import ctx
@@ -642,8 +659,17 @@ class Tap:
                     self.filter = flowfilter.parse(expression)
                 except ValueError as exc:
                     raise exceptions.OptionsError(f"streamtap_filter: {exc}") from None
-        if "streamtap_max_event" in updated and ctx.options.streamtap_max_event < 1:
-            raise exceptions.OptionsError("streamtap_max_event must be a positive number of bytes")
+        options = ctx.options
+        if "streamtap_fsync" in updated:
+            option_checks.choice("streamtap_fsync", options.streamtap_fsync, FSYNC_POLICIES)
+        if updated & {"streamtap_dir", "streamtap_record"} and options.streamtap_record:
+            option_checks.writable_dir("streamtap_dir", options.streamtap_dir)
+        if "streamtap_redact" in updated:
+            option_checks.names("streamtap_redact", options.streamtap_redact)
+        if "streamtap_sentinel" in updated:
+            option_checks.sentinel("streamtap_sentinel", options.streamtap_sentinel)
+        if "streamtap_max_event" in updated:
+            option_checks.size("streamtap_max_event", options.streamtap_max_event, 1, MAX_EVENT_LIMIT)
 
     def _matches(self, flow: http.HTTPFlow) -> bool:
         if self.filter is not None:
@@ -690,7 +716,17 @@ class Tap:
                 tap.fail("analysis", exc)
             return data
 
-        flow.response.stream = stream
+        if getattr(ctx.options, "store_streamed_bodies", False):  # an option of mitmproxy's proxy server
+            kept = self.kept[flow.id] = bytearray()
+
+            def stream_and_keep(data: bytes) -> bytes:
+                if len(kept) < MAX_KEPT_BODY:
+                    kept.extend(data[: MAX_KEPT_BODY - len(kept)])
+                return stream(data)
+
+            flow.response.stream = stream_and_keep
+        else:
+            flow.response.stream = stream
 
     def response(self, flow: http.HTTPFlow) -> None:
         self._finish(flow, StreamEnd.FINISHED, None)
@@ -701,6 +737,7 @@ class Tap:
 
     def _finish(self, flow: http.HTTPFlow, end: StreamEnd, error: str | None) -> None:
         tap = self.open.pop(flow.id, None)
+        kept = self.kept.pop(flow.id, None)
         if tap is None:
             return
         try:
@@ -710,11 +747,13 @@ class Tap:
             flow.metadata["streamtap"] = summary
             if summary["verdict"] != VerdictKind.COMPLETE:
                 flow.marked = MARK
-                flow.comment = f"streamtap: {summary['verdict']}: {summary['reason']}"
-                if summary["errors"]:
-                    flow.comment += f" (streamtap error: {summary['errors'][0]})"
-            elif summary["errors"]:
-                flow.comment = f"streamtap error: {summary['errors'][0]}"
+            flow.comment = flow_comment(summary)
+            if kept is not None and flow.response is not None and flow.response.raw_content is None:
+                # mitmproxy stores a streamed body only when the stream ends properly: a cut
+                # one, the one to read, would show no content
+                flow.response.raw_content = bytes(kept)
+                if len(kept) >= MAX_KEPT_BODY:
+                    flow.comment += f" (body shown: its first {MAX_KEPT_BODY} bytes)"
             log.info(summary_line(summary))
         except Exception as exc:
             log.warning(f"streamtap: flow {flow.id[:12]}: cannot finish: {type(exc).__name__}: {exc}")
@@ -752,6 +791,7 @@ class Tap:
             except Exception:
                 pass
         self.open.clear()
+        self.kept.clear()
 
 
 def __getattr__(name: str) -> Any:

@@ -817,3 +817,25 @@ def _decoder(wire: str):
     from streamtap import wire as w
 
     return {"eventstream": w.EventStreamDecoder, "ndjson": w.NDJSONDecoder, "json-array": w.JSONArrayDecoder}.get(wire, w.SSEDecoder)()
+
+
+def unfit_faults(faults: list[Fault], sources: list[Source]) -> list[str]:
+    """Why each fault that fits none of ``sources`` does not fit (a cut position no recording
+    has, an event past every recording's end, an error kind for another wire format), so a
+    server can refuse it at start instead of answering every request with an error.
+    swap-tail is left to the server, which loads the recording it names."""
+    reasons = []
+    for fault in faults:
+        if fault.kind == "swap-tail" or not sources:
+            continue
+        first_reason = None
+        for source in sources:
+            try:
+                plan(source, [fault])
+                break
+            except FaultSpecError as exc:
+                first_reason = first_reason or str(exc)
+        else:
+            others = f" (nor any of the other {len(sources) - 1} recordings)" if len(sources) > 1 else ""
+            reasons.append(f"{first_reason}{others}")
+    return reasons

@@ -1,0 +1,51 @@
+"""mitmproxy commands for tapped flows, as mitmproxy's own addons offer theirs: from the
+mitmweb/mitmproxy command bar (``streamtap.verdict @focus``), key bindings, scripts
+(``ctx.master.commands.call("streamtap.verdict", flows)``) and mitmweb's /commands API.
+
+Each command takes flows (``@focus``, ``@marked``, ``@all``, a filter expression) and
+returns one line per flow, in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from mitmproxy import command, flow
+
+if TYPE_CHECKING:
+    from streamtap.mitm.tap import Tap
+
+NOT_TAPPED = "not tapped"
+STREAMING = "streaming"
+
+
+class FlowCommands:
+    def __init__(self, tap: Tap) -> None:
+        self.tap = tap
+
+    @command.command("streamtap.verdict")
+    def verdict(self, flows: Sequence[flow.Flow]) -> Sequence[str]:
+        """Each flow's verdict and its reason ("complete: ...", "truncated: ..."), "streaming" while it streams, "not tapped"."""
+        lines = []
+        for f in flows:
+            summary = f.metadata.get("streamtap")
+            if summary:
+                lines.append(f"{summary['verdict']}: {summary['reason']}")
+            else:
+                lines.append(STREAMING if f.id in self.tap.open else NOT_TAPPED)
+        return lines
+
+    @command.command("streamtap.recording")
+    def recording(self, flows: Sequence[flow.Flow]) -> Sequence[str]:
+        """Each flow's recording path (a .partial.jsonl one while it streams), "" where none is kept."""
+        lines = []
+        for f in flows:
+            summary = f.metadata.get("streamtap")
+            if summary:
+                lines.append(summary.get("recording") or "")
+                continue
+            open_tap = self.tap.open.get(f.id)
+            writer = open_tap.writer if open_tap is not None else None
+            lines.append(str(writer.path) if writer is not None else "")
+        return lines

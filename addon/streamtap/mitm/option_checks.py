@@ -1,0 +1,96 @@
+"""Checks for ``streamtap_*`` option values, run from the addons' ``configure()``.
+
+A bad value stops mitmproxy at start with an ``OptionsError`` that names the option, as
+mitmproxy's own addons do; otherwise it would be found per flow, mid-traffic (a typo in
+``streamtap_fsync`` used to leave every flow unrecorded). mitmproxy does not enforce an
+option's ``choices`` for a value given with ``--set`` before the script that declares it
+has loaded, so choices are checked here too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from mitmproxy.exceptions import OptionsError
+
+log = logging.getLogger("streamtap")
+
+_NOT_IN_A_NAME = re.compile(r"[\s:=&,;]")  # never part of a header or query parameter name
+
+
+def choice(option: str, value: str, choices: Iterable[str]) -> None:
+    choices = tuple(choices)
+    if value not in choices:
+        raise OptionsError(f"{option}: {value!r} is not one of {', '.join(choices)}")
+
+
+def size(option: str, value: int, smallest: int, largest: int, unit: str = "bytes") -> None:
+    if not smallest <= value <= largest:
+        raise OptionsError(f"{option}: {value} is outside {smallest}..{largest} {unit}")
+
+
+def writable_dir(option: str, value: str) -> None:
+    """The directory exists and is writable, or could be created (its nearest existing
+    ancestor is a writable directory). Nothing is created here."""
+    if not value.strip():
+        raise OptionsError(f"{option}: empty; name a directory for the recordings")
+    path = Path(value).expanduser().absolute()
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise OptionsError(f"{option}: {value!r} cannot be a directory: {probe} is not one")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        what = "is not writable" if probe == path else f"cannot be created: {probe} is not writable"
+        raise OptionsError(f"{option}: {value!r} {what}")
+
+
+def names(option: str, values: Iterable[str]) -> None:
+    """Header or query parameter names; one per value (``--set {option}=a --set {option}=b``)."""
+    for name in values:
+        if not name or _NOT_IN_A_NAME.search(name):
+            raise OptionsError(f"{option}: {name!r} is not a header or query parameter name (give each name in its own --set)")
+
+
+def sentinel(option: str, value: str | None) -> None:
+    # a turn is complete when its last non-blank line is the sentinel (whitespace aside)
+    if value is None or value == "":
+        return
+    if not value.strip():
+        raise OptionsError(f"{option}: only whitespace; no answer could ever end with it")
+    if "\n" in value.strip() or "\r" in value.strip():
+        raise OptionsError(f"{option}: {value!r} spans lines; the sentinel is the answer's last line")
+
+
+def dotted_paths(option: str, values: Iterable[str]) -> None:
+    for path in values:
+        if not path or any(not part.strip() for part in path.split(".")):
+            raise OptionsError(f"{option}: {path!r} is not a dotted JSON field path (e.g. metadata.user_id)")
+
+
+def given_before_load(loader) -> None:
+    """Parse the ``streamtap_*`` values given with ``--set`` before the script loaded.
+
+    mitmproxy parses them (bool, int) only once the addon's ``load()`` has returned, and a
+    value of the wrong type then fails inside its script loader, which drops every addon
+    of the script without a word. A bad one is logged here as an error instead (mitmdump
+    stops at start on an error) and dropped, so mitmproxy can load the rest."""
+    options = loader.master.options
+    try:
+        deferred, declared, parse = options.deferred, options._options, options._parse_setval
+    except AttributeError:  # another mitmproxy: its own handling stands
+        return
+    for name in [n for n in deferred if n.startswith("streamtap_") and n in declared]:
+        try:
+            parse(declared[name], deferred[name].val)
+        except OptionsError as exc:
+            log.error(f"streamtap: {exc}")
+            del deferred[name]
+        except Exception:
+            pass

@@ -1,0 +1,105 @@
+"""Every streamtap_* option is checked when mitmdump starts: a bad value stops a real
+mitmdump at start with a message naming the option, instead of being found per flow."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from replay_streams import openai_chat_frames, write_recording
+
+from upstream import CHAT, Mitmdump, Script, Upstream, curl
+
+
+def a_file(tmp: Path) -> str:
+    path = tmp / "a-file"
+    path.write_text("not a directory")
+    return str(path)
+
+
+def no_tool_recordings(tmp: Path) -> str:
+    directory = tmp / "recs"
+    directory.mkdir()
+    write_recording(directory / "a.jsonl", "openai", openai_chat_frames(words=3, tool=False))
+    write_recording(directory / "b.jsonl", "openai", openai_chat_frames(words=4, tool=False))
+    return str(directory)
+
+
+def empty_dir(tmp: Path) -> str:
+    (tmp / "empty").mkdir()
+    return str(tmp / "empty")
+
+
+# option -> (its bad values: a value, or a function of tmp_path returning the --set items, and what the message says)
+BAD = [
+    ("streamtap_dir", lambda tmp: {"streamtap_dir": a_file(tmp)}, "is not one"),
+    ("streamtap_dir", lambda tmp: {"streamtap_dir": a_file(tmp) + "/recordings"}, "cannot be a directory"),
+    ("streamtap_fsync", "sometimes", "not one of always, end, never"),
+    ("streamtap_filter", "~q ~~~(", "Invalid filter expression"),
+    ("streamtap_redact", "x-one,x-two", "is not a header or query parameter name"),
+    ("streamtap_sentinel", "   ", "only whitespace"),
+    ("streamtap_sentinel", "END\nEND", "spans lines"),
+    ("streamtap_record", "maybe", "boolean must be"),
+    ("streamtap_max_event", "0", "outside 1.."),
+    ("streamtap_max_event", "lots", "not an integer"),
+    ("streamtap_replay", lambda tmp: {"streamtap_replay": str(tmp / "missing")}, "no such file or directory"),
+    ("streamtap_replay", lambda tmp: {"streamtap_replay": empty_dir(tmp)}, "no recordings"),
+    ("streamtap_replay_unmatched", "sometimes", "not one of 404, upstream"),
+    ("streamtap_replay_timing", "slow", "timing is fast, original or scale=N"),
+    ("streamtap_replay_ignore", "messages..content", "not a dotted JSON field path"),
+    ("streamtap_replay_once", "twice", "boolean must be"),
+    ("streamtap_replay_assign_ids", "yes", "boolean must be"),
+    ("streamtap_fault", "cut:nowhere=1", "cut takes"),
+    ("streamtap_fault", "stall:after=1,secs=2", "works on replays only"),
+    (
+        "streamtap_fault",
+        lambda tmp: {"streamtap_replay": no_tool_recordings(tmp), "streamtap_fault": "cut:at=tool-args"},
+        "has no tool-args position (nor any of the other 1 recordings)",
+    ),
+    ("streamtap_fault_header", "x", "boolean must be"),
+]
+
+
+@pytest.mark.parametrize(("option", "value", "message"), BAD, ids=[f"{o}-{i}" for i, (o, _, _) in enumerate(BAD)])
+def test_a_bad_value_stops_mitmdump_at_start_naming_the_option(tmp_path, option, value, message):
+    options = value(tmp_path) if callable(value) else {option: value}
+    proxy = Mitmdump("http://127.0.0.1:9", tmp_path / "m", options=options)
+    try:
+        result = subprocess.run(proxy.args, capture_output=True, text=True, timeout=20, cwd=proxy.workdir)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"mitmdump took --set {options} and kept running:\n{exc.stdout}")
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out
+    assert f"{option}:" in out and message in out, out
+
+
+def test_good_values_of_every_option_start_and_tap(tmp_path):
+    recordings = tmp_path / "recs"
+    recordings.mkdir()
+    write_recording(recordings / "tool.jsonl", "openai", openai_chat_frames(words=3, tool=True))
+    options = {
+        "streamtap_dir": str(tmp_path / "not" / "yet" / "there"),  # created with the first recording
+        "streamtap_fsync": "never",
+        "streamtap_filter": "~u /s/",
+        "streamtap_redact": "x-secret",
+        "streamtap_sentinel": "END",
+        "streamtap_record": "true",
+        "streamtap_max_event": "65536",
+        "streamtap_replay": str(recordings),
+        "streamtap_replay_unmatched": "upstream",
+        "streamtap_replay_timing": "scale=0.5",
+        "streamtap_replay_ignore": "metadata.user_id",
+        "streamtap_replay_once": "false",
+        "streamtap_replay_assign_ids": "true",
+        "streamtap_fault": "cut:at=tool-args",  # the recording has a tool call
+        "streamtap_fault_header": "true",
+    }
+    body = b"data: {}\n\n"
+    with Upstream() as up:
+        up.add("good", Script(body, content_type="text/event-stream"))
+        with Mitmdump(up.url, tmp_path / "m", options=options) as proxy:
+            out = curl(f"{proxy.url}/s/good{CHAT}", max_time=20)
+            assert out.returncode == 0 and out.stdout == body
+            proxy.wait_log("streamtap: ")
+    assert list((tmp_path / "not" / "yet" / "there").glob("*.jsonl"))
