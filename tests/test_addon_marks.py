@@ -36,7 +36,8 @@ def test_a_complete_turn_is_not_marked_and_shows_its_verdict(tmp_path):
         assert run_flow(tap, f, chunks) == chunks + [b""]  # every chunk handed on unchanged
         tap.response(f)
     assert not f.marked
-    assert f.comment.startswith("streamtap: complete: ") and "[" not in f.comment
+    summary = f.metadata["streamtap"]
+    assert f.comment == f"streamtap: complete: {summary['reason']}"  # no [how it ended]: it finished
     assert f.metadata["streamtap"]["verdict"] == "complete"
     assert read_recording(f.metadata["streamtap"]["recording"]).body == body
 
