@@ -123,7 +123,7 @@ def test_responses_reasoning_call_and_message():
 
 def test_responses_arguments_done_that_contradict_the_deltas_are_corrupt():
     analysis = analyze_bytes(responses_with_reasoning_and_a_call(done_arguments='{"city": "Lyon"}'), RESPONSES)
-    assert analysis.verdict.kind is X and "differ" in analysis.verdict.reason, analysis.verdict
+    assert analysis.verdict.kind is X and "disagree" in analysis.verdict.reason and analysis.verdict.evidence["tool"] == "get_weather", analysis.verdict
 
 
 def test_responses_event_for_an_item_never_added_is_corrupt():
