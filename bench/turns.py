@@ -19,6 +19,9 @@ same bytes and the same reads:
   * "SDK client end-to-end": the real client (``client.messages.stream(...)
     .get_final_message()`` / ``client.chat.completions.stream(...).get_final_completion()``)
     over an in-memory httpx transport - what an app actually pays, HTTP plumbing included.
+A third table times the Chat Completions content fast path (providers/fastpath.py) on against
+off (every chunk parsed), same events, same rounds, on the stream above and on the same chunks
+with OpenAI's per-chunk ``obfuscation`` padding, as the API sends them by default.
 A second table leaves decoding out on both sides: streamtap's dialect Assembler on
 already-decoded wire events against the SDK accumulator on already-parsed events
 (anthropic: dicts; openai: ChatCompletionChunk objects, whose construction is the SDK's
@@ -51,6 +54,7 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
 from streamtap.providers import Dialect, StreamEnd, analyze_bytes
+from streamtap.providers import openai_chat
 from streamtap.providers.session import make_assembler
 from streamtap.wire import SSEDecoder
 
@@ -106,7 +110,7 @@ def anthropic_stream(events: int) -> bytes:
     )
 
 
-def openai_stream(chunks: int) -> bytes:
+def openai_stream(chunks: int, padded: bool = False) -> bytes:
     rng = random.Random(13)
     base = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1700000000,
             "model": "gpt-bench", "system_fingerprint": "fp_bench"}
@@ -124,6 +128,8 @@ def openai_stream(chunks: int) -> bytes:
     out.append({**base, "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "tool_calls"}]})
     out.append({**base, "choices": [], "usage": {"prompt_tokens": 900, "completion_tokens": chunks,
                                                  "total_tokens": 900 + chunks}})
+    if padded:  # OpenAI's stream_options.include_obfuscation: random-length padding on every chunk
+        out = [{**c, "obfuscation": "x" * rng.randint(1, 16)} for c in out]
     body = b"".join(b"data: " + json.dumps(c, separators=(",", ":")).encode() + b"\n\n" for c in out)
     return body + b"data: [DONE]\n\n"
 
@@ -204,6 +210,25 @@ def decoded(body: bytes) -> list:
 def assemble_only(dialect: Dialect) -> Callable[[list], object]:
     def run(events: list) -> object:
         assembler = make_assembler(dialect, "sse")
+        for event in events:
+            assembler.feed(event, None)
+        turn, verdict = assembler.finish(StreamEnd.FINISHED)
+        assert verdict.ok
+        return turn
+
+    return run
+
+
+class FullParse(openai_chat.Assembler):
+    """The Chat Completions assembler with its content fast path off: every chunk parsed."""
+
+    def _content_delta(self, data: str, t: float | None) -> bool:
+        return False
+
+
+def chat_assembly(cls: type) -> Callable[[list], object]:
+    def run(events: list) -> object:
+        assembler = cls(wire="sse")
         for event in events:
             assembler.feed(event, None)
         turn, verdict = assembler.finish(StreamEnd.FINISHED)
@@ -295,6 +320,18 @@ def main() -> int:
         ratios, mine = paired_rounds(assemble_only(dialect), wire_events, peer, inputs, args.rounds)
         rate = len(wire_events) / statistics.median(mine)
         print(f"{name:<12} {len(wire_events):>7}  {label:<46} {rate:>14,.0f} {spread(ratios)}")
+    print()
+    print("Chat Completions content fast path (events already decoded): ratio = fast path off / on")
+    print(f"{'stream':<24} {'events':>7} {'on ev/s':>10} {'off ev/s':>10} {'ratio':>8} {'range':>10}")
+    fast, full = chat_assembly(openai_chat.Assembler), chat_assembly(FullParse)
+    for name, body in [("openai-chat", openai_stream(events)), ("openai-chat, padded", openai_stream(events, True))]:
+        wire_events = decoded(body)
+        on, off = fast(wire_events), full(wire_events)
+        assert on.to_dict() == off.to_dict(), f"{name}: the fast path changed the turn"
+        ratios, mine = paired_rounds(fast, wire_events, full, wire_events, args.rounds)
+        rate = len(wire_events) / statistics.median(mine)
+        off_rate = rate / statistics.median(ratios)
+        print(f"{name:<24} {len(wire_events):>7} {rate:>10,.0f} {off_rate:>10,.0f} {spread(ratios)}")
     return 0
 
 
