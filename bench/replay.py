@@ -7,10 +7,14 @@
    is the server's). Peers, same bytes: Python reading the body file in 64 KiB reads (page
    cache warm), curl reading it as a file:// URL (same client, no network), and a bare
    asyncio server sending it in one write (the loopback HTTP floor for a Python server).
-   Best of three each.
+   In each round every side runs once, back to back (the order rotating between rounds),
+   and each ratio (peer wall time / replay wall time) is taken within the round; at least
+   5 rounds, median and range printed.
 2. Timing fidelity. A 2 s recording of 400 events 5 ms apart is served with
    `--timing original`; a raw-socket client timestamps each HTTP chunk as it arrives and
-   compares each gap with the recorded gap: p50 / p99 / max of |served - recorded|.
+   compares each gap with the recorded gap: p50 / p99 / max of |served - recorded|. In each
+   round a bare time.sleep loop over the same gaps runs next to it (the machine's scheduling
+   floor at that moment); median and range over the rounds.
 3. Sweep. `streamtap sweep` over 200 cut positions (events, clean style) of a 201-event
    recording with a stdlib Python client, 2 jobs (the target machine has 2 cores).
 """
@@ -89,7 +93,7 @@ class Serve:
         self.proc.wait(10)
 
 
-def throughput(tmp: Path, quick: bool) -> None:
+def throughput(tmp: Path, quick: bool, rounds_wanted: int) -> None:
     events = 8_000 if quick else 32_000
     frames = anthropic_body(events, 900)
     rec = tmp / "big.jsonl"
@@ -107,31 +111,37 @@ def throughput(tmp: Path, quick: bool) -> None:
                 pass
         return time.perf_counter() - start
 
-    raw = min(read_file() for _ in range(3))
     if not shutil.which("curl"):
         print("   curl is not installed: skipped")
         return
     start = time.perf_counter()
-    with Serve(str(rec), "--timing", "fast") as server:
+    with Serve(str(rec), "--timing", "fast") as server, BareServer(raw_file) as bare:
         loaded = time.perf_counter() - start
-        times = []
-        for _ in range(3):
-            t = time.perf_counter()
-            out = subprocess.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{size_download}", "-d", '{"bench": true}', server.url + "/v1/messages"],
-                                 capture_output=True, text=True, check=True)  # fmt: skip
-            times.append(time.perf_counter() - t)
-            assert int(out.stdout) == len(body), out.stdout
-    served = min(times)
-    bare = min(bare_server(raw_file, len(body)) for _ in range(3))
-    curl_file = min(_curl_file(raw_file, len(body)) for _ in range(3))
-    print(f"   raw file read (64 KiB reads)   {mib / raw:9.1f} MiB/s")
-    print(f"   curl file:// of the body       {mib / curl_file:9.1f} MiB/s   (the same client reading the bytes from disk)")
-    print(f"   bare asyncio server, one write {mib / bare:9.1f} MiB/s   (curl; the loopback HTTP floor for a Python server)")
-    print(f"   streamtap serve --timing fast  {mib / served:9.1f} MiB/s   (curl, whole request, best of 3)")
-    print(f"   ratio replay / raw read        {raw / served:9.3f}   (target >= 0.50)")
-    print(f"   ratio replay / curl file://    {curl_file / served:9.3f}")
-    print(f"   ratio replay / bare server     {bare / served:9.3f}")
+
+        def replay() -> float:
+            return _curl(server.url + "/v1/messages", len(body), "-d", '{"bench": true}')
+
+        sides = {"replay": replay, "raw": read_file, "curl file://": lambda: _curl(raw_file.as_uri(), len(body)),
+                 "bare server": lambda: _curl(bare.url, len(body))}
+        order = list(sides)
+        for side in order:  # one untimed run each: page cache, first connections
+            sides[side]()
+        rounds = []
+        for number in range(rounds_wanted):
+            turn = order[number % len(order) :] + order[: number % len(order)]
+            rounds.append({side: sides[side]() for side in turn})
+    print(f"   {rounds_wanted} rounds, every side once per round (order rotating); load average {os.getloadavg()[0]:.1f} now")
+    for side, what in (("raw", "raw file read (64 KiB reads)"), ("curl file://", "curl file:// of the body"),
+                       ("bare server", "bare asyncio server, one write"), ("replay", "streamtap serve --timing fast")):
+        print(f"   {what:<32} {_spread([mib / r[side] for r in rounds], ' MiB/s', 1)}")
+    print(f"   ratio replay / raw read        {_spread([r['raw'] / r['replay'] for r in rounds], 'x', 3)}   (target >= 0.50)")
+    print(f"   ratio replay / curl file://    {_spread([r['curl file://'] / r['replay'] for r in rounds], 'x', 3)}")
+    print(f"   ratio replay / bare server     {_spread([r['bare server'] / r['replay'] for r in rounds], 'x', 3)}")
     print(f"   (server start + loading the {rec.stat().st_size / 2**20:.0f} MiB recording: {loaded:.2f} s, not counted)")
+
+
+def _spread(values: list[float], unit: str, digits: int) -> str:
+    return f"{statistics.median(values):9.{digits}f}{unit} ({min(values):.{digits}f}-{max(values):.{digits}f})"
 
 
 BARE = """
@@ -151,62 +161,79 @@ asyncio.run(main())
 """
 
 
-def _curl_file(raw_file: Path, size: int) -> float:
+def _curl(url: str, size: int, *args: str) -> float:
+    """Wall seconds for curl to fetch ``url`` (whole request)."""
     t = time.perf_counter()
-    out = subprocess.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{size_download}", raw_file.as_uri()], capture_output=True, text=True, check=True)
+    out = subprocess.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{size_download}", *args, url],
+                         capture_output=True, text=True, check=True)
     elapsed = time.perf_counter() - t
-    assert int(out.stdout) == size
+    assert int(out.stdout) == size, out.stdout
     return elapsed
 
 
-def bare_server(raw_file: Path, size: int) -> float:
-    proc = subprocess.Popen([sys.executable, "-c", BARE, str(raw_file)], stdout=subprocess.PIPE, text=True)
-    try:
-        port = int(proc.stdout.readline())
-        t = time.perf_counter()
-        out = subprocess.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{size_download}", f"http://127.0.0.1:{port}/"], capture_output=True, text=True, check=True)
-        elapsed = time.perf_counter() - t
-        assert int(out.stdout) == size
-        return elapsed
-    finally:
-        proc.terminate()
-        proc.wait(10)
+class BareServer:
+    """A bare asyncio server that sends the body in one write, kept up for all rounds."""
+
+    def __init__(self, raw_file: Path) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", BARE, str(raw_file)], stdout=subprocess.PIPE, text=True)
+        self.url = f"http://127.0.0.1:{int(self.proc.stdout.readline())}/"
+
+    def __enter__(self) -> BareServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
 
 
-def timing_fidelity(tmp: Path) -> None:
+def timing_fidelity(tmp: Path, rounds_wanted: int) -> None:
     frames = [b'data: {"i":%d,"text":"tok"}\n\n' % i for i in range(400)]
     rec = write_recording(tmp / "gaps.jsonl", "openai", frames, gap_ms=5.0)
+    served, floor = [], []
     with Serve(str(rec), "--timing", "original") as server:
-        host, port = server.url.removeprefix("http://").split(":")
-        request = json.dumps({"model": "gpt-4.1-nano", "stream": True, "messages": [{"role": "user", "content": "Weather in Paris?"}]}).encode()
-        arrivals: list[float] = []
-        with socket.create_connection((host, int(port))) as sock:
-            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n%b" % (len(request), request))
-            buf = b""
-            seen = 0
-            while True:
-                data = sock.recv(65536)
-                now = time.perf_counter()
-                if not data:
-                    break
-                buf += data
-                count = buf.count(b"data: {")
-                arrivals += [now] * (count - seen)
-                seen = count
-                if buf.endswith(b"\r\n0\r\n\r\n"):
-                    break
-    if len(arrivals) != len(frames):
-        print(f"2. timing fidelity: got {len(arrivals)} of {len(frames)} events")
+        for number in range(rounds_wanted):
+            pair = [lambda: served.append(served_gap_errors(server.url, len(frames))),
+                    lambda: floor.append(sleep_loop_errors(400, 0.005))]
+            for run in pair if number % 2 == 0 else pair[::-1]:
+                run()
+    if any(errors is None for errors in served):
+        print("2. timing fidelity: events went missing in a round")
         return
-    errors = sorted(abs((b - a) - 0.005) * 1000 for a, b in zip(arrivals, arrivals[1:]))
-    p50 = statistics.median(errors)
-    p99 = errors[min(len(errors) - 1, int(len(errors) * 0.99))]
-    print(f"2. timing fidelity (original mode, 400 events 5 ms apart, {arrivals[-1] - arrivals[0]:.3f} s served for 1.995 s recorded):")
-    print(f"   |served gap - recorded gap|  p50 {p50:.3f} ms   p99 {p99:.3f} ms   max {errors[-1]:.3f} ms   (target p99 < 2 ms)")
-    floor = sleep_loop_errors(400, 0.005)
-    print(f"   peer: a bare time.sleep loop, same 400 x 5 ms, one process, no network:")
-    print(f"   |gap error|                  p50 {statistics.median(floor):.3f} ms   p99 {floor[int(len(floor) * 0.99)]:.3f} ms   "
-          f"max {floor[-1]:.3f} ms   (the machine's scheduling floor; load average now {os.getloadavg()[0]:.1f})")  # fmt: skip
+
+    def p99(errors: list[float]) -> float:
+        return errors[min(len(errors) - 1, int(len(errors) * 0.99))]
+
+    print(f"2. timing fidelity (original mode, 400 events 5 ms apart; {rounds_wanted} rounds, each next to a bare "
+          f"time.sleep loop over the same gaps; load average {os.getloadavg()[0]:.1f} now):")
+    for label, runs in (("served |gap error|", served), ("sleep loop |gap error|", floor)):
+        print(f"   {label:<24} p50 {_spread([statistics.median(e) for e in runs], ' ms', 3)}   "
+              f"p99 {_spread([p99(e) for e in runs], ' ms', 3)}   max {_spread([e[-1] for e in runs], ' ms', 3)}")
+    print("   (target: served p99 < 2 ms; the sleep loop is the machine's scheduling floor in the same round)")
+
+
+def served_gap_errors(url: str, count: int) -> list[float] | None:
+    """Sorted |served gap - 5 ms| in ms, from a raw-socket client timestamping each event."""
+    host, port = url.removeprefix("http://").split(":")
+    request = json.dumps({"model": "gpt-4.1-nano", "stream": True, "messages": [{"role": "user", "content": "Weather in Paris?"}]}).encode()
+    arrivals: list[float] = []
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n%b" % (len(request), request))
+        buf = b""
+        seen = 0
+        while True:
+            data = sock.recv(65536)
+            now = time.perf_counter()
+            if not data:
+                break
+            buf += data
+            found = buf.count(b"data: {")
+            arrivals += [now] * (found - seen)
+            seen = found
+            if buf.endswith(b"\r\n0\r\n\r\n"):
+                break
+    if len(arrivals) != count:
+        return None
+    return sorted(abs((b - a) - 0.005) * 1000 for a, b in zip(arrivals, arrivals[1:]))
 
 
 def sleep_loop_errors(count: int, gap: float) -> list[float]:
@@ -253,11 +280,14 @@ def sweep(tmp: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smaller throughput body")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds for throughput and timing (default 5, at least 5)")
     args = parser.parse_args()
+    if args.rounds < 5:
+        parser.error("--rounds: at least 5 (a median and range of fewer rounds says little)")
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        throughput(tmp, args.quick)
-        timing_fidelity(tmp)
+        throughput(tmp, args.quick, args.rounds)
+        timing_fidelity(tmp, args.rounds)
         sweep(tmp)
 
 

@@ -14,6 +14,12 @@ them, and prints microseconds per wire event for each layer added in turn:
 
 Twice: with one read per event-loop turn (a slow stream), and with 64 KiB of reads per
 turn, as mitmdump delivers a fast stream (every HTTP chunk of one socket read in one turn).
+
+Same-round harness: in each round every layer runs once on the same chunks, back to back
+(the order rotating between rounds), timed in CPU time of this process; what a layer adds is
+its time minus the layer below it in the same round, and its share is that over the flowtap
+time of the same round. At least 5 rounds; the median and range over the rounds are printed,
+so machine load, which hits all layers of a round alike, moves the shares little.
 ``--profile`` runs cProfile over the flowtap layer for one workload and prints the top
 functions by own time.
 """
@@ -22,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
+import statistics
 import sys
 import tempfile
 import time
@@ -158,23 +166,37 @@ TURN_BYTES = 65536  # mitmproxy reads sockets 64 KiB at a time
 LAYERS = {"decoder": run_decoder, "session": run_session, "+writer": run_writer, "flowtap": run_flowtap}
 
 
-def best_of(fn, name, chunks, tmp, rounds: int) -> float:
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn(name, chunks, tmp)
-        best = min(best, time.perf_counter() - t0)
-    return best
+def layer_rounds(name: str, groups: list[list[bytes]], tmp: Path, rounds: int) -> list[dict[str, float]]:
+    """CPU seconds of every layer in each round, the layers back to back, the order rotating."""
+    order = list(LAYERS)
+    for layer in order:  # one untimed run each: imports and first-use caches are not a layer's cost
+        LAYERS[layer](name, groups, tmp)
+    results = []
+    for number in range(rounds):
+        turn = order[number % len(order) :] + order[: number % len(order)]
+        seconds = {}
+        for layer in turn:
+            start = time.process_time()
+            LAYERS[layer](name, groups, tmp)
+            seconds[layer] = time.process_time() - start
+        results.append(seconds)
+    return results
+
+
+def spread(values: list[float], unit: str = "") -> str:
+    return f"{statistics.median(values):.2f}{unit} ({min(values):.2f}-{max(values):.2f})"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mb", type=float, default=4, help="body size in MB (default 4)")
-    parser.add_argument("--rounds", type=int, default=3, help="runs per figure, the best is kept (default 3)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds, every layer once in each (default 5, at least 5)")
     parser.add_argument("--profile", choices=list(WORKLOADS), help="cProfile the flowtap layer on this workload")
     parser.add_argument("--turn", type=int, default=TURN_BYTES,
                         help=f"with --profile: bytes of reads per event-loop turn (default {TURN_BYTES}; 0: one read)")
     args = parser.parse_args()
+    if args.rounds < 5 and not args.profile:
+        parser.error("--rounds: at least 5 (a median and range of fewer rounds says little)")
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         if args.profile:
@@ -186,16 +208,27 @@ def main() -> int:
             profiler.disable()
             pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
             return 0
-        print(f"bench/tap_profile.py: {args.mb} MB bodies, best of {args.rounds}; microseconds per wire event "
-              "(cumulative: each layer includes the ones before it)")
+        print(f"bench/tap_profile.py: {args.mb} MB bodies, {args.rounds} rounds, every layer once per round (order "
+              f"rotating), CPU time; load average {os.getloadavg()[0]:.2f} at the start. Microseconds per wire event "
+              "that each layer adds to the one before it (decoder: the whole decoder), median (range) over the rounds, "
+              "and its share of the flowtap time of the same round")
         for per_turn, title in ((0, "one read per event-loop turn"), (TURN_BYTES, f"{TURN_BYTES // 1024} KiB of reads per event-loop turn (as in mitmdump)")):
             print(f"\n{title}")
-            print(f"{'workload':10} {'events':>7} {'chunks':>7} " + " ".join(f"{layer:>9}" for layer in LAYERS))
+            print(f"{'workload':10} {'events':>7} {'chunks':>7}  " + "  ".join(f"{layer:>24}" for layer in LAYERS)
+                  + f"  {'flowtap total':>20}")
             for name in WORKLOADS:
                 chunks, count = chunks_for(name, args.mb)
                 groups = turns(chunks, per_turn)
-                figures = [best_of(fn, name, groups, tmp_path, args.rounds) / count * 1e6 for fn in LAYERS.values()]
-                print(f"{name:10} {count:7} {len(chunks):7} " + " ".join(f"{f:9.2f}" for f in figures))
+                results = layer_rounds(name, groups, tmp_path, args.rounds)
+                cells = []
+                below = None
+                for layer in LAYERS:
+                    added = [(r[layer] - (r[below] if below else 0.0)) / count * 1e6 for r in results]
+                    share = [(r[layer] - (r[below] if below else 0.0)) / r["flowtap"] * 100 for r in results]
+                    cells.append(f"{spread(added)} {statistics.median(share):3.0f}%")
+                    below = layer
+                total = [r["flowtap"] / count * 1e6 for r in results]
+                print(f"{name:10} {count:7} {len(chunks):7}  " + "  ".join(f"{c:>24}" for c in cells) + f"  {spread(total):>20}")
     return 0
 
 

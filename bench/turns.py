@@ -19,6 +19,9 @@ same bytes and the same reads:
   * "SDK client end-to-end": the real client (``client.messages.stream(...)
     .get_final_message()`` / ``client.chat.completions.stream(...).get_final_completion()``)
     over an in-memory httpx transport - what an app actually pays, HTTP plumbing included.
+A third table times the Chat Completions content fast path (providers/fastpath.py) on against
+off (every chunk parsed), same events, same rounds, on the stream above and on the same chunks
+with OpenAI's per-chunk ``obfuscation`` padding, as the API sends them by default.
 A second table leaves decoding out on both sides: streamtap's dialect Assembler on
 already-decoded wire events against the SDK accumulator on already-parsed events
 (anthropic: dicts; openai: ChatCompletionChunk objects, whose construction is the SDK's
@@ -51,6 +54,7 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
 from streamtap.providers import Dialect, StreamEnd, analyze_bytes
+from streamtap.providers import openai_chat
 from streamtap.providers.session import make_assembler
 from streamtap.wire import SSEDecoder
 
@@ -106,7 +110,7 @@ def anthropic_stream(events: int) -> bytes:
     )
 
 
-def openai_stream(chunks: int) -> bytes:
+def openai_stream(chunks: int, padded: bool = False) -> bytes:
     rng = random.Random(13)
     base = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1700000000,
             "model": "gpt-bench", "system_fingerprint": "fp_bench"}
@@ -124,6 +128,8 @@ def openai_stream(chunks: int) -> bytes:
     out.append({**base, "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "tool_calls"}]})
     out.append({**base, "choices": [], "usage": {"prompt_tokens": 900, "completion_tokens": chunks,
                                                  "total_tokens": 900 + chunks}})
+    if padded:  # OpenAI's stream_options.include_obfuscation: random-length padding on every chunk
+        out = [{**c, "obfuscation": "x" * rng.randint(1, 16)} for c in out]
     body = b"".join(b"data: " + json.dumps(c, separators=(",", ":")).encode() + b"\n\n" for c in out)
     return body + b"data: [DONE]\n\n"
 
@@ -213,6 +219,35 @@ def assemble_only(dialect: Dialect) -> Callable[[list], object]:
     return run
 
 
+class FullParse(openai_chat.Assembler):
+    """The Chat Completions assembler with its content fast path off: every chunk parsed."""
+
+    def _content_delta(self, data: str, t: float | None) -> bool:
+        return False
+
+
+def chat_assembly(cls: type) -> Callable[[list], object]:
+    def run(events: list) -> object:
+        assembler = cls(wire="sse")
+        for event in events:
+            assembler.feed(event, None)
+        turn, verdict = assembler.finish(StreamEnd.FINISHED)
+        assert verdict.ok
+        return turn
+
+    return run
+
+
+def full_parse_end_to_end(body: bytes) -> tuple:
+    """``streamtap_runner`` with the content fast path off, for the on/off pair."""
+    taken = openai_chat.Assembler._content_delta
+    openai_chat.Assembler._content_delta = FullParse._content_delta
+    try:
+        return streamtap_runner(Dialect.OPENAI_CHAT)(body)
+    finally:
+        openai_chat.Assembler._content_delta = taken
+
+
 def anthropic_accumulate_only(events: list[dict]) -> object:
     snapshot, buffers = None, {}
     for event in events:
@@ -248,14 +283,39 @@ def spread(ratios: list[float]) -> str:
     return f"{statistics.median(ratios):6.1f}x {min(ratios):5.1f}-{max(ratios):.1f}x"
 
 
+def fastpath_table(events: int, rounds: int) -> None:
+    print()
+    print("Chat Completions content fast path, on against off (every chunk parsed) in the same rounds; "
+          "ratio = off CPU time / on CPU time")
+    print(f"{'stream':<22} {'what':<26} {'events':>7} {'on ev/s':>10} {'off ev/s':>10} {'ratio':>7} {'range':>12}")
+    fast, full = chat_assembly(openai_chat.Assembler), chat_assembly(FullParse)
+    ours = streamtap_runner(Dialect.OPENAI_CHAT)
+    for name, body in [("openai-chat", openai_stream(events)), ("openai-chat, padded", openai_stream(events, True))]:
+        wire_events = decoded(body)
+        assert fast(wire_events).to_dict() == full(wire_events).to_dict(), f"{name}: the fast path changed the turn"
+        assert ours(body) == full_parse_end_to_end(body)
+        for what, on, off, value in [("assembly (events decoded)", fast, full, wire_events),
+                                     ("decode+assemble+judge", ours, full_parse_end_to_end, body)]:
+            ratios, mine = paired_rounds(on, value, off, value, rounds)
+            rate = len(wire_events) / statistics.median(mine)
+            off_rate = rate / statistics.median(ratios)
+            print(f"{name:<22} {what:<26} {len(wire_events):>7} {rate:>10,.0f} {off_rate:>10,.0f} "
+                  f"{statistics.median(ratios):6.2f}x {min(ratios):5.2f}-{max(ratios):.2f}x")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2k events, 5 rounds (a smoke run)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds per pair (default 5, at least 5)")
+    parser.add_argument("--fastpath-only", action="store_true", help="only the content fast path on/off table")
     args = parser.parse_args()
     if args.rounds < 5:
         parser.error("--rounds: at least 5 (a median and range of fewer ratios says little)")
     events = 2_000 if args.quick else 20_000
+    if args.fastpath_only:
+        print(f"python {sys.version.split()[0]}, {args.rounds} rounds; load average {os.getloadavg()[0]:.2f} at the start")
+        fastpath_table(events, args.rounds)
+        return 0
     cases = [
         ("anthropic", anthropic_stream(events), Dialect.ANTHROPIC, "tool_use",
          [("anthropic SDK decode+accumulate", anthropic_accumulate),
@@ -295,6 +355,7 @@ def main() -> int:
         ratios, mine = paired_rounds(assemble_only(dialect), wire_events, peer, inputs, args.rounds)
         rate = len(wire_events) / statistics.median(mine)
         print(f"{name:<12} {len(wire_events):>7}  {label:<46} {rate:>14,.0f} {spread(ratios)}")
+    fastpath_table(events, args.rounds)
     return 0
 
 

@@ -145,3 +145,98 @@ def test_an_escaped_fragment_is_decoded_exactly() -> None:
         raise AssertionError("orjson accepted a raw control character")
     except ValueError:
         pass
+
+
+# -- OpenAI's obfuscation padding, and delta keys the assembler reads as absent -------------------
+PADDINGS = st.one_of(
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", max_size=16),
+    st.sampled_from(['"', "\\", "", '"},"obfuscation":"', "\n", "é"]),
+)
+PADDED_FRAGMENTS = st.one_of(FRAGMENTS, st.sampled_from(['"},"usage":null,"obfuscation":"', '","obfuscation":"x']))
+
+
+def padded_chunk(content, padding, *, sort=False, nulls=(), **kwargs):
+    obj = chunk(content, **kwargs)
+    obj["usage"] = None
+    obj["obfuscation"] = padding
+    for key in nulls:
+        obj["choices"][0]["delta"][key] = None
+    if sort:  # Azure's order: keys sorted, so the padding sits between the choices and "object"
+        obj = json.loads(json.dumps(obj, sort_keys=True))
+    return obj
+
+
+def padded_view(data: str):
+    """``full_parse_view`` of a chunk with the padding left out and null delta keys read as absent."""
+    try:
+        obj = orjson.loads(data)
+    except ValueError:
+        return None, None
+    if type(obj) is dict:
+        obj.pop("obfuscation", None)
+        for choice in obj.get("choices") or []:
+            if type(choice) is dict and type(choice.get("delta")) is dict:
+                choice["delta"] = {k: v for k, v in choice["delta"].items() if v is not None or k == "content"}
+    return full_parse_view(orjson.dumps(obj).decode())
+
+
+@settings(max_examples=300)
+@given(
+    style=st.sampled_from(STYLES),
+    sort=st.booleans(),
+    nulls=st.sampled_from([(), ("reasoning_content",), ("role", "refusal")]),
+    first=st.tuples(FRAGMENTS, PADDINGS),
+    later=st.lists(st.tuples(st.sampled_from(["same", "same", "same", "other-nulls", "no-padding", "finish", "usage",
+                                              "other-id", "padding-number"]),
+                             PADDED_FRAGMENTS, PADDINGS), min_size=1, max_size=12),
+)
+def test_padded_chunks_give_what_a_full_parse_gives(style, sort, nulls, first, later) -> None:
+    deltas = ContentDeltas()
+    learnt_from = style(padded_chunk(first[0], first[1], sort=sort, nulls=nulls))
+    learnt = deltas.learn(learnt_from, orjson.loads(learnt_from))
+    if first[1] == "" or (first[1].isascii() and first[1].isalnum()):
+        assert learnt, learnt_from  # a plain padding is always learnt
+    learnt_fields, _ = padded_view(learnt_from)
+    for kind, content, padding in later:
+        if kind == "same":
+            obj = padded_chunk(content, padding, sort=sort, nulls=nulls)
+        elif kind == "other-nulls":
+            obj = padded_chunk(content, padding, sort=sort, nulls=("tool_calls",))
+        elif kind == "no-padding":
+            obj = chunk(content)
+        elif kind == "finish":
+            obj = padded_chunk(content, padding, sort=sort, nulls=nulls, finish="stop")
+        elif kind == "usage":
+            obj = padded_chunk(content, padding, sort=sort, nulls=nulls)
+            obj["usage"] = {"prompt_tokens": 1}
+        elif kind == "other-id":
+            obj = padded_chunk(content, padding, sort=sort, nulls=nulls, id_="chatcmpl-2")
+        else:
+            obj = padded_chunk(content, 7, sort=sort, nulls=nulls)
+        data = style(obj)
+        got = deltas.content(data)
+        fields, expected = padded_view(data)
+        if got is None:
+            assert not (learnt and kind == "same" and padding.isascii() and padding.isalnum() and content == first[0]), data
+            continue
+        assert got == expected, (kind, data)
+        assert fields == learnt_fields, (kind, data)
+
+
+def test_real_openai_padding_layout_is_taken() -> None:
+    deltas = ContentDeltas()
+    base = ('{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4.1-nano","service_tier":'
+            '"default","system_fingerprint":"fp_1","choices":[{"index":0,"delta":{"content":"%s"},"logprobs":null,'
+            '"finish_reason":null}],"usage":null,"obfuscation":"%s"}')
+    assert deltas.learn(base % ("**", "yhjoJbEF"), orjson.loads(base % ("**", "yhjoJbEF")))
+    assert deltas.content(base % ("Holiday", "dTh")) == (0, "Holiday")
+    assert deltas.content(base % ('a \\"quoted\\" word', "")) == (0, 'a "quoted" word')
+    assert deltas.content(base % ("x", 'a"b')) is None  # not JSON: a full parse fails too
+    deepseek = ('{"id":"c","object":"chat.completion.chunk","created":1,"model":"deepseek-reasoner","choices":'
+                '[{"index":0,"delta":{"content":"%s","reasoning_content":null},"logprobs":null,"finish_reason":null}],'
+                '"usage":null}')
+    deltas = ContentDeltas()
+    assert deltas.learn(deepseek % "The", orjson.loads(deepseek % "The"))
+    assert deltas.content(deepseek % " word") == (0, " word")
+    reasoning = deepseek.replace('"content":"%s","reasoning_content":null', '"content":null,"reasoning_content":"x"')
+    assert deltas.content(reasoning) is None

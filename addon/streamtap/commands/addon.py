@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-HELP = "Print the absolute path of streamtap's mitmproxy script, for mitmdump/mitmweb/mitmproxy -s."
 
 EPILOG = """\
 mitmproxy loads addons from a script path. The script ships inside the installed package,

@@ -27,7 +27,6 @@ from typing import Callable
 import streamtap
 from streamtap.commands.addon import script_path
 
-HELP = "Watch streamtap catch a cut answer: bundled recordings, real SDK clients, a real mitmdump (offline)."
 
 PACKAGE = Path(streamtap.__file__).resolve().parent
 ADDON = script_path()  # the mitmproxy script inside the installed package

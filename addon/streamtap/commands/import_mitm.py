@@ -9,7 +9,6 @@ from pathlib import Path
 
 from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError
 
-HELP = "Turn a mitmproxy capture (mitmdump -w FILE) into streamtap recordings, one per streamed LLM answer."
 
 DESCRIPTION = """\
 Reads every flow of a mitmproxy capture and writes one streamtap recording per streamed

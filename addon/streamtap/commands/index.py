@@ -17,8 +17,6 @@ from streamtap.recording import RecordingError
 
 from .report import warn
 
-HELP = "Index recordings into Parquet (one row per recording, hive-partitioned by day and provider) for DuckDB, Spark, Trino, Athena."
-
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (

@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import sys
 
-HELP = "Serve recordings back to real clients (byte-exact, original timing, injected cuts and faults)."
 
 EPILOG = """\
 Requests match a recording by method, path (and query) and a hash of the JSON body;

@@ -10,7 +10,6 @@ from streamtap.providers.common import dumps
 
 from .verify import Judged, Unjudged, add_input_options, exit_code, judge_inputs, print_json, report_unjudged
 
-HELP = "Render captured streams as turns: thinking and answer apart, tool calls, verdict, timing."
 
 RULE = "─"
 

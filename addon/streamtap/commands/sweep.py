@@ -9,7 +9,6 @@ import re
 import sys
 from pathlib import Path
 
-HELP = "Replay a recording cut at every position, run a client against each, and report which cuts it swallows."
 
 EPILOG = """\
 For each cut position and style a fresh replay server serves the recording cut there, and

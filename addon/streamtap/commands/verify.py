@@ -20,7 +20,6 @@ import orjson
 from streamtap.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE
 from streamtap.providers import Analysis, Detection, Dialect, StreamEnd, StreamSession, sniff_dialect
 
-HELP = "Judge captured streams: one line per file; exit 0 only if every turn is complete."
 
 PROVIDERS = [d.value for d in Dialect if d is not Dialect.UNKNOWN]
 

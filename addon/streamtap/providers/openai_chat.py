@@ -20,6 +20,7 @@ from typing import Any
 
 from streamtap.wire import SSEEvent, WireEvent
 
+from .fastpath import ContentDeltas
 from .common import RESPONSE, AssemblerBase, as_dict, as_int, as_list, as_str, dumps, error_fields, loads, worst_stop
 from .turn import BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
@@ -47,6 +48,7 @@ class Assembler(AssemblerBase):
         self._chunk_id_at: WireEvent | None = None  # the first chunk that carried it
         self._started: dict[int, WireEvent] = {}  # choice -> its first role chunk
         self._bare_content: set[int] = set()  # choices that had content in a chunk without a role
+        self._deltas = ContentDeltas()  # plain content chunks without a JSON parse
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if not isinstance(event, SSEEvent):
@@ -64,6 +66,10 @@ class Assembler(AssemblerBase):
         self.seen(event, "chunk" if event.event == "message" else event.event)
         if not data or data.isspace():
             return
+        if event.event != "error" and self._content_delta(data, t):
+            return
+        judge = self.judge
+        findings = (judge.problem, judge.error_at, len(self.turn.notes))
         try:
             obj = loads(data)
         except ValueError:
@@ -72,6 +78,31 @@ class Assembler(AssemblerBase):
             if obj is not None:
                 self.corrupt("event data is JSON but not an object", event)
             return
+        self._parsed(obj, event, t)
+        if findings == (judge.problem, judge.error_at, len(self.turn.notes)) and obj.get("id") == self._chunk_id:
+            self._deltas.learn(data, obj)  # only a chunk that changed nothing but the text is a layout
+
+    def _content_delta(self, data: str, t: float | None) -> bool:
+        """Take a plain content chunk in the layout learnt from a parsed one, without parsing it.
+
+        True when done. It declines (False, and the chunk is parsed) in every state where the
+        full path would find something: a finished choice (content after its finish_reason is
+        a second generation) or an index that is not yet a choice (resolving it may note).
+        The learnt chunk raised nothing and carried the stream's chunk id, and a chunk in its
+        layout carries the same id, model, error and usage fields, so those checks hold too."""
+        hit = self._deltas.content(data)
+        if hit is None:
+            return False
+        index = hit[0] or 0
+        if not 0 <= index < len(self.turn.choices) or index in self._finish:
+            return False
+        text = hit[1]
+        if text:
+            self._bare_content.add(index)
+            self.append(index, BlockKind.TEXT, text, t)
+        return True
+
+    def _parsed(self, obj: dict[str, Any], event: SSEEvent, t: float | None) -> None:
         if ("error" in obj and obj["error"]) or event.event == "error" or obj.get("object") == "error":
             self.errored(event, error_fields(obj))
         turn = self.turn
