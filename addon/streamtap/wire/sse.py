@@ -97,6 +97,19 @@ def _type_name(value: bytes) -> tuple[str, int]:
     return name, bad
 
 
+def _clean_type_names(types) -> list[str] | None:
+    """The event names of ``types`` (raw ``event:`` values), or None when one holds bytes that
+    are not UTF-8 (the line path counts those replacements)."""
+    names = list(map(_type_names.get, types))
+    if None in names:
+        for i, type_ in enumerate(types):
+            if names[i] is None:
+                names[i], bad = _type_name(type_)
+                if bad:
+                    return None
+    return names
+
+
 def _first_event_end(work: bytes) -> int:
     """Where the first blank line in ``work`` (which starts at a line start) ends, when
     the line ends are all LF or all CRLF; else 0."""
@@ -305,13 +318,9 @@ class SSEDecoder:
             return None
         if before + done > limit and (before + sizes[0] > limit or max(sizes) > limit):
             return None  # the line path reports oversize events
-        names = list(map(_type_names.get, types))
-        if None in names:
-            for i, type_ in enumerate(types):
-                if names[i] is None:
-                    names[i], bad = _type_name(type_)
-                    if bad:
-                        return None  # the line path counts the replacements
+        names = _clean_type_names(types)
+        if names is None:
+            return None  # the line path counts the replacements
         try:
             # no value holds an LF, so an LF join splits back exactly into the values
             texts = b"\n".join(values).decode().split("\n")
@@ -619,13 +628,9 @@ class SSEDecoder:
             types = b"\n".join(lines[0 : 3 * count : 3])[7:].split(b"\nevent: ")
             if len(types) != count:
                 return 0
-            names = list(map(_type_names.get, types))
-            if None in names:
-                for i, type_ in enumerate(types):
-                    if names[i] is None:
-                        names[i], bad = _type_name(type_)
-                        if bad:
-                            return 0
+            names = _clean_type_names(types)
+            if names is None:
+                return 0
             data_lines = lines[1 : 3 * count : 3]
         elif first.startswith(b"data: "):
             lines = work.split(line_end, 2 * count)
