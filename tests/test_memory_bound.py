@@ -151,3 +151,57 @@ def test_a_48_mb_answer_takes_a_bounded_amount_of_memory():
     assert analysis.turn.blocks[0].extra["text_dropped_chars"] == 750 * 65536 - TEXT_CAP
     assert peak < 3 * TEXT_CAP + 4 * 2**20, f"peak {peak / 2**20:.1f} MiB"
     assert ARGUMENTS_CAP >= TEXT_CAP
+
+
+def _record(path, body: bytes, dialect: str, **caps) -> str:
+    """A recording written as the proxy writes it, judged with ``caps``; returns the recorded verdict."""
+    from streamtap.recording import RecordingWriter
+
+    writer = RecordingWriter(path)
+    writer.header({"dialect": dialect, "wire": {"format": "sse", "content_encoding": None},
+                   "request": {"method": "POST", "url": "https://api.anthropic.com/v1/messages", "headers": []},
+                   "response": {"status": 200, "headers": [["content-type", "text/event-stream"]]}})
+    session = StreamSession(dialect, keep_arrivals=False, **caps)
+    for i in range(0, len(body), 65536):
+        writer.read(body[i:i + 65536], 1.0)
+        for event in session.feed(body[i:i + 65536], 0.001):
+            writer.frame(event, 1.0)
+    analysis = session.close()
+    for event in analysis.events:
+        writer.frame(event, 1.0)
+    writer.finish({"verdict": analysis.verdict.to_dict(), "stream_end": "finished", "turn": analysis.turn.to_dict()})
+    return analysis.verdict.kind.value
+
+
+def streamtap_cli(*args):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    return subprocess.run([str(Path(sys.executable).with_name("streamtap")), *map(str, args)],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_verify_judges_the_arguments_the_proxy_could_not_keep(tmp_path):
+    """The proxy says unknown (arguments beyond its cap); verify parses them all and says complete,
+    without calling the recording's own verdict a contradiction."""
+    path = tmp_path / "args.jsonl"
+    assert _record(path, ps.anthropic("", "hi", HUGE_ARGS), "anthropic", arguments_cap=1000) == "unknown"
+    out = streamtap_cli("verify", path)
+    assert out.returncode == 0 and ": complete " in out.stdout and "recording says" not in out.stdout, out.stdout
+    broken = tmp_path / "broken.jsonl"  # the same, with arguments that do not parse: corrupt, exit 1
+    body = ps.anthropic("", "hi", HUGE_ARGS).replace(b'r\\"]}', b'r\\"]')
+    assert _record(broken, body, "anthropic", arguments_cap=1000) == "unknown"
+    out = streamtap_cli("verify", broken)
+    assert out.returncode == 1 and ": corrupt " in out.stdout, out.stdout
+
+
+def test_show_prints_every_byte_of_text_the_proxy_did_not_keep(tmp_path):
+    text = "lorem ipsum " * (TEXT_CAP // 12 + 50_000) + "THE-END"
+    path = tmp_path / "long.jsonl"
+    assert _record(path, ps.anthropic("", text, {"city": "Oslo"}), "anthropic") == "complete"
+    out = streamtap_cli("show", "--width", "0", path)
+    assert out.returncode == 0 and "THE-END" in out.stdout and out.stdout.count("lorem ipsum") >= TEXT_CAP // 12 + 50_000
+    verify = streamtap_cli("verify", "--json", path)
+    block = json.loads(verify.stdout)["turn"]["choices"][0]["blocks"][1]
+    assert len(block["text"]) == TEXT_CAP and block["extra"]["text_dropped_chars"] == len(text) - TEXT_CAP

@@ -225,10 +225,11 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
     problems = [lines.problem] if lines.problem else []
     problems += check.finish(lines.end)  # sums, sequence, offsets, counts, hashes
     analysis = session.close(StreamEnd(end.get("stream_end") or "finished"))  # the reader checked the value
-    recorded = end.get("verdict") or {}
-    recorded_kind = recorded.get("kind")
+    recorded_verdict = end.get("verdict") or {}
+    recorded_kind = recorded_verdict.get("kind")
     # the proxy could not parse arguments beyond its cap and said unknown: judging them here is the answer
-    not_kept = (recorded.get("evidence") or {}).get("arguments_not_kept") if isinstance(recorded, dict) else None
+    evidence = recorded_verdict.get("evidence")
+    not_kept = isinstance(evidence, dict) and evidence.get("arguments_not_kept") is True
     if recorded_kind and not not_kept and dialect.value == recorded and recorded_kind != analysis.verdict.kind.value:
         problems.append(f"the recording says {recorded_kind}, judging its bytes again says {analysis.verdict.kind.value}")
     injected = end.get("injected_fault")
