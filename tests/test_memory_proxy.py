@@ -45,7 +45,7 @@ def answer(deltas: int) -> bytes:
 
 @contextmanager
 def upstream(bodies: dict[str, bytes]):
-    """A loopback server answering POST /s/NAME/... with bodies[NAME], one HTTP chunk per event.
+    """A loopback server answering POST /s/NAME/... with bodies[NAME], one HTTP chunk per event (at most 64 KiB).
     (tests/upstream.py keeps what it sent, growing a bytes object per write: too slow for 64 MB.)"""
     server = socket.create_server(("127.0.0.1", 0))
 
@@ -66,9 +66,11 @@ def upstream(bodies: dict[str, bytes]):
             conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
                          b"connection: close\r\n\r\n")
             start = 0
-            while (end := body.find(b"\n\n", start)) >= 0:
-                conn.sendall(b"%x\r\n%s\r\n" % (end + 2 - start, body[start:end + 2]))
-                start = end + 2
+            while start < len(body):  # an event per chunk, or 64 KiB of a longer one
+                end = body.find(b"\n\n", start, start + 65536)
+                end = end + 2 if end >= 0 else min(start + 65536, len(body))
+                conn.sendall(b"%x\r\n%s\r\n" % (end - start, body[start:end]))
+                start = end
             conn.sendall(b"0\r\n\r\n")
 
     def serve() -> None:
