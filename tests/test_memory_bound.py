@@ -205,3 +205,17 @@ def test_show_prints_every_byte_of_text_the_proxy_did_not_keep(tmp_path):
     verify = streamtap_cli("verify", "--json", path)
     block = json.loads(verify.stdout)["turn"]["choices"][0]["blocks"][1]
     assert len(block["text"]) == TEXT_CAP and block["extra"]["text_dropped_chars"] == len(text) - TEXT_CAP
+
+
+def test_an_unmodelled_delta_beside_a_block_grows_in_bounded_memory():
+    """A delta type this version does not model keeps its strings in block.extra, within the text cap."""
+    events = ps.anthropic_events("", "hi", {"city": "Oslo"})
+    extra = [{"type": "content_block_delta", "index": 1, "delta": {"type": "future_delta", "note": "n" * 300}}] * 10
+    events[8:8] = extra  # inside the text block, before its stop
+    body = b"".join(ps._sse(e["type"], e) for e in events)
+    whole = judge(body, "anthropic", text_cap=None).turn.blocks[1]
+    assert whole.extra["note"] == "n" * 3000 and whole.text == "hi"
+    capped = judge(body, "anthropic", text_cap=1000)
+    block = capped.turn.blocks[1]
+    assert block.extra["note"] == "n" * 998 and block.extra["note_dropped_chars"] == 2002
+    assert capped.verdict.kind is VerdictKind.COMPLETE

@@ -256,8 +256,7 @@ class MessageBuilder:
                     if block.kind is BlockKind.OTHER:
                         self.pieces.add(block, value)
                     else:
-                        previous = block.extra.get(key)
-                        block.extra[key] = (previous if isinstance(previous, str) else "") + value
+                        self.pieces.add(block, value, f"extra.{key}")
             if repr(kind) not in self.noted_deltas:
                 self.noted_deltas.add(repr(kind))
                 self.judge.note(f"delta type {kind!r} kept in block extra (index {index})")

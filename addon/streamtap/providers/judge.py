@@ -131,7 +131,7 @@ class Judge:
                 self.text_left = left - size
                 return text
             self.text_left = 0
-        key = DROPPED.get(field, field + "_dropped_chars")
+        key = dropped_key(field)
         block.extra[key] = block.extra.get(key, 0) + size - left
         what, cap = ("tool-call arguments", self.arguments_cap) if field == "arguments_raw" else ("text", self.text_cap)
         self.note(f"{what} beyond {_size(cap)} not kept in memory (block {block.index} on); "
@@ -141,7 +141,7 @@ class Judge:
     def whole(self, block: Block, field: str, final: str) -> bool:
         """Whether ``final`` (a provider's whole value) is what the deltas grew, dropped part included."""
         kept = getattr(block, field) or ""
-        dropped = block.extra.get(DROPPED.get(field, field + "_dropped_chars"), 0)
+        dropped = block.extra.get(dropped_key(field), 0)
         if not dropped:
             return final == kept
         return len(final) == len(kept) + dropped and final.startswith(kept)
@@ -252,6 +252,11 @@ def invalid_arguments(block: Block) -> str:
     return f"tool call {block.name or block.id or block.index} has invalid argument JSON ({block.arguments_error})"
 
 
+def dropped_key(field: str) -> str:
+    """The ``block.extra`` key counting what the turn did not keep of ``field``."""
+    return DROPPED.get(field) or field.removeprefix("extra.") + "_dropped_chars"
+
+
 def arguments_not_kept(block: Block) -> bool:
     return DROPPED["arguments_raw"] in block.extra
 
@@ -290,7 +295,8 @@ def parse_arguments(block: Block, raw: str | None, start_input: Any = None) -> s
 
 
 class Fragments:
-    """One growing field of a block (``text`` or ``arguments_raw``): fragments joined in batches,
+    """One growing field of a block (``text``, ``arguments_raw`` or ``extra.KEY``, a string in
+    ``block.extra``): fragments joined in batches,
     kept up to the judge's cap (``Judge.kept``), written into the block once.
 
     Growing a str attribute with += copies it every time; here every TEXT_BATCH fragments
@@ -331,7 +337,11 @@ class Fragments:
         """Add the kept fragments to the block's field."""
         if self._parts or self._batches:
             block, field = self.block, self.field
-            setattr(block, field, "".join([getattr(block, field) or "", *self._batches, *self._parts]))
+            if field.startswith("extra."):
+                previous = block.extra.get(field[6:])
+                block.extra[field[6:]] = "".join([previous if isinstance(previous, str) else "", *self._batches, *self._parts])
+            else:
+                setattr(block, field, "".join([getattr(block, field) or "", *self._batches, *self._parts]))
             self._batches, self._parts = [], []
 
 
@@ -341,20 +351,19 @@ class Pieces:
 
     def __init__(self, judge: Judge) -> None:
         self._judge = judge
-        self._parts: dict[int, Fragments] = {}  # id(block) -> its fragments
+        self._parts: dict[tuple[int, str], Fragments] = {}  # (id(block), field) -> its fragments
 
-    def add(self, block: Block, text: str) -> None:
-        entry = self._parts.get(id(block))
+    def add(self, block: Block, text: str, field: str = "text") -> None:
+        entry = self._parts.get((id(block), field))
         if entry is None:
-            entry = self._parts[id(block)] = Fragments(self._judge, block)
+            entry = self._parts[(id(block), field)] = Fragments(self._judge, block, field)
         entry.append(text)
 
     def flush(self, block: Block | None = None) -> None:
         """Write the joined text into one block (or into every block)."""
         if block is not None:
-            entry = self._parts.pop(id(block), None)
-            if entry is not None:
-                entry.write()
+            for key in [key for key in self._parts if key[0] == id(block)]:
+                self._parts.pop(key).write()
             return
         for entry in self._parts.values():
             entry.write()
