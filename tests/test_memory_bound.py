@@ -219,3 +219,17 @@ def test_an_unmodelled_delta_beside_a_block_grows_in_bounded_memory():
     block = capped.turn.blocks[1]
     assert block.extra["note"] == "n" * 998 and block.extra["note_dropped_chars"] == 2002
     assert capped.verdict.kind is VerdictKind.COMPLETE
+
+
+def test_citations_per_block_are_kept_up_to_a_bound():
+    from streamtap.providers.judge import MAX_LISTED
+
+    events = ps.anthropic_events("", "hi", {"city": "Oslo"})
+    cite = {"type": "content_block_delta", "index": 1,
+            "delta": {"type": "citations_delta", "citation": {"type": "char_location", "cited_text": "c"}}}
+    events[8:8] = [cite] * (MAX_LISTED + 5)
+    analysis = judge(b"".join(ps._sse(e["type"], e) for e in events), "anthropic")
+    block = analysis.turn.blocks[1]
+    assert len(block.citations) == MAX_LISTED and block.extra["citations_dropped"] == 5
+    assert analysis.verdict.kind is VerdictKind.COMPLETE
+    assert any(f"citations beyond {MAX_LISTED} per block not kept" in n for n in analysis.turn.notes)

@@ -246,7 +246,7 @@ class MessageBuilder:
                 block.signature = value  # replaces: the signature arrives whole
                 return
         elif kind == "citations_delta" and block.kind is BlockKind.TEXT:
-            block.citations.append(delta.get("citation"))
+            self.judge.listed(block, "citations", delta.get("citation"))
             return
         elif kind not in ("text_delta", "input_json_delta", "thinking_delta", "signature_delta", "citations_delta"):
             # a delta this version does not model: keep its string payload, as the text of an

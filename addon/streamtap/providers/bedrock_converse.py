@@ -241,11 +241,11 @@ class ConverseBuilder:
             if self.turn.timing.first_content is None:
                 self.turn.timing.first_content = t
         elif member == "citation" and kind is BlockKind.TEXT:
-            block.citations.append(value)
+            self.judge.listed(block, "citations", value)
         elif member == "toolResult" and "toolResult" in block.extra and isinstance(value, list):
             block.extra["content"].extend(value)
         elif member not in _DELTA_KIND:
-            block.extra.setdefault("deltas", []).append({member: value})
+            self.judge.listed(block, "deltas", {member: value})
             self.judge.note(f"delta member {member!r} kept in block extra (index {index})")
         else:
             self.judge.corrupt(f"{member} delta does not fit a {kind.value} block (index {index})", seq, offset,

@@ -37,6 +37,7 @@ TEXT_BATCH = 64  # text fragments joined at a time while a block grows (bounds t
 TEXT_CAP = 4 * 1024 * 1024  # characters of text, thinking, refusal and 'other' blocks, across the turn
 ARGUMENTS_CAP = 16 * 1024 * 1024  # characters of tool-call arguments, across the turn (parsed for the verdict)
 DROPPED = {"text": "text_dropped_chars", "arguments_raw": "arguments_dropped_chars"}  # block.extra keys
+MAX_LISTED = 4096  # items a block keeps in one list that grows per event (citations, unmodelled deltas)
 MAX_NOTES = 50  # notes kept per turn
 
 END_WORDS = {
@@ -137,6 +138,17 @@ class Judge:
         self.note(f"{what} beyond {_size(cap)} not kept in memory (block {block.index} on); "
                   "the recording holds every byte")
         return text[:left]
+
+    def listed(self, block: Block, name: str, item: Any) -> None:
+        """Add ``item`` to the block's list ``name`` (``citations``, or a list in ``extra``), up to
+        MAX_LISTED items; beyond, they are counted in ``extra[name + "_dropped"]``."""
+        items = block.citations if name == "citations" else block.extra.setdefault(name, [])
+        if len(items) < MAX_LISTED:
+            items.append(item)
+            return
+        block.extra[name + "_dropped"] = block.extra.get(name + "_dropped", 0) + 1
+        self.note(f"{name} beyond {MAX_LISTED} per block not kept in memory (block {block.index} on); "
+                  "the recording holds every byte")
 
     def whole(self, block: Block, field: str, final: str) -> bool:
         """Whether ``final`` (a provider's whole value) is what the deltas grew, dropped part included."""
