@@ -32,7 +32,7 @@ import orjson
 
 from streamtap.wire import WireEvent
 
-from .judge import Fragments, Judge, parse_arguments
+from .judge import TEXT_BATCH, Fragments, Judge, parse_arguments  # noqa: F401  (TEXT_BATCH: read here by tests)
 
 from .turn import Block, BlockKind, Choice, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
