@@ -190,7 +190,7 @@ class Assembler(AssemblerBase):
         if self.reopened(f"output item {index}", "response.output_item.done", event):
             return
         self.close_unit(f"output item {index}", "response.output_item.done", event)
-        self._items[index] = item
+        self._items[index] = {"type": item.get("type")}  # only its type is read later: the item holds the whole text
         self._open_items.discard(index)
         kind = as_str(item.get("type"))
         self._agree(index, item, event, "response.output_item.done")
