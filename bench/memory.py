@@ -38,22 +38,36 @@ def sse(kind: str, payload: dict) -> bytes:
     return f"event: {kind}\ndata: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
 
 
-def answer_parts(megabytes: float, chars: int):
-    """The answer's events, one at a time: start, deltas of ``chars`` characters up to ``megabytes`` MB, stop."""
+def answer_parts(megabytes: float, chars: int, tool: bool = False):
+    """The answer's events, one at a time: start, deltas of ``chars`` characters up to ``megabytes`` MB, stop.
+    With ``tool``, the deltas are the arguments of one tool call (a JSON object with one long string)."""
     yield sse("message_start", {"type": "message_start", "message": {
         "id": "msg_mem", "type": "message", "role": "assistant", "model": "claude-bench", "content": [],
         "stop_reason": None, "usage": {"input_tokens": 1, "output_tokens": 1}}})
-    yield sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
-    delta = sse("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                        "delta": {"type": "text_delta", "text": "lorem ipsum " * (chars // 12) + "x" * (chars % 12)}})
+    filler = "lorem ipsum " * (chars // 12) + "x" * (chars % 12)
+    if tool:
+        yield sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {
+            "type": "tool_use", "id": "toolu_mem", "name": "write_file", "input": {}}})
+        yield sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                          "delta": {"type": "input_json_delta", "partial_json": '{"content": "'}})
+        delta = sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                            "delta": {"type": "input_json_delta", "partial_json": filler}})
+    else:
+        yield sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+        delta = sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                            "delta": {"type": "text_delta", "text": filler}})
     for _ in range(max(1, int(megabytes * 1e6 // len(delta)))):
         yield delta
+    if tool:
+        yield sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                          "delta": {"type": "input_json_delta", "partial_json": '"}'}})
     yield sse("content_block_stop", {"type": "content_block_stop", "index": 0})
-    yield sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}})
+    yield sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use" if tool else "end_turn"},
+                                "usage": {"output_tokens": 9}})
     yield sse("message_stop", {"type": "message_stop"})
 
 
-def upstream_main(port_pipe, chars: int = DELTA_CHARS) -> None:
+def upstream_main(port_pipe, chars: int = DELTA_CHARS, tool: bool = False) -> None:
     """POST /<MB>/v1/messages: an answer of that many MB, one HTTP chunk per event."""
 
     async def handle(reader, writer):
@@ -64,7 +78,7 @@ def upstream_main(port_pipe, chars: int = DELTA_CHARS) -> None:
                            if line.lower().startswith(b"content-length:")), 0)
             await reader.readexactly(length)
             writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-type: text/event-stream\r\n\r\n")
-            for i, event in enumerate(answer_parts(float(path.split("/")[1]), chars)):
+            for i, event in enumerate(answer_parts(float(path.split("/")[1]), chars, tool)):
                 writer.write(b"%x\r\n%s\r\n" % (len(event), event))
                 if i % 16 == 0:
                     await writer.drain()
@@ -120,6 +134,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="8,48,200", help="answer sizes in MB, comma-separated")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--delta-chars", type=int, default=DELTA_CHARS, help="characters of text per event")
+    parser.add_argument("--tool", action="store_true",
+                        help="the answer is one tool call whose arguments are that long (else text)")
     parser.add_argument("--norec", action="store_true", help="streamtap without recording (streamtap_record=false)")
     args = parser.parse_args()
     if not MITMDUMP.exists():
@@ -127,7 +143,7 @@ def main() -> None:
     sizes = [float(s) for s in args.sizes.split(",")]
     tap = "streamtap-norec" if args.norec else "streamtap"
     receive, send = multiprocessing.Pipe(duplex=False)
-    server = multiprocessing.Process(target=upstream_main, args=(send, args.delta_chars), daemon=True)
+    server = multiprocessing.Process(target=upstream_main, args=(send, args.delta_chars, args.tool), daemon=True)
     server.start()
     upstream = receive.recv()
     growth: dict[tuple[str, float], list[float]] = {}

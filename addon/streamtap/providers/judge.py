@@ -35,7 +35,8 @@ TEXT_BATCH = 64  # text fragments joined at a time while a block grows (bounds t
 # What one turn keeps in memory, so that the proxy's memory per stream does not grow with the
 # answer's length. Beyond a cap the characters are counted, not kept: the recording holds every byte.
 TEXT_CAP = 4 * 1024 * 1024  # characters of text, thinking, refusal and 'other' blocks, across the turn
-ARGUMENTS_CAP = 16 * 1024 * 1024  # characters of tool-call arguments, across the turn (parsed for the verdict)
+ARGUMENTS_CAP = 4 * 1024 * 1024  # characters of tool-call arguments, across the turn (kept whole: parsed, then
+# written twice into the end line, raw and parsed, so each kept character costs about five)
 DROPPED = {"text": "text_dropped_chars", "arguments_raw": "arguments_dropped_chars"}  # block.extra keys
 MAX_LISTED = 4096  # items a block keeps in one list that grows per event (citations, unmodelled deltas)
 MAX_NOTES = 50  # notes kept per turn
