@@ -160,7 +160,7 @@ def main() -> None:
                 extra.setdefault(size, []).append(row[tap] - row["bare"])
                 print(f"round {round_ + 1} {size:g} MB: bare +{row['bare']:.1f} MiB, {tap} +{row[tap]:.1f} MiB", flush=True)
     server.terminate()
-    print(f"\npeak RSS growth while one answer of SIZE MB ({args.delta_chars}-character text events) passes, MiB, {args.rounds} rounds")
+    print(f"\npeak RSS growth while one answer of SIZE MB ({args.delta_chars}-character {'tool-argument' if args.tool else 'text'} events) passes, MiB, {args.rounds} rounds")
     for size in sizes:
         print(f"{size:6g} MB  bare      {spread(growth[('bare', size)])}   (peak {spread(peaks[('bare', size)])})")
         print(f"{size:6g} MB  {tap:9} {spread(growth[(tap, size)])}   (peak {spread(peaks[(tap, size)])})")
