@@ -134,7 +134,10 @@ class Judge:
                 return text
             self.text_left = 0
         key = dropped_key(field)
-        block.extra[key] = block.extra.get(key, 0) + size - left
+        dropped = block.extra.get(key)
+        block.extra[key] = (dropped or 0) + size - left
+        if dropped is not None:  # said already for this block
+            return text[:left]
         what, cap = ("tool-call arguments", self.arguments_cap) if field == "arguments_raw" else ("text", self.text_cap)
         self.note(f"{what} beyond {_size(cap)} not kept in memory (block {block.index} on); "
                   "the recording holds every byte")
