@@ -9,7 +9,7 @@ in a fresh process and reads that process's peak RSS (ru_maxrss of the waited ch
 interpreter's streamtap on the same file, interleaved, and prints the ratio within the round.
 Two floors are printed with it: Python importing streamtap, and the reader alone (every line
 read and checked, as verify does, without judging): the rest of verify's peak is the judged
-turn (the answer's text, which the providers' assemblers keep).
+turn (at most TEXT_CAP characters of the answer's text, see providers/judge.py).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import textwrap
 from streamtap.providers import Block, BlockKind, Choice, Turn
 from streamtap.providers.common import dumps
 
-from .verify import Judged, Unjudged, add_input_options, exit_code, judge_inputs, print_json, report_unjudged
+from .verify import SHOW_KEEPS, Judged, Unjudged, add_input_options, exit_code, judge_inputs, print_json, report_unjudged
 
 
 RULE = "─"
@@ -27,7 +27,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Exit 0 when every input was shown (whatever its verdict), 2 when any could not be read."""
     shown, unjudged = 0, False
-    for item in judge_inputs(args):
+    for item in judge_inputs(args, SHOW_KEEPS):  # show prints every byte of text: nothing is dropped
         if isinstance(item, Unjudged):
             report_unjudged("show", item)
             unjudged = True

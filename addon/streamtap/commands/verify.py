@@ -19,6 +19,7 @@ import orjson
 
 from streamtap.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE
 from streamtap.providers import Analysis, Detection, Dialect, StreamEnd, StreamSession, sniff_dialect
+from streamtap.providers.judge import TEXT_CAP
 
 
 PROVIDERS = [d.value for d in Dialect if d is not Dialect.UNKNOWN]
@@ -118,13 +119,21 @@ def input_paths(names: list[str]) -> Iterator[Path | Unjudged]:
             yield path
 
 
-def judge_inputs(args: argparse.Namespace) -> Iterator[Judged | Unjudged]:
+# What a turn keeps in memory while it is judged (see StreamSession): verify needs only the
+# verdict, so it keeps the proxy's text cap but every tool call's arguments (they must parse);
+# show prints the text, so it keeps everything.
+VERIFY_KEEPS = {"text_cap": TEXT_CAP, "arguments_cap": None}
+SHOW_KEEPS = {"text_cap": None, "arguments_cap": None}
+
+
+def judge_inputs(args: argparse.Namespace, keeps: dict[str, int | None] = VERIFY_KEEPS) -> Iterator[Judged | Unjudged]:
     """One result per input file, in order, as each is judged."""
     for item in input_paths(args.files):
-        yield item if isinstance(item, Unjudged) else judge_file(item, args.provider, args.sentinel)
+        yield item if isinstance(item, Unjudged) else judge_file(item, args.provider, args.sentinel, keeps)
 
 
-def judge_file(path: Path, provider: str | None, sentinel: str | None) -> Judged | Unjudged:
+def judge_file(path: Path, provider: str | None, sentinel: str | None,
+               keeps: dict[str, int | None] = VERIFY_KEEPS) -> Judged | Unjudged:
     from streamtap.recording import PARTIAL_SUFFIX, RecordingError, open_recording
 
     try:
@@ -132,8 +141,8 @@ def judge_file(path: Path, provider: str | None, sentinel: str | None) -> Judged
             head = file.read(SNIFF_BYTES)
             first_line = head.split(b"\n", 1)[0]
             if path.name.endswith((PARTIAL_SUFFIX, PARTIAL_SUFFIX + ".zst")) or (head.lstrip().startswith(b"{") and RECORDING_MARK in first_line):
-                return _judge_recording(path, provider, sentinel)
-            return _judge_raw(path, head, file, provider, sentinel)
+                return _judge_recording(path, provider, sentinel, keeps)
+            return _judge_raw(path, head, file, provider, sentinel, keeps)
     except RecordingError as exc:
         message = str(exc).removeprefix(f"{path}: ").removeprefix(str(path) + " ")
         return Unjudged(path, f"cannot read recording: {message}")
@@ -146,7 +155,8 @@ def _recognised(detection: Detection) -> bool:
     return detection != sniff_dialect(b"")
 
 
-def _judge_raw(path: Path, head: bytes, file: BinaryIO, provider: str | None, sentinel: str | None) -> Judged | Unjudged:
+def _judge_raw(path: Path, head: bytes, file: BinaryIO, provider: str | None, sentinel: str | None,
+               keeps: dict[str, int | None]) -> Judged | Unjudged:
     by_name = EXTENSION_WIRE.get(path.suffix.lower())
     detection = sniff_dialect(head)
     if provider:
@@ -159,7 +169,7 @@ def _judge_raw(path: Path, head: bytes, file: BinaryIO, provider: str | None, se
         wire = "sse"
     if not provider and wire != detection.wire:
         how += f"; read as {WIRE_NAMES[wire]}" + (f" (a {path.suffix} file)" if wire == by_name else "")
-    session = StreamSession(dialect, wire, sentinel=sentinel)
+    session = StreamSession(dialect, wire, sentinel=sentinel, **keeps)
     session.feed(head)
     while chunk := file.read(SNIFF_BYTES):
         session.feed(chunk)
@@ -173,7 +183,8 @@ def _judge_raw(path: Path, head: bytes, file: BinaryIO, provider: str | None, se
     return Judged(path, analysis, dialect, how, "raw body")
 
 
-def _judge_recording(path: Path, provider: str | None, sentinel: str | None) -> Judged | Unjudged:
+def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
+                     keeps: dict[str, int | None]) -> Judged | Unjudged:
     """Walk the recording once: check each line against the others and feed its bytes to the
     judge as they come, so memory does not grow with the file."""
     from streamtap.recording import Frame, HeaderCut, NetworkReads, RecordingCheck, RecordingLines
@@ -199,7 +210,7 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None) -> 
         wire = (header.get("wire") or {}).get("format")  # the reader checked the header's types
         status = (header.get("response") or {}).get("status") or 200
         try:
-            session = StreamSession(dialect, wire or None, http_status=status, sentinel=sentinel)
+            session = StreamSession(dialect, wire or None, http_status=status, sentinel=sentinel, **keeps)
         except ValueError as exc:  # a wire format this build does not know
             return Unjudged(path, f"cannot judge recording: {exc}")
         check = RecordingCheck((header.get("wire") or {}).get("content_encoding"))
@@ -213,8 +224,12 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None) -> 
     problems = [lines.problem] if lines.problem else []
     problems += check.finish(lines.end)  # sums, sequence, offsets, counts, hashes
     analysis = session.close(StreamEnd(end.get("stream_end") or "finished"))  # the reader checked the value
-    recorded_kind = (end.get("verdict") or {}).get("kind")
-    if recorded_kind and dialect.value == recorded and recorded_kind != analysis.verdict.kind.value:
+    recorded_verdict = end.get("verdict") or {}
+    recorded_kind = recorded_verdict.get("kind")
+    # the proxy could not parse arguments beyond its cap and said unknown: judging them here is the answer
+    evidence = recorded_verdict.get("evidence")
+    not_kept = isinstance(evidence, dict) and evidence.get("arguments_not_kept") is True
+    if recorded_kind and not not_kept and dialect.value == recorded and recorded_kind != analysis.verdict.kind.value:
         problems.append(f"the recording says {recorded_kind}, judging its bytes again says {analysis.verdict.kind.value}")
     injected = end.get("injected_fault")
     if injected:

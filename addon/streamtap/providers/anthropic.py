@@ -35,7 +35,7 @@ import orjson
 
 from streamtap.wire import SSEEvent, WireEvent
 
-from .judge import Judge, Pieces, as_text, decode_event_json, earlier_outcome, stop_verdict
+from .judge import Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome, stop_verdict
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
 # raw stop_reason -> (verdict, normalized stop reason)
@@ -97,12 +97,12 @@ class MessageBuilder:
         self.message_start: dict[str, Any] | None = None
         self.blocks: dict[int, Block] = {}  # provider index -> block, current message only
         self.open_blocks: set[int] = set()
-        self.fragments: dict[int, list[str]] = {}
+        self.fragments: dict[int, Fragments] = {}  # index -> a tool block's argument fragments
         self.saw_delta = False  # any message_delta for the current message
         self.content_stopped = False  # a message_delta gave the stop reason: the content is closed
         self.outcomes: list[tuple[str | None, int | None, int | None]] = []  # earlier messages' raw stop reasons
         self.noted_deltas: set[Any] = set()
-        self.pieces = Pieces()
+        self.pieces = Pieces(self.judge)
 
     # -- events ---------------------------------------------------------------------------------
     def apply(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
@@ -170,7 +170,7 @@ class MessageBuilder:
         blocks.append(block)
         self.blocks[index] = block
         if block.kind in _TOOLISH and block.arguments_raw is not None:
-            self.fragments[index] = []
+            self.fragments[index] = Fragments(self.judge, block, "arguments_raw")
         return block
 
     def _content_block_start(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
@@ -246,7 +246,7 @@ class MessageBuilder:
                 block.signature = value  # replaces: the signature arrives whole
                 return
         elif kind == "citations_delta" and block.kind is BlockKind.TEXT:
-            block.citations.append(delta.get("citation"))
+            self.judge.listed(block, "citations", delta.get("citation"))
             return
         elif kind not in ("text_delta", "input_json_delta", "thinking_delta", "signature_delta", "citations_delta"):
             # a delta this version does not model: keep its string payload, as the text of an
@@ -256,8 +256,7 @@ class MessageBuilder:
                     if block.kind is BlockKind.OTHER:
                         self.pieces.add(block, value)
                     else:
-                        previous = block.extra.get(key)
-                        block.extra[key] = (previous if isinstance(previous, str) else "") + value
+                        self.pieces.add(block, value, f"extra.{key}")
             if repr(kind) not in self.noted_deltas:
                 self.noted_deltas.add(repr(kind))
                 self.judge.note(f"delta type {kind!r} kept in block extra (index {index})")
@@ -292,7 +291,8 @@ class MessageBuilder:
             except TypeError:
                 block.arguments_raw = None
             return
-        self.judge.close_arguments(block, "".join(self.fragments.pop(index, ())), start_input, seq, offset)
+        fragments = self.fragments.pop(index, None)
+        self.judge.close_arguments(block, fragments.joined() if fragments else "", start_input, seq, offset)
 
     def _message_delta(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         if not self._in_message("message_delta", seq, offset):
@@ -335,7 +335,8 @@ class MessageBuilder:
                 for index in open_indexes:
                     block = self.blocks[index]
                     if block.kind in _TOOLISH:
-                        block.arguments_raw = "".join(self.fragments.get(index, ()))
+                        fragments = self.fragments.get(index)
+                        block.arguments_raw = fragments.joined() if fragments else ""
                         block.extra.pop("start_input", None)
                         block.arguments_error = f"block never closed: the turn was cut by {raw}"
                 self.judge.note(f"blocks {open_indexes} left open by {raw}")

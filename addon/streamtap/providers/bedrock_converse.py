@@ -32,7 +32,7 @@ import orjson
 
 from streamtap.wire import EventStreamMessage, WireEvent
 
-from .judge import Judge, Pieces, as_text, decode_event_json, earlier_outcome, stop_verdict
+from .judge import Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome, stop_verdict
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
 STOP_REASONS: dict[str, tuple[VerdictKind, str]] = {
@@ -101,11 +101,11 @@ class ConverseBuilder:
         self.stopped = False
         self.blocks: dict[int, Block] = {}
         self.open_blocks: set[int] = set()
-        self.fragments: dict[int, list[str]] = {}
+        self.fragments: dict[int, Fragments] = {}  # index -> a tool block's argument fragments
         self.announced: set[int] = set()  # started with an empty start, no delta yet
         self.metadata_seen = False
         self.outcomes: list[tuple[str | None, int | None, int | None]] = []
-        self.pieces = Pieces()
+        self.pieces = Pieces(self.judge)
 
     def apply(self, kind: str, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         handler = self._handlers.get(kind) if isinstance(kind, str) else None
@@ -180,9 +180,9 @@ class ConverseBuilder:
         if isinstance(tool, dict):
             server = tool.get("type") == "server_tool_use"
             extra = {k: v for k, v in tool.items() if k not in ("toolUseId", "name")}
-            self._new_block(index, BlockKind.SERVER_TOOL if server else BlockKind.TOOL_CALL,
-                            id=tool.get("toolUseId"), name=tool.get("name"), arguments_raw="", extra=extra)
-            self.fragments[index] = []
+            block = self._new_block(index, BlockKind.SERVER_TOOL if server else BlockKind.TOOL_CALL,
+                                    id=tool.get("toolUseId"), name=tool.get("name"), arguments_raw="", extra=extra)
+            self.fragments[index] = Fragments(self.judge, block, "arguments_raw")
         elif isinstance(start.get("toolResult"), dict):
             result = start["toolResult"]
             self._new_block(index, BlockKind.SERVER_TOOL, id=result.get("toolUseId"),
@@ -241,11 +241,11 @@ class ConverseBuilder:
             if self.turn.timing.first_content is None:
                 self.turn.timing.first_content = t
         elif member == "citation" and kind is BlockKind.TEXT:
-            block.citations.append(value)
+            self.judge.listed(block, "citations", value)
         elif member == "toolResult" and "toolResult" in block.extra and isinstance(value, list):
             block.extra["content"].extend(value)
         elif member not in _DELTA_KIND:
-            block.extra.setdefault("deltas", []).append({member: value})
+            self.judge.listed(block, "deltas", {member: value})
             self.judge.note(f"delta member {member!r} kept in block extra (index {index})")
         else:
             self.judge.corrupt(f"{member} delta does not fit a {kind.value} block (index {index})", seq, offset,
@@ -272,7 +272,7 @@ class ConverseBuilder:
         block.closed = True
         self.pieces.flush(block)
         if index in self.fragments:
-            self.judge.close_arguments(block, "".join(self.fragments.pop(index)), {}, seq, offset)
+            self.judge.close_arguments(block, self.fragments.pop(index).joined(), {}, seq, offset)
 
     def _message_stop(self, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         if not self._in_message(seq, offset, "messageStop"):
@@ -292,7 +292,7 @@ class ConverseBuilder:
                 for index in open_indexes:
                     if index in self.fragments:
                         block = self.blocks[index]
-                        block.arguments_raw = "".join(self.fragments.pop(index))
+                        block.arguments_raw = self.fragments.pop(index).joined()
                         block.arguments_error = f"block never closed: the turn was cut by {raw}"
                 self.judge.note(f"blocks {open_indexes} left open by {raw}")
             else:

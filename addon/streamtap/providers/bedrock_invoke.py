@@ -90,7 +90,7 @@ class TextFamilyBuilder:
         self.text_key, self.stop_key, self.table = _TEXT_FAMILIES[family]
         self.family = family
         self.block: Block | None = None
-        self.pieces = Pieces()
+        self.pieces = Pieces(self.judge)
         self.terminal = False
 
     def apply(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:

@@ -32,7 +32,7 @@ import orjson
 
 from streamtap.wire import WireEvent
 
-from .judge import TEXT_BATCH, Judge, parse_arguments
+from .judge import TEXT_BATCH, Fragments, Judge, parse_arguments  # noqa: F401  (TEXT_BATCH: read here by tests)
 
 from .turn import Block, BlockKind, Choice, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
@@ -152,11 +152,7 @@ class AssemblerBase:
         self.judge = Judge(self.turn)
         self._stop: tuple[str | None, str] | None = None  # raw, normalized stop reason
         self._keys: dict[tuple[int, Any], Block] = {}  # (choice, key) -> block
-        # the block growing now (see grow) and its fragments not yet in it
-        self._growing: Block | None = None
-        self._growing_field = "text"
-        self._pieces: list[str] = []
-        self._joined: list[str] = []  # every TEXT_BATCH pieces, joined once
+        self._growing: Fragments | None = None  # the block field growing now (see grow), not yet in it
 
     @property
     def last_seq(self) -> int | None:
@@ -261,12 +257,10 @@ class AssemblerBase:
                 blocks = choices[choice].blocks
                 if blocks:
                     block = blocks[-1]
-                    if block is self._growing and block.kind is kind and not block.closed and self._growing_field == "text":
-                        pieces = self._pieces
-                        pieces.append(text)
-                        if len(pieces) >= TEXT_BATCH:
-                            self._joined.append("".join(pieces))
-                            pieces.clear()
+                    growing = self._growing
+                    if growing is not None and block is growing.block and block.kind is kind and not block.closed \
+                            and growing.field == "text":
+                        growing.append(text)
                         if t is not None and self.turn.timing.first_content is None:
                             self.turn.timing.first_content = t
                         return block
@@ -286,33 +280,23 @@ class AssemblerBase:
         return block
 
     def grow(self, block: Block, field: str, text: str) -> None:
-        """Add ``text`` to a block's ``text`` or ``arguments_raw``, joined lazily: a str attribute
-        grown with += is copied whole every time (quadratic in the answer's length)."""
-        if block is not self._growing or field != self._growing_field:
+        """Add ``text`` to a block's ``text`` or ``arguments_raw``, joined lazily (a str attribute
+        grown with += is copied whole every time) and kept up to the turn's cap (``Judge.kept``)."""
+        growing = self._growing
+        if growing is None or block is not growing.block or field != growing.field:
             self.flush_text()
-            self._growing, self._growing_field = block, field
-        pieces = self._pieces
-        pieces.append(text)
-        if len(pieces) >= TEXT_BATCH:
-            self._joined.append("".join(pieces))
-            pieces.clear()
+            growing = self._growing = Fragments(self.judge, block, field)
+        growing.append(text)
 
     def flush_text(self) -> None:
         """Write the fragments ``grow`` holds into their block.
 
         ``judge`` and ``close_blocks`` call it; a dialect that reads ``text`` or ``arguments_raw``
         of a block grown by ``append``/``grow`` before the end must call it first."""
-        block = self._growing
-        if block is None:
-            return
-        self._growing = None
-        if self._joined:
-            self._pieces[:0] = self._joined
-            self._joined = []
-        if self._pieces:
-            field = self._growing_field
-            setattr(block, field, (getattr(block, field) or "") + "".join(self._pieces))
-            self._pieces = []
+        growing = self._growing
+        if growing is not None:
+            self._growing = None
+            growing.write()
 
     def tool_block(self, choice: int, key: Any, *, id: str | None, name: str | None, t: float | None) -> Block:
         self.content(t)

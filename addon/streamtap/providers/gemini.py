@@ -133,7 +133,7 @@ class Assembler(AssemblerBase):
                 self._part(index, part, event, t)
         for citation in as_list(as_dict(candidate.get("citationMetadata")).get("citations")):
             if choice.blocks:
-                choice.blocks[-1].citations.append(citation)
+                self.judge.listed(choice.blocks[-1], "citations", citation)
         if candidate.get("finishReason"):
             self._finish[index] = str(candidate["finishReason"])
             choice.stop_reason = self._finish[index]
@@ -162,7 +162,7 @@ class Assembler(AssemblerBase):
             if block.signature is None:
                 block.signature = signature
             else:
-                block.extra.setdefault("signatures", []).append(signature)
+                self.judge.listed(block, "signatures", signature)
 
     def _function_call(self, index: int, call: dict[str, Any], event: WireEvent, t: float | None) -> Block | None:
         streaming = self._streaming_call.get(index)

@@ -22,6 +22,7 @@ stream is truncated) and the sentinel.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import orjson
@@ -31,6 +32,13 @@ from streamtap.wire import IncrementalJSON, WireEvent
 from .turn import Block, BlockKind, Turn, StreamEnd, Verdict, VerdictKind
 
 TEXT_BATCH = 64  # text fragments joined at a time while a block grows (bounds the objects held)
+# What one turn keeps in memory, so that the proxy's memory per stream does not grow with the
+# answer's length. Beyond a cap the characters are counted, not kept: the recording holds every byte.
+TEXT_CAP = 4 * 1024 * 1024  # characters of text, thinking, refusal and 'other' blocks, across the turn
+ARGUMENTS_CAP = 4 * 1024 * 1024  # characters of tool-call arguments, across the turn (kept whole: parsed, then
+# written twice into the end line, raw and parsed, so each kept character costs about five)
+DROPPED = {"text": "text_dropped_chars", "arguments_raw": "arguments_dropped_chars"}  # block.extra keys
+MAX_LISTED = 4096  # items a block keeps in one list that grows per event (citations, unmodelled deltas)
 MAX_NOTES = 50  # notes kept per turn
 
 END_WORDS = {
@@ -54,8 +62,9 @@ CUTTING_KINDS = (VerdictKind.STOPPED_BY_LIMIT, VerdictKind.FILTERED, VerdictKind
 class Judge:
     """Collects what decides a verdict while events arrive; gives the verdict at the end."""
 
-    def __init__(self, turn: Turn) -> None:
+    def __init__(self, turn: Turn, text_cap: int | None = TEXT_CAP, arguments_cap: int | None = ARGUMENTS_CAP) -> None:
         self.turn = turn
+        self.limit(text_cap, arguments_cap)
         self.problem: Verdict | None = None  # the first corruption
         self.error_at: tuple[int | None, int | None] | None = None  # the first in-band error
         self.error_reason: str | None = None
@@ -100,6 +109,59 @@ class Judge:
         if self.terminal_at is None:
             self.terminal_at, self.terminal_name = (seq, offset), name
 
+    # -- what the turn keeps in memory -------------------------------------------------
+    def limit(self, text_cap: int | None, arguments_cap: int | None) -> None:
+        """Keep at most ``text_cap`` characters of text and ``arguments_cap`` of tool-call arguments
+        in this turn (None: everything). Set before the first event."""
+        self.text_cap, self.arguments_cap = text_cap, arguments_cap
+        self.text_left = sys.maxsize if text_cap is None else text_cap
+        self.arguments_left = sys.maxsize if arguments_cap is None else arguments_cap
+
+    def kept(self, block: Block, field: str, text: str) -> str:
+        """The part of ``text`` (growing ``block.text`` or ``block.arguments_raw``) the turn keeps;
+        what is beyond the cap is counted in ``block.extra`` and said once in a note."""
+        size = len(text)
+        if field == "arguments_raw":
+            left = self.arguments_left
+            if size <= left:
+                self.arguments_left = left - size
+                return text
+            self.arguments_left = 0
+        else:
+            left = self.text_left
+            if size <= left:
+                self.text_left = left - size
+                return text
+            self.text_left = 0
+        key = dropped_key(field)
+        dropped = block.extra.get(key)
+        block.extra[key] = (dropped or 0) + size - left
+        if dropped is not None:  # said already for this block
+            return text[:left]
+        what, cap = ("tool-call arguments", self.arguments_cap) if field == "arguments_raw" else ("text", self.text_cap)
+        self.note(f"{what} beyond {_size(cap)} not kept in memory (block {block.index} on); "
+                  "the recording holds every byte")
+        return text[:left]
+
+    def listed(self, block: Block, name: str, item: Any) -> None:
+        """Add ``item`` to the block's list ``name`` (``citations``, or a list in ``extra``), up to
+        MAX_LISTED items; beyond, they are counted in ``extra[name + "_dropped"]``."""
+        items = block.citations if name == "citations" else block.extra.setdefault(name, [])
+        if len(items) < MAX_LISTED:
+            items.append(item)
+            return
+        block.extra[name + "_dropped"] = block.extra.get(name + "_dropped", 0) + 1
+        self.note(f"{name} beyond {MAX_LISTED} per block not kept in memory (block {block.index} on); "
+                  "the recording holds every byte")
+
+    def whole(self, block: Block, field: str, final: str) -> bool:
+        """Whether ``final`` (a provider's whole value) is what the deltas grew, dropped part included."""
+        kept = getattr(block, field) or ""
+        dropped = block.extra.get(dropped_key(field), 0)
+        if not dropped:
+            return final == kept
+        return len(final) == len(kept) + dropped and final.startswith(kept)
+
     # -- closed units: the general rule -----------------------------------------------
     def close(self, unit: str, by: str, seq: int | None, offset: int | None) -> None:
         """The provider closed ``unit`` (e.g. "block 2", "choice 0", "output item 1") with event ``by``."""
@@ -127,7 +189,7 @@ class Judge:
 
     def close_arguments(self, block: Block, raw: str, start_input: Any, seq: int | None, offset: int | None) -> None:
         """The provider stopped a tool block: its joined arguments must parse, else the stream is corrupt."""
-        if parse_arguments(block, raw, start_input) is not None:
+        if parse_arguments(block, raw, start_input) is not None and not arguments_not_kept(block):
             self.corrupt(invalid_arguments(block), seq, offset, block=block.index, tool=block.name,
                          arguments_raw=raw[:200])
 
@@ -158,12 +220,27 @@ class Judge:
         evidence.setdefault("stop_reason", raw)
         if raw is None:
             return Verdict(VerdictKind.UNKNOWN, f"{terminal} arrived without a stop reason", seq, offset, evidence)
+        unparsed = self.unparsed_tool_call() if kind is VerdictKind.COMPLETE else None
+        if unparsed is not None:
+            evidence["arguments_not_kept"] = True
+            return Verdict(VerdictKind.UNKNOWN, unparsed, seq, offset, evidence)
         cut = self.cut_tool_calls(kind, seq, offset)
         if isinstance(cut, Verdict):
             return cut
         if cut:
             evidence["cut_tool_calls"] = cut
         return Verdict(kind, f"{FINISHED_WORDS[kind]}: {terminal} after stop reason {raw}", seq, offset, evidence)
+
+    def unparsed_tool_call(self) -> str | None:
+        """Why the verdict cannot be complete: a tool call longer than the cap was not parsed."""
+        for choice in self.turn.choices:
+            for block in choice.blocks:
+                if block.kind is BlockKind.TOOL_CALL and arguments_not_kept(block):
+                    size = len(block.arguments_raw or "") + block.extra[DROPPED["arguments_raw"]]
+                    return (f"{FINISHED_WORDS[VerdictKind.COMPLETE]}, but tool call {block.name or block.id or block.index} "
+                            f"has {size} characters of arguments, beyond the {_size(self.arguments_cap)} kept in memory, "
+                            "so they were not parsed: run `streamtap verify` on the recording to judge them")
+        return None
 
     def cut_tool_calls(self, kind: VerdictKind, seq: int | None, offset: int | None) -> Verdict | list[list[int]]:
         """Tool calls whose arguments do not parse: corrupt after a normal stop, else cut by the stop."""
@@ -191,12 +268,32 @@ def invalid_arguments(block: Block) -> str:
     return f"tool call {block.name or block.id or block.index} has invalid argument JSON ({block.arguments_error})"
 
 
+def dropped_key(field: str) -> str:
+    """The ``block.extra`` key counting what the turn did not keep of ``field``."""
+    return DROPPED.get(field) or field.removeprefix("extra.") + "_dropped_chars"
+
+
+def arguments_not_kept(block: Block) -> bool:
+    return DROPPED["arguments_raw"] in block.extra
+
+
+def _size(cap: int | None) -> str:
+    if cap is None:
+        return "no limit"
+    return f"{cap // (1024 * 1024)} MiB" if cap % (1024 * 1024) == 0 else f"{cap} characters"
+
+
 def parse_arguments(block: Block, raw: str | None, start_input: Any = None) -> str | None:
     """Parse a finished tool call's joined argument fragments into ``block.arguments``.
 
     Empty arguments mean the start input (normally ``{}``): providers send no fragment for
-    a tool without parameters. Returns the parse error (also kept in ``arguments_error``)."""
+    a tool without parameters. Returns the parse error (also kept in ``arguments_error``).
+    Arguments longer than the judge's cap are not parsed (only their start was kept): the
+    verdict says so (``Judge.unparsed_tool_call``)."""
     block.arguments_raw = raw
+    if arguments_not_kept(block):
+        block.arguments = block.arguments_error = None
+        return None
     if raw is None or not raw.strip():
         block.arguments = start_input if isinstance(start_input, dict) else {}
         block.arguments_error = None
@@ -213,34 +310,80 @@ def parse_arguments(block: Block, raw: str | None, start_input: Any = None) -> s
     return None
 
 
+class Fragments:
+    """One growing field of a block (``text``, ``arguments_raw`` or ``extra.KEY``, a string in
+    ``block.extra``): fragments joined in batches,
+    kept up to the judge's cap (``Judge.kept``), written into the block once.
+
+    Growing a str attribute with += copies it every time; here every TEXT_BATCH fragments
+    are joined on the way, so a long block holds a few strings rather than one per event,
+    and writing joins once (no transient copy larger than what the turn keeps)."""
+
+    __slots__ = ("block", "field", "_judge", "_parts", "_batches")
+
+    def __init__(self, judge: Judge, block: Block, field: str = "text") -> None:
+        self.block, self.field, self._judge = block, field, judge
+        self._parts: list[str] = []
+        self._batches: list[str] = []
+
+    def append(self, text: str) -> None:
+        judge = self._judge
+        left = judge.arguments_left if self.field == "arguments_raw" else judge.text_left
+        if len(text) > left:
+            text = judge.kept(self.block, self.field, text)
+            if not text:
+                return
+        elif self.field == "arguments_raw":
+            judge.arguments_left = left - len(text)
+        else:
+            judge.text_left = left - len(text)
+        parts = self._parts
+        parts.append(text)
+        if len(parts) >= TEXT_BATCH:
+            self._batches.append("".join(parts))
+            parts.clear()
+
+    def joined(self) -> str:
+        """Every kept fragment, joined (and forgotten here)."""
+        text = "".join([*self._batches, *self._parts])
+        self._batches, self._parts = [], []
+        return text
+
+    def write(self) -> None:
+        """Add the kept fragments to the block's field."""
+        if self._parts or self._batches:
+            block, field = self.block, self.field
+            if field.startswith("extra."):
+                previous = block.extra.get(field[6:])
+                block.extra[field[6:]] = "".join([previous if isinstance(previous, str) else "", *self._batches, *self._parts])
+            else:
+                setattr(block, field, "".join([getattr(block, field) or "", *self._batches, *self._parts]))
+            self._batches, self._parts = [], []
+
+
 class Pieces:
-    """Text fragments per block, joined once: growing a str attribute with += copies it every time.
+    """The growing text of several blocks at once (``Fragments`` per block), for dialects that
+    name their blocks and interleave them."""
 
-    Every TEXT_BATCH fragments of a block are joined on the way, so a long block holds a
-    few strings rather than one object per event."""
+    def __init__(self, judge: Judge) -> None:
+        self._judge = judge
+        self._parts: dict[tuple[int, str], Fragments] = {}  # (id(block), field) -> its fragments
 
-    def __init__(self) -> None:
-        self._parts: dict[int, tuple[Block, list[str], list[str]]] = {}  # id -> block, fragments, joined batches
-
-    def add(self, block: Block, text: str) -> None:
-        entry = self._parts.get(id(block))
+    def add(self, block: Block, text: str, field: str = "text") -> None:
+        entry = self._parts.get((id(block), field))
         if entry is None:
-            self._parts[id(block)] = (block, [text], [])
-            return
-        fragments = entry[1]
-        fragments.append(text)
-        if len(fragments) >= TEXT_BATCH:
-            entry[2].append("".join(fragments))
-            fragments.clear()
+            entry = self._parts[(id(block), field)] = Fragments(self._judge, block, field)
+        entry.append(text)
 
     def flush(self, block: Block | None = None) -> None:
         """Write the joined text into one block (or into every block)."""
-        entries = [self._parts.pop(id(block), None)] if block is not None else list(self._parts.values())
-        if block is None:
-            self._parts.clear()
-        for entry in entries:
-            if entry is not None:
-                entry[0].text += "".join(entry[2]) + "".join(entry[1])
+        if block is not None:
+            for key in [key for key in self._parts if key[0] == id(block)]:
+                self._parts.pop(key).write()
+            return
+        for entry in self._parts.values():
+            entry.write()
+        self._parts.clear()
 
 
 def as_text(value: Any) -> str | None:

@@ -190,7 +190,7 @@ class Assembler(AssemblerBase):
         if self.reopened(f"output item {index}", "response.output_item.done", event):
             return
         self.close_unit(f"output item {index}", "response.output_item.done", event)
-        self._items[index] = item
+        self._items[index] = {"type": item.get("type")}  # only its type is read later: the item holds the whole text
         self._open_items.discard(index)
         kind = as_str(item.get("type"))
         self._agree(index, item, event, "response.output_item.done")
@@ -298,10 +298,10 @@ class Assembler(AssemblerBase):
                     self.note(f"output item {index} part {key[1]} {key[2]} came only with {source}")
                 continue
             ours = getattr(block, field) or ""
-            if ours == final:
+            if self.judge.whole(block, field, final):
                 continue
             if not ours:
-                setattr(block, field, final)
+                setattr(block, field, self.judge.kept(block, field, final))
                 continue
             at = _common_prefix(ours, final)
             byte = len(ours[:at].encode("utf-8", "surrogatepass"))
@@ -365,7 +365,7 @@ class Assembler(AssemblerBase):
             return
         block = self._part(obj, event, kind, sub)
         self.close_unit(text_unit, str(obj.get("type")), event)
-        if block is None or not isinstance(obj.get(field), str) or obj[field] == block.text:
+        if block is None or not isinstance(obj.get(field), str) or self.judge.whole(block, "text", obj[field]):
             return
         if block.text:
             at = _common_prefix(block.text, obj[field])
@@ -373,7 +373,7 @@ class Assembler(AssemblerBase):
             self.corrupt(f"the deltas disagree with {obj.get('type')} at block {block.index}, byte {byte}", event,
                          block=block.index, byte=byte)
         else:  # some compatible servers send only the .done
-            block.text = obj[field]
+            block.text = self.judge.kept(block, "text", obj[field])
 
     def _on_response_output_text_delta(self, obj, event, t):
         self._delta(obj, event, t, BlockKind.TEXT)
@@ -447,14 +447,14 @@ class Assembler(AssemblerBase):
         self.close_unit(f"arguments of output item {self._item_of(obj)}", str(obj.get("type")), event)
         if block is not None:
             final = obj.get("arguments")
-            if isinstance(final, str) and final != block.arguments_raw:
+            if isinstance(final, str) and not self.judge.whole(block, "arguments_raw", final):
                 if block.arguments_raw:
                     at = _common_prefix(block.arguments_raw, final)
                     byte = len(block.arguments_raw[:at].encode("utf-8", "surrogatepass"))
                     self.corrupt(f"the deltas disagree with function_call_arguments.done at block {block.index}, "
                                  f"byte {byte}", event, block=block.index, byte=byte, tool=block.name)
                 else:  # no deltas at all (LM Studio): the .done carries the arguments
-                    block.arguments_raw = final
+                    block.arguments_raw = self.judge.kept(block, "arguments_raw", final)
             self._close_call(block)
 
     _on_response_custom_tool_call_input_delta = _on_response_function_call_arguments_delta
@@ -463,7 +463,7 @@ class Assembler(AssemblerBase):
         self.flush_text()
         block = self._call(obj, event)
         if block is not None:
-            if isinstance(obj.get("input"), str) and obj["input"] != block.arguments_raw:
+            if isinstance(obj.get("input"), str) and not self.judge.whole(block, "arguments_raw", obj["input"]):
                 self.corrupt("custom_tool_call_input.done differs from the streamed deltas", event)
             self._close_call(block)
 

@@ -30,7 +30,7 @@ from streamtap.wire import (
 )
 
 from .common import error_message, loads, one_line
-from .judge import END_WORDS
+from .judge import ARGUMENTS_CAP, END_WORDS, TEXT_CAP
 from .turn import Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 DEFAULT_WIRE = {
@@ -104,7 +104,12 @@ class StreamSession:
         sentinel: str | None = None,
         max_event_size: int = DEFAULT_MAX_EVENT,
         keep_arrivals: bool = True,
+        text_cap: int | None = TEXT_CAP,
+        arguments_cap: int | None = ARGUMENTS_CAP,
     ) -> None:
+        """``text_cap`` and ``arguments_cap`` bound the characters of text and of tool-call arguments
+        the turn keeps (None: all of them), so memory does not grow with the answer; beyond them the
+        turn notes what it dropped and a tool call not kept whole is not judged ``complete``."""
         self.dialect = Dialect(dialect)
         self.wire = wire or DEFAULT_WIRE[self.dialect]
         if self.wire not in _DECODERS:
@@ -113,6 +118,9 @@ class StreamSession:
         self.sentinel = sentinel
         self._decoder = _DECODERS[self.wire](max_event_size=max_event_size)
         self._assembler = make_assembler(self.dialect, self.wire)
+        judge = getattr(self._assembler, "judge", None)
+        if judge is not None:
+            judge.limit(text_cap, arguments_cap)
         self._bytes = 0
         self._events = 0
         self._first_byte: float | None = None
