@@ -13,6 +13,7 @@ import logging
 import time
 import zlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from math import floor as _floor
 from pathlib import Path
 from typing import Any
@@ -134,12 +135,58 @@ def _ms(seconds: float) -> float:
     return _floor(seconds * 1e6 + 0.5) / 1000
 
 
+@dataclass
+class FlowSpec:
+    """What streamtap needs of a flow to tap it, taken on the proxy side once, when its response
+    headers arrive: it crosses to a worker process, so it holds no mitmproxy objects."""
+
+    flow_id: str
+    started: float  # wall clock when the tap started
+    status: int
+    encoding: str | None
+    sentinel: str | None
+    detection: Any = None  # providers.Detection, None when detection failed
+    header: dict[str, Any] | None = None  # the recording's header, None when it could not be made
+    errors: list[tuple[str, str]] = field(default_factory=list)  # (part, message) of what failed here
+
+    @classmethod
+    def of(cls, flow: http.HTTPFlow, sentinel: str | None) -> FlowSpec:
+        response = flow.response
+        assert response is not None
+        spec = cls(flow.id, time.time(), response.status_code, response.headers.get("content-encoding"), sentinel)
+        try:
+            spec.detection = detect_dialect(request_info(flow), response.headers.get("content-type"))
+        except Exception as exc:
+            spec.errors.append(("analysis", _described(exc)))
+        detection = spec.detection
+        try:
+            spec.header = flow_header(
+                flow,
+                started=spec.started,
+                dialect=detection.dialect.value if detection else "unknown",
+                why=detection.why if detection else None,
+                wire_format=detection.wire if detection else None,
+                content_encoding=spec.encoding or None,
+                sentinel=sentinel,
+            )
+        except Exception as exc:
+            spec.errors.append(("recording", _described(exc)))
+        return spec
+
+
+def _described(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
 class FlowTap:
-    """Everything streamtap does for one response stream. Its methods never raise."""
+    """Everything streamtap does for one response stream. Its methods never raise.
+
+    It runs in the proxy (``streamtap_workers=0``, or hooks called without an event loop) or in
+    an analysis worker (``mitm/worker.py``), fed the same reads with the same arrival times."""
 
     def __init__(
         self,
-        flow: http.HTTPFlow,
+        flow: http.HTTPFlow | FlowSpec,
         *,
         directory: str,
         fsync: str,
@@ -149,15 +196,17 @@ class FlowTap:
         max_event_size: int,
         record: bool,
         compress: str = "none",
+        t0: float | None = None,
     ) -> None:
-        self.flow_id = flow.id
-        self.t0 = time.monotonic()
-        self.started = time.time()
+        spec = flow if isinstance(flow, FlowSpec) else FlowSpec.of(flow, sentinel)
+        self.flow_id = spec.flow_id
+        self.t0 = time.monotonic() if t0 is None else t0
+        self.started = spec.started
         self.errors: list[str] = []
         self.session: StreamSession | None = None
         self.writer: RecordingWriter | None = None
         self.decoder = None
-        self.detection = None
+        self.detection = spec.detection
         self.recording_path: Path | None = None
         self.directory = directory
         self.finished = False
@@ -171,49 +220,58 @@ class FlowTap:
         # they can still be recorded if analysis fails; only kept while recording
         self.unframed = bytearray()
         self.unframed_start = 0
-        response = flow.response
-        assert response is not None
-        self.status = response.status_code
-        self.encoding = response.headers.get("content-encoding")
+        self.status = spec.status
+        self.encoding = spec.encoding
+        for part, message in spec.errors:
+            if part == "analysis":
+                self._failed(part, message)
         try:
-            self.detection = detect_dialect(request_info(flow), response.headers.get("content-type"))
-            self.decoder = content_decoder(self.encoding)
-            self.session = StreamSession(
-                self.detection.dialect,
-                self.detection.wire,
-                http_status=self.status,
-                sentinel=sentinel,
-                max_event_size=max_event_size,
-                keep_arrivals=False,  # each frame's time is in the recording; a list would grow per event
-            )
+            if self.detection is not None:
+                self.decoder = content_decoder(self.encoding)
+                self.session = StreamSession(
+                    self.detection.dialect,
+                    self.detection.wire,
+                    http_status=self.status,
+                    sentinel=sentinel,
+                    max_event_size=max_event_size,
+                    keep_arrivals=False,  # each frame's time is in the recording; a list would grow per event
+                )
         except Exception as exc:
             self.fail("analysis", exc)
         self.provider = self.detection.dialect.value if self.detection else "unknown"
         self.sentinel = sentinel
         if record:
+            header_failed = [message for part, message in spec.errors if part == "recording"]
             try:
                 self.writer = RecordingWriter.create(
                     directory,
                     started=self.started,
                     provider=self.provider,
-                    flow_id=flow.id,
+                    flow_id=self.flow_id,
                     fsync=fsync,
                     redact=redact,
                     redact_allow=redact_allow,
                     encoded=bool(self.decoder) or (self.encoding not in (None, "", "identity")),
                     compress=compress,
                 )
-                self.writer.header(self._header(flow))
-                for note in self.errors:
-                    self.writer.note("streamtap_error", note)
-                self.writer.flush()
+                if not header_failed:
+                    assert spec.header is not None
+                    self.writer.header(spec.header)
+                    for note in self.errors:
+                        self.writer.note("streamtap_error", note)
+                    self.writer.flush()
             except Exception as exc:
                 self.fail("recording", exc)
+            for message in header_failed:
+                self._failed("recording", message)
 
     # the errors ---------------------------------------------------------------------
     def fail(self, part: str, exc: BaseException) -> None:
         """Switch off the failed part for this flow; log the first failure only."""
-        message = f"{part}: {type(exc).__name__}: {exc}"
+        self._failed(part, _described(exc))
+
+    def _failed(self, part: str, what: str) -> None:
+        message = f"{part}: {what}"
         if not self.errors:
             log.warning(f"streamtap: flow {self.flow_id[:8]}: {message}; traffic passes on untouched")
         self.errors.append(message)
@@ -233,19 +291,6 @@ class FlowTap:
                 except Exception as write_exc:
                     self.fail("recording", write_exc)
 
-    def _header(self, flow: http.HTTPFlow) -> dict[str, Any]:
-        assert flow.response is not None
-        detection = self.detection
-        return flow_header(
-            flow,
-            started=self.started,
-            dialect=self.provider,
-            why=detection.why if detection else None,
-            wire_format=detection.wire if detection else None,
-            content_encoding=self.encoding or None,
-            sentinel=self.sentinel,
-        )
-
     # the bytes ----------------------------------------------------------------------
     def arrived(self, data: bytes, loop) -> None:
         """A chunk is on its way to the client: note its arrival, analyse it right after.
@@ -263,6 +308,22 @@ class FlowTap:
         elif not self.scheduled:
             self.scheduled = True
             loop.call_soon(self.catch_up)
+
+    def take(self, chunks: list[bytes], times: list[float]) -> None:
+        """Reads that arrived earlier (``times`` since ``t0``), analysed now: a worker's entry."""
+        if self.finished:
+            return
+        self.backlog += chunks
+        self.backlog_times += times
+        self.catch_up()
+
+    def lost_from(self, offset: int, why: str) -> None:
+        """The bytes from wire byte ``offset`` on will not arrive: analysis stops, the recording says so."""
+        if self.finished or self.session is None:
+            return
+        self.catch_up()
+        self._failed("analysis", f"{why} at byte {offset}")
+        self._record_raw(b"", _ms(time.monotonic() - self.t0))
 
     def catch_up(self) -> None:
         self.scheduled = False
@@ -438,14 +499,17 @@ class FlowTap:
         self.unframed_start = writer.offset if self.writer is not None else self.unframed_start
 
     # the end ------------------------------------------------------------------------
-    def finish(self, end: StreamEnd, error: str | None = None, injected_fault: str | None = None) -> dict[str, Any]:
+    def finish(
+        self, end: StreamEnd, error: str | None = None, injected_fault: str | None = None, t: float | None = None
+    ) -> dict[str, Any]:
         """Judge and close; returns the summary the addon logs and marks the flow with.
 
         ``injected_fault``: the faults streamtap itself put into this answer; the recording,
         the verdict's evidence and the summary name them."""
         self.catch_up()
         self.finished = True
-        t = time.monotonic() - self.t0
+        if t is None:
+            t = time.monotonic() - self.t0
         if self.decoder is not None:
             self._take_body(b"", t, final=True)
         summary: dict[str, Any] = {
