@@ -30,7 +30,7 @@ log = logging.getLogger("streamtap")
 
 MAX_IN_FLIGHT = 16 * 1024 * 1024  # bytes per worker handed on and not yet analysed
 VERDICT_WAIT = 60.0  # seconds after a flow's end before its verdict is given up on
-DELAY_ENV = "STREAMTAP_TEST_WORKER_DELAY"  # tests only: seconds a worker sleeps per batch (a slow worker)
+STALL_ENV = "STREAMTAP_TEST_WORKER_STALL"  # tests only: a path; at its first reads a worker stalls while it exists
 FELL_BEHIND = "analysis fell behind"
 
 # operations, proxy -> worker (tuples: the cheapest thing to pickle)
@@ -66,7 +66,7 @@ def serve(inbox, outbox) -> None:
     log.addHandler(forward)
     log.setLevel(logging.INFO)
     log.propagate = False
-    delay = float(os.environ.get(DELAY_ENV) or 0)
+    stall = os.environ.get(STALL_ENV)
     taps: dict[str, FlowTap] = {}
     outbox.send((0, [(OPENED, None, os.getpid())], []))
     while True:
@@ -78,8 +78,10 @@ def serve(inbox, outbox) -> None:
             batch = inbox.recv()
         except (EOFError, OSError):  # the proxy is gone
             batch = [(STOP,)]
-        if delay:
-            time.sleep(delay)
+        if stall and any(op[0] == DATA for op in batch):
+            while os.path.exists(stall):
+                time.sleep(0.05)
+            stall = None
         consumed, results = 0, []
         for op in batch:
             kind = op[0]
