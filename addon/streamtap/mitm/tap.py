@@ -324,11 +324,20 @@ class FlowTap:
 
     def lost_from(self, offset: int, why: str) -> None:
         """The bytes from wire byte ``offset`` on will not arrive: analysis stops, the recording says so."""
-        if self.finished or self.session is None:
+        if self.finished:
             return
         self.catch_up()
-        self._failed("analysis", f"{why} at byte {offset}")
-        self._record_raw(b"", _ms(time.monotonic() - self.t0))
+        message = f"{why} at byte {offset}"
+        if self.session is not None:
+            self._failed("analysis", message)
+            self._record_raw(b"", _ms(time.monotonic() - self.t0))
+        else:  # analysis had already stopped; the recording still says where its bytes end
+            self.errors.append(f"analysis: {message}")
+            if self.writer is not None:
+                try:
+                    self.writer.note("streamtap_error", f"analysis: {message}")
+                except Exception as exc:
+                    self.fail("recording", exc)
 
     def catch_up(self) -> None:
         self.scheduled = False

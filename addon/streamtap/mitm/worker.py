@@ -98,7 +98,7 @@ def serve(inbox, outbox) -> None:
                 elif kind == BEHIND:
                     tap = taps.get(op[1])
                     if tap is not None:
-                        tap.lost_from(op[2], FELL_BEHIND)
+                        tap.lost_from(op[2], op[3])
                 elif kind == FINISH:
                     _, flow_id, end, error, fault, t = op
                     tap = taps.pop(flow_id, None)
@@ -135,6 +135,7 @@ class RemoteFlow:
     seen: int = 0  # wire bytes forwarded to the client
     queued: bool = False  # in the list of flows with reads to send
     dropped: str | None = None  # why its later bytes are not analysed
+    opened: bool = False  # handed to its worker
     recording: str | None = None  # the partial recording's path, once the worker said
     generation: int = 0  # of the worker process it was handed to
     ended: float | None = None  # when the proxy saw its end
@@ -228,7 +229,12 @@ class Workers:
         provider = spec.detection.dialect.value if spec.detection else "unknown"
         remote = RemoteFlow(spec.flow_id, shard, time.monotonic(), provider, generation=self.generations[shard])
         self.flows[remote.flow_id] = remote
-        self._op(shard, (OPEN, spec, settings, remote.t0))
+        process = self.processes[shard]
+        if not process.alive or process.in_flight > MAX_IN_FLIGHT:  # a worker that is behind gets no new flows
+            remote.dropped = f"{FELL_BEHIND} at byte 0 (its worker was busy)"
+        else:
+            remote.opened = True
+            self._op(shard, (OPEN, spec, settings, remote.t0))
         return remote
 
     def arrived(self, remote: RemoteFlow, data: bytes) -> None:
@@ -251,8 +257,11 @@ class Workers:
         remote.ended = time.monotonic()
         remote.end, remote.fault = end, fault
         t = remote.ended - remote.t0
-        if remote.dropped is not None and remote.dropped != FELL_BEHIND:
+        if remote.dropped is not None and remote.dropped != FELL_BEHIND:  # no verdict will come
             self.flows.pop(remote.flow_id, None)
+            if remote.opened and remote.generation == self.generations[remote.shard]:  # the worker closes its recording
+                self._op(remote.shard, (BEHIND, remote.flow_id, remote.sent, remote.dropped))
+                self._op(remote.shard, (FINISH, remote.flow_id, end, error, fault, t))
             self.lost(remote, remote.dropped)
             return
         if remote.queued:
@@ -284,7 +293,7 @@ class Workers:
         if process.in_flight + size > MAX_IN_FLIGHT:
             # the worker is behind: this flow's analysis stops here rather than the proxy's memory growing
             remote.dropped = FELL_BEHIND
-            self._op(remote.shard, (BEHIND, remote.flow_id, remote.sent))
+            self._op(remote.shard, (BEHIND, remote.flow_id, remote.sent, FELL_BEHIND))
             log.warning(f"streamtap: flow {remote.flow_id[:8]}: {FELL_BEHIND} at byte {remote.sent}; traffic passes on untouched")
             return
         process.in_flight += size
@@ -329,7 +338,10 @@ class Workers:
             f"(exit code {process.process.exitcode}); restarting it; {len(held)} flow(s) lose their analysis"
         )
         self.ops[index] = []  # meant for the dead process
-        self.processes[index] = self._start(index)
+        try:
+            self.processes[index] = self._start(index)
+        except Exception as exc:  # its flows go unanalysed; the traffic does not notice
+            log.error(f"streamtap: cannot restart analysis worker {index}: {type(exc).__name__}: {exc}")
         for remote in held:
             remote.dropped = f"streamtap's analysis worker died at byte {remote.sent}"
             remote.chunks, remote.times = [], []
