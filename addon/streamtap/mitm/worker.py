@@ -18,7 +18,8 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-import queue
+import pickle
+import struct
 import threading
 import time
 import zlib
@@ -29,6 +30,7 @@ from typing import Any
 log = logging.getLogger("streamtap")
 
 MAX_IN_FLIGHT = 16 * 1024 * 1024  # bytes per worker handed on and not yet analysed
+ACK_EVERY = 1024 * 1024  # a worker reports the bytes it analysed at least this often (and when idle)
 VERDICT_WAIT = 60.0  # seconds after a flow's end before its verdict is given up on
 STALL_ENV = "STREAMTAP_TEST_WORKER_STALL"  # tests only: a path; at its first reads a worker stalls while it exists
 FELL_BEHIND = "analysis fell behind"
@@ -68,12 +70,16 @@ def serve(inbox, outbox) -> None:
     log.propagate = False
     stall = os.environ.get(STALL_ENV)
     taps: dict[str, FlowTap] = {}
+    unacknowledged = 0  # bytes of reads analysed and not yet reported: acknowledged in bulk, not per batch
     outbox.send((0, [(OPENED, None, os.getpid())], []))
     while True:
         try:
             if not inbox.poll(FLUSH_EVERY):
                 for tap in taps.values():  # a stalled stream's lines still reach the OS
                     tap.flush()
+                if unacknowledged or forward.records:
+                    outbox.send((unacknowledged, [], forward.take()))
+                    unacknowledged = 0
                 continue
             batch = inbox.recv()
         except (EOFError, OSError):  # the proxy is gone
@@ -110,8 +116,12 @@ def serve(inbox, outbox) -> None:
                     return
             except Exception as exc:  # a streamtap bug costs this flow its analysis, not the worker
                 log.warning(f"streamtap: analysis worker: {type(exc).__name__}: {exc}")
+        unacknowledged += consumed
+        if not (results or forward.records or unacknowledged >= ACK_EVERY):
+            continue
         try:
-            outbox.send((consumed, results, forward.take()))
+            outbox.send((unacknowledged, results, forward.take()))
+            unacknowledged = 0
         except (EOFError, OSError):
             for tap in taps.values():
                 tap.abandon()
@@ -147,7 +157,8 @@ class RemoteFlow:
 
 
 class _Process:
-    """One worker process, its two pipes and the threads that write and read them."""
+    """One worker process and its two pipes: written from the event loop without blocking,
+    read by a thread that hands each message to the loop."""
 
     def __init__(self, index: int, generation: int, loop, received: Callable, died: Callable) -> None:
         ctx = multiprocessing.get_context("spawn")  # never fork the proxy's running loop
@@ -159,26 +170,43 @@ class _Process:
         inbox_r.close()
         outbox_w.close()
         self.in_flight = 0
-        self.pending: queue.SimpleQueue = queue.SimpleQueue()
+        self.loop = loop
+        self.fd = self.inbox.fileno()
+        os.set_blocking(self.fd, False)
+        self.unsent = bytearray()  # what the pipe did not take yet (bounded: MAX_IN_FLIGHT of reads)
         self.alive = True
-        threading.Thread(target=self._write, name=f"streamtap-to-worker-{index}", daemon=True).start()
         threading.Thread(
             target=self._read, args=(loop, received, died), name=f"streamtap-from-worker-{index}", daemon=True
         ).start()
 
     def send(self, batch: list) -> None:
-        self.pending.put(batch)
+        """One message in the framing ``Connection.recv`` reads; a full pipe never blocks the loop:
+        the rest waits for the loop to say the pipe is writable."""
+        payload = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
+        message = struct.pack("!i", len(payload)) + payload
+        if self.unsent:
+            self.unsent += message
+            return
+        try:
+            written = os.write(self.fd, message)
+        except BlockingIOError:
+            written = 0
+        except OSError:  # the worker is gone; the reader thread reports it
+            return
+        if written < len(message):
+            self.unsent += memoryview(message)[written:]
+            self.loop.add_writer(self.fd, self._drain)
 
-    def _write(self) -> None:
-        # pickling and the pipe's back-pressure stay off the event loop
-        while True:
-            batch = self.pending.get()
-            if batch is None:
-                return
-            try:
-                self.inbox.send(batch)
-            except Exception:
-                return
+    def _drain(self) -> None:
+        try:
+            written = os.write(self.fd, self.unsent)
+        except BlockingIOError:
+            return
+        except OSError:
+            written = len(self.unsent)
+        del self.unsent[:written]
+        if not self.unsent:
+            self.loop.remove_writer(self.fd)
 
     def _read(self, loop, received: Callable, died: Callable) -> None:
         while True:
@@ -196,10 +224,22 @@ class _Process:
             pass
 
     def stop(self, timeout: float) -> None:
+        """At shutdown: the rest of what was sent, then STOP (the worker leaves its open
+        recordings marked incomplete); a worker that does not take it within ``timeout`` is killed."""
         self.alive = False
-        self.pending.put([(STOP,)])
-        self.pending.put(None)
-        self.process.join(timeout)
+        if self.unsent:
+            self.loop.remove_writer(self.fd)
+        payload = pickle.dumps([(STOP,)])
+        self.unsent += struct.pack("!i", len(payload)) + payload
+        deadline = time.monotonic() + timeout
+        while self.unsent and time.monotonic() < deadline:
+            try:
+                del self.unsent[: os.write(self.fd, self.unsent)]
+            except BlockingIOError:
+                time.sleep(0.01)
+            except OSError:
+                break
+        self.process.join(max(0.0, deadline - time.monotonic()))
         if self.process.is_alive():
             self.process.kill()
             self.process.join(1)
