@@ -5,13 +5,15 @@
 Peers (each a real `mitmdump` in reverse mode in front of the same loopback upstream):
   bare       a one-line script addon: flow.response.stream = True
   passthru   a stream callable that returns each chunk (the floor for any callable)
-  streamtap-norec  `-s addon/tap.py` with streamtap_record=false (decode, assemble, judge only)
-  streamtap  `-s addon/tap.py`, recording on, fsync=end
+  streamtap-w0  `-s addon/tap.py` with streamtap_workers=0: analysis and recording in the proxy's loop
+  streamtap  `-s addon/tap.py` as shipped: one analysis worker process (streamtap_workers=1)
+  (both record, fsync=end; with --norec also streamtap-norec: workers=0 and streamtap_record=false)
   streamtap-norec-old, streamtap-old  (with --against DIR) the same from another checkout, e.g.
              `git archive COMMIT addon | tar -x -C DIR`, to compare two versions in one run
 
-Measures: wall time and proxy CPU (utime+stime from /proc) for a large SSE body (OpenAI chat
-chunks) and a large AWS event-stream body (ConverseStream deltas); the added latency per
+Measures: wall time, proxy CPU (utime+stime from /proc) and the total CPU of the proxy and its
+child processes (the analysis workers) for a large SSE body (OpenAI chat chunks) and a large
+AWS event-stream body (ConverseStream deltas); throughput with 200 streams at once; the added latency per
 event for a small event every 5 ms; the proxy's resident memory per open stream with 100
 streams held open mid-body. Every round runs each proxy once per workload, interleaved (the
 order alternating between rounds); each ratio to bare is taken within its round, and the
@@ -82,10 +84,15 @@ def eventstream_events(megabytes: float) -> list[bytes]:
 # --- the upstream (its own process, so it does not share the client's GIL) ------------------
 
 
+CONCURRENT = 200  # streams at once in the concurrency workload
+CONCURRENT_SHARE = 1 / 20  # each of those carries this share of --mb
+
+
 def upstream_main(port_pipe, megabytes: float) -> None:
     bodies = {
         "/sse/v1/chat/completions": (b"text/event-stream", sse_events(megabytes)),
         "/es/model/m/converse-stream": (b"application/vnd.amazon.eventstream", eventstream_events(megabytes)),
+        "/small-sse/v1/chat/completions": (b"text/event-stream", sse_events(megabytes * CONCURRENT_SHARE)),
     }
 
     async def handle(reader, writer):
@@ -153,6 +160,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK
+
+
 class Proxy:
     def __init__(self, name: str, upstream_port: int, workdir: Path, against: Path | None = None) -> None:
         self.name = name
@@ -166,6 +178,8 @@ class Proxy:
             args += ["-s", str(tap), "--set", f"streamtap_dir={self.dir / 'rec'}", "--set", "streamtap_fsync=end"]
             if name.startswith("streamtap-norec"):
                 args += ["--set", "streamtap_record=false"]
+            if name.startswith(("streamtap-norec", "streamtap-w0")):
+                args += ["--set", "streamtap_workers=0"]
         else:
             script = self.dir / "addon.py"
             script.write_text(BARE if name == "bare" else PASSTHRU)
@@ -182,8 +196,20 @@ class Proxy:
                 time.sleep(0.05)
 
     def cpu(self) -> float:
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK
+        return _cpu(self.process.pid)
+
+    def total_cpu(self) -> float:
+        """The proxy's CPU and that of its live descendants (analysis workers; they live as long as the proxy)."""
+        total, todo = 0.0, [self.process.pid]
+        while todo:
+            pid = todo.pop()
+            try:
+                total += _cpu(pid)
+                for task in Path(f"/proc/{pid}/task").iterdir():
+                    todo += map(int, (task / "children").read_text().split())
+            except OSError:
+                pass
+        return total
 
     def rss(self) -> int:
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
@@ -224,14 +250,46 @@ def fetch(port: int, path: str) -> int:
         return total
 
 
-def transfer(proxy: Proxy, path: str, repeat: int = 1) -> tuple[float, float]:
-    """Wall and proxy CPU seconds for one body (``repeat`` transfers averaged: CPU ticks are 10 ms)."""
-    cpu0, t0 = proxy.cpu(), time.perf_counter()
+def transfer(proxy: Proxy, path: str, repeat: int = 1, concurrent: int = 1) -> tuple[float, float, float]:
+    """Wall, proxy CPU and proxy+workers CPU seconds for one body (``repeat`` transfers
+    averaged: CPU ticks are 10 ms), or for ``concurrent`` bodies at once."""
+    cpu0, total0, t0 = proxy.cpu(), proxy.total_cpu(), time.perf_counter()
     for _ in range(repeat):
-        fetch(proxy.port, path)
+        if concurrent > 1:
+            fetch_many(proxy.port, path, concurrent)
+        else:
+            fetch(proxy.port, path)
     wall = (time.perf_counter() - t0) / repeat
-    time.sleep(0.05)  # let the proxy finish the flow (end line, fsync) before reading its CPU
-    return wall, (proxy.cpu() - cpu0) / repeat
+    # let the proxy and its workers finish the flows (verdicts, end lines, fsync) before reading their CPU
+    total, deadline = proxy.total_cpu(), time.monotonic() + 5
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        total, before = proxy.total_cpu(), total
+        if total == before:
+            break
+    return wall, (proxy.cpu() - cpu0) / repeat, (total - total0) / repeat
+
+
+def fetch_many(port: int, path: str, count: int) -> None:
+    """``count`` streams at once, each read whole (asyncio: one client thread keeps up with them)."""
+
+    async def one() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
+        writer.write(request_head(path))
+        tail = b""
+        while True:
+            data = await reader.read(1 << 20)
+            if not data:
+                break
+            tail = (tail + data)[-7:]
+            if tail.endswith(b"\r\n0\r\n\r\n"[-7:]):
+                break
+        writer.close()
+
+    async def all_of_them() -> None:
+        await asyncio.gather(*(one() for _ in range(count)))
+
+    asyncio.run(all_of_them())
 
 
 def tick_latencies(port: int, count: int) -> list[float]:
@@ -326,6 +384,7 @@ def main() -> int:
     parser.add_argument("--ticks", type=int, default=400, help="events in the latency run per proxy, spread over the rounds (one per 5 ms; default 400)")
     parser.add_argument("--held", type=int, default=100, help="streams held open for the memory figure (default 100)")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--norec", action="store_true", help="also run streamtap-norec (workers=0, no recording)")
     parser.add_argument("--against", type=Path, metavar="DIR",
                         help="also run DIR/addon/tap.py (another version of streamtap) as the -old peers")
     args = parser.parse_args()
@@ -340,13 +399,15 @@ def main() -> int:
     parent, child = ctx.Pipe()
     upstream = ctx.Process(target=upstream_main, args=(child, args.mb), daemon=True)
     upstream.start()
-    port, sse_len, es_len = parent.recv()
+    port, sse_len, es_len, small_len = parent.recv()
     sse_count, es_count = len(sse_events(args.mb)), len(eventstream_events(args.mb))
     state_bytes = per_stream_state(args.held)
     workdir = Path(tempfile.mkdtemp(prefix="streamtap-bench-"))
-    names = ["bare", "passthru", "streamtap-norec", "streamtap"]
+    names = ["bare", "passthru", "streamtap-w0", "streamtap"]
+    if args.norec:
+        names[2:2] = ["streamtap-norec"]
     if args.against:
-        names[2:2] = ["streamtap-norec-old", "streamtap-old"]
+        names[2:2] = ["streamtap-old"]
     proxies: dict[str, Proxy] = {}
     results: dict[str, dict[str, float]] = {name: {} for name in names}
     try:
@@ -359,21 +420,25 @@ def main() -> int:
             ("es", "/es/model/m/converse-stream", es_len),
             ("sse16k", "/big-sse/v1/chat/completions", sse_len),
             ("es16k", "/big-es/model/m/converse-stream", es_len),
+            ("conc", "/small-sse/v1/chat/completions", small_len * CONCURRENT),
         )
         for label, path, size in workloads:
             repeat = 8 if label.endswith("16k") else 1
+            concurrent = CONCURRENT if label == "conc" else 1
             for name in names:
-                transfer(proxies[name], path)  # warm-up
+                transfer(proxies[name], path, concurrent=concurrent)  # warm-up
             for number in range(args.rounds):
                 order = names if number % 2 == 0 else names[::-1]  # interleaved, order alternating
-                round_runs = {name: transfer(proxies[name], path, repeat) for name in order}
-                bare_wall, bare_cpu = round_runs["bare"]
+                round_runs = {name: transfer(proxies[name], path, repeat, concurrent) for name in order}
+                bare_wall, bare_cpu, bare_total = round_runs["bare"]
                 for name in names:
-                    wall, cpu = round_runs[name]
+                    wall, cpu, total = round_runs[name]
                     r = results[name]
                     r.setdefault(f"{label}_wall", []).append(wall)
                     r.setdefault(f"{label}_wall_x", []).append(wall / bare_wall)
+                    r.setdefault(f"{label}_tput_x", []).append(bare_wall / wall)
                     r.setdefault(f"{label}_cpu_x", []).append(cpu / max(bare_cpu, 1e-9))
+                    r.setdefault(f"{label}_total_x", []).append(total / max(bare_total, 1e-9))
                     r.setdefault(f"{label}_cpu", []).append(cpu * 1000 / (size / 1e6))
         ticks = max(20, args.ticks // args.rounds)
         for number in range(args.rounds):
@@ -401,21 +466,26 @@ def main() -> int:
           f"the proxies interleaved in each round and every ratio to bare taken within its round; "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end; "
           f"streamtap wrote {len(recordings)} recordings\n")
-    print("throughput and proxy CPU, as ratios to bare: median (range) over the rounds; 1.10 = 10% more")
-    print(f"{'workload':34} {'proxy':19} {'MB/s':>7} {'time x bare':>18} {'CPU ms/MB':>10} {'CPU x bare':>18}")
+    print("throughput and CPU, as ratios to bare: median (range) over the rounds; 1.10 = 10% more; "
+          "total CPU = proxy + its analysis workers")
+    print(f"{'workload':38} {'proxy':19} {'MB/s':>7} {'time x bare':>18} {'CPU ms/MB':>10} {'CPU x bare':>18} {'total CPU x bare':>18}")
     titles = {
         "sse": "SSE, one HTTP chunk per event",
         "es": "event-stream, one chunk per message",
         "sse16k": "SSE, 128 events per HTTP chunk",
         "es16k": "event-stream, 128 per HTTP chunk",
+        "conc": f"{CONCURRENT} SSE streams at once, 1 chunk/event",
     }
-    sizes = {"sse": sse_len, "es": es_len, "sse16k": sse_len, "es16k": es_len}
+    sizes = {"sse": sse_len, "es": es_len, "sse16k": sse_len, "es16k": es_len, "conc": small_len * CONCURRENT}
     for label, title in titles.items():
         for name in names:
             r = results[name]
             mbps = sizes[label] / 1e6 / statistics.median(r[label + "_wall"])
-            print(f"{title if name == 'bare' else '':34} {name:19} {mbps:7.1f} {spread(r[label + '_wall_x']):>18} "
-                  f"{statistics.median(r[label + '_cpu']):10.1f} {spread(r[label + '_cpu_x']):>18}")
+            print(f"{title if name == 'bare' else '':38} {name:19} {mbps:7.1f} {spread(r[label + '_wall_x']):>18} "
+                  f"{statistics.median(r[label + '_cpu']):10.1f} {spread(r[label + '_cpu_x']):>18} {spread(r[label + '_total_x']):>18}")
+        if label == "conc":
+            for name in names[1:]:
+                print(f"{'':38} {name:19} throughput x bare: {spread(results[name]['conc_tput_x'])}")
     ticks = max(20, args.ticks // args.rounds)
     print(f"\nlatency of a small event every 5 ms ({ticks} events per proxy and round): p50 added over bare within the round,"
           f" median (range); and resident memory per open stream ({args.held} held open)")

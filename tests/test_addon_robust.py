@@ -91,7 +91,7 @@ def test_a_body_that_lies_about_its_encoding(upstream, tmp_path):
         )
         assert out.stdout == body  # forwarded untouched, though it cannot be decoded
         rec = find_recording(proxy.record_dir, "liar")
-        log = proxy.log()
+        log = proxy.wait_log("streamtap: openai-chat")  # the verdict's line comes after the recording's end
     assert rec.wire == body and rec.complete_file
     assert any(n["kind"] == "streamtap_error" and "analysis" in n["message"] for n in rec.notes)
     assert rec.end["streamtap_errors"] and rec.verdict["kind"] == "unknown"

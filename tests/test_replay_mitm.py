@@ -68,7 +68,12 @@ def new_recordings(proxy, before: set[Path], count: int = 1, timeout: float = 10
     raise AssertionError(f"no new recording in {proxy.record_dir}:\n{proxy.log()[-3000:]}")
 
 
-def existing(proxy) -> set[Path]:
+def existing(proxy, timeout: float = 10) -> set[Path]:
+    """The finished recordings, once the earlier flows' are all finished: an analysis worker
+    writes a recording's end a moment after the client got the last byte."""
+    deadline = time.monotonic() + timeout
+    while proxy.record_dir.is_dir() and any(proxy.record_dir.glob("*.partial.jsonl")) and time.monotonic() < deadline:
+        time.sleep(0.02)
     return set(proxy.record_dir.glob("*.jsonl")) if proxy.record_dir.is_dir() else set()
 
 

@@ -203,7 +203,8 @@ class Proxy:
 
     def tap_lines(self) -> list[str]:
         text = self.log_path.read_text(errors="replace")
-        return [line.split("] ", 1)[-1] for line in text.splitlines() if "] streamtap:" in line]
+        lines = [line.split("] ", 1)[-1] for line in text.splitlines() if "] streamtap:" in line]
+        return [line for line in lines if not line.startswith("streamtap: analysis worker")]
 
 
 class Replay:

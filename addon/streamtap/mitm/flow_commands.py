@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 NOT_TAPPED = "not tapped"
 STREAMING = "streaming"
+ANALYSING = "analysing"  # ended; its analysis worker has not sent the verdict yet
 
 
 class FlowCommands:
@@ -26,14 +27,14 @@ class FlowCommands:
 
     @command.command("streamtap.verdict")
     def verdict(self, flows: Sequence[flow.Flow]) -> Sequence[str]:
-        """Each flow's verdict and its reason ("complete: ...", "truncated: ..."), "streaming" while it streams, "not tapped"."""
+        """Each flow's verdict and its reason ("complete: ...", "truncated: ..."), "streaming" while it streams, "analysing" until its worker's verdict arrives, "not tapped"."""
         lines = []
         for f in flows:
             summary = f.metadata.get("streamtap")
             if summary:
                 lines.append(f"{summary['verdict']}: {summary['reason']}")
             else:
-                lines.append(STREAMING if f.id in self.tap.open else NOT_TAPPED)
+                lines.append(STREAMING if f.id in self.tap.open else ANALYSING if f.id in self.tap.awaiting else NOT_TAPPED)
         return lines
 
     @command.command("streamtap.recording")
@@ -46,6 +47,5 @@ class FlowCommands:
                 lines.append(summary.get("recording") or "")
                 continue
             open_tap = self.tap.open.get(f.id)
-            writer = open_tap.writer if open_tap is not None else None
-            lines.append(str(writer.path) if writer is not None else "")
+            lines.append((open_tap.partial_path() if open_tap is not None else None) or "")
         return lines

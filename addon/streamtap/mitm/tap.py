@@ -13,6 +13,7 @@ import logging
 import time
 import zlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from math import floor as _floor
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from mitmproxy.connection import ConnectionState
 
 from streamtap.mitm import option_checks
 from streamtap.mitm.flow_commands import FlowCommands
+from streamtap.mitm.worker import RemoteFlow, Workers
 from streamtap.providers import StreamEnd, StreamSession, VerdictKind, detect_dialect
 from streamtap.recording import FSYNC_POLICIES, RecordingWriter, final_name, flow_header
 from streamtap.recording.flows import injected_fault, is_llm_stream, request_info
@@ -36,6 +38,7 @@ BATCH_BYTES = 64 * 1024  # reads decoded in one pass: amortises per-call costs, 
 MAX_KEPT_BODY = 32 * 1024 * 1024  # bytes of a streamed body kept to show when mitmproxy keeps none
 MAX_EVENT_LIMIT = 256 * 1024 * 1024  # streamtap_max_event above this would unbound a stream's memory
 FLUSH_EVERY = 0.1  # seconds: recording lines reach the OS at least this often (a syscall per chunk costs too much)
+MAX_WORKERS = 64
 
 
 # --- content decoding of a copy -------------------------------------------------------
@@ -134,12 +137,58 @@ def _ms(seconds: float) -> float:
     return _floor(seconds * 1e6 + 0.5) / 1000
 
 
+@dataclass
+class FlowSpec:
+    """What streamtap needs of a flow to tap it, taken on the proxy side once, when its response
+    headers arrive: it crosses to a worker process, so it holds no mitmproxy objects."""
+
+    flow_id: str
+    started: float  # wall clock when the tap started
+    status: int
+    encoding: str | None
+    sentinel: str | None
+    detection: Any = None  # providers.Detection, None when detection failed
+    header: dict[str, Any] | None = None  # the recording's header, None when it could not be made
+    errors: list[tuple[str, str]] = field(default_factory=list)  # (part, message) of what failed here
+
+    @classmethod
+    def of(cls, flow: http.HTTPFlow, sentinel: str | None) -> FlowSpec:
+        response = flow.response
+        assert response is not None
+        spec = cls(flow.id, time.time(), response.status_code, response.headers.get("content-encoding"), sentinel)
+        try:
+            spec.detection = detect_dialect(request_info(flow), response.headers.get("content-type"))
+        except Exception as exc:
+            spec.errors.append(("analysis", _described(exc)))
+        detection = spec.detection
+        try:
+            spec.header = flow_header(
+                flow,
+                started=spec.started,
+                dialect=detection.dialect.value if detection else "unknown",
+                why=detection.why if detection else None,
+                wire_format=detection.wire if detection else None,
+                content_encoding=spec.encoding or None,
+                sentinel=sentinel,
+            )
+        except Exception as exc:
+            spec.errors.append(("recording", _described(exc)))
+        return spec
+
+
+def _described(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
 class FlowTap:
-    """Everything streamtap does for one response stream. Its methods never raise."""
+    """Everything streamtap does for one response stream. Its methods never raise.
+
+    It runs in the proxy (``streamtap_workers=0``, or hooks called without an event loop) or in
+    an analysis worker (``mitm/worker.py``), fed the same reads with the same arrival times."""
 
     def __init__(
         self,
-        flow: http.HTTPFlow,
+        flow: http.HTTPFlow | FlowSpec,
         *,
         directory: str,
         fsync: str,
@@ -149,15 +198,17 @@ class FlowTap:
         max_event_size: int,
         record: bool,
         compress: str = "none",
+        t0: float | None = None,
     ) -> None:
-        self.flow_id = flow.id
-        self.t0 = time.monotonic()
-        self.started = time.time()
+        spec = flow if isinstance(flow, FlowSpec) else FlowSpec.of(flow, sentinel)
+        self.flow_id = spec.flow_id
+        self.t0 = time.monotonic() if t0 is None else t0
+        self.started = spec.started
         self.errors: list[str] = []
         self.session: StreamSession | None = None
         self.writer: RecordingWriter | None = None
         self.decoder = None
-        self.detection = None
+        self.detection = spec.detection
         self.recording_path: Path | None = None
         self.directory = directory
         self.finished = False
@@ -171,49 +222,61 @@ class FlowTap:
         # they can still be recorded if analysis fails; only kept while recording
         self.unframed = bytearray()
         self.unframed_start = 0
-        response = flow.response
-        assert response is not None
-        self.status = response.status_code
-        self.encoding = response.headers.get("content-encoding")
+        self.status = spec.status
+        self.encoding = spec.encoding
+        for part, message in spec.errors:
+            if part == "analysis":
+                self._failed(part, message)
         try:
-            self.detection = detect_dialect(request_info(flow), response.headers.get("content-type"))
-            self.decoder = content_decoder(self.encoding)
-            self.session = StreamSession(
-                self.detection.dialect,
-                self.detection.wire,
-                http_status=self.status,
-                sentinel=sentinel,
-                max_event_size=max_event_size,
-                keep_arrivals=False,  # each frame's time is in the recording; a list would grow per event
-            )
+            if self.detection is not None:
+                self.decoder = content_decoder(self.encoding)
+                self.session = StreamSession(
+                    self.detection.dialect,
+                    self.detection.wire,
+                    http_status=self.status,
+                    sentinel=sentinel,
+                    max_event_size=max_event_size,
+                    keep_arrivals=False,  # each frame's time is in the recording; a list would grow per event
+                )
         except Exception as exc:
             self.fail("analysis", exc)
         self.provider = self.detection.dialect.value if self.detection else "unknown"
         self.sentinel = sentinel
         if record:
+            header_failed = [message for part, message in spec.errors if part == "recording"]
             try:
                 self.writer = RecordingWriter.create(
                     directory,
                     started=self.started,
                     provider=self.provider,
-                    flow_id=flow.id,
+                    flow_id=self.flow_id,
                     fsync=fsync,
                     redact=redact,
                     redact_allow=redact_allow,
                     encoded=bool(self.decoder) or (self.encoding not in (None, "", "identity")),
                     compress=compress,
                 )
-                self.writer.header(self._header(flow))
-                for note in self.errors:
-                    self.writer.note("streamtap_error", note)
-                self.writer.flush()
+                if not header_failed:
+                    assert spec.header is not None
+                    self.writer.header(spec.header)
+                    for note in self.errors:
+                        self.writer.note("streamtap_error", note)
+                    self.writer.flush()
             except Exception as exc:
                 self.fail("recording", exc)
+            for message in header_failed:
+                self._failed("recording", message)
+
+    def partial_path(self) -> str | None:
+        return str(self.writer.path) if self.writer is not None else None
 
     # the errors ---------------------------------------------------------------------
     def fail(self, part: str, exc: BaseException) -> None:
         """Switch off the failed part for this flow; log the first failure only."""
-        message = f"{part}: {type(exc).__name__}: {exc}"
+        self._failed(part, _described(exc))
+
+    def _failed(self, part: str, what: str) -> None:
+        message = f"{part}: {what}"
         if not self.errors:
             log.warning(f"streamtap: flow {self.flow_id[:8]}: {message}; traffic passes on untouched")
         self.errors.append(message)
@@ -233,19 +296,6 @@ class FlowTap:
                 except Exception as write_exc:
                     self.fail("recording", write_exc)
 
-    def _header(self, flow: http.HTTPFlow) -> dict[str, Any]:
-        assert flow.response is not None
-        detection = self.detection
-        return flow_header(
-            flow,
-            started=self.started,
-            dialect=self.provider,
-            why=detection.why if detection else None,
-            wire_format=detection.wire if detection else None,
-            content_encoding=self.encoding or None,
-            sentinel=self.sentinel,
-        )
-
     # the bytes ----------------------------------------------------------------------
     def arrived(self, data: bytes, loop) -> None:
         """A chunk is on its way to the client: note its arrival, analyse it right after.
@@ -263,6 +313,31 @@ class FlowTap:
         elif not self.scheduled:
             self.scheduled = True
             loop.call_soon(self.catch_up)
+
+    def take(self, chunks: list[bytes], times: list[float]) -> None:
+        """Reads that arrived earlier (``times`` since ``t0``), analysed now: a worker's entry."""
+        if self.finished:
+            return
+        self.backlog += chunks
+        self.backlog_times += times
+        self.catch_up()
+
+    def lost_from(self, offset: int, why: str) -> None:
+        """The bytes from wire byte ``offset`` on will not arrive: analysis stops, the recording says so."""
+        if self.finished:
+            return
+        self.catch_up()
+        message = f"{why} at byte {offset}"
+        if self.session is not None:
+            self._failed("analysis", message)
+            self._record_raw(b"", _ms(time.monotonic() - self.t0))
+        else:  # analysis had already stopped; the recording still says where its bytes end
+            self.errors.append(f"analysis: {message}")
+            if self.writer is not None:
+                try:
+                    self.writer.note("streamtap_error", f"analysis: {message}")
+                except Exception as exc:
+                    self.fail("recording", exc)
 
     def catch_up(self) -> None:
         self.scheduled = False
@@ -438,14 +513,17 @@ class FlowTap:
         self.unframed_start = writer.offset if self.writer is not None else self.unframed_start
 
     # the end ------------------------------------------------------------------------
-    def finish(self, end: StreamEnd, error: str | None = None, injected_fault: str | None = None) -> dict[str, Any]:
+    def finish(
+        self, end: StreamEnd, error: str | None = None, injected_fault: str | None = None, t: float | None = None
+    ) -> dict[str, Any]:
         """Judge and close; returns the summary the addon logs and marks the flow with.
 
         ``injected_fault``: the faults streamtap itself put into this answer; the recording,
         the verdict's evidence and the summary name them."""
         self.catch_up()
         self.finished = True
-        t = time.monotonic() - self.t0
+        if t is None:
+            t = time.monotonic() - self.t0
         if self.decoder is not None:
             self._take_body(b"", t, final=True)
         summary: dict[str, Any] = {
@@ -590,7 +668,9 @@ class Tap:
     """mitmproxy addon: stream matching responses through streamtap's analysis and recorder."""
 
     def __init__(self) -> None:
-        self.open: dict[str, FlowTap] = {}
+        self.open: dict[str, FlowTap | RemoteFlow] = {}
+        self.awaiting: dict[str, tuple[http.HTTPFlow, bool]] = {}  # ended in a worker, verdict not back yet
+        self.workers: Workers | None = None
         self.kept: dict[str, bytearray] = {}  # with store_streamed_bodies: the bytes forwarded, for a cut flow
         self.addons = [FlowCommands(self)]  # mitmproxy registers an addon's `addons` with it
         self.told_about_loaded_flows = False
@@ -645,6 +725,14 @@ class Tap:
         loader.add_option(
             "streamtap_max_event", int, DEFAULT_MAX_EVENT, "Largest single wire event in bytes before it counts as malformed."
         )
+        loader.add_option(
+            "streamtap_workers",
+            int,
+            1,
+            "Analysis worker processes: decoding, judging and recording run in them, off the proxy's event loop "
+            "(flows are shared out by id, so N workers use N cores). 0: run in the proxy's loop (for debugging). "
+            "Read at start.",
+        )
         option_checks.given_before_load(loader)
 
     def configure(self, updated: set[str]) -> None:
@@ -670,6 +758,8 @@ class Tap:
             option_checks.sentinel("streamtap_sentinel", options.streamtap_sentinel)
         if "streamtap_max_event" in updated:
             option_checks.size("streamtap_max_event", options.streamtap_max_event, 1, MAX_EVENT_LIMIT)
+        if "streamtap_workers" in updated:
+            option_checks.size("streamtap_workers", options.streamtap_workers, 0, MAX_WORKERS, "processes")
 
     def _matches(self, flow: http.HTTPFlow) -> bool:
         if self.filter is not None:
@@ -691,30 +781,46 @@ class Tap:
                     log.info("streamtap: flows read from a file are not tapped; `streamtap import FILE` records them")
                 return
             options = ctx.options
-            tap = FlowTap(
-                flow,
+            settings = dict(
                 directory=options.streamtap_dir,
                 fsync=options.streamtap_fsync,
-                redact=options.streamtap_redact,
-                redact_allow=options.streamtap_redact_allow,
+                redact=list(options.streamtap_redact),
+                redact_allow=list(options.streamtap_redact_allow),
                 sentinel=options.streamtap_sentinel,
                 max_event_size=options.streamtap_max_event,
                 record=options.streamtap_record,
                 compress=options.streamtap_compress,
             )
+            workers = self.workers
+            if workers is not None:
+                remote = workers.open(FlowSpec.of(flow, options.streamtap_sentinel), settings)
+            else:
+                tap = FlowTap(flow, **settings)
         except Exception as exc:  # fail open: the flow goes on as mitmproxy would carry it
             log.warning(f"streamtap: flow {flow.id[:12]}: cannot tap: {type(exc).__name__}: {exc}")
             self._tell("tap_failed")
             return
-        self.open[flow.id] = tap
-        loop = _running_loop()
+        if workers is not None:
+            self.open[flow.id] = remote
+            arrived = workers.arrived
 
-        def stream(data: bytes) -> bytes:
-            try:
-                tap.arrived(data, loop)
-            except Exception as exc:  # arrived() does not raise; this is the last line of defence
-                tap.fail("analysis", exc)
-            return data
+            def stream(data: bytes) -> bytes:
+                try:
+                    arrived(remote, data)
+                except Exception:  # arrived() does not raise; this is the last line of defence
+                    remote.dropped = remote.dropped or "streamtap could not hand this flow to its worker"
+                return data
+
+        else:
+            self.open[flow.id] = tap
+            loop = _running_loop()
+
+            def stream(data: bytes) -> bytes:
+                try:
+                    tap.arrived(data, loop)
+                except Exception as exc:  # arrived() does not raise; this is the last line of defence
+                    tap.fail("analysis", exc)
+                return data
 
         if getattr(ctx.options, "store_streamed_bodies", False):  # an option of mitmproxy's proxy server
             kept = self.kept[flow.id] = bytearray()
@@ -741,25 +847,78 @@ class Tap:
         if tap is None:
             return
         try:
+            shown_cut = False
+            if kept is not None and flow.response is not None and flow.response.raw_content is None:
+                # mitmproxy stores a streamed body only when the stream ends properly: a cut
+                # one, the one to read, would show no content
+                flow.response.raw_content = bytes(kept)
+                shown_cut = len(kept) >= MAX_KEPT_BODY
+            if isinstance(tap, RemoteFlow):
+                assert self.workers is not None
+                self.awaiting[flow.id] = (flow, shown_cut)
+                self.workers.finish(tap, end.value, error, injected_fault(flow))
+                return
             summary = tap.finish(end, error, injected_fault(flow))
+        except Exception as exc:
+            log.warning(f"streamtap: flow {flow.id[:12]}: cannot finish: {type(exc).__name__}: {exc}")
+            self._tell("tap_failed")
+            return
+        self._apply(flow, summary, shown_cut)
+
+    def _apply(self, flow: http.HTTPFlow, summary: dict[str, Any], shown_cut: bool) -> None:
+        """A flow's verdict, onto the flow: metadata, mark, comment, log line, observers."""
+        try:
             self.finished.append(summary)
             del self.finished[:-100]
             flow.metadata["streamtap"] = summary
             if summary["verdict"] != VerdictKind.COMPLETE:
                 flow.marked = MARK
             flow.comment = flow_comment(summary)
-            if kept is not None and flow.response is not None and flow.response.raw_content is None:
-                # mitmproxy stores a streamed body only when the stream ends properly: a cut
-                # one, the one to read, would show no content
-                flow.response.raw_content = bytes(kept)
-                if len(kept) >= MAX_KEPT_BODY:
-                    flow.comment += f" (body shown: its first {MAX_KEPT_BODY} bytes)"
+            if shown_cut:
+                flow.comment += f" (body shown: its first {MAX_KEPT_BODY} bytes)"
             log.info(summary_line(summary))
         except Exception as exc:
             log.warning(f"streamtap: flow {flow.id[:12]}: cannot finish: {type(exc).__name__}: {exc}")
             self._tell("tap_failed")
             return
         self._tell("turn_finished", flow, summary)
+
+    def _verdict(self, flow_id: str, summary: dict[str, Any]) -> None:
+        """A worker's verdict, applied when it arrives; mitmweb is told the flow changed."""
+        waiting = self.awaiting.pop(flow_id, None)
+        if waiting is None:
+            return
+        flow, shown_cut = waiting
+        self._apply(flow, summary, shown_cut)
+        try:
+            from mitmproxy import ctx
+            from mitmproxy.hooks import UpdateHook
+
+            ctx.master.addons.trigger(UpdateHook([flow]))
+        except Exception as exc:
+            log.warning(f"streamtap: flow {flow_id[:12]}: cannot show its verdict: {type(exc).__name__}: {exc}")
+
+    def _lost(self, remote: RemoteFlow, why: str) -> None:
+        """A flow whose worker died (or never answered): judged unknown, and said so."""
+        duration = _ms((remote.ended or time.monotonic()) - remote.t0)
+        where = f"; its recording {remote.recording} ends where the worker stopped" if remote.recording else ""
+        log.warning(f"streamtap: flow {remote.flow_id[:8]}: {why}{where}; traffic passed on untouched")
+        summary: dict[str, Any] = {
+            "provider": remote.provider,
+            "model": None,
+            "verdict": VerdictKind.UNKNOWN.value,
+            "reason": f"{why}: not judged",
+            "events": 0,
+            "bytes": remote.seen,
+            "ttft_ms": None,
+            "duration_ms": duration,
+            "stream_end": remote.end or StreamEnd.FINISHED.value,
+            "recording": None,
+            "errors": [why],
+        }
+        if remote.fault:
+            summary["injected_fault"] = remote.fault
+        self._verdict(remote.flow_id, summary)
 
     def _tell(self, what: str, *args: Any) -> None:
         for observer in self.observers:
@@ -769,8 +928,16 @@ class Tap:
                 log.warning(f"streamtap: {type(observer).__name__}.{what}: {type(exc).__name__}: {exc}")
 
     def running(self) -> None:
-        # a stalled stream gets no chunks, so its buffered lines are flushed from here
+        from mitmproxy import ctx
+
         loop = _running_loop()
+        count = getattr(ctx.options, "streamtap_workers", 0)
+        if loop is not None and count and self.workers is None:
+            try:
+                self.workers = Workers(count, loop, verdict=self._verdict, lost=self._lost)
+            except Exception as exc:  # analysis runs in the proxy's loop instead
+                log.warning(f"streamtap: cannot start analysis workers: {type(exc).__name__}: {exc}; analysing in the proxy")
+        # a stalled stream gets no chunks, so its buffered lines are flushed from here
         self._flusher = loop.create_task(self._flush_open()) if loop is not None else None
 
     async def _flush_open(self) -> None:
@@ -778,18 +945,31 @@ class Tap:
             await asyncio.sleep(FLUSH_EVERY)
             for tap in list(self.open.values()):
                 try:
-                    tap.flush()
+                    if isinstance(tap, FlowTap):
+                        tap.flush()
                 except Exception:
                     pass
+            if self.workers is not None:
+                try:
+                    self.workers.expire()
+                except Exception as exc:
+                    log.warning(f"streamtap: analysis workers: {type(exc).__name__}: {exc}")
 
     def done(self) -> None:
         if self._flusher is not None:
             self._flusher.cancel()
         for tap in self.open.values():
             try:
-                tap.abandon()
+                if isinstance(tap, FlowTap):
+                    tap.abandon()
             except Exception:
                 pass
+        if self.workers is not None:  # they leave their open recordings marked incomplete
+            try:
+                self.workers.stop()
+            except Exception:
+                pass
+            self.workers = None
         self.open.clear()
         self.kept.clear()
 

@@ -1,0 +1,402 @@
+"""Analysis workers: decoding, assembling, judging and recording in processes of their own.
+
+mitmproxy carries all traffic on one event loop; streamtap's analysis costs several times what
+the proxy itself spends per chunk. So the proxy side (``Workers``) only keeps each read with its
+arrival time, and once per loop turn sends what arrived, for all flows together, to the worker
+that owns each flow (flows are sharded by id, so N workers use N cores). A worker
+(``serve``) runs a ``FlowTap`` per flow, exactly as the proxy would in-process, and sends each
+verdict back; the proxy applies it to the flow when it arrives.
+
+Failing open: the proxy never waits for a worker. Bytes handed to a worker and not yet
+acknowledged are bounded (``MAX_IN_FLIGHT``); a flow whose bytes do not fit is dropped from
+analysis and its recording says "analysis fell behind at byte N". A dead worker is restarted;
+the flows it held are judged ``unknown``, said so in the log and the flow's comment.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import pickle
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("streamtap")
+
+MAX_IN_FLIGHT = 16 * 1024 * 1024  # bytes per worker handed on and not yet analysed
+ACK_EVERY = 1024 * 1024  # a worker reports the bytes it analysed at least this often (and when idle)
+VERDICT_WAIT = 60.0  # seconds after a flow's end before its verdict is given up on
+STALL_ENV = "STREAMTAP_TEST_WORKER_STALL"  # tests only: a path; at its first reads a worker stalls while it exists
+FELL_BEHIND = "analysis fell behind"
+
+# operations, proxy -> worker (tuples: the cheapest thing to pickle)
+OPEN, DATA, BEHIND, FINISH, STOP = range(5)
+# results, worker -> proxy
+OPENED, VERDICT = range(2)
+
+
+# --- the worker process -------------------------------------------------------------------
+
+
+class _Forward(logging.Handler):
+    """Keeps the worker's log records to send to the proxy, which logs them as its own."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[tuple[int, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append((record.levelno, record.getMessage()))
+
+    def take(self) -> list[tuple[int, str]]:
+        records, self.records = self.records, []
+        return records
+
+
+def serve(inbox, outbox) -> None:
+    """The worker's main loop: batches of operations in, acknowledgements and verdicts out."""
+    from streamtap.mitm.tap import FLUSH_EVERY, FlowTap
+    from streamtap.providers import StreamEnd
+
+    forward = _Forward()
+    log.addHandler(forward)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    stall = os.environ.get(STALL_ENV)
+    taps: dict[str, FlowTap] = {}
+    unacknowledged = 0  # bytes of reads analysed and not yet reported: acknowledged in bulk, not per batch
+    outbox.send((0, [(OPENED, None, os.getpid())], []))
+    while True:
+        try:
+            if not inbox.poll(FLUSH_EVERY):
+                for tap in taps.values():  # a stalled stream's lines still reach the OS
+                    tap.flush()
+                if unacknowledged or forward.records:
+                    outbox.send((unacknowledged, [], forward.take()))
+                    unacknowledged = 0
+                continue
+            batch = inbox.recv()
+        except (EOFError, OSError):  # the proxy is gone
+            batch = [(STOP,)]
+        if stall and any(op[0] == DATA for op in batch):
+            while os.path.exists(stall):
+                time.sleep(0.05)
+            stall = None
+        consumed, results = 0, []
+        for op in batch:
+            kind = op[0]
+            try:
+                if kind == DATA:
+                    tap = taps.get(op[1])
+                    consumed += sum(map(len, op[2]))
+                    if tap is not None:
+                        tap.take(op[2], op[3])
+                elif kind == OPEN:
+                    _, spec, settings, t0 = op
+                    tap = taps[spec.flow_id] = FlowTap(spec, t0=t0, **settings)
+                    results.append((OPENED, spec.flow_id, str(tap.writer.path) if tap.writer else None))
+                elif kind == BEHIND:
+                    tap = taps.get(op[1])
+                    if tap is not None:
+                        tap.lost_from(op[2], op[3])
+                elif kind == FINISH:
+                    _, flow_id, end, error, fault, t = op
+                    tap = taps.pop(flow_id, None)
+                    if tap is not None:
+                        results.append((VERDICT, flow_id, tap.finish(StreamEnd(end), error, fault, t)))
+                elif kind == STOP:
+                    for tap in taps.values():
+                        tap.abandon()
+                    return
+            except Exception as exc:  # a streamtap bug costs this flow its analysis, not the worker
+                log.warning(f"streamtap: analysis worker: {type(exc).__name__}: {exc}")
+        unacknowledged += consumed
+        if not (results or forward.records or unacknowledged >= ACK_EVERY):
+            continue
+        try:
+            outbox.send((unacknowledged, results, forward.take()))
+            unacknowledged = 0
+        except (EOFError, OSError):
+            for tap in taps.values():
+                tap.abandon()
+            return
+
+
+# --- the proxy side -----------------------------------------------------------------------
+
+
+@dataclass
+class RemoteFlow:
+    """A flow whose analysis runs in a worker: the proxy keeps its reads until the next send."""
+
+    flow_id: str
+    shard: int
+    t0: float
+    provider: str
+    chunks: list[bytes] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    sent: int = 0  # wire bytes handed to the worker
+    seen: int = 0  # wire bytes forwarded to the client
+    queued: bool = False  # in the list of flows with reads to send
+    dropped: str | None = None  # why its later bytes are not analysed
+    opened: bool = False  # handed to its worker
+    recording: str | None = None  # the partial recording's path, once the worker said
+    generation: int = 0  # of the worker process it was handed to
+    ended: float | None = None  # when the proxy saw its end
+    end: str | None = None  # how it ended (a StreamEnd value)
+    fault: str | None = None  # the faults streamtap injected into it
+
+    def partial_path(self) -> str | None:
+        return self.recording
+
+
+class _Process:
+    """One worker process and its two pipes: written from the event loop without blocking,
+    read by a thread that hands each message to the loop."""
+
+    def __init__(self, index: int, generation: int, loop, received: Callable, died: Callable) -> None:
+        ctx = multiprocessing.get_context("spawn")  # never fork the proxy's running loop
+        inbox_r, self.inbox = ctx.Pipe(duplex=False)
+        self.outbox, outbox_w = ctx.Pipe(duplex=False)
+        self.index, self.generation = index, generation
+        self.process = ctx.Process(target=serve, args=(inbox_r, outbox_w), name=f"streamtap-worker-{index}", daemon=True)
+        self.process.start()
+        inbox_r.close()
+        outbox_w.close()
+        self.in_flight = 0
+        self.loop = loop
+        self.fd = self.inbox.fileno()
+        os.set_blocking(self.fd, False)
+        self.unsent = bytearray()  # what the pipe did not take yet (bounded: MAX_IN_FLIGHT of reads)
+        self.alive = True
+        threading.Thread(
+            target=self._read, args=(loop, received, died), name=f"streamtap-from-worker-{index}", daemon=True
+        ).start()
+
+    def send(self, batch: list) -> None:
+        """One message in the framing ``Connection.recv`` reads; a full pipe never blocks the loop:
+        the rest waits for the loop to say the pipe is writable."""
+        payload = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
+        message = struct.pack("!i", len(payload)) + payload
+        if self.unsent:
+            self.unsent += message
+            return
+        try:
+            written = os.write(self.fd, message)
+        except BlockingIOError:
+            written = 0
+        except OSError:  # the worker is gone; the reader thread reports it
+            return
+        if written < len(message):
+            self.unsent += memoryview(message)[written:]
+            self.loop.add_writer(self.fd, self._drain)
+
+    def _drain(self) -> None:
+        try:
+            written = os.write(self.fd, self.unsent)
+        except BlockingIOError:
+            return
+        except OSError:
+            written = len(self.unsent)
+        del self.unsent[:written]
+        if not self.unsent:
+            self.loop.remove_writer(self.fd)
+
+    def _read(self, loop, received: Callable, died: Callable) -> None:
+        while True:
+            try:
+                message = self.outbox.recv()
+            except Exception:
+                break
+            try:
+                loop.call_soon_threadsafe(received, self, message)
+            except RuntimeError:  # the loop is closed: the proxy is shutting down
+                return
+        try:
+            loop.call_soon_threadsafe(died, self)
+        except RuntimeError:
+            pass
+
+    def stop(self, timeout: float) -> None:
+        """At shutdown: the rest of what was sent, then STOP (the worker leaves its open
+        recordings marked incomplete); a worker that does not take it within ``timeout`` is killed."""
+        self.alive = False
+        if self.unsent:
+            self.loop.remove_writer(self.fd)
+        payload = pickle.dumps([(STOP,)])
+        self.unsent += struct.pack("!i", len(payload)) + payload
+        deadline = time.monotonic() + timeout
+        while self.unsent and time.monotonic() < deadline:
+            try:
+                del self.unsent[: os.write(self.fd, self.unsent)]
+            except BlockingIOError:
+                time.sleep(0.01)
+            except OSError:
+                break
+        self.process.join(max(0.0, deadline - time.monotonic()))
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(1)
+
+
+class Workers:
+    """The proxy's side of the analysis workers. Every method is called on the event loop."""
+
+    def __init__(self, count: int, loop, *, verdict: Callable[[str, dict], None], lost: Callable[[RemoteFlow, str], None]) -> None:
+        self.loop = loop
+        self.verdict, self.lost = verdict, lost
+        self.flows: dict[str, RemoteFlow] = {}  # handed to a worker, verdict not back yet
+        self.queued: list[RemoteFlow] = []
+        self.ops: list[list] = [[] for _ in range(count)]
+        self.scheduled = False
+        self.generations = [0] * count
+        self.pids: list[int | None] = [None] * count
+        self.processes = [self._start(i) for i in range(count)]
+
+    def _start(self, index: int) -> _Process:
+        self.generations[index] += 1
+        return _Process(index, self.generations[index], self.loop, self._received, self._died)
+
+    # what the Tap calls ------------------------------------------------------------
+    def open(self, spec, settings: dict[str, Any]) -> RemoteFlow:
+        shard = zlib.crc32(spec.flow_id.encode()) % len(self.processes)
+        provider = spec.detection.dialect.value if spec.detection else "unknown"
+        remote = RemoteFlow(spec.flow_id, shard, time.monotonic(), provider, generation=self.generations[shard])
+        self.flows[remote.flow_id] = remote
+        process = self.processes[shard]
+        if not process.alive or process.in_flight > MAX_IN_FLIGHT:  # a worker that is behind gets no new flows
+            remote.dropped = f"{FELL_BEHIND} at byte 0 (its worker was busy)"
+        else:
+            remote.opened = True
+            self._op(shard, (OPEN, spec, settings, remote.t0))
+        return remote
+
+    def arrived(self, remote: RemoteFlow, data: bytes) -> None:
+        """A read on its way to the client: kept with its arrival, sent at the end of this loop turn."""
+        if not data:
+            return
+        remote.seen += len(data)
+        if remote.dropped is not None:
+            return
+        remote.times.append(time.monotonic() - remote.t0)
+        remote.chunks.append(data)
+        if not remote.queued:
+            remote.queued = True
+            self.queued.append(remote)
+            if not self.scheduled:
+                self.scheduled = True
+                self.loop.call_soon(self.send)
+
+    def finish(self, remote: RemoteFlow, end: str, error: str | None, fault: str | None) -> None:
+        remote.ended = time.monotonic()
+        remote.end, remote.fault = end, fault
+        t = remote.ended - remote.t0
+        if remote.dropped is not None and remote.dropped != FELL_BEHIND:  # no verdict will come
+            self.flows.pop(remote.flow_id, None)
+            if remote.opened and remote.generation == self.generations[remote.shard]:  # the worker closes its recording
+                self._op(remote.shard, (BEHIND, remote.flow_id, remote.sent, remote.dropped))
+                self._op(remote.shard, (FINISH, remote.flow_id, end, error, fault, t))
+            self.lost(remote, remote.dropped)
+            return
+        if remote.queued:
+            self._hand_on(remote)
+        self._op(remote.shard, (FINISH, remote.flow_id, end, error, fault, t))
+
+    def send(self) -> None:
+        """Once per loop turn: every flow's new reads, one batch per worker."""
+        self.scheduled = False
+        queued, self.queued = self.queued, []
+        for remote in queued:
+            if remote.queued:
+                self._hand_on(remote)
+        for index, ops in enumerate(self.ops):
+            if ops:
+                self.ops[index] = []
+                process = self.processes[index]
+                if process.alive:
+                    process.send(ops)
+
+    def _hand_on(self, remote: RemoteFlow) -> None:
+        remote.queued = False
+        chunks, times = remote.chunks, remote.times
+        remote.chunks, remote.times = [], []
+        if remote.dropped is not None:
+            return
+        size = sum(map(len, chunks))
+        process = self.processes[remote.shard]
+        if process.in_flight + size > MAX_IN_FLIGHT:
+            # the worker is behind: this flow's analysis stops here rather than the proxy's memory growing
+            remote.dropped = FELL_BEHIND
+            self._op(remote.shard, (BEHIND, remote.flow_id, remote.sent, FELL_BEHIND))
+            log.warning(f"streamtap: flow {remote.flow_id[:8]}: {FELL_BEHIND} at byte {remote.sent}; traffic passes on untouched")
+            return
+        process.in_flight += size
+        remote.sent += size
+        self.ops[remote.shard].append((DATA, remote.flow_id, chunks, times))
+
+    def _op(self, shard: int, op: tuple) -> None:
+        self.ops[shard].append(op)
+        if not self.scheduled:
+            self.scheduled = True
+            self.loop.call_soon(self.send)
+
+    # what the workers say ----------------------------------------------------------
+    def _received(self, process: _Process, message) -> None:
+        if process is not self.processes[process.index]:
+            return  # an old process's last words
+        consumed, results, records = message
+        process.in_flight -= consumed
+        for level, text in records:
+            log.log(level, text)
+        for kind, flow_id, value in results:
+            if kind == VERDICT:
+                if self.flows.pop(flow_id, None) is not None:
+                    self.verdict(flow_id, value)
+            elif flow_id is None:
+                self.pids[process.index] = value
+                log.info(f"streamtap: analysis worker {process.index} runs as pid {value}")
+            else:
+                remote = self.flows.get(flow_id)
+                if remote is not None:
+                    remote.recording = value
+
+    def _died(self, process: _Process) -> None:
+        if process is not self.processes[process.index] or not process.alive:
+            return
+        index = process.index
+        process.alive = False
+        process.process.join(1)
+        held = [r for r in self.flows.values() if r.shard == index and r.generation == process.generation]
+        log.warning(
+            f"streamtap: analysis worker {index} (pid {self.pids[index]}) died "
+            f"(exit code {process.process.exitcode}); restarting it; {len(held)} flow(s) lose their analysis"
+        )
+        self.ops[index] = []  # meant for the dead process
+        try:
+            self.processes[index] = self._start(index)
+        except Exception as exc:  # its flows go unanalysed; the traffic does not notice
+            log.error(f"streamtap: cannot restart analysis worker {index}: {type(exc).__name__}: {exc}")
+        for remote in held:
+            remote.dropped = f"streamtap's analysis worker died at byte {remote.sent}"
+            remote.chunks, remote.times = [], []
+            if remote.ended is not None:  # its verdict will not come
+                self.flows.pop(remote.flow_id, None)
+                self.lost(remote, remote.dropped)
+
+    def expire(self) -> None:
+        """Flows whose verdict a hung worker never sent: given up on after VERDICT_WAIT."""
+        deadline = time.monotonic() - VERDICT_WAIT
+        for remote in [r for r in self.flows.values() if r.ended is not None and r.ended < deadline]:
+            del self.flows[remote.flow_id]
+            self.lost(remote, f"no verdict from streamtap's analysis worker within {VERDICT_WAIT:.0f} s of the end")
+
+    def stop(self, timeout: float = 3.0) -> None:
+        self.send()
+        for process in self.processes:
+            process.stop(timeout)

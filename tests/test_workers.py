@@ -1,0 +1,153 @@
+"""Analysis in worker processes (``streamtap_workers``): the same recordings as in-process, and
+a worker that dies or falls behind never touches the traffic nor grows the proxy's memory."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+import provider_streams as streams
+from streamtap.mitm.worker import MAX_IN_FLIGHT, STALL_ENV
+from streamtap.recording import check_recording
+from upstream import CHAT, STREAM_REQUEST, Mitmdump, Script, Upstream, curl, find_recording
+
+WORKER_PID = re.compile(r"analysis worker 0 runs as pid (\d+)")
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    with Upstream() as up:
+        yield up
+
+
+def worker_pids(proxy: Mitmdump, count: int = 1) -> list[int]:
+    return [int(pid) for pid in WORKER_PID.findall(proxy.wait_log("analysis worker 0 runs as pid", count=count, timeout=30))]
+
+
+def peak_rss_kib(pid: int) -> int:
+    status = open(f"/proc/{pid}/status").read()
+    return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1))
+
+
+def comparable(rec) -> dict:
+    """A recording less what differs between any two runs: times, ids and file names (the
+    network's chunking, so the reads, can differ too)."""
+    end = dict(rec.end)
+    turn = dict(end.get("turn") or {})
+    turn.pop("timing", None)
+    return {
+        "body": rec.body,
+        "frames": [(f.kind, f.offset, f.raw) for f in rec.frames],
+        "wire": sum(length for _, length, _ in rec.reads),
+        "verdict": end["verdict"],
+        "turn": turn,
+        "stream_end": end["stream_end"],
+        "notes": rec.notes,
+    }
+
+
+STREAMS = {
+    "chat": Script(streams.openai_chat([f"piece {i} " for i in range(120)]), chunk_size=301),
+    "chat-cut": Script(streams.openai_chat([f"piece {i} " for i in range(120)]), chunk_size=301, cut_at=5000),
+    "anthropic": Script(streams.anthropic("think", "an answer " * 40, {"q": 1}), chunk_size=97),
+    "converse": Script(streams.bedrock_converse(["a", "b", "c"] * 30, {"x": [1, 2]}), content_type="application/vnd.amazon.eventstream", chunk_size=133),
+    "gzip": Script(streams.openai_chat(["zipped "] * 80), encoding="gzip", chunk_size=211),
+}
+
+
+def test_workers_record_what_the_proxy_records_in_process(upstream, tmp_path):
+    for name, script in STREAMS.items():
+        upstream.add(name, script)
+    got = {}
+    for workers in ("0", "1"):
+        with Mitmdump(upstream.url, tmp_path / f"w{workers}", options={"streamtap_workers": workers}) as proxy:
+            for name in STREAMS:
+                out = curl(f"{proxy.url}/s/{name}{CHAT}", "--compressed" if name == "gzip" else "-s")
+                expected = gzip.decompress(upstream.last(name).wire) if name == "gzip" else upstream.last(name).wire
+                assert out.stdout == expected, name
+                rec = find_recording(proxy.record_dir, name)
+                assert check_recording(rec) == [], name
+                got[workers, name] = comparable(rec)
+            log = proxy.log()
+        assert ("analysis worker 0 runs as pid" in log) == (workers == "1")
+    for name in STREAMS:
+        assert got["1", name] == got["0", name], name
+    assert got["1", "chat"]["verdict"]["kind"] == "complete"
+    assert got["1", "chat-cut"]["verdict"]["kind"] == "truncated"
+
+
+def test_a_worker_killed_mid_stream_is_restarted_and_the_traffic_stays_whole(upstream, tmp_path):
+    body = streams.openai_chat([f"token {i} " for i in range(400)])
+    upstream.arm_pause()
+    upstream.add("killed", Script(body, chunk_size=500, pause_after=8000))
+    upstream.add("after", Script(body, chunk_size=500))
+    with Mitmdump(upstream.url, tmp_path / "m") as proxy:
+        [pid] = worker_pids(proxy)
+        client = subprocess.Popen(
+            ["curl", "-sS", "-N", "-H", "content-type: application/json", "--data", STREAM_REQUEST, f"{proxy.url}/s/killed{CHAT}"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        try:
+            assert upstream.wait_paused()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:  # the worker holds the flow and has recorded some of it
+                rec = find_recording(proxy.record_dir, "killed", partial=True)
+                if rec.frames:
+                    break
+                time.sleep(0.02)
+            assert rec.frames
+            os.kill(pid, signal.SIGKILL)
+            proxy.wait_log(f"analysis worker 0 (pid {pid}) died")
+        finally:
+            upstream.release()
+            out, err = client.communicate(timeout=20)
+        assert client.returncode == 0, err
+        assert out == body == upstream.last("killed").wire  # every byte, unchanged
+        log = proxy.wait_log("streamtap: openai-chat", count=1)
+        line = next(line for line in log.splitlines() if "streamtap: openai-chat" in line)
+        assert "unknown (streamtap's analysis worker died at byte" in line
+        assert "1 flow(s) lose their analysis" in log
+        assert "ends where the worker stopped" in log
+        [new_pid] = [p for p in worker_pids(proxy, count=2) if p != pid]
+        # the restarted worker records the next flow in full
+        assert curl(f"{proxy.url}/s/after{CHAT}").stdout == body
+        rec = find_recording(proxy.record_dir, "after")
+        assert rec.verdict["kind"] == "complete" and rec.body == body
+        os.kill(new_pid, 0)  # still alive
+    assert "Traceback" not in proxy.log()
+
+
+def test_a_stalled_worker_falls_behind_without_holding_the_traffic_or_the_memory(upstream, tmp_path, monkeypatch):
+    stall = tmp_path / "stall"
+    stall.touch()
+    monkeypatch.setenv(STALL_ENV, str(stall))  # the worker stalls at its first reads while this file exists
+    size = 3 * MAX_IN_FLIGHT
+    line = b"data: " + b"x" * 16377 + b"\n\n"  # 16 KiB events, not parsed as JSON: this is about bytes
+    body = line * (size // len(line))
+    upstream.add("flood", Script(body, content_type="text/event-stream", chunk_size=64 * 1024))
+    upstream.add("small", Script(streams.openai_chat(["hi"])))
+    with Mitmdump(upstream.url, tmp_path / "m", options={"streamtap_filter": "~u /s/"}) as proxy:
+        worker_pids(proxy)
+        assert curl(f"{proxy.url}/s/small{CHAT}").returncode == 0  # the worker stalls on this one
+        before = peak_rss_kib(proxy.process.pid)
+        out = curl(f"{proxy.url}/s/flood{CHAT}", max_time=120)  # while the worker stalls
+        grown = peak_rss_kib(proxy.process.pid) - before
+        assert stall.exists()
+        stall.unlink()
+        assert out.returncode == 0 and out.stdout == body == upstream.last("flood").wire
+        # bounded by the bytes in flight to the worker (plus a batch or two), not by the body
+        assert grown * 1024 < 2 * MAX_IN_FLIGHT < size, grown
+        log = proxy.wait_log("analysis fell behind at byte")
+        behind = int(re.search(r"analysis fell behind at byte (\d+)", log).group(1))
+        assert 0 < behind <= MAX_IN_FLIGHT
+        rec = find_recording(proxy.record_dir, "flood", timeout=120)
+    assert rec.verdict["kind"] == "unknown"
+    assert any(f"analysis fell behind at byte {behind}" in note.get("message", "") for note in rec.notes), rec.notes
+    assert rec.body == body[: len(rec.body)] and len(rec.body) == behind  # what was analysed is recorded, whole
+    assert check_recording(rec) == []
