@@ -125,7 +125,11 @@ def test_kill_9_mid_stream_leaves_an_incomplete_recording(tmp_path):
             client = subprocess.Popen(["curl", "-sS", "-N", "--max-time", "20", "-H", "content-type: application/json",
                                        "--data", STREAM_REQUEST, f"{mitm.url}/s/killed{CHAT}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             assert upstream.wait_paused()
-            time.sleep(0.5)  # the open stream's lines reach the OS every 0.1 s
+            deadline = time.monotonic() + 15  # the open stream's lines reach the OS every 0.1 s (a worker's too)
+            while time.monotonic() < deadline and not any(
+                    p.stat().st_size > 1000 for p in mitm.record_dir.glob("*.partial.jsonl.zst")):
+                time.sleep(0.1)
+            time.sleep(0.3)
             mitm.kill9()
             client.kill()
             client.wait(5)

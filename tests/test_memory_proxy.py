@@ -109,7 +109,9 @@ def test_a_64_mb_answer_does_not_grow_the_proxy_memory_with_its_length(tmp_path)
     body = answer(DELTAS)
     assert len(body) > 64e6
     with upstream({"warm": answer(4), "big": body}) as url:
-        with Mitmdump(url, tmp_path / "m", options={"streamtap_fsync": "end"}) as proxy, \
+        # in-process analysis (workers=0): the turn's caps are measured in the proxy's own memory, and
+        # no worker falls behind a loopback-speed answer (test_workers.py bounds the worker path)
+        with Mitmdump(url, tmp_path / "m", options={"streamtap_fsync": "end", "streamtap_workers": 0}) as proxy, \
                 httpx.Client(timeout=60) as client:
             fetch(client, f"{proxy.url}/s/warm/v1/messages")  # imports and caches, before the baseline
             find_recording(proxy.record_dir, "warm")

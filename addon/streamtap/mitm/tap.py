@@ -13,7 +13,6 @@ import logging
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from math import floor as _floor
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from mitmproxy.connection import ConnectionState
 
 from streamtap.mitm import option_checks
 from streamtap.mitm.flow_commands import FlowCommands
+from streamtap.mitm.flowspec import FlowSpec, described as _described
 from streamtap.mitm.worker import RemoteFlow, Workers
 from streamtap.providers import StreamEnd, StreamSession, VerdictKind, detect_dialect
 from streamtap.recording import FSYNC_POLICIES, RecordingWriter, final_name, flow_header
@@ -135,49 +135,6 @@ def content_decoder(encoding: str | None):
 def _ms(seconds: float) -> float:
     """Milliseconds to the microsecond (the value round(seconds * 1000, 3) gives, at a quarter of its cost)."""
     return _floor(seconds * 1e6 + 0.5) / 1000
-
-
-@dataclass
-class FlowSpec:
-    """What streamtap needs of a flow to tap it, taken on the proxy side once, when its response
-    headers arrive: it crosses to a worker process, so it holds no mitmproxy objects."""
-
-    flow_id: str
-    started: float  # wall clock when the tap started
-    status: int
-    encoding: str | None
-    sentinel: str | None
-    detection: Any = None  # providers.Detection, None when detection failed
-    header: dict[str, Any] | None = None  # the recording's header, None when it could not be made
-    errors: list[tuple[str, str]] = field(default_factory=list)  # (part, message) of what failed here
-
-    @classmethod
-    def of(cls, flow: http.HTTPFlow, sentinel: str | None) -> FlowSpec:
-        response = flow.response
-        assert response is not None
-        spec = cls(flow.id, time.time(), response.status_code, response.headers.get("content-encoding"), sentinel)
-        try:
-            spec.detection = detect_dialect(request_info(flow), response.headers.get("content-type"))
-        except Exception as exc:
-            spec.errors.append(("analysis", _described(exc)))
-        detection = spec.detection
-        try:
-            spec.header = flow_header(
-                flow,
-                started=spec.started,
-                dialect=detection.dialect.value if detection else "unknown",
-                why=detection.why if detection else None,
-                wire_format=detection.wire if detection else None,
-                content_encoding=spec.encoding or None,
-                sentinel=sentinel,
-            )
-        except Exception as exc:
-            spec.errors.append(("recording", _described(exc)))
-        return spec
-
-
-def _described(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
 
 
 class FlowTap:
