@@ -26,7 +26,7 @@ from typing import Any
 
 from streamtap.wire import SSEEvent, WireEvent
 
-from .common import AssemblerBase, as_dict, as_int, as_list, as_str, error_fields
+from .common import AssemblerBase, as_dict, as_int, as_list, as_str, common_prefix, error_fields
 from .judge import parse_arguments
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict
 
@@ -303,7 +303,7 @@ class Assembler(AssemblerBase):
             if not ours:
                 setattr(block, field, self.judge.kept(block, field, final))
                 continue
-            at = _common_prefix(ours, final)
+            at = common_prefix(ours, final)
             byte = len(ours[:at].encode("utf-8", "surrogatepass"))
             self.corrupt(f"the deltas disagree with {source} at block {block.index}, byte {byte}", event,
                          block=block.index, output_index=index, byte=byte, streamed=ours[at:at + 40],
@@ -368,7 +368,7 @@ class Assembler(AssemblerBase):
         if block is None or not isinstance(obj.get(field), str) or self.judge.whole(block, "text", obj[field]):
             return
         if block.text:
-            at = _common_prefix(block.text, obj[field])
+            at = common_prefix(block.text, obj[field])
             byte = len(block.text[:at].encode("utf-8", "surrogatepass"))
             self.corrupt(f"the deltas disagree with {obj.get('type')} at block {block.index}, byte {byte}", event,
                          block=block.index, byte=byte)
@@ -449,7 +449,7 @@ class Assembler(AssemblerBase):
             final = obj.get("arguments")
             if isinstance(final, str) and not self.judge.whole(block, "arguments_raw", final):
                 if block.arguments_raw:
-                    at = _common_prefix(block.arguments_raw, final)
+                    at = common_prefix(block.arguments_raw, final)
                     byte = len(block.arguments_raw[:at].encode("utf-8", "surrogatepass"))
                     self.corrupt(f"the deltas disagree with function_call_arguments.done at block {block.index}, "
                                  f"byte {byte}", event, block=block.index, byte=byte, tool=block.name)
@@ -503,11 +503,3 @@ class Assembler(AssemblerBase):
                     parse_arguments(block, block.arguments_raw)
         return self.verdict(end, expected="response.completed / response.incomplete / response.failed")
 
-
-
-def _common_prefix(a: str, b: str) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n

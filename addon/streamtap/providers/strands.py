@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .common import common_prefix
 from .turn import Block, BlockKind, Turn
 
 
@@ -44,14 +45,6 @@ def _header(block: Block) -> tuple:
     return (block.kind, block.id, block.name) if block.kind is not BlockKind.TEXT else (block.kind,)
 
 
-def _common_prefix(a: str, b: str) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
 def compare_strands(a: Turn, b: Turn) -> StrandComparison:
     """Compare two turns block by block (every choice)."""
     shorter_side: str | None = None  # which strand ended first, once known
@@ -75,7 +68,7 @@ def compare_strands(a: Turn, b: Turn) -> StrandComparison:
             pa, pb = _payload(x), _payload(y)
             if pa == pb:
                 continue
-            at = _common_prefix(pa, pb)
+            at = common_prefix(pa, pb)
             if at < min(len(pa), len(pb)):
                 return _diverge(ci, bi, at, f"block {bi} ({x.kind}) differs at character {at}")
             side = "a" if len(pa) < len(pb) else "b"
