@@ -55,10 +55,7 @@ def verdict_rate_chart(provider: str, bucket: str, series: list[dict[str, Any]])
     step = plot_w / max(len(times), 1)
     bar = max(min(step * 0.8, 60), 1)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" aria-label="verdict rate over time, {escape(provider)}">']
-    for share in (0, 0.5, 1):
-        y = top + plot_h * (1 - share)
-        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{width - 10}" y2="{y:.1f}" stroke="#e0e0e0"/>')
-        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{share * 100:.0f}%</text>')
+    _gridlines(parts, width, left, top, plot_h, lambda share: f"{share * 100:.0f}%")
     for i, t in enumerate(times):
         counts = buckets[t]
         total = sum(counts.values())
@@ -93,10 +90,7 @@ def ttft_histogram(values: list[tuple[str, float]], providers: list[str]) -> str
     tallest = max((sum(c) for c in counts), default=0) or 1
     step = plot_w / len(labels)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" aria-label="TTFT distribution">']
-    for share in (0, 0.5, 1):
-        y = top + plot_h * (1 - share)
-        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{width - 10}" y2="{y:.1f}" stroke="#e0e0e0"/>')
-        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{round(tallest * share)}</text>')
+    _gridlines(parts, width, left, top, plot_h, lambda share: str(round(tallest * share)))
     for i, label in enumerate(labels):
         x, y = left + i * step + step * 0.1, top + plot_h
         for p, n in enumerate(counts[i]):
@@ -181,3 +175,11 @@ def render_html(data: dict[str, Any], bucket: str, series: list[dict[str, Any]],
 {_rows(["recording", "verdict", "stream end", "why"], listed, path_column=0) if listed else "<p>None.</p>"}{more}
 </body></html>
 """
+
+
+def _gridlines(parts: list[str], width: int, left: int, top: int, plot_h: float, label) -> None:
+    """Horizontal lines at 0, half and full height, each labelled ``label(share)`` on the axis."""
+    for share in (0, 0.5, 1):
+        y = top + plot_h * (1 - share)
+        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{width - 10}" y2="{y:.1f}" stroke="#e0e0e0"/>')
+        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{label(share)}</text>')
