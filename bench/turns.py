@@ -207,9 +207,11 @@ def decoded(body: bytes) -> list:
     return [e for chunk in reads(body) for e in decoder.feed(chunk)] + decoder.close()
 
 
-def assemble_only(dialect: Dialect) -> Callable[[list], object]:
+def assembly(make: Callable[[], object]) -> Callable[[list], object]:
+    """Feed decoded events to a fresh assembler from ``make`` and judge them (a complete turn)."""
+
     def run(events: list) -> object:
-        assembler = make_assembler(dialect, "sse")
+        assembler = make()
         for event in events:
             assembler.feed(event, None)
         turn, verdict = assembler.finish(StreamEnd.FINISHED)
@@ -217,6 +219,10 @@ def assemble_only(dialect: Dialect) -> Callable[[list], object]:
         return turn
 
     return run
+
+
+def assemble_only(dialect: Dialect) -> Callable[[list], object]:
+    return assembly(lambda: make_assembler(dialect, "sse"))
 
 
 class FullParse(openai_chat.Assembler):
@@ -227,15 +233,7 @@ class FullParse(openai_chat.Assembler):
 
 
 def chat_assembly(cls: type) -> Callable[[list], object]:
-    def run(events: list) -> object:
-        assembler = cls(wire="sse")
-        for event in events:
-            assembler.feed(event, None)
-        turn, verdict = assembler.finish(StreamEnd.FINISHED)
-        assert verdict.ok
-        return turn
-
-    return run
+    return assembly(lambda: cls(wire="sse"))
 
 
 def full_parse_end_to_end(body: bytes) -> tuple:
