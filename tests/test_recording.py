@@ -17,6 +17,7 @@ from streamtap.recording import (
     RecordingWriter,
     check_recording,
     final_name,
+    note_unfinished,
     partial_name,
     read_recording,
     redact_headers,
@@ -168,6 +169,29 @@ def test_a_recording_without_an_end_line_is_incomplete(tmp_path):
     rec = read_recording(writer.path)  # read while the writer is still open: a live or killed proxy
     assert not rec.complete_file and "no end line" in rec.problem
     assert rec.body == BODY  # what was seen is still there
+    writer.close()
+
+
+def test_a_recording_whose_writer_died_gets_a_note_after_its_last_whole_line(tmp_path):
+    writer = write_sse(tmp_path, BODY)
+    writer.close()  # its lock goes, as a killed process's does
+    data = writer.path.read_bytes()
+    lines = data.split(b"\n")
+    whole = len(b"\n".join(lines[:3])) + 1
+    writer.path.write_bytes(data[: whole + 9])  # the writer died inside the fourth line
+    assert note_unfinished(writer.path, "streamtap_error", "analysis: the worker died at byte 15", 12.5)
+    rec = read_recording(writer.path)
+    assert rec.body == BODY[: len(rec.body)] and rec.end is None and "no end line" in rec.problem
+    assert rec.notes[-1] == {"type": "note", "kind": "streamtap_error", "message": "analysis: the worker died at byte 15", "t": 12.5}
+    assert writer.path.read_bytes()[: whole] == data[: whole]  # every whole line is kept
+
+
+def test_a_note_is_not_added_while_a_writer_holds_the_recording(tmp_path):
+    writer = write_sse(tmp_path, BODY)
+    writer.flush()
+    before = writer.path.read_bytes()
+    assert not note_unfinished(writer.path, "streamtap_error", "x")
+    assert writer.path.read_bytes() == before
     writer.close()
 
 

@@ -114,6 +114,14 @@ def test_a_worker_killed_mid_stream_is_restarted_and_the_traffic_stays_whole(ups
         assert "unknown (streamtap's analysis worker died at byte" in line
         assert "1 flow(s) lose their analysis" in log
         assert "ends where the worker stopped" in log
+        # the restarted worker notes in the dead one's recording why it stops there
+        deadline = time.monotonic() + 10
+        while True:
+            notes = [n for n in find_recording(proxy.record_dir, "killed", partial=True).notes if n.get("kind") == "streamtap_error"]
+            if notes or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert notes and "analysis worker died at byte" in notes[-1]["message"], notes
         [new_pid] = [p for p in worker_pids(proxy, count=2) if p != pid]
         # the restarted worker records the next flow in full
         assert curl(f"{proxy.url}/s/after{CHAT}").stdout == body

@@ -48,7 +48,7 @@ STALL_ENV = "STREAMTAP_TEST_WORKER_STALL"  # tests only: a path; at its first re
 FELL_BEHIND = "analysis fell behind"
 
 # operations, proxy -> worker (tuples: the cheapest thing to pickle)
-OPEN, DATA, BEHIND, FINISH, STOP = range(5)
+OPEN, DATA, BEHIND, FINISH, STOP, ORPHANED = range(6)
 # results, worker -> proxy
 OPENED, VERDICT = range(2)
 
@@ -132,6 +132,7 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
     """The worker's main loop: batches of operations in, acknowledgements and verdicts out."""
     from streamtap.mitm.tap import FLUSH_EVERY, FlowTap
     from streamtap.providers import StreamEnd
+    from streamtap.recording import note_unfinished
 
     try:
         os.nice(WORKER_NICE)
@@ -186,6 +187,10 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
                     tap = taps.pop(flow_id, None)
                     if tap is not None:
                         results.append((VERDICT, flow_id, tap.finish(StreamEnd(end), error, fault, t)))
+                elif kind == ORPHANED:  # a recording a dead worker left: say why it stops
+                    _, path, message = op
+                    if not note_unfinished(path, "streamtap_error", f"analysis: {message}"):
+                        log.warning(f"streamtap: {path}: cannot note in it that {message}")
                 elif kind == STOP:
                     for tap in taps.values():
                         tap.abandon()
@@ -242,6 +247,7 @@ class _Process:
     def __init__(self, index: int, generation: int, loop, received: Callable, died: Callable) -> None:
         ctx = multiprocessing.get_context("spawn")  # never fork the proxy's running loop
         self.ring = Ring.create(MAX_IN_FLIGHT)
+        self.memory = self.ring.map
         inbox_r, self.inbox = ctx.Pipe(duplex=False)
         self.outbox, outbox_w = ctx.Pipe(duplex=False)
         self.index, self.generation = index, generation
@@ -298,7 +304,11 @@ class _Process:
     def put(self, data: bytes, occupied: int) -> int:
         """Copy one read into the ring (the caller checked it fits); where it starts."""
         at = self.written % MAX_IN_FLIGHT
-        self.ring.put(at, data)
+        end = at + len(data)
+        if end <= MAX_IN_FLIGHT:  # by hand: this runs for every read on the proxy's loop
+            self.memory[at:end] = data
+        else:
+            self.ring.put(at, data)
         self.written += occupied
         self.in_flight += occupied
         return at
@@ -499,6 +509,8 @@ class Workers:
             log.error(f"streamtap: cannot restart analysis worker {index}: {type(exc).__name__}: {exc}")
         for remote in held:
             remote.dropped = f"streamtap's analysis worker died at byte {remote.sent}"
+            if remote.recording:  # the new worker notes it in the recording the dead one left
+                self._op(index, (ORPHANED, remote.recording, f"{remote.dropped}; the recording ends where it stopped"))
             remote.starts, remote.sizes, remote.times, remote.occupied = [], [], [], 0  # in the dead worker's ring
             if remote.ended is not None:  # its verdict will not come
                 self.flows.pop(remote.flow_id, None)

@@ -27,6 +27,7 @@ from .writer import (
     describe,
     final_name,
     frame_sum,
+    note_unfinished,
     partial_name,
 )
 
@@ -52,6 +53,7 @@ __all__ = [
     "final_name",
     "flow_header",
     "frame_sum",
+    "note_unfinished",
     "open_recording",
     "partial_name",
     "read_recording",

@@ -145,6 +145,38 @@ def _described(event: Any) -> bytes:
     return orjson.dumps(describe(event))
 
 
+def note_unfinished(path: str | os.PathLike[str], kind: str, message: str, t_ms: float | None = None) -> bool:
+    """Append a note to a recording whose writer is gone (a killed process), saying why it stops.
+
+    A line the writer left half written is cut off first: it holds no complete record, and a
+    line after it would otherwise read as garbage. False, doing nothing, when a writer still
+    holds the file or it is compressed (a torn zstd frame cannot be cut back to a line)."""
+    if str(path).endswith(SUFFIX):
+        return False
+    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        size = os.fstat(fd).st_size
+        whole = size  # where the last complete line ends
+        while whole:
+            start = max(0, whole - (1 << 20))
+            found = os.pread(fd, whole - start, start).rfind(b"\n")
+            if found >= 0:
+                whole = start + found + 1
+                break
+            whole = start
+        if whole < size:
+            os.ftruncate(fd, whole)
+        line = orjson.dumps({"type": "note", "kind": kind, "message": message, "t": t_ms}) + b"\n"
+        os.pwrite(fd, line, whole)
+        return True
+    finally:
+        os.close(fd)
+
+
 class RecordingWriter:
     """Appends the lines of one recording. Not thread-safe: one flow, one writer.
 
