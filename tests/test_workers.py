@@ -14,6 +14,8 @@ import pytest
 
 import provider_streams as streams
 from streamtap.mitm.worker import MAX_IN_FLIGHT, STALL_ENV
+
+HUNG_ENV = "STREAMTAP_TEST_WORKER_HUNG_AFTER"
 from streamtap.recording import check_recording
 from upstream import CHAT, STREAM_REQUEST, Mitmdump, Script, Upstream, curl, find_recording
 
@@ -131,10 +133,39 @@ def test_a_worker_killed_mid_stream_is_restarted_and_the_traffic_stays_whole(ups
     assert "Traceback" not in proxy.log()
 
 
+def test_a_hung_worker_is_killed_and_restarted_and_the_traffic_stays_whole(upstream, tmp_path, monkeypatch):
+    stall = tmp_path / "stall"
+    stall.touch()
+    monkeypatch.setenv(STALL_ENV, str(stall))  # the worker hangs at its first reads while this file exists
+    monkeypatch.setenv(HUNG_ENV, "2")
+    body = streams.openai_chat([f"token {i} " for i in range(200)])
+    upstream.add("hangs", Script(body, chunk_size=500))
+    upstream.add("after", Script(body, chunk_size=500))
+    with Mitmdump(upstream.url, tmp_path / "m") as proxy:
+        [pid] = worker_pids(proxy)
+        started = time.monotonic()
+        assert curl(f"{proxy.url}/s/hangs{CHAT}").stdout == body == upstream.last("hangs").wire  # not held up
+        assert time.monotonic() - started < 2
+        proxy.wait_log(f"analysis worker 0 (pid {pid}) has said nothing for", timeout=20)
+        stall.unlink()
+        log = proxy.wait_log(f"analysis worker 0 (pid {pid}) died")
+        line = next(line for line in log.splitlines() if "streamtap: openai-chat" in line)
+        assert "unknown (streamtap's analysis worker died at byte" in line
+        [new_pid] = [p for p in worker_pids(proxy, count=2) if p != pid]
+        assert curl(f"{proxy.url}/s/after{CHAT}").stdout == body
+        rec = find_recording(proxy.record_dir, "after")
+        assert rec.verdict["kind"] == "complete" and rec.body == body
+        time.sleep(3)  # longer than HUNG_AFTER: an idle worker's heartbeat keeps it alive
+        os.kill(new_pid, 0)
+        assert proxy.log().count("has said nothing for") == 1
+    assert "Traceback" not in proxy.log()
+
+
 def test_a_stalled_worker_falls_behind_without_holding_the_traffic_or_the_memory(upstream, tmp_path, monkeypatch):
     stall = tmp_path / "stall"
     stall.touch()
     monkeypatch.setenv(STALL_ENV, str(stall))  # the worker stalls at its first reads while this file exists
+    monkeypatch.setenv(HUNG_ENV, "600")  # slow, not hung: not to be killed however slow this machine is
     size = 3 * MAX_IN_FLIGHT
     line = b"data: " + b"x" * 16377 + b"\n\n"  # 16 KiB events, not parsed as JSON: this is about bytes
     body = line * (size // len(line))

@@ -14,9 +14,10 @@ about ten times what one copy into shared memory costs; the pipe now carries onl
 Failing open: the proxy never waits for a worker. Bytes handed to a worker and not yet
 acknowledged are bounded by the ring (``MAX_IN_FLIGHT``); a flow whose bytes do not fit is
 dropped from analysis and its recording says "analysis fell behind at byte N". Workers run at a
-lower priority than the proxy, so on a busy machine the analysis, not the traffic, waits. A dead
-worker is restarted; the flows it held are judged ``unknown``, said so in the log and the flow's
-comment.
+lower priority than the proxy, so on a busy machine the analysis, not the traffic, waits. A
+worker that dies, or says nothing for ``HUNG_AFTER`` (it says something every ``HEARTBEAT``,
+busy or idle), is killed if need be and restarted; the flows it held are judged ``unknown``,
+said so in the log, the flow's comment and the recording it left.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ WORKER_NICE = 10  # analysis yields the CPU to the traffic (and to the apps besi
 ACK_EVERY = 1024 * 1024  # a worker reports the bytes it analysed at least this often (and when idle)
 VERDICT_WAIT = 60.0  # seconds after a flow's end before its verdict is given up on
 STALL_ENV = "STREAMTAP_TEST_WORKER_STALL"  # tests only: a path; at its first reads a worker stalls while it exists
+HEARTBEAT = 1.0  # a worker says something at least this often, busy or idle...
+HUNG_AFTER = float(os.environ.get("STREAMTAP_TEST_WORKER_HUNG_AFTER", 30))  # ...or is taken for hung, killed and restarted
 FELL_BEHIND = "analysis fell behind"
 
 # operations, proxy -> worker (tuples: the cheapest thing to pickle)
@@ -148,14 +151,16 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
     taps: dict[str, FlowTap] = {}
     unacknowledged = 0  # bytes of reads analysed and not yet reported: acknowledged in bulk, not per batch
     outbox.send((0, [(OPENED, None, os.getpid())], []))
+    said = time.monotonic()
     while True:
         try:
             if not inbox.poll(FLUSH_EVERY):
                 for tap in taps.values():  # a stalled stream's lines still reach the OS
                     tap.flush()
-                if unacknowledged or forward.records:
+                if unacknowledged or forward.records or time.monotonic() - said >= HEARTBEAT:
                     outbox.send((unacknowledged, [], forward.take()))
                     unacknowledged = 0
+                    said = time.monotonic()
                 continue
             batch = inbox.recv()
         except (EOFError, OSError):  # the proxy is gone
@@ -198,11 +203,12 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
             except Exception as exc:  # a streamtap bug costs this flow its analysis, not the worker
                 log.warning(f"streamtap: analysis worker: {type(exc).__name__}: {exc}")
         unacknowledged += consumed
-        if not (results or forward.records or unacknowledged >= ACK_EVERY):
+        if not (results or forward.records or unacknowledged >= ACK_EVERY or time.monotonic() - said >= HEARTBEAT):
             continue
         try:
             outbox.send((unacknowledged, results, forward.take()))
             unacknowledged = 0
+            said = time.monotonic()
         except (EOFError, OSError):
             for tap in taps.values():
                 tap.abandon()
@@ -262,6 +268,7 @@ class _Process:
         inbox_r.close()
         outbox_w.close()
         self.in_flight = 0  # ring bytes written and not yet acknowledged
+        self.heard: float | None = None  # when it last said something (None: not started yet)
         self.written = 0  # ring bytes ever written: the next read goes at written % size
         self.loop = loop
         self.fd = self.inbox.fileno()
@@ -474,6 +481,7 @@ class Workers:
     def _received(self, process: _Process, message) -> None:
         if process is not self.processes[process.index]:
             return  # an old process's last words
+        process.heard = time.monotonic()
         consumed, results, records = message
         process.in_flight -= consumed
         for level, text in records:
@@ -517,8 +525,19 @@ class Workers:
                 self.lost(remote, remote.dropped)
 
     def expire(self) -> None:
-        """Flows whose verdict a hung worker never sent: given up on after VERDICT_WAIT."""
-        deadline = time.monotonic() - VERDICT_WAIT
+        """Called every FLUSH_EVERY. A worker silent for HUNG_AFTER is hung: it is killed, and
+        restarted as any dead worker is. Flows whose verdict never came are given up on after
+        VERDICT_WAIT."""
+        now = time.monotonic()
+        for process in self.processes:
+            if process.alive and process.heard is not None and now - process.heard > HUNG_AFTER:
+                log.warning(
+                    f"streamtap: analysis worker {process.index} (pid {self.pids[process.index]}) "
+                    f"has said nothing for {now - process.heard:.0f} s: hung; killing it"
+                )
+                process.heard = None  # once: its reader thread reports the death
+                process.process.kill()
+        deadline = now - VERDICT_WAIT
         for remote in [r for r in self.flows.values() if r.ended is not None and r.ended < deadline]:
             del self.flows[remote.flow_id]
             self.lost(remote, f"no verdict from streamtap's analysis worker within {VERDICT_WAIT:.0f} s of the end")
