@@ -190,3 +190,18 @@ def test_a_stalled_worker_falls_behind_without_holding_the_traffic_or_the_memory
     assert any(f"analysis fell behind at byte {behind}" in note.get("message", "") for note in rec.notes), rec.notes
     assert rec.body == body[: len(rec.body)] and len(rec.body) == behind  # what was analysed is recorded, whole
     assert check_recording(rec) == []
+
+
+def test_the_ring_gives_back_what_was_put_across_its_end_and_lives_in_memory_where_it_can():
+    from streamtap.mitm.worker import Ring
+
+    ring = Ring.create(4096)
+    try:
+        assert ring.path.startswith("/dev/shm/") or not os.access("/dev/shm", os.W_OK)
+        worker_side = Ring.attach(ring.path, 4096)  # as the worker maps it: the name goes
+        assert not os.path.exists(ring.path)
+        ring.put(4090, b"0123456789ab")  # wraps: 6 bytes at the end, 6 at the start
+        ring.put(6, b"cd")
+        assert worker_side.get(4090, 12) == b"0123456789ab" and worker_side.get(6, 2) == b"cd"
+    finally:
+        ring.unlink()

@@ -84,8 +84,18 @@ class Ring:
 
     @classmethod
     def create(cls, size: int) -> Ring:
-        shm = "/dev/shm"  # memory, not disk, where Linux has it
-        fd, path = tempfile.mkstemp(prefix="streamtap-ring-", dir=shm if os.access(shm, os.W_OK) else None)
+        """In /dev/shm (memory, not disk) where Linux has it and it has room (a container's is
+        often 64 MB), else in the temporary folder."""
+        if os.access("/dev/shm", os.W_OK):
+            try:
+                return cls._create_in("/dev/shm", size)
+            except OSError:
+                pass
+        return cls._create_in(None, size)
+
+    @classmethod
+    def _create_in(cls, folder: str | None, size: int) -> Ring:
+        fd, path = tempfile.mkstemp(prefix="streamtap-ring-", dir=folder)
         try:
             if hasattr(os, "posix_fallocate"):  # a full tmpfs fails here, not later as SIGBUS on a write
                 os.posix_fallocate(fd, 0, size)
