@@ -16,7 +16,7 @@ import pytest
 
 import provider_streams as streams
 from streamtap.recording import check_recording, read_recording
-from upstream import CHAT, MITMDUMP, REPO, STREAM_REQUEST, Mitmdump, Script, Upstream, curl, find_recording
+from upstream import CHAT, MITMDUMP, REPO, STREAM_REQUEST, Mitmdump, Script, Upstream, curl, curl_started, find_recording
 
 
 @pytest.fixture(scope="module")
@@ -103,10 +103,7 @@ def test_kill_9_mid_stream_leaves_an_incomplete_recording(upstream, tmp_path):
     upstream.arm_pause()
     upstream.add("kill9", Script(body, chunk_size=500, pause_after=4000))
     proxy = Mitmdump(upstream.url, tmp_path / "m").start()
-    client = subprocess.Popen(
-        ["curl", "-sS", "-N", "-H", "content-type: application/json", "--data", STREAM_REQUEST, f"{proxy.url}/s/kill9{CHAT}"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )
+    client = curl_started(f"{proxy.url}/s/kill9{CHAT}")
     try:
         assert upstream.wait_paused()
         deadline = time.monotonic() + 5

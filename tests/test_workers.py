@@ -7,7 +7,6 @@ import gzip
 import os
 import re
 import signal
-import subprocess
 import time
 
 import pytest
@@ -17,7 +16,7 @@ from streamtap.mitm.worker import MAX_IN_FLIGHT, STALL_ENV
 
 HUNG_ENV = "STREAMTAP_TEST_WORKER_HUNG_AFTER"
 from streamtap.recording import check_recording
-from upstream import CHAT, STREAM_REQUEST, Mitmdump, Script, Upstream, curl, find_recording
+from upstream import CHAT, Mitmdump, Script, Upstream, curl, curl_started, find_recording
 
 WORKER_PID = re.compile(r"analysis worker 0 runs as pid (\d+)")
 
@@ -91,10 +90,7 @@ def test_a_worker_killed_mid_stream_is_restarted_and_the_traffic_stays_whole(ups
     upstream.add("after", Script(body, chunk_size=500))
     with Mitmdump(upstream.url, tmp_path / "m") as proxy:
         [pid] = worker_pids(proxy)
-        client = subprocess.Popen(
-            ["curl", "-sS", "-N", "-H", "content-type: application/json", "--data", STREAM_REQUEST, f"{proxy.url}/s/killed{CHAT}"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )
+        client = curl_started(f"{proxy.url}/s/killed{CHAT}")
         try:
             assert upstream.wait_paused()
             deadline = time.monotonic() + 10

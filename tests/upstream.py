@@ -446,6 +446,14 @@ def curl(url: str, *extra: str, max_time: float = 10) -> subprocess.CompletedPro
     )
 
 
+def curl_started(url: str) -> subprocess.Popen:
+    """``curl -N`` posting STREAM_REQUEST, left running: for a test that acts while the stream flows."""
+    return subprocess.Popen(
+        ["curl", "-sS", "-N", "-H", "content-type: application/json", "--data", STREAM_REQUEST, url],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
