@@ -8,7 +8,6 @@ bytes stopped; the session never raises on bad input or on a bug in an assembler
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
 import importlib
 import inspect
@@ -266,8 +265,8 @@ class StreamSession:
         try:
             probe = copy.deepcopy(self._assembler)
             for event in completed:
-                probe.feed(dataclasses.replace(event, seq=tail.seq, start=tail.start + event.start,
-                                               end=tail.start + event.end), self._last_byte)
+                probe.feed(event._replace(seq=tail.seq, start=tail.start + event.start,
+                                          end=tail.start + event.end), self._last_byte)
             _, would = probe.finish(end)
         except Exception:  # fail open: the tail is then judged as any other cut
             return False

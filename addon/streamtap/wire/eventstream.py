@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import fields, make_dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zlib import crc32
@@ -222,15 +221,6 @@ def _parse_and_cache(block: bytes, offset: int) -> dict[str, Any]:
     return headers
 
 
-# EventStreamMessage is a frozen dataclass; its generated __init__ costs more than the
-# rest of a frame's decoding. Messages are built as instances of a plain twin with the
-# very same slots, then given their real class: the same frozen object, made faster.
-_MessageBuilder = make_dataclass(
-    "_MessageBuilder", [(f.name, f.type) for f in fields(EventStreamMessage)], slots=True, repr=False, eq=False
-)
-assert _MessageBuilder.__slots__ == EventStreamMessage.__slots__
-
-
 class EventStreamDecoder:
     """Sans-IO decoder: ``feed(bytes) -> [EventStreamMessage | Malformed]``, ``close() -> [Tail]``.
 
@@ -284,14 +274,14 @@ class EventStreamDecoder:
         checksum=crc32,
         unpack_prelude=_unpack_prelude,
         unpack_u32=_unpack_u32,
-        builder=_MessageBuilder,
+        new=tuple.__new__,
         message_class=EventStreamMessage,
         cache=_HEADER_CACHE,
         preludes=_PRELUDE_CACHE,
     ) -> list[EventStreamMessage | Malformed]:
         # The hot path of the whole proxy for Bedrock. Helpers arrive as default
         # arguments (free locals). A frame of a known layout (see _LAYOUTS) costs one dict
-        # lookup, one CRC over its payload and the message builder: no other
+        # lookup, one CRC over its payload and building the message tuple: no other
         # Python-level call.
         if not self._decoding:
             if self._closed:
@@ -375,9 +365,7 @@ class EventStreamDecoder:
                     if len(layouts) >= _PRELUDE_CACHE_ENTRIES:
                         layouts.clear()
                     layouts[prelude] = total, headers_end, prefix_crc, block, headers
-            message = builder(seq, base + pos, base + end, head[pos:end], headers.copy(), payload)
-            message.__class__ = message_class
-            append(message)
+            append(new(message_class, (seq, base + pos, base + end, head[pos:end], headers.copy(), payload)))
             seq += 1
             pos = end
         if error is not None:
