@@ -25,10 +25,10 @@ from streamtap.mitm.flow_commands import FlowCommands
 from streamtap.mitm.flowspec import FlowSpec, described as _described
 from streamtap.mitm.worker import RemoteFlow, Workers
 from streamtap.providers import StreamEnd, StreamSession, VerdictKind, detect_dialect
-from streamtap.recording import FSYNC_POLICIES, RecordingWriter, final_name, flow_header
+from streamtap.recording import FSYNC_POLICIES, RecordingError, RecordingWriter, SpanNotKept, final_name, flow_header
 from streamtap.recording.flows import injected_fault, is_llm_stream, request_info
 from streamtap.recording.compress import COMPRESSIONS
-from streamtap.wire import DEFAULT_MAX_EVENT
+from streamtap.wire import DEFAULT_MAX_EVENT, Tail
 
 log = logging.getLogger("streamtap")
 
@@ -37,6 +37,7 @@ MAX_BACKLOG = 1 << 20  # bytes handed on but not yet analysed before analysis ru
 BATCH_BYTES = 64 * 1024  # reads decoded in one pass: amortises per-call costs, bounds the joined copy
 MAX_KEPT_BODY = 32 * 1024 * 1024  # bytes of a streamed body kept to show when mitmproxy keeps none
 MAX_EVENT_LIMIT = 256 * 1024 * 1024  # streamtap_max_event above this would unbound a stream's memory
+OVERSIZE_RAW = "an event over streamtap_max_event: the decoder skipped it, its bytes are kept here unframed"
 FLUSH_EVERY = 0.1  # seconds: recording lines reach the OS at least this often (a syscall per chunk costs too much)
 MAX_WORKERS = 64
 
@@ -179,6 +180,9 @@ class FlowTap:
         # they can still be recorded if analysis fails; only kept while recording
         self.unframed = bytearray()
         self.unframed_start = 0
+        # past this the event in progress is over the decoders' limit: the decoder will skip it
+        # without keeping it, so its bytes go to the recording as raw lines now, not memory
+        self.spill_at = max_event_size
         self.status = spec.status
         self.encoding = spec.encoding
         for part, message in spec.errors:
@@ -353,15 +357,50 @@ class FlowTap:
                 return
             if writer is not None:
                 try:
-                    writer.frames(events, event_ms)
+                    self._write_frames(writer, events, event_ms, chunks)
+                    self._keep_unframed(chunks, size)
+                    if len(self.unframed) > self.spill_at:
+                        self._spill(writer, t_ms[-1])
                 except Exception as exc:
                     self.fail("recording", exc)
-                else:
-                    self._keep_unframed(chunks, size)
             if times[-1] - self.flushed_at >= FLUSH_EVERY:
                 self.flush(times[-1])
         except Exception as exc:  # the last line of defence
             self.fail("analysis", exc)
+
+    def _write_frames(self, writer: RecordingWriter, events: Sequence, event_ms: Sequence, chunks: Sequence[bytes] = ()) -> None:
+        """``writer.frames``, and the bytes of an event the decoder did not keep (see SpanNotKept)
+        from the Tap's own copy: ``unframed``, then ``chunks`` when they are not in it yet."""
+        if not events:
+            return
+        if type(events[-1]) is Tail:  # the stream's last bytes: all the Tap holds from the last frame on
+            self._write_frames(writer, events[:-1], event_ms[:-1], chunks)
+            tail = self._held(writer, chunks)
+            writer.tail(events[-1]._replace(start=writer.offset, end=writer.offset + len(tail), raw=tail), event_ms[-1])
+            return
+        while events:
+            try:
+                writer.frames(events, event_ms)
+                return
+            except SpanNotKept as gap:
+                event, t_ms = events[gap.index], event_ms[gap.index]
+                kept = self._held(writer, chunks)[: event.end - writer.offset]
+                if len(kept) != event.end - writer.offset:
+                    raise RecordingError(f"bytes {writer.offset}-{event.end} of a skipped event are not held") from gap
+                if kept:
+                    writer.raw(kept, t_ms, OVERSIZE_RAW)
+                writer.frames((event._replace(start=event.end, raw=b""),), (t_ms,))
+                events, event_ms = events[gap.index + 1 :], event_ms[gap.index + 1 :]
+
+    def _held(self, writer: RecordingWriter, chunks: Sequence[bytes]) -> bytes:
+        """The body bytes the Tap holds from the writer's offset on (rare paths only: it copies)."""
+        return (bytes(self.unframed) + b"".join(chunks))[writer.offset - self.unframed_start :]
+
+    def _spill(self, writer: RecordingWriter, t_ms: float | None) -> None:
+        """The event in progress outgrew the decoders' limit: record its bytes so far, unframed."""
+        writer.raw(bytes(self.unframed), t_ms, OVERSIZE_RAW)
+        self.unframed = bytearray()
+        self.unframed_start = writer.offset
 
     def _keep_unframed(self, chunks: list[bytes], size: int) -> None:
         """After ``chunks`` were decoded and framed: keep the body bytes no frame covers yet
@@ -444,15 +483,16 @@ class FlowTap:
         writer = self.writer
         if writer is not None:
             try:
-                for event in events:
-                    writer.frame(event, t_ms)
+                if events:
+                    self._write_frames(writer, events, [t_ms] * len(events))
+                covered = writer.offset - self.unframed_start
+                if covered:
+                    del self.unframed[:covered]
+                    self.unframed_start = writer.offset
+                if len(self.unframed) > self.spill_at:
+                    self._spill(writer, t_ms)
             except Exception as exc:
                 self.fail("recording", exc)
-                return
-            covered = writer.offset - self.unframed_start
-            if covered:
-                del self.unframed[:covered]
-                self.unframed_start = writer.offset
 
     def _record_raw(self, body: bytes, t_ms: float) -> None:
         """Body bytes with no frames: those the decoder still held when analysis stopped, then ``body``."""
@@ -502,10 +542,9 @@ class FlowTap:
         if self.session is not None:
             try:
                 analysis = self.session.close(end)
-                if self.writer is not None:
+                if self.writer is not None and analysis.events:
                     try:
-                        for event in analysis.events:
-                            self.writer.frame(event, _ms(t))
+                        self._write_frames(self.writer, analysis.events, [_ms(t)] * len(analysis.events))
                     except Exception as exc:
                         self.fail("recording", exc)
                 turn, verdict = analysis.turn, analysis.verdict

@@ -48,6 +48,18 @@ class RecordingBusy(RecordingError):
     """Another writer holds the recording's lock."""
 
 
+class SpanNotKept(RecordingError):
+    """``events[index]`` does not carry all of its bytes from the recorded offset on: a decoder
+    skipped an oversize event without keeping it, or some of its bytes are already recorded as
+    ``raw`` lines. The caller, which has the bytes, records them (``raw``), then the event with
+    none (``frames`` of ``event._replace(start=event.end, raw=b"")``). The events before
+    ``index`` are written."""
+
+    def __init__(self, index: int, offset: int) -> None:
+        super().__init__(f"event {index} does not hold its bytes from offset {offset}")
+        self.index = index
+
+
 def stamp(epoch: float) -> str:
     """A UTC timestamp that sorts as text: 20260130T061502.123Z."""
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime(epoch)) + f".{int(epoch % 1 * 1000):03d}Z"
@@ -288,6 +300,10 @@ class RecordingWriter:
         try:
             for event, t in zip(events, t_ms):
                 kind = type(event)
+                if (kind is Malformed or kind is Tail) and (
+                    event.start < offset or len(event.raw) != event.end - event.start
+                ):
+                    raise SpanNotKept(list(events).index(event), offset)
                 if kind is Tail:
                     if lines:
                         write(b"".join(lines))

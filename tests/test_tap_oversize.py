@@ -1,0 +1,105 @@
+"""An event longer than ``streamtap_max_event``: the Tap's memory stays bounded and the recording
+stays whole.
+
+The decoders skip such an event without keeping its bytes. The Tap records them as ``raw`` lines
+(as they come, once the event in progress outgrows the limit), then the decoder's report of the
+skipped event as a frame with no bytes. The recording still rebuilds the body byte for byte,
+checks out against itself and is finished, read by read or batched as on the proxy.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import provider_streams as streams
+from streamtap.mitm.tap import FlowTap
+from streamtap.providers import StreamEnd
+from streamtap.recording import check_recording, read_recording
+from test_tap_batching import TurnLoop, flow_for
+
+LIMIT = 4096
+CHAT = "/v1/chat/completions", "text/event-stream"
+CONVERSE = "/model/m/converse-stream", "application/vnd.amazon.eventstream"
+
+
+def chat_with(big: bytes, *, cut: bool = False) -> bytes:
+    """An OpenAI chat stream with ``big`` (bytes of one SSE event, or its unfinished start) in the middle,
+    or at the end when ``cut``."""
+    body = streams.openai_chat([f"w{i} " for i in range(60)])
+    middle = body.index(b"\n\n", len(body) // 2) + 2
+    return body + big if cut else body[:middle] + big + body[middle:]
+
+
+BODIES = {
+    "one long data line": (CHAT, chat_with(b"data: " + b"x" * 50_000 + b"\n\n")),
+    "many lines in one event": (CHAT, chat_with(b"".join(b"data: %05d\n" % i for i in range(9000)) + b"\n")),
+    "long comments before an event": (CHAT, chat_with(b": keep-alive\n" * 4000)),
+    "cut inside the long event": (CHAT, chat_with(b"data: " + b"y" * 30_000, cut=True)),
+    "event-stream, garbage after a good message": (
+        CONVERSE, streams.bedrock_converse(["a", "b"], None) + bytes(random.Random(3).randbytes(40_000))
+    ),
+}
+
+
+def run(tmp_path, route, body: bytes, sizes: list[int], reads_per_turn: int | None):
+    (path, content_type) = route
+    tap = FlowTap(flow_for(path, content_type), directory=str(tmp_path), fsync="end", redact=(), sentinel=None,
+                  max_event_size=LIMIT, record=True)
+    loop = TurnLoop() if reads_per_turn else None
+    held, i, reads = 0, 0, 0
+    while i < len(body):
+        chunk = body[i : i + sizes[reads % len(sizes)]]
+        i += len(chunk)
+        reads += 1
+        tap.arrived(chunk, loop)
+        if loop is not None and reads % reads_per_turn == 0:
+            loop.run()
+        held = max(held, len(tap.unframed))
+    if loop is not None:
+        loop.run()
+    return tap.finish(StreamEnd.FINISHED), held
+
+
+@pytest.mark.parametrize("name", list(BODIES))
+@pytest.mark.parametrize("reads_per_turn", [None, 7])
+def test_an_oversize_event_is_recorded_whole_in_bounded_memory(tmp_path, name, reads_per_turn):
+    route, body = BODIES[name]
+    sizes = [1, 300, 4000, 9000, 17]
+    summary, held = run(tmp_path, route, body, sizes, reads_per_turn)
+    assert not summary["errors"], summary["errors"]
+    assert not summary["recording"].endswith(".partial"), summary["recording"]
+    recording = read_recording(summary["recording"])
+    assert recording.body == body
+    assert check_recording(recording) == []
+    assert any(s.kind == "raw" for s in recording.segments)  # the skipped bytes, kept unframed
+    # what the Tap holds: at most the limit plus what one analysis pass brings (7 reads when batched)
+    assert held <= LIMIT + max(sizes) * (reads_per_turn or 1)
+    assert summary["verdict"] != "complete"
+
+
+def test_a_stream_within_the_limit_has_no_raw_lines(tmp_path):
+    body = streams.openai_chat([f"w{i} " for i in range(60)])
+    summary, _ = run(tmp_path, CHAT, body, [1, 300, 4000], 7)
+    recording = read_recording(summary["recording"])
+    assert recording.body == body and summary["verdict"] == "complete"
+    assert [s.kind for s in recording.segments] == ["frame"] * len(recording.segments)
+
+
+@pytest.mark.parametrize("workers", ["1", "0"])
+def test_through_mitmdump_an_oversize_event_leaves_a_finished_recording_of_every_byte(tmp_path, workers):
+    from upstream import CHAT as CHAT_PATH
+    from upstream import Mitmdump, Script, Upstream, curl, find_recording
+
+    body = chat_with(b"data: " + b"z" * 300_000 + b"\n\n")
+    with Upstream() as up:
+        up.add("huge", Script(body, chunk_size=16384))
+        options = {"streamtap_max_event": "65536", "streamtap_workers": workers}
+        with Mitmdump(up.url, tmp_path / "m", options=options) as proxy:
+            assert curl(f"{proxy.url}/s/huge{CHAT_PATH}", max_time=20).stdout == body
+            recording = find_recording(proxy.record_dir, "huge")
+    assert recording.body == body
+    assert check_recording(recording) == []
+    assert recording.verdict["kind"] != "complete"
+    assert not [n for n in recording.notes if n.get("kind") == "streamtap_error"], recording.notes
