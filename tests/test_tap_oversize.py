@@ -103,3 +103,18 @@ def test_through_mitmdump_an_oversize_event_leaves_a_finished_recording_of_every
     assert check_recording(recording) == []
     assert recording.verdict["kind"] != "complete"
     assert not [n for n in recording.notes if n.get("kind") == "streamtap_error"], recording.notes
+
+
+def test_a_decoded_read_larger_than_the_limit_is_kept_in_lines_no_longer_than_it(tmp_path):
+    import gzip
+
+    (path, content_type), body = BODIES["one long data line"]
+    flow = flow_for(path, content_type)
+    flow.response.headers["content-encoding"] = "gzip"
+    tap = FlowTap(flow, directory=str(tmp_path), fsync="end", redact=(), sentinel=None, max_event_size=LIMIT, record=True)
+    tap.arrived(gzip.compress(body), None)  # one read that decodes to 12 times the limit
+    summary = tap.finish(StreamEnd.FINISHED)
+    recording = read_recording(summary["recording"])
+    assert recording.body == body and check_recording(recording) == []
+    raw = [s for s in recording.segments if s.kind == "raw"]
+    assert len(raw) > 10 and all(len(s.raw) <= LIMIT for s in raw)

@@ -387,8 +387,7 @@ class FlowTap:
                 kept = self._held(writer, chunks)[: event.end - writer.offset]
                 if len(kept) != event.end - writer.offset:
                     raise RecordingError(f"bytes {writer.offset}-{event.end} of a skipped event are not held") from gap
-                if kept:
-                    writer.raw(kept, t_ms, OVERSIZE_RAW)
+                self._raw_lines(writer, kept, t_ms)
                 writer.frames((event._replace(start=event.end, raw=b""),), (t_ms,))
                 events, event_ms = events[gap.index + 1 :], event_ms[gap.index + 1 :]
 
@@ -398,9 +397,15 @@ class FlowTap:
 
     def _spill(self, writer: RecordingWriter, t_ms: float | None) -> None:
         """The event in progress outgrew the decoders' limit: record its bytes so far, unframed."""
-        writer.raw(bytes(self.unframed), t_ms, OVERSIZE_RAW)
+        self._raw_lines(writer, bytes(self.unframed), t_ms)
         self.unframed = bytearray()
         self.unframed_start = writer.offset
+
+    def _raw_lines(self, writer: RecordingWriter, data: bytes, t_ms: float | None) -> None:
+        """``data`` as raw lines of at most the limit each (a decoded read can be larger), so no
+        line outgrows what a reader takes."""
+        for at in range(0, len(data), self.spill_at):
+            writer.raw(data[at : at + self.spill_at], t_ms, OVERSIZE_RAW)
 
     def _keep_unframed(self, chunks: list[bytes], size: int) -> None:
         """After ``chunks`` were decoded and framed: keep the body bytes no frame covers yet
