@@ -144,7 +144,8 @@ def test_a_hung_worker_is_killed_and_restarted_and_the_traffic_stays_whole(upstr
         assert time.monotonic() - started < 5  # not held until the hung worker is killed
         proxy.wait_log(f"analysis worker 0 (pid {pid}) has said nothing for", timeout=20)
         stall.unlink()
-        log = proxy.wait_log(f"analysis worker 0 (pid {pid}) died")
+        proxy.wait_log(f"analysis worker 0 (pid {pid}) died")
+        log = proxy.wait_log("streamtap: openai-chat")  # logged just after the death: wait for it too
         line = next(line for line in log.splitlines() if "streamtap: openai-chat" in line)
         assert "unknown (streamtap's analysis worker died at byte" in line
         [new_pid] = [p for p in worker_pids(proxy, count=2) if p != pid]

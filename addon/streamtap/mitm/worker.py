@@ -3,9 +3,9 @@
 mitmproxy carries all traffic on one event loop; streamtap's analysis costs several times what
 the proxy itself spends per chunk. So the proxy side (``Workers``) only copies each read into a
 ring of memory it shares with the worker that owns the flow (flows are sharded by id, so N
-workers use N cores) and notes the read's place and arrival time. Every few milliseconds, at
-most once per loop turn, one batch per worker tells it, for all flows together, where the new
-reads are. A worker (``serve``) runs a ``FlowTap`` per flow, exactly as the proxy would
+workers use N cores) and notes the read's place and arrival time. One batch per worker tells
+it, for all flows together, where the new reads are: at the end of the loop turn when none went
+in the last ``SEND_EVERY``, else once that much time has passed. A worker (``serve``) runs a ``FlowTap`` per flow, exactly as the proxy would
 in-process, and sends each verdict back; the proxy applies it to the flow when it arrives.
 
 Why a shared ring and not the pipe: pickling a read and writing it through a pipe cost the proxy
@@ -40,7 +40,7 @@ log = logging.getLogger("streamtap")
 
 MAX_IN_FLIGHT = 16 * 1024 * 1024  # per worker: the shared ring, which holds the reads not yet analysed
 SLOT = 64  # a read takes a whole number of SLOTs of the ring, which also bounds the reads in flight
-SEND_EVERY = 0.005  # seconds reads wait to go to the worker in one batch with others...
+SEND_EVERY = 0.005  # at most one batch of reads this often: a read waits for the next one...
 SEND_BYTES = 1024 * 1024  # ...unless this much of the ring is waiting
 WORKER_NICE = 10  # analysis yields the CPU to the traffic (and to the apps beside the proxy)
 ACK_EVERY = 1024 * 1024  # a worker reports the bytes it analysed at least this often (and when idle)
@@ -379,6 +379,7 @@ class Workers:
         self.queued_bytes = 0
         self.ops: list[list] = [[] for _ in range(count)]
         self.timer = None  # the next batch, when only reads wait (SEND_EVERY)
+        self.sent_at = 0.0  # when the last batch went
         self.scheduled = False  # a batch in this loop turn: an open or an end waits, or SEND_BYTES of reads
         self.generations = [0] * count
         self.pids: list[int | None] = [None] * count
@@ -422,14 +423,21 @@ class Workers:
             return
         remote.starts.append(process.put(data, occupied))
         remote.sizes.append(size)
-        remote.times.append(time.monotonic() - remote.t0)
+        now = time.monotonic()
+        remote.times.append(now - remote.t0)
         remote.occupied += occupied
         remote.sent += size
         if not remote.queued:
             remote.queued = True
             self.queued.append(remote)
-            if self.timer is None:
-                self.timer = self.loop.call_later(SEND_EVERY, self.send)
+            if self.timer is None and not self.scheduled:
+                # a read after a quiet spell goes at the end of this loop turn, so the worker
+                # analyses it before the next one comes; under load, one batch per SEND_EVERY
+                wait = self.sent_at + SEND_EVERY - now
+                if wait <= 0:
+                    self._send_soon()
+                else:
+                    self.timer = self.loop.call_later(wait, self.send)
         self.queued_bytes += occupied
         if self.queued_bytes > SEND_BYTES:
             self._send_soon()
@@ -455,6 +463,7 @@ class Workers:
         A batch always covers every read copied into the ring since the one before: the worker
         acknowledges whole batches, so what it acknowledged is always the oldest part of the ring."""
         self.scheduled = False
+        self.sent_at = time.monotonic()
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
