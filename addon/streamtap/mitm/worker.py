@@ -1,12 +1,13 @@
 """Analysis workers: decoding, assembling, judging and recording in processes of their own.
 
 mitmproxy carries all traffic on one event loop; streamtap's analysis costs several times what
-the proxy itself spends per chunk. So the proxy side (``Workers``) only copies each read into a
-ring of memory it shares with the worker that owns the flow (flows are sharded by id, so N
-workers use N cores) and notes the read's place and arrival time. One batch per worker tells
-it, for all flows together, where the new reads are: at the end of the loop turn when none went
-in the last ``SEND_EVERY``, else once that much time has passed. A worker (``serve``) runs a ``FlowTap`` per flow, exactly as the proxy would
-in-process, and sends each verdict back; the proxy applies it to the flow when it arrives.
+the proxy itself spends per chunk. So the proxy side (``Workers``) only keeps each read with its
+arrival time. One batch per worker, for all flows together, copies each flow's new reads into a
+ring of memory the proxy shares with the worker that owns the flow (flows are sharded by id, so
+N workers use N cores) and tells the worker where they are: at the end of the loop turn when
+no batch went in the last ``SEND_EVERY``, else once that much time has passed. A worker
+(``serve``) runs a ``FlowTap`` per flow, exactly as the proxy would in-process, and sends each
+verdict back; the proxy applies it to the flow when it arrives.
 
 Why a shared ring and not the pipe: pickling a read and writing it through a pipe cost the proxy
 about ten times what one copy into shared memory costs; the pipe now carries only small batches.
@@ -34,12 +35,13 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 log = logging.getLogger("streamtap")
 
 MAX_IN_FLIGHT = 16 * 1024 * 1024  # per worker: the shared ring, which holds the reads not yet analysed
-SLOT = 64  # a read takes a whole number of SLOTs of the ring, which also bounds the reads in flight
+SLOT = 64  # ring bytes each read is charged beyond its own, which bounds the reads in flight (their sizes and times)
 SEND_EVERY = 0.005  # at most one batch of reads this often: a read waits for the next one...
 SEND_BYTES = 1024 * 1024  # ...unless this much of the ring is waiting
 WORKER_NICE = 10  # analysis yields the CPU to the traffic (and to the apps beside the proxy)
@@ -184,11 +186,16 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
             kind = op[0]
             try:
                 if kind == DATA:
-                    _, flow_id, starts, sizes, times, occupied = op
+                    _, flow_id, at, sizes, times, occupied = op
                     consumed += occupied
                     tap = taps.get(flow_id)
                     if tap is not None:
-                        tap.take(list(map(get, starts, sizes)), times)
+                        data = get(at, sum(sizes))
+                        if len(sizes) == 1:
+                            tap.take([data], times)
+                        else:
+                            ends = list(accumulate(sizes))
+                            tap.take(list(map(data.__getitem__, map(slice, [0, *ends], ends))), times)
                 elif kind == OPEN:
                     _, spec, settings, t0 = op
                     tap = taps[spec.flow_id] = FlowTap(spec, t0=t0, **settings)
@@ -236,11 +243,9 @@ class RemoteFlow:
     shard: int
     t0: float
     provider: str
-    # the reads copied into the ring since the last batch: where, how long, when they arrived
-    starts: list[int] = field(default_factory=list)
-    sizes: list[int] = field(default_factory=list)
+    # the reads since the last batch and their arrivals: copied into the ring when it goes
+    chunks: list[bytes] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
-    occupied: int = 0  # ring bytes those reads take
     sent: int = 0  # wire bytes handed to the worker
     seen: int = 0  # wire bytes forwarded to the client
     queued: bool = False  # in the list of flows with reads to send
@@ -319,13 +324,9 @@ class _Process:
             self.loop.remove_writer(self.fd)
 
     def put(self, data: bytes, occupied: int) -> int:
-        """Copy one read into the ring (the caller checked it fits); where it starts."""
+        """Copy a flow's reads into the ring (the caller checked they fit); where they start."""
         at = self.written % MAX_IN_FLIGHT
-        end = at + len(data)
-        if end <= MAX_IN_FLIGHT:  # by hand: this runs for every read on the proxy's loop
-            self.memory[at:end] = data
-        else:
-            self.ring.put(at, data)
+        self.ring.put(at, data)
         self.written += occupied
         self.in_flight += occupied
         return at
@@ -411,22 +412,11 @@ class Workers:
         remote.seen += size
         if remote.dropped is not None:
             return
-        process = self.processes[remote.shard]
-        occupied = -(-size // SLOT) * SLOT
-        if process.in_flight + occupied > MAX_IN_FLIGHT:
-            # the worker is behind: this flow's analysis stops here rather than the proxy's memory growing
-            remote.dropped = FELL_BEHIND
-            if remote.queued:
-                self._hand_on(remote)
-            self._op(remote.shard, (BEHIND, remote.flow_id, remote.sent, FELL_BEHIND))
-            log.warning(f"streamtap: flow {remote.flow_id[:8]}: {FELL_BEHIND} at byte {remote.sent}; traffic passes on untouched")
-            return
-        remote.starts.append(process.put(data, occupied))
-        remote.sizes.append(size)
+        # as little as possible per read, on the loop that carries all the traffic: the copy
+        # into the ring and its bookkeeping are done per flow and batch, in send()
+        remote.chunks.append(data)
         now = time.monotonic()
         remote.times.append(now - remote.t0)
-        remote.occupied += occupied
-        remote.sent += size
         if not remote.queued:
             remote.queued = True
             self.queued.append(remote)
@@ -438,7 +428,7 @@ class Workers:
                     self._send_soon()
                 else:
                     self.timer = self.loop.call_later(wait, self.send)
-        self.queued_bytes += occupied
+        self.queued_bytes += size
         if self.queued_bytes > SEND_BYTES:
             self._send_soon()
 
@@ -460,7 +450,8 @@ class Workers:
     def send(self) -> None:
         """Every flow's new reads and every waiting operation: one batch per worker.
 
-        A batch always covers every read copied into the ring since the one before: the worker
+        Reads are copied into the ring only here (and in ``_hand_on`` calls before a FINISH or
+        BEHIND op), so a batch covers every byte put in the ring since the one before: the worker
         acknowledges whole batches, so what it acknowledged is always the oldest part of the ring."""
         self.scheduled = False
         self.sent_at = time.monotonic()
@@ -480,12 +471,28 @@ class Workers:
                     process.send(ops)
 
     def _hand_on(self, remote: RemoteFlow) -> None:
-        """The flow's reads in the ring go in the next batch (those of a flow dropped since, too:
-        the worker must count every byte of the ring it passes)."""
+        """The flow's reads since the last batch: copied into its worker's ring, and said so in
+        the next batch. A flow whose reads do not fit is dropped from analysis instead."""
         remote.queued = False
-        if remote.starts:
-            self.ops[remote.shard].append((DATA, remote.flow_id, remote.starts, remote.sizes, remote.times, remote.occupied))
-            remote.starts, remote.sizes, remote.times, remote.occupied = [], [], [], 0
+        chunks, times = remote.chunks, remote.times
+        if not chunks:
+            return
+        remote.chunks, remote.times = [], []
+        if remote.dropped is not None:
+            return
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        occupied = -(-(len(data) + SLOT * len(chunks)) // SLOT) * SLOT
+        process = self.processes[remote.shard]
+        if not process.alive or process.in_flight + occupied > MAX_IN_FLIGHT:
+            # the worker is behind: this flow's analysis stops here rather than the proxy's memory growing
+            remote.dropped = FELL_BEHIND
+            self._op(remote.shard, (BEHIND, remote.flow_id, remote.sent, FELL_BEHIND))
+            log.warning(f"streamtap: flow {remote.flow_id[:8]}: {FELL_BEHIND} at byte {remote.sent}; traffic passes on untouched")
+            return
+        at = process.put(data, occupied)
+        sizes = list(map(len, chunks)) if len(chunks) > 1 else [len(data)]
+        self.ops[remote.shard].append((DATA, remote.flow_id, at, sizes, times, occupied))
+        remote.sent += len(data)
 
     def _op(self, shard: int, op: tuple) -> None:
         self.ops[shard].append(op)
@@ -538,7 +545,7 @@ class Workers:
             remote.dropped = f"streamtap's analysis worker died at byte {remote.sent}"
             if remote.recording:  # the new worker notes it in the recording the dead one left
                 self._op(index, (ORPHANED, remote.recording, f"{remote.dropped}; the recording ends where it stopped"))
-            remote.starts, remote.sizes, remote.times, remote.occupied = [], [], [], 0  # in the dead worker's ring
+            remote.chunks, remote.times = [], []
             if remote.ended is not None:  # its verdict will not come
                 self.flows.pop(remote.flow_id, None)
                 self.lost(remote, remote.dropped)
