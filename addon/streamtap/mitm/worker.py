@@ -268,7 +268,6 @@ class _Process:
     def __init__(self, index: int, generation: int, loop, received: Callable, died: Callable) -> None:
         ctx = multiprocessing.get_context("spawn")  # never fork the proxy's running loop
         self.ring = Ring.create(MAX_IN_FLIGHT)
-        self.memory = self.ring.map
         inbox_r, self.inbox = ctx.Pipe(duplex=False)
         self.outbox, outbox_w = ctx.Pipe(duplex=False)
         self.index, self.generation = index, generation
@@ -450,8 +449,8 @@ class Workers:
     def send(self) -> None:
         """Every flow's new reads and every waiting operation: one batch per worker.
 
-        Reads are copied into the ring only here (and in ``_hand_on`` calls before a FINISH or
-        BEHIND op), so a batch covers every byte put in the ring since the one before: the worker
+        Reads are copied into the ring only here (and in ``finish``, just before its FINISH op), so
+        a batch covers every byte put in the ring since the one before: the worker
         acknowledges whole batches, so what it acknowledged is always the oldest part of the ring."""
         self.scheduled = False
         self.sent_at = time.monotonic()
