@@ -63,10 +63,6 @@ _type_names: dict[bytes, str] = {b"": "message"}
 _new = tuple.__new__  # builds an event from a tuple of its fields, in C (see events.py)
 
 
-def _new_event(seq, start, end, raw, event, data, id, retry, invalid_utf8):
-    return _new(SSEEvent, (seq, start, end, raw, event, data, id, retry, invalid_utf8))
-
-
 def _text(value: bytes) -> tuple[str, int]:
     """Decode UTF-8 with replacement; also return how many replacements were made."""
     try:
@@ -467,10 +463,10 @@ class SSEDecoder:
                     else:
                         raw = work[seg:end]
                     out.append(
-                        _new_event(
+                        _new(SSEEvent, (
                             seq, span_start, base + end, raw, name, text,
                             self.last_event_id, self._span_retry, bad,
-                        )
+                        ))
                     )
                     if bad:
                         self.invalid_utf8 += bad
