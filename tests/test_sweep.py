@@ -207,6 +207,9 @@ def test_interrupting_a_sweep_stops_the_clients_it_started(recording, tmp_path):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        # a suite started in the background without job control ignores SIGINT, and a child
+        # inherits that: this sweep stands for one started at a terminal
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 20
