@@ -9,6 +9,7 @@ checks out against itself and is finished, read by read or batched as on the pro
 
 from __future__ import annotations
 
+import gzip
 import random
 
 import pytest
@@ -18,6 +19,8 @@ from streamtap.mitm.tap import FlowTap
 from streamtap.providers import StreamEnd
 from streamtap.recording import check_recording, read_recording
 from test_tap_batching import TurnLoop, flow_for
+from upstream import CHAT as CHAT_PATH
+from upstream import Mitmdump, Script, Upstream, curl, find_recording
 
 LIMIT = 4096
 CHAT = "/v1/chat/completions", "text/event-stream"
@@ -89,9 +92,6 @@ def test_a_stream_within_the_limit_has_no_raw_lines(tmp_path):
 
 @pytest.mark.parametrize("workers", ["1", "0"])
 def test_through_mitmdump_an_oversize_event_leaves_a_finished_recording_of_every_byte(tmp_path, workers):
-    from upstream import CHAT as CHAT_PATH
-    from upstream import Mitmdump, Script, Upstream, curl, find_recording
-
     body = chat_with(b"data: " + b"z" * 300_000 + b"\n\n")
     with Upstream() as up:
         up.add("huge", Script(body, chunk_size=16384))
@@ -106,8 +106,6 @@ def test_through_mitmdump_an_oversize_event_leaves_a_finished_recording_of_every
 
 
 def test_a_decoded_read_larger_than_the_limit_is_kept_in_lines_no_longer_than_it(tmp_path):
-    import gzip
-
     (path, content_type), body = BODIES["one long data line"]
     flow = flow_for(path, content_type)
     flow.response.headers["content-encoding"] = "gzip"
