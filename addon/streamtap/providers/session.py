@@ -30,7 +30,7 @@ from streamtap.wire import (
 
 from .common import error_message, loads, one_line
 from .judge import ARGUMENTS_CAP, END_WORDS, TEXT_CAP
-from .turn import Dialect, StreamEnd, Turn, Verdict, VerdictKind
+from .turn import Choice, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 DEFAULT_WIRE = {
     Dialect.OPENAI_CHAT: "sse",
@@ -64,6 +64,7 @@ _DECODERS = {
 _PLAIN_EVENTS = frozenset({SSEEvent, EventStreamMessage, JSONValue})  # events that go straight to the assembler
 
 ERROR_BODY_LIMIT = 64 * 1024  # an HTTP error body is kept for its message, not forever
+MAX_BLOCKS = 4096  # blocks one turn keeps over all its choices; past them the turn is not assembled
 
 
 def make_assembler(dialect: Dialect, wire: str):
@@ -131,7 +132,11 @@ class StreamSession:
         self._damaged: SSEEvent | None = None  # the first event whose bytes were not UTF-8
         self._malformed_count = 0
         self._tail: Tail | None = None
-        self._bug: str | None = None
+        self._halted: str | None = None  # why the assembler is no longer fed: a bug in it, or a bound passed
+        self._over_bound = False  # the turn outgrew MAX_BLOCKS (not a bug)
+        # the turn's choices, watched for MAX_BLOCKS after every event (a list the turn keeps and grows)
+        turn = getattr(self._assembler, "turn", None)
+        self._choices: list = turn.choices if turn is not None else [Choice(0)]
         self._error_body = bytearray()
         self._closed: Analysis | None = None
 
@@ -167,7 +172,7 @@ class StreamSession:
         reads: list[int] = []
         take, last_read, i = self._take, len(chunks) - 1, 0
         end = ends[0]
-        assemble, arrivals, plain = self._assembler.feed, self._arrivals, _PLAIN_EVENTS
+        assemble, arrivals, plain, choices = self._assembler.feed, self._arrivals, _PLAIN_EVENTS, self._choices
         for event in events:
             last_byte = event.end - 1
             while last_byte >= end and i < last_read:
@@ -175,7 +180,7 @@ class StreamSession:
                 end = ends[i]
             t = times[i]
             reads.append(i)
-            if type(event) in plain and self._bug is None:  # _take's common case, without the call
+            if type(event) in plain and self._halted is None:  # _take's common case, without the call
                 self._events += 1
                 if type(event) is SSEEvent and event.invalid_utf8 and self._damaged is None:
                     self._damaged = event
@@ -183,8 +188,10 @@ class StreamSession:
                     arrivals.append(t)
                 try:
                     assemble(event, t)
+                    if len(choices[0].blocks) > MAX_BLOCKS or len(choices) > 1:
+                        self._check_bound(event)
                 except Exception as exc:  # fail open, as in _take
-                    self._bug = f"{type(exc).__name__}: {exc} (at event {event.seq})"
+                    self._halted = f"{type(exc).__name__}: {exc} (at event {event.seq})"
             else:
                 take(event, t)
         return events, reads
@@ -208,7 +215,7 @@ class StreamSession:
         try:
             turn, verdict = self._assembler.finish(end)
         except Exception as exc:  # fail open: a bug in streamtap is evidence, not a crash
-            self._bug = self._bug or f"{type(exc).__name__}: {exc}"
+            self._halted = self._halted or f"{type(exc).__name__}: {exc}"
             turn, verdict = Turn(self.dialect), Verdict(VerdictKind.UNKNOWN, "")
         # the tail held the terminal signal when it alone would have turned a cut stream into a finished one
         verdict = self._judge(turn, verdict, end, terminal_tail and verdict.kind is VerdictKind.TRUNCATED)
@@ -234,7 +241,7 @@ class StreamSession:
             return
         if type(event) is SSEEvent and event.invalid_utf8 and self._damaged is None:
             self._damaged = event
-        if self._bug is not None:
+        if self._halted is not None:
             if isinstance(event, Tail):
                 self._tail = event
             return
@@ -245,8 +252,21 @@ class StreamSession:
                     self._tail = event
             else:
                 self._assembler.feed(event, t)
+                choices = self._choices
+                if len(choices[0].blocks) > MAX_BLOCKS or len(choices) > 1:
+                    self._check_bound(event)
         except Exception as exc:  # fail open: the events still go back to the adapter; the bug becomes evidence
-            self._bug = f"{type(exc).__name__}: {exc} (at event {event.seq})"
+            self._halted = f"{type(exc).__name__}: {exc} (at event {event.seq})"
+
+    def _check_bound(self, event: WireEvent) -> None:
+        """A turn that opened more than MAX_BLOCKS blocks is no longer assembled: every block
+        costs memory, and a hostile or broken stream can open one per event."""
+        if sum(len(choice.blocks) for choice in self._choices) > MAX_BLOCKS:
+            self._halted = (
+                f"the answer opened more than {MAX_BLOCKS} blocks; streamtap stopped assembling it "
+                f"at event {event.seq} (byte {event.start}) to bound its memory"
+            )
+            self._over_bound = True
 
     def _terminal_in_tail(self, end: StreamEnd) -> bool:
         """Would the undispatched last event have ended the stream (``data: [DONE]`` with no blank line
@@ -255,7 +275,7 @@ class StreamSession:
         Asked of a copy of the assembler fed that event as if it had been dispatched, so every dialect
         answers by its own rules; the copy is thrown away: the event was never dispatched."""
         tail = self._tail
-        if tail is None or not tail.cut or self._bug is not None or self.wire not in ("sse", "ndjson"):
+        if tail is None or not tail.cut or self._halted is not None or self.wire not in ("sse", "ndjson"):
             return False
         ending = b"\n\n" if self.wire == "sse" else b"\n"
         decoder = _DECODERS[self.wire]()
@@ -277,13 +297,18 @@ class StreamSession:
         verdict.evidence["bytes"] = self._bytes
         if self.http_status >= 400:
             return self._http_error(turn, end)
-        if self._bug is not None:
+        if self._over_bound:
+            return Verdict(
+                VerdictKind.UNKNOWN, f"streamtap could not judge this stream: {self._halted}", verdict.seq, verdict.offset,
+                {"max_blocks": MAX_BLOCKS, "end": end.value, "bytes": self._bytes},
+            )
+        if self._halted is not None:
             return Verdict(
                 VerdictKind.UNKNOWN,
                 f"streamtap could not judge this stream: internal error in the {self.dialect} assembler",
                 verdict.seq,
                 verdict.offset,
-                {"bug": self._bug, "end": end.value, "bytes": self._bytes},
+                {"bug": self._halted, "end": end.value, "bytes": self._bytes},
             )
         if verdict.kind is VerdictKind.ERRORED:  # the provider's own word beats any framing trouble after it
             return verdict
