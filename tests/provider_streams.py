@@ -103,6 +103,34 @@ def anthropic(thinking: str, text: str, tool_args: dict, **kwargs) -> bytes:
     return b"".join(_sse(e["type"], e) for e in anthropic_events(thinking, text, tool_args, **kwargs))
 
 
+def anthropic_with_blocks(count: int) -> bytes:
+    """An Anthropic answer of ``count`` one-word text blocks, each started, filled and stopped."""
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test", "content": [],
+               "stop_reason": None, "usage": {"input_tokens": 3, "output_tokens": 1}}
+    out = [_sse("message_start", {"type": "message_start", "message": message})]
+    for i in range(count):
+        out.append(_sse("content_block_start",
+                        {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}}))
+        out.append(_sse("content_block_delta",
+                        {"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": "w "}}))
+        out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": i}))
+    out.append(_sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                                      "usage": {"output_tokens": count}}))
+    out.append(_sse("message_stop", {"type": "message_stop"}))
+    return b"".join(out)
+
+
+def openai_chat_with_tool_calls(count: int) -> bytes:
+    """A chat answer that opens a new tool call (a new index) in every chunk."""
+    base = {"id": "chatcmpl-T1", "object": "chat.completion.chunk", "created": 1770000000, "model": "gpt-test-1"}
+    out = []
+    for i in range(count):
+        call = {"index": i, "id": f"call_{i}", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        out.append(_sse(None, {**base, "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}]}))
+    out.append(_sse(None, {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}))
+    return b"".join(out) + _sse(None, "[DONE]")
+
+
 def bedrock_invoke(thinking: str, text: str, tool_args: dict) -> bytes:
     out = []
     events = anthropic_events(thinking, text, tool_args)

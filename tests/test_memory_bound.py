@@ -235,39 +235,7 @@ def test_citations_per_block_are_kept_up_to_a_bound():
     assert any(f"citations beyond {MAX_LISTED} per block not kept" in n for n in analysis.turn.notes)
 
 
-def _sse(event: dict, name: str | None = None) -> bytes:
-    return (f"event: {name}\n" if name else "").encode() + b"data: " + json.dumps(event).encode() + b"\n\n"
-
-
-def anthropic_with_blocks(count: int) -> bytes:
-    """An Anthropic answer of ``count`` one-word text blocks, each started, filled and stopped."""
-    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test", "content": [],
-               "stop_reason": None, "usage": {"input_tokens": 3, "output_tokens": 1}}
-    out = [_sse({"type": "message_start", "message": message}, "message_start")]
-    for i in range(count):
-        out.append(_sse({"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}},
-                        "content_block_start"))
-        out.append(_sse({"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": "w "}},
-                        "content_block_delta"))
-        out.append(_sse({"type": "content_block_stop", "index": i}, "content_block_stop"))
-    out.append(_sse({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": count}},
-                    "message_delta"))
-    out.append(_sse({"type": "message_stop"}, "message_stop"))
-    return b"".join(out)
-
-
-def openai_chat_with_tool_calls(count: int) -> bytes:
-    """A chat answer that opens a new tool call (a new index) in every chunk."""
-    base = {"id": "chatcmpl-T1", "object": "chat.completion.chunk", "created": 1770000000, "model": "gpt-test-1"}
-    out = []
-    for i in range(count):
-        call = {"index": i, "id": f"call_{i}", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-        out.append(_sse({**base, "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}]}))
-    out.append(_sse({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}))
-    return b"".join(out) + b"data: [DONE]\n\n"
-
-
-@pytest.mark.parametrize("dialect, build", [("anthropic", anthropic_with_blocks), ("openai-chat", openai_chat_with_tool_calls)])
+@pytest.mark.parametrize("dialect, build", [("anthropic", ps.anthropic_with_blocks), ("openai-chat", ps.openai_chat_with_tool_calls)])
 def test_a_turn_that_opens_more_blocks_than_the_bound_is_unknown_and_stops_growing(dialect, build):
     from streamtap.providers.session import MAX_BLOCKS
 
