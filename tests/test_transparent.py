@@ -232,9 +232,12 @@ def curl(network, ca: Path) -> subprocess.CompletedProcess:
 def recordings_of(network, body: bytes) -> list:
     from streamtap.recording import read_recording
 
-    deadline = time.monotonic() + 5  # the recording is finished as the flow ends, just after the client got it all
+    # The recording is finished as the flow ends, just after the client got it all. Its end line
+    # is written before the .partial file is renamed, so only renamed files are read.
+    deadline = time.monotonic() + 5
     while True:
-        found = [read_recording(p) for p in sorted(network["recordings"].glob("*.jsonl"))]
+        finished = sorted(p for p in network["recordings"].glob("*.jsonl") if not p.name.endswith(".partial.jsonl"))
+        found = [read_recording(p) for p in finished]
         matching = [r for r in found if r.body == body and r.end is not None]
         if matching or time.monotonic() > deadline:
             return matching
