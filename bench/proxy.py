@@ -250,6 +250,9 @@ def fetch(port: int, path: str) -> int:
         return total
 
 
+WORKLOADS = ("sse", "es", "sse16k", "es16k", "conc")
+
+
 def transfer(proxy: Proxy, path: str, repeat: int = 1, concurrent: int = 1) -> tuple[float, float, float]:
     """Wall, proxy CPU and proxy+workers CPU seconds for one body (``repeat`` transfers
     averaged: CPU ticks are 10 ms), or for ``concurrent`` bodies at once."""
@@ -385,6 +388,9 @@ def main() -> int:
     parser.add_argument("--held", type=int, default=100, help="streams held open for the memory figure (default 100)")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--norec", action="store_true", help="also run streamtap-norec (workers=0, no recording)")
+    parser.add_argument("--only", choices=WORKLOADS, metavar="WORKLOAD",
+                        help=f"run this one workload only ({', '.join(WORKLOADS)}), e.g. with more --rounds to "
+                             "resolve a small difference; no latency or memory figures")
     parser.add_argument("--against", type=Path, metavar="DIR",
                         help="also run DIR/addon/tap.py (another version of streamtap) as the -old peers")
     args = parser.parse_args()
@@ -401,7 +407,7 @@ def main() -> int:
     upstream.start()
     port, sse_len, es_len, small_len = parent.recv()
     sse_count, es_count = len(sse_events(args.mb)), len(eventstream_events(args.mb))
-    state_bytes = per_stream_state(args.held)
+    state_bytes = per_stream_state(args.held) if not args.only else 0
     workdir = Path(tempfile.mkdtemp(prefix="streamtap-bench-"))
     names = ["bare", "passthru", "streamtap-w0", "streamtap"]
     if args.norec:
@@ -414,7 +420,8 @@ def main() -> int:
         for name in names:  # inside the try: a proxy that fails to start stops the ones before it
             proxies[name] = Proxy(name, port, workdir, args.against)
         for name in names:  # first, while the proxies' heaps are small and unfragmented
-            results[name]["held_bytes"] = held_streams(proxies[name], args.held)
+            if not args.only:
+                results[name]["held_bytes"] = held_streams(proxies[name], args.held)
         workloads = (
             ("sse", "/sse/v1/chat/completions", sse_len),
             ("es", "/es/model/m/converse-stream", es_len),
@@ -423,6 +430,8 @@ def main() -> int:
             ("conc", "/small-sse/v1/chat/completions", small_len * CONCURRENT),
         )
         for label, path, size in workloads:
+            if args.only and label != args.only:
+                continue
             repeat = 8 if label.endswith("16k") else 1
             concurrent = CONCURRENT if label == "conc" else 1
             for name in names:
@@ -441,7 +450,7 @@ def main() -> int:
                     r.setdefault(f"{label}_total_x", []).append(total / max(bare_total, 1e-9))
                     r.setdefault(f"{label}_cpu", []).append(cpu * 1000 / (size / 1e6))
         ticks = max(20, args.ticks // args.rounds)
-        for number in range(args.rounds):
+        for number in range(args.rounds if not args.only else 0):
             order = names if number % 2 == 0 else names[::-1]
             p50 = {}
             for name in order:
@@ -478,6 +487,8 @@ def main() -> int:
     }
     sizes = {"sse": sse_len, "es": es_len, "sse16k": sse_len, "es16k": es_len, "conc": small_len * CONCURRENT}
     for label, title in titles.items():
+        if args.only and label != args.only:
+            continue
         for name in names:
             r = results[name]
             mbps = sizes[label] / 1e6 / statistics.median(r[label + "_wall"])
@@ -486,6 +497,8 @@ def main() -> int:
         if label == "conc":
             for name in names[1:]:
                 print(f"{'':38} {name:19} throughput x bare: {spread(results[name]['conc_tput_x'])}")
+    if args.only:
+        return 0
     ticks = max(20, args.ticks // args.rounds)
     print(f"\nlatency of a small event every 5 ms ({ticks} events per proxy and round): p50 added over bare within the round,"
           f" median (range); and resident memory per open stream ({args.held} held open)")
