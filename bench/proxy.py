@@ -407,7 +407,8 @@ def main() -> int:
     upstream.start()
     port, sse_len, es_len, small_len = parent.recv()
     sse_count, es_count = len(sse_events(args.mb)), len(eventstream_events(args.mb))
-    state_bytes = per_stream_state(args.held) if not args.only else 0
+    whole = not args.only  # every workload, and the latency and memory figures
+    state_bytes = per_stream_state(args.held) if whole else 0
     workdir = Path(tempfile.mkdtemp(prefix="streamtap-bench-"))
     names = ["bare", "passthru", "streamtap-w0", "streamtap"]
     if args.norec:
@@ -419,8 +420,8 @@ def main() -> int:
     try:
         for name in names:  # inside the try: a proxy that fails to start stops the ones before it
             proxies[name] = Proxy(name, port, workdir, args.against)
-        for name in names:  # first, while the proxies' heaps are small and unfragmented
-            if not args.only:
+        if whole:
+            for name in names:  # first, while the proxies' heaps are small and unfragmented
                 results[name]["held_bytes"] = held_streams(proxies[name], args.held)
         workloads = (
             ("sse", "/sse/v1/chat/completions", sse_len),
@@ -430,7 +431,7 @@ def main() -> int:
             ("conc", "/small-sse/v1/chat/completions", small_len * CONCURRENT),
         )
         for label, path, size in workloads:
-            if args.only and label != args.only:
+            if args.only not in (None, label):
                 continue
             repeat = 8 if label.endswith("16k") else 1
             concurrent = CONCURRENT if label == "conc" else 1
@@ -450,7 +451,8 @@ def main() -> int:
                     r.setdefault(f"{label}_total_x", []).append(total / max(bare_total, 1e-9))
                     r.setdefault(f"{label}_cpu", []).append(cpu * 1000 / (size / 1e6))
         ticks = max(20, args.ticks // args.rounds)
-        for number in range(args.rounds if not args.only else 0):
+        latency_rounds = args.rounds if whole else 0
+        for number in range(latency_rounds):
             order = names if number % 2 == 0 else names[::-1]
             p50 = {}
             for name in order:
@@ -487,7 +489,7 @@ def main() -> int:
     }
     sizes = {"sse": sse_len, "es": es_len, "sse16k": sse_len, "es16k": es_len, "conc": small_len * CONCURRENT}
     for label, title in titles.items():
-        if args.only and label != args.only:
+        if args.only not in (None, label):
             continue
         for name in names:
             r = results[name]
@@ -497,7 +499,7 @@ def main() -> int:
         if label == "conc":
             for name in names[1:]:
                 print(f"{'':38} {name:19} throughput x bare: {spread(results[name]['conc_tput_x'])}")
-    if args.only:
+    if not whole:
         return 0
     ticks = max(20, args.ticks // args.rounds)
     print(f"\nlatency of a small event every 5 ms ({ticks} events per proxy and round): p50 added over bare within the round,"
