@@ -679,6 +679,10 @@ class Tap:
         self.finished: list[dict[str, Any]] = []  # summaries of finished turns, newest last (bounded)
         self.observers: list[Any] = []  # told of each finished turn and each failure (the Metrics addon)
         self._flusher: asyncio.Task | None = None
+        # the options every tapped flow needs, read in configure(): reading a mitmproxy option
+        # deep-copies its value, which cost ~12 µs per flow on the loop
+        self.settings: dict[str, Any] = {}
+        self.keep_streamed_bodies = False
 
     def load(self, loader) -> None:
         loader.add_option(
@@ -761,6 +765,17 @@ class Tap:
             option_checks.size("streamtap_max_event", options.streamtap_max_event, 1, MAX_EVENT_LIMIT)
         if "streamtap_workers" in updated:
             option_checks.size("streamtap_workers", options.streamtap_workers, 0, MAX_WORKERS, "processes")
+        self.settings = dict(
+            directory=options.streamtap_dir,
+            fsync=options.streamtap_fsync,
+            redact=list(options.streamtap_redact),
+            redact_allow=list(options.streamtap_redact_allow),
+            sentinel=options.streamtap_sentinel,
+            max_event_size=options.streamtap_max_event,
+            record=options.streamtap_record,
+            compress=options.streamtap_compress,
+        )
+        self.keep_streamed_bodies = bool(getattr(options, "store_streamed_bodies", False))  # an option of mitmproxy's proxy server
 
     def _matches(self, flow: http.HTTPFlow) -> bool:
         if self.filter is not None:
@@ -768,8 +783,6 @@ class Tap:
         return is_llm_stream(flow)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
-        from mitmproxy import ctx
-
         try:
             if flow.response is None or flow.id in self.open or not self._matches(flow):
                 return
@@ -781,20 +794,10 @@ class Tap:
                     self.told_about_loaded_flows = True
                     log.info("streamtap: flows read from a file are not tapped; `streamtap import FILE` records them")
                 return
-            options = ctx.options
-            settings = dict(
-                directory=options.streamtap_dir,
-                fsync=options.streamtap_fsync,
-                redact=list(options.streamtap_redact),
-                redact_allow=list(options.streamtap_redact_allow),
-                sentinel=options.streamtap_sentinel,
-                max_event_size=options.streamtap_max_event,
-                record=options.streamtap_record,
-                compress=options.streamtap_compress,
-            )
+            settings = self.settings
             workers = self.workers
             if workers is not None:
-                remote = workers.open(FlowSpec.of(flow, options.streamtap_sentinel), settings)
+                remote = workers.open(FlowSpec.of(flow, settings["sentinel"]), settings)
             else:
                 tap = FlowTap(flow, **settings)
         except Exception as exc:  # fail open: the flow goes on as mitmproxy would carry it
@@ -823,7 +826,7 @@ class Tap:
                     tap.fail("analysis", exc)
                 return data
 
-        if getattr(ctx.options, "store_streamed_bodies", False):  # an option of mitmproxy's proxy server
+        if self.keep_streamed_bodies:
             kept = self.kept[flow.id] = bytearray()
 
             def stream_and_keep(data: bytes) -> bytes:
