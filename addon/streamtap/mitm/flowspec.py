@@ -15,6 +15,7 @@ from mitmproxy import http
 
 from streamtap.providers import detect_dialect
 from streamtap.recording import flow_header
+from streamtap.recording.header import RequestBody, request_body, request_body_fields
 from streamtap.recording.flows import request_info
 
 
@@ -30,6 +31,8 @@ class FlowSpec:
     sentinel: str | None
     detection: Any = None  # providers.Detection, None when detection failed
     header: dict[str, Any] | None = None  # the recording's header, None when it could not be made
+    # the request body, not yet parsed into the header: see complete_header()
+    body: RequestBody | None = None
     errors: list[tuple[str, str]] = field(default_factory=list)  # (part, message) of what failed here
 
     @classmethod
@@ -51,10 +54,21 @@ class FlowSpec:
                 wire_format=detection.wire if detection else None,
                 content_encoding=spec.encoding or None,
                 sentinel=sentinel,
+                with_body=False,
             )
+            spec.body = request_body(flow.request)
         except Exception as exc:
             spec.errors.append(("recording", described(exc)))
         return spec
+
+    def complete_header(self) -> dict[str, Any] | None:
+        """The header with the request body parsed into it. Called where the flow is analysed
+        (a worker), not on the proxy's loop: a spec crosses to the worker with the body as bytes,
+        which cost a copy, not a parse and the pickling of a large parsed prompt."""
+        if self.header is not None and self.body is not None:
+            self.header["request"].update(request_body_fields(self.body))
+            self.body = None
+        return self.header
 
 
 def described(exc: BaseException) -> str:

@@ -218,8 +218,9 @@ class FlowTap:
                     compress=compress,
                 )
                 if not header_failed:
-                    assert spec.header is not None
-                    self.writer.header(spec.header)
+                    header = spec.complete_header()
+                    assert header is not None
+                    self.writer.header(header)
                     for note in self.errors:
                         self.writer.note("streamtap_error", note)
                     self.writer.flush()

@@ -13,21 +13,43 @@ from typing import Any
 import orjson
 
 
+RequestBody = tuple[bytes, bytes | None]  # as sent, and decoded (None where it cannot be)
+
+
+def request_body(request: Any) -> RequestBody | None:
+    """The request's body bytes, or None when it has none: cheap, no parsing."""
+    raw = request.raw_content
+    if not raw:
+        return None
+    try:
+        return raw, request.get_content(strict=False)
+    except Exception:
+        return raw, None
+
+
+def request_body_fields(body: RequestBody | None) -> dict[str, Any]:
+    """The header's ``body`` (the JSON it holds) or ``body_b64`` (a body that is not JSON)."""
+    if body is None:
+        return {}
+    raw, content = body
+    try:
+        return {"body": orjson.loads(content or b"")}
+    except Exception:
+        return {"body_b64": base64.b64encode(raw).decode("ascii")}
+
+
 def flow_header(flow: Any, *, started: float | None, dialect: str | None, why: str | None,
                 sentinel: str | None, wire_format: str | None, content_encoding: str | None,
-                imported_from: Path | None = None) -> dict[str, Any]:
+                imported_from: Path | None = None, with_body: bool = True) -> dict[str, Any]:
     """The header fields, in the order the format lists them.
 
     ``sentinel`` is the one the verdict was judged with (``verify`` judges with it again);
-    ``imported_from`` names the capture a recording was imported from."""
+    ``imported_from`` names the capture a recording was imported from. ``with_body=False``
+    leaves the request body out, for the caller to add with ``request_body_fields`` (last in
+    ``request``, where this puts it) somewhere other than the proxy's event loop: parsing a
+    large prompt costs about a millisecond per MB."""
     request, response = flow.request, flow.response
-    body: dict[str, Any] = {}
-    raw = request.raw_content
-    if raw:
-        try:
-            body["body"] = orjson.loads(request.get_content(strict=False) or b"")
-        except Exception:
-            body["body_b64"] = base64.b64encode(raw).decode("ascii")
+    body = request_body_fields(request_body(request)) if with_body else {}
     header: dict[str, Any] = {
         "flow_id": flow.id,
         "started": started,
