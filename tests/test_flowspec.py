@@ -1,5 +1,6 @@
-"""FlowSpec: what the proxy hands a worker about a flow. The request body crosses as bytes and is
-parsed into the recording's header on the far side, into exactly what parsing it at once gives."""
+"""FlowSpec: what the proxy hands a worker about a flow. The proxy parses no JSON: the request
+body crosses as bytes, and the far side's detection and header are exactly what detecting and
+parsing at once on the proxy gave."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import pytest
 from mitmproxy.test import tflow
 
 from streamtap.mitm.flowspec import FlowSpec
+from streamtap.providers import detect_dialect
 from streamtap.recording import flow_header
+from streamtap.recording.flows import request_info
 
 PROMPT = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "é " * 50_000}]}
 
@@ -38,24 +41,32 @@ BODIES = {
 
 
 @pytest.mark.parametrize("name", BODIES)
-def test_the_body_parsed_in_the_worker_gives_the_header_parsed_at_once(name):
+def test_the_worker_completes_the_spec_into_what_the_proxy_would_have_made(name):
     body, encoding = BODIES[name]
     flow = streaming_flow(body, encoding)
+    at_once = detect_dialect(request_info(flow), "text/event-stream")
     spec = FlowSpec.of(flow, "END")
     assert spec.errors == []
     assert spec.header is not None
     assert not {"body", "body_b64"} & set(spec.header["request"])  # nothing parsed on the proxy
+    assert spec.detection.dialect == at_once.dialect  # what the proxy needs: the provider
     crossed = pickle.loads(pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL))
-    detection = spec.detection
-    at_once = flow_header(
-        flow, started=spec.started, dialect=detection.dialect.value, why=detection.why,
-        wire_format=detection.wire, content_encoding=None, sentinel="END",
+    crossed.complete()
+    assert crossed.errors == []
+    assert crossed.detection == at_once
+    expected = flow_header(
+        flow, started=spec.started, dialect=at_once.dialect.value, why=at_once.why,
+        wire_format=at_once.wire, content_encoding=None, sentinel="END",
     )  # fmt: skip
-    header = crossed.complete_header()
-    assert header == at_once
-    assert list(header["request"]) == list(at_once["request"])  # the same field order in the line
-    assert crossed.complete_header() == at_once  # completing twice adds nothing
-    if name == "json" or name == "gzip json":
+    header = crossed.header
+    assert header == expected
+    assert list(header) == list(expected) and list(header["request"]) == list(expected["request"])  # the line's field order
+    crossed.complete()
+    assert crossed.header == expected  # completing twice changes nothing
+    if name == "json":
+        assert header["request"]["body"] == PROMPT
+        assert "stream=True" in header["why"]  # the body's stream flag, read on the far side
+    elif name == "gzip json":
         assert header["request"]["body"] == PROMPT
     elif name == "empty":
         assert "body" not in header["request"] and "body_b64" not in header["request"]

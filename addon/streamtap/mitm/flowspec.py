@@ -8,12 +8,12 @@ is not registered in ``sys.modules``, where a dataclass cannot be defined.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mitmproxy import http
 
-from streamtap.providers import detect_dialect
+from streamtap.providers import RequestInfo, detect_dialect
 from streamtap.recording import flow_header
 from streamtap.recording.header import RequestBody, request_body, request_body_fields
 from streamtap.recording.flows import request_info
@@ -22,7 +22,13 @@ from streamtap.recording.flows import request_info
 @dataclass
 class FlowSpec:
     """What streamtap needs of a flow to tap it, taken on the proxy side once, when its response
-    headers arrive: it crosses to a worker process, so it holds no mitmproxy objects."""
+    headers arrive: it crosses to a worker process, so it holds no mitmproxy objects.
+
+    The proxy parses no JSON here. The dialect follows from the URL and the content type; the
+    request body only says whether the call asked for a stream, and goes into the recording's
+    header. Both need the body parsed, which costs about a millisecond per MB of prompt (and as
+    much again to pickle the parsed prompt), so ``complete()`` does it where the flow is
+    analysed: in a worker, or in the proxy with ``streamtap_workers=0``."""
 
     flow_id: str
     started: float  # wall clock when the tap started
@@ -31,27 +37,32 @@ class FlowSpec:
     sentinel: str | None
     detection: Any = None  # providers.Detection, None when detection failed
     header: dict[str, Any] | None = None  # the recording's header, None when it could not be made
-    # the request body, not yet parsed into the header: see complete_header()
-    body: RequestBody | None = None
     errors: list[tuple[str, str]] = field(default_factory=list)  # (part, message) of what failed here
+    # what complete() needs: the request as detection sees it, the answer's content type, and
+    # the request body as sent and decoded
+    request: RequestInfo | None = None
+    content_type: str | None = None
+    body: RequestBody | None = None
+    completed: bool = False
 
     @classmethod
     def of(cls, flow: http.HTTPFlow, sentinel: str | None) -> FlowSpec:
         response = flow.response
         assert response is not None
         spec = cls(flow.id, time.time(), response.status_code, response.headers.get("content-encoding"), sentinel)
+        spec.content_type = response.headers.get("content-type")
         try:
-            spec.detection = detect_dialect(request_info(flow), response.headers.get("content-type"))
+            spec.request = request_info(flow)
+            spec.detection = detect_dialect(replace(spec.request, body=None), spec.content_type)
         except Exception as exc:
             spec.errors.append(("analysis", described(exc)))
-        detection = spec.detection
         try:
             spec.header = flow_header(
                 flow,
                 started=spec.started,
-                dialect=detection.dialect.value if detection else "unknown",
-                why=detection.why if detection else None,
-                wire_format=detection.wire if detection else None,
+                dialect=None,  # these three are set by complete()
+                why=None,
+                wire_format=None,
                 content_encoding=spec.encoding or None,
                 sentinel=sentinel,
                 with_body=False,
@@ -61,14 +72,25 @@ class FlowSpec:
             spec.errors.append(("recording", described(exc)))
         return spec
 
-    def complete_header(self) -> dict[str, Any] | None:
-        """The header with the request body parsed into it. Called where the flow is analysed
-        (a worker), not on the proxy's loop: a spec crosses to the worker with the body as bytes,
-        which cost a copy, not a parse and the pickling of a large parsed prompt."""
-        if self.header is not None and self.body is not None:
+    def complete(self) -> None:
+        """Detection with the request body, and the header with the detection and the body in
+        it: once, where the flow is analysed."""
+        if self.completed:
+            return
+        self.completed = True
+        if self.detection is not None and self.request is not None:
+            try:
+                self.detection = detect_dialect(self.request, self.content_type)
+            except Exception as exc:
+                self.detection = None
+                self.errors.append(("analysis", described(exc)))
+        if self.header is not None:
+            detection = self.detection
+            self.header["dialect"] = detection.dialect.value if detection else "unknown"
+            self.header["why"] = detection.why if detection else None
+            self.header["wire"]["format"] = detection.wire if detection else None
             self.header["request"].update(request_body_fields(self.body))
-            self.body = None
-        return self.header
+        self.request = self.body = None
 
 
 def described(exc: BaseException) -> str:

@@ -159,6 +159,7 @@ class FlowTap:
         t0: float | None = None,
     ) -> None:
         spec = flow if isinstance(flow, FlowSpec) else FlowSpec.of(flow, sentinel)
+        spec.complete()
         self.flow_id = spec.flow_id
         self.t0 = time.monotonic() if t0 is None else t0
         self.started = spec.started
@@ -218,9 +219,8 @@ class FlowTap:
                     compress=compress,
                 )
                 if not header_failed:
-                    header = spec.complete_header()
-                    assert header is not None
-                    self.writer.header(header)
+                    assert spec.header is not None
+                    self.writer.header(spec.header)
                     for note in self.errors:
                         self.writer.note("streamtap_error", note)
                     self.writer.flush()
