@@ -25,11 +25,12 @@ class FlowSpec:
     headers arrive: it crosses to a worker process, so it holds no mitmproxy objects.
 
     The proxy parses no JSON here (``is_llm_stream`` does, before, only for an answer that is
-    not a stream, to see whether the request asked for one). The dialect follows from the URL and the content type; the
-    request body only says whether the call asked for a stream, and goes into the recording's
-    header. Both need the body parsed, which costs about a millisecond per MB of prompt (and as
-    much again to pickle the parsed prompt), so ``complete()`` does it where the flow is
-    analysed: in a worker, or in the proxy with ``streamtap_workers=0``."""
+    not a stream, to see whether the request asked for one). The dialect follows from the URL
+    and the content type; the request body only says whether the call asked for a stream, and
+    goes into the recording's header. Both need the body parsed, which costs about a
+    millisecond per MB of prompt (and as much again to pickle the parsed prompt), so
+    ``complete()`` does it where the flow is analysed: in a worker, or in the proxy with
+    ``streamtap_workers=0``."""
 
     flow_id: str
     started: float  # wall clock when the tap started
