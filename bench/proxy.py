@@ -13,8 +13,9 @@ Peers (each a real `mitmdump` in reverse mode in front of the same loopback upst
 
 Measures: wall time, proxy CPU (utime+stime from /proc) and the total CPU of the proxy and its
 child processes (the analysis workers) for a large SSE body (OpenAI chat chunks) and a large
-AWS event-stream body (ConverseStream deltas); throughput with 200 streams at once; the added latency per
-event for a small event every 5 ms; the proxy's resident memory per open stream with 100
+AWS event-stream body (ConverseStream deltas); throughput with 200 streams at once; 100 short
+answers (30 events) to 100 KiB prompts one after another, what each flow costs beyond its reads;
+the added latency per event for a small event every 5 ms; the proxy's resident memory per open stream with 100
 streams held open mid-body. Every round runs each proxy once per workload, interleaved (the
 order alternating between rounds); each ratio to bare is taken within its round, and the
 median and range of those ratios are printed, as measured.
@@ -86,6 +87,9 @@ def eventstream_events(megabytes: float) -> list[bytes]:
 
 CONCURRENT = 200  # streams at once in the concurrency workload
 CONCURRENT_SHARE = 1 / 20  # each of those carries this share of --mb
+SHORT_FLOWS = 100  # answers one after another in the short-answers workload...
+SHORT_MB = 0.005  # ...each this big (30 events)...
+PROMPT_KIB = 100  # ...to a request this big, as apps with long contexts send
 
 
 def upstream_main(port_pipe, megabytes: float) -> None:
@@ -93,6 +97,7 @@ def upstream_main(port_pipe, megabytes: float) -> None:
         "/sse/v1/chat/completions": (b"text/event-stream", sse_events(megabytes)),
         "/es/model/m/converse-stream": (b"application/vnd.amazon.eventstream", eventstream_events(megabytes)),
         "/small-sse/v1/chat/completions": (b"text/event-stream", sse_events(megabytes * CONCURRENT_SHARE)),
+        "/short-sse/v1/chat/completions": (b"text/event-stream", sse_events(SHORT_MB)),
     }
 
     async def handle(reader, writer):
@@ -228,15 +233,27 @@ class Proxy:
 REQUEST = b'{"model":"m","stream":true,"messages":[]}'
 
 
-def request_head(path: str) -> bytes:
+def prompt(kib: int) -> bytes:
+    """A chat request of about ``kib`` KiB: a conversation, as apps with long contexts send."""
+    messages: list[dict] = []
+    while sum(len(m["content"]) for m in messages) < kib * 1024:
+        i = len(messages)
+        messages.append({"role": "user" if i % 2 == 0 else "assistant", "content": " ".join(f"word{j}" for j in range(i, i + 90))})
+    return json.dumps({"model": "m", "stream": True, "messages": messages}).encode()
+
+
+PROMPT = prompt(PROMPT_KIB)
+
+
+def request_head(path: str, body: bytes = REQUEST) -> bytes:
     return (f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(REQUEST)}\r\n\r\n").encode() + REQUEST
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
 
 
-def fetch(port: int, path: str) -> int:
+def fetch(port: int, path: str, body: bytes = REQUEST) -> int:
     """Read a whole chunked response as fast as possible; returns the raw bytes read."""
     with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(request_head(path))
+        sock.sendall(request_head(path, body))
         total = 0
         tail = b""
         while True:
@@ -250,10 +267,10 @@ def fetch(port: int, path: str) -> int:
         return total
 
 
-WORKLOADS = ("sse", "es", "sse16k", "es16k", "conc")
+WORKLOADS = ("sse", "es", "sse16k", "es16k", "conc", "short")
 
 
-def transfer(proxy: Proxy, path: str, repeat: int = 1, concurrent: int = 1) -> tuple[float, float, float]:
+def transfer(proxy: Proxy, path: str, repeat: int = 1, concurrent: int = 1, body: bytes = REQUEST) -> tuple[float, float, float]:
     """Wall, proxy CPU and proxy+workers CPU seconds for one body (``repeat`` transfers
     averaged: CPU ticks are 10 ms), or for ``concurrent`` bodies at once."""
     cpu0, total0, t0 = proxy.cpu(), proxy.total_cpu(), time.perf_counter()
@@ -261,7 +278,7 @@ def transfer(proxy: Proxy, path: str, repeat: int = 1, concurrent: int = 1) -> t
         if concurrent > 1:
             fetch_many(proxy.port, path, concurrent)
         else:
-            fetch(proxy.port, path)
+            fetch(proxy.port, path, body)
     wall = (time.perf_counter() - t0) / repeat
     # let the proxy and its workers finish the flows (verdicts, end lines, fsync) before reading their CPU
     total, deadline = proxy.total_cpu(), time.monotonic() + 5
@@ -405,7 +422,7 @@ def main() -> int:
     parent, child = ctx.Pipe()
     upstream = ctx.Process(target=upstream_main, args=(child, args.mb), daemon=True)
     upstream.start()
-    port, sse_len, es_len, small_len = parent.recv()
+    port, sse_len, es_len, small_len, short_len = parent.recv()
     sse_count, es_count = len(sse_events(args.mb)), len(eventstream_events(args.mb))
     whole = not args.only  # every workload, and the latency and memory figures
     state_bytes = per_stream_state(args.held) if whole else 0
@@ -429,17 +446,19 @@ def main() -> int:
             ("sse16k", "/big-sse/v1/chat/completions", sse_len),
             ("es16k", "/big-es/model/m/converse-stream", es_len),
             ("conc", "/small-sse/v1/chat/completions", small_len * CONCURRENT),
+            ("short", "/short-sse/v1/chat/completions", short_len),
         )
         for label, path, size in workloads:
             if args.only not in (None, label):
                 continue
-            repeat = 8 if label.endswith("16k") else 1
+            repeat = 8 if label.endswith("16k") else SHORT_FLOWS if label == "short" else 1
             concurrent = CONCURRENT if label == "conc" else 1
+            body = PROMPT if label == "short" else REQUEST
             for name in names:
-                transfer(proxies[name], path, concurrent=concurrent)  # warm-up
+                transfer(proxies[name], path, concurrent=concurrent, body=body)  # warm-up
             for number in range(args.rounds):
                 order = names if number % 2 == 0 else names[::-1]  # interleaved, order alternating
-                round_runs = {name: transfer(proxies[name], path, repeat, concurrent) for name in order}
+                round_runs = {name: transfer(proxies[name], path, repeat, concurrent, body) for name in order}
                 bare_wall, bare_cpu, bare_total = round_runs["bare"]
                 for name in names:
                     wall, cpu, total = round_runs[name]
@@ -486,8 +505,9 @@ def main() -> int:
         "sse16k": "SSE, 128 events per HTTP chunk",
         "es16k": "event-stream, 128 per HTTP chunk",
         "conc": f"{CONCURRENT} SSE streams at once, 1 chunk/event",
+        "short": f"{SHORT_FLOWS} short answers, {len(PROMPT) // 1024} KiB prompts",
     }
-    sizes = {"sse": sse_len, "es": es_len, "sse16k": sse_len, "es16k": es_len, "conc": small_len * CONCURRENT}
+    sizes = {"sse": sse_len, "es": es_len, "sse16k": sse_len, "es16k": es_len, "conc": small_len * CONCURRENT, "short": short_len}
     for label, title in titles.items():
         if args.only not in (None, label):
             continue
