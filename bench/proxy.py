@@ -14,9 +14,9 @@ Peers (each a real `mitmdump` in reverse mode in front of the same loopback upst
 Measures: wall time, proxy CPU (utime+stime from /proc) and the total CPU of the proxy and its
 child processes (the analysis workers) for a large SSE body (OpenAI chat chunks) and a large
 AWS event-stream body (ConverseStream deltas); throughput with 200 streams at once; 100 short
-answers (30 events) to 100 KiB prompts one after another, what each flow costs beyond its reads;
-the added latency per event for a small event every 5 ms; the proxy's resident memory per open stream with 100
-streams held open mid-body. Every round runs each proxy once per workload, interleaved (the
+answers (30 events) to prompts of about 100 KiB one after another, what each flow costs beyond
+its reads; the added latency per event for a small event every 5 ms; the proxy's resident
+memory per open stream with 100 streams held open mid-body. Every round runs each proxy once per workload, interleaved (the
 order alternating between rounds); each ratio to bare is taken within its round, and the
 median and range of those ratios are printed, as measured.
 """
