@@ -23,6 +23,7 @@ said so in the log, the flow's comment and the recording it left.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import mmap
 import multiprocessing
@@ -48,6 +49,10 @@ SLOT = 64  # ring bytes each read is charged beyond its own, which bounds the re
 SEND_EVERY = 0.05
 SEND_BYTES = 1024 * 1024  # ...unless this much of the ring is waiting
 WORKER_NICE = 10  # analysis yields the CPU to the traffic (and to the apps beside the proxy)
+# The pipe to a worker holds this much (Linux lets a process ask for up to 1 MiB): a flow's spec
+# carries its request, and a 100 KiB prompt then goes in one write instead of waiting for the
+# loop to say the default 64 KiB pipe has room again (~0.1 ms less per such flow, in-process).
+PIPE_BYTES = 1024 * 1024
 ACK_EVERY = 1024 * 1024  # a worker reports the bytes it analysed at least this often (and when idle)
 VERDICT_WAIT = 60.0  # seconds after a flow's end before its verdict is given up on
 STALL_ENV = "STREAMTAP_TEST_WORKER_STALL"  # tests only: a path; at its first reads a worker stalls while it exists
@@ -290,6 +295,10 @@ class _Process:
         self.loop = loop
         self.fd = self.inbox.fileno()
         os.set_blocking(self.fd, False)
+        try:
+            fcntl.fcntl(self.fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        except (AttributeError, OSError):  # not Linux, or over this user's pipe memory: the default size works too
+            pass
         self.unsent = bytearray()  # what the pipe did not take yet (bounded: MAX_IN_FLIGHT of reads)
         self.alive = True
         threading.Thread(
