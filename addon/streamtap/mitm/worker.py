@@ -23,7 +23,6 @@ said so in the log, the flow's comment and the recording it left.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import mmap
 import multiprocessing
@@ -38,6 +37,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
+
+try:
+    from fcntl import F_SETPIPE_SZ, fcntl
+except ImportError:  # not Linux: pipes keep their default size
+    F_SETPIPE_SZ = fcntl = None
 
 log = logging.getLogger("streamtap")
 
@@ -295,10 +299,11 @@ class _Process:
         self.loop = loop
         self.fd = self.inbox.fileno()
         os.set_blocking(self.fd, False)
-        try:
-            fcntl.fcntl(self.fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-        except (AttributeError, OSError):  # not Linux, or over this user's pipe memory: the default size works too
-            pass
+        if fcntl is not None:
+            try:
+                fcntl(self.fd, F_SETPIPE_SZ, PIPE_BYTES)
+            except OSError:  # over this user's pipe memory: the default size works too
+                pass
         self.unsent = bytearray()  # what the pipe did not take yet (bounded: MAX_IN_FLIGHT of reads)
         self.alive = True
         threading.Thread(
