@@ -16,7 +16,8 @@ from streamtap.mitm.worker import MAX_IN_FLIGHT, STALL_ENV
 
 HUNG_ENV = "STREAMTAP_TEST_WORKER_HUNG_AFTER"
 from streamtap.recording import check_recording
-from upstream import CHAT, Mitmdump, Script, Upstream, curl, curl_started, find_recording
+from test_metrics import scrape, value
+from upstream import CHAT, Mitmdump, Script, Upstream, curl, curl_started, find_recording, free_port
 
 WORKER_PID = re.compile(r"analysis worker 0 runs as pid (\d+)")
 
@@ -88,7 +89,8 @@ def test_a_worker_killed_mid_stream_is_restarted_and_the_traffic_stays_whole(ups
     upstream.arm_pause()
     upstream.add("killed", Script(body, chunk_size=500, pause_after=8000))
     upstream.add("after", Script(body, chunk_size=500))
-    with Mitmdump(upstream.url, tmp_path / "m") as proxy:
+    port = free_port()
+    with Mitmdump(upstream.url, tmp_path / "m", options={"streamtap_metrics": f"127.0.0.1:{port}"}) as proxy:
         [pid] = worker_pids(proxy)
         client = curl_started(f"{proxy.url}/s/killed{CHAT}")
         try:
@@ -110,6 +112,8 @@ def test_a_worker_killed_mid_stream_is_restarted_and_the_traffic_stays_whole(ups
         log = proxy.wait_log("streamtap: openai-chat", count=1)
         line = next(line for line in log.splitlines() if "streamtap: openai-chat" in line)
         assert "unknown (streamtap's analysis worker died at byte" in line
+        # the proxy counted every byte it forwarded, not only those it had handed to the worker
+        assert value(scrape(port), "streamtap_stream_bytes_total") == len(body)
         assert "1 flow(s) lose their analysis" in log
         assert "ends where the worker stopped" in log
         # the restarted worker notes in the dead one's recording why it stops there
@@ -137,7 +141,8 @@ def test_a_hung_worker_is_killed_and_restarted_and_the_traffic_stays_whole(upstr
     body = streams.openai_chat([f"token {i} " for i in range(200)])
     upstream.add("hangs", Script(body, chunk_size=500))
     upstream.add("after", Script(body, chunk_size=500))
-    with Mitmdump(upstream.url, tmp_path / "m") as proxy:
+    port = free_port()
+    with Mitmdump(upstream.url, tmp_path / "m", options={"streamtap_metrics": f"127.0.0.1:{port}"}) as proxy:
         [pid] = worker_pids(proxy)
         started = time.monotonic()
         assert curl(f"{proxy.url}/s/hangs{CHAT}").stdout == body == upstream.last("hangs").wire  # not held up
@@ -148,6 +153,8 @@ def test_a_hung_worker_is_killed_and_restarted_and_the_traffic_stays_whole(upstr
         log = proxy.wait_log("streamtap: openai-chat")  # logged just after the death: wait for it too
         line = next(line for line in log.splitlines() if "streamtap: openai-chat" in line)
         assert "unknown (streamtap's analysis worker died at byte" in line
+        # the proxy counted every byte it forwarded, not only those it had handed to the worker
+        assert value(scrape(port), "streamtap_stream_bytes_total") == len(body)
         [new_pid] = [p for p in worker_pids(proxy, count=2) if p != pid]
         assert curl(f"{proxy.url}/s/after{CHAT}").stdout == body
         rec = find_recording(proxy.record_dir, "after")

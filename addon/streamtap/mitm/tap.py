@@ -914,7 +914,7 @@ class Tap:
             "verdict": VerdictKind.UNKNOWN.value,
             "reason": f"{why}: not judged",
             "events": 0,
-            "bytes": remote.seen,
+            "bytes": remote.forwarded(),
             "ttft_ms": None,
             "duration_ms": duration,
             "stream_end": remote.end or StreamEnd.FINISHED.value,

@@ -36,6 +36,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate
+from time import monotonic
 from typing import Any
 
 try:
@@ -202,6 +203,8 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
                     consumed += occupied
                     tap = taps.get(flow_id)
                     if tap is not None:
+                        t0 = tap.t0  # the proxy sends arrival times as they are (monotonic)
+                        times = [t - t0 for t in times]
                         data = get(at, sum(sizes))
                         if len(sizes) == 1:
                             tap.take([data], times)
@@ -255,11 +258,11 @@ class RemoteFlow:
     shard: int
     t0: float
     provider: str
-    # the reads since the last batch and their arrivals: copied into the ring when it goes
+    # the reads since the last batch and their arrivals (time.monotonic()): copied into the ring when it goes
     chunks: list[bytes] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
     sent: int = 0  # wire bytes handed to the worker
-    seen: int = 0  # wire bytes forwarded to the client
+    seen: int = 0  # wire bytes forwarded to the client, but for those in chunks
     queued: bool = False  # in the list of flows with reads to send
     dropped: str | None = None  # why its later bytes are not analysed
     opened: bool = False  # handed to its worker
@@ -271,6 +274,10 @@ class RemoteFlow:
 
     def partial_path(self) -> str | None:
         return self.recording
+
+    def forwarded(self) -> int:
+        """Wire bytes forwarded to the client so far."""
+        return self.seen + sum(map(len, self.chunks))
 
 
 class _Process:
@@ -422,17 +429,15 @@ class Workers:
 
     def arrived(self, remote: RemoteFlow, data: bytes) -> None:
         """A read on its way to the client: copied into its worker's ring, with its arrival time."""
-        size = len(data)
-        if not size:
-            return
-        remote.seen += size
-        if remote.dropped is not None:
+        if remote.dropped is not None or not data:
+            remote.seen += len(data)
             return
         # as little as possible per read, on the loop that carries all the traffic: the copy
-        # into the ring and its bookkeeping are done per flow and batch, in send()
+        # into the ring, counting its bytes and making its time relative to the flow's start
+        # are done per flow and batch (in send()) or in the worker
         remote.chunks.append(data)
-        now = time.monotonic()
-        remote.times.append(now - remote.t0)
+        now = monotonic()
+        remote.times.append(now)
         if not remote.queued:
             remote.queued = True
             self.queued.append(remote)
@@ -444,7 +449,7 @@ class Workers:
                     self._send_soon()
                 else:
                     self.timer = self.loop.call_later(wait, self.send)
-        self.queued_bytes += size
+        self.queued_bytes += len(data)
         if self.queued_bytes > SEND_BYTES:
             self._send_soon()
 
@@ -494,9 +499,10 @@ class Workers:
         if not chunks:
             return
         remote.chunks, remote.times = [], []
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        remote.seen += len(data)
         if remote.dropped is not None:
             return
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         occupied = -(-(len(data) + SLOT * len(chunks)) // SLOT) * SLOT
         process = self.processes[remote.shard]
         if not process.alive or process.in_flight + occupied > MAX_IN_FLIGHT:
@@ -561,6 +567,7 @@ class Workers:
             remote.dropped = f"streamtap's analysis worker died at byte {remote.sent}"
             if remote.recording:  # the new worker notes it in the recording the dead one left
                 self._op(index, (ORPHANED, remote.recording, f"{remote.dropped}; the recording ends where it stopped"))
+            remote.seen += sum(map(len, remote.chunks))
             remote.chunks, remote.times = [], []
             if remote.ended is not None:  # its verdict will not come
                 self.flows.pop(remote.flow_id, None)
