@@ -75,6 +75,11 @@ def test_workers_record_what_the_proxy_records_in_process(upstream, tmp_path):
                 assert out.stdout == expected, name
                 rec = find_recording(proxy.record_dir, name)
                 assert check_recording(rec) == [], name
+                # the times differ from run to run, but each read arrived after the response began
+                # and before it ended, in order (the worker makes the proxy's clock readings relative)
+                times = [t for _, _, t in rec.reads]
+                assert times == sorted(times) and 0 <= times[0] and times[-1] <= rec.end["duration_ms"], (name, times[:3])
+                assert all(length for _, length, _ in rec.reads), name  # mitmproxy's empty call at the end is no read
                 got[workers, name] = comparable(rec)
             log = proxy.log()
         assert ("analysis worker 0 runs as pid" in log) == (workers == "1")

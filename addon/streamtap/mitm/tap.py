@@ -807,15 +807,7 @@ class Tap:
             return
         if workers is not None:
             self.open[flow.id] = remote
-            arrived = workers.arrived
-
-            def stream(data: bytes) -> bytes:
-                try:
-                    arrived(remote, data)
-                except Exception:  # arrived() does not raise; this is the last line of defence
-                    remote.dropped = remote.dropped or "streamtap could not hand this flow to its worker"
-                return data
-
+            stream = workers.stream(remote)
         else:
             self.open[flow.id] = tap
             loop = _running_loop()

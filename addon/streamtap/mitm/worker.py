@@ -48,11 +48,12 @@ log = logging.getLogger("streamtap")
 
 MAX_IN_FLIGHT = 16 * 1024 * 1024  # per worker: the shared ring, which holds the reads not yet analysed
 SLOT = 64  # ring bytes each read is charged beyond its own, which bounds the reads in flight (their sizes and times)
-# At most one batch of reads this often: a read waits for the next one... Each flow in a batch
-# costs the loop ~2 µs (a join, a copy into the ring, an op), so with many streams at once the
-# batch must hold several reads per flow: at 5 ms, 200 streams gave ~1 read per flow and batch.
+# At most one batch of reads this often under load. Each flow in a batch costs the loop ~2 µs (a
+# join, a copy into the ring, an op), so with many streams at once the batch must hold several
+# reads per flow: at 5 ms, 200 streams gave ~1 read per flow and batch. It also bounds what the
+# proxy holds between batches: the reads of SEND_EVERY (and of the loop turn the timer waits for).
 SEND_EVERY = 0.05
-SEND_BYTES = 1024 * 1024  # ...unless this much of the ring is waiting
+NEW_FLOW_ROOM = 1024 * 1024  # a worker with less room than this in its ring gets no new flows
 WORKER_NICE = 10  # analysis yields the CPU to the traffic (and to the apps beside the proxy)
 # The pipe to a worker holds this much (Linux lets a process ask for up to 1 MiB): a flow's spec
 # carries its request, and a 100 KiB prompt then goes in one write instead of waiting for the
@@ -400,11 +401,10 @@ class Workers:
         self.verdict, self.lost = verdict, lost
         self.flows: dict[str, RemoteFlow] = {}  # handed to a worker, verdict not back yet
         self.queued: list[RemoteFlow] = []
-        self.queued_bytes = 0
         self.ops: list[list] = [[] for _ in range(count)]
         self.timer = None  # the next batch, when only reads wait (SEND_EVERY)
         self.sent_at = 0.0  # when the last batch went
-        self.scheduled = False  # a batch in this loop turn: an open or an end waits, or SEND_BYTES of reads
+        self.scheduled = False  # a batch in this loop turn: an open or an end waits, or a read after a quiet spell
         self.generations = [0] * count
         self.pids: list[int | None] = [None] * count
         self.processes = [self._start(i) for i in range(count)]
@@ -420,38 +420,49 @@ class Workers:
         remote = RemoteFlow(spec.flow_id, shard, time.monotonic(), provider, generation=self.generations[shard])
         self.flows[remote.flow_id] = remote
         process = self.processes[shard]
-        if not process.alive or process.in_flight > MAX_IN_FLIGHT - SEND_BYTES:  # a worker that is behind gets no new flows
+        if not process.alive or process.in_flight > MAX_IN_FLIGHT - NEW_FLOW_ROOM:  # a worker that is behind gets no new flows
             remote.dropped = f"{FELL_BEHIND} at byte 0 (its worker was busy)"
         else:
             remote.opened = True
             self._op(shard, (OPEN, spec, settings, remote.t0))
         return remote
 
-    def arrived(self, remote: RemoteFlow, data: bytes) -> None:
-        """A read on its way to the client: copied into its worker's ring, with its arrival time."""
-        if remote.dropped is not None or not data:
-            remote.seen += len(data)
-            return
-        # as little as possible per read, on the loop that carries all the traffic: the copy
-        # into the ring, counting its bytes and making its time relative to the flow's start
-        # are done per flow and batch (in send()) or in the worker
-        remote.chunks.append(data)
-        now = monotonic()
-        remote.times.append(now)
-        if not remote.queued:
-            remote.queued = True
-            self.queued.append(remote)
-            if self.timer is None and not self.scheduled:
-                # a read after a quiet spell goes at the end of this loop turn, so the worker
-                # analyses it before the next one comes; under load, one batch per SEND_EVERY
-                wait = self.sent_at + SEND_EVERY - now
-                if wait <= 0:
-                    self._send_soon()
-                else:
-                    self.timer = self.loop.call_later(wait, self.send)
-        self.queued_bytes += len(data)
-        if self.queued_bytes > SEND_BYTES:
-            self._send_soon()
+    def stream(self, remote: RemoteFlow) -> Callable[[bytes], bytes]:
+        """The flow's stream callable: it hands each read on unchanged and keeps it, with its
+        arrival time, for the next batch.
+
+        It does as little as it can, on the loop that carries all the traffic: no byte counting
+        (the batch counts), no arithmetic on the time (the worker makes it relative to the flow's
+        start), no check whether the flow was dropped (the batch throws its reads away). What the
+        proxy holds between batches is bounded in time: at most SEND_EVERY of the reads."""
+        keep, note = remote.chunks.append, remote.times.append
+        queue = self._queue
+
+        def stream(data: bytes) -> bytes:
+            try:
+                keep(data)
+                now = monotonic()
+                note(now)
+                if not remote.queued:
+                    queue(remote, now)
+            except Exception:  # nothing above raises; this is the last line of defence
+                remote.dropped = remote.dropped or "streamtap could not hand this flow to its worker"
+            return data
+
+        return stream
+
+    def _queue(self, remote: RemoteFlow, now: float) -> None:
+        """The flow's first read since the last batch: it goes in the next one."""
+        remote.queued = True
+        self.queued.append(remote)
+        if self.timer is None and not self.scheduled:
+            # a read after a quiet spell goes at the end of this loop turn, so the worker
+            # analyses it before the next one comes; under load, one batch per SEND_EVERY
+            wait = self.sent_at + SEND_EVERY - now
+            if wait <= 0:
+                self._send_soon()
+            else:
+                self.timer = self.loop.call_later(wait, self.send)
 
     def finish(self, remote: RemoteFlow, end: str, error: str | None, fault: str | None) -> None:
         remote.ended = time.monotonic()
@@ -479,7 +490,6 @@ class Workers:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        self.queued_bytes = 0
         queued, self.queued = self.queued, []
         for remote in queued:
             if remote.queued:
@@ -498,12 +508,21 @@ class Workers:
         chunks, times = remote.chunks, remote.times
         if not chunks:
             return
-        remote.chunks, remote.times = [], []
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         remote.seen += len(data)
-        if remote.dropped is not None:
+        if remote.dropped is not None or not data:
+            chunks.clear()
+            times.clear()
             return
-        occupied = -(-(len(data) + SLOT * len(chunks)) // SLOT) * SLOT
+        if b"" in chunks:  # mitmproxy's call at the end of the body: not a read
+            times = [t for chunk, t in zip(chunks, times) if chunk]
+            sizes = [len(chunk) for chunk in chunks if chunk]
+        else:
+            times = times[:]  # the stream callable goes on appending to the flow's lists
+            sizes = list(map(len, chunks)) if len(chunks) > 1 else [len(data)]
+        chunks.clear()
+        remote.times.clear()
+        occupied = -(-(len(data) + SLOT * len(sizes)) // SLOT) * SLOT
         process = self.processes[remote.shard]
         if not process.alive or process.in_flight + occupied > MAX_IN_FLIGHT:
             # the worker is behind: this flow's analysis stops here rather than the proxy's memory growing
@@ -512,7 +531,6 @@ class Workers:
             log.warning(f"streamtap: flow {remote.flow_id[:8]}: {FELL_BEHIND} at byte {remote.sent}; traffic passes on untouched")
             return
         at = process.put(data, occupied)
-        sizes = list(map(len, chunks)) if len(chunks) > 1 else [len(data)]
         self.ops[remote.shard].append((DATA, remote.flow_id, at, sizes, times, occupied))
         remote.sent += len(data)
 
@@ -568,7 +586,8 @@ class Workers:
             if remote.recording:  # the new worker notes it in the recording the dead one left
                 self._op(index, (ORPHANED, remote.recording, f"{remote.dropped}; the recording ends where it stopped"))
             remote.seen += sum(map(len, remote.chunks))
-            remote.chunks, remote.times = [], []
+            remote.chunks.clear()
+            remote.times.clear()
             if remote.ended is not None:  # its verdict will not come
                 self.flows.pop(remote.flow_id, None)
                 self.lost(remote, remote.dropped)
