@@ -5,6 +5,8 @@
 Peers (each a real `mitmdump` in reverse mode in front of the same loopback upstream):
   bare       a one-line script addon: flow.response.stream = True
   passthru   a stream callable that returns each chunk (the floor for any callable)
+  keep       (with --floor) a stream callable that keeps each chunk and its arrival time, then drops
+             them: the floor for any tap that records every read, before it analyses anything
   streamtap-w0  `-s addon/tap.py` with streamtap_workers=0: analysis and recording in the proxy's loop
   streamtap  `-s addon/tap.py` as shipped: one analysis worker process (streamtap_workers=1)
   (both record, fsync=end; with --norec also streamtap-norec: workers=0 and streamtap_record=false)
@@ -47,6 +49,25 @@ CLK = os.sysconf("SC_CLK_TCK")
 
 BARE = "def responseheaders(flow):\n    flow.response.stream = True\n"
 PASSTHRU = "def responseheaders(flow):\n    flow.response.stream = lambda data: data\n"
+# The floor for any tap that keeps every read with its arrival time, before it does anything with
+# them: streamtap's stream callable does this much (its batches then go to the worker).
+KEEP = """from time import monotonic
+
+def responseheaders(flow):
+    reads, times = [], []
+    keep, note = reads.append, times.append
+
+    def stream(data):
+        keep(data)
+        note(monotonic())
+        if len(reads) >= 256:  # handed on and dropped
+            reads.clear()
+            times.clear()
+        return data
+
+    flow.response.stream = stream
+"""
+SCRIPTS = {"bare": BARE, "passthru": PASSTHRU, "keep": KEEP}
 
 
 # --- workload ------------------------------------------------------------------------------
@@ -187,7 +208,7 @@ class Proxy:
                 args += ["--set", "streamtap_workers=0"]
         else:
             script = self.dir / "addon.py"
-            script.write_text(BARE if name == "bare" else PASSTHRU)
+            script.write_text(SCRIPTS[name])
             args += ["-s", str(script)]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
@@ -405,6 +426,9 @@ def main() -> int:
     parser.add_argument("--held", type=int, default=100, help="streams held open for the memory figure (default 100)")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--norec", action="store_true", help="also run streamtap-norec (workers=0, no recording)")
+    parser.add_argument("--floor", action="store_true",
+                        help="also run keep: a stream callable that keeps each read and its arrival time and "
+                             "drops them, the floor for a tap that records every read")
     parser.add_argument("--only", choices=WORKLOADS, metavar="WORKLOAD",
                         help=f"run this one workload only ({', '.join(WORKLOADS)}), e.g. with more --rounds to "
                              "resolve a small difference; no latency or memory figures")
@@ -430,6 +454,8 @@ def main() -> int:
     names = ["bare", "passthru", "streamtap-w0", "streamtap"]
     if args.norec:
         names[2:2] = ["streamtap-norec"]
+    if args.floor:
+        names[2:2] = ["keep"]
     if args.against:
         names[2:2] = ["streamtap-old"]
     proxies: dict[str, Proxy] = {}
