@@ -214,3 +214,35 @@ def test_the_ring_gives_back_what_was_put_across_its_end_and_lives_in_memory_whe
         assert worker_side.get(4090, 12) == b"0123456789ab" and worker_side.get(6, 2) == b"cd"
     finally:
         ring.unlink()
+
+
+def test_large_reads_go_to_the_worker_once_a_mebibyte_waits_and_small_ones_at_the_batch_interval():
+    """What the proxy holds between batches: large reads (over LARGE_READ) are counted, and once
+    SEND_BYTES of them wait a batch goes at the end of the loop turn; small reads, which mitmproxy
+    cannot deliver fast enough to matter, wait for the interval without being counted."""
+    import asyncio
+
+    from streamtap.mitm.worker import LARGE_READ, SEND_BYTES, RemoteFlow, Workers
+
+    async def feed() -> tuple[bool, bool]:
+        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda *a: None, lost=lambda *a: None)
+        try:
+            remote = RemoteFlow("f", 0, time.monotonic(), "anthropic")
+            stream = workers.stream(remote)
+            stream(b"x")
+            await asyncio.sleep(0.01)  # the first read after a quiet spell goes at once
+            assert not workers.scheduled and not remote.chunks
+            small = b"s" * LARGE_READ
+            for _ in range(2 * SEND_BYTES // LARGE_READ):  # 2 MiB of small reads, in one loop turn
+                assert stream(small) is small
+            after_small = workers.scheduled
+            large = b"L" * (64 * 1024)
+            for _ in range(SEND_BYTES // len(large) + 1):
+                assert stream(large) is large
+            return after_small, workers.scheduled
+        finally:
+            workers.stop()
+
+    after_small, after_large = asyncio.run(feed())
+    assert not after_small  # waiting for the interval's timer
+    assert after_large  # over SEND_BYTES of large reads: sent at the end of this turn

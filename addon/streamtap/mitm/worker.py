@@ -50,10 +50,13 @@ MAX_IN_FLIGHT = 16 * 1024 * 1024  # per worker: the shared ring, which holds the
 SLOT = 64  # ring bytes each read is charged beyond its own, which bounds the reads in flight (their sizes and times)
 # At most one batch of reads this often under load. Each flow in a batch costs the loop ~2 µs (a
 # join, a copy into the ring, an op), so with many streams at once the batch must hold several
-# reads per flow: at 5 ms, 200 streams gave ~1 read per flow and batch. It also bounds what the
-# proxy holds between batches: the reads of SEND_EVERY (and of the loop turn the timer waits for).
+# reads per flow: at 5 ms, 200 streams gave ~1 read per flow and batch.
 SEND_EVERY = 0.05
-NEW_FLOW_ROOM = 1024 * 1024  # a worker with less room than this in its ring gets no new flows
+SEND_BYTES = 1024 * 1024  # ...unless this much of the ring is waiting, counted in reads over LARGE_READ:
+# only large reads come fast enough to fill a batch (50 ms of them over loopback can be ~10 MB,
+# which the proxy would hold and the worker get in one piece), and counting the small ones cost
+# the loop more than keeping them
+LARGE_READ = 1024
 WORKER_NICE = 10  # analysis yields the CPU to the traffic (and to the apps beside the proxy)
 # The pipe to a worker holds this much (Linux lets a process ask for up to 1 MiB): a flow's spec
 # carries its request, and a 100 KiB prompt then goes in one write instead of waiting for the
@@ -401,10 +404,11 @@ class Workers:
         self.verdict, self.lost = verdict, lost
         self.flows: dict[str, RemoteFlow] = {}  # handed to a worker, verdict not back yet
         self.queued: list[RemoteFlow] = []
+        self.queued_bytes = 0  # of large reads, since the last batch
         self.ops: list[list] = [[] for _ in range(count)]
         self.timer = None  # the next batch, when only reads wait (SEND_EVERY)
         self.sent_at = 0.0  # when the last batch went
-        self.scheduled = False  # a batch in this loop turn: an open or an end waits, or a read after a quiet spell
+        self.scheduled = False  # a batch in this loop turn: an open or an end waits, a read after a quiet spell, or SEND_BYTES
         self.generations = [0] * count
         self.pids: list[int | None] = [None] * count
         self.processes = [self._start(i) for i in range(count)]
@@ -420,7 +424,7 @@ class Workers:
         remote = RemoteFlow(spec.flow_id, shard, time.monotonic(), provider, generation=self.generations[shard])
         self.flows[remote.flow_id] = remote
         process = self.processes[shard]
-        if not process.alive or process.in_flight > MAX_IN_FLIGHT - NEW_FLOW_ROOM:  # a worker that is behind gets no new flows
+        if not process.alive or process.in_flight > MAX_IN_FLIGHT - SEND_BYTES:  # a worker that is behind gets no new flows
             remote.dropped = f"{FELL_BEHIND} at byte 0 (its worker was busy)"
         else:
             remote.opened = True
@@ -431,12 +435,12 @@ class Workers:
         """The flow's stream callable: it hands each read on unchanged and keeps it, with its
         arrival time, for the next batch.
 
-        It does as little as it can, on the loop that carries all the traffic: no byte counting
-        (the batch counts), no arithmetic on the time (the worker makes it relative to the flow's
-        start), no check whether the flow was dropped (the batch throws its reads away). What the
-        proxy holds between batches is bounded in time: at most SEND_EVERY of the reads."""
+        It does as little as it can, on the loop that carries all the traffic: no arithmetic on
+        the time (the worker makes it relative to the flow's start), no check whether the flow was
+        dropped (the batch throws its reads away), and only large reads are counted. What the
+        proxy holds between batches is at most SEND_BYTES of large reads and SEND_EVERY of small ones."""
         keep, note = remote.chunks.append, remote.times.append
-        queue = self._queue
+        queue, count = self._queue, self._count
 
         def stream(data: bytes) -> bytes:
             try:
@@ -445,6 +449,8 @@ class Workers:
                 note(now)
                 if not remote.queued:
                     queue(remote, now)
+                if len(data) > LARGE_READ:
+                    count(len(data))
             except Exception:  # nothing above raises; this is the last line of defence
                 remote.dropped = remote.dropped or "streamtap could not hand this flow to its worker"
             return data
@@ -463,6 +469,11 @@ class Workers:
                 self._send_soon()
             else:
                 self.timer = self.loop.call_later(wait, self.send)
+
+    def _count(self, size: int) -> None:
+        self.queued_bytes += size
+        if self.queued_bytes > SEND_BYTES:
+            self._send_soon()
 
     def finish(self, remote: RemoteFlow, end: str, error: str | None, fault: str | None) -> None:
         remote.ended = time.monotonic()
@@ -490,6 +501,7 @@ class Workers:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+        self.queued_bytes = 0
         queued, self.queued = self.queued, []
         for remote in queued:
             if remote.queued:
