@@ -5,7 +5,8 @@ the proxy itself spends per chunk. So the proxy side (``Workers``) only keeps ea
 arrival time. One batch per worker, for all flows together, copies each flow's new reads into a
 ring of memory the proxy shares with the worker that owns the flow (flows are sharded by id, so
 N workers use N cores) and tells the worker where they are: at the end of the loop turn when
-no batch went in the last ``SEND_EVERY``, else once that much time has passed. A worker
+no batch went in the last ``SEND_EVERY`` or ``SEND_BYTES`` of large reads wait, else once that
+much time has passed. A worker
 (``serve``) runs a ``FlowTap`` per flow, exactly as the proxy would in-process, and sends each
 verdict back; the proxy applies it to the flow when it arrives.
 
