@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from proxy import MITMDUMP, REPO, Proxy, fetch  # noqa: E402  (bench/proxy.py)
+from proxy import MITMDUMP, REPO, Proxy, fetch, process_tree  # noqa: E402  (bench/proxy.py)
 
 DELTA_CHARS = 65536  # characters of text per event (--delta-chars)
 
@@ -106,17 +106,13 @@ def upstream_main(port_pipe, chars: int = DELTA_CHARS, tool: bool = False) -> No
 
 def peak_kib(pid: int) -> int:
     """The peak RSS of the process and of its child processes (streamtap's analysis worker)."""
-    total, todo = 0, [pid]
-    while todo:
-        pid = todo.pop()
+    total = 0
+    for member in process_tree(pid):
         try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    total += int(line.split()[1])
-            for task in Path(f"/proc/{pid}/task").iterdir():
-                todo += map(int, (task / "children").read_text().split())
+            status = Path(f"/proc/{member}/status").read_text()
         except OSError:  # gone meanwhile
-            pass
+            continue
+        total += int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1])
     return total
 
 

@@ -191,6 +191,20 @@ def _cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK
 
 
+def process_tree(pid: int) -> list[int]:
+    """The process and its live descendants (a streamtap proxy's analysis workers)."""
+    tree, todo = [], [pid]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        try:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                todo += map(int, (task / "children").read_text().split())
+        except OSError:  # gone meanwhile
+            pass
+    return tree
+
+
 class Proxy:
     def __init__(self, name: str, upstream_port: int, workdir: Path, against: Path | None = None) -> None:
         self.name = name
@@ -226,14 +240,11 @@ class Proxy:
 
     def total_cpu(self) -> float:
         """The proxy's CPU and that of its live descendants (analysis workers; they live as long as the proxy)."""
-        total, todo = 0.0, [self.process.pid]
-        while todo:
-            pid = todo.pop()
+        total = 0.0
+        for pid in process_tree(self.process.pid):
             try:
                 total += _cpu(pid)
-                for task in Path(f"/proc/{pid}/task").iterdir():
-                    todo += map(int, (task / "children").read_text().split())
-            except OSError:
+            except OSError:  # gone meanwhile
                 pass
         return total
 
