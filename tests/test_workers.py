@@ -3,6 +3,7 @@ a worker that dies or falls behind never touches the traffic nor grows the proxy
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import os
 import re
@@ -12,7 +13,7 @@ import time
 import pytest
 
 import provider_streams as streams
-from streamtap.mitm.worker import MAX_IN_FLIGHT, STALL_ENV
+from streamtap.mitm.worker import LARGE_READ, MAX_IN_FLIGHT, SEND_BYTES, STALL_ENV, RemoteFlow, Workers
 
 HUNG_ENV = "STREAMTAP_TEST_WORKER_HUNG_AFTER"
 from streamtap.recording import check_recording
@@ -220,9 +221,6 @@ def test_large_reads_go_to_the_worker_once_a_mebibyte_waits_and_small_ones_at_th
     """What the proxy holds between batches: large reads (over LARGE_READ) are counted, and once
     SEND_BYTES of them wait a batch goes at the end of the loop turn; small reads, which mitmproxy
     cannot deliver fast enough to matter, wait for the interval without being counted."""
-    import asyncio
-
-    from streamtap.mitm.worker import LARGE_READ, SEND_BYTES, RemoteFlow, Workers
 
     async def feed() -> tuple[bool, bool]:
         workers = Workers(1, asyncio.get_running_loop(), verdict=lambda *a: None, lost=lambda *a: None)
