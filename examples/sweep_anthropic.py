@@ -1,6 +1,6 @@
 """The plain Anthropic streaming loop, as most apps write it: run under `streamtap sweep`.
 
-    streamtap sweep examples/recordings/anthropic.jsonl -- python examples/sweep_anthropic.py
+    streamtap sweep recordings/anthropic.jsonl -- python examples/sweep_anthropic.py
 
 The SDK reads ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY, which the sweep sets to its replay
 server. `get_final_message()` returns whatever had accumulated when the body ended; it does

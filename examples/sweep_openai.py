@@ -1,6 +1,6 @@
 """The plain OpenAI streaming loop, as most apps write it: run under `streamtap sweep`.
 
-    streamtap sweep examples/recordings/openai-chat.jsonl -- python examples/sweep_openai.py
+    streamtap sweep recordings/openai-chat.jsonl -- python examples/sweep_openai.py
 
 The SDK reads OPENAI_BASE_URL and OPENAI_API_KEY, which the sweep sets to its replay
 server. The loop prints the text and exits 0, whatever happened to the stream: the SDK

@@ -1,6 +1,6 @@
 """The same OpenAI loop, careful: it checks that the answer really finished.
 
-    streamtap sweep examples/recordings/openai-chat.jsonl -- python examples/sweep_openai_careful.py
+    streamtap sweep recordings/openai-chat.jsonl -- python examples/sweep_openai_careful.py
 
 The answer must end with a finish_reason; a stream that ends before one exits 1.
 (The SDK hides the [DONE] sentinel, so finish_reason is what a client can check.)
