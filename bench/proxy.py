@@ -230,6 +230,7 @@ class Proxy:
             script = self.dir / "addon.py"
             script.write_text(SCRIPTS[name])
             args += ["-s", str(script)]
+        self.counted: set[Path] = set()  # recordings seen by analysed()
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
         while True:
@@ -243,6 +244,15 @@ class Proxy:
 
     def cpu(self) -> float:
         return _cpu(self.process.pid)
+
+    def analysed(self) -> int:
+        """Recordings made since the last call that were analysed whole. A flow that reached a
+        busy worker is not: its recording says "analysis fell behind", or, when the worker was
+        behind as it began, there is none. A proxy that analyses fewer flows does less work."""
+        folder = self.dir / "rec"
+        new = set(folder.glob("*.jsonl")) - self.counted if folder.is_dir() else set()
+        self.counted |= new
+        return sum(b"analysis fell behind" not in path.read_bytes() for path in new)
 
     def total_cpu(self) -> float:
         """The proxy's CPU and that of its live descendants (analysis workers; they live as long as the proxy)."""
@@ -308,10 +318,10 @@ def fetch(port: int, path: str, body: bytes = REQUEST) -> int:
 WORKLOADS = ("sse", "es", "sse16k", "es16k", "conc", "short")
 
 
-def transfer(proxy: Proxy, path: str, repeat: int = 1, concurrent: int = 1, body: bytes = REQUEST) -> tuple[float, float, float]:
+def transfer(proxy: Proxy, path: str, repeat: int = 1, concurrent: int = 1, body: bytes = REQUEST) -> tuple[float, float, float, float]:
     """Wall, proxy CPU and proxy+workers CPU seconds for one body (``repeat`` transfers
     averaged, for CPU time in ticks where ``_cpu`` falls back to them), or for ``concurrent``
-    bodies at once."""
+    bodies at once; and the share of those flows that a recording streamtap proxy analysed whole."""
     cpu0, total0, t0 = proxy.cpu(), proxy.total_cpu(), time.perf_counter()
     for _ in range(repeat):
         if concurrent > 1:
@@ -327,7 +337,7 @@ def transfer(proxy: Proxy, path: str, repeat: int = 1, concurrent: int = 1, body
         total, before = proxy.total_cpu(), total
         if total - before < 1 / CLK:
             break
-    return wall, (proxy.cpu() - cpu0) / repeat, (total - total0) / repeat
+    return wall, (proxy.cpu() - cpu0) / repeat, (total - total0) / repeat, proxy.analysed() / (repeat * concurrent)
 
 
 def fetch_many(port: int, path: str, count: int) -> None:
@@ -504,10 +514,11 @@ def main() -> int:
             for number in range(args.rounds):
                 order = names if number % 2 == 0 else names[::-1]  # interleaved, order alternating
                 round_runs = {name: transfer(proxies[name], path, repeat, concurrent, body) for name in order}
-                bare_wall, bare_cpu, bare_total = round_runs["bare"]
+                bare_wall, bare_cpu, bare_total, _ = round_runs["bare"]
                 for name in names:
-                    wall, cpu, total = round_runs[name]
+                    wall, cpu, total, analysed = round_runs[name]
                     r = results[name]
+                    r.setdefault(f"{label}_analysed", []).append(analysed)
                     r.setdefault(f"{label}_wall", []).append(wall)
                     r.setdefault(f"{label}_wall_x", []).append(wall / bare_wall)
                     r.setdefault(f"{label}_tput_x", []).append(bare_wall / wall)
@@ -564,6 +575,11 @@ def main() -> int:
         if label == "conc":
             for name in names[1:]:
                 print(f"{'':38} {name:19} throughput x bare: {spread(results[name]['conc_tput_x'])}")
+        for name in names:
+            shares = results[name][label + "_analysed"]
+            if name.startswith("streamtap") and "norec" not in name and min(shares) < 1:
+                print(f"{'':38} {name:19} flows analysed whole: {spread([100 * share for share in shares], 0)} % "
+                      "(the rest met a busy worker: less work, so its figures above flatter it)")
     if not whole:
         return 0
     ticks = max(20, args.ticks // args.rounds)
