@@ -13,7 +13,7 @@ import time
 import pytest
 
 import provider_streams as streams
-from streamtap.mitm.worker import LARGE_READ, MAX_IN_FLIGHT, SEND_BYTES, STALL_ENV, RemoteFlow, Workers
+from streamtap.mitm.worker import LARGE_READ, RING_ENV, SEND_BYTES, STALL_ENV, RemoteFlow, Workers
 
 HUNG_ENV = "STREAMTAP_TEST_WORKER_HUNG_AFTER"
 from streamtap.recording import check_recording
@@ -176,30 +176,40 @@ def test_a_stalled_worker_falls_behind_without_holding_the_traffic_or_the_memory
     stall.touch()
     monkeypatch.setenv(STALL_ENV, str(stall))  # the worker stalls at its first reads while this file exists
     monkeypatch.setenv(HUNG_ENV, "600")  # slow, not hung: not to be killed however slow this machine is
-    size = 3 * MAX_IN_FLIGHT
+    ring = 16 * 1024 * 1024  # a quarter of the shipped ring: the bound is the same rule, with a quarter of the traffic
+    monkeypatch.setenv(RING_ENV, str(ring))
+    size = 3 * ring
     line = b"data: " + b"x" * 16377 + b"\n\n"  # 16 KiB events, not parsed as JSON: this is about bytes
     body = line * (size // len(line))
     upstream.add("flood", Script(body, content_type="text/event-stream", chunk_size=64 * 1024))
     upstream.add("small", Script(streams.openai_chat(["hi"])))
+    upstream.add("late", Script(streams.openai_chat(["too", " late"])))
     with Mitmdump(upstream.url, tmp_path / "m", options={"streamtap_filter": "~u /s/"}) as proxy:
         worker_pids(proxy)
         assert curl(f"{proxy.url}/s/small{CHAT}").returncode == 0  # the worker stalls on this one
         before = peak_rss_kib(proxy.process.pid)
         out = curl(f"{proxy.url}/s/flood{CHAT}", max_time=120)  # while the worker stalls
         grown = peak_rss_kib(proxy.process.pid) - before
+        late = curl(f"{proxy.url}/s/late{CHAT}")  # begins while the ring is full
         assert stall.exists()
         stall.unlink()
+        assert late.returncode == 0 and late.stdout == upstream.last("late").wire
         assert out.returncode == 0 and out.stdout == body == upstream.last("flood").wire
         # bounded by the bytes in flight to the worker (plus a batch or two), not by the body
-        assert grown * 1024 < 2 * MAX_IN_FLIGHT < size, grown
+        assert grown * 1024 < 2 * ring < size, grown
         log = proxy.wait_log("analysis fell behind at byte")
         behind = int(re.search(r"analysis fell behind at byte (\d+)", log).group(1))
-        assert 0 < behind <= MAX_IN_FLIGHT
+        assert 0 < behind <= ring
         rec = find_recording(proxy.record_dir, "flood", timeout=120)
     assert rec.verdict["kind"] == "unknown"
     assert any(f"analysis fell behind at byte {behind}" in note.get("message", "") for note in rec.notes), rec.notes
     assert rec.body == body[: len(rec.body)] and len(rec.body) == behind  # what was analysed is recorded, whole
     assert check_recording(rec) == []
+    # a flow that began while its worker was behind is not analysed, and its recording says so
+    late_rec = find_recording(proxy.record_dir, "late", timeout=60)
+    assert late_rec.verdict["kind"] == "unknown" and late_rec.body == b""
+    assert any("analysis fell behind at byte 0" in note.get("message", "") for note in late_rec.notes), late_rec.notes
+    assert check_recording(late_rec) == []
 
 
 def test_the_ring_gives_back_what_was_put_across_its_end_and_lives_in_memory_where_it_can():
