@@ -246,9 +246,10 @@ class Proxy:
         return _cpu(self.process.pid)
 
     def analysed(self) -> int:
-        """Recordings made since the last call that were analysed whole. A flow that reached a
-        busy worker is not: its recording says "analysis fell behind", or, when the worker was
-        behind as it began, there is none. A proxy that analyses fewer flows does less work."""
+        """Recordings made since the last call that were analysed whole. A flow that met a busy
+        worker is not: its recording says "analysis fell behind" (at byte 0 when the worker was
+        already behind as it began; before b305ab0 such a flow got no recording at all, so it is
+        not counted either). A proxy that analyses fewer flows does less work."""
         folder = self.dir / "rec"
         new = set(folder.glob("*.jsonl")) - self.counted if folder.is_dir() else set()
         self.counted |= new
