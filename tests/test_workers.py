@@ -184,7 +184,9 @@ def test_a_stalled_worker_falls_behind_without_holding_the_traffic_or_the_memory
     upstream.add("flood", Script(body, content_type="text/event-stream", chunk_size=64 * 1024))
     upstream.add("small", Script(streams.openai_chat(["hi"])))
     upstream.add("late", Script(streams.openai_chat(["too", " late"])))
-    with Mitmdump(upstream.url, tmp_path / "m", options={"streamtap_filter": "~u /s/"}) as proxy:
+    port = free_port()
+    options = {"streamtap_filter": "~u /s/", "streamtap_metrics": f"127.0.0.1:{port}"}
+    with Mitmdump(upstream.url, tmp_path / "m", options=options) as proxy:
         worker_pids(proxy)
         assert curl(f"{proxy.url}/s/small{CHAT}").returncode == 0  # the worker stalls on this one
         before = peak_rss_kib(proxy.process.pid)
@@ -201,6 +203,10 @@ def test_a_stalled_worker_falls_behind_without_holding_the_traffic_or_the_memory
         behind = int(re.search(r"analysis fell behind at byte (\d+)", log).group(1))
         assert 0 < behind <= ring
         rec = find_recording(proxy.record_dir, "flood", timeout=120)
+        proxy.wait_log("streamtap: openai-chat", count=3, timeout=60)  # every verdict applied
+        # the proxy counted every byte it forwarded, not only those its worker analysed
+        forwarded = sum(len(upstream.last(name).wire) for name in ("small", "flood", "late"))
+        assert value(scrape(port), "streamtap_stream_bytes_total") == forwarded
     assert rec.verdict["kind"] == "unknown"
     assert any(f"analysis fell behind at byte {behind}" in note.get("message", "") for note in rec.notes), rec.notes
     assert rec.body == body[: len(rec.body)] and len(rec.body) == behind  # what was analysed is recorded, whole

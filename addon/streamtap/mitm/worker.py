@@ -577,7 +577,10 @@ class Workers:
             log.log(level, text)
         for kind, flow_id, value in results:
             if kind == VERDICT:
-                if self.flows.pop(flow_id, None) is not None:
+                remote = self.flows.pop(flow_id, None)
+                if remote is not None:
+                    if remote.dropped is not None:  # the worker saw only part of the body: count what was forwarded
+                        value["bytes"] = remote.forwarded()
                     self.verdict(flow_id, value)
             elif flow_id is None:
                 self.pids[process.index] = value
