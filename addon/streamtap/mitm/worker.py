@@ -437,9 +437,7 @@ class Workers:
         self._op(shard, (OPEN, spec, settings, remote.t0))
         if process.in_flight > MAX_IN_FLIGHT - SEND_BYTES:
             # a worker that is behind gets none of a new flow's reads, but records that it got none
-            remote.dropped = FELL_BEHIND
-            self._op(shard, (BEHIND, remote.flow_id, 0, FELL_BEHIND))
-            log.warning(f"streamtap: flow {remote.flow_id[:8]}: {FELL_BEHIND} at byte 0 (its worker was busy); traffic passes on untouched")
+            self._fall_behind(remote, " (its worker was busy)")
         return remote
 
     def stream(self, remote: RemoteFlow) -> Callable[[bytes], bytes]:
@@ -549,13 +547,17 @@ class Workers:
         process = self.processes[remote.shard]
         if not process.alive or process.in_flight + occupied > MAX_IN_FLIGHT:
             # the worker is behind: this flow's analysis stops here rather than the proxy's memory growing
-            remote.dropped = FELL_BEHIND
-            self._op(remote.shard, (BEHIND, remote.flow_id, remote.sent, FELL_BEHIND))
-            log.warning(f"streamtap: flow {remote.flow_id[:8]}: {FELL_BEHIND} at byte {remote.sent}; traffic passes on untouched")
+            self._fall_behind(remote)
             return
         at = process.put(data, occupied)
         self.ops[remote.shard].append((DATA, remote.flow_id, at, sizes, times, occupied))
         remote.sent += len(data)
+
+    def _fall_behind(self, remote: RemoteFlow, why: str = "") -> None:
+        """The flow's analysis stops at the bytes handed on so far; its worker notes it in the recording."""
+        remote.dropped = FELL_BEHIND
+        self._op(remote.shard, (BEHIND, remote.flow_id, remote.sent, FELL_BEHIND))
+        log.warning(f"streamtap: flow {remote.flow_id[:8]}: {FELL_BEHIND} at byte {remote.sent}{why}; traffic passes on untouched")
 
     def _op(self, shard: int, op: tuple) -> None:
         self.ops[shard].append(op)
