@@ -311,6 +311,7 @@ class _Process:
         inbox_r.close()
         outbox_w.close()
         self.in_flight = 0  # ring bytes written and not yet acknowledged
+        self.behind = False  # the ring refused a flow's reads, and the worker has acknowledged none since
         self.heard: float | None = None  # when it last said something (None: not started yet)
         self.written = 0  # ring bytes ever written: the next read goes at written % size
         self.loop = loop
@@ -435,7 +436,7 @@ class Workers:
             return remote
         remote.opened = True
         self._op(shard, (OPEN, spec, settings, remote.t0))
-        if process.in_flight > MAX_IN_FLIGHT - SEND_BYTES:
+        if process.behind or process.in_flight > MAX_IN_FLIGHT - SEND_BYTES:
             # a worker that is behind gets none of a new flow's reads, but records that it got none
             self._fall_behind(remote, " (its worker was busy)")
         return remote
@@ -547,6 +548,7 @@ class Workers:
         process = self.processes[remote.shard]
         if not process.alive or process.in_flight + occupied > MAX_IN_FLIGHT:
             # the worker is behind: this flow's analysis stops here rather than the proxy's memory growing
+            process.behind = True
             self._fall_behind(remote)
             return
         at = process.put(data, occupied)
@@ -575,6 +577,8 @@ class Workers:
         process.heard = time.monotonic()
         consumed, results, records = message
         process.in_flight -= consumed
+        if consumed:
+            process.behind = False
         for level, text in records:
             log.log(level, text)
         for kind, flow_id, value in results:
