@@ -289,6 +289,12 @@ class RemoteFlow:
         """Wire bytes forwarded to the client so far."""
         return self.seen + sum(map(len, self.chunks))
 
+    def discard_reads(self) -> None:
+        """Drop the reads kept since the last batch (no worker will analyse them); they still count as forwarded."""
+        self.seen = self.forwarded()
+        self.chunks.clear()
+        self.times.clear()
+
 
 class _Process:
     """One worker process and its two pipes: written from the event loop without blocking,
@@ -528,14 +534,16 @@ class Workers:
         the next batch. A flow whose reads do not fit is dropped from analysis instead."""
         remote.queued = False
         chunks, times = remote.chunks, remote.times
+        if remote.dropped is not None:
+            remote.discard_reads()
+            return
         if not chunks:
             return
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        remote.seen += len(data)
-        if remote.dropped is not None or not data:
-            chunks.clear()
-            times.clear()
+        if not data:  # only mitmproxy's call at the end of the body
+            remote.discard_reads()
             return
+        remote.seen += len(data)
         if b"" in chunks:  # mitmproxy's call at the end of the body: not a read
             times = [t for chunk, t in zip(chunks, times) if chunk]
             sizes = [len(chunk) for chunk in chunks if chunk]
@@ -617,9 +625,7 @@ class Workers:
             remote.dropped = f"streamtap's analysis worker died at byte {remote.sent}"
             if remote.recording:  # the new worker notes it in the recording the dead one left
                 self._op(index, (ORPHANED, remote.recording, f"{remote.dropped}; the recording ends where it stopped"))
-            remote.seen += sum(map(len, remote.chunks))
-            remote.chunks.clear()
-            remote.times.clear()
+            remote.discard_reads()
             if remote.ended is not None:  # its verdict will not come
                 self.flows.pop(remote.flow_id, None)
                 self.lost(remote, remote.dropped)
