@@ -116,7 +116,23 @@ def peak_kib(pid: int) -> int:
     return total
 
 
+def ring_kib(pid: int) -> int:
+    """Memory the proxy's worker rings hold (their files' blocks), wherever a worker has mapped
+    them: the proxy keeps each ring's file open (twice: its mmap holds a copy of the descriptor),
+    so its /proc fd links find them."""
+    blocks = {}
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            if "streamtap-ring-" in str(fd.readlink()):
+                stat = fd.stat()
+                blocks[stat.st_ino] = stat.st_blocks
+        except OSError:
+            continue
+    return sum(blocks.values()) * 512 // 1024
+
+
 FELL_BEHIND: list[str] = []  # recordings whose analysis fell behind the answer (--workers)
+RINGS: dict[float, list[tuple[float, float]]] = {}  # (--workers) per size: ring memory after the warm-up and after the long answer, MiB
 
 
 def measure(name: str, upstream: int, megabytes: float, workdir: Path) -> tuple[float, float]:
@@ -126,8 +142,11 @@ def measure(name: str, upstream: int, megabytes: float, workdir: Path) -> tuple[
     try:
         fetch(proxy.port, "/1/v1/messages")  # warm-up: imports, caches, the first flow
         before = peak_kib(proxy.process.pid)
+        ring_before = ring_kib(proxy.process.pid)
         fetch(proxy.port, f"/{megabytes:g}/v1/messages")
         after = peak_kib(proxy.process.pid)
+        if name == "streamtap":
+            RINGS.setdefault(megabytes, []).append((ring_before / 1024, ring_kib(proxy.process.pid) / 1024))
     finally:
         proxy.stop()
     if name.startswith("streamtap") and "norec" not in name:
@@ -189,6 +208,9 @@ def main() -> None:
         print(f"{size:6g} MB  extra        {spread(extra[size])}   ({tap} - bare, within the round)")
     if args.workers:
         runs = args.rounds * len(sizes)
+        for size, rings in RINGS.items():
+            print(f"{size:6g} MB  the ring's memory after the warm-up {spread([b for b, _ in rings])}, "
+                  f"at the end of the answer {spread([a for _, a in rings])} (MiB)")
         print(f"{len(FELL_BEHIND)} of {runs} recordings end with 'analysis fell behind' (the worker could not keep up "
               f"with a loopback answer; the proxy stopped handing it the flow); the others verify complete")
 

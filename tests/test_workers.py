@@ -11,8 +11,11 @@ import signal
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import provider_streams as streams
+from streamtap.mitm.ring import STEP, Ring, RingSpace
 from streamtap.mitm.worker import LARGE_READ, RING_ENV, SEND_BYTES, STALL_ENV, RemoteFlow, Workers
 
 HUNG_ENV = "STREAMTAP_TEST_WORKER_HUNG_AFTER"
@@ -218,19 +221,137 @@ def test_a_stalled_worker_falls_behind_without_holding_the_traffic_or_the_memory
     assert check_recording(late_rec) == []
 
 
-def test_the_ring_gives_back_what_was_put_across_its_end_and_lives_in_memory_where_it_can():
-    from streamtap.mitm.worker import Ring
+def allocated(ring) -> int:
+    """Bytes of memory (or disk) the ring's file holds."""
+    return os.fstat(ring.fd).st_blocks * 512
 
-    ring = Ring.create(4096)
+
+def test_the_ring_lives_in_memory_where_it_can_and_takes_memory_only_as_it_is_reserved():
+    ring = Ring.create(8 * STEP)
     try:
         assert ring.path.startswith("/dev/shm/") or not os.access("/dev/shm", os.W_OK)
-        worker_side = Ring.attach(ring.path, 4096)  # as the worker maps it: the name goes
+        assert ring.backed == STEP and allocated(ring) == STEP  # sparse beyond the first step
+        worker_side = Ring.attach(ring.path, 8 * STEP)  # as the worker maps it: the name goes
         assert not os.path.exists(ring.path)
-        ring.put(4090, b"0123456789ab")  # wraps: 6 bytes at the end, 6 at the start
-        ring.put(6, b"cd")
-        assert worker_side.get(4090, 12) == b"0123456789ab" and worker_side.get(6, 2) == b"cd"
+        assert ring.reserve(3 * STEP + 1) and ring.backed == allocated(ring) == 4 * STEP
+        ring.put(3 * STEP, b"0123456789")
+        assert worker_side.get(3 * STEP, 10) == b"0123456789"
+        ring.release(STEP)  # what the proxy does once nothing is in flight above STEP
+        assert ring.backed == allocated(ring) == STEP
+        ring.put(10, b"kept")
+        assert worker_side.get(10, 4) == b"kept"
     finally:
-        ring.unlink()
+        ring.close()
+    assert ring.fd is None
+
+
+def test_a_ring_that_cannot_get_memory_refuses_the_put_instead_of_faulting_the_proxy():
+    ring = Ring.create(4 * STEP)
+    try:
+        os.close(ring.fd)
+        ring.fd = os.open("/dev/null", os.O_RDONLY)  # posix_fallocate fails here, as on a full /dev/shm
+        assert not ring.reserve(2 * STEP) and ring.backed == STEP
+    finally:
+        ring.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 40), st.integers(0, 3)), max_size=120))
+def test_ring_space_never_hands_out_bytes_in_flight(steps):
+    """Puts (in 64-byte units) and acknowledgements of the oldest puts, as the worker sends them:
+    no put overlaps one in flight or leaves the ring, and one is refused only when the ring is
+    at least half taken."""
+    unit, size = 64, 64 * 64
+    space = RingSpace(size, keep=16 * unit)
+    flight: list[tuple[int, int]] = []  # (at, length), oldest first
+    for units, acks in steps:
+        length = units * unit
+        at = space.where(length, backed=size)
+        if at is None:
+            assert sum(n for _, n in flight) + length > size // 2
+        else:
+            assert 0 <= at and at + length <= size
+            assert all(at + length <= a or a + n <= at for a, n in flight)
+            space.take(at, length)
+            flight.append((at, length))
+        acked, flight = flight[:acks], flight[acks:]
+        space.acknowledge(sum(n for _, n in acked))
+        assert space.in_flight == sum(n for _, n in flight)
+        assert space.top() == max((a + n for a, n in flight), default=0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 8), st.booleans()), max_size=200))
+def test_ring_space_cycles_through_its_first_step_while_the_worker_keeps_up(steps):
+    """With what is in flight never over half of ``keep``, every put stays in the first ``keep``
+    bytes: memory follows what is in flight, not the traffic that went through."""
+    unit, keep = 64, 64 * 64
+    space = RingSpace(16 * keep, keep=keep)
+    flight: list[int] = []
+    for units, ack_all in steps:
+        length = units * unit
+        while flight and space.in_flight + length > keep // 2:
+            space.acknowledge(flight.pop(0))
+        at = space.where(length, backed=16 * keep)
+        assert at is not None and at + length <= keep
+        space.take(at, length)
+        flight.append(length)
+        if ack_all:
+            space.acknowledge(sum(flight))
+            flight.clear()
+
+
+def test_the_ring_grows_for_a_burst_and_gives_the_memory_back_after_it(tmp_path, monkeypatch):
+    """A real worker, stalled while 8 MiB of reads wait for it: the ring takes memory for them;
+    once they are acknowledged and the ring has not grown for a while, all but the first step
+    goes back. Light traffic after that cycles through the first steps."""
+    import streamtap.mitm.worker as worker_module
+
+    stall = tmp_path / "stall"
+    stall.touch()
+    monkeypatch.setenv(STALL_ENV, str(stall))
+
+    async def run() -> dict[str, int]:
+        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda *a: None, lost=lambda *a: None)
+        process = workers.processes[0]
+        seen: dict[str, int] = {"start": allocated(process.ring)}
+        try:
+            remote = RemoteFlow("f", 0, time.monotonic(), "anthropic")
+            stream = workers.stream(remote)
+            read = b"r" * (64 * 1024)
+            for _ in range(8 * 16):  # 8 MiB, a batch per 1 MiB
+                stream(read)
+                await asyncio.sleep(0)
+            workers.send()
+            assert remote.dropped is None
+            seen["burst"] = allocated(process.ring)
+            stall.unlink()
+            deadline = time.monotonic() + 30
+            while process.in_flight and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert process.in_flight == 0
+            workers.expire()  # not yet: the ring grew moments ago
+            seen["at once"] = allocated(process.ring)
+            monkeypatch.setattr(worker_module, "RELEASE_AFTER", 0.0)
+            workers.expire()
+            seen["released"] = allocated(process.ring)
+            small = b"s" * 4096
+            for _ in range(3000):  # 12 MiB more, a little at a time, as a worker that keeps up sees it
+                stream(small)
+                await asyncio.sleep(0.001 if _ % 16 == 0 else 0)
+            workers.send()
+            seen["light"] = allocated(process.ring)
+            assert remote.dropped is None
+            return seen
+        finally:
+            workers.stop()
+
+    seen = asyncio.run(run())
+    assert seen["start"] == STEP
+    assert seen["burst"] >= 8 * STEP  # what was in flight, and not the whole ring
+    assert seen["at once"] == seen["burst"]
+    assert seen["released"] == STEP
+    assert seen["light"] <= 3 * STEP, seen
 
 
 def test_large_reads_go_to_the_worker_once_a_mebibyte_waits_and_small_ones_at_the_batch_interval():

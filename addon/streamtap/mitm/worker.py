@@ -25,12 +25,10 @@ said so in the log, the flow's comment and the recording it left.
 from __future__ import annotations
 
 import logging
-import mmap
 import multiprocessing
 import os
 import pickle
 import struct
-import tempfile
 import threading
 import time
 import zlib
@@ -39,6 +37,8 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from time import monotonic
 from typing import Any
+
+from .ring import RELEASE_AFTER, Ring, RingSpace
 
 try:
     from fcntl import F_SETPIPE_SZ, fcntl
@@ -49,8 +49,8 @@ log = logging.getLogger("streamtap")
 
 # Per worker: the shared ring, which holds the reads not yet analysed. A worker on a busy machine
 # lags in bursts and catches up after them: 200 answers of 200 KB at once over loopback on 2 cores
-# got 16 MiB behind, and it dropped 23-48% of them; with 64 MiB it dropped none. The pages the
-# largest burst touched stay in memory (shared by the proxy and the worker), the rest never is.
+# got 16 MiB behind, and it dropped 23-48% of them; with 64 MiB it dropped none. Memory follows
+# what is in flight (see ring.py): 1 MiB while the worker keeps up.
 RING_ENV = "STREAMTAP_TEST_WORKER_RING"  # tests only: a smaller ring (bytes), to fill it with less traffic
 MAX_IN_FLIGHT = int(os.environ.get(RING_ENV, 64 * 1024 * 1024))
 SLOT = 64  # ring bytes each read is charged beyond its own, which bounds the reads in flight (their sizes and times)
@@ -97,73 +97,6 @@ class _Forward(logging.Handler):
     def take(self) -> list[tuple[int, str]]:
         records, self.records = self.records, []
         return records
-
-
-class Ring:
-    """Memory shared by the proxy and one worker: a file both map, removed from the file system
-    once the worker has mapped it. The proxy copies reads in, the worker copies them out; the
-    bytes the worker has acknowledged are free again."""
-
-    def __init__(self, path: str, size: int, mapped: mmap.mmap) -> None:
-        self.path, self.size, self.map = path, size, mapped
-
-    @classmethod
-    def create(cls, size: int) -> Ring:
-        """In /dev/shm (memory, not disk) where Linux has it and it has room (a container's is
-        often 64 MB), else in the temporary folder."""
-        if os.access("/dev/shm", os.W_OK):
-            try:
-                return cls._create_in("/dev/shm", size)
-            except OSError:
-                pass
-        return cls._create_in(None, size)
-
-    @classmethod
-    def _create_in(cls, folder: str | None, size: int) -> Ring:
-        fd, path = tempfile.mkstemp(prefix="streamtap-ring-", dir=folder)
-        try:
-            if hasattr(os, "posix_fallocate"):  # a full tmpfs fails here, not later as SIGBUS on a write
-                os.posix_fallocate(fd, 0, size)
-            else:
-                os.ftruncate(fd, size)
-            return cls(path, size, mmap.mmap(fd, size))
-        except BaseException:
-            os.unlink(path)
-            raise
-        finally:
-            os.close(fd)
-
-    @classmethod
-    def attach(cls, path: str, size: int) -> Ring:
-        fd = os.open(path, os.O_RDWR)
-        try:
-            ring = cls(path, size, mmap.mmap(fd, size))
-        finally:
-            os.close(fd)
-        ring.unlink()
-        return ring
-
-    def unlink(self) -> None:
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
-
-    def put(self, at: int, data: bytes) -> None:
-        end = at + len(data)
-        if end <= self.size:
-            self.map[at:end] = data
-        else:  # wraps around
-            split = self.size - at
-            view = memoryview(data)
-            self.map[at:] = view[:split]
-            self.map[: end - self.size] = view[split:]
-
-    def get(self, at: int, length: int) -> bytes:
-        end = at + length
-        if end <= self.size:
-            return self.map[at:end]
-        return self.map[at:] + self.map[: end - self.size]
 
 
 def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
@@ -312,14 +245,14 @@ class _Process:
         try:
             self.process.start()
         except BaseException:
-            self.ring.unlink()
+            self.ring.close()
             raise
         inbox_r.close()
         outbox_w.close()
-        self.in_flight = 0  # ring bytes written and not yet acknowledged
+        self.space = RingSpace(MAX_IN_FLIGHT)  # where the reads in flight are
+        self.grown = time.monotonic()  # when the ring last took more memory
         self.behind = False  # the ring refused a flow's reads, and the worker has acknowledged none since
         self.heard: float | None = None  # when it last said something (None: not started yet)
-        self.written = 0  # ring bytes ever written: the next read goes at written % size
         self.loop = loop
         self.fd = self.inbox.fileno()
         os.set_blocking(self.fd, False)
@@ -329,6 +262,7 @@ class _Process:
             except OSError:  # over this user's pipe memory: the default size works too
                 pass
         self.unsent = bytearray()  # what the pipe did not take yet (bounded: MAX_IN_FLIGHT of reads)
+        self.starved = False  # said once that the ring could get no memory
         self.alive = True
         threading.Thread(
             target=self._read, args=(loop, received, died), name=f"streamtap-from-worker-{index}", daemon=True
@@ -363,13 +297,33 @@ class _Process:
         if not self.unsent:
             self.loop.remove_writer(self.fd)
 
-    def put(self, data: bytes, occupied: int) -> int:
-        """Copy a flow's reads into the ring (the caller checked they fit); where they start."""
-        at = self.written % MAX_IN_FLIGHT
-        self.ring.put(at, data)
-        self.written += occupied
-        self.in_flight += occupied
+    @property
+    def in_flight(self) -> int:
+        """Ring bytes put and not yet acknowledged."""
+        return self.space.in_flight
+
+    def put(self, data: bytes, occupied: int) -> int | None:
+        """Copy a flow's reads into the ring, charged ``occupied`` bytes of it; where they start, or
+        None when the ring has no room for them (or the system no memory to back it)."""
+        ring = self.ring
+        at = self.space.where(occupied, ring.backed)
+        if at is None:
+            return None
+        if at + occupied > ring.backed:
+            if not ring.reserve(at + occupied):
+                if not self.starved:
+                    self.starved = True
+                    log.warning(f"streamtap: analysis worker {self.index}: no memory for its ring in {os.path.dirname(ring.path)}")
+                return None
+            self.grown = time.monotonic()
+        ring.put(at, data)
+        self.space.take(at, occupied)
         return at
+
+    def release(self, now: float) -> None:
+        """After a spell without growth, the ring's memory above what is in flight goes back."""
+        if now - self.grown > RELEASE_AFTER and self.ring.fd is not None:
+            self.ring.release(max(self.space.keep, -(-self.space.top() // self.space.keep) * self.space.keep))
 
     def _read(self, loop, received: Callable, died: Callable) -> None:
         while True:
@@ -406,7 +360,7 @@ class _Process:
         if self.process.is_alive():
             self.process.kill()
             self.process.join(1)
-        self.ring.unlink()  # the worker removes it once mapped; not if it never got that far
+        self.ring.close()  # the worker removes the name once mapped; not if it never got that far
 
 
 class Workers:
@@ -554,12 +508,12 @@ class Workers:
         remote.times.clear()
         occupied = -(-(len(data) + SLOT * len(sizes)) // SLOT) * SLOT
         process = self.processes[remote.shard]
-        if not process.alive or process.in_flight + occupied > MAX_IN_FLIGHT:
+        at = process.put(data, occupied) if process.alive else None
+        if at is None:
             # the worker is behind: this flow's analysis stops here rather than the proxy's memory growing
             process.behind = True
             self._fall_behind(remote)
             return
-        at = process.put(data, occupied)
         self.ops[remote.shard].append((DATA, remote.flow_id, at, sizes, times, occupied))
         remote.sent += len(data)
 
@@ -584,8 +538,8 @@ class Workers:
             return  # an old process's last words
         process.heard = time.monotonic()
         consumed, results, records = message
-        process.in_flight -= consumed
         if consumed:
+            process.space.acknowledge(consumed)
             process.behind = False
         for level, text in records:
             log.log(level, text)
@@ -610,7 +564,7 @@ class Workers:
         index = process.index
         process.alive = False
         process.process.join(1)
-        process.ring.unlink()  # if it died before it could
+        process.ring.close()
         held = [r for r in self.flows.values() if r.shard == index and r.generation == process.generation]
         log.warning(
             f"streamtap: analysis worker {index} (pid {self.pids[index]}) died "
@@ -643,6 +597,8 @@ class Workers:
                 )
                 process.heard = None  # once: its reader thread reports the death
                 process.process.kill()
+            elif process.alive:
+                process.release(now)
         deadline = now - VERDICT_WAIT
         for remote in [r for r in self.flows.values() if r.ended is not None and r.ended < deadline]:
             del self.flows[remote.flow_id]
