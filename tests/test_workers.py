@@ -354,6 +354,36 @@ def test_the_ring_grows_for_a_burst_and_gives_the_memory_back_after_it(tmp_path,
     assert seen["light"] <= 3 * STEP, seen
 
 
+def test_a_ring_without_memory_drops_the_flow_from_analysis_and_takes_the_next_flows_again():
+    """/dev/shm full: a batch that needs more ring memory than it has is refused, and the flow
+    falls behind, with a warning; the traffic is untouched. With nothing in flight, the next
+    flows are still handed on (no acknowledgement will come to say the worker caught up)."""
+
+    async def run() -> tuple[str | None, bool, bool, str | None]:
+        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda *a: None, lost=lambda *a: None)
+        process = workers.processes[0]
+        try:
+            os.close(process.ring.fd)
+            process.ring.fd = os.open("/dev/null", os.O_RDONLY)  # posix_fallocate now fails
+            big = RemoteFlow("big", 0, time.monotonic(), "anthropic")
+            stream = workers.stream(big)
+            read = b"b" * (64 * 1024)
+            for _ in range(2 * STEP // len(read)):  # more than the ring's first step, in one batch
+                assert stream(read) is read
+            workers.send()
+            refused = (process.behind, process.full)
+            small = RemoteFlow("small", 0, time.monotonic(), "anthropic")
+            workers.stream(small)(b"data: {}\n\n")
+            workers.send()
+            return big.dropped, *refused, small.dropped
+        finally:
+            workers.stop()
+
+    big_dropped, behind, full, small_dropped = asyncio.run(run())
+    assert big_dropped == "analysis fell behind" and behind
+    assert not full and small_dropped is None
+
+
 def test_large_reads_go_to_the_worker_once_a_mebibyte_waits_and_small_ones_at_the_batch_interval():
     """What the proxy holds between batches: large reads (over LARGE_READ) are counted, and once
     SEND_BYTES of them wait a batch goes at the end of the loop turn; small reads, which mitmproxy

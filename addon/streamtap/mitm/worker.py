@@ -302,6 +302,15 @@ class _Process:
         """Ring bytes put and not yet acknowledged."""
         return self.space.in_flight
 
+    @property
+    def full(self) -> bool:
+        """Is the ring too full for a new flow? It refused a flow's reads and the worker has caught
+        up on none of what it holds since, or it is within a batch of full. An empty ring is never
+        full: a put it refused for want of memory must not stop the next flows for good, as no
+        acknowledgement would come to clear it."""
+        in_flight = self.space.in_flight
+        return (self.behind and in_flight > 0) or in_flight > MAX_IN_FLIGHT - SEND_BYTES
+
     def put(self, data: bytes, occupied: int) -> int | None:
         """Copy a flow's reads into the ring, charged ``occupied`` bytes of it; where they start, or
         None when the ring has no room for them (or the system no memory to back it)."""
@@ -396,7 +405,7 @@ class Workers:
             return remote
         remote.opened = True
         self._op(shard, (OPEN, spec, settings, remote.t0))
-        if process.behind or process.in_flight > MAX_IN_FLIGHT - SEND_BYTES:
+        if process.full:
             # a worker that is behind gets none of a new flow's reads, but records that it got none
             self._fall_behind(remote, " (its worker was busy)")
         return remote
