@@ -93,6 +93,34 @@ def test_workers_record_what_the_proxy_records_in_process(upstream, tmp_path):
     assert got["1", "chat-cut"]["verdict"]["kind"] == "truncated"
 
 
+def written_bytes(pid: int) -> int:
+    """Bytes the process has handed to write() and the like (its recordings, and its messages to the proxy)."""
+    return int(re.search(r"wchar: (\d+)", open(f"/proc/{pid}/io").read()).group(1))
+
+
+def test_two_workers_share_the_flows_out_and_each_records_its_own(upstream, tmp_path):
+    """Flows are shared out by id, so two workers use two processes: 16 flows land on both (all
+    on one: a chance of 2 in 65,536), and each worker writes the recordings of its flows."""
+    names = [f"share{i}" for i in range(16)]
+    for name in names:
+        upstream.add(name, Script(streams.openai_chat([f"{name} piece {i} " for i in range(60)]), chunk_size=173))
+    with Mitmdump(upstream.url, tmp_path / "m", options={"streamtap_workers": "2"}) as proxy:
+        proxy.wait_log("analysis worker 0 runs as pid", timeout=30)
+        proxy.wait_log("analysis worker 1 runs as pid", timeout=30)
+        pids = {int(i): int(pid) for i, pid in re.findall(r"analysis worker (\d) runs as pid (\d+)", proxy.log())}
+        assert sorted(pids) == [0, 1] and pids[0] != pids[1]
+        before = {i: written_bytes(pid) for i, pid in pids.items()}
+        for name in names:
+            assert curl(f"{proxy.url}/s/{name}{CHAT}").stdout == upstream.last(name).wire, name
+        proxy.wait_log("streamtap: openai-chat", count=len(names), timeout=60)
+        recs = [find_recording(proxy.record_dir, name) for name in names]
+        written = {i: written_bytes(pid) - before[i] for i, pid in pids.items()}
+    assert all(rec.verdict["kind"] == "complete" and check_recording(rec) == [] for rec in recs)
+    recorded = sum(path.stat().st_size for path in proxy.record_dir.glob("*.jsonl"))
+    assert sum(written.values()) >= recorded  # the workers wrote every recording
+    assert min(written.values()) > min(path.stat().st_size for path in proxy.record_dir.glob("*.jsonl")), written
+
+
 def test_a_worker_killed_mid_stream_is_restarted_and_the_traffic_stays_whole(upstream, tmp_path):
     body = streams.openai_chat([f"token {i} " for i in range(400)])
     upstream.arm_pause()
