@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import provider_streams as streams
-from streamtap.mitm.ring import STEP, Ring, RingSpace
+from streamtap.mitm.ring import RELEASE_STEP, STEP, Ring, RingSpace
 from streamtap.mitm.worker import LARGE_READ, RING_ENV, SEND_BYTES, STALL_ENV, RemoteFlow, Workers
 
 HUNG_ENV = "STREAMTAP_TEST_WORKER_HUNG_AFTER"
@@ -266,6 +266,11 @@ def test_the_ring_lives_in_memory_where_it_can_and_takes_memory_only_as_it_is_re
         assert worker_side.get(3 * STEP, 10) == b"0123456789"
         ring.release(STEP)  # what the proxy does once nothing is in flight above STEP
         assert ring.backed == allocated(ring) == STEP
+        assert ring.reserve(8 * STEP) and allocated(ring) == 8 * STEP
+        ring.release(STEP)  # at most RELEASE_STEP at a time: each call holds up the proxy's loop
+        assert ring.backed == allocated(ring) == 8 * STEP - RELEASE_STEP
+        ring.release(STEP)
+        assert ring.backed == allocated(ring) == STEP
         ring.put(10, b"kept")
         assert worker_side.get(10, 4) == b"kept"
     finally:
@@ -361,7 +366,8 @@ def test_the_ring_grows_for_a_burst_and_gives_the_memory_back_after_it(tmp_path,
             workers.expire()  # not yet: the ring grew moments ago
             seen["at once"] = allocated(process.ring)
             monkeypatch.setattr(worker_module, "RELEASE_AFTER", 0.0)
-            workers.expire()
+            for _ in range(16):  # RELEASE_STEP at a time
+                workers.expire()
             seen["released"] = allocated(process.ring)
             small = b"s" * 4096
             for _ in range(3000):  # 12 MiB more, a little at a time, as a worker that keeps up sees it

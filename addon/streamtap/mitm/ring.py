@@ -10,7 +10,7 @@ put goes after the newest one while that stays within ``STEP`` of the start or t
 busy, else back at the start, and only past the highest put in flight when neither has room.
 So a worker that keeps up cycles through the first ``STEP``, and a burst takes what it needs.
 After ``RELEASE_AFTER`` without growth, the memory above the highest put in flight (and above
-``STEP``) is given back. Memory is reserved before it is written (``posix_fallocate``), so a
+``STEP``) is given back, ``RELEASE_STEP`` at a time. Memory is reserved before it is written (``posix_fallocate``), so a
 full ``/dev/shm`` refuses a put, which the proxy handles like a full ring; it never faults the
 proxy with ``SIGBUS``.
 """
@@ -22,8 +22,9 @@ import os
 import tempfile
 from collections import deque
 
-STEP = 1024 * 1024  # the ring takes memory this much at a time, and keeps this much
-RELEASE_AFTER = 10.0  # seconds without growth before memory above what is in flight goes back
+STEP = 1024 * 1024  # the ring takes memory this much at a time (~0.2 ms on tmpfs), and keeps this much
+RELEASE_AFTER = 10.0  # seconds without growth before memory above what is in flight goes back...
+RELEASE_STEP = 4 * STEP  # ...this much per call: it costs the caller's loop ~0.12 ms per MiB on tmpfs
 
 
 class Ring:
@@ -87,10 +88,11 @@ class Ring:
 
     def release(self, keep: int) -> None:
         """Give back the memory behind the ring above ``keep`` (a multiple of ``STEP``), where
-        nothing is in flight. Where the system cannot, the memory stays: it costs room, not
-        correctness."""
+        nothing is in flight, at most ``RELEASE_STEP`` of it from the top. Where the system
+        cannot, the memory stays: it costs room, not correctness."""
         if self.backed <= keep:
             return
+        keep = max(keep, self.backed - RELEASE_STEP)
         try:
             self.map.madvise(mmap.MADV_REMOVE, keep, self.backed - keep)
         except (AttributeError, OSError, ValueError):
