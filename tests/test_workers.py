@@ -264,8 +264,10 @@ def test_the_ring_lives_in_memory_where_it_can_and_takes_memory_only_as_it_is_re
         assert ring.reserve(3 * STEP + 1) and ring.backed == allocated(ring) == 4 * STEP
         ring.put(3 * STEP, b"0123456789")
         assert worker_side.get(3 * STEP, 10) == b"0123456789"
-        ring.release(STEP)  # what the proxy does once nothing is in flight above STEP
-        assert ring.backed == allocated(ring) == STEP
+        ring.release(STEP + 1)  # what the proxy does once nothing is in flight above byte STEP + 1
+        assert ring.backed == allocated(ring) == 2 * STEP  # whole steps
+        ring.release(0)
+        assert ring.backed == allocated(ring) == STEP  # never below the first step
         assert ring.reserve(8 * STEP) and allocated(ring) == 8 * STEP
         ring.release(STEP)  # at most RELEASE_STEP at a time: each call holds up the proxy's loop
         assert ring.backed == allocated(ring) == 8 * STEP - RELEASE_STEP

@@ -10,9 +10,9 @@ put goes after the newest one while that stays within ``STEP`` of the start or t
 busy, else back at the start, and only past the highest put in flight when neither has room.
 So a worker that keeps up cycles through the first ``STEP``, and a burst takes what it needs.
 After ``RELEASE_AFTER`` without growth, the memory above the highest put in flight (and above
-``STEP``) is given back, ``RELEASE_STEP`` at a time. Memory is reserved before it is written (``posix_fallocate``), so a
-full ``/dev/shm`` refuses a put, which the proxy handles like a full ring; it never faults the
-proxy with ``SIGBUS``.
+``STEP``) is given back, ``RELEASE_STEP`` at a time. Memory is reserved before it is written
+(``posix_fallocate``), so a full ``/dev/shm`` refuses a put, which the proxy handles like a full
+ring; it never faults the proxy with ``SIGBUS``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ from collections import deque
 STEP = 1024 * 1024  # the ring takes memory this much at a time (~0.2 ms on tmpfs), and keeps this much
 RELEASE_AFTER = 10.0  # seconds without growth before memory above what is in flight goes back...
 RELEASE_STEP = 4 * STEP  # ...this much per call: it costs the caller's loop ~0.12 ms per MiB on tmpfs
+
+
+def _whole_steps(size: int) -> int:
+    return -(-size // STEP) * STEP
 
 
 class Ring:
@@ -77,7 +81,7 @@ class Ring:
             return True
         if self.fd is None:
             return False
-        wanted = min(self.size, -(-end // STEP) * STEP)
+        wanted = min(self.size, _whole_steps(end))
         try:
             if hasattr(os, "posix_fallocate"):
                 os.posix_fallocate(self.fd, self.backed, wanted - self.backed)
@@ -86,13 +90,13 @@ class Ring:
         self.backed = wanted
         return True
 
-    def release(self, keep: int) -> None:
-        """Give back the memory behind the ring above ``keep`` (a multiple of ``STEP``), where
-        nothing is in flight, at most ``RELEASE_STEP`` of it from the top. Where the system
-        cannot, the memory stays: it costs room, not correctness."""
+    def release(self, above: int) -> None:
+        """Give back the memory behind the ring above ``above`` (where nothing is in flight),
+        rounded up to a whole ``STEP`` and at least one, and at most ``RELEASE_STEP`` of it from
+        the top. Where the system cannot, the memory stays: it costs room, not correctness."""
+        keep = max(STEP, _whole_steps(above), self.backed - RELEASE_STEP)
         if self.backed <= keep:
             return
-        keep = max(keep, self.backed - RELEASE_STEP)
         try:
             self.map.madvise(mmap.MADV_REMOVE, keep, self.backed - keep)
         except (AttributeError, OSError, ValueError):

@@ -331,8 +331,8 @@ class _Process:
 
     def release(self, now: float) -> None:
         """After a spell without growth, the ring's memory above what is in flight goes back."""
-        if now - self.grown > RELEASE_AFTER and self.ring.fd is not None:
-            self.ring.release(max(self.space.keep, -(-self.space.top() // self.space.keep) * self.space.keep))
+        if now - self.grown > RELEASE_AFTER:
+            self.ring.release(self.space.top())
 
     def _read(self, loop, received: Callable, died: Callable) -> None:
         while True:
