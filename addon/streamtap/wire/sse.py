@@ -62,6 +62,7 @@ _type_names: dict[bytes, str] = {b"": "message"}
 
 _new = tuple.__new__  # builds an event from a tuple of its fields, in C (see events.py)
 _decode = bytes.decode
+_join = b"".join  # joins a bytearray and bytes in one copy each (bytes(buf) + data copies buf twice)
 
 
 def _text(value: bytes) -> tuple[str, int]:
@@ -181,7 +182,7 @@ class SSEDecoder:
                     return self._overflow()
                 return []
             if self._between_events and self._shortcuts and 13 not in buf:  # a held CRLF's halves
-                events = self._lf_run(bytes(buf) + data if buf else bytes(data))
+                events = self._lf_run(_join((buf, data)) if buf else bytes(data))
                 if events is not None:
                     return events
         if self._closed:
@@ -210,7 +211,7 @@ class SSEDecoder:
             self._skip_partial = True
             return []
         if self._buf:
-            data = bytes(self._buf) + data
+            data = _join((self._buf, data))
             self._buf.clear()
         return self._process(bytes(data), final=False)
 
