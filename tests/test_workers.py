@@ -170,6 +170,94 @@ def test_a_worker_killed_mid_stream_is_restarted_and_the_traffic_stays_whole(ups
     assert "Traceback" not in proxy.log()
 
 
+def test_a_worker_that_keeps_dying_at_once_is_restarted_less_and_less_often(caplog):
+    """A worker that cannot live must not have the proxy spawn Python processes in a loop: the
+    first quick death restarts it at once, the second waits 1 s, the third 2 s; flows that begin
+    meanwhile go unanalysed and say why, and stopping cancels the restart that waits."""
+    from types import SimpleNamespace
+
+    async def run() -> dict:
+        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda *a: None, lost=lambda *a: None)
+        seen: dict = {}
+
+        async def until(condition) -> None:
+            deadline = time.monotonic() + 30
+            while not condition():
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+
+        async def kill_when_running(previous: int | None) -> int:
+            await until(lambda: workers.pids[0] not in (None, previous) and workers.processes[0].alive)
+            pid = workers.pids[0]
+            os.kill(pid, signal.SIGKILL)
+            return pid
+
+        try:
+            first = workers.processes[0]
+            pid = await kill_when_running(None)
+            await until(lambda: workers.processes[0] is not first)
+            seen["first"] = (workers.quick_deaths[0], workers.restarts[0])
+            pid = await kill_when_running(pid)
+            died = time.monotonic()
+            await until(lambda: workers.quick_deaths[0] == 2)
+            seen["second"] = (workers.processes[0].alive, workers.restarts[0] is not None)
+            seen["meanwhile"] = workers.open(SimpleNamespace(flow_id="late", detection=None), {}).dropped
+            pid = await kill_when_running(pid)
+            seen["waited"] = time.monotonic() - died
+            await until(lambda: workers.quick_deaths[0] == 3)
+            seen["third"] = workers.restarts[0]
+        finally:
+            workers.stop()
+        return seen
+
+    with caplog.at_level("WARNING", logger="streamtap"):
+        seen = asyncio.run(run())
+    assert seen["first"] == (1, None)  # restarted at once
+    assert seen["second"] == (False, True)  # the restart waits
+    assert seen["meanwhile"] == "no analysis worker: it died and is not restarted yet"
+    assert seen["waited"] >= 1.0
+    assert seen["third"] is not None and seen["third"].cancelled()  # stopping cancelled it
+    assert "restarting it in 1 s (it died 2 times in a row" in caplog.text
+    assert "restarting it in 2 s (it died 3 times in a row" in caplog.text
+
+
+def test_a_worker_that_cannot_be_restarted_is_tried_again_later(caplog, monkeypatch):
+    """No memory for a new ring (say): the restart fails, is said in the log, and is tried again
+    after a wait instead of never; once it can, a worker runs again and takes new flows."""
+    import streamtap.mitm.worker as worker_module
+
+    async def run() -> tuple:
+        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda *a: None, lost=lambda *a: None)
+
+        async def until(condition) -> None:
+            deadline = time.monotonic() + 30
+            while not condition():
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+
+        try:
+            await until(lambda: workers.pids[0] is not None)
+            first = workers.pids[0]
+
+            def no_ring(size):
+                raise OSError("No space left on device")
+
+            monkeypatch.setattr(worker_module.Ring, "create", no_ring)
+            os.kill(first, signal.SIGKILL)
+            await until(lambda: workers.restarts[0] is not None)
+            waiting = not workers.processes[0].alive
+            monkeypatch.undo()
+            await until(lambda: workers.pids[0] != first and workers.processes[0].alive)
+            return waiting, workers.restarts[0]
+        finally:
+            workers.stop()
+
+    with caplog.at_level("WARNING", logger="streamtap"):
+        waiting, pending = asyncio.run(run())
+    assert waiting and pending is None
+    assert "cannot restart analysis worker 0: OSError: No space left on device; trying again in 1 s" in caplog.text
+
+
 def test_a_hung_worker_is_killed_and_restarted_and_the_traffic_stays_whole(upstream, tmp_path, monkeypatch):
     stall = tmp_path / "stall"
     stall.touch()

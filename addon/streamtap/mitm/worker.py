@@ -18,8 +18,9 @@ acknowledged are bounded by the ring (``MAX_IN_FLIGHT``); a flow whose bytes do 
 dropped from analysis and its recording says "analysis fell behind at byte N". Workers run at a
 lower priority than the proxy, so on a busy machine the analysis, not the traffic, waits. A
 worker that dies, or says nothing for ``HUNG_AFTER`` (it says something every ``HEARTBEAT``,
-busy or idle), is killed if need be and restarted; the flows it held are judged ``unknown``,
-said so in the log, the flow's comment and the recording it left.
+busy or idle), is killed if need be and restarted (later and later if it keeps dying at once);
+the flows it held are judged ``unknown``, said so in the log, the flow's comment and the
+recording it left.
 """
 
 from __future__ import annotations
@@ -73,6 +74,12 @@ VERDICT_WAIT = 60.0  # seconds after a flow's end before its verdict is given up
 STALL_ENV = "STREAMTAP_TEST_WORKER_STALL"  # tests only: a path; at its first reads a worker stalls while it exists
 HEARTBEAT = 1.0  # a worker says something at least this often, busy or idle...
 HUNG_AFTER = float(os.environ.get("STREAMTAP_TEST_WORKER_HUNG_AFTER", 30))  # ...or is taken for hung, killed and restarted
+# A worker that dies within RESTART_QUICK of its start died at once. It is restarted at once the
+# first time; from the second such death in a row, the restart waits 1 s, then 2 s, 4 s... up to
+# RESTART_WAIT_MAX: a worker that cannot live (a bug at start, no memory) must not have the proxy
+# spawn Python processes in a loop, which would take the CPU from the traffic.
+RESTART_QUICK = 10.0
+RESTART_WAIT_MAX = 60.0
 FELL_BEHIND = "analysis fell behind"
 
 # operations, proxy -> worker (tuples: the cheapest thing to pickle)
@@ -193,6 +200,11 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
 # --- the proxy side -----------------------------------------------------------------------
 
 
+def _restart_wait(quick_deaths: int) -> float:
+    """Seconds before restarting a worker that died at once ``quick_deaths`` times in a row."""
+    return 0.0 if quick_deaths < 2 else min(RESTART_WAIT_MAX, 2.0 ** (quick_deaths - 2))
+
+
 @dataclass
 class RemoteFlow:
     """A flow whose analysis runs in a worker: the proxy keeps its reads until the next send."""
@@ -264,6 +276,7 @@ class _Process:
         self.unsent = bytearray()  # what the pipe did not take yet (bounded: MAX_IN_FLIGHT of reads)
         self.starved = False  # said once that the ring could get no memory
         self.alive = True
+        self.started = time.monotonic()
         threading.Thread(
             target=self._read, args=(loop, received, died), name=f"streamtap-from-worker-{index}", daemon=True
         ).start()
@@ -387,6 +400,9 @@ class Workers:
         self.scheduled = False  # a batch in this loop turn: an open or an end waits, a read after a quiet spell, or SEND_BYTES
         self.generations = [0] * count
         self.pids: list[int | None] = [None] * count
+        self.quick_deaths = [0] * count  # deaths in a row, each within RESTART_QUICK of the worker's start
+        self.restarts: list = [None] * count  # a restart that waits (a timer)
+        self.stopping = False
         self.processes = [self._start(i) for i in range(count)]
 
     def _start(self, index: int) -> _Process:
@@ -400,8 +416,8 @@ class Workers:
         remote = RemoteFlow(spec.flow_id, shard, time.monotonic(), provider, generation=self.generations[shard])
         self.flows[remote.flow_id] = remote
         process = self.processes[shard]
-        if not process.alive:  # its restart failed
-            remote.dropped = "no analysis worker: it could not be restarted"
+        if not process.alive:  # it died, and its restart waits
+            remote.dropped = "no analysis worker: it died and is not restarted yet"
             return remote
         remote.opened = True
         self._op(shard, (OPEN, spec, settings, remote.t0))
@@ -486,11 +502,10 @@ class Workers:
             if remote.queued:
                 self._hand_on(remote)
         for index, ops in enumerate(self.ops):
-            if ops:
+            process = self.processes[index]
+            if ops and process.alive:  # else they wait for the worker's restart (notes for its recordings)
                 self.ops[index] = []
-                process = self.processes[index]
-                if process.alive:
-                    process.send(ops)
+                process.send(ops)
 
     def _hand_on(self, remote: RemoteFlow) -> None:
         """The flow's reads since the last batch: copied into its worker's ring, and said so in
@@ -575,15 +590,16 @@ class Workers:
         process.process.join(1)
         process.ring.close()
         held = [r for r in self.flows.values() if r.shard == index and r.generation == process.generation]
+        quick = self.quick_deaths[index] = self.quick_deaths[index] + 1 if time.monotonic() - process.started < RESTART_QUICK else 0
+        wait = _restart_wait(quick)
         log.warning(
             f"streamtap: analysis worker {index} (pid {self.pids[index]}) died "
-            f"(exit code {process.process.exitcode}); restarting it; {len(held)} flow(s) lose their analysis"
+            f"(exit code {process.process.exitcode}); restarting it"
+            f"{f' in {wait:g} s (it died {quick} times in a row within {RESTART_QUICK:g} s of its start)' if wait else ''}; "
+            f"{len(held)} flow(s) lose their analysis"
         )
         self.ops[index] = []  # meant for the dead process
-        try:
-            self.processes[index] = self._start(index)
-        except Exception as exc:  # its flows go unanalysed; the traffic does not notice
-            log.error(f"streamtap: cannot restart analysis worker {index}: {type(exc).__name__}: {exc}")
+        self._restart_after(index, wait)
         for remote in held:
             remote.dropped = f"streamtap's analysis worker died at byte {remote.sent}"
             if remote.recording:  # the new worker notes it in the recording the dead one left
@@ -592,6 +608,27 @@ class Workers:
             if remote.ended is not None:  # its verdict will not come
                 self.flows.pop(remote.flow_id, None)
                 self.lost(remote, remote.dropped)
+
+    def _restart_after(self, index: int, wait: float) -> None:
+        if wait:
+            self.restarts[index] = self.loop.call_later(wait, self._restart, index)
+        else:
+            self._restart(index)
+
+    def _restart(self, index: int) -> None:
+        self.restarts[index] = None
+        if self.stopping:
+            return
+        try:
+            self.processes[index] = self._start(index)
+        except Exception as exc:  # its flows go unanalysed meanwhile; the traffic does not notice
+            self.quick_deaths[index] = max(2, self.quick_deaths[index] + 1)
+            wait = _restart_wait(self.quick_deaths[index])
+            log.error(f"streamtap: cannot restart analysis worker {index}: {type(exc).__name__}: {exc}; trying again in {wait:g} s")
+            self._restart_after(index, wait)
+            return
+        if self.ops[index]:  # notes for the recordings the dead one left
+            self._send_soon()
 
     def expire(self) -> None:
         """Called every FLUSH_EVERY. A worker silent for HUNG_AFTER is hung: it is killed, and
@@ -614,6 +651,10 @@ class Workers:
             self.lost(remote, f"no verdict from streamtap's analysis worker within {VERDICT_WAIT:.0f} s of the end")
 
     def stop(self, timeout: float = 3.0) -> None:
+        self.stopping = True
+        for restart in self.restarts:
+            if restart is not None:
+                restart.cancel()
         self.send()
         for process in self.processes:
             process.stop(timeout)
