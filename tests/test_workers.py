@@ -197,10 +197,14 @@ def test_a_worker_that_keeps_dying_at_once_is_restarted_less_and_less_often(capl
             pid = await kill_when_running(None)
             await until(lambda: workers.processes[0] is not first)
             seen["first"] = (workers.quick_deaths[0], workers.restarts[0])
+            held = RemoteFlow("held", 0, time.monotonic(), "anthropic", opened=True, generation=workers.generations[0])
+            workers.flows[held.flow_id] = held  # as if opened on this worker (no recording yet)
             pid = await kill_when_running(pid)
             died = time.monotonic()
             await until(lambda: workers.quick_deaths[0] == 2)
             seen["second"] = (workers.processes[0].alive, workers.restarts[0] is not None)
+            workers.finish(held, "eof", None, None)
+            seen["held"] = (held.dropped, list(workers.ops[0]))  # no operations for the next worker about it
             seen["meanwhile"] = workers.open(SimpleNamespace(flow_id="late", detection=None), {}).dropped
             pid = await kill_when_running(pid)
             seen["waited"] = time.monotonic() - died
@@ -215,6 +219,7 @@ def test_a_worker_that_keeps_dying_at_once_is_restarted_less_and_less_often(capl
     assert seen["first"] == (1, None)  # restarted at once
     assert seen["second"] == (False, True)  # the restart waits
     assert seen["meanwhile"] == "no analysis worker: it died and is not restarted yet"
+    assert seen["held"] == ("streamtap's analysis worker died at byte 0", [])
     assert seen["waited"] >= 1.0
     assert seen["third"] is not None and seen["third"].cancelled()  # stopping cancelled it
     assert "restarting it in 1 s (it died 2 times in a row" in caplog.text

@@ -599,6 +599,7 @@ class Workers:
             f"{len(held)} flow(s) lose their analysis"
         )
         self.ops[index] = []  # meant for the dead process
+        self.generations[index] += 1  # the dead one's flows get no more operations, even while its restart waits
         self._restart_after(index, wait)
         for remote in held:
             remote.dropped = f"streamtap's analysis worker died at byte {remote.sent}"
