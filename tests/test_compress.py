@@ -115,6 +115,16 @@ def test_every_prefix_reads_as_incomplete_never_as_a_shorter_turn(recorded):
             assert cut.problem.startswith("recording incomplete at byte"), (size, cut.problem)
 
 
+def frames_on_disk(record_dir: Path) -> int:
+    """Frames an open compressed recording holds so far, as a reader finds them."""
+    for path in record_dir.glob("*.partial.jsonl.zst"):
+        try:
+            return len(read_recording(path).frames)
+        except Exception:  # not readable yet
+            return 0
+    return 0
+
+
 def test_kill_9_mid_stream_leaves_an_incomplete_recording(tmp_path):
     body = streams.openai_chat([f"piece {i} " for i in range(60)])
     with Upstream() as upstream:
@@ -126,10 +136,8 @@ def test_kill_9_mid_stream_leaves_an_incomplete_recording(tmp_path):
                                        "--data", STREAM_REQUEST, f"{mitm.url}/s/killed{CHAT}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             assert upstream.wait_paused()
             deadline = time.monotonic() + 15  # the open stream's lines reach the OS every 0.1 s (a worker's too)
-            while time.monotonic() < deadline and not any(
-                    p.stat().st_size > 1000 for p in mitm.record_dir.glob("*.partial.jsonl.zst")):
+            while time.monotonic() < deadline and frames_on_disk(mitm.record_dir) < 10:
                 time.sleep(0.1)
-            time.sleep(0.3)
             mitm.kill9()
             client.kill()
             client.wait(5)
