@@ -455,9 +455,9 @@ def test_the_ring_grows_for_a_burst_and_gives_the_memory_back_after_it(tmp_path,
             seen["burst"] = allocated(process.ring)
             stall.unlink()
             deadline = time.monotonic() + 30
-            while process.in_flight and time.monotonic() < deadline:
+            while process.space.in_flight and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
-            assert process.in_flight == 0
+            assert process.space.in_flight == 0
             workers.expire()  # not yet: the ring grew moments ago
             seen["at once"] = allocated(process.ring)
             monkeypatch.setattr(worker_module, "RELEASE_AFTER", 0.0)

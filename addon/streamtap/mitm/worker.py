@@ -311,11 +311,6 @@ class _Process:
             self.loop.remove_writer(self.fd)
 
     @property
-    def in_flight(self) -> int:
-        """Ring bytes put and not yet acknowledged."""
-        return self.space.in_flight
-
-    @property
     def full(self) -> bool:
         """Is the ring too full for a new flow? It refused a flow's reads and the worker has caught
         up on none of what it holds since, or it is within a batch of full. An empty ring is never
