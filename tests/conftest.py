@@ -7,6 +7,7 @@ where it is absent. Nothing from it is copied into the project.
 
 from __future__ import annotations
 
+import compileall
 import os
 from pathlib import Path
 
@@ -20,6 +21,13 @@ FIXTURES = SHARED / "fixtures"
 settings.register_profile("default", max_examples=200, deadline=None)
 settings.register_profile("ci", max_examples=200, deadline=None, derandomize=True)
 settings.load_profile("ci" if os.environ.get("CI") else "default")
+
+
+def pytest_sessionstart(session) -> None:
+    # Where PYTHONDONTWRITEBYTECODE is set (as on this project's machines), every mitmdump, analysis
+    # worker and CLI process the tests start would compile streamtap from source again, ~0.15 s
+    # each and ~10% of the suite's time. Compiling once here writes the bytecode they then read.
+    compileall.compile_dir(REPO / "addon", quiet=1)
 
 
 def shared_path(*parts: str) -> Path:
