@@ -198,7 +198,7 @@ def test_a_worker_that_keeps_dying_at_once_is_restarted_less_and_less_often(capl
             await until(lambda: workers.processes[0] is not first)
             seen["first"] = (workers.quick_deaths[0], workers.restarts[0])
             held = RemoteFlow("held", 0, time.monotonic(), "anthropic", opened=True, generation=workers.generations[0])
-            workers.flows[held.flow_id] = held  # as if opened on this worker (no recording yet)
+            workers.flows[held.key] = held  # as if opened on this worker (no recording yet)
             pid = await kill_when_running(pid)
             died = time.monotonic()
             await until(lambda: workers.quick_deaths[0] == 2)
@@ -540,3 +540,151 @@ def test_large_reads_go_to_the_worker_once_a_mebibyte_waits_and_small_ones_at_th
     after_small, after_large = asyncio.run(feed())
     assert not after_small  # waiting for the interval's timer
     assert after_large  # over SEND_BYTES of large reads: sent at the end of this turn
+
+
+async def _until(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+def test_a_worker_that_hangs_before_its_first_word_is_killed_and_restarted(monkeypatch, caplog):
+    """A worker stuck at its start (here: stopped before it could say anything) is hung like any
+    other: its start counts as the last time it spoke."""
+    import streamtap.mitm.worker as worker_module
+
+    monkeypatch.setattr(worker_module, "HUNG_AFTER", 1.0)
+
+    async def run() -> tuple[bool, int | None]:
+        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda *a: None, lost=lambda *a: None)
+        first = workers.processes[0]
+        os.kill(first.process.pid, signal.SIGSTOP)  # long before its interpreter has started
+        try:
+
+            def expired_and_restarted() -> bool:
+                workers.expire()
+                return workers.processes[0] is not first and workers.processes[0].alive
+
+            await _until(expired_and_restarted, timeout=20)
+            await _until(lambda: workers.pids[0] is not None)
+            return first.killed, first.process.exitcode
+        finally:
+            workers.stop()
+
+    with caplog.at_level("WARNING", logger="streamtap"):
+        killed, exitcode = asyncio.run(run())
+    assert killed and exitcode == -signal.SIGKILL
+    assert "(pid None) has said nothing for" in caplog.text
+
+
+def test_a_worker_that_takes_no_work_gets_no_more_flows_than_a_bounded_backlog(monkeypatch):
+    """Each flow's OPEN carries its request. A worker that reads nothing (stopped, but not yet
+    found hung) must not have the requests of every new flow pile up in the proxy: past
+    MAX_UNSENT waiting for its pipe, new flows go unanalysed, and their verdict says why."""
+    from types import SimpleNamespace
+
+    import streamtap.mitm.worker as worker_module
+
+    lost: list = []
+    prompt = b"p" * (1024 * 1024)  # one request of 1 MiB per flow
+
+    async def run() -> tuple[int, list]:
+        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda *a: None, lost=lambda remote, why: lost.append(why))
+        await _until(lambda: workers.pids[0] is not None)
+        process = workers.processes[0]
+        os.kill(workers.pids[0], signal.SIGSTOP)
+        try:
+            remotes, most = [], 0
+            for i in range(3 * worker_module.MAX_UNSENT // len(prompt)):
+                remote = workers.open(SimpleNamespace(flow_id=f"f{i}", detection=None, body=prompt), {})
+                workers.stream(remote)(b"data: {}\n\n")
+                workers.send()
+                most = max(most, len(process.unsent))
+                remotes.append(remote)
+            for remote in remotes:
+                workers.finish(remote, "finished", None, None)
+            return most, [remote.dropped for remote in remotes]
+        finally:
+            os.kill(workers.pids[0], signal.SIGCONT)
+            workers.stop(0.5)
+
+    most, dropped = asyncio.run(run())
+    assert most <= worker_module.MAX_UNSENT + 2 * len(prompt), most
+    refused = [why for why in dropped if why is not None]
+    assert refused and all(why.startswith("no analysis: its worker has taken no work for a while") for why in refused)
+    assert dropped[0] is None  # the first flows went to the worker as usual
+    assert lost == refused  # each refused flow is judged unknown, with the reason, at its end
+
+
+def test_workers_that_cannot_all_start_leave_no_worker_behind(monkeypatch):
+    """The second worker's ring cannot be made: the proxy analyses in-process instead, so the
+    first worker, already started, must go too, not live on beside it."""
+    import multiprocessing
+
+    import streamtap.mitm.worker as worker_module
+
+    create = Ring.create
+    made: list = []
+
+    def second_fails(size):
+        if made:
+            raise OSError("No space left on device")
+        made.append(create(size))
+        return made[-1]
+
+    monkeypatch.setattr(worker_module.Ring, "create", second_fails)
+    errors: list = []
+
+    async def run() -> list:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda loop, context: errors.append(context))
+        with pytest.raises(OSError, match="No space left"):
+            Workers(2, loop, verdict=lambda *a: None, lost=lambda *a: None)
+        await asyncio.sleep(1.5)  # longer than a worker's heartbeat
+        return [child.name for child in multiprocessing.active_children()]
+
+    children = asyncio.run(run())
+    assert "streamtap-worker-0" not in children
+    assert errors == []
+
+
+def test_a_flow_tapped_again_before_its_verdict_came_gets_both_verdicts(tmp_path):
+    """mitmproxy's client replay sends the same flow, id and all, again. When the second run
+    starts before the first run's verdict is back (a worker that is behind makes that seconds),
+    each run still gets its own verdict: the first complete, the second, cut, not."""
+    from mitmproxy.test import tflow
+
+    from streamtap.mitm.flowspec import FlowSpec
+
+    flow = tflow.tflow(resp=True)
+    flow.request.host, flow.request.path, flow.request.method = "api.openai.com", "/v1/chat/completions", "POST"
+    flow.request.content = b'{"model":"m","stream":true,"messages":[]}'
+    flow.response.headers["content-type"] = "text/event-stream"
+    body = streams.openai_chat(["Paris ", "is ", "sunny."])
+    settings = dict(directory=str(tmp_path), fsync="never", redact=[], redact_allow=[], sentinel=None,
+                    max_event_size=1 << 20, record=True, compress="none")  # fmt: skip
+    verdicts: list = []
+
+    async def run() -> tuple:
+        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda remote, summary: verdicts.append((remote, summary)),
+                          lost=lambda remote, why: verdicts.append((remote, why)))  # fmt: skip
+        try:
+            first = workers.open(FlowSpec.of(flow, None), settings)
+            workers.stream(first)(body)
+            workers.finish(first, "finished", None, None)
+            second = workers.open(FlowSpec.of(flow, None), settings)  # before the first verdict is back
+            workers.stream(second)(body[:40])
+            await _until(lambda: len(verdicts) == 1)
+            workers.finish(second, "upstream_reset", "connection cut", None)
+            await _until(lambda: len(verdicts) == 2)
+            return first, second, dict(workers.flows)
+        finally:
+            workers.stop()
+
+    first, second, left = asyncio.run(run())
+    assert [remote for remote, _ in verdicts] == [first, second] and first.flow_id == second.flow_id
+    assert verdicts[0][1]["verdict"] == "complete"
+    assert verdicts[1][1]["verdict"] not in ("complete", "unknown"), verdicts[1][1]
+    assert left == {}
+    assert len(list(tmp_path.glob("*.jsonl"))) == 2  # a recording of each run

@@ -29,12 +29,13 @@ class FlowCommands:
     def verdict(self, flows: Sequence[flow.Flow]) -> Sequence[str]:
         """Each flow's verdict and its reason ("complete: ...", "truncated: ..."), "streaming" while it streams, "analysing" until its worker's verdict arrives, "not tapped"."""
         lines = []
+        analysing = {waiting.id for waiting, _ in self.tap.awaiting.values()}
         for f in flows:
             summary = f.metadata.get("streamtap")
             if summary:
                 lines.append(f"{summary['verdict']}: {summary['reason']}")
             else:
-                lines.append(STREAMING if f.id in self.tap.open else ANALYSING if f.id in self.tap.awaiting else NOT_TAPPED)
+                lines.append(STREAMING if f.id in self.tap.open else ANALYSING if f.id in analysing else NOT_TAPPED)
         return lines
 
     @command.command("streamtap.recording")

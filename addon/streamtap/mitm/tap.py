@@ -671,7 +671,7 @@ class Tap:
 
     def __init__(self) -> None:
         self.open: dict[str, FlowTap | RemoteFlow] = {}
-        self.awaiting: dict[str, tuple[http.HTTPFlow, bool]] = {}  # ended in a worker, verdict not back yet
+        self.awaiting: dict[int, tuple[http.HTTPFlow, bool]] = {}  # by RemoteFlow.key: ended in a worker, verdict not back yet
         self.workers: Workers | None = None
         self.kept: dict[str, bytearray] = {}  # with store_streamed_bodies: the bytes forwarded, for a cut flow
         self.addons = [FlowCommands(self)]  # mitmproxy registers an addon's `addons` with it
@@ -852,7 +852,7 @@ class Tap:
                 shown_cut = len(kept) >= MAX_KEPT_BODY
             if isinstance(tap, RemoteFlow):
                 assert self.workers is not None
-                self.awaiting[flow.id] = (flow, shown_cut)
+                self.awaiting[tap.key] = (flow, shown_cut)
                 self.workers.finish(tap, end.value, error, injected_fault(flow))
                 return
             summary = tap.finish(end, error, injected_fault(flow))
@@ -880,9 +880,9 @@ class Tap:
             return
         self._tell("turn_finished", flow, summary)
 
-    def _verdict(self, flow_id: str, summary: dict[str, Any]) -> None:
+    def _verdict(self, remote: RemoteFlow, summary: dict[str, Any]) -> None:
         """A worker's verdict, applied when it arrives; mitmweb is told the flow changed."""
-        waiting = self.awaiting.pop(flow_id, None)
+        waiting = self.awaiting.pop(remote.key, None)
         if waiting is None:
             return
         flow, shown_cut = waiting
@@ -893,7 +893,7 @@ class Tap:
 
             ctx.master.addons.trigger(UpdateHook([flow]))
         except Exception as exc:
-            log.warning(f"streamtap: flow {flow_id[:12]}: cannot show its verdict: {type(exc).__name__}: {exc}")
+            log.warning(f"streamtap: flow {flow.id[:12]}: cannot show its verdict: {type(exc).__name__}: {exc}")
 
     def _lost(self, remote: RemoteFlow, why: str) -> None:
         """A flow whose worker died (or never answered): judged unknown, and said so."""
@@ -915,7 +915,7 @@ class Tap:
         }
         if remote.fault:
             summary["injected_fault"] = remote.fault
-        self._verdict(remote.flow_id, summary)
+        self._verdict(remote, summary)
 
     def _tell(self, what: str, *args: Any) -> None:
         for observer in self.observers:

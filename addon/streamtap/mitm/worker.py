@@ -36,6 +36,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate
+from itertools import count as count_from
 from time import monotonic
 from typing import Any
 
@@ -82,6 +83,11 @@ RESTART_QUICK = 10.0
 RESTART_WAIT_MAX = 60.0
 FELL_BEHIND = "analysis fell behind"
 
+# What the proxy may hold of operations the pipe to a worker has not taken: past this, new flows are
+# not handed to that worker (each OPEN carries the flow's request, and a worker that takes nothing
+# would have them pile up in the proxy until it is found hung).
+MAX_UNSENT = 8 * PIPE_BYTES
+
 # operations, proxy -> worker (tuples: the cheapest thing to pickle)
 OPEN, DATA, BEHIND, FINISH, STOP, ORPHANED = range(6)
 # results, worker -> proxy
@@ -123,7 +129,7 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
     log.setLevel(logging.INFO)
     log.propagate = False
     stall = os.environ.get(STALL_ENV)
-    taps: dict[str, FlowTap] = {}
+    taps: dict[int, FlowTap] = {}  # by RemoteFlow.key
     unacknowledged = 0  # bytes of reads analysed and not yet reported: acknowledged in bulk, not per batch
     outbox.send((0, [(OPENED, None, os.getpid())], []))
     said = time.monotonic()
@@ -149,9 +155,9 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
             kind = op[0]
             try:
                 if kind == DATA:
-                    _, flow_id, at, sizes, times, occupied = op
+                    _, key, at, sizes, times, occupied = op
                     consumed += occupied
-                    tap = taps.get(flow_id)
+                    tap = taps.get(key)
                     if tap is not None:
                         t0 = tap.t0  # the proxy sends arrival times as they are (monotonic)
                         times = [t - t0 for t in times]
@@ -162,18 +168,18 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
                             ends = list(accumulate(sizes))
                             tap.take(list(map(data.__getitem__, map(slice, [0, *ends], ends))), times)
                 elif kind == OPEN:
-                    _, spec, settings, t0 = op
-                    tap = taps[spec.flow_id] = FlowTap(spec, t0=t0, **settings)
-                    results.append((OPENED, spec.flow_id, str(tap.writer.path) if tap.writer else None))
+                    _, key, spec, settings, t0 = op
+                    tap = taps[key] = FlowTap(spec, t0=t0, **settings)
+                    results.append((OPENED, key, str(tap.writer.path) if tap.writer else None))
                 elif kind == BEHIND:
                     tap = taps.get(op[1])
                     if tap is not None:
                         tap.lost_from(op[2], op[3])
                 elif kind == FINISH:
-                    _, flow_id, end, error, fault, t = op
-                    tap = taps.pop(flow_id, None)
+                    _, key, end, error, fault, t = op
+                    tap = taps.pop(key, None)
                     if tap is not None:
-                        results.append((VERDICT, flow_id, tap.finish(StreamEnd(end), error, fault, t)))
+                        results.append((VERDICT, key, tap.finish(StreamEnd(end), error, fault, t)))
                 elif kind == ORPHANED:  # a recording a dead worker left: say why it stops
                     _, path, message = op
                     if not note_unfinished(path, "streamtap_error", f"analysis: {message}"):
@@ -205,6 +211,9 @@ def _restart_wait(quick_deaths: int) -> float:
     return 0.0 if quick_deaths < 2 else min(RESTART_WAIT_MAX, 2.0 ** (quick_deaths - 2))
 
 
+_keys = count_from()
+
+
 @dataclass
 class RemoteFlow:
     """A flow whose analysis runs in a worker: the proxy keeps its reads until the next send."""
@@ -213,6 +222,9 @@ class RemoteFlow:
     shard: int
     t0: float
     provider: str
+    # What the proxy and the worker know this run of the flow by. Not the flow's id: mitmproxy's
+    # client replay sends the same flow, id and all, again, maybe before the first run's verdict is back.
+    key: int = field(default_factory=_keys.__next__)
     # the reads since the last batch and their arrivals (time.monotonic()): copied into the ring when it goes
     chunks: list[bytes] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
@@ -264,7 +276,6 @@ class _Process:
         self.space = RingSpace(MAX_IN_FLIGHT)  # where the reads in flight are
         self.grown = time.monotonic()  # when the ring last took more memory
         self.behind = False  # the ring refused a flow's reads, and the worker has acknowledged none since
-        self.heard: float | None = None  # when it last said something (None: not started yet)
         self.loop = loop
         self.fd = self.inbox.fileno()
         os.set_blocking(self.fd, False)
@@ -273,10 +284,13 @@ class _Process:
                 fcntl(self.fd, F_SETPIPE_SZ, PIPE_BYTES)
             except OSError:  # over this user's pipe memory: the default size works too
                 pass
-        self.unsent = bytearray()  # what the pipe did not take yet (bounded: MAX_IN_FLIGHT of reads)
+        self.unsent = bytearray()  # what the pipe did not take yet (new flows stop at MAX_UNSENT)
         self.starved = False  # said once that the ring could get no memory
         self.alive = True
         self.started = time.monotonic()
+        # when it last said something; its start counts, so a worker that hangs before its first word is found too
+        self.heard = self.started
+        self.killed = False  # taken for hung and killed: its reader thread reports the death
         threading.Thread(
             target=self._read, args=(loop, received, died), name=f"streamtap-from-worker-{index}", daemon=True
         ).start()
@@ -383,10 +397,10 @@ class _Process:
 class Workers:
     """The proxy's side of the analysis workers. Every method is called on the event loop."""
 
-    def __init__(self, count: int, loop, *, verdict: Callable[[str, dict], None], lost: Callable[[RemoteFlow, str], None]) -> None:
+    def __init__(self, count: int, loop, *, verdict: Callable[[RemoteFlow, dict], None], lost: Callable[[RemoteFlow, str], None]) -> None:
         self.loop = loop
         self.verdict, self.lost = verdict, lost
-        self.flows: dict[str, RemoteFlow] = {}  # handed to a worker, verdict not back yet
+        self.flows: dict[int, RemoteFlow] = {}  # by key: handed to a worker, verdict not back yet
         self.queued: list[RemoteFlow] = []
         self.queued_bytes = 0  # of large reads, since the last batch
         self.ops: list[list] = [[] for _ in range(count)]
@@ -398,7 +412,15 @@ class Workers:
         self.quick_deaths = [0] * count  # deaths in a row, each within RESTART_QUICK of the worker's start
         self.restarts: list = [None] * count  # a restart that waits (a timer)
         self.stopping = False
-        self.processes = [self._start(i) for i in range(count)]
+        self.processes: list[_Process] = []
+        try:
+            for index in range(count):
+                self.processes.append(self._start(index))
+        except BaseException:  # the caller analyses in-process instead: the workers already started go
+            self.stopping = True
+            for process in self.processes:
+                process.stop(0.0)
+            raise
 
     def _start(self, index: int) -> _Process:
         self.generations[index] += 1
@@ -409,13 +431,16 @@ class Workers:
         shard = zlib.crc32(spec.flow_id.encode()) % len(self.processes)
         provider = spec.detection.dialect.value if spec.detection else "unknown"
         remote = RemoteFlow(spec.flow_id, shard, time.monotonic(), provider, generation=self.generations[shard])
-        self.flows[remote.flow_id] = remote
+        self.flows[remote.key] = remote
         process = self.processes[shard]
         if not process.alive:  # it died, and its restart waits
             remote.dropped = "no analysis worker: it died and is not restarted yet"
             return remote
+        if len(process.unsent) > MAX_UNSENT:
+            remote.dropped = f"no analysis: its worker has taken no work for a while ({len(process.unsent) >> 20} MiB wait for it)"
+            return remote
         remote.opened = True
-        self._op(shard, (OPEN, spec, settings, remote.t0))
+        self._op(shard, (OPEN, remote.key, spec, settings, remote.t0))
         if process.full:
             # a worker that is behind gets none of a new flow's reads, but records that it got none
             self._fall_behind(remote, " (its worker was busy)")
@@ -470,15 +495,15 @@ class Workers:
         remote.end, remote.fault = end, fault
         t = remote.ended - remote.t0
         if remote.dropped is not None and remote.dropped != FELL_BEHIND:  # no verdict will come
-            self.flows.pop(remote.flow_id, None)
+            self.flows.pop(remote.key, None)
             if remote.opened and remote.generation == self.generations[remote.shard]:  # the worker closes its recording
-                self._op(remote.shard, (BEHIND, remote.flow_id, remote.sent, remote.dropped))
-                self._op(remote.shard, (FINISH, remote.flow_id, end, error, fault, t))
+                self._op(remote.shard, (BEHIND, remote.key, remote.sent, remote.dropped))
+                self._op(remote.shard, (FINISH, remote.key, end, error, fault, t))
             self.lost(remote, remote.dropped)
             return
         if remote.queued:
             self._hand_on(remote)
-        self._op(remote.shard, (FINISH, remote.flow_id, end, error, fault, t))
+        self._op(remote.shard, (FINISH, remote.key, end, error, fault, t))
 
     def send(self) -> None:
         """Every flow's new reads and every waiting operation: one batch per worker.
@@ -533,13 +558,13 @@ class Workers:
             process.behind = True
             self._fall_behind(remote)
             return
-        self.ops[remote.shard].append((DATA, remote.flow_id, at, sizes, times, occupied))
+        self.ops[remote.shard].append((DATA, remote.key, at, sizes, times, occupied))
         remote.sent += len(data)
 
     def _fall_behind(self, remote: RemoteFlow, why: str = "") -> None:
         """The flow's analysis stops at the bytes handed on so far; its worker notes it in the recording."""
         remote.dropped = FELL_BEHIND
-        self._op(remote.shard, (BEHIND, remote.flow_id, remote.sent, FELL_BEHIND))
+        self._op(remote.shard, (BEHIND, remote.key, remote.sent, FELL_BEHIND))
         log.warning(f"streamtap: flow {remote.flow_id[:8]}: {FELL_BEHIND} at byte {remote.sent}{why}; traffic passes on untouched")
 
     def _op(self, shard: int, op: tuple) -> None:
@@ -562,18 +587,18 @@ class Workers:
             process.behind = False
         for level, text in records:
             log.log(level, text)
-        for kind, flow_id, value in results:
+        for kind, key, value in results:
             if kind == VERDICT:
-                remote = self.flows.pop(flow_id, None)
+                remote = self.flows.pop(key, None)
                 if remote is not None:
                     if remote.dropped is not None:  # the worker saw only part of the body: count what was forwarded
                         value["bytes"] = remote.forwarded()
-                    self.verdict(flow_id, value)
-            elif flow_id is None:
+                    self.verdict(remote, value)
+            elif key is None:
                 self.pids[process.index] = value
                 log.info(f"streamtap: analysis worker {process.index} runs as pid {value}")
             else:
-                remote = self.flows.get(flow_id)
+                remote = self.flows.get(key)
                 if remote is not None:
                     remote.recording = value
 
@@ -602,7 +627,7 @@ class Workers:
                 self._op(index, (ORPHANED, remote.recording, f"{remote.dropped}; the recording ends where it stopped"))
             remote.discard_reads()
             if remote.ended is not None:  # its verdict will not come
-                self.flows.pop(remote.flow_id, None)
+                self.flows.pop(remote.key, None)
                 self.lost(remote, remote.dropped)
 
     def _restart_after(self, index: int, wait: float) -> None:
@@ -632,18 +657,18 @@ class Workers:
         VERDICT_WAIT."""
         now = time.monotonic()
         for process in self.processes:
-            if process.alive and process.heard is not None and now - process.heard > HUNG_AFTER:
+            if process.alive and not process.killed and now - process.heard > HUNG_AFTER:
                 log.warning(
                     f"streamtap: analysis worker {process.index} (pid {self.pids[process.index]}) "
                     f"has said nothing for {now - process.heard:.0f} s: hung; killing it"
                 )
-                process.heard = None  # once: its reader thread reports the death
+                process.killed = True
                 process.process.kill()
             elif process.alive:
                 process.release(now)
         deadline = now - VERDICT_WAIT
         for remote in [r for r in self.flows.values() if r.ended is not None and r.ended < deadline]:
-            del self.flows[remote.flow_id]
+            del self.flows[remote.key]
             self.lost(remote, f"no verdict from streamtap's analysis worker within {VERDICT_WAIT:.0f} s of the end")
 
     def stop(self, timeout: float = 3.0) -> None:
