@@ -586,11 +586,11 @@ def test_a_worker_that_takes_no_work_gets_no_more_flows_than_a_bounded_backlog(m
 
     import streamtap.mitm.worker as worker_module
 
-    lost: list = []
+    said: list = []
     prompt = b"p" * (1024 * 1024)  # one request of 1 MiB per flow
 
-    async def run() -> tuple[int, list]:
-        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda *a: None, lost=lambda remote, why: lost.append(why))
+    async def run() -> tuple[int, list, list]:
+        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda *a: None, lost=lambda remote, why: said.append(why))
         await _until(lambda: workers.pids[0] is not None)
         process = workers.processes[0]
         os.kill(workers.pids[0], signal.SIGSTOP)
@@ -604,12 +604,12 @@ def test_a_worker_that_takes_no_work_gets_no_more_flows_than_a_bounded_backlog(m
                 remotes.append(remote)
             for remote in remotes:
                 workers.finish(remote, "finished", None, None)
-            return most, [remote.dropped for remote in remotes]
+            return most, [remote.dropped for remote in remotes], list(said)  # before the worker reads again
         finally:
             os.kill(workers.pids[0], signal.SIGCONT)
             workers.stop(0.5)
 
-    most, dropped = asyncio.run(run())
+    most, dropped, lost = asyncio.run(run())
     assert most <= worker_module.MAX_UNSENT + 2 * len(prompt), most
     refused = [why for why in dropped if why is not None]
     assert refused and all(why.startswith("no analysis: its worker has taken no work for a while") for why in refused)
@@ -688,3 +688,44 @@ def test_a_flow_tapped_again_before_its_verdict_came_gets_both_verdicts(tmp_path
     assert verdicts[1][1]["verdict"] not in ("complete", "unknown"), verdicts[1][1]
     assert left == {}
     assert len(list(tmp_path.glob("*.jsonl"))) == 2  # a recording of each run
+
+
+def test_a_flow_whose_analysis_raises_in_the_worker_is_judged_unknown_at_its_end_with_the_reason(tmp_path):
+    """A streamtap bug in the worker (here: settings the flow's tap cannot take) costs that flow
+    its analysis, not the worker: at the flow's end it is judged unknown at once, saying what
+    raised, instead of after VERDICT_WAIT with no reason; the next flow is analysed as usual."""
+    from mitmproxy.test import tflow
+
+    from streamtap.mitm.flowspec import FlowSpec
+
+    flow = tflow.tflow(resp=True)
+    flow.request.host, flow.request.path, flow.request.method = "api.openai.com", "/v1/chat/completions", "POST"
+    flow.request.content = b'{"model":"m","stream":true,"messages":[]}'
+    flow.response.headers["content-type"] = "text/event-stream"
+    body = streams.openai_chat(["fine"])
+    good = dict(directory=str(tmp_path), fsync="never", redact=[], redact_allow=[], sentinel=None,
+                max_event_size=1 << 20, record=False, compress="none")  # fmt: skip
+    said: list = []
+
+    async def run() -> float:
+        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda remote, summary: said.append(summary["verdict"]),
+                          lost=lambda remote, why: said.append(why))  # fmt: skip
+        try:
+            bad = workers.open(FlowSpec.of(flow, None), {**good, "no_such_setting": 1})
+            workers.stream(bad)(body)
+            ended = time.monotonic()
+            workers.finish(bad, "finished", None, None)
+            await _until(lambda: said)
+            waited = time.monotonic() - ended
+            after = workers.open(FlowSpec.of(flow, None), good)
+            workers.stream(after)(body)
+            workers.finish(after, "finished", None, None)
+            await _until(lambda: len(said) == 2)
+            return waited
+        finally:
+            workers.stop()
+
+    waited = asyncio.run(run())
+    assert said[0].startswith("analysis failed: TypeError:") and "no_such_setting" in said[0], said
+    assert waited < 10  # not VERDICT_WAIT
+    assert said[1] == "complete"

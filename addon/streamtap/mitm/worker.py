@@ -91,7 +91,7 @@ MAX_UNSENT = 8 * PIPE_BYTES
 # operations, proxy -> worker (tuples: the cheapest thing to pickle)
 OPEN, DATA, BEHIND, FINISH, STOP, ORPHANED = range(6)
 # results, worker -> proxy
-OPENED, VERDICT = range(2)
+OPENED, VERDICT, FAILED = range(3)
 
 
 # --- the worker process -------------------------------------------------------------------
@@ -130,6 +130,7 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
     log.propagate = False
     stall = os.environ.get(STALL_ENV)
     taps: dict[int, FlowTap] = {}  # by RemoteFlow.key
+    failed: dict[int, str] = {}  # flows whose analysis raised, and why: their FINISH says so at once
     unacknowledged = 0  # bytes of reads analysed and not yet reported: acknowledged in bulk, not per batch
     outbox.send((0, [(OPENED, None, os.getpid())], []))
     said = time.monotonic()
@@ -180,6 +181,8 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
                     tap = taps.pop(key, None)
                     if tap is not None:
                         results.append((VERDICT, key, tap.finish(StreamEnd(end), error, fault, t)))
+                    else:
+                        results.append((FAILED, key, failed.pop(key, "the analysis worker never had this flow")))
                 elif kind == ORPHANED:  # a recording a dead worker left: say why it stops
                     _, path, message = op
                     if not note_unfinished(path, "streamtap_error", f"analysis: {message}"):
@@ -189,7 +192,18 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
                         tap.abandon()
                     return
             except Exception as exc:  # a streamtap bug costs this flow its analysis, not the worker
-                log.warning(f"streamtap: analysis worker: {type(exc).__name__}: {exc}")
+                why = f"analysis failed: {type(exc).__name__}: {exc}"
+                log.warning(f"streamtap: analysis worker: {why}")
+                if kind in (OPEN, DATA, BEHIND):  # no verdict can be trusted after this: say why at its end
+                    tap = taps.pop(op[1], None)
+                    try:
+                        if tap is not None:
+                            tap.abandon()  # its recording stays marked incomplete
+                    except Exception:
+                        pass
+                    failed[op[1]] = why
+                elif kind == FINISH:
+                    results.append((FAILED, op[1], why))
         unacknowledged += consumed
         if not (results or forward.records or unacknowledged >= ACK_EVERY or time.monotonic() - said >= HEARTBEAT):
             continue
@@ -594,6 +608,10 @@ class Workers:
                     if remote.dropped is not None:  # the worker saw only part of the body: count what was forwarded
                         value["bytes"] = remote.forwarded()
                     self.verdict(remote, value)
+            elif kind == FAILED:  # its analysis raised: judged unknown at once, with the reason
+                remote = self.flows.pop(key, None)
+                if remote is not None:
+                    self.lost(remote, value)
             elif key is None:
                 self.pids[process.index] = value
                 log.info(f"streamtap: analysis worker {process.index} runs as pid {value}")
