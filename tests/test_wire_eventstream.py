@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 import crcmod.predefined
 import pytest
 from botocore import eventstream as boto
-from conftest import chunked, shared_files, shared_path
+from conftest import chunked, feed_cycled, shared_files, shared_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -434,6 +434,23 @@ def test_after_an_error_feed_returns_nothing_and_memory_stays_bounded():
     assert (tail.start, tail.raw) == (12, b"y" * 50 + b"z" * 14)
     assert "36 later bytes were not kept" in tail.reason
     assert decoder.close() == [] and decoder.feed(b"more") == []
+
+
+@pytest.mark.parametrize("limit", [1, 5, 11, 12, 13, 64])
+def test_what_is_kept_after_an_error_does_not_depend_on_the_reads_even_under_a_prelude_limit(limit):
+    """A limit below the 12 bytes of a prelude once let the reads decide how much was kept."""
+    stream = b"\x00" * 12 + b"ABCDE"  # a prelude whose CRC fails, then fewer bytes than a prelude
+    results = {str(sizes): feed_cycled(EventStreamDecoder(max_event_size=limit), stream, sizes)
+               for sizes in (None, [1], [12, 5], [13], [3, 7])}  # fmt: skip
+    assert len(set(map(repr, results.values()))) == 1, results
+    [bad, tail] = results["None"]
+    assert isinstance(bad.error, PreludeCRCMismatch)
+    assert tail.raw == stream[12 : 12 + min(limit, 5)]
+
+
+def test_an_event_stream_limit_under_one_byte_is_refused():
+    with pytest.raises(ValueError, match="at least 1"):
+        EventStreamDecoder(max_event_size=0)
 
 
 def test_returned_headers_cannot_corrupt_the_next_message():

@@ -230,6 +230,8 @@ class EventStreamDecoder:
     """
 
     def __init__(self, max_event_size: int = MAX_MESSAGE_LENGTH) -> None:
+        if max_event_size < 1:
+            raise ValueError("max_event_size must be at least 1")
         self.max_message_length = min(max_event_size, MAX_MESSAGE_LENGTH)
         self._seq = 0
         self._buffer = bytearray()  # bytes not yet part of an event
@@ -376,11 +378,11 @@ class EventStreamDecoder:
             self._decoding = False
             self._stopped = True
         del self._buffer[:pos]
-        if self._stopped:
-            self._keep_after_stop()
         self._offset = base + pos
         self._seq = seq
         self._need = need
+        if self._stopped:
+            self._keep_after_stop()  # after setting _need: it sets its own, for the bound on what is kept
         return events
 
     def _length_error(self, total: int, headers_length: int, offset: int) -> FramingError:
