@@ -140,6 +140,16 @@ def test_partial_bom_at_close_is_a_tail() -> None:
     assert isinstance(tail, Tail) and tail.raw == b"\xef\xbb"
 
 
+@pytest.mark.parametrize("limit", [1, 2, 3])
+def test_a_partial_bom_at_close_meets_the_size_limit_like_any_bytes(limit: int) -> None:
+    """Two bytes that could have begun a BOM are an unfinished line like any other: over the
+    limit, they are an oversize event, not a Tail that kept them."""
+    got = feed_cycled(SSEDecoder(max_event_size=limit), b"\xef\xbb")
+    like = feed_cycled(SSEDecoder(max_event_size=limit), b"ab")
+    assert [(type(e), e.start, e.end, len(e.raw)) for e in got] == [(type(e), e.start, e.end, len(e.raw)) for e in like]
+    assert isinstance(got[0], Malformed if limit < 2 else Tail)
+
+
 def test_spans_tile_comments_and_empty_events_into_the_next_event() -> None:
     stream = b": ping\n\nevent: x\n\nid: 3\ndata: a\n\n: trailing\n\n"
     events = decode(stream)

@@ -224,11 +224,8 @@ class SSEDecoder:
         if self._buf:
             work = bytes(self._buf)
             self._buf.clear()
-            if self._bom_pending:  # a stream shorter than a BOM: no lines at all
-                self._bom_pending = False
-                self._buf += work
-            else:
-                out = self._process(work, final=True)
+            self._bom_pending = False  # a stream shorter than a BOM: its bytes are not one
+            out = self._process(work, final=True)
         end = self._offset + len(self._buf)
         if self._skipping:
             error = OversizeError(
