@@ -318,6 +318,15 @@ def test_terminal_event_never_dispatched_is_truncated(name, end):
     assert analyze_bytes(line_cut, dialect, end=end).verdict.kind is T
 
 
+def test_a_bom_mid_stream_does_not_make_an_unended_line_a_terminal_event():
+    """Only the stream's first bytes can be a BOM: "\ufeffdata: [DONE]" after the first event is
+    a field named "\ufeffdata", ignored, so no terminal event arrived, dispatched or not."""
+    body = openai_chat(["Hello"])
+    before = body[: body.rfind(b"data: [DONE]")]
+    verdict = analyze_bytes(before + b"\xef\xbb\xbfdata: [DONE]\n", CHAT).verdict
+    assert verdict.kind is T and "terminal_not_dispatched" not in verdict.evidence, verdict
+
+
 def test_crlf_body_cut_between_its_last_cr_and_lf_stays_complete():
     """A lone CR ends the line and the blank line (SSE rules): the event was dispatched."""
     body = openai_chat(["Hello"]).replace(b"\n", b"\r\n")

@@ -278,15 +278,17 @@ class StreamSession:
         if tail is None or not tail.cut or self._halted is not None or self.wire not in ("sse", "ndjson"):
             return False
         ending = b"\n\n" if self.wire == "sse" else b"\n"
+        # Mid-stream, a BOM is not one: a comment line first keeps a fresh SSE decoder from dropping it.
+        lead = b":\n" if self.wire == "sse" and tail.start else b""
         decoder = _DECODERS[self.wire]()
-        completed = [e for e in decoder.feed(tail.raw + ending) + decoder.close() if type(e) in _PLAIN_EVENTS]
+        completed = [e for e in decoder.feed(lead + tail.raw + ending) + decoder.close() if type(e) in _PLAIN_EVENTS]
         if not completed:
             return False
         try:
             probe = copy.deepcopy(self._assembler)
             for event in completed:
-                probe.feed(event._replace(seq=tail.seq, start=tail.start + event.start,
-                                          end=tail.start + event.end), self._last_byte)
+                probe.feed(event._replace(seq=tail.seq, start=tail.start + max(0, event.start - len(lead)),
+                                          end=tail.start + event.end - len(lead)), self._last_byte)
             _, would = probe.finish(end)
         except Exception:  # fail open: the tail is then judged as any other cut
             return False
