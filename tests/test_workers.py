@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import provider_streams as streams
 from streamtap.mitm.ring import RELEASE_STEP, STEP, Ring, RingSpace
-from streamtap.mitm.worker import LARGE_READ, RING_ENV, SEND_BYTES, STALL_ENV, RemoteFlow, Workers
+from streamtap.mitm.worker import LARGE_READ, ORPHANED, RING_ENV, SEND_BYTES, STALL_ENV, RemoteFlow, Workers
 
 HUNG_ENV = "STREAMTAP_TEST_WORKER_HUNG_AFTER"
 from streamtap.recording import check_recording
@@ -542,6 +542,17 @@ def test_large_reads_go_to_the_worker_once_a_mebibyte_waits_and_small_ones_at_th
     assert after_large  # over SEND_BYTES of large reads: sent at the end of this turn
 
 
+def openai_flow():
+    """A finished mitmproxy flow of a streamed Chat Completions call, as the proxy would open it."""
+    from mitmproxy.test import tflow
+
+    flow = tflow.tflow(resp=True)
+    flow.request.host, flow.request.path, flow.request.method = "api.openai.com", "/v1/chat/completions", "POST"
+    flow.request.content = b'{"model":"m","stream":true,"messages":[]}'
+    flow.response.headers["content-type"] = "text/event-stream"
+    return flow
+
+
 async def _until(condition, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -653,14 +664,9 @@ def test_a_flow_tapped_again_before_its_verdict_came_gets_both_verdicts(tmp_path
     """mitmproxy's client replay sends the same flow, id and all, again. When the second run
     starts before the first run's verdict is back (a worker that is behind makes that seconds),
     each run still gets its own verdict: the first complete, the second, cut, not."""
-    from mitmproxy.test import tflow
-
     from streamtap.mitm.flowspec import FlowSpec
 
-    flow = tflow.tflow(resp=True)
-    flow.request.host, flow.request.path, flow.request.method = "api.openai.com", "/v1/chat/completions", "POST"
-    flow.request.content = b'{"model":"m","stream":true,"messages":[]}'
-    flow.response.headers["content-type"] = "text/event-stream"
+    flow = openai_flow()
     body = streams.openai_chat(["Paris ", "is ", "sunny."])
     settings = dict(directory=str(tmp_path), fsync="never", redact=[], redact_allow=[], sentinel=None,
                     max_event_size=1 << 20, record=True, compress="none")  # fmt: skip
@@ -694,14 +700,9 @@ def test_a_flow_whose_analysis_raises_in_the_worker_is_judged_unknown_at_its_end
     """A streamtap bug in the worker (here: settings the flow's tap cannot take) costs that flow
     its analysis, not the worker: at the flow's end it is judged unknown at once, saying what
     raised, instead of after VERDICT_WAIT with no reason; the next flow is analysed as usual."""
-    from mitmproxy.test import tflow
-
     from streamtap.mitm.flowspec import FlowSpec
 
-    flow = tflow.tflow(resp=True)
-    flow.request.host, flow.request.path, flow.request.method = "api.openai.com", "/v1/chat/completions", "POST"
-    flow.request.content = b'{"model":"m","stream":true,"messages":[]}'
-    flow.response.headers["content-type"] = "text/event-stream"
+    flow = openai_flow()
     body = streams.openai_chat(["fine"])
     good = dict(directory=str(tmp_path), fsync="never", redact=[], redact_allow=[], sentinel=None,
                 max_event_size=1 << 20, record=False, compress="none")  # fmt: skip
@@ -729,3 +730,36 @@ def test_a_flow_whose_analysis_raises_in_the_worker_is_judged_unknown_at_its_end
     assert said[0].startswith("analysis failed: TypeError:") and "no_such_setting" in said[0], said
     assert waited < 10  # not VERDICT_WAIT
     assert said[1] == "complete"
+
+
+def test_a_proxy_that_stops_while_a_restart_waits_still_notes_why_the_recording_stops(tmp_path):
+    """The recording a dead worker left gets its note from the next worker; when the proxy stops
+    before that worker starts (a worker that keeps dying waits to be restarted), the proxy writes it."""
+    from streamtap.mitm.flowspec import FlowSpec
+    from streamtap.recording import read_recording
+
+    flow = openai_flow()
+    settings = dict(directory=str(tmp_path), fsync="always", redact=[], redact_allow=[], sentinel=None,
+                    max_event_size=1 << 20, record=True, compress="none")  # fmt: skip
+
+    async def run() -> tuple:
+        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda *a: None, lost=lambda *a: None)
+        try:
+            await _until(lambda: workers.pids[0] is not None)
+            first = workers.pids[0]
+            os.kill(first, signal.SIGKILL)  # the first quick death: restarted at once
+            await _until(lambda: workers.pids[0] not in (None, first) and workers.processes[0].alive)
+            remote = workers.open(FlowSpec.of(flow, None), settings)
+            workers.stream(remote)(streams.openai_chat(["half"])[:60])
+            await _until(lambda: remote.recording is not None)
+            await asyncio.sleep(0.2)  # its frames reach the file (fsync always)
+            os.kill(workers.pids[0], signal.SIGKILL)  # the second in a row: the restart waits 1 s
+            await _until(lambda: workers.restarts[0] is not None)
+            return remote, list(workers.ops[0])
+        finally:
+            workers.stop()
+
+    remote, waiting = asyncio.run(run())
+    assert [op[0] for op in waiting] == [ORPHANED]  # for the worker that did not start
+    notes = [note["message"] for note in read_recording(remote.recording).notes]
+    assert any(message.startswith("analysis: streamtap's analysis worker died at byte") for message in notes), notes

@@ -112,11 +112,22 @@ class _Forward(logging.Handler):
         return records
 
 
+def _note_orphaned(path: str, message: str) -> None:
+    """Say in a recording a dead worker left why it stops."""
+    from streamtap.recording import note_unfinished
+
+    try:
+        noted = note_unfinished(path, "streamtap_error", f"analysis: {message}")
+    except OSError:
+        noted = False
+    if not noted:
+        log.warning(f"streamtap: {path}: cannot note in it that {message}")
+
+
 def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
     """The worker's main loop: batches of operations in, acknowledgements and verdicts out."""
     from streamtap.mitm.tap import FLUSH_EVERY, FlowTap
     from streamtap.providers import StreamEnd
-    from streamtap.recording import note_unfinished
 
     try:
         os.nice(WORKER_NICE)
@@ -184,9 +195,7 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
                     else:
                         results.append((FAILED, key, failed.pop(key, "the analysis worker never had this flow")))
                 elif kind == ORPHANED:  # a recording a dead worker left: say why it stops
-                    _, path, message = op
-                    if not note_unfinished(path, "streamtap_error", f"analysis: {message}"):
-                        log.warning(f"streamtap: {path}: cannot note in it that {message}")
+                    _note_orphaned(op[1], op[2])
                 elif kind == STOP:
                     for tap in taps.values():
                         tap.abandon()
@@ -695,5 +704,9 @@ class Workers:
             if restart is not None:
                 restart.cancel()
         self.send()
+        for ops in self.ops:  # what is left was for a worker whose restart waited: its notes are written here
+            for op in ops:
+                if op[0] == ORPHANED:
+                    _note_orphaned(op[1], op[2])
         for process in self.processes:
             process.stop(timeout)
