@@ -567,7 +567,7 @@ def test_a_worker_that_hangs_before_its_first_word_is_killed_and_restarted(monke
 
     monkeypatch.setattr(worker_module, "HUNG_AFTER", 1.0)
 
-    async def run() -> tuple[bool, int | None]:
+    async def run() -> tuple[bool, int | None, int]:
         workers = Workers(1, asyncio.get_running_loop(), verdict=lambda *a: None, lost=lambda *a: None)
         first = workers.processes[0]
         os.kill(first.process.pid, signal.SIGSTOP)  # long before its interpreter has started
@@ -579,14 +579,14 @@ def test_a_worker_that_hangs_before_its_first_word_is_killed_and_restarted(monke
 
             await _until(expired_and_restarted, timeout=20)
             await _until(lambda: workers.pids[0] is not None)
-            return first.killed, first.process.exitcode
+            return first.killed, first.process.exitcode, first.process.pid
         finally:
             workers.stop()
 
     with caplog.at_level("WARNING", logger="streamtap"):
-        killed, exitcode = asyncio.run(run())
+        killed, exitcode, pid = asyncio.run(run())
     assert killed and exitcode == -signal.SIGKILL
-    assert "(pid None) has said nothing for" in caplog.text
+    assert f"analysis worker 0 (pid {pid}) has said nothing for" in caplog.text  # its pid, though it never said it
 
 
 def test_a_worker_that_takes_no_work_gets_no_more_flows_than_a_bounded_backlog(monkeypatch):

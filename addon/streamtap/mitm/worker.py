@@ -640,7 +640,7 @@ class Workers:
         quick = self.quick_deaths[index] = self.quick_deaths[index] + 1 if time.monotonic() - process.started < RESTART_QUICK else 0
         wait = _restart_wait(quick)
         log.warning(
-            f"streamtap: analysis worker {index} (pid {self.pids[index]}) died "
+            f"streamtap: analysis worker {index} (pid {process.process.pid}) died "
             f"(exit code {process.process.exitcode}); restarting it"
             f"{f' in {wait:g} s (it died {quick} times in a row within {RESTART_QUICK:g} s of its start)' if wait else ''}; "
             f"{len(held)} flow(s) lose their analysis"
@@ -686,7 +686,7 @@ class Workers:
         for process in self.processes:
             if process.alive and not process.killed and now - process.heard > HUNG_AFTER:
                 log.warning(
-                    f"streamtap: analysis worker {process.index} (pid {self.pids[process.index]}) "
+                    f"streamtap: analysis worker {process.index} (pid {process.process.pid}) "
                     f"has said nothing for {now - process.heard:.0f} s: hung; killing it"
                 )
                 process.killed = True
