@@ -8,7 +8,7 @@ import textwrap
 from streamtap.providers import Block, BlockKind, Choice, Turn
 from streamtap.providers.common import dumps
 
-from .verify import SHOW_KEEPS, Judged, Unjudged, add_input_options, exit_code, judge_inputs, print_json, report_unjudged
+from .verify import SHOW_KEEPS, Judged, Unjudged, add_input_options, exit_code, judge_inputs, print_json, report_unjudged, shown_path
 
 
 RULE = "─"
@@ -46,7 +46,7 @@ def render(judged: Judged, width: int = 100) -> str:
     analysis, turn, verdict = judged.analysis, judged.analysis.turn, judged.analysis.verdict
     how = "from --provider" if judged.how == "--provider" else judged.how
     lines = [
-        f"{judged.path}  ({judged.source}, {analysis.wire}, {analysis.bytes} bytes, {turn.events} events)",
+        f"{shown_path(judged.path)}  ({judged.source}, {analysis.wire}, {analysis.bytes} bytes, {turn.events} events)",
         f"dialect   {turn.dialect}  ({how})",
     ]
     if turn.model or turn.response_id:

@@ -135,12 +135,15 @@ def judge_inputs(args: argparse.Namespace, keeps: dict[str, int | None] = VERIFY
 def judge_file(path: Path, provider: str | None, sentinel: str | None,
                keeps: dict[str, int | None] = VERIFY_KEEPS) -> Judged | Unjudged:
     from streamtap.recording import PARTIAL_SUFFIX, RecordingError, open_recording
+    from streamtap.recording.compress import frames_ended
 
     try:
         with open_recording(path) as file:
             head = file.read(SNIFF_BYTES)
             first_line = head.split(b"\n", 1)[0]
-            if path.name.endswith((PARTIAL_SUFFIX, PARTIAL_SUFFIX + ".zst")) or (head.lstrip().startswith(b"{") and RECORDING_MARK in first_line):
+            cut_before_a_line = not head and not frames_ended(file)  # a zstd stream cut before its first block
+            if (path.name.endswith((PARTIAL_SUFFIX, PARTIAL_SUFFIX + ".zst")) or cut_before_a_line
+                    or (head.lstrip().startswith(b"{") and RECORDING_MARK in first_line)):
                 return _judge_recording(path, provider, sentinel, keeps)
             return _judge_raw(path, head, file, provider, sentinel, keeps)
     except RecordingError as exc:
@@ -237,9 +240,15 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
     return Judged(path, analysis, dialect, how, "recording", "; ".join(problems) or None, injected or None)
 
 
+def shown_path(path: Path) -> str:
+    """The path as JSON and a strict UTF-8 terminal can take it: the bytes of a name that are not
+    UTF-8 (which Python keeps as lone surrogates) become escapes, ``bad\\xffname.jsonl``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def as_json(judged: Judged) -> dict:
     return {
-        "file": str(judged.path),
+        "file": shown_path(judged.path),
         "source": judged.source,
         "dialect": judged.dialect.value,
         "detected": judged.how,
@@ -261,11 +270,11 @@ def summary_line(judged: Judged) -> str:
     where = f" [seq {verdict.seq}, byte {verdict.offset}]" if verdict.seq is not None or verdict.offset is not None else ""
     problem = f" (recording: {judged.problem})" if judged.problem else ""
     injected = f" [injected fault: {judged.injected_fault}]" if judged.injected_fault else ""
-    return f"{judged.path}: {verdict.kind} ({judged.dialect}{how}) {verdict.reason}{where}{injected}{problem}"
+    return f"{shown_path(judged.path)}: {verdict.kind} ({judged.dialect}{how}) {verdict.reason}{where}{injected}{problem}"
 
 
 def report_unjudged(verb: str, item: Unjudged) -> None:
-    print(f"streamtap {verb}: {item.path}: {item.message}", file=sys.stderr, flush=True)
+    print(f"streamtap {verb}: {shown_path(item.path)}: {item.message}", file=sys.stderr, flush=True)
 
 
 def exit_code(judged_ok: bool, any_unjudged: bool) -> int:

@@ -5,8 +5,9 @@ Crash honesty carries over. Each time the writer hands lines to the OS (a flush,
 decodes, and the stream keeps its context, so the ratio stays that of one stream. The end
 line ends the zstd *frame* (with its checksum) before the disk sync. A file cut anywhere (the
 proxy killed) decodes to a prefix of the lines, whose last line is cut or which has no end
-line: it reads as "recording incomplete", never as a shorter complete turn. DuckDB's
-``read_json`` reads the files in place.
+line, or else its frame never ended (cut after the end line's block, as in its checksum): it
+reads as "recording incomplete", never as a shorter complete turn. DuckDB's ``read_json``
+reads the files in place.
 """
 
 from __future__ import annotations
@@ -61,23 +62,44 @@ def is_compressed(path: str | os.PathLike[str]) -> bool:
     return str(path).endswith(SUFFIX)
 
 
+class _Frames:
+    """Decodes a zstd stream given in pieces, frame after frame. ``frame_ended`` says whether
+    the last frame begun was ended (its checksum read): a writer killed inside its last frame
+    leaves one that never is, even when every line it wrote decodes."""
+
+    def __init__(self) -> None:
+        self._decompressor = zstandard.ZstdDecompressor()
+        self._stream = self._decompressor.decompressobj()
+        self.frame_ended = True  # no frame begun yet: an empty file cuts none
+
+    def decode(self, data: bytes) -> bytes:
+        out = []
+        while data:
+            self.frame_ended = False
+            out.append(self._stream.decompress(data))
+            if not self._stream.eof:
+                break
+            self.frame_ended = True
+            data = self._stream.unused_data  # the next frame
+            self._stream = self._decompressor.decompressobj()
+        return b"".join(out)
+
+
+def decompress_checked(handle: BinaryIO) -> tuple[bytes, bool]:
+    """Every byte the zstd stream in ``handle`` decodes to (all its frames, and the decodable
+    part of a last frame the writer never ended), and whether that last frame ended (True for
+    an empty file). Raises zstandard.ZstdError on damaged data."""
+    out = []
+    frames = _Frames()
+    while data := handle.read(READ_SIZE):
+        out.append(frames.decode(data))
+    return b"".join(out), frames.frame_ended
+
+
 def decompress_file(handle: BinaryIO) -> bytes:
     """Every byte the zstd stream in ``handle`` decodes to: all its frames, and the decodable
     part of a last frame the writer never ended. Raises zstandard.ZstdError on damaged data."""
-    out = []
-    decompressor = zstandard.ZstdDecompressor()
-    stream = decompressor.decompressobj()
-    while True:
-        data = handle.read(READ_SIZE)
-        if not data:
-            break
-        while data:
-            out.append(stream.decompress(data))
-            if not stream.eof:
-                break
-            data = stream.unused_data  # the next frame
-            stream = decompressor.decompressobj()
-    return b"".join(out)
+    return decompress_checked(handle)[0]
 
 
 class _ZstdRaw(io.RawIOBase):
@@ -86,9 +108,12 @@ class _ZstdRaw(io.RawIOBase):
 
     def __init__(self, handle: BinaryIO) -> None:
         self._handle = handle
-        self._decompressor = zstandard.ZstdDecompressor()
-        self._stream = self._decompressor.decompressobj()
+        self._frames = _Frames()
         self._pending = b""
+
+    @property
+    def frame_ended(self) -> bool:
+        return self._frames.frame_ended
 
     def readable(self) -> bool:
         return True
@@ -99,12 +124,7 @@ class _ZstdRaw(io.RawIOBase):
             if not data:
                 return 0
             try:
-                while data:
-                    self._pending += self._stream.decompress(data)
-                    if not self._stream.eof:
-                        break
-                    data = self._stream.unused_data  # the next frame
-                    self._stream = self._decompressor.decompressobj()
+                self._pending += self._frames.decode(data)
             except zstandard.ZstdError as exc:
                 raise OSError(f"the zstd stream is damaged: {exc}") from None
         size = min(len(buffer), len(self._pending))
@@ -123,10 +143,27 @@ def open_lines(path: str | os.PathLike[str]) -> BinaryIO:
     return io.BufferedReader(_ZstdRaw(handle), READ_SIZE) if is_compressed(path) else handle  # type: ignore[return-value]
 
 
+def frames_ended(lines: BinaryIO) -> bool:
+    """Whether a file from ``open_lines``, read to its end, ended the last zstd frame it began
+    (always True for an uncompressed one)."""
+    raw = getattr(lines, "raw", None)
+    return not isinstance(raw, _ZstdRaw) or raw.frame_ended
+
+
 def read_bytes(path: str | os.PathLike[str]) -> bytes:
     """A recording's lines as bytes, decompressed when the name ends in ``.zst``."""
     with open(path, "rb") as handle:
         return decompress_file(handle) if is_compressed(path) else handle.read()
 
 
-__all__ = ["COMPRESSIONS", "SUFFIX", "ZstdLines", "decompress_file", "is_compressed", "open_lines", "read_bytes"]
+__all__ = [
+    "COMPRESSIONS",
+    "SUFFIX",
+    "ZstdLines",
+    "decompress_checked",
+    "decompress_file",
+    "frames_ended",
+    "is_compressed",
+    "open_lines",
+    "read_bytes",
+]

@@ -32,7 +32,7 @@ import orjson
 from streamtap.providers import StreamEnd, VerdictKind
 from streamtap.wire import DEFAULT_MAX_EVENT
 
-from .compress import open_lines
+from .compress import frames_ended, open_lines
 from .writer import FORMAT, SUM_HEX, RecordingError, frame_sum
 
 # The longest line a writer can produce: a frame holds at most one event of max_event bytes
@@ -325,7 +325,8 @@ class RecordingLines:
     def _read_header(self) -> None:
         line = self._next_line()
         if not line:
-            raise HeaderCut(f"{self.path}: recording incomplete at byte 0: the file is empty")
+            why = "the file is empty" if frames_ended(self._file) else "the zstd stream ends before its first line decodes"
+            raise HeaderCut(f"{self.path}: recording incomplete at byte 0: {why}")
         if not line.endswith(b"\n"):
             raise HeaderCut(f"{self.path}: recording incomplete at byte 0: the header line is cut")
         self._no_crlf(line)
@@ -359,10 +360,7 @@ class RecordingLines:
             self._no_crlf(line)
             try:
                 record = self._parse(line)
-            except ValueError as exc:
-                if not self._next_line():  # garbage as the very last line: a writer that stopped there
-                    self._cut("the last line is cut (the writer stopped mid-line)")
-                    return
+            except ValueError as exc:  # its newline says the writer finished it, even as the last line
                 message = str(exc) if str(exc).startswith("is ") else "is not a JSON object"
                 raise self._damaged(number, f"(byte {self._position}) {message}: the file is damaged") from None
             if self.end is not None:
@@ -393,6 +391,8 @@ class RecordingLines:
                 yield item
         if self.end is None and self.complete_file:
             self._cut("no end line (the writer stopped before the stream ended)")
+        elif self.complete_file and not frames_ended(self._file):
+            self._cut("the zstd stream ends inside a frame (the writer stopped before ending it)")
 
 
 # -- the whole recording at hand ----------------------------------------------------------------
