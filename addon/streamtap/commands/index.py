@@ -15,7 +15,7 @@ from pathlib import Path
 from streamtap.cli import EXIT_OK, UsageError
 from streamtap.recording import RecordingError
 
-from .report import warn
+from .report import not_an_index, warn
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -29,6 +29,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import duckdb
+
     from streamtap.recording import fleet  # DuckDB: imported by this verb only
     from streamtap.recording.catalog import find_recordings
 
@@ -42,7 +44,10 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"{raw} is the index folder itself; give the recordings")
     started = time.perf_counter()
     con = fleet.connect()
-    known = fleet.indexed_paths(con, out) if out.is_dir() else set()
+    try:
+        known = fleet.indexed_paths(con, out) if out.is_dir() else set()
+    except duckdb.Error as exc:
+        raise UsageError(f"--out {not_an_index([out], exc)}") from None
     loaded = fleet.Loaded()
     try:
         rows = fleet.read_rows(find_recordings(args.paths), skip=known, loaded=loaded)
@@ -51,7 +56,12 @@ def run(args: argparse.Namespace) -> int:
     warn(loaded, "index")
     if rows:
         fleet.load_rows(con, rows, "new_rows")
-        fleet.write_index(con, out, "new_rows")
+        try:
+            fleet.write_index(con, out, "new_rows")
+        except OSError as exc:
+            raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
+        except duckdb.Error as exc:  # the folder cannot be written (DuckDB says so in its own words)
+            raise UsageError(f"--out {out}: cannot write the index: {str(exc).strip().splitlines()[0]}") from None
     print(
         f"streamtap index: {len(rows)} new recording(s) indexed, {len(known)} already in {out} "
         f"({time.perf_counter() - started:.2f} s)",

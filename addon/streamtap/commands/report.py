@@ -43,16 +43,21 @@ def load(con, paths: list[str], verb: str = "report") -> int:
     from streamtap.recording import fleet
     from streamtap.recording.catalog import find_recordings
 
+    import duckdb
+
     indexes, others = [], []
     for raw in paths:
         path = Path(raw)
         if not path.exists():
             raise UsageError(f"{path}: no such file or directory")
         (indexes if path.is_dir() and fleet.index_files(path) else others).append(raw)
-    if indexes and not others and len(indexes) == 1:
-        return fleet.open_index(con, Path(indexes[0]))
+    try:
+        if indexes and not others and len(indexes) == 1:
+            return fleet.open_index(con, Path(indexes[0]))
+        indexed = set().union(*(fleet.indexed_paths(con, Path(d)) for d in indexes))  # a recording in an index counts once
+    except duckdb.Error as exc:
+        raise UsageError(not_an_index(indexes, exc)) from None
     loaded = fleet.Loaded()
-    indexed = set().union(*(fleet.indexed_paths(con, Path(d)) for d in indexes))  # a recording in an index counts once
     try:
         rows = fleet.read_rows(find_recordings(others), skip=indexed, loaded=loaded)
     except (RecordingError, OSError) as exc:  # a missing file, or a named file that is not a recording or is damaged
@@ -64,10 +69,15 @@ def load(con, paths: list[str], verb: str = "report") -> int:
     return con.execute("SELECT count(*) FROM recordings").fetchone()[0]
 
 
+def not_an_index(folders: list, exc: Exception) -> str:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"{', '.join(map(str, folders))}: its Parquet files are not a streamtap index ({first})"
+
+
 def warn(loaded, verb: str) -> None:
     """Say on stderr, briefly, what was left out."""
     if loaded.skipped:
-        print(f"streamtap {verb}: skipped {len(loaded.skipped)} file(s) that are not recordings, e.g. {loaded.skipped[0]}", file=sys.stderr)
+        print(f"streamtap {verb}: skipped {len(loaded.skipped)} file(s) that are not recordings or cannot be read, e.g. {loaded.skipped[0]}", file=sys.stderr)
     if loaded.busy:
         print(f"streamtap {verb}: left out {len(loaded.busy)} recording(s) a live proxy is still writing, e.g. {loaded.busy[0]}", file=sys.stderr)
 
@@ -95,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
         write_csv(data, sys.stdout)
     else:
         sys.stdout.write(render_table(data, args.limit))
-    all_complete = data["judged"] == data["verdicts"].get("complete", 0) and not data["incomplete_files"]
+    # every recording whole and judged complete: a damaged, cut or unjudged one is not
+    all_complete = data["recordings"] == data["verdicts"].get("complete", 0) and not data["incomplete_files"]
     return EXIT_OK if all_complete else EXIT_FINDING
 
 

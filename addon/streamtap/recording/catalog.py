@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import fcntl
 import io
+import math
 import os
+import stat
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -23,12 +25,18 @@ import zstandard
 
 from streamtap.providers.model import model_of
 
-from .compress import SUFFIX, decompress_file, is_compressed
-from .writer import RecordingError
+from .compress import SUFFIX, decompress_checked, is_compressed
+from .writer import FORMAT, PARTIAL_SUFFIX, RecordingError
 
 RECORDING_SUFFIXES = (".jsonl", ".jsonl" + SUFFIX)
 HEAD_BLOCK = 32 * 1024  # most recordings fit whole: one read
 TAIL_BLOCK = 64 * 1024
+MAX_HEADER_LINE = 256 * 1024 * 1024  # a header holds the request: large prompts, not this
+# The range of `started` every engine reading the index takes (years 1970 to 9999, in seconds):
+# a time in milliseconds, say, would otherwise make a day partition like day=58888-01-09.
+LAST_START = 253402300799
+# bounds of the integer columns (a value outside is a damaged recording, not a row to cast)
+INTEGER_RANGES = {"INTEGER": (-(2**31), 2**31 - 1), "BIGINT": (-(2**63), 2**63 - 1)}
 
 # the columns of a row, in order, with their DuckDB types (the index's Parquet schema)
 COLUMNS: dict[str, str] = {
@@ -79,8 +87,8 @@ def find_recordings(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Found]:
         path = Path(raw)
         if path.is_dir():
             root = path.resolve()  # once: resolving each file costs a stat per folder level
-            for found in sorted(p for p in root.rglob("*") if p.name.endswith(RECORDING_SUFFIXES) and p.is_file()):
-                yield Found(found, named=False)
+            for found in sorted(p for p in root.rglob("*") if p.name.endswith(RECORDING_SUFFIXES) and not p.is_dir()):
+                yield Found(found, named=False)  # one that is no regular file is skipped, and said so
         elif path.exists():
             yield Found(path.resolve(), named=True)
         else:
@@ -92,7 +100,7 @@ def being_written(path: Path) -> bool:
 
     A killed proxy's lock is gone with it, so its ``.partial`` file is not being written."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # a fifo must not hold us
     except OSError:
         return False
     try:
@@ -106,18 +114,22 @@ def being_written(path: Path) -> bool:
     return False
 
 
-def open_bytes(path: Path) -> BinaryIO:
+def open_bytes(path: Path) -> tuple[BinaryIO, bool]:
     """The recording's lines as a seekable binary file (unbuffered: the reads below are few and
-    large). A ``.jsonl.zst`` has no index of its frames, so it is decompressed whole (in memory:
-    a compressed recording is small)."""
+    large), and whether its last zstd frame ended (True for a file that is not compressed). A
+    ``.jsonl.zst`` has no index of its frames, so it is decompressed whole (in memory: a
+    compressed recording is small)."""
+    if not stat.S_ISREG(os.stat(path).st_mode):  # before opening it: a fifo would wait for a writer, a device never end
+        raise NotARecording(f"{path} is not a regular file")
     handle = open(path, "rb", buffering=0)
     if not is_compressed(path):
-        return handle  # type: ignore[return-value]
+        return handle, True  # type: ignore[return-value]
     with handle:
         try:
-            return io.BytesIO(decompress_file(handle))  # type: ignore[arg-type]
+            lines, ended = decompress_checked(handle)  # type: ignore[arg-type]
         except zstandard.ZstdError as exc:
-            raise RecordingError(f"{path}: the zstd stream is damaged: {exc}") from None
+            raise RecordingError(f"the zstd stream is damaged: {exc}") from None
+    return io.BytesIO(lines), ended
 
 
 def _last_line(handle: BinaryIO, size: int) -> tuple[bytes, int]:
@@ -148,10 +160,11 @@ def read_ends(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, str | 
     """(header, end line or None, why the file is incomplete or None, size of the lines).
 
     A small file takes one read; a large one a read at each end."""
-    with open_bytes(path) as handle:
+    handle, frame_ended = open_bytes(path)
+    with handle:
         head = handle.read(HEAD_BLOCK)
-        while b"\n" not in head:  # a long request in the header: read on to its line end
-            more = handle.read(max(len(head), HEAD_BLOCK))
+        while b"\n" not in head and head.startswith(b"{") and len(head) < MAX_HEADER_LINE:
+            more = handle.read(max(len(head), HEAD_BLOCK))  # a long request in the header: read on to its line end
             if not more:
                 break
             head += more
@@ -160,7 +173,11 @@ def read_ends(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, str | 
         if header is None or header.get("type") != "header" or not str(header.get("format", "")).startswith(
             "streamtap-recording/"
         ):
+            if path.name.endswith(PARTIAL_SUFFIX) or path.name.endswith(PARTIAL_SUFFIX + SUFFIX):
+                raise RecordingError(f"recording incomplete at byte {len(head)}: the writer stopped before its header was whole")
             raise NotARecording(f"{path} is not a streamtap recording (line 1 is not a recording header)")
+        if header["format"] != FORMAT:
+            raise RecordingError(f"the recording is {header['format']}, this streamtap reads {FORMAT}")
         size = handle.seek(0, os.SEEK_END)
         if size == len(first):
             return header, None, f"recording incomplete at byte {size}: no end line", size
@@ -173,9 +190,11 @@ def read_ends(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, str | 
         return header, None, f"recording incomplete at byte {start}: the last line is cut (the writer stopped mid-line)", size
     end = _json_line(last)
     if end is None:
-        raise RecordingError(f"{path}: the last line (byte {start}) is not a JSON object: the file is damaged")
+        raise RecordingError(f"the last line (byte {start}) is not a JSON object")
     if end.get("type") != "end":
         return header, None, f"recording incomplete at byte {size}: no end line (the writer stopped before the stream ended)", size
+    if not frame_ended:  # every line is there, but the file was cut after them (in the frame's checksum, say)
+        return header, None, f"recording incomplete at byte {size}: the zstd stream ends inside a frame", size
     return header, end, None, size
 
 
@@ -209,7 +228,9 @@ def recording_row(path: Path) -> dict[str, Any]:
     events = _number(end.get("events"))
     if events is None:
         events = _number(end.get("frames"))
-    return {
+    if not 0 <= started <= LAST_START:
+        raise RecordingError(f"its start time {started} is not seconds since 1970 (at most year 9999)")
+    row = {
         "started": started,
         "day": time.strftime("%Y-%m-%d", time.gmtime(started)),
         "provider": _text(header.get("dialect")) or "unknown",
@@ -237,3 +258,41 @@ def recording_row(path: Path) -> dict[str, Any]:
         "problem": problem,
         "recording_bytes": path.stat().st_size if is_compressed(path) else size,
     }
+    _check_values(row)
+    return row
+
+
+def _check_values(row: dict[str, Any]) -> None:
+    """Every value fits its column's type, so one damaged recording cannot fail a whole report
+    or index in the engine's cast; integral floats become ints."""
+    status = row["status"]
+    if status is not None and not (type(status) is int and 100 <= status <= 599):
+        raise RecordingError(f"its response status {status!r} is not an HTTP status")
+    for name, kind in COLUMNS.items():
+        value = row[name]
+        if value is None or type(value) not in (int, float):
+            continue
+        if kind in INTEGER_RANGES:
+            low, high = INTEGER_RANGES[kind]
+            if type(value) is float and value.is_integer() and low <= value <= high:
+                row[name] = value = int(value)
+            if type(value) is not int or not low <= value <= high:
+                raise RecordingError(f"its {name} {value!r} is not a {kind.lower()} value")
+        elif not math.isfinite(value):
+            raise RecordingError(f"its {name} {value!r} is not a finite number")
+
+
+def damaged_row(path: Path, problem: str) -> dict[str, Any]:
+    """The row of a recording that cannot be read as one (cut before its header was whole, a
+    newer format, values out of range): counted, listed with its problem, never judged."""
+    try:
+        info = path.stat()
+        started, size = info.st_mtime, info.st_size
+    except OSError:
+        started, size = 0.0, None
+    row: dict[str, Any] = dict.fromkeys(COLUMNS)
+    row.update(
+        started=started, day=time.strftime("%Y-%m-%d", time.gmtime(started)), provider="unknown",
+        path=str(path), file_complete=False, problem=problem, recording_bytes=size,
+    )  # fmt: skip
+    return row

@@ -17,13 +17,13 @@ from typing import Any
 import duckdb
 import orjson
 
-from .catalog import COLUMNS, Found, NotARecording, being_written, recording_row
+from .catalog import COLUMNS, Found, NotARecording, being_written, damaged_row, recording_row
 from .writer import RecordingError
 
 VERDICT_ORDER = ("complete", "stopped_by_limit", "filtered", "errored", "truncated", "corrupt", "unknown")
 QUANTILES = (0.5, 0.95, 0.99)
 TOP_REASONS = 10
-PARQUET_GLOB = "**/*.parquet"
+PARQUET_GLOB = "day=*/provider=*/*.parquet"  # the layout write_index makes: other Parquet files are not the index
 
 
 def connect() -> duckdb.DuckDBPyConnection:
@@ -42,7 +42,9 @@ class Loaded:
 def read_rows(found: Iterable[Found], *, skip: set[str] = frozenset(), loaded: Loaded | None = None) -> list[dict[str, Any]]:
     """The rows of the recordings found, leaving out paths in ``skip`` and files being written.
 
-    A named file that is not a recording raises; one found in a folder is skipped and noted."""
+    A named file that is not a recording, or is damaged, raises. In a folder, one that is not a
+    recording (or cannot be read, or has a name that is not UTF-8) is skipped and noted; a damaged
+    recording is a row that says what is wrong with it (listed, counted as not complete)."""
     loaded = loaded if loaded is not None else Loaded()
     rows = []
     seen = set(skip)  # a file given twice (by name and in its folder) is one recording
@@ -51,15 +53,26 @@ def read_rows(found: Iterable[Found], *, skip: set[str] = frozenset(), loaded: L
         if resolved in seen:
             continue
         seen.add(resolved)
+        try:
+            resolved.encode()
+        except UnicodeEncodeError:  # no engine could store the path, nor a user type it back
+            if item.named:
+                raise RecordingError(f"{resolved}: its name is not UTF-8; rename the file to report it") from None
+            loaded.skipped.append(f"{resolved}: its name is not UTF-8")
+            continue
         if ".partial.jsonl" in item.path.name and being_written(item.path):
-            loaded.busy.append(str(item.path))
+            loaded.busy.append(resolved)
             continue
         try:
             rows.append(recording_row(item.path))
-        except (RecordingError, OSError) as exc:
+        except (NotARecording, OSError) as exc:
             if item.named:
                 raise
             loaded.skipped.append(f"{item.path}: {exc}")
+        except RecordingError as exc:
+            if item.named:
+                raise RecordingError(f"{item.path}: {exc}") from None
+            rows.append(damaged_row(item.path, str(exc) if str(exc).startswith("recording incomplete") else f"damaged: {exc}"))
     loaded.rows += len(rows)
     return rows
 

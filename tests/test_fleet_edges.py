@@ -1,0 +1,157 @@
+"""`streamtap report` and `index` over folders a user really has: odd files beside the
+recordings, damaged or cut ones, values no engine's column takes. One bad file never costs the
+report its other rows, never a traceback, and never an exit code that says all is well."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import orjson
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+GOOD = REPO / "recordings" / "anthropic.jsonl"  # a bundled recording, whose end line holds no verdict
+STREAMTAP = [sys.executable, "-m", "streamtap.cli"]
+
+
+def streamtap(*args, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([*STREAMTAP, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def recording(folder: Path, name: str, *, header: dict | None = None, end: dict | None = None, last: bytes | None = None) -> Path:
+    """A copy of the bundled recording judged complete in its end line, with fields of its header
+    or end line replaced (dotted keys reach into the end line), or its last line replaced by ``last``."""
+    lines = GOOD.read_bytes().splitlines(keepends=True)
+    if header:
+        lines[0] = orjson.dumps({**orjson.loads(lines[0]), **header}) + b"\n"
+    end = {"verdict": {"kind": "complete", "reason": "the model finished"}, **(end or {})}
+    if end:
+        record = orjson.loads(lines[-1])
+        for key, value in end.items():
+            target = record
+            *parents, leaf = key.split(".")
+            for parent in parents:
+                target = target.setdefault(parent, {})
+            target[leaf] = value
+        lines[-1] = orjson.dumps(record) + b"\n"
+    if last is not None:
+        lines[-1] = last
+    path = folder / name
+    path.write_bytes(b"".join(lines))
+    return path
+
+
+def judged(folder: Path) -> dict:
+    out = streamtap("report", "--json", folder)
+    assert "Traceback" not in out.stderr, out.stderr
+    return {"code": out.returncode, "report": json.loads(out.stdout) if out.stdout else None, "stderr": out.stderr}
+
+
+@pytest.mark.parametrize(
+    "header, end",
+    [
+        (None, {"turn.usage.input": 2**63}),  # over BIGINT
+        (None, {"turn.usage.output": 1e300}),
+        ({"response": {"status": 10**10}}, None),
+        ({"started": 1_796_159_328_715}, None),  # milliseconds: year 58888
+        ({"started": -1e12}, None),
+    ],
+)
+def test_a_value_no_column_takes_makes_that_recording_damaged_not_the_report(tmp_path, header, end):
+    recording(tmp_path, "good.jsonl")
+    bad = recording(tmp_path, "bad.jsonl", header=header, end=end)
+    got = judged(tmp_path)
+    assert got["code"] == 1, got  # one recording is not judged: not all complete
+    report = got["report"]
+    assert report["recordings"] == 2 and report["verdicts"] == {"complete": 1}
+    [listed] = report["incomplete"]
+    assert listed["path"] == str(bad) and listed["problem"].startswith("damaged: its "), listed
+    index = streamtap("index", tmp_path, "--out", tmp_path / "idx")
+    assert index.returncode == 0 and "Traceback" not in index.stderr, index.stderr
+    days = sorted(p.name for p in (tmp_path / "idx").iterdir())
+    assert all(len(day) == len("day=2026-12-01") for day in days), days  # no day=58888-01-09
+
+
+def test_damaged_cut_and_unjudged_recordings_in_a_folder_make_the_report_say_not_complete(tmp_path):
+    recording(tmp_path, "good.jsonl")
+    recording(tmp_path, "damaged.jsonl", last=b"[1, 2, 3]\n")  # a whole last line that is no end line object
+    recording(tmp_path, "newer.jsonl", header={"format": "streamtap-recording/2"})
+    (tmp_path / "killed.partial.jsonl").write_bytes(GOOD.read_bytes()[:40])  # cut inside its header
+    (tmp_path / "never-began.partial.jsonl").write_bytes(b"")
+    recording(tmp_path, "unjudged.jsonl", end={"verdict": None})
+    (tmp_path / "notes.jsonl").write_text('{"a": 1}\n')  # some other program's JSON lines: not a recording
+    got = judged(tmp_path)
+    assert got["code"] == 1
+    report = got["report"]
+    assert report["recordings"] == 6 and report["verdicts"] == {"complete": 1}
+    problems = {Path(item["path"]).name: item["problem"] for item in report["incomplete"]}
+    assert problems["damaged.jsonl"].startswith("damaged: the last line")
+    assert problems["newer.jsonl"] == "damaged: the recording is streamtap-recording/2, this streamtap reads streamtap-recording/1"
+    assert problems["killed.partial.jsonl"].startswith("recording incomplete at byte")
+    assert problems["never-began.partial.jsonl"].startswith("recording incomplete at byte 0")
+    assert "notes.jsonl" not in problems and "skipped 1 file(s)" in got["stderr"]
+    recording(tmp_path, "only.jsonl")
+    for name in ("damaged.jsonl", "newer.jsonl", "killed.partial.jsonl", "never-began.partial.jsonl", "unjudged.jsonl", "notes.jsonl"):
+        (tmp_path / name).unlink()
+    assert judged(tmp_path)["code"] == 0  # every recording complete
+
+
+def test_names_and_files_that_are_no_recordings_are_refused_or_skipped_without_a_traceback(tmp_path):
+    folder = tmp_path / "rec"
+    folder.mkdir()
+    good = recording(folder, "good.jsonl")
+    shutil.copy(good, os.fsencode(folder) + b"/bad\xff\xfename.jsonl")
+    os.mkfifo(folder / "fifo.jsonl")
+    (folder / "dangling.jsonl").symlink_to(tmp_path / "gone.jsonl")
+    got = judged(folder)  # the fifo must not hang it (the timeout would raise)
+    assert got["code"] == 0 and got["report"]["recordings"] == 1, got
+    assert "skipped 3 file(s)" in got["stderr"], got["stderr"]
+    for named in (folder / "fifo.jsonl", os.fsencode(folder) + b"/bad\xff\xfename.jsonl"):
+        out = subprocess.run([*map(os.fsencode, STREAMTAP), b"report", os.fsencode(named)], capture_output=True, timeout=30)
+        assert out.returncode == 2 and b"Traceback" not in out.stderr, out.stderr
+    index = streamtap("index", folder, "--out", tmp_path / "idx")
+    assert index.returncode == 0 and "1 new recording(s)" in index.stderr, index.stderr
+
+
+def test_an_index_out_folder_that_cannot_be_or_is_not_an_index_is_a_clear_error(tmp_path):
+    recording(tmp_path, "good.jsonl")
+    (tmp_path / "afile").write_text("x")
+    for out in ("/dev/null/idx", tmp_path / "afile" / "sub"):
+        got = streamtap("index", tmp_path / "good.jsonl", "--out", out)
+        assert got.returncode == 2 and got.stderr.startswith("streamtap index: --out") and "Traceback" not in got.stderr, got.stderr
+    stray = tmp_path / "stray" / "day=2026-01-01" / "provider=x"
+    stray.mkdir(parents=True)
+    import duckdb
+
+    duckdb.sql(f"COPY (SELECT 1 AS other) TO '{stray / 'data.parquet'}' (FORMAT PARQUET)")
+    for args in (("index", tmp_path / "good.jsonl", "--out", tmp_path / "stray"), ("report", tmp_path / "stray")):
+        got = streamtap(*args)
+        assert got.returncode == 2 and "its Parquet files are not a streamtap index" in got.stderr, got.stderr
+
+
+def test_an_index_inside_the_folder_of_recordings_does_not_hide_them(tmp_path):
+    recording(tmp_path, "one.jsonl")
+    assert streamtap("index", tmp_path, "--out", tmp_path / "idx").returncode == 0
+    recording(tmp_path, "two.jsonl")
+    assert judged(tmp_path)["report"]["recordings"] == 2  # the folder is read as recordings, not as the index
+    assert judged(tmp_path / "idx")["report"]["recordings"] == 1
+
+
+def test_a_compressed_recording_cut_in_its_last_frame_checksum_is_not_complete_in_the_report(tmp_path):
+    import zstandard
+
+    lines = recording(tmp_path, "plain.jsonl").read_bytes()
+    (tmp_path / "plain.jsonl").unlink()
+    whole = zstandard.ZstdCompressor(write_checksum=True).compress(lines)
+    (tmp_path / "whole.jsonl.zst").write_bytes(whole)
+    assert judged(tmp_path)["code"] == 0
+    (tmp_path / "whole.jsonl.zst").write_bytes(whole[:-2])  # every line decodes; the checksum is cut
+    got = judged(tmp_path)
+    assert got["code"] == 1 and got["report"]["incomplete_files"] == 1
+    assert got["report"]["incomplete"][0]["problem"].endswith("the zstd stream ends inside a frame")
