@@ -28,7 +28,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "written by `streamtap index` (read from its Parquet files). Examples: "
         "`streamtap report recordings/live/`, `streamtap report --json recordings/ | jq .verdicts`, "
         "`streamtap report --html report.html idx/`. Recordings a live proxy is still writing are left out. "
-        "Exit codes: 0 every turn complete, 1 any turn not complete (or a recording file incomplete), 2 usage error."
+        "Exit codes: 0 every recording whole and judged complete, 1 any not (a turn not complete, a recording cut, damaged or without a verdict), 2 usage error."
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="recordings, folders of recordings, or index folders")
     output = parser.add_mutually_exclusive_group()
