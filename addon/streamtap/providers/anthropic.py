@@ -20,7 +20,9 @@ Choices this module makes where the provider is silent:
   their ``*_tool_result`` blocks are ``server_tool`` (the result kept whole in ``extra``);
   block types this version does not know are ``other``, kept whole, their deltas' text
   joined into ``text``.
-- An ``error`` event makes the turn ``errored`` whatever follows it.
+- An ``error`` event makes the turn ``errored`` whatever follows it; so does an SSE event
+  named ``error`` whatever its data holds (another JSON type, or no JSON at all), since the
+  SDK raises on the event name.
 - Closed units (``Judge.reopened``): ``content_block_stop`` closes its block, a
   ``message_delta`` with a stop reason the message's content (no block starts or grows
   after it) and ``message_stop`` the message; any event for a closed block, or inside a
@@ -35,6 +37,7 @@ import orjson
 
 from streamtap.wire import SSEEvent, WireEvent
 
+from .common import one_line
 from .judge import Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome, stop_verdict
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
@@ -423,13 +426,17 @@ class Assembler:
             return
         judge = self.judge
         judge.seen(event, event.event)
+        try:
+            obj = orjson.loads(event.data) if event.data else None
+        except orjson.JSONDecodeError:
+            obj = None
+        if event.event == "error" and (type(obj) is not dict or obj.get("type") != "error"):
+            # the SDK raises on the event name, whatever the data holds (provider-streams.md §3.4)
+            self._error_event(obj, event)
+            return
         if not event.data:
             judge.note(f"event {event.event!r} without data at seq {event.seq}")
             return
-        try:
-            obj = orjson.loads(event.data)
-        except orjson.JSONDecodeError:
-            obj = None
         if type(obj) is not dict:  # the error path says why
             decode_event_json(event.data, judge, event.seq, event.start, f"{event.event} event data")
             return
@@ -440,6 +447,20 @@ class Assembler:
                 self.renamed.add(pair)
                 judge.note(f"event name {name!r} differs from its type {obj.get('type')!r} (first at seq {event.seq})")
         self.builder.apply(obj, event.seq, event.start, t)
+
+    def _error_event(self, obj: Any, event: SSEEvent) -> None:
+        """An ``event: error`` whose data is not an Anthropic error event: its type and message where
+        the data has them, else the data itself as the message."""
+        error = obj.get("error") if type(obj) is dict else None
+        if isinstance(error, dict):
+            kind, message = as_text(error.get("type")), error.get("message")
+        elif isinstance(error, str):
+            kind, message = None, error
+        else:
+            kind, message = None, event.data
+        message = one_line(message) if isinstance(message, str) and message.strip() else None
+        self.judge.errored({"source": "stream", "type": kind, "code": None, "message": message},
+                           event.seq, event.start)
 
     def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
         return self.turn, self.builder.verdict(end)
