@@ -13,6 +13,14 @@ corrupt. Content after a ``STOP`` that came on the candidate's first chunks is e
 model of early 2024 stamping ``STOP`` on every chunk or a second generation appended after
 the first finished: the bytes cannot tell, so such a turn is ``unknown``, never complete.
 A ``STOP`` on a chunk without content (gateways stamp early empty chunks) closes nothing.
+
+``responseId`` is the same on every chunk (provider-streams.md §5.5): a chunk with another one
+is a second generation stitched on (a retry after a cut), so the stream is corrupt. Chunks
+without a ``responseId`` (older captures) are not compared.
+
+A streamed function call (Vertex ``partialArgs``, §5.3) ends with a part without
+``willContinue``. A ``STOP`` while the call's last part still said ``willContinue`` contradicts
+it: corrupt, as other dialects judge a normal stop with a tool call never finished.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from typing import Any
 
 from streamtap.wire import JSONValue, SSEEvent, Tail, WireEvent
 
-from .common import AssemblerBase, as_dict, as_int, as_list, as_str, dumps, error_fields, loads, worst_stop
+from .common import STOP_VERDICT, AssemblerBase, as_dict, as_int, as_list, as_str, dumps, error_fields, loads, worst_stop
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 POLICY = {
@@ -59,6 +67,7 @@ class Assembler(AssemblerBase):
         self._unstamped: set[int] = set()  # candidates that had a chunk without a finishReason
         self._stamped: dict[int, WireEvent] = {}  # candidate -> a chunk with content and STOP before any without
         self._ambiguous: tuple[WireEvent, WireEvent] | None = None  # (that chunk, content after it)
+        self._first_response_id: tuple[str, WireEvent] | None = None
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if isinstance(event, SSEEvent):
@@ -82,6 +91,7 @@ class Assembler(AssemblerBase):
             self.errored(event, error_fields(obj))
             return
         turn = self.turn
+        self._response_id(obj, event)
         turn.model = turn.model or as_str(obj.get("modelVersion"))
         turn.response_id = turn.response_id or as_str(obj.get("responseId"))
         if isinstance(obj.get("usageMetadata"), dict):
@@ -95,6 +105,19 @@ class Assembler(AssemblerBase):
             self._last_chunk_finished = all(c.get("finishReason") for c in candidates)
         for candidate in candidates:
             self._candidate(candidate, event, t)
+
+    def _response_id(self, obj: dict[str, Any], event: WireEvent) -> None:
+        response_id = as_str(obj.get("responseId"))
+        if not response_id:
+            return
+        if self._first_response_id is None:
+            self._first_response_id = (response_id, event)
+            return
+        first_id, first = self._first_response_id
+        if response_id != first_id:
+            self.corrupt(f"responseId changed from {first_id} (seq {first.seq}, byte {first.start}) to "
+                         f"{response_id} at seq {event.seq} (byte {event.start}): two generations in one stream",
+                         event, first_seq=first.seq, first_offset=first.start)
 
     def tail(self, event: Tail) -> bool:
         """An error the server wrote as raw (multi-line) JSON without ``data:`` lines; the
@@ -213,12 +236,13 @@ class Assembler(AssemblerBase):
         except (TypeError, AttributeError, IndexError, ValueError):
             self.corrupt(f"partialArgs path {partial.get('jsonPath')!r} conflicts with the arguments so far", event)
 
-    def _close_streaming(self, index: int) -> None:
+    def _close_streaming(self, index: int, closed: bool = True) -> Block:
         block = self._streaming_call.pop(index)
         args = block.extra.pop("partial", {})
         block.arguments = args
         block.arguments_raw = dumps(args)
-        block.closed = True
+        block.closed = closed
+        return block
 
     def _usage(self, raw: dict[str, Any]) -> None:
         usage = self.turn.usage  # cumulative snapshots: overwrite, never sum
@@ -230,9 +254,9 @@ class Assembler(AssemblerBase):
         usage.total = as_int(raw.get("totalTokenCount"))
 
     def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
-        for index in list(self._streaming_call):
+        unfinished = {index: self._close_streaming(index, closed=False) for index in list(self._streaming_call)}
+        for index in unfinished:
             self.note(f"candidate {index}: streamed function call never got its closing part")
-            self._close_streaming(index)
         if self._blocked is not None and not self._finish:
             event, reason = self._blocked
             self.terminal(event, f"blockReason:{reason}", "filtered", "promptFeedback.blockReason")
@@ -243,6 +267,8 @@ class Assembler(AssemblerBase):
                 worst = worst_stop(normalized)
                 raw = next(self._finish[c.index] for c, n in zip(self.turn.choices, normalized) if n == worst)
                 self.terminal(self._last_candidates_event, raw, worst, "the last chunk's finishReason")
+        if self.terminal_seen:
+            self._judge_unfinished(unfinished)
         expected = "a finishReason on the last chunk" + (" and the closing ]" if self.wire == "json-array" else "")
         turn, verdict = self.verdict(end, expected=expected)
         if self._ambiguous is not None and verdict.kind in (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT,
@@ -257,6 +283,17 @@ class Assembler(AssemblerBase):
                 {"stamped_seq": stamped.seq, "stamped_offset": stamped.start, "was": verdict.kind.value,
                  "end": end.value})
         return turn, verdict
+
+    def _judge_unfinished(self, unfinished: dict[int, Block]) -> None:
+        """A normal finishReason with a streamed call still open is a contradiction; a limit or a
+        filter explains the cut, so those keep their verdict (the note says the call is unfinished)."""
+        for index, block in unfinished.items():
+            raw = self._finish.get(index)
+            if raw is not None and STOP_VERDICT.get(normalize(raw, True)) is VerdictKind.COMPLETE:
+                self.corrupt(f"finishReason {raw} on candidate {index}, but function call "
+                             f"{block.name or block.id} was never finished (its last part said willContinue)",
+                             self._last_candidates_event, candidate=index, block=block.index, tool=block.name)
+                return
 
 
 def _part_kind(part: Any) -> str | None:

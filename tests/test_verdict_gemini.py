@@ -1,0 +1,94 @@
+"""Gemini verdicts that must never be complete: a responseId that changes mid-stream
+(provider-streams.md §5.5) and a streamed function call still open at finishReason STOP (§5.3)."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from provider_streams import chunk_lines, frame_gemini_array, frame_gemini_sse, vercel
+
+from streamtap.providers import Dialect, VerdictKind, analyze_bytes
+
+GEMINI = Dialect.GEMINI
+FRAMINGS = {"sse": frame_gemini_sse, "json-array": frame_gemini_array}
+
+
+def chunk(parts: list[dict], response_id: str | None = None, finish: str | None = None) -> bytes:
+    candidate = {"content": {"role": "model", "parts": parts}, "index": 0, **({"finishReason": finish} if finish else {})}
+    return orjson.dumps({"candidates": [candidate], **({"responseId": response_id} if response_id else {})})
+
+
+def judged(lines: list[bytes], framing: str):
+    return analyze_bytes(FRAMINGS[framing](lines), GEMINI, wire=framing)
+
+
+def open_call(name: str = "get_weather") -> list[bytes]:
+    """A streamed call whose last part still says willContinue: no closing part follows."""
+    return [
+        chunk([{"functionCall": {"name": name, "willContinue": True}}], "A"),
+        chunk([{"functionCall": {"willContinue": True, "partialArgs": [
+            {"jsonPath": "$.city", "stringValue": "Par", "willContinue": True}]}}], "A"),
+    ]
+
+
+@pytest.mark.parametrize("framing", sorted(FRAMINGS))
+def test_a_response_id_change_is_corrupt_and_names_both_ids(framing):
+    lines = [chunk([{"text": "The capital"}], "A"), chunk([{"text": "Paris is big."}], "B", "STOP")]
+    verdict = judged(lines, framing).verdict
+    assert verdict.kind is VerdictKind.CORRUPT, verdict
+    assert "responseId changed from A" in verdict.reason and "to B" in verdict.reason
+    assert verdict.seq == 1
+
+
+@pytest.mark.parametrize("framing", sorted(FRAMINGS))
+def test_chunks_without_a_response_id_are_not_compared(framing):
+    for ids in ([None, None], ["A", None], [None, "A"], ["A", "A"]):
+        lines = [chunk([{"text": "The capital"}], ids[0]), chunk([{"text": " is Paris."}], ids[1], "STOP")]
+        assert judged(lines, framing).verdict.kind is VerdictKind.COMPLETE, ids
+
+
+def test_a_real_capture_with_another_response_id_on_its_last_chunk_is_corrupt():
+    path = vercel("google", "google-text.chunks.txt")
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    lines = chunk_lines(path)
+    last = orjson.loads(lines[-1])
+    assert last["responseId"]
+    lines[-1] = orjson.dumps({**last, "responseId": "retry-" + last["responseId"]})
+    for framing in FRAMINGS:
+        assert judged(lines, framing).verdict.kind is VerdictKind.CORRUPT, framing
+
+
+@pytest.mark.parametrize("framing", sorted(FRAMINGS))
+def test_a_streamed_call_still_open_at_stop_is_corrupt_and_named(framing):
+    analysis = judged(open_call() + [chunk([{"text": ""}], "A", "STOP")], framing)
+    assert analysis.verdict.kind is VerdictKind.CORRUPT, analysis.verdict
+    assert "get_weather" in analysis.verdict.reason and "never finished" in analysis.verdict.reason
+    call, = analysis.turn.tool_calls()
+    assert not call.closed and call.arguments == {"city": "Par"}
+
+
+@pytest.mark.parametrize("framing", sorted(FRAMINGS))
+def test_a_streamed_call_closed_on_the_stop_chunk_is_complete(framing):
+    analysis = judged(open_call() + [chunk([{"functionCall": {}}], "A", "STOP")], framing)
+    assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
+    assert analysis.turn.tool_calls()[0].closed
+
+
+def test_an_open_call_under_a_limit_or_without_a_finish_keeps_its_verdict():
+    limit = judged(open_call() + [chunk([], "A", "MAX_TOKENS")], "sse").verdict
+    assert limit.kind is VerdictKind.STOPPED_BY_LIMIT, limit
+    assert judged(open_call(), "sse").verdict.kind is VerdictKind.TRUNCATED
+
+
+def test_a_real_streamed_call_capture_without_its_closing_part_is_not_complete():
+    path = vercel("google", "google-stream-tool-call-arguments.chunks.txt")
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    lines = chunk_lines(path)
+    last = orjson.loads(lines[-1])
+    assert last["candidates"][0]["content"]["parts"] == [{"functionCall": {}}]  # the second call's closing part
+    last["candidates"][0]["content"]["parts"] = [{"text": ""}]
+    lines[-1] = orjson.dumps(last)
+    verdict = judged(lines, "sse").verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "getWeather" in verdict.reason, verdict
