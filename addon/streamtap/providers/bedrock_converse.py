@@ -19,6 +19,10 @@ Choices this module makes where the provider is silent:
 - Several messages back to back behave as in the Anthropic module: blocks appended,
   the last message's stop reason and usage kept, a ``messageStart`` inside an open
   message is a splice (corrupt).
+- ConverseStream sends blocks in ``contentBlockIndex`` order (provider-streams.md §4.3): a
+  block whose index skips one means blocks are missing, corrupt. Nova chunks (Bedrock
+  InvokeModel) share this logic but keep the lenient reading (``ordered=False``). An event
+  before any ``messageStart`` is only noted: edited captures (the AI SDK's) lack it.
 - Closed units (``Judge.reopened``): ``contentBlockStop`` closes its block and
   ``messageStop`` the message; a delta, start or stop for a closed block, or a content
   event after ``messageStop`` (before another ``messageStart``), is corrupt, naming both events.
@@ -93,9 +97,11 @@ def event_frame(message: EventStreamMessage, judge: Judge) -> bool:
 class ConverseBuilder:
     """ConverseStream event logic on (event type, payload dict)."""
 
-    def __init__(self, turn: Turn, judge: Judge) -> None:
+    def __init__(self, turn: Turn, judge: Judge, ordered: bool = False) -> None:
         self.turn = turn
         self.judge = judge
+        self.ordered = ordered  # blocks in index order, else corrupt
+        self.indexes = 0  # block indexes seen in this message: the next block's index
         self.messages = 0
         self.open_message = False
         self.stopped = False
@@ -114,12 +120,13 @@ class ConverseBuilder:
             return
         handler(self, body, seq, offset, t)
 
-    def _begin(self, seq: int | None, offset: int | None, implicit: bool) -> None:
+    def _begin(self, seq: int | None, offset: int | None, missing_start: str | None = None) -> None:
+        """A message begins: at ``messageStart``, or at ``missing_start``, an event that came without one."""
         if self.stopped:
             self.outcomes.append((self.turn.stop_reason_raw, seq, offset))
             self.judge.note(f"message {self.messages + 1} starts at seq {seq} after messageStop: "
                             "several responses back to back")
-        elif implicit:
+        elif missing_start is not None:
             self.judge.note(f"no messageStart before seq {seq}")
         self.judge.forget("block ")
         self.judge.forget("the message")
@@ -131,6 +138,7 @@ class ConverseBuilder:
         self.open_blocks = set()
         self.fragments = {}
         self.announced = set()
+        self.indexes = 0
         self.metadata_seen = False
         self.turn.stop_reason = None
         self.turn.stop_reason_raw = None
@@ -142,7 +150,7 @@ class ConverseBuilder:
         if self.stopped:
             self.judge.reopened("the message", what, seq, offset)
             return False
-        self._begin(seq, offset, implicit=True)  # an edited capture may lack messageStart
+        self._begin(seq, offset, missing_start=what)
         return True
 
     def _message_start(self, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
@@ -150,7 +158,14 @@ class ConverseBuilder:
             self.judge.corrupt("a second messageStart arrived while the message was still open (spliced stream)",
                                seq, offset, open_blocks=sorted(self.open_blocks))
             return
-        self._begin(seq, offset, implicit=False)
+        self._begin(seq, offset)
+
+    def _next_index(self, index: int, what: str, seq: int | None, offset: int | None) -> None:
+        """A block index seen for the first time in this message: it must be the next one."""
+        if self.ordered and index != self.indexes:
+            self.judge.corrupt(f"{what} for index {index} while {self.indexes} blocks exist", seq, offset,
+                               index=index)
+        self.indexes += 1
 
     def _new_block(self, index: int, kind: BlockKind, **fields: Any) -> Block:
         blocks = self.turn.choices[0].blocks
@@ -176,6 +191,7 @@ class ConverseBuilder:
             self.judge.corrupt(f"contentBlockStart for index {index}, which already started", seq, offset,
                                index=index)
             return
+        self._next_index(index, "contentBlockStart", seq, offset)
         tool = start.get("toolUse")
         if isinstance(tool, dict):
             server = tool.get("type") == "server_tool_use"
@@ -215,7 +231,10 @@ class ConverseBuilder:
                 return
             if member == "reasoningContent" and isinstance(value, dict) and "redactedContent" in value:
                 kind = BlockKind.REDACTED_THINKING
-            self.announced.discard(index)
+            if index in self.announced:
+                self.announced.discard(index)
+            else:
+                self._next_index(index, f"contentBlockDelta ({member})", seq, offset)
             block = self._new_block(index, kind)
         kind = block.kind
         if member == "text" and kind is BlockKind.TEXT and isinstance(value, str):
@@ -301,7 +320,7 @@ class ConverseBuilder:
 
     def _metadata(self, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         if not self.open_message and not self.stopped:
-            self._begin(seq, offset, implicit=True)
+            self._begin(seq, offset, missing_start="metadata")
         if self.judge.reopened("the metadata", "metadata", seq, offset):
             return
         self.judge.close("the metadata", "metadata", seq, offset)  # one usage report per message
@@ -356,7 +375,7 @@ class Assembler:
     def __init__(self) -> None:
         self.turn = Turn(Dialect.BEDROCK_CONVERSE)
         self.judge = Judge(self.turn)
-        self.builder = ConverseBuilder(self.turn, self.judge)
+        self.builder = ConverseBuilder(self.turn, self.judge, ordered=True)
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if not isinstance(event, EventStreamMessage):
