@@ -4,7 +4,13 @@ Blocks are keyed by ``output_index`` (item ids rotate behind some gateways) and 
 part's own index; a delta for an item or part that was never announced is corrupt,
 as is a gap or step back in ``sequence_number``. The terminal event decides:
 ``response.completed`` / ``response.incomplete`` (by ``incomplete_details.reason``) /
-``response.failed``; an ``error`` event makes the turn errored.
+``response.failed``; an ``error`` event makes the turn errored, as does any payload with a
+truthy top-level ``error`` (the openai SDK raises ``APIError`` on it, whatever the event).
+Every lifecycle and terminal event names the same response id (§2.4): a second
+``response.created`` / ``.queued`` / ``.in_progress`` under another id, or a terminal event
+under another id, means two responses in one body (a cut stream followed by another): corrupt.
+GitHub Copilot rewrites every id on every event; once a stream shows that (its first
+``.in_progress`` or an item event under another id), only a repeated start event tells.
 
 Closed units: ``output_text.done`` / ``content_part.done`` (and their refusal, reasoning
 and summary kin) close a part, ``function_call_arguments.done`` a call's arguments,
@@ -38,6 +44,8 @@ INCOMPLETE = {
 
 # item types the client executes: tool calls with arguments
 CLIENT_CALLS = {"function_call", "custom_tool_call"}
+# lifecycle events a response sends once, before its output
+STARTS = ("response.created", "response.queued", "response.in_progress")
 # events that only report progress
 PROGRESS_SUFFIXES = (".in_progress", ".searching", ".interpreting", ".generating", ".completed", ".failed", ".partial_image")
 
@@ -52,6 +60,9 @@ class Assembler(AssemblerBase):
         self._items: dict[int, dict[str, Any]] = {}  # output_index -> item from output_item.added/done
         self._item_index: dict[str, int] = {}  # item id -> output_index
         self._open_items: set[int] = set()  # added, not yet done
+        self._first_response: tuple[str, WireEvent] | None = None  # the first response id and its event
+        self._starts_seen: set[str] = set()
+        self._ids_rotate = False  # the gateway rewrites ids per event: another id proves nothing alone
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if not isinstance(event, SSEEvent):
@@ -71,6 +82,10 @@ class Assembler(AssemblerBase):
         if kind is None:
             kind = event.event
         self._check_sequence(obj, event)
+        if obj.get("error") and kind != "error":
+            # the SDK raises on it: the app sees an error, not this event
+            self.errored(event, {**error_fields(obj), "event": kind})
+            return
         handler = getattr(self, "_on_" + kind.replace(".", "_"), None)
         if handler is not None:
             handler(obj, event, t)
@@ -96,25 +111,45 @@ class Assembler(AssemblerBase):
             )
 
     # -- lifecycle ----------------------------------------------------------------------
-    def _lifecycle(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def _lifecycle(self, obj: dict[str, Any], event: WireEvent) -> dict[str, Any]:
         response = as_dict(obj.get("response"))
+        name = as_str(obj.get("type")) or getattr(event, "event", "")
+        repeated = name in self._starts_seen
+        if name in STARTS:
+            self._starts_seen.add(name)
         if response:
-            if as_str(response.get("id")):
-                if self.turn.response_id and response["id"] != self.turn.response_id:
-                    self.note(f"response id changed from {self.turn.response_id} to {response['id']}")
-                self.turn.response_id = self.turn.response_id or response["id"]
+            self._response_id(as_str(response.get("id")), name, repeated, event)
             self.turn.model = self.turn.model or as_str(response.get("model"))
             if isinstance(response.get("usage"), dict):
                 self._usage(response["usage"])
         return response
 
+    def _response_id(self, new: str | None, name: str, repeated: bool, event: WireEvent) -> None:
+        if not new:
+            return
+        if self._first_response is None:
+            self._first_response = (new, event)
+            self.turn.response_id = new
+            return
+        first_id, first = self._first_response
+        if new == first_id:
+            return
+        if repeated or (name not in STARTS and not self._ids_rotate):
+            self.corrupt(f"response id changed from {first_id} (seq {first.seq}, byte {first.start}) to {new} "
+                         f"at {name} (seq {event.seq}, byte {event.start}): two responses in one stream",
+                         event, first_response_id=first_id, response_id=new, first_seq=first.seq,
+                         first_offset=first.start)
+            return
+        self._ids_rotate = True
+        self.note(f"response id changed from {first_id} to {new}")
+
     def _on_response_created(self, obj, event, t):
-        self._lifecycle(obj)
+        self._lifecycle(obj, event)
 
     _on_response_queued = _on_response_in_progress = _on_response_created
 
     def _on_response_completed(self, obj, event, t):
-        response = self._lifecycle(obj)
+        response = self._lifecycle(obj, event)
         if self._open_items:
             index = min(self._open_items)
             kind = self._items[index].get("type")
@@ -127,13 +162,13 @@ class Assembler(AssemblerBase):
         self.terminal(event, status, normalized, "response.completed")
 
     def _on_response_incomplete(self, obj, event, t):
-        response = self._lifecycle(obj)
+        response = self._lifecycle(obj, event)
         self._final_output(response.get("output"), event, t)
         reason = as_str(as_dict(response.get("incomplete_details")).get("reason"))
         self.terminal(event, f"incomplete:{reason}", INCOMPLETE.get(reason, "other"), "response.incomplete")
 
     def _on_response_failed(self, obj, event, t):
-        response = self._lifecycle(obj)
+        response = self._lifecycle(obj, event)
         error = response.get("error") or {"message": "response.failed"}
         self.errored(event, {**error_fields({"error": error}), "event": "response.failed"})
         self.terminal(event, "failed", "error", "response.failed")
@@ -150,6 +185,9 @@ class Assembler(AssemblerBase):
         if index is None or index not in self._items:
             self.corrupt(f"{obj.get('type')} for output item {index if index is not None else obj.get('item_id')} that was never added", event)
             return None
+        added_id, item_id = as_str(self._items[index].get("id")), as_str(obj.get("item_id"))
+        if added_id and item_id and item_id != added_id:
+            self._ids_rotate = True
         if self.reopened(f"output item {index}", str(obj.get("type")), event):
             return None
         return index

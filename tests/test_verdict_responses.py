@@ -1,0 +1,164 @@
+"""Responses verdicts that must never be complete (provider-streams.md §2): a payload with a
+top-level "error" (the openai SDK raises on it), and two responses stitched into one body
+(§2.4: the response id must not change between lifecycle events)."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import openai
+import orjson
+import pytest
+from provider_streams import openai_responses, sse_spans
+
+from streamtap.providers import Dialect, VerdictKind, analyze_bytes
+
+RESPONSES = Dialect.OPENAI_RESPONSES
+
+
+def sse(data: dict | str, event: str | None = None) -> bytes:
+    payload = data if isinstance(data, str) else orjson.dumps(data).decode()
+    return (f"event: {event}\n" if event else "").encode() + f"data: {payload}\n\n".encode()
+
+
+def ev(kind: str, **fields) -> bytes:
+    return sse({"type": kind, **fields}, kind)
+
+
+ITEM = {"id": "m1", "type": "message", "status": "completed", "role": "assistant",
+        "content": [{"type": "output_text", "text": "Hello", "annotations": []}]}
+
+
+def response(rid: str, status: str = "completed", output: list | None = None) -> dict:
+    return {"id": rid, "object": "response", "status": status, "model": "gpt", "output": output or []}
+
+
+def start(rid: str) -> bytes:
+    return (ev("response.created", response=response(rid, "in_progress"))
+            + ev("response.in_progress", response=response(rid, "in_progress")))
+
+
+def output() -> bytes:
+    return (ev("response.output_item.added", output_index=0, item={**ITEM, "content": []})
+            + ev("response.content_part.added", item_id="m1", output_index=0, content_index=0,
+                 part={"type": "output_text", "text": ""})
+            + ev("response.output_text.delta", item_id="m1", output_index=0, content_index=0, delta="Hello")
+            + ev("response.output_text.done", item_id="m1", output_index=0, content_index=0, text="Hello")
+            + ev("response.content_part.done", item_id="m1", output_index=0, content_index=0, part=ITEM["content"][0])
+            + ev("response.output_item.done", output_index=0, item=ITEM))
+
+
+def completed(rid: str) -> bytes:
+    return ev("response.completed", response=response(rid, output=[ITEM]))
+
+
+def whole(rid: str) -> bytes:
+    return start(rid) + output() + completed(rid)
+
+
+def judged(body: bytes):
+    return analyze_bytes(body, RESPONSES)
+
+
+def sdk_raises(body: bytes) -> bool:
+    def upstream(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    client = openai.OpenAI(api_key="sk-test", base_url="http://127.0.0.1:9/v1", max_retries=0,
+                           http_client=httpx.Client(transport=httpx.MockTransport(upstream)))
+    try:
+        for _ in client.responses.create(model="m", input="hi", stream=True):
+            pass
+    except openai.APIError:
+        return True
+    return False
+
+
+def test_the_constructed_stream_is_complete():
+    assert judged(whole("resp_A")).verdict.kind is VerdictKind.COMPLETE
+
+
+# -- (a) a payload with a top-level "error" ---------------------------------------------------
+
+ERROR_PAYLOADS = {
+    "no type, no event line": sse('{"error":{"type":"server_error","message":"boom"}}'),
+    "error as a string": sse('{"error":"boom"}'),
+    "on a typed event": ev("response.output_text.delta", item_id="m1", output_index=0, content_index=0,
+                           delta="", error={"type": "server_error", "message": "boom"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ERROR_PAYLOADS))
+def test_a_top_level_error_then_completed_is_errored_as_the_sdk_raises(name):
+    body = start("resp_A") + output() + ERROR_PAYLOADS[name] + completed("resp_A")
+    assert sdk_raises(body)
+    verdict = judged(body).verdict
+    assert verdict.kind is VerdictKind.ERRORED, verdict
+    assert "boom" in verdict.reason
+    assert verdict.seq == 8
+
+
+@pytest.mark.parametrize("empty", ["null", "{}", '""', "false"])
+def test_an_empty_error_field_is_not_an_error(empty):
+    body = start("resp_A") + output() + sse(f'{{"error":{empty}}}') + completed("resp_A")
+    assert not sdk_raises(body)
+    assert judged(body).verdict.kind is VerdictKind.COMPLETE
+
+
+# -- (b) two responses in one body --------------------------------------------------------------
+
+def test_a_terminal_event_of_another_response_is_corrupt_and_names_both_ids():
+    for terminal in (completed("resp_B"),
+                     ev("response.incomplete", response={**response("resp_B", "incomplete", [ITEM]),
+                                                         "incomplete_details": {"reason": "max_output_tokens"}})):
+        analysis = judged(start("resp_A") + output() + terminal)
+        assert analysis.verdict.kind is VerdictKind.CORRUPT, analysis.verdict
+        assert "resp_A" in analysis.verdict.reason and "resp_B" in analysis.verdict.reason
+        assert analysis.turn.response_id == "resp_A"
+
+
+def test_a_cut_response_followed_by_a_whole_one_is_corrupt():
+    analysis = judged(ev("response.created", response=response("resp_X", "in_progress")) + whole("resp_A"))
+    assert analysis.verdict.kind is VerdictKind.CORRUPT, analysis.verdict
+    assert "from resp_X" in analysis.verdict.reason and "to resp_A" in analysis.verdict.reason
+    assert analysis.verdict.seq == 1
+
+
+def test_a_second_in_progress_under_another_id_is_corrupt():
+    body = start("resp_A") + ev("response.in_progress", response=response("resp_B", "in_progress")) + output() \
+        + completed("resp_A")
+    assert judged(body).verdict.kind is VerdictKind.CORRUPT
+
+
+def test_a_repeated_lifecycle_event_with_the_same_id_is_still_complete():
+    body = start("resp_A") + start("resp_A") + output() + completed("resp_A")
+    assert judged(body).verdict.kind is VerdictKind.COMPLETE
+
+
+def test_every_cut_of_a_stream_without_sequence_numbers_followed_by_another_is_never_complete():
+    first = re.sub(rb'"sequence_number":\d+,', b"", openai_responses(["Hel", "lo", " there"]))
+    second = first.replace(b"resp_T1", b"resp_T2")
+    assert judged(second).verdict.kind is VerdictKind.COMPLETE
+    for _, end in sse_spans(first)[:-1]:
+        assert judged(first[:end] + second).verdict.kind is not VerdictKind.COMPLETE, end
+
+
+def test_ids_rewritten_on_every_event_stay_complete_but_a_second_created_does_not():
+    # GitHub Copilot rewrites every id per event (the real capture github-copilot-id-rotation)
+    rotating = (ev("response.created", response=response("id-1", "in_progress"))
+                + ev("response.in_progress", response=response("id-2", "in_progress"))
+                + output() + completed("id-3"))
+    analysis = judged(rotating)
+    assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
+    assert analysis.turn.response_id == "id-1"
+    stitched = ev("response.created", response=response("id-0", "in_progress")) + rotating
+    assert judged(stitched).verdict.kind is VerdictKind.CORRUPT
+
+
+def test_item_ids_rewritten_per_event_excuse_another_id_at_the_terminal_event():
+    rotated = output().replace(b'"item_id":"m1"', b'"item_id":"m2"')
+    body = ev("response.created", response=response("id-1", "in_progress")) + rotated + completed("id-3")
+    assert judged(body).verdict.kind is VerdictKind.COMPLETE
+    body = ev("response.created", response=response("id-1", "in_progress")) + output() + completed("id-3")
+    assert judged(body).verdict.kind is VerdictKind.CORRUPT
