@@ -12,7 +12,7 @@ import json
 
 import anthropic
 import pytest
-from test_providers_anthropic import START, LoopbackServer, end, sdk_final_message, sse, text_block
+from test_providers_anthropic import START, LoopbackServer, end, loopback, sdk_final_message, sse, text_block  # noqa: F401 (loopback: a fixture)
 
 from streamtap.providers import Dialect, VerdictKind, analyze_bytes
 from streamtap.wire import encode_message
@@ -21,12 +21,6 @@ HEAD = sse(START, *text_block(0, "Hi"))
 TAIL = sse(*end("end_turn"))
 OVERLOADED = {"type": "overloaded_error", "message": "Overloaded"}
 
-
-@pytest.fixture(scope="module")
-def loopback():
-    server = LoopbackServer()
-    yield server
-    server.stop()
 
 
 def error_event(data: str) -> bytes:

@@ -47,11 +47,16 @@ def test_chunks_without_a_response_id_are_not_compared(framing):
         assert judged(lines, framing).verdict.kind is VerdictKind.COMPLETE, ids
 
 
-def test_a_real_capture_with_another_response_id_on_its_last_chunk_is_corrupt():
-    path = vercel("google", "google-text.chunks.txt")
+def real_lines(name: str) -> list[bytes]:
+    """The chunks of a real Gemini capture (the AI SDK's), or a skip saying it is absent."""
+    path = vercel("google", name)
     if not path.exists():
         pytest.skip(f"{path} is absent")
-    lines = chunk_lines(path)
+    return chunk_lines(path)
+
+
+def test_a_real_capture_with_another_response_id_on_its_last_chunk_is_corrupt():
+    lines = real_lines("google-text.chunks.txt")
     last = orjson.loads(lines[-1])
     assert last["responseId"]
     lines[-1] = orjson.dumps({**last, "responseId": "retry-" + last["responseId"]})
@@ -82,10 +87,7 @@ def test_an_open_call_under_a_limit_or_without_a_finish_keeps_its_verdict():
 
 
 def test_a_real_streamed_call_capture_without_its_closing_part_is_not_complete():
-    path = vercel("google", "google-stream-tool-call-arguments.chunks.txt")
-    if not path.exists():
-        pytest.skip(f"{path} is absent")
-    lines = chunk_lines(path)
+    lines = real_lines("google-stream-tool-call-arguments.chunks.txt")
     last = orjson.loads(lines[-1])
     assert last["candidates"][0]["content"]["parts"] == [{"functionCall": {}}]  # the second call's closing part
     last["candidates"][0]["content"]["parts"] = [{"text": ""}]
