@@ -198,6 +198,16 @@ class AssemblerBase:
         seq, offset = self._where(event)
         self.judge.corrupt(reason, seq, offset, **evidence)
 
+    def second_generation(self, what: str, first: tuple[str, WireEvent], value: str, event: WireEvent,
+                          **evidence: Any) -> None:
+        """``what``, an id every event of one generation repeats, is ``value`` at ``event`` where it
+        was ``first`` (the value and its event): another generation was stitched on (a retry after
+        a cut, say). Corrupt, naming both."""
+        first_value, at = first
+        self.corrupt(f"{what} changed from {first_value} (seq {at.seq}, byte {at.start}) to {value} at seq {event.seq} "
+                     f"(byte {event.start}): two generations in one stream", event, first_seq=at.seq,
+                     first_offset=at.start, **evidence)
+
     def errored(self, event: WireEvent | None, error: dict[str, Any]) -> None:
         seq, offset = self._where(event)
         self.judge.errored({"source": "stream", **error}, seq, offset)

@@ -113,11 +113,8 @@ class Assembler(AssemblerBase):
         if self._first_response_id is None:
             self._first_response_id = (response_id, event)
             return
-        first_id, first = self._first_response_id
-        if response_id != first_id:
-            self.corrupt(f"responseId changed from {first_id} (seq {first.seq}, byte {first.start}) to "
-                         f"{response_id} at seq {event.seq} (byte {event.start}): two generations in one stream",
-                         event, first_seq=first.seq, first_offset=first.start)
+        if response_id != self._first_response_id[0]:
+            self.second_generation("responseId", self._first_response_id, response_id, event)
 
     def tail(self, event: Tail) -> bool:
         """An error the server wrote as raw (multi-line) JSON without ``data:`` lines; the

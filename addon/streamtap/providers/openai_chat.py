@@ -113,10 +113,7 @@ class Assembler(AssemblerBase):
             if self._chunk_id is None:
                 self._chunk_id, self._chunk_id_at = chunk_id, event
             elif chunk_id != self._chunk_id:
-                first = self._chunk_id_at
-                self.corrupt(f"chunk id changed from {self._chunk_id} (seq {first.seq}, byte {first.start}) to "
-                             f"{chunk_id} at seq {event.seq} (byte {event.start}): two generations in one stream",
-                             event, first_seq=first.seq, first_offset=first.start)
+                self.second_generation("chunk id", (self._chunk_id, self._chunk_id_at), chunk_id, event)
         if turn.response_id is None:
             turn.response_id = self._chunk_id
         usage = obj.get("usage")
