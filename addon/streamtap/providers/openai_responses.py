@@ -23,7 +23,10 @@ deltas assembled; where they disagree the stream is corrupt ("the deltas disagre
 the final response at block N, byte B"), so a delta lost, repeated or reordered in flight
 shows even without ``sequence_number``. Where the deltas sent nothing the snapshot fills
 the block, and a reasoning item's ``encrypted_content`` (the thinking signature) is the
-snapshot's.
+snapshot's. A terminal ``output`` list that leaves out an item the stream finished is corrupt
+too (the app gets that list; the ChatGPT Codex backend sends ``[]``); found by item id, or by
+position and type where ids rotate. A null or absent ``output`` is no contradiction: the SDK
+rebuilds it from the ``output_item.done`` items.
 """
 
 from __future__ import annotations
@@ -131,14 +134,12 @@ class Assembler(AssemblerBase):
             self._first_response = (new, event)
             self.turn.response_id = new
             return
-        first_id, first = self._first_response
+        first_id = self._first_response[0]
         if new == first_id:
             return
         if repeated or (name not in STARTS and not self._ids_rotate):
-            self.corrupt(f"response id changed from {first_id} (seq {first.seq}, byte {first.start}) to {new} "
-                         f"at {name} (seq {event.seq}, byte {event.start}): two responses in one stream",
-                         event, first_response_id=first_id, response_id=new, first_seq=first.seq,
-                         first_offset=first.start)
+            self.second_generation(f"response id ({name})", self._first_response, new, event,
+                                   first_response_id=first_id, response_id=new)
             return
         self._ids_rotate = True
         self.note(f"response id changed from {first_id} to {new}")
@@ -228,7 +229,10 @@ class Assembler(AssemblerBase):
         if self.reopened(f"output item {index}", "response.output_item.done", event):
             return
         self.close_unit(f"output item {index}", "response.output_item.done", event)
-        self._items[index] = {"type": item.get("type")}  # only its type is read later: the item holds the whole text
+        # only its type and id are read later (the item holds the whole text); an id that changed
+        # since output_item.added cannot find the item in the final response
+        added_id = self._items[index].get("id")
+        self._items[index] = {"type": item.get("type"), "id": added_id if item.get("id") == added_id else None}
         self._open_items.discard(index)
         kind = as_str(item.get("type"))
         self._agree(index, item, event, "response.output_item.done")
@@ -285,10 +289,30 @@ class Assembler(AssemblerBase):
     def _final_output(self, output: Any, event: WireEvent, t: float | None) -> None:
         """The terminal event's output: compared with what the deltas assembled, then what the stream lacked."""
         if isinstance(output, list):
+            self._left_out(output, event)
             for index, item in enumerate(output):
                 if index in self._items and isinstance(item, dict):
                     self._agree(index, item, event, "the final response")
         self._fill_from_output(output, t)
+
+    def _left_out(self, output: list[Any], event: WireEvent) -> None:
+        """An item the stream delivered (output_item.done) that the final response's list lacks: the SDK
+        hands the app that list (``get_final_response``), so the app loses what the stream showed. An
+        item still open was cut: response.incomplete says why, after response.completed it is corrupt already."""
+        final_ids = {as_str(item.get("id")) for item in output if isinstance(item, dict)}
+        for index in sorted(self._items.keys() - self._open_items):
+            kind, item_id = as_str(self._items[index].get("type")), as_str(self._items[index].get("id"))
+            if kind is None or (item_id is not None and item_id in final_ids):
+                continue
+            if self._ids_rotate or item_id is None:
+                # ids rotate (GitHub Copilot) or the server sent none: the item's position and type tell
+                final = as_dict(output[index]) if index < len(output) else {}
+                if final.get("type") == kind:
+                    continue
+            named = f"{kind} {item_id}" if item_id else kind
+            self.corrupt(f"the deltas disagree with the final response: it leaves out output item {index} ({named})",
+                         event, output_index=index, item_id=item_id, item_type=kind, final_items=len(output))
+            return
 
     def _agree(self, index: int, item: dict[str, Any], event: WireEvent | None, source: str) -> None:
         """Compare a finished item with the blocks its deltas grew: a difference is corrupt.
