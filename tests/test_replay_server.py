@@ -396,3 +396,35 @@ def test_serve_takes_a_fault_that_fits_one_of_the_recordings(tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_an_http_1_0_client_gets_the_body_as_it_is_ended_by_the_close(library):
+    """RFC 9112: no Transfer-Encoding to an HTTP/1.0 client; the body runs to the close."""
+    frames = openai_chat_frames()
+    with _server(library) as server:
+        host, port = server.base_url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.0\r\ncontent-type: application/json\r\n"
+                         b"content-length: %d\r\n\r\n" % len(OPENAI_BODY) + OPENAI_BODY)
+            data = b""
+            while piece := sock.recv(65536):
+                data += piece
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert b"transfer-encoding" not in head.lower() and b"connection: close" in head
+    assert body == b"".join(frames)
+
+
+def test_a_client_that_leaves_mid_stream_costs_no_traceback_and_the_next_is_served(library, caplog):
+    with _server(library, "stall:after=2,secs=0.5") as server:
+        host, port = server.base_url.removeprefix("http://").split(":")
+        with caplog.at_level("ERROR"):
+            sock = socket.create_connection((host, int(port)), timeout=10)
+            sock.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                         f"content-length: {len(OPENAI_BODY)}\r\n\r\n".encode() + OPENAI_BODY)
+            assert sock.recv(100)
+            time.sleep(0.1)  # the rest of what was sent sits unread: the close resets the connection
+            sock.close()
+            time.sleep(0.8)  # past the stall: the server writes to a connection that is gone
+        data, how = _raw_exchange(server.base_url, OPENAI_BODY)
+    assert how == "complete"
+    assert "Unhandled exception" not in caplog.text and "Traceback" not in caplog.text, caplog.text

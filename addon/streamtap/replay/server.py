@@ -251,7 +251,10 @@ class ReplayServer:
     async def _stream(self, source: Source, the_plan: Plan, writer: asyncio.StreamWriter, request: _Request) -> None:
         head = [f"HTTP/1.1 {source.status} {_reason(source.status)}"]
         head += [f"{k}: {v}" for k, v in source.headers if k.lower() not in HOP_BY_HOP]
-        head += ["transfer-encoding: chunked", "connection: keep-alive" if request.keep_alive else "connection: close"]
+        if request.chunked:
+            head += ["transfer-encoding: chunked", "connection: keep-alive" if request.keep_alive else "connection: close"]
+        else:  # the close ends the body: clean and abort look alike to such a client
+            head += ["connection: close"]
         head += [f"{k}: {v}" for k, v in the_plan.headers]  # e.g. the faults it carries, for whatever records it
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1", "replace"))
         await writer.drain()
@@ -263,13 +266,17 @@ class ReplayServer:
         writes = the_plan.writes
         # a clean end due with the last write leaves in the same segment: a proxy in front then
         # sees the body end before the client can react to the last event (and hang up)
-        terminated = style == "clean" and bool(writes) and the_plan.end.at <= writes[-1].at
+        terminated = style == "clean" and bool(writes) and the_plan.end.at <= writes[-1].at and request.chunked
         for i, write in enumerate(writes):
             delay = start + write.at - loop.time()
             if delay > 0:
                 await _sleep_until(loop, start + write.at)
+            if writer.transport.is_closing():  # the client left while we waited (writing now would raise elsewhere)
+                raise ConnectionResetError("the client closed the connection")
             last = terminated and i == len(writes) - 1
-            if write.data:  # writelines: scatter-gather, no copy of a large body
+            if not request.chunked:
+                writer.write(write.data)
+            elif write.data:  # writelines: scatter-gather, no copy of a large body
                 writer.writelines((b"%x\r\n" % len(write.data), write.data, b"\r\n0\r\n\r\n" if last else b"\r\n"))
             elif last:
                 writer.write(b"0\r\n\r\n")
@@ -278,7 +285,7 @@ class ReplayServer:
         if delay > 0:
             await _sleep_until(loop, start + the_plan.end.at)
         if style == "clean":
-            if not terminated:
+            if request.chunked and not terminated:
                 writer.write(b"0\r\n\r\n")
                 await writer.drain()
             if not request.keep_alive:
@@ -360,6 +367,7 @@ class _Request:
     headers: dict[str, str]
     body: bytes
     keep_alive: bool
+    chunked: bool = True  # the client speaks HTTP/1.1: an HTTP/1.0 one reads a body that ends at the close
 
 
 class _RequestReader:
@@ -453,7 +461,9 @@ def _request(event: h11.Request, body: bytes) -> _Request:
     headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in event.headers}  # names come lower-cased
     connection = headers.get("connection", "").lower()
     keep_alive = "close" not in connection and (event.http_version != b"1.0" or "keep-alive" in connection)
-    return _Request(event.method.decode("ascii").upper(), event.target.decode("latin-1"), headers, body, keep_alive)
+    chunked = event.http_version != b"1.0"  # RFC 9112: no Transfer-Encoding to an HTTP/1.0 client
+    return _Request(event.method.decode("ascii").upper(), event.target.decode("latin-1"), headers, body,
+                    keep_alive and chunked, chunked)
 
 
 async def _send_json(writer: asyncio.StreamWriter, status: int, body: Any, close: bool = False, head_only: bool = False) -> None:
