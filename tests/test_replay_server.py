@@ -381,6 +381,7 @@ def test_serve_refuses_at_start_a_fault_that_fits_none_of_the_recordings(tmp_pat
         ("cut:at=tool-args", "has no tool-args position (nor any of the other 1 recordings)"),
         ("cut:event=500", "event 500 does not exist"),
         ("drop:event=500", "event 500 does not exist"),
+        ("swap-tail:with=no-tool.jsonl,at=500", "event 500 does not exist"),  # checked once its recording is loaded
     ]:
         result = subprocess.run([*STREAMTAP, "serve", str(tmp_path), "--fault", fault], capture_output=True, text=True, timeout=10)
         assert result.returncode == 2, (fault, result.stderr)

@@ -819,19 +819,19 @@ def _decoder(wire: str):
     return {"eventstream": w.EventStreamDecoder, "ndjson": w.NDJSONDecoder, "json-array": w.JSONArrayDecoder}.get(wire, w.SSEDecoder)()
 
 
-def unfit_faults(faults: list[Fault], sources: list[Source]) -> list[str]:
+def unfit_faults(faults: list[Fault], sources: list[Source], others: dict[str, Source] | None = None) -> list[str]:
     """Why each fault that fits none of ``sources`` does not fit (a cut position no recording
     has, an event past every recording's end, an error kind for another wire format), so a
     server can refuse it at start instead of answering every request with an error.
-    swap-tail is left to the server, which loads the recording it names."""
+    swap-tail is checked only given ``others``, the recordings it names (the server loads them)."""
     reasons = []
     for fault in faults:
-        if fault.kind == "swap-tail" or not sources:
+        if (fault.kind == "swap-tail" and others is None) or not sources:
             continue
         first_reason = None
         for source in sources:
             try:
-                plan(source, [fault])
+                plan(source, [fault], others=others or {})
                 break
             except FaultSpecError as exc:
                 first_reason = first_reason or str(exc)

@@ -27,7 +27,7 @@ from typing import Any
 
 import h11
 
-from .faults import Fault, FaultSpecError, Plan, Timing, parse_faults, plan
+from .faults import Fault, FaultSpecError, Plan, Timing, parse_faults, plan, unfit_faults
 from .match import Library
 from .source import Source, load_source
 
@@ -105,6 +105,10 @@ class ReplayServer:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> ReplayServer:
         self._load_others(self.options.faults)
+        swaps = [fault for fault in self.options.faults if fault.kind == "swap-tail"]
+        unfit = unfit_faults(swaps, [entry.source for entry in self.library.entries], self._others)
+        if unfit:  # refused now, like every other fault that fits no recording, not with a 400 per request
+            raise FaultSpecError("; ".join(unfit))
         self._server = await asyncio.start_server(self._connection, host, port, backlog=1024)
         self.host, self.port = self._server.sockets[0].getsockname()[:2]
         return self
