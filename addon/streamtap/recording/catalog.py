@@ -26,6 +26,7 @@ import zstandard
 from streamtap.providers.model import model_of
 
 from .compress import SUFFIX, decompress_checked, is_compressed
+from .reader import HeaderCut
 from .writer import FORMAT, PARTIAL_SUFFIX, RecordingError
 
 RECORDING_SUFFIXES = (".jsonl", ".jsonl" + SUFFIX)
@@ -173,8 +174,8 @@ def read_ends(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, str | 
         if header is None or header.get("type") != "header" or not str(header.get("format", "")).startswith(
             "streamtap-recording/"
         ):
-            if path.name.endswith(PARTIAL_SUFFIX) or path.name.endswith(PARTIAL_SUFFIX + SUFFIX):
-                raise RecordingError(f"recording incomplete at byte {len(head)}: the writer stopped before its header was whole")
+            if path.name.endswith((PARTIAL_SUFFIX, PARTIAL_SUFFIX + SUFFIX)):
+                raise HeaderCut(f"recording incomplete at byte {len(head)}: the writer stopped before its header was whole")
             raise NotARecording(f"{path} is not a streamtap recording (line 1 is not a recording header)")
         if header["format"] != FORMAT:
             raise RecordingError(f"the recording is {header['format']}, this streamtap reads {FORMAT}")
@@ -232,7 +233,7 @@ def recording_row(path: Path) -> dict[str, Any]:
         raise RecordingError(f"its start time {started} is not seconds since 1970 (at most year 9999)")
     row = {
         "started": started,
-        "day": time.strftime("%Y-%m-%d", time.gmtime(started)),
+        "day": _day(started),
         "provider": _text(header.get("dialect")) or "unknown",
         "model": model_of(_text(turn.get("model")), url, request.get("body")),
         "verdict": _text(verdict.get("kind")),
@@ -260,6 +261,10 @@ def recording_row(path: Path) -> dict[str, Any]:
     }
     _check_values(row)
     return row
+
+
+def _day(started: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(started))  # UTC
 
 
 def _check_values(row: dict[str, Any]) -> None:
@@ -292,7 +297,7 @@ def damaged_row(path: Path, problem: str) -> dict[str, Any]:
         started, size = 0.0, None
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
     row.update(
-        started=started, day=time.strftime("%Y-%m-%d", time.gmtime(started)), provider="unknown",
+        started=started, day=_day(started), provider="unknown",
         path=str(path), file_complete=False, problem=problem, recording_bytes=size,
     )  # fmt: skip
     return row

@@ -18,6 +18,7 @@ import duckdb
 import orjson
 
 from .catalog import COLUMNS, Found, NotARecording, being_written, damaged_row, recording_row
+from .reader import HeaderCut
 from .writer import RecordingError
 
 VERDICT_ORDER = ("complete", "stopped_by_limit", "filtered", "errored", "truncated", "corrupt", "unknown")
@@ -72,7 +73,7 @@ def read_rows(found: Iterable[Found], *, skip: set[str] = frozenset(), loaded: L
         except RecordingError as exc:
             if item.named:
                 raise RecordingError(f"{item.path}: {exc}") from None
-            rows.append(damaged_row(item.path, str(exc) if str(exc).startswith("recording incomplete") else f"damaged: {exc}"))
+            rows.append(damaged_row(item.path, str(exc) if isinstance(exc, HeaderCut) else f"damaged: {exc}"))
     loaded.rows += len(rows)
     return rows
 
