@@ -41,8 +41,9 @@ def proxy(tmp_path_factory):
 
 def assert_recorded_exactly(proxy, name, client_bytes=None):
     rec = find_recording(proxy.record_dir, name)
-    sent = proxy.upstream.last(name).wire
-    assert proxy.upstream.last(name).done
+    served = proxy.upstream.last_done(name)
+    assert served.done, "the upstream did not finish sending"
+    sent = served.wire
     if client_bytes is not None:
         assert bytes(client_bytes) == sent, "the client did not receive the upstream's bytes unchanged"
     assert rec.body == sent, "the recording does not rebuild the body byte-exact"

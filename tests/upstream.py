@@ -82,6 +82,14 @@ class Upstream:
     def last(self, name: str) -> Served:
         return self.served[name][-1]
 
+    def last_done(self, name: str, timeout: float = 10) -> Served:
+        """The last request for ``name`` once its script has sent everything. The client can
+        hold the whole body before this thread marks it done, so a test waits for the mark."""
+        deadline = _time.monotonic() + timeout
+        while not self.last(name).done and _time.monotonic() < deadline:
+            _time.sleep(0.01)
+        return self.last(name)
+
     def release(self) -> None:
         self._release.set()
 
@@ -213,8 +221,8 @@ class Upstream:
             if script.cut_at is not None and sent + len(piece) > script.cut_at:
                 piece = piece[: script.cut_at - sent]
                 if piece:
+                    served.wire += piece  # before the write: a client may read it before this thread runs again
                     self._write(writer, piece, script)
-                    served.wire += piece
                     sent += len(piece)
                     await writer.drain()
                 await asyncio.sleep(0.05)  # let the bytes leave before the cut
@@ -224,10 +232,10 @@ class Upstream:
                 self._paused.set()
                 await asyncio.get_running_loop().run_in_executor(None, self._release.wait, 60)
             last = piece is pieces[-1]
+            served.wire += piece
             self._write(writer, piece, script)
             if last and script.framing == "chunked" and script.cut_at is None:
                 writer.write(b"0\r\n\r\n")  # in the same segment as the last event, as servers do
-            served.wire += piece
             sent += len(piece)
             await writer.drain()
             if script.gap and not last:
