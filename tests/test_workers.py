@@ -205,7 +205,7 @@ def test_a_worker_that_keeps_dying_at_once_is_restarted_less_and_less_often(capl
             seen["second"] = (workers.processes[0].alive, workers.restarts[0] is not None)
             workers.finish(held, "eof", None, None)
             seen["held"] = (held.dropped, list(workers.ops[0]))  # no operations for the next worker about it
-            seen["meanwhile"] = workers.open(SimpleNamespace(flow_id="late", detection=None), {}).dropped
+            seen["meanwhile"] = workers.open(SimpleNamespace(flow_id="late", started=0.0, detection=None), {}).dropped
             pid = await kill_when_running(pid)
             seen["waited"] = time.monotonic() - died
             await until(lambda: workers.quick_deaths[0] == 3)
@@ -608,7 +608,7 @@ def test_a_worker_that_takes_no_work_gets_no_more_flows_than_a_bounded_backlog(m
         try:
             remotes, most = [], 0
             for i in range(3 * worker_module.MAX_UNSENT // len(prompt)):
-                remote = workers.open(SimpleNamespace(flow_id=f"f{i}", detection=None, body=prompt), {})
+                remote = workers.open(SimpleNamespace(flow_id=f"f{i}", started=0.0, detection=None, body=prompt), {})
                 workers.stream(remote)(b"data: {}\n\n")
                 workers.send()
                 most = max(most, len(process.unsent))
@@ -763,3 +763,40 @@ def test_a_proxy_that_stops_while_a_restart_waits_still_notes_why_the_recording_
     assert [op[0] for op in waiting] == [ORPHANED]  # for the worker that did not start
     notes = [note["message"] for note in read_recording(remote.recording).notes]
     assert any(message.startswith("analysis: streamtap's analysis worker died at byte") for message in notes), notes
+
+
+def test_a_worker_killed_before_it_said_its_recordings_name_still_gets_the_note_in_it(tmp_path):
+    """The worker names a flow's recording to the proxy only after the batch that opened it is
+    done. Killed in between (here: while it analyses a large first read), the proxy does not know
+    the name; the next worker finds the recording by the flow's start and id and notes why it stops."""
+    from streamtap.mitm.flowspec import FlowSpec
+    from streamtap.recording import read_recording
+
+    flow = openai_flow()
+    settings = dict(directory=str(tmp_path), fsync="never", redact=[], redact_allow=[], sentinel=None,
+                    max_event_size=1 << 20, record=True, compress="none")  # fmt: skip
+    body = streams.openai_chat([f"w{i} " for i in range(40_000)])  # seconds of analysis in one batch
+
+    async def run() -> tuple:
+        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda *a: None, lost=lambda *a: None)
+        try:
+            await _until(lambda: workers.pids[0] is not None)
+            first = workers.pids[0]
+            remote = workers.open(FlowSpec.of(flow, None), settings)
+            workers.stream(remote)(body)  # goes with the OPEN, in one batch
+            await _until(lambda: list(tmp_path.glob("*.partial.jsonl")), timeout=10)
+            unnamed = remote.recording is None
+            os.kill(first, signal.SIGKILL)
+            await _until(lambda: workers.pids[0] not in (None, first) and workers.processes[0].alive)
+            path = next(tmp_path.glob("*.partial.jsonl"))
+            await _until(lambda: any(n.get("kind") == "streamtap_error" for n in read_recording(path).notes))
+            return unnamed, remote, read_recording(path)
+        finally:
+            workers.stop()
+
+    unnamed, remote, recording = asyncio.run(run())
+    assert unnamed, "the worker said the recording's name before it was killed: the case was not met"
+    assert remote.dropped and remote.dropped.startswith("streamtap's analysis worker died at byte")
+    notes = [note["message"] for note in recording.notes if note.get("kind") == "streamtap_error"]
+    assert notes == [f"analysis: {remote.dropped}; the recording ends where it stopped"], notes
+    assert not recording.complete_file

@@ -112,16 +112,18 @@ class _Forward(logging.Handler):
         return records
 
 
-def _note_orphaned(path: str, message: str) -> None:
-    """Say in a recording a dead worker left why it stops."""
-    from streamtap.recording import note_unfinished
+def _note_orphaned(path: str | None, message: str, directory: str | None, started: float, flow_id: str) -> None:
+    """Say in a recording a dead worker left why it stops. Without its path (the worker died
+    before it said it), the recording is looked for by the flow's start and id."""
+    from streamtap.recording import note_unfinished, partial_recordings
 
-    try:
-        noted = note_unfinished(path, "streamtap_error", f"analysis: {message}")
-    except OSError:
-        noted = False
-    if not noted:
-        log.warning(f"streamtap: {path}: cannot note in it that {message}")
+    for found in [path] if path else partial_recordings(directory, started, flow_id) if directory else []:
+        try:
+            noted = note_unfinished(found, "streamtap_error", f"analysis: {message}")
+        except OSError:
+            noted = False
+        if not noted:
+            log.warning(f"streamtap: {found}: cannot note in it that {message}")
 
 
 def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
@@ -195,7 +197,7 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
                     else:
                         results.append((FAILED, key, failed.pop(key, "the analysis worker never had this flow")))
                 elif kind == ORPHANED:  # a recording a dead worker left: say why it stops
-                    _note_orphaned(op[1], op[2])
+                    _note_orphaned(*op[1:])
                 elif kind == STOP:
                     for tap in taps.values():
                         tap.abandon()
@@ -245,6 +247,8 @@ class RemoteFlow:
     shard: int
     t0: float
     provider: str
+    started: float = 0.0  # the tap's wall-clock start, which names its recording
+    directory: str | None = None  # where its recording goes; None when it is not recorded
     # What the proxy and the worker know this run of the flow by. Not the flow's id: mitmproxy's
     # client replay sends the same flow, id and all, again, maybe before the first run's verdict is back.
     key: int = field(default_factory=_keys.__next__)
@@ -453,7 +457,8 @@ class Workers:
     def open(self, spec, settings: dict[str, Any]) -> RemoteFlow:
         shard = zlib.crc32(spec.flow_id.encode()) % len(self.processes)
         provider = spec.detection.dialect.value if spec.detection else "unknown"
-        remote = RemoteFlow(spec.flow_id, shard, time.monotonic(), provider, generation=self.generations[shard])
+        directory = settings["directory"] if settings.get("record") else None
+        remote = RemoteFlow(spec.flow_id, shard, time.monotonic(), provider, spec.started, directory, generation=self.generations[shard])
         self.flows[remote.key] = remote
         process = self.processes[shard]
         if not process.alive:  # it died, and its restart waits
@@ -650,8 +655,9 @@ class Workers:
         self._restart_after(index, wait)
         for remote in held:
             remote.dropped = f"streamtap's analysis worker died at byte {remote.sent}"
-            if remote.recording:  # the new worker notes it in the recording the dead one left
-                self._op(index, (ORPHANED, remote.recording, f"{remote.dropped}; the recording ends where it stopped"))
+            if remote.recording or (remote.opened and remote.directory):  # the new worker notes it in the recording the dead one left
+                why = f"{remote.dropped}; the recording ends where it stopped"
+                self._op(index, (ORPHANED, remote.recording, why, remote.directory, remote.started, remote.flow_id))
             remote.discard_reads()
             if remote.ended is not None:  # its verdict will not come
                 self.flows.pop(remote.key, None)
@@ -707,6 +713,6 @@ class Workers:
         for ops in self.ops:  # what is left was for a worker whose restart waited: its notes are written here
             for op in ops:
                 if op[0] == ORPHANED:
-                    _note_orphaned(op[1], op[2])
+                    _note_orphaned(*op[1:])
         for process in self.processes:
             process.stop(timeout)

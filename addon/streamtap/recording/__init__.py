@@ -30,6 +30,7 @@ from .writer import (
     frame_sum,
     note_unfinished,
     partial_name,
+    partial_recordings,
 )
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "note_unfinished",
     "open_recording",
     "partial_name",
+    "partial_recordings",
     "read_recording",
     "redact_header_value",
     "redact_headers",

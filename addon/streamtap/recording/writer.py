@@ -73,6 +73,17 @@ def partial_name(started: float, provider: str, flow_id: str) -> str:
     return f"{stamp(started)}_{_name_part(provider)}_{_name_part(flow_id.replace("-", "")[:12])}{PARTIAL_SUFFIX}"
 
 
+def partial_recordings(directory: str | os.PathLike[str], started: float, flow_id: str) -> list[Path]:
+    """The partial recordings in ``directory`` of the flow ``flow_id`` tapped at ``started``,
+    whatever provider its detection settled on: how a recording is found when the process that
+    made it died before saying its name."""
+    pattern = f"{stamp(started)}_*_{_name_part(flow_id.replace("-", "")[:12])}{PARTIAL_SUFFIX}"
+    try:
+        return sorted([*Path(directory).glob(pattern), *Path(directory).glob(pattern + SUFFIX)])
+    except OSError:
+        return []
+
+
 def final_name(started: float, provider: str, verdict: str, flow_id: str) -> str:
     return f"{stamp(started)}_{_name_part(provider)}_{_name_part(verdict)}_{_name_part(flow_id.replace("-", "")[:12])}.jsonl"
 
