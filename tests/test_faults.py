@@ -55,6 +55,10 @@ def verdict(kind: str, body: bytes):
         ("error:kind=teapot", "error kind is one of"),
         ("fragment:max=0", "max must be >= 1"),
         ("cut:event", "expected key=value"),
+        ("cut:event=3,event=5", "event is given twice"),
+        ("stall:after=2,secs=1,secs=9", "secs is given twice"),
+        ("cut:event=\u0663", "event must be a number"),  # an Arabic-Indic three
+        ("stall:after=1,secs=\uff11", "secs must be a number"),  # a fullwidth one
     ],
 )
 def test_bad_specs_say_what_is_wrong(spec, message):

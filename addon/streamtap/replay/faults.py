@@ -110,6 +110,8 @@ def parse_fault(spec: str) -> Fault:
         allowed = _PARAMS[kind]
         if key not in allowed:
             raise FaultSpecError(f"{spec!r}: {kind} takes {', '.join(allowed)}, not {key!r}")
+        if key in params:  # which one was meant cannot be told
+            raise FaultSpecError(f"{spec!r}: {key} is given twice")
         params[key] = _convert(spec, key, value, allowed[key])
     for key in _REQUIRED.get(kind, ()):
         if key not in params:
@@ -158,6 +160,8 @@ def _convert(spec: str, key: str, value: str, kind: Any) -> Any:
 def _number(spec: str, key: str, value: str, kind: Any) -> int | float:
     """A finite number within the key's range, or a FaultSpecError that says which."""
     try:
+        if not value.isascii():  # int() and float() take any script's digits; a spec is ASCII
+            raise ValueError(value)
         number = int(value, 0) if kind is int else float(value)
     except ValueError:
         whole = " (a whole one)" if kind is int else ""
