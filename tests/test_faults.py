@@ -159,6 +159,14 @@ def test_stall_pauses_after_event_n_in_fast_mode():
     assert p.body == b"".join(OPENAI)
 
 
+def test_a_stall_past_a_cut_is_not_reached_and_one_at_the_cut_holds_the_end():
+    past = served("openai", "cut:event=3; stall:after=10,secs=95")
+    assert past.body == b"".join(OPENAI[:4]) and past.end.at == 0 and all(w.at == 0 for w in past.writes)
+    assert any("not reached, the stream is cut at byte" in line for line in past.log), past.log
+    at_the_cut = served("openai", "stall:after=3,secs=7; cut:event=3")  # hang, then the cut
+    assert at_the_cut.body == past.body and at_the_cut.end.at == 7
+
+
 def test_original_timing_and_scale_follow_the_recorded_gaps():
     src = source("anthropic", gap_ms=10.0)
     original = plan(src, [], Timing.parse("original"))

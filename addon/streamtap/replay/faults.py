@@ -288,9 +288,11 @@ def plan(
     ends = _event_ends(frames)
     style = source.end_style
     stall_at: list[tuple[int, float]] = []
+    cut_at: int | None = None
     for fault in faults:
         if fault.kind == "cut":
             position, what = _cut_position(source, frames, ends, fault)
+            cut_at = position if cut_at is None else min(cut_at, position)
             pieces = _truncate(pieces, position)
             style = fault.params.get("style", "clean")
             log.append(f"{fault.spec}: {style} cut at byte {position} ({what})")
@@ -302,6 +304,11 @@ def plan(
                 position, what = _event_end(ends, n, fault), f"after event {n}"
             stall_at.append((position, fault.params["secs"]))
             log.append(f"{fault.spec}: stall {fault.params['secs']:g} s at byte {position} ({what})")
+    if cut_at is not None:  # a stall after the cut is never reached: the stream has ended
+        for position, secs in stall_at:
+            if position > cut_at:
+                log.append(f"stall {secs:g} s at byte {position}: not reached, the stream is cut at byte {cut_at}")
+        stall_at = [(position, secs) for position, secs in stall_at if position <= cut_at]
     for position, _secs in stall_at:
         pieces = _split_at(pieces, position)
     writes = _schedule(pieces, timing, stall_at)
