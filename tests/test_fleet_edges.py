@@ -155,3 +155,12 @@ def test_a_compressed_recording_cut_in_its_last_frame_checksum_is_not_complete_i
     got = judged(tmp_path)
     assert got["code"] == 1 and got["report"]["incomplete_files"] == 1
     assert got["report"]["incomplete"][0]["problem"].endswith("the zstd stream ends inside a frame")
+
+
+def test_indexing_a_folder_without_recordings_leaves_the_index_folder_it_names(tmp_path):
+    (tmp_path / "none").mkdir()
+    got = streamtap("index", tmp_path / "none", "--out", tmp_path / "idx")
+    assert got.returncode == 0 and f"0 already in {tmp_path / 'idx'}" in got.stderr, got.stderr
+    assert (tmp_path / "idx").is_dir() and not any((tmp_path / "idx").iterdir())
+    bad = streamtap("index", tmp_path / "none", "--out", "/proc/no-such-index")  # cannot be made
+    assert bad.returncode == 2 and bad.stderr.startswith("streamtap index: --out") and "Traceback" not in bad.stderr, bad.stderr

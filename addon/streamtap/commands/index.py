@@ -54,6 +54,11 @@ def run(args: argparse.Namespace) -> int:
     except (RecordingError, OSError) as exc:  # a named file that is not a recording or is damaged
         raise UsageError(str(exc)) from None
     warn(loaded, "index")
+    if not rows:  # the folder the summary names exists, empty or as it was, for whatever reads it next
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
     if rows:
         fleet.load_rows(con, rows, "new_rows")
         try:
