@@ -83,6 +83,7 @@ def test_a_streamed_call_closed_on_the_stop_chunk_is_complete(framing):
 def test_an_open_call_under_a_limit_or_without_a_finish_keeps_its_verdict():
     limit = judged(open_call() + [chunk([], "A", "MAX_TOKENS")], "sse").verdict
     assert limit.kind is VerdictKind.STOPPED_BY_LIMIT, limit
+    assert limit.evidence["cut_tool_calls"] == [[0, 0]], limit.evidence  # as a cut call of any dialect is
     assert judged(open_call(), "sse").verdict.kind is VerdictKind.TRUNCATED
 
 

@@ -252,8 +252,10 @@ class Assembler(AssemblerBase):
 
     def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
         unfinished = {index: self._close_streaming(index, closed=False) for index in list(self._streaming_call)}
-        for index in unfinished:
+        for index, block in unfinished.items():
             self.note(f"candidate {index}: streamed function call never got its closing part")
+            # its arguments are whatever parts came: a stop that cuts lists it among the cut calls
+            block.arguments_error = "never finished: its last part said willContinue"
         if self._blocked is not None and not self._finish:
             event, reason = self._blocked
             self.terminal(event, f"blockReason:{reason}", "filtered", "promptFeedback.blockReason")
