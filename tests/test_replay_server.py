@@ -415,6 +415,70 @@ def test_an_http_1_0_client_gets_the_body_as_it_is_ended_by_the_close(library):
     assert body == b"".join(frames)
 
 
+def _server_side_connections(port: int) -> list[str]:
+    """The TCP states (hex, as /proc/net/tcp gives them) of the server's own sockets on ``port``
+    but its listening one: a connection the server has not closed yet shows here."""
+    states = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] != "0A":
+            states.append(fields[3])
+    return states
+
+
+@pytest.mark.parametrize("leave", ["close", "half-close"])
+def test_a_client_that_leaves_during_a_stall_is_let_go_at_once_not_when_the_stall_ends(library, leave):
+    """A stall of 30 s: the client reads what came before it and hangs up. The server notices
+    then, not 30 s later, and closes its side (its socket would sit in CLOSE_WAIT meanwhile);
+    the next client is answered as usual."""
+    with _server(library, "stall:after=2,secs=30") as server:
+        host, port = server.base_url.removeprefix("http://").split(":")
+        sock = socket.create_connection((host, int(port)), timeout=10)
+        sock.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                     f"content-length: {len(OPENAI_BODY)}\r\n\r\n".encode() + OPENAI_BODY)
+        data = b""
+        while data.count(b"\n\n") < 3:  # the events before the stall
+            data += sock.recv(65536)
+        assert _server_side_connections(int(port)) == ["01"], "the server's side of the connection is not to be seen"
+        if leave == "half-close":
+            sock.shutdown(socket.SHUT_WR)
+        else:
+            sock.close()
+        deadline = time.monotonic() + 3
+        while _server_side_connections(int(port)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        held = _server_side_connections(int(port))
+        if leave == "half-close":
+            assert sock.recv(100) == b""  # the server closed its side: no more of the answer comes
+            sock.close()
+        with socket.create_connection((host, int(port)), timeout=10) as again:
+            again.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                          f"content-length: {len(OPENAI_BODY)}\r\n\r\n".encode() + OPENAI_BODY)
+            assert again.recv(100).startswith(b"HTTP/1.1 200 ")  # the next client is answered
+    assert held == [], f"the server still holds the connection the client left: states {held}"
+
+
+def test_a_request_pipelined_during_a_stall_is_kept_and_answered_after_the_first(library):
+    """What the client sends while the server watches a stall for its leaving is the next request."""
+    request = (f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+               f"content-length: {len(OPENAI_BODY)}\r\n\r\n".encode() + OPENAI_BODY)
+    with _server(library, "stall:after=2,secs=0.4") as server:
+        host, port = server.base_url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(request)
+            data = b""
+            while data.count(b"\n\n") < 3:
+                data += sock.recv(65536)
+            sock.sendall(request)  # during the first answer's stall
+            while data.count(b"\r\n0\r\n\r\n") < 2:
+                piece = sock.recv(65536)
+                assert piece, "the connection ended before the second answer"
+                data += piece
+    first, second = data.split(b"\r\n0\r\n\r\n")[:2]
+    assert first.startswith(b"HTTP/1.1 200 ") and second.startswith(b"HTTP/1.1 200 ")
+    assert [served.target for served in server.served] == ["/v1/chat/completions"] * 2
+
+
 def test_a_client_that_leaves_mid_stream_costs_no_traceback_and_the_next_is_served(library, caplog):
     with _server(library, "stall:after=2,secs=0.5") as server:
         host, port = server.base_url.removeprefix("http://").split(":")

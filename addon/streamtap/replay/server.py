@@ -40,6 +40,9 @@ HOP_BY_HOP = frozenset(
 FAULT_HEADER = "x-streamtap-fault"
 MAX_HEADER_BYTES = 64 * 1024
 READ_SIZE = 64 * 1024
+# A wait longer than this (a stall, a long recorded gap) watches for the client hanging up, so a
+# client that left does not hold its connection until the wait is over; shorter ones just sleep.
+WATCH_LONGER_THAN = 0.05
 SERVED_KEPT = 1000  # answered requests kept for logs and tests: a server inside mitmproxy runs for days
 
 
@@ -175,7 +178,7 @@ class ReplayServer:
                 request = await requests.next()
                 if request is None:
                     break
-                keep_open = await self._answer(request, writer)
+                keep_open = await self._answer(request, writer, requests)
                 if not keep_open:
                     return
         except ConnectionError:
@@ -191,7 +194,7 @@ class ReplayServer:
             if not writer.transport.is_closing():
                 writer.close()
 
-    async def _answer(self, request: _Request, writer: asyncio.StreamWriter) -> bool:
+    async def _answer(self, request: _Request, writer: asyncio.StreamWriter, requests: _RequestReader) -> bool:
         lib = self.library
         source = lib.match(request.method, request.target, request.headers, request.body)
         if source is None:
@@ -230,7 +233,7 @@ class ReplayServer:
             return request.keep_alive
         served = Served(request.method, request.target, source.status, source.path, list(the_plan.log), None, resume_id)
         self._record(served)
-        await self._stream(source, the_plan, writer, request)
+        await self._stream(source, the_plan, writer, request, requests)
         served.end = the_plan.end.style
         return the_plan.end.style == "clean" and request.keep_alive
 
@@ -252,7 +255,9 @@ class ReplayServer:
         for line in served.log:
             self.log(f"streamtap replay:   fault {line}")
 
-    async def _stream(self, source: Source, the_plan: Plan, writer: asyncio.StreamWriter, request: _Request) -> None:
+    async def _stream(
+        self, source: Source, the_plan: Plan, writer: asyncio.StreamWriter, request: _Request, requests: _RequestReader
+    ) -> None:
         head = [f"HTTP/1.1 {source.status} {_reason(source.status)}"]
         head += [f"{k}: {v}" for k, v in source.headers if k.lower() not in HOP_BY_HOP]
         if request.chunked:
@@ -265,6 +270,13 @@ class ReplayServer:
         if request.method == "HEAD":  # a HEAD response is its head alone
             return
         loop = asyncio.get_running_loop()
+
+        async def wait_until(deadline: float) -> None:
+            remaining = deadline - loop.time()
+            if remaining > WATCH_LONGER_THAN and await requests.hung_up_within(remaining - 0.002):
+                raise ConnectionResetError("the client closed the connection")
+            await _sleep_until(loop, deadline)
+
         start = loop.time()
         style = the_plan.end.style
         writes = the_plan.writes
@@ -274,7 +286,7 @@ class ReplayServer:
         for i, write in enumerate(writes):
             delay = start + write.at - loop.time()
             if delay > 0:
-                await _sleep_until(loop, start + write.at)
+                await wait_until(start + write.at)
             if writer.transport.is_closing():  # the client left while we waited (writing now would raise elsewhere)
                 raise ConnectionResetError("the client closed the connection")
             last = terminated and i == len(writes) - 1
@@ -287,7 +299,7 @@ class ReplayServer:
             await writer.drain()
         delay = start + the_plan.end.at - loop.time()
         if delay > 0:
-            await _sleep_until(loop, start + the_plan.end.at)
+            await wait_until(start + the_plan.end.at)
         if style == "clean":
             if request.chunked and not terminated:
                 writer.write(b"0\r\n\r\n")
@@ -436,6 +448,36 @@ class _RequestReader:
             elif isinstance(event, h11.ConnectionClosed):
                 return None
             # PAUSED cannot come before EndOfMessage on the client's side
+
+    async def hung_up_within(self, seconds: float) -> bool:
+        """While the server waits to write: True as soon as the client hangs up, False once
+        ``seconds`` have passed. What the client sends meanwhile (a pipelined request) is kept
+        for ``next()``; past a header's worth of it, the rest is left unread until then."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+        while len(self._leftover) <= self.limits.header_bytes:
+            remaining = end - loop.time()
+            if remaining <= 0:
+                return False
+            reading = asyncio.ensure_future(self.reader.read(READ_SIZE))
+            try:
+                done, _ = await asyncio.wait({reading}, timeout=remaining)
+            finally:
+                if not reading.done():
+                    reading.cancel()  # a cancelled read has taken nothing from the reader
+            try:
+                data = await reading
+            except asyncio.CancelledError:
+                if asyncio.current_task().cancelling():  # the server stops: not ours to swallow
+                    raise
+                return False
+            except OSError:  # reset: gone
+                return True
+            if not data:
+                return True
+            self._leftover += data
+        await asyncio.sleep(max(0.0, end - loop.time()))
+        return False
 
     async def _read(self, timeout: float, *, waiting: bool) -> bytes | None:
         """Bytes from the client (b"" at its end); None when an idle connection timed out.
