@@ -117,7 +117,11 @@ def _note_orphaned(path: str | None, message: str, directory: str | None, starte
     before it said it), the recording is looked for by the flow's start and id."""
     from streamtap.recording import note_unfinished, partial_recordings
 
-    for found in [path] if path else partial_recordings(directory, started, flow_id) if directory else []:
+    if path:
+        paths = [path]
+    else:
+        paths = partial_recordings(directory, started, flow_id) if directory else []
+    for found in paths:
         try:
             noted = note_unfinished(found, "streamtap_error", f"analysis: {message}")
         except OSError:
