@@ -2,13 +2,15 @@
 
 Exit codes scripts can trust: 0 success (for `verify`: every input complete), 1 a
 finding (an incomplete turn, a failed check), 2 a usage error (bad arguments, missing
-file), 3 an internal error in streamtap itself.
+file), 3 an internal error in streamtap itself, 130 interrupted, 141 the output was closed
+before everything was written (``| head``), as for a tool that SIGPIPE ended.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import traceback
 from collections.abc import Collection
@@ -39,6 +41,7 @@ VERBS: dict[str, tuple[str, str]] = {
 }
 
 EXIT_OK, EXIT_FINDING, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_INTERRUPTED, EXIT_OUTPUT_CLOSED = 130, 141  # the shell's 128 + SIGINT, 128 + SIGPIPE
 
 
 class UsageError(Exception):
@@ -51,7 +54,8 @@ def build_parser(configured: Collection[str] = VERBS) -> argparse.ArgumentParser
     parser = argparse.ArgumentParser(
         prog="streamtap",
         description="Tap, record, judge and replay streamed LLM answers (SSE, AWS event-stream, NDJSON).",
-        epilog="Run `streamtap VERB --help` for each verb. Exit codes: 0 ok, 1 finding, 2 usage error, 3 internal error.",
+        epilog="Run `streamtap VERB --help` for each verb. Exit codes: 0 ok, 1 finding, 2 usage error, 3 internal error, "
+        "141 the output was closed before the verb finished (| head).",
     )
     from streamtap import __version__
 
@@ -86,9 +90,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"streamtap {args.verb}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
-        return EXIT_OK
+        # not a success: what was left to say (and the verdict it sums up) never reached the
+        # reader. Later writes (the interpreter's flush at exit) go nowhere instead of failing.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OUTPUT_CLOSED
     except Exception:  # a bug in streamtap: its traceback helps, and exit 3 keeps it apart from a finding
         traceback.print_exc()
         return EXIT_INTERNAL
