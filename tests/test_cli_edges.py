@@ -33,3 +33,23 @@ def test_output_closed_before_the_verb_finished_is_not_a_success(tmp_path):
         _, err = process.communicate(timeout=60)
         assert process.returncode == 141, (verb, process.returncode, err)
         assert b"Traceback" not in err and b"Exception ignored" not in err, err
+
+
+def test_a_name_the_file_system_refuses_is_one_line_for_every_verb(tmp_path):
+    """A name over the file system's 255 bytes raises ENAMETOOLONG from a mere exists()."""
+    long = tmp_path / ("x" * 300)
+    for verb, *rest in (("verify",), ("show",), ("report",), ("serve",), ("import",), ("index", "--out", tmp_path / "idx")):
+        got = streamtap(verb, long, *rest)
+        one_line_error(got, verb)
+        assert "File name too long" in got.stderr, got.stderr
+    judged = streamtap("verify", long, RECORDINGS / "anthropic.jsonl")  # the other inputs are still judged
+    assert judged.returncode == 2 and "anthropic.jsonl: complete" in judged.stdout, judged
+
+
+def test_an_import_out_folder_the_file_system_refuses_is_one_line(tmp_path):
+    capture = tmp_path / "empty.mitm"
+    capture.write_bytes(b"")
+    (tmp_path / "afile").write_text("x")
+    for out in (tmp_path / "afile" / "sub", "/proc/no-such-import"):
+        got = streamtap("import", capture, "--out", out)
+        one_line_error(got, "import")

@@ -89,13 +89,17 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"streamtap {args.verb}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # not a success: what was left to say (and the verdict it sums up) never reached the
         # reader. Later writes (the interpreter's flush at exit) go nowhere instead of failing.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OUTPUT_CLOSED
+    except OSError as exc:  # the file system refused a path the user gave (too long, not a folder, ...)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"streamtap {args.verb}: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
     except Exception:  # a bug in streamtap: its traceback helps, and exit 3 keeps it apart from a finding
         traceback.print_exc()
         return EXIT_INTERNAL

@@ -95,9 +95,14 @@ def input_paths(names: list[str]) -> Iterator[Path | Unjudged]:
     """Each named file, and the stream files under each named directory in name order."""
     for name in names:
         path = Path(name)
-        if not path.exists():
+        try:
+            exists, is_dir, is_file = path.exists(), path.is_dir(), path.is_file()
+        except OSError as exc:  # a name too long, a loop of links: said for this input, the others go on
+            yield Unjudged(path, f"cannot read: {exc.strerror or exc}")
+            continue
+        if not exists:
             yield Unjudged(path, "no such file")
-        elif path.is_dir():
+        elif is_dir:
             found: list[Path | Unjudged] = []
 
             def unreadable(error: OSError) -> None:
@@ -113,7 +118,7 @@ def input_paths(names: list[str]) -> Iterator[Path | Unjudged]:
             if not found:
                 yield Unjudged(path, f"no recordings or stream files in this directory (files ending in {', '.join(DIRECTORY_SUFFIXES)})")
             yield from found
-        elif not path.is_file():
+        elif not is_file:
             yield Unjudged(path, "not a file")
         else:
             yield path
