@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-GOOD = REPO / "recordings" / "anthropic.jsonl"  # a bundled recording, whose end line holds no verdict
+GOOD = REPO / "recordings" / "anthropic.jsonl"  # a bundled recording, judged complete in its end line
 STREAMTAP = [sys.executable, "-m", "streamtap.cli"]
 
 
@@ -157,10 +157,51 @@ def test_a_compressed_recording_cut_in_its_last_frame_checksum_is_not_complete_i
     assert got["report"]["incomplete"][0]["problem"].endswith("the zstd stream ends inside a frame")
 
 
-def test_indexing_a_folder_without_recordings_leaves_the_index_folder_it_names(tmp_path):
+def test_indexing_a_folder_without_recordings_is_a_usage_error_as_for_report(tmp_path):
     (tmp_path / "none").mkdir()
-    got = streamtap("index", tmp_path / "none", "--out", tmp_path / "idx")
-    assert got.returncode == 0 and f"0 already in {tmp_path / 'idx'}" in got.stderr, got.stderr
-    assert (tmp_path / "idx").is_dir() and not any((tmp_path / "idx").iterdir())
-    bad = streamtap("index", tmp_path / "none", "--out", "/proc/no-such-index")  # cannot be made
-    assert bad.returncode == 2 and bad.stderr.startswith("streamtap index: --out") and "Traceback" not in bad.stderr, bad.stderr
+    (tmp_path / "some").mkdir()
+    recording(tmp_path / "some", "one.jsonl")
+    assert streamtap("index", tmp_path / "some", "--out", tmp_path / "idx").returncode == 0
+    for folder in (tmp_path / "none", tmp_path / "idx"):  # an empty folder; an index given as the input
+        got = streamtap("index", folder, "--out", tmp_path / "other")
+        assert got.returncode == 2 and got.stderr.startswith("streamtap index: no recordings under"), got.stderr
+        assert not (tmp_path / "other").exists()
+    again = streamtap("index", tmp_path / "some", "--out", tmp_path / "idx")  # all indexed already: fine
+    assert again.returncode == 0 and "0 new recording(s) indexed, 1 already in" in again.stderr, again.stderr
+
+
+def test_the_bundled_sample_recordings_carry_their_verdicts_as_the_tap_writes_them():
+    got = streamtap("report", "--json", REPO / "recordings")
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert json.loads(got.stdout)["verdicts"] == {"complete": 2}
+    verified = streamtap("verify", REPO / "recordings")
+    assert verified.returncode == 0 and verified.stdout.count(": complete (") == 2, verified.stdout
+
+
+def unprivileged(*args) -> list[str]:
+    """The command, run so that file permissions bind it even as root (which this CI is)."""
+    command = [*STREAMTAP, *map(str, args)]
+    if os.geteuid() != 0:
+        return command
+    if not shutil.which("setpriv"):
+        pytest.skip("running as root without setpriv: a folder's permissions cannot be made to bind")
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", *command]
+
+
+def test_a_folder_that_cannot_be_read_is_said_and_keeps_report_and_index_from_passing(tmp_path):
+    """Its recordings are unknown: report cannot say every recording is complete, nor index that
+    it holds them all, and serve does not start without them."""
+    recording(tmp_path, "seen.jsonl")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    recording(locked, "hidden.jsonl", end={"verdict": {"kind": "truncated", "reason": "cut"}})
+    locked.chmod(0)
+    try:
+        for args in (("report", tmp_path), ("index", tmp_path, "--out", tmp_path.parent / f"{tmp_path.name}-idx"),
+                     ("serve", tmp_path)):  # serve refuses at start: a recording a client expects may be in it
+            got = subprocess.run(unprivileged(*args), capture_output=True, text=True, timeout=60)
+            assert got.returncode == (2 if args[0] == "serve" else 1), (args[0], got.returncode, got.stderr)
+            assert f"{locked}: cannot read this folder: Permission denied" in got.stderr, got.stderr
+            assert "Traceback" not in got.stderr
+    finally:
+        locked.chmod(0o700)

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from streamtap.cli import EXIT_OK, UsageError
+from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError
 from streamtap.recording import RecordingError
 
 from .report import not_an_index, warn
@@ -22,7 +22,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
         "Run it again to add new recordings: rows already indexed (same path) are skipped. "
         "Query: duckdb -c \"SELECT verdict, count(*) FROM read_parquet('DIR/**/*.parquet', hive_partitioning=true) GROUP BY ALL\". "
-        "`streamtap report DIR` reads the index too."
+        "`streamtap report DIR` reads the index too. "
+        "Exit codes: 0 done, 1 a folder could not be read (its recordings are not indexed), 2 usage error (no recordings under the paths, among them)."
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="recordings or folders of recordings (searched recursively)")
     parser.add_argument("--out", required=True, metavar="DIR", help="the index folder (created if missing)")
@@ -50,15 +51,13 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {not_an_index([out], exc)}") from None
     loaded = fleet.Loaded()
     try:
-        rows = fleet.read_rows(find_recordings(args.paths), skip=known, loaded=loaded)
+        found = list(find_recordings(args.paths))
+        rows = fleet.read_rows(found, skip=known, loaded=loaded)
     except (RecordingError, OSError) as exc:  # a named file that is not a recording or is damaged
         raise UsageError(str(exc)) from None
     warn(loaded, "index")
-    if not rows:  # the folder the summary names exists, empty or as it was, for whatever reads it next
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
+    if not (rows or loaded.unreadable or loaded.busy or any(str(item.path) in known for item in found)):
+        raise UsageError(f"no recordings under {' '.join(args.paths)}")  # a mistyped folder, as for report
     if rows:
         fleet.load_rows(con, rows, "new_rows")
         try:
@@ -72,4 +71,4 @@ def run(args: argparse.Namespace) -> int:
         f"({time.perf_counter() - started:.2f} s)",
         file=sys.stderr,
     )
-    return EXIT_OK
+    return EXIT_FINDING if loaded.unreadable else EXIT_OK  # the recordings in those folders are not in it

@@ -28,7 +28,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "written by `streamtap index` (read from its Parquet files). Examples: "
         "`streamtap report recordings/live/`, `streamtap report --json recordings/ | jq .verdicts`, "
         "`streamtap report --html report.html idx/`. Recordings a live proxy is still writing are left out. "
-        "Exit codes: 0 every recording whole and judged complete, 1 any not (a turn not complete, a recording cut, damaged or without a verdict), 2 usage error."
+        "Exit codes: 0 every recording whole and judged complete, 1 any not (a turn not complete, a recording cut, damaged or without a verdict, "
+        "or a folder that could not be read), 2 usage error (no recordings under the paths given, among them)."
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="recordings, folders of recordings, or index folders")
     output = parser.add_mutually_exclusive_group()
@@ -38,8 +39,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, default=20, metavar="N", help="incomplete recordings listed in the table (default 20; --json lists all)")
 
 
-def load(con, paths: list[str], verb: str = "report") -> int:
-    """Fill the table ``recordings`` from the inputs; returns the number of rows."""
+def load(con, paths: list[str], verb: str = "report", loaded=None) -> int:
+    """Fill the table ``recordings`` from the inputs; returns the number of rows. ``loaded``
+    (a ``fleet.Loaded``) learns what was left out."""
     from streamtap.recording import fleet
     from streamtap.recording.catalog import find_recordings
 
@@ -57,7 +59,7 @@ def load(con, paths: list[str], verb: str = "report") -> int:
         indexed = set().union(*(fleet.indexed_paths(con, Path(d)) for d in indexes))  # a recording in an index counts once
     except duckdb.Error as exc:
         raise UsageError(not_an_index(indexes, exc)) from None
-    loaded = fleet.Loaded()
+    loaded = loaded if loaded is not None else fleet.Loaded()
     try:
         rows = fleet.read_rows(find_recordings(others), skip=indexed, loaded=loaded)
     except (RecordingError, OSError) as exc:  # a missing file, or a named file that is not a recording or is damaged
@@ -80,6 +82,8 @@ def warn(loaded, verb: str) -> None:
         print(f"streamtap {verb}: skipped {len(loaded.skipped)} file(s) that are not recordings or cannot be read, e.g. {loaded.skipped[0]}", file=sys.stderr)
     if loaded.busy:
         print(f"streamtap {verb}: left out {len(loaded.busy)} recording(s) a live proxy is still writing, e.g. {loaded.busy[0]}", file=sys.stderr)
+    for folder in loaded.unreadable:  # each: the recordings in it are unknown
+        print(f"streamtap {verb}: {folder}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,8 +92,9 @@ def run(args: argparse.Namespace) -> int:
     from streamtap.recording import fleet
 
     con = fleet.connect()
-    total = load(con, args.paths)
-    if not total:
+    loaded = fleet.Loaded()
+    total = load(con, args.paths, loaded=loaded)
+    if not total and not loaded.unreadable:
         raise UsageError(f"no recordings under {' '.join(args.paths)}")
     data = fleet.report(con)
     if args.html:
@@ -105,8 +110,10 @@ def run(args: argparse.Namespace) -> int:
         write_csv(data, sys.stdout)
     else:
         sys.stdout.write(render_table(data, args.limit))
-    # every recording whole and judged complete: a damaged, cut or unjudged one is not
-    all_complete = data["recordings"] == data["verdicts"].get("complete", 0) and not data["incomplete_files"]
+    # every recording whole and judged complete: a damaged, cut or unjudged one is not, and a
+    # folder that could not be read may hold any
+    all_complete = (data["recordings"] == data["verdicts"].get("complete", 0) and not data["incomplete_files"]
+                    and not loaded.unreadable)
     return EXIT_OK if all_complete else EXIT_FINDING
 
 

@@ -78,18 +78,28 @@ class NotARecording(RecordingError):
 class Found:
     path: Path
     named: bool  # given by name (a mistake in it is the user's to hear about) or found in a directory
+    unreadable: str | None = None  # a folder that could not be searched, and why: its recordings are unknown
 
 
 def find_recordings(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Found]:
     """The recording files among ``paths``, as absolute paths: files as given, directories
     searched recursively for ``*.jsonl`` and ``*.jsonl.zst`` (sorted, so the order is the same on
-    every run). Raises FileNotFoundError for a path that does not exist."""
+    every run); a folder that cannot be searched comes as a ``Found`` that says why. Raises
+    FileNotFoundError for a path that does not exist."""
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
             root = path.resolve()  # once: resolving each file costs a stat per folder level
-            for found in sorted(p for p in root.rglob("*") if p.name.endswith(RECORDING_SUFFIXES) and not p.is_dir()):
-                yield Found(found, named=False)  # one that is no regular file is skipped, and said so
+            found: list[Found] = []
+
+            def unreadable(error: OSError, root: Path = root) -> None:
+                folder = Path(error.filename or root)
+                found.append(Found(folder, named=False, unreadable=f"cannot read this folder: {error.strerror or error}"))
+
+            for folder, _, names in os.walk(root, onerror=unreadable):
+                # one that is no regular file is skipped later, and said so
+                found += (Found(Path(folder, name), named=False) for name in names if name.endswith(RECORDING_SUFFIXES))
+            yield from sorted(found, key=lambda item: item.path)
         elif path.exists():
             yield Found(path.resolve(), named=True)
         else:

@@ -37,6 +37,7 @@ def connect() -> duckdb.DuckDBPyConnection:
 class Loaded:
     rows: int = 0
     skipped: list[str] = field(default_factory=list)  # files found in folders that are not recordings, with why
+    unreadable: list[str] = field(default_factory=list)  # folders that could not be searched, with why
     busy: list[str] = field(default_factory=list)  # recordings a live writer still holds (not read)
 
 
@@ -51,6 +52,9 @@ def read_rows(found: Iterable[Found], *, skip: set[str] = frozenset(), loaded: L
     seen = set(skip)  # a file given twice (by name and in its folder) is one recording
     for item in found:
         resolved = str(item.path)  # absolute already
+        if item.unreadable:
+            loaded.unreadable.append(f"{resolved}: {item.unreadable}")
+            continue
         if resolved in seen:
             continue
         seen.add(resolved)

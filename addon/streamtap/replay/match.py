@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,17 @@ class _Entry:
     redacted_body: bool = False  # the body holds redacted values
 
 
+def _files_under(folder: Path) -> Iterator[Path]:
+    """Every file below ``folder``; a folder in it that cannot be read is refused, not skipped:
+    a recording a test or a sweep expects could be in it."""
+
+    def refuse(error: OSError) -> None:
+        raise RecordingError(f"{error.filename or folder}: cannot read this folder: {error.strerror or error}")
+
+    for parent, _, names in os.walk(folder, onerror=refuse):
+        yield from (Path(parent, name) for name in names)
+
+
 class Library:
     """The recordings a server answers from, indexed by request key."""
 
@@ -150,7 +162,7 @@ class Library:
         files: list[Path] = []
         for path in map(Path, paths):
             if path.is_dir():
-                files += sorted(p for p in path.rglob("*") if p.name.endswith((".jsonl", ".jsonl.zst")) and p.is_file())
+                files += sorted(p for p in _files_under(path) if p.name.endswith((".jsonl", ".jsonl.zst")) and p.is_file())
             elif path.is_file():
                 files.append(path)
             else:
