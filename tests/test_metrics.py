@@ -126,6 +126,22 @@ def test_a_bad_address_stops_the_proxy_at_startup_saying_why(tmp_path):
     assert "streamtap_metrics must be HOST:PORT (e.g. 127.0.0.1:9108), not 'nonsense'" in process.stdout + process.stderr
 
 
+def test_a_metrics_port_already_taken_is_logged_and_the_proxy_runs_on_without_metrics(tmp_path):
+    """README: metrics never block traffic. mitmdump exits on an error logged while it starts,
+    so the failed listen is a warning, and the proxy carries a stream as usual."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with Upstream() as upstream:
+            upstream.add("m", Script(streams.openai_chat(["still ", "here"]), chunk_size=40))
+            with Mitmdump(upstream.url, tmp_path, options={"streamtap_metrics": f"127.0.0.1:{port}"}) as mitm:
+                mitm.wait_log(f"cannot serve metrics on 127.0.0.1:{port}")
+                answer = httpx.post(f"{mitm.url}/s/m{CHAT}", content=b"{}", timeout=10)
+                assert answer.status_code == 200 and answer.content == upstream.last("m").wire
+                assert mitm.process.poll() is None
+
+
 def test_metrics_report_and_index_agree_with_compression_on(tmp_path):
     """Metrics and zstd recordings on together: the scraped counters, `report` over the
     .jsonl.zst recordings and the Parquet index tell the same numbers."""

@@ -146,12 +146,14 @@ class Metrics:
         try:
             self.server, _ = start_http_server(address[1], address[0], registry=self.metrics.registry)
         except OSError as exc:  # the proxy runs on without metrics: they never block traffic
-            log.error(f"streamtap: cannot serve metrics on {text}: {exc}")
+            # a warning, not an error: mitmdump exits on an error logged while it starts
+            log.warning(f"streamtap: cannot serve metrics on {text}: {exc}")
             return
         self.address = address
         if self not in self.tap.observers:
             self.tap.observers.append(self)
         host, port = self.server.server_address[:2]
+        host = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
         log.info(f"streamtap: metrics on http://{host}:{port}/metrics")
 
     def turn_finished(self, flow, summary: dict[str, Any]) -> None:
