@@ -95,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OUTPUT_CLOSED
     except OSError as exc:  # the file system refused a path the user gave (too long, not a folder, ...)
-        where = f"{exc.filename}: " if exc.filename else ""
+        from streamtap.recording.reader import shown_path
+
+        where = f"{shown_path(exc.filename)}: " if isinstance(exc.filename, str | bytes) else ""
         print(f"streamtap {args.verb}: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

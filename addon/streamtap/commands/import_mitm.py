@@ -28,7 +28,13 @@ Flows whose body is missing are listed as skipped. Importing the same capture ag
 skips the flows already recorded in the output directory.
 """
 
-EPILOG = "Exit codes: 0 every streamed answer imported, 1 none found or some skipped, 2 usage error."
+EPILOG = """\
+Exit codes: 0 every streamed answer imported; 1 none found, some skipped, or the
+capture is cut short or damaged (mitmdump stopped while writing it, a partial
+copy): the flows before that point are imported, and stderr says how many were
+read; 2 a usage error, or a file that is not a mitmproxy capture (nothing is
+written, not even the --out folder).
+"""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +50,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--filter", metavar="EXPR",
         help="mitmproxy filter expression choosing the flows instead (e.g. '~d openai.com & ~s')",
     )
-    parser.add_argument("--sentinel", metavar="LINE", help="exact last line every answer must end with; missing => truncated")
+    parser.add_argument(
+        "--sentinel", metavar="LINE", help="exact last line every answer must end with (one line, not blank); missing => truncated"
+    )
     parser.add_argument(
         "--redact", metavar="NAME", action="append", default=[],
         help="another header, query parameter or body field whose value is redacted (repeatable; names that "
@@ -72,13 +80,15 @@ class Progress:
 
 
 def run(args: argparse.Namespace) -> int:
-    from streamtap.recording.importer import CaptureError, import_capture, is_llm_stream
+    from streamtap.recording.importer import CaptureError, CaptureIncomplete, import_capture, is_llm_stream
+
+    from .verify import check_sentinel, shown_path
 
     source = Path(args.capture)
     if not source.exists():
-        raise UsageError(f"{source}: no such file")
+        raise UsageError(f"{shown_path(source)}: no such file")
     if not source.is_file():
-        raise UsageError(f"{source}: not a file")
+        raise UsageError(f"{shown_path(source)}: not a file")
     matches = is_llm_stream
     if args.filter:
         from mitmproxy import flowfilter
@@ -89,9 +99,11 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--filter: {exc}") from None
         matches = expression
     if args.out.exists() and not args.out.is_dir():
-        raise UsageError(f"--out {args.out}: exists and is not a directory")
+        raise UsageError(f"--out {shown_path(args.out)}: exists and is not a directory")
+    check_sentinel(args.sentinel)
 
     written = skipped = already = 0
+    incomplete = None
     try:
         for item in import_capture(
             source, args.out, matches=matches, sentinel=args.sentinel, redact=args.redact,
@@ -99,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         ):
             if item.already:
                 already += 1
-                print(f"{item.path}  already imported ({item.url})")
+                print(f"{shown_path(item.path)}  already imported ({item.url})")
             elif item.skipped:
                 skipped += 1
                 print(f"skipped {item.flow_id[:12]} {item.url}: {item.skipped}")
@@ -107,21 +119,27 @@ def run(args: argparse.Namespace) -> int:
                 written += 1
                 reason = "" if item.verdict == "complete" else f" ({item.reason})"
                 print(
-                    f"{item.path}  {item.verdict}{reason}  "
+                    f"{shown_path(item.path)}  {item.verdict}{reason}  "
                     f"{item.provider} {item.model or '-'}, {item.events} events, {item.bytes} bytes"
                 )
+    except CaptureIncomplete as exc:  # what was read is written, and the rest is said lost
+        incomplete = exc
     except CaptureError as exc:
         raise UsageError(str(exc)) from None
     except PermissionError as exc:
-        raise UsageError(f"--out {args.out}: {exc.strerror}") from None
+        raise UsageError(f"--out {shown_path(args.out)}: {exc.strerror}") from None
 
     total = written + skipped + already
+    if incomplete is not None:
+        print(f"streamtap import: {incomplete}", file=sys.stderr)
+        if not incomplete.flows:
+            return EXIT_FINDING
     if total == 0:
-        print(f"streamtap import: no streamed LLM answers in {source}", file=sys.stderr)
+        print(f"streamtap import: no streamed LLM answers in {shown_path(source)}", file=sys.stderr)
         return EXIT_FINDING
     if not args.quiet:
         print(
-            f"streamtap import: {written} recorded, {already} already there, {skipped} skipped -> {args.out}",
+            f"streamtap import: {written} recorded, {already} already there, {skipped} skipped -> {shown_path(args.out)}",
             file=sys.stderr,
         )
-    return EXIT_FINDING if skipped else EXIT_OK
+    return EXIT_FINDING if skipped or incomplete else EXIT_OK

@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import textwrap
 
+from streamtap.cli import UsageError
 from streamtap.providers import Block, BlockKind, Choice, Turn
 from streamtap.providers.common import dumps
 
-from .verify import SHOW_KEEPS, Judged, Unjudged, add_input_options, exit_code, judge_inputs, print_json, report_unjudged, shown_path
+from .verify import (
+    SHOW_KEEPS, Judged, Unjudged, add_input_options, check_sentinel, exit_code, judge_inputs, print_json, report_unjudged,
+    shown_path,
+)
 
 
 RULE = "─"
@@ -21,11 +25,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "read (said on its own line; the others are still shown). Example: streamtap show --provider openai-chat capture.sse"
     )
     add_input_options(parser)
-    parser.add_argument("--width", type=int, default=100, help="wrap long lines at this width (0: no wrapping)")
+    parser.add_argument("--width", type=int, default=100, help="wrap long lines at this width (default 100; 0: no wrapping)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Exit 0 when every input was shown (whatever its verdict), 2 when any could not be read."""
+    if args.width < 0:
+        raise UsageError(f"--width: {args.width} is negative; give a width in characters, or 0 for no wrapping")
+    check_sentinel(args.sentinel)
     shown, unjudged = 0, False
     for item in judge_inputs(args, SHOW_KEEPS):  # show prints every byte of text: nothing is dropped
         if isinstance(item, Unjudged):

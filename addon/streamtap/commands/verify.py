@@ -17,9 +17,10 @@ from typing import BinaryIO
 
 import orjson
 
-from streamtap.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE
-from streamtap.providers import Analysis, Detection, Dialect, StreamEnd, StreamSession, sniff_dialect
+from streamtap.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE, UsageError
+from streamtap.providers import Analysis, Detection, Dialect, StreamEnd, StreamSession, sentinel_problem, sniff_dialect
 from streamtap.providers.judge import TEXT_CAP
+from streamtap.recording.reader import shown_path
 
 
 PROVIDERS = [d.value for d in Dialect if d is not Dialect.UNKNOWN]
@@ -33,7 +34,8 @@ EXTENSION_WIRE = {
     ".json": "json-array",
 }
 
-DIRECTORY_SUFFIXES = (".jsonl", ".jsonl.zst", *EXTENSION_WIRE)  # what a directory given as input contributes
+# what a directory given as input contributes (once each: ".jsonl" is also a wire suffix)
+DIRECTORY_SUFFIXES = tuple(dict.fromkeys((".jsonl", ".jsonl.zst", *EXTENSION_WIRE)))
 
 WIRE_NAMES = {"sse": "SSE", "eventstream": "AWS event-stream", "ndjson": "NDJSON", "json-array": "a JSON array"}
 
@@ -76,19 +78,30 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
         help=f"judge as this dialect: {', '.join(PROVIDERS)} (default: a raw body's is sniffed from its content, "
         "and said so; a recording's is the one its header names)",
     )
-    parser.add_argument("--sentinel", metavar="LINE", help="exact last line the answer must end with; missing => truncated")
+    parser.add_argument(
+        "--sentinel", metavar="LINE", help="exact last line the answer must end with (one line, not blank); missing => truncated"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object per file (turn and verdict)")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
         "Verdicts: complete, truncated, stopped_by_limit, filtered, errored, corrupt, unknown. "
-        "A .partial.jsonl recording (its writer never finished) is judged as incomplete. "
+        "A .partial.jsonl recording (its writer never finished) is not complete, even with its end line: the "
+        "line shows the verdict it holds and says the file was never renamed, so it may not have reached the disk. "
         "Exit codes: 0 every file complete, 1 any file not complete, 2 usage error or any input that could not "
         "be judged (missing, unreadable, a damaged recording, not a stream: each is said on its own line on "
         "stderr, and the other inputs are still judged)."
     )
     add_input_options(parser)
+
+
+def check_sentinel(sentinel: str | None) -> None:
+    """Refuse a --sentinel no answer could end with, as the addon refuses its streamtap_sentinel:
+    judged with it, every file would be truncated and the cause hidden."""
+    problem = sentinel_problem(sentinel)
+    if problem:
+        raise UsageError(f"--sentinel: {problem}")
 
 
 def input_paths(names: list[str]) -> Iterator[Path | Unjudged]:
@@ -195,7 +208,7 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
                      keeps: dict[str, int | None]) -> Judged | Unjudged:
     """Walk the recording once: check each line against the others and feed its bytes to the
     judge as they come, so memory does not grow with the file."""
-    from streamtap.recording import Frame, HeaderCut, NetworkReads, RecordingCheck, RecordingLines
+    from streamtap.recording import PARTIAL_SUFFIX, Frame, HeaderCut, NetworkReads, RecordingCheck, RecordingLines
 
     try:
         lines = RecordingLines(path).open()
@@ -230,6 +243,11 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
                 check.reads(item.reads, item.wire)
     end = lines.end or {}
     problems = [lines.problem] if lines.problem else []
+    if lines.end and path.name.endswith((PARTIAL_SUFFIX, PARTIAL_SUFFIX + ".zst")):
+        # renaming is the writer's last act: a whole file still named .partial lost its writer at the
+        # very end (its sync may not have happened either), so it is not vouched for as complete
+        problems.append("never finished: its end line is there, but its writer stopped before renaming it "
+                        "from .partial (it may not have reached the disk)")
     problems += check.finish(lines.end)  # sums, sequence, offsets, counts, hashes
     analysis = session.close(StreamEnd(end.get("stream_end") or "finished"))  # the reader checked the value
     recorded_verdict = end.get("verdict") or {}
@@ -243,12 +261,6 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
     if injected:
         analysis.verdict.evidence["injected_fault"] = injected
     return Judged(path, analysis, dialect, how, "recording", "; ".join(problems) or None, injected or None)
-
-
-def shown_path(path: Path) -> str:
-    """The path as JSON and a strict UTF-8 terminal can take it: the bytes of a name that are not
-    UTF-8 (which Python keeps as lone surrogates) become escapes, ``bad\\xffname.jsonl``."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def as_json(judged: Judged) -> dict:
@@ -287,6 +299,7 @@ def exit_code(judged_ok: bool, any_unjudged: bool) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_sentinel(args.sentinel)
     all_ok, unjudged = True, False
     for item in judge_inputs(args):
         if isinstance(item, Unjudged):

@@ -59,13 +59,11 @@ def names(option: str, values: Iterable[str]) -> None:
 
 
 def sentinel(option: str, value: str | None) -> None:
-    # a turn is complete when its last non-blank line is the sentinel (whitespace aside)
-    if value is None or value == "":
-        return
-    if not value.strip():
-        raise OptionsError(f"{option}: only whitespace; no answer could ever end with it")
-    if "\n" in value.strip() or "\r" in value.strip():
-        raise OptionsError(f"{option}: {value!r} spans lines; the sentinel is the answer's last line")
+    from streamtap.providers import sentinel_problem
+
+    problem = sentinel_problem(value)
+    if problem:
+        raise OptionsError(f"{option}: {problem}")
 
 
 def dotted_paths(option: str, values: Iterable[str]) -> None:

@@ -14,7 +14,7 @@ request-side findings.
 
 from .detect import Detection, RequestInfo, detect_dialect, sniff_dialect
 from .request import check_request
-from .session import Analysis, StreamSession, analyze_bytes
+from .session import Analysis, StreamSession, analyze_bytes, sentinel_problem
 from .strands import StrandComparison, compare_strands
 from .turn import Block, BlockKind, Choice, Dialect, StreamEnd, Timing, Turn, Usage, Verdict, VerdictKind
 
@@ -38,5 +38,6 @@ __all__ = [
     "check_request",
     "compare_strands",
     "detect_dialect",
+    "sentinel_problem",
     "sniff_dialect",
 ]

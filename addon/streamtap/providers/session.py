@@ -422,6 +422,18 @@ def _last_line(text: str) -> str:
     return lines[-1].strip() if lines else ""
 
 
+def sentinel_problem(sentinel: str | None) -> str | None:
+    """Why no answer could ever end with ``sentinel`` (None: it can). Judged with such a one,
+    every turn would be truncated and the cause hidden, so it is refused where it is given."""
+    if not sentinel:
+        return None
+    if not sentinel.strip():
+        return "only whitespace; no answer could ever end with it"
+    if "\n" in sentinel.strip() or "\r" in sentinel.strip():
+        return f"{sentinel!r} spans lines; the sentinel is the answer's last line"
+    return None
+
+
 def _ends_with_line(text: str, sentinel: str) -> bool:
     """The final non-blank line is exactly the sentinel (surrounding whitespace aside)."""
     return _last_line(text) == sentinel.strip()

@@ -15,6 +15,7 @@ from .reader import (
     check_recording,
     open_recording,
     read_recording,
+    shown_path,
 )
 from .redact import REDACTED, SECRET_HEADERS, SECRET_QUERY, redact_header_value, redact_headers, redact_url
 from .writer import (
@@ -64,4 +65,5 @@ __all__ = [
     "redact_header_value",
     "redact_headers",
     "redact_url",
+    "shown_path",
 ]

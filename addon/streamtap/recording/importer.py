@@ -11,6 +11,8 @@ A response that mitmproxy streamed is only in the capture if it was made with
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +23,20 @@ from streamtap.wire import DEFAULT_MAX_EVENT
 
 from .flows import is_llm_stream, request_info
 from .header import flow_header
+from .reader import shown_path
 from .writer import RecordingError, RecordingWriter, final_name
 
 
 class CaptureError(RecordingError):
     """The file is not a mitmproxy capture, or cannot be read as one."""
+
+
+class CaptureIncomplete(CaptureError):
+    """The capture's first ``flows`` flows were read, and the rest of it cannot be."""
+
+    def __init__(self, message: str, flows: int) -> None:
+        super().__init__(message)
+        self.flows = flows
 
 
 @dataclass(slots=True)
@@ -46,18 +57,40 @@ class Imported:
 
 
 def read_flows(source: Path) -> Iterator[Any]:
-    """Every flow in a capture, in order; CaptureError when it is not one."""
+    """Every flow in a capture, in order; CaptureError when it is not one, CaptureIncomplete
+    (after the flows before it) when it is cut short or damaged."""
     from mitmproxy import exceptions, io
 
     try:
         handle = source.open("rb")
     except OSError as exc:
-        raise CaptureError(f"{source}: {exc.strerror or exc}") from None
+        raise CaptureError(f"{shown_path(source)}: {exc.strerror or exc}") from None
     with handle:
+        flows = start = 0  # flows read, and where the next one starts
         try:
-            yield from io.FlowReader(handle).stream()
+            for flow in io.FlowReader(handle).stream():
+                yield flow
+                flows, start = flows + 1, handle.tell()
         except exceptions.FlowReadException as exc:
-            raise CaptureError(f"{source} is not a mitmproxy capture (mitmdump -w): {exc}") from None
+            read = f"after {flows} flow{'s' * (flows != 1)} (those are imported)" if flows else "inside its first flow"
+            if _ends_inside_a_flow(handle, start):
+                raise CaptureIncomplete(f"{shown_path(source)}: the capture is cut short {read}: the file ends inside a flow "
+                                        "(mitmdump was stopped while writing it, or the copy is incomplete)", flows) from None
+            if flows:
+                raise CaptureIncomplete(f"{shown_path(source)}: the capture is damaged {read}: {exc}", flows) from None
+            raise CaptureError(f"{shown_path(source)} is not a mitmproxy capture (mitmdump -w): {exc}") from None
+
+
+def _ends_inside_a_flow(handle: Any, start: int) -> bool:
+    """Whether the record at ``start`` runs past the end of the file. Each flow is a tnetstring
+    dict, ``LENGTH:`` then its first key (``LENGTH:``), then LENGTH bytes and ``}``."""
+    handle.seek(start)
+    head = handle.read(32)
+    size = os.fstat(handle.fileno()).st_size
+    record = re.match(rb"(\d{1,12}):\d", head)
+    if record is None:
+        return head.isdigit() and start + len(head) == size  # cut inside the length itself
+    return start + record.end(1) + 1 + int(record[1]) + 1 > size
 
 
 def _stream_end(flow: Any) -> tuple[StreamEnd, str | None]:
@@ -113,7 +146,7 @@ def import_flow(
             sentinel=sentinel,
             wire_format=detection.wire,
             content_encoding=flow.response.headers.get("content-encoding") or None,
-            imported_from=source,
+            imported_from=Path(shown_path(source)),
         ))
         writer.read(wire, None)  # the capture keeps the bytes, not when they came
         for event in session.feed(body, None):
@@ -160,13 +193,32 @@ def import_capture(
     """One ``Imported`` per HTTP flow with a response that ``matches``; ``progress(flows_read)``."""
     from mitmproxy import http
 
+    # made first, so that a folder that cannot be is said before any work; removed again if it
+    # stays empty, so that a file that is no capture leaves nothing behind
+    made = _missing_folders(out)
     out.mkdir(parents=True, exist_ok=True, mode=0o700)
-    for count, flow in enumerate(read_flows(source), 1):
-        if progress is not None:
-            progress(count)
-        if not isinstance(flow, http.HTTPFlow) or flow.response is None or not matches(flow):
-            continue
-        yield import_flow(flow, out, source, sentinel=sentinel, redact=redact, redact_allow=redact_allow)
+    try:
+        for count, flow in enumerate(read_flows(source), 1):
+            if progress is not None:
+                progress(count)
+            if not isinstance(flow, http.HTTPFlow) or flow.response is None or not matches(flow):
+                continue
+            yield import_flow(flow, out, source, sentinel=sentinel, redact=redact, redact_allow=redact_allow)
+    finally:
+        for folder in made:
+            try:
+                folder.rmdir()
+            except OSError:  # not empty: recordings were written
+                break
 
 
-__all__ = ["CaptureError", "Imported", "import_capture", "import_flow", "is_llm_stream", "read_flows"]
+def _missing_folders(path: Path) -> list[Path]:
+    """``path`` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    while not path.exists() and path.parent != path:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+__all__ = ["CaptureError", "CaptureIncomplete", "Imported", "import_capture", "import_flow", "is_llm_stream", "read_flows"]

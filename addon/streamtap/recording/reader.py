@@ -529,3 +529,9 @@ def check_recording(recording: Recording) -> list[str]:
     check.reads(recording.reads, recording.wire if recording.content_encoding else None)
     problems = check.finish(recording.end)
     return [recording.problem, *problems] if recording.problem else problems
+
+
+def shown_path(path: str | os.PathLike[str]) -> str:
+    """The path as JSON and a strict UTF-8 terminal can take it: the bytes of a name that are not
+    UTF-8 (which Python keeps as lone surrogates) become escapes, ``bad\\xffname.jsonl``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")

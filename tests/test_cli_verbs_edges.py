@@ -1,0 +1,142 @@
+"""Edges of `verify`, `show` and `import` at the command line: a bad value is one line and exit 2,
+a capture cut short keeps what was read and says so, a `.partial.jsonl` is never vouched for.
+Real processes, the installed console script; the captures are written by mitmproxy's own writer."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from interception import openai_chat_stream
+
+STREAMTAP = Path(sys.executable).with_name("streamtap")
+RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "anthropic.jsonl"
+# a strict terminal: a name printed as Python keeps it (lone surrogates) would fail there
+STRICT = {**os.environ, "PYTHONIOENCODING": "utf-8:strict"}
+
+
+def streamtap(*args, cwd=None, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([str(STREAMTAP), *map(str, args)], capture_output=True, text=True, timeout=60, cwd=cwd, env=env)
+
+
+def one_line_error(result: subprocess.CompletedProcess, verb: str, says: str) -> None:
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert result.stderr.startswith(f"streamtap {verb}: ") and says in result.stderr, result.stderr
+    assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr
+
+
+def write_capture(path: Path, answers: int) -> list[int]:
+    """A capture of ``answers`` streamed OpenAI chat answers; the byte where each flow ends."""
+    from mitmproxy import io
+    from mitmproxy.test import tflow
+
+    ends = []
+    with path.open("wb") as file:
+        for n in range(answers):
+            flow = tflow.tflow(resp=True)
+            flow.request.host, flow.request.path = "api.openai.com", "/v1/chat/completions"
+            flow.request.content = b'{"model":"gpt-test-1","stream":true,"messages":[]}'
+            flow.response.headers["content-type"] = "text/event-stream"
+            flow.response.content = openai_chat_stream(["answer", f" {n}"])
+            io.FlowWriter(file).add(flow)
+            ends.append(file.tell())
+    return ends
+
+
+@pytest.mark.parametrize("verb", ["verify", "show", "import"])
+@pytest.mark.parametrize(
+    "sentinel, says", [("   ", "--sentinel: only whitespace"), ("END\nMORE", "--sentinel: 'END\\nMORE' spans lines")],
+    ids=["blank", "two-lines"],
+)
+def test_a_sentinel_no_answer_could_end_with_is_refused(tmp_path, verb, sentinel, says):
+    source = RECORDING
+    if verb == "import":
+        source = tmp_path / "capture.mitm"
+        write_capture(source, 1)
+    result = streamtap(verb, "--sentinel", sentinel, source, cwd=tmp_path)
+    one_line_error(result, verb, says)
+    assert result.stdout == "" and not (tmp_path / "recordings").exists()
+
+
+def test_a_capture_cut_short_keeps_the_flows_before_the_cut_and_exits_1(tmp_path):
+    whole = tmp_path / "whole.mitm"
+    ends = write_capture(whole, 3)
+    cut = tmp_path / "cut.mitm"
+    cut.write_bytes(whole.read_bytes()[: ends[1] + 200])  # inside the third flow
+    result = streamtap("import", cut, "--out", tmp_path / "out")
+    assert result.returncode == 1, result.stderr
+    assert "the capture is cut short after 2 flows" in result.stderr and "Traceback" not in result.stderr
+    assert len(list((tmp_path / "out").glob("*_complete_*.jsonl"))) == 2
+    assert "2 recorded" in result.stderr
+
+    first = tmp_path / "first.mitm"
+    first.write_bytes(whole.read_bytes()[:500])
+    result = streamtap("import", first, "--out", tmp_path / "none")
+    assert result.returncode == 1 and "cut short inside its first flow" in result.stderr, result.stderr
+    assert not (tmp_path / "none").exists()
+
+
+def test_a_capture_damaged_after_its_first_flow_keeps_that_flow(tmp_path):
+    path = tmp_path / "damaged.mitm"
+    ends = write_capture(path, 2)
+    data = bytearray(path.read_bytes())
+    data[ends[0] + 30 : ends[0] + 60] = b"!" * 30  # the same length: not cut, damaged
+    path.write_bytes(data)
+    result = streamtap("import", path, "--out", tmp_path / "out")
+    assert result.returncode == 1, result.stderr
+    assert "the capture is damaged after 1 flow (those are imported)" in result.stderr
+    assert len(list((tmp_path / "out").glob("*.jsonl"))) == 1
+
+
+def test_a_file_that_is_no_capture_leaves_no_out_folder(tmp_path):
+    (tmp_path / "garbage.bin").write_bytes(bytes(range(256)) * 4)
+    (tmp_path / "side").mkdir()
+    result = streamtap("import", "../garbage.bin", cwd=tmp_path / "side")  # the default --out, under the cwd
+    one_line_error(result, "import", "is not a mitmproxy capture")
+    assert list((tmp_path / "side").iterdir()) == []
+
+
+def test_show_refuses_a_negative_width(tmp_path):
+    one_line_error(streamtap("show", "--width", "-5", RECORDING), "show", "--width: -5 is negative")
+    unwrapped = streamtap("show", "--width", "0", RECORDING)
+    assert unwrapped.returncode == 0 and unwrapped.stdout
+
+
+@pytest.mark.parametrize("verb", ["verify", "show"])
+def test_help_lists_each_suffix_once(verb):
+    text = " ".join(streamtap(verb, "--help").stdout.split())
+    suffixes = re.search(r"files ending in ([^)]*)\)", text)[1].split(", ")
+    assert ".jsonl" in suffixes and ".jsonl.zst" in suffixes
+    assert len(suffixes) == len(set(suffixes)), suffixes
+
+
+def test_a_whole_partial_recording_is_not_complete(tmp_path):
+    partial = tmp_path / "20260101T000000.000Z_anthropic_0123456789ab.partial.jsonl"
+    shutil.copy(RECORDING, partial)
+    result = streamtap("verify", partial)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.startswith(f"{partial}: complete (")  # the verdict its end line holds
+    assert "never finished" in result.stdout and "renaming it from .partial" in result.stdout
+    assert streamtap("verify", RECORDING).returncode == 0  # the same bytes, renamed, are complete
+    shown = streamtap("show", partial)
+    assert shown.returncode == 0 and "recording never finished" in shown.stdout
+    assert "even with its end line" in " ".join(streamtap("verify", "--help").stdout.split())
+
+
+def test_import_names_that_are_not_utf8_are_escaped_as_verify_does(tmp_path):
+    capture = tmp_path / os.fsdecode(b"capture\xff.mitm")
+    write_capture(capture, 1)
+    out = tmp_path / os.fsdecode(b"out\xff")
+    result = streamtap("import", capture, "--out", out, env=STRICT)
+    assert result.returncode == 0, result.stderr
+    assert "out\\xff/" in result.stdout and "-> " in result.stderr and "out\\xff" in result.stderr
+    (recording,) = out.glob("*.jsonl")
+    assert '"imported_from":"' in recording.read_text() and "capture\\\\xff.mitm" in recording.read_text()
+    missing = streamtap("import", tmp_path / os.fsdecode(b"no\xff.mitm"), env=STRICT)
+    one_line_error(missing, "import", "no\\xff.mitm: no such file")
