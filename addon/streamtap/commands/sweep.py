@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
+import os
 import re
 import sys
 from pathlib import Path
@@ -21,8 +23,14 @@ recording. Each run is classified by the client's exit status and by what it pri
   SILENT   exit 0 with the partial answer printed as its answer (an error word beside it or
            inside it does not count), or exit 0 and nothing said: partial output silently
            accepted (the dangerous case)
-  HUNG     still running at --timeout (killed)
-  CRASHED  killed by a signal, or could not start
+  HUNG     still running at --timeout (killed, with whatever it started in its session)
+  CRASHED  killed by a signal, or could not start (also exit 126 or 127: what a shell or
+           env exits with when it cannot run the command)
+CLIENT_CMD is run directly, not through a shell: any exit status it chooses (255 from
+sys.exit(-1) too) counts as noticed. Wrapped in `sh -c`, a client killed by a signal shows
+as the shell's exit 128+N, noticed too: start it with `exec` there to have it counted as
+crashed. A run ends when the client exits: what it left running in its session is killed
+then, and what still holds its output does not keep the sweep waiting.
 streamtap knows the answer each cut delivers (its text, else the tool-call arguments): a
 client "prints it" when its output holds the first half of that text (up to 200 characters,
 whitespace folded; answers under 12 characters are not looked for). With --error-text REGEX,
@@ -32,8 +40,14 @@ positions (--positions, comma list): events (after every event), protocol (tool-
 escaped-quote, between-blocks, before-terminal, prelude, crc: those the stream has),
 bytes=K (K byte offsets inside events), or explicit event=N, byte=N, at=NAME.
 Styles (--styles): clean (the body ends properly), abort (unterminated body, FIN), reset (RST).
+An explicit position the recording does not have is refused before any run.
 
-exit code: 0 every cut was noticed, 1 some were silent, hung or crashed, 2 usage error.
+A recording that `streamtap verify` finds incomplete or damaged, or whose stream is cut or
+corrupt even uncut, is swept all the same (the cuts still show how the client takes what was
+recorded), after a one-line warning on stderr: the runs do not start from a whole, sound answer.
+
+exit code: 0 every cut was noticed, 1 some were silent, hung or crashed, 2 usage error
+(said before any run), 130 interrupted.
 
 example:
   streamtap sweep recordings/live/x.jsonl --json report.json -- python examples/sweep_openai.py
@@ -50,33 +64,40 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("rest", nargs=argparse.REMAINDER, metavar="[OPTIONS] -- CLIENT_CMD ...", help="the client to run, after --")
 
 
-def _options(parser: argparse.ArgumentParser) -> None:
+def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     from streamtap.replay.sweep import DEFAULT_POSITIONS
 
-    parser.add_argument("--positions", default=DEFAULT_POSITIONS, help=f"which cuts (default: {DEFAULT_POSITIONS})")
-    parser.add_argument("--styles", default="clean,abort", help="end styles, comma list of clean, abort, reset (default: clean,abort)")
-    parser.add_argument("--timeout", type=float, default=20.0, help="seconds before a client counts as hung (default 20)")
-    parser.add_argument("--jobs", "-j", type=int, default=0, help="clients run at once (default: the number of cores)")
-    parser.add_argument("--timing", default="fast", help="replay timing: fast (default), original or scale=N")
-    parser.add_argument("--json", metavar="FILE", help="also write the full report as JSON ('-' for stdout)")
-    parser.add_argument("--error-text", metavar="REGEX", help="an exit-0 run whose output matches REGEX counts as noticed, answer printed or not (default: exit status and printed answer decide, see below)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    return [
+        parser.add_argument("--positions", default=DEFAULT_POSITIONS, help=f"which cuts (default: {DEFAULT_POSITIONS})"),
+        parser.add_argument("--styles", default="clean,abort", help="end styles, comma list of clean, abort, reset (default: clean,abort)"),
+        parser.add_argument("--timeout", type=float, default=20.0, help="seconds before a client counts as hung (default 20)"),
+        parser.add_argument("--jobs", "-j", type=int, default=0, help="clients run at once (default: the number of cores)"),
+        parser.add_argument("--timing", default="fast", help="replay timing: fast (default), original or scale=N"),
+        parser.add_argument("--json", metavar="FILE", help="also write the full report as JSON ('-' for stdout)"),
+        parser.add_argument("--error-text", metavar="REGEX", help="an exit-0 run whose output matches REGEX counts as noticed, answer printed or not (default: exit status and printed answer decide, see below)"),
+        parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr"),
+    ]
 
 
 def run(args: argparse.Namespace) -> int:
     from streamtap.cli import UsageError
     from streamtap.replay.faults import CUT_STYLES, FaultSpecError, Timing
     from streamtap.replay.source import RecordingError, load_source
-    from streamtap.replay.sweep import HUNG, CRASHED, SILENT, progress_bar, run_sweep, sweep_positions
+    from streamtap.replay.sweep import HUNG, CRASHED, SILENT, progress_bar, recording_problems, run_sweep, sweep_positions
 
     rest = list(args.rest)
+    options = argparse.ArgumentParser(prog="streamtap sweep", add_help=False)
+    option_names = {name for action in _options(options) for name in action.option_strings} | {"-h", "--help"}
     if "--" in rest:
         before, command = rest[: rest.index("--")], rest[rest.index("--") + 1 :]
     else:
         before, command = [], rest
+        if command and _names_an_option(command[0], option_names):  # `sweep REC --no-progress python x.py`
+            raise UsageError(
+                f"{command[0]} is an option of streamtap sweep, not a client command: put -- before the client "
+                "(streamtap sweep REC.jsonl [OPTIONS] -- CLIENT_CMD ...)"
+            )
     if before:
-        options = argparse.ArgumentParser(prog="streamtap sweep", add_help=False)
-        _options(options)
         try:
             options.parse_args(before, namespace=args)
         except SystemExit:
@@ -86,16 +107,14 @@ def run(args: argparse.Namespace) -> int:
     styles = tuple(s.strip() for s in args.styles.split(",") if s.strip())
     if not styles or any(s not in CUT_STYLES for s in styles):
         raise UsageError(f"--styles takes {', '.join(CUT_STYLES)}, not {args.styles!r}")
-    if args.timeout <= 0 or args.jobs < 0:
-        raise UsageError("--timeout must be > 0 and --jobs >= 0")
+    if not (math.isfinite(args.timeout) and args.timeout > 0) or args.jobs < 0:
+        raise UsageError(f"--timeout must be a number of seconds > 0 (not {args.timeout:g}) and --jobs >= 0")
     error_text = args.error_text
     try:
         if error_text is not None:
             re.compile(error_text)
     except re.error as exc:
         raise UsageError(f"--error-text {error_text!r} is not a regular expression: {exc}") from None
-    if args.json not in (None, "-") and not Path(args.json).parent.is_dir():
-        raise UsageError(f"--json {args.json}: no such directory")  # said now, not after the sweep
     try:
         source = load_source(args.recording)
     except (RecordingError, OSError) as exc:
@@ -107,6 +126,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if not positions:
         raise UsageError(f"{args.recording} has no cut positions for {args.positions!r}")
+    if args.json not in (None, "-"):
+        _refuse_unwritable(Path(args.json))
+    problems = recording_problems(source)
+    if problems:
+        print(f"streamtap sweep: warning: {args.recording}: {'; '.join(problems)}", file=sys.stderr)
     progress = None if args.no_progress or not sys.stderr.isatty() else progress_bar(sys.stderr)
     report = asyncio.run(
         run_sweep(
@@ -133,3 +157,27 @@ def run(args: argparse.Namespace) -> int:
                 raise UsageError(f"--json {args.json}: {exc.strerror or exc}") from None
     counts = report.counts()
     return 1 if counts[SILENT] or counts[HUNG] or counts[CRASHED] else 0
+
+
+def _names_an_option(word: str, option_names: set[str]) -> bool:
+    """Whether ``word`` would be read as one of ``option_names`` (``--timeout=5``, ``-j4`` and
+    an abbreviation such as ``--no-prog`` too, as argparse reads them)."""
+    if word.startswith("--"):
+        name = word.split("=")[0]
+        return len(name) > 2 and any(option.startswith(name) for option in option_names if option.startswith("--"))
+    return word[:2] in option_names
+
+
+def _refuse_unwritable(path: Path) -> None:
+    """Refuse, before any run, a --json path the report cannot be written to (a folder, no
+    such folder, no permission): found after the sweep, it would lose the report and hide
+    the sweep's exit code."""
+    from streamtap.cli import UsageError
+
+    existed = os.path.lexists(path)
+    try:
+        path.open("a").close()  # appending nothing leaves a file that is there as it was
+    except OSError as exc:
+        raise UsageError(f"--json {path}: {exc.strerror or exc}") from None
+    if not existed:
+        path.unlink()  # made only to try: the report is written after the sweep

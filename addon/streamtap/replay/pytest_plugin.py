@@ -46,7 +46,9 @@ test file's folder: relative recording paths resolve there, whatever the current
 A fault that does not fit a recording the server holds (``cut:at=tool-args`` on an answer
 without a tool call, ``cut:event=99`` on a 20-event stream) fails the test when the server
 starts, with the reason: it is never served as an HTTP error that ``pytest.raises`` could mistake for
-the failure under test.
+the failure under test. Several faults (``;``) are checked together, as the server applies
+them: ``error:kind=openai,after=3;cut:event=20`` does not fit a 20-event stream, since the
+error ends it after event 3.
 
 This module is loaded by every pytest run in an environment where streamtap is
 installed, so it imports nothing heavy at import time and never fails there.
@@ -92,7 +94,8 @@ def streamtap_replay(request: pytest.FixtureRequest, streamtap_fault: str | None
     """A factory: ``streamtap_replay(*recordings, fault=..., timing="fast", assign_ids=False, once=False,
     ignore_fields=())`` -> a running server with ``.base_url``. Relative recording paths resolve
     against the test file's folder; a fault that does not fit one of the recordings fails the test
-    here, before the client runs."""
+    here, before the client runs. ``ignore_fields``: request body fields left out of matching, a
+    tuple of names, or one name as a str (``"model"`` is the field ``model``)."""
     from streamtap.replay.faults import FaultSpecError, Timing, parse_faults
     from streamtap.replay.match import Library, MatchOptions
     from streamtap.replay.server import ServeOptions, ServerThread
@@ -107,23 +110,28 @@ def streamtap_replay(request: pytest.FixtureRequest, streamtap_fault: str | None
         timing: str = "fast",
         assign_ids: bool = False,
         once: bool = False,
-        ignore_fields: tuple[str, ...] = (),
+        ignore_fields: tuple[str, ...] | str = (),
     ):
         if not recordings:
             raise TypeError("streamtap_replay() needs at least one recording file or directory")
         paths = [beside_test / Path(r) for r in recordings]  # an absolute path stays as it is
+        # tuple("model") would be the fields m, o, d, e, l
+        fields = (ignore_fields,) if isinstance(ignore_fields, str) else tuple(ignore_fields)
         try:
-            library = Library.load(paths, MatchOptions(tuple(ignore_fields), once=once))
+            library = Library.load(paths, MatchOptions(fields, once=once))
             faults = parse_faults(fault)
+            for swap in (f for f in faults if f.kind == "swap-tail"):  # a path in a fault resolves as the recordings do
+                if (beside_test / swap.params["with"]).is_file():
+                    swap.params["with"] = str(beside_test / swap.params["with"])
             options = ServeOptions(Timing.parse(timing), faults, assign_ids)
             if not library.entries:
                 raise RecordingError(f"no recordings (*.jsonl) in {', '.join(map(str, paths))}")
-            _check_faults_fit(library, faults)
-            server = ServerThread(library, options).start()
+            server = ServerThread(library, options).start()  # it loads (and checks) what swap-tail names
+            started.append(server)
+            _check_faults_fit(server.server, faults)
         except (RecordingError, FaultSpecError) as exc:
             problem = str(exc)
         else:
-            started.append(server)
             return server
         # outside the except clause, so the report is this one line, not a chained traceback
         pytest.fail(f"streamtap_replay: {problem}", pytrace=False)
@@ -133,19 +141,19 @@ def streamtap_replay(request: pytest.FixtureRequest, streamtap_fault: str | None
         server.stop()
 
 
-def _check_faults_fit(library: Any, faults: list) -> None:
-    """Every fault must land somewhere in every recording the server holds: a request matching
-    one it does not fit would get an HTTP 400, and a test expecting a failure would pass for that."""
+def _check_faults_fit(server: Any, faults: list) -> None:
+    """The faults must fit every recording the server holds, planned together as the server
+    plans each answer (an error event or a dropped one moves the positions after it): a
+    request matching one they do not fit would get an HTTP 400, and a test expecting a
+    failure would pass for that."""
     from streamtap.replay.faults import FaultSpecError, plan
 
-    # swap-tail names another recording: the server loads and checks it when it starts
-    placed = [f for f in faults if f.kind != "swap-tail"]
     misfits = []
-    for fault in placed:
-        for entry in library.entries:
-            try:
-                plan(entry.source, [fault])
-            except FaultSpecError as exc:
-                misfits.append(f"{Path(entry.source.path).name}: {exc}")
+    for entry in server.library.entries:
+        try:
+            # the recordings that swap-tail names, as the server loaded them
+            plan(entry.source, faults, server.options.timing, others=server.swap_recordings)
+        except FaultSpecError as exc:
+            misfits.append(f"{Path(entry.source.path).name}: {exc}")
     if misfits:
         raise FaultSpecError(f"a fault does not fit the recording ({'; '.join(misfits)}); serve only recordings it fits")

@@ -124,6 +124,12 @@ class ReplayServer:
             await self._server.wait_closed()
             self._server = None
 
+    @property
+    def swap_recordings(self) -> dict[str, Source]:
+        """The recordings the swap-tail faults name, by those names, as loaded at start: what a
+        plan of this server's faults needs (``plan(..., others=)``)."""
+        return dict(self._others)
+
     def _load_others(self, faults: list[Fault]) -> None:
         """Load the recordings swap-tail names: as given, else beside the served recordings."""
         for fault in faults:

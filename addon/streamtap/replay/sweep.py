@@ -11,7 +11,8 @@ classified:
   output silently accepted (the dangerous case). An error word printed beside the answer (or
   inside it: a model may well write "error") does not count as noticing;
 - ``hung``: still running at the timeout (killed);
-- ``crashed``: killed by a signal, or could not start.
+- ``crashed``: killed by a signal, or could not start (exit 126 or 127: what a shell or
+  ``env`` says when it cannot run the command it was given).
 
 ``sweep_positions`` and ``classify`` are pure; ``run_sweep`` is the asyncio runner.
 """
@@ -22,11 +23,14 @@ import asyncio
 import os
 import re
 import signal
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from .faults import FaultSpecError, Timing, parse_fault, plan, protocol_positions
+from streamtap.recording import RecordingError, check_recording, read_recording
+
+from .faults import FaultSpecError, Timing, parse_fault, plan, protocol_positions, unfit_faults
 from .match import Library, MatchOptions
 from .server import ReplayServer, ServeOptions
 from .source import Source
@@ -43,7 +47,8 @@ def sweep_positions(source: Source, which: str = DEFAULT_POSITIONS) -> list[str]
     ``which`` is a comma list of: ``events`` (after every event but the last, and before the
     first), ``protocol`` (each protocol-aware position the stream has), ``bytes=K`` (K byte
     offsets spread evenly over the body, off the event boundaries), or explicit
-    ``event=N`` / ``byte=N`` / ``at=NAME`` items.
+    ``event=N`` / ``byte=N`` / ``at=NAME`` items; one that the recording does not have (an
+    event past its end, a tool-args cut without a tool call) is a FaultSpecError.
     """
     events = [f for f in source.frames if f.seq is not None]
     body_length = sum(len(f.raw) for f in source.frames)
@@ -53,6 +58,7 @@ def sweep_positions(source: Source, which: str = DEFAULT_POSITIONS) -> list[str]
         frame_ends.add(pos)
     inner_ends = sorted(o for o in frame_ends if 0 < o < body_length)
     out: list[str] = []
+    asked: list[str] = []
     for item in filter(None, (w.strip() for w in which.split(","))):
         name, _, value = item.partition("=")
         if name == "events":
@@ -67,13 +73,16 @@ def sweep_positions(source: Source, which: str = DEFAULT_POSITIONS) -> list[str]
                 picked = {_nth_inside(int(i * step + step / 2), inner_ends) for i in range(count)}
                 out += [f"cut:byte={o}" for o in sorted(picked)]
         elif name in ("event", "byte", "at"):
-            out.append(f"cut:{name}={value}")
+            asked.append(f"cut:{name}={value}")
+            out.append(asked[-1])
         else:
             raise FaultSpecError(f"--positions takes events, protocol, bytes=K, event=N, byte=N, at=NAME; not {item!r}")
     seen: set[str] = set()
     unique = [p for p in out if not (p in seen or seen.add(p))]
-    for spec in unique:
-        parse_fault(spec)  # a bad explicit item fails here, before any run
+    # a bad explicit item fails here, before any run; every run would get the server's HTTP 400
+    unfit = unfit_faults([parse_fault(spec) for spec in asked], [source])
+    if unfit:
+        raise FaultSpecError(f"--positions: {'; '.join(unfit)}")
     return unique
 
 
@@ -103,7 +112,10 @@ def classify(returncode: int | None, output: str, *, timed_out: bool, error_text
     own pattern; any match in an exit-0 run's output then counts as noticed."""
     if timed_out:
         return HUNG
-    if returncode is None or returncode < 0 or returncode in (126, 127) or returncode >= 128:
+    # The client is exec'd directly, not through a shell: a signal shows as a negative
+    # returncode, and any status it exits with (255 from sys.exit(-1) too) is its own answer.
+    # 126 and 127 are what a launcher (sh -c, env) exits with when it cannot run the command.
+    if returncode is None or returncode < 0 or returncode in (126, 127):
         return CRASHED
     if returncode != 0:
         return NOTICED
@@ -254,32 +266,34 @@ async def _run_once(
     server = ReplayServer(Library([source], MatchOptions(match_any=True)), ServeOptions(timing, faults), log=lambda line: None)
     await server.start("127.0.0.1", 0)
     started = time.monotonic()
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *command,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            env=client_env(server.base_url),
-            start_new_session=True,  # so a hung client's children die with it
-        )
-    except OSError as exc:
-        await server.close()
-        return Run(position, style, CRASHED, None, 0.0, [], f"cannot start {command[0]}: {exc}")
-    timed_out = False
-    try:
-        output, _ = await asyncio.wait_for(proc.communicate(), timeout)
-    except TimeoutError:
-        timed_out = True
-        _kill_group(proc)
-        output, _ = await proc.communicate()
-    except BaseException:  # cancelled (Ctrl-C): the client's own session does not get the SIGINT
-        _kill_group(proc)
-        await proc.wait()
-        raise
-    finally:
-        await server.close()
-    text = output.decode("utf-8", "replace")
+    # The output goes to a file, not a pipe: a process the client leaves behind holding its
+    # stdout cannot keep the run waiting for the end of the output past the client's exit.
+    with tempfile.TemporaryFile() as output:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=output,
+                stderr=asyncio.subprocess.STDOUT,
+                env=client_env(server.base_url),
+                start_new_session=True,  # so a hung client's children die with it
+            )
+        except OSError as exc:
+            await server.close()
+            return Run(position, style, CRASHED, None, 0.0, [], f"cannot start {command[0]}: {exc}")
+        timed_out = False
+        try:
+            await asyncio.wait_for(proc.wait(), timeout)
+        except TimeoutError:
+            timed_out = True
+        finally:
+            # what is left of the client's session ends with its run; on Ctrl-C (cancelled)
+            # too, since the client's own session does not get the SIGINT
+            _kill_group(proc)
+            await proc.wait()
+            await server.close()
+        output.seek(0)
+        text = output.read().decode("utf-8", "replace")
     verdict, answer = _judge(source, faults)
     outcome = classify(proc.returncode, text, timed_out=timed_out, error_text=error_text, answer=answer)
     fault_log = [line for served in server.served for line in served.log]
@@ -296,15 +310,29 @@ def _kill_group(proc: asyncio.subprocess.Process) -> None:
 def _judge(source: Source, faults: list) -> tuple[str | None, str]:
     """streamtap's verdict on the stream the client got, and the answer it carried (text, else
     the tool calls' argument strings)."""
+    body = plan(source, faults).body  # the positions were checked to fit before any run
     try:
         from streamtap.providers import Dialect, analyze_bytes
 
-        analysis = analyze_bytes(plan(source, faults).body, Dialect(source.dialect))
+        analysis = analyze_bytes(body, Dialect(source.dialect))
     except Exception:  # an unknown dialect string, or the verdict layer missing: the sweep still reports
         return None, ""
     turn = analysis.turn
     answer = turn.text() or "".join(call.arguments_raw or "" for call in turn.tool_calls())
     return str(analysis.verdict.kind), answer
+
+
+def recording_problems(source: Source) -> list[str]:
+    """Why the runs would not cut a whole, sound answer: what ``streamtap verify`` finds wrong
+    with the file (incomplete, damaged), and a stream that is cut or corrupt already uncut."""
+    try:
+        problems = check_recording(read_recording(source.path))
+    except (RecordingError, OSError) as exc:  # it loaded a moment ago; changed since
+        problems = [str(exc)]
+    verdict, _answer = _judge(source, [])
+    if verdict in ("truncated", "corrupt"):
+        problems.append(f"served uncut, its stream is already {verdict}")
+    return problems
 
 
 def progress_bar(stream) -> Callable[[int, int, dict[str, int]], None]:

@@ -1,0 +1,210 @@
+"""`streamtap sweep` at its edges: user mistakes refused before any run (one line, exit 2),
+clients that exit oddly, leave processes behind or are interrupted, and recordings that are
+not whole. Real processes against real replay servers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from replay_streams import openai_chat_frames, write_recording
+
+from streamtap.replay.sweep import CRASHED, NOTICED, classify
+
+STREAMTAP = [sys.executable, "-c", "import sys; from streamtap.cli import main; sys.exit(main())"]
+
+# stdlib only (starts fast): asks the replay server, prints the answer, exits with argv[1]
+CLIENT = """
+import http.client, json, os, sys, urllib.parse
+url = urllib.parse.urlsplit(os.environ["STREAMTAP_BASE_URL"])
+conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+conn.request("POST", "/v1/chat/completions", body=b"{}", headers={"content-type": "application/json"})
+text = []
+try:
+    for line in conn.getresponse():
+        if line.startswith(b"data: {"):
+            for choice in json.loads(line[6:])["choices"]:
+                text.append(choice["delta"].get("content") or "")
+except Exception:
+    pass
+print("".join(text))
+sys.exit(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+"""
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory):
+    return write_recording(tmp_path_factory.mktemp("edges") / "twenty.jsonl", "openai", openai_chat_frames(words=12))
+
+
+@pytest.fixture
+def marker_client(tmp_path):
+    """A client that leaves a file behind when it runs: (command, the folder it writes to)."""
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    path = tmp_path / "marker.py"
+    path.write_text(f"import os\nopen(os.path.join({str(ran)!r}, str(os.getpid())), 'w').close()\n")
+    return [sys.executable, "-S", str(path)], ran
+
+
+def streamtap_sweep(*args, timeout=120, **popen):
+    return subprocess.run([*STREAMTAP, "sweep", *map(str, args)], capture_output=True, text=True, timeout=timeout, **popen)
+
+
+def assert_refused(result, message):
+    lines = result.stderr.splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and message in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_positions_the_recording_does_not_have_are_refused_before_any_run(recording, tmp_path, marker_client):
+    command, ran = marker_client
+    plain = write_recording(tmp_path / "plain.jsonl", "openai", openai_chat_frames(words=12, tool=False))
+    for rec, positions, message in [
+        (recording, "event=999", "'cut:event=999': event 999 does not exist"),
+        (recording, "events,byte=999999", "'cut:byte=999999': byte 999999 is past the end"),
+        (plain, "at=tool-args", "'cut:at=tool-args': this sse recording has no tool-args position"),
+    ]:
+        assert_refused(streamtap_sweep(rec, "--positions", positions, "--", *command), message)
+    assert not list(ran.iterdir()), "a client ran"
+
+
+def test_a_timeout_that_is_not_a_positive_number_is_refused(recording, marker_client):
+    command, ran = marker_client
+    for value in ("nan", "inf", "-1", "0"):
+        assert_refused(streamtap_sweep(recording, "--timeout", value, "--", *command), "--timeout must be a number of seconds > 0")
+    assert not list(ran.iterdir()), "a client ran"
+
+
+def test_a_json_report_that_cannot_be_written_is_refused_before_any_run(recording, tmp_path, marker_client):
+    command, ran = marker_client
+    assert_refused(streamtap_sweep(recording, "--json", tmp_path, "--", *command), "Is a directory")
+    assert_refused(streamtap_sweep(recording, "--json", "/proc/version", "--", *command), "--json /proc/version")
+    assert not list(ran.iterdir()), "a client ran"
+    # a path that can be written gets the report, though trying it first left nothing there
+    report = tmp_path / "new" / "report.json"
+    report.parent.mkdir()
+    result = streamtap_sweep(recording, "--json", report, "--positions", "event=2", "--styles", "clean", "--", *command)
+    assert result.returncode == 1, result.stderr  # the client prints nothing and exits 0: silent
+    assert [run["spec"] for run in json.loads(report.read_text())["runs"]] == ["cut:event=2,style=clean"]
+
+
+def test_options_after_the_recording_without_dashes_are_a_usage_error(recording, marker_client):
+    command, ran = marker_client
+    for option in (["--no-progress"], ["--timeout=5"], ["-j4"], ["--no-prog"]):
+        assert_refused(streamtap_sweep(recording, *option, *command), "put -- before the client")
+    assert not list(ran.iterdir()), "a client ran"
+
+
+def test_a_client_without_dashes_still_runs(tmp_path, marker_client):
+    command, ran = marker_client
+    tiny = write_recording(tmp_path / "tiny.jsonl", "openai", openai_chat_frames(words=1, tool=False))
+    result = streamtap_sweep(tiny, *command)
+    assert result.returncode == 1 and "silently accepted" in result.stdout, result.stderr
+    assert list(ran.iterdir())
+
+
+def test_exit_statuses_the_client_chose_are_noticed_signals_crash(recording, tmp_path):
+    """The client is exec'd directly: a signal is a negative returncode; 255 (sys.exit(-1)) or
+    any other status is the client's own answer."""
+    assert classify(255, "", timed_out=False) == classify(130, "", timed_out=False) == NOTICED
+    assert classify(-9, "", timed_out=False) == classify(127, "", timed_out=False) == CRASHED
+    client = tmp_path / "client.py"
+    client.write_text(CLIENT)
+    killed = tmp_path / "killed.py"
+    killed.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    for command, outcome, returncode in [
+        ([client, "-1"], NOTICED, 255),
+        ([client, "200"], NOTICED, 200),
+        ([killed], CRASHED, -signal.SIGKILL),
+    ]:
+        result = streamtap_sweep(recording, "--json", "-", "--positions", "event=2", "--styles", "clean", "--", sys.executable, "-S", *command)
+        [run] = json.loads(result.stdout)["runs"]
+        assert (run["outcome"], run["returncode"]) == (outcome, returncode), run
+
+
+def _alive(pid):
+    """Running (a killed process can stay a zombie a while, until whoever adopted it reaps it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def test_a_client_is_done_when_it_exits_whatever_holds_its_output(recording, tmp_path):
+    """Its exit status counts once it exits: a process it left behind with its stdout (in a
+    session of its own, out of reach) does not make the run hang, nor the sweep wait for it.
+    One left in the client's own session ends with the run."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    leaver = tmp_path / "leaver.py"
+    leaver.write_text(
+        "import os, subprocess, sys\n"
+        "child = subprocess.Popen([sys.executable, '-S', '-c', 'import time; time.sleep(40)'], start_new_session=sys.argv[1] == 'away')\n"
+        f"open(os.path.join({str(pids)!r}, sys.argv[1] + '-' + str(child.pid)), 'w').close()\n"
+        "print('The weather in Paris is mild today, says the model')\n"
+        "sys.exit(3)\n"
+    )
+    left = {}
+    try:
+        for where in ("away", "inside"):
+            started = time.monotonic()
+            result = streamtap_sweep(
+                recording, "--json", "-", "--timeout", "8", "--positions", "event=2", "--styles", "clean",
+                "--", sys.executable, "-S", leaver, where,
+            )
+            report = json.loads(result.stdout)
+            [run] = report["runs"]
+            assert (run["outcome"], run["returncode"]) == (NOTICED, 3) and report["baseline"]["returncode"] == 3, report
+            assert "The weather in Paris" in run["output_tail"]
+            assert time.monotonic() - started < 8, f"{where}: the sweep waited for what the client left behind"
+        time.sleep(0.2)
+        left = {name.name: int(name.name.split("-")[1]) for name in pids.iterdir()}
+        alive = sorted(name.split("-")[0] for name, pid in left.items() if _alive(pid))
+        assert len(left) == 4 and alive == ["away", "away"], alive  # the baseline's and the cut run's
+    finally:
+        for pid in left.values():
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_interrupted_it_exits_130_without_a_word_of_traceback(recording, tmp_path):
+    client = tmp_path / "client.py"
+    client.write_text(CLIENT)
+    sweep = subprocess.Popen(
+        [*STREAMTAP, "sweep", recording, "--no-progress", "--positions", "events", "--styles", "clean,abort,reset", "-j", "4",
+         "--", sys.executable, "-S", client],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        # a suite started in the background ignores SIGINT, and a child inherits that: this
+        # sweep stands for one started at a terminal
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        time.sleep(1.5)  # well into the runs: each takes ~0.1 s, there are 60
+        sweep.send_signal(signal.SIGINT)
+        _out, err = sweep.communicate(timeout=30)
+    finally:
+        sweep.kill()
+    assert sweep.returncode == 130 and err == "", err
+
+
+def test_an_incomplete_recording_is_swept_with_a_warning(recording, tmp_path, marker_client):
+    command, _ran = marker_client
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("".join(recording.read_text().splitlines(keepends=True)[:8]))  # the writer stopped there
+    result = streamtap_sweep(cut, "--positions", "event=2", "--styles", "clean", "--", *command)
+    [warning] = result.stderr.splitlines()
+    assert warning.startswith(f"streamtap sweep: warning: {cut}: recording incomplete at byte "), warning
+    assert "served uncut, its stream is already truncated" in warning
+    assert result.returncode == 1 and "1 runs" in result.stdout  # swept all the same
+    whole = streamtap_sweep(recording, "--positions", "event=2", "--styles", "clean", "--", *command)
+    assert whole.stderr == "" and whole.returncode == 1
