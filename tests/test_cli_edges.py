@@ -53,3 +53,10 @@ def test_an_import_out_folder_the_file_system_refuses_is_one_line(tmp_path):
     for out in (tmp_path / "afile" / "sub", "/proc/no-such-import"):
         got = streamtap("import", capture, "--out", out)
         one_line_error(got, "import")
+
+
+def test_serve_refuses_faults_that_fit_one_by_one_but_not_together():
+    """Each fits the recording alone; the error after event 3 ends the stream before event 20."""
+    got = streamtap("serve", "--fault", "error:kind=openai,after=3;cut:event=20", RECORDINGS / "openai-chat.jsonl", timeout=30)
+    one_line_error(got, "serve")
+    assert "together (error:kind=openai,after=3; cut:event=20)" in got.stderr and "event 20 does not exist" in got.stderr

@@ -64,7 +64,7 @@ def test_faults_are_checked_together_and_a_str_is_one_field(pytester):
         ("corrupt:frame=3;cut:at=before-terminal", "'cut:at=before-terminal': this sse recording has no before-terminal position"),
         ("swap-tail:with=short.jsonl,at=1;cut:event=12", "'cut:event=12': event 12 does not exist"),
     ]:
-        result.stdout.fnmatch_lines([f"*test_misfit_together?{spec}?*", f"streamtap_replay: a fault does not fit the recording (weather.jsonl: {reason}*"])
+        result.stdout.fnmatch_lines([f"*test_misfit_together?{spec}?*", f"streamtap_replay: *{reason}*"])
     assert "test_fit_together" not in out.split("short test summary")[-1], out
     assert "test_one_ignored_field_as_a_str" not in out.split("short test summary")[-1], out
 

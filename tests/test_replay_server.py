@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -272,7 +273,11 @@ def test_original_timing_follows_the_recorded_gaps(tmp_path):
                 if line.startswith("data:"):
                     seen.append(time.monotonic() - start)
     gaps = [b - a for a, b in zip(seen, seen[1:])]
-    assert len(gaps) == 10 and all(0.035 < g < 0.1 for g in gaps), gaps
+    assert len(gaps) == 10, gaps
+    # never early (the deadlines are absolute), and the gaps are the recorded 50 ms: a late event
+    # on a loaded machine shortens the gap after it, so the typical gap is what is held to 50 ms
+    assert all(t - seen[0] >= i * 0.050 - 0.005 for i, t in enumerate(seen)), seen
+    assert 0.045 < statistics.median(gaps) < 0.070, gaps
 
 
 def test_once_serves_a_recording_a_single_time(recordings):

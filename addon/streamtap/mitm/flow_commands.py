@@ -31,22 +31,28 @@ class FlowCommands:
         lines = []
         analysing = {waiting.id for waiting, _ in self.tap.awaiting.values()}
         for f in flows:
+            # a flow sent again (client replay) keeps the last run's verdict in its metadata until the new one comes
             summary = f.metadata.get("streamtap")
-            if summary:
-                lines.append(f"{summary['verdict']}: {summary['reason']}")
+            if f.id in self.tap.open:
+                lines.append(STREAMING)
+            elif f.id in analysing:
+                lines.append(ANALYSING)
             else:
-                lines.append(STREAMING if f.id in self.tap.open else ANALYSING if f.id in analysing else NOT_TAPPED)
+                lines.append(f"{summary['verdict']}: {summary['reason']}" if summary else NOT_TAPPED)
         return lines
 
     @command.command("streamtap.recording")
     def recording(self, flows: Sequence[flow.Flow]) -> Sequence[str]:
-        """Each flow's recording path (a .partial.jsonl one while it streams), "" where none is kept."""
+        """Each flow's recording path (a .partial.jsonl one while it streams), "" where none is kept or it is being analysed."""
         lines = []
+        analysing = {waiting.id for waiting, _ in self.tap.awaiting.values()}
         for f in flows:
-            summary = f.metadata.get("streamtap")
-            if summary:
-                lines.append(summary.get("recording") or "")
-                continue
             open_tap = self.tap.open.get(f.id)
-            lines.append((open_tap.partial_path() if open_tap is not None else None) or "")
+            summary = f.metadata.get("streamtap")
+            if open_tap is not None:  # before the metadata: that is an earlier run's (client replay)
+                lines.append(open_tap.partial_path() or "")
+            elif f.id in analysing or not summary:
+                lines.append("")
+            else:
+                lines.append(summary.get("recording") or "")
         return lines

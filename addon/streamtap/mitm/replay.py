@@ -7,7 +7,7 @@ timing and faults, and pass the Tap like any upstream answer: they are recorded 
 judged too (replaying a recording records the same body again).
 
 Live faults wrap the Tap's stream callable (this addon comes after the Tap), so the
-Tap records exactly what the client got. A ``clean`` cut ends the response at once and
+Tap records exactly what the client got; a response the Tap does not tap is left alone. A ``clean`` cut ends the response at once and
 cancels the upstream's side (see ``_end_at_cut``): HTTP/1.1 clients get the chunked
 terminator (a close-delimited body a FIN) on a connection that stays usable, HTTP/2
 clients END_STREAM. ``abort`` is, for HTTP/1.1, a FIN of the client connection after an
@@ -19,6 +19,7 @@ come once the bytes before the cut are flushed; ``flow.kill()`` alone is no abor
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 import struct
@@ -28,11 +29,12 @@ from typing import Any
 from mitmproxy import ctx, exceptions, http
 
 from streamtap.mitm import option_checks
+from streamtap.mitm.tap import INJECTED_END
 from streamtap.recording.flows import INJECTED, request_info
-from streamtap.replay.faults import LIVE_KINDS, FaultSpecError, LiveFaults, Timing, parse_faults, unfit_faults
+from streamtap.replay.faults import LIVE_KINDS, Fault, FaultSpecError, LiveFaults, Timing, parse_faults, unfit_faults
 from streamtap.replay.match import Library, MatchOptions
-from streamtap.replay.server import FAULT_HEADER, ReplayServer, ServeOptions
-from streamtap.replay.source import RecordingError
+from streamtap.replay.server import FAULT_HEADER, ReplayServer, ServeOptions, swap_recordings
+from streamtap.replay.source import RecordingError, Source
 
 log = logging.getLogger("streamtap")
 
@@ -46,7 +48,8 @@ class Replay:
         self.library: Library | None = None
         self.server: ReplayServer | None = None
         self._starting: asyncio.Lock | None = None
-        self._stale: ReplayServer | None = None
+        self._stale: list[ReplayServer] = []  # closed before the next one starts; configure may run twice before that
+        self._failed: str | None = None  # why the server did not start with the current settings
 
     def load(self, loader) -> None:
         loader.add_option(
@@ -101,36 +104,41 @@ class Replay:
                 faults = parse_faults(getattr(options, "streamtap_fault", ""))
             except FaultSpecError:
                 faults = []  # the Faults addon names the option
-            unfit = unfit_faults(faults, [entry.source for entry in self.library.entries])
+            unfit = unfit_faults(faults, [entry.source for entry in self.library.entries], _swap_tails(faults, self.library))
             if unfit:  # else every replayed request would be answered with a 400
                 raise exceptions.OptionsError(f"streamtap_fault: {'; '.join(unfit)}")
             log.info(f"streamtap: replaying {len(self.library.entries)} recording(s) from {', '.join(options.streamtap_replay)}")
             if options.connection_strategy == "eager":
                 # eager would connect to the upstream before the request says it needs one: replay works offline
                 options.update(connection_strategy="lazy")
-        self._stale, self.server = self.server, None  # restarted with the new settings on the next request
+        if self.server is not None:  # restarted with the new settings on the next request
+            self._stale.append(self.server)
+        self.server, self._failed = None, None
 
-    async def _ensure_server(self) -> ReplayServer:
+    async def _ensure_server(self) -> ReplayServer | None:
+        """The running server; None when it did not start (``_failed`` says why)."""
         if self._starting is None:
             self._starting = asyncio.Lock()
         async with self._starting:
-            if self._stale is not None:
-                await self._stale.close()
-                self._stale = None
-            if self.server is None:
+            while self._stale:
+                await self._stale.pop().close()
+            if self.server is None and self._failed is None:  # not retried per request: the settings have not changed
                 options = ctx.options
-                serve = ServeOptions(
-                    timing=Timing.parse(options.streamtap_replay_timing),
-                    faults=parse_faults(getattr(options, "streamtap_fault", "")),
-                    assign_ids=options.streamtap_replay_assign_ids,
-                    fault_header=getattr(options, "streamtap_fault_header", False),
-                )
-                server = ReplayServer(self.library, serve, log=log.info)
-                await server.start("127.0.0.1", 0)
-                self.server = server
+                try:
+                    serve = ServeOptions(
+                        timing=Timing.parse(options.streamtap_replay_timing),
+                        faults=parse_faults(getattr(options, "streamtap_fault", "")),
+                        assign_ids=options.streamtap_replay_assign_ids,
+                        fault_header=getattr(options, "streamtap_fault_header", False),
+                    )
+                    self.server = await ReplayServer(self.library, serve, log=log.info).start("127.0.0.1", 0)
+                except Exception as exc:
+                    self._failed = f"{type(exc).__name__}: {exc}"
+                    log.warning(f"streamtap: replay server did not start: {self._failed}; replayed requests get a 502")
             return self.server
 
     async def request(self, flow: http.HTTPFlow) -> None:
+        flow.metadata.pop(REPLAYED, None)  # a flow sent again (client replay) is matched anew
         library = self.library
         if library is None or flow.response is not None:
             return
@@ -139,10 +147,12 @@ class Replay:
             headers = {k.lower(): v for k, v in request.headers.items()}
             if not library.has_match(request.method, request.path, headers, request.get_content(strict=False) or b""):
                 return
-        try:
-            server = await self._ensure_server()
-        except Exception as exc:  # fail open: the flow goes upstream as if replay were off
-            log.warning(f"streamtap: replay server did not start: {type(exc).__name__}: {exc}")
+        server = await self._ensure_server()
+        if server is None:
+            # never upstream instead: replay may run offline, or against an upstream that must not be called
+            body = {"error": {"type": "streamtap_replay_failed", "message": f"streamtap's replay server did not start: {self._failed}"}}
+            flow.response = http.Response.make(502, json.dumps(body), {"content-type": "application/json"})
+            flow.metadata[REPLAYED] = "not started"  # streamtap's own answer: no live fault goes into it
             return
         host_header = request.host_header
         request.scheme, request.host, request.port = "http", server.host, server.port
@@ -150,10 +160,19 @@ class Replay:
         flow.metadata[REPLAYED] = server.base_url
 
     async def done(self) -> None:
-        for server in (self.server, self._stale):
+        for server in [self.server, *self._stale]:
             if server is not None:
                 await server.close()
-        self.server = self._stale = None
+        self.server, self._stale = None, []
+
+
+def _swap_tails(faults: list[Fault], library: Library) -> dict[str, Source]:
+    """The recordings swap-tail names, found as the replay server will find them, so that a
+    fault that fits none of the replayed recordings is refused at start."""
+    try:
+        return swap_recordings(faults, library)
+    except (FaultSpecError, RecordingError) as exc:
+        raise exceptions.OptionsError(f"streamtap_fault: {exc}") from None
 
 
 class Faults:
@@ -167,6 +186,7 @@ class Faults:
 
     def __init__(self) -> None:
         self.faults: list = []
+        self.live: dict[str, LiveFaults] = {}  # by flow id, until the flow's end
 
     def load(self, loader) -> None:
         loader.add_option(
@@ -203,8 +223,13 @@ class Faults:
         del flow.request.headers[FAULT_HEADER]
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
+        for key in (INJECTED, INJECTED_END, "streamtap_faults"):
+            flow.metadata.pop(key, None)  # a flow sent again (client replay) starts without the last run's
         if flow.metadata.get(REPLAYED) or flow.response is None:
             return  # the replay server applied the faults already
+        tap = ctx.master.addons.get("tap")
+        if flow.id not in getattr(tap, "open", ()):
+            return  # not a stream the Tap taps: mitmproxy handles it as it would without streamtap
         try:
             faults = self.faults + parse_faults(flow.metadata.get(FAULT_HEADER))
             if not faults:
@@ -214,8 +239,9 @@ class Faults:
             log.warning(f"streamtap: flow {flow.id[:12]}: fault not applied: {exc}")
             return
         specs = "; ".join(f.spec for f in faults)
-        if any(f.kind == "fragment" for f in faults):  # it re-chunks every stream, and logs nothing per event
+        if any(f.kind == "fragment" for f in faults):  # it re-chunks every stream, and logs only at the end
             flow.metadata[INJECTED] = specs
+        self.live[flow.id] = live
         inner = flow.response.stream if callable(flow.response.stream) else (lambda data: data)
         logged = 0
 
@@ -229,21 +255,43 @@ class Faults:
         def stream(data: bytes) -> list[bytes]:
             nonlocal logged
             if data == b"":  # end of the upstream body
-                return forward((live.close() if live.end is None else []) + [b""])
+                out = forward((live.close() if live.end is None else []) + [b""])
+                logged = _report(flow, live, logged, specs)
+                return out
             ended_before = live.end is not None
             out = forward(live.feed(data))
-            for line in live.log[logged:]:
-                log.info(f"streamtap: flow {flow.id[:12]}: fault {line}")
-            if len(live.log) > logged:
-                flow.metadata["streamtap_faults"] = list(live.log)  # evidence: what was done to this flow, where
-                if any(not line.startswith("not applied") for line in live.log[logged:]):
-                    flow.metadata[INJECTED] = specs  # the Tap names it in the recording and the verdict
-            logged = len(live.log)
+            logged = _report(flow, live, logged, specs)
             if live.end is not None and not ended_before:
+                flow.metadata[INJECTED_END] = live.end  # the Tap's stream_end: streamtap, not the client, cut it
                 _end_at_cut(flow, live.end, out)
             return out
 
         flow.response.stream = stream
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        self._ended(flow)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        self._ended(flow)
+
+    def _ended(self, flow: http.HTTPFlow) -> None:
+        live = self.live.pop(flow.id, None)
+        if live is not None:
+            logged = len(live.log)
+            live.ended()
+            _report(flow, live, logged, "; ".join(f.spec for f in live.faults))
+
+
+def _report(flow: http.HTTPFlow, live: LiveFaults, logged: int, specs: str) -> int:
+    """Log the fault lines after the first ``logged``; the flow is marked once a fault changed the answer."""
+    new = live.log[logged:]
+    for line in new:
+        log.info(f"streamtap: flow {flow.id[:12]}: fault {line}")
+    if new:
+        flow.metadata["streamtap_faults"] = list(live.log)  # evidence: what was done to this flow, where
+        if any(not line.startswith("not applied") for line in new):
+            flow.metadata[INJECTED] = specs  # the Tap names it in the recording and the verdict
+    return len(live.log)
 
 
 def _wire_and_dialect(flow: http.HTTPFlow) -> tuple[str, str]:

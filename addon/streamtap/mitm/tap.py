@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -33,6 +34,7 @@ from streamtap.wire import DEFAULT_MAX_EVENT, Tail
 log = logging.getLogger("streamtap")
 
 MARK = ":warning:"
+INJECTED_END = "streamtap_injected_end"  # flow.metadata key: the style of the cut streamtap's live fault made
 MAX_BACKLOG = 1 << 20  # bytes handed on but not yet analysed before analysis runs inline
 BATCH_BYTES = 64 * 1024  # reads decoded in one pass: amortises per-call costs, bounds the joined copy
 MAX_KEPT_BODY = 32 * 1024 * 1024  # bytes of a streamed body kept to show when mitmproxy keeps none
@@ -632,6 +634,8 @@ def ended_by(flow: http.HTTPFlow, message: str) -> StreamEnd:
     its HTTP/1 message names the client; otherwise the side whose connection closed first;
     for an HTTP/2 stream reset (mitmproxy words it "reset by client" for either side) the
     code: clients cancel with CANCEL, servers cut with other codes."""
+    if flow.metadata.get(INJECTED_END):  # streamtap cut it, standing in for the upstream, whatever the protocol shows
+        return StreamEnd.UPSTREAM_RESET
     text = message.lower()
     if "client disconnected" in text:
         return StreamEnd.CLIENT_ABORTED
@@ -756,6 +760,8 @@ class Tap:
         options = ctx.options
         if "streamtap_fsync" in updated:
             option_checks.choice("streamtap_fsync", options.streamtap_fsync, FSYNC_POLICIES)
+        if "streamtap_compress" in updated:
+            option_checks.choice("streamtap_compress", options.streamtap_compress, COMPRESSIONS)
         if updated & {"streamtap_dir", "streamtap_record"} and options.streamtap_record:
             option_checks.writable_dir("streamtap_dir", options.streamtap_dir)
         if "streamtap_redact" in updated:
@@ -767,7 +773,7 @@ class Tap:
         if "streamtap_workers" in updated:
             option_checks.size("streamtap_workers", options.streamtap_workers, 0, MAX_WORKERS, "processes")
         self.settings = dict(
-            directory=options.streamtap_dir,
+            directory=os.path.expanduser(options.streamtap_dir),  # the shell does not expand a quoted or config-file ~
             fsync=options.streamtap_fsync,
             redact=list(options.streamtap_redact),
             redact_allow=list(options.streamtap_redact_allow),
@@ -870,6 +876,8 @@ class Tap:
             flow.metadata["streamtap"] = summary
             if summary["verdict"] != VerdictKind.COMPLETE:
                 flow.marked = MARK
+            elif flow.marked == MARK:  # an earlier run's (client replay); a mark the user chose stays
+                flow.marked = ""
             flow.comment = flow_comment(summary)
             if shown_cut:
                 flow.comment += f" (body shown: its first {MAX_KEPT_BODY} bytes)"

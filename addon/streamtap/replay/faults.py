@@ -684,7 +684,9 @@ class LiveFaults:
         self._decoder = _decoder(wire) if self._framed else None
         self._n = 0  # events seen
         self._sent = 0  # body bytes forwarded
-        self._held: bytes | None = None  # an event held back by reorder
+        self._held: tuple[Fault, bytes, str] | None = None  # an event held back by reorder, and the line its swap logs
+        self._told: set[int] = set()  # the faults (by id) that logged what they did, or why not
+        self._pieces = 0  # writes out of fragment
         # a protocol-aware cut: the providers layer finds its position as the events pass
         self._finders = [
             (fault, PositionFinder(dialect, wire, frozenset([fault.params["at"]]), fault.params.get("event", 0)))
@@ -716,10 +718,25 @@ class LiveFaults:
             return []
         tail = b"".join(e.raw for e in self._decoder.close())
         held, self._held = self._held, None
-        out = self._serve([held] if held is not None else [], self._sent + sum(len(w.raw) for w in self._waiting))
+        if held is not None:
+            fault = held[0]
+            self._note(fault, f"not applied: {fault.spec}: event {fault.params['event']} was the last one, nothing to swap it with")
+        out = self._serve([held[1]] if held is not None else [], self._sent + sum(len(w.raw) for w in self._waiting))
         if self.end is None:
             out = self._release() + out + tail
         return self._output(out)
+
+    def ended(self) -> None:
+        """At the flow's end: a log line for each fault that has not said what it did (every fault is logged)."""
+        for fault in self.faults:
+            if fault.kind == "fragment":
+                self._note(fault, f"{fault.spec}: {self._pieces} writes of 1..{fault.params['max']} bytes")
+            elif id(fault) not in self._told:
+                self._note(fault, f"not applied: {fault.spec}: not reached (the stream ended after {self._n} events, {self._sent} bytes)")
+
+    def _note(self, fault: Fault, line: str) -> None:
+        self._told.add(id(fault))
+        self.log.append(line)
 
     def _event(self, raw: bytes, at: int) -> bytes:
         """What to forward for event ``n``, which would start at body offset ``at``."""
@@ -729,36 +746,39 @@ class LiveFaults:
         for fault in self.faults:
             p = fault.params
             if fault.kind == "drop" and p["event"] == n:
-                self.log.append(f"{fault.spec}: dropped event {n} at byte {at}")
+                self._note(fault, f"{fault.spec}: dropped event {n} at byte {at}")
                 return b""
             if fault.kind == "corrupt" and p.get("frame", 0) == n:
                 try:
                     raw, inside, old = corrupt_raw(raw, self.wire, fault)
                 except FaultSpecError as exc:  # this event has no such byte: it passes unchanged
-                    self.log.append(f"not applied: {exc}")
+                    self._note(fault, f"not applied: {exc}")
                 else:
-                    self.log.append(
-                        f"{fault.spec}: event {n} {p.get('field', 'payload')} (body byte {at + inside}) 0x{old:02x} -> 0x{raw[inside]:02x}"
+                    self._note(
+                        fault,
+                        f"{fault.spec}: event {n} {p.get('field', 'payload')} (body byte {at + inside}) 0x{old:02x} -> 0x{raw[inside]:02x}",
                     )
             if fault.kind == "reorder" and p["event"] == n:
-                self._held = raw
-                self.log.append(f"{fault.spec}: events {n} and {n + 1} swapped (at byte {at})")
+                # logged once the next event comes: the last event has nothing to swap with
+                self._held = (fault, raw, f"{fault.spec}: events {n} and {n + 1} swapped (at byte {at})")
                 return b""
         units = [raw]  # the events served for this one, in order
         if self._held is not None:
-            units.append(self._held)
+            held_fault, held, swapped = self._held
             self._held = None
+            units.append(held)
+            self._note(held_fault, swapped)
         for fault in self.faults:
             p = fault.params
             size = sum(map(len, units))
             if fault.kind == "duplicate" and p["event"] == n:
-                self.log.append(f"{fault.spec}: event {n} sent twice (again at byte {at + size})")
+                self._note(fault, f"{fault.spec}: event {n} sent twice (again at byte {at + size})")
                 units.append(raw)
             if fault.kind == "cut" and "event" in p and "at" not in p and p["event"] == n:
                 self.end = p.get("style", "clean")
-                self.log.append(f"{fault.spec}: {self.end} cut after event {n} at byte {at + size}")
+                self._note(fault, f"{fault.spec}: {self.end} cut after event {n} at byte {at + size}")
             if fault.kind == "error" and p.get("after", 0) == n:
-                self.log.append(f"{fault.spec}: {p['kind']} injected after event {n} at byte {at + size}")
+                self._note(fault, f"{fault.spec}: {p['kind']} injected after event {n} at byte {at + size}")
                 units += error_frames(self.source, p["kind"], p.get("message"), n + 1)
                 self.end = "clean"
         return self._serve(units, at)
@@ -790,7 +810,7 @@ class LiveFaults:
                 if held is not None:
                     raw, at = held.raw, held.at
                 self.end = fault.params.get("style", "clean")
-                self.log.append(f"{fault.spec}: {self.end} cut at byte {at + position.inside} ({position.what})")
+                self._note(fault, f"{fault.spec}: {self.end} cut at byte {at + position.inside} ({position.what})")
                 return b"".join(w.raw for w in before) + raw[: position.inside]
         return None
 
@@ -814,13 +834,14 @@ class LiveFaults:
                 if len(data) >= room:
                     data = data[: max(room, 0)]
                     self.end = fault.params.get("style", "clean")
-                    self.log.append(f"{fault.spec}: {self.end} cut at byte {fault.params['byte']}")
+                    self._note(fault, f"{fault.spec}: {self.end} cut at byte {fault.params['byte']}")
         self._sent += len(data)
         pieces = [data] if data else []
         for fault in self.faults:
             if fault.kind == "fragment":
                 rng = self._rng[id(fault)]
                 pieces = [p for piece in pieces for p in _random_pieces(piece, rng, fault.params["max"])]
+        self._pieces += len(pieces)
         return pieces
 
 
@@ -833,20 +854,27 @@ def _decoder(wire: str):
 def unfit_faults(faults: list[Fault], sources: list[Source], others: dict[str, Source] | None = None) -> list[str]:
     """Why each fault that fits none of ``sources`` does not fit (a cut position no recording
     has, an event past every recording's end, an error kind for another wire format), so a
-    server can refuse it at start instead of answering every request with an error.
-    swap-tail is checked only given ``others``, the recordings it names (the server loads them)."""
-    reasons = []
-    for fault in faults:
-        if (fault.kind == "swap-tail" and others is None) or not sources:
-            continue
-        first_reason = None
-        for source in sources:
-            try:
-                plan(source, [fault], others=others or {})
-                break
-            except FaultSpecError as exc:
-                first_reason = first_reason or str(exc)
-        else:
-            others = f" (nor any of the other {len(sources) - 1} recordings)" if len(sources) > 1 else ""
-            reasons.append(f"{first_reason}{others}")
+    server can refuse it at start instead of answering every request with an error; then,
+    when each fits, why they fit no recording together, as a plan applies them all (an error
+    event or a dropped one moves the positions after it). swap-tail is checked only given
+    ``others``, the recordings it names (the server loads them)."""
+    if not sources:
+        return []
+    checked = [fault for fault in faults if fault.kind != "swap-tail" or others is not None]
+    also = f" (nor any of the other {len(sources) - 1} recordings)" if len(sources) > 1 else ""
+    reasons = [f"{reason}{also}" for fault in checked if (reason := _fits_none(sources, [fault], others))]
+    if not reasons and len(checked) > 1 and (reason := _fits_none(sources, checked, others)):
+        reasons.append(f"together ({'; '.join(f.spec for f in checked)}): {reason}{also}")
     return reasons
+
+
+def _fits_none(sources: list[Source], faults: list[Fault], others: dict[str, Source] | None) -> str | None:
+    """None when ``faults`` plan on one of ``sources``, else the first reason they do not."""
+    first_reason = None
+    for source in sources:
+        try:
+            plan(source, faults, others=others or {})
+            return None
+        except FaultSpecError as exc:
+            first_reason = first_reason or str(exc)
+    return first_reason

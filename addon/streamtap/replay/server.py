@@ -79,6 +79,22 @@ class Served:
     resumed_after: str | None = None
 
 
+def swap_recordings(faults: list[Fault], library: Library, loaded: dict[str, Source] | None = None) -> dict[str, Source]:
+    """The recordings the swap-tail faults name, by those names, not in ``loaded`` yet: each
+    found as given, else beside the served recordings. FaultSpecError names one not found."""
+    found: dict[str, Source] = {}
+    for fault in faults:
+        name = fault.params.get("with") if fault.kind == "swap-tail" else None
+        if name is None or name in found or name in (loaded or {}):
+            continue
+        candidates = [Path(name)] + [Path(e.source.path).parent / name for e in library.entries]
+        path = next((c for c in candidates if c.is_file()), None)
+        if path is None:
+            raise FaultSpecError(f"{fault.spec!r}: no recording {name!r} (looked beside the served recordings too)")
+        found[name] = load_source(path)
+    return found
+
+
 class ReplayServer:
     def __init__(
         self,
@@ -108,9 +124,8 @@ class ReplayServer:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> ReplayServer:
         self._load_others(self.options.faults)
-        swaps = [fault for fault in self.options.faults if fault.kind == "swap-tail"]
-        unfit = unfit_faults(swaps, [entry.source for entry in self.library.entries], self._others)
-        if unfit:  # refused now, like every other fault that fits no recording, not with a 400 per request
+        unfit = unfit_faults(self.options.faults, [entry.source for entry in self.library.entries], self._others)
+        if unfit:  # refused now (swap-tail, and the faults together, checked here), not with a 400 per request
             raise FaultSpecError("; ".join(unfit))
         self._server = await asyncio.start_server(self._connection, host, port, backlog=1024)
         self.host, self.port = self._server.sockets[0].getsockname()[:2]
@@ -131,16 +146,7 @@ class ReplayServer:
         return dict(self._others)
 
     def _load_others(self, faults: list[Fault]) -> None:
-        """Load the recordings swap-tail names: as given, else beside the served recordings."""
-        for fault in faults:
-            name = fault.params.get("with") if fault.kind == "swap-tail" else None
-            if name is None or name in self._others:
-                continue
-            candidates = [Path(name)] + [Path(e.source.path).parent / name for e in self.library.entries]
-            path = next((c for c in candidates if c.is_file()), None)
-            if path is None:
-                raise FaultSpecError(f"{fault.spec!r}: no recording {name!r} (looked beside the served recordings too)")
-            self._others[name] = load_source(path)
+        self._others.update(swap_recordings(faults, self.library, self._others))
 
     def _given_recordings(self) -> dict[str, Source]:
         """What a fault header may name for swap-tail: only recordings this server was given
