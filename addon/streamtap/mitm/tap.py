@@ -766,6 +766,8 @@ class Tap:
             option_checks.writable_dir("streamtap_dir", options.streamtap_dir)
         if "streamtap_redact" in updated:
             option_checks.names("streamtap_redact", options.streamtap_redact)
+        if "streamtap_redact_allow" in updated:  # a typo here would leave the name redacted, silently
+            option_checks.names("streamtap_redact_allow", options.streamtap_redact_allow)
         if "streamtap_sentinel" in updated:
             option_checks.sentinel("streamtap_sentinel", options.streamtap_sentinel)
         if "streamtap_max_event" in updated:
