@@ -35,6 +35,7 @@ def empty_dir(tmp: Path) -> str:
 BAD = [
     ("streamtap_dir", lambda tmp: {"streamtap_dir": a_file(tmp)}, "is not one"),
     ("streamtap_dir", lambda tmp: {"streamtap_dir": a_file(tmp) + "/recordings"}, "cannot be a directory"),
+    ("streamtap_dir", "/proc/streamtap-recordings", "cannot be created: /proc is not writable"),  # even as root
     ("streamtap_fsync", "sometimes", "not one of always, end, never"),
     ("streamtap_filter", "~q ~~~(", "Invalid filter expression"),
     ("streamtap_redact", "x-one,x-two", "is not a header or query parameter name"),

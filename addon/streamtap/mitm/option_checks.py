@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -35,7 +36,8 @@ def size(option: str, value: int, smallest: int, largest: int, unit: str = "byte
 
 def writable_dir(option: str, value: str) -> None:
     """The directory exists and is writable, or could be created (its nearest existing
-    ancestor is a writable directory). Nothing is created here."""
+    ancestor is a writable directory). Only a trial folder is made there, and removed: as root,
+    ``os.access`` says yes to every folder, /proc's included."""
     if not value.strip():
         raise OptionsError(f"{option}: empty; name a directory for the recordings")
     path = Path(value).expanduser().absolute()
@@ -46,9 +48,13 @@ def writable_dir(option: str, value: str) -> None:
         probe = probe.parent
     if not probe.is_dir():
         raise OptionsError(f"{option}: {value!r} cannot be a directory: {probe} is not one")
+    what = "is not writable" if probe == path else f"cannot be created: {probe} is not writable"
     if not os.access(probe, os.W_OK | os.X_OK):
-        what = "is not writable" if probe == path else f"cannot be created: {probe} is not writable"
         raise OptionsError(f"{option}: {value!r} {what}")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".streamtap-check-", dir=probe))
+    except OSError as exc:
+        raise OptionsError(f"{option}: {value!r} {what} ({exc.strerror or exc})") from None
 
 
 def names(option: str, values: Iterable[str]) -> None:
