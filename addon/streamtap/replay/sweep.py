@@ -303,7 +303,7 @@ async def _run_once(
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):  # the group is gone (its number may be another's now)
         pass
 
 
