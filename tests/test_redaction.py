@@ -20,7 +20,7 @@ import provider_streams as streams
 from streamtap.recording import REDACTED, read_recording
 from streamtap.recording.redact import Redactor, secret_name
 from streamtap.replay.faults import Timing
-from streamtap.replay.match import Library
+from streamtap.replay.match import Library, MatchOptions
 from streamtap.replay.server import ServeOptions, ServerThread
 
 # every secret is distinct and grep-able; none is a substring of another
@@ -246,3 +246,57 @@ def test_streamtap_import_redacts_alike_and_takes_an_allow_list(tmp_path):
     assert not leaked, f"secrets on disk: {leaked}"
     assert ALLOWED_VALUE.encode() in written
     assert read_recording(path).header["request"]["body"]["max_tokens"] == 77
+    again = subprocess.run([str(streamtap), "import", str(capture), "--out", str(tmp_path / "out")],
+                           capture_output=True, text=True, timeout=60)  # "already imported (URL)"
+    assert "already imported" in again.stdout, again.stdout
+    assert not [s for s in QUERY_SECRETS.values() if s in again.stdout + again.stderr], again.stdout
+
+
+def test_a_replay_404_and_the_replay_log_keep_the_requests_credentials_out(recorded):
+    """The 404 names what was looked for; inside mitmproxy the Tap records that answer, and the
+    server logs every request: neither may carry the live request's ?key= or a matched header."""
+    _, as_json, _ = recorded
+    library = Library.load([as_json.path], MatchOptions(match_headers=("authorization",)))
+    lines: list[str] = []
+    query = "&".join(f"{k}={v}" for k, v in QUERY_SECRETS.items())
+    with ServerThread(library, ServeOptions(Timing.parse("fast")), log=lines.append) as server:
+        answer = httpx.post(f"{server.base_url}/nowhere{CHAT}?{query}", json={"model": "x"},
+                            headers={"authorization": "Bearer hAuth404Secret77"}, timeout=10)
+    assert answer.status_code == 404
+    shown = answer.text + "\n".join(lines)
+    leaked = [s for s in [*QUERY_SECRETS.values(), "hAuth404Secret77"] if s in shown]
+    assert not leaked, f"in the 404 or the log: {leaked}\n{shown}"
+    assert "access_token=%5Bredacted%5D" in answer.text or "access_token=[redacted]" in answer.text, answer.text
+
+
+def test_values_under_secret_names_are_redacted_whatever_their_shape():
+    redactor = Redactor(extra=["metadata", "pin"])
+    body = {
+        "credentials": {"value": "s1"},  # an object under a secret name: whole
+        "api_key": [["s2"], {"k": "s3"}],  # lists of lists and objects
+        "tools": [{"parameters": {"properties": {"password": {"type": "string", "description": "the user's"}}}}],
+        "arguments": ' {"password": "s4"}',  # JSON in a string, after a space
+        "metadata": {"user_id": "s5"},  # a name given to redact: its object
+        "pin": 4321,  # ... its number
+        "max_tokens": 9,
+    }
+    redacted = redactor.json(body)
+    assert redacted["credentials"] == REDACTED and redacted["api_key"] == [[REDACTED], REDACTED]
+    assert redacted["tools"] == body["tools"]  # a JSON Schema fragment describes a password, it holds none
+    assert "s4" not in redacted["arguments"] and redacted["metadata"] == REDACTED and redacted["pin"] == REDACTED
+    assert redacted["max_tokens"] == 9
+
+
+@pytest.mark.parametrize("raw, secret", [
+    (b'{"api_key": "bSecret1", "emoji": "\\ud83d"}', b"bSecret1"),  # a lone surrogate escape: orjson refuses it
+    (b'{"password": "bSecret2", "n": 1e400}', b"bSecret2"),  # a number past a double
+    (b"[" * 1100 + b'{"client_secret": "bSecret3"}' + b"]" * 1100, b"bSecret3"),  # deeper than orjson goes
+    (b'\xef\xbb\xbf{"api_key": "bSecret4"}', b"bSecret4"),  # a byte order mark
+], ids=["surrogate", "huge-number", "deep", "bom"])
+def test_json_the_parser_refuses_is_still_redacted_in_the_kept_bytes(raw, secret):
+    from streamtap.recording.header import request_body_fields
+
+    part = Redactor().request_part({"headers": [["content-type", "application/json"]], **request_body_fields((raw, raw))})
+    kept = base64.b64decode(part["body_b64"])
+    assert secret not in kept
+    assert kept.replace(b'"[redacted]"', b'"' + secret + b'"') == raw  # every other byte as it was

@@ -24,6 +24,7 @@ from streamtap.wire import DEFAULT_MAX_EVENT
 from .flows import is_llm_stream, request_info
 from .header import flow_header
 from .reader import shown_path
+from .redact import Redactor
 from .writer import RecordingError, RecordingWriter, final_name
 
 
@@ -107,7 +108,8 @@ def import_flow(
 ) -> Imported:
     """Write one flow's recording into ``out`` (which must exist)."""
     request, response = flow.request, flow.response
-    result = Imported(flow.id, request.pretty_url)
+    # printed by `streamtap import`: redacted as the recording's URL is
+    result = Imported(flow.id, Redactor(redact, redact_allow).url(request.pretty_url))
     flow_part = final_name(0, "-", "-", flow.id).rsplit("_", 1)[1]  # how file names spell the flow id
     earlier = sorted(out.glob(f"*_{flow_part}"))
     if earlier:

@@ -49,6 +49,8 @@ SECRET_PATTERNS = (
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _SCHEME = re.compile(r"^\s*([A-Za-z][A-Za-z0-9._-]*)\s+\S")
 _FORM = re.compile(rb"[^&=\s]+=[^&\s]*(?:&[^&=\s]+=[^&\s]*)*&?")
+# a member of a JSON object whose value is a string or a number: name, separator, value
+_JSON_MEMBER = re.compile(rb'"((?:[^"\\]|\\.)*)"(\s*:\s*)("(?:[^"\\]|\\.)*"|-?\d[\d.eE+-]*)')
 
 
 def words(name: str) -> list[str]:
@@ -120,29 +122,34 @@ class Redactor:
         return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
     def json(self, value: Any) -> Any:
-        """A JSON value with the values of secret fields replaced, at any depth (a list under a
-        secret name: its items). Numbers under a ``…token`` name and the structure stay; the fields of
-        an object under a secret name are judged by their own names (a tool's JSON schema
-        may well have a ``password`` property whose ``type`` is no secret)."""
+        """A JSON value with the values of secret fields replaced, at any depth: under a secret
+        name, a string, an object (whole) and every item of a list. Numbers under a ``…token`` name
+        stay (unless the name was given to redact), as does the structure around the values. The
+        one object kept under a secret name is a JSON Schema fragment (a tool's parameters may well
+        describe a ``password`` property): its fields are judged by their own names."""
         if isinstance(value, dict):
             out = {}
             for name, item in value.items():
                 if isinstance(name, str) and self.secret(name, "body"):
-                    if _secret_scalar(name, item):
-                        item = REDACTED
-                    elif isinstance(item, list):
-                        item = [REDACTED if _secret_scalar(name, x) else self.json(x) for x in item]
-                    else:
-                        item = self.json(item)
+                    item = self._under_secret_name(name, item)
                 else:
                     item = self.json(item)
                 out[name] = item
             return out
         if isinstance(value, list):
             return [self.json(item) for item in value]
-        if isinstance(value, str) and value[:1] in ("{", "["):
+        if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
             return self._json_in_text(value)
         return value
+
+    def _under_secret_name(self, name: str, value: Any) -> Any:
+        if isinstance(value, list):
+            return [self._under_secret_name(name, item) for item in value]
+        if isinstance(value, dict):
+            return self.json(value) if _schema_fragment(value) else REDACTED
+        if name.lower() in self.extra and value is not None and not isinstance(value, bool):
+            return REDACTED  # a name given to redact: whatever its value is
+        return REDACTED if _secret_scalar(name, value) else value
 
     def _json_in_text(self, text: str) -> str:
         """JSON carried as a string (a tool call's ``arguments``): redacted inside, re-serialized
@@ -179,12 +186,45 @@ class Redactor:
                 raw = None
             if raw is not None and looks_like_form(raw, part.get("headers")):
                 part["body_b64"] = base64.b64encode(self.form(raw)).decode("ascii")
+            elif raw is not None and raw.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"["):
+                part["body_b64"] = base64.b64encode(self.json_bytes(raw)).decode("ascii")
         return part
+
+    def json_bytes(self, raw: bytes) -> bytes:
+        """JSON text the parser refused (a lone surrogate escape, 1e400, deep nesting, a BOM: all
+        JSON to an app's own parser) with the string and number values of secret members
+        replaced, found by their shape; every other byte as it was."""
+
+        def member(match: re.Match[bytes]) -> bytes:
+            try:
+                name = json.loads(b'"' + match[1] + b'"')
+                value = json.loads(match[3])
+            except (ValueError, RecursionError):
+                return match[0]
+            if not self.secret(name, "body") or self._under_secret_name(name, value) != REDACTED:
+                return match[0]
+            return b'"' + match[1] + b'"' + match[2] + json.dumps(REDACTED).encode()
+
+        return _JSON_MEMBER.sub(member, raw)
 
 
 def dump_embedded(value: Any) -> str:
     """How redacted JSON-in-a-string is written (replay matching writes a request's the same way)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+# JSON Schema keywords: an object made of these alone describes a value, it holds none
+_SCHEMA_KEYWORDS = frozenset({
+    "type", "description", "title", "format", "enum", "const", "default", "examples", "properties",
+    "required", "items", "additionalProperties", "minLength", "maxLength", "pattern", "minimum",
+    "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minItems", "maxItems",
+    "uniqueItems", "anyOf", "oneOf", "allOf", "not", "$ref", "$defs", "definitions", "nullable",
+    "deprecated", "readOnly", "writeOnly", "contentEncoding", "contentMediaType",
+})
+
+
+def _schema_fragment(value: dict[str, Any]) -> bool:
+    return bool(value) and all(isinstance(key, str) and key in _SCHEMA_KEYWORDS for key in value)
 
 
 def _secret_scalar(name: str, value: Any) -> bool:

@@ -16,12 +16,12 @@ import json
 import os
 import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
-from streamtap.recording.redact import FORM_REDACTED, REDACTED, dump_embedded
+from streamtap.recording.redact import FORM_REDACTED, REDACTED, dump_embedded, redact_headers, redact_url
 
 from .source import RecordingError, Source, load_source
 
@@ -237,11 +237,13 @@ class Library:
                     "already_served": bool(self.options.once and entry.served),
                 }
             )
+        # the live request's credentials stay out of the answer: the Tap records it, and logs it
+        shown = replace(key, path=redact_url(key.path), headers=tuple(map(tuple, redact_headers(key.headers))))
         return {
             "error": {
                 "type": "streamtap_no_recording",
-                "message": f"no recording answers {key.method} {key.path} (body {key.body}); {len(self.entries)} loaded",
-                "looked_for": key.to_dict(),
+                "message": f"no recording answers {shown.method} {shown.path} (body {key.body}); {len(self.entries)} loaded",
+                "looked_for": shown.to_dict(),
                 "nearest": nearest,
             }
         }

@@ -27,6 +27,8 @@ from typing import Any
 
 import h11
 
+from streamtap.recording.redact import redact_url
+
 from .faults import Fault, FaultSpecError, Plan, Timing, parse_faults, plan, unfit_faults
 from .match import Library
 from .source import Source, load_source
@@ -263,7 +265,8 @@ class ReplayServer:
     def _record(self, served: Served) -> None:
         self.served.append(served)
         where = served.recording or "no recording"
-        self.log(f"streamtap replay: {served.method} {served.target} -> {served.status} ({where})")
+        # the log keeps no credential of the request (a ?key= in the target)
+        self.log(f"streamtap replay: {served.method} {redact_url(served.target)} -> {served.status} ({where})")
         for line in served.log:
             self.log(f"streamtap replay:   fault {line}")
 
