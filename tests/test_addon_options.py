@@ -65,14 +65,33 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize(("option", "value", "message"), BAD, ids=[f"{o}-{i}" for i, (o, _, _) in enumerate(BAD)])
-def test_a_bad_value_stops_mitmdump_at_start_naming_the_option(tmp_path, option, value, message):
-    options = value(tmp_path) if callable(value) else {option: value}
-    proxy = Mitmdump("http://127.0.0.1:9", tmp_path / "m", options=options)
+def _start_with(tmp: Path, option: str, value) -> tuple[dict, subprocess.CompletedProcess | None]:
+    """mitmdump started with one bad value, run to its end: (the --set items, its result; None if it kept running)."""
+    options = value(tmp) if callable(value) else {option: value}
+    proxy = Mitmdump("http://127.0.0.1:9", tmp / "m", options=options)
     try:
-        result = subprocess.run(proxy.args, capture_output=True, text=True, timeout=20, cwd=proxy.workdir)
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"mitmdump took --set {options} and kept running:\n{exc.stdout}")
+        return options, subprocess.run(proxy.args, capture_output=True, text=True, timeout=40, cwd=proxy.workdir)
+    except subprocess.TimeoutExpired:
+        return options, None
+
+
+@pytest.fixture(scope="module")
+def started_with_bad_values(tmp_path_factory) -> list:
+    """Every BAD case's mitmdump, a few at a time: each is a process that stops at its start, so
+    they need not wait for one another (one by one, they took a sixth of this file's time each)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    folders = [tmp_path_factory.mktemp("bad") for _ in BAD]  # made here: mktemp numbers its folders racily
+    with ThreadPoolExecutor(4) as pool:
+        return list(pool.map(lambda case, tmp: _start_with(tmp, case[0], case[1]), BAD, folders))
+
+
+@pytest.mark.parametrize(("index", "option", "message"), [(i, o, m) for i, (o, _, m) in enumerate(BAD)],
+                         ids=[f"{o}-{i}" for i, (o, _, _) in enumerate(BAD)])
+def test_a_bad_value_stops_mitmdump_at_start_naming_the_option(started_with_bad_values, index, option, message):
+    options, result = started_with_bad_values[index]
+    if result is None:
+        pytest.fail(f"mitmdump took --set {options} and kept running")
     out = result.stdout + result.stderr
     assert result.returncode != 0, out
     assert f"{option}:" in out and message in out, out

@@ -197,6 +197,10 @@ class ReplayServer:
                     return
         except ConnectionError:
             pass
+        except asyncio.CancelledError:
+            # the server stops (Ctrl-C, asyncio.run's end): ended quietly, or Python 3.12.1's
+            # stream callback reports the cancelled task as an error with a traceback
+            return
         except _Refused as exc:
             body = {"error": {"type": exc.kind, "message": exc.message}}
             try:
