@@ -176,38 +176,35 @@ def test_replay_servers_of_replaced_settings_are_closed(tmp_path):
 # --- live faults -----------------------------------------------------------------------
 
 
-def test_a_reorder_of_the_last_event_changes_nothing_and_says_so(tmp_path):
+def live_run(tmp_path: Path, fault: str, logged: str) -> tuple[bytes, object, str]:
+    """LIVE through a real mitmdump with ``fault``: what the client got, the recording, and the
+    log once ``logged`` is in it."""
     with Upstream() as upstream:
         upstream.add("live", Script(LIVE, gap=0.005))
-        with Mitmdump(upstream.url, tmp_path / "work", options={"streamtap_fault": "reorder:event=29"}) as mitm:
+        with Mitmdump(upstream.url, tmp_path / "work", options={"streamtap_fault": fault}) as mitm:
             response = httpx.post(mitm.url + "/s/live/x", content=b"{}", timeout=15)
             rec = find_recording(mitm.record_dir, "live")
-            log = mitm.wait_log("streamtap: unknown")
-    assert response.content == LIVE == rec.body
+            return response.content, rec, mitm.wait_log(logged)
+
+
+def test_a_reorder_of_the_last_event_changes_nothing_and_says_so(tmp_path):
+    got, rec, log = live_run(tmp_path, "reorder:event=29", "streamtap: unknown")
+    assert got == LIVE == rec.body
     assert "injected_fault" not in rec.end and "injected fault" not in log and "swapped" not in log
     assert "fault not applied: reorder:event=29: event 29 was the last one, nothing to swap it with" in log
 
 
 def test_a_reorder_inside_the_stream_swaps_and_says_so(tmp_path):
-    with Upstream() as upstream:
-        upstream.add("live", Script(LIVE, gap=0.005))
-        with Mitmdump(upstream.url, tmp_path / "work", options={"streamtap_fault": "reorder:event=3"}) as mitm:
-            response = httpx.post(mitm.url + "/s/live/x", content=b"{}", timeout=15)
-            rec = find_recording(mitm.record_dir, "live")
-            log = mitm.wait_log("fault reorder:event=3: events 3 and 4 swapped")
+    got, rec, log = live_run(tmp_path, "reorder:event=3", "fault reorder:event=3: events 3 and 4 swapped")
     events = LIVE.split(b"\n\n")
-    assert response.content == rec.body == b"\n\n".join(events[:3] + [events[4], events[3]] + events[5:])
+    assert got == rec.body == b"\n\n".join(events[:3] + [events[4], events[3]] + events[5:])
     assert rec.end["injected_fault"] == "reorder:event=3" and "not applied" not in log
 
 
 def test_a_fault_never_reached_is_logged_at_the_flows_end(tmp_path):
-    with Upstream() as upstream:
-        upstream.add("live", Script(LIVE, gap=0.005))
-        with Mitmdump(upstream.url, tmp_path / "work", options={"streamtap_fault": "cut:event=999;drop:event=2"}) as mitm:
-            response = httpx.post(mitm.url + "/s/live/x", content=b"{}", timeout=15)
-            rec = find_recording(mitm.record_dir, "live")
-            log = mitm.wait_log("fault not applied: cut:event=999: not reached (the stream ended after 30 events")
-    assert response.content == rec.body == LIVE.replace(b'data: {"i": 2}\n\n', b"")
+    got, rec, log = live_run(tmp_path, "cut:event=999;drop:event=2",
+                             "fault not applied: cut:event=999: not reached (the stream ended after 30 events")
+    assert got == rec.body == LIVE.replace(b'data: {"i": 2}\n\n', b"")
     assert "fault drop:event=2: dropped event 2" in log and "drop:event=2: not reached" not in log
 
 
