@@ -426,3 +426,107 @@ def test_chat_role_on_the_finish_chunk_starts_nothing():
 def test_an_unknown_dialect_never_claims_a_terminal_event():
     verdict = analyze_bytes(b'data: {"a": 1}\n\ndata: {"b": 2}\n', Dialect.UNKNOWN).verdict
     assert verdict.kind is T and "terminal" not in verdict.reason, verdict
+
+
+# -- anything after the end: events the dialect does not use are not "unknown, noted" there --------------
+
+
+@pytest.mark.parametrize("late", [
+    _sse("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": " more"}}),  # no type member
+    _sse("content_block_delta_v2", {"type": "content_block_delta_v2", "index": 0}),
+    b"event: message_start\ndata:\n\n",  # empty data
+], ids=["no-type", "unknown-type", "empty-data"])
+def test_anthropic_an_event_it_does_not_use_after_message_stop_is_corrupt(late):
+    events = anthropic_events("think", "answer", {"city": "Paris"})
+    body = anthropic_body(events) + late
+    inside = anthropic_body(events[:-2]) + late + anthropic_body(events[-2:])
+    assert analyze_bytes(inside, ANTHROPIC).verdict.kind is C  # while the message is open: noted only
+    stop = len(events) - 1
+    assert_names_both(analyze_bytes(body, ANTHROPIC).verdict, sse_events(body), stop, stop + 1)
+
+
+def invoke_frame(inner: dict, event_type: str = "chunk") -> bytes:
+    payload = json.dumps({"bytes": base64.b64encode(json.dumps(inner).encode()).decode()}).encode()
+    return encode_message({":event-type": event_type, ":content-type": "application/json", ":message-type": "event"},
+                          payload)
+
+
+@pytest.mark.parametrize("late", [
+    invoke_frame({"type": "foo"}),
+    invoke_frame({"delta": "x"}),  # no family has this shape
+    invoke_frame({"type": "message_stop"}, event_type="trace"),  # not a chunk
+], ids=["unknown-type", "unknown-family", "not-a-chunk"])
+def test_bedrock_invoke_a_frame_it_does_not_use_after_the_end_is_corrupt(late):
+    events = anthropic_events("think", "answer", {"city": "Paris"})
+    body = invoke_body(events)
+    inside = invoke_body(events[:-2]) + late + invoke_body(events[-2:])
+    assert analyze_bytes(inside, Dialect.BEDROCK_INVOKE).verdict.kind is C
+    spliced = body + late
+    assert_names_both(analyze_bytes(spliced, Dialect.BEDROCK_INVOKE).verdict, frames(spliced),
+                      len(events) - 1, len(events))
+
+
+def converse_frame(kind: str, payload: dict) -> bytes:
+    return encode_message({":event-type": kind, ":content-type": "application/json", ":message-type": "event"},
+                          json.dumps(payload).encode())
+
+
+def test_converse_an_event_type_it_does_not_use_after_metadata_is_corrupt():
+    body = bedrock_converse(["Hi"], {"city": "Paris"})
+    messages = frames(body)
+    late = converse_frame("contentBlockDeltaV2", {"contentBlockIndex": 0, "delta": {"text": "late"}})
+    spliced = body + late
+    stop = len(messages) - 2  # messageStop closed the message; metadata came after it, as it should
+    verdict = analyze_bytes(spliced, Dialect.BEDROCK_CONVERSE).verdict
+    assert verdict.kind is X and (verdict.seq, verdict.offset) == (len(messages), len(body)), verdict
+    assert "after the message was closed by messageStop" in verdict.reason
+    # between messageStop and metadata the same frame is only noted: the message's end is not all in
+    between = body[: messages[stop].end] + late + body[messages[stop].end:]
+    assert analyze_bytes(between, Dialect.BEDROCK_CONVERSE).verdict.kind is C
+
+
+def test_converse_a_retry_appended_to_an_answer_cut_before_its_metadata_is_a_splice():
+    """The first answer lost its metadata (usage) to a cut, and a whole retry was stitched after it."""
+    body = bedrock_converse(["Hel", "lo"], {"city": "Paris"})
+    messages = frames(body)
+    cut = messages[-1].start  # just before metadata
+    stitched = body[:cut] + body
+    verdict = analyze_bytes(stitched, Dialect.BEDROCK_CONVERSE).verdict
+    assert verdict.kind is X and "before the metadata (usage) of message 1" in verdict.reason, verdict
+    assert (verdict.seq, verdict.offset) == (len(messages) - 1, cut)  # the retry's messageStart
+    assert analyze_bytes(body + body, Dialect.BEDROCK_CONVERSE).verdict.kind is C  # both whole: back to back
+
+
+def test_nova_on_invoke_a_retry_appended_to_an_answer_cut_before_its_metadata_is_a_splice():
+    nova = [{"messageStart": {"role": "assistant"}},
+            {"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"text": "Hi"}}},
+            {"contentBlockStop": {"contentBlockIndex": 0}},
+            {"messageStop": {"stopReason": "end_turn"}},
+            {"metadata": {"usage": {"inputTokens": 3, "outputTokens": 1}}}]
+    whole = b"".join(map(invoke_frame, nova))
+    assert analyze_bytes(whole + whole, Dialect.BEDROCK_INVOKE).verdict.kind is C
+    cut = b"".join(map(invoke_frame, nova[:-1]))
+    verdict = analyze_bytes(cut + whole, Dialect.BEDROCK_INVOKE).verdict
+    assert verdict.kind is X and "spliced stream" in verdict.reason, verdict
+
+
+def test_anthropic_a_stop_reason_in_message_start_that_message_delta_contradicts_is_corrupt():
+    events = anthropic_events("think", "answer", {"city": "Paris"})
+    events[0]["message"]["stop_reason"] = "max_tokens"
+    delta = next(e for e in events if e["type"] == "message_delta")
+    assert delta["delta"]["stop_reason"] != "max_tokens"
+    verdict = analyze_bytes(anthropic_body(events), ANTHROPIC).verdict
+    assert verdict.kind is X and "contradicts message_start's stop_reason max_tokens" in verdict.reason, verdict
+    events[0]["message"]["stop_reason"] = delta["delta"]["stop_reason"]  # the same reason twice: no contradiction
+    assert analyze_bytes(anthropic_body(events), ANTHROPIC).verdict.kind is C
+
+
+def test_gemini_a_blocked_prompt_after_an_answer_is_corrupt():
+    blocked = b"data: " + orjson.dumps({"promptFeedback": {"blockReason": "SAFETY"}}) + b"\r\n\r\n"
+    answered = gemini_chunk("Hel") + gemini_chunk("lo", "STOP")
+    assert analyze_bytes(answered, Dialect.GEMINI).verdict.kind is C
+    verdict = analyze_bytes(answered + blocked, Dialect.GEMINI).verdict
+    assert verdict.kind is X and "blockReason SAFETY" in verdict.reason, verdict
+    # a blocked prompt whose candidate carries no content is filtered, whatever its finishReason says
+    empty = b"data: " + orjson.dumps({"candidates": [{"index": 0, "finishReason": "STOP"}]}) + b"\r\n\r\n"
+    assert analyze_bytes(blocked + empty, Dialect.GEMINI).verdict.kind.value == "filtered"

@@ -112,9 +112,15 @@ class MessageBuilder:
         kind = event.get("type")
         handler = self._handlers.get(kind) if isinstance(kind, str) else None
         if handler is None:
-            self.judge.note(f"unknown event type {kind!r} at seq {seq}")
+            if not self.ended(f"event type {kind!r}", seq, offset):
+                self.judge.note(f"unknown event type {kind!r} at seq {seq}")
             return
         handler(self, event, seq, offset, t)
+
+    def ended(self, what: str, seq: int | None, offset: int | None) -> bool:
+        """True (and the stream is corrupt) when ``what``, an event the builder does not use, came
+        after message_stop and before any next message_start."""
+        return self.judge.reopened("the message", what, seq, offset)
 
     def _message_start(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         message = event.get("message")
@@ -305,8 +311,12 @@ class MessageBuilder:
         if isinstance(delta, dict):
             raw = as_text(delta.get("stop_reason"))
             # message_delta may come more than once (cumulative usage), but a stop reason is given once
-            if raw is not None and self.turn.stop_reason_raw not in (None, raw) and \
-                    self.judge.reopened("the message's content", f"message_delta (stop_reason {raw})", seq, offset):
+            earlier = self.turn.stop_reason_raw
+            if raw is not None and earlier not in (None, raw):
+                what = f"message_delta (stop_reason {raw})"
+                if not self.judge.reopened("the message's content", what, seq, offset):
+                    self.judge.corrupt(f"{what} contradicts message_start's stop_reason {earlier}", seq, offset,
+                                       stop_reasons=[earlier, raw])
                 return
             if raw is not None:
                 self.turn.stop_reason_raw = raw
@@ -435,7 +445,8 @@ class Assembler:
             self._error_event(obj, event)
             return
         if not event.data:
-            judge.note(f"event {event.event!r} without data at seq {event.seq}")
+            if not self.builder.ended(f"event {event.event!r} without data", event.seq, event.start):
+                judge.note(f"event {event.event!r} without data at seq {event.seq}")
             return
         if type(obj) is not dict:  # the error path says why
             decode_event_json(event.data, judge, event.seq, event.start, f"{event.event} event data")

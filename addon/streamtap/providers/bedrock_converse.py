@@ -18,14 +18,16 @@ Choices this module makes where the provider is silent:
   ``model_context_window_exceeded`` (a cut by a limit may leave it open).
 - Several messages back to back behave as in the Anthropic module: blocks appended,
   the last message's stop reason and usage kept, a ``messageStart`` inside an open
-  message is a splice (corrupt).
+  message is a splice (corrupt), and so is one after a ``messageStop`` whose ``metadata``
+  never came (the answer before it was cut).
 - ConverseStream sends blocks in ``contentBlockIndex`` order (provider-streams.md §4.3): a
   block whose index skips one means blocks are missing, corrupt. Nova chunks (Bedrock
   InvokeModel) share this logic but keep the lenient reading (``ordered=False``). An event
   before any ``messageStart`` is only noted: edited captures (the AI SDK's) lack it.
 - Closed units (``Judge.reopened``): ``contentBlockStop`` closes its block and
   ``messageStop`` the message; a delta, start or stop for a closed block, or a content
-  event after ``messageStop`` (before another ``messageStart``), is corrupt, naming both events.
+  event after ``messageStop`` (before another ``messageStart``), or an event of a type this
+  module does not know after both ``messageStop`` and ``metadata``, is corrupt, naming both events.
 """
 
 from __future__ import annotations
@@ -116,13 +118,24 @@ class ConverseBuilder:
     def apply(self, kind: str, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         handler = self._handlers.get(kind) if isinstance(kind, str) else None
         if handler is None:
-            self.judge.note(f"unknown event type {kind!r} at seq {seq}")
+            if not self.ended(f"event type {kind!r}", seq, offset):
+                self.judge.note(f"unknown event type {kind!r} at seq {seq}")
             return
         handler(self, body, seq, offset, t)
+
+    def ended(self, what: str, seq: int | None, offset: int | None) -> bool:
+        """True (and the stream is corrupt) when ``what``, an event the builder does not use, came
+        after the message's messageStop and metadata, and before any next message."""
+        return self.stopped and self.metadata_seen and self.judge.reopened("the message", what, seq, offset)
 
     def _begin(self, seq: int | None, offset: int | None, missing_start: str | None = None) -> None:
         """A message begins: at ``messageStart``, or at ``missing_start``, an event that came without one."""
         if self.stopped:
+            if not self.metadata_seen:
+                self.judge.corrupt(
+                    f"message {self.messages + 1} starts at seq {seq} before the metadata (usage) of message "
+                    f"{self.messages}: a cut answer with another appended (spliced stream)",
+                    seq, offset, stop_reason=self.turn.stop_reason_raw)
             self.outcomes.append((self.turn.stop_reason_raw, seq, offset))
             self.judge.note(f"message {self.messages + 1} starts at seq {seq} after messageStop: "
                             "several responses back to back")

@@ -126,6 +126,10 @@ class TextFamilyBuilder:
             self.turn.stop_reason_raw = raw
             self.turn.stop_reason = self.table.get(raw, (None, raw))[1] if raw is not None else None
 
+    def ended(self, what: str, seq: int | None, offset: int | None) -> bool:
+        """True (and the stream is corrupt) when ``what`` came after the chunk with the stop reason."""
+        return self.judge.reopened("the response", what, seq, offset)
+
     def verdict(self, end: StreamEnd) -> Verdict:
         self.pieces.flush()
         early = self.judge.early_verdict()
@@ -157,7 +161,9 @@ class Assembler:
             return
         headers = event.headers
         if headers.get(":event-type") != "chunk":
-            judge.note(f"event type {headers.get(':event-type')!r} at seq {event.seq} is not a chunk")
+            what = f"event type {headers.get(':event-type')!r}"
+            if not self._ended(what, event):
+                judge.note(f"{what} at seq {event.seq} is not a chunk")
             return
         payload = decode_event_json(event.payload, judge, event.seq, event.start, "chunk payload")
         if payload is None:
@@ -180,7 +186,8 @@ class Assembler:
         judge = self.judge
         family = family_of(inner)
         if family is None:
-            judge.note(f"chunk of an unknown model family at seq {event.seq}: {sorted(inner)[:5]}")
+            if not self._ended("a chunk of an unknown model family", event):
+                judge.note(f"chunk of an unknown model family at seq {event.seq}: {sorted(inner)[:5]}")
             return
         if self.family is None:
             self.family = family
@@ -205,6 +212,10 @@ class Assembler:
         else:
             builder.apply(inner, event.seq, event.start, t)  # type: ignore[union-attr]
         self._bedrock_fields(inner, event)
+
+    def _ended(self, what: str, event: EventStreamMessage) -> bool:
+        """True (and the stream is corrupt) when ``what``, a frame no builder uses, came after the response ended."""
+        return self.builder is not None and self.builder.ended(what, event.seq, event.start)
 
     def _bedrock_fields(self, inner: dict[str, Any], event: EventStreamMessage) -> None:
         metrics = inner.get("amazon-bedrock-invocationMetrics")

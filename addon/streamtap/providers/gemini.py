@@ -3,7 +3,9 @@
 There is no end sentinel: the turn is finished when the last chunk that carries
 candidates gives every candidate a ``finishReason`` (older models stamped one on every
 chunk, so only the last chunk counts), or when the prompt was blocked. The JSON-array
-form must also close its ``]`` (the session sees a missing one as a cut).
+form must also close its ``]`` (the session sees a missing one as a cut). A blocked prompt
+gets no answer, so candidate content in the same stream as a ``blockReason`` means two
+responses stitched together: corrupt.
 
 Closed units: a ``finishReason`` closes its candidate once the stream has shown that it
 does not stamp one on every chunk (an earlier chunk of that candidate came without one),
@@ -256,8 +258,12 @@ class Assembler(AssemblerBase):
             self.note(f"candidate {index}: streamed function call never got its closing part")
             # its arguments are whatever parts came: a stop that cuts lists it among the cut calls
             block.arguments_error = "never finished: its last part said willContinue"
-        if self._blocked is not None and not self._finish:
+        if self._blocked is not None:
             event, reason = self._blocked
+            answered = [c.index for c in self.turn.choices if c.blocks]
+            if answered:  # a blocked prompt gets no answer: a second response was stitched on
+                self.corrupt(f"promptFeedback.blockReason {reason} says the prompt was blocked, but candidate(s) "
+                             f"{answered} carry content", event, candidates=answered)
             self.terminal(event, f"blockReason:{reason}", "filtered", "promptFeedback.blockReason")
         elif self._last_chunk_finished and self._last_candidates_event is not None:
             if all(c.index in self._finish for c in self.turn.choices):
