@@ -95,6 +95,7 @@ def test_a_bad_value_stops_mitmdump_at_start_naming_the_option(started_with_bad_
     out = result.stdout + result.stderr
     assert result.returncode != 0, out
     assert f"{option}:" in out and message in out, out
+    assert "Traceback" not in out, out  # a user's mistake is one line, not a stack
 
 
 def test_good_values_of_every_option_start_and_tap(tmp_path):

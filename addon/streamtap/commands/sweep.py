@@ -49,8 +49,8 @@ recorded), after a one-line warning on stderr: the runs do not start from a whol
 exit code: 0 every cut was noticed, 1 some were silent, hung or crashed, 2 usage error
 (said before any run), 130 interrupted.
 
-example:
-  streamtap sweep recordings/live/x.jsonl --json report.json -- python examples/sweep_openai.py
+example (the source tree's examples/ folder holds three such clients):
+  streamtap sweep recordings/live/x.jsonl --json report.json -- python my_client.py
 """
 
 

@@ -21,6 +21,31 @@ from mitmproxy.exceptions import OptionsError
 log = logging.getLogger("streamtap")
 
 _NOT_IN_A_NAME = re.compile(r"[\s:=&,;]")  # never part of a header or query parameter name
+_PACKAGE = Path(__file__).resolve().parent.parent
+
+
+def _raised_by_streamtap(error: BaseException) -> bool:
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(_PACKAGE)
+
+
+def _one_line(record: logging.LogRecord) -> bool:
+    """mitmproxy logs an exception from a script's first ``configure()`` with its traceback; for a
+    bad ``streamtap_*`` value (an OptionsError raised here) the message alone says it all."""
+    error = record.exc_info[1] if record.exc_info else None
+    if isinstance(error, OptionsError) and _raised_by_streamtap(error):
+        record.msg, record.args = f"{record.getMessage()}: {error}", ()
+        record.exc_info = record.exc_text = None
+    return True
+
+
+def plain_option_errors() -> None:
+    """Show a bad option value at start as one line, not a traceback (mitmproxy still exits)."""
+    script_log = logging.getLogger("mitmproxy.addons.script")
+    if _one_line not in script_log.filters:
+        script_log.addFilter(_one_line)
 
 
 def choice(option: str, value: str, choices: Iterable[str]) -> None:
