@@ -4,6 +4,7 @@ report its other rows, never a traceback, and never an exit code that says all i
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
+import duckdb
 import orjson
 import pytest
 
@@ -47,8 +49,8 @@ def recording(folder: Path, name: str, *, header: dict | None = None, end: dict 
     return path
 
 
-def judged(folder: Path) -> dict:
-    out = streamtap("report", "--json", folder)
+def judged(*paths: Path | str) -> dict:
+    out = streamtap("report", "--json", *paths)
     assert "Traceback" not in out.stderr, out.stderr
     return {"code": out.returncode, "report": json.loads(out.stdout) if out.stdout else None, "stderr": out.stderr}
 
@@ -102,6 +104,69 @@ def test_damaged_cut_and_unjudged_recordings_in_a_folder_make_the_report_say_not
     assert judged(tmp_path)["code"] == 0  # every recording complete
 
 
+def test_a_recording_cut_inside_its_header_is_listed_as_incomplete_as_verify_says(tmp_path):
+    """A finished recording (plain or compressed) cut inside its header line is a recording cut,
+    not another program's file: report and index list it as incomplete, as verify judges it."""
+    import zstandard
+
+    whole = recording(tmp_path, "whole.jsonl").read_bytes()
+    header_end = whole.index(b"\n")
+    named = tmp_path / "20261130T050000.000Z_anthropic_complete_bbbbbbbbbbbb.jsonl"  # how the writer names a finished one
+    named.write_bytes(whole[: header_end // 2])
+    compressed = tmp_path / "20261130T050001.000Z_anthropic_complete_cccccccccccc.jsonl.zst"
+    frame = zstandard.ZstdCompressor(write_checksum=True).compress(whole)
+    compressed.write_bytes(frame[: len(frame) // 2])  # inside its one block: no line decodes
+    copied = tmp_path / "copied.jsonl"  # not so named, but it begins as a recording's header
+    copied.write_bytes(whole[: whole.index(b'"streamtap-recording/') + 40])
+    (tmp_path / "notes.jsonl").write_text('{"a": 1, "b"')  # another program's line, cut: still no recording
+    got = judged(tmp_path)
+    assert got["code"] == 1, got
+    problems = {Path(item["path"]).name: item["problem"] for item in got["report"]["incomplete"]}
+    assert problems == {
+        named.name: "recording incomplete at byte 0: the header line is cut",
+        compressed.name: "recording incomplete at byte 0: the zstd stream ends before its first line decodes",
+        copied.name: "recording incomplete at byte 0: the header line is cut",
+    }
+    assert got["report"]["recordings"] == 4 and "skipped 1 file(s)" in got["stderr"] and "notes.jsonl" in got["stderr"]
+    verified = streamtap("verify", named, compressed, copied)
+    assert verified.returncode == 1, verified.stdout + verified.stderr
+    for name, problem in problems.items():
+        assert f"{name}: unknown" in verified.stdout and f"(recording: {problem})" in verified.stdout, verified.stdout
+    index = streamtap("index", tmp_path, "--out", tmp_path / "idx")
+    assert index.returncode == 0 and "4 new recording(s) indexed" in index.stderr, index.stderr
+    rows = {Path(path).name: (complete, problem) for path, complete, problem in
+            duckdb.sql(f"SELECT path, file_complete, problem FROM read_parquet('{tmp_path}/idx/**/*.parquet')").fetchall()}
+    assert {name: rows[name] for name in problems} == {name: (False, problem) for name, problem in problems.items()}
+
+
+def test_a_partial_recording_with_its_end_line_is_not_complete_unless_its_writer_still_holds_it(tmp_path):
+    """A .partial.jsonl that has its end line lost its writer before the rename (its last act):
+    verify says it never finished, and report and index agree. One a live writer still holds
+    is in progress, and left out."""
+    recording(tmp_path, "done.jsonl")
+    partial = recording(tmp_path, "20261130T044352.188Z_anthropic_36f20a9a1536.partial.jsonl")
+    got = judged(tmp_path)
+    assert got["code"] == 1, got
+    report = got["report"]
+    assert report["recordings"] == 2 and report["incomplete_files"] == 1
+    [listed] = report["incomplete"]
+    assert listed["path"] == str(partial) and listed["verdict"] == "complete"  # the verdict it holds stands
+    verified = streamtap("verify", partial)
+    assert verified.returncode == 1 and f"(recording: {listed['problem']})" in verified.stdout, (listed, verified.stdout)
+    assert listed["problem"].startswith("never finished: its end line is there")
+    index = streamtap("index", tmp_path, "--out", tmp_path / "idx")
+    assert index.returncode == 0, index.stderr
+    assert judged(tmp_path / "idx")["report"] == report  # the index keeps it as not whole
+    writer = os.open(partial, os.O_RDONLY)
+    fcntl.flock(writer, fcntl.LOCK_EX)  # as a live proxy's writer holds its file
+    try:
+        live = judged(tmp_path)
+    finally:
+        os.close(writer)
+    assert live["code"] == 0 and live["report"]["recordings"] == 1, live
+    assert "left out 1 recording(s) a live proxy is still writing" in live["stderr"]
+
+
 def test_names_and_files_that_are_no_recordings_are_refused_or_skipped_without_a_traceback(tmp_path):
     folder = tmp_path / "rec"
     folder.mkdir()
@@ -133,6 +198,43 @@ def test_an_index_out_folder_that_cannot_be_or_is_not_an_index_is_a_clear_error(
     for args in (("index", tmp_path / "good.jsonl", "--out", tmp_path / "stray"), ("report", tmp_path / "stray")):
         got = streamtap(*args)
         assert got.returncode == 2 and "its Parquet files are not a streamtap index" in got.stderr, got.stderr
+
+
+def test_an_index_folder_named_with_glob_characters_is_read_as_named(tmp_path):
+    """DuckDB reads a path as a glob pattern: an index in idx[1] must not read idx1 (nor fail,
+    read as a pattern that matches nothing)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    recording(tmp_path / "a", "one.jsonl")
+    recording(tmp_path / "a", "two.jsonl")
+    cut = recording(tmp_path / "b", "three.jsonl", end={"verdict": {"kind": "truncated", "reason": "cut"}})
+    assert streamtap("index", tmp_path / "a", "--out", tmp_path / "idx1").returncode == 0
+    for out in (tmp_path / "idx[1]", tmp_path / "run[x]", tmp_path / "i?x*{a,b}"):
+        first = streamtap("index", tmp_path / "b", "--out", out)
+        assert first.returncode == 0 and "1 new recording(s) indexed" in first.stderr, first.stderr
+        again = streamtap("index", tmp_path / "b", "--out", out)
+        assert again.returncode == 0 and "0 new recording(s) indexed, 1 already in" in again.stderr, again.stderr
+        got = judged(out)
+        assert got["code"] == 1 and got["report"]["recordings"] == 1, got
+        assert [item["path"] for item in got["report"]["incomplete"]] == [str(cut)]
+    assert judged(tmp_path / "idx1")["report"]["recordings"] == 2
+
+
+def test_an_index_given_twice_or_two_indexes_of_the_same_recordings_count_each_recording_once(tmp_path):
+    recordings = tmp_path / "recs"
+    recordings.mkdir()
+    recording(recordings, "one.jsonl")
+    recording(recordings, "two.jsonl", end={"verdict": {"kind": "truncated", "reason": "cut"}})
+    for out in ("idx", "idx2"):
+        assert streamtap("index", recordings, "--out", tmp_path / out).returncode == 0
+    for args in ((tmp_path / "idx", f"{tmp_path / 'idx'}/"), (tmp_path / "idx", tmp_path / "idx2"),
+                 (tmp_path / "idx2", recordings, tmp_path / "idx")):
+        got = judged(*args)
+        assert got["code"] == 1 and got["report"]["recordings"] == 2, (args, got["report"]["recordings"])
+        assert got["report"]["verdicts"] == {"complete": 1, "truncated": 1}
+    [written] = (tmp_path / "idx").rglob("*.parquet")  # both rows in one file, as two runs at once once made
+    shutil.copy(written, written.with_name("recordings_copy.parquet"))
+    assert judged(tmp_path / "idx")["report"]["recordings"] == 2
 
 
 def test_an_index_inside_the_folder_of_recordings_does_not_hide_them(tmp_path):

@@ -3,16 +3,21 @@ back with DuckDB (always) and Spark (where Java and pyspark are installed); incr
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import json
+import os
 import shutil
+import signal
+import subprocess
 from pathlib import Path
 
 import duckdb
 import pytest
 
 from fleet_traffic import drive
+from test_fleet_edges import STREAMTAP, judged, recording
 from test_report import streamtap
 from upstream import Mitmdump, Upstream
 
@@ -80,6 +85,76 @@ def test_incremental_runs_add_only_new_recordings(recorded, tmp_path):
     assert len(rows) == len(recordings)  # no path twice
     third = streamtap("index", str(record_dir), "--out", str(out))
     assert "0 new recording(s)" in third.stderr and file_hashes(out) == after
+
+
+def row_counts(out: Path) -> tuple[int, int]:
+    """(rows, distinct paths) as the README's DuckDB query reads the index."""
+    return duckdb.sql(f"SELECT count(*), count(DISTINCT path) FROM read_parquet('{out}/**/*.parquet')").fetchall()[0]
+
+
+def test_a_second_index_run_waits_for_the_run_holding_the_folder_and_adds_nothing_twice(tmp_path):
+    """A run holds DIR/.streamtap-index.lock (flock) from reading the paths indexed until its
+    files are in place. Here the test is that first run: it holds the lock, indexes the
+    recordings meanwhile, and lets go; the second run, started in between, must wait, say so
+    once, and then find them indexed."""
+    from streamtap.recording import fleet
+    from streamtap.recording.catalog import find_recordings
+
+    recordings = tmp_path / "recs"
+    recordings.mkdir()
+    for i in range(3):
+        recording(recordings, f"r{i}.jsonl")
+    out = tmp_path / "idx"
+    out.mkdir()
+    first = os.open(out / ".streamtap-index.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(first, fcntl.LOCK_EX)
+    try:
+        second = subprocess.Popen([*STREAMTAP, "index", str(recordings), "--out", str(out)], stderr=subprocess.PIPE, text=True)
+        said = second.stderr.readline()  # its first word: that it waits (or, not waiting, its summary)
+        con = fleet.connect()
+        fleet.load_rows(con, fleet.read_rows(find_recordings([recordings])), "new_rows")
+        fleet.write_index(con, out, "new_rows")
+    finally:
+        os.close(first)
+    rest = second.communicate(timeout=60)[1]
+    assert said == f"streamtap index: another index run holds {out}; waiting for it to finish\n", said + rest
+    assert second.returncode == 0 and "another index run" not in rest, rest
+    assert "0 new recording(s) indexed, 3 already in" in rest, rest
+    assert row_counts(out) == (3, 3)
+
+
+def test_an_index_run_paused_or_killed_while_it_writes_leaves_the_index_whole(tmp_path):
+    """DuckDB writes a run's files in a hidden staging folder, renamed into their partitions
+    once whole: a report while the run is stopped reads what the index held, and a run killed
+    there leaves nothing torn; the next run removes its staging folder and adds its
+    recordings, each once. Many days make many partition files, so the run is caught writing."""
+    recordings = tmp_path / "recs"
+    recordings.mkdir()
+    recording(recordings, "first.jsonl", header={"started": 1_700_000_000})
+    out = tmp_path / "idx"
+    assert streamtap("index", str(recordings), "--out", str(out)).returncode == 0
+    before = {Path(folder, name) for folder, _, names in os.walk(out) for name in names}
+    for day in range(1, 151):
+        recording(recordings, f"r{day:03d}.jsonl", header={"started": 1_700_000_000 + day * 86400})
+    run = subprocess.Popen([*STREAMTAP, "index", str(recordings), "--out", str(out)], stderr=subprocess.DEVNULL)
+    try:
+        while run.poll() is None:  # until it writes its first file
+            if any(Path(folder, name) not in before and name != ".streamtap-index.lock"
+                   for folder, _, names in os.walk(out) for name in names):
+                run.send_signal(signal.SIGSTOP)
+                break
+        during = judged(out)
+        assert during["code"] in (0, 1) and 1 <= during["report"]["recordings"] <= 151, during
+    finally:
+        run.kill()
+        run.wait()
+    after_kill = judged(out)
+    assert after_kill["code"] in (0, 1), after_kill
+    again = streamtap("index", str(recordings), "--out", str(out))
+    assert again.returncode == 0, again.stderr
+    assert row_counts(out) == (151, 151)
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []  # the killed run's staging folder is gone
+    assert judged(out)["report"]["recordings"] == 151
 
 
 def test_report_over_the_index_equals_the_report_over_the_recordings(recorded, tmp_path):

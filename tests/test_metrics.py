@@ -119,6 +119,18 @@ def test_model_labels_are_bounded():
     assert fresh.model_label("gpt 4 <script>") == OTHER and fresh.model_label(None) == OTHER and fresh.model_label("x" * 200) == OTHER
 
 
+def test_a_model_name_is_its_own_label_whatever_allowed_character_it_starts_with():
+    """As the README says: only a name with other characters than A-Za-z0-9._:/@+-, or longer
+    than 100, counts as other (Cloudflare's Workers AI names start with @)."""
+    from streamtap.mitm.metrics import OTHER, TurnMetrics
+
+    metrics = TurnMetrics()
+    for name in ("@cf/meta/llama-3.1-8b-instruct", "@hf/thebloke/zephyr-7b-beta-awq", ":latest", "x" * 100):
+        assert metrics.model_label(name) == name
+    assert metrics.model_label("x" * 101) == OTHER and metrics.model_label("") == OTHER
+    assert metrics.model_label("@cf/meta llama") == OTHER  # a space is outside the set
+
+
 def test_a_bad_address_stops_the_proxy_at_startup_saying_why(tmp_path):
     mitm = Mitmdump("http://127.0.0.1:9", tmp_path, options={"streamtap_metrics": "nonsense"})
     process = subprocess.run(mitm.args, capture_output=True, text=True, timeout=30, cwd=tmp_path)

@@ -2,7 +2,8 @@
 
 The folder is hive-style (``DIR/day=2026-11-30/provider=openai-chat/*.parquet``), so DuckDB,
 Spark, Trino and Athena read it as it is. A run adds only the recordings the index does not
-hold yet (by path), in new files: existing files are never rewritten.
+hold yet (by path), in new files: existing files are never rewritten. One run at a time holds
+the folder (a second waits), and a file appears in it only whole (see fleet.write_index).
 """
 
 from __future__ import annotations
@@ -44,28 +45,50 @@ def run(args: argparse.Namespace) -> int:
         if Path(raw).resolve() == out.resolve():
             raise UsageError(f"{raw} is the index folder itself; give the recordings")
     started = time.perf_counter()
-    con = fleet.connect()
-    try:
-        known = fleet.indexed_paths(con, out) if out.is_dir() else set()
-    except duckdb.Error as exc:
-        raise UsageError(f"--out {not_an_index([out], exc)}") from None
-    loaded = fleet.Loaded()
     try:
         found = list(find_recordings(args.paths))
-        rows = fleet.read_rows(found, skip=known, loaded=loaded)
-    except (RecordingError, OSError) as exc:  # a named file that is not a recording or is damaged
+    except (RecordingError, OSError) as exc:
         raise UsageError(str(exc)) from None
-    warn(loaded, "index")
-    if not (rows or loaded.unreadable or loaded.busy or any(str(item.path) in known for item in found)):
-        raise UsageError(f"no recordings under {' '.join(args.paths)}")  # a mistyped folder, as for report
-    if rows:
-        fleet.load_rows(con, rows, "new_rows")
+    if not found:  # said before --out is made: a mistyped folder leaves nothing behind
+        raise UsageError(f"no recordings under {' '.join(args.paths)}")
+    con = fleet.connect()
+    created = not out.exists()
+
+    def waiting() -> None:
+        print(f"streamtap index: another index run holds {out}; waiting for it to finish", file=sys.stderr, flush=True)
+
+    try:
+        lock = fleet.IndexLock(out, waiting)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
+    rows: list = []
+    try:
         try:
-            fleet.write_index(con, out, "new_rows")
+            fleet.remove_staging(out)  # a killed run's unfinished files
         except OSError as exc:
-            raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
-        except duckdb.Error as exc:  # the folder cannot be written (DuckDB says so in its own words)
-            raise UsageError(f"--out {out}: cannot write the index: {str(exc).strip().splitlines()[0]}") from None
+            raise UsageError(f"--out {out}: cannot remove a killed run's staging folder: {exc.strerror or exc}") from None
+        try:  # read under the lock: a run that held it before has added its recordings by now
+            known = fleet.indexed_paths(con, out)
+        except duckdb.Error as exc:
+            raise UsageError(f"--out {not_an_index([out], exc)}") from None
+        loaded = fleet.Loaded()
+        try:
+            rows = fleet.read_rows(found, skip=known, loaded=loaded)
+        except (RecordingError, OSError) as exc:  # a named file that is not a recording or is damaged
+            raise UsageError(str(exc)) from None
+        warn(loaded, "index")
+        if not (rows or loaded.unreadable or loaded.busy or any(str(item.path) in known for item in found)):
+            raise UsageError(f"no recordings under {' '.join(args.paths)}")  # a mistyped folder, as for report
+        if rows:
+            fleet.load_rows(con, rows, "new_rows")
+            try:
+                fleet.write_index(con, out, "new_rows")
+            except OSError as exc:
+                raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
+            except duckdb.Error as exc:  # the folder cannot be written (DuckDB says so in its own words)
+                raise UsageError(f"--out {out}: cannot write the index: {str(exc).strip().splitlines()[0]}") from None
+    finally:
+        lock.release(remove_folder=created and not rows)
     print(
         f"streamtap index: {len(rows)} new recording(s) indexed, {len(known)} already in {out} "
         f"({time.perf_counter() - started:.2f} s)",

@@ -53,6 +53,10 @@ def load(con, paths: list[str], verb: str = "report", loaded=None) -> int:
         if not path.exists():
             raise UsageError(f"{path}: no such file or directory")
         (indexes if path.is_dir() and fleet.index_files(path) else others).append(raw)
+    unique: dict[Path, str] = {}
+    for raw in indexes:
+        unique.setdefault(Path(raw).resolve(), raw)  # a folder given twice (idx and idx/) is read once
+    indexes = list(unique.values())
     try:
         if indexes and not others and len(indexes) == 1:
             return fleet.open_index(con, Path(indexes[0]))

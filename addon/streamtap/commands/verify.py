@@ -208,7 +208,8 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
                      keeps: dict[str, int | None]) -> Judged | Unjudged:
     """Walk the recording once: check each line against the others and feed its bytes to the
     judge as they come, so memory does not grow with the file."""
-    from streamtap.recording import PARTIAL_SUFFIX, Frame, HeaderCut, NetworkReads, RecordingCheck, RecordingLines
+    from streamtap.recording import Frame, HeaderCut, NetworkReads, RecordingCheck, RecordingLines
+    from streamtap.recording.catalog import never_renamed
 
     try:
         lines = RecordingLines(path).open()
@@ -243,11 +244,9 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
                 check.reads(item.reads, item.wire)
     end = lines.end or {}
     problems = [lines.problem] if lines.problem else []
-    if lines.end and path.name.endswith((PARTIAL_SUFFIX, PARTIAL_SUFFIX + ".zst")):
-        # renaming is the writer's last act: a whole file still named .partial lost its writer at the
-        # very end (its sync may not have happened either), so it is not vouched for as complete
-        problems.append("never finished: its end line is there, but its writer stopped before renaming it "
-                        "from .partial (it may not have reached the disk)")
+    unfinished = never_renamed(path, has_end=bool(lines.end))  # the rule report and index apply too
+    if unfinished:
+        problems.append(unfinished)
     problems += check.finish(lines.end)  # sums, sequence, offsets, counts, hashes
     analysis = session.close(StreamEnd(end.get("stream_end") or "finished"))  # the reader checked the value
     recorded_verdict = end.get("verdict") or {}

@@ -26,7 +26,7 @@ log = logging.getLogger("streamtap")
 
 MAX_MODELS = 50
 OTHER = "other"
-_PLAUSIBLE_MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,99}\Z")
+_PLAUSIBLE_MODEL = re.compile(r"[A-Za-z0-9._:/@+-]{1,100}\Z")  # as the README says: these characters, 1 to 100 of them
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 30, 60)
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 TOKEN_KINDS = ("input", "output", "cache_read", "cache_write", "reasoning")

@@ -12,6 +12,7 @@ import fcntl
 import io
 import math
 import os
+import re
 import stat
 import time
 from collections.abc import Iterable, Iterator
@@ -30,6 +31,14 @@ from .reader import HeaderCut
 from .writer import FORMAT, PARTIAL_SUFFIX, RecordingError
 
 RECORDING_SUFFIXES = (".jsonl", ".jsonl" + SUFFIX)
+# How a finished recording is named (writer.final_name, plus .zst when compressed): stamp, provider,
+# verdict and flow id, none of which holds "_". A file so named is a recording even when cut in its header.
+FINAL_NAME = re.compile(r"\d{8}T\d{6}\.\d{3}Z_[^_/]+_[^_/]+_[^_/]+\.jsonl(\.zst)?\Z")
+# A first line that is a JSON object naming the recording format is a recording's header, whole
+# or cut (verify sorts the files it is given by the same mark)
+FORMAT_MARK = b'"streamtap-recording/'
+NEVER_RENAMED = ("never finished: its end line is there, but its writer stopped before renaming it "
+                 "from .partial (it may not have reached the disk)")
 HEAD_BLOCK = 32 * 1024  # most recordings fit whole: one read
 TAIL_BLOCK = 64 * 1024
 MAX_HEADER_LINE = 256 * 1024 * 1024  # a header holds the request: large prompts, not this
@@ -106,6 +115,18 @@ def find_recordings(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Found]:
             raise FileNotFoundError(f"{path}: no such file or directory")
 
 
+def is_partial(path: Path) -> bool:
+    """Named as a writer names a recording until it is finished (renaming it is the writer's last act)."""
+    return path.name.endswith((PARTIAL_SUFFIX, PARTIAL_SUFFIX + SUFFIX))
+
+
+def never_renamed(path: Path, has_end: bool) -> str | None:
+    """The problem of a recording whose end line is there but whose name is still .partial: its
+    writer died at the very end (its sync may not have happened either), so it is not vouched
+    for as complete. The same rule for ``verify`` and the fleet view (``report``, ``index``)."""
+    return NEVER_RENAMED if has_end and is_partial(path) else None
+
+
 def being_written(path: Path) -> bool:
     """True while a writer holds the recording's lock (a stream still open in a live proxy).
 
@@ -168,7 +189,8 @@ def _json_line(line: bytes) -> dict[str, Any] | None:
 
 
 def read_ends(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, str | None, int]:
-    """(header, end line or None, why the file is incomplete or None, size of the lines).
+    """(header, end line or None, why the file is incomplete or None, size of the lines). A
+    recording still named .partial has its end line and a problem both.
 
     A small file takes one read; a large one a read at each end."""
     handle, frame_ended = open_bytes(path)
@@ -180,12 +202,15 @@ def read_ends(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, str | 
                 break
             head += more
         first = head[: head.find(b"\n") + 1] or head
+        cut_in_first_line = not first.endswith(b"\n") and handle.seek(0, os.SEEK_END) == len(head)
+        if cut_in_first_line and _header_cut(path, head, frame_ended):
+            why = ("the zstd stream ends before its first line decodes" if not head and not frame_ended
+                   else "the file is empty" if not head else "the header line is cut")
+            raise HeaderCut(f"recording incomplete at byte 0: {why}")  # as verify says it
         header = _json_line(first) if first.endswith(b"\n") else None
         if header is None or header.get("type") != "header" or not str(header.get("format", "")).startswith(
             "streamtap-recording/"
         ):
-            if path.name.endswith((PARTIAL_SUFFIX, PARTIAL_SUFFIX + SUFFIX)):
-                raise HeaderCut(f"recording incomplete at byte {len(head)}: the writer stopped before its header was whole")
             raise NotARecording(f"{path} is not a streamtap recording (line 1 is not a recording header)")
         if header["format"] != FORMAT:
             raise RecordingError(f"the recording is {header['format']}, this streamtap reads {FORMAT}")
@@ -206,7 +231,19 @@ def read_ends(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, str | 
         return header, None, f"recording incomplete at byte {size}: no end line (the writer stopped before the stream ended)", size
     if not frame_ended:  # every line is there, but the file was cut after them (in the frame's checksum, say)
         return header, None, f"recording incomplete at byte {size}: the zstd stream ends inside a frame", size
-    return header, end, None, size
+    return header, end, never_renamed(path, has_end=True), size  # a .partial name: the verdict stands, not vouched for
+
+
+def _header_cut(path: Path, head: bytes, frame_ended: bool) -> bool:
+    """Whether a file that ends inside its first line is a recording cut in its header (listed as
+    incomplete) rather than some other program's file (skipped): its name is a recording's, it
+    begins as a recording's header, or it is a zstd stream cut before a line decodes (as
+    ``verify`` reads each)."""
+    if is_partial(path) or FINAL_NAME.match(path.name):
+        return True
+    if not head:
+        return not frame_ended
+    return head.lstrip().startswith(b"{") and FORMAT_MARK in head
 
 
 def _number(value: Any) -> int | float | None:

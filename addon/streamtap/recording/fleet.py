@@ -8,8 +8,14 @@ engine that reads Parquet reads unchanged.
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import glob
+import os
+import shutil
 import tempfile
-from collections.abc import Iterable
+import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +23,7 @@ from typing import Any
 import duckdb
 import orjson
 
-from .catalog import COLUMNS, Found, NotARecording, being_written, damaged_row, recording_row
+from .catalog import COLUMNS, Found, NotARecording, being_written, damaged_row, is_partial, recording_row
 from .reader import HeaderCut
 from .writer import RecordingError
 
@@ -25,6 +31,14 @@ VERDICT_ORDER = ("complete", "stopped_by_limit", "filtered", "errored", "truncat
 QUANTILES = (0.5, 0.95, 0.99)
 TOP_REASONS = 10
 PARQUET_GLOB = "day=*/provider=*/*.parquet"  # the layout write_index makes: other Parquet files are not the index
+# Inside the index folder, names that start with "." are no engine's data (Spark, Trino and Hive
+# skip them, and this module's readers too): the lock of index runs, and the staging folder a
+# run writes into before it moves each finished file to its partition.
+INDEX_LOCK = ".streamtap-index.lock"
+STAGING_PREFIX = ".staging-"
+# A staged file is not named *.parquet, so that no reader's glob (DuckDB's `**` enters hidden
+# folders) takes a file DuckDB is still writing.
+STAGED_EXTENSION = "staged"
 
 
 def connect() -> duckdb.DuckDBPyConnection:
@@ -65,7 +79,7 @@ def read_rows(found: Iterable[Found], *, skip: set[str] = frozenset(), loaded: L
                 raise RecordingError(f"{resolved}: its name is not UTF-8; rename the file to report it") from None
             loaded.skipped.append(f"{resolved}: its name is not UTF-8")
             continue
-        if ".partial.jsonl" in item.path.name and being_written(item.path):
+        if is_partial(item.path) and being_written(item.path):
             loaded.busy.append(resolved)
             continue
         try:
@@ -98,8 +112,23 @@ def load_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]], table:
         )
 
 
+def _hidden(name: str) -> bool:
+    return name.startswith((".", "_"))
+
+
 def index_files(directory: Path) -> list[str]:
-    return [str(p) for p in sorted(directory.glob(PARQUET_GLOB))]
+    """The index's Parquet files (the layout write_index makes), without hidden names."""
+    return [
+        str(p) for p in sorted(directory.glob(PARQUET_GLOB))
+        if not any(_hidden(part) for part in p.relative_to(directory).parts)
+    ]
+
+
+def _literal(files: list[str]) -> list[str]:
+    """The files as DuckDB patterns that match only themselves: DuckDB globs every path it is
+    given, list items too, so a folder named idx[1] would read idx1 (and idx[1] none). A
+    special character in brackets is that character alone; DuckDB's globber takes it so."""
+    return [glob.escape(f) for f in files]
 
 
 def open_index(con: duckdb.DuckDBPyConnection, directory: Path, table: str = "recordings") -> int:
@@ -113,25 +142,121 @@ def open_index(con: duckdb.DuckDBPyConnection, directory: Path, table: str = "re
 
 
 def select_index(directories: list[Path]) -> str:
-    """A SELECT of every row in the index folders (views cannot take parameters: the paths are quoted)."""
-    globs = ", ".join(f"'{_sql_string(str(Path(d) / PARQUET_GLOB))}'" for d in directories)
-    return f"SELECT {', '.join(COLUMNS)} FROM read_parquet([{globs}], hive_partitioning = true, union_by_name = true)"
+    """A SELECT of every recording in the index folders, one row per path (views cannot take
+    parameters: the paths are quoted). A path in two indexes, or twice in one, is the row of
+    the first folder given, from its first file."""
+    files = [f for d in directories for f in index_files(Path(d))]
+    quoted = ", ".join(f"'{_sql_string(f)}'" for f in _literal(files))
+    return (
+        f"SELECT {', '.join(COLUMNS)} FROM read_parquet([{quoted}], hive_partitioning = true, union_by_name = true) "
+        "QUALIFY row_number() OVER (PARTITION BY path ORDER BY file_index) = 1"
+    )
 
 
 def indexed_paths(con: duckdb.DuckDBPyConnection, directory: Path) -> set[str]:
-    if not index_files(directory):
+    files = index_files(directory)
+    if not files:
         return set()
-    return {p for (p,) in con.execute("SELECT path FROM read_parquet(?)", [str(directory / PARQUET_GLOB)]).fetchall()}
+    return {p for (p,) in con.execute("SELECT path FROM read_parquet(?)", [_literal(files)]).fetchall()}
+
+
+class IndexLock:
+    """One ``streamtap index`` run at a time in an index folder: each reads the paths indexed
+    and adds the others, so two at once would both add the same recordings. Held from before
+    the read until the new files are in place; a killed run's lock goes with its process."""
+
+    def __init__(self, directory: Path, waiting: Callable[[], None]) -> None:
+        """Take the lock (creating the folder), calling ``waiting`` once if another run holds it."""
+        self.directory = directory
+        self.path = directory / INDEX_LOCK
+        told = False
+        while True:
+            directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not told:
+                    waiting()
+                    told = True
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except BaseException:
+                os.close(fd)
+                raise
+            # the run before removed the lock file as it let go (release): a lock on a file no
+            # longer in the folder would keep out no one
+            try:
+                current = os.stat(self.path)
+            except FileNotFoundError:
+                current = None
+            held = os.fstat(fd)
+            if current is not None and (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino):
+                self._fd = fd
+                return
+            os.close(fd)
+
+    def release(self, remove_folder: bool = False) -> None:
+        """Drop the lock, removing its file (the folder keeps only the index; a run waiting on
+        the removed file takes the lock afresh); with ``remove_folder``, the folder too if
+        nothing else is in it (a run that made the folder and added nothing leaves none)."""
+        try:
+            self.path.unlink(missing_ok=True)
+            if remove_folder:
+                try:
+                    self.directory.rmdir()
+                except OSError:
+                    pass  # something else is in it: it stays
+        finally:
+            os.close(self._fd)
+
+
+def remove_staging(directory: Path) -> None:
+    """Remove the staging folders a killed run left (call it holding the IndexLock: a live
+    run's staging folder is its work in progress). Their files never reached the index, so
+    their recordings are not in it: this run adds them."""
+    for entry in directory.iterdir():
+        if entry.name.startswith(STAGING_PREFIX) and entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
 
 
 def write_index(con: duckdb.DuckDBPyConnection, directory: Path, table: str = "new_rows") -> None:
-    """Append ``table``'s rows to the index folder as new Parquet files, hive-partitioned by day
-    and provider (existing files are never rewritten)."""
+    """Add ``table``'s rows to the index folder as new Parquet files, hive-partitioned by day
+    and provider (existing files are never rewritten); call it holding the IndexLock.
+
+    DuckDB writes them into a hidden staging folder; each finished file is then synced and
+    renamed into its partition (one file system: the rename is atomic), so a reader never sees
+    a file half written. A run killed meanwhile leaves whole files in the index and the rest in
+    its staging folder, which the next run removes (remove_staging), adding their recordings."""
     directory.mkdir(parents=True, exist_ok=True)
-    con.execute(
-        f"COPY (SELECT * FROM {table} ORDER BY started) TO '{_sql_string(str(directory))}' "
-        "(FORMAT PARQUET, PARTITION_BY (day, provider), APPEND, FILENAME_PATTERN 'recordings_{uuid}')"
-    )
+    staging = directory / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
+    try:
+        con.execute(
+            f"COPY (SELECT * FROM {table} ORDER BY started) TO '{_sql_string(str(staging))}' "
+            "(FORMAT PARQUET, PARTITION_BY (day, provider), FILENAME_PATTERN 'recordings_{uuid}', "
+            f"FILE_EXTENSION '{STAGED_EXTENSION}')"
+        )
+        partitions = set()
+        for staged in sorted(staging.rglob(f"*.{STAGED_EXTENSION}")):
+            partition = directory / staged.parent.relative_to(staging)
+            partition.mkdir(parents=True, exist_ok=True)
+            _sync(staged)  # its bytes on disk before its name says it is whole
+            os.rename(staged, partition / (staged.stem + ".parquet"))
+            partitions.add(partition)
+        for partition in partitions:
+            _sync(partition)  # the renames themselves
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _sync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:  # a file system that cannot sync (a folder, on some) has nothing to lose
+            raise
+    finally:
+        os.close(fd)
 
 
 def _sql_string(text: str) -> str:
@@ -262,6 +387,7 @@ def ttft_values(con: duckdb.DuckDBPyConnection) -> list[tuple[str, float]]:
 __all__ = [
     "PARQUET_GLOB",
     "VERDICT_ORDER",
+    "IndexLock",
     "Loaded",
     "NotARecording",
     "connect",
@@ -270,6 +396,7 @@ __all__ = [
     "load_rows",
     "open_index",
     "read_rows",
+    "remove_staging",
     "report",
     "select_index",
     "time_series",
