@@ -17,9 +17,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/streamtap demo
 
+# Two pytest workers, each taking whole test files (module fixtures start once): most tests wait on
+# real processes and sockets, so two at a time fit two cores; the timing tests are written for that.
 test: $(STAMP)
 	@bash scripts/system-deps.sh
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/decoders.py
