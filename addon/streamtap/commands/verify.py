@@ -8,7 +8,6 @@ Also home of the input loading that `show` shares: raw bodies (`.sse`, `.ndjson`
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import orjson
 from streamtap.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE, UsageError
 from streamtap.providers import Analysis, Detection, Dialect, StreamEnd, StreamSession, sentinel_problem, sniff_dialect
 from streamtap.providers.judge import TEXT_CAP
+from streamtap.recording.catalog import files_under
 from streamtap.recording.reader import shown_path
 
 
@@ -116,17 +116,10 @@ def input_paths(names: list[str]) -> Iterator[Path | Unjudged]:
         if not exists:
             yield Unjudged(path, "no such file")
         elif is_dir:
-            found: list[Path | Unjudged] = []
-
-            def unreadable(error: OSError) -> None:
-                found.append(Unjudged(Path(error.filename or path), f"cannot read directory: {error.strerror}"))
-
-            for folder, _, file_names in os.walk(path, onerror=unreadable):
-                for file_name in file_names:
-                    file = Path(folder, file_name)
-                    # a dangling link is kept (and said unreadable); a pipe or socket would block or fail
-                    if file_name.endswith(DIRECTORY_SUFFIXES) and (file.is_file() or not file.exists()):
-                        found.append(file)
+            files, unreadable = files_under(path, DIRECTORY_SUFFIXES)
+            # a dangling link is kept (and said unreadable); a pipe or socket would block or fail
+            found: list[Path | Unjudged] = [file for file in files if file.is_file() or not file.exists()]
+            found += (Unjudged(folder, f"cannot read directory: {why}") for folder, why in unreadable)
             found.sort(key=lambda item: str(item.path if isinstance(item, Unjudged) else item))
             if not found:
                 yield Unjudged(path, f"no recordings or stream files in this directory (files ending in {', '.join(DIRECTORY_SUFFIXES)})")

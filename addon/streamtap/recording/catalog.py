@@ -90,6 +90,21 @@ class Found:
     unreadable: str | None = None  # a folder that could not be searched, and why: its recordings are unknown
 
 
+def files_under(folder: Path, suffixes: tuple[str, ...]) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """The files below ``folder`` (recursively) whose names end in one of ``suffixes``, and each
+    folder in it that could not be read, with why. The one folder walk of ``verify``, ``report``,
+    ``index`` and the replay library; each decides what an unreadable folder means to it."""
+    files: list[Path] = []
+    unreadable: list[tuple[Path, str]] = []
+
+    def note(error: OSError) -> None:
+        unreadable.append((Path(error.filename or folder), error.strerror or str(error)))
+
+    for parent, _, names in os.walk(folder, onerror=note):
+        files += (Path(parent, name) for name in names if name.endswith(suffixes))
+    return files, unreadable
+
+
 def find_recordings(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Found]:
     """The recording files among ``paths``, as absolute paths: files as given, directories
     searched recursively for ``*.jsonl`` and ``*.jsonl.zst`` (sorted, so the order is the same on
@@ -98,16 +113,11 @@ def find_recordings(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Found]:
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            root = path.resolve()  # once: resolving each file costs a stat per folder level
-            found: list[Found] = []
-
-            def unreadable(error: OSError, root: Path = root) -> None:
-                folder = Path(error.filename or root)
-                found.append(Found(folder, named=False, unreadable=f"cannot read this folder: {error.strerror or error}"))
-
-            for folder, _, names in os.walk(root, onerror=unreadable):
-                # one that is no regular file is skipped later, and said so
-                found += (Found(Path(folder, name), named=False) for name in names if name.endswith(RECORDING_SUFFIXES))
+            # resolved once: resolving each file costs a stat per folder level
+            files, unreadable = files_under(path.resolve(), RECORDING_SUFFIXES)
+            # a file that is no regular file is skipped later, and said so
+            found = [Found(file, named=False) for file in files]
+            found += (Found(folder, named=False, unreadable=f"cannot read this folder: {why}") for folder, why in unreadable)
             yield from sorted(found, key=lambda item: item.path)
         elif path.exists():
             yield Found(path.resolve(), named=True)

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
+from streamtap.recording.catalog import RECORDING_SUFFIXES, files_under
 from streamtap.recording.redact import FORM_REDACTED, REDACTED, dump_embedded, redact_headers, redact_url
 
 from .source import RecordingError, Source, load_source
@@ -130,17 +130,6 @@ class _Entry:
     redacted_body: bool = False  # the body holds redacted values
 
 
-def _files_under(folder: Path) -> Iterator[Path]:
-    """Every file below ``folder``; a folder in it that cannot be read is refused, not skipped:
-    a recording a test or a sweep expects could be in it."""
-
-    def refuse(error: OSError) -> None:
-        raise RecordingError(f"{error.filename or folder}: cannot read this folder: {error.strerror or error}")
-
-    for parent, _, names in os.walk(folder, onerror=refuse):
-        yield from (Path(parent, name) for name in names)
-
-
 class Library:
     """The recordings a server answers from, indexed by request key."""
 
@@ -162,7 +151,11 @@ class Library:
         files: list[Path] = []
         for path in map(Path, paths):
             if path.is_dir():
-                files += sorted(p for p in _files_under(path) if p.name.endswith((".jsonl", ".jsonl.zst")) and p.is_file())
+                found, unreadable = files_under(path, RECORDING_SUFFIXES)
+                if unreadable:  # refused, not skipped: a recording a test or a sweep expects could be there
+                    folder, why = unreadable[0]
+                    raise RecordingError(f"{folder}: cannot read this folder: {why}")
+                files += sorted(p for p in found if p.is_file())
             elif path.is_file():
                 files.append(path)
             else:
