@@ -81,3 +81,13 @@ def test_bedrock_invoke_typed_error_chunk_still_errored() -> None:
     analysis = analyze_bytes(b"".join(chunk(e) for e in events), Dialect.BEDROCK_INVOKE)
     assert analysis.verdict.kind is VerdictKind.ERRORED
     assert analysis.verdict.reason == "stream error overloaded_error: Overloaded"
+
+
+def test_the_turn_stopped_by_an_in_band_error_keeps_that_stop_reason() -> None:
+    """The end events after an error do not make the turn say it ended on end_turn: the error
+    stopped it (as every other dialect keeps it); the provider's raw reason is still kept."""
+    body = HEAD + error_event(json.dumps({"type": "error", "error": OVERLOADED})) + TAIL
+    analysis = analyze_bytes(body, Dialect.ANTHROPIC)
+    assert analysis.verdict.kind is VerdictKind.ERRORED
+    assert (analysis.turn.stop_reason, analysis.turn.stop_reason_raw) == ("error", "end_turn")
+    assert analyze_bytes(HEAD + TAIL, Dialect.ANTHROPIC).turn.stop_reason == "end_turn"

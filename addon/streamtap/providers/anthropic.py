@@ -154,8 +154,7 @@ class MessageBuilder:
         turn = self.turn
         turn.model = message.get("model", turn.model)
         turn.response_id = message.get("id", turn.response_id)
-        turn.stop_reason = None
-        turn.stop_reason_raw = None
+        self.judge.stop_reason(None, None)
         turn.usage = Usage()
         usage = message.get("usage")
         if isinstance(usage, dict):
@@ -168,8 +167,7 @@ class MessageBuilder:
                 self._close(block, i, seq, offset, prefilled=True)
         raw = as_text(message.get("stop_reason"))
         if raw is not None:
-            turn.stop_reason_raw = raw
-            turn.stop_reason = STOP_REASONS.get(raw, (None, raw))[1]
+            self.judge.stop_reason(raw, STOP_REASONS.get(raw, (None, raw))[1])
 
     def _add_block(self, index: int, content_block: dict[str, Any]) -> Block:
         blocks = self.turn.choices[0].blocks
@@ -319,8 +317,7 @@ class MessageBuilder:
                                        stop_reasons=[earlier, raw])
                 return
             if raw is not None:
-                self.turn.stop_reason_raw = raw
-                self.turn.stop_reason = STOP_REASONS.get(raw, (None, raw))[1]
+                self.judge.stop_reason(raw, STOP_REASONS.get(raw, (None, raw))[1])
                 # the stop reason ends the message's content: no block may start or grow after it
                 self.content_stopped = True
                 self.judge.close("the message's content", f"message_delta (stop_reason {raw})", seq, offset)

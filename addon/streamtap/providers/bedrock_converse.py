@@ -153,8 +153,7 @@ class ConverseBuilder:
         self.announced = set()
         self.indexes = 0
         self.metadata_seen = False
-        self.turn.stop_reason = None
-        self.turn.stop_reason_raw = None
+        self.judge.stop_reason(None, None)
         self.turn.usage = Usage()
 
     def _in_message(self, seq: int | None, offset: int | None, what: str) -> bool:
@@ -314,8 +313,7 @@ class ConverseBuilder:
         self.judge.terminal_at = (seq, offset)
         self.judge.close("the message", "messageStop", seq, offset)
         raw = as_text(body.get("stopReason"))
-        self.turn.stop_reason_raw = raw
-        self.turn.stop_reason = STOP_REASONS.get(raw, (None, raw))[1] if raw is not None else None
+        self.judge.stop_reason(raw, STOP_REASONS.get(raw, (None, raw))[1] if raw is not None else None)
         if body.get("additionalModelResponseFields") is not None:
             self.turn.extra["additionalModelResponseFields"] = body["additionalModelResponseFields"]
         if self.open_blocks or self.announced:

@@ -123,8 +123,7 @@ class TextFamilyBuilder:
             self.judge.close("the response", f"the chunk with {self.stop_key}", seq, offset)
             if self.block is not None:
                 self.block.closed = True
-            self.turn.stop_reason_raw = raw
-            self.turn.stop_reason = self.table.get(raw, (None, raw))[1] if raw is not None else None
+            self.judge.stop_reason(raw, self.table.get(raw, (None, raw))[1] if raw is not None else None)
 
     def ended(self, what: str, seq: int | None, offset: int | None) -> bool:
         """True (and the stream is corrupt) when ``what`` came after the chunk with the stop reason."""

@@ -224,9 +224,7 @@ class AssemblerBase:
             self._stop = (raw, normalized)
             self.judge.terminal(name, event.seq, event.start)
             self.judge.close(RESPONSE, name, event.seq, event.start)
-        if self.judge.error_at is None:  # an in-band error stays the turn's stop reason
-            self.turn.stop_reason = normalized
-        self.turn.stop_reason_raw = raw
+        self.judge.stop_reason(raw, normalized)
 
     def note(self, text: str) -> None:
         self.judge.note(text)

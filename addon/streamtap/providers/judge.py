@@ -104,6 +104,13 @@ class Judge:
         elif len(notes) == MAX_NOTES:
             notes.append("more notes dropped")
 
+    def stop_reason(self, raw: str | None, normalized: str | None) -> None:
+        """The provider's stop reason (raw and normalized); after an in-band error the turn's
+        normalized stop reason stays "error", whatever the stream says later."""
+        self.turn.stop_reason_raw = raw
+        if self.error_at is None:
+            self.turn.stop_reason = normalized
+
     def terminal(self, name: str, seq: int | None, offset: int | None) -> None:
         """The provider's end signal arrived (the first one counts)."""
         if self.terminal_at is None:
