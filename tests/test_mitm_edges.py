@@ -276,3 +276,16 @@ def test_a_flow_sent_again_gets_the_new_runs_verdict_and_mark(tmp_path):
     assert during["recording"].endswith(".partial.jsonl") and during["recording"] != first["recording"]
     assert after["verdict"].startswith("complete: ") and after["marked"] == ""
     assert after["recording"] not in (first["recording"], "") and read_recording(after["recording"]).body == body
+
+
+def test_the_fault_header_is_the_apps_own_while_streamtap_fault_header_is_off(tmp_path):
+    """The header is opt-in: off (the default), it reaches the upstream unchanged and faults nothing."""
+    with Upstream() as upstream:
+        upstream.add("live", Script(LIVE))
+        with Mitmdump(upstream.url, tmp_path / "work") as mitm:
+            got = httpx.post(mitm.url + "/s/live/x", content=b"{}", timeout=15,
+                             headers={"x-streamtap-fault": "cut:event=3"})
+            rec = find_recording(mitm.record_dir, "live")
+    assert got.content == LIVE == rec.body
+    assert upstream.last("live").headers.get("x-streamtap-fault") == "cut:event=3"
+    assert "injected_fault" not in rec.end

@@ -148,7 +148,7 @@ def test_a_worker_killed_mid_stream_is_restarted_and_the_traffic_stays_whole(ups
         assert out == body == upstream.last("killed").wire  # every byte, unchanged
         log = proxy.wait_log("streamtap: openai-chat", count=1)
         line = next(line for line in log.splitlines() if "streamtap: openai-chat" in line)
-        assert "unknown (streamtap's analysis worker died at byte" in line
+        assert "unknown (streamtap's analysis worker died after it was handed" in line
         # the proxy counted every byte it forwarded, not only those it had handed to the worker
         assert value(scrape(port), "streamtap_stream_bytes_total") == len(body)
         assert "1 flow(s) lose their analysis" in log
@@ -160,7 +160,7 @@ def test_a_worker_killed_mid_stream_is_restarted_and_the_traffic_stays_whole(ups
             if notes or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        assert notes and "analysis worker died at byte" in notes[-1]["message"], notes
+        assert notes and "analysis worker died after it was handed" in notes[-1]["message"], notes
         [new_pid] = [p for p in worker_pids(proxy, count=2) if p != pid]
         # the restarted worker records the next flow in full
         assert curl(f"{proxy.url}/s/after{CHAT}").stdout == body
@@ -219,7 +219,7 @@ def test_a_worker_that_keeps_dying_at_once_is_restarted_less_and_less_often(capl
     assert seen["first"] == (1, None)  # restarted at once
     assert seen["second"] == (False, True)  # the restart waits
     assert seen["meanwhile"] == "no analysis worker: it died and is not restarted yet"
-    assert seen["held"] == ("streamtap's analysis worker died at byte 0", [])
+    assert seen["held"] == ("streamtap's analysis worker died after it was handed 0 bytes of this stream", [])
     assert seen["waited"] >= 1.0
     assert seen["third"] is not None and seen["third"].cancelled()  # stopping cancelled it
     assert "restarting it in 1 s (it died 2 times in a row" in caplog.text
@@ -282,7 +282,7 @@ def test_a_hung_worker_is_killed_and_restarted_and_the_traffic_stays_whole(upstr
         proxy.wait_log(f"analysis worker 0 (pid {pid}) died")
         log = proxy.wait_log("streamtap: openai-chat")  # logged just after the death: wait for it too
         line = next(line for line in log.splitlines() if "streamtap: openai-chat" in line)
-        assert "unknown (streamtap's analysis worker died at byte" in line
+        assert "unknown (streamtap's analysis worker died after it was handed" in line
         # the proxy counted every byte it forwarded, not only those it had handed to the worker
         assert value(scrape(port), "streamtap_stream_bytes_total") == len(body)
         [new_pid] = [p for p in worker_pids(proxy, count=2) if p != pid]
@@ -762,7 +762,7 @@ def test_a_proxy_that_stops_while_a_restart_waits_still_notes_why_the_recording_
     remote, waiting = asyncio.run(run())
     assert [op[0] for op in waiting] == [ORPHANED]  # for the worker that did not start
     notes = [note["message"] for note in read_recording(remote.recording).notes]
-    assert any(message.startswith("analysis: streamtap's analysis worker died at byte") for message in notes), notes
+    assert any(message.startswith("analysis: streamtap's analysis worker died after it was handed") for message in notes), notes
 
 
 def test_a_worker_killed_before_it_said_its_recordings_name_still_gets_the_note_in_it(tmp_path):
@@ -796,7 +796,7 @@ def test_a_worker_killed_before_it_said_its_recordings_name_still_gets_the_note_
 
     unnamed, remote, recording = asyncio.run(run())
     assert unnamed, "the worker said the recording's name before it was killed: the case was not met"
-    assert remote.dropped and remote.dropped.startswith("streamtap's analysis worker died at byte")
+    assert remote.dropped and remote.dropped.startswith("streamtap's analysis worker died after it was handed")
     notes = [note["message"] for note in recording.notes if note.get("kind") == "streamtap_error"]
     assert notes == [f"analysis: {remote.dropped}; the recording ends where it stopped"], notes
     assert not recording.complete_file

@@ -21,6 +21,7 @@ from mitmproxy import exceptions
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from streamtap.providers.model import model_of
+from streamtap.recording.content import decoded_body
 
 log = logging.getLogger("streamtap")
 
@@ -108,7 +109,8 @@ def parse_address(text: str) -> tuple[str, int]:
 
 def _requested_model(flow) -> Any:
     try:
-        return orjson.loads(flow.request.get_content(strict=False) or b"null")
+        request = flow.request  # decoded within a bound: this runs on the proxy's loop
+        return orjson.loads(decoded_body(request.raw_content or b"", request.headers.get("content-encoding")) or b"null")
     except Exception:
         return None
 

@@ -30,6 +30,7 @@ from mitmproxy import ctx, exceptions, http
 
 from streamtap.mitm import option_checks
 from streamtap.mitm.tap import INJECTED_END
+from streamtap.recording.content import decoded_body
 from streamtap.recording.flows import INJECTED, request_info
 from streamtap.replay.faults import LIVE_KINDS, Fault, FaultSpecError, LiveFaults, Timing, parse_faults, unfit_faults
 from streamtap.replay.match import Library, MatchOptions
@@ -145,7 +146,8 @@ class Replay:
         request = flow.request
         if ctx.options.streamtap_replay_unmatched == "upstream":  # else the replay server answers all, 404 or not
             headers = {k.lower(): v for k, v in request.headers.items()}
-            if not library.has_match(request.method, request.path, headers, request.get_content(strict=False) or b""):
+            body = decoded_body(request.raw_content or b"", headers.get("content-encoding"))  # bounded: on the loop
+            if not library.has_match(request.method, request.path, headers, request.raw_content if body is None else body):
                 return
         server = await self._ensure_server()
         if server is None:
@@ -218,9 +220,9 @@ class Faults:
         spec = flow.request.headers.get(FAULT_HEADER)
         if spec is None or flow.metadata.get(REPLAYED):
             return
-        if ctx.options.streamtap_fault_header:
+        if ctx.options.streamtap_fault_header:  # taken, not passed on; else it is the app's own header
             flow.metadata[FAULT_HEADER] = spec
-        del flow.request.headers[FAULT_HEADER]
+            del flow.request.headers[FAULT_HEADER]
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         for key in (INJECTED, INJECTED_END, "streamtap_faults"):

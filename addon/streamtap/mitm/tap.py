@@ -12,7 +12,6 @@ import asyncio
 import logging
 import os
 import time
-import zlib
 from collections.abc import Callable, Sequence
 from math import floor as _floor
 from pathlib import Path
@@ -29,6 +28,7 @@ from streamtap.providers import StreamEnd, StreamSession, VerdictKind, detect_di
 from streamtap.recording import FSYNC_POLICIES, RecordingError, RecordingWriter, SpanNotKept, final_name, flow_header
 from streamtap.recording.flows import injected_fault, is_llm_stream, request_info
 from streamtap.recording.compress import COMPRESSIONS
+from streamtap.recording.content import content_decoder
 from streamtap.wire import DEFAULT_MAX_EVENT, Tail
 
 log = logging.getLogger("streamtap")
@@ -42,94 +42,6 @@ MAX_EVENT_LIMIT = 256 * 1024 * 1024  # streamtap_max_event above this would unbo
 OVERSIZE_RAW = "an event over streamtap_max_event: the decoder skipped it, its bytes are kept here unframed"
 FLUSH_EVERY = 0.1  # seconds: recording lines reach the OS at least this often (a syscall per chunk costs too much)
 MAX_WORKERS = 64
-
-
-# --- content decoding of a copy -------------------------------------------------------
-
-
-class _Zlib:
-    def __init__(self, wbits: int) -> None:
-        self._d = zlib.decompressobj(wbits)
-
-    def decompress(self, data: bytes) -> bytes:
-        out = self._d.decompress(data)
-        while self._d.eof and self._d.unused_data:  # concatenated gzip members
-            rest = self._d.unused_data
-            self._d = zlib.decompressobj(zlib.MAX_WBITS | 32)
-            out += self._d.decompress(rest)
-        return out
-
-    def flush(self) -> bytes:
-        return self._d.flush()
-
-
-class _Deflate(_Zlib):
-    """HTTP "deflate" is zlib-wrapped by the spec, raw deflate in practice; accept both."""
-
-    def __init__(self) -> None:
-        super().__init__(zlib.MAX_WBITS)
-        self._head: bytes | None = b""  # held until two bytes tell a zlib header from raw deflate
-
-    def decompress(self, data: bytes) -> bytes:
-        if self._head is not None:
-            data = self._head + data
-            if len(data) < 2:
-                self._head = data
-                return b""
-            self._head = None
-            if (data[0] & 0x0F) != 8 or (data[0] << 8 | data[1]) % 31:
-                self._d = zlib.decompressobj(-zlib.MAX_WBITS)
-        return super().decompress(data)
-
-
-class _Brotli:
-    def __init__(self) -> None:
-        import brotli
-
-        self._d = brotli.Decompressor()
-
-    def decompress(self, data: bytes) -> bytes:
-        return self._d.process(data)
-
-    def flush(self) -> bytes:
-        return b""
-
-
-class _Zstd:
-    def __init__(self) -> None:
-        try:
-            from compression import zstd  # Python 3.14
-        except ImportError:
-            from backports import zstd
-        self._zstd = zstd
-        self._d = zstd.ZstdDecompressor()
-
-    def decompress(self, data: bytes) -> bytes:
-        out = self._d.decompress(data)
-        while self._d.eof and self._d.unused_data:  # several frames
-            rest = self._d.unused_data
-            self._d = self._zstd.ZstdDecompressor()
-            out += self._d.decompress(rest)
-        return out
-
-    def flush(self) -> bytes:
-        return b""
-
-
-def content_decoder(encoding: str | None):
-    """An incremental decoder for a Content-Encoding, None for identity; ValueError when unknown."""
-    encoding = (encoding or "").strip().lower()
-    if encoding in ("", "identity"):
-        return None
-    if encoding in ("gzip", "x-gzip"):
-        return _Zlib(zlib.MAX_WBITS | 16)
-    if encoding == "deflate":
-        return _Deflate()
-    if encoding == "br":
-        return _Brotli()
-    if encoding == "zstd":
-        return _Zstd()
-    raise ValueError(f"content-encoding {encoding!r} is not supported")
 
 
 # --- one open stream --------------------------------------------------------------------

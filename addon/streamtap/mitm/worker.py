@@ -658,7 +658,7 @@ class Workers:
         self.generations[index] += 1  # the dead one's flows get no more operations, even while its restart waits
         self._restart_after(index, wait)
         for remote in held:
-            remote.dropped = f"streamtap's analysis worker died at byte {remote.sent}"
+            remote.dropped = f"streamtap's analysis worker died after it was handed {remote.sent} bytes of this stream"
             if remote.recording or (remote.opened and remote.directory):  # the new worker notes it in the recording the dead one left
                 why = f"{remote.dropped}; the recording ends where it stopped"
                 self._op(index, (ORPHANED, remote.recording, why, remote.directory, remote.started, remote.flow_id))

@@ -12,29 +12,29 @@ from typing import Any
 
 import orjson
 
+from .content import decoded_body
 
-RequestBody = tuple[bytes, bytes | None]  # as sent, and decoded (None where it cannot be)
+
+RequestBody = tuple[bytes, str | None]  # as sent, and its Content-Encoding
 
 
 def request_body(request: Any) -> RequestBody | None:
-    """The request's body bytes, or None when it has none: cheap, no parsing."""
+    """The request's body bytes as sent, or None when it has none: cheap, no decoding (on the
+    proxy's loop, a small compressed body could take seconds and gigabytes to decode)."""
     raw = request.raw_content
     if not raw:
         return None
-    try:
-        return raw, request.get_content(strict=False)
-    except Exception:
-        return raw, None
+    return raw, request.headers.get("content-encoding")
 
 
 def request_body_fields(body: RequestBody | None) -> dict[str, Any]:
     """The header's ``body`` (the JSON it holds) or ``body_b64`` (a body that is not JSON)."""
     if body is None:
         return {}
-    raw, content = body
+    raw, encoding = body
     try:
-        return {"body": orjson.loads(content or b"")}
-    except Exception:
+        return {"body": orjson.loads(decoded_body(raw, encoding) or b"")}
+    except Exception:  # not JSON, or not decoded (see decoded_body): the bytes as sent
         return {"body_b64": base64.b64encode(raw).decode("ascii")}
 
 

@@ -1,0 +1,81 @@
+"""Request bodies are decoded from their Content-Encoding within a bound, off the proxy's loop.
+
+A few hundred KB of gzip can expand to hundreds of MB; mitmproxy never decodes a request body
+itself, so neither may streamtap beyond what a prompt can be (``MAX_DECODED_BODY``). Past the
+bound, or for an encoding it cannot decode, the recording keeps the body as sent.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import zlib
+
+import brotli
+import httpx
+import orjson
+import pytest
+from provider_streams import openai_chat
+from upstream import CHAT, Mitmdump, Script, Upstream, find_recording
+
+from streamtap.recording.content import decoded_body
+
+try:
+    from compression import zstd  # Python 3.14
+except ImportError:
+    from backports import zstd
+
+PROMPT = orjson.dumps({"model": "gpt-test-1", "stream": True, "messages": [{"role": "user", "content": "hi " * 30000}]})
+ENCODED = {
+    "gzip": gzip.compress(PROMPT),
+    "deflate": zlib.compress(PROMPT),  # zlib-wrapped, as the spec says
+    "br": brotli.compress(PROMPT),
+    "zstd": zstd.compress(PROMPT),
+}
+
+
+@pytest.mark.parametrize("encoding", sorted(ENCODED))
+def test_a_body_decodes_whole_within_the_bound_and_not_beyond(encoding):
+    raw = ENCODED[encoding]
+    assert decoded_body(raw, encoding) == PROMPT
+    assert decoded_body(raw, encoding.upper()) == PROMPT
+    assert decoded_body(raw, encoding, limit=len(PROMPT)) == PROMPT
+    assert decoded_body(raw, encoding, limit=len(PROMPT) - 1) is None
+    assert decoded_body(raw[: len(raw) // 2], encoding) is None  # cut short
+
+
+def test_the_odd_shapes_of_real_bodies_decode():
+    assert decoded_body(zlib.compress(PROMPT)[2:-4], "deflate") == PROMPT  # raw deflate, as servers send it
+    assert decoded_body(gzip.compress(b"ab") + gzip.compress(b"cd"), "gzip") == b"abcd"  # gzip members
+    assert decoded_body(zstd.compress(b"ab") + zstd.compress(b"cd"), "zstd") == b"abcd"  # zstd frames
+    assert decoded_body(PROMPT, None) == decoded_body(PROMPT, "identity") == PROMPT
+    assert decoded_body(PROMPT, "compress") is None and decoded_body(ENCODED["gzip"], "gzip, br") is None
+
+
+def test_a_compression_bomb_stops_at_the_bound():
+    bomb = gzip.compress(b"\0" * (80 << 20), compresslevel=1)
+    assert len(bomb) < 1 << 20
+    assert decoded_body(bomb, "gzip") is None
+    assert decoded_body(brotli.compress(b"\0" * (80 << 20), quality=1), "br") is None
+    assert decoded_body(zstd.compress(b"\0" * (80 << 20)), "zstd") is None
+
+
+def test_through_mitmdump_a_bomb_request_is_recorded_as_sent_and_a_prompt_decoded(tmp_path):
+    bomb = gzip.compress(b'{"model": "x", "messages": "' + b"a" * (80 << 20) + b'"}', compresslevel=1)
+    answer = openai_chat(["Hi"])
+    with Upstream() as upstream:
+        upstream.add("bomb", Script(answer))
+        upstream.add("prompt", Script(answer))
+        with Mitmdump(upstream.url, tmp_path / "work") as mitm:
+            for name, body in (("bomb", bomb), ("prompt", ENCODED["br"])):
+                encoding = "gzip" if name == "bomb" else "br"
+                got = httpx.post(f"{mitm.url}/s/{name}{CHAT}", content=body, timeout=30,
+                                 headers={"content-type": "application/json", "content-encoding": encoding})
+                assert got.content == answer
+                assert upstream.last(name).body == body  # the request went on as sent
+            bombed = find_recording(mitm.record_dir, "bomb")
+            prompted = find_recording(mitm.record_dir, "prompt")
+    request = bombed.header["request"]
+    assert "body" not in request and base64.b64decode(request["body_b64"]) == bomb
+    assert bombed.verdict["kind"] == "complete"
+    assert prompted.header["request"]["body"] == orjson.loads(PROMPT)
