@@ -300,3 +300,23 @@ def test_live_faults_refuse_what_needs_a_recording():
 
     with pytest.raises(FaultSpecError, match="replays only"):
         LiveFaults(parse_faults("stall:after=3,secs=1"), "sse")
+
+
+def test_of_two_cuts_the_earlier_ends_the_stream_in_its_style_and_the_later_is_not_reached():
+    for spec in ("cut:event=2,style=reset; cut:event=5,style=clean", "cut:event=5,style=clean; cut:event=2,style=reset"):
+        p = served("openai", spec)
+        assert p.body == b"".join(OPENAI[:3]) and p.end.style == "reset", (spec, p.end)
+        assert any(line.startswith("cut:event=2,style=reset: reset cut at byte") for line in p.log), p.log
+        assert any(line.startswith("cut:event=5,style=clean: not reached") for line in p.log), p.log
+        assert not any("clean cut" in line for line in p.log), p.log
+
+
+def test_an_injected_error_or_a_swapped_tail_sets_how_the_stream_ends():
+    cut_short = source("openai")
+    cut_short.end_style = "abort"  # recorded when the upstream was reset
+    error = plan(cut_short, parse_faults("error:kind=openai,after=2"))
+    assert error.body.endswith(b"data: [DONE]\n\n") and error.end.style == "clean"  # the error ended the answer
+    whole = source("openai")
+    assert plan(whole, parse_faults("swap-tail:with=cut.jsonl,at=3"), others={"cut.jsonl": cut_short}).end.style == "abort"
+    assert plan(cut_short, parse_faults("swap-tail:with=whole.jsonl,at=3"), others={"whole.jsonl": whole}).end.style == "clean"
+    assert plan(cut_short, parse_faults("drop:event=3")).end.style == "abort"  # the recording's own end stays

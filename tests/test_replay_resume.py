@@ -11,6 +11,7 @@ from replay_streams import ANTHROPIC_REQUEST, anthropic_frames, write_recording
 from streamtap.replay.faults import Timing, parse_faults
 from streamtap.replay.match import Library
 from streamtap.replay.server import ServeOptions, ServerThread
+from streamtap.wire import SSEDecoder, SSEEvent
 
 URL = "/v1/messages"
 
@@ -91,3 +92,18 @@ def test_resume_after_an_abort(library):
                     got.append(sse)
         got += read(client, server.base_url, last_id=got[-1].id)
     assert as_tuples(got) == original_sequence()
+
+
+def test_assigned_ids_go_after_the_streams_bom(tmp_path):
+    """A decoder drops a BOM only as the stream's very first bytes: an id line before it would
+    turn the first event's data line into an unknown field, and lose the event."""
+    frames = anthropic_frames()
+    frames[0] = b"\xef\xbb\xbf" + frames[0]
+    write_recording(tmp_path / "bom.jsonl", "anthropic", frames)
+    with ServerThread(Library.load([tmp_path]), ServeOptions(assign_ids=True)) as server, httpx.Client(timeout=10) as client:
+        body = client.post(server.base_url + URL, json=ANTHROPIC_REQUEST).content
+    assert body.startswith(b"\xef\xbb\xbfid: 0\n")
+    decoder = SSEDecoder()  # the WHATWG rules (httpx-sse keeps the BOM in the first field's name)
+    events = [e for e in decoder.feed(body) + decoder.close() if isinstance(e, SSEEvent)]
+    assert [(e.event, e.data) for e in events] == original_sequence()
+    assert [e.id for e in events] == [str(i) for i in range(len(frames))]

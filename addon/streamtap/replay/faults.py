@@ -266,6 +266,7 @@ def plan(
     """
     faults = list(faults or [])
     timing = timing or Timing()
+    style = source.end_style
     if not faults and start_after is None and timing.mode == "fast":
         return _fast_plan(source)
     log: list[str] = []
@@ -275,6 +276,7 @@ def plan(
         if fault.kind in ("drop", "duplicate", "reorder", "corrupt", "error", "swap-tail"):
             frames = _EVENT_FAULTS[fault.kind](source, frames, fault, log, others or {})
             reshaped = True
+            style = _ending_after(fault, style, others or {})
     t0 = 0.0
     if start_after is not None:
         t0 = frames[start_after].t_ms if 0 <= start_after < len(frames) else 0.0
@@ -286,16 +288,20 @@ def plan(
         body = source.body
         pieces = [_Piece(body[o : o + n], t) for o, n, t in source.reads]
     ends = _event_ends(frames)
-    style = source.end_style
     stall_at: list[tuple[int, float]] = []
-    cut_at: int | None = None
+    # the earliest cut ends the stream, in its style; a later one is never reached
+    cuts = {id(f): _cut_position(source, frames, ends, f) for f in faults if f.kind == "cut"}
+    first_cut = min((f for f in faults if f.kind == "cut"), key=lambda f: cuts[id(f)][0], default=None)
+    cut_at = cuts[id(first_cut)][0] if first_cut is not None else None
     for fault in faults:
         if fault.kind == "cut":
-            position, what = _cut_position(source, frames, ends, fault)
-            cut_at = position if cut_at is None else min(cut_at, position)
-            pieces = _truncate(pieces, position)
-            style = fault.params.get("style", "clean")
-            log.append(f"{fault.spec}: {style} cut at byte {position} ({what})")
+            position, what = cuts[id(fault)]
+            if fault is first_cut:
+                pieces = _truncate(pieces, position)
+                style = fault.params.get("style", "clean")
+                log.append(f"{fault.spec}: {style} cut at byte {position} ({what})")
+            else:
+                log.append(f"{fault.spec}: not reached, the stream is cut at byte {cut_at} by {first_cut.spec}")
         elif fault.kind == "stall":
             if "byte" in fault.params:
                 position, what = fault.params["byte"], f"byte {fault.params['byte']}"
@@ -327,6 +333,16 @@ def plan(
     served = sum(len(w.data) for w in writes)
     end_at = (writes[-1].at if writes else 0.0) + sum(secs for at, secs in stall_at if at >= served and served)
     return Plan(writes, End(style, end_at), log, "; ".join(f.spec for f in faults))
+
+
+def _ending_after(fault: Fault, style: str, others: dict[str, Source]) -> str:
+    """How the served stream ends once ``fault`` reshaped it: an injected error ends the answer
+    (the rest is dropped), a swapped tail ends as the recording it comes from did."""
+    if fault.kind == "error":
+        return "clean"
+    if fault.kind == "swap-tail":
+        return others[fault.params["with"]].end_style
+    return style
 
 
 def _fast_plan(source: Source, size: int = 1024 * 1024) -> Plan:

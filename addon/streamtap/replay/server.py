@@ -354,12 +354,18 @@ async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline: float) -> None
 # --- resume ---------------------------------------------------------------------------------
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
 def with_event_ids(source: Source) -> Source:
-    """The same stream with an ``id: <seq>`` line opening every SSE event."""
-    frames = [
-        replace(f, raw=b"id: %d\n" % f.seq + f.raw) if f.seq is not None else f
-        for f in source.frames
-    ]
+    """The same stream with an ``id: <seq>`` line opening every SSE event (after the stream's
+    BOM, which a decoder drops only as the very first bytes)."""
+    frames = []
+    for i, frame in enumerate(source.frames):
+        if frame.seq is not None:
+            bom = _BOM if i == 0 and frame.raw.startswith(_BOM) else b""
+            frame = replace(frame, raw=bom + b"id: %d\n" % frame.seq + frame.raw[len(bom):])
+        frames.append(frame)
     return replace(source, frames=frames, reads=[])
 
 
