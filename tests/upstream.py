@@ -217,7 +217,7 @@ class Upstream:
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
         await writer.drain()
         sent = 0
-        for piece in pieces:
+        for number, piece in enumerate(pieces, 1):
             if script.cut_at is not None and sent + len(piece) > script.cut_at:
                 piece = piece[: script.cut_at - sent]
                 if piece:
@@ -231,7 +231,7 @@ class Upstream:
             if script.pause_after is not None and sent >= script.pause_after and not self._paused.is_set():
                 self._paused.set()
                 await asyncio.get_running_loop().run_in_executor(None, self._release.wait, 60)
-            last = piece is pieces[-1]
+            last = number == len(pieces)  # not "is pieces[-1]": equal one-byte pieces are one object
             served.wire += piece
             self._write(writer, piece, script)
             if last and script.framing == "chunked" and script.cut_at is None:
