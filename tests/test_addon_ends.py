@@ -195,7 +195,7 @@ def test_a_compressed_copy_decodes_the_same_one_byte_read_at_a_time(encoding):
     (the first of them must not decide alone whether "deflate" is zlib-wrapped)."""
     import zlib
 
-    from streamtap.mitm.tap import content_decoder
+    from streamtap.recording.content import content_decoder
 
     body = streams.openai_chat(["one ", "byte ", "at ", "a ", "time"])
     wire = {
