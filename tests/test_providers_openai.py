@@ -686,3 +686,48 @@ def test_responses_final_snapshot_disagreeing_with_the_deltas_is_corrupt():
     lost = b"".join(raw for i, raw in enumerate(kept) if i != deltas[2])
     verdict = analyze_bytes(lost, RESPONSES).verdict
     assert verdict.kind is X and "the deltas disagree with the final response at block" in verdict.reason, verdict
+
+
+def test_azure_preamble_chunk_with_an_empty_model_does_not_hide_the_model():
+    """Azure's first chunk has model "", object "" and no choices; the SDK skips it."""
+    preamble = {"id": "", "object": "", "created": 0, "model": "", "choices": [], "prompt_filter_results": []}
+    body = sse_data(preamble, chat_chunk({"role": "assistant", "content": "Hi"}, model="gpt-5-nano-2025-08-07"),
+                    chat_chunk(finish="stop", model="gpt-5-nano-2025-08-07"))
+    analysis = analyze_bytes(body, CHAT)
+    assert analysis.turn.model == "gpt-5-nano-2025-08-07" and analysis.verdict.kind is C
+
+
+def responses_events(*middle: dict, output: list) -> bytes:
+    events = [{"type": "response.created", "response": {"id": "resp_r", "status": "in_progress", "output": []}},
+              *middle,
+              {"type": "response.completed", "response": {"id": "resp_r", "status": "completed", "output": output}}]
+    return b"".join(b"event: %s\ndata: %s\n\n" % (e["type"].encode(), orjson.dumps({**e, "sequence_number": n}))
+                    for n, e in enumerate(events))
+
+
+def test_a_responses_refusal_is_filtered_as_on_chat_completions():
+    refusal = {"type": "refusal", "refusal": "I can't help with that."}
+    item = {"id": "msg_r", "type": "message", "role": "assistant", "status": "completed", "content": [refusal]}
+    body = responses_events(
+        {"type": "response.output_item.added", "output_index": 0, "item": {**item, "status": "in_progress", "content": []}},
+        {"type": "response.content_part.added", "output_index": 0, "item_id": "msg_r", "content_index": 0,
+         "part": {"type": "refusal", "refusal": ""}},
+        {"type": "response.refusal.delta", "output_index": 0, "item_id": "msg_r", "content_index": 0, "delta": refusal["refusal"]},
+        {"type": "response.refusal.done", "output_index": 0, "item_id": "msg_r", "content_index": 0, "refusal": refusal["refusal"]},
+        {"type": "response.content_part.done", "output_index": 0, "item_id": "msg_r", "content_index": 0, "part": refusal},
+        {"type": "response.output_item.done", "output_index": 0, "item": item},
+        output=[item],
+    )
+    analysis = analyze_bytes(body, RESPONSES)
+    assert [b.kind for b in analysis.turn.blocks] == [BlockKind.REFUSAL]
+    assert analysis.turn.stop_reason == "refusal" and analysis.verdict.kind is F, analysis.verdict
+
+
+@pytest.mark.parametrize("arguments, parsed", [('{"x": 1e400}', {"x": float("inf")}), ('{"a": 1', None), ('{"s": "\\ud83d"}', None)])
+def test_tool_arguments_the_sdks_parse_are_parsed_and_others_are_corrupt(arguments, parsed):
+    """A number past a double is infinity to json.loads (the SDKs' parser); orjson refuses it. A
+    lone surrogate escape stays refused: it cannot be written back as UTF-8."""
+    call = {"tool_calls": [{"index": 0, "id": "call_A", "type": "function", "function": {"name": "f", "arguments": arguments}}]}
+    analysis = analyze_bytes(sse_data(chat_chunk(call), chat_chunk(finish="tool_calls")), CHAT)
+    assert analysis.turn.blocks[0].arguments == parsed
+    assert (analysis.verdict.kind is C) == (parsed is not None), analysis.verdict

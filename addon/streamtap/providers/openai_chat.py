@@ -106,8 +106,8 @@ class Assembler(AssemblerBase):
         if ("error" in obj and obj["error"]) or event.event == "error" or obj.get("object") == "error":
             self.errored(event, error_fields(obj))
         turn = self.turn
-        if turn.model is None:
-            turn.model = as_str(obj.get("model"))
+        if not turn.model:  # Azure's preamble chunk has model "" too
+            turn.model = as_str(obj.get("model")) or None
         chunk_id = obj.get("id")
         if chunk_id and type(chunk_id) is str:  # Azure's preamble chunk has id ""
             if self._chunk_id is None:

@@ -156,10 +156,12 @@ class Assembler(AssemblerBase):
             kind = self._items[index].get("type")
             self.corrupt(f"response.completed, but output item {index} ({kind}) was added and never done", event)
         self._final_output(response.get("output"), event, t)
-        calls = any(b.kind is BlockKind.TOOL_CALL for b in self.turn.blocks)
+        kinds = {b.kind for b in self.turn.blocks}
         status = as_str(response.get("status")) or "completed"
-        # a response.completed whose response says another status is not a finished turn
-        normalized = ("tool_use" if calls else "end_turn") if status == "completed" else "other"
+        # a response.completed whose response says another status is not a finished turn; a
+        # refusal is filtered, as on Chat Completions
+        finished = "tool_use" if BlockKind.TOOL_CALL in kinds else "refusal" if BlockKind.REFUSAL in kinds else "end_turn"
+        normalized = finished if status == "completed" else "other"
         self.terminal(event, status, normalized, "response.completed")
 
     def _on_response_incomplete(self, obj, event, t):

@@ -9,6 +9,7 @@ caller knows when the document is finished (at the block's stop event).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -27,6 +28,18 @@ class JSONIncomplete(ValueError):
         self.reason = reason
         self.position = position
         self.truncated = position >= len(raw.rstrip())
+
+
+def _lenient(raw: str, refused: JSONIncomplete) -> Any:
+    """JSON orjson refuses but the SDKs' parsers take (a number past a double, ``1e400``, is
+    infinity to them), as they read it, when the value can be written back as JSON; else the
+    refusal. A lone surrogate escape stays refused: no UTF-8 text can hold it."""
+    try:
+        value = json.loads(raw)
+        orjson.dumps(value)
+    except (ValueError, TypeError, RecursionError):
+        return refused
+    return value
 
 
 class IncrementalJSON:
@@ -77,5 +90,5 @@ class IncrementalJSON:
                 try:
                     self._result = orjson.loads(raw)
                 except orjson.JSONDecodeError as error:
-                    self._result = JSONIncomplete(error.msg, error.pos, raw)
+                    self._result = _lenient(raw, JSONIncomplete(error.msg, error.pos, raw))
         return self._result
