@@ -596,3 +596,27 @@ def test_session_timing_comes_from_the_reads() -> None:
     assert analysis.verdict.ok
     timing = analysis.turn.timing
     assert (timing.first_byte, timing.first_content, timing.last_byte) == (0.25, 0.75, 0.75)
+
+
+# -- blocks without a data line: the HTML rules drop them, the SDK dispatches them -------------
+
+
+@pytest.mark.parametrize(("block", "where"), [(b"event: error\n\n", "middle"), (b"event: error\n\n", "after the end")])
+def test_error_event_without_data_is_errored_as_the_sdk_raises(block: bytes, where: str, loopback: LoopbackServer) -> None:
+    """The anthropic SDK raises on an ``event: error`` block even with no data line (and it reads
+    on after message_stop), so the app sees an error: the verdict is not complete."""
+    body = THINK_TEXT_TOOL + block if where == "after the end" else THINK_TEXT_TOOL.replace(
+        b"event: content_block_stop", block + b"event: content_block_stop", 1)
+    with pytest.raises(anthropic.APIStatusError):
+        sdk_final_message(loopback, body)
+    for reads in (None, 1, 7):
+        analysis = analyze_bytes(body, Dialect.ANTHROPIC, chunk_size=reads)
+        assert analysis.verdict.kind is VerdictKind.ERRORED, analysis.verdict
+        assert analysis.verdict.offset == body.index(block) + len(block) - 1  # its blank line
+
+
+def test_other_blocks_without_data_are_what_the_sdk_skips(loopback: LoopbackServer) -> None:
+    """``event: ping`` or ``id:`` alone, no data line: the SDK dispatches them and skips them."""
+    body = THINK_TEXT_TOOL.replace(b"event: content_block_stop", b"event: ping\n\nid: 4\n\n: ka\n\nevent: content_block_stop", 1)
+    assert_turn_matches_sdk(analyze_bytes(body, Dialect.ANTHROPIC).turn, sdk_final_message(loopback, body))
+    assert analyze_bytes(body, Dialect.ANTHROPIC).verdict.kind is VerdictKind.COMPLETE

@@ -731,3 +731,36 @@ def test_tool_arguments_the_sdks_parse_are_parsed_and_others_are_corrupt(argumen
     analysis = analyze_bytes(sse_data(chat_chunk(call), chat_chunk(finish="tool_calls")), CHAT)
     assert analysis.turn.blocks[0].arguments == parsed
     assert (analysis.verdict.kind is C) == (parsed is not None), analysis.verdict
+
+
+# -- blocks the HTML rules do not dispatch, but the SDK does, with empty data ------------------
+
+CHAT_BODY = "pydantic-ai/bodies/openai-chat/test_run_stream_sync_streams_real_model.1.sse"
+
+
+@pytest.mark.parametrize("block", [b"event: x\n\n", b"retry: 10\n\n", b"data:\n\n", b"id: 1\n\n: keep-alive\n\n"],
+                         ids=["event-only", "retry-only", "empty-data", "keep-alive-once-an-id-was-set"])
+def test_blocks_the_sdk_dispatches_with_empty_data_are_corrupt(block: bytes) -> None:
+    """The openai SDK dispatches these with data "" and fails to parse it as JSON: the app sees a
+    JSON error, so the verdict is not complete, however the bytes are read."""
+    body = shared_path("fixtures", CHAT_BODY).read_bytes()
+    cut = body.index(b"data: ", len(body) // 2)
+    body = body[:cut] + block + body[cut:]
+    with pytest.raises(ValueError):  # json.JSONDecodeError
+        with _client(body).chat.completions.stream(model="m", messages=[{"role": "user", "content": "hi"}]) as stream:
+            for _ in stream:
+                pass
+    verdicts = [analyze_bytes(body, CHAT, chunk_size=size).verdict for size in (None, 1, 5)]
+    session = StreamSession(CHAT)
+    session.feed_reads([body[:cut - 3], body[cut - 3 : cut + 2], body[cut + 2 :]], [1.0, 2.0, 3.0])
+    verdicts.append(session.close().verdict)
+    for verdict in verdicts:
+        assert verdict.kind is X, verdict
+        assert "openai SDK" in verdict.reason and cut <= verdict.offset < cut + len(block)
+
+
+def test_a_data_less_block_after_done_is_still_after_the_response() -> None:
+    body = shared_path("fixtures", CHAT_BODY).read_bytes()
+    assert analyze_bytes(body, CHAT).verdict.kind is C
+    verdict = analyze_bytes(body + b"event: x\n\n", CHAT).verdict
+    assert verdict.kind is X and "after the response was closed by data: [DONE]" in verdict.reason

@@ -505,7 +505,7 @@ def lf_streams(draw) -> bytes:
         value = draw(VALUE_TEXT).encode()
         shape = draw(st.sampled_from(
             ["typed", "typed", "typed", "data", "data", "data", "cr", "comment", "id", "retry", "two-data",
-             "nospace", "blank", "bad-utf8", "empty-type", "spaced", "junk"]
+             "nospace", "blank", "bad-utf8", "empty-type", "spaced", "junk", "id-then-comment", "dataless"]
         ))  # fmt: skip
         parts.append({
             "typed": b"event: t%d\ndata: %s\n\n" % (i % 3, value),
@@ -521,6 +521,8 @@ def lf_streams(draw) -> bytes:
             "empty-type": b"event: \ndata: %s\n\n" % value,
             "spaced": b"event:  t\ndata:  %s\n\n" % value,
             "junk": b"x: %s\n" % value,
+            "id-then-comment": b"id: %d\ndata: %s\n\n: keep-alive\n\n" % (i, value),
+            "dataless": b"event: error\n\n",
         }[shape])  # fmt: skip
     return b"".join(parts) + draw(st.sampled_from([b"", b"data: cut", b"event: x\n", b"data: x\n"]))
 
@@ -537,10 +539,16 @@ def decode_with(decoder: SSEDecoder, stream: bytes, chunks: list[int]) -> list:
 )
 def test_shortcuts_give_what_the_general_path_gives(stream: bytes, chunks: list[int], limit: int) -> None:
     """Every field of every event, tail and error, for any chunking and size limit."""
-    general = decode_with(GeneralPathDecoder(max_event_size=limit), stream, [len(stream) or 1])
-    assert decode_with(GeneralPathDecoder(max_event_size=limit), stream, chunks) == general
-    assert decode_with(SSEDecoder(max_event_size=limit), stream, chunks) == general
-    assert decode_with(SSEDecoder(max_event_size=limit), stream, [len(stream) or 1]) == general
+    general = decode_noting(GeneralPathDecoder(max_event_size=limit), stream, [len(stream) or 1])
+    assert decode_noting(GeneralPathDecoder(max_event_size=limit), stream, chunks) == general
+    assert decode_noting(SSEDecoder(max_event_size=limit), stream, chunks) == general
+    assert decode_noting(SSEDecoder(max_event_size=limit), stream, [len(stream) or 1]) == general
+
+
+def decode_noting(decoder: SSEDecoder, stream: bytes, chunks: list[int]) -> tuple:
+    """The events, and what the decoder noted of the blank lines the SDKs dispatch on."""
+    events = feed_cycled(decoder, stream, chunks)
+    return events, decoder.empty_dispatches, decoder.empty_dispatch_count
 
 
 def test_the_lf_shortcut_takes_the_common_shapes() -> None:

@@ -13,9 +13,11 @@ import anthropic._streaming as anthropic_streaming
 import openai._streaming as openai_streaming
 import pytest
 import yaml
+from hypothesis import given, settings
 
-from conftest import FIXTURES, shared_files
+from conftest import FIXTURES, feed_cycled, shared_files
 from streamtap.wire import SSEDecoder, SSEEvent
+from test_wire_sse import chunkings, sse_streams
 
 SDKS = {"openai": openai_streaming, "anthropic": anthropic_streaming}
 
@@ -113,6 +115,7 @@ def test_departure_dataless_dispatch(sdk: str) -> None:
     assert [e for e, _ in sdk_events(SDKS[sdk], stream)] == [("ping", "", ""), ("message", "", ""), ("message", "a", "")]
     assert ours(stream) == [("message", "a", "")]
     assert spec_conformant(sdk_events(SDKS[sdk], stream)) == ours(stream)
+    assert empty_dispatches(stream) == (["ping", "message"], 2)
 
 
 @pytest.mark.parametrize("sdk", sorted(SDKS))
@@ -123,6 +126,7 @@ def test_departure_dispatch_after_comment_once_an_id_was_set(sdk: str) -> None:
     stream = b"id: 7\ndata: a\n\n: keep-alive\n\n"
     assert [e for e, _ in sdk_events(SDKS[sdk], stream)] == [("message", "a", "7"), ("message", "", "7")]
     assert ours(stream) == [("message", "a", "7")]
+    assert empty_dispatches(stream) == (["message"], 1)
 
 
 @pytest.mark.parametrize("sdk", sorted(SDKS))
@@ -152,3 +156,41 @@ def test_departure_anthropic_retry_accepts_non_digits() -> None:
     assert event.retry == 10
     (ours_event,) = SSEDecoder().feed(stream)
     assert ours_event.retry is None
+
+
+# -- what the decoder notes of the data-less dispatches ---------------------------------
+
+
+def empty_dispatches(stream: bytes, chunks: list[int] | None = None) -> tuple[list[str], int]:
+    """The types of the empty events the decoder says the SDKs dispatch, and their count."""
+    decoder = SSEDecoder()
+    feed_cycled(decoder, stream, chunks)
+    return [name or "message" for _, _, name in decoder.empty_dispatches], decoder.empty_dispatch_count
+
+
+def sdk_dataless(sdk: str, stream: bytes) -> list[str]:
+    return [event for (event, _, _), had_data in sdk_events(SDKS[sdk], stream) if not had_data]
+
+
+@settings(max_examples=150)
+@given(stream=sse_streams(), chunks=chunkings())
+@pytest.mark.parametrize("sdk", sorted(SDKS))
+def test_noted_empty_dispatches_are_the_sdks_dataless_events(sdk: str, stream: bytes, chunks: list[int]) -> None:
+    """The decoder dispatches by the spec, and notes each blank line where the SDKs dispatch an
+    event with empty data instead: the same ones, of the same type, for any chunking."""
+    # away from two other departures: the SDKs raise on bytes that are not UTF-8, and misread
+    # the first field after a BOM
+    stream = stream.decode("utf-8", "replace").lstrip("\ufeff").encode()
+    expected = sdk_dataless(sdk, stream)
+    names, count = empty_dispatches(stream, chunks)
+    assert count == len(expected)
+    assert names == expected[: len(names)] and len(names) == min(count, 16)
+
+
+@pytest.mark.skipif(not BODIES, reason=f"{FIXTURES} is absent: ../shared/ exists beside a development or CI clone only")
+def test_real_streams_have_no_empty_dispatches() -> None:
+    """No provider sends a block the SDKs would dispatch without data: every captured body
+    is free of them, by the SDKs' count and by the decoder's."""
+    for name, stream in BODIES:
+        assert empty_dispatches(stream) == ([], 0), name
+        assert sdk_dataless("openai", stream) == [], name

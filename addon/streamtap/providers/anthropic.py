@@ -421,6 +421,7 @@ class Assembler:
 
     dialect = Dialect.ANTHROPIC
     wire = "sse"
+    sdk_dispatches_empty_events = True  # see AssemblerBase
 
     def __init__(self) -> None:
         self.turn = Turn(Dialect.ANTHROPIC)

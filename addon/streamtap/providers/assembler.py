@@ -10,6 +10,12 @@ without SSE framing) takes them and returns True, and the session then does not 
 them as a cut. A terminal signal in the leftover bytes is never taken: that event was
 not dispatched, so the stream is ``truncated`` (the session says the terminal event
 arrived but was never ended). Findings and verdicts go through ``judge.Judge``.
+
+One optional flag: ``sdk_dispatches_empty_events``. A dialect whose SDK reads SSE with the
+decoder the openai and anthropic SDKs share sets it; the session then feeds it, in stream
+order, an ``SSEEvent`` with empty data and an empty span (``start == end``, at the blank
+line) for each blank line where that decoder dispatches and the HTML rules do not
+(``SSEDecoder.empty_dispatches``), so the dialect judges what its SDK would have seen.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from streamtap.wire import WireEvent
+from streamtap.wire import SSEEvent, WireEvent
 
 from .judge import TEXT_BATCH, Fragments, Judge, parse_arguments  # noqa: F401  (TEXT_BATCH: read here by tests)
 
@@ -153,6 +153,9 @@ class AssemblerBase:
 
     dialect: Dialect = Dialect.UNKNOWN
     wire: str = "sse"
+    # The dialect's SDK reads SSE with the decoder the openai and anthropic SDKs share, which also
+    # dispatches blocks that have no data line: the session then offers those as empty events.
+    sdk_dispatches_empty_events = False
 
     def __init__(self, wire: str | None = None) -> None:
         if wire:
@@ -181,6 +184,15 @@ class AssemblerBase:
             judge.last_name = name
         if RESPONSE in judge.closed_units:
             judge.reopened(RESPONSE, f"event {name or type(event).__name__}", event.seq, event.start)
+
+    def empty_data(self, event: SSEEvent, sdk: str) -> None:
+        """An event whose data is empty or blank, where the ``sdk`` parses every event's data as JSON."""
+        if event.start == event.end:  # offered by the session: a block the HTML rules do not dispatch
+            self.corrupt(f"the block at byte {event.start} has no data line: the HTML rules drop it, but the {sdk} "
+                         f"SDK dispatches it (as event {event.event!r}) and fails to parse its empty data as JSON", event)
+        else:
+            self.corrupt(f"event {event.event!r} at seq {event.seq} (byte {event.start}) has empty data: the {sdk} "
+                         f"SDK parses it as JSON and fails", event)
 
     def payload(self, event: WireEvent, text: str | bytes) -> Any:
         try:

@@ -38,6 +38,7 @@ FINISH = {
 class Assembler(AssemblerBase):
     dialect = Dialect.OPENAI_CHAT
     wire = "sse"
+    sdk_dispatches_empty_events = True
 
     def __init__(self, wire: str | None = None) -> None:
         super().__init__(wire)
@@ -65,6 +66,7 @@ class Assembler(AssemblerBase):
             return
         self.seen(event, "chunk" if event.event == "message" else event.event)
         if not data or data.isspace():
+            self.empty_data(event, "openai")
             return
         if event.event != "error" and self._content_delta(data, t):
             return

@@ -56,6 +56,7 @@ PROGRESS_SUFFIXES = (".in_progress", ".searching", ".interpreting", ".generating
 class Assembler(AssemblerBase):
     dialect = Dialect.OPENAI_RESPONSES
     wire = "sse"
+    sdk_dispatches_empty_events = True
 
     def __init__(self, wire: str | None = None) -> None:
         super().__init__(wire)
@@ -78,6 +79,9 @@ class Assembler(AssemblerBase):
         obj = self.payload(event, event.data) if event.data.strip() else None
         kind = as_str(obj.get("type")) if isinstance(obj, dict) else None
         self.seen(event, kind or event.event)
+        if not event.data.strip():
+            self.empty_data(event, "openai")
+            return
         if not isinstance(obj, dict):
             if obj is not None:
                 self.corrupt("event data is JSON but not an object", event)

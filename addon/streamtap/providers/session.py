@@ -139,6 +139,14 @@ class StreamSession:
         self._choices: list = turn.choices if turn is not None else [Choice(0)]
         self._error_body = bytearray()
         self._closed: Analysis | None = None
+        # blank lines where the dialect's SDK dispatches an event with empty data and the HTML
+        # rules dispatch none (SSEDecoder.empty_dispatches): the assembler is offered them as events
+        self._empty_notes: list | None = (
+            self._decoder.empty_dispatches
+            if self.wire == "sse" and getattr(self._assembler, "sdk_dispatches_empty_events", False)
+            else None
+        )
+        self._empty_fed = 0
 
     def feed(self, chunk: bytes, t: float | None = None) -> list[WireEvent]:
         if self._closed is not None or not chunk:
@@ -146,6 +154,11 @@ class StreamSession:
         self._arrived(chunk, t)
         events = self._decoder.feed(chunk)
         take = self._take
+        if self._empty_notes:
+            for event in events:
+                self._feed_empty(event.seq)
+                take(event, t)
+            return events
         for event in events:
             take(event, t)
         return events
@@ -173,7 +186,10 @@ class StreamSession:
         take, last_read, i = self._take, len(chunks) - 1, 0
         end = ends[0]
         assemble, arrivals, plain, choices = self._assembler.feed, self._arrivals, _PLAIN_EVENTS, self._choices
+        empty_waiting = self._empty_notes is not None and self._empty_fed < len(self._empty_notes)
         for event in events:
+            if empty_waiting:
+                empty_waiting = self._feed_empty(event.seq)
             last_byte = event.end - 1
             while last_byte >= end and i < last_read:
                 i += 1
@@ -211,6 +227,8 @@ class StreamSession:
         events = self._decoder.close()
         for event in events:
             self._take(event, self._last_byte)
+        if self._empty_notes:
+            self._feed_empty(None)
         terminal_tail = self._terminal_in_tail(end)
         try:
             turn, verdict = self._assembler.finish(end)
@@ -257,6 +275,24 @@ class StreamSession:
                     self._check_bound(event)
         except Exception as exc:  # fail open: the events still go back to the adapter; the bug becomes evidence
             self._halted = f"{type(exc).__name__}: {exc} (at event {event.seq})"
+
+    def _feed_empty(self, before: int | None) -> bool:
+        """Offer the assembler, as events with empty data, the noted blank lines that come before
+        the event with seq ``before`` (None: all of them), as the dialect's SDK would have
+        dispatched them. Returns whether later ones are still waiting."""
+        notes = self._empty_notes
+        while self._empty_fed < len(notes):
+            seq, offset, name = notes[self._empty_fed]
+            if before is not None and seq > before:
+                return True
+            self._empty_fed += 1
+            if self._halted is None:
+                event = SSEEvent(seq, offset, offset, b"", name or "message", "", "", None)
+                try:
+                    self._assembler.feed(event, self._last_byte)
+                except Exception as exc:  # fail open, as in _take
+                    self._halted = f"{type(exc).__name__}: {exc} (at an empty event before seq {seq})"
+        return False
 
     def _check_bound(self, event: WireEvent) -> None:
         """A turn that opened more than MAX_BLOCKS blocks is no longer assembled: every block

@@ -21,6 +21,12 @@ Rules that matter on the wire, all applied here:
 * At ``close()`` an event without its blank line is NOT dispatched: it comes back as
   a ``Tail`` with its bytes.
 
+Where the Python SDKs (openai, anthropic, httpx-sse) depart from these rules in a way an
+app notices, the decoder still follows the rules and notes the difference: they dispatch
+an event with empty data at a blank line that ends a block with no data line but an event
+type or a valid retry, and at every blank line once an ID was set. Those blank lines are
+listed in ``empty_dispatches``; the dialect decides what its SDK makes of them.
+
 Spans tile the stream: comments, keep-alives and data-less events belong to the span
 of the next dispatched event. ``SSEEvent.retry`` is the last valid ``retry`` inside
 the event's span. Invalid UTF-8 is replaced, and counted in ``invalid_utf8``.
@@ -114,6 +120,9 @@ def _first_event_end(work: bytes) -> int:
     return 0
 
 
+_FIELD, _RETRY_FIELD = 1, 2  # SSEDecoder._fields: a field line since the last blank line; one was a valid retry
+_KEPT_EMPTY_DISPATCHES = 16
+
 _HOLD = 4096  # an unfinished event up to this size is kept unparsed until it completes
 
 
@@ -152,7 +161,14 @@ class SSEDecoder:
         self._buf_room = max_event_size  # len(_buf) beyond which the span is oversize
         self._data: list[bytes] = []
         self._type = b""
-        self._fields = False  # a non-data field line since the last blank line
+        self._fields = 0  # a non-data field line since the last blank line: _FIELD, or _RETRY_FIELD for a valid retry
+        # Blank lines where WHATWG dispatches nothing but the Python SDKs (openai, anthropic,
+        # httpx-sse) dispatch an event with empty data: the block had no data line but an event
+        # type or a valid retry, or an event ID was ever set (they test the persisted ID buffer).
+        # Each is (seq of the event whose span holds it, offset of its blank line, its type or
+        # None); the first few are kept, all are counted.
+        self.empty_dispatches: list[tuple[int, int, str | None]] = []
+        self.empty_dispatch_count = 0
         self._span_retry: int | None = None
         self._span_invalid = 0
         self._skipping = False  # inside an oversize span: dropping bytes to the next blank line
@@ -370,7 +386,7 @@ class SSEDecoder:
         what follows (the start of the next event) for the next read."""
         self._span_start = self._offset = self._offset + done
         self._span_retry = None
-        self._fields = False
+        self._fields = 0
         limit = self.max_event_size
         buf = self._buf
         buf.clear()
@@ -426,7 +442,7 @@ class SSEDecoder:
                     limit = -1
                     data = []
                     type_ = b""
-                    self._fields = False
+                    self._fields = 0
                     self._span_retry = None
                     self._span_invalid = 0
                     self._parts.clear()
@@ -475,8 +491,11 @@ class SSEDecoder:
                     limit = end + self.max_event_size
                     data = []
                     self._span_retry = None
+                elif type_ or self.last_event_id or self._fields == _RETRY_FIELD:
+                    blank_at = end - (2 if work[end - 2 : end] == b"\r\n" else 1)
+                    self._empty_dispatch(seq, base + blank_at, type_)
                 type_ = b""
-                self._fields = False
+                self._fields = 0
             elif line.startswith(b"data:"):
                 data.append(line[6:] if line[5:6] == b" " else line[5:])
             elif line.startswith(b"event:"):
@@ -544,6 +563,8 @@ class SSEDecoder:
             if end > limit:
                 break  # the line path reports oversize events
             if not block:
+                if last_id:
+                    break  # the SDKs dispatch an empty event here: the line path notes it
                 pos = end  # a second blank line: no event, same span
                 continue
             first = block[0]
@@ -565,7 +586,7 @@ class SSEDecoder:
                         break  # the line path counts the replacements
                 data_at += 5
                 payload = block[data_at + 1 :] if block[data_at : data_at + 1] == b" " else block[data_at:]
-            elif first == 58 and nl not in block:  # a ":" comment line: no event, same span
+            elif first == 58 and nl not in block and not last_id:  # a ":" comment line: no event, same span
                 pos = end
                 continue
             else:
@@ -592,7 +613,7 @@ class SSEDecoder:
         self._seq = seq
         self._span_start = start
         self._span_retry = retry
-        self._fields = False
+        self._fields = 0
         return seg
 
     def _uniform_events(self, work: bytes, blocks: list[bytes], line_end: bytes, out: list) -> int:
@@ -657,7 +678,7 @@ class SSEDecoder:
         self._seq += count
         self._span_start = ends_abs[-1]
         self._span_retry = None
-        self._fields = False
+        self._fields = 0
         return ends[-1]
 
     def _field(self, line: bytes, data: list[bytes], type_: bytes) -> bytes:
@@ -673,7 +694,8 @@ class SSEDecoder:
             return type_
         if name == b"event":
             return value
-        self._fields = True
+        if not self._fields:
+            self._fields = _FIELD
         if name == b"id":
             if 0 not in value:
                 self.last_event_id, bad = _text(value)
@@ -682,9 +704,15 @@ class SSEDecoder:
             if value.isdigit():  # bytes.isdigit is ASCII-only
                 try:
                     self.retry = self._span_retry = int(value)
+                    self._fields = _RETRY_FIELD
                 except ValueError:  # over Python's int-from-text digit limit: absurd, ignore
                     pass
         return type_
+
+    def _empty_dispatch(self, seq: int, offset: int, type_: bytes) -> None:
+        self.empty_dispatch_count += 1
+        if len(self.empty_dispatches) < _KEPT_EMPTY_DISPATCHES:
+            self.empty_dispatches.append((seq, offset, _type_name(type_)[0] if type_ else None))
 
     def _start_skipping(self, pending: bytes) -> None:
         """The unfinished line in ``_buf`` already makes the span oversize: drop it."""
@@ -697,7 +725,7 @@ class SSEDecoder:
         self._parts.clear()
         self._data = []
         self._type = b""
-        self._fields = False
+        self._fields = 0
         self._span_retry = None
         self._span_invalid = 0
         self._quick = False
