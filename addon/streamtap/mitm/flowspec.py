@@ -14,6 +14,7 @@ from typing import Any
 from mitmproxy import http
 
 from streamtap.providers import RequestInfo, detect_dialect
+from streamtap.providers.model import model_of
 from streamtap.recording import flow_header
 from streamtap.recording.header import RequestBody, request_body, request_body_fields
 from streamtap.recording.flows import request_info
@@ -46,6 +47,7 @@ class FlowSpec:
     content_type: str | None = None
     body: RequestBody | None = None
     completed: bool = False
+    requested_model: str | None = None  # set by complete(): the model the request names (body or URL)
 
     @classmethod
     def of(cls, flow: http.HTTPFlow, sentinel: str | None) -> FlowSpec:
@@ -86,12 +88,18 @@ class FlowSpec:
             except Exception as exc:
                 self.detection = None
                 self.errors.append(("analysis", described(exc)))
+        try:
+            body_fields = request_body_fields(self.body)
+            self.requested_model = model_of(None, self.request.url if self.request else None, body_fields.get("body"))
+        except Exception as exc:
+            body_fields = {}
+            self.errors.append(("recording", described(exc)))
         if self.header is not None:
             detection = self.detection
             self.header["dialect"] = detection.dialect.value if detection else "unknown"
             self.header["why"] = detection.why if detection else None
             self.header["wire"]["format"] = detection.wire if detection else None
-            self.header["request"].update(request_body_fields(self.body))
+            self.header["request"].update(body_fields)
         self.request = self.body = None
 
 

@@ -16,12 +16,10 @@ import logging
 import re
 from typing import Any
 
-import orjson
 from mitmproxy import exceptions
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from streamtap.providers.model import model_of
-from streamtap.recording.content import decoded_body
 
 log = logging.getLogger("streamtap")
 
@@ -107,14 +105,6 @@ def parse_address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _requested_model(flow) -> Any:
-    try:
-        request = flow.request  # decoded within a bound: this runs on the proxy's loop
-        return orjson.loads(decoded_body(request.raw_content or b"", request.headers.get("content-encoding")) or b"null")
-    except Exception:
-        return None
-
-
 class Metrics:
     """mitmproxy addon serving ``TurnMetrics`` on ``streamtap_metrics`` (off when empty)."""
 
@@ -159,9 +149,9 @@ class Metrics:
         log.info(f"streamtap: metrics on http://{host}:{port}/metrics")
 
     def turn_finished(self, flow, summary: dict[str, Any]) -> None:
-        model = summary.get("model")
-        if not model:
-            model = model_of(None, flow.request.pretty_url, _requested_model(flow))
+        # the analysis named the model (the answer's, else the request's); a flow it never
+        # judged (its worker died) is named by its URL alone: no request body is parsed on this loop
+        model = summary.get("model") or model_of(None, flow.request.pretty_url, None)
         self.metrics.count(summary, model)
 
     def tap_failed(self) -> None:

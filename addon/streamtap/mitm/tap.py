@@ -100,6 +100,7 @@ class FlowTap:
         self.spill_at = max_event_size
         self.status = spec.status
         self.encoding = spec.encoding
+        self.requested_model = spec.requested_model
         for part, message in spec.errors:
             if part == "analysis":
                 self._failed(part, message)
@@ -445,7 +446,7 @@ class FlowTap:
             self._take_body(b"", t, final=True)
         summary: dict[str, Any] = {
             "provider": self.provider,
-            "model": None,
+            "model": self.requested_model,
             "verdict": VerdictKind.UNKNOWN.value,
             "reason": "streamtap could not analyse this flow",
             "events": 0,
@@ -474,7 +475,7 @@ class FlowTap:
                 turn_dict = turn.to_dict()
                 turn_dict.get("timing", {}).pop("arrivals", None)
                 summary.update(
-                    model=turn.model,
+                    model=turn.model or self.requested_model,  # as the recordings' index names it
                     verdict=verdict.kind.value,
                     reason=verdict.reason,
                     events=analysis.wire_events,
