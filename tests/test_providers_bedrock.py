@@ -145,9 +145,11 @@ class ConverseReference:
                     block["thinking"] = block.get("thinking", "") + reasoning["text"]
                 if "signature" in reasoning:
                     block["signature"] = reasoning["signature"]
-                if "redactedContent" in reasoning:
+                if "redactedContent" in reasoning:  # an opaque blob the app keeps whole: its bytes joined
                     blob = reasoning["redactedContent"]
-                    block["redacted"] = blob if isinstance(blob, str) else base64.b64encode(blob).decode()
+                    blob = base64.b64decode(blob) if isinstance(blob, str) else blob
+                    block["redacted_bytes"] = block.get("redacted_bytes", b"") + blob
+                    block["redacted"] = base64.b64encode(block["redacted_bytes"]).decode()
         elif "messageStop" in event:
             self.stop_reason = event["messageStop"]["stopReason"]
         elif "metadata" in event:
@@ -571,3 +573,29 @@ def test_anthropic_events_in_invoke_chunks_give_the_same_turn(path: Path) -> Non
     ours, theirs = over_invoke.turn.to_dict(), over_sse.turn.to_dict()
     for key in ("choices", "stop_reason", "stop_reason_raw", "usage", "model", "response_id", "error"):
         assert ours[key] == theirs[key], key
+
+
+def test_redacted_reasoning_split_over_deltas_is_its_bytes_joined(loopback: LoopbackServer) -> None:
+    """boto3 decodes each delta's redactedContent blob to bytes; the block keeps the base64 of the
+    bytes joined, which is not the texts joined when a piece is padded (b"ab" is "YWI=")."""
+    def redacted(*blobs: str) -> bytes:
+        return b"".join([
+            converse_frame("messageStart", {"role": "assistant"}),
+            *(converse_frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"reasoningContent": {
+                "redactedContent": blob}}}) for blob in blobs),
+            converse_frame("contentBlockStop", {"contentBlockIndex": 0}),
+            converse_frame("contentBlockDelta", {"contentBlockIndex": 1, "delta": {"text": "ok"}}),
+            converse_frame("contentBlockStop", {"contentBlockIndex": 1}),
+            converse_frame("messageStop", {"stopReason": "end_turn"}),
+            converse_frame("metadata", {"usage": {"inputTokens": 1, "outputTokens": 2, "totalTokens": 3},
+                                        "metrics": {"latencyMs": 1}}),
+        ])
+
+    pieces = [b"ab", b"cde", b"fgh", b"i"]
+    body = redacted(*(base64.b64encode(piece).decode() for piece in pieces))
+    analysis = analyze_bytes(body, Dialect.BEDROCK_CONVERSE)
+    assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
+    assert analysis.turn.blocks[0].data == base64.b64encode(b"".join(pieces)).decode()
+    boto3_converse(loopback, body).assert_equals(analysis.turn)
+    verdict = analyze_bytes(redacted("YWI=", "*not*"), Dialect.BEDROCK_CONVERSE).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "not base64" in verdict.reason

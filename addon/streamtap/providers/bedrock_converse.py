@@ -32,6 +32,8 @@ Choices this module makes where the provider is silent:
 
 from __future__ import annotations
 
+import base64
+
 from typing import Any
 
 import orjson
@@ -61,6 +63,20 @@ _DELTA_KIND = {
     "citation": BlockKind.TEXT,
     "toolResult": BlockKind.SERVER_TOOL,
 }
+
+
+def _joined_blob(kept: str | None, piece: str) -> str | None:
+    """The base64 text of two blobs' bytes joined (the SDKs decode each delta's blob and the app
+    joins the bytes), or None when either is not base64. Joining the texts is the same only when
+    the first is unpadded: a padded one ends its bytes mid-group."""
+    if not kept:
+        return piece
+    if not kept.endswith("="):
+        return kept + piece
+    try:
+        return base64.b64encode(base64.b64decode(kept, validate=True) + base64.b64decode(piece, validate=True)).decode()
+    except ValueError:
+        return None
 
 
 def exception_error(message: EventStreamMessage, judge: Judge) -> None:
@@ -262,7 +278,11 @@ class ConverseBuilder:
             elif kind is BlockKind.THINKING and isinstance(value.get("signature"), str):
                 block.signature = value["signature"]
             elif kind is BlockKind.REDACTED_THINKING and isinstance(value.get("redactedContent"), str):
-                block.data = (block.data or "") + value["redactedContent"]
+                joined = _joined_blob(block.data, value["redactedContent"])
+                if joined is None:
+                    self.judge.corrupt(f"redactedContent of block {index} is not base64", seq, offset, index=index)
+                else:
+                    block.data = joined
             else:
                 self.judge.corrupt(f"reasoningContent {sorted(value)} does not fit a {kind.value} block "
                                    f"(index {index})", seq, offset, index=index)
