@@ -620,3 +620,49 @@ def test_other_blocks_without_data_are_what_the_sdk_skips(loopback: LoopbackServ
     body = THINK_TEXT_TOOL.replace(b"event: content_block_stop", b"event: ping\n\nid: 4\n\n: ka\n\nevent: content_block_stop", 1)
     assert_turn_matches_sdk(analyze_bytes(body, Dialect.ANTHROPIC).turn, sdk_final_message(loopback, body))
     assert analyze_bytes(body, Dialect.ANTHROPIC).verdict.kind is VerdictKind.COMPLETE
+
+
+
+# -- what the SDK never sees, or reads differently -----------------------------------------------
+
+TEXT_TURN = sse(START, *text_block(0, "Hello"), *end("end_turn"))
+
+
+def renamed(body: bytes, event_type: str, name: bytes | None) -> bytes:
+    """``body`` with the SSE name of its first ``event_type`` event changed (None: no event line)."""
+    line = b"event: " + event_type.encode() + b"\n"
+    return body.replace(line, b"" if name is None else b"event: " + name + b"\n", 1)
+
+
+@pytest.mark.parametrize(("event_type", "name"), [
+    ("message_delta", b"ping"), ("message_delta", None), ("content_block_delta", b"ping"), ("content_block_start", None),
+], ids=["delta-as-ping", "delta-unnamed", "text-as-ping", "start-unnamed"])
+def test_an_event_the_sdk_skips_by_its_name_is_corrupt(event_type: str, name: bytes | None, loopback: LoopbackServer) -> None:
+    """The SDK skips events named ping or not named, whatever their data: the app's message lacks
+    that event (no stop reason, no text, or an IndexError), so the verdict is not complete."""
+    body = renamed(TEXT_TURN, event_type, name)
+    try:
+        message = sdk_final_message(loopback, body)
+    except Exception:  # noqa: BLE001 - any SDK failure shows the app did not get the answer
+        message = None
+    assert message is None or message.stop_reason is None or [b.text for b in message.content] != ["Hello"]
+    verdict = analyze_bytes(body, Dialect.ANTHROPIC).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "the SDK skips" in verdict.reason, verdict
+
+
+def test_a_later_message_delta_without_stop_reason_withdraws_it_in_the_sdk(loopback: LoopbackServer) -> None:
+    withdraw = sse({"type": "message_delta", "delta": {"stop_reason": None, "stop_sequence": None},
+                    "usage": {"output_tokens": 3}})
+    body = TEXT_TURN.replace(b"event: message_stop", withdraw + b"event: message_stop", 1)
+    assert sdk_final_message(loopback, body).stop_reason is None
+    verdict = analyze_bytes(body, Dialect.ANTHROPIC).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "stop_reason null" in verdict.reason, verdict
+
+
+def test_a_message_delta_without_usage_is_corrupt_as_the_sdk_fails_on_it(loopback: LoopbackServer) -> None:
+    body = sse(START, *text_block(0, "Hello"), {"type": "message_delta", "delta": {"stop_reason": "end_turn"}},
+               {"type": "message_stop"})
+    with pytest.raises(AttributeError):
+        sdk_final_message(loopback, body)
+    verdict = analyze_bytes(body, Dialect.ANTHROPIC).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "without usage" in verdict.reason, verdict

@@ -20,6 +20,7 @@ from typing import Any
 import anthropic
 import boto3
 import botocore.exceptions
+import botocore.parsers
 import pytest
 import yaml
 from anthropic.lib.streaming._messages import accumulate_event
@@ -288,8 +289,8 @@ SYNTHETIC_DECISIONS = {
     "amazon-bedrock-json-only-text-first.1.chunks.txt": "complete",
     "amazon-bedrock-json-tool-text-then-weather-then-json.1.chunks.txt": "complete",
     "amazon-bedrock-tool-call.1.chunks.txt": "complete",
-    # an empty contentBlockStart {}: the first delta says it is text
-    "amazon-bedrock-tool-no-args.chunks.txt": "complete",
+    # an empty contentBlockStart {}: boto3 requires exactly one member in start and raises on it
+    "amazon-bedrock-tool-no-args.chunks.txt": "corrupt",
 }
 
 
@@ -302,7 +303,7 @@ def test_vercel_synthetic_converse_decisions() -> None:
         verdict = analyze_bytes(reframe(path), Dialect.BEDROCK_CONVERSE).verdict
         assert verdict.kind.value == SYNTHETIC_DECISIONS[path.name], (path.name, verdict)
         if verdict.kind is VerdictKind.CORRUPT:
-            assert "never stopped" in verdict.reason
+            assert ("exactly one" if "no-args" in path.name else "never stopped") in verdict.reason
 
 
 # -- constructed from the provider notes (labelled constructed) -----------------------------------
@@ -599,3 +600,31 @@ def test_redacted_reasoning_split_over_deltas_is_its_bytes_joined(loopback: Loop
     boto3_converse(loopback, body).assert_equals(analysis.turn)
     verdict = analyze_bytes(redacted("YWI=", "*not*"), Dialect.BEDROCK_CONVERSE).verdict
     assert verdict.kind is VerdictKind.CORRUPT and "not base64" in verdict.reason
+
+
+UNIONS = {
+    "empty start": [("contentBlockStart", {"contentBlockIndex": 0, "start": {}}),
+                    ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "ok"}})],
+    "two start members": [("contentBlockStart", {"contentBlockIndex": 0, "start": {
+        "toolUse": {"toolUseId": "t1", "name": "f"}, "toolResult": {"toolUseId": "t1"}}}),
+        ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"toolUse": {"input": "{}"}}})],
+    "reasoning text and signature": [("contentBlockDelta", {"contentBlockIndex": 0, "delta": {
+        "reasoningContent": {"text": "think", "signature": "SIG"}}})],
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNIONS))
+def test_a_union_without_exactly_one_member_is_corrupt_as_boto3_refuses_it(name: str, loopback: LoopbackServer) -> None:
+    """botocore parses ConverseStream and raises on a union (a block's start, a reasoning delta)
+    that has not exactly one member: the app gets an error, so the verdict is not complete."""
+    body = b"".join([
+        converse_frame("messageStart", {"role": "assistant"}),
+        *(converse_frame(kind, payload) for kind, payload in UNIONS[name]),
+        converse_frame("contentBlockStop", {"contentBlockIndex": 0}),
+        converse_frame("messageStop", {"stopReason": "end_turn"}),
+        converse_frame("metadata", {"usage": {"inputTokens": 1, "outputTokens": 2, "totalTokens": 3}, "metrics": {"latencyMs": 1}}),
+    ])
+    with pytest.raises(botocore.parsers.ResponseParserError, match="one and only one member"):
+        boto3_converse(loopback, body)
+    verdict = analyze_bytes(body, Dialect.BEDROCK_CONVERSE).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "exactly one" in verdict.reason, verdict

@@ -84,6 +84,9 @@ def _block_from(content_block: dict[str, Any], index: int) -> Block:
     return Block(BlockKind.OTHER, index, extra=dict(content_block))
 
 
+# SSE event names the SDK skips without reading the data ("message": the stream named none)
+_SKIPPED_NAMES = ("message", "ping")
+
 # block kinds whose arguments stream as input_json_delta fragments
 _TOOLISH = (BlockKind.TOOL_CALL, BlockKind.SERVER_TOOL)
 
@@ -316,6 +319,11 @@ class MessageBuilder:
                     self.judge.corrupt(f"{what} contradicts message_start's stop_reason {earlier}", seq, offset,
                                        stop_reasons=[earlier, raw])
                 return
+            if raw is None and self.content_stopped and "stop_reason" in delta:
+                # the SDK copies every message_delta's stop_reason: its message ends with none
+                self.judge.corrupt(f"message_delta with stop_reason null after stop_reason {earlier}: the SDK's "
+                                   f"message ends with no stop reason", seq, offset, stop_reasons=[earlier, None])
+                return
             if raw is not None:
                 self.judge.stop_reason(raw, STOP_REASONS.get(raw, (None, raw))[1])
                 # the stop reason ends the message's content: no block may start or grow after it
@@ -327,6 +335,8 @@ class MessageBuilder:
         usage = event.get("usage")
         if isinstance(usage, dict):
             self._usage(usage)
+        else:  # a required field the SDK reads without a check: it raises on this event
+            self.judge.corrupt("message_delta without usage", seq, offset)
 
     def _message_stop(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         if not self._in_message("message_stop", seq, offset):
@@ -450,7 +460,14 @@ class Assembler:
             decode_event_json(event.data, judge, event.seq, event.start, f"{event.event} event data")
             return
         name = event.event
-        if name != "message" and name != obj.get("type"):
+        if name in _SKIPPED_NAMES and obj.get("type") not in ("ping", "error"):
+            # no event line (decoded as "message") or "ping": the SDK skips the event, whatever its data
+            # (a typed error is still the provider's word that it failed: judged errored below)
+            judge.corrupt(f"{obj.get('type') or 'an event'} sent as event {name!r} at seq {event.seq}: the SDK skips "
+                          f"events {'without a name' if name == 'message' else 'named ping'}, so the app never "
+                          f"sees it", event.seq, event.start)
+            return
+        if name != obj.get("type"):
             pair = (name, repr(obj.get("type")))
             if pair not in self.renamed:  # the JSON type decides; say so once per pair
                 self.renamed.add(pair)

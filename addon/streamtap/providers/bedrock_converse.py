@@ -115,10 +115,13 @@ def event_frame(message: EventStreamMessage, judge: Judge) -> bool:
 class ConverseBuilder:
     """ConverseStream event logic on (event type, payload dict)."""
 
-    def __init__(self, turn: Turn, judge: Judge, ordered: bool = False) -> None:
+    def __init__(self, turn: Turn, judge: Judge, converse_api: bool = False) -> None:
         self.turn = turn
         self.judge = judge
-        self.ordered = ordered  # blocks in index order, else corrupt
+        # the ConverseStream API, which boto3 parses (not a model's native chunks inside invoke):
+        # blocks come in index order, and each union in an event has exactly one member, as
+        # botocore requires (it raises on any other count)
+        self.converse_api = converse_api
         self.indexes = 0  # block indexes seen in this message: the next block's index
         self.messages = 0
         self.open_message = False
@@ -190,7 +193,7 @@ class ConverseBuilder:
 
     def _next_index(self, index: int, what: str, seq: int | None, offset: int | None) -> None:
         """A block index seen for the first time in this message: it must be the next one."""
-        if self.ordered and index != self.indexes:
+        if self.converse_api and index != self.indexes:
             self.judge.corrupt(f"{what} for index {index} while {self.indexes} blocks exist", seq, offset,
                                index=index)
         self.indexes += 1
@@ -214,6 +217,10 @@ class ConverseBuilder:
             self.judge.corrupt("contentBlockStart without contentBlockIndex or start", seq, offset)
             return
         if self.judge.reopened(f"block {index}", "contentBlockStart", seq, offset, index=index):
+            return
+        if self.converse_api and len(start) != 1:
+            self.judge.corrupt(f"contentBlockStart start has {len(start)} members {sorted(start)} (index {index}): "
+                               f"boto3 takes exactly one and raises on this event", seq, offset, index=index)
             return
         if index in self.blocks or index in self.announced:
             self.judge.corrupt(f"contentBlockStart for index {index}, which already started", seq, offset,
@@ -271,7 +278,10 @@ class ConverseBuilder:
                 self.turn.timing.first_content = t
         elif member == "reasoningContent" and kind in (BlockKind.THINKING, BlockKind.REDACTED_THINKING) \
                 and isinstance(value, dict):
-            if kind is BlockKind.THINKING and isinstance(value.get("text"), str):
+            if self.converse_api and len(value) != 1:
+                self.judge.corrupt(f"reasoningContent delta has {len(value)} members {sorted(value)} (index {index}): "
+                                   f"boto3 takes exactly one and raises on this event", seq, offset, index=index)
+            elif kind is BlockKind.THINKING and isinstance(value.get("text"), str):
                 self.pieces.add(block, value["text"])
                 if value["text"] and self.turn.timing.first_content is None:
                     self.turn.timing.first_content = t
@@ -406,7 +416,7 @@ class Assembler:
     def __init__(self) -> None:
         self.turn = Turn(Dialect.BEDROCK_CONVERSE)
         self.judge = Judge(self.turn)
-        self.builder = ConverseBuilder(self.turn, self.judge, ordered=True)
+        self.builder = ConverseBuilder(self.turn, self.judge, converse_api=True)
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if not isinstance(event, EventStreamMessage):
