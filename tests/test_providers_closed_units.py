@@ -530,3 +530,28 @@ def test_gemini_a_blocked_prompt_after_an_answer_is_corrupt():
     # a blocked prompt whose candidate carries no content is filtered, whatever its finishReason says
     empty = b"data: " + orjson.dumps({"candidates": [{"index": 0, "finishReason": "STOP"}]}) + b"\r\n\r\n"
     assert analyze_bytes(blocked + empty, Dialect.GEMINI).verdict.kind.value == "filtered"
+
+
+# -- a tool stop without a tool call ----------------------------------------------------------
+
+
+def _without_tool_events(dialect: Dialect) -> bytes:
+    if dialect is Dialect.OPENAI_CHAT:
+        return openai_chat(["Let me check."], finish="tool_calls")
+    if dialect is Dialect.ANTHROPIC:
+        events = [e for e in anthropic_events("t", "Let me check.", {"city": "Paris"})
+                  if e.get("index") != 2]  # the tool_use block's start, deltas and stop
+        return b"".join(_sse(e["type"], e) for e in events)
+    body = bedrock_converse(["Let me check."], {"city": "Paris"})
+    decoder = EventStreamDecoder()
+    return b"".join(m.raw for m in decoder.feed(body) if json.loads(m.payload).get("contentBlockIndex") != 1)
+
+
+@pytest.mark.parametrize("dialect", [Dialect.OPENAI_CHAT, Dialect.ANTHROPIC, Dialect.BEDROCK_CONVERSE])
+def test_a_tool_stop_without_any_tool_call_is_corrupt(dialect: Dialect) -> None:
+    """The stop reason says the model called a tool and none arrived: its events were lost, or the
+    stop belongs to another answer. The SDKs pass it on, and the app has no call to run."""
+    body = _without_tool_events(dialect)
+    analysis = analyze_bytes(body, dialect)
+    assert not analysis.turn.tool_calls()
+    assert analysis.verdict.kind is X and "no tool call arrived" in analysis.verdict.reason, analysis.verdict

@@ -227,6 +227,11 @@ class Judge:
         evidence.setdefault("stop_reason", raw)
         if raw is None:
             return Verdict(VerdictKind.UNKNOWN, f"{terminal} arrived without a stop reason", seq, offset, evidence)
+        if kind is VerdictKind.COMPLETE and self.turn.stop_reason == "tool_use" and not any(
+            block.kind is BlockKind.TOOL_CALL for choice in self.turn.choices for block in choice.blocks
+        ):  # the tool call's events were lost, or the stop belongs to another answer
+            return Verdict(VerdictKind.CORRUPT, f"{terminal} after stop reason {raw}, which says the model called a "
+                           "tool, but no tool call arrived", seq, offset, evidence)
         unparsed = self.unparsed_tool_call() if kind is VerdictKind.COMPLETE else None
         if unparsed is not None:
             evidence["arguments_not_kept"] = True
