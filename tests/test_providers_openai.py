@@ -18,6 +18,7 @@ from provider_streams import (
     cut_points,
     frame_chat,
     frame_responses,
+    openai_responses,
     sse_spans,
     vercel,
 )
@@ -764,3 +765,82 @@ def test_a_data_less_block_after_done_is_still_after_the_response() -> None:
     assert analyze_bytes(body, CHAT).verdict.kind is C
     verdict = analyze_bytes(body + b"event: x\n\n", CHAT).verdict
     assert verdict.kind is X and "after the response was closed by data: [DONE]" in verdict.reason
+
+
+# -- what the SDK stops at, or fails on -----------------------------------------------------------
+
+
+def frame_responses_text() -> bytes:
+    return openai_responses(["Hel", "lo"])
+
+
+def _run_responses_sdk(body: bytes):
+    with _client(body).responses.stream(model="m", input="hi") as stream:
+        for _ in stream:
+            pass
+        return stream.get_final_response()
+
+
+def test_responses_done_after_completed_is_the_transports_end() -> None:
+    body = frame_responses_text() + b"data: [DONE]\n\n"
+    assert _run_responses_sdk(body).output_text == "Hello"
+    assert analyze_bytes(body, RESPONSES).verdict.kind is C
+
+
+def test_responses_done_before_completed_ends_the_stream_for_the_sdk() -> None:
+    body = frame_responses_text()
+    cut = body.index(b"event: response.completed")
+    early = body[:cut] + b"data: [DONE]\n\n" + body[cut:]
+    with pytest.raises(RuntimeError, match="response.completed"):
+        _run_responses_sdk(early)
+    verdict = analyze_bytes(early, RESPONSES).verdict
+    assert verdict.kind is X and "closed by data: [DONE]" in verdict.reason, verdict
+    assert analyze_bytes(body[:cut] + b"data: [DONE]\n\n", RESPONSES).verdict.kind is T
+
+
+def _chat(*chunks: dict) -> bytes:
+    return b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+
+
+CHUNK = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+
+
+def _chunk(delta: dict, finish: str | None = None, index=0) -> dict:
+    return {**CHUNK, "choices": [{"index": index, "delta": delta, "finish_reason": finish}]}
+
+
+def _run_chat_sdk(body: bytes):
+    with _client(body).chat.completions.stream(model="m", messages=[{"role": "user", "content": "hi"}]) as stream:
+        for _ in stream:
+            pass
+        return stream.get_final_completion()
+
+
+def test_chat_done_with_a_leading_space_is_data_the_sdk_fails_to_parse() -> None:
+    body = _chat(_chunk({"role": "assistant", "content": "Hi"}), _chunk({}, "stop")).replace(
+        b"data: [DONE]", b"data:  [DONE]")
+    with pytest.raises(ValueError):
+        _run_chat_sdk(body)
+    assert analyze_bytes(body, CHAT).verdict.kind is X
+
+
+def test_chat_choice_index_null_is_corrupt_as_the_sdk_fails_on_it() -> None:
+    body = _chat(_chunk({"role": "assistant", "content": "Hi"}, index=None), _chunk({}, "stop"))
+    with pytest.raises(TypeError):
+        _run_chat_sdk(body)
+    verdict = analyze_bytes(body, CHAT).verdict
+    assert verdict.kind is X and "index null" in verdict.reason, verdict
+
+
+def test_chat_tool_call_without_its_opening_chunk_is_corrupt() -> None:
+    """OpenAI opens every call with one fragment holding its id and name; a call whose fragments
+    begin without a name lost that chunk, and the app has no function to call."""
+    opening = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
+    arguments = {"index": 0, "function": {"arguments": '{"city": "Paris"}'}}
+    whole = _chat(_chunk({"role": "assistant"}), _chunk({"tool_calls": [opening]}), _chunk({"tool_calls": [arguments]}),
+                  _chunk({}, "tool_calls"))
+    assert analyze_bytes(whole, CHAT).verdict.kind is C
+    lost = _chat(_chunk({"role": "assistant"}), _chunk({"tool_calls": [arguments]}), _chunk({}, "tool_calls"))
+    assert _run_chat_sdk(lost).choices[0].message.tool_calls[0].function.name in (None, "")
+    verdict = analyze_bytes(lost, CHAT).verdict
+    assert verdict.kind is X and "without a function name" in verdict.reason, verdict

@@ -57,7 +57,7 @@ class Assembler(AssemblerBase):
             self.corrupt(f"unexpected {type(event).__name__} in an SSE dialect", event)
             return
         data = event.data
-        if data == "[DONE]" or (len(data) < 16 and data.strip() == "[DONE]"):
+        if data.startswith("[DONE]"):  # as the SDK tests it: " [DONE]" is data it parses as JSON, and fails on
             self.seen(event, "[DONE]")
             if self._done is None:
                 self._done = event
@@ -130,6 +130,9 @@ class Assembler(AssemblerBase):
                     self._choice(choice, event, t)
 
     def _choice(self, choice: dict[str, Any], event: WireEvent, t: float | None) -> None:
+        if "index" in choice and choice["index"] is None:
+            self.corrupt("a choice with index null: the SDK indexes its choices with it and fails", event)
+            return
         index = choice.get("index") or 0
         if type(index) is not int or not 0 <= index < len(self.turn.choices):
             index = self.choice(index).index
@@ -228,7 +231,11 @@ class Assembler(AssemblerBase):
             self._tool_keys[(index, position)] = generation
             block = None
         if block is None:
-            block = self.tool_block(index, ("tool", position, generation), id=new_id, name=as_str(function.get("name")), t=t)
+            name = as_str(function.get("name"))
+            if not name:  # (a gap in the indexes proves nothing: a real compatible server leaves one)
+                self.corrupt(f"tool call index {position} of choice {index} begins without a function name: the "
+                             f"chunk that opened it was lost", event, choice=index)
+            block = self.tool_block(index, ("tool", position, generation), id=new_id, name=name, t=t)
         else:
             block.id = block.id or new_id
             block.name = block.name or as_str(function.get("name"))

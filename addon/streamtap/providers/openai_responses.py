@@ -35,7 +35,7 @@ from typing import Any
 
 from streamtap.wire import SSEEvent, WireEvent
 
-from .common import AssemblerBase, as_dict, as_int, as_list, as_str, common_prefix, error_fields
+from .common import RESPONSE, AssemblerBase, as_dict, as_int, as_list, as_str, common_prefix, error_fields
 from .judge import parse_arguments
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict
 
@@ -73,8 +73,15 @@ class Assembler(AssemblerBase):
             self.seen(event, type(event).__name__)
             self.corrupt(f"unexpected {type(event).__name__} in an SSE dialect", event)
             return
-        if event.data.strip() == "[DONE]":  # not sent by OpenAI; some compatible servers do
+        if event.data.startswith("[DONE]"):  # not sent by OpenAI; some compatible servers do, last
+            closed = self.judge.closed_units.get(RESPONSE)
+            if closed is not None and closed[0] != "data: [DONE]":
+                self.judge.seen(event, "[DONE]")  # the transport's end after the response's own: fine
+                return
+            # the SDK stops reading here: what follows never reaches the app, and without
+            # response.completed before it the SDK raises
             self.seen(event, "[DONE]")
+            self.close_unit(RESPONSE, "data: [DONE]", event)
             return
         obj = self.payload(event, event.data) if event.data.strip() else None
         kind = as_str(obj.get("type")) if isinstance(obj, dict) else None
