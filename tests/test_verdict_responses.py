@@ -75,7 +75,25 @@ def sdk_raises(body: bytes) -> bool:
     return False
 
 
+def sdk_helper_fails(body: bytes) -> bool:
+    """Whether the SDK's stream helper, which rebuilds the response, fails on ``body``."""
+    def upstream(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    client = openai.OpenAI(api_key="sk-test", base_url="http://127.0.0.1:9/v1", max_retries=0,
+                           http_client=httpx.Client(transport=httpx.MockTransport(upstream)))
+    try:
+        with client.responses.stream(model="m", input="hi") as stream:
+            for _ in stream:
+                pass
+            stream.get_final_response()
+    except Exception:  # noqa: BLE001 - any failure: the app did not get this answer
+        return True
+    return False
+
+
 def test_the_constructed_stream_is_complete():
+    assert not sdk_helper_fails(whole("resp_A"))
     assert judged(whole("resp_A")).verdict.kind is VerdictKind.COMPLETE
 
 
@@ -156,9 +174,38 @@ def test_ids_rewritten_on_every_event_stay_complete_but_a_second_created_does_no
     assert judged(stitched).verdict.kind is VerdictKind.CORRUPT
 
 
+def rewritten(body: bytes) -> bytes:
+    """``body`` with every item_id rewritten to a new id, one per event, as GitHub Copilot does."""
+    parts = body.split(b'"item_id":"m1"')
+    return b"".join(part + (b'"item_id":"rewritten-%d"' % i if i < len(parts) - 1 else b"") for i, part in enumerate(parts))
+
+
 def test_item_ids_rewritten_per_event_excuse_another_id_at_the_terminal_event():
-    rotated = output().replace(b'"item_id":"m1"', b'"item_id":"m2"')
-    body = ev("response.created", response=response("id-1", "in_progress")) + rotated + completed("id-3")
+    body = ev("response.created", response=response("id-1", "in_progress")) + rewritten(output()) + completed("id-3")
     assert judged(body).verdict.kind is VerdictKind.COMPLETE
     body = ev("response.created", response=response("id-1", "in_progress")) + output() + completed("id-3")
     assert judged(body).verdict.kind is VerdictKind.CORRUPT
+
+
+def test_another_id_that_repeats_is_another_answer_not_a_rewrite():
+    """A gateway that rewrites ids gives each event a new one; an id other than the first that
+    comes twice belongs to another answer's events (a stitched stream)."""
+    foreign_items = ev("response.created", response=response("r1", "in_progress")) + output().replace(
+        b'"item_id":"m1"', b'"item_id":"m9"') + completed("r1")
+    verdict = judged(foreign_items).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "another answer" in verdict.reason, verdict
+    foreign_response = (ev("response.created", response=response("resp_A", "in_progress"))
+                        + ev("response.in_progress", response=response("resp_B", "in_progress")) + output() + completed("resp_B"))
+    verdict = judged(foreign_response).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "two generations" in verdict.reason, verdict
+    assert sdk_helper_fails(foreign_response)
+
+
+def test_an_output_slot_added_as_one_type_and_done_as_another_is_corrupt():
+    call = {"id": "fc1", "type": "function_call", "call_id": "call_1", "name": "get_capital", "arguments": ""}
+    body = (start("r1") + ev("response.output_item.added", output_index=0, item=call)
+            + ev("response.function_call_arguments.delta", item_id="fc1", output_index=0, delta='{"country')
+            + ev("response.output_item.done", output_index=0, item=ITEM) + completed("r1"))
+    verdict = judged(body).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "added as a function_call and is done as a message" in verdict.reason, verdict
+    assert sdk_helper_fails(body)

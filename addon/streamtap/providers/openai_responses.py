@@ -67,6 +67,9 @@ class Assembler(AssemblerBase):
         self._first_response: tuple[str, WireEvent] | None = None  # the first response id and its event
         self._starts_seen: set[str] = set()
         self._ids_rotate = False  # the gateway rewrites ids per event: another id proves nothing alone
+        # ids that differed from the ones first given: a gateway that rewrites ids gives a new one on
+        # every event, so one of them seen twice is another answer's events (stitched), not a rewrite
+        self._other_ids: set[str] = set()
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if not isinstance(event, SSEEvent):
@@ -148,11 +151,12 @@ class Assembler(AssemblerBase):
         first_id = self._first_response[0]
         if new == first_id:
             return
-        if repeated or (name not in STARTS and not self._ids_rotate):
+        if repeated or new in self._other_ids or (name not in STARTS and not self._ids_rotate):
             self.second_generation(f"response id ({name})", self._first_response, new, event,
                                    first_response_id=first_id, response_id=new)
             return
         self._ids_rotate = True
+        self._other_ids.add(new)
         self.note(f"response id changed from {first_id} to {new}")
 
     def _on_response_created(self, obj, event, t):
@@ -201,6 +205,12 @@ class Assembler(AssemblerBase):
             return None
         added_id, item_id = as_str(self._items[index].get("id")), as_str(obj.get("item_id"))
         if added_id and item_id and item_id != added_id:
+            if item_id in self._other_ids:
+                self.corrupt(f"output item {index} was added as {added_id}, and item {item_id} carries on in it at "
+                             f"seq {event.seq} (byte {event.start}): another answer's events", event,
+                             output_index=index, item_id=item_id)
+                return None
+            self._other_ids.add(item_id)
             self._ids_rotate = True
         if self.reopened(f"output item {index}", str(obj.get("type")), event):
             return None
@@ -242,6 +252,12 @@ class Assembler(AssemblerBase):
         if self.reopened(f"output item {index}", "response.output_item.done", event):
             return
         self.close_unit(f"output item {index}", "response.output_item.done", event)
+        added_kind, done_kind = as_str(self._items[index].get("type")), as_str(item.get("type"))
+        if added_kind and done_kind and added_kind != done_kind:
+            self.corrupt(f"output item {index} was added as a {added_kind} and is done as a {done_kind}: two items in "
+                         f"one slot", event, output_index=index)
+            self._open_items.discard(index)
+            return
         # only its type and id are read later (the item holds the whole text); an id that changed
         # since output_item.added cannot find the item in the final response
         added_id = self._items[index].get("id")
