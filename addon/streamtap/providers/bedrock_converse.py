@@ -33,7 +33,6 @@ Choices this module makes where the provider is silent:
 from __future__ import annotations
 
 import base64
-
 from typing import Any
 
 import orjson

@@ -53,6 +53,9 @@ STARTS = ("response.created", "response.queued", "response.in_progress")
 PROGRESS_SUFFIXES = (".in_progress", ".searching", ".interpreting", ".generating", ".completed", ".failed", ".partial_image")
 
 
+OTHER_IDS_KEPT = 1024
+
+
 class Assembler(AssemblerBase):
     dialect = Dialect.OPENAI_RESPONSES
     wire = "sse"
@@ -68,7 +71,8 @@ class Assembler(AssemblerBase):
         self._starts_seen: set[str] = set()
         self._ids_rotate = False  # the gateway rewrites ids per event: another id proves nothing alone
         # ids that differed from the ones first given: a gateway that rewrites ids gives a new one on
-        # every event, so one of them seen twice is another answer's events (stitched), not a rewrite
+        # every event, so one of them seen twice is another answer's events (stitched), not a rewrite.
+        # The first OTHER_IDS_KEPT are kept: a stitch repeats its ids at once, and memory stays bounded.
         self._other_ids: set[str] = set()
 
     def feed(self, event: WireEvent, t: float | None) -> None:
@@ -156,8 +160,12 @@ class Assembler(AssemblerBase):
                                    first_response_id=first_id, response_id=new)
             return
         self._ids_rotate = True
-        self._other_ids.add(new)
+        self._other_id(new)
         self.note(f"response id changed from {first_id} to {new}")
+
+    def _other_id(self, new: str) -> None:
+        if len(self._other_ids) < OTHER_IDS_KEPT:
+            self._other_ids.add(new)
 
     def _on_response_created(self, obj, event, t):
         self._lifecycle(obj, event)
@@ -210,7 +218,7 @@ class Assembler(AssemblerBase):
                              f"seq {event.seq} (byte {event.start}): another answer's events", event,
                              output_index=index, item_id=item_id)
                 return None
-            self._other_ids.add(item_id)
+            self._other_id(item_id)
             self._ids_rotate = True
         if self.reopened(f"output item {index}", str(obj.get("type")), event):
             return None
