@@ -299,3 +299,15 @@ def test_gemini_raw_json_error_without_data_lines():
         assert analysis.turn.error["status"] == "UNAVAILABLE"
     # bytes that are not an error object stay a cut
     assert analyze_bytes(_gemini(TEXT) + b'{"candidates": [', GEMINI).verdict.kind is T
+
+
+@pytest.mark.parametrize("stitched", [
+    [*CHAT[:2], *({**line, "model": "qwen3:32b"} for line in CHAT[2:])],  # another model's answer
+    [*GENERATE[:2], CHAT[-1]],  # a chat line ends a generate answer
+    [CHAT[1], *GENERATE[1:]],  # a generate tail on a chat head
+], ids=["model-changes", "generate-then-chat", "chat-then-generate"])
+def test_ollama_lines_of_another_answer_are_corrupt(stitched):
+    """Every line of one answer names the same model and has the same shape: a line that does not
+    belongs to another answer (the ollama client reads a mix as the wrong text, or fails)."""
+    verdict = analyze_bytes(ndjson(*stitched), OLLAMA).verdict
+    assert verdict.kind is X and "two generations" in verdict.reason, verdict

@@ -3,7 +3,9 @@
 One JSON object per line; the last one says ``"done": true`` with ``done_reason``
 (``stop`` or ``length``) and the token counts. Tool calls arrive whole. A line holding
 only ``{"error": ...}`` is an in-band error (the HTTP status stays 200). The done line
-closes the response: any line after it is corrupt.
+closes the response: any line after it is corrupt. Every line of one answer names the same
+model and has the same shape (``message`` for chat, ``response`` for generate): a line
+that does not is another answer's, stitched on.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class Assembler(AssemblerBase):
     def __init__(self, wire: str | None = None) -> None:
         super().__init__(wire)
         self._calls = 0
+        self._first: tuple[str, WireEvent] | None = None  # the first line's model and shape, and that line
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         self.seen(event, f"line {event.seq}")
@@ -41,6 +44,7 @@ class Assembler(AssemblerBase):
         turn = self.turn
         turn.model = turn.model or as_str(obj.get("model"))
         message = obj.get("message") if isinstance(obj.get("message"), dict) else obj  # chat vs generate
+        self._same_answer(obj, message is not obj, event)
         thinking = message.get("thinking")
         if isinstance(thinking, str) and thinking:
             self.append(0, BlockKind.THINKING, thinking, t)
@@ -58,6 +62,13 @@ class Assembler(AssemblerBase):
             if normalized == "end_turn" and calls:
                 normalized = "tool_use"
             self.terminal(event, reason, normalized, 'the "done": true line')
+
+    def _same_answer(self, obj: dict[str, Any], chat: bool, event: WireEvent) -> None:
+        identity = f"{as_str(obj.get('model'))} ({'chat' if chat else 'generate'})"
+        if self._first is None:
+            self._first = (identity, event)
+        elif identity != self._first[0]:
+            self.second_generation("the model and shape", self._first, identity, event)
 
     def _tool_call(self, call: dict[str, Any], t: float | None) -> None:
         function = as_dict(call.get("function"))
