@@ -628,3 +628,15 @@ def test_a_union_without_exactly_one_member_is_corrupt_as_boto3_refuses_it(name:
         boto3_converse(loopback, body)
     verdict = analyze_bytes(body, Dialect.BEDROCK_CONVERSE).verdict
     assert verdict.kind is VerdictKind.CORRUPT and "exactly one" in verdict.reason, verdict
+
+
+def test_chunks_of_a_family_not_known_here_are_unknown_not_cut(loopback: LoopbackServer) -> None:
+    """Chunks arrived whole (boto3 reads every one) but in a shape streamtap does not know: it cannot
+    say whether the answer finished, which is unknown, not truncated."""
+    chunks = [{"is_finished": False, "event_type": "stream-start"}, {"is_finished": False, "event_type": "text-generation", "text": "Hi"},
+              {"is_finished": True, "event_type": "stream-end", "finish_reason": "COMPLETE"}]
+    body = b"".join(chunk_frame(chunk) for chunk in chunks)
+    assert boto3_invoke_chunks(loopback, body) == chunks
+    verdict = analyze_bytes(body, Dialect.BEDROCK_INVOKE).verdict
+    assert verdict.kind is VerdictKind.UNKNOWN and "does not know" in verdict.reason, verdict
+    assert analyze_bytes(b"", Dialect.BEDROCK_INVOKE).verdict.kind is VerdictKind.TRUNCATED

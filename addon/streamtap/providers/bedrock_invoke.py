@@ -151,6 +151,7 @@ class Assembler:
         self.family: str | None = None
         self.builder: MessageBuilder | ConverseBuilder | TextFamilyBuilder | None = None
         self.guardrail: tuple[int, int, Any] | None = None  # seq, offset, trace
+        self.unknown_family: tuple[int, int] | None = None  # the first chunk of a family not known here
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if not isinstance(event, EventStreamMessage):
@@ -187,6 +188,7 @@ class Assembler:
         if family is None:
             if not self._ended("a chunk of an unknown model family", event):
                 judge.note(f"chunk of an unknown model family at seq {event.seq}: {sorted(inner)[:5]}")
+                self.unknown_family = self.unknown_family or (event.seq, event.start)
             return
         if self.family is None:
             self.family = family
@@ -236,6 +238,10 @@ class Assembler:
     def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
         if self.builder is None:
             early = self.judge.early_verdict()
+            if early is None and self.unknown_family is not None:  # chunks came, in a shape not known here
+                seq, offset = self.unknown_family
+                early = Verdict(VerdictKind.UNKNOWN, "every chunk is of a model family streamtap does not know, so it "
+                                "cannot tell whether the answer finished", seq, offset, {"end": end.value})
             return self.turn, early or self.judge.truncated("no chunk arrived", end)
         verdict = self.builder.verdict(end)
         if self.guardrail is not None and verdict.kind in (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT,
