@@ -311,3 +311,25 @@ def test_ollama_lines_of_another_answer_are_corrupt(stitched):
     belongs to another answer (the ollama client reads a mix as the wrong text, or fails)."""
     verdict = analyze_bytes(ndjson(*stitched), OLLAMA).verdict
     assert verdict.kind is X and "two generations" in verdict.reason, verdict
+
+
+FINISH = {"candidates": [{"content": {"role": "model", "parts": [{"text": "."}]}, "finishReason": "STOP", "index": 0}],
+          "usageMetadata": {"promptTokenCount": 4, "candidatesTokenCount": 5, "totalTokenCount": 9}}
+
+
+@pytest.mark.parametrize(("between", "kind", "words"), [
+    (b": keep-alive\r\n\r\n", X, "not a 'data: ' line"),
+    (b"data:" + orjson.dumps(TEXT) + b"\r\n\r\n", X, "not a 'data: ' line"),
+    (orjson.dumps(TEXT) + b"\r\n\r\n", X, "google-genai reads it"),
+    (b'{\r\n  "error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}\r\n}\r\n\r\n', E, "overloaded"),
+], ids=["comment", "data-without-space", "chunk-without-data", "raw-error"])
+def test_gemini_lines_that_are_not_data_lines_are_read_as_google_genai_reads_them(between, kind, words):
+    """google-genai reads no SSE but ``data: `` lines: it parses every other line as JSON, fails on
+    a comment or a field, raises on an error object and takes any other object as a chunk. The
+    SSE rules skip all of them, so the turn cannot be complete."""
+    body = _gemini(TEXT) + between + _gemini(FINISH)
+    assert analyze_bytes(_gemini(TEXT) + _gemini(FINISH), GEMINI).verdict.kind is C
+    for size in (None, 1, 7):
+        verdict = analyze_bytes(body, GEMINI, chunk_size=size).verdict
+        assert verdict.kind is kind and words in verdict.reason, (size, verdict)
+        assert verdict.offset == len(_gemini(TEXT))

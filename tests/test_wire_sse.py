@@ -570,3 +570,30 @@ def test_the_lf_shortcut_takes_the_common_shapes() -> None:
     one_per_read = [len(event.raw) for event in expected]  # as a proxy relays them
     for reads in ([1500], one_per_read, [7, 300, 16384]):
         assert decode_with(ShortcutOnly(), stream, reads) == expected
+
+
+# -- the lines a client that reads only "data: " lines would trip on -------------------------------
+
+
+def other_lines_by_reading(stream: bytes) -> list[tuple[int, bytes]]:
+    """A plain reading: every complete line (after one leading BOM) that is neither blank nor a
+    ``data: `` line, with its offset."""
+    pos = 3 if stream.startswith(b"\xef\xbb\xbf") else 0
+    found = []
+    for match in re.finditer(rb"([^\r\n]*)(\r\n|\r|\n)", stream[pos:]):
+        line = match.group(1)
+        if line and not line.startswith(b"data: "):
+            found.append((pos + match.start(), line))
+    return found
+
+
+@settings(max_examples=150)
+@given(stream=sse_streams(), chunks=chunkings())
+def test_other_lines_are_every_line_but_blank_and_data_lines(stream: bytes, chunks: list[int]) -> None:
+    decoder = SSEDecoder(note_other_lines=True)
+    events = feed_cycled(decoder, stream, chunks)
+    expected = other_lines_by_reading(stream)
+    assert decoder.other_line_count == len(expected)
+    assert [(offset, line) for _, offset, line in decoder.other_lines] == expected[:16]
+    assert events == decode(stream)  # noting changes nothing else
+    assert SSEDecoder().other_lines == []  # and is off unless asked for

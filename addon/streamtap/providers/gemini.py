@@ -32,7 +32,9 @@ from typing import Any
 
 from streamtap.wire import JSONValue, SSEEvent, Tail, WireEvent
 
-from .common import STOP_VERDICT, AssemblerBase, as_dict, as_int, as_list, as_str, dumps, error_fields, loads, worst_stop
+from .common import (
+    STOP_VERDICT, AssemblerBase, as_dict, as_int, as_list, as_str, dumps, error_fields, loads, one_line, worst_stop,
+)
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 POLICY = {
@@ -117,6 +119,34 @@ class Assembler(AssemblerBase):
             return
         if response_id != self._first_response_id[0]:
             self.second_generation("responseId", self._first_response_id, response_id, event)
+
+    def other_lines(self, lines: list[tuple[int, int, bytes]], count: int) -> None:
+        """Lines that are neither blank nor ``data: `` lines. google-genai reads no other SSE: it
+        gathers such lines until their braces balance and parses them as JSON, raising on an error
+        object and on anything that does not parse, and taking any other object as a chunk. Only
+        the first run of adjacent lines is read here; any of them makes the answer not complete."""
+        seq, offset, _ = lines[0]
+        run, end = [], offset
+        for line_seq, line_offset, line in lines:
+            if line_offset < end or (run and line_seq != seq):
+                break
+            run.append(line)
+            end = line_offset + len(line) + 1
+        try:
+            obj = loads(b"\n".join(run))
+        except ValueError:
+            obj = None
+        where = f"byte {offset}" + (f" ({count} such lines)" if count > 1 else "")
+        judge = self.judge
+        if isinstance(obj, dict) and "error" in obj:
+            judge.errored({"source": "stream", **error_fields(obj), "framing": "raw JSON, no data: line"}, seq, offset)
+        elif isinstance(obj, dict):
+            judge.corrupt(f"a chunk without its 'data: ' at {where}: google-genai reads it, the SSE rules skip it, "
+                          f"so this turn lacks it", seq, offset)
+        else:
+            line = one_line(run[0].decode("utf-8", "replace"), 60)
+            judge.corrupt(f"a line that is not a 'data: ' line at {where} ({line}): google-genai parses every "
+                          f"other line as JSON and fails on it", seq, offset)
 
     def tail(self, event: Tail) -> bool:
         """An error the server wrote as raw (multi-line) JSON without ``data:`` lines; the

@@ -116,8 +116,13 @@ class StreamSession:
             raise ValueError(f"unknown wire {self.wire!r}; expected one of {', '.join(_DECODERS)}")
         self.http_status = http_status
         self.sentinel = sentinel
-        self._decoder = _DECODERS[self.wire](max_event_size=max_event_size)
         self._assembler = make_assembler(self.dialect, self.wire)
+        # a dialect whose client reads only "data: " lines as SSE is shown every other line
+        self._reads_other_lines = self.wire == "sse" and hasattr(self._assembler, "other_lines")
+        if self._reads_other_lines:
+            self._decoder = SSEDecoder(max_event_size=max_event_size, note_other_lines=True)
+        else:
+            self._decoder = _DECODERS[self.wire](max_event_size=max_event_size)
         judge = getattr(self._assembler, "judge", None)
         if judge is not None:
             judge.limit(text_cap, arguments_cap)
@@ -229,6 +234,11 @@ class StreamSession:
             self._take(event, self._last_byte)
         if self._empty_notes:
             self._feed_empty(None)
+        if self._reads_other_lines and self._decoder.other_lines and self._halted is None:
+            try:
+                self._assembler.other_lines(self._decoder.other_lines, self._decoder.other_line_count)
+            except Exception as exc:  # fail open, as in _take
+                self._halted = f"{type(exc).__name__}: {exc} (at the lines that are not data lines)"
         terminal_tail = self._terminal_in_tail(end)
         try:
             turn, verdict = self._assembler.finish(end)

@@ -121,7 +121,8 @@ def _first_event_end(work: bytes) -> int:
 
 
 _FIELD, _RETRY_FIELD = 1, 2  # SSEDecoder._fields: a field line since the last blank line; one was a valid retry
-_KEPT_EMPTY_DISPATCHES = 16
+_KEPT_EMPTY_DISPATCHES = 16  # also the number of other lines kept (SSEDecoder.other_lines)
+_OTHER_LINE_KEPT = 4096
 
 _HOLD = 4096  # an unfinished event up to this size is kept unparsed until it completes
 
@@ -144,10 +145,20 @@ class SSEDecoder:
 
     _shortcuts = True  # False: every byte takes the general line-by-line path (tests compare the two)
 
-    def __init__(self, max_event_size: int = DEFAULT_MAX_EVENT) -> None:
+    def __init__(self, max_event_size: int = DEFAULT_MAX_EVENT, *, note_other_lines: bool = False) -> None:
+        """``note_other_lines``: also list every line that is neither blank nor ``data: `` + value
+        (comments, other fields, ``data:`` without its space, stray text) in ``other_lines``, for a
+        client that reads nothing else as SSE (google-genai). Every byte then takes the line path."""
         if max_event_size < 1:
             raise ValueError("max_event_size must be at least 1")
         self.max_event_size = max_event_size
+        self.note_other_lines = note_other_lines
+        if note_other_lines:
+            self._shortcuts = False  # the bulk paths take comments and fields without looking at them
+        # (seq of the event whose span holds it, offset, its first OTHER_LINE_KEPT bytes): the first
+        # few are kept, all are counted
+        self.other_lines: list[tuple[int, int, bytes]] = []
+        self.other_line_count = 0
         self.invalid_utf8 = 0  # replacements made over the whole stream
         self.last_event_id = ""  # the last event ID buffer, persists across events
         self.retry: int | None = None  # the stream's reconnection time, once set
@@ -497,11 +508,19 @@ class SSEDecoder:
                 type_ = b""
                 self._fields = 0
             elif line.startswith(b"data:"):
-                data.append(line[6:] if line[5:6] == b" " else line[5:])
-            elif line.startswith(b"event:"):
-                type_ = line[7:] if line[6:7] == b" " else line[6:]
-            elif line[0] != 58:  # not a ":" comment
-                type_ = self._field(line, data, type_)
+                if line[5:6] == b" ":
+                    data.append(line[6:])
+                else:
+                    data.append(line[5:])
+                    if self.note_other_lines:
+                        self._other_line(seq, base, work, end, line)
+            else:
+                if self.note_other_lines:
+                    self._other_line(seq, base, work, end, line)
+                if line.startswith(b"event:"):
+                    type_ = line[7:] if line[6:7] == b" " else line[6:]
+                elif line[0] != 58:  # not a ":" comment
+                    type_ = self._field(line, data, type_)
         if skipping:
             kept = b"\r" if rest[-1:] == b"\r" else b""
             self._skip_partial = partial or len(rest) > len(kept)
@@ -713,6 +732,12 @@ class SSEDecoder:
         self.empty_dispatch_count += 1
         if len(self.empty_dispatches) < _KEPT_EMPTY_DISPATCHES:
             self.empty_dispatches.append((seq, offset, _type_name(type_)[0] if type_ else None))
+
+    def _other_line(self, seq: int, base: int, work: bytes, end: int, line: bytes) -> None:
+        self.other_line_count += 1
+        if len(self.other_lines) < _KEPT_EMPTY_DISPATCHES:
+            start = end - len(line) - (2 if work[end - 2 : end] == b"\r\n" else 1)
+            self.other_lines.append((seq, base + start, line[:_OTHER_LINE_KEPT]))
 
     def _start_skipping(self, pending: bytes) -> None:
         """The unfinished line in ``_buf`` already makes the span oversize: drop it."""
