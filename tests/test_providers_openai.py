@@ -844,3 +844,25 @@ def test_chat_tool_call_without_its_opening_chunk_is_corrupt() -> None:
     assert _run_chat_sdk(lost).choices[0].message.tool_calls[0].function.name in (None, "")
     verdict = analyze_bytes(lost, CHAT).verdict
     assert verdict.kind is X and "without a function name" in verdict.reason, verdict
+
+
+def test_chat_tool_call_name_in_two_fragments_is_joined_as_the_sdk_joins_it() -> None:
+    opening = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_", "arguments": ""}}
+    rest = {"index": 0, "function": {"name": "weather", "arguments": "{}"}}
+    body = _chat(_chunk({"role": "assistant"}), _chunk({"tool_calls": [opening]}), _chunk({"tool_calls": [rest]}),
+                 _chunk({}, "tool_calls"))
+    sdk_call = _run_chat_sdk(body).choices[0].message.tool_calls[0]
+    analysis = analyze_bytes(body, CHAT)
+    assert analysis.verdict.kind is C
+    assert analysis.turn.tool_calls()[0].name == sdk_call.function.name == "get_weather"
+
+
+def test_chat_tool_call_opened_twice_is_a_repeated_chunk() -> None:
+    opening = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
+    arguments = {"index": 0, "function": {"arguments": "{}"}}
+    body = _chat(_chunk({"role": "assistant"}), _chunk({"tool_calls": [opening]}), _chunk({"tool_calls": [opening]}),
+                 _chunk({"tool_calls": [arguments]}), _chunk({}, "tool_calls"))
+    sdk_call = _run_chat_sdk(body).choices[0].message.tool_calls[0]
+    assert (sdk_call.id, sdk_call.function.name) == ("call_1call_1", "get_weatherget_weather")
+    verdict = analyze_bytes(body, CHAT).verdict
+    assert verdict.kind is X and "opened again" in verdict.reason, verdict

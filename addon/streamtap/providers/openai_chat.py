@@ -237,8 +237,13 @@ class Assembler(AssemblerBase):
                              f"chunk that opened it was lost", event, choice=index)
             block = self.tool_block(index, ("tool", position, generation), id=new_id, name=name, t=t)
         else:
+            name = as_str(function.get("name"))
+            if new_id and new_id == block.id:
+                self.corrupt(f"tool call index {position} of choice {index} opened again with its id {new_id} at seq "
+                             f"{event.seq}: a repeated chunk (the SDK joins the two ids into one)", event, choice=index)
+            elif name:  # a name sent in several fragments: joined, as the SDK joins it
+                block.name = (block.name or "") + name
             block.id = block.id or new_id
-            block.name = block.name or as_str(function.get("name"))
         arguments = function.get("arguments")
         if isinstance(arguments, str):
             if arguments:
