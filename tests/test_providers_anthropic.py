@@ -666,3 +666,13 @@ def test_a_message_delta_without_usage_is_corrupt_as_the_sdk_fails_on_it(loopbac
         sdk_final_message(loopback, body)
     verdict = analyze_bytes(body, Dialect.ANTHROPIC).verdict
     assert verdict.kind is VerdictKind.CORRUPT and "without usage" in verdict.reason, verdict
+
+
+def test_an_event_named_message_on_its_own_line_is_read_as_the_sdk_reads_it(loopback: LoopbackServer) -> None:
+    """Only an event without an event: line is skipped by the SDK; ``event: message`` is read
+    (the decoder names both "message")."""
+    body = TEXT_TURN.replace(b"event: content_block_delta", b"event: message", 1)
+    assert [b.text for b in sdk_final_message(loopback, body).content] == ["Hello"]
+    assert analyze_bytes(body, Dialect.ANTHROPIC).verdict.kind is VerdictKind.COMPLETE
+    unnamed = renamed(TEXT_TURN, "content_block_delta", None)
+    assert analyze_bytes(unnamed, Dialect.ANTHROPIC).verdict.kind is VerdictKind.CORRUPT

@@ -640,3 +640,19 @@ def test_chunks_of_a_family_not_known_here_are_unknown_not_cut(loopback: Loopbac
     verdict = analyze_bytes(body, Dialect.BEDROCK_INVOKE).verdict
     assert verdict.kind is VerdictKind.UNKNOWN and "does not know" in verdict.reason, verdict
     assert analyze_bytes(b"", Dialect.BEDROCK_INVOKE).verdict.kind is VerdictKind.TRUNCATED
+
+
+@pytest.mark.parametrize("blobs", [["*not*"], ["YWJj", "*not*"], ["*not*", "YWI="]])
+def test_a_redacted_piece_that_is_not_base64_is_corrupt_wherever_it_sits(blobs: list[str]) -> None:
+    body = b"".join([
+        converse_frame("messageStart", {"role": "assistant"}),
+        *(converse_frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"reasoningContent": {"redactedContent": blob}}})
+          for blob in blobs),
+        converse_frame("contentBlockStop", {"contentBlockIndex": 0}),
+        converse_frame("contentBlockDelta", {"contentBlockIndex": 1, "delta": {"text": "ok"}}),
+        converse_frame("contentBlockStop", {"contentBlockIndex": 1}),
+        converse_frame("messageStop", {"stopReason": "end_turn"}),
+        converse_frame("metadata", {"usage": {"inputTokens": 1, "outputTokens": 2, "totalTokens": 3}, "metrics": {"latencyMs": 1}}),
+    ])
+    verdict = analyze_bytes(body, Dialect.BEDROCK_CONVERSE).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "not base64" in verdict.reason, verdict

@@ -333,3 +333,15 @@ def test_gemini_lines_that_are_not_data_lines_are_read_as_google_genai_reads_the
         verdict = analyze_bytes(body, GEMINI, chunk_size=size).verdict
         assert verdict.kind is kind and words in verdict.reason, (size, verdict)
         assert verdict.offset == len(_gemini(TEXT))
+
+
+def test_gemini_raw_error_mid_stream_is_errored_however_long_and_whatever_follows():
+    """google-genai gathers the lines of a raw JSON object until its braces balance, then raises
+    the error it holds: a long pretty-printed error, or one with other lines after it, is errored."""
+    details = b"".join(b'      {"@type": "type.googleapis.com/x", "n": %d},\r\n' % i for i in range(24))
+    long_error = (b'{\r\n  "error": {\r\n    "code": 429,\r\n    "message": "quota",\r\n    "details": [\r\n'
+                  + details + b'      {}\r\n    ]\r\n  }\r\n}\r\n\r\n')
+    short_error = b'{"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}}\r\n\r\n'
+    for between in (long_error, short_error + b": keep-alive\r\n\r\n"):
+        verdict = analyze_bytes(_gemini(TEXT) + between + _gemini(FINISH), GEMINI).verdict
+        assert verdict.kind is E, verdict

@@ -866,3 +866,14 @@ def test_chat_tool_call_opened_twice_is_a_repeated_chunk() -> None:
     assert (sdk_call.id, sdk_call.function.name) == ("call_1call_1", "get_weatherget_weather")
     verdict = analyze_bytes(body, CHAT).verdict
     assert verdict.kind is X and "opened again" in verdict.reason, verdict
+
+
+@pytest.mark.parametrize("line_end", [b"\n", b"\r\n", b"\r"], ids=["LF", "CRLF", "CR"])
+def test_a_data_less_block_is_judged_where_it_came_whatever_the_line_ends(line_end: bytes) -> None:
+    """With CR line ends the last event is dispatched only at close (its CR could start a CRLF);
+    the block before it must still be judged before it, not after [DONE]."""
+    body = _chat(_chunk({"role": "assistant", "content": "Hi"}), _chunk({}, "stop"))
+    body = body.replace(b"data: [DONE]", b"retry: 3000\n\ndata: [DONE]").replace(b"\n", line_end)
+    for size in (None, 1):
+        verdict = analyze_bytes(body, CHAT, chunk_size=size).verdict
+        assert verdict.kind is X and "has no data line" in verdict.reason, (size, verdict)

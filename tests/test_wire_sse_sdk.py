@@ -194,3 +194,12 @@ def test_real_streams_have_no_empty_dispatches() -> None:
     for name, stream in BODIES:
         assert empty_dispatches(stream) == ([], 0), name
         assert sdk_dataless("openai", stream) == [], name
+
+
+@pytest.mark.parametrize("reads", [[9, 9], [5, 1, 3], [1]])
+def test_a_retry_block_split_before_its_blank_line_is_noted_however_it_is_read(reads: list[int]) -> None:
+    """The retry line read in one piece and its blank line (with another after it) in the next:
+    the bulk path must not take that blank line for a second one."""
+    stream = b"\nretry:5\n\n\ndata:\n\n"
+    assert empty_dispatches(stream, reads) == empty_dispatches(stream) == (["message"], 1)
+    assert sdk_dataless("openai", stream) == ["message"]  # the retry block (the data: line is an event with data "")

@@ -31,6 +31,7 @@ Choices this module makes where the provider is silent:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -84,8 +85,15 @@ def _block_from(content_block: dict[str, Any], index: int) -> Block:
     return Block(BlockKind.OTHER, index, extra=dict(content_block))
 
 
-# SSE event names the SDK skips without reading the data ("message": the stream named none)
-_SKIPPED_NAMES = ("message", "ping")
+def _has_event_line(raw: bytes) -> bool:
+    """Does the event's span hold an ``event:`` line? (A data line holds no line end, so the
+    field name can only follow one; the decoder names "message" both an event without the line
+    and one with ``event: message``, which the SDK reads.)"""
+    own = _BLANK_LINE.split(raw.rstrip(b"\r\n"))[-1]  # the span's last block: the event's own
+    return own.startswith(b"event:") or b"\nevent:" in own or b"\revent:" in own
+
+
+_BLANK_LINE = re.compile(rb"(?:\r\n|\r|\n){2}")
 
 # block kinds whose arguments stream as input_json_delta fragments
 _TOOLISH = (BlockKind.TOOL_CALL, BlockKind.SERVER_TOOL)
@@ -460,7 +468,8 @@ class Assembler:
             decode_event_json(event.data, judge, event.seq, event.start, f"{event.event} event data")
             return
         name = event.event
-        if name in _SKIPPED_NAMES and obj.get("type") not in ("ping", "error"):
+        if (name == "ping" or (name == "message" and not _has_event_line(event.raw))) \
+                and obj.get("type") not in ("ping", "error"):
             # no event line (decoded as "message") or "ping": the SDK skips the event, whatever its data
             # (a typed error is still the provider's word that it failed: judged errored below)
             judge.corrupt(f"{obj.get('type') or 'an event'} sent as event {name!r} at seq {event.seq}: the SDK skips "

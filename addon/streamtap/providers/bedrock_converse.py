@@ -68,14 +68,15 @@ def _joined_blob(kept: str | None, piece: str) -> str | None:
     """The base64 text of two blobs' bytes joined (the SDKs decode each delta's blob and the app
     joins the bytes), or None when either is not base64. Joining the texts is the same only when
     the first is unpadded: a padded one ends its bytes mid-group."""
+    try:
+        blob = base64.b64decode(piece, validate=True)  # boto3 decodes every piece, and fails on a bad one
+    except ValueError:
+        return None
     if not kept:
         return piece
     if not kept.endswith("="):
         return kept + piece
-    try:
-        return base64.b64encode(base64.b64decode(kept, validate=True) + base64.b64decode(piece, validate=True)).decode()
-    except ValueError:
-        return None
+    return base64.b64encode(base64.b64decode(kept) + blob).decode()
 
 
 def exception_error(message: EventStreamMessage, judge: Judge) -> None:

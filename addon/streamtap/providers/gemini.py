@@ -123,15 +123,16 @@ class Assembler(AssemblerBase):
     def other_lines(self, lines: list[tuple[int, int, bytes]], count: int) -> None:
         """Lines that are neither blank nor ``data: `` lines. google-genai reads no other SSE: it
         gathers such lines until their braces balance and parses them as JSON, raising on an error
-        object and on anything that does not parse, and taking any other object as a chunk. Only
-        the first run of adjacent lines is read here; any of them makes the answer not complete."""
+        object and on anything that does not parse, and taking any other object as a chunk. The
+        first such object is read here, as the client gathers it; any of them makes the answer not
+        complete."""
         seq, offset, _ = lines[0]
-        run, end = [], offset
-        for line_seq, line_offset, line in lines:
-            if line_offset < end or (run and line_seq != seq):
-                break
+        run: list[bytes] = []
+        for _, _, line in lines:  # as the client gathers them: until the braces balance
             run.append(line)
-            end = line_offset + len(line) + 1
+            text = b"\n".join(run)
+            if text.count(b"{") <= text.count(b"}"):
+                break
         try:
             obj = loads(b"\n".join(run))
         except ValueError:

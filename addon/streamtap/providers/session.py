@@ -231,6 +231,8 @@ class StreamSession:
             return self._closed
         events = self._decoder.close()
         for event in events:
+            if self._empty_notes:
+                self._feed_empty(event.seq)
             self._take(event, self._last_byte)
         if self._empty_notes:
             self._feed_empty(None)

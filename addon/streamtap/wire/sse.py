@@ -121,8 +121,8 @@ def _first_event_end(work: bytes) -> int:
 
 
 _FIELD, _RETRY_FIELD = 1, 2  # SSEDecoder._fields: a field line since the last blank line; one was a valid retry
-_KEPT_EMPTY_DISPATCHES = 16  # also the number of other lines kept (SSEDecoder.other_lines)
-_OTHER_LINE_KEPT = 4096
+_KEPT_EMPTY_DISPATCHES = 16
+_OTHER_LINES_KEPT = 64 * 1024  # bytes of SSEDecoder.other_lines kept: a provider's raw error JSON fits
 
 _HOLD = 4096  # an unfinished event up to this size is kept unparsed until it completes
 
@@ -155,10 +155,11 @@ class SSEDecoder:
         self.note_other_lines = note_other_lines
         if note_other_lines:
             self._shortcuts = False  # the bulk paths take comments and fields without looking at them
-        # (seq of the event whose span holds it, offset, its first OTHER_LINE_KEPT bytes): the first
-        # few are kept, all are counted
+        # (seq of the event whose span holds it, offset, the line): the first _OTHER_LINES_KEPT
+        # bytes' worth are kept, all are counted
         self.other_lines: list[tuple[int, int, bytes]] = []
         self.other_line_count = 0
+        self._other_kept = 0
         self.invalid_utf8 = 0  # replacements made over the whole stream
         self.last_event_id = ""  # the last event ID buffer, persists across events
         self.retry: int | None = None  # the stream's reconnection time, once set
@@ -280,13 +281,13 @@ class SSEDecoder:
     def _process(self, work: bytes, final: bool) -> list[SSEEvent | Malformed]:
         """Decode every complete line of ``work``, which starts at a line start."""
         out: list = []
-        if self._shortcuts and not self._skipping and (self._data or self._type or self._span_invalid):
+        if self._shortcuts and not self._skipping and self._pending():
             # finish the event the last read left half done, then take the fast path
             done = _first_event_end(work)
             if done:
                 self._lines(work[:done], False, out)
                 work = work[done:]
-        if self._shortcuts and not (self._skipping or self._data or self._type or self._span_invalid):
+        if self._shortcuts and not (self._skipping or self._pending()):
             done = self._common_events(work, out)
             if done:
                 work = work[done:]
@@ -299,8 +300,13 @@ class SSEDecoder:
                 self._quick = self._between_events = True
                 return out
         self._lines(work, final, out)
-        self._between_events = self._quick and not (self._data or self._type or self._span_invalid)
+        self._between_events = self._quick and not self._pending()
         return out
+
+    def _pending(self) -> bool:
+        """An event is half read: a data or event line, bytes that were not UTF-8, or a retry (the
+        SDKs dispatch on its blank line; the line path notes that) came since the last blank line."""
+        return bool(self._data or self._type or self._span_invalid) or self._fields == _RETRY_FIELD
 
     def _lf_run(self, work: bytes) -> list[SSEEvent | Malformed] | None:
         """The fastest path, for the stream nearly every provider sends: LF line ends, and
@@ -417,7 +423,7 @@ class SSEDecoder:
         self._buf.clear()
         out: list = []
         self._lines(work, False, out)
-        self._between_events = self._quick and not (self._data or self._type or self._span_invalid)
+        self._between_events = self._quick and not self._pending()
         return out
 
     def _lines(self, work: bytes, final: bool, out: list) -> None:
@@ -735,9 +741,11 @@ class SSEDecoder:
 
     def _other_line(self, seq: int, base: int, work: bytes, end: int, line: bytes) -> None:
         self.other_line_count += 1
-        if len(self.other_lines) < _KEPT_EMPTY_DISPATCHES:
+        if self._other_kept < _OTHER_LINES_KEPT:
             start = end - len(line) - (2 if work[end - 2 : end] == b"\r\n" else 1)
-            self.other_lines.append((seq, base + start, line[:_OTHER_LINE_KEPT]))
+            kept = line[: _OTHER_LINES_KEPT - self._other_kept]
+            self._other_kept += len(kept) + 1
+            self.other_lines.append((seq, base + start, kept))
 
     def _start_skipping(self, pending: bytes) -> None:
         """The unfinished line in ``_buf`` already makes the span oversize: drop it."""
