@@ -128,10 +128,11 @@ class Assembler(AssemblerBase):
         complete."""
         seq, offset, _ = lines[0]
         run: list[bytes] = []
+        depth = 0
         for _, _, line in lines:  # as the client gathers them: until the braces balance
             run.append(line)
-            text = b"\n".join(run)
-            if text.count(b"{") <= text.count(b"}"):
+            depth += line.count(b"{") - line.count(b"}")
+            if depth <= 0:
                 break
         try:
             obj = loads(b"\n".join(run))
