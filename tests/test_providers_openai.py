@@ -857,15 +857,20 @@ def test_chat_tool_call_name_in_two_fragments_is_joined_as_the_sdk_joins_it() ->
     assert analysis.turn.tool_calls()[0].name == sdk_call.function.name == "get_weather"
 
 
-def test_chat_tool_call_opened_twice_is_a_repeated_chunk() -> None:
+def test_chat_tool_call_id_and_name_repeated_on_every_fragment_keep_the_call_and_say_what_the_sdk_makes_of_it() -> None:
+    """vLLM-style servers (Fireworks) and the LiteLLM proxy repeat the id and name on every
+    fragment: the call is whole (a duplicated chunk cannot be told from it), and the note says
+    the SDK joins the strings."""
     opening = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
-    arguments = {"index": 0, "function": {"arguments": "{}"}}
-    body = _chat(_chunk({"role": "assistant"}), _chunk({"tool_calls": [opening]}), _chunk({"tool_calls": [opening]}),
-                 _chunk({"tool_calls": [arguments]}), _chunk({}, "tool_calls"))
+    arguments = {"index": 0, "id": "call_1", "function": {"name": "get_weather", "arguments": "{}"}}
+    body = _chat(_chunk({"role": "assistant"}), _chunk({"tool_calls": [opening]}), _chunk({"tool_calls": [arguments]}),
+                 _chunk({}, "tool_calls"))
     sdk_call = _run_chat_sdk(body).choices[0].message.tool_calls[0]
     assert (sdk_call.id, sdk_call.function.name) == ("call_1call_1", "get_weatherget_weather")
-    verdict = analyze_bytes(body, CHAT).verdict
-    assert verdict.kind is X and "opened again" in verdict.reason, verdict
+    analysis = analyze_bytes(body, CHAT)
+    assert analysis.verdict.kind is C
+    assert [(c.id, c.name, c.arguments) for c in analysis.turn.tool_calls()] == [("call_1", "get_weather", {})]
+    assert any("the openai SDK joins" in note for note in analysis.turn.notes)
 
 
 @pytest.mark.parametrize("line_end", [b"\n", b"\r\n", b"\r"], ids=["LF", "CRLF", "CR"])
@@ -877,3 +882,13 @@ def test_a_data_less_block_is_judged_where_it_came_whatever_the_line_ends(line_e
     for size in (None, 1):
         verdict = analyze_bytes(body, CHAT, chunk_size=size).verdict
         assert verdict.kind is X and "has no data line" in verdict.reason, (size, verdict)
+
+
+def test_chat_tool_call_name_fragments_are_kept_within_a_bound() -> None:
+    opening = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": ""}}
+    more = {"index": 0, "function": {"name": "n" * 100, "arguments": ""}}
+    body = _chat(_chunk({"role": "assistant"}), _chunk({"tool_calls": [opening]}),
+                 *(_chunk({"tool_calls": [more]}) for _ in range(5)), _chunk({}, "tool_calls"))
+    analysis = analyze_bytes(body, CHAT)
+    assert analysis.verdict.kind is X and "longer than 256" in analysis.verdict.reason, analysis.verdict
+    assert len(analysis.turn.tool_calls()[0].name) <= 256

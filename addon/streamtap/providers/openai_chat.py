@@ -35,6 +35,9 @@ FINISH = {
 }
 
 
+MAX_NAME = 256  # characters of a tool call's name kept from its fragments (OpenAI allows 64)
+
+
 class Assembler(AssemblerBase):
     dialect = Dialect.OPENAI_CHAT
     wire = "sse"
@@ -238,11 +241,17 @@ class Assembler(AssemblerBase):
             block = self.tool_block(index, ("tool", position, generation), id=new_id, name=name, t=t)
         else:
             name = as_str(function.get("name"))
-            if new_id and new_id == block.id:
-                self.corrupt(f"tool call index {position} of choice {index} opened again with its id {new_id} at seq "
-                             f"{event.seq}: a repeated chunk (the SDK joins the two ids into one)", event, choice=index)
-            elif name:  # a name sent in several fragments: joined, as the SDK joins it
-                block.name = (block.name or "") + name
+            if (new_id and new_id == block.id) or (name and name == block.name):
+                # vLLM-style servers (Fireworks) and the LiteLLM proxy repeat them on every fragment
+                self.note(f"tool call ids or names repeated on later fragments (first at seq {event.seq}): the "
+                          f"openai SDK joins every string it gets, so its ids and names come out repeated")
+            elif name:  # a name sent in several fragments: joined, as the SDK joins it (within a bound)
+                joined = (block.name or "") + name
+                if len(joined) > MAX_NAME:
+                    self.corrupt(f"tool call index {position} of choice {index} has a name longer than {MAX_NAME} "
+                                 f"characters, sent in fragments", event, choice=index)
+                else:
+                    block.name = joined
             block.id = block.id or new_id
         arguments = function.get("arguments")
         if isinstance(arguments, str):
