@@ -676,3 +676,14 @@ def test_an_event_named_message_on_its_own_line_is_read_as_the_sdk_reads_it(loop
     assert analyze_bytes(body, Dialect.ANTHROPIC).verdict.kind is VerdictKind.COMPLETE
     unnamed = renamed(TEXT_TURN, "content_block_delta", None)
     assert analyze_bytes(unnamed, Dialect.ANTHROPIC).verdict.kind is VerdictKind.CORRUPT
+
+
+@pytest.mark.parametrize("line_end", [b"\n", b"\r\n", b"\r"], ids=["LF", "CRLF", "CR"])
+def test_the_event_name_is_read_from_the_events_own_lines_whatever_the_line_ends(line_end: bytes, loopback: LoopbackServer) -> None:
+    named = TEXT_TURN.replace(b"event: content_block_delta", b"event: message", 1)
+    empty = TEXT_TURN.replace(b"event: content_block_delta", b"event:", 1)  # the SDK reads an empty name as none
+    assert [b.text for b in sdk_final_message(loopback, empty).content] != ["Hello"]
+    for body, kind in ((named, VerdictKind.COMPLETE), (empty, VerdictKind.CORRUPT)):
+        body = body.replace(b"\n", line_end)
+        verdict = analyze_bytes(body, Dialect.ANTHROPIC).verdict
+        assert verdict.kind is kind, (line_end, body[:60], verdict)

@@ -594,6 +594,6 @@ def test_other_lines_are_every_line_but_blank_and_data_lines(stream: bytes, chun
     events = feed_cycled(decoder, stream, chunks)
     expected = other_lines_by_reading(stream)
     assert decoder.other_line_count == len(expected)
-    assert [(offset, line) for _, offset, line in decoder.other_lines] == expected[:16]
+    assert [(offset, line) for _, offset, line in decoder.other_lines] == expected[:256]  # streams here are small
     assert events == decode(stream)  # noting changes nothing else
     assert SSEDecoder().other_lines == []  # and is off unless asked for

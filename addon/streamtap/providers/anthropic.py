@@ -85,15 +85,19 @@ def _block_from(content_block: dict[str, Any], index: int) -> Block:
     return Block(BlockKind.OTHER, index, extra=dict(content_block))
 
 
-def _has_event_line(raw: bytes) -> bool:
-    """Does the event's span hold an ``event:`` line? (A data line holds no line end, so the
-    field name can only follow one; the decoder names "message" both an event without the line
-    and one with ``event: message``, which the SDK reads.)"""
+def _has_event_name(raw: bytes) -> bool:
+    """Does the event's own block name it in an ``event:`` line? The decoder names "message" an
+    event without the line, one with an empty ``event:`` (both skipped by the SDK, which reads an
+    empty name as none) and one with ``event: message`` (which the SDK reads)."""
     own = _BLANK_LINE.split(raw.rstrip(b"\r\n"))[-1]  # the span's last block: the event's own
-    return own.startswith(b"event:") or b"\nevent:" in own or b"\revent:" in own
+    named = False
+    for line in own.splitlines():
+        if line.startswith(b"event:"):  # the last one counts
+            named = bool(line[7:] if line[6:7] == b" " else line[6:])
+    return named
 
 
-_BLANK_LINE = re.compile(rb"(?:\r\n|\r|\n){2}")
+_BLANK_LINE = re.compile(rb"(?:\r\n|\r(?!\n)|\n){2}")
 
 # block kinds whose arguments stream as input_json_delta fragments
 _TOOLISH = (BlockKind.TOOL_CALL, BlockKind.SERVER_TOOL)
@@ -468,7 +472,7 @@ class Assembler:
             decode_event_json(event.data, judge, event.seq, event.start, f"{event.event} event data")
             return
         name = event.event
-        if (name == "ping" or (name == "message" and not _has_event_line(event.raw))) \
+        if (name == "ping" or (name == "message" and not _has_event_name(event.raw))) \
                 and obj.get("type") not in ("ping", "error"):
             # no event line (decoded as "message") or "ping": the SDK skips the event, whatever its data
             # (a typed error is still the provider's word that it failed: judged errored below)

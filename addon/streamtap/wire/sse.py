@@ -122,7 +122,8 @@ def _first_event_end(work: bytes) -> int:
 
 _FIELD, _RETRY_FIELD = 1, 2  # SSEDecoder._fields: a field line since the last blank line; one was a valid retry
 _KEPT_EMPTY_DISPATCHES = 16
-_OTHER_LINES_KEPT = 64 * 1024  # bytes of SSEDecoder.other_lines kept: a provider's raw error JSON fits
+_OTHER_LINES_KEPT = 64 * 1024  # bytes of SSEDecoder.other_lines kept: a provider's raw error JSON fits...
+_OTHER_LINES_MAX = 256  # ...in at most this many lines
 
 _HOLD = 4096  # an unfinished event up to this size is kept unparsed until it completes
 
@@ -155,8 +156,8 @@ class SSEDecoder:
         self.note_other_lines = note_other_lines
         if note_other_lines:
             self._shortcuts = False  # the bulk paths take comments and fields without looking at them
-        # (seq of the event whose span holds it, offset, the line): the first _OTHER_LINES_KEPT
-        # bytes' worth are kept, all are counted
+        # (seq of the event whose span holds it, offset, the line): the first _OTHER_LINES_MAX lines
+        # within _OTHER_LINES_KEPT bytes are kept, all are counted
         self.other_lines: list[tuple[int, int, bytes]] = []
         self.other_line_count = 0
         self._other_kept = 0
@@ -741,7 +742,7 @@ class SSEDecoder:
 
     def _other_line(self, seq: int, base: int, work: bytes, end: int, line: bytes) -> None:
         self.other_line_count += 1
-        if self._other_kept < _OTHER_LINES_KEPT:
+        if self._other_kept < _OTHER_LINES_KEPT and len(self.other_lines) < _OTHER_LINES_MAX:
             start = end - len(line) - (2 if work[end - 2 : end] == b"\r\n" else 1)
             kept = line[: _OTHER_LINES_KEPT - self._other_kept]
             self._other_kept += len(kept) + 1
