@@ -61,14 +61,18 @@ def judged(body: bytes):
     return analyze_bytes(body, RESPONSES)
 
 
-def sdk_raises(body: bytes) -> bool:
+def sdk_client(body: bytes) -> openai.OpenAI:
+    """The openai SDK, answered ``body`` in process."""
     def upstream(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
 
-    client = openai.OpenAI(api_key="sk-test", base_url="http://127.0.0.1:9/v1", max_retries=0,
-                           http_client=httpx.Client(transport=httpx.MockTransport(upstream)))
+    return openai.OpenAI(api_key="sk-test", base_url="http://127.0.0.1:9/v1", max_retries=0,
+                         http_client=httpx.Client(transport=httpx.MockTransport(upstream)))
+
+
+def sdk_raises(body: bytes) -> bool:
     try:
-        for _ in client.responses.create(model="m", input="hi", stream=True):
+        for _ in sdk_client(body).responses.create(model="m", input="hi", stream=True):
             pass
     except openai.APIError:
         return True
@@ -77,13 +81,8 @@ def sdk_raises(body: bytes) -> bool:
 
 def sdk_helper_fails(body: bytes) -> bool:
     """Whether the SDK's stream helper, which rebuilds the response, fails on ``body``."""
-    def upstream(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
-
-    client = openai.OpenAI(api_key="sk-test", base_url="http://127.0.0.1:9/v1", max_retries=0,
-                           http_client=httpx.Client(transport=httpx.MockTransport(upstream)))
     try:
-        with client.responses.stream(model="m", input="hi") as stream:
+        with sdk_client(body).responses.stream(model="m", input="hi") as stream:
             for _ in stream:
                 pass
             stream.get_final_response()
