@@ -125,6 +125,11 @@ _KEPT_EMPTY_DISPATCHES = 16
 _OTHER_LINES_KEPT = 64 * 1024  # bytes of SSEDecoder.other_lines kept: a provider's raw error JSON fits...
 _OTHER_LINES_MAX = 256  # ...in at most this many lines
 
+def _line_start(work: bytes, end: int, line: bytes) -> int:
+    """Where ``line``, whose line end ends at ``end`` in ``work``, starts."""
+    return end - len(line) - (2 if work[end - 2 : end] == b"\r\n" else 1)
+
+
 _HOLD = 4096  # an unfinished event up to this size is kept unparsed until it completes
 
 
@@ -510,8 +515,7 @@ class SSEDecoder:
                     data = []
                     self._span_retry = None
                 elif type_ or self.last_event_id or self._fields == _RETRY_FIELD:
-                    blank_at = end - (2 if work[end - 2 : end] == b"\r\n" else 1)
-                    self._empty_dispatch(seq, base + blank_at, type_)
+                    self._empty_dispatch(seq, base + _line_start(work, end, line), type_)
                 type_ = b""
                 self._fields = 0
             elif line.startswith(b"data:"):
@@ -743,10 +747,9 @@ class SSEDecoder:
     def _other_line(self, seq: int, base: int, work: bytes, end: int, line: bytes) -> None:
         self.other_line_count += 1
         if self._other_kept < _OTHER_LINES_KEPT and len(self.other_lines) < _OTHER_LINES_MAX:
-            start = end - len(line) - (2 if work[end - 2 : end] == b"\r\n" else 1)
             kept = line[: _OTHER_LINES_KEPT - self._other_kept]
             self._other_kept += len(kept) + 1
-            self.other_lines.append((seq, base + start, kept))
+            self.other_lines.append((seq, base + _line_start(work, end, line), kept))
 
     def _start_skipping(self, pending: bytes) -> None:
         """The unfinished line in ``_buf`` already makes the span oversize: drop it."""
