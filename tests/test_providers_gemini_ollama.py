@@ -345,3 +345,13 @@ def test_gemini_raw_error_mid_stream_is_errored_however_long_and_whatever_follow
     for between in (long_error, short_error + b": keep-alive\r\n\r\n"):
         verdict = analyze_bytes(_gemini(TEXT) + between + _gemini(FINISH), GEMINI).verdict
         assert verdict.kind is E, verdict
+
+
+@pytest.mark.parametrize(("flag", "thinking"), [(True, "A"), ("true", "A"), (1, "A"), (False, ""), ("false", ""), ("0", ""), (0, "")])
+def test_gemini_thought_flag_is_read_as_the_client_reads_a_bool(flag, thinking):
+    """google-genai reads ``thought`` as a bool field: the string "false" or 0 is false, and that
+    part's text stays in the answer."""
+    chunk = {"candidates": [{"content": {"role": "model", "parts": [{"text": "A", "thought": flag}, {"text": "B"}]}, "index": 0}]}
+    turn = analyze_bytes(_gemini(chunk, FINISH), GEMINI).turn
+    assert turn.thinking() == thinking
+    assert turn.text() == ("B." if thinking else "AB.")

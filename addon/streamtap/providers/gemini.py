@@ -56,6 +56,13 @@ def normalize(reason: str, has_calls: bool) -> str:
     return "other"
 
 
+def _is_thought(value: Any) -> bool:
+    """A part's ``thought`` flag as google-genai reads it (a bool field: "false" or 0 is false)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes", "on", "t", "y")
+    return value is True or (type(value) is int and value == 1)
+
+
 class Assembler(AssemblerBase):
     dialect = Dialect.GEMINI
     wire = "sse"
@@ -198,7 +205,7 @@ class Assembler(AssemblerBase):
         if isinstance(call, dict):
             block = self._function_call(index, call, event, t)
         elif isinstance(part.get("text"), str):
-            kind = BlockKind.THINKING if part.get("thought") else BlockKind.TEXT
+            kind = BlockKind.THINKING if _is_thought(part.get("thought")) else BlockKind.TEXT
             if part["text"]:
                 block = self.append(index, kind, part["text"], t)
             elif signature is None:
@@ -340,7 +347,7 @@ def _part_kind(part: Any) -> str | None:
     if isinstance(part.get("functionCall"), dict):
         return "a functionCall"
     if isinstance(part.get("text"), str) and part["text"]:
-        return "thought text" if part.get("thought") else "text"
+        return "thought text" if _is_thought(part.get("thought")) else "text"
     return next((k for k in ("executableCode", "codeExecutionResult", "inlineData", "fileData") if k in part), None)
 
 
