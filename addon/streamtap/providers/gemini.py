@@ -56,6 +56,11 @@ def normalize(reason: str, has_calls: bool) -> str:
     return "other"
 
 
+def _raw_error(obj: dict[str, Any]) -> dict[str, Any]:
+    """An error Gemini wrote as raw JSON, without ``data:`` lines (the client reads it too)."""
+    return {**error_fields(obj), "framing": "raw JSON, no data: line"}
+
+
 def _is_thought(value: Any) -> bool:
     """A part's ``thought`` flag as google-genai reads it (a bool field: "false" or 0 is false)."""
     if isinstance(value, str):
@@ -148,7 +153,7 @@ class Assembler(AssemblerBase):
         where = f"byte {offset}" + (f" ({count} such lines)" if count > 1 else "")
         judge = self.judge
         if isinstance(obj, dict) and "error" in obj:
-            judge.errored({"source": "stream", **error_fields(obj), "framing": "raw JSON, no data: line"}, seq, offset)
+            judge.errored({"source": "stream", **_raw_error(obj)}, seq, offset)
         elif isinstance(obj, dict):
             judge.corrupt(f"a chunk without its 'data: ' at {where}: google-genai reads it, the SSE rules skip it, "
                           f"so this turn lacks it", seq, offset)
@@ -167,7 +172,7 @@ class Assembler(AssemblerBase):
         if not isinstance(obj, dict) or "error" not in obj:
             return False
         self.seen(event, "raw error JSON")
-        self.errored(event, {**error_fields(obj), "framing": "raw JSON, no data: line"})
+        self.errored(event, _raw_error(obj))
         return True
 
     def _candidate(self, candidate: dict[str, Any], event: WireEvent, t: float | None) -> None:

@@ -158,13 +158,10 @@ class StreamSession:
             return []
         self._arrived(chunk, t)
         events = self._decoder.feed(chunk)
-        take = self._take
-        if self._empty_notes:
-            for event in events:
-                self._feed_empty(event.seq)
-                take(event, t)
-            return events
+        take, waiting = self._take, self._empty_waiting()
         for event in events:
+            if waiting:
+                waiting = self._feed_empty(event.seq)
             take(event, t)
         return events
 
@@ -191,10 +188,10 @@ class StreamSession:
         take, last_read, i = self._take, len(chunks) - 1, 0
         end = ends[0]
         assemble, arrivals, plain, choices = self._assembler.feed, self._arrivals, _PLAIN_EVENTS, self._choices
-        empty_waiting = self._empty_notes is not None and self._empty_fed < len(self._empty_notes)
+        waiting = self._empty_waiting()
         for event in events:
-            if empty_waiting:
-                empty_waiting = self._feed_empty(event.seq)
+            if waiting:
+                waiting = self._feed_empty(event.seq)
             last_byte = event.end - 1
             while last_byte >= end and i < last_read:
                 i += 1
@@ -230,11 +227,12 @@ class StreamSession:
         if self._closed is not None:
             return self._closed
         events = self._decoder.close()
+        waiting = self._empty_waiting()
         for event in events:
-            if self._empty_notes:
-                self._feed_empty(event.seq)
+            if waiting:
+                waiting = self._feed_empty(event.seq)
             self._take(event, self._last_byte)
-        if self._empty_notes:
+        if self._empty_waiting():
             self._feed_empty(None)
         if self._reads_other_lines and self._decoder.other_lines and self._halted is None:
             try:
@@ -287,6 +285,10 @@ class StreamSession:
                     self._check_bound(event)
         except Exception as exc:  # fail open: the events still go back to the adapter; the bug becomes evidence
             self._halted = f"{type(exc).__name__}: {exc} (at event {event.seq})"
+
+    def _empty_waiting(self) -> bool:
+        """Are noted blank lines waiting to be offered to the assembler?"""
+        return self._empty_notes is not None and self._empty_fed < len(self._empty_notes)
 
     def _feed_empty(self, before: int | None) -> bool:
         """Offer the assembler, as events with empty data, the noted blank lines that come before
