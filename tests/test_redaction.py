@@ -34,6 +34,7 @@ QUERY_SECRETS = {
     "key": "qGeminiKey97",
     "X-Amz-Credential": "qAmzCred98",
 }
+SEMICOLON_SECRET = "qSemicolonKey99"  # a secret parameter after a ";", which some servers split at
 HEADER_SECRETS = {
     "Authorization": "Bearer hAuthBearer01",
     "Ocp-Apim-Subscription-Key": "hApimKey02",
@@ -69,10 +70,14 @@ FORM_BODY = (
 RESPONSE_SECRETS = {"set-cookie": "rSetCookie31=abc; Path=/; HttpOnly", "x-upstream-token": "rUpstreamTok32", "x-auth-token": "rAuthTok33"}
 ALLOWED = "page_token"  # the test's allow-listed name: its value is kept
 ALLOWED_VALUE = "keptPageTok41"
+QUERY = (
+    "&".join(f"{k}={v}" for k, v in QUERY_SECRETS.items())
+    + f"&{ALLOWED}={ALLOWED_VALUE};api_key={SEMICOLON_SECRET};model=m"
+)
 
 
 def all_secrets() -> list[str]:
-    out = list(QUERY_SECRETS.values()) + BODY_SECRETS + FORM_SECRETS + ["918273645"]
+    out = list(QUERY_SECRETS.values()) + [SEMICOLON_SECRET] + BODY_SECRETS + FORM_SECRETS + ["918273645"]
     out += [value.split(" ")[-1].split("=")[-1] for value in HEADER_SECRETS.values()]
     out += ["rSetCookie31", "rUpstreamTok32", "rAuthTok33"]
     return out
@@ -141,6 +146,15 @@ def test_explicit_names_and_the_allow_list():
     assert redactor.form(b"a=1&password=x&page_token=2") == b"a=1&password=%5Bredacted%5D&page_token=2"
 
 
+def test_a_query_is_redacted_in_place_at_both_separators_and_in_a_query_like_fragment():
+    redactor = Redactor()
+    # every byte but a secret's value as it was: the escapes, the "+" and a bare name stay
+    assert redactor.url("https://h/p?q=a+b%2C;key=k1&&x=%7E;flag&Api-Key=k2#s") == (
+        "https://h/p?q=a+b%2C;key=[redacted]&&x=%7E;flag&Api-Key=[redacted]#s")
+    assert redactor.url("https://h/cb#state=1&access_token=k3") == "https://h/cb#state=1&access_token=[redacted]"
+    assert redactor.url("https://h/p?x=1&y=2#frag") == "https://h/p?x=1&y=2#frag"
+
+
 # --- a real mitmdump -------------------------------------------------------------------------
 
 
@@ -155,7 +169,7 @@ def recorded(tmp_path_factory):
         upstream.add("form", Script(body, headers=list(RESPONSE_SECRETS.items()), encoding="gzip"))
         options = {"streamtap_redact_allow": ALLOWED}
         with Mitmdump(upstream.url, work, options=options) as proxy:
-            query = "&".join(f"{k}={v}" for k, v in QUERY_SECRETS.items()) + f"&{ALLOWED}={ALLOWED_VALUE}&model=m"
+            query = QUERY
             headers = [arg for name, value in HEADER_SECRETS.items() for arg in ("-H", f"{name}: {value}")]
             common = ["curl", "-sS", "-N", "--max-time", "10", "--compressed", *headers]
             out = subprocess.run([*common, "-H", "content-type: application/json", "--data-binary", json.dumps(JSON_BODY),
@@ -191,7 +205,7 @@ def test_redacted_recordings_keep_their_structure_and_counts(recorded):
     assert json.loads(arguments) == {"user": "alice", "password": REDACTED}
     headers = dict(request["headers"])
     assert headers["Authorization"] == "Bearer [redacted]" and headers["x-custom-token"] == REDACTED
-    assert "model=m" in request["url"] and f"{ALLOWED}={ALLOWED_VALUE}" in request["url"]
+    assert request["url"].endswith(f"&{ALLOWED}={ALLOWED_VALUE};api_key={REDACTED};model=m")
     response = dict(as_json.header["response"]["headers"])
     assert response["set-cookie"] == response["x-upstream-token"] == REDACTED
     form = base64.b64decode(as_form.header["request"]["body_b64"]).decode()
@@ -202,7 +216,7 @@ def test_redacted_recordings_keep_their_structure_and_counts(recorded):
 def test_a_redacted_recording_answers_the_request_with_the_real_secrets(recorded):
     _, as_json, as_form = recorded
     library = Library.load([as_json.path, as_form.path])
-    query = "&".join(f"{k}={v}" for k, v in QUERY_SECRETS.items()) + f"&{ALLOWED}={ALLOWED_VALUE}&model=m"
+    query = QUERY
     with ServerThread(library, ServeOptions(Timing.parse("fast"))) as server:
         url = f"{server.base_url}/s/json{CHAT}?{query}"
         assert httpx.post(url, json=JSON_BODY, timeout=10).status_code == 200

@@ -18,7 +18,7 @@ import json
 import re
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import parse_qsl, quote_plus, unquote_plus, urlencode, urlsplit, urlunsplit
+from urllib.parse import quote_plus, unquote_plus, urlsplit, urlunsplit
 
 REDACTED = "[redacted]"
 FORM_REDACTED = quote_plus(REDACTED)  # how a redacted value reads in a form or query string
@@ -49,6 +49,9 @@ SECRET_PATTERNS = (
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _SCHEME = re.compile(r"^\s*([A-Za-z][A-Za-z0-9._-]*)\s+\S")
 _FORM = re.compile(rb"[^&=\s]+=[^&\s]*(?:&[^&=\s]+=[^&\s]*)*&?")
+# A query parameter. Servers differ on whether ";" separates parameters as "&" does (Python's
+# parse_qsl did before 3.9.2), so a secret after a ";" is taken for a parameter of its own.
+_QUERY_PARAM = re.compile(r"[^&;]+")
 # a member of a JSON object whose value is a string or a number: name, separator, value
 _JSON_MEMBER = re.compile(rb'"((?:[^"\\]|\\.)*)"(\s*:\s*)("(?:[^"\\]|\\.)*"|-?\d[\d.eE+-]*)')
 
@@ -112,14 +115,20 @@ class Redactor:
             userinfo, _, hostport = netloc.rpartition("@")
             user = userinfo.split(":", 1)[0]
             netloc = f"{user}:{REDACTED}@{hostport}" if ":" in userinfo else f"{REDACTED}@{hostport}"
-        query = parts.query
+        query, fragment = parts.query, parts.fragment
         if query:
-            pairs = parse_qsl(query, keep_blank_values=True)
-            if any(self.secret(name, "query") for name, _ in pairs):
-                query = urlencode(
-                    [(name, REDACTED if self.secret(name, "query") else value) for name, value in pairs], safe="[]/:"
-                )
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+            query = _QUERY_PARAM.sub(self._query_param, query)
+        if "=" in fragment:  # a fragment in query form (OAuth's #access_token=...)
+            fragment = _QUERY_PARAM.sub(self._query_param, fragment)
+        return urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
+
+    def _query_param(self, match: re.Match[str]) -> str:
+        """One ``name=value`` of a query, its value replaced when the name is a secret's; every
+        other byte as it was."""
+        name, eq, _value = match[0].partition("=")
+        if eq and self.secret(unquote_plus(name), "query"):
+            return f"{name}={REDACTED}"
+        return match[0]
 
     def json(self, value: Any) -> Any:
         """A JSON value with the values of secret fields replaced, at any depth: under a secret
@@ -248,6 +257,16 @@ def looks_like_form(raw: bytes, headers: Any = None) -> bool:
 def redact_headers(headers: Iterable[tuple[str, str]], extra: Iterable[str] = ()) -> list[list[str]]:
     """Header pairs (order and repeats kept) with secret values replaced."""
     return Redactor(extra).headers(headers)
+
+
+def query_pairs(query: str) -> list[tuple[str, str]]:
+    """The decoded name/value pairs of a query string, split where ``Redactor.url`` splits it (at
+    ``&`` and ``;``): what a recording's query and a live request's are compared by."""
+    pairs = []
+    for param in _QUERY_PARAM.findall(query):
+        name, _, value = param.partition("=")
+        pairs.append((unquote_plus(name), unquote_plus(value)))
+    return pairs
 
 
 def redact_url(url: str, extra: Iterable[str] = ()) -> str:

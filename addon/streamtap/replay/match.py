@@ -18,10 +18,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
+from urllib.parse import unquote, urlencode, urlsplit
 
 from streamtap.recording.catalog import RECORDING_SUFFIXES, files_under
-from streamtap.recording.redact import FORM_REDACTED, REDACTED, dump_embedded, redact_headers, redact_url
+from streamtap.recording.redact import FORM_REDACTED, REDACTED, dump_embedded, query_pairs, redact_headers, redact_url
 
 from .source import RecordingError, Source, load_source
 
@@ -141,7 +141,7 @@ class Library:
             body = normalize_body(_copy(source.request_body), self.options.ignore_fields)
             key = self.key(source.method, source.path_and_query, source.request_headers, body)
             params = frozenset(
-                k for k, v in parse_qsl(urlsplit(source.path_and_query).query, keep_blank_values=True) if v == REDACTED
+                k for k, v in query_pairs(urlsplit(source.path_and_query).query) if v == REDACTED
             )
             self.entries.append(_Entry(source, key, body, redacted_params=params, redacted_body=holds_redacted(body)))
 
@@ -167,7 +167,7 @@ class Library:
         path = unquote(parts.path) or "/"
         query = [
             (k, REDACTED if k in redacted_params else v)
-            for k, v in parse_qsl(parts.query, keep_blank_values=True)
+            for k, v in query_pairs(parts.query)
             if k not in self.options.ignore_params
         ]
         if query:
