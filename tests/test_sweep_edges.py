@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from replay_streams import openai_chat_frames, write_recording
 
-from streamtap.replay.sweep import CRASHED, NOTICED, classify
+from streamtap.replay.source import load_source
+from streamtap.replay.sweep import CRASHED, NOTICED, classify, recording_problems
 
 STREAMTAP = [sys.executable, "-c", "import sys; from streamtap.cli import main; sys.exit(main())"]
 
@@ -139,9 +140,9 @@ def _alive(pid):
 
 
 def test_a_client_is_done_when_it_exits_whatever_holds_its_output(recording, tmp_path):
-    """Its exit status counts once it exits: a process it left behind with its stdout (in a
-    session of its own, out of reach) does not make the run hang, nor the sweep wait for it.
-    One left in the client's own session ends with the run."""
+    """Its exit status counts once it exits: a process it left behind with its stdout does not
+    make the run hang, nor the sweep wait for it. What it left ends with the run, in the client's
+    own session or in a session of its own (out of reach of the client's process group)."""
     pids = tmp_path / "pids"
     pids.mkdir()
     leaver = tmp_path / "leaver.py"
@@ -168,7 +169,7 @@ def test_a_client_is_done_when_it_exits_whatever_holds_its_output(recording, tmp
         time.sleep(0.2)
         left = {name.name: int(name.name.split("-")[1]) for name in pids.iterdir()}
         alive = sorted(name.split("-")[0] for name, pid in left.items() if _alive(pid))
-        assert len(left) == 4 and alive == ["away", "away"], alive  # the baseline's and the cut run's
+        assert len(left) == 4 and alive == [], alive  # the baseline's and the cut run's, both ways
     finally:
         for pid in left.values():
             if _alive(pid):
@@ -209,3 +210,16 @@ def test_an_incomplete_recording_is_swept_with_a_warning(recording, tmp_path, ma
     assert result.returncode == 1 and "1 runs" in result.stdout  # swept all the same
     whole = streamtap_sweep(recording, "--positions", "event=2", "--styles", "clean", "--", *command)
     assert whole.stderr == "" and whole.returncode == 1
+
+
+def test_the_problems_the_sweep_warns_of_come_from_the_one_reading_of_the_recording(recording, tmp_path):
+    """The warning describes the file the runs serve: found as it is loaded, not by reading it
+    again later (when it may have changed, or be gone)."""
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("".join(recording.read_text().splitlines(keepends=True)[:8]))
+    source = load_source(cut, check=True)
+    cut.unlink()
+    problems = recording_problems(source)
+    assert problems and problems[0].startswith("recording incomplete at byte "), problems
+    assert problems[-1] == "served uncut, its stream is already truncated"
+    assert load_source(recording, check=True).problems == [] and load_source(recording).problems is None

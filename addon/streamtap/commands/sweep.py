@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     except re.error as exc:
         raise UsageError(f"--error-text {error_text!r} is not a regular expression: {exc}") from None
     try:
-        source = load_source(args.recording)
+        source = load_source(args.recording, check=True)
     except (RecordingError, OSError) as exc:
         raise UsageError(str(exc)) from None
     try:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from streamtap.recording import read_recording
+from streamtap.recording import check_recording, read_recording
 from streamtap.wire.errors import FramingError
 from streamtap.wire.eventstream import parse_headers
 
@@ -43,6 +43,9 @@ class Source:
     dialect: str = "unknown"
     request_headers: dict[str, str] = field(default_factory=dict)  # lower-case names, as recorded (redacted)
     end_style: str = "clean"  # "abort" when the recorded upstream was reset: replay reproduces it
+    # what ``streamtap verify`` finds wrong with the file it came from (empty: nothing), when it
+    # was loaded with ``check=True``; None when not checked
+    problems: list[str] | None = None
     _body: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -89,11 +92,13 @@ class RecordingError(ValueError):
     """A file that cannot be served: not a recording, or unreadable."""
 
 
-def load_source(path: str | Path) -> Source:
-    """Read a streamtap recording (JSONL) into a Source."""
+def load_source(path: str | Path, *, check: bool = False) -> Source:
+    """Read a streamtap recording (JSONL) into a Source; with ``check``, also what verify finds
+    wrong with the file (``Source.problems``), from the same reading."""
     path = Path(path)
     try:
         rec = read_recording(path)
+        problems = check_recording(rec) if check else None
     except Exception as exc:  # a damaged file breaks the reader in several ways (RecordingError, base64, OSError)
         raise RecordingError(f"{path}: {exc}") from exc
     frames = []
@@ -103,6 +108,7 @@ def load_source(path: str | Path) -> Source:
         frames.append(Frame(segment.seq if segment.kind == "frame" else None, segment.raw, last_t))
     reads = [(o, n, float(t) if t is not None else 0.0) for o, n, t in rec.reads]
     source = _source_from_header(path, rec.header, frames, reads)
+    source.problems = problems
     if (rec.end or {}).get("stream_end") == "upstream_reset":
         source.end_style = "abort"
     return source

@@ -200,6 +200,9 @@ def _mark(outcome: str) -> str:
     return {SILENT: "SILENT", NOTICED: "noticed", HUNG: "HUNG", CRASHED: "CRASHED"}[outcome]
 
 
+RUN_MARK = "STREAMTAP_SWEEP_RUN"  # in each client's environment, naming its run: what it starts inherits it
+
+
 def client_env(base_url: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
@@ -263,6 +266,7 @@ async def _run_once(
     source: Source, command: list[str], spec: str | None, position: str, style: str, timing: Timing, timeout: float, error_text: str | None
 ) -> Run:
     faults = [parse_fault(spec)] if spec else []
+    mark = os.urandom(8).hex()
     server = ReplayServer(Library([source], MatchOptions(match_any=True)), ServeOptions(timing, faults), log=lambda line: None)
     await server.start("127.0.0.1", 0)
     started = time.monotonic()
@@ -275,7 +279,7 @@ async def _run_once(
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=output,
                 stderr=asyncio.subprocess.STDOUT,
-                env=client_env(server.base_url),
+                env=client_env(server.base_url, {RUN_MARK: mark}),
                 start_new_session=True,  # so a hung client's children die with it
             )
         except OSError as exc:
@@ -290,6 +294,7 @@ async def _run_once(
             # what is left of the client's session ends with its run; on Ctrl-C (cancelled)
             # too, since the client's own session does not get the SIGINT
             _kill_group(proc)
+            _kill_marked(mark)
             await proc.wait()
             await server.close()
         output.seek(0)
@@ -305,6 +310,40 @@ def _kill_group(proc: asyncio.subprocess.Process) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):  # the group is gone (its number may be another's now)
         pass
+
+
+def _kill_marked(mark: str) -> None:
+    """Kill what the client started that left its session (a daemon: setsid, double fork), out of
+    reach of its process group: every process whose environment names this run. Each is opened
+    as a pidfd and its environment read again before the signal, so a number that a new process
+    took meanwhile is never signalled. Linux only (elsewhere there is no /proc to read); a process
+    that cleared its environment escapes."""
+    needle = f"\0{RUN_MARK}={mark}\0".encode()
+    try:
+        entries = [entry.name for entry in os.scandir("/proc") if entry.name.isdigit()]
+    except OSError:
+        return
+    for pid in entries:
+        if _marked(pid, needle):
+            try:
+                handle = os.pidfd_open(int(pid))
+            except OSError:  # gone already
+                continue
+            try:
+                if _marked(pid, needle):
+                    signal.pidfd_send_signal(handle, signal.SIGKILL)
+            except OSError:
+                pass
+            finally:
+                os.close(handle)
+
+
+def _marked(pid: str, needle: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            return needle in b"\0" + environ.read()
+    except OSError:  # gone, or another user's
+        return False
 
 
 def _judge(source: Source, faults: list) -> tuple[str | None, str]:
@@ -324,11 +363,15 @@ def _judge(source: Source, faults: list) -> tuple[str | None, str]:
 
 def recording_problems(source: Source) -> list[str]:
     """Why the runs would not cut a whole, sound answer: what ``streamtap verify`` finds wrong
-    with the file (incomplete, damaged), and a stream that is cut or corrupt already uncut."""
-    try:
-        problems = check_recording(read_recording(source.path))
-    except (RecordingError, OSError) as exc:  # it loaded a moment ago; changed since
-        problems = [str(exc)]
+    with the file (incomplete, damaged; found when it was loaded with ``check=True``, else read
+    again now), and a stream that is cut or corrupt already uncut."""
+    if source.problems is not None:
+        problems = list(source.problems)
+    else:
+        try:
+            problems = check_recording(read_recording(source.path))
+        except (RecordingError, OSError) as exc:  # it loaded a moment ago; changed since
+            problems = [str(exc)]
     verdict, _answer = _judge(source, [])
     if verdict in ("truncated", "corrupt"):
         problems.append(f"served uncut, its stream is already {verdict}")
