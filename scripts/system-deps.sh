@@ -2,7 +2,8 @@
 # Debian packages some tests drive: curl as a raw client; ip, iptables, nft and unshare for the
 # namespaced hosts (tests/test_transparent.py) and the private trust store
 # (tests/test_certs_howto.py); update-ca-certificates for the OS-store recipe; chromium to
-# render the report page and mitmweb's flow view in a real browser (test_report, test_mitmweb).
+# render the report page and mitmweb's flow view in a real browser (test_report, test_mitmweb);
+# strace to see which syncs `streamtap index` makes (test_index).
 # Node and a JDK are used when present (certs_howto.md's Node and Java recipes) but not
 # installed here: they are large, and those tests skip, saying so, without them.
 # Best effort: without root or a package mirror the tests that need them skip, saying why.
@@ -15,6 +16,7 @@ command -v nft >/dev/null 2>&1 || missing+=(nftables)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
 command -v update-ca-certificates >/dev/null 2>&1 || missing+=(ca-certificates)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v strace >/dev/null 2>&1 || missing+=(strace)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
   echo "system-deps: not installing ${missing[*]} (needs root and apt-get); tests that need them will skip" >&2

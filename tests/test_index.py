@@ -157,6 +157,55 @@ def test_an_index_run_paused_or_killed_while_it_writes_leaves_the_index_whole(tm
     assert judged(out)["report"]["recordings"] == 151
 
 
+@pytest.mark.skipif(not shutil.which("strace"), reason="strace is not installed (scripts/system-deps.sh installs it)")
+def test_an_index_run_syncs_its_files_before_their_renames_and_the_renames_after_in_two_calls(tmp_path):
+    """Durable without a journal commit per partition: one syncfs before the first file is
+    renamed into its partition (their bytes), one after the last (the renames), on Linux."""
+    recordings = tmp_path / "recs"
+    recordings.mkdir()
+    for day in range(30):
+        recording(recordings, f"r{day:02d}.jsonl", header={"started": 1_700_000_000 + day * 86400})
+    out, trace = tmp_path / "idx", tmp_path / "trace"
+    run = subprocess.run(
+        ["strace", "-f", "-qq", "-o", str(trace), "-e", "trace=fsync,fdatasync,syncfs,sync,rename,renameat,renameat2",
+         *STREAMTAP, "index", str(recordings), "--out", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    calls = []
+    for line in trace.read_text().splitlines():
+        name = line.split(maxsplit=1)[1].split("(", 1)[0]
+        if not name.startswith("rename"):
+            calls.append(name)
+        elif f'"{out}/day=' in line:  # a file renamed into its partition (not the interpreter's own renames)
+            calls.append("rename")
+    assert calls == ["syncfs", *["rename"] * 30, "syncfs"], calls
+    assert row_counts(out) == (30, 30)
+
+
+def test_without_syncfs_each_file_and_partition_is_synced_before_and_after_the_renames(tmp_path, monkeypatch):
+    from streamtap.recording import fleet
+    from streamtap.recording.catalog import find_recordings
+
+    recordings = tmp_path / "recs"
+    recordings.mkdir()
+    for day in range(3):
+        recording(recordings, f"r{day}.jsonl", header={"started": 1_700_000_000 + day * 86400})
+    synced = []
+    real_rename = os.rename
+    monkeypatch.setattr(fleet, "_syncfs", None)
+    monkeypatch.setattr(fleet, "_sync", lambda path: synced.append(Path(path)))
+    monkeypatch.setattr(fleet.os, "rename", lambda a, b: (synced.append(("renamed", Path(b))), real_rename(a, b)))
+    con = fleet.connect()
+    fleet.load_rows(con, fleet.read_rows(find_recordings([recordings])), "new_rows")
+    out = tmp_path / "idx"
+    fleet.write_index(con, out, "new_rows")
+    staged, renamed, partitions = synced[:3], synced[3:6], synced[6:]
+    assert all(p.suffix == ".staged" for p in staged) and [r[0] for r in renamed] == ["renamed"] * 3, synced
+    assert len(partitions) == 3 and {r[1].parent for r in renamed} == set(partitions)
+    assert row_counts(out) == (3, 3)
+
+
 def test_report_over_the_index_equals_the_report_over_the_recordings(recorded, tmp_path):
     record_dir, _ = recorded
     out = tmp_path / "idx"
