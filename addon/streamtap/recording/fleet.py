@@ -253,8 +253,8 @@ def write_index(con: duckdb.DuckDBPyConnection, directory: Path, table: str = "n
 def _sync_all(paths: Iterable[Path], folder: Path) -> None:
     """Make ``paths`` (files and folders inside ``folder``) durable. Where the C library has
     Linux's ``syncfs``, one call on ``folder``'s file system does it: it costs what is waiting to
-    be written, not a journal commit per path (3,650 files and their folders here: 0.07 s
-    against 1.3 s). Elsewhere each path is synced."""
+    be written, not a journal commit per path (an index run over 3,650 partitions: 0.15 s against
+    about 1.5 s). Elsewhere each path is synced."""
     if _syncfs is not None:
         fd = os.open(folder, os.O_RDONLY | os.O_CLOEXEC)
         try:
