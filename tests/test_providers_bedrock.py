@@ -549,6 +549,82 @@ def test_constructed_other_model_families(events: list[dict], kind: VerdictKind,
     assert analysis.turn.text() == text
 
 
+TITAN_METRICS = {"amazon-bedrock-invocationMetrics": {"inputTokenCount": 15, "outputTokenCount": 12,
+                                                      "invocationLatency": 5714, "firstByteLatency": 2551}}
+# Titan as Bedrock streams it: every chunk names all five members, the count and reason null until the last
+TITAN_CHUNKS = [
+    {"outputText": "\nOnce upon a time", "index": 0, "totalOutputTextTokenCount": None, "completionReason": None,
+     "inputTextTokenCount": 15},
+    {"outputText": ", there was a boat.", "index": 0, "totalOutputTextTokenCount": None, "completionReason": None,
+     "inputTextTokenCount": None},
+    {"outputText": " The end.", "index": 0, "totalOutputTextTokenCount": 12, "completionReason": "FINISH",
+     "inputTextTokenCount": None, **TITAN_METRICS},
+]
+
+
+def test_titan_chunks_with_their_null_count_and_reason_build_one_answer(loopback: LoopbackServer) -> None:
+    body = b"".join(map(chunk_frame, TITAN_CHUNKS))
+    assert boto3_invoke_chunks(loopback, body) == TITAN_CHUNKS
+    analysis = analyze_bytes(body, Dialect.BEDROCK_INVOKE)
+    assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
+    assert analysis.turn.text() == "".join(chunk["outputText"] for chunk in TITAN_CHUNKS)
+    assert (analysis.turn.usage.input, analysis.turn.usage.output) == (15, 12)
+    for cut in (1, 2):
+        verdict = analyze_bytes(b"".join(map(chunk_frame, TITAN_CHUNKS[:cut])), Dialect.BEDROCK_INVOKE).verdict
+        assert verdict.kind is VerdictKind.TRUNCATED, (cut, verdict)
+
+
+def test_claude_text_completions_keep_the_type_member_bedrock_passes_on() -> None:
+    chunks = [{"type": "completion", "completion": " Here", "stop_reason": None, "stop": None},
+              {"type": "completion", "completion": " is a story.", "stop_reason": None, "stop": None},
+              {"type": "completion", "completion": "", "stop_reason": "stop_sequence", "stop": "\n\nHuman:"}]
+    analysis = analyze_bytes(b"".join(map(chunk_frame, chunks)), Dialect.BEDROCK_INVOKE)
+    assert analysis.verdict.kind is VerdictKind.COMPLETE and analysis.turn.text() == " Here is a story.", analysis.verdict
+    limited = [*chunks[:2], dict(chunks[2], stop_reason="max_tokens", stop=None)]
+    assert analyze_bytes(b"".join(map(chunk_frame, limited)), Dialect.BEDROCK_INVOKE).verdict.kind is VerdictKind.STOPPED_BY_LIMIT
+    assert analyze_bytes(b"".join(map(chunk_frame, chunks[:2])), Dialect.BEDROCK_INVOKE).verdict.kind is VerdictKind.TRUNCATED
+
+
+def _claude_answer(message_id: str, text: str) -> list[dict]:
+    return [
+        {"type": "message_start", "message": {"id": message_id, "type": "message", "role": "assistant", "content": [],
+                                              "model": "claude", "stop_reason": None, "usage": {"input_tokens": 3, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}},
+        {"type": "message_stop"},
+    ]
+
+
+def _nova_answer(text: str) -> list[dict]:
+    return [{"messageStart": {"role": "assistant"}}, {"contentBlockDelta": {"delta": {"text": text}, "contentBlockIndex": 0}},
+            {"contentBlockStop": {"contentBlockIndex": 0}}, {"messageStop": {"stopReason": "end_turn"}},
+            {"metadata": {"usage": {"inputTokens": 3, "outputTokens": 2}}}]
+
+
+@pytest.mark.parametrize("answer", [lambda text: _claude_answer(f"msg_{text[0]}", text), _nova_answer], ids=["claude", "nova"])
+def test_a_second_answer_after_the_first_ended_in_one_invocation_is_stitched(answer) -> None:
+    """One InvokeModel call answers once (the Anthropic and ConverseStream bodies take messages
+    back to back; an invocation's chunks do not)."""
+    first = analyze_bytes(b"".join(map(chunk_frame, answer("A."))), Dialect.BEDROCK_INVOKE)
+    assert first.verdict.kind is VerdictKind.COMPLETE and first.turn.text() == "A.", first.verdict
+    stitched = analyze_bytes(b"".join(map(chunk_frame, answer("A.") + answer("B."))), Dialect.BEDROCK_INVOKE)
+    assert stitched.verdict.kind is VerdictKind.CORRUPT and "stitched" in stitched.verdict.reason, stitched.verdict
+
+
+def test_a_chunk_of_no_known_family_among_known_chunks_leaves_the_turn_unknown() -> None:
+    llama = [{"generation": "Paris", "stop_reason": None}, {"generation": ".", "stop_reason": "stop"}]
+    cohere = [{"is_finished": False, "event_type": "text-generation", "text": "The answer is 42."}]
+    for body in (cohere + llama, llama[:1] + cohere + llama[1:]):
+        verdict = analyze_bytes(b"".join(map(chunk_frame, body)), Dialect.BEDROCK_INVOKE).verdict
+        assert verdict.kind is VerdictKind.UNKNOWN and "does not know" in verdict.reason, verdict
+    # a chunk of only what Bedrock adds is Bedrock's, not an unknown model's
+    bedrock_only = [llama[0], TITAN_METRICS, llama[1]]
+    analysis = analyze_bytes(b"".join(map(chunk_frame, bedrock_only)), Dialect.BEDROCK_INVOKE)
+    assert analysis.verdict.kind is VerdictKind.COMPLETE and analysis.turn.usage.input == 15, analysis.verdict
+
+
 def test_complete_verdict_points_at_the_terminal_event() -> None:
     body = (CONVERSE_HEAD + converse_frame("contentBlockStop", {"contentBlockIndex": 0})
             + converse_frame("messageStop", {"stopReason": "end_turn"}))
@@ -564,12 +640,18 @@ VERCEL_ANTHROPIC = [p for p in shared_files("vercel-ai/anthropic/*.chunks.txt")]
 @pytest.mark.parametrize("path", or_absent(VERCEL_ANTHROPIC, ids=[p.name for p in VERCEL_ANTHROPIC]))
 def test_anthropic_events_in_invoke_chunks_give_the_same_turn(path: Path) -> None:
     """Constructed framing: the real Anthropic payloads wrapped as InvokeModel chunk frames must
-    assemble exactly as they do over SSE (Bedrock reuses the Anthropic event logic)."""
+    assemble exactly as they do over SSE (Bedrock reuses the Anthropic event logic). Some of these
+    files are multi-step test recordings, several responses back to back: one invocation answers
+    once, so over InvokeModel they are stitched."""
     from test_providers_anthropic import reframe as sse_reframe
 
     lines = [json.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
     over_invoke = analyze_bytes(b"".join(chunk_frame(e) for e in lines), Dialect.BEDROCK_INVOKE)
     over_sse = analyze_bytes(sse_reframe(path), Dialect.ANTHROPIC)
+    if sum(line.get("type") == "message_start" for line in lines) > 1:
+        assert over_sse.verdict.kind is VerdictKind.COMPLETE, over_sse.verdict
+        assert over_invoke.verdict.kind is VerdictKind.CORRUPT and "stitched" in over_invoke.verdict.reason
+        return
     assert over_invoke.verdict.kind is over_sse.verdict.kind
     ours, theirs = over_invoke.turn.to_dict(), over_sse.turn.to_dict()
     for key in ("choices", "stop_reason", "stop_reason_raw", "usage", "model", "response_id", "error"):

@@ -15,7 +15,7 @@ import orjson
 import pytest
 from provider_streams import C, T, X, _sse, anthropic_events, bedrock_converse, openai_chat, openai_responses
 
-from streamtap.providers import Dialect, StreamEnd, analyze_bytes
+from streamtap.providers import Dialect, StreamEnd, VerdictKind, analyze_bytes
 from streamtap.wire import EventStreamDecoder, JSONValue, NDJSONDecoder, SSEDecoder, SSEEvent, encode_message
 
 CHAT, RESPONSES, ANTHROPIC = Dialect.OPENAI_CHAT, Dialect.OPENAI_RESPONSES, Dialect.ANTHROPIC
@@ -451,16 +451,17 @@ def invoke_frame(inner: dict, event_type: str = "chunk") -> bytes:
                           payload)
 
 
-@pytest.mark.parametrize("late", [
-    invoke_frame({"type": "foo"}),
-    invoke_frame({"delta": "x"}),  # no family has this shape
-    invoke_frame({"type": "message_stop"}, event_type="trace"),  # not a chunk
+@pytest.mark.parametrize("late, inside_kind", [
+    (invoke_frame({"type": "foo"}), C),
+    # no family has this shape: inside the answer it leaves unsaid what it carried
+    (invoke_frame({"delta": "x"}), VerdictKind.UNKNOWN),
+    (invoke_frame({"type": "message_stop"}, event_type="trace"), C),  # not a chunk
 ], ids=["unknown-type", "unknown-family", "not-a-chunk"])
-def test_bedrock_invoke_a_frame_it_does_not_use_after_the_end_is_corrupt(late):
+def test_bedrock_invoke_a_frame_it_does_not_use_after_the_end_is_corrupt(late, inside_kind):
     events = anthropic_events("think", "answer", {"city": "Paris"})
     body = invoke_body(events)
     inside = invoke_body(events[:-2]) + late + invoke_body(events[-2:])
-    assert analyze_bytes(inside, Dialect.BEDROCK_INVOKE).verdict.kind is C
+    assert analyze_bytes(inside, Dialect.BEDROCK_INVOKE).verdict.kind is inside_kind
     spliced = body + late
     assert_names_both(analyze_bytes(spliced, Dialect.BEDROCK_INVOKE).verdict, frames(spliced),
                       len(events) - 1, len(events))
@@ -504,7 +505,9 @@ def test_nova_on_invoke_a_retry_appended_to_an_answer_cut_before_its_metadata_is
             {"messageStop": {"stopReason": "end_turn"}},
             {"metadata": {"usage": {"inputTokens": 3, "outputTokens": 1}}}]
     whole = b"".join(map(invoke_frame, nova))
-    assert analyze_bytes(whole + whole, Dialect.BEDROCK_INVOKE).verdict.kind is C
+    assert analyze_bytes(whole, Dialect.BEDROCK_INVOKE).verdict.kind is C
+    twice = analyze_bytes(whole + whole, Dialect.BEDROCK_INVOKE).verdict  # one invocation answers once
+    assert twice.kind is X and "stitched" in twice.reason, twice
     cut = b"".join(map(invoke_frame, nova[:-1]))
     verdict = analyze_bytes(cut + whole, Dialect.BEDROCK_INVOKE).verdict
     assert verdict.kind is X and "spliced stream" in verdict.reason, verdict

@@ -106,9 +106,11 @@ _TOOLISH = (BlockKind.TOOL_CALL, BlockKind.SERVER_TOOL)
 class MessageBuilder:
     """Anthropic Messages event logic on decoded event objects (dicts)."""
 
-    def __init__(self, turn: Turn, judge: Judge) -> None:
+    def __init__(self, turn: Turn, judge: Judge, one_response: bool = False) -> None:
         self.turn = turn
         self.judge = judge
+        # the body answers one call (Bedrock's InvokeModel): a message after message_stop is stitched on
+        self.one_response = one_response
         self.messages = 0  # message_start seen (not counting a tolerated duplicate)
         self.open_message = False
         self.stopped = False  # message_stop seen for the current message
@@ -152,6 +154,12 @@ class MessageBuilder:
                 open_blocks=sorted(self.open_blocks))
             return
         if self.stopped:
+            if self.one_response:
+                self.judge.corrupt(
+                    f"a second message ({message.get('id')}) starts at seq {seq} after message_stop: one call "
+                    "answers once, so a second answer was stitched on", seq, offset,
+                    first_id=self.turn.response_id, second_id=message.get("id"))
+                return
             self.outcomes.append((self.turn.stop_reason_raw, seq, offset))
             self.judge.note(f"message {self.messages + 1} ({message.get('id')}) starts at seq {seq} after "
                             "message_stop: several responses back to back")

@@ -115,9 +115,11 @@ def event_frame(message: EventStreamMessage, judge: Judge) -> bool:
 class ConverseBuilder:
     """ConverseStream event logic on (event type, payload dict)."""
 
-    def __init__(self, turn: Turn, judge: Judge, converse_api: bool = False) -> None:
+    def __init__(self, turn: Turn, judge: Judge, converse_api: bool = False, one_response: bool = False) -> None:
         self.turn = turn
         self.judge = judge
+        # the body answers one call (Nova in Bedrock's InvokeModel): a message after messageStop is stitched on
+        self.one_response = one_response
         # the ConverseStream API, which boto3 parses (not a model's native chunks inside invoke):
         # blocks come in index order, and each union in an event has exactly one member, as
         # botocore requires (it raises on any other count)
@@ -188,6 +190,10 @@ class ConverseBuilder:
         if self.open_message:
             self.judge.corrupt("a second messageStart arrived while the message was still open (spliced stream)",
                                seq, offset, open_blocks=sorted(self.open_blocks))
+            return
+        if self.stopped and self.metadata_seen and self.one_response:  # (before the metadata: _begin names the splice)
+            self.judge.corrupt(f"a second messageStart at seq {seq} after messageStop: one call answers once, so a "
+                               "second answer was stitched on", seq, offset)
             return
         self._begin(seq, offset)
 

@@ -18,9 +18,13 @@ Choices this module makes:
   ``truncated``.
 - Exception frames (``modelStreamErrorException``, ``throttlingException``, ...) are
   ``errored`` with the exception type, message and ``originalStatusCode``.
-- Closed units as in the Anthropic and ConverseStream modules; for the plain text
-  families the chunk carrying the stop reason closes the response, and any chunk after
-  it is corrupt.
+- Closed units as in the Anthropic and ConverseStream modules, but one invocation answers
+  once: a second message after the first one ended is stitched on (corrupt), where those
+  modules take messages back to back. For the plain text families the chunk carrying the
+  stop reason closes the response, and any chunk after it is corrupt.
+- A chunk of no known family among a known family's chunks makes a finished turn
+  ``unknown``: what it carried cannot be told. Chunks of only Bedrock's own members
+  (``amazon-bedrock-...``) are Bedrock's, not a model's.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from .judge import Judge, Pieces, as_text, decode_event_json, stop_verdict
 from .bedrock_converse import ConverseBuilder, event_frame
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
+_BEDROCK_PREFIX = "amazon-bedrock-"  # the members Bedrock adds to a model's chunks
 _CONVERSE_KEYS = ("messageStart", "contentBlockStart", "contentBlockDelta", "contentBlockStop", "messageStop",
                   "metadata")
 
@@ -66,7 +71,10 @@ _TEXT_FAMILIES: dict[str, tuple[str, str, dict[str, tuple[VerdictKind, str]]]] =
 
 
 def family_of(event: dict[str, Any]) -> str | None:
-    if isinstance(event.get("type"), str):
+    kind = event.get("type")
+    if kind == "completion" and "completion" in event:
+        return "claude-text"  # Bedrock passes on Anthropic's text-completion event, its type member too
+    if isinstance(kind, str):
         return "anthropic"
     if any(key in event for key in _CONVERSE_KEYS):
         return "nova"
@@ -115,9 +123,9 @@ class TextFamilyBuilder:
                 setattr(usage, field, int(value))
                 usage.raw[key] = value
         raw = as_text(event.get(self.stop_key))
-        if raw is not None or (self.family == "titan" and "totalOutputTextTokenCount" in event):
-            # Titan names the last chunk by its output count even when a guardrail blocked
-            # the input and no completionReason came
+        if raw is not None or (self.family == "titan" and event.get("totalOutputTextTokenCount") is not None):
+            # Titan names the last chunk by its output count even when a guardrail blocked the
+            # input and no completionReason came (the chunks before it carry the count as null)
             self.terminal = True
             self.judge.terminal_at = (seq, offset)
             self.judge.close("the response", f"the chunk with {self.stop_key}", seq, offset)
@@ -186,17 +194,22 @@ class Assembler:
         judge = self.judge
         family = family_of(inner)
         if family is None:
-            if not self._ended("a chunk of an unknown model family", event):
-                judge.note(f"chunk of an unknown model family at seq {event.seq}: {sorted(inner)[:5]}")
-                self.unknown_family = self.unknown_family or (event.seq, event.start)
+            if self._ended("a chunk of an unknown model family", event):
+                return
+            if all(key.startswith(_BEDROCK_PREFIX) for key in inner):  # only what Bedrock adds: metrics, trace
+                self._bedrock_fields(inner, event)
+                return
+            judge.note(f"chunk of an unknown model family at seq {event.seq}: {sorted(inner)[:5]}")
+            self.unknown_family = self.unknown_family or (event.seq, event.start)
             return
         if self.family is None:
             self.family = family
             self.turn.extra["family"] = family
+            # one invocation answers once: a second message after the first ended is stitched on
             if family == "anthropic":
-                self.builder = MessageBuilder(self.turn, judge)
+                self.builder = MessageBuilder(self.turn, judge, one_response=True)
             elif family == "nova":
-                self.builder = ConverseBuilder(self.turn, judge)
+                self.builder = ConverseBuilder(self.turn, judge, one_response=True)
             else:
                 self.builder = TextFamilyBuilder(self.turn, judge, family)
         elif family != self.family:
@@ -244,6 +257,12 @@ class Assembler:
                                 "cannot tell whether the answer finished", seq, offset, {"end": end.value})
             return self.turn, early or self.judge.truncated("no chunk arrived", end)
         verdict = self.builder.verdict(end)
+        if self.unknown_family is not None and verdict.kind in (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT):
+            seq, offset = self.unknown_family
+            verdict = Verdict(VerdictKind.UNKNOWN,
+                              f"a chunk of a shape streamtap does not know came among the {self.family} chunks: it "
+                              "cannot tell what it carried (another model's answer stitched in, or part of this one)",
+                              seq, offset, {"end": end.value, "was": verdict.kind.value})
         if self.guardrail is not None and verdict.kind in (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT,
                                                            VerdictKind.UNKNOWN):
             seq, offset, _ = self.guardrail
