@@ -14,7 +14,7 @@ from replay_streams import anthropic_frames, bedrock_invoke_frames, openai_chat_
 
 from streamtap.providers import analyze_bytes
 from streamtap.providers.turn import Dialect, VerdictKind
-from streamtap.replay.faults import FaultSpecError, Timing, parse_fault, parse_faults, plan, protocol_positions
+from streamtap.replay.faults import FaultSpecError, LiveFaults, Timing, parse_fault, parse_faults, plan, protocol_positions
 from streamtap.replay.source import Source
 from streamtap.wire import EventStreamDecoder, Malformed
 
@@ -142,6 +142,16 @@ def test_cut_inside_prelude_and_crc_of_event_stream():
         assert verdict("bedrock", p.body).kind is VerdictKind.TRUNCATED
     with pytest.raises(FaultSpecError, match="no prelude position"):
         served("openai", "cut:at=prelude")
+    # the message picked must be one the stream has, and only prelude and crc pick one
+    with pytest.raises(FaultSpecError, match=f"event {len(BEDROCK)} does not exist"):
+        served("bedrock", f"cut:at=prelude,event={len(BEDROCK)}")
+    with pytest.raises(FaultSpecError, match="first is event 0"):
+        served("bedrock", "cut:at=crc,event=-1")
+    with pytest.raises(FaultSpecError, match="not of at=tool-args"):
+        served("bedrock", "cut:at=tool-args,event=3")
+    for spec in ("cut:at=tool-args,event=3", "cut:at=prelude,event=-1"):
+        with pytest.raises(FaultSpecError):
+            LiveFaults(parse_faults(spec), "eventstream", "bedrock-converse")
 
 
 def test_protocol_positions_lists_what_each_stream_has():
@@ -157,6 +167,14 @@ def test_stall_pauses_after_event_n_in_fast_mode():
     assert b"".join(w.data for w in before) == b"".join(OPENAI[:11])
     assert all(w.at == 95 for w in p.writes[len(before) :])
     assert p.body == b"".join(OPENAI)
+
+
+def test_a_stall_at_a_byte_the_stream_does_not_have_is_refused():
+    body = b"".join(OPENAI)
+    at_end = served("openai", f"stall:byte={len(body)},secs=5")  # before the end of the body: a place it has
+    assert at_end.body == body and at_end.end.at == 5
+    with pytest.raises(FaultSpecError, match=f"byte {len(body) + 1} is past the end"):
+        served("openai", f"stall:byte={len(body) + 1},secs=5")
 
 
 def test_a_stall_past_a_cut_is_not_reached_and_one_at_the_cut_holds_the_end():
@@ -210,6 +228,9 @@ def test_corrupt_payload_of_an_sse_event_flips_one_byte():
     assert len(diff) == 1 and p.body[diff[0]] == b"".join(OPENAI)[diff[0]] ^ 0xFF
     with pytest.raises(FaultSpecError, match="needs an event-stream"):
         served("openai", "corrupt:frame=4,field=crc")
+    # a byte that is already there would change nothing: refused, not logged as applied
+    with pytest.raises(FaultSpecError, match="already there"):
+        served("openai", f"corrupt:frame=4,byte={b''.join(OPENAI)[diff[0]]}")
 
 
 def test_duplicate_reorder_drop():

@@ -211,3 +211,26 @@ def test_a_live_fault_that_does_not_fit_the_stream_is_not_applied_and_the_stream
     [rec] = new_recordings(proxy, before)
     assert rec.body == LIVE
     assert f"fault not applied: '{spec}'" in proxy.log()
+
+
+def test_with_once_a_resume_is_answered_from_the_recording_not_sent_upstream(tmp_path):
+    """Unmatched requests go upstream; a Last-Event-ID resume of an answer already served (every
+    recording used up under once) still matches it, and gets its tail from the recording."""
+    recordings = tmp_path / "replay"
+    recordings.mkdir()
+    frames = openai_chat_frames(words=20)
+    write_recording(recordings / "openai.jsonl", "openai", frames)
+    with Upstream() as upstream:
+        options = {"streamtap_replay": str(recordings), "streamtap_replay_unmatched": "upstream",
+                   "streamtap_replay_once": "true", "streamtap_replay_assign_ids": "true", "streamtap_replay_timing": "fast"}
+        with Mitmdump(upstream.url, tmp_path, options=options) as mitm:
+            url = mitm.url + "/v1/chat/completions"
+            first = httpx.post(url, content=OPENAI_BODY, timeout=10)
+            resumed = httpx.post(url, content=OPENAI_BODY, headers={"Last-Event-ID": "4"}, timeout=10)
+            used_up = httpx.post(url, content=OPENAI_BODY, timeout=10)
+    assert first.status_code == 200 and first.content == b"".join(b"id: %d\n" % i + raw for i, raw in enumerate(frames))
+    assert resumed.status_code == 200 and resumed.content == b"".join(b"id: %d\n" % i + raw for i, raw in enumerate(frames))[
+        len(b"".join(b"id: %d\n" % i + raw for i, raw in enumerate(frames[:5]))):]
+    # a new request once the recording is used up goes upstream (which knows no such path)
+    assert used_up.status_code == 404 and b"no script for this path" in used_up.content, used_up.content
+    assert [served.path for served in upstream.served[""]] == ["/v1/chat/completions"]  # that one request only

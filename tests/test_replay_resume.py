@@ -9,7 +9,7 @@ from httpx_sse import connect_sse
 from replay_streams import ANTHROPIC_REQUEST, anthropic_frames, write_recording
 
 from streamtap.replay.faults import Timing, parse_faults
-from streamtap.replay.match import Library
+from streamtap.replay.match import Library, MatchOptions
 from streamtap.replay.server import ServeOptions, ServerThread
 from streamtap.wire import SSEDecoder, SSEEvent
 
@@ -107,3 +107,32 @@ def test_assigned_ids_go_after_the_streams_bom(tmp_path):
     events = [e for e in decoder.feed(body) + decoder.close() if isinstance(e, SSEEvent)]
     assert [(e.event, e.data) for e in events] == original_sequence()
     assert [e.id for e in events] == [str(i) for i in range(len(frames))]
+
+
+def test_with_once_a_resume_continues_the_recording_that_answered_and_uses_up_none(tmp_path):
+    """Under --once each recording answers one request; a resume (Last-Event-ID) is not a new
+    request: it continues the answer served last for that request, and counts for nothing."""
+    first, second = anthropic_frames(20), anthropic_frames(30)
+    assert first != second
+    write_recording(tmp_path / "a.jsonl", "anthropic", first)
+    write_recording(tmp_path / "b.jsonl", "anthropic", second)
+    library = Library.load([tmp_path], MatchOptions(once=True))
+    with ServerThread(library, ServeOptions(assign_ids=True)) as server, httpx.Client(timeout=10) as client:
+        head = read(client, server.base_url, stop_after=5)
+        rest = read(client, server.base_url, last_id=head[-1].id)
+        again = read(client, server.base_url, last_id=rest[-1].id)  # after the last event: nothing more
+        other = read(client, server.base_url)  # the next request: the other recording, whole
+        gone = client.post(server.base_url + URL, json=ANTHROPIC_REQUEST)
+    served_first = [p.name for p in sorted(tmp_path.glob("*.jsonl"))][0]
+    whole = {"a.jsonl": first, "b.jsonl": second}
+    paths = [s.recording.rsplit("/", 1)[-1] if s.recording else None for s in server.served]
+    assert paths[:3] == [served_first] * 3 and paths[3] != served_first and gone.status_code == 404, paths
+    assert len(head) + len(rest) == len(whole[served_first]) and again == []
+    assert [e.id for e in head + rest] == [str(i) for i in range(len(whole[served_first]))]
+    assert len(other) == len(whole[paths[3]])
+
+
+def test_an_empty_last_event_id_names_no_event_and_gets_the_whole_stream(library):
+    with ServerThread(library, ServeOptions()) as server, httpx.Client(timeout=10) as client:
+        events = read(client, server.base_url, last_id="")
+    assert as_tuples(events) == original_sequence()

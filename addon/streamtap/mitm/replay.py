@@ -147,7 +147,9 @@ class Replay:
         if ctx.options.streamtap_replay_unmatched == "upstream":  # else the replay server answers all, 404 or not
             headers = {k.lower(): v for k, v in request.headers.items()}
             body = decoded_body(request.raw_content or b"", headers.get("content-encoding"))  # bounded: on the loop
-            if not library.has_match(request.method, request.path, headers, request.raw_content if body is None else body):
+            resume = bool(headers.get("last-event-id"))  # a resume of an answer served already (--once)
+            if not library.has_match(request.method, request.path, headers, request.raw_content if body is None else body,
+                                     resume=resume):
                 return
         server = await self._ensure_server()
         if server is None:

@@ -305,6 +305,9 @@ def plan(
         elif fault.kind == "stall":
             if "byte" in fault.params:
                 position, what = fault.params["byte"], f"byte {fault.params['byte']}"
+                total = sum(len(f.raw) for f in frames)
+                if not position <= total:
+                    raise FaultSpecError(f"{fault.spec!r}: byte {position} is past the end ({total} bytes)")
             else:
                 n = fault.params.get("after", len(ends) // 2)
                 position, what = _event_end(ends, n, fault), f"after event {n}"
@@ -549,6 +552,8 @@ def corrupt_raw(raw: bytes, wire: str, fault: Fault) -> tuple[bytes, int, int]:
     at = base + offset
     old = data[at]
     data[at] = fault.params["byte"] if "byte" in fault.params else old ^ 0xFF
+    if data[at] == old:
+        raise FaultSpecError(f"{fault.spec!r}: byte 0x{old:02x} is already there: the fault would change nothing")
     return bytes(data), at, old
 
 
@@ -632,10 +637,24 @@ def _cut_position(source: Source, frames: list[Frame], ends: list[int], fault: F
         return p["byte"], f"byte {p['byte']}"
     if "at" not in p:
         return _event_end(ends, p["event"], fault), f"after event {p['event']}"
+    _check_picked_message(fault)
+    if "event" in p and not p["event"] < len(ends):
+        raise FaultSpecError(f"{fault.spec!r}: event {p['event']} does not exist (this stream has {len(ends)} events)")
     found = protocol_positions(source, frames, only=p["at"], pick=p.get("event"))
     if not found:
         raise FaultSpecError(f"{fault.spec!r}: this {source.wire} recording has no {p['at']} position")
     return found[0][1], found[0][2]
+
+
+def _check_picked_message(fault: Fault) -> None:
+    """``cut:at=prelude|crc,event=N`` picks the message whose prelude or CRC is cut; no other
+    position takes ``event=``, and no message comes before the first."""
+    p = fault.params
+    if "at" in p and "event" in p:
+        if p["at"] not in ("prelude", "crc"):
+            raise FaultSpecError(f"{fault.spec!r}: event= picks the message of at=prelude or at=crc, not of at={p['at']}")
+        if p["event"] < 0:
+            raise FaultSpecError(f"{fault.spec!r}: event {p['event']} is no message (the first is event 0)")
 
 
 def protocol_positions(
@@ -689,6 +708,8 @@ class LiveFaults:
         for fault in faults:  # what does not fit this wire is refused now, not at its event mid-stream
             if fault.kind == "corrupt" and fault.params.get("field", "payload") != "payload" and wire != "eventstream":
                 raise FaultSpecError(f"{fault.spec!r}: field={fault.params['field']} needs an event-stream; use field=payload")
+            if fault.kind == "cut":
+                _check_picked_message(fault)
             if fault.kind == "error":
                 try:
                     error_frames(self.source, fault.params["kind"], None, 0)

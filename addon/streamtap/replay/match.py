@@ -126,6 +126,7 @@ class _Entry:
     key: Key
     body: Any
     served: int = 0
+    served_last: int = 0  # when it was last served (the library's count of answers), for resumes
     redacted_params: frozenset[str] = frozenset()  # query parameters recorded redacted
     redacted_body: bool = False  # the body holds redacted values
 
@@ -137,6 +138,7 @@ class Library:
         self.options = options or MatchOptions()
         self._lock = threading.Lock()
         self.entries: list[_Entry] = []
+        self._answered = 0  # answers given (resumes not counted)
         for source in sources:
             body = normalize_body(_copy(source.request_body), self.options.ignore_fields)
             key = self.key(source.method, source.path_and_query, source.request_headers, body)
@@ -175,19 +177,33 @@ class Library:
         wanted = tuple((h, headers.get(h, "")) for h in self.options.match_headers)
         return Key(method.upper(), path, body_hash(body), wanted)
 
-    def match(self, method: str, target: str, headers: dict[str, str], body: bytes) -> Source | None:
+    def match(self, method: str, target: str, headers: dict[str, str], body: bytes, *, resume: bool = False) -> Source | None:
+        """The recording that answers the request. A ``resume`` (a Last-Event-ID request) continues
+        an answer already given: under ``once`` it comes from the recording of that request served
+        last, and serving it again does not count."""
         request = self._request(method, target, headers, body)
         with self._lock:
+            entry = self._resumed(request) if resume else None
+            if entry is not None:
+                return entry.source
             entry = self._first_answer(request)
             if entry is None:
                 return None
             entry.served += 1
+            self._answered += 1
+            entry.served_last = self._answered
             return entry.source
 
-    def has_match(self, method: str, target: str, headers: dict[str, str], body: bytes) -> bool:
+    def has_match(self, method: str, target: str, headers: dict[str, str], body: bytes, *, resume: bool = False) -> bool:
         request = self._request(method, target, headers, body)
         with self._lock:
-            return self._first_answer(request) is not None
+            return (resume and self._resumed(request) is not None) or self._first_answer(request) is not None
+
+    def _resumed(self, request: tuple) -> _Entry | None:
+        if not self.options.once:
+            return None  # every recording is still there to answer: the first that answers does
+        served = [entry for entry in self.entries if entry.served and self._answers(entry, request)]
+        return max(served, key=lambda entry: entry.served_last, default=None)
 
     def _request(self, method: str, target: str, headers: dict[str, str], body: bytes) -> tuple:
         lowered = {k.lower(): v for k, v in headers.items()}

@@ -214,7 +214,10 @@ class ReplayServer:
 
     async def _answer(self, request: _Request, writer: asyncio.StreamWriter, requests: _RequestReader) -> bool:
         lib = self.library
-        source = lib.match(request.method, request.target, request.headers, request.body)
+        # an empty Last-Event-ID names no event: the client has no id to resume from (WHATWG clients
+        # do not send one then), so the answer is the whole stream
+        resume_id = request.headers.get("last-event-id") or None
+        source = lib.match(request.method, request.target, request.headers, request.body, resume=resume_id is not None)
         if source is None:
             body = lib.explain(request.method, request.target, request.headers, request.body)
             self._record(Served(request.method, request.target, 404, None, []))
@@ -232,7 +235,6 @@ class ReplayServer:
                 return request.keep_alive
         if self.options.assign_ids and source.wire == "sse":
             source = self._with_ids.setdefault(id(source), with_event_ids(source))
-        resume_id = request.headers.get("last-event-id")
         start_after = None
         if resume_id is not None:
             start_after = resume_position(source, resume_id)
