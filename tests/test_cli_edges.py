@@ -3,9 +3,13 @@ never a traceback; exit codes a script can trust. Real processes, the installed 
 
 from __future__ import annotations
 
+import os
+import pty
+import select
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 STREAMTAP = Path(sys.executable).with_name("streamtap")
@@ -60,3 +64,88 @@ def test_serve_refuses_faults_that_fit_one_by_one_but_not_together():
     got = streamtap("serve", "--fault", "error:kind=openai,after=3;cut:event=20", RECORDINGS / "openai-chat.jsonl", timeout=30)
     one_line_error(got, "serve")
     assert "together (error:kind=openai,after=3; cut:event=20)" in got.stderr and "event 20 does not exist" in got.stderr
+
+
+def test_no_verb_writes_its_output_over_a_recording(tmp_path):
+    """`report --html` and `sweep --json` name a file to write: a recording (an input of the same
+    run or any other) is refused, one line, and left as it was."""
+    recording = tmp_path / "a.jsonl"
+    shutil.copy(RECORDINGS / "anthropic.jsonl", recording)
+    before = recording.read_bytes()
+    for verb, *args in (("report", "--html", recording, tmp_path), ("sweep", recording, "--positions", "event=1", "--json", recording, "--", "true")):
+        got = streamtap(verb, *args)
+        one_line_error(got, verb)
+        assert "is a recording" in got.stderr and recording.read_bytes() == before, got.stderr
+    html = tmp_path / "report.html"
+    assert streamtap("report", "--html", html, tmp_path).returncode == 0 and html.read_text().startswith("<!doctype html>")
+
+
+def test_usage_mistakes_name_what_is_wrong(tmp_path):
+    one_line_error(got := streamtap("index", "--out", "", RECORDINGS), "index")
+    assert "empty name" in got.stderr and not list(tmp_path.iterdir())
+    one_line_error(got := streamtap("sweep", RECORDINGS / "openai-chat.jsonl", "--jobs", "-1", "--", "true"), "sweep")
+    assert "--jobs must be 0" in got.stderr and "--timeout" not in got.stderr, got.stderr
+    fifo = tmp_path / "b.jsonl"
+    os.mkfifo(fifo)
+    one_line_error(got := streamtap("serve", fifo, timeout=10), "serve")
+    assert "not a regular file" in got.stderr, got.stderr
+    assert '"$(streamtap addon)"' in streamtap("import", "--help").stdout  # the addon's path wherever streamtap is installed
+    assert "130 interrupted" in streamtap("--help").stdout
+
+
+INTERRUPTED_WHILE_LOADING = """
+import os, signal, sys, time
+import streamtap.cli as cli
+real = cli.build_parser
+def build_parser(*args):  # Ctrl-C while the verb's modules load
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.3)
+    return real(*args)
+cli.build_parser = build_parser
+sys.exit(cli.main(["verify", sys.argv[1]]))
+"""
+
+INTERRUPTED_IN_A_QUERY = """
+import os, signal, sys, threading, types
+import duckdb
+import streamtap.cli as cli
+def run(args):  # Ctrl-C while DuckDB runs a query, as in report and index
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    duckdb.connect().execute("SELECT count(*) FROM range(100000000000) t(i) WHERE i % 7 = 3").fetchall()
+    return 0
+verb = types.ModuleType("slow_verb")
+verb.configure, verb.run = (lambda parser: None), run
+sys.modules["slow_verb"] = verb
+cli.VERBS["slow"] = ("slow_verb", "a long query")
+sys.exit(cli.main(["slow"]))
+"""
+
+
+def on_a_terminal(args: list[str], timeout: float = 60) -> tuple[int | None, str]:
+    """Run ``args`` with a terminal for its stdin, stdout and stderr, where a Ctrl-C comes from
+    (DuckDB looks for one during a query only there); its exit code and everything it wrote."""
+    master, slave = pty.openpty()
+    process = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    output, deadline = b"", time.monotonic() + timeout
+    try:
+        while select.select([master], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the child is gone, and the terminal with it
+                break
+            if not chunk:
+                break
+            output += chunk
+        else:
+            process.kill()
+        process.wait(timeout=10)
+    finally:
+        os.close(master)
+    return process.returncode, output.decode(errors="replace")
+
+
+def test_ctrl_c_while_a_verb_loads_or_while_duckdb_queries_exits_130_without_a_traceback():
+    for code in (INTERRUPTED_WHILE_LOADING, INTERRUPTED_IN_A_QUERY):
+        returncode, output = on_a_terminal([sys.executable, "-c", code, str(RECORDINGS)])
+        assert returncode == 130 and "Traceback" not in output, (returncode, output)

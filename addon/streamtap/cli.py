@@ -11,9 +11,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 import traceback
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 
 # verb -> (module, one-line help). The help lives here, not in the module, so that
 # `streamtap --help` lists every verb without importing any, and `streamtap VERB` imports
@@ -55,7 +58,7 @@ def build_parser(configured: Collection[str] = VERBS) -> argparse.ArgumentParser
         prog="streamtap",
         description="Tap, record, judge and replay streamed LLM answers (SSE, AWS event-stream, NDJSON).",
         epilog="Run `streamtap VERB --help` for each verb. Exit codes: 0 ok, 1 finding, 2 usage error, 3 internal error, "
-        "141 the output was closed before the verb finished (| head).",
+        "130 interrupted (Ctrl-C), 141 the output was closed before the verb finished (| head).",
     )
     from streamtap import __version__
 
@@ -76,11 +79,35 @@ def chosen_verb(argv: list[str]) -> str | None:
     return next((word for word in argv if not word.startswith("-")), None)
 
 
+@contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Hold Ctrl-C until the block ends, then take it: the verbs load C extensions (orjson,
+    DuckDB, zstandard), and an interrupt raised while one sets itself up can crash the
+    interpreter instead of stopping it."""
+    held = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
+    if held:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        if held:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a pending Ctrl-C is raised now
+
+
+def _interrupted(exc: Exception) -> bool:
+    """DuckDB turns a Ctrl-C during a query into an exception of its own."""
+    return type(exc).__name__ == "InterruptException" or (type(exc) is RuntimeError and str(exc) == "Query interrupted")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     verb = chosen_verb(argv)
-    parser = build_parser([verb] if verb in VERBS else [])
-    args = parser.parse_args(argv)
+    try:
+        with _interrupts_held():
+            parser = build_parser([verb] if verb in VERBS else [])
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
     if not getattr(args, "run", None):
         parser.print_help()
         return EXIT_USAGE
@@ -102,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-    except Exception:  # a bug in streamtap: its traceback helps, and exit 3 keeps it apart from a finding
+    except Exception as exc:  # a bug in streamtap: its traceback helps, and exit 3 keeps it apart from a finding
+        if _interrupted(exc):
+            return EXIT_INTERRUPTED
         traceback.print_exc()
         return EXIT_INTERNAL
 

@@ -22,7 +22,7 @@ each response back until it is complete. With streaming on (`--set stream_large_
 or the streamtap addon loaded) mitmproxy forwards at once and keeps NO body unless you
 also pass `--set store_streamed_bodies=true`:
 
-  mitmdump -w capture.mitm -s addon/tap.py --set store_streamed_bodies=true
+  mitmdump -w capture.mitm -s "$(streamtap addon)" --set store_streamed_bodies=true
 
 Flows whose body is missing are listed as skipped. Importing the same capture again
 skips the flows already recorded in the output directory.

@@ -36,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from streamtap.recording import fleet  # DuckDB: imported by this verb only
     from streamtap.recording.catalog import find_recordings
 
+    if not args.out:
+        raise UsageError("--out: give the index folder (an empty name would index into the current folder)")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: not a folder")

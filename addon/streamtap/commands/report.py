@@ -94,6 +94,10 @@ def run(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise UsageError("--limit must be 0 or more")
     from streamtap.recording import fleet
+    from streamtap.recording.catalog import is_recording_file
+
+    if args.html and is_recording_file(args.html):
+        raise UsageError(f"--html {args.html}: this file is a recording; streamtap never writes over one (name a new file)")
 
     con = fleet.connect()
     loaded = fleet.Loaded()

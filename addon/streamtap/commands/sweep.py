@@ -107,8 +107,10 @@ def run(args: argparse.Namespace) -> int:
     styles = tuple(s.strip() for s in args.styles.split(",") if s.strip())
     if not styles or any(s not in CUT_STYLES for s in styles):
         raise UsageError(f"--styles takes {', '.join(CUT_STYLES)}, not {args.styles!r}")
-    if not (math.isfinite(args.timeout) and args.timeout > 0) or args.jobs < 0:
-        raise UsageError(f"--timeout must be a number of seconds > 0 (not {args.timeout:g}) and --jobs >= 0")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise UsageError(f"--timeout must be a number of seconds > 0, not {args.timeout:g}")
+    if args.jobs < 0:
+        raise UsageError(f"--jobs must be 0 (one per core) or more, not {args.jobs}")
     error_text = args.error_text
     try:
         if error_text is not None:
@@ -173,7 +175,10 @@ def _refuse_unwritable(path: Path) -> None:
     such folder, no permission): found after the sweep, it would lose the report and hide
     the sweep's exit code."""
     from streamtap.cli import UsageError
+    from streamtap.recording.catalog import is_recording_file
 
+    if is_recording_file(path):
+        raise UsageError(f"--json {path}: this file is a recording; streamtap never writes over one (name a new file)")
     existed = os.path.lexists(path)
     try:
         path.open("a").close()  # appending nothing leaves a file that is there as it was

@@ -125,6 +125,23 @@ def find_recordings(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Found]:
             raise FileNotFoundError(f"{path}: no such file or directory")
 
 
+_HEADER_START = b'{"type":"header",'  # how the writer begins every recording (orjson, no spaces)
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def is_recording_file(path: str | os.PathLike[str]) -> bool:
+    """Does ``path`` hold a recording (by its first bytes: a header line, or a zstd stream named
+    ``.jsonl.zst``)? For the verbs that write a file: they never overwrite one."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
+        with open(path, "rb") as handle:
+            head = handle.read(len(_HEADER_START))
+    except OSError:
+        return False
+    return head == _HEADER_START or (head.startswith(_ZSTD_MAGIC) and os.fspath(path).endswith(RECORDING_SUFFIXES[1]))
+
+
 def is_partial(path: Path) -> bool:
     """Named as a writer names a recording until it is finished (renaming it is the writer's last act)."""
     return path.name.endswith((PARTIAL_SUFFIX, PARTIAL_SUFFIX + SUFFIX))

@@ -160,6 +160,8 @@ class Library:
                 files += sorted(p for p in found if p.is_file())
             elif path.is_file():
                 files.append(path)
+            elif path.exists():  # a fifo or a device: no recording, and reading one could wait for ever
+                raise RecordingError(f"{path}: not a regular file or a folder")
             else:
                 raise RecordingError(f"{path}: no such file or directory")
         return cls([load_source(f) for f in files], options)
