@@ -131,11 +131,54 @@ def test_a_model_name_is_its_own_label_whatever_allowed_character_it_starts_with
     assert metrics.model_label("@cf/meta llama") == OTHER  # a space is outside the set
 
 
-def test_a_bad_address_stops_the_proxy_at_startup_saying_why(tmp_path):
-    mitm = Mitmdump("http://127.0.0.1:9", tmp_path, options={"streamtap_metrics": "nonsense"})
+@pytest.mark.parametrize("address", ["nonsense", "http://127.0.0.1:19108"])
+def test_a_bad_address_stops_the_proxy_at_startup_saying_why(tmp_path, address):
+    mitm = Mitmdump("http://127.0.0.1:9", tmp_path, options={"streamtap_metrics": address})
     process = subprocess.run(mitm.args, capture_output=True, text=True, timeout=30, cwd=tmp_path)
     assert process.returncode != 0
-    assert "streamtap_metrics must be HOST:PORT (e.g. 127.0.0.1:9108), not 'nonsense'" in process.stdout + process.stderr
+    assert f"streamtap_metrics must be HOST:PORT (e.g. 127.0.0.1:9108), not {address!r}" in process.stdout + process.stderr
+
+
+def test_an_address_is_a_host_name_or_an_ip_address_and_a_port_of_ascii_digits():
+    from streamtap.mitm.metrics import parse_address
+
+    for good, parsed in (("127.0.0.1:9108", ("127.0.0.1", 9108)), ("localhost:80", ("localhost", 80)),
+                         ("[::1]:9108", ("::1", 9108)), ("metrics-1.example:9108", ("metrics-1.example", 9108))):
+        assert parse_address(good) == parsed
+    for bad in ("http://127.0.0.1:19108", "127.0.0.1:19108/metrics", "300.1.1.1:19108", "127.0.0.1 :19108",
+                "127.0.0.1:\u00b2", "127.0.0.1:\u0669\u0661\u0660\u0668", ":9108", "[localhost]:9108", "-host:1", "h:65536"):
+        with pytest.raises(ValueError, match="must be HOST:PORT"):
+            parse_address(bad)
+
+
+def test_a_script_reload_serves_the_metrics_from_the_new_addons(tmp_path):
+    """mitmproxy reloads a script whose file changed: its done hook runs synchronously, so every
+    streamtap addon must stop without awaiting; the new instances then serve the metrics."""
+    script = tmp_path / "streamtap_script.py"
+    script.write_text("from streamtap.mitm.entry import make_addons\naddons = make_addons()\n")
+    port = free_port()
+    with Upstream() as upstream:
+        upstream.add("m", Script(streams.openai_chat(["before ", "and after"]), chunk_size=40))
+        with Mitmdump(upstream.url, tmp_path / "run", script=script, options={"streamtap_metrics": f"127.0.0.1:{port}"}) as mitm:
+            mitm.wait_log("metrics on http://127.0.0.1:")
+            assert httpx.post(f"{mitm.url}/s/m{CHAT}", content=b"{}", timeout=10).status_code == 200
+            deadline = time.monotonic() + 10
+            while value(scrape(port), "streamtap_turns_total") < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(1.1)  # a new modification time, whatever the file system's resolution
+            script.write_text(script.read_text() + "# changed\n")
+            mitm.wait_log("metrics on http://127.0.0.1:", count=2, timeout=15)
+            assert httpx.post(f"{mitm.url}/s/m{CHAT}", content=b"{}", timeout=10).status_code == 200
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                try:
+                    if value(scrape(port), "streamtap_turns_total") == 1:  # the new instances count anew
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.05)
+            assert value(scrape(port), "streamtap_turns_total") == 1
+        assert "sync context" not in mitm.log() and "Traceback" not in mitm.log(), mitm.log()[-3000:]
 
 
 def test_a_metrics_port_already_taken_is_logged_and_the_proxy_runs_on_without_metrics(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import json
 import os
 import re
 import signal
@@ -21,7 +22,7 @@ from streamtap.mitm.worker import LARGE_READ, ORPHANED, RING_ENV, SEND_BYTES, ST
 HUNG_ENV = "STREAMTAP_TEST_WORKER_HUNG_AFTER"
 from streamtap.recording import check_recording
 from test_metrics import scrape, value
-from upstream import CHAT, Mitmdump, Script, Upstream, curl, curl_started, find_recording, free_port
+from upstream import CHAT, STREAM_REQUEST, Mitmdump, Script, Upstream, curl, curl_started, find_recording, free_port
 
 WORKER_PID = re.compile(r"analysis worker 0 runs as pid (\d+)")
 
@@ -149,8 +150,14 @@ def test_a_worker_killed_mid_stream_is_restarted_and_the_traffic_stays_whole(ups
         log = proxy.wait_log("streamtap: openai-chat", count=1)
         line = next(line for line in log.splitlines() if "streamtap: openai-chat" in line)
         assert "unknown (streamtap's analysis worker died after it was handed" in line
-        # the proxy counted every byte it forwarded, not only those it had handed to the worker
-        assert value(scrape(port), "streamtap_stream_bytes_total") == len(body)
+        # the proxy counted every byte it forwarded, not only those it had handed to the worker;
+        # the turn under the model the request names (as report and index name it), the error as analysis's
+        families = scrape(port)
+        assert value(families, "streamtap_stream_bytes_total") == len(body)
+        requested = json.loads(STREAM_REQUEST)["model"]
+        assert value(families, "streamtap_turns_total", model=requested, verdict="unknown") == 1, families["streamtap_turns"]
+        assert value(families, "streamtap_tap_errors_total", part="analysis") == 1
+        assert value(families, "streamtap_tap_errors_total", part="tap") == 0
         assert "1 flow(s) lose their analysis" in log
         assert "ends where the worker stopped" in log
         # the restarted worker notes in the dead one's recording why it stops there

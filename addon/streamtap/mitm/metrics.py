@@ -12,9 +12,12 @@ their own label value, and any other name (or none) is counted as ``other``.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import re
 from typing import Any
+
+import orjson
 
 from mitmproxy import exceptions
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -97,10 +100,35 @@ class TurnMetrics:
             self.errors.labels(part if part in ERROR_PARTS else "tap").inc()
 
 
+MAX_REQUEST_READ = 1 << 20  # a lost flow's request body parsed on the loop for its model: at most this
+
+
+def _request_json(flow) -> Any:
+    content = flow.request.raw_content or b""
+    if len(content) > MAX_REQUEST_READ or flow.request.headers.get("content-encoding"):
+        return None
+    try:
+        return orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return None
+
+
+# a host name: dot-separated labels of letters, digits and inner hyphens
+_HOST_NAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(?:\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
+
+
 def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` too): a host name or an IP address, and a port of ASCII digits."""
     host, sep, port = text.strip().rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
+    bracketed = host.startswith("[") and host.endswith("]")
+    host = host[1:-1] if bracketed else host
+    try:
+        ipaddress.ip_address(host)
+        valid_host = True
+    except ValueError:  # a name, but not one of numbers only (300.1.1.1 is no address)
+        valid_host = (not bracketed and _HOST_NAME.fullmatch(host) is not None
+                      and not all(label.isdigit() for label in host.rstrip(".").split(".")))
+    if not (sep and valid_host and port.isascii() and port.isdigit() and int(port) <= 65535):
         raise ValueError(f"streamtap_metrics must be HOST:PORT (e.g. 127.0.0.1:9108), not {text!r}")
     return host, int(port)
 
@@ -149,9 +177,9 @@ class Metrics:
         log.info(f"streamtap: metrics on http://{host}:{port}/metrics")
 
     def turn_finished(self, flow, summary: dict[str, Any]) -> None:
-        # the analysis named the model (the answer's, else the request's); a flow it never
-        # judged (its worker died) is named by its URL alone: no request body is parsed on this loop
-        model = summary.get("model") or model_of(None, flow.request.pretty_url, None)
+        # the analysis named the model (the answer's, else the request's); only a flow it never
+        # judged (its worker died), or whose request names none, has its request read here
+        model = summary.get("model") or model_of(None, flow.request.pretty_url, _request_json(flow))
         self.metrics.count(summary, model)
 
     def tap_failed(self) -> None:

@@ -163,10 +163,11 @@ class Replay:
         request.host_header = host_header  # the recording and the app keep seeing the real host
         flow.metadata[REPLAYED] = server.base_url
 
-    async def done(self) -> None:
+    def done(self) -> None:
+        # not async: mitmproxy calls done synchronously when it reloads or unloads the script
         for server in [self.server, *self._stale]:
             if server is not None:
-                await server.close()
+                server.close_now()
         self.server, self._stale = None, []
 
 

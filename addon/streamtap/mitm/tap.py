@@ -834,7 +834,7 @@ class Tap:
             "duration_ms": duration,
             "stream_end": remote.end or StreamEnd.FINISHED.value,
             "recording": None,
-            "errors": [why],
+            "errors": [f"analysis: {why}"],
         }
         if remote.fault:
             summary["injected_fault"] = remote.fault

@@ -135,10 +135,16 @@ class ReplayServer:
 
     async def close(self) -> None:
         if self._server is not None:
+            server = self._server
+            self.close_now()
+            await server.wait_closed()
+
+    def close_now(self) -> None:
+        """Stop listening and drop every connection, without waiting for them to be gone."""
+        if self._server is not None:
             self._server.close()
             for writer in list(self._writers):
                 writer.transport.abort()
-            await self._server.wait_closed()
             self._server = None
 
     @property
