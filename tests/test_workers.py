@@ -12,7 +12,7 @@ import signal
 import time
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import provider_streams as streams
@@ -392,6 +392,7 @@ def test_a_ring_that_cannot_get_memory_refuses_the_put_instead_of_faulting_the_p
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 40), st.integers(0, 3)), max_size=120))
+@example(steps=[(1, 0), (1, 0), (1, 0), (39, 1), (1, 0), (1, 3), (22, 0)])  # room only between two runs in flight
 def test_ring_space_never_hands_out_bytes_in_flight(steps):
     """Puts (in 64-byte units) and acknowledgements of the oldest puts, as the worker sends them:
     no put overlaps one in flight or leaves the ring, and one is refused only when the ring is

@@ -156,8 +156,8 @@ class RingSpace:
             return 0
         if at_tail:
             return tail
-        top = max(end for _, end in runs)
-        return top if top + length <= self.size else None
+        # the gaps the acknowledgements opened: right after a run in flight
+        return next((end for _, end in runs if self._free(end, length)), None)
 
     def _free(self, at: int, length: int) -> bool:
         end = at + length
