@@ -195,6 +195,8 @@ def test_ndjson_and_json_array_bodies_by_extension(tmp_path):
          'line 2 is damaged: a network read is [0,"a",1], not [offset, length, t]'),
         ('"wire":{"format":"sse"}', '{"type":"end","verdict":"complete"}',
          "line 2 is damaged: 'verdict' is \"complete\", not an object"),
+        ('"wire":{"format":"sse"}', '{"type":"end","verdict":{"iind":"complete"}}',
+         "line 2 is damaged: 'kind' is null, not a string"),
     ],
 )
 def test_a_recording_with_a_mistyped_field_is_one_line_exit_2(tmp_path, line1, line2, says):
@@ -474,3 +476,33 @@ def test_show_marks_an_unfinished_tool_call_and_block(files, tmp_path):
     shown = streamtap("show", cut_text).stdout
     assert any(line.startswith("─── answer") and "UNFINISHED" in line for line in shown.splitlines()), shown
     assert not any(line.startswith("─── thinking") and "UNFINISHED" in line for line in shown.splitlines()), shown
+
+
+REAL_RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "anthropic.jsonl"
+
+
+def another_wire_hash(lines: list[bytes]) -> list[bytes]:
+    """The body was not content-encoded: its wire bytes are the body's, and so is their hash."""
+    end = orjson.loads(lines[-1])
+    end["wire_sha256"] = hashlib.sha256(b"other bytes").hexdigest()
+    return [*lines[:-1], orjson.dumps(end)]
+
+
+def reads_renamed(lines: list[bytes]) -> list[bytes]:
+    """A reads line whose type was damaged: the network reads are gone."""
+    return [line.replace(b'"type":"reads"', b'"type":"peads"') for line in lines]
+
+
+@pytest.mark.parametrize("edit, says", [
+    (another_wire_hash, "wire sha256 differs from the body's"),
+    (reads_renamed, "the file holds no network reads"),
+], ids=["wire-hash", "reads-lost"])
+def test_verify_finds_damage_that_leaves_every_line_well_formed(tmp_path, edit, says):
+    lines = REAL_RECORDING.read_bytes().splitlines()
+    edited = edit(lines)
+    assert edited != lines
+    recording = tmp_path / "damaged.jsonl"
+    recording.write_bytes(b"\n".join(edited) + b"\n")
+    assert streamtap("verify", REAL_RECORDING).returncode == 0
+    result = streamtap("verify", recording)
+    assert result.returncode == 1 and says in result.stdout + result.stderr, (result.stdout, result.stderr)

@@ -76,10 +76,13 @@ def test_a_capture_cut_short_keeps_the_flows_before_the_cut_and_exits_1(tmp_path
     assert "2 recorded" in result.stderr
 
     first = tmp_path / "first.mitm"
-    first.write_bytes(whole.read_bytes()[:500])
-    result = streamtap("import", first, "--out", tmp_path / "none")
-    assert result.returncode == 1 and "cut short inside its first flow" in result.stderr, result.stderr
-    assert not (tmp_path / "none").exists()
+    data = whole.read_bytes()
+    length_end = data.index(b":")
+    for keep in (500, length_end, length_end + 1, length_end + 2):  # also right after the first length's colon
+        first.write_bytes(data[:keep])
+        result = streamtap("import", first, "--out", tmp_path / "none")
+        assert result.returncode == 1 and "cut short inside its first flow" in result.stderr, (keep, result.stderr)
+        assert not (tmp_path / "none").exists()
 
 
 def test_a_capture_damaged_after_its_first_flow_keeps_that_flow(tmp_path):

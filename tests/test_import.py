@@ -211,3 +211,26 @@ def test_a_sentinel_import_is_judged_the_same_by_verify(plain_capture):
     assert verify.returncode == 1, verify.stdout + verify.stderr
     assert "judging its bytes again" not in verify.stdout, verify.stdout
     assert verify.stdout.count(": truncated (") == 2, verify.stdout
+
+
+def test_a_header_byte_that_is_not_utf8_is_kept_escaped_live_and_imported(tmp_path, provider):
+    """HTTP lets a header carry bytes that are not UTF-8 (obs-text); mitmproxy keeps them as
+    surrogate escapes, which JSON cannot hold: the recording writes them as \\xNN, live and imported."""
+    path = tmp_path / "capture.mitm"
+    proxy = Mitmdump("--listen-host", "127.0.0.1", "--listen-port", "0", "-w", str(path), "--set", "store_streamed_bodies=true",
+                     "--set", f"streamtap_dir={tmp_path / 'live'}", confdir=tmp_path / "conf", tap=True)
+    try:
+        result = subprocess.run(
+            ["curl", "-sS", "--no-buffer", "--proxy", f"http://127.0.0.1:{proxy.port}", f"http://127.0.0.1:{provider.port}/v1/chat/completions",
+             b"-H", b"x-client-note: caf\xe9", "-H", "content-type: application/json", "-d", '{"model":"gpt-4o","stream":true,"messages":[]}'],
+            capture_output=True, timeout=30,
+        )
+        assert result.returncode == 0 and result.stdout == CHAT, result.stderr
+    finally:
+        proxy.stop()
+    imported = streamtap_import(str(path), "--out", str(tmp_path / "imported"))
+    assert imported.returncode == 0 and "Traceback" not in imported.stderr, imported.stderr
+    for folder in ("live", "imported"):
+        [recording] = [read_recording(f) for f in (tmp_path / folder).glob("*.jsonl")]
+        assert recording.verdict["kind"] == "complete" and recording.body == CHAT and not check_recording(recording)
+        assert ["x-client-note", "caf\\xe9"] in recording.header["request"]["headers"], (folder, recording.header["request"]["headers"])

@@ -88,7 +88,7 @@ def _ends_inside_a_flow(handle: Any, start: int) -> bool:
     handle.seek(start)
     head = handle.read(32)
     size = os.fstat(handle.fileno()).st_size
-    record = re.match(rb"(\d{1,12}):\d", head)
+    record = re.match(rb"(\d{1,12}):(?:\d|\Z)", head)  # (the file may end right after the length)
     if record is None:
         return head.isdigit() and start + len(head) == size  # cut inside the length itself
     return start + record.end(1) + 1 + int(record[1]) + 1 > size

@@ -121,8 +121,8 @@ def _time(record: dict[str, Any], name: str) -> float | None:
     return value
 
 
-def _one_of(record: dict[str, Any], name: str, allowed: frozenset[str]) -> str | None:
-    value = _typed(record, name, str)
+def _one_of(record: dict[str, Any], name: str, allowed: frozenset[str], *, required: bool = False) -> str | None:
+    value = _typed(record, name, str, required=required)
     if value is not None and value not in allowed:
         raise ValueError(f"{name!r} is {_shown(value)}, not one of {', '.join(sorted(allowed))}")
     return value
@@ -220,7 +220,7 @@ def _check_note(record: dict[str, Any]) -> None:
 def _check_end(record: dict[str, Any]) -> None:
     verdict = _typed(record, "verdict", dict)
     if verdict is not None:
-        _one_of(verdict, "kind", _VERDICTS)
+        _one_of(verdict, "kind", _VERDICTS, required=True)
         _typed(verdict, "reason", str)
         _counted(verdict, "seq")
         _counted(verdict, "offset")
@@ -514,10 +514,14 @@ class RecordingCheck:
                 problems.append(f"end line says {end.get('bytes')} body bytes, the frames hold {self._offset}")
             if end.get("sha256") != self._body_hash.hexdigest():
                 problems.append("body sha256 differs from the end line's")
-            if self._any_reads and end.get("wire_bytes") != self._wire_offset:
-                problems.append(f"end line says {end.get('wire_bytes')} wire bytes, the reads add up to {self._wire_offset}")
+            if end.get("wire_bytes") != self._wire_offset and (self._any_reads or end.get("wire_bytes")):
+                reads = f"the reads add up to {self._wire_offset}" if self._any_reads else "the file holds no network reads"
+                problems.append(f"end line says {end.get('wire_bytes')} wire bytes, {reads}")
             if self.content_encoding and end.get("wire_sha256") != self._wire_hash.hexdigest():
                 problems.append("wire sha256 differs from the end line's")
+            wired = self._any_reads or end.get("wire_bytes")  # (a writer given no reads keeps no wire)
+            if wired and not self.content_encoding and end.get("wire_sha256") != end.get("sha256"):
+                problems.append("wire sha256 differs from the body's, and the body was not content-encoded")
         return problems
 
 

@@ -141,6 +141,22 @@ _PLAIN_SSE: dict[str, bytes] = {}  # event type -> its description, for the comm
 _HEADERS: dict[tuple, bytes] = {}  # event-stream header set -> its JSON (a stream repeats a few sets)
 
 
+def _escaped(value: Any) -> Any:
+    """``value`` with every text that holds bytes not UTF-8 (mitmproxy keeps them as surrogate
+    escapes, which JSON cannot carry) written with those bytes as ``\\xNN``."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        return value
+    if isinstance(value, dict):
+        return {_escaped(key): _escaped(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_escaped(item) for item in value]
+    return value
+
+
 def _headers_json(headers: dict[str, Any]) -> bytes:
     """``orjson.dumps`` of an event-stream header set as ``describe`` gives it, cached (a stream repeats a few)."""
     try:
@@ -267,7 +283,11 @@ class RecordingWriter:
         return self._offset
 
     def _line(self, record: dict[str, Any]) -> None:
-        self._file.write(orjson.dumps(record) + b"\n")
+        try:
+            line = orjson.dumps(record)
+        except TypeError:  # a text holding bytes that are not UTF-8 (a header, the URL): kept escaped
+            line = orjson.dumps(_escaped(record))
+        self._file.write(line + b"\n")
         if self.fsync == "always":
             self._file.flush()
             os.fsync(self._file.fileno())
