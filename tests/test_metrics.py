@@ -143,7 +143,8 @@ def test_an_address_is_a_host_name_or_an_ip_address_and_a_port_of_ascii_digits()
     from streamtap.mitm.metrics import parse_address
 
     for good, parsed in (("127.0.0.1:9108", ("127.0.0.1", 9108)), ("localhost:80", ("localhost", 80)),
-                         ("[::1]:9108", ("::1", 9108)), ("metrics-1.example:9108", ("metrics-1.example", 9108))):
+                         ("[::1]:9108", ("::1", 9108)), ("metrics-1.example:9108", ("metrics-1.example", 9108)),
+                         ("metrics_host:9108", ("metrics_host", 9108))):
         assert parse_address(good) == parsed
     for bad in ("http://127.0.0.1:19108", "127.0.0.1:19108/metrics", "300.1.1.1:19108", "127.0.0.1 :19108",
                 "127.0.0.1:\u00b2", "127.0.0.1:\u0669\u0661\u0660\u0668", ":9108", "[localhost]:9108", "-host:1", "h:65536"):

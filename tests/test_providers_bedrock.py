@@ -619,10 +619,15 @@ def test_a_chunk_of_no_known_family_among_known_chunks_leaves_the_turn_unknown()
     for body in (cohere + llama, llama[:1] + cohere + llama[1:]):
         verdict = analyze_bytes(b"".join(map(chunk_frame, body)), Dialect.BEDROCK_INVOKE).verdict
         assert verdict.kind is VerdictKind.UNKNOWN and "does not know" in verdict.reason, verdict
-    # a chunk of only what Bedrock adds is Bedrock's, not an unknown model's
+    # a chunk of only what Bedrock adds is Bedrock's, not an unknown model's; an empty one is no model's
     bedrock_only = [llama[0], TITAN_METRICS, llama[1]]
     analysis = analyze_bytes(b"".join(map(chunk_frame, bedrock_only)), Dialect.BEDROCK_INVOKE)
     assert analysis.verdict.kind is VerdictKind.COMPLETE and analysis.turn.usage.input == 15, analysis.verdict
+    for body in ([llama[0], {}, llama[1]], [{}, {}]):
+        verdict = analyze_bytes(b"".join(map(chunk_frame, body)), Dialect.BEDROCK_INVOKE).verdict
+        assert verdict.kind is VerdictKind.UNKNOWN, (body, verdict)
+    late = analyze_bytes(b"".join(map(chunk_frame, [*llama, TITAN_METRICS])), Dialect.BEDROCK_INVOKE).verdict
+    assert late.kind is VerdictKind.CORRUPT and "Bedrock's own members" in late.reason, late
 
 
 def test_complete_verdict_points_at_the_terminal_event() -> None:

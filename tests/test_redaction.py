@@ -153,6 +153,19 @@ def test_a_query_is_redacted_in_place_at_both_separators_and_in_a_query_like_fra
         "https://h/p?q=a+b%2C;key=[redacted]&&x=%7E;flag&Api-Key=[redacted]#s")
     assert redactor.url("https://h/cb#state=1&access_token=k3") == "https://h/cb#state=1&access_token=[redacted]"
     assert redactor.url("https://h/p?x=1&y=2#frag") == "https://h/p?x=1&y=2#frag"
+    # a ";" that starts no name=value stays in the value: a secret holding one is redacted whole
+    assert redactor.url("https://h/p?api_key=AAAA;BBBB&model=m") == "https://h/p?api_key=[redacted]&model=m"
+
+
+def test_a_recording_an_older_streamtap_wrote_re_encoded_still_answers_its_request():
+    """Before ";" was a separator, a query holding a secret was re-encoded whole when recorded
+    (";" as %3B); the matcher decodes each piece first, so such a recording still answers."""
+    from streamtap.replay.source import Source
+
+    recorded = Source.from_frames([b"data: {}\n\n"], url="http://h/v1/x?api_key=[redacted]&filter=a%3Bb&n=1")
+    library = Library([recorded])
+    assert library.match("POST", "/v1/x?api_key=live-secret&filter=a;b&n=1", {}, b"") is recorded
+    assert library.match("POST", "/v1/x?api_key=live-secret&filter=a;c&n=1", {}, b"") is None
 
 
 # --- a real mitmdump -------------------------------------------------------------------------

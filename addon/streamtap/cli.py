@@ -85,13 +85,12 @@ def _interrupts_held() -> Iterator[None]:
     DuckDB, zstandard), and an interrupt raised while one sets itself up can crash the
     interpreter instead of stopping it."""
     held = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
-    if held:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if held else None
     try:
         yield
     finally:
-        if held:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a pending Ctrl-C is raised now
+        if before is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)  # a pending Ctrl-C is raised now
 
 
 def _interrupted(exc: Exception) -> bool:

@@ -113,8 +113,9 @@ def _request_json(flow) -> Any:
         return None
 
 
-# a host name: dot-separated labels of letters, digits and inner hyphens
-_HOST_NAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(?:\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
+# a host name: dot-separated labels of letters, digits, inner hyphens and underscores (which
+# resolvers take, and container names hold)
+_HOST_NAME = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)(?:\.(?!-)[A-Za-z0-9_-]{1,63}(?<!-))*\.?")
 
 
 def parse_address(text: str) -> tuple[str, int]:

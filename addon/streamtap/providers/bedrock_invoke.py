@@ -194,9 +194,10 @@ class Assembler:
         judge = self.judge
         family = family_of(inner)
         if family is None:
-            if self._ended("a chunk of an unknown model family", event):
+            bedrock_only = bool(inner) and all(key.startswith(_BEDROCK_PREFIX) for key in inner)  # metrics, trace
+            if self._ended("a chunk of Bedrock's own members" if bedrock_only else "a chunk of an unknown model family", event):
                 return
-            if all(key.startswith(_BEDROCK_PREFIX) for key in inner):  # only what Bedrock adds: metrics, trace
+            if bedrock_only:
                 self._bedrock_fields(inner, event)
                 return
             judge.note(f"chunk of an unknown model family at seq {event.seq}: {sorted(inner)[:5]}")

@@ -50,8 +50,9 @@ _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _SCHEME = re.compile(r"^\s*([A-Za-z][A-Za-z0-9._-]*)\s+\S")
 _FORM = re.compile(rb"[^&=\s]+=[^&\s]*(?:&[^&=\s]+=[^&\s]*)*&?")
 # A query parameter. Servers differ on whether ";" separates parameters as "&" does (Python's
-# parse_qsl did before 3.9.2), so a secret after a ";" is taken for a parameter of its own.
-_QUERY_PARAM = re.compile(r"[^&;]+")
+# parse_qsl did before 3.9.2), so a ";" that starts another name=value starts a parameter of its
+# own; any other ";" stays in the value (a secret ending ";tail" is redacted whole either way).
+_QUERY_PARAM = re.compile(r"(?:[^&;]|;(?![^&;=]*=))+")
 # a member of a JSON object whose value is a string or a number: name, separator, value
 _JSON_MEMBER = re.compile(rb'"((?:[^"\\]|\\.)*)"(\s*:\s*)("(?:[^"\\]|\\.)*"|-?\d[\d.eE+-]*)')
 
@@ -260,12 +261,15 @@ def redact_headers(headers: Iterable[tuple[str, str]], extra: Iterable[str] = ()
 
 
 def query_pairs(query: str) -> list[tuple[str, str]]:
-    """The decoded name/value pairs of a query string, split where ``Redactor.url`` splits it (at
-    ``&`` and ``;``): what a recording's query and a live request's are compared by."""
+    """The decoded name/value pairs of a query string, split where ``Redactor.url`` splits it:
+    what a recording's query and a live request's are compared by. Each ``&`` piece is decoded
+    before it is split at ``;``, so a query that an older streamtap wrote re-encoded (``;`` as
+    ``%3B``) reads as the live one does."""
     pairs = []
-    for param in _QUERY_PARAM.findall(query):
-        name, _, value = param.partition("=")
-        pairs.append((unquote_plus(name), unquote_plus(value)))
+    for piece in query.split("&"):
+        for param in _QUERY_PARAM.findall(unquote_plus(piece)):
+            name, _, value = param.partition("=")
+            pairs.append((name, value))
     return pairs
 
 
