@@ -318,6 +318,18 @@ def test_terminal_event_never_dispatched_is_truncated(name, end):
     assert analyze_bytes(line_cut, dialect, end=end).verdict.kind is T
 
 
+@pytest.mark.parametrize("end", [StreamEnd.FINISHED, StreamEnd.UPSTREAM_RESET])
+def test_a_stream_cut_inside_a_delta_is_not_said_to_have_lost_its_terminal_event(end):
+    """Half a content_block_delta's JSON, completed for the probe, is unreadable, not a terminal
+    signal: the cut is an ordinary one."""
+    body = anthropic_body(anthropic_events("t", "a", {"x": 1}))
+    delta = body.index(b"event: content_block_delta")
+    cut = body[: body.index(b"\n", body.index(b"data: ", delta)) - 5]  # inside the delta's data line
+    verdict = analyze_bytes(cut, ANTHROPIC, end=end).verdict
+    assert verdict.kind is T and "terminal" not in verdict.reason, verdict
+    assert "terminal_not_dispatched" not in verdict.evidence
+
+
 def test_a_bom_mid_stream_does_not_make_an_unended_line_a_terminal_event():
     """Only the stream's first bytes can be a BOM: "\ufeffdata: [DONE]" after the first event is
     a field named "\ufeffdata", ignored, so no terminal event arrived, dispatched or not."""

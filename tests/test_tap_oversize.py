@@ -10,7 +10,11 @@ checks out against itself and is finished, read by read or batched as on the pro
 from __future__ import annotations
 
 import gzip
+import json
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +25,8 @@ from streamtap.recording import check_recording, read_recording
 from test_tap_batching import TurnLoop, flow_for
 from upstream import CHAT as CHAT_PATH
 from upstream import Mitmdump, Script, Upstream, curl, find_recording
+
+STREAMTAP = Path(sys.executable).with_name("streamtap")
 
 LIMIT = 4096
 CHAT = "/v1/chat/completions", "text/event-stream"
@@ -103,6 +109,12 @@ def test_through_mitmdump_an_oversize_event_leaves_a_finished_recording_of_every
     assert check_recording(recording) == []
     assert recording.verdict["kind"] != "complete"
     assert not [n for n in recording.notes if n.get("kind") == "streamtap_error"], recording.notes
+    # the header keeps the limit the proxy judged with, and verify judges with it again
+    assert recording.header["max_event_size"] == 65536
+    verified = subprocess.run([str(STREAMTAP), "verify", "--json", recording.path], capture_output=True, text=True, timeout=60)
+    [line] = verified.stdout.splitlines()
+    assert json.loads(line)["verdict"]["kind"] == recording.verdict["kind"], line
+    assert "judging its bytes again" not in verified.stdout + verified.stderr, verified.stdout
 
 
 def test_a_decoded_read_larger_than_the_limit_is_kept_in_lines_no_longer_than_it(tmp_path):

@@ -224,8 +224,10 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
             how = f"--provider, the recording says {recorded}"
         wire = (header.get("wire") or {}).get("format")  # the reader checked the header's types
         status = (header.get("response") or {}).get("status") or 200
+        limit = header.get("max_event_size")  # the proxy's streamtap_max_event, when not the default
+        limits = {"max_event_size": limit} if limit else {}
         try:
-            session = StreamSession(dialect, wire or None, http_status=status, sentinel=sentinel, **keeps)
+            session = StreamSession(dialect, wire or None, http_status=status, sentinel=sentinel, **keeps, **limits)
         except ValueError as exc:  # a wire format this build does not know
             return Unjudged(path, f"cannot judge recording: {exc}")
         check = RecordingCheck((header.get("wire") or {}).get("content_encoding"))

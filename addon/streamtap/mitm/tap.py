@@ -135,7 +135,10 @@ class FlowTap:
                 )
                 if not header_failed:
                     assert spec.header is not None
-                    self.writer.header(spec.header)
+                    header = spec.header
+                    if max_event_size != DEFAULT_MAX_EVENT:  # verify judges with the limit the proxy used
+                        header = {**header, "max_event_size": max_event_size}
+                    self.writer.header(header)
                     for note in self.errors:
                         self.writer.note("streamtap_error", note)
                     self.writer.flush()

@@ -62,6 +62,8 @@ _DECODERS = {
 }
 
 _PLAIN_EVENTS = frozenset({SSEEvent, EventStreamMessage, JSONValue})  # events that go straight to the assembler
+# verdicts of a turn that ended: a cut last event that would give one of them was the terminal signal
+_FINISHED = frozenset({VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT, VerdictKind.FILTERED, VerdictKind.ERRORED})
 
 ERROR_BODY_LIMIT = 64 * 1024  # an HTTP error body is kept for its message, not forever
 MAX_BLOCKS = 4096  # blocks one turn keeps over all its choices; past them the turn is not assembled
@@ -342,7 +344,8 @@ class StreamSession:
             _, would = probe.finish(end)
         except Exception:  # fail open: the tail is then judged as any other cut
             return False
-        return would.kind is not VerdictKind.TRUNCATED
+        # it would have finished the turn; a cut event the assembler cannot read (half its JSON) is no terminal
+        return would.kind in _FINISHED
 
     def _judge(self, turn: Turn, verdict: Verdict, end: StreamEnd, terminal_tail: bool = False) -> Verdict:
         verdict.evidence.setdefault("end", end.value)

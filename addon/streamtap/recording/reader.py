@@ -157,6 +157,8 @@ def _check_header(record: dict[str, Any]) -> None:
         _typed(record, name, str)
     for name in ("started", "request_started"):
         _typed(record, name, (int, float))
+    if _counted(record, "max_event_size") == 0:
+        raise ValueError("'max_event_size' is 0, not a size")
     request, response = record.get("request") or {}, record.get("response") or {}
     status = _typed(response, "status", int)
     if status is not None and not 100 <= status <= 599:
