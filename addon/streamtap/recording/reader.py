@@ -516,12 +516,12 @@ class RecordingCheck:
                 problems.append(f"end line says {end.get('bytes')} body bytes, the frames hold {self._offset}")
             if end.get("sha256") != self._body_hash.hexdigest():
                 problems.append("body sha256 differs from the end line's")
-            if end.get("wire_bytes") != self._wire_offset and (self._any_reads or end.get("wire_bytes")):
+            wired = self._any_reads or end.get("wire_bytes")  # (a writer given no reads keeps no wire)
+            if wired and end.get("wire_bytes") != self._wire_offset:
                 reads = f"the reads add up to {self._wire_offset}" if self._any_reads else "the file holds no network reads"
                 problems.append(f"end line says {end.get('wire_bytes')} wire bytes, {reads}")
             if self.content_encoding and end.get("wire_sha256") != self._wire_hash.hexdigest():
                 problems.append("wire sha256 differs from the end line's")
-            wired = self._any_reads or end.get("wire_bytes")  # (a writer given no reads keeps no wire)
             if wired and not self.content_encoding and end.get("wire_sha256") != end.get("sha256"):
                 problems.append("wire sha256 differs from the body's, and the body was not content-encoded")
         return problems

@@ -304,10 +304,7 @@ def plan(
                 log.append(f"{fault.spec}: not reached, the stream is cut at byte {cut_at} by {first_cut.spec}")
         elif fault.kind == "stall":
             if "byte" in fault.params:
-                position, what = fault.params["byte"], f"byte {fault.params['byte']}"
-                total = sum(len(f.raw) for f in frames)
-                if not position <= total:
-                    raise FaultSpecError(f"{fault.spec!r}: byte {position} is past the end ({total} bytes)")
+                position, what = _body_byte(frames, fault), f"byte {fault.params['byte']}"
             else:
                 n = fault.params.get("after", len(ends) // 2)
                 position, what = _event_end(ends, n, fault), f"after event {n}"
@@ -631,30 +628,36 @@ _EVENT_FAULTS = {
 def _cut_position(source: Source, frames: list[Frame], ends: list[int], fault: Fault) -> tuple[int, str]:
     p = fault.params
     if "byte" in p:
-        total = sum(len(f.raw) for f in frames)
-        if not 0 <= p["byte"] <= total:
-            raise FaultSpecError(f"{fault.spec!r}: byte {p['byte']} is past the end ({total} bytes)")
-        return p["byte"], f"byte {p['byte']}"
+        return _body_byte(frames, fault), f"byte {p['byte']}"
     if "at" not in p:
         return _event_end(ends, p["event"], fault), f"after event {p['event']}"
-    _check_picked_message(fault)
-    if "event" in p and not p["event"] < len(ends):
-        raise FaultSpecError(f"{fault.spec!r}: event {p['event']} does not exist (this stream has {len(ends)} events)")
+    _check_picked_message(fault, len(ends))
     found = protocol_positions(source, frames, only=p["at"], pick=p.get("event"))
     if not found:
         raise FaultSpecError(f"{fault.spec!r}: this {source.wire} recording has no {p['at']} position")
     return found[0][1], found[0][2]
 
 
-def _check_picked_message(fault: Fault) -> None:
+def _body_byte(frames: list[Frame], fault: Fault) -> int:
+    """The fault's ``byte=``, which must fall inside the body served (its end included)."""
+    total = sum(len(f.raw) for f in frames)
+    if not 0 <= fault.params["byte"] <= total:
+        raise FaultSpecError(f"{fault.spec!r}: byte {fault.params['byte']} is past the end ({total} bytes)")
+    return fault.params["byte"]
+
+
+def _check_picked_message(fault: Fault, events: int | None = None) -> None:
     """``cut:at=prelude|crc,event=N`` picks the message whose prelude or CRC is cut; no other
-    position takes ``event=``, and no message comes before the first."""
+    position takes ``event=``, and no message comes before the first or after the last (of
+    ``events``, when the stream is known)."""
     p = fault.params
     if "at" in p and "event" in p:
         if p["at"] not in ("prelude", "crc"):
             raise FaultSpecError(f"{fault.spec!r}: event= picks the message of at=prelude or at=crc, not of at={p['at']}")
         if p["event"] < 0:
             raise FaultSpecError(f"{fault.spec!r}: event {p['event']} is no message (the first is event 0)")
+        if events is not None and p["event"] >= events:
+            raise FaultSpecError(f"{fault.spec!r}: event {p['event']} does not exist (this stream has {events} events)")
 
 
 def protocol_positions(
