@@ -1,5 +1,6 @@
 """Gemini verdicts that must never be complete: a responseId that changes mid-stream
-(provider-streams.md §5.5) and a streamed function call still open at finishReason STOP (§5.3)."""
+(provider-streams.md §5.5), a streamed function call still open at finishReason STOP (§5.3),
+and a part that sets two members of the Part.data oneof (text and a functionCall, say)."""
 
 from __future__ import annotations
 
@@ -95,3 +96,27 @@ def test_a_real_streamed_call_capture_without_its_closing_part_is_not_complete()
     lines[-1] = orjson.dumps(last)
     verdict = judged(lines, "sse").verdict
     assert verdict.kind is VerdictKind.CORRUPT and "getWeather" in verdict.reason, verdict
+
+
+@pytest.mark.parametrize("framing", sorted(FRAMINGS))
+def test_a_part_with_both_text_and_a_function_call_is_corrupt(framing):
+    """Part.data is a oneof: the API never sends text and a functionCall in one part, and read as
+    either one the other is lost."""
+    both = {"text": "Let me check.", "functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}
+    analysis = judged([chunk([both], "A", "STOP")], framing)
+    verdict = analysis.verdict
+    assert verdict.kind is VerdictKind.CORRUPT, verdict
+    assert "sets text and functionCall" in verdict.reason and verdict.evidence["fields"] == ["text", "functionCall"]
+    assert verdict.seq == 0, verdict
+
+
+@pytest.mark.parametrize("framing", sorted(FRAMINGS))
+def test_text_and_a_call_in_parts_of_their_own_stay_complete(framing):
+    """The shapes the API sends: one data member per part, with thought and thoughtSignature beside it
+    (an empty text beside a call loses nothing either)."""
+    call = {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}, "thoughtSignature": "c2ln"}
+    for parts in ([{"text": "Let me check."}, call], [{"text": "hm", "thought": True}, call],
+                  [{**call, "text": ""}], [{"text": "", "thoughtSignature": "c2ln"}, call]):
+        analysis = judged([chunk(parts, "A", "STOP")], framing)
+        assert analysis.verdict.kind is VerdictKind.COMPLETE, (parts, analysis.verdict)
+        assert analysis.turn.tool_calls()[0].arguments == {"city": "Paris"}

@@ -1,6 +1,7 @@
 """Responses verdicts that must never be complete (provider-streams.md §2): a payload with a
-top-level "error" (the openai SDK raises on it), and two responses stitched into one body
-(§2.4: the response id must not change between lifecycle events)."""
+top-level "error" (the openai SDK raises on it), two responses stitched into one body
+(§2.4: the response id must not change between lifecycle events), and a stream that lost its
+head (§2.5: only a starting_after replay starts after response.created)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import httpx
 import openai
 import orjson
 import pytest
+from conftest import shared_path
 from provider_streams import openai_responses, sse_spans
 
 from streamtap.providers import Dialect, VerdictKind, analyze_bytes
@@ -208,3 +210,55 @@ def test_an_output_slot_added_as_one_type_and_done_as_another_is_corrupt():
     verdict = judged(body).verdict
     assert verdict.kind is VerdictKind.CORRUPT and "added as a function_call and is done as a message" in verdict.reason, verdict
     assert sdk_helper_fails(body)
+
+
+# -- (c) the head: only a starting_after replay starts after response.created -------------------
+
+def test_a_stream_without_sequence_numbers_that_lost_its_head_is_unknown():
+    """Nothing in such a stream marks a replay: starting after response.created, it lost events."""
+    created = ev("response.created", response=response("resp_A", "in_progress"))
+    assert whole("resp_A").startswith(created)
+    for head in (created, start("resp_A")):  # response.created lost; it and response.in_progress lost
+        body = whole("resp_A")[len(head):]
+        verdict = judged(body).verdict
+        assert verdict.kind is VerdictKind.UNKNOWN, verdict
+        assert "not with response.created" in verdict.reason and "without a sequence_number" in verdict.reason
+        assert verdict.evidence["was"] == "complete" and verdict.seq == 0, verdict
+        assert sdk_helper_fails(body)  # the SDK's helper wants response.created first
+
+
+def numbered_events() -> list[bytes]:
+    return [event + b"\n\n" for event in openai_responses(["Hel", "lo"]).split(b"\n\n") if event]
+
+
+def test_a_numbered_stream_that_starts_after_response_created_is_a_replay_and_complete():
+    """GET /v1/responses/{id}?stream=true&starting_after=N replays from sequence_number N+1."""
+    events = numbered_events()
+    for after in (0, 1):
+        analysis = judged(b"".join(events[after + 1:]))
+        assert analysis.verdict.kind is VerdictKind.COMPLETE, (after, analysis.verdict)
+        assert any(f"starting_after={after}" in note for note in analysis.turn.notes), analysis.turn.notes
+
+
+def test_a_stream_numbered_from_0_that_does_not_start_with_response_created_is_unknown():
+    events = numbered_events()[1:]
+    renumbered = b"".join(re.sub(rb'"sequence_number":(\d+)', lambda m: b'"sequence_number":%d' % (int(m[1]) - 1), e)
+                          for e in events)
+    verdict = judged(renumbered).verdict
+    assert verdict.kind is VerdictKind.UNKNOWN and "at sequence_number 0" in verdict.reason, verdict
+
+
+CAPTURES = "pydantic-ai/bodies/openai-responses"
+
+
+def test_real_captures_a_replay_stays_complete_and_a_capture_without_its_head_is_unknown():
+    replay = shared_path("fixtures", CAPTURES, "test_background_mode_streaming_starting_after_vcr.1.sse")
+    analysis = judged(replay.read_bytes())  # recorded after GET ...?starting_after=0&stream=true
+    assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
+    assert any("starting_after=0" in note for note in analysis.turn.notes), analysis.turn.notes
+    unnumbered = shared_path("fixtures", CAPTURES, "test_openai_responses_stream.1.sse").read_bytes()
+    assert judged(unnumbered).verdict.kind is VerdictKind.COMPLETE
+    first = sse_spans(unnumbered)[0]
+    assert b"response.created" in unnumbered[first[0]:first[1]]
+    verdict = judged(unnumbered[first[1]:]).verdict
+    assert verdict.kind is VerdictKind.UNKNOWN and "response.in_progress" in verdict.reason, verdict

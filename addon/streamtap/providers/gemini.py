@@ -23,6 +23,12 @@ without a ``responseId`` (older captures) are not compared.
 A streamed function call (Vertex ``partialArgs``, §5.3) ends with a part without
 ``willContinue``. A ``STOP`` while the call's last part still said ``willContinue`` contradicts
 it: corrupt, as other dialects judge a normal stop with a tool call never finished.
+
+A part carries one kind of data: ``Part.data`` is a protobuf oneof (``text``, ``inlineData``,
+``fileData``, ``functionCall``, ``functionResponse``, ``executableCode``,
+``codeExecutionResult``), and the API's JSON holds one member of it per part (``thought`` and
+``thoughtSignature`` sit beside it). A part that sets two (a non-empty ``text`` and a
+``functionCall``, say) cannot come from the API and cannot be read as one thing: corrupt.
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ POLICY = {
     "IMAGE_SAFETY", "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION",
 }
 MALFORMED = {"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"}
+# the members of the Part.data oneof: a part sets one of them
+PART_DATA = ("text", "inlineData", "fileData", "functionCall", "functionResponse", "executableCode", "codeExecutionResult")
 
 
 def normalize(reason: str, has_calls: bool) -> str:
@@ -205,6 +213,12 @@ class Assembler(AssemblerBase):
             choice.stop_reason = self._finish[index]
 
     def _part(self, index: int, part: dict[str, Any], event: WireEvent, t: float | None) -> None:
+        if len(part) > 1:
+            data = [k for k in PART_DATA if part.get(k) is not None and part[k] != ""]
+            if len(data) > 1:
+                self.corrupt(f"a part of candidate {index} at seq {event.seq} (byte {event.start}) sets "
+                             f"{' and '.join(data)}: Part.data is a oneof, so the API sends one of them per part",
+                             event, candidate=index, fields=data)
         signature = as_str(part.get("thoughtSignature"))
         call = part.get("functionCall")
         if isinstance(call, dict):

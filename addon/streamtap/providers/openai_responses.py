@@ -27,6 +27,12 @@ snapshot's. A terminal ``output`` list that leaves out an item the stream finish
 too (the app gets that list; the ChatGPT Codex backend sends ``[]``); found by item id, or by
 position and type where ids rotate. A null or absent ``output`` is no contradiction: the SDK
 rebuilds it from the ``output_item.done`` items.
+
+The head: a stream starts with ``response.created`` (sequence_number 0). Only a replay
+(``GET /v1/responses/{id}?stream=true&starting_after=N``) starts later, and it keeps the
+numbering: its first event says sequence_number N+1 >= 1. A stream that starts with another
+event and no such number lost its head (the items announced there, and with an absent
+``output`` their text, are gone unseen): such a turn is ``unknown``, never complete.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from streamtap.wire import SSEEvent, WireEvent
 
 from .common import RESPONSE, AssemblerBase, as_dict, as_int, as_list, as_str, common_prefix, error_fields
 from .judge import parse_arguments
-from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict
+from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 INCOMPLETE = {
     "max_output_tokens": "max_tokens",
@@ -74,6 +80,7 @@ class Assembler(AssemblerBase):
         # every event, so one of them seen twice is another answer's events (stitched), not a rewrite.
         # The first OTHER_IDS_KEPT are kept: a stitch repeats its ids at once, and memory stays bounded.
         self._other_ids: set[str] = set()
+        self._opening: tuple[str, int | None, WireEvent] | None = None  # the first event: type, sequence_number
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if not isinstance(event, SSEEvent):
@@ -102,6 +109,8 @@ class Assembler(AssemblerBase):
             return
         if kind is None:
             kind = event.event
+        if self._opening is None:
+            self._opening = (kind, as_int(obj.get("sequence_number")), event)
         self._check_sequence(obj, event)
         if obj.get("error") and kind != "error":
             # the SDK raises on it: the app sees an error, not this event
@@ -600,5 +609,27 @@ class Assembler(AssemblerBase):
                     block.arguments = block.arguments_raw
                 else:
                     parse_arguments(block, block.arguments_raw)
-        return self.verdict(end, expected="response.completed / response.incomplete / response.failed")
+        turn, verdict = self.verdict(end, expected="response.completed / response.incomplete / response.failed")
+        return turn, self._head(verdict, end)
+
+    def _head(self, verdict: Verdict, end: StreamEnd) -> Verdict:
+        """A complete verdict for a stream that lacks its ``response.created`` becomes unknown,
+        unless the first event's sequence_number (>= 1) shows a ``starting_after`` replay."""
+        if self._opening is None or self._opening[0] == "response.created":
+            return verdict
+        kind, number, event = self._opening
+        if number is not None and number >= 1:
+            self.note(f"the stream starts at sequence_number {number} ({kind}), without response.created: a replay "
+                      f"after starting_after={number - 1}, whose earlier events are not in this body")
+            return verdict
+        if verdict.kind is not VerdictKind.COMPLETE:
+            return verdict
+        numbered = "without a sequence_number" if number is None else f"at sequence_number {number}"
+        return Verdict(
+            VerdictKind.UNKNOWN,
+            f"the stream starts with {kind} at seq {event.seq} (byte {event.start}) {numbered}, not with "
+            "response.created: only a starting_after replay starts later, and it numbers its first event 1 or "
+            "more; the events before it may be lost",
+            event.seq, event.start,
+            {"was": verdict.kind.value, "first_event": kind, "first_sequence_number": number, "end": end.value})
 
