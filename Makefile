@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test bench clean
 
-$(STAMP): pyproject.toml
+# setup.py, _accel.c: the editable install compiles the decoders' C loops in place, so a change to either reinstalls
+$(STAMP): pyproject.toml setup.py addon/streamtap/wire/_accel.c
 	@$(PY) -c 'import sys; v = sys.version_info; sys.exit(0 if v >= (3, 12) else f"streamtap needs Python 3.12 or newer, {sys.executable} is {v.major}.{v.minor} (pyenv reads .python-version)")'
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
@@ -27,4 +28,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/decoders.py
 
 clean:
-	rm -rf $(VENV) build addon/*.egg-info
+	rm -rf $(VENV) build addon/*.egg-info addon/streamtap/wire/*.so

@@ -12,7 +12,10 @@ peers: botocore's EventStreamBuffer; the SSE decoders of httpx-sse, the openai S
 the anthropic SDK, each driven the way the library drives it (bytes iterator in, events
 out); and zlib.crc32 over the same chunks, the floor for any decoder that checks CRCs.
 streamtap is also fed 1 byte at a time on a slice, against 16 KiB reads of the same
-slice, to show the cost of tiny reads.
+slice, to show the cost of tiny reads, and against a decoder whose ``feed`` only appends
+(the least a Python ``feed`` costs). Where the install has the decoders' compiled loops
+(``streamtap.wire._accel``), streamtap runs them, and one more pair times it against the
+same decoder with its Python loops.
 
 Each pair (streamtap and one peer, or streamtap's 1-byte and 16 KiB reads) runs back to
 back in every round, the order alternating between rounds, and the ratio is taken within
@@ -41,7 +44,7 @@ from botocore.eventstream import EventStreamBuffer
 from httpx_sse import EventSource
 from openai._streaming import SSEDecoder as OpenAISSEDecoder
 
-from streamtap.wire import EventStreamDecoder, SSEDecoder, encode_message
+from streamtap.wire import EventStreamDecoder, SSEDecoder, accel, encode_message
 
 DELTAS = 20_000
 WORDS = "the quick brown fox jumps over a lazy dog while streaming tokens arrive one by one".split()
@@ -112,6 +115,49 @@ def streamtap_sse(chunks: list[bytes]) -> int:
     for chunk in chunks:
         count += len(decoder.feed(chunk))
     return count + len(decoder.close())
+
+
+class PythonLoopSSE(SSEDecoder):
+    _compiled_run = None
+
+
+class PythonLoopEventStream(EventStreamDecoder):
+    _compiled_frames = None
+
+
+def python_loop_sse(chunks: list[bytes]) -> int:
+    decoder = PythonLoopSSE()
+    count = 0
+    for chunk in chunks:
+        count += len(decoder.feed(chunk))
+    return count + len(decoder.close())
+
+
+def python_loop_eventstream(chunks: list[bytes]) -> int:
+    decoder = PythonLoopEventStream()
+    count = 0
+    for chunk in chunks:
+        count += len(decoder.feed(chunk))
+    return count + len(decoder.close())
+
+
+class AppendOnly:
+    """The least a decoder's Python ``feed`` can do: keep the bytes, return no events."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+
+    def feed(self, data: bytes) -> list:
+        self.buffer += data
+        return []
+
+
+def append_only(chunks: list[bytes]) -> int:
+    decoder = AppendOnly()
+    count = 0
+    for chunk in chunks:
+        count += len(decoder.feed(chunk))
+    return count
 
 
 def botocore_eventstream(chunks: list[bytes]) -> int:
@@ -194,21 +240,27 @@ def main(argv: list[str] | None = None) -> int:
     suites = [
         ("Anthropic SSE", anthropic_sse(deltas), streamtap_sse,
          [("httpx-sse 0.4.3", httpx_sse_decoder), ("openai SDK", openai_sse_decoder),
-          ("anthropic SDK", anthropic_sse_decoder)]),
+          ("anthropic SDK", anthropic_sse_decoder)], python_loop_sse),
         ("Bedrock event-stream", bedrock_body(deltas), streamtap_eventstream,
-         [("botocore EventStreamBuffer", botocore_eventstream)]),
+         [("botocore EventStreamBuffer", botocore_eventstream)], python_loop_eventstream),
     ]  # fmt: skip
     pairs: list[Pair] = []
-    for title, data, ours, peers in suites:
+    for title, data, ours, peers, python_loop in suites:
         print(f"{title}: {len(data):,} bytes", file=sys.stderr)
+        if accel.compiled:
+            peers = [*peers, ("its Python loops", python_loop)]
         for chunk in (1500, 16384):
             chunks = chunks_of(data, chunk)
             for peer_name, peer in [*peers, ("zlib.crc32 (limit)", zlib_crc32)]:
                 pairs.append(Pair(title, f"{chunk:>5} B  vs {peer_name}", (ours, chunks, 1), (peer, chunks, 1)))
-        # the cost of tiny reads: 1-byte reads against 16 KiB reads of the same slice, same decoder
+        # the cost of tiny reads: 1-byte reads against 16 KiB reads of the same slice, same decoder,
+        # and against a feed that only appends (how close 1-byte reads are to their floor)
         sliced = data[: len(data) // 10]
+        one_byte = chunks_of(sliced, 1)
         pairs.append(Pair(title, "    1 B  vs 16 KiB reads (slowdown)", (ours, chunks_of(sliced, 16384), 4),
-                          (ours, chunks_of(sliced, 1), 1), note="1B"))
+                          (ours, one_byte, 1), note="1B"))
+        pairs.append(Pair(title, "    1 B  vs an append-only feed (slowdown)", (append_only, one_byte, 1),
+                          (ours, one_byte, 1), note="1B"))
     for pair in pairs:  # warm-up: imports, caches, first-call costs
         for run, chunks, _ in (pair.ours, pair.theirs):
             try:
@@ -221,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"bench/decoders.py: {args.rounds} rounds; in each round the two sides of a pair run back to back "
           f"(order alternating) and the ratio is taken within the round; CPU time of this process; "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end")
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end; "
+          f"{'compiled loops (streamtap.wire._accel)' if accel.compiled else 'Python loops only'}")
     print(f"{'stream':<22} {'pair':<44} {'ratio median':>12} {'range':>15} {'streamtap MB/s':>15}")
     for pair in pairs:
         if pair.skipped:

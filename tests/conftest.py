@@ -49,6 +49,16 @@ def chunked(data: bytes, size: int) -> list[bytes]:
     return [data[i : i + size] for i in range(0, len(data), size)] or [b""]
 
 
+def compiled_loops_missing() -> str:
+    """Why this install has no compiled decoder loops (streamtap/wire/_accel.c)."""
+    if os.environ.get("STREAMTAP_PURE_PYTHON", "") not in ("", "0"):
+        return "STREAMTAP_PURE_PYTHON is set: the decoders run their Python loops"
+    return (
+        "streamtap.wire._accel is not built: reinstall with a C compiler and zlib's headers "
+        "(`make .venv/.installed` after `rm .venv/.installed`), or set STREAMTAP_PURE_PYTHON=1 to test the Python loops alone"
+    )
+
+
 def feed_cycled(decoder, stream: bytes, chunks: list[int] | None = None) -> list:
     """Every event a wire decoder gives for ``stream`` fed in pieces of the given sizes (cycled), or whole,
     then closed."""

@@ -23,7 +23,7 @@ from streamtap.recording import check_recording
 from upstream import CHAT, REPO, Mitmdump, Script, Upstream, curl, find_recording
 
 STREAMTAP_OPTIONS = {"streamtap_dir", "streamtap_filter", "streamtap_fsync", "streamtap_replay", "streamtap_fault"}
-LEFT_OUT = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis", "live")
+LEFT_OUT = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis", "live", "*.so")
 
 
 # PYTHONDONTWRITEBYTECODE goes too: the venv is installed without compiling (pip's compile of every
@@ -74,6 +74,10 @@ def test_installed_wheel_runs_the_addon_and_the_demo(venv, tmp_path):
         listed = _ok(_run([bin_dir / tool, "-s", path, "--options"], outside, timeout=60))
         names = {line.split(":")[0] for line in listed.splitlines() if line.startswith("streamtap_")}
         assert STREAMTAP_OPTIONS <= names, (tool, path, sorted(names))
+
+    # the wheel carries the decoders' compiled loops, built from the C source
+    where = _ok(_run([bin_dir / "python", "-c", "from streamtap.wire import _accel; print(_accel.__file__)"], outside))
+    assert Path(where.strip()).is_relative_to(venv), where
 
     with Upstream() as upstream:
         proxy = Mitmdump(upstream.url, tmp_path / "proxy", script=script)

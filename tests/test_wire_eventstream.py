@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 import crcmod.predefined
 import pytest
 from botocore import eventstream as boto
-from conftest import chunked, feed_cycled, shared_files, shared_path
+from conftest import chunked, compiled_loops_missing, feed_cycled, shared_files, shared_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -38,6 +38,7 @@ from streamtap.wire import (
     PreludeCRCMismatch,
     Tail,
     Timestamp,
+    accel,
     encode_message,
 )
 
@@ -529,3 +530,67 @@ def test_a_repeated_prelude_with_a_different_header_block_is_decoded_afresh() ->
         events = decode(body)
         assert all(isinstance(e, EventStreamMessage) for e in events)
         assert [e.headers[":event-type"] for e in events] == types
+
+
+# -- the compiled loop against the Python loop ------------------------------------------------
+
+
+class PythonLoopDecoder(EventStreamDecoder):
+    _compiled_frames = None
+
+
+LAYOUT_HEADERS = [
+    {":event-type": "chunk", ":content-type": "application/json", ":message-type": "event"},
+    {":message-type": "event", ":event-type": "metadata"},
+    {},
+]
+
+
+@st.composite
+def repeated_layouts(draw) -> bytes:
+    """Streams whose frames repeat a few layouts (header block and size), as Bedrock's do,
+    so the compiled loop takes most of them; maybe with one byte flipped, maybe cut short."""
+    sizes = draw(st.lists(st.integers(0, 40), min_size=1, max_size=3))
+    frames = [
+        encode_message(draw(st.sampled_from(LAYOUT_HEADERS)), bytes([i % 256]) * draw(st.sampled_from(sizes)))
+        for i in range(draw(st.integers(1, 30)))
+    ]
+    body = bytearray(b"".join(frames))
+    if draw(st.booleans()):
+        body[draw(st.integers(0, len(body) - 1))] ^= draw(st.integers(1, 255))
+    return bytes(body[: draw(st.integers(0, len(body)))] if draw(st.booleans()) else body)
+
+
+@settings(max_examples=300)
+@given(
+    stream=repeated_layouts(),
+    chunks=st.lists(st.sampled_from([1, 5, 12, 13, 40, 100, 1500, 16384]), min_size=1, max_size=4),
+    limit=st.sampled_from([16 * 1024 * 1024, 16 * 1024 * 1024, 30, 60, 90]),
+)
+def test_the_compiled_loop_gives_what_the_python_loop_gives(stream: bytes, chunks: list[int], limit: int) -> None:
+    """Every message, error and tail, for any chunking and limit, the layouts learnt or not."""
+    python = feed_cycled(PythonLoopDecoder(limit), stream, chunks)
+    assert feed_cycled(EventStreamDecoder(limit), stream, chunks) == python
+    assert feed_cycled(EventStreamDecoder(limit), stream, [len(stream) or 1]) == python
+    if limit >= len(stream):  # under a lower limit, what follows an error is dropped past the limit
+        assert_tiles(stream, python)
+
+
+def test_the_compiled_loop_takes_frames_of_a_known_layout() -> None:
+    if not accel.compiled:
+        pytest.skip(compiled_loops_missing())
+    taken = []
+
+    def counting_frames(head, pos, base, first_seq, limit, layouts, message_class, events):
+        before = len(events)
+        stop = accel.eventstream_known_frames(head, pos, base, first_seq, limit, layouts, message_class, events)
+        taken.extend(events[before:])
+        return stop
+
+    class Counted(EventStreamDecoder):
+        _compiled_frames = staticmethod(counting_frames)
+
+    body = b"".join(encode_message(LAYOUT_HEADERS[0], b'{"bytes":"eyJ0eXBlIjoicGluZyJ9"}') for _ in range(200))
+    events = feed_cycled(Counted(), body, [1500])
+    assert events == feed_cycled(PythonLoopDecoder(), body, [1500])
+    assert len(taken) >= 190 and all(event in events for event in taken)

@@ -4,14 +4,15 @@ and invalid UTF-8 counting."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import feed_cycled, shared_files
-from streamtap.wire import Malformed, OversizeError, SSEDecoder, SSEEvent, Tail
+from conftest import compiled_loops_missing, feed_cycled, shared_files
+from streamtap.wire import Malformed, OversizeError, SSEDecoder, SSEEvent, Tail, accel
 
 
 def decode(stream: bytes, chunks: list[int] | None = None, **kwargs) -> list:
@@ -495,6 +496,12 @@ class GeneralPathDecoder(SSEDecoder):
     _shortcuts = False
 
 
+class PythonLoopDecoder(SSEDecoder):
+    """The shortcuts on, the fastest one run in Python rather than by the compiled loop."""
+
+    _compiled_run = None
+
+
 @st.composite
 def lf_streams(draw) -> bytes:
     """Mostly the LF-only shape the fastest path takes, with the oddities that must send it
@@ -543,6 +550,7 @@ def test_shortcuts_give_what_the_general_path_gives(stream: bytes, chunks: list[
     assert decode_noting(GeneralPathDecoder(max_event_size=limit), stream, chunks) == general
     assert decode_noting(SSEDecoder(max_event_size=limit), stream, chunks) == general
     assert decode_noting(SSEDecoder(max_event_size=limit), stream, [len(stream) or 1]) == general
+    assert decode_noting(PythonLoopDecoder(max_event_size=limit), stream, chunks) == general
 
 
 def decode_noting(decoder: SSEDecoder, stream: bytes, chunks: list[int]) -> tuple:
@@ -565,11 +573,43 @@ def test_the_lf_shortcut_takes_the_common_shapes() -> None:
                 raise AssertionError(f"line-by-line path taken for {work[:40]!r}")
             super()._lines(work, final, out)
 
+    class PythonShortcutOnly(ShortcutOnly):
+        _compiled_run = None
+
     expected = decode_with(GeneralPathDecoder(), stream, [len(stream)])
     assert len(expected) == 200
     one_per_read = [len(event.raw) for event in expected]  # as a proxy relays them
     for reads in ([1500], one_per_read, [7, 300, 16384]):
         assert decode_with(ShortcutOnly(), stream, reads) == expected
+        assert decode_with(PythonShortcutOnly(), stream, reads) == expected
+
+
+def test_the_compiled_loop_dispatches_the_common_shapes() -> None:
+    """And the compiled loop, where this install has it, is what takes them (the Python loop
+    beside it then only names a new event type)."""
+    if not accel.compiled:
+        pytest.skip(compiled_loops_missing())
+    dispatched = []
+
+    def counting_run(*args):
+        events = accel.sse_lf_events(*args)
+        if isinstance(events, list):
+            dispatched.extend(events)
+        return events
+
+    class Counted(SSEDecoder):
+        _compiled_run = staticmethod(counting_run)
+
+    stream = b"".join(b"event: content_block_delta\ndata: {\"i\": %d}\n\n" % i for i in range(300))
+    events = decode_with(Counted(), stream, [1500])
+    assert events == decode_with(GeneralPathDecoder(), stream, [len(stream)])
+    assert dispatched == events
+
+
+def test_the_compiled_loops_are_built() -> None:
+    """The project's own install compiles them: a build that silently left them out would
+    leave the differential tests above comparing the Python loop with itself."""
+    assert accel.compiled or os.environ.get("STREAMTAP_PURE_PYTHON", "") not in ("", "0"), compiled_loops_missing()
 
 
 # -- the lines a client that reads only "data: " lines would trip on -------------------------------
@@ -597,3 +637,25 @@ def test_other_lines_are_every_line_but_blank_and_data_lines(stream: bytes, chun
     assert [(offset, line) for _, offset, line in decoder.other_lines] == expected[:256]  # streams here are small
     assert events == decode(stream)  # noting changes nothing else
     assert SSEDecoder().other_lines == []  # and is off unless asked for
+
+
+def test_streamtap_pure_python_runs_the_python_loops() -> None:
+    """STREAMTAP_PURE_PYTHON=1 leaves the compiled loops out, and the decoders give the same events."""
+    import subprocess
+    import sys
+
+    program = (
+        "from streamtap.wire import SSEDecoder, EventStreamDecoder, accel, encode_message\n"
+        "assert not accel.compiled and SSEDecoder._compiled_run is None and EventStreamDecoder._compiled_frames is None\n"
+        "sse = b''.join(b'event: e\\ndata: %d\\n\\n' % i for i in range(50))\n"
+        "body = b''.join(encode_message({':event-type': 'chunk'}, b'%d' % i) for i in range(50))\n"
+        "print(repr((SSEDecoder().feed(sse), EventStreamDecoder().feed(body))))\n"
+    )
+    env = {**os.environ, "STREAMTAP_PURE_PYTHON": "1"}
+    pure = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=60)
+    assert pure.returncode == 0, pure.stderr
+    from streamtap.wire import EventStreamDecoder, encode_message
+
+    sse = b"".join(b"event: e\ndata: %d\n\n" % i for i in range(50))
+    body = b"".join(encode_message({":event-type": "chunk"}, b"%d" % i) for i in range(50))
+    assert pure.stdout.strip() == repr((SSEDecoder().feed(sse), EventStreamDecoder().feed(body)))

@@ -47,6 +47,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zlib import crc32
 
+from . import accel
 from .errors import (
     DuplicateHeader,
     FramingError,
@@ -229,6 +230,8 @@ class EventStreamDecoder:
     stream length and cost a single comparison each.
     """
 
+    _compiled_frames = accel.eventstream_known_frames  # None: _decode runs in Python (tests compare the two)
+
     def __init__(self, max_event_size: int = MAX_MESSAGE_LENGTH) -> None:
         if max_event_size < 1:
             raise ValueError("max_event_size must be at least 1")
@@ -304,7 +307,13 @@ class EventStreamDecoder:
         layouts = _LAYOUTS
         get_layout = layouts.get
         error: FramingError | None = None
+        compiled_frames = self._compiled_frames
         while pos <= last_start:
+            if compiled_frames is not None:  # the frames of known layout, in C; then one more here
+                pos = compiled_frames(head, pos, base, self._seq, limit, layouts, message_class, events)
+                seq = self._seq + len(events)
+                if pos > last_start:
+                    break
             prelude = head[pos : pos + 12]
             layout = get_layout(prelude)
             if layout is not None and head.startswith(layout[3], pos + 12):

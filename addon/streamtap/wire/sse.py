@@ -55,6 +55,7 @@ from itertools import accumulate, chain, repeat
 from itertools import count as count_from
 from operator import add
 
+from . import accel
 from .errors import OversizeError
 from .events import DEFAULT_MAX_EVENT, Malformed, SSEEvent, Tail
 
@@ -150,6 +151,7 @@ class SSEDecoder:
     """Incremental ``text/event-stream`` decoder: ``feed(bytes)`` and ``close()``."""
 
     _shortcuts = True  # False: every byte takes the general line-by-line path (tests compare the two)
+    _compiled_run = accel.sse_lf_events  # None: _lf_run runs in Python (tests compare the two)
 
     def __init__(self, max_event_size: int = DEFAULT_MAX_EVENT, *, note_other_lines: bool = False) -> None:
         """``note_other_lines``: also list every line that is neither blank nor ``data: `` + value
@@ -329,6 +331,17 @@ class SSEDecoder:
             return None
         before = self._offset - self._span_start  # bytes of the first event's span already seen
         limit = self.max_event_size
+        if self._compiled_run is not None:
+            events = self._compiled_run(
+                work, done, self._seq, self._span_start, self._offset, before, limit, self.last_event_id,
+                self._span_retry, b"".join(self._parts), _type_names, SSEEvent,
+            )  # fmt: skip
+            if events is None:
+                return None
+            if events is not False:  # False: a new event type, which the Python loop names
+                self._parts.clear()
+                self._seq += len(events)
+                return self._dispatched(events, work, done)
         if work.find(b"\n\n") + 2 == done:  # one event: the usual read when a proxy relays as sent
             if before + done > limit:
                 return None  # the line path reports oversize events

@@ -1,0 +1,357 @@
+/* The two loops that decide how fast streamtap decodes, in C.
+ *
+ * Each does, for the common shape of its stream, exactly what the Python loop beside it
+ * (sse.py's _lf_run, eventstream.py's _decode) does, and hands every other case back to
+ * that Python code: they check nothing the Python code does not check, and never report an
+ * error themselves. Tests compare the two loops on generated streams, for any chunking and
+ * size limit. Without a C compiler the package builds without this module and the Python
+ * loops do all the work; STREAMTAP_PURE_PYTHON=1 makes them do it anyway (see accel.py).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+#include <zlib.h>
+
+/* A named tuple of `count` fields taken from `fields` (references stolen). Building it
+ * straight from the type's allocator is what tuple.__new__(cls, fields) does inside. */
+static PyObject *
+new_event(PyTypeObject *cls, PyObject **fields, Py_ssize_t count)
+{
+    PyObject *event;
+#if PY_VERSION_HEX < 0x030E0000
+    event = cls->tp_alloc(cls, count);
+    if (event == NULL) {
+        for (Py_ssize_t i = 0; i < count; i++)
+            Py_XDECREF(fields[i]);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++)
+        PyTuple_SET_ITEM(event, i, fields[i]);
+#else
+    /* newer tuples carry state of their own (a cached hash): let tuple.__new__ set it */
+    PyObject *plain = PyTuple_New(count);
+    if (plain == NULL) {
+        for (Py_ssize_t i = 0; i < count; i++)
+            Py_XDECREF(fields[i]);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++)
+        PyTuple_SET_ITEM(plain, i, fields[i]);
+    PyObject *args = PyTuple_Pack(1, plain);
+    Py_DECREF(plain);
+    if (args == NULL)
+        return NULL;
+    event = PyTuple_Type.tp_new(cls, args, NULL);
+    Py_DECREF(args);
+#endif
+    return event;
+}
+
+static int
+any_null(PyObject **fields, Py_ssize_t count)
+{
+    for (Py_ssize_t i = 0; i < count; i++)
+        if (fields[i] == NULL)
+            return 1;
+    return 0;
+}
+
+/* One event of the LF-only shape at `p`: optional "event: T\n", then "data: D\n\n".
+ * Returns where it ends, or -1 when the bytes at `p` are not that shape. */
+static Py_ssize_t
+lf_event_at(const char *s, Py_ssize_t p, Py_ssize_t done,
+            Py_ssize_t *type_at, Py_ssize_t *type_len, Py_ssize_t *data_at, Py_ssize_t *data_len)
+{
+    Py_ssize_t q = p;
+    *type_at = p;
+    *type_len = 0;
+    if (done - p >= 7 && memcmp(s + p, "event: ", 7) == 0) {
+        const char *nl = memchr(s + p + 7, '\n', done - p - 7);
+        if (nl == NULL)
+            return -1;
+        *type_at = p + 7;
+        *type_len = (nl - s) - (p + 7);
+        q = (nl - s) + 1;
+    }
+    if (done - q < 6 || memcmp(s + q, "data: ", 6) != 0)
+        return -1;
+    const char *nl = memchr(s + q + 6, '\n', done - q - 6);
+    if (nl == NULL)
+        return -1;
+    Py_ssize_t data_end = nl - s;
+    if (data_end + 1 >= done || s[data_end + 1] != '\n')
+        return -1;
+    *data_at = q + 6;
+    *data_len = data_end - (q + 6);
+    return data_end + 2;
+}
+
+PyDoc_STRVAR(sse_lf_events_doc,
+"sse_lf_events(work, done, seq, span_start, offset, before, limit, last_event_id, span_retry,\n"
+"              prefix, type_names, event_class)\n"
+"--\n\n"
+"The events of work[:done] when it is a run of LF-only events (see SSEDecoder._lf_run):\n"
+"a list; None when it is not, or an event is oversize or not UTF-8; False when an event\n"
+"type is missing from type_names (the Python path names it).");
+
+static PyObject *
+sse_lf_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 12) {
+        PyErr_SetString(PyExc_TypeError, "sse_lf_events takes 12 arguments");
+        return NULL;
+    }
+    PyObject *work = args[0];
+    PyObject *last_event_id = args[7], *span_retry = args[8], *prefix = args[9];
+    PyObject *type_names = args[10];
+    if (!PyBytes_CheckExact(work) || !PyBytes_CheckExact(prefix) || !PyDict_Check(type_names)
+        || !PyType_Check(args[11]) || !PyType_IsSubtype((PyTypeObject *)args[11], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "sse_lf_events: bad argument types");
+        return NULL;
+    }
+    PyTypeObject *cls = (PyTypeObject *)args[11];
+    Py_ssize_t done = PyLong_AsSsize_t(args[1]);
+    long long seq = PyLong_AsLongLong(args[2]);
+    long long span_start = PyLong_AsLongLong(args[3]);
+    long long offset = PyLong_AsLongLong(args[4]);
+    long long before = PyLong_AsLongLong(args[5]);
+    long long limit = PyLong_AsLongLong(args[6]);
+    if (PyErr_Occurred())
+        return NULL;
+    const char *s = PyBytes_AS_STRING(work);
+    if (done < 0 || done > PyBytes_GET_SIZE(work)) {
+        PyErr_SetString(PyExc_ValueError, "sse_lf_events: done out of range");
+        return NULL;
+    }
+
+    /* First pass: the shape and the sizes, building nothing. */
+    Py_ssize_t count = 0, first_size = 0, largest = 0;
+    Py_ssize_t ta, tl, da, dl;
+    for (Py_ssize_t p = 0; p < done;) {
+        Py_ssize_t end = lf_event_at(s, p, done, &ta, &tl, &da, &dl);
+        if (end < 0)
+            Py_RETURN_NONE;
+        Py_ssize_t size = end - p;
+        if (count == 0)
+            first_size = size;
+        if (size > largest)
+            largest = size;
+        count++;
+        p = end;
+    }
+    if (count == 0)
+        Py_RETURN_NONE;
+    if (before + done > limit && (before + first_size > limit || largest > limit))
+        Py_RETURN_NONE;  /* the line path reports oversize events */
+
+    PyObject *events = PyList_New(count);
+    if (events == NULL)
+        return NULL;
+    PyObject *id_ = last_event_id;
+    const char *name_at = NULL;  /* the last type looked up, and its name */
+    Py_ssize_t name_len = -1;
+    PyObject *name = NULL;  /* held: a finalizer run by an allocation below could change type_names */
+    Py_ssize_t p = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t end = lf_event_at(s, p, done, &ta, &tl, &da, &dl);
+        if (name == NULL || tl != name_len || memcmp(s + ta, name_at, tl) != 0) {
+            PyObject *key = PyBytes_FromStringAndSize(s + ta, tl);
+            if (key == NULL)
+                goto error;
+            Py_CLEAR(name);
+            name = Py_XNewRef(PyDict_GetItemWithError(type_names, key));
+            Py_DECREF(key);
+            if (name == NULL) {
+                if (PyErr_Occurred())
+                    goto error;
+                Py_DECREF(events);
+                Py_RETURN_FALSE;
+            }
+            name_at = s + ta;
+            name_len = tl;
+        }
+        PyObject *text = PyUnicode_DecodeUTF8(s + da, dl, NULL);
+        if (text == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                PyErr_Clear();
+                Py_DECREF(name);
+                Py_DECREF(events);
+                Py_RETURN_NONE;  /* the line path counts the replacements */
+            }
+            goto error;
+        }
+        PyObject *raw;
+        if (i == 0 && PyBytes_GET_SIZE(prefix) > 0) {
+            Py_ssize_t head = PyBytes_GET_SIZE(prefix);
+            raw = PyBytes_FromStringAndSize(NULL, head + end - p);
+            if (raw != NULL) {
+                memcpy(PyBytes_AS_STRING(raw), PyBytes_AS_STRING(prefix), head);
+                memcpy(PyBytes_AS_STRING(raw) + head, s + p, end - p);
+            }
+        }
+        else
+            raw = PyBytes_FromStringAndSize(s + p, end - p);
+        PyObject *fields[9] = {
+            PyLong_FromLongLong(seq + i),
+            PyLong_FromLongLong(i == 0 ? span_start : offset + p),
+            PyLong_FromLongLong(offset + end),
+            raw,
+            Py_NewRef(name),
+            text,
+            Py_NewRef(id_),
+            Py_NewRef(i == 0 ? span_retry : Py_None),
+            PyLong_FromLong(0),
+        };
+        if (any_null(fields, 9)) {
+            for (int k = 0; k < 9; k++)
+                Py_XDECREF(fields[k]);
+            goto error;
+        }
+        PyObject *event = new_event(cls, fields, 9);
+        if (event == NULL)
+            goto error;
+        PyList_SET_ITEM(events, i, event);
+        p = end;
+    }
+    Py_XDECREF(name);
+    return events;
+error:
+    Py_XDECREF(name);
+    Py_DECREF(events);
+    return NULL;
+}
+
+PyDoc_STRVAR(eventstream_known_frames_doc,
+"eventstream_known_frames(head, pos, base, first_seq, limit, layouts, message_class, events)\n"
+"--\n\n"
+"Appends to events every whole message from head[pos:] on whose prelude and header block\n"
+"are a known layout and whose message CRC holds (see EventStreamDecoder._decode), and\n"
+"returns where it stopped: the first message the Python loop must look at. A message's\n"
+"seq is first_seq + its place in events.");
+
+static PyObject *
+eventstream_known_frames(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "eventstream_known_frames takes 8 arguments");
+        return NULL;
+    }
+    PyObject *head = args[0], *layouts = args[5], *events = args[7];
+    if (!PyBytes_CheckExact(head) || !PyDict_Check(layouts) || !PyList_CheckExact(events)
+        || !PyType_Check(args[6]) || !PyType_IsSubtype((PyTypeObject *)args[6], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "eventstream_known_frames: bad argument types");
+        return NULL;
+    }
+    PyTypeObject *cls = (PyTypeObject *)args[6];
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    long long base = PyLong_AsLongLong(args[2]);
+    long long first_seq = PyLong_AsLongLong(args[3]);
+    long long limit = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
+    const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(head);
+    Py_ssize_t size = PyBytes_GET_SIZE(head);
+    if (pos < 0 || pos > size) {
+        PyErr_SetString(PyExc_ValueError, "eventstream_known_frames: pos out of range");
+        return NULL;
+    }
+
+    while (size - pos >= 12) {
+        PyObject *prelude = PyBytes_FromStringAndSize((const char *)s + pos, 12);
+        if (prelude == NULL)
+            return NULL;
+        /* held: a finalizer run by an allocation below could change layouts */
+        PyObject *layout = Py_XNewRef(PyDict_GetItemWithError(layouts, prelude));
+        Py_DECREF(prelude);
+        if (layout == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            break;
+        }
+        if (!PyTuple_CheckExact(layout) || PyTuple_GET_SIZE(layout) != 5) {
+            Py_DECREF(layout);
+            break;
+        }
+        PyObject *block = PyTuple_GET_ITEM(layout, 3);
+        PyObject *headers = PyTuple_GET_ITEM(layout, 4);
+        Py_ssize_t block_len = PyBytes_CheckExact(block) ? PyBytes_GET_SIZE(block) : -1;
+        if (block_len < 0 || !PyDict_CheckExact(headers) || size - pos - 12 < block_len
+            || memcmp(s + pos + 12, PyBytes_AS_STRING(block), block_len) != 0) {
+            Py_DECREF(layout);
+            break;
+        }
+        long long total = PyLong_AsLongLong(PyTuple_GET_ITEM(layout, 0));
+        long long headers_end = PyLong_AsLongLong(PyTuple_GET_ITEM(layout, 1));
+        unsigned long prefix_crc = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(layout, 2));
+        if (PyErr_Occurred()) {
+            Py_DECREF(layout);
+            return NULL;
+        }
+        if (total > limit || total > size - pos || headers_end + 4 > total || headers_end < 12) {
+            Py_DECREF(layout);
+            break;  /* the Python loop waits for the rest, or reports the error */
+        }
+        Py_ssize_t end = pos + (Py_ssize_t)total;
+        const unsigned char *crc_at = s + end - 4;
+        unsigned long expected = ((unsigned long)crc_at[0] << 24) | ((unsigned long)crc_at[1] << 16)
+                                 | ((unsigned long)crc_at[2] << 8) | (unsigned long)crc_at[3];
+        Py_ssize_t payload_len = (Py_ssize_t)total - (Py_ssize_t)headers_end - 4;
+        unsigned long crc = crc32(prefix_crc, s + pos + headers_end, (uInt)payload_len);
+        if ((crc & 0xffffffffUL) != expected) {
+            Py_DECREF(layout);
+            break;  /* the Python loop reports the mismatch */
+        }
+        PyObject *fields[6] = {
+            PyLong_FromLongLong(first_seq + PyList_GET_SIZE(events)),
+            PyLong_FromLongLong(base + pos),
+            PyLong_FromLongLong(base + end),
+            PyBytes_FromStringAndSize((const char *)s + pos, end - pos),
+            PyDict_Copy(headers),
+            PyBytes_FromStringAndSize((const char *)s + pos + headers_end, payload_len),
+        };
+        Py_DECREF(layout);
+        if (any_null(fields, 6)) {
+            for (int k = 0; k < 6; k++)
+                Py_XDECREF(fields[k]);
+            return NULL;
+        }
+        PyObject *message = new_event(cls, fields, 6);
+        if (message == NULL)
+            return NULL;
+        int failed = PyList_Append(events, message);
+        Py_DECREF(message);
+        if (failed)
+            return NULL;
+        pos = end;
+    }
+    return PyLong_FromSsize_t(pos);
+}
+
+static PyMethodDef accel_methods[] = {
+    {"sse_lf_events", (PyCFunction)(void (*)(void))sse_lf_events, METH_FASTCALL, sse_lf_events_doc},
+    {"eventstream_known_frames", (PyCFunction)(void (*)(void))eventstream_known_frames, METH_FASTCALL,
+     eventstream_known_frames_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyModuleDef_Slot accel_slots[] = {
+#ifdef Py_mod_multiple_interpreters
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef accel_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "streamtap.wire._accel",
+    .m_doc = "The hot loops of the SSE and event-stream decoders, in C.",
+    .m_size = 0,
+    .m_methods = accel_methods,
+    .m_slots = accel_slots,
+};
+
+PyMODINIT_FUNC
+PyInit__accel(void)
+{
+    return PyModuleDef_Init(&accel_module);
+}

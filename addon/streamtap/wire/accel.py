@@ -1,0 +1,19 @@
+"""The decoders' compiled loops (``_accel.c``), when this install has them.
+
+Both loops are optional: a build without a C compiler leaves them out, and
+``STREAMTAP_PURE_PYTHON=1`` in the environment makes every decoder run its Python loop
+instead (for debugging, and for tests that compare the two).
+"""
+
+from __future__ import annotations
+
+import os
+
+try:
+    if os.environ.get("STREAMTAP_PURE_PYTHON", "") not in ("", "0"):
+        raise ImportError("STREAMTAP_PURE_PYTHON is set")
+    from ._accel import eventstream_known_frames, sse_lf_events
+except ImportError:
+    eventstream_known_frames = sse_lf_events = None
+
+compiled = sse_lf_events is not None
