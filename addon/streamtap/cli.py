@@ -51,6 +51,14 @@ class UsageError(Exception):
     """A user mistake: printed as one line, exit 2, never a traceback."""
 
 
+def refuse_recording_as_output(option: str, path) -> None:
+    """An output file a verb is told to write must not be a recording: it would be lost."""
+    from streamtap.recording.catalog import is_recording_file
+
+    if is_recording_file(path):
+        raise UsageError(f"{option} {path}: this file is a recording; streamtap never writes over one (name a new file)")
+
+
 def build_parser(configured: Collection[str] = VERBS) -> argparse.ArgumentParser:
     """The parser. Only the ``configured`` verbs' modules are imported and their arguments
     added; the other verbs are listed with their one-line help and take no arguments."""

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError
+from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError, refuse_recording_as_output
 from streamtap.recording import RecordingError
 
 # streamtap.recording.fleet (DuckDB, ~0.15 s to import) is imported where used, so that
@@ -94,10 +94,9 @@ def run(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise UsageError("--limit must be 0 or more")
     from streamtap.recording import fleet
-    from streamtap.recording.catalog import is_recording_file
 
-    if args.html and is_recording_file(args.html):
-        raise UsageError(f"--html {args.html}: this file is a recording; streamtap never writes over one (name a new file)")
+    if args.html:
+        refuse_recording_as_output("--html", args.html)
 
     con = fleet.connect()
     loaded = fleet.Loaded()

@@ -174,11 +174,9 @@ def _refuse_unwritable(path: Path) -> None:
     """Refuse, before any run, a --json path the report cannot be written to (a folder, no
     such folder, no permission): found after the sweep, it would lose the report and hide
     the sweep's exit code."""
-    from streamtap.cli import UsageError
-    from streamtap.recording.catalog import is_recording_file
+    from streamtap.cli import UsageError, refuse_recording_as_output
 
-    if is_recording_file(path):
-        raise UsageError(f"--json {path}: this file is a recording; streamtap never writes over one (name a new file)")
+    refuse_recording_as_output("--json", path)
     existed = os.path.lexists(path)
     try:
         path.open("a").close()  # appending nothing leaves a file that is there as it was
