@@ -251,7 +251,14 @@ class Proxy:
         already behind as it began; before b305ab0 such a flow got no recording at all, so it is
         not counted either). A proxy that analyses fewer flows does less work."""
         folder = self.dir / "rec"
-        new = set(folder.glob("*.jsonl")) - self.counted if folder.is_dir() else set()
+        if not folder.is_dir():
+            return 0
+        # verdicts come back after the transfer: wait for the worker to finish its recordings
+        # (a .partial file is renamed when its verdict is written), then count the finished ones
+        deadline = time.monotonic() + 30
+        while any(folder.glob("*.partial.jsonl")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        new = {path for path in folder.glob("*.jsonl") if not path.name.endswith(".partial.jsonl")} - self.counted
         self.counted |= new
         return sum(b"analysis fell behind" not in path.read_bytes() for path in new)
 

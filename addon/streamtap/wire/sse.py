@@ -40,8 +40,8 @@ result does not depend on how the bytes were chunked.
 
 Speed comes from doing per-event work in C where the stream allows it. A read of
 the stream nearly every provider sends (LF line ends, ``event: T`` + ``data: D`` or
-``data: D`` alone, then a blank line) is cut into events by one regular-expression
-scan (``_lf_run``); a run of such events with CRLF, or with keep-alive comments in
+``data: D`` alone, then a blank line) is cut into events in one pass of the compiled
+loop (``_accel.c``), or, without it, by one regular-expression scan (``_lf_run``); a run of such events with CRLF, or with keep-alive comments in
 between, is cut up with joins, splits and maps over the whole run; anything else
 takes the line-by-line path, which implements every rule. Tests hold the shortcuts
 to the line-by-line path (``_shortcuts = False``) and all paths to a plain reading
