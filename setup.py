@@ -11,7 +11,7 @@ setup(
             ["addon/streamtap/wire/_accel.c"],
             libraries=["z"],
             optional=True,
-            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
+            extra_compile_args=["-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
         )
     ]
 )

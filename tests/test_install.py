@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,8 @@ def venv(tmp_path_factory) -> Path:
     wheels = base / "wheels"
     _ok(_run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", wheels, source], base))
     (wheel,) = wheels.glob("streamtap-*.whl")
+    with zipfile.ZipFile(wheel) as contents:  # the C source is compiled into it, not shipped in it
+        assert not [name for name in contents.namelist() if name.endswith(".c")], contents.namelist()
     env_dir = base / "venv"
     # pip installs from outside the venv (--python): the venv needs no pip of its own, which saves
     # unpacking one into it

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from conftest import compiled_loops_missing, feed_cycled, shared_files
 from streamtap.wire import Malformed, OversizeError, SSEDecoder, SSEEvent, Tail, accel
+from streamtap.wire import sse as sse_module
 
 
 def decode(stream: bytes, chunks: list[int] | None = None, **kwargs) -> list:
@@ -512,7 +514,8 @@ def lf_streams(draw) -> bytes:
         value = draw(VALUE_TEXT).encode()
         shape = draw(st.sampled_from(
             ["typed", "typed", "typed", "data", "data", "data", "cr", "comment", "id", "retry", "two-data",
-             "nospace", "blank", "bad-utf8", "empty-type", "spaced", "junk", "id-then-comment", "dataless"]
+             "nospace", "blank", "bad-utf8", "empty-type", "spaced", "junk", "id-then-comment", "dataless",
+             "new-type", "bad-type", "long-type"]
         ))  # fmt: skip
         parts.append({
             "typed": b"event: t%d\ndata: %s\n\n" % (i % 3, value),
@@ -530,6 +533,10 @@ def lf_streams(draw) -> bytes:
             "junk": b"x: %s\n" % value,
             "id-then-comment": b"id: %d\ndata: %s\n\n: keep-alive\n\n" % (i, value),
             "dataless": b"event: error\n\n",
+            # types the decoder has not named yet, and ones it never keeps named (not UTF-8, long)
+            "new-type": b"event: fresh%d\ndata: %s\n\n" % (draw(st.integers(0, 10**9)), value),
+            "bad-type": b"event: t\xff\ndata: %s\n\n" % value,
+            "long-type": b"event: %s\ndata: %s\n\n" % (b"L" * 70, value),
         }[shape])  # fmt: skip
     return b"".join(parts) + draw(st.sampled_from([b"", b"data: cut", b"event: x\n", b"data: x\n"]))
 
@@ -545,12 +552,27 @@ def decode_with(decoder: SSEDecoder, stream: bytes, chunks: list[int]) -> list:
     limit=st.sampled_from([16 * 1024 * 1024, 16 * 1024 * 1024, 40, 100, 300]),
 )
 def test_shortcuts_give_what_the_general_path_gives(stream: bytes, chunks: list[int], limit: int) -> None:
-    """Every field of every event, tail and error, for any chunking and size limit."""
+    """Every field of every event, tail and error, for any chunking and size limit; the compiled
+    loop runs first, with no event type named yet, so it also meets types it must hand back."""
+    forget_type_names()
+    compiled = decode_noting(SSEDecoder(max_event_size=limit), stream, chunks)
     general = decode_noting(GeneralPathDecoder(max_event_size=limit), stream, [len(stream) or 1])
+    assert compiled == general and classes(compiled[0]) == classes(general[0])
     assert decode_noting(GeneralPathDecoder(max_event_size=limit), stream, chunks) == general
-    assert decode_noting(SSEDecoder(max_event_size=limit), stream, chunks) == general
     assert decode_noting(SSEDecoder(max_event_size=limit), stream, [len(stream) or 1]) == general
     assert decode_noting(PythonLoopDecoder(max_event_size=limit), stream, chunks) == general
+
+
+def forget_type_names() -> None:
+    """Empty the decoders' shared cache of event names, as a fresh process has it."""
+    names = sse_module._type_names
+    names.clear()
+    names[b""] = "message"
+
+
+def classes(events: list) -> list:
+    """Each event's class and its fields' classes: equal named tuples may still be different things."""
+    return [(type(event), tuple(map(type, event))) for event in events]
 
 
 def decode_noting(decoder: SSEDecoder, stream: bytes, chunks: list[int]) -> tuple:
@@ -601,15 +623,27 @@ def test_the_compiled_loop_dispatches_the_common_shapes() -> None:
         _compiled_run = staticmethod(counting_run)
 
     stream = b"".join(b"event: content_block_delta\ndata: {\"i\": %d}\n\n" % i for i in range(300))
+    forget_type_names()
     events = decode_with(Counted(), stream, [1500])
     assert events == decode_with(GeneralPathDecoder(), stream, [len(stream)])
-    assert dispatched == events
+    # the first read names the type (the compiled loop handed it back); every later one is compiled
+    first = next(i for i, event in enumerate(events) if event.end > 1500)
+    assert dispatched == events[first:]
 
 
 def test_the_compiled_loops_are_built() -> None:
     """The project's own install compiles them: a build that silently left them out would
     leave the differential tests above comparing the Python loop with itself."""
-    assert accel.compiled or os.environ.get("STREAMTAP_PURE_PYTHON", "") not in ("", "0"), compiled_loops_missing()
+    if os.environ.get("STREAMTAP_PURE_PYTHON", "").strip().lower() not in accel.OFF:
+        pytest.skip(compiled_loops_missing())
+    assert accel.compiled, compiled_loops_missing()
+    from streamtap.wire import _accel
+
+    source = Path(accel.__file__).with_name("_accel.c")
+    if source.exists():  # a checkout: the module built from it must not be older (make reinstalls)
+        assert Path(_accel.__file__).stat().st_mtime >= source.stat().st_mtime, (
+            "streamtap/wire/_accel.c changed after its module was built: run `make .venv/.installed` (or make test)"
+        )
 
 
 # -- the lines a client that reads only "data: " lines would trip on -------------------------------
@@ -659,3 +693,46 @@ def test_streamtap_pure_python_runs_the_python_loops() -> None:
     sse = b"".join(b"event: e\ndata: %d\n\n" % i for i in range(50))
     body = b"".join(encode_message({":event-type": "chunk"}, b"%d" % i) for i in range(50))
     assert pure.stdout.strip() == repr((SSEDecoder().feed(sse), EventStreamDecoder().feed(body)))
+
+
+def compiled_run(work: bytes, **state):
+    """accel.sse_lf_events on ``work`` (up to its last blank line) with a fresh decoder's state."""
+    fields = {"seq": 0, "span_start": 0, "offset": 0, "before": 0, "limit": 1 << 24, "last_event_id": "",
+              "span_retry": None, "prefix": b""} | state
+    done = work.rfind(b"\n\n") + 2
+    return accel.sse_lf_events(
+        work, done, fields["seq"], fields["span_start"], fields["offset"], fields["before"], fields["limit"],
+        fields["last_event_id"], fields["span_retry"], fields["prefix"], sse_module._type_names, SSEEvent,
+    )
+
+
+def test_the_compiled_loop_keeps_its_contract() -> None:
+    """A list of events for the common shapes, False for a type not named yet, None for what the
+    Python fast path would refuse too."""
+    if not accel.compiled:
+        pytest.skip(compiled_loops_missing())
+    forget_type_names()
+    work = b"event: a\ndata: one\n\ndata: two\n\nevent: a\ndata: x"
+    assert compiled_run(work) is False  # "a" is not named yet
+    sse_module._type_name(b"a")
+    # 4 bytes of the first span (a comment) came in an earlier read: they lead its raw bytes
+    events = compiled_run(work, seq=7, span_start=96, offset=100, last_event_id="id9", span_retry=3000, prefix=b": c\n")
+    assert events == [
+        SSEEvent(7, 96, 120, b": c\nevent: a\ndata: one\n\n", "a", "one", "id9", 3000, 0),
+        SSEEvent(8, 120, 131, b"data: two\n\n", "message", "two", "id9", None, 0),
+    ]
+    assert classes(events) == classes([SSEEvent(0, 0, 0, b"", "", "", "", 0, 0), SSEEvent(0, 0, 0, b"", "", "", "", None, 0)])
+    for refused in (b"data: a\n\n: c\n\n", b"data:x\n\n", b"data: \xff\n\n", b"event: a\n\n", b"id: 1\ndata: a\n\n"):
+        assert compiled_run(refused) is None, refused
+    assert compiled_run(b"data: 12345\n\n", limit=12) is None  # oversize: the line path reports it
+    assert compiled_run(b"data: 12345\n\n", limit=13) is not None
+    assert compiled_run(b"data: 1\n\n", before=5, limit=12) is None  # the span began in an earlier read
+
+
+@pytest.mark.parametrize("limit", [2**63, 2**64 + 5, 10**30])
+def test_a_limit_beyond_64_bits_decodes_as_no_limit(limit: int) -> None:
+    """Python ints have no range; the compiled loop must not bring one in (a recording's header can
+    carry any max_event_size)."""
+    stream = b"event: e\ndata: hi\n\n" * 5
+    assert decode_with(SSEDecoder(max_event_size=limit), stream, [7]) == decode_with(SSEDecoder(), stream, [7])
+    assert decode_with(PythonLoopDecoder(max_event_size=limit), stream, [7]) == decode_with(SSEDecoder(), stream, [7])

@@ -9,6 +9,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <string.h>
 #include <zlib.h>
 
@@ -28,7 +29,8 @@ new_event(PyTypeObject *cls, PyObject **fields, Py_ssize_t count)
     for (Py_ssize_t i = 0; i < count; i++)
         PyTuple_SET_ITEM(event, i, fields[i]);
 #else
-    /* newer tuples carry state of their own (a cached hash): let tuple.__new__ set it */
+    /* newer tuples carry state of their own (a cached hash): let tuple.__new__ set it.
+     * Not built or tested here: the project runs on 3.12; the branch above holds for 3.12 and 3.13. */
     PyObject *plain = PyTuple_New(count);
     if (plain == NULL) {
         for (Py_ssize_t i = 0; i < count; i++)
@@ -46,6 +48,27 @@ new_event(PyTypeObject *cls, PyObject **fields, Py_ssize_t count)
 #endif
     return event;
 }
+
+/* An int argument that fits in a long long, into *out: 1. Anything else (not an int, out of
+ * range): 0, with no exception set, so the caller hands the read back to the Python loop,
+ * which compares Python ints and has no range. */
+static int
+small_int(PyObject *value, long long *out)
+{
+    int overflow = 0;
+    if (!PyLong_Check(value))
+        return 0;
+    *out = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow != 0 || (*out == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* Offsets and sequence numbers below this leave room to add any read's length and event count
+ * without overflowing (a stream would need 2**62 bytes to get near it). */
+#define FAR_OFFSET (LLONG_MAX / 2)
 
 static int
 any_null(PyObject **fields, Py_ssize_t count)
@@ -104,31 +127,40 @@ sse_lf_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *work = args[0];
     PyObject *last_event_id = args[7], *span_retry = args[8], *prefix = args[9];
     PyObject *type_names = args[10];
-    if (!PyBytes_CheckExact(work) || !PyBytes_CheckExact(prefix) || !PyDict_Check(type_names)
+    if (!PyBytes_CheckExact(work) || !PyBytes_CheckExact(prefix) || !PyDict_CheckExact(type_names)
         || !PyType_Check(args[11]) || !PyType_IsSubtype((PyTypeObject *)args[11], &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "sse_lf_events: bad argument types");
         return NULL;
     }
     PyTypeObject *cls = (PyTypeObject *)args[11];
-    Py_ssize_t done = PyLong_AsSsize_t(args[1]);
-    long long seq = PyLong_AsLongLong(args[2]);
-    long long span_start = PyLong_AsLongLong(args[3]);
-    long long offset = PyLong_AsLongLong(args[4]);
-    long long before = PyLong_AsLongLong(args[5]);
-    long long limit = PyLong_AsLongLong(args[6]);
-    if (PyErr_Occurred())
-        return NULL;
-    const char *s = PyBytes_AS_STRING(work);
-    if (done < 0 || done > PyBytes_GET_SIZE(work)) {
-        PyErr_SetString(PyExc_ValueError, "sse_lf_events: done out of range");
-        return NULL;
+    long long done, seq, span_start, offset, before, limit;
+    if (!small_int(args[1], &done) || !small_int(args[2], &seq) || !small_int(args[3], &span_start)
+        || !small_int(args[4], &offset) || !small_int(args[5], &before))
+        Py_RETURN_NONE;
+    if (!PyLong_Check(args[6]))
+        Py_RETURN_NONE;
+    int overflow = 0;
+    limit = PyLong_AsLongLongAndOverflow(args[6], &overflow);
+    if (limit == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
     }
+    if (overflow < 0)
+        Py_RETURN_NONE;
+    if (overflow > 0)
+        limit = LLONG_MAX;  /* a limit too large for C is no limit at all */
+    if (done < 0 || done > PyBytes_GET_SIZE(work) || seq < 0 || seq > FAR_OFFSET || span_start < 0
+        || offset < span_start || offset > FAR_OFFSET || before < 0 || before > FAR_OFFSET)
+        Py_RETURN_NONE;
+    const char *s = PyBytes_AS_STRING(work);
 
-    /* First pass: the shape and the sizes, building nothing. */
+    /* First pass: the shape and the sizes, and is every type named? Nothing is built yet. */
     Py_ssize_t count = 0, first_size = 0, largest = 0;
     Py_ssize_t ta, tl, da, dl;
+    const char *known_at = NULL;  /* the last type found in type_names */
+    Py_ssize_t known_len = -1;
     for (Py_ssize_t p = 0; p < done;) {
-        Py_ssize_t end = lf_event_at(s, p, done, &ta, &tl, &da, &dl);
+        Py_ssize_t end = lf_event_at(s, p, (Py_ssize_t)done, &ta, &tl, &da, &dl);
         if (end < 0)
             Py_RETURN_NONE;
         Py_ssize_t size = end - p;
@@ -136,6 +168,19 @@ sse_lf_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             first_size = size;
         if (size > largest)
             largest = size;
+        if (known_at == NULL || tl != known_len || memcmp(s + ta, known_at, tl) != 0) {
+            PyObject *key = PyBytes_FromStringAndSize(s + ta, tl);
+            if (key == NULL)
+                return NULL;
+            int found = PyDict_Contains(type_names, key);
+            Py_DECREF(key);
+            if (found < 0)
+                return NULL;
+            if (!found)
+                Py_RETURN_FALSE;
+            known_at = s + ta;
+            known_len = tl;
+        }
         count++;
         p = end;
     }
@@ -153,7 +198,7 @@ sse_lf_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *name = NULL;  /* held: a finalizer run by an allocation below could change type_names */
     Py_ssize_t p = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
-        Py_ssize_t end = lf_event_at(s, p, done, &ta, &tl, &da, &dl);
+        Py_ssize_t end = lf_event_at(s, p, (Py_ssize_t)done, &ta, &tl, &da, &dl);
         if (name == NULL || tl != name_len || memcmp(s + ta, name_at, tl) != 0) {
             PyObject *key = PyBytes_FromStringAndSize(s + ta, tl);
             if (key == NULL)
@@ -237,24 +282,22 @@ eventstream_known_frames(PyObject *module, PyObject *const *args, Py_ssize_t nar
         return NULL;
     }
     PyObject *head = args[0], *layouts = args[5], *events = args[7];
-    if (!PyBytes_CheckExact(head) || !PyDict_Check(layouts) || !PyList_CheckExact(events)
+    if (!PyBytes_CheckExact(head) || !PyDict_CheckExact(layouts) || !PyList_CheckExact(events)
         || !PyType_Check(args[6]) || !PyType_IsSubtype((PyTypeObject *)args[6], &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "eventstream_known_frames: bad argument types");
         return NULL;
     }
     PyTypeObject *cls = (PyTypeObject *)args[6];
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
-    long long base = PyLong_AsLongLong(args[2]);
-    long long first_seq = PyLong_AsLongLong(args[3]);
-    long long limit = PyLong_AsLongLong(args[4]);
-    if (PyErr_Occurred())
-        return NULL;
+    long long pos, base, first_seq, limit;
     const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(head);
     Py_ssize_t size = PyBytes_GET_SIZE(head);
-    if (pos < 0 || pos > size) {
+    if (!small_int(args[1], &pos) || pos < 0 || pos > size) {
         PyErr_SetString(PyExc_ValueError, "eventstream_known_frames: pos out of range");
         return NULL;
     }
+    if (!small_int(args[2], &base) || !small_int(args[3], &first_seq) || !small_int(args[4], &limit)
+        || base < 0 || base > FAR_OFFSET || first_seq < 0 || first_seq > FAR_OFFSET)
+        return PyLong_FromLongLong(pos);  /* the Python loop takes every frame */
 
     while (size - pos >= 12) {
         PyObject *prelude = PyBytes_FromStringAndSize((const char *)s + pos, 12);
@@ -280,23 +323,23 @@ eventstream_known_frames(PyObject *module, PyObject *const *args, Py_ssize_t nar
             Py_DECREF(layout);
             break;
         }
-        long long total = PyLong_AsLongLong(PyTuple_GET_ITEM(layout, 0));
-        long long headers_end = PyLong_AsLongLong(PyTuple_GET_ITEM(layout, 1));
-        unsigned long prefix_crc = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(layout, 2));
-        if (PyErr_Occurred()) {
+        long long total, headers_end, prefix_crc;
+        if (!small_int(PyTuple_GET_ITEM(layout, 0), &total) || !small_int(PyTuple_GET_ITEM(layout, 1), &headers_end)
+            || !small_int(PyTuple_GET_ITEM(layout, 2), &prefix_crc) || prefix_crc < 0 || prefix_crc > 0xffffffffLL) {
             Py_DECREF(layout);
-            return NULL;
+            break;
         }
         if (total > limit || total > size - pos || headers_end + 4 > total || headers_end < 12) {
             Py_DECREF(layout);
             break;  /* the Python loop waits for the rest, or reports the error */
         }
-        Py_ssize_t end = pos + (Py_ssize_t)total;
+        Py_ssize_t end = (Py_ssize_t)pos + (Py_ssize_t)total;
         const unsigned char *crc_at = s + end - 4;
         unsigned long expected = ((unsigned long)crc_at[0] << 24) | ((unsigned long)crc_at[1] << 16)
                                  | ((unsigned long)crc_at[2] << 8) | (unsigned long)crc_at[3];
         Py_ssize_t payload_len = (Py_ssize_t)total - (Py_ssize_t)headers_end - 4;
-        unsigned long crc = crc32(prefix_crc, s + pos + headers_end, (uInt)payload_len);
+        /* payload_len < total <= limit <= 16 MiB (the protocol's bound, applied by the caller): fits a uInt */
+        unsigned long crc = crc32((unsigned long)prefix_crc, s + pos + headers_end, (uInt)payload_len);
         if ((crc & 0xffffffffUL) != expected) {
             Py_DECREF(layout);
             break;  /* the Python loop reports the mismatch */
@@ -337,6 +380,10 @@ static PyMethodDef accel_methods[] = {
 static PyModuleDef_Slot accel_slots[] = {
 #ifdef Py_mod_multiple_interpreters
     {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+#ifdef Py_mod_gil
+    /* the loops read dicts through borrowed references: they rely on the GIL */
+    {Py_mod_gil, Py_MOD_GIL_USED},
 #endif
     {0, NULL},
 };

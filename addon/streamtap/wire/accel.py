@@ -1,16 +1,18 @@
 """The decoders' compiled loops (``_accel.c``), when this install has them.
 
 Both loops are optional: a build without a C compiler leaves them out, and
-``STREAMTAP_PURE_PYTHON=1`` in the environment makes every decoder run its Python loop
-instead (for debugging, and for tests that compare the two).
+``STREAMTAP_PURE_PYTHON=1`` (any value but empty, 0, false, no or off) makes every decoder
+run its Python loops instead (for debugging, and for tests that compare the two).
 """
 
 from __future__ import annotations
 
 import os
 
+OFF = ("", "0", "false", "no", "off")  # STREAMTAP_PURE_PYTHON values that leave the compiled loops on
+
 try:
-    if os.environ.get("STREAMTAP_PURE_PYTHON", "") not in ("", "0"):
+    if os.environ.get("STREAMTAP_PURE_PYTHON", "").strip().lower() not in OFF:
         raise ImportError("STREAMTAP_PURE_PYTHON is set")
     from ._accel import eventstream_known_frames, sse_lf_events
 except ImportError:

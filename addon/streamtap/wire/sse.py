@@ -41,11 +41,12 @@ result does not depend on how the bytes were chunked.
 Speed comes from doing per-event work in C where the stream allows it. A read of
 the stream nearly every provider sends (LF line ends, ``event: T`` + ``data: D`` or
 ``data: D`` alone, then a blank line) is cut into events in one pass of the compiled
-loop (``_accel.c``), or, without it, by one regular-expression scan (``_lf_run``); a run of such events with CRLF, or with keep-alive comments in
-between, is cut up with joins, splits and maps over the whole run; anything else
-takes the line-by-line path, which implements every rule. Tests hold the shortcuts
-to the line-by-line path (``_shortcuts = False``) and all paths to a plain reading
-of the spec.
+loop (``_accel.c``), or, without it, by one regular-expression scan (``_lf_run``); a
+run of such events with CRLF, or with keep-alive comments in between, is cut up with
+joins, splits and maps over the whole run; anything else takes the line-by-line path,
+which implements every rule. Tests hold the shortcuts to the line-by-line path
+(``_shortcuts = False``), the compiled loop to the Python one, and all paths to a
+plain reading of the spec.
 """
 
 from __future__ import annotations
@@ -320,12 +321,14 @@ class SSEDecoder:
         """The fastest path, for the stream nearly every provider sends: LF line ends, and
         each event ``event: T`` + ``data: D`` (or ``data: D`` alone), spelled with the
         space, then a blank line. ``work`` starts at an event boundary (nothing pending).
-        One regular-expression scan in C cuts every complete event of ``work`` into its
-        bytes, type and data; when the events tile everything up to the last blank line,
-        they are dispatched here and an unfinished event after them is kept whole for the
-        next read. Anything else (a comment, an ``id``, two data lines, no space, a lone
-        blank line, invalid UTF-8, an oversize event) returns None, and the caller takes
-        the general path with nothing changed."""
+        The compiled loop, or else one regular-expression scan, cuts every complete event of
+        ``work`` into its bytes, type and data; when the events tile everything up to the
+        last blank line, they are dispatched here and an unfinished event after them is kept
+        whole for the next read. Anything else (a comment, an ``id``, two data lines, no
+        space, a lone blank line, invalid UTF-8, an oversize event) returns None, and the
+        caller takes the general path with nothing changed. The compiled loop answers the
+        same list or None, or False when an event type has no name yet: the Python code
+        below then names it (and judges the read itself)."""
         done = work.rfind(b"\n\n") + 2
         if done < 2:
             return None
