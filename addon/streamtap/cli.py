@@ -101,6 +101,37 @@ def _interrupts_held() -> Iterator[None]:
             signal.pthread_sigmask(signal.SIG_SETMASK, before)  # a pending Ctrl-C is raised now
 
 
+@contextmanager
+def queries_stop_on_ctrl_c() -> Iterator[None]:
+    """Ctrl-C stops a running DuckDB query at once. Python runs its SIGINT handler only between
+    bytecodes, and a long query keeps the main thread in C, where DuckDB notices the signal only
+    now and then. The signal's wakeup byte reaches a watcher thread at once, which interrupts
+    every open connection; the verb then ends as any Ctrl-C does (exit 130)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+
+    def watch() -> None:
+        while signals := os.read(read_end, 64):  # b"" once the block below closed its end
+            if signal.SIGINT in signals:
+                from streamtap.recording import fleet
+
+                fleet.interrupt_queries()
+
+    watcher = threading.Thread(target=watch, name="streamtap-ctrl-c", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(write_end)
+        watcher.join(timeout=5)
+        os.close(read_end)
+
+
 def _interrupted(exc: Exception) -> bool:
     """DuckDB turns a Ctrl-C during a query into an exception of its own."""
     return type(exc).__name__ == "InterruptException" or (type(exc) is RuntimeError and str(exc) == "Query interrupted")
@@ -118,6 +149,18 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "run", None):
         parser.print_help()
         return EXIT_USAGE
+    return run_verb(args)
+
+
+def run_verb(args: argparse.Namespace) -> int:
+    """The verb, and what each way of failing means for the exit code."""
+    try:
+        return _run(args)
+    except KeyboardInterrupt:  # also one that arrives while _run handles another exception
+        return EXIT_INTERRUPTED
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.run(args) or 0)
     except UsageError as exc:
@@ -134,8 +177,6 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{shown_path(exc.filename)}: " if isinstance(exc.filename, str | bytes) else ""
         print(f"streamtap {args.verb}: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
     except Exception as exc:  # a bug in streamtap: its traceback helps, and exit 3 keeps it apart from a finding
         if _interrupted(exc):
             return EXIT_INTERRUPTED

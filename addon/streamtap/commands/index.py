@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError
+from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError, queries_stop_on_ctrl_c
 from streamtap.recording import RecordingError
 
 from .report import not_an_index, warn
@@ -31,6 +31,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    with queries_stop_on_ctrl_c():
+        return _index(args)
+
+
+def _index(args: argparse.Namespace) -> int:
     import duckdb
 
     from streamtap.recording import fleet  # DuckDB: imported by this verb only

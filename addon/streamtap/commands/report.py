@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError, refuse_recording_as_output
+from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError, queries_stop_on_ctrl_c, refuse_recording_as_output
 from streamtap.recording import RecordingError
 
 # streamtap.recording.fleet (DuckDB, ~0.15 s to import) is imported where used, so that
@@ -98,19 +98,20 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         refuse_recording_as_output("--html", args.html)
 
-    con = fleet.connect()
-    loaded = fleet.Loaded()
-    total = load(con, args.paths, loaded=loaded)
-    if not total and not loaded.unreadable:
-        raise UsageError(f"no recordings under {' '.join(args.paths)}")
-    data = fleet.report(con)
-    if args.html:
-        from .report_html import render_html
+    with queries_stop_on_ctrl_c():
+        con = fleet.connect()
+        loaded = fleet.Loaded()
+        total = load(con, args.paths, loaded=loaded)
+        if not total and not loaded.unreadable:
+            raise UsageError(f"no recordings under {' '.join(args.paths)}")
+        data = fleet.report(con)
+        if args.html:
+            from .report_html import render_html
 
-        try:
-            Path(args.html).write_text(render_html(data, *fleet.time_series(con), fleet.ttft_values(con)), encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"--html {args.html}: {exc.strerror or exc}") from None
+            try:
+                Path(args.html).write_text(render_html(data, *fleet.time_series(con), fleet.ttft_values(con)), encoding="utf-8")
+            except OSError as exc:
+                raise UsageError(f"--html {args.html}: {exc.strerror or exc}") from None
     if args.json:
         sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
     elif args.csv:

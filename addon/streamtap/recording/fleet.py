@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 import uuid
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,10 +44,21 @@ STAGED_EXTENSION = "staged"
 _syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
 
 
+_connections: weakref.WeakSet = weakref.WeakSet()  # every connection connect() made that is still open
+
+
 def connect() -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")  # days and hours are UTC, whatever the machine's zone
+    _connections.add(con)
     return con
+
+
+def interrupt_queries() -> None:
+    """Stop the query each open connection is running (from any thread): it raises DuckDB's
+    InterruptException in the thread that runs it."""
+    for con in list(_connections):
+        con.interrupt()
 
 
 @dataclass(slots=True)
