@@ -101,22 +101,6 @@ def chunks_of(data: bytes, size: int) -> list[bytes]:
 # one function per decoder: chunks in, number of events out ------------------------------
 
 
-def streamtap_eventstream(chunks: list[bytes]) -> int:
-    decoder = EventStreamDecoder()
-    count = 0
-    for chunk in chunks:
-        count += len(decoder.feed(chunk))
-    return count + len(decoder.close())
-
-
-def streamtap_sse(chunks: list[bytes]) -> int:
-    decoder = SSEDecoder()
-    count = 0
-    for chunk in chunks:
-        count += len(decoder.feed(chunk))
-    return count + len(decoder.close())
-
-
 class PythonLoopSSE(SSEDecoder):
     _compiled_run = None
 
@@ -125,20 +109,21 @@ class PythonLoopEventStream(EventStreamDecoder):
     _compiled_frames = None
 
 
-def python_loop_sse(chunks: list[bytes]) -> int:
-    decoder = PythonLoopSSE()
-    count = 0
-    for chunk in chunks:
-        count += len(decoder.feed(chunk))
-    return count + len(decoder.close())
+def fed(decoder_class: type) -> Callable[[list[bytes]], int]:
+    """A run that feeds every chunk to a new ``decoder_class()``, then closes it."""
+
+    def run(chunks: list[bytes]) -> int:
+        decoder = decoder_class()
+        count = 0
+        for chunk in chunks:
+            count += len(decoder.feed(chunk))
+        return count + len(decoder.close())
+
+    return run
 
 
-def python_loop_eventstream(chunks: list[bytes]) -> int:
-    decoder = PythonLoopEventStream()
-    count = 0
-    for chunk in chunks:
-        count += len(decoder.feed(chunk))
-    return count + len(decoder.close())
+streamtap_sse, streamtap_eventstream = fed(SSEDecoder), fed(EventStreamDecoder)
+python_loop_sse, python_loop_eventstream = fed(PythonLoopSSE), fed(PythonLoopEventStream)
 
 
 class AppendOnly:

@@ -105,6 +105,15 @@ cli.build_parser = build_parser
 sys.exit(cli.main(["verify", sys.argv[1]]))
 """
 
+# each program below defines run(args), the verb "slow", which this runs through cli.main
+RUN_AS_A_VERB = """
+verb = types.ModuleType("slow_verb")
+verb.configure, verb.run = (lambda parser: None), run
+sys.modules["slow_verb"] = verb
+cli.VERBS["slow"] = ("slow_verb", "a long query")
+sys.exit(cli.main(["slow"]))
+"""
+
 # DuckDB turns a Ctrl-C during a query into an exception of its own when it notices it (on a
 # terminal, and not every time: a test cannot wait on that), and so does an interrupt() of the
 # query, which it always honours: the same error reaches the CLI either way.
@@ -117,12 +126,7 @@ def run(args):  # a query interrupted, as in report and index
     threading.Timer(0.3, con.interrupt).start()
     con.execute("SELECT count(*) FROM range(100000000000) t(i) WHERE i % 7 = 3").fetchall()
     return 0
-verb = types.ModuleType("slow_verb")
-verb.configure, verb.run = (lambda parser: None), run
-sys.modules["slow_verb"] = verb
-cli.VERBS["slow"] = ("slow_verb", "a long query")
-sys.exit(cli.main(["slow"]))
-"""
+""" + RUN_AS_A_VERB
 
 # A real Ctrl-C (SIGINT) during a query: report and index run theirs under queries_stop_on_ctrl_c,
 # whose watcher interrupts the query at once (the query alone runs for minutes).
@@ -136,12 +140,7 @@ def run(args):
         threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
         con.execute("SELECT count(*) FROM range(100000000000) t(i) WHERE i % 7 = 3").fetchall()
     return 0
-verb = types.ModuleType("slow_verb")
-verb.configure, verb.run = (lambda parser: None), run
-sys.modules["slow_verb"] = verb
-cli.VERBS["slow"] = ("slow_verb", "a long query")
-sys.exit(cli.main(["slow"]))
-"""
+""" + RUN_AS_A_VERB
 
 
 def on_a_terminal(args: list[str], timeout: float = 60) -> tuple[int | None, str]:
