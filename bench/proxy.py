@@ -42,6 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "addon"))
 
+from streamtap.recording.catalog import is_partial  # noqa: E402
 from streamtap.wire import encode_message  # noqa: E402
 
 MITMDUMP = REPO / ".venv" / "bin" / "mitmdump"
@@ -256,9 +257,9 @@ class Proxy:
         # verdicts come back after the transfer: wait for the worker to finish its recordings
         # (a .partial file is renamed when its verdict is written), then count the finished ones
         deadline = time.monotonic() + 30
-        while any(folder.glob("*.partial.jsonl")) and time.monotonic() < deadline:
+        while any(map(is_partial, folder.glob("*.jsonl"))) and time.monotonic() < deadline:
             time.sleep(0.05)
-        new = {path for path in folder.glob("*.jsonl") if not path.name.endswith(".partial.jsonl")} - self.counted
+        new = {path for path in folder.glob("*.jsonl") if not is_partial(path)} - self.counted
         self.counted |= new
         return sum(b"analysis fell behind" not in path.read_bytes() for path in new)
 

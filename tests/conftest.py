@@ -53,7 +53,7 @@ def compiled_loops_missing() -> str:
     """Why this install has no compiled decoder loops (streamtap/wire/_accel.c)."""
     from streamtap.wire import accel
 
-    if os.environ.get("STREAMTAP_PURE_PYTHON", "").strip().lower() not in accel.OFF:
+    if accel.pure_python_asked:
         return "STREAMTAP_PURE_PYTHON is set: the decoders run their Python loops"
     return (
         "streamtap.wire._accel is not built: reinstall with a C compiler and zlib's headers "

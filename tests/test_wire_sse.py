@@ -634,7 +634,7 @@ def test_the_compiled_loop_dispatches_the_common_shapes() -> None:
 def test_the_compiled_loops_are_built() -> None:
     """The project's own install compiles them: a build that silently left them out would
     leave the differential tests above comparing the Python loop with itself."""
-    if os.environ.get("STREAMTAP_PURE_PYTHON", "").strip().lower() not in accel.OFF:
+    if accel.pure_python_asked:
         pytest.skip(compiled_loops_missing())
     assert accel.compiled, compiled_loops_missing()
     from streamtap.wire import _accel

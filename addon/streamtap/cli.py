@@ -149,11 +149,6 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "run", None):
         parser.print_help()
         return EXIT_USAGE
-    return run_verb(args)
-
-
-def run_verb(args: argparse.Namespace) -> int:
-    """The verb, and what each way of failing means for the exit code."""
     try:
         return _run(args)
     except KeyboardInterrupt:  # also one that arrives while _run handles another exception
@@ -161,6 +156,7 @@ def run_verb(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    """The verb, and what each way of failing means for the exit code."""
     try:
         return int(args.run(args) or 0)
     except UsageError as exc:

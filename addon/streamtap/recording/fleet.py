@@ -44,7 +44,7 @@ STAGED_EXTENSION = "staged"
 _syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
 
 
-_connections: weakref.WeakSet = weakref.WeakSet()  # every connection connect() made that is still open
+_connections: weakref.WeakSet = weakref.WeakSet()  # every connection connect() made that is still alive
 
 
 def connect() -> duckdb.DuckDBPyConnection:
@@ -58,7 +58,10 @@ def interrupt_queries() -> None:
     """Stop the query each open connection is running (from any thread): it raises DuckDB's
     InterruptException in the thread that runs it."""
     for con in list(_connections):
-        con.interrupt()
+        try:
+            con.interrupt()
+        except duckdb.ConnectionException:  # closed already: nothing runs on it
+            pass
 
 
 @dataclass(slots=True)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 
-OFF = ("", "0", "false", "no", "off")  # STREAMTAP_PURE_PYTHON values that leave the compiled loops on
+# any STREAMTAP_PURE_PYTHON but empty, 0, false, no or off asks for the Python loops
+pure_python_asked = os.environ.get("STREAMTAP_PURE_PYTHON", "").strip().lower() not in ("", "0", "false", "no", "off")
 
 try:
-    if os.environ.get("STREAMTAP_PURE_PYTHON", "").strip().lower() not in OFF:
+    if pure_python_asked:
         raise ImportError("STREAMTAP_PURE_PYTHON is set")
     from ._accel import eventstream_known_frames, sse_lf_events
 except ImportError:
