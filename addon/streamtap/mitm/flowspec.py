@@ -50,13 +50,14 @@ class FlowSpec:
     requested_model: str | None = None  # set by complete(): the model the request names (body or URL)
 
     @classmethod
-    def of(cls, flow: http.HTTPFlow, sentinel: str | None) -> FlowSpec:
+    def of(cls, flow: http.HTTPFlow, sentinel: str | None, request: RequestInfo | None = None) -> FlowSpec:
+        """``request``: the flow's ``request_info``, where the caller has it already."""
         response = flow.response
         assert response is not None
         spec = cls(flow.id, time.time(), response.status_code, response.headers.get("content-encoding"), sentinel)
         spec.content_type = response.headers.get("content-type")
         try:
-            spec.request = request_info(flow)
+            spec.request = request or request_info(flow)
             spec.detection = detect_dialect(replace(spec.request, body=None), spec.content_type)
         except Exception as exc:
             spec.errors.append(("analysis", described(exc)))
@@ -70,6 +71,7 @@ class FlowSpec:
                 content_encoding=spec.encoding or None,
                 sentinel=sentinel,
                 with_body=False,
+                url=spec.request.url if spec.request else None,
             )
             spec.body = request_body(flow.request)
         except Exception as exc:

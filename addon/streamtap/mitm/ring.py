@@ -19,12 +19,17 @@ from __future__ import annotations
 
 import mmap
 import os
+import sys
 import tempfile
 from collections import deque
 
 STEP = 1024 * 1024  # the ring takes memory this much at a time (~0.2 ms on tmpfs), and keeps this much
 RELEASE_AFTER = 10.0  # seconds without growth before memory above what is in flight goes back...
 RELEASE_STEP = 4 * STEP  # ...this much per call: it costs the caller's loop ~0.12 ms per MiB on tmpfs
+# Linux 5.14+: map memory just reserved into the proxy in one call. Else its first write to each
+# page faults, 256 times per MiB: with 4 MB answers in 16 KiB reads, 700-6,900 faults per 8 answers
+# against bare mitmdump's 15-90. Python's mmap module does not name it before 3.13.
+MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23 if sys.platform == "linux" else None)
 
 
 def _whole_steps(size: int) -> int:
@@ -87,6 +92,11 @@ class Ring:
                 os.posix_fallocate(self.fd, self.backed, wanted - self.backed)
         except OSError:
             return False
+        if MADV_POPULATE_WRITE is not None:
+            try:
+                self.map.madvise(MADV_POPULATE_WRITE, self.backed, wanted - self.backed)
+            except (OSError, ValueError):  # an older kernel: the pages map on first write instead
+                pass
         self.backed = wanted
         return True
 
@@ -116,8 +126,13 @@ class Ring:
             os.close(self.fd)
             self.fd = None
 
-    def put(self, at: int, data: bytes) -> None:
-        self.map[at : at + len(data)] = data
+    def put(self, at: int, chunks: list[bytes]) -> None:
+        """The chunks one after another from ``at``: each copied once, never joined first."""
+        mapped = self.map
+        for chunk in chunks:
+            end = at + len(chunk)
+            mapped[at:end] = chunk
+            at = end
 
     def get(self, at: int, length: int) -> bytes:
         return self.map[at : at + length]

@@ -23,8 +23,8 @@ from mitmproxy.connection import ConnectionState
 from streamtap.mitm import option_checks
 from streamtap.mitm.flow_commands import FlowCommands
 from streamtap.mitm.flowspec import FlowSpec, described as _described
-from streamtap.mitm.worker import RemoteFlow, Workers
-from streamtap.providers import StreamEnd, StreamSession, VerdictKind, detect_dialect
+from streamtap.mitm.worker import EXPIRE_EVERY, RemoteFlow, Workers
+from streamtap.providers import RequestInfo, StreamEnd, StreamSession, VerdictKind, detect_dialect
 from streamtap.recording import FSYNC_POLICIES, RecordingError, RecordingWriter, SpanNotKept, final_name, flow_header
 from streamtap.recording.flows import injected_fault, is_llm_stream, request_info
 from streamtap.recording.compress import COMPRESSIONS
@@ -702,14 +702,18 @@ class Tap:
         )
         self.keep_streamed_bodies = bool(getattr(options, "store_streamed_bodies", False))  # an option of mitmproxy's proxy server
 
-    def _matches(self, flow: http.HTTPFlow) -> bool:
+    def _matches(self, flow: http.HTTPFlow, request: RequestInfo | None) -> bool:
         if self.filter is not None:
             return bool(self.filter(flow))
-        return is_llm_stream(flow)
+        return is_llm_stream(flow, request)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         try:
-            if flow.response is None or flow.id in self.open or not self._matches(flow):
+            if flow.response is None or flow.id in self.open:
+                return
+            # read once (~20 µs a time, on the loop that carries the traffic): the check and the spec share it
+            request = None if self.filter is not None else request_info(flow)
+            if not self._matches(flow, request):
                 return
             if not flow.live:
                 # A flow read from a file (mitmdump -r) arrives with its body already
@@ -722,7 +726,7 @@ class Tap:
             settings = self.settings
             workers = self.workers
             if workers is not None:
-                remote = workers.open(FlowSpec.of(flow, settings["sentinel"]), settings)
+                remote = workers.open(FlowSpec.of(flow, settings["sentinel"], request), settings)
             else:
                 tap = FlowTap(flow, **settings)
         except Exception as exc:  # fail open: the flow goes on as mitmproxy would carry it
@@ -865,7 +869,7 @@ class Tap:
 
     async def _flush_open(self) -> None:
         while True:
-            await asyncio.sleep(FLUSH_EVERY)
+            await asyncio.sleep(FLUSH_EVERY if self.workers is None else EXPIRE_EVERY)
             for tap in list(self.open.values()):
                 try:
                     if isinstance(tap, FlowTap):

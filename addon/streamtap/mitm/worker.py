@@ -75,6 +75,9 @@ VERDICT_WAIT = 60.0  # seconds after a flow's end before its verdict is given up
 STALL_ENV = "STREAMTAP_TEST_WORKER_STALL"  # tests only: a path; at its first reads a worker stalls while it exists
 HEARTBEAT = 1.0  # a worker says something at least this often, busy or idle...
 HUNG_AFTER = float(os.environ.get("STREAMTAP_TEST_WORKER_HUNG_AFTER", 30))  # ...or is taken for hung, killed and restarted
+# The proxy looks for hung workers, lost verdicts and ring memory to give back this often: at 0.1 s
+# (FLUSH_EVERY, what an in-process tap needs) its loop woke ten times a second for it, idle or not.
+EXPIRE_EVERY = 1.0
 # A worker that dies within RESTART_QUICK of its start died at once. It is restarted at once the
 # first time; from the second such death in a row, the restart waits 1 s, then 2 s, 4 s... up to
 # RESTART_WAIT_MAX: a worker that cannot live (a bug at start, no memory) must not have the proxy
@@ -364,9 +367,9 @@ class _Process:
         in_flight = self.space.in_flight
         return (self.behind and in_flight > 0) or in_flight > MAX_IN_FLIGHT - SEND_BYTES
 
-    def put(self, data: bytes, occupied: int) -> int | None:
-        """Copy a flow's reads into the ring, charged ``occupied`` bytes of it; where they start, or
-        None when the ring has no room for them (or the system no memory to back it)."""
+    def put(self, chunks: list[bytes], occupied: int) -> int | None:
+        """Copy a flow's reads into the ring, one after another, charged ``occupied`` bytes of it;
+        where they start, or None when the ring has no room for them (or the system no memory to back it)."""
         ring = self.ring
         at = self.space.where(occupied, ring.backed)
         if at is None:
@@ -378,7 +381,7 @@ class _Process:
                     log.warning(f"streamtap: analysis worker {self.index}: no memory for its ring in {os.path.dirname(ring.path)}")
                 return None
             self.grown = time.monotonic()
-        ring.put(at, data)
+        ring.put(at, chunks)
         self.space.take(at, occupied)
         return at
 
@@ -569,29 +572,30 @@ class Workers:
             return
         if not chunks:
             return
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        if not data:  # only mitmproxy's call at the end of the body
-            remote.discard_reads()
-            return
-        remote.seen += len(data)
+        reads = chunks
         if b"" in chunks:  # mitmproxy's call at the end of the body: not a read
             times = [t for chunk, t in zip(chunks, times) if chunk]
-            sizes = [len(chunk) for chunk in chunks if chunk]
+            reads = [chunk for chunk in chunks if chunk]
+            if not reads:
+                remote.discard_reads()
+                return
         else:
             times = times[:]  # the stream callable goes on appending to the flow's lists
-            sizes = list(map(len, chunks)) if len(chunks) > 1 else [len(data)]
+        sizes = list(map(len, reads))
+        size = sum(sizes)
+        remote.seen += size
+        occupied = -(-(size + SLOT * len(sizes)) // SLOT) * SLOT
+        process = self.processes[remote.shard]
+        at = process.put(reads, occupied) if process.alive else None
         chunks.clear()
         remote.times.clear()
-        occupied = -(-(len(data) + SLOT * len(sizes)) // SLOT) * SLOT
-        process = self.processes[remote.shard]
-        at = process.put(data, occupied) if process.alive else None
         if at is None:
             # the worker is behind: this flow's analysis stops here rather than the proxy's memory growing
             process.behind = True
             self._fall_behind(remote)
             return
         self.ops[remote.shard].append((DATA, remote.key, at, sizes, times, occupied))
-        remote.sent += len(data)
+        remote.sent += size
 
     def _fall_behind(self, remote: RemoteFlow, why: str = "") -> None:
         """The flow's analysis stops at the bytes handed on so far; its worker notes it in the recording."""
@@ -689,7 +693,7 @@ class Workers:
             self._send_soon()
 
     def expire(self) -> None:
-        """Called every FLUSH_EVERY. A worker silent for HUNG_AFTER is hung: it is killed, and
+        """Called every EXPIRE_EVERY. A worker silent for HUNG_AFTER is hung: it is killed, and
         restarted as any dead worker is. Flows whose verdict never came are given up on after
         VERDICT_WAIT."""
         now = time.monotonic()

@@ -22,11 +22,12 @@ def request_info(flow: Any) -> RequestInfo:
     )
 
 
-def is_llm_stream(flow: Any) -> bool:
-    """The flows tapped when ``streamtap_filter`` is empty (and imported by ``streamtap import``)."""
+def is_llm_stream(flow: Any, request: RequestInfo | None = None) -> bool:
+    """The flows tapped when ``streamtap_filter`` is empty (and imported by ``streamtap import``);
+    ``request``: the flow's ``request_info``, where the caller has it already."""
     response = flow.response
     assert response is not None
-    return _is_llm_stream(request_info(flow), response.headers.get("content-type"))
+    return _is_llm_stream(request or request_info(flow), response.headers.get("content-type"))
 
 
 INJECTED = "streamtap_injected_fault"  # flow.metadata key: the live faults applied to this flow

@@ -40,14 +40,15 @@ def request_body_fields(body: RequestBody | None) -> dict[str, Any]:
 
 def flow_header(flow: Any, *, started: float | None, dialect: str | None, why: str | None,
                 sentinel: str | None, wire_format: str | None, content_encoding: str | None,
-                imported_from: Path | None = None, with_body: bool = True) -> dict[str, Any]:
+                imported_from: Path | None = None, with_body: bool = True, url: str | None = None) -> dict[str, Any]:
     """The header fields, in the order the format lists them.
 
     ``sentinel`` is the one the verdict was judged with (``verify`` judges with it again);
     ``imported_from`` names the capture a recording was imported from. ``with_body=False``
     leaves the request body out, for the caller to add with ``request_body_fields`` (last in
     ``request``, where this puts it) somewhere other than the proxy's event loop: parsing a
-    large prompt costs about a millisecond per MB."""
+    large prompt costs about a millisecond per MB. ``url``: the request's ``pretty_url``, where
+    the caller has it already (mitmproxy builds it anew on each read)."""
     request, response = flow.request, flow.response
     body = request_body_fields(request_body(request)) if with_body else {}
     header: dict[str, Any] = {
@@ -59,7 +60,7 @@ def flow_header(flow: Any, *, started: float | None, dialect: str | None, why: s
         header["imported_from"] = str(imported_from)
     header["request"] = {
         "method": request.method,
-        "url": request.pretty_url,
+        "url": request.pretty_url if url is None else url,
         "http_version": request.http_version,
         "headers": list(request.headers.items(multi=True)),
         **body,
