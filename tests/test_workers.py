@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import provider_streams as streams
 from streamtap.mitm import ring as ring_module
 from streamtap.mitm.ring import RELEASE_STEP, STEP, Ring, RingSpace
-from streamtap.mitm.worker import LARGE_READ, ORPHANED, RING_ENV, SEND_BYTES, STALL_ENV, RemoteFlow, Workers
+from streamtap.mitm.worker import JOIN_BELOW, LARGE_READ, ORPHANED, RING_ENV, SEND_BYTES, STALL_ENV, RemoteFlow, Workers
 
 HUNG_ENV = "STREAMTAP_TEST_WORKER_HUNG_AFTER"
 from streamtap.recording import check_recording
@@ -731,6 +731,43 @@ def test_a_flow_tapped_again_before_its_verdict_came_gets_both_verdicts(tmp_path
     assert verdicts[1][1]["verdict"] not in ("complete", "unknown"), verdicts[1][1]
     assert left == {}
     assert len(list(tmp_path.glob("*.jsonl"))) == 2  # a recording of each run
+
+
+@pytest.mark.parametrize("read_size", [1, 200, JOIN_BELOW - 1, JOIN_BELOW, 3 * JOIN_BELOW])
+def test_reads_reach_the_worker_byte_exact_and_read_by_read_whether_joined_or_put_one_by_one(tmp_path, read_size):
+    """A batch's reads go into the ring joined when they average under JOIN_BELOW, one by one
+    otherwise; either way the recording has every byte and every read as the proxy saw it."""
+    from streamtap.mitm.flowspec import FlowSpec
+    from streamtap.recording import read_recording
+
+    body = streams.openai_chat([f"word{i} " for i in range(2000)])
+    reads = [body[i : i + read_size] for i in range(0, min(len(body), 400 * read_size), read_size)]
+    reads.append(body[sum(map(len, reads)) :])  # the rest in one large read: the last batch mixes sizes
+    settings = dict(directory=str(tmp_path), fsync="never", redact=[], redact_allow=[], sentinel=None,
+                    max_event_size=1 << 20, record=True, compress="none")  # fmt: skip
+    verdicts: list = []
+
+    async def run() -> None:
+        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda remote, summary: verdicts.append(summary),
+                          lost=lambda remote, why: verdicts.append(why))  # fmt: skip
+        try:
+            remote = workers.open(FlowSpec.of(openai_flow(), None), settings)
+            stream = workers.stream(remote)
+            for number, read in enumerate(reads):
+                assert stream(read) is read
+                if number % 97 == 96:  # several batches, each of many reads
+                    workers.send()
+            workers.finish(remote, "finished", None, None)
+            await _until(lambda: verdicts)
+        finally:
+            workers.stop()
+
+    asyncio.run(run())
+    assert verdicts[0]["verdict"] == "complete", verdicts
+    [path] = tmp_path.glob("*.jsonl")
+    recording = read_recording(path)
+    assert recording.body == body
+    assert [length for _, length, _ in recording.reads] == [len(read) for read in reads if read]
 
 
 def test_a_flow_whose_analysis_raises_in_the_worker_is_judged_unknown_at_its_end_with_the_reason(tmp_path):
