@@ -13,7 +13,9 @@ the anthropic SDK, each driven the way the library drives it (bytes iterator in,
 out); and zlib.crc32 over the same chunks, the floor for any decoder that checks CRCs.
 streamtap is also fed 1 byte at a time on a slice, against 16 KiB reads of the same
 slice, to show the cost of tiny reads, and against a decoder whose ``feed`` only appends
-(the least a Python ``feed`` costs). Where the install has the decoders' compiled loops
+(the least a Python ``feed`` costs); and 1-byte reads each handed to a call into C that does
+nothing, against streamtap's 16 KiB reads: the floor of the 1-byte slowdown for any ``feed``,
+even one written in C. Where the install has the decoders' compiled loops
 (``streamtap.wire._accel``), streamtap runs them, and one more pair times it against the
 same decoder with its Python loops.
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import operator
 import os
 import random
 import statistics
@@ -145,6 +148,18 @@ def append_only(chunks: list[bytes]) -> int:
     return count
 
 
+_no_op = operator.itemgetter(slice(0, 0))  # a call into C that keeps nothing and returns b""
+
+
+def no_op_c_call(chunks: list[bytes]) -> int:
+    """Below any decoder: the loop above with one call into C per read that does nothing. Against
+    16 KiB reads it is the least slowdown 1-byte reads can show in this loop, whatever ``feed`` is."""
+    count = 0
+    for chunk in chunks:
+        count += len(_no_op(chunk))
+    return count
+
+
 def botocore_eventstream(chunks: list[bytes]) -> int:
     buffer = EventStreamBuffer()
     count = 0
@@ -246,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
                           (ours, one_byte, 1), note="1B"))
         pairs.append(Pair(title, "    1 B  vs an append-only feed (slowdown)", (append_only, one_byte, 1),
                           (ours, one_byte, 1), note="1B"))
+        pairs.append(Pair(title, "    1 B no-op C calls vs our 16 KiB (floor)", (ours, chunks_of(sliced, 16384), 4),
+                          (no_op_c_call, one_byte, 1), note="1B"))
     for pair in pairs:  # warm-up: imports, caches, first-call costs
         for run, chunks, _ in (pair.ours, pair.theirs):
             try:

@@ -198,6 +198,19 @@ def _cpu(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / CLK
 
 
+def wait_listening(process: subprocess.Popen, port: int, what: str, seconds: float = 20) -> None:
+    """Until something accepts connections on ``port``; raises when ``process`` exits or ``seconds`` pass first."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError(f"{what} did not start") from None
+            time.sleep(0.05)
+
+
 def process_tree(pid: int) -> list[int]:
     """The process and its live descendants (a streamtap proxy's analysis workers)."""
     tree, todo = [], [pid]
@@ -233,15 +246,7 @@ class Proxy:
             args += ["-s", str(script)]
         self.counted: set[Path] = set()  # recordings seen by analysed()
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or self.process.poll() is not None:
-                    raise RuntimeError(f"{name} mitmdump did not start")
-                time.sleep(0.05)
+        wait_listening(self.process, self.port, f"{name} mitmdump")
 
     def cpu(self) -> float:
         return _cpu(self.process.pid)
