@@ -98,6 +98,25 @@ def test_a_bad_value_stops_mitmdump_at_start_naming_the_option(started_with_bad_
     assert "Traceback" not in out, out  # a user's mistake is one line, not a stack
 
 
+def test_a_wrongly_typed_value_in_config_yaml_stops_mitmdump_at_start_naming_it_without_a_traceback(tmp_path):
+    """mitmproxy applies config.yaml's streamtap_* values only once the script has loaded, and a
+    value of the wrong type then failed in its script loader with a stack; each is named instead."""
+    proxy = Mitmdump("http://127.0.0.1:9", tmp_path)
+    proxy.confdir.mkdir(parents=True, exist_ok=True)
+    (proxy.confdir / "config.yaml").write_text(
+        'streamtap_workers: "two"\nstreamtap_record: maybe\nstreamtap_redact: x-one\nstreamtap_sentinel: 5\nstreamtap_fsync: end\n'
+    )
+    result = subprocess.run(proxy.args, capture_output=True, text=True, timeout=40, cwd=proxy.workdir)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out
+    assert "streamtap_workers: 'two' in config.yaml is not an integer" in out, out
+    assert "streamtap_record: 'maybe' in config.yaml is not true or false" in out, out
+    assert "streamtap_redact: 'x-one' in config.yaml is not a list of strings" in out, out
+    assert "streamtap_sentinel: 5 in config.yaml is not a string" in out, out
+    assert "streamtap_fsync" not in out, out  # a good value says nothing
+    assert "Traceback" not in out, out
+
+
 def test_good_values_of_every_option_start_and_tap(tmp_path):
     recordings = tmp_path / "recs"
     recordings.mkdir()

@@ -13,10 +13,11 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from mitmproxy.exceptions import OptionsError
+from mitmproxy.utils import typecheck
 
 log = logging.getLogger("streamtap")
 
@@ -104,22 +105,44 @@ def dotted_paths(option: str, values: Iterable[str]) -> None:
 
 
 def given_before_load(loader) -> None:
-    """Parse the ``streamtap_*`` values given with ``--set`` before the script loaded.
+    """Check the ``streamtap_*`` values given before the script loaded: with ``--set`` (strings
+    to parse) or in mitmproxy's ``config.yaml`` (typed by YAML).
 
-    mitmproxy parses them (bool, int) only once the addon's ``load()`` has returned, and a
-    value of the wrong type then fails inside its script loader, which drops every addon
-    of the script without a word. A bad one is logged here as an error instead (mitmdump
-    stops at start on an error) and dropped, so mitmproxy can load the rest."""
+    mitmproxy takes them (bool, int) only once the addon's ``load()`` has returned, and a
+    value of the wrong type then fails inside its script loader: from ``--set``, it drops every
+    addon of the script without a word; from ``config.yaml``, it prints a traceback. A bad one is
+    logged here as an error instead (mitmdump stops at start on an error) and dropped, so
+    mitmproxy can load the rest."""
     options = loader.master.options
     try:
         deferred, declared, parse = options.deferred, options._options, options._parse_setval
     except AttributeError:  # another mitmproxy: its own handling stands
         return
     for name in [n for n in deferred if n.startswith("streamtap_") and n in declared]:
+        value = deferred[name]
         try:
-            parse(declared[name], deferred[name].val)
+            if hasattr(value, "val"):  # --set: the strings as given
+                parse(declared[name], value.val)
+            elif not _of_type(value, declared[name].typespec):
+                raise OptionsError(f"{name}: {value!r} in config.yaml is not {_expected(declared[name].typespec)}")
         except OptionsError as exc:
             log.error(f"streamtap: {exc}")
             del deferred[name]
         except Exception:
             pass
+
+
+def _expected(typespec) -> str:
+    if typespec is bool:
+        return "true or false"
+    if typespec is int:
+        return "an integer"
+    return "a list of strings" if typespec == Sequence[str] else "a string"
+
+
+def _of_type(value, typespec) -> bool:
+    try:
+        typecheck.check_option_type("", value, typespec)
+    except TypeError:
+        return False
+    return True
