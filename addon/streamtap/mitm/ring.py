@@ -127,7 +127,7 @@ class Ring:
             self.fd = None
 
     def put(self, at: int, chunks: list[bytes]) -> None:
-        """The chunks one after another from ``at``: each copied once, never joined first."""
+        """The chunks one after another from ``at`` (the caller joins small ones first: see JOIN_BELOW)."""
         mapped = self.map
         for chunk in chunks:
             end = at + len(chunk)
