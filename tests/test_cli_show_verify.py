@@ -134,7 +134,9 @@ def _record(path: Path, body: bytes, dialect: Dialect, step: int, finish: bool =
     for event in analysis.events:
         writer.frame(event, t_ms)
     if finish:
-        writer.finish({"verdict": analysis.verdict.to_dict(), "stream_end": "finished"})
+        turn = analysis.turn.to_dict()
+        turn.get("timing", {}).pop("arrivals", None)  # as the proxy writes it
+        writer.finish({"verdict": analysis.verdict.to_dict(), "turn": turn, "stream_end": "finished"})
     else:
         writer.flush()
 
@@ -479,6 +481,33 @@ def test_show_marks_an_unfinished_tool_call_and_block(files, tmp_path):
 
 
 REAL_RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "anthropic.jsonl"
+
+
+def _turn_edited(change):
+    """An edit of the end line's turn (the hashes cover the bytes, not the end line)."""
+
+    def edit(lines: list[bytes]) -> list[bytes]:
+        end = orjson.loads(lines[-1])
+        change(end["turn"])
+        return [*lines[:-1], orjson.dumps(end)]
+
+    return edit
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda turn: turn.update(model="cheap-model"), 'the recording\'s turn has model "cheap-model", its bytes give "anthropic/claude-sonnet-4.5"'),
+    (lambda turn: turn["usage"]["raw"].update(completion_tokens=3), "the recording's turn has usage {"),
+    (lambda turn: turn.update(stop_reason_raw="length"), 'has stop reason "length", its bytes give "stop"'),
+    (lambda turn: turn["choices"][0]["blocks"][1].update(text="2 + 2 = 5"), 'has choice 0, block 1: text "2 + 2 = 5", its bytes give "2 + 2 = 4"'),
+    (lambda turn: turn["choices"][0]["blocks"].pop(0), "has choice 0: blocks 1, its bytes give 2"),
+], ids=["model", "usage", "stop-reason", "text", "block-dropped"])  # fmt: skip
+def test_verify_finds_an_end_line_whose_turn_its_bytes_do_not_give(files, tmp_path, change, says):
+    """report and index take a turn's model and usage from the end line, which no hash covers:
+    verify assembles the turn from the bytes again and names the first fact that differs."""
+    edited = _edited(tmp_path, files, _turn_edited(change))
+    result = streamtap("verify", edited)
+    assert result.returncode == 1 and says in result.stdout, (result.stdout, result.stderr)
+    assert "complete" in result.stdout  # the verdict itself stands: the turn's record is what is wrong
 
 
 def another_wire_hash(lines: list[bytes]) -> list[bytes]:

@@ -249,12 +249,56 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
     # the proxy could not parse arguments beyond its cap and said unknown: judging them here is the answer
     evidence = recorded_verdict.get("evidence")
     not_kept = isinstance(evidence, dict) and evidence.get("arguments_not_kept") is True
-    if recorded_kind and not not_kept and dialect.value == recorded and recorded_kind != analysis.verdict.kind.value:
-        problems.append(f"the recording says {recorded_kind}, judging its bytes again says {analysis.verdict.kind.value}")
+    if recorded_kind and not not_kept and dialect.value == recorded:
+        if recorded_kind != analysis.verdict.kind.value:
+            problems.append(f"the recording says {recorded_kind}, judging its bytes again says {analysis.verdict.kind.value}")
+        elif isinstance(end.get("turn"), dict):  # the fleet view takes the model and the usage from it
+            differs = turn_difference(end["turn"], analysis.turn.to_dict())
+            if differs:
+                problems.append(differs)
     injected = end.get("injected_fault")
     if injected:
         analysis.verdict.evidence["injected_fault"] = injected
     return Judged(path, analysis, dialect, how, "recording", "; ".join(problems) or None, injected or None)
+
+
+def _turn_facts(turn: dict) -> dict[str, object]:
+    """What the bytes decide of a turn, by name: neither timing (the proxy had the reads' arrival
+    times, a recording keeps its frames' only) nor notes or the parsed arguments (their raw text is
+    compared)."""
+    usage = turn.get("usage")
+    facts: dict[str, object] = {
+        "model": turn.get("model"),
+        "response id": turn.get("response_id"),
+        "stop reason": turn.get("stop_reason_raw"),
+        "usage": usage.get("raw") if isinstance(usage, dict) else usage,
+        "error": turn.get("error"),
+    }
+    choices = turn.get("choices")
+    for choice in choices if isinstance(choices, list) else []:
+        where = f"choice {choice.get('index')}" if isinstance(choice, dict) else "a choice"
+        blocks = choice.get("blocks") if isinstance(choice, dict) else None
+        facts[f"{where}: blocks"] = len(blocks) if isinstance(blocks, list) else blocks
+        for number, block in enumerate(blocks if isinstance(blocks, list) else []):
+            for field in ("kind", "text", "id", "name", "arguments_raw"):
+                facts[f"{where}, block {number}: {field}"] = block.get(field) if isinstance(block, dict) else block
+    return facts
+
+
+def turn_difference(recorded: dict, judged: dict) -> str | None:
+    """The first fact where the end line's turn and the turn its bytes make now disagree, said;
+    None when they agree. The hashes cover the bytes, not the end line: an edited turn, or one
+    written by a streamtap that assembled it differently, shows here."""
+    mine, theirs = _turn_facts(recorded), _turn_facts(orjson.loads(orjson.dumps(judged)))
+    for name in dict.fromkeys([*mine, *theirs]):
+        if mine.get(name) != theirs.get(name):
+            return f"the recording's turn has {name} {_shown(mine.get(name))}, its bytes give {_shown(theirs.get(name))}"
+    return None
+
+
+def _shown(value: object) -> str:
+    text = orjson.dumps(value).decode()
+    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 def as_json(judged: Judged) -> dict:
