@@ -140,8 +140,9 @@ def main() -> int:
         shutil.rmtree(workdir, ignore_errors=True)
 
     events = {"sse": len(sse_events(args.mb)), "es": len(eventstream_events(args.mb)), "short": len(sse_events(SHORT_MB))}
-    print(f"bench/proxy_instructions.py: instructions the mitmdump process executed (callgrind), {args.transfers} "
-          f"bodies of {args.mb} MB per run and {SETTLE:.0f} s after them, {args.runs} runs per proxy; workers not counted")
+    print(f"bench/proxy_instructions.py: instructions the mitmdump process executed (callgrind) in a run: "
+          f"{args.transfers} bodies of {args.mb} MB (short answers: as the row says; idle: none) and the "
+          f"{SETTLE:.0f} s after them; {args.runs} runs per proxy; workers not counted")
     print(f"{'workload':38} {'proxy':10} {'instructions':>16} {'x bare (each run)':>24}")
     for label in args.only or WORKLOADS:
         title, _, _, bodies = WORKLOADS[label]

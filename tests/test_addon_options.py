@@ -104,15 +104,18 @@ def test_a_wrongly_typed_value_in_config_yaml_stops_mitmdump_at_start_naming_it_
     proxy = Mitmdump("http://127.0.0.1:9", tmp_path)
     proxy.confdir.mkdir(parents=True, exist_ok=True)
     (proxy.confdir / "config.yaml").write_text(
-        'streamtap_workers: "two"\nstreamtap_record: maybe\nstreamtap_redact: x-one\nstreamtap_sentinel: 5\nstreamtap_fsync: end\n'
+        'streamtap_workers: "two"\nstreamtap_record: maybe\nstreamtap_redact: x-one\nstreamtap_sentinel: 5\n'
+        "streamtap_max_event: true\nstreamtap_fsync: end\n"
     )
     result = subprocess.run(proxy.args, capture_output=True, text=True, timeout=40, cwd=proxy.workdir)
     out = result.stdout + result.stderr
     assert result.returncode != 0, out
-    assert "streamtap_workers: 'two' in config.yaml is not an integer" in out, out
-    assert "streamtap_record: 'maybe' in config.yaml is not true or false" in out, out
-    assert "streamtap_redact: 'x-one' in config.yaml is not a list of strings" in out, out
-    assert "streamtap_sentinel: 5 in config.yaml is not a string" in out, out
+    file = "in mitmproxy's options file"
+    assert f"streamtap_workers: 'two' {file} is not an integer" in out, out
+    assert f"streamtap_record: 'maybe' {file} is not true or false" in out, out
+    assert f"streamtap_redact: 'x-one' {file} is not a list of strings" in out, out
+    assert f"streamtap_sentinel: 5 {file} is not a string" in out, out
+    assert f"streamtap_max_event: True {file} is not an integer" in out, out  # YAML's true: an int to Python
     assert "streamtap_fsync" not in out, out  # a good value says nothing
     assert "Traceback" not in out, out
 

@@ -106,7 +106,8 @@ def dotted_paths(option: str, values: Iterable[str]) -> None:
 
 def given_before_load(loader) -> None:
     """Check the ``streamtap_*`` values given before the script loaded: with ``--set`` (strings
-    to parse) or in mitmproxy's ``config.yaml`` (typed by YAML).
+    to parse) or in mitmproxy's options file (``config.yaml``, or one ``options.load`` read;
+    typed by YAML).
 
     mitmproxy takes them (bool, int) only once the addon's ``load()`` has returned, and a
     value of the wrong type then fails inside its script loader: from ``--set``, it drops every
@@ -124,7 +125,7 @@ def given_before_load(loader) -> None:
             if hasattr(value, "val"):  # --set: the strings as given
                 parse(declared[name], value.val)
             elif not _of_type(value, declared[name].typespec):
-                raise OptionsError(f"{name}: {value!r} in config.yaml is not {_expected(declared[name].typespec)}")
+                raise OptionsError(f"{name}: {value!r} in mitmproxy's options file is not {_expected(declared[name].typespec)}")
         except OptionsError as exc:
             log.error(f"streamtap: {exc}")
             del deferred[name]
@@ -141,6 +142,8 @@ def _expected(typespec) -> str:
 
 
 def _of_type(value, typespec) -> bool:
+    if isinstance(value, bool) and typespec is int:  # YAML's true is no size or count (mitmproxy's check takes it: bool is an int)
+        return False
     try:
         typecheck.check_option_type("", value, typespec)
     except TypeError:

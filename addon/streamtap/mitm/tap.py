@@ -728,7 +728,7 @@ class Tap:
             if workers is not None:
                 remote = workers.open(FlowSpec.of(flow, settings["sentinel"], request), settings)
             else:
-                tap = FlowTap(flow, **settings)
+                tap = FlowTap(FlowSpec.of(flow, settings["sentinel"], request), **settings)
         except Exception as exc:  # fail open: the flow goes on as mitmproxy would carry it
             log.warning(f"streamtap: flow {flow.id[:12]}: cannot tap: {type(exc).__name__}: {exc}")
             self._tell("tap_failed")
