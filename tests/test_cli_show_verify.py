@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 from conftest import shared_path
 
 from streamtap.providers import Dialect, StreamSession
+from streamtap.providers.judge import ARGUMENTS_CAP
 from streamtap.recording import RecordingWriter
 
 F = "fixtures"
@@ -483,13 +485,21 @@ def test_show_marks_an_unfinished_tool_call_and_block(files, tmp_path):
 REAL_RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "anthropic.jsonl"
 
 
+def _deep(levels: int) -> list:
+    """Nested deeper than orjson writes (255), as an end line can be."""
+    value: list = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
 def _turn_edited(change):
     """An edit of the end line's turn (the hashes cover the bytes, not the end line)."""
 
     def edit(lines: list[bytes]) -> list[bytes]:
         end = orjson.loads(lines[-1])
         change(end["turn"])
-        return [*lines[:-1], orjson.dumps(end)]
+        return [*lines[:-1], json.dumps(end, separators=(",", ":")).encode()]  # json: orjson writes 255 levels at most
 
     return edit
 
@@ -500,7 +510,10 @@ def _turn_edited(change):
     (lambda turn: turn.update(stop_reason_raw="length"), 'has stop reason "length", its bytes give "stop"'),
     (lambda turn: turn["choices"][0]["blocks"][1].update(text="2 + 2 = 5"), 'has choice 0, block 1: text "2 + 2 = 5", its bytes give "2 + 2 = 4"'),
     (lambda turn: turn["choices"][0]["blocks"].pop(0), "has choice 0: blocks 1, its bytes give 2"),
-], ids=["model", "usage", "stop-reason", "text", "block-dropped"])  # fmt: skip
+    (lambda turn: turn["usage"].update(output=999999), "the recording's turn has usage {"),  # what the index counts
+    (lambda turn: turn["choices"].append(turn["choices"][0]), "has choices 2, its bytes give 1"),
+    (lambda turn: turn.update(model=_deep(300)), "the recording's turn has model [[["),
+], ids=["model", "usage", "stop-reason", "text", "block-dropped", "normalised-usage", "choice-added", "deep"])  # fmt: skip
 def test_verify_finds_an_end_line_whose_turn_its_bytes_do_not_give(files, tmp_path, change, says):
     """report and index take a turn's model and usage from the end line, which no hash covers:
     verify assembles the turn from the bytes again and names the first fact that differs."""
@@ -508,6 +521,40 @@ def test_verify_finds_an_end_line_whose_turn_its_bytes_do_not_give(files, tmp_pa
     result = streamtap("verify", edited)
     assert result.returncode == 1 and says in result.stdout, (result.stdout, result.stderr)
     assert "complete" in result.stdout  # the verdict itself stands: the turn's record is what is wrong
+
+
+def _chat_with_arguments(size: int, finish: str) -> bytes:
+    base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-x"}
+
+    def chunk(delta: dict, finish_reason: str | None = None) -> bytes:
+        return b"data: " + orjson.dumps({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}) + b"\n\n"
+
+    arguments = orjson.dumps({"data": "y" * size}).decode()
+    call = {"index": 0, "id": "call_0", "type": "function", "function": {"name": "w", "arguments": ""}}
+    pieces = [chunk({"role": "assistant"}), chunk({"tool_calls": [call]})]
+    pieces += [chunk({"tool_calls": [{"index": 0, "function": {"arguments": arguments[i : i + 64000]}}]})
+               for i in range(0, len(arguments), 64000)]  # fmt: skip
+    return b"".join([*pieces, chunk({}, finish), b"data: [DONE]\n\n"])
+
+
+def test_arguments_the_writer_kept_only_the_start_of_are_no_turn_difference(tmp_path):
+    """Beyond ARGUMENTS_CAP the proxy keeps a call's first characters and counts the rest; verify
+    keeps them all. A turn that stopped at its limit is judged the same by both, so the turns are
+    compared: the kept start must match, and only an edit of it is a difference."""
+    recording = tmp_path / "long.jsonl"
+    _record(recording, _chat_with_arguments(ARGUMENTS_CAP + 1000, "length"), Dialect.OPENAI_CHAT, 1 << 20)
+    result = streamtap("verify", recording)
+    assert "stopped_by_limit" in result.stdout and "turn has" not in result.stdout, result.stdout
+
+    def edit(turn):
+        block = turn["choices"][0]["blocks"][0]
+        assert block["extra"]["arguments_dropped_chars"] > 0  # the case under test
+        block["arguments_raw"] = block["arguments_raw"][:100] + "z" + block["arguments_raw"][101:]
+
+    lines = recording.read_bytes().split(b"\n")[:-1]
+    recording.write_bytes(b"\n".join(_turn_edited(edit)(lines)) + b"\n")
+    result = streamtap("verify", recording)
+    assert "turn has choice 0, block 0: arguments_raw 4194304 characters, from character 100: \"z" in result.stdout, result.stdout
 
 
 def another_wire_hash(lines: list[bytes]) -> list[bytes]:

@@ -18,7 +18,7 @@ import orjson
 
 from streamtap.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE, UsageError
 from streamtap.providers import Analysis, Detection, Dialect, StreamEnd, StreamSession, sentinel_problem, sniff_dialect
-from streamtap.providers.judge import TEXT_CAP
+from streamtap.providers.judge import DROPPED, TEXT_CAP
 from streamtap.recording.catalog import files_under
 from streamtap.recording.reader import shown_path
 
@@ -262,42 +262,65 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
     return Judged(path, analysis, dialect, how, "recording", "; ".join(problems) or None, injected or None)
 
 
-def _turn_facts(turn: dict) -> dict[str, object]:
+def _turn_facts(turn: dict) -> tuple[dict[str, object], dict[str, int]]:
     """What the bytes decide of a turn, by name: neither timing (the proxy had the reads' arrival
     times, a recording keeps its frames' only) nor notes or the parsed arguments (their raw text is
-    compared)."""
-    usage = turn.get("usage")
+    compared). Also, by the same names, how many characters of a call's arguments the writer
+    counted but did not keep (beyond its cap: the start is kept)."""
     facts: dict[str, object] = {
         "model": turn.get("model"),
         "response id": turn.get("response_id"),
         "stop reason": turn.get("stop_reason_raw"),
-        "usage": usage.get("raw") if isinstance(usage, dict) else usage,
+        "normalised stop reason": turn.get("stop_reason"),
+        "usage": turn.get("usage"),  # the index and report read its normalised counts
         "error": turn.get("error"),
     }
+    dropped: dict[str, int] = {}
     choices = turn.get("choices")
-    for choice in choices if isinstance(choices, list) else []:
-        where = f"choice {choice.get('index')}" if isinstance(choice, dict) else "a choice"
+    facts["choices"] = len(choices) if isinstance(choices, list) else choices
+    for position, choice in enumerate(choices if isinstance(choices, list) else []):
+        where = f"choice {position}"
+        facts[f"{where}: index"] = choice.get("index") if isinstance(choice, dict) else choice
         blocks = choice.get("blocks") if isinstance(choice, dict) else None
         facts[f"{where}: blocks"] = len(blocks) if isinstance(blocks, list) else blocks
         for number, block in enumerate(blocks if isinstance(blocks, list) else []):
             for field in ("kind", "text", "id", "name", "arguments_raw"):
                 facts[f"{where}, block {number}: {field}"] = block.get(field) if isinstance(block, dict) else block
-    return facts
+            extra = block.get("extra") if isinstance(block, dict) else None
+            count = extra.get(DROPPED["arguments_raw"]) if isinstance(extra, dict) else None
+            if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+                dropped[f"{where}, block {number}: arguments_raw"] = count
+    return facts, dropped
 
 
 def turn_difference(recorded: dict, judged: dict) -> str | None:
     """The first fact where the end line's turn and the turn its bytes make now disagree, said;
     None when they agree. The hashes cover the bytes, not the end line: an edited turn, or one
     written by a streamtap that assembled it differently, shows here."""
-    mine, theirs = _turn_facts(recorded), _turn_facts(orjson.loads(orjson.dumps(judged)))
+    try:
+        judged = orjson.loads(orjson.dumps(judged))  # as the writer wrote it
+    except TypeError:  # nested deeper than orjson writes: compared as built
+        pass
+    (mine, dropped), (theirs, _) = _turn_facts(recorded), _turn_facts(judged)
+    for name, count in dropped.items():  # verify keeps every call's arguments; the writer kept their start
+        kept, whole = mine.get(name), theirs.get(name)
+        if isinstance(kept, str) and isinstance(whole, str) and len(whole) == len(kept) + count and whole.startswith(kept):
+            theirs[name] = kept
     for name in dict.fromkeys([*mine, *theirs]):
         if mine.get(name) != theirs.get(name):
-            return f"the recording's turn has {name} {_shown(mine.get(name))}, its bytes give {_shown(theirs.get(name))}"
+            return f"the recording's turn has {name} {_shown(mine.get(name), theirs.get(name))}, its bytes give {_shown(theirs.get(name), mine.get(name))}"
     return None
 
 
-def _shown(value: object) -> str:
-    text = orjson.dumps(value).decode()
+def _shown(value: object, other: object) -> str:
+    """``value`` in a few characters; a long text from where it first differs from ``other``."""
+    if isinstance(value, str) and isinstance(other, str) and len(value) > 60:
+        at = next((i for i, (a, b) in enumerate(zip(value, other)) if a != b), min(len(value), len(other)))
+        return f"{len(value)} characters, from character {at}: {_shown(value[at : at + 40], '')}"
+    try:
+        text = orjson.dumps(value).decode()
+    except TypeError:
+        text = repr(value)
     return text if len(text) <= 60 else f"{text[:57]}..."
 
 
