@@ -128,3 +128,26 @@ def test_a_decoded_read_larger_than_the_limit_is_kept_in_lines_no_longer_than_it
     assert recording.body == body and check_recording(recording) == []
     raw = [s for s in recording.segments if s.kind == "raw"]
     assert len(raw) > 10 and all(len(s.raw) <= LIMIT for s in raw)
+
+
+def test_tool_arguments_nested_deeper_than_orjson_writes_still_end_the_recording(tmp_path):
+    """orjson reads 1024 levels but writes 255: a call's arguments 300 levels deep parse, and the
+    end line that carries them parsed was never written (the recording stayed partial)."""
+    base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-x"}
+
+    def chunk(delta: dict, finish: str | None = None) -> bytes:
+        return b"data: " + json.dumps({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}).encode() + b"\n\n"
+
+    arguments = '{"a":' * 300 + "1" + "}" * 300
+    call = {"index": 0, "id": "call_0", "type": "function", "function": {"name": "w", "arguments": arguments}}
+    body = chunk({"role": "assistant"}) + chunk({"tool_calls": [call]}) + chunk({}, "tool_calls") + b"data: [DONE]\n\n"
+    tap = FlowTap(flow_for(*CHAT), directory=str(tmp_path), fsync="end", redact=(), sentinel=None,
+                  max_event_size=1 << 20, record=True)  # fmt: skip
+    tap.arrived(body, None)
+    summary = tap.finish(StreamEnd.FINISHED)
+    assert summary["verdict"] == "complete" and not summary.get("errors"), summary
+    recording = read_recording(summary["recording"])
+    assert recording.complete_file and recording.verdict["kind"] == "complete"
+    assert recording.end["turn"]["choices"][0]["blocks"][0]["arguments_raw"] == arguments
+    result = subprocess.run([sys.executable, "-m", "streamtap", "verify", summary["recording"]], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr

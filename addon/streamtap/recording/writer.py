@@ -11,6 +11,7 @@ import base64
 import binascii
 import fcntl
 import hashlib
+import json
 import os
 import time
 from collections.abc import Iterable, Sequence
@@ -286,7 +287,11 @@ class RecordingWriter:
         try:
             line = orjson.dumps(record)
         except TypeError:  # a text holding bytes that are not UTF-8 (a header, the URL): kept escaped
-            line = orjson.dumps(_escaped(record))
+            escaped = _escaped(record)
+            try:
+                line = orjson.dumps(escaped)
+            except TypeError:  # nested deeper than orjson writes (255 levels), e.g. parsed tool arguments
+                line = json.dumps(escaped, ensure_ascii=False, separators=(",", ":")).encode()
         self._file.write(line + b"\n")
         if self.fsync == "always":
             self._file.flush()
