@@ -506,14 +506,15 @@ def _turn_edited(change):
 
 @pytest.mark.parametrize("change, says", [
     (lambda turn: turn.update(model="cheap-model"), 'the recording\'s turn has model "cheap-model", its bytes give "anthropic/claude-sonnet-4.5"'),
-    (lambda turn: turn["usage"]["raw"].update(completion_tokens=3), "the recording's turn has usage {"),
+    (lambda turn: turn["usage"]["raw"].update(completion_tokens=3), "the recording's turn has usage.raw.completion_tokens 3, its bytes give 36"),
     (lambda turn: turn.update(stop_reason_raw="length"), 'has stop reason "length", its bytes give "stop"'),
     (lambda turn: turn["choices"][0]["blocks"][1].update(text="2 + 2 = 5"), 'has choice 0, block 1: text "2 + 2 = 5", its bytes give "2 + 2 = 4"'),
     (lambda turn: turn["choices"][0]["blocks"].pop(0), "has choice 0: blocks 1, its bytes give 2"),
-    (lambda turn: turn["usage"].update(output=999999), "the recording's turn has usage {"),  # what the index counts
+    (lambda turn: turn["usage"].update(output=999999), "the recording's turn has usage.output 999999, its bytes give 36"),  # what the index counts
+    (lambda turn: turn["usage"].pop("reasoning"), "the recording's turn has usage.reasoning none, its bytes give 13"),
     (lambda turn: turn["choices"].append(turn["choices"][0]), "has choices 2, its bytes give 1"),
     (lambda turn: turn.update(model=_deep(300)), "the recording's turn has model [[["),
-], ids=["model", "usage", "stop-reason", "text", "block-dropped", "normalised-usage", "choice-added", "deep"])  # fmt: skip
+], ids=["model", "usage", "stop-reason", "text", "block-dropped", "normalised-usage", "usage-member-lost", "choice-added", "deep"])  # fmt: skip
 def test_verify_finds_an_end_line_whose_turn_its_bytes_do_not_give(files, tmp_path, change, says):
     """report and index take a turn's model and usage from the end line, which no hash covers:
     verify assembles the turn from the bytes again and names the first fact that differs."""

@@ -307,13 +307,23 @@ def turn_difference(recorded: dict, judged: dict) -> str | None:
         if isinstance(kept, str) and isinstance(whole, str) and len(whole) == len(kept) + count and whole.startswith(kept):
             theirs[name] = kept
     for name in dict.fromkeys([*mine, *theirs]):
-        if mine.get(name) != theirs.get(name):
-            return f"the recording's turn has {name} {_shown(mine.get(name), theirs.get(name))}, its bytes give {_shown(theirs.get(name), mine.get(name))}"
+        kept, made = mine.get(name), theirs.get(name)
+        if kept == made:
+            continue
+        while isinstance(kept, dict) and isinstance(made, dict):  # down to the member that differs (usage.output)
+            key = next(k for k in dict.fromkeys([*kept, *made]) if kept.get(k, _ABSENT) != made.get(k, _ABSENT))
+            name, kept, made = f"{name}.{key}", kept.get(key, _ABSENT), made.get(key, _ABSENT)
+        return f"the recording's turn has {name} {_shown(kept, made)}, its bytes give {_shown(made, kept)}"
     return None
+
+
+_ABSENT = object()  # a member one side lacks
 
 
 def _shown(value: object, other: object) -> str:
     """``value`` in a few characters; a long text from where it first differs from ``other``."""
+    if value is _ABSENT:
+        return "none"
     if isinstance(value, str) and isinstance(other, str) and len(value) > 60:
         at = next((i for i, (a, b) in enumerate(zip(value, other)) if a != b), min(len(value), len(other)))
         return f"{len(value)} characters, from character {at}: {_shown(value[at : at + 40], '')}"
