@@ -579,6 +579,59 @@ def test_the_compiled_loop_gives_what_the_python_loop_gives(stream: bytes, chunk
         assert_tiles(stream, python)
 
 
+class PythonFeedDecoder(EventStreamDecoder):
+    feed = EventStreamDecoder._feed  # what the compiled feed stands in for
+
+
+@settings(max_examples=300)
+@given(
+    stream=repeated_layouts(),
+    chunks=st.lists(st.sampled_from([1, 1, 2, 5, 11, 12, 13, 40]), min_size=1, max_size=4),
+    limit=st.sampled_from([16 * 1024 * 1024, 30, 60, 90]),
+)
+def test_the_compiled_feed_gives_what_the_python_feed_gives(stream: bytes, chunks: list[int], limit: int) -> None:
+    """Read by read, for any chunking and limit: the compiled feed appends a read only where
+    ``_feed`` would have appended it and returned nothing."""
+    compiled, python = EventStreamDecoder(limit), PythonFeedDecoder(limit)
+    pos = i = 0
+    while pos < len(stream):
+        piece = stream[pos : pos + chunks[i % len(chunks)]]
+        assert compiled.feed(piece) == python.feed(piece)
+        pos, i = pos + len(piece), i + 1
+    assert compiled.close() == python.close()
+
+
+def test_the_compiled_feed_takes_reads_that_complete_no_step() -> None:
+    """One-byte reads enter Python twice a message: when its prelude is whole, and when it is."""
+    if not accel.compiled:
+        pytest.skip(compiled_loops_missing())
+    entered = []
+
+    class Counted(EventStreamDecoder):
+        def _feed(self, data: bytes) -> list:
+            entered.append(data)
+            return super()._feed(data)
+
+    body = b"".join(encode_message(LAYOUT_HEADERS[0], b'{"i":%d}' % i) for i in range(50))
+    events = feed_cycled(Counted(), body, [1])
+    assert events == feed_cycled(EventStreamDecoder(), body) and len(events) == 50
+    assert len(entered) == 2 * 50
+
+
+def test_a_copied_decoder_goes_on_alone() -> None:
+    """copy.deepcopy mid-message copies the compiled base's fields, and shares no buffer."""
+    import copy
+
+    body = b"".join(encode_message(LAYOUT_HEADERS[0], b'{"i":%d}' % i) for i in range(3))
+    decoder = EventStreamDecoder()
+    first = decoder.feed(body[:40])
+    twin = copy.deepcopy(decoder)
+    assert twin._buffer == decoder._buffer and twin._buffer is not decoder._buffer and twin._need == decoder._need
+    mine = decoder.feed(b"\0" * 100) + decoder.close()  # the original goes on first, elsewhere
+    assert first + twin.feed(body[40:]) + twin.close() == feed_cycled(EventStreamDecoder(), body)
+    assert first + mine == feed_cycled(EventStreamDecoder(), body[:40] + b"\0" * 100)
+
+
 def test_the_compiled_loop_takes_frames_of_a_known_layout() -> None:
     if not accel.compiled:
         pytest.skip(compiled_loops_missing())

@@ -631,6 +631,87 @@ def test_the_compiled_loop_dispatches_the_common_shapes() -> None:
     assert dispatched == events[first:]
 
 
+class PythonFeedDecoder(SSEDecoder):
+    feed = SSEDecoder._feed  # what the compiled feed stands in for
+
+
+def feed_alongside(compiled, python, stream: bytes, chunks: list[int]) -> None:
+    """Both decoders fed the same reads: the same events from each read, and the same offset after it."""
+    pos = i = 0
+    while pos < len(stream):
+        piece = stream[pos : pos + chunks[i % len(chunks)]]
+        assert compiled.feed(piece) == python.feed(piece)
+        assert compiled.offset == python.offset
+        pos, i = pos + len(piece), i + 1
+    assert compiled.close() == python.close()
+
+
+@settings(max_examples=300)
+@given(
+    stream=st.one_of(lf_streams(), provider_streams(), sse_streams()),
+    chunks=st.lists(st.sampled_from([1, 1, 2, 3, 7, 50, 300]), min_size=1, max_size=4),
+    limit=st.sampled_from([16 * 1024 * 1024, 40, 100, 300]),
+)
+def test_the_compiled_feed_gives_what_the_python_feed_gives(stream: bytes, chunks: list[int], limit: int) -> None:
+    """Read by read, for any chunking and size limit: the compiled feed appends a read only where
+    ``_feed`` would have appended it and returned nothing."""
+    compiled, python = SSEDecoder(max_event_size=limit), PythonFeedDecoder(max_event_size=limit)
+    feed_alongside(compiled, python, stream, chunks)
+    assert (compiled.empty_dispatches, compiled.empty_dispatch_count) == (python.empty_dispatches, python.empty_dispatch_count)
+
+
+def test_the_compiled_feed_takes_reads_without_a_line_end() -> None:
+    """One-byte reads of a provider's stream enter Python only at the first byte and at line ends:
+    the differential test above compares something only if the compiled feed takes the rest."""
+    if not accel.compiled:
+        pytest.skip(compiled_loops_missing())
+    entered = []
+
+    class Counted(SSEDecoder):
+        def _feed(self, data: bytes) -> list:
+            entered.append(data)
+            return super()._feed(data)
+
+    stream = b"".join(b"event: content_block_delta\ndata: {\"i\": %d, \"text\": \"some words\"}\n\n" % i for i in range(100))
+    events = feed_cycled(Counted(), stream, [1])
+    assert events == decode(stream)
+    assert entered[0] == stream[:1] and set(entered[1:]) == {b"\n"} and len(entered) == 1 + stream.count(b"\n")
+
+
+def test_the_compiled_feed_stops_at_the_event_size_limit() -> None:
+    """An event that never ends, in one-byte reads: the compiled feed appends no further than
+    ``_feed`` would, which drops the event at the read that crosses the limit (memory stays bounded)."""
+    stream = b"data: one\n\ndata: " + b"x" * 500
+    compiled, python = SSEDecoder(max_event_size=100), PythonFeedDecoder(max_event_size=100)
+    feed_alongside(compiled, python, stream, [1])
+    decoder = SSEDecoder(max_event_size=100)
+    for i in range(len(stream)):
+        decoder.feed(stream[i : i + 1])
+        assert len(decoder._buf) <= 100
+
+
+def test_an_event_size_limit_beyond_any_length_is_kept() -> None:
+    """The compiled base keeps the room left for an event in a machine word: a larger limit means no limit."""
+    stream = b"data: x\n\n" * 3 + b"data: unfinished"
+    assert decode(stream, [1], max_event_size=1 << 70) == decode(stream)
+
+
+def test_a_copied_decoder_goes_on_alone() -> None:
+    """copy.deepcopy, as fault positions and prefix probes take it mid-stream: the compiled base's
+    fields are copied too, and the copy shares no buffer with the original."""
+    import copy
+
+    stream, rest, other = b"event: a\ndata: one\n\ndata: tw", b"o\n\ndata: three\n\n", b"x\n\n"
+    decoder = SSEDecoder()
+    first = decoder.feed(stream)
+    twin = copy.deepcopy(decoder)
+    assert twin._buf == decoder._buf and twin._buf is not decoder._buf
+    assert (twin._buf_room, twin._quick) == (decoder._buf_room, decoder._quick)
+    mine = decoder.feed(other) + decoder.close()  # the original goes on first, elsewhere
+    assert first + twin.feed(rest) + twin.close() == decode(stream + rest)
+    assert first + mine == decode(stream + other)
+
+
 def test_the_compiled_loops_are_built() -> None:
     """The project's own install compiles them: a build that silently left them out would
     leave the differential tests above comparing the Python loop with itself."""
@@ -681,6 +762,7 @@ def test_streamtap_pure_python_runs_the_python_loops() -> None:
     program = (
         "from streamtap.wire import SSEDecoder, EventStreamDecoder, accel, encode_message\n"
         "assert not accel.compiled and SSEDecoder._compiled_run is None and EventStreamDecoder._compiled_frames is None\n"
+        "assert SSEDecoder.feed is SSEDecoder._feed and EventStreamDecoder.feed is EventStreamDecoder._feed\n"
         "sse = b''.join(b'event: e\\ndata: %d\\n\\n' % i for i in range(50))\n"
         "body = b''.join(encode_message({':event-type': 'chunk'}, b'%d' % i) for i in range(50))\n"
         "print(repr((SSEDecoder().feed(sse), EventStreamDecoder().feed(body))))\n"

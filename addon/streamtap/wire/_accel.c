@@ -6,6 +6,8 @@
  * error themselves. Tests compare the two loops on generated streams, for any chunking and
  * size limit. Without a C compiler the package builds without this module and the Python
  * loops do all the work; STREAMTAP_PURE_PYTHON=1 makes them do it anyway (see accel.py).
+ *
+ * Beside the loops, each decoder's feed for reads that complete nothing (see SSEFeed below).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -370,6 +372,252 @@ eventstream_known_frames(PyObject *module, PyObject *const *args, Py_ssize_t nar
     return PyLong_FromSsize_t(pos);
 }
 
+/* ---- the decoders' feed for reads that complete nothing ----------------------------------
+ *
+ * A read too short to finish a line or a message is only appended to the decoder's buffer, and
+ * for such reads (one byte at a time, at worst) the cost of entering a Python method is most of
+ * the work. SSEFeed and EventStreamFeed are the bases of SSEDecoder and EventStreamDecoder: they
+ * hold the few fields that decide that case, under the Python decoder's own names, so the
+ * decoder's Python code reads and writes them as it always did and there is no copy to keep in
+ * step. Their `feed` makes the same test the Python `_feed` makes first, appends the read when
+ * it completes nothing, and hands every other read (or argument) to `_feed`. */
+
+typedef struct {
+    PyObject *feed_name; /* "_feed", interned */
+} accel_state;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *buf;   /* _buf: the bytes not parsed yet (a bytearray) */
+    Py_ssize_t room; /* _buf_room: the length of _buf beyond which the event is oversize */
+    char quick;      /* _quick: a read with no CR or LF may just be appended */
+} SSEFeed;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *buffer; /* _buffer: the bytes not yet part of a message (a bytearray) */
+    Py_ssize_t need;  /* _need: the length of _buffer the next step needs */
+} EventStreamFeed;
+
+static struct PyModuleDef accel_module;
+
+/* The decoder's Python `_feed(data)`: every read the C test does not take. (A METH_O method is
+ * what CPython's calls specialise, so the module comes from the type here, on this slower path.) */
+static PyObject *
+python_feed(PyObject *self, PyObject *data)
+{
+    PyObject *module = PyType_GetModuleByDef(Py_TYPE(self), &accel_module);
+    if (module == NULL)
+        return NULL;
+    accel_state *state = PyModule_GetState(module);
+    return PyObject_CallMethodOneArg(self, state->feed_name, data);
+}
+
+/* `data` appended to the bytearray `buffer` of `have` bytes, and the empty list of events. */
+static PyObject *
+appended(PyObject *buffer, Py_ssize_t have, PyObject *data)
+{
+    Py_ssize_t size = PyBytes_GET_SIZE(data);
+    if (PyByteArray_Resize(buffer, have + size) < 0)
+        return NULL;
+    memcpy(PyByteArray_AS_STRING(buffer) + have, PyBytes_AS_STRING(data), size);
+    return PyList_New(0);
+}
+
+PyDoc_STRVAR(feed_doc, "feed(data) -> list of the events data completes");
+
+static PyObject *
+sse_feed(SSEFeed *self, PyObject *data)
+{
+    if (self->quick && self->buf != NULL && PyByteArray_CheckExact(self->buf) && PyBytes_CheckExact(data)) {
+        Py_ssize_t have = PyByteArray_GET_SIZE(self->buf), size = PyBytes_GET_SIZE(data);
+        const char *bytes = PyBytes_AS_STRING(data);
+        if (size <= self->room - have && memchr(bytes, '\n', size) == NULL && memchr(bytes, '\r', size) == NULL)
+            return appended(self->buf, have, data);
+    }
+    return python_feed((PyObject *)self, data);
+}
+
+static PyObject *
+eventstream_feed(EventStreamFeed *self, PyObject *data)
+{
+    if (self->buffer != NULL && PyByteArray_CheckExact(self->buffer) && PyBytes_CheckExact(data)) {
+        Py_ssize_t have = PyByteArray_GET_SIZE(self->buffer);
+        if (PyBytes_GET_SIZE(data) < self->need - have)
+            return appended(self->buffer, have, data);
+    }
+    return python_feed((PyObject *)self, data);
+}
+
+/* A length field: any int, kept within Py_ssize_t (an event size limit may be set beyond it;
+ * no buffer reaches either end, so the comparisons come out the same). */
+static int
+set_length(Py_ssize_t *field, PyObject *value, const char *name)
+{
+    if (value == NULL || !PyLong_Check(value)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int", name);
+        return -1;
+    }
+    int overflow = 0;
+    long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (number == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow > 0 || number > PY_SSIZE_T_MAX)
+        number = PY_SSIZE_T_MAX;
+    else if (overflow < 0 || number < PY_SSIZE_T_MIN)
+        number = PY_SSIZE_T_MIN;
+    *field = (Py_ssize_t)number;
+    return 0;
+}
+
+static PyObject *
+sse_get_room(SSEFeed *self, void *closure)
+{
+    return PyLong_FromSsize_t(self->room);
+}
+
+static int
+sse_set_room(SSEFeed *self, PyObject *value, void *closure)
+{
+    return set_length(&self->room, value, "_buf_room");
+}
+
+static PyObject *
+eventstream_get_need(EventStreamFeed *self, void *closure)
+{
+    return PyLong_FromSsize_t(self->need);
+}
+
+static int
+eventstream_set_need(EventStreamFeed *self, PyObject *value, void *closure)
+{
+    return set_length(&self->need, value, "_need");
+}
+
+static void
+sse_feed_dealloc(SSEFeed *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    Py_CLEAR(self->buf);
+    type->tp_free(self);
+    Py_DECREF(type);
+}
+
+static void
+eventstream_feed_dealloc(EventStreamFeed *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    Py_CLEAR(self->buffer);
+    type->tp_free(self);
+    Py_DECREF(type);
+}
+
+static PyMethodDef sse_feed_methods[] = {
+    {"feed", (PyCFunction)sse_feed, METH_O, feed_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMethodDef eventstream_feed_methods[] = {
+    {"feed", (PyCFunction)eventstream_feed, METH_O, feed_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef sse_feed_members[] = {
+    {"_buf", Py_T_OBJECT_EX, offsetof(SSEFeed, buf), 0, NULL},
+    {"_quick", Py_T_BOOL, offsetof(SSEFeed, quick), 0, NULL},
+    {NULL},
+};
+
+static PyMemberDef eventstream_feed_members[] = {
+    {"_buffer", Py_T_OBJECT_EX, offsetof(EventStreamFeed, buffer), 0, NULL},
+    {NULL},
+};
+
+static PyGetSetDef sse_feed_getset[] = {
+    {"_buf_room", (getter)sse_get_room, (setter)sse_set_room, NULL, NULL},
+    {NULL},
+};
+
+static PyGetSetDef eventstream_feed_getset[] = {
+    {"_need", (getter)eventstream_get_need, (setter)eventstream_set_need, NULL, NULL},
+    {NULL},
+};
+
+static PyType_Slot sse_feed_slots[] = {
+    {Py_tp_doc, "The base of SSEDecoder: its feed for reads that complete nothing (see _accel.c)."},
+    {Py_tp_dealloc, sse_feed_dealloc},
+    {Py_tp_methods, sse_feed_methods},
+    {Py_tp_members, sse_feed_members},
+    {Py_tp_getset, sse_feed_getset},
+    {0, NULL},
+};
+
+static PyType_Slot eventstream_feed_slots[] = {
+    {Py_tp_doc, "The base of EventStreamDecoder: its feed for reads that complete nothing (see _accel.c)."},
+    {Py_tp_dealloc, eventstream_feed_dealloc},
+    {Py_tp_methods, eventstream_feed_methods},
+    {Py_tp_members, eventstream_feed_members},
+    {Py_tp_getset, eventstream_feed_getset},
+    {0, NULL},
+};
+
+static PyType_Spec sse_feed_spec = {
+    .name = "streamtap.wire._accel.SSEFeed",
+    .basicsize = sizeof(SSEFeed),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .slots = sse_feed_slots,
+};
+
+static PyType_Spec eventstream_feed_spec = {
+    .name = "streamtap.wire._accel.EventStreamFeed",
+    .basicsize = sizeof(EventStreamFeed),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .slots = eventstream_feed_slots,
+};
+
+static int
+accel_exec(PyObject *module)
+{
+    accel_state *state = PyModule_GetState(module);
+    state->feed_name = PyUnicode_InternFromString("_feed");
+    if (state->feed_name == NULL)
+        return -1;
+    PyType_Spec *specs[] = {&sse_feed_spec, &eventstream_feed_spec};
+    for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {
+        PyObject *type = PyType_FromModuleAndSpec(module, specs[i], NULL);
+        if (type == NULL || PyModule_AddType(module, (PyTypeObject *)type) < 0) {
+            Py_XDECREF(type);
+            return -1;
+        }
+        Py_DECREF(type);
+    }
+    return 0;
+}
+
+static int
+accel_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    accel_state *state = PyModule_GetState(module);
+    if (state != NULL)
+        Py_VISIT(state->feed_name);
+    return 0;
+}
+
+static int
+accel_clear(PyObject *module)
+{
+    accel_state *state = PyModule_GetState(module);
+    if (state != NULL)
+        Py_CLEAR(state->feed_name);
+    return 0;
+}
+
+static void
+accel_free(void *module)
+{
+    accel_clear((PyObject *)module);
+}
+
 static PyMethodDef accel_methods[] = {
     {"sse_lf_events", (PyCFunction)(void (*)(void))sse_lf_events, METH_FASTCALL, sse_lf_events_doc},
     {"eventstream_known_frames", (PyCFunction)(void (*)(void))eventstream_known_frames, METH_FASTCALL,
@@ -378,6 +626,7 @@ static PyMethodDef accel_methods[] = {
 };
 
 static PyModuleDef_Slot accel_slots[] = {
+    {Py_mod_exec, accel_exec},
 #ifdef Py_mod_multiple_interpreters
     {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
 #endif
@@ -391,10 +640,13 @@ static PyModuleDef_Slot accel_slots[] = {
 static struct PyModuleDef accel_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "streamtap.wire._accel",
-    .m_doc = "The hot loops of the SSE and event-stream decoders, in C.",
-    .m_size = 0,
+    .m_doc = "The hot loops of the SSE and event-stream decoders, and their feed for short reads, in C.",
+    .m_size = sizeof(accel_state),
     .m_methods = accel_methods,
     .m_slots = accel_slots,
+    .m_traverse = accel_traverse,
+    .m_clear = accel_clear,
+    .m_free = accel_free,
 };
 
 PyMODINIT_FUNC

@@ -1,6 +1,7 @@
-"""The decoders' compiled loops (``_accel.c``), when this install has them.
+"""The decoders' compiled loops (``_accel.c``), and the compiled bases that give each decoder
+its ``feed`` for reads that complete nothing, when this install has them.
 
-Both loops are optional: a build without a C compiler leaves them out, and
+All are optional: a build without a C compiler leaves them out, and
 ``STREAMTAP_PURE_PYTHON=1`` (any value but empty, 0, false, no or off) makes every decoder
 run its Python loops instead (for debugging, and for tests that compare the two).
 """
@@ -15,8 +16,9 @@ pure_python_asked = os.environ.get("STREAMTAP_PURE_PYTHON", "").strip().lower() 
 try:
     if pure_python_asked:
         raise ImportError("STREAMTAP_PURE_PYTHON is set")
-    from ._accel import eventstream_known_frames, sse_lf_events
+    from ._accel import EventStreamFeed, SSEFeed, eventstream_known_frames, sse_lf_events
 except ImportError:
     eventstream_known_frames = sse_lf_events = None
+    SSEFeed = EventStreamFeed = object  # the decoders then define feed in Python
 
 compiled = sse_lf_events is not None

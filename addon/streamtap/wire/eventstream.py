@@ -222,12 +222,15 @@ def _parse_and_cache(block: bytes, offset: int) -> dict[str, Any]:
     return headers
 
 
-class EventStreamDecoder:
+class EventStreamDecoder(accel.EventStreamFeed):
     """Sans-IO decoder: ``feed(bytes) -> [EventStreamMessage | Malformed]``, ``close() -> [Tail]``.
 
     Unconsumed bytes wait in one bytearray (appending is amortised O(1)); the frame loop
     runs only once the next message is whole, so one-byte reads stay linear in the
-    stream length and cost a single comparison each.
+    stream length and cost a single comparison each. Where this install has ``_accel``,
+    ``feed`` is compiled: a read of bytes that leaves ``_buffer`` short of ``_need`` is
+    appended without entering Python, and every other read goes to ``_feed``. The compiled
+    base holds those two fields; the Python code reads and writes them as attributes.
     """
 
     _compiled_frames = accel.eventstream_known_frames  # None: _decode runs in Python (tests compare the two)
@@ -245,12 +248,22 @@ class EventStreamDecoder:
         self._closed = False
         self._dropped_after_stop = 0
 
-    def feed(self, data: bytes) -> list[EventStreamMessage | Malformed]:
+    def _feed(self, data: bytes) -> list[EventStreamMessage | Malformed]:
         buffer = self._buffer
         buffer += data
         if len(buffer) < self._need:  # the common case for small reads: one comparison
             return []
         return self._decode()
+
+    if accel.EventStreamFeed is object:
+        feed = _feed
+
+    def __getstate__(self) -> tuple:  # copy.deepcopy: the compiled base's fields are not in __dict__
+        return self.__dict__, (self._buffer, self._need)
+
+    def __setstate__(self, state: tuple) -> None:
+        fields, (self._buffer, self._need) = state
+        self.__dict__.update(fields)
 
     def close(self) -> list[Tail]:
         if self._closed:

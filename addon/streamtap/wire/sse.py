@@ -148,8 +148,14 @@ def _is_event_start(work: bytes, before: int, limit: int) -> bool:
     )
 
 
-class SSEDecoder:
-    """Incremental ``text/event-stream`` decoder: ``feed(bytes)`` and ``close()``."""
+class SSEDecoder(accel.SSEFeed):
+    """Incremental ``text/event-stream`` decoder: ``feed(bytes)`` and ``close()``.
+
+    ``feed`` is compiled where this install has ``_accel``: a read with no CR or LF that
+    ``_feed`` would only append (``_quick``, and ``_buf`` stays within ``_buf_room``) is appended
+    without entering Python, and every other read goes to ``_feed``. The compiled base holds
+    those three fields; the Python code below reads and writes them as attributes all the same.
+    """
 
     _shortcuts = True  # False: every byte takes the general line-by-line path (tests compare the two)
     _compiled_run = accel.sse_lf_events  # None: _lf_run runs in Python (tests compare the two)
@@ -204,7 +210,7 @@ class SSEDecoder:
         """Bytes fed so far."""
         return self._offset + len(self._buf)
 
-    def feed(self, data: bytes) -> list[SSEEvent | Malformed]:
+    def _feed(self, data: bytes) -> list[SSEEvent | Malformed]:
         if self._quick and 13 not in data:  # int tests: memchr, cheap ("in" with bytes is not)
             buf = self._buf
             # no line ends, or (between events) no blank line: nothing can complete yet
@@ -251,6 +257,16 @@ class SSEDecoder:
             data = _join((self._buf, data))
             self._buf.clear()
         return self._process(bytes(data), final=False)
+
+    if accel.SSEFeed is object:
+        feed = _feed
+
+    def __getstate__(self) -> tuple:  # copy.deepcopy: the compiled base's fields are not in __dict__
+        return self.__dict__, (self._buf, self._buf_room, self._quick)
+
+    def __setstate__(self, state: tuple) -> None:
+        fields, (self._buf, self._buf_room, self._quick) = state
+        self.__dict__.update(fields)
 
     def close(self) -> list[SSEEvent | Malformed | Tail]:
         if self._closed:
