@@ -694,6 +694,12 @@ def test_an_event_size_limit_beyond_any_length_is_kept() -> None:
     """The compiled base keeps the room left for an event in a machine word: a larger limit means no limit."""
     stream = b"data: x\n\n" * 3 + b"data: unfinished"
     assert decode(stream, [1], max_event_size=1 << 70) == decode(stream)
+    # and a room below any length: every read is over it, as in Python (no wrap-around in C)
+    compiled, python = SSEDecoder(), PythonFeedDecoder()
+    for decoder in (compiled, python):
+        decoder.feed(b"data: x\n\ndata: y")
+        decoder._buf_room = -(1 << 70)
+    feed_alongside(compiled, python, b"yy\n\ndata: z\n\n", [1])
 
 
 def test_a_copied_decoder_goes_on_alone() -> None:

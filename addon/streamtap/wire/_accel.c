@@ -432,7 +432,7 @@ sse_feed(SSEFeed *self, PyObject *data)
     if (self->quick && self->buf != NULL && PyByteArray_CheckExact(self->buf) && PyBytes_CheckExact(data)) {
         Py_ssize_t have = PyByteArray_GET_SIZE(self->buf), size = PyBytes_GET_SIZE(data);
         const char *bytes = PyBytes_AS_STRING(data);
-        if (size <= self->room - have && memchr(bytes, '\n', size) == NULL && memchr(bytes, '\r', size) == NULL)
+        if (have + size <= self->room && memchr(bytes, '\n', size) == NULL && memchr(bytes, '\r', size) == NULL)
             return appended(self->buf, have, data);
     }
     return python_feed((PyObject *)self, data);
@@ -443,14 +443,15 @@ eventstream_feed(EventStreamFeed *self, PyObject *data)
 {
     if (self->buffer != NULL && PyByteArray_CheckExact(self->buffer) && PyBytes_CheckExact(data)) {
         Py_ssize_t have = PyByteArray_GET_SIZE(self->buffer);
-        if (PyBytes_GET_SIZE(data) < self->need - have)
+        if (have + PyBytes_GET_SIZE(data) < self->need)
             return appended(self->buffer, have, data);
     }
     return python_feed((PyObject *)self, data);
 }
 
 /* A length field: any int, kept within Py_ssize_t (an event size limit may be set beyond it;
- * no buffer reaches either end, so the comparisons come out the same). */
+ * no buffer reaches either end, so the comparisons come out the same; they add a buffer's length
+ * to a read's, which cannot overflow, and subtract nothing from a field, which could). */
 static int
 set_length(Py_ssize_t *field, PyObject *value, const char *name)
 {
