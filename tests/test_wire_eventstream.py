@@ -597,6 +597,7 @@ def test_the_compiled_feed_gives_what_the_python_feed_gives(stream: bytes, chunk
     while pos < len(stream):
         piece = stream[pos : pos + chunks[i % len(chunks)]]
         assert compiled.feed(piece) == python.feed(piece)
+        assert (compiled._buffer, compiled._need) == (python._buffer, python._need)
         pos, i = pos + len(piece), i + 1
     assert compiled.close() == python.close()
 

@@ -636,12 +636,14 @@ class PythonFeedDecoder(SSEDecoder):
 
 
 def feed_alongside(compiled, python, stream: bytes, chunks: list[int]) -> None:
-    """Both decoders fed the same reads: the same events from each read, and the same offset after it."""
+    """Both decoders fed the same reads: the same events from each read, and the same state after it."""
     pos = i = 0
     while pos < len(stream):
         piece = stream[pos : pos + chunks[i % len(chunks)]]
         assert compiled.feed(piece) == python.feed(piece)
-        assert compiled.offset == python.offset
+        assert (compiled.offset, compiled._buf, compiled._buf_room, compiled._quick) == (
+            python.offset, python._buf, python._buf_room, python._quick
+        )
         pos, i = pos + len(piece), i + 1
     assert compiled.close() == python.close()
 
@@ -700,6 +702,16 @@ def test_an_event_size_limit_beyond_any_length_is_kept() -> None:
         decoder.feed(b"data: x\n\ndata: y")
         decoder._buf_room = -(1 << 70)
     feed_alongside(compiled, python, b"yy\n\ndata: z\n\n", [1])
+
+
+@pytest.mark.parametrize("limit", [1e6, "100"])
+def test_an_event_size_limit_that_is_no_int_is_refused(limit) -> None:
+    """In both builds alike (the compiled base keeps the limit as an int)."""
+    from streamtap.wire import EventStreamDecoder
+
+    for decoder in (SSEDecoder, EventStreamDecoder):
+        with pytest.raises(TypeError):
+            decoder(limit)
 
 
 def test_a_copied_decoder_goes_on_alone() -> None:

@@ -41,6 +41,7 @@ For ``encode_message`` a plain ``int`` becomes an ``Int32`` when it fits and an
 
 from __future__ import annotations
 
+import operator
 import struct
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -236,6 +237,7 @@ class EventStreamDecoder(accel.EventStreamFeed):
     _compiled_frames = accel.eventstream_known_frames  # None: _decode runs in Python (tests compare the two)
 
     def __init__(self, max_event_size: int = MAX_MESSAGE_LENGTH) -> None:
+        max_event_size = operator.index(max_event_size)  # an int in both builds (the compiled base keeps one)
         if max_event_size < 1:
             raise ValueError("max_event_size must be at least 1")
         self.max_message_length = min(max_event_size, MAX_MESSAGE_LENGTH)

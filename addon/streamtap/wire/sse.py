@@ -54,7 +54,7 @@ from __future__ import annotations
 import re
 from itertools import accumulate, chain, repeat
 from itertools import count as count_from
-from operator import add
+from operator import add, index
 
 from . import accel
 from .errors import OversizeError
@@ -164,6 +164,7 @@ class SSEDecoder(accel.SSEFeed):
         """``note_other_lines``: also list every line that is neither blank nor ``data: `` + value
         (comments, other fields, ``data:`` without its space, stray text) in ``other_lines``, for a
         client that reads nothing else as SSE (google-genai). Every byte then takes the line path."""
+        max_event_size = index(max_event_size)  # an int in both builds (the compiled base keeps one)
         if max_event_size < 1:
             raise ValueError("max_event_size must be at least 1")
         self.max_event_size = max_event_size
