@@ -8,10 +8,12 @@ import gzip
 import json
 import mmap
 import os
+import pickle
 import re
 import resource
 import signal
 import time
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import example, given, settings
@@ -183,8 +185,6 @@ def test_a_worker_that_keeps_dying_at_once_is_restarted_less_and_less_often(capl
     """A worker that cannot live must not have the proxy spawn Python processes in a loop: the
     first quick death restarts it at once, the second waits 1 s, the third 2 s; flows that begin
     meanwhile go unanalysed and say why, and stopping cancels the restart that waits."""
-    from types import SimpleNamespace
-
     async def run() -> dict:
         workers = Workers(1, asyncio.get_running_loop(), verdict=lambda *a: None, lost=lambda *a: None)
         seen: dict = {}
@@ -625,12 +625,18 @@ def test_a_worker_that_hangs_before_its_first_word_is_killed_and_restarted(monke
     assert f"analysis worker 0 (pid {pid}) has said nothing for" in caplog.text  # its pid, though it never said it
 
 
+class PipedSpec(SimpleNamespace):
+    """A flow's spec whose request goes through the pipe (a large body goes through the ring
+    while the ring has room, and then through the pipe)."""
+
+    def request_body_apart(self):
+        return self, None
+
+
 def test_a_worker_that_takes_no_work_gets_no_more_flows_than_a_bounded_backlog(monkeypatch):
     """Each flow's OPEN carries its request. A worker that reads nothing (stopped, but not yet
     found hung) must not have the requests of every new flow pile up in the proxy: past
     MAX_UNSENT waiting for its pipe, new flows go unanalysed, and their verdict says why."""
-    from types import SimpleNamespace
-
     import streamtap.mitm.worker as worker_module
 
     said: list = []
@@ -644,7 +650,7 @@ def test_a_worker_that_takes_no_work_gets_no_more_flows_than_a_bounded_backlog(m
         try:
             remotes, most = [], 0
             for i in range(3 * worker_module.MAX_UNSENT // len(prompt)):
-                remote = workers.open(SimpleNamespace(flow_id=f"f{i}", started=0.0, detection=None, body=prompt), {})
+                remote = workers.open(PipedSpec(flow_id=f"f{i}", started=0.0, detection=None, body=prompt), {})
                 workers.stream(remote)(b"data: {}\n\n")
                 workers.send()
                 most = max(most, len(process.unsent))
@@ -769,6 +775,76 @@ def test_reads_reach_the_worker_byte_exact_and_read_by_read_whether_joined_or_pu
     recording = read_recording(path)
     assert recording.body == body
     assert [length for _, length, _ in recording.reads] == [len(read) for read in reads if read]
+
+
+def _prompted_flow(prompt: bytes, encoding: str | None = None):
+    flow = openai_flow()
+    flow.request.headers.pop("content-encoding", None)
+    if encoding:
+        flow.request.headers["content-encoding"] = encoding
+    flow.request.raw_content = gzip.compress(prompt, mtime=0) if encoding == "gzip" else prompt
+    return flow
+
+
+def _run_flows(flows: list, tmp_path, *, break_ring: bool = False) -> tuple[list, list[int], int]:
+    """Each flow through one worker, one after another: the verdicts, the size of every message
+    the pipe carried, and the ring bytes still in flight once the last verdict was back."""
+    from streamtap.mitm.flowspec import FlowSpec
+
+    settings = dict(directory=str(tmp_path), fsync="never", redact=[], redact_allow=[], sentinel=None,
+                    max_event_size=1 << 20, record=True, compress="none")  # fmt: skip
+    verdicts: list = []
+    piped: list[int] = []
+    body = streams.openai_chat(["Paris ", "is ", "sunny."])
+
+    async def run() -> int:
+        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda remote, summary: verdicts.append(summary),
+                          lost=lambda remote, why: verdicts.append(why))  # fmt: skip
+        process = workers.processes[0]
+        send = process.send
+        process.send = lambda batch: (piped.append(len(pickle.dumps(batch))), send(batch))
+        if break_ring:  # posix_fallocate fails from here on: the ring takes nothing
+            os.close(process.ring.fd)
+            process.ring.fd = os.open("/dev/null", os.O_RDONLY)
+        try:
+            for number, flow in enumerate(flows, 1):
+                remote = workers.open(FlowSpec.of(flow, None), settings)
+                workers.stream(remote)(body)
+                workers.finish(remote, "finished", None, None)
+                await _until(lambda: len(verdicts) == number)
+            return process.space.in_flight
+        finally:
+            workers.stop()
+
+    in_flight = asyncio.run(run())
+    return verdicts, piped, in_flight
+
+
+def test_a_large_request_body_goes_to_the_worker_through_the_ring_byte_exact(tmp_path):
+    """A 300 KiB prompt is copied into the ring, not pickled into the pipe, and the recording's
+    header has it as sent (also gzip-encoded); the ring has it back once the verdict is in."""
+    from streamtap.recording import read_recording
+
+    prompt = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "x" * 300_000}]}).encode()
+    verdicts, piped, in_flight = _run_flows([_prompted_flow(prompt), _prompted_flow(prompt, "gzip")], tmp_path)
+    assert [summary["verdict"] for summary in verdicts] == ["complete", "complete"], verdicts
+    assert max(piped) < 20_000, piped  # the prompts went through the ring
+    assert in_flight == 0
+    headers = [read_recording(path).header for path in sorted(tmp_path.glob("*.jsonl"))]
+    assert len(headers) == 2 and all(header["request"]["body"] == json.loads(prompt) for header in headers)
+
+
+def test_a_request_body_the_ring_cannot_take_goes_through_the_pipe(tmp_path):
+    """A prompt larger than the ring's memory, which cannot grow: it goes in the OPEN, as a
+    small one does, and still reaches the recording's header; the answer's reads fit the ring."""
+    from streamtap.recording import read_recording
+
+    prompt = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "y" * (STEP + STEP // 2)}]}).encode()
+    verdicts, piped, in_flight = _run_flows([_prompted_flow(prompt)], tmp_path, break_ring=True)
+    assert verdicts[0]["verdict"] == "complete", verdicts
+    assert max(piped) > len(prompt) and in_flight == 0
+    [path] = tmp_path.glob("*.jsonl")
+    assert read_recording(path).header["request"]["body"] == json.loads(prompt)
 
 
 def test_a_flow_whose_analysis_raises_in_the_worker_is_judged_unknown_at_its_end_with_the_reason(tmp_path):

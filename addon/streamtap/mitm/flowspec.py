@@ -78,6 +78,21 @@ class FlowSpec:
             spec.errors.append(("recording", described(exc)))
         return spec
 
+    def request_body_apart(self) -> tuple[FlowSpec, bytes | None]:
+        """This spec without its request body, and the body; (self, None) when it has none to
+        part with. The body is one bytes object, held twice: as detection sees the request, and
+        as the recording keeps it."""
+        request, body = self.request, self.body
+        if request is None or body is None or request.body is not body[0]:
+            return self, None
+        return replace(self, request=replace(request, body=None), body=(b"", body[1])), body[0]
+
+    def take_request_body(self, raw: bytes) -> None:
+        """The body ``request_body_apart`` took, back in place."""
+        assert self.request is not None and self.body is not None
+        self.request = replace(self.request, body=raw)
+        self.body = (raw, self.body[1])
+
     def complete(self) -> None:
         """Detection with the request body, and the header with the detection and the body in
         it: once, where the flow is analysed."""

@@ -69,10 +69,13 @@ LARGE_READ = 1024
 # one: a copy into the ring costs ~90 ns a read, a join ~20 ns a read plus a second copy of each
 # byte (8 reads of 200 B: 4.5 us one by one, 1.3 us joined; of 16 KiB: 4.3 us against 6.0 us).
 JOIN_BELOW = 4096
+# A request body this large goes to the worker through the ring, not pickled into the pipe: a copy
+# into shared memory costs the loop ~10 us per 100 KiB, pickling it and writing it to the pipe ~150 us.
+BODY_IN_RING = 4096
 WORKER_NICE = 10  # analysis yields the CPU to the traffic (and to the apps beside the proxy)
-# The pipe to a worker holds this much (Linux lets a process ask for up to 1 MiB): a flow's spec
-# carries its request, and a 100 KiB prompt then goes in one write instead of waiting for the
-# loop to say the default 64 KiB pipe has room again (~0.1 ms less per such flow, in-process).
+# The pipe to a worker holds this much (Linux lets a process ask for up to 1 MiB): a batch of many
+# flows' OPENs, or a large prompt the ring had no room for (BODY_IN_RING), then goes in one write
+# instead of waiting for the loop to say the default 64 KiB pipe has room again.
 PIPE_BYTES = 1024 * 1024
 ACK_EVERY = 1024 * 1024  # a worker reports the bytes it analysed at least this often (and when idle)
 VERDICT_WAIT = 60.0  # seconds after a flow's end before its verdict is given up on
@@ -193,7 +196,11 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
                             ends = list(accumulate(sizes))
                             tap.take(list(map(data.__getitem__, map(slice, [0, *ends], ends))), times)
                 elif kind == OPEN:
-                    _, key, spec, settings, t0 = op
+                    _, key, spec, settings, t0, body_at = op
+                    if body_at is not None:  # the request body came through the ring
+                        at, size, occupied = body_at
+                        consumed += occupied
+                        spec.take_request_body(get(at, size))
                     tap = taps[key] = FlowTap(spec, t0=t0, **settings)
                     results.append((OPENED, key, str(tap.writer.path) if tap.writer else None))
                 elif kind == BEHIND:
@@ -479,11 +486,29 @@ class Workers:
             remote.dropped = f"no analysis: its worker has taken no work for a while ({len(process.unsent) >> 20} MiB wait for it)"
             return remote
         remote.opened = True
-        self._op(shard, (OPEN, remote.key, spec, settings, remote.t0))
+        body_at = None
+        if not process.full:
+            spec, body_at = self._request_body_into_ring(process, spec)
+        self._op(shard, (OPEN, remote.key, spec, settings, remote.t0, body_at))
         if process.full:
             # a worker that is behind gets none of a new flow's reads, but records that it got none
             self._fall_behind(remote, " (its worker was busy)")
         return remote
+
+    @staticmethod
+    def _request_body_into_ring(process: _Process, spec) -> tuple[Any, tuple[int, int, int] | None]:
+        """A large request body copied into the worker's ring: the spec without it, and where it
+        is (at, length, ring bytes charged). The OPEN that says so is the next op, so the worker
+        acknowledges it in the order it went in, as it does reads. Where the ring has no room the
+        body stays in the spec and goes through the pipe."""
+        parted, raw = spec.request_body_apart()
+        if raw is None or len(raw) < BODY_IN_RING:
+            return spec, None
+        occupied = -(-(len(raw) + SLOT) // SLOT) * SLOT
+        at = process.put([raw], occupied)
+        if at is None:
+            return spec, None
+        return parted, (at, len(raw), occupied)
 
     def stream(self, remote: RemoteFlow) -> Callable[[bytes], bytes]:
         """The flow's stream callable: it hands each read on unchanged and keeps it, with its
@@ -547,9 +572,10 @@ class Workers:
     def send(self) -> None:
         """Every flow's new reads and every waiting operation: one batch per worker.
 
-        Reads are copied into the ring only here (and in ``finish``, just before its FINISH op), so
-        a batch covers every byte put in the ring since the one before: the worker
-        acknowledges whole batches, so what it acknowledged is always the oldest part of the ring."""
+        Reads are copied into the ring only here (and in ``finish``, just before its FINISH op; a
+        large request body in ``open``, just before its OPEN op), so a batch covers every byte put
+        in the ring since the one before: the worker acknowledges whole batches, so what it
+        acknowledged is always the oldest part of the ring."""
         self.scheduled = False
         self.sent_at = time.monotonic()
         if self.timer is not None:
