@@ -98,6 +98,71 @@ def test_workers_record_what_the_proxy_records_in_process(upstream, tmp_path):
     assert got["1", "chat-cut"]["verdict"]["kind"] == "truncated"
 
 
+def test_each_verdict_reaches_the_other_addons_in_an_update_hook(upstream, tmp_path):
+    """mitmweb and user addons learn of a verdict through mitmproxy's update hook: every flow once,
+    with its comment set, however many verdicts one hook carries."""
+    upstream.add("chat", STREAMS["chat"])
+    updates = tmp_path / "updates.jsonl"
+    watcher = tmp_path / "watcher.py"
+    watcher.write_text(
+        "import json\n"
+        "def update(flows):\n"
+        f"    with open({str(updates)!r}, 'a') as out:\n"
+        "        out.write(json.dumps([[flow.id, flow.comment] for flow in flows]) + '\\n')\n"
+    )
+    proxy = Mitmdump(upstream.url, tmp_path / "proxy", options={"streamtap_workers": "1"})
+    proxy.args += ["-s", str(watcher)]
+    with proxy:
+        clients = [curl_started(f"{proxy.url}/s/chat{CHAT}") for _ in range(6)]
+        for client in clients:
+            assert client.wait(20) == 0
+        proxy.wait_log("streamtap: openai-chat", count=6)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and (not updates.exists() or updates.read_text().count("streamtap: complete") < 6):
+            time.sleep(0.05)
+    hooks = [json.loads(line) for line in updates.read_text().splitlines()]
+    # mitmproxy sends its own update hooks while a flow runs, before any verdict: no comment yet
+    told = [(flow_id, comment) for hook in hooks for flow_id, comment in hook if comment]
+    assert len(told) == 6 and len({flow_id for flow_id, _ in told}) == 6, hooks
+    assert all(comment.startswith("streamtap: complete: ") for _, comment in told), hooks
+
+
+def test_verdicts_that_come_in_one_loop_turn_go_out_in_one_update_hook():
+    """Each update hook is a call over all of mitmproxy's addons: a worker's reply that carries
+    several verdicts tells the other addons once."""
+    from mitmproxy.test import taddons, tflow
+
+    from streamtap.mitm.tap import Tap
+
+    class Watcher:
+        def __init__(self) -> None:
+            self.hooks: list[list] = []
+
+        def update(self, flows) -> None:
+            self.hooks.append(list(flows))
+
+    tap, watcher = Tap(), Watcher()
+    flows = [tflow.tflow(resp=True) for _ in range(3)]
+    remotes = [RemoteFlow(flow.id, 0, time.monotonic(), "openai-chat") for flow in flows]
+    summary = {"verdict": "complete", "reason": "r", "stream_end": "finished", "errors": [], "provider": "openai-chat",
+               "model": "m", "events": 3, "bytes": 10, "ttft_ms": 1.0, "duration_ms": 2.0, "recording": None}  # fmt: skip
+
+    async def run() -> None:
+        for flow, remote in zip(flows, remotes):
+            tap.awaiting[remote.key] = (flow, False)
+        for remote in remotes:  # as Workers._received applies one reply
+            tap._verdict(remote, dict(summary))
+        assert watcher.hooks == []  # told at the end of this loop turn
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+    with taddons.context(tap) as tctx:
+        tctx.master.addons.add(watcher)
+        asyncio.run(run())
+    assert watcher.hooks == [flows]
+    assert all(flow.comment == "streamtap: complete: r" for flow in flows)
+
+
 def written_bytes(pid: int) -> int:
     """Bytes the process has handed to write() and the like (its recordings, and its messages to the proxy)."""
     return int(re.search(r"wchar: (\d+)", open(f"/proc/{pid}/io").read()).group(1))

@@ -604,6 +604,7 @@ class Tap:
         # deep-copies its value, which cost ~12 µs per flow on the loop
         self.settings: dict[str, Any] = {}
         self.keep_streamed_bodies = False
+        self.changed: list[http.HTTPFlow] = []  # flows whose verdict came in this loop turn, for one update hook
 
     def load(self, loader) -> None:
         loader.add_option(
@@ -817,13 +818,27 @@ class Tap:
             return
         flow, shown_cut = waiting
         self._apply(flow, summary, shown_cut)
+        self.changed.append(flow)
+        if len(self.changed) == 1:
+            loop = _running_loop()
+            if loop is None:  # called off a loop: at once
+                self._announce_changed()
+            else:
+                loop.call_soon(self._announce_changed)
+
+    def _announce_changed(self) -> None:
+        """One update hook for every flow whose verdict came in this loop turn (a worker's reply
+        often carries several): each hook is a call over all of mitmproxy's addons (~0.1 ms)."""
+        flows, self.changed = self.changed, []
+        if not flows:
+            return
         try:
             from mitmproxy import ctx
             from mitmproxy.hooks import UpdateHook
 
-            ctx.master.addons.trigger(UpdateHook([flow]))
+            ctx.master.addons.trigger(UpdateHook(flows))
         except Exception as exc:
-            log.warning(f"streamtap: flow {flow.id[:12]}: cannot show its verdict: {type(exc).__name__}: {exc}")
+            log.warning(f"streamtap: {len(flows)} flow(s): cannot show their verdicts: {type(exc).__name__}: {exc}")
 
     def _lost(self, remote: RemoteFlow, why: str) -> None:
         """A flow whose worker died (or never answered): judged unknown, and said so."""
