@@ -72,3 +72,20 @@ def test_the_worker_completes_the_spec_into_what_the_proxy_would_have_made(name)
         assert "body" not in header["request"] and "body_b64" not in header["request"]
     else:
         assert "body_b64" in header["request"]
+
+
+def test_the_request_headers_are_what_mitmproxy_gives_for_each_name():
+    """Lower-case names, repeated ones joined by ", " in order, bytes that are not UTF-8 kept
+    (surrogates): what ``headers.items()`` gives, read in one pass."""
+    flow = tflow.tflow()
+    flow.request.headers.fields = (
+        (b"Content-Type", b"application/json"),
+        (b"X-Trace", b"a"),
+        (b"x-trace", b"b"),
+        (b"X-TRACE", b"c"),
+        (b"Anthropic-Beta", b"tools-2024"),
+        (b"X-Raw", b"\xff\xfe"),
+    )
+    expected = {name.lower(): value for name, value in flow.request.headers.items()}
+    assert request_info(flow).headers == expected
+    assert expected["x-trace"] == "a, b, c" and list(expected) == ["content-type", "x-trace", "anthropic-beta", "x-raw"]

@@ -17,9 +17,18 @@ from streamtap.providers.detect import is_llm_stream as _is_llm_stream
 def request_info(flow: Any) -> RequestInfo:
     """The request as dialect detection sees it."""
     request = flow.request
-    return RequestInfo(
-        request.method, request.pretty_url, {k.lower(): v for k, v in request.headers.items()}, request.raw_content
-    )
+    return RequestInfo(request.method, request.pretty_url, _headers(request.headers.fields), request.raw_content)
+
+
+def _headers(fields: Any) -> dict[str, str]:
+    """Header names in lower case, each with its values joined by ", ": what ``headers.items()``
+    gives, read off the raw fields in one pass (``items()`` scans all of them for each name, ~20 µs a flow)."""
+    headers: dict[str, str] = {}
+    for raw_name, raw_value in fields:
+        name = raw_name.decode("utf-8", "surrogateescape").lower()
+        value = raw_value.decode("utf-8", "surrogateescape")
+        headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    return headers
 
 
 def is_llm_stream(flow: Any, request: RequestInfo | None = None) -> bool:
