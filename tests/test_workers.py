@@ -98,6 +98,74 @@ def test_workers_record_what_the_proxy_records_in_process(upstream, tmp_path):
     assert got["1", "chat-cut"]["verdict"]["kind"] == "truncated"
 
 
+def test_a_flow_is_not_turned_away_for_its_own_request_body(tmp_path):
+    """A ring that refused a read and has nothing in flight is not full; a new flow's 10 kB prompt
+    goes into it, and the flow is analysed, not taken for one that met a busy worker (review of
+    51d0735: the check ran again after the prompt was in)."""
+    from streamtap.mitm.flowspec import FlowSpec
+
+    settings = dict(directory=str(tmp_path), fsync="never", redact=[], redact_allow=[], sentinel=None,
+                    max_event_size=1 << 20, record=True, compress="none")  # fmt: skip
+    verdicts: list = []
+    prompt = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "p" * 10_000}]}).encode()
+
+    async def run() -> tuple:
+        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda remote, summary: verdicts.append(summary),
+                          lost=lambda remote, why: verdicts.append(why))  # fmt: skip
+        process = workers.processes[0]
+        os.close(process.ring.fd)
+        process.ring.fd = os.open("/dev/null", os.O_RDONLY)  # the ring cannot grow past its first step
+        try:
+            first = workers.open(FlowSpec.of(openai_flow(), None), settings)
+            workers.stream(first)(b"x" * (STEP + 10))  # more than it has: refused
+            workers.send()
+            workers.finish(first, "finished", None, None)
+            await _until(lambda: len(verdicts) == 1)
+            state = (process.behind, process.space.in_flight)
+            second = workers.open(FlowSpec.of(_prompted_flow(prompt), None), settings)
+            workers.stream(second)(streams.openai_chat(["Paris ", "is ", "sunny."]))
+            workers.finish(second, "finished", None, None)
+            await _until(lambda: len(verdicts) == 2)
+            return state, second.dropped
+        finally:
+            workers.stop()
+
+    state, dropped = asyncio.run(run())
+    assert state == (True, 0)
+    assert dropped is None and verdicts[1]["verdict"] == "complete", verdicts[1]
+
+
+def test_a_request_body_leaves_the_ring_room_for_the_next_flows(tmp_path, monkeypatch):
+    """A prompt that would take the ring past the room kept for new flows' reads goes through the
+    pipe, so the flow that opens right after it is still analysed."""
+    import streamtap.mitm.worker as worker_module
+    from streamtap.mitm.flowspec import FlowSpec
+
+    monkeypatch.setattr(worker_module, "MAX_IN_FLIGHT", 4 * SEND_BYTES)  # full from 3 MiB in flight
+    settings = dict(directory=str(tmp_path), fsync="never", redact=[], redact_allow=[], sentinel=None,
+                    max_event_size=1 << 20, record=True, compress="none")  # fmt: skip
+    verdicts: list = []
+    prompt = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "p" * (3 * SEND_BYTES)}]}).encode()
+    answer = streams.openai_chat(["Paris ", "is ", "sunny."])
+
+    async def run() -> list:
+        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda remote, summary: verdicts.append(summary),
+                          lost=lambda remote, why: verdicts.append(why))  # fmt: skip
+        try:
+            remotes = [workers.open(FlowSpec.of(_prompted_flow(prompt), None), settings),
+                       workers.open(FlowSpec.of(openai_flow(), None), settings)]  # fmt: skip
+            for remote in remotes:
+                workers.stream(remote)(answer)
+                workers.finish(remote, "finished", None, None)
+            await _until(lambda: len(verdicts) == 2)
+            return [remote.dropped for remote in remotes]
+        finally:
+            workers.stop()
+
+    assert asyncio.run(run()) == [None, None]
+    assert [summary["verdict"] for summary in verdicts] == ["complete", "complete"], verdicts
+
+
 def test_each_verdict_reaches_the_other_addons_in_an_update_hook(upstream, tmp_path):
     """mitmweb and user addons learn of a verdict through mitmproxy's update hook: every flow once,
     with its comment set, however many verdicts one hook carries."""

@@ -487,10 +487,11 @@ class Workers:
             return remote
         remote.opened = True
         body_at = None
-        if not process.full:
+        full = process.full  # before the body goes in: a flow is never turned away for its own request
+        if not full:
             spec, body_at = self._request_body_into_ring(process, spec)
         self._op(shard, (OPEN, remote.key, spec, settings, remote.t0, body_at))
-        if process.full:
+        if full:
             # a worker that is behind gets none of a new flow's reads, but records that it got none
             self._fall_behind(remote, " (its worker was busy)")
         return remote
@@ -499,12 +500,15 @@ class Workers:
     def _request_body_into_ring(process: _Process, spec) -> tuple[Any, tuple[int, int, int] | None]:
         """A large request body copied into the worker's ring: the spec without it, and where it
         is (at, length, ring bytes charged). The OPEN that says so is the next op, so the worker
-        acknowledges it in the order it went in, as it does reads. Where the ring has no room the
-        body stays in the spec and goes through the pipe."""
+        acknowledges it in the order it went in, as it does reads. Where the ring has no room, or
+        the body would take the room new flows' reads need (``full``), it stays in the spec and goes
+        through the pipe."""
         parted, raw = spec.request_body_apart()
         if raw is None or len(raw) < BODY_IN_RING:
             return spec, None
         occupied = -(-(len(raw) + SLOT) // SLOT) * SLOT
+        if process.space.in_flight + occupied > MAX_IN_FLIGHT - SEND_BYTES:
+            return spec, None
         at = process.put([raw], occupied)
         if at is None:
             return spec, None
