@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamtap.recording import (
+    HeaderCut,
     RecordingBusy,
     RecordingError,
     RecordingWriter,
@@ -184,6 +185,20 @@ def test_a_recording_whose_writer_died_gets_a_note_after_its_last_whole_line(tmp
     assert rec.body == BODY[: len(rec.body)] and rec.end is None and "no end line" in rec.problem
     assert rec.notes[-1] == {"type": "note", "kind": "streamtap_error", "message": "analysis: the worker died at byte 15", "t": 12.5}
     assert writer.path.read_bytes()[: whole] == data[: whole]  # every whole line is kept
+
+
+@pytest.mark.parametrize("kept", [0, 40])
+def test_a_recording_cut_inside_its_header_gets_no_note(tmp_path, kept):
+    """A worker killed before its header line was whole: a note would take the header's place.
+    The file stays as it is, and still reads as one whose writer stopped at once."""
+    writer = write_sse(tmp_path, BODY)
+    writer.close()
+    data = writer.path.read_bytes()
+    writer.path.write_bytes(data[:kept])
+    assert not note_unfinished(writer.path, "streamtap_error", "analysis: the worker died")
+    assert writer.path.read_bytes() == data[:kept]
+    with pytest.raises(HeaderCut):
+        read_recording(writer.path)
 
 
 def test_a_note_is_not_added_while_a_writer_holds_the_recording(tmp_path):

@@ -190,7 +190,9 @@ def note_unfinished(path: str | os.PathLike[str], kind: str, message: str, t_ms:
 
     A line the writer left half written is cut off first: it holds no complete record, and a
     line after it would otherwise read as garbage. False, doing nothing, when a writer still
-    holds the file or it is compressed (a torn zstd frame cannot be cut back to a line)."""
+    holds the file, it is compressed (a torn zstd frame cannot be cut back to a line), or it
+    has no whole line yet: a note would then stand where the header belongs, and the file,
+    which reads as one whose writer stopped at once, would no longer read as a recording."""
     if str(path).endswith(SUFFIX):
         return False
     fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
@@ -208,6 +210,8 @@ def note_unfinished(path: str | os.PathLike[str], kind: str, message: str, t_ms:
                 whole = start + found + 1
                 break
             whole = start
+        if not whole:
+            return False
         if whole < size:
             os.ftruncate(fd, whole)
         line = orjson.dumps({"type": "note", "kind": kind, "message": message, "t": t_ms}) + b"\n"
