@@ -10,6 +10,7 @@ import logging
 import resource
 import socket
 import time
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -31,7 +32,13 @@ def library(tmp_path_factory):
 
 @pytest.fixture
 def server(library):
-    limits = Limits(header_timeout=1.0, body_timeout=1.0, idle_timeout=5.0, body_bytes=1024 * 1024)
+    with serving(library, header_timeout=1.0) as running:
+        yield running
+
+
+@contextmanager
+def serving(library, header_timeout: float):
+    limits = Limits(header_timeout=header_timeout, body_timeout=1.0, idle_timeout=5.0, body_bytes=1024 * 1024)
     with ServerThread(library, ServeOptions(Timing.parse("fast"), fault_header=True), limits=limits) as running:
         host, port = running.base_url.removeprefix("http://").split(":")
         running.address = (host, int(port))
@@ -68,7 +75,15 @@ def good_request(server) -> float:
     return time.monotonic() - start
 
 
-def test_half_sent_requests_are_dropped_after_the_header_timeout_while_others_are_served(server):
+def test_half_sent_requests_are_dropped_after_the_header_timeout_while_others_are_served(library):
+    """A server that waited behind the half-sent requests would answer the good one only after the
+    header timeout; 2 s of it leave a loaded machine room to answer well before (1.3 s was seen
+    once under the full suite with 1 s)."""
+    with serving(library, header_timeout=2.0) as server:
+        _half_sent_requests(server)
+
+
+def _half_sent_requests(server) -> None:
     held = []
     count = min(1000, (resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 200) // 2)  # both ends are in this process
     for i in range(count):
@@ -77,18 +92,18 @@ def test_half_sent_requests_are_dropped_after_the_header_timeout_while_others_ar
         held.append(sock)
     slow = connect(server)
     start = time.monotonic()
-    assert good_request(server) < 0.9, "a client waited behind the half-sent requests"
+    assert good_request(server) < 1.8, "a client waited behind the half-sent requests"
     for byte in b"POST /v1/chat/completions HTTP/1.1\r\n"[:6]:  # one byte every 0.3 s: still a slow header
         try:
             slow.sendall(bytes([byte]))
         except OSError:
             break
         time.sleep(0.3)
-    answers = [read_until_closed(sock, max(0.5, 4.0 - (time.monotonic() - start))) for sock in held + [slow]]
+    answers = [read_until_closed(sock, max(0.5, 5.0 - (time.monotonic() - start))) for sock in held + [slow]]
     elapsed = time.monotonic() - start
     assert all(closed for _, closed in answers), f"{sum(not c for _, c in answers)} connections still held after {elapsed:.1f} s"
     assert all(data.startswith(b"HTTP/1.1 408 ") for data, _ in answers)
-    assert elapsed < 4.0
+    assert elapsed < 5.0
     for sock in held + [slow]:
         sock.close()
     good_request(server)
