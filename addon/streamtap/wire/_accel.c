@@ -386,18 +386,18 @@ typedef struct {
     PyObject *feed_name; /* "_feed", interned */
 } accel_state;
 
+/* Both bases, and all of EventStreamFeed: the decoder's buffer, and the length that bounds it. */
 typedef struct {
     PyObject_HEAD
-    PyObject *buf;   /* _buf: the bytes not parsed yet (a bytearray) */
-    Py_ssize_t room; /* _buf_room: the length of _buf beyond which the event is oversize */
-    char quick;      /* _quick: a read with no CR or LF may just be appended */
-} SSEFeed;
+    PyObject *buffer;  /* the bytes not parsed yet, a bytearray: SSE's _buf, event-stream's _buffer */
+    Py_ssize_t length; /* SSE's _buf_room: the length of _buf beyond which the event is oversize;
+                        * event-stream's _need: the length of _buffer the next step needs */
+} Feed;
 
 typedef struct {
-    PyObject_HEAD
-    PyObject *buffer; /* _buffer: the bytes not yet part of a message (a bytearray) */
-    Py_ssize_t need;  /* _need: the length of _buffer the next step needs */
-} EventStreamFeed;
+    Feed feed;
+    char quick; /* _quick: a read with no CR or LF may just be appended */
+} SSEFeed;
 
 static struct PyModuleDef accel_module;
 
@@ -429,34 +429,42 @@ PyDoc_STRVAR(feed_doc, "feed(data) -> list of the events data completes");
 static PyObject *
 sse_feed(SSEFeed *self, PyObject *data)
 {
-    if (self->quick && self->buf != NULL && PyByteArray_CheckExact(self->buf) && PyBytes_CheckExact(data)) {
-        Py_ssize_t have = PyByteArray_GET_SIZE(self->buf), size = PyBytes_GET_SIZE(data);
+    PyObject *buffer = self->feed.buffer;
+    if (self->quick && buffer != NULL && PyByteArray_CheckExact(buffer) && PyBytes_CheckExact(data)) {
+        Py_ssize_t have = PyByteArray_GET_SIZE(buffer), size = PyBytes_GET_SIZE(data);
         const char *bytes = PyBytes_AS_STRING(data);
-        if (have + size <= self->room && memchr(bytes, '\n', size) == NULL && memchr(bytes, '\r', size) == NULL)
-            return appended(self->buf, have, data);
+        if (have + size <= self->feed.length && memchr(bytes, '\n', size) == NULL && memchr(bytes, '\r', size) == NULL)
+            return appended(buffer, have, data);
     }
     return python_feed((PyObject *)self, data);
 }
 
 static PyObject *
-eventstream_feed(EventStreamFeed *self, PyObject *data)
+eventstream_feed(Feed *self, PyObject *data)
 {
     if (self->buffer != NULL && PyByteArray_CheckExact(self->buffer) && PyBytes_CheckExact(data)) {
         Py_ssize_t have = PyByteArray_GET_SIZE(self->buffer);
-        if (have + PyBytes_GET_SIZE(data) < self->need)
+        if (have + PyBytes_GET_SIZE(data) < self->length)
             return appended(self->buffer, have, data);
     }
     return python_feed((PyObject *)self, data);
 }
 
-/* A length field: any int, kept within Py_ssize_t (an event size limit may be set beyond it;
- * no buffer reaches either end, so the comparisons come out the same; they add a buffer's length
- * to a read's, which cannot overflow, and subtract nothing from a field, which could). */
+/* The length field, under its decoder's name (the closure): any int, kept within Py_ssize_t (an
+ * event size limit may be set beyond it; no buffer reaches either end, so the comparisons come
+ * out the same; they add a buffer's length to a read's, which cannot overflow, and subtract
+ * nothing from the field, which could). */
+static PyObject *
+get_length(Feed *self, void *name)
+{
+    return PyLong_FromSsize_t(self->length);
+}
+
 static int
-set_length(Py_ssize_t *field, PyObject *value, const char *name)
+set_length(Feed *self, PyObject *value, void *name)
 {
     if (value == NULL || !PyLong_Check(value)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int", name);
+        PyErr_Format(PyExc_TypeError, "%s must be an int", (const char *)name);
         return -1;
     }
     int overflow = 0;
@@ -467,45 +475,12 @@ set_length(Py_ssize_t *field, PyObject *value, const char *name)
         number = PY_SSIZE_T_MAX;
     else if (overflow < 0 || number < PY_SSIZE_T_MIN)
         number = PY_SSIZE_T_MIN;
-    *field = (Py_ssize_t)number;
+    self->length = (Py_ssize_t)number;
     return 0;
 }
 
-static PyObject *
-sse_get_room(SSEFeed *self, void *closure)
-{
-    return PyLong_FromSsize_t(self->room);
-}
-
-static int
-sse_set_room(SSEFeed *self, PyObject *value, void *closure)
-{
-    return set_length(&self->room, value, "_buf_room");
-}
-
-static PyObject *
-eventstream_get_need(EventStreamFeed *self, void *closure)
-{
-    return PyLong_FromSsize_t(self->need);
-}
-
-static int
-eventstream_set_need(EventStreamFeed *self, PyObject *value, void *closure)
-{
-    return set_length(&self->need, value, "_need");
-}
-
 static void
-sse_feed_dealloc(SSEFeed *self)
-{
-    PyTypeObject *type = Py_TYPE(self);
-    Py_CLEAR(self->buf);
-    type->tp_free(self);
-    Py_DECREF(type);
-}
-
-static void
-eventstream_feed_dealloc(EventStreamFeed *self)
+feed_dealloc(Feed *self)
 {
     PyTypeObject *type = Py_TYPE(self);
     Py_CLEAR(self->buffer);
@@ -524,29 +499,29 @@ static PyMethodDef eventstream_feed_methods[] = {
 };
 
 static PyMemberDef sse_feed_members[] = {
-    {"_buf", Py_T_OBJECT_EX, offsetof(SSEFeed, buf), 0, NULL},
+    {"_buf", Py_T_OBJECT_EX, offsetof(Feed, buffer), 0, NULL},
     {"_quick", Py_T_BOOL, offsetof(SSEFeed, quick), 0, NULL},
     {NULL},
 };
 
 static PyMemberDef eventstream_feed_members[] = {
-    {"_buffer", Py_T_OBJECT_EX, offsetof(EventStreamFeed, buffer), 0, NULL},
+    {"_buffer", Py_T_OBJECT_EX, offsetof(Feed, buffer), 0, NULL},
     {NULL},
 };
 
 static PyGetSetDef sse_feed_getset[] = {
-    {"_buf_room", (getter)sse_get_room, (setter)sse_set_room, NULL, NULL},
+    {"_buf_room", (getter)get_length, (setter)set_length, NULL, "_buf_room"},
     {NULL},
 };
 
 static PyGetSetDef eventstream_feed_getset[] = {
-    {"_need", (getter)eventstream_get_need, (setter)eventstream_set_need, NULL, NULL},
+    {"_need", (getter)get_length, (setter)set_length, NULL, "_need"},
     {NULL},
 };
 
 static PyType_Slot sse_feed_slots[] = {
     {Py_tp_doc, "The base of SSEDecoder: its feed for reads that complete nothing (see _accel.c)."},
-    {Py_tp_dealloc, sse_feed_dealloc},
+    {Py_tp_dealloc, feed_dealloc},
     {Py_tp_methods, sse_feed_methods},
     {Py_tp_members, sse_feed_members},
     {Py_tp_getset, sse_feed_getset},
@@ -555,7 +530,7 @@ static PyType_Slot sse_feed_slots[] = {
 
 static PyType_Slot eventstream_feed_slots[] = {
     {Py_tp_doc, "The base of EventStreamDecoder: its feed for reads that complete nothing (see _accel.c)."},
-    {Py_tp_dealloc, eventstream_feed_dealloc},
+    {Py_tp_dealloc, feed_dealloc},
     {Py_tp_methods, eventstream_feed_methods},
     {Py_tp_members, eventstream_feed_members},
     {Py_tp_getset, eventstream_feed_getset},
@@ -571,7 +546,7 @@ static PyType_Spec sse_feed_spec = {
 
 static PyType_Spec eventstream_feed_spec = {
     .name = "streamtap.wire._accel.EventStreamFeed",
-    .basicsize = sizeof(EventStreamFeed),
+    .basicsize = sizeof(Feed),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .slots = eventstream_feed_slots,
 };
