@@ -72,6 +72,12 @@ STREAMS = {
 }
 
 
+def tap_settings(tmp_path, **changed) -> dict:
+    """What the Tap hands a worker with each flow: recording into ``tmp_path``, with ``changed``."""
+    return dict(directory=str(tmp_path), fsync="never", redact=[], redact_allow=[], sentinel=None,
+                max_event_size=1 << 20, record=True, compress="none") | changed  # fmt: skip
+
+
 def test_workers_record_what_the_proxy_records_in_process(upstream, tmp_path):
     for name, script in STREAMS.items():
         upstream.add(name, script)
@@ -104,8 +110,7 @@ def test_a_flow_is_not_turned_away_for_its_own_request_body(tmp_path):
     51d0735: the check ran again after the prompt was in)."""
     from streamtap.mitm.flowspec import FlowSpec
 
-    settings = dict(directory=str(tmp_path), fsync="never", redact=[], redact_allow=[], sentinel=None,
-                    max_event_size=1 << 20, record=True, compress="none")  # fmt: skip
+    settings = tap_settings(tmp_path)
     verdicts: list = []
     prompt = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "p" * 10_000}]}).encode()
 
@@ -142,8 +147,7 @@ def test_a_request_body_leaves_the_ring_room_for_the_next_flows(tmp_path, monkey
     from streamtap.mitm.flowspec import FlowSpec
 
     monkeypatch.setattr(worker_module, "MAX_IN_FLIGHT", 4 * SEND_BYTES)  # full from 3 MiB in flight
-    settings = dict(directory=str(tmp_path), fsync="never", redact=[], redact_allow=[], sentinel=None,
-                    max_event_size=1 << 20, record=True, compress="none")  # fmt: skip
+    settings = tap_settings(tmp_path)
     verdicts: list = []
     prompt = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "p" * (3 * SEND_BYTES)}]}).encode()
     answer = streams.openai_chat(["Paris ", "is ", "sunny."])
@@ -843,8 +847,7 @@ def test_a_flow_tapped_again_before_its_verdict_came_gets_both_verdicts(tmp_path
 
     flow = openai_flow()
     body = streams.openai_chat(["Paris ", "is ", "sunny."])
-    settings = dict(directory=str(tmp_path), fsync="never", redact=[], redact_allow=[], sentinel=None,
-                    max_event_size=1 << 20, record=True, compress="none")  # fmt: skip
+    settings = tap_settings(tmp_path)
     verdicts: list = []
 
     async def run() -> tuple:
@@ -883,8 +886,7 @@ def test_reads_reach_the_worker_byte_exact_and_read_by_read_whether_joined_or_pu
     if read_size < JOIN_BELOW:  # the first 400, then the rest in one large read: the last batch mixes sizes
         reads = [*reads[:400], body[400 * read_size :]]
     assert len(reads) >= 30  # several batches of 10 whole reads each, then the rest
-    settings = dict(directory=str(tmp_path), fsync="never", redact=[], redact_allow=[], sentinel=None,
-                    max_event_size=1 << 20, record=True, compress="none")  # fmt: skip
+    settings = tap_settings(tmp_path)
     verdicts: list = []
 
     async def run() -> None:
@@ -924,8 +926,7 @@ def _run_flows(flows: list, tmp_path, *, break_ring: bool = False) -> tuple[list
     the pipe carried, and the ring bytes still in flight once the last verdict was back."""
     from streamtap.mitm.flowspec import FlowSpec
 
-    settings = dict(directory=str(tmp_path), fsync="never", redact=[], redact_allow=[], sentinel=None,
-                    max_event_size=1 << 20, record=True, compress="none")  # fmt: skip
+    settings = tap_settings(tmp_path)
     verdicts: list = []
     piped: list[int] = []
     body = streams.openai_chat(["Paris ", "is ", "sunny."])
@@ -1023,8 +1024,7 @@ def test_a_proxy_that_stops_while_a_restart_waits_still_notes_why_the_recording_
     from streamtap.recording import read_recording
 
     flow = openai_flow()
-    settings = dict(directory=str(tmp_path), fsync="always", redact=[], redact_allow=[], sentinel=None,
-                    max_event_size=1 << 20, record=True, compress="none")  # fmt: skip
+    settings = tap_settings(tmp_path, fsync="always")
 
     async def run() -> tuple:
         workers = Workers(1, asyncio.get_running_loop(), verdict=lambda *a: None, lost=lambda *a: None)
@@ -1057,8 +1057,7 @@ def test_a_worker_killed_before_it_said_its_recordings_name_still_gets_the_note_
     from streamtap.recording import read_recording
 
     flow = openai_flow()
-    settings = dict(directory=str(tmp_path), fsync="never", redact=[], redact_allow=[], sentinel=None,
-                    max_event_size=1 << 20, record=True, compress="none")  # fmt: skip
+    settings = tap_settings(tmp_path)
     body = streams.openai_chat([f"w{i} " for i in range(40_000)])  # seconds of analysis in one batch
 
     async def run() -> tuple:
