@@ -144,6 +144,8 @@ class H2Client:
                 data = self.sock.recv(65536)
             except TimeoutError:
                 return
+            except ConnectionResetError:  # a TCP RST: 3.13's ssl raises it where 3.12.1's read b""
+                data = b""
             if not data:
                 self.closed = True
                 return
