@@ -597,13 +597,14 @@ def test_the_compiled_feed_gives_what_the_python_feed_gives(stream: bytes, chunk
     while pos < len(stream):
         piece = stream[pos : pos + chunks[i % len(chunks)]]
         assert compiled.feed(piece) == python.feed(piece)
-        assert (compiled._buffer, compiled._need) == (python._buffer, python._need)
+        assert (compiled._buffer, compiled._need, compiled.max_message_length) == (python._buffer, python._need, python.max_message_length)
         pos, i = pos + len(piece), i + 1
     assert compiled.close() == python.close()
 
 
-def test_the_compiled_feed_takes_reads_that_complete_no_step() -> None:
-    """One-byte reads enter Python twice a message: when its prelude is whole, and when it is."""
+def test_the_compiled_feed_takes_reads_that_complete_no_message() -> None:
+    """One-byte reads enter Python once a message, when it is whole: the read that completes a
+    valid prelude only sets ``_need``, in C too."""
     if not accel.compiled:
         pytest.skip(compiled_loops_missing())
     entered = []
@@ -616,7 +617,26 @@ def test_the_compiled_feed_takes_reads_that_complete_no_step() -> None:
     body = b"".join(encode_message(LAYOUT_HEADERS[0], b'{"i":%d}' % i) for i in range(50))
     events = feed_cycled(Counted(), body, [1])
     assert events == feed_cycled(EventStreamDecoder(), body) and len(events) == 50
-    assert len(entered) == 2 * 50
+    assert len(entered) == 50
+
+
+@pytest.mark.parametrize(
+    "total, headers_length",
+    [(40, 30), (200_000, 140_000), (64, 4), (100, 0)],
+    ids=["headers-longer-than-the-message", "headers-over-128-KiB", "fits", "no-headers"],
+)
+def test_a_prelude_is_judged_on_the_read_that_completes_it_for_any_chunking(total: int, headers_length: int) -> None:
+    """A prelude with valid CRCs whose lengths break a rule is refused as soon as it is whole,
+    not when its message would be: a stream cut after it gives the same error whether the prelude
+    came in one read or byte by byte (the compiled feed checks every rule before it takes a prelude)."""
+    cut = frame(total, headers_length, b"h" * (total - 16))[:30]
+    whole = decode(cut)
+    assert decode(cut, 1) == decode(cut, 5) == decode(cut, 13) == whole
+    bad = whole[0]
+    if headers_length > total - 16 or headers_length > 128 * 1024:
+        assert isinstance(bad, Malformed) and (bad.start, bad.end) == (0, 12), whole
+    else:
+        assert isinstance(bad, Tail) and bad.raw == cut, whole
 
 
 def test_a_copied_decoder_goes_on_alone() -> None:
@@ -627,7 +647,8 @@ def test_a_copied_decoder_goes_on_alone() -> None:
     decoder = EventStreamDecoder()
     first = decoder.feed(body[:40])
     twin = copy.deepcopy(decoder)
-    assert twin._buffer == decoder._buffer and twin._buffer is not decoder._buffer and twin._need == decoder._need
+    assert twin._buffer == decoder._buffer and twin._buffer is not decoder._buffer
+    assert (twin._need, twin.max_message_length) == (decoder._need, decoder.max_message_length)
     mine = decoder.feed(b"\0" * 100) + decoder.close()  # the original goes on first, elsewhere
     assert first + twin.feed(body[40:]) + twin.close() == feed_cycled(EventStreamDecoder(), body)
     assert first + mine == feed_cycled(EventStreamDecoder(), body[:40] + b"\0" * 100)

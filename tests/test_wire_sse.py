@@ -641,8 +641,8 @@ def feed_alongside(compiled, python, stream: bytes, chunks: list[int]) -> None:
     while pos < len(stream):
         piece = stream[pos : pos + chunks[i % len(chunks)]]
         assert compiled.feed(piece) == python.feed(piece)
-        assert (compiled.offset, compiled._buf, compiled._buf_room, compiled._quick) == (
-            python.offset, python._buf, python._buf_room, python._quick
+        assert (compiled.offset, compiled._buf, compiled._buf_room, compiled._quick, compiled._between_events) == (
+            python.offset, python._buf, python._buf_room, python._quick, python._between_events
         )
         pos, i = pos + len(piece), i + 1
     assert compiled.close() == python.close()
@@ -662,9 +662,10 @@ def test_the_compiled_feed_gives_what_the_python_feed_gives(stream: bytes, chunk
     assert (compiled.empty_dispatches, compiled.empty_dispatch_count) == (python.empty_dispatches, python.empty_dispatch_count)
 
 
-def test_the_compiled_feed_takes_reads_without_a_line_end() -> None:
-    """One-byte reads of a provider's stream enter Python only at the first byte and at line ends:
-    the differential test above compares something only if the compiled feed takes the rest."""
+def test_the_compiled_feed_takes_reads_that_end_no_event() -> None:
+    """One-byte reads of a provider's stream enter Python only at the first byte and at the line
+    end that ends each event: the differential test above compares something only if the compiled
+    feed takes the rest."""
     if not accel.compiled:
         pytest.skip(compiled_loops_missing())
     entered = []
@@ -677,7 +678,7 @@ def test_the_compiled_feed_takes_reads_without_a_line_end() -> None:
     stream = b"".join(b"event: content_block_delta\ndata: {\"i\": %d, \"text\": \"some words\"}\n\n" % i for i in range(100))
     events = feed_cycled(Counted(), stream, [1])
     assert events == decode(stream)
-    assert entered[0] == stream[:1] and set(entered[1:]) == {b"\n"} and len(entered) == 1 + stream.count(b"\n")
+    assert entered[0] == stream[:1] and set(entered[1:]) == {b"\n"} and len(entered) == 1 + stream.count(b"\n\n")
 
 
 def test_the_compiled_feed_stops_at_the_event_size_limit() -> None:
@@ -690,6 +691,17 @@ def test_the_compiled_feed_stops_at_the_event_size_limit() -> None:
     for i in range(len(stream)):
         decoder.feed(stream[i : i + 1])
         assert len(decoder._buf) <= 100
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 300])
+def test_the_compiled_feed_keeps_a_long_event_of_many_lines_no_further_than_python(chunk: int) -> None:
+    """Between events, the compiled feed holds lines of an unfinished event whole only up to the
+    4 KiB ``_feed`` holds them; past that the line path takes them, in both alike."""
+    line = b"data: " + b"w" * 1000 + b"\n"
+    stream = b"data: first\n\nevent: long\n" + line * 6 + b"\n" + b"data: after\n\n"
+    compiled, python = SSEDecoder(), PythonFeedDecoder()
+    feed_alongside(compiled, python, stream, [chunk])
+    assert [event.data for event in decode(stream, [chunk])] == ["first", "\n".join(["w" * 1000] * 6), "after"]
 
 
 def test_an_event_size_limit_beyond_any_length_is_kept() -> None:
@@ -724,7 +736,7 @@ def test_a_copied_decoder_goes_on_alone() -> None:
     first = decoder.feed(stream)
     twin = copy.deepcopy(decoder)
     assert twin._buf == decoder._buf and twin._buf is not decoder._buf
-    assert (twin._buf_room, twin._quick) == (decoder._buf_room, decoder._quick)
+    assert (twin._buf_room, twin._quick, twin._between_events) == (decoder._buf_room, decoder._quick, decoder._between_events)
     mine = decoder.feed(other) + decoder.close()  # the original goes on first, elsewhere
     assert first + twin.feed(rest) + twin.close() == decode(stream + rest)
     assert first + mine == decode(stream + other)

@@ -12,6 +12,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <limits.h>
+#include <stdint.h>
 #include <string.h>
 #include <zlib.h>
 
@@ -372,15 +373,23 @@ eventstream_known_frames(PyObject *module, PyObject *const *args, Py_ssize_t nar
     return PyLong_FromSsize_t(pos);
 }
 
-/* ---- the decoders' feed for reads that complete nothing ----------------------------------
+/* ---- the decoders' feed for reads that complete no event ---------------------------------
  *
- * A read too short to finish a line or a message is only appended to the decoder's buffer, and
- * for such reads (one byte at a time, at worst) the cost of entering a Python method is most of
- * the work. SSEFeed and EventStreamFeed are the bases of SSEDecoder and EventStreamDecoder: they
- * hold the few fields that decide that case, under the Python decoder's own names, so the
- * decoder's Python code reads and writes them as it always did and there is no copy to keep in
- * step. Their `feed` makes the same test the Python `_feed` makes first, appends the read when
- * it completes nothing, and hands every other read (or argument) to `_feed`. */
+ * A read too short to finish an event is mostly only appended to the decoder's buffer, and for
+ * such reads (one byte at a time, at worst) the cost of entering a Python method is most of the
+ * work. SSEFeed and EventStreamFeed are the bases of SSEDecoder and EventStreamDecoder: they hold
+ * the few fields that decide that case, under the Python decoder's own names, so the decoder's
+ * Python code reads and writes them as it always did and there is no copy to keep in step. Their
+ * `feed` makes the same tests the Python code makes first, appends the read where that code
+ * would only append it (SSE: a read with no line end, or, between events, line ends that end no
+ * event; event-stream: a read that leaves the next step short, or completes a valid prelude and
+ * not its message, where the step only learns the message's length), and hands every other read
+ * (or argument) to `_feed`. */
+
+#define SSE_HOLD 4096 /* sse.py's _HOLD: an unfinished event up to this size is kept unparsed */
+#define PRELUDE_LENGTH 12 /* eventstream.py's constants */
+#define MIN_MESSAGE_LENGTH 16
+#define MAX_HEADERS_LENGTH (128 * 1024)
 
 typedef struct {
     PyObject *feed_name; /* "_feed", interned */
@@ -396,8 +405,14 @@ typedef struct {
 
 typedef struct {
     Feed feed;
-    char quick; /* _quick: a read with no CR or LF may just be appended */
+    char quick;          /* _quick: a read with no CR or LF may just be appended */
+    char between_events; /* _between_events: no event half parsed, _buf holds a whole event's start */
 } SSEFeed;
+
+typedef struct {
+    Feed feed;
+    Py_ssize_t limit; /* max_message_length */
+} EventStreamFeed;
 
 static struct PyModuleDef accel_module;
 
@@ -426,6 +441,17 @@ appended(PyObject *buffer, Py_ssize_t have, PyObject *data)
 
 PyDoc_STRVAR(feed_doc, "feed(data) -> list of the events data completes");
 
+/* Does `bytes` (`size` of them) hold a blank line, LF LF? */
+static int
+has_lf_lf(const char *bytes, Py_ssize_t size)
+{
+    const char *end = bytes + size, *lf = bytes;
+    while ((lf = memchr(lf, '\n', end - lf)) != NULL && ++lf < end)
+        if (*lf == '\n')
+            return 1;
+    return 0;
+}
+
 static PyObject *
 sse_feed(SSEFeed *self, PyObject *data)
 {
@@ -433,19 +459,49 @@ sse_feed(SSEFeed *self, PyObject *data)
     if (self->quick && buffer != NULL && PyByteArray_CheckExact(buffer) && PyBytes_CheckExact(data)) {
         Py_ssize_t have = PyByteArray_GET_SIZE(buffer), size = PyBytes_GET_SIZE(data);
         const char *bytes = PyBytes_AS_STRING(data);
-        if (have + size <= self->feed.length && memchr(bytes, '\n', size) == NULL && memchr(bytes, '\r', size) == NULL)
-            return appended(buffer, have, data);
+        if (have + size <= self->feed.length && memchr(bytes, '\r', size) == NULL) {
+            if (memchr(bytes, '\n', size) == NULL)
+                return appended(buffer, have, data);
+            /* between events, line ends that make no blank line end nothing: the event waits whole */
+            if (self->between_events && have + size <= SSE_HOLD && !has_lf_lf(bytes, size)
+                && !(bytes[0] == '\n' && have > 0 && PyByteArray_AS_STRING(buffer)[have - 1] == '\n'))
+                return appended(buffer, have, data);
+        }
     }
     return python_feed((PyObject *)self, data);
 }
 
-static PyObject *
-eventstream_feed(Feed *self, PyObject *data)
+static uint32_t
+big_endian_u32(const unsigned char *bytes)
 {
-    if (self->buffer != NULL && PyByteArray_CheckExact(self->buffer) && PyBytes_CheckExact(data)) {
-        Py_ssize_t have = PyByteArray_GET_SIZE(self->buffer);
-        if (have + PyBytes_GET_SIZE(data) < self->length)
-            return appended(self->buffer, have, data);
+    return (uint32_t)bytes[0] << 24 | (uint32_t)bytes[1] << 16 | (uint32_t)bytes[2] << 8 | bytes[3];
+}
+
+static PyObject *
+eventstream_feed(EventStreamFeed *self, PyObject *data)
+{
+    PyObject *buffer = self->feed.buffer;
+    if (buffer != NULL && PyByteArray_CheckExact(buffer) && PyBytes_CheckExact(data)) {
+        Py_ssize_t have = PyByteArray_GET_SIZE(buffer), size = PyBytes_GET_SIZE(data);
+        if (have + size < self->feed.length)
+            return appended(buffer, have, data);
+        /* The read completes a prelude (the buffer starts at a message whenever the next step
+         * needs a prelude) but not its message: that step only checks the prelude and learns the
+         * message's length. Any prelude it would refuse goes to Python, which reports it. */
+        if (self->feed.length == PRELUDE_LENGTH && have < PRELUDE_LENGTH) {
+            unsigned char prelude[PRELUDE_LENGTH];
+            memcpy(prelude, PyByteArray_AS_STRING(buffer), have);
+            memcpy(prelude + have, PyBytes_AS_STRING(data), PRELUDE_LENGTH - have);
+            uint32_t total = big_endian_u32(prelude), headers_length = big_endian_u32(prelude + 4);
+            if (crc32(0, prelude, 8) == big_endian_u32(prelude + 8) && total >= MIN_MESSAGE_LENGTH
+                && total <= self->limit && headers_length <= total - MIN_MESSAGE_LENGTH
+                && headers_length <= MAX_HEADERS_LENGTH && have + size < (Py_ssize_t)total) {
+                PyObject *events = appended(buffer, have, data);
+                if (events != NULL)
+                    self->feed.length = total;
+                return events;
+            }
+        }
     }
     return python_feed((PyObject *)self, data);
 }
@@ -501,11 +557,13 @@ static PyMethodDef eventstream_feed_methods[] = {
 static PyMemberDef sse_feed_members[] = {
     {"_buf", Py_T_OBJECT_EX, offsetof(Feed, buffer), 0, NULL},
     {"_quick", Py_T_BOOL, offsetof(SSEFeed, quick), 0, NULL},
+    {"_between_events", Py_T_BOOL, offsetof(SSEFeed, between_events), 0, NULL},
     {NULL},
 };
 
 static PyMemberDef eventstream_feed_members[] = {
     {"_buffer", Py_T_OBJECT_EX, offsetof(Feed, buffer), 0, NULL},
+    {"max_message_length", Py_T_PYSSIZET, offsetof(EventStreamFeed, limit), 0, NULL},
     {NULL},
 };
 
@@ -546,7 +604,7 @@ static PyType_Spec sse_feed_spec = {
 
 static PyType_Spec eventstream_feed_spec = {
     .name = "streamtap.wire._accel.EventStreamFeed",
-    .basicsize = sizeof(Feed),
+    .basicsize = sizeof(EventStreamFeed),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .slots = eventstream_feed_slots,
 };

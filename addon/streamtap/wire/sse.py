@@ -151,10 +151,11 @@ def _is_event_start(work: bytes, before: int, limit: int) -> bool:
 class SSEDecoder(accel.SSEFeed):
     """Incremental ``text/event-stream`` decoder: ``feed(bytes)`` and ``close()``.
 
-    ``feed`` is compiled where this install has ``_accel``: a read with no CR or LF that
-    ``_feed`` would only append (``_quick``, and ``_buf`` stays within ``_buf_room``) is appended
-    without entering Python, and every other read goes to ``_feed``. The compiled base holds
-    those three fields; the Python code below reads and writes them as attributes all the same.
+    ``feed`` is compiled where this install has ``_accel``: a read without CR that ``_feed`` would
+    only append (``_quick``, ``_buf`` stays within ``_buf_room``, and the read has no LF, or,
+    ``_between_events``, makes no blank line) is appended without entering Python, and every
+    other read goes to ``_feed``. The compiled base holds those four fields; the Python code
+    below reads and writes them as attributes all the same.
     """
 
     _shortcuts = True  # False: every byte takes the general line-by-line path (tests compare the two)
@@ -263,10 +264,10 @@ class SSEDecoder(accel.SSEFeed):
         feed = _feed
 
     def __getstate__(self) -> tuple:  # copy.deepcopy: the compiled base's fields are not in __dict__
-        return self.__dict__, (self._buf, self._buf_room, self._quick)
+        return self.__dict__, (self._buf, self._buf_room, self._quick, self._between_events)
 
     def __setstate__(self, state: tuple) -> None:
-        fields, (self._buf, self._buf_room, self._quick) = state
+        fields, (self._buf, self._buf_room, self._quick, self._between_events) = state
         self.__dict__.update(fields)
 
     def close(self) -> list[SSEEvent | Malformed | Tail]:
