@@ -622,8 +622,8 @@ def test_the_compiled_feed_takes_reads_that_complete_no_message() -> None:
 
 @pytest.mark.parametrize(
     "total, headers_length",
-    [(40, 30), (200_000, 140_000), (64, 4), (100, 0)],
-    ids=["headers-longer-than-the-message", "headers-over-128-KiB", "fits", "no-headers"],
+    [(40, 30), (200_000, 140_000), (13, 0), (64, 4), (100, 0)],
+    ids=["headers-longer-than-the-message", "headers-over-128-KiB", "under-the-minimum", "fits", "no-headers"],
 )
 def test_a_prelude_is_judged_on_the_read_that_completes_it_for_any_chunking(total: int, headers_length: int) -> None:
     """A prelude with valid CRCs whose lengths break a rule is refused as soon as it is whole,
@@ -632,11 +632,33 @@ def test_a_prelude_is_judged_on_the_read_that_completes_it_for_any_chunking(tota
     cut = frame(total, headers_length, b"h" * (total - 16))[:30]
     whole = decode(cut)
     assert decode(cut, 1) == decode(cut, 5) == decode(cut, 13) == whole
+    for stream in (cut, cut[:12]):  # and a stream that ends with the prelude
+        for size in (1, 5, 12):
+            compiled, python = EventStreamDecoder(), PythonFeedDecoder()
+            for at in range(0, len(stream), size):
+                assert compiled.feed(stream[at : at + size]) == python.feed(stream[at : at + size])
+                assert compiled._need == python._need
+            assert compiled.close() == python.close()
     bad = whole[0]
     if headers_length > total - 16 or headers_length > 128 * 1024:
         assert isinstance(bad, Malformed) and (bad.start, bad.end) == (0, 12), whole
     else:
         assert isinstance(bad, Tail) and bad.raw == cut, whole
+
+
+def test_a_stopped_decoder_takes_no_prelude_in_c_whatever_its_limit_becomes() -> None:
+    """After a fatal error the buffer holds no message start, even where ``_need`` is a prelude's
+    length (a limit of 11 stops at 12): raising ``max_message_length`` then changes nothing the
+    compiled feed does that ``_feed`` would not."""
+    message = encode_message({"a": 1}, b"x" * 80)
+    compiled, python = EventStreamDecoder(11), PythonFeedDecoder(11)
+    for decoder in (compiled, python):
+        assert decoder.feed(message[:12])[0].fatal and decoder._need == 12
+        decoder.max_message_length = 1000
+    for piece in (message[:12], message[12:]):
+        assert compiled.feed(piece) == python.feed(piece)
+        assert (compiled._buffer, compiled._need) == (python._buffer, python._need)
+    assert compiled.close() == python.close()
 
 
 def test_a_copied_decoder_goes_on_alone() -> None:
@@ -648,7 +670,7 @@ def test_a_copied_decoder_goes_on_alone() -> None:
     first = decoder.feed(body[:40])
     twin = copy.deepcopy(decoder)
     assert twin._buffer == decoder._buffer and twin._buffer is not decoder._buffer
-    assert (twin._need, twin.max_message_length) == (decoder._need, decoder.max_message_length)
+    assert (twin._need, twin.max_message_length, twin._decoding) == (decoder._need, decoder.max_message_length, decoder._decoding)
     mine = decoder.feed(b"\0" * 100) + decoder.close()  # the original goes on first, elsewhere
     assert first + twin.feed(body[40:]) + twin.close() == feed_cycled(EventStreamDecoder(), body)
     assert first + mine == feed_cycled(EventStreamDecoder(), body[:40] + b"\0" * 100)

@@ -704,6 +704,24 @@ def test_the_compiled_feed_keeps_a_long_event_of_many_lines_no_further_than_pyth
     assert [event.data for event in decode(stream, [chunk])] == ["first", "\n".join(["w" * 1000] * 6), "after"]
 
 
+def test_the_compiled_feed_holds_an_unfinished_event_up_to_exactly_4_kib() -> None:
+    """The line end that takes a held event one byte past ``_HOLD`` goes to the line path, as in ``_feed``."""
+    stream = b"data: a\n\n" + b"data: " + b"w" * 4090 + b"\n" + b"data: b\n\n"
+    feed_alongside(SSEDecoder(), PythonFeedDecoder(), stream, [9, 4096, 1, 100])
+
+
+def test_the_compiled_feeds_mirror_the_python_constants() -> None:
+    """The C gates repeat a few of the decoders' constants: they must be the same numbers."""
+    if not accel.compiled:
+        pytest.skip(compiled_loops_missing())
+    from streamtap.wire import _accel
+    from streamtap.wire import eventstream
+
+    assert (_accel.SSE_HOLD, _accel.PRELUDE_LENGTH, _accel.MIN_MESSAGE_LENGTH, _accel.MAX_HEADERS_LENGTH) == (
+        sse_module._HOLD, eventstream.PRELUDE_LENGTH, eventstream.MIN_MESSAGE_LENGTH, eventstream.MAX_HEADERS_LENGTH
+    )
+
+
 def test_an_event_size_limit_beyond_any_length_is_kept() -> None:
     """The compiled base keeps the room left for an event in a machine word: a larger limit means no limit."""
     stream = b"data: x\n\n" * 3 + b"data: unfinished"

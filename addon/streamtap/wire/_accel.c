@@ -7,7 +7,7 @@
  * size limit. Without a C compiler the package builds without this module and the Python
  * loops do all the work; STREAMTAP_PURE_PYTHON=1 makes them do it anyway (see accel.py).
  *
- * Beside the loops, each decoder's feed for reads that complete nothing (see SSEFeed below).
+ * Beside the loops, each decoder's feed for reads that complete no event (see SSEFeed below).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -386,8 +386,9 @@ eventstream_known_frames(PyObject *module, PyObject *const *args, Py_ssize_t nar
  * not its message, where the step only learns the message's length), and hands every other read
  * (or argument) to `_feed`. */
 
+/* the Python modules' constants (a test holds them to these): */
 #define SSE_HOLD 4096 /* sse.py's _HOLD: an unfinished event up to this size is kept unparsed */
-#define PRELUDE_LENGTH 12 /* eventstream.py's constants */
+#define PRELUDE_LENGTH 12 /* eventstream.py's */
 #define MIN_MESSAGE_LENGTH 16
 #define MAX_HEADERS_LENGTH (128 * 1024)
 
@@ -395,7 +396,7 @@ typedef struct {
     PyObject *feed_name; /* "_feed", interned */
 } accel_state;
 
-/* Both bases, and all of EventStreamFeed: the decoder's buffer, and the length that bounds it. */
+/* What both bases hold: the decoder's buffer, and the length that bounds it. */
 typedef struct {
     PyObject_HEAD
     PyObject *buffer;  /* the bytes not parsed yet, a bytearray: SSE's _buf, event-stream's _buffer */
@@ -412,6 +413,7 @@ typedef struct {
 typedef struct {
     Feed feed;
     Py_ssize_t limit; /* max_message_length */
+    char decoding;    /* _decoding: neither stopped at an error nor closed */
 } EventStreamFeed;
 
 static struct PyModuleDef accel_module;
@@ -485,17 +487,19 @@ eventstream_feed(EventStreamFeed *self, PyObject *data)
         Py_ssize_t have = PyByteArray_GET_SIZE(buffer), size = PyBytes_GET_SIZE(data);
         if (have + size < self->feed.length)
             return appended(buffer, have, data);
-        /* The read completes a prelude (the buffer starts at a message whenever the next step
-         * needs a prelude) but not its message: that step only checks the prelude and learns the
-         * message's length. Any prelude it would refuse goes to Python, which reports it. */
-        if (self->feed.length == PRELUDE_LENGTH && have < PRELUDE_LENGTH) {
+        /* The read completes a prelude (while decoding, the buffer starts at a message whenever
+         * the next step needs a prelude) but not its message: that step only checks the prelude
+         * and learns the message's length. Any prelude it would refuse goes to Python, which
+         * reports it. The CRC is tested last: a read holding the whole message goes to Python.
+         * (headers_length <= total - 16 also says total >= 16, the least a message is.) */
+        if (self->decoding && self->feed.length == PRELUDE_LENGTH && have < PRELUDE_LENGTH) {
             unsigned char prelude[PRELUDE_LENGTH];
             memcpy(prelude, PyByteArray_AS_STRING(buffer), have);
             memcpy(prelude + have, PyBytes_AS_STRING(data), PRELUDE_LENGTH - have);
-            uint32_t total = big_endian_u32(prelude), headers_length = big_endian_u32(prelude + 4);
-            if (crc32(0, prelude, 8) == big_endian_u32(prelude + 8) && total >= MIN_MESSAGE_LENGTH
-                && total <= self->limit && headers_length <= total - MIN_MESSAGE_LENGTH
-                && headers_length <= MAX_HEADERS_LENGTH && have + size < (Py_ssize_t)total) {
+            long long total = big_endian_u32(prelude), headers_length = big_endian_u32(prelude + 4);
+            if (have + size < total && total <= (long long)self->limit
+                && headers_length <= total - MIN_MESSAGE_LENGTH && headers_length <= MAX_HEADERS_LENGTH
+                && crc32(0, prelude, 8) == big_endian_u32(prelude + 8)) {
                 PyObject *events = appended(buffer, have, data);
                 if (events != NULL)
                     self->feed.length = total;
@@ -564,6 +568,7 @@ static PyMemberDef sse_feed_members[] = {
 static PyMemberDef eventstream_feed_members[] = {
     {"_buffer", Py_T_OBJECT_EX, offsetof(Feed, buffer), 0, NULL},
     {"max_message_length", Py_T_PYSSIZET, offsetof(EventStreamFeed, limit), 0, NULL},
+    {"_decoding", Py_T_BOOL, offsetof(EventStreamFeed, decoding), 0, NULL},
     {NULL},
 };
 
@@ -578,7 +583,7 @@ static PyGetSetDef eventstream_feed_getset[] = {
 };
 
 static PyType_Slot sse_feed_slots[] = {
-    {Py_tp_doc, "The base of SSEDecoder: its feed for reads that complete nothing (see _accel.c)."},
+    {Py_tp_doc, "The base of SSEDecoder: its feed for reads that complete no event (see _accel.c)."},
     {Py_tp_dealloc, feed_dealloc},
     {Py_tp_methods, sse_feed_methods},
     {Py_tp_members, sse_feed_members},
@@ -587,7 +592,7 @@ static PyType_Slot sse_feed_slots[] = {
 };
 
 static PyType_Slot eventstream_feed_slots[] = {
-    {Py_tp_doc, "The base of EventStreamDecoder: its feed for reads that complete nothing (see _accel.c)."},
+    {Py_tp_doc, "The base of EventStreamDecoder: its feed for reads that complete no event (see _accel.c)."},
     {Py_tp_dealloc, feed_dealloc},
     {Py_tp_methods, eventstream_feed_methods},
     {Py_tp_members, eventstream_feed_members},
@@ -615,6 +620,11 @@ accel_exec(PyObject *module)
     accel_state *state = PyModule_GetState(module);
     state->feed_name = PyUnicode_InternFromString("_feed");
     if (state->feed_name == NULL)
+        return -1;
+    if (PyModule_AddIntConstant(module, "SSE_HOLD", SSE_HOLD) < 0
+        || PyModule_AddIntConstant(module, "PRELUDE_LENGTH", PRELUDE_LENGTH) < 0
+        || PyModule_AddIntConstant(module, "MIN_MESSAGE_LENGTH", MIN_MESSAGE_LENGTH) < 0
+        || PyModule_AddIntConstant(module, "MAX_HEADERS_LENGTH", MAX_HEADERS_LENGTH) < 0)
         return -1;
     PyType_Spec *specs[] = {&sse_feed_spec, &eventstream_feed_spec};
     for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {

@@ -1,5 +1,5 @@
 """The decoders' compiled loops (``_accel.c``), and the compiled bases that give each decoder
-its ``feed`` for reads that complete nothing, when this install has them.
+its ``feed`` for reads that complete no event, when this install has them.
 
 All are optional: a build without a C compiler leaves them out, and
 ``STREAMTAP_PURE_PYTHON=1`` (any value but empty, 0, false, no or off) makes every decoder

@@ -232,8 +232,8 @@ class EventStreamDecoder(accel.EventStreamFeed):
     ``feed`` is compiled: a read of bytes that leaves ``_buffer`` short of ``_need``, or
     completes a prelude ``_decode`` would accept but not its message (then ``_need`` becomes the
     message's length, as there), is appended without entering Python, and every other read goes
-    to ``_feed``. The compiled base holds ``_buffer``, ``_need`` and ``max_message_length``; the
-    Python code reads and writes them as attributes.
+    to ``_feed``. The compiled base holds ``_buffer``, ``_need``, ``max_message_length`` and
+    ``_decoding``; the Python code reads and writes them as attributes.
     """
 
     _compiled_frames = accel.eventstream_known_frames  # None: _decode runs in Python (tests compare the two)
@@ -263,10 +263,10 @@ class EventStreamDecoder(accel.EventStreamFeed):
         feed = _feed
 
     def __getstate__(self) -> tuple:  # copy.deepcopy: the compiled base's fields are not in __dict__
-        return self.__dict__, (self._buffer, self._need, self.max_message_length)
+        return self.__dict__, (self._buffer, self._need, self.max_message_length, self._decoding)
 
     def __setstate__(self, state: tuple) -> None:
-        fields, (self._buffer, self._need, self.max_message_length) = state
+        fields, (self._buffer, self._need, self.max_message_length, self._decoding) = state
         self.__dict__.update(fields)
 
     def close(self) -> list[Tail]:

@@ -153,9 +153,9 @@ class SSEDecoder(accel.SSEFeed):
 
     ``feed`` is compiled where this install has ``_accel``: a read without CR that ``_feed`` would
     only append (``_quick``, ``_buf`` stays within ``_buf_room``, and the read has no LF, or,
-    ``_between_events``, makes no blank line) is appended without entering Python, and every
-    other read goes to ``_feed``. The compiled base holds those four fields; the Python code
-    below reads and writes them as attributes all the same.
+    ``_between_events``, makes no blank line and ``_buf`` stays within ``_HOLD``) is appended
+    without entering Python, and every other read goes to ``_feed``. The compiled base holds
+    those four fields; the Python code below reads and writes them as attributes all the same.
     """
 
     _shortcuts = True  # False: every byte takes the general line-by-line path (tests compare the two)
