@@ -262,12 +262,7 @@ class EventStreamDecoder(accel.EventStreamFeed):
     if accel.EventStreamFeed is object:
         feed = _feed
 
-    def __getstate__(self) -> tuple:  # copy.deepcopy: the compiled base's fields are not in __dict__
-        return self.__dict__, (self._buffer, self._need, self.max_message_length, self._decoding)
-
-    def __setstate__(self, state: tuple) -> None:
-        fields, (self._buffer, self._need, self.max_message_length, self._decoding) = state
-        self.__dict__.update(fields)
+    __getstate__, __setstate__ = accel.copied_with(accel.EventStreamFeed)
 
     def close(self) -> list[Tail]:
         if self._closed:

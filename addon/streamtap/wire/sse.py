@@ -263,12 +263,7 @@ class SSEDecoder(accel.SSEFeed):
     if accel.SSEFeed is object:
         feed = _feed
 
-    def __getstate__(self) -> tuple:  # copy.deepcopy: the compiled base's fields are not in __dict__
-        return self.__dict__, (self._buf, self._buf_room, self._quick, self._between_events)
-
-    def __setstate__(self, state: tuple) -> None:
-        fields, (self._buf, self._buf_room, self._quick, self._between_events) = state
-        self.__dict__.update(fields)
+    __getstate__, __setstate__ = accel.copied_with(accel.SSEFeed)
 
     def close(self) -> list[SSEEvent | Malformed | Tail]:
         if self._closed:
