@@ -443,14 +443,16 @@ appended(PyObject *buffer, Py_ssize_t have, PyObject *data)
 
 PyDoc_STRVAR(feed_doc, "feed(data) -> list of the events data completes");
 
-/* Does `bytes` (`size` of them) hold a blank line, LF LF? */
+/* Is there a blank line, LF LF, from the LF at `lf` on, before `end`? */
 static int
-has_lf_lf(const char *bytes, Py_ssize_t size)
+blank_line_from(const char *lf, const char *end)
 {
-    const char *end = bytes + size, *lf = bytes;
-    while ((lf = memchr(lf, '\n', end - lf)) != NULL && ++lf < end)
+    while (++lf < end) {
         if (*lf == '\n')
             return 1;
+        if ((lf = memchr(lf, '\n', end - lf)) == NULL)
+            return 0;
+    }
     return 0;
 }
 
@@ -462,10 +464,11 @@ sse_feed(SSEFeed *self, PyObject *data)
         Py_ssize_t have = PyByteArray_GET_SIZE(buffer), size = PyBytes_GET_SIZE(data);
         const char *bytes = PyBytes_AS_STRING(data);
         if (have + size <= self->feed.length && memchr(bytes, '\r', size) == NULL) {
-            if (memchr(bytes, '\n', size) == NULL)
+            const char *lf = memchr(bytes, '\n', size);
+            if (lf == NULL)
                 return appended(buffer, have, data);
             /* between events, line ends that make no blank line end nothing: the event waits whole */
-            if (self->between_events && have + size <= SSE_HOLD && !has_lf_lf(bytes, size)
+            if (self->between_events && have + size <= SSE_HOLD && !blank_line_from(lf, bytes + size)
                 && !(bytes[0] == '\n' && have > 0 && PyByteArray_AS_STRING(buffer)[have - 1] == '\n'))
                 return appended(buffer, have, data);
         }
