@@ -15,6 +15,7 @@ import signal
 import time
 from types import SimpleNamespace
 
+import httpx
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -1085,3 +1086,117 @@ def test_a_worker_killed_before_it_said_its_recordings_name_still_gets_the_note_
     notes = [note["message"] for note in recording.notes if note.get("kind") == "streamtap_error"]
     assert notes == [f"analysis: {remote.dropped}; the recording ends where it stopped"], notes
     assert not recording.complete_file
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_change_of_streamtap_workers_while_running_takes_the_new_flows_and_lets_the_open_ones_finish(upstream, tmp_path):
+    """Set in mitmweb's options (as a user does in its UI or the console): the new count takes
+    the next flows at once; a flow open at the change finishes, recorded whole, in the worker it
+    started in, which then stops; 0 moves new flows into the proxy's loop; a count out of range
+    is refused with the reason, and the running count stays."""
+    from test_mitmweb import MITMWEB, Mitmweb, PASSWORD
+
+    if not MITMWEB.exists():
+        pytest.skip(f"{MITMWEB} is missing")
+    body = streams.openai_chat([f"token {i} " for i in range(400)])
+    upstream.arm_pause()
+    upstream.add("held", Script(body, chunk_size=500, pause_after=8000))
+    upstream.add("next", Script(body, chunk_size=500))
+    with Mitmweb(upstream.url, tmp_path / "web", {}) as proxy:
+        api = httpx.Client(base_url=proxy.web_url, headers={"Authorization": f"Bearer {PASSWORD}"}, timeout=10)
+        token = "0123456789abcdef"
+        api.cookies.set("_mitmproxy_xsrf", token)
+
+        def set_workers(value) -> httpx.Response:
+            return api.put("/options", json={"streamtap_workers": value}, headers={"X-XSRFToken": token})
+
+        [first] = worker_pids(proxy)
+        client = curl_started(f"{proxy.url}/s/held{CHAT}")
+        try:
+            assert upstream.wait_paused()
+            answer = set_workers(2)
+            assert answer.status_code == 200, answer.text
+            proxy.wait_log("new flows are analysed in 2 analysis worker(s); the 1 open flow(s) finish in the workers they started in")
+            log = proxy.wait_log("runs as pid", count=3, timeout=30)  # the new pool's two, beside the first
+            new = {int(pid) for pid in re.findall(r"analysis worker \d runs as pid (\d+)", log)} - {first}
+            assert len(new) == 2, log
+            assert curl(f"{proxy.url}/s/next{CHAT}").stdout == body
+            assert find_recording(proxy.record_dir, "next").verdict["kind"] == "complete"
+            assert _alive(first)  # it still holds the open flow
+        finally:
+            upstream.release()
+            out, err = client.communicate(timeout=20)
+        assert client.returncode == 0, err
+        assert out == body
+        rec = find_recording(proxy.record_dir, "held")
+        assert rec.verdict["kind"] == "complete" and rec.body == body
+        assert check_recording(rec) == []
+        deadline = time.monotonic() + 10
+        while _alive(first) and time.monotonic() < deadline:  # its flow done, the old worker stops
+            time.sleep(0.1)
+        assert not _alive(first)
+        assert all(_alive(pid) for pid in new)
+
+        answer = set_workers(0)
+        assert answer.status_code == 200, answer.text
+        proxy.wait_log("new flows are analysed in the proxy's loop (streamtap_workers=0)")
+        deadline = time.monotonic() + 10
+        while any(map(_alive, new)) and time.monotonic() < deadline:  # they held no flow: they stop at once
+            time.sleep(0.1)
+        assert not any(map(_alive, new))
+        assert curl(f"{proxy.url}/s/next{CHAT}").stdout == body  # analysed in the proxy, with no worker left
+        assert find_recording(proxy.record_dir, "next").verdict["kind"] == "complete"
+        proxy.wait_log("streamtap: openai-chat", count=3)
+
+        refused = set_workers(65)
+        assert refused.status_code == 400 and "65 is outside 0..64 processes" in refused.text, refused.text
+        assert api.get("/options").json()["streamtap_workers"]["value"] == 0
+        api.close()
+    log = proxy.log()
+    assert "Traceback" not in log and "hung" not in log and "died" not in log, log
+
+
+def test_a_retired_pool_finishes_its_flows_then_its_workers_stop_and_it_is_gone(tmp_path):
+    """What the Tap does when streamtap_workers changes: the old pool, retired, still takes the
+    reads and the end of a flow it holds and gives its verdict; only then do its workers stop,
+    without the loop waiting on them, and the pool says it is gone (the Tap then forgets it)."""
+    from streamtap.mitm.flowspec import FlowSpec
+
+    settings = tap_settings(tmp_path)
+    verdicts: list = []
+    body = streams.openai_chat(["still ", "analysed."])
+
+    async def run() -> tuple:
+        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda remote, summary: verdicts.append(summary),
+                          lost=lambda remote, why: verdicts.append(why))  # fmt: skip
+        try:
+            await _until(lambda: workers.pids[0] is not None)
+            remote = workers.open(FlowSpec.of(openai_flow(), None), settings)
+            workers.stream(remote)(body[:50])
+            workers.retire()
+            workers.expire()
+            await asyncio.sleep(0.3)
+            held = (workers.processes[0].alive, workers.gone)
+            workers.stream(remote)(body[50:])
+            workers.finish(remote, "finished", None, None)
+            await _until(lambda: verdicts)
+            started = time.monotonic()
+            workers.expire()
+            left_in = time.monotonic() - started
+            leaving = workers.gone  # asked to stop; its exit is seen on this loop, so not before the next await
+            await _until(lambda: workers.gone, timeout=10)
+            return held, left_in, leaving, workers.processes[0].process.exitcode
+        finally:
+            workers.stop()
+
+    held, left_in, leaving, exitcode = asyncio.run(run())
+    assert held == (True, False)
+    assert verdicts[0]["verdict"] == "complete", verdicts
+    assert left_in < 0.1 and not leaving and exitcode == 0

@@ -592,7 +592,8 @@ class Tap:
     def __init__(self) -> None:
         self.open: dict[str, FlowTap | RemoteFlow] = {}
         self.awaiting: dict[int, tuple[http.HTTPFlow, bool]] = {}  # by RemoteFlow.key: ended in a worker, verdict not back yet
-        self.workers: Workers | None = None
+        self.workers: Workers | None = None  # the pool that takes new flows
+        self.retiring: list[Workers] = []  # pools streamtap_workers replaced, finishing the flows they hold
         self.kept: dict[str, bytearray] = {}  # with store_streamed_bodies: the bytes forwarded, for a cut flow
         self.addons = [FlowCommands(self)]  # mitmproxy registers an addon's `addons` with it
         self.told_about_loaded_flows = False
@@ -658,7 +659,7 @@ class Tap:
             1,
             "Analysis worker processes: decoding, judging and recording run in them, off the proxy's event loop "
             "(flows are shared out by id, so N workers use N cores). 0: run in the proxy's loop (for debugging). "
-            "Read at start.",
+            "A change while running applies to new flows; open ones finish where they started.",
         )
         option_checks.given_before_load(loader)
 
@@ -691,6 +692,8 @@ class Tap:
             option_checks.size("streamtap_max_event", options.streamtap_max_event, 1, MAX_EVENT_LIMIT)
         if "streamtap_workers" in updated:
             option_checks.size("streamtap_workers", options.streamtap_workers, 0, MAX_WORKERS, "processes")
+            if self._flusher is not None:  # running: at start, running() starts them
+                self._resize_workers(options.streamtap_workers)
         self.settings = dict(
             directory=os.path.expanduser(options.streamtap_dir),  # the shell does not expand a quoted or config-file ~
             fsync=options.streamtap_fsync,
@@ -780,9 +783,9 @@ class Tap:
                 flow.response.raw_content = bytes(kept)
                 shown_cut = len(kept) >= MAX_KEPT_BODY
             if isinstance(tap, RemoteFlow):
-                assert self.workers is not None
+                assert tap.workers is not None
                 self.awaiting[tap.key] = (flow, shown_cut)
-                self.workers.finish(tap, end.value, error, injected_fault(flow))
+                tap.workers.finish(tap, end.value, error, injected_fault(flow))
                 return
             summary = tap.finish(end, error, injected_fault(flow))
         except Exception as exc:
@@ -891,11 +894,35 @@ class Tap:
                         tap.flush()
                 except Exception:
                     pass
-            if self.workers is not None:
+            for workers in [self.workers, *self.retiring] if self.workers is not None else self.retiring:
                 try:
-                    self.workers.expire()
+                    workers.expire()
                 except Exception as exc:
                     log.warning(f"streamtap: analysis workers: {type(exc).__name__}: {exc}")
+            self.retiring = [workers for workers in self.retiring if not workers.gone]
+
+    def _resize_workers(self, count: int) -> None:
+        """``streamtap_workers`` changed while running: a new pool (or the proxy's loop, for 0)
+        takes new flows; the old pool finishes the flows it holds, then its workers stop."""
+        old = self.workers
+        if count == (len(old.processes) if old is not None else 0):
+            return
+        loop = _running_loop()
+        if loop is None:
+            return
+        new = None
+        if count:
+            try:
+                new = Workers(count, loop, verdict=self._verdict, lost=self._lost)
+            except Exception as exc:
+                raise exceptions.OptionsError(f"streamtap_workers: cannot start {count} analysis workers: {type(exc).__name__}: {exc}") from None
+        if old is not None:
+            old.retire()
+            self.retiring.append(old)
+        self.workers = new
+        where = f"{count} analysis worker(s)" if count else "the proxy's loop (streamtap_workers=0)"
+        held = f"; the {len(old.flows)} open flow(s) finish in the workers they started in" if old is not None and old.flows else ""
+        log.info(f"streamtap: new flows are analysed in {where}{held}")
 
     def done(self) -> None:
         if self._flusher is not None:
@@ -906,12 +933,13 @@ class Tap:
                     tap.abandon()
             except Exception:
                 pass
-        if self.workers is not None:  # they leave their open recordings marked incomplete
-            try:
-                self.workers.stop()
+        for workers in [self.workers, *self.retiring] if self.workers is not None else self.retiring:
+            try:  # they leave their open recordings marked incomplete
+                workers.stop()
             except Exception:
                 pass
-            self.workers = None
+        self.workers = None
+        self.retiring = []
         self.open.clear()
         self.kept.clear()
 

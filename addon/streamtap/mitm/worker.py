@@ -284,6 +284,8 @@ class RemoteFlow:
     ended: float | None = None  # when the proxy saw its end
     end: str | None = None  # how it ended (a StreamEnd value)
     fault: str | None = None  # the faults streamtap injected into it
+    # the pool it was handed to: its end goes there, even after streamtap_workers changed
+    workers: Workers | None = field(default=None, repr=False, compare=False)
 
     def partial_path(self) -> str | None:
         return self.recording
@@ -458,6 +460,7 @@ class Workers:
         self.quick_deaths = [0] * count  # deaths in a row, each within RESTART_QUICK of the worker's start
         self.restarts: list = [None] * count  # a restart that waits (a timer)
         self.stopping = False
+        self.retired = False  # takes no new flows; its workers stop once the flows they hold have their verdicts
         self.processes: list[_Process] = []
         try:
             for index in range(count):
@@ -477,7 +480,9 @@ class Workers:
         shard = zlib.crc32(spec.flow_id.encode()) % len(self.processes)
         provider = spec.detection.dialect.value if spec.detection else "unknown"
         directory = settings["directory"] if settings.get("record") else None
-        remote = RemoteFlow(spec.flow_id, shard, time.monotonic(), provider, spec.started, directory, generation=self.generations[shard])
+        remote = RemoteFlow(
+            spec.flow_id, shard, time.monotonic(), provider, spec.started, directory, generation=self.generations[shard], workers=self
+        )
         self.flows[remote.key] = remote
         process = self.processes[shard]
         if not process.alive:  # it died, and its restart waits
@@ -686,6 +691,8 @@ class Workers:
         process.alive = False
         process.process.join(1)
         process.ring.close()
+        if self.stopping:  # a retired pool's worker that took its STOP (or was killed as hung after it)
+            return
         held = [r for r in self.flows.values() if r.shard == index and r.generation == process.generation]
         quick = self.quick_deaths[index] = self.quick_deaths[index] + 1 if time.monotonic() - process.started < RESTART_QUICK else 0
         wait = _restart_wait(quick)
@@ -748,6 +755,38 @@ class Workers:
         for remote in [r for r in self.flows.values() if r.ended is not None and r.ended < deadline]:
             del self.flows[remote.key]
             self.lost(remote, f"no verdict from streamtap's analysis worker within {VERDICT_WAIT:.0f} s of the end")
+        if self.retired and not self.flows and not self.stopping:
+            self._leave()
+
+    def retire(self) -> None:
+        """Take no new flows (``streamtap_workers`` changed; another pool takes them): the flows
+        already here are analysed to their verdicts, then the workers stop. Never waits."""
+        self.retired = True
+        if not self.flows:
+            self._leave()
+
+    @property
+    def gone(self) -> bool:
+        """Retired, and every worker has stopped."""
+        return self.stopping and not any(process.alive for process in self.processes)
+
+    def _leave(self) -> None:
+        """``stop`` without waiting on the loop: each worker is sent what is left and STOP, and
+        its reader thread reports the exit (``_died``); one that does not exit is found hung."""
+        self.stopping = True
+        for index, restart in enumerate(self.restarts):
+            if restart is not None:
+                restart.cancel()
+                self.restarts[index] = None
+        self.send()
+        for ops in self.ops:  # notes a dead worker's restart was to write (no restart now)
+            for op in ops:
+                if op[0] == ORPHANED:
+                    _note_orphaned(*op[1:])
+            ops.clear()
+        for process in self.processes:
+            if process.alive:
+                process.send([(STOP,)])
 
     def stop(self, timeout: float = 3.0) -> None:
         self.stopping = True
