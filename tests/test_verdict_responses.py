@@ -262,3 +262,121 @@ def test_real_captures_a_replay_stays_complete_and_a_capture_without_its_head_is
     assert b"response.created" in unnumbered[first[0]:first[1]]
     verdict = judged(unnumbered[first[1]:]).verdict
     assert verdict.kind is VerdictKind.UNKNOWN and "response.in_progress" in verdict.reason, verdict
+
+
+REASONING = {"id": "rs1", "type": "reasoning", "summary": [{"type": "summary_text", "text": "Think it over."}],
+             "encrypted_content": "c2ln"}
+CALL = {"id": "fc1", "type": "function_call", "status": "completed", "call_id": "call_1", "name": "get_capital",
+        "arguments": '{"country": "France"}'}
+MESSAGE = {"id": "m1", "type": "message", "status": "completed", "role": "assistant",
+           "content": [{"type": "output_text", "text": "Paris, I think.", "annotations": []}]}
+
+
+def three_items(final_output: list | None) -> list[dict]:
+    """A numbered stream: a reasoning summary, a message and a function call, each in several deltas."""
+    opened = {"status": "in_progress"}
+    events = [{"type": "response.created", "response": response("r1", "in_progress")},
+              {"type": "response.in_progress", "response": response("r1", "in_progress")},
+              {"type": "response.output_item.added", "output_index": 0, "item": {**REASONING, "summary": [], "encrypted_content": None}}]
+    for piece in ("Think ", "it ", "over."):
+        events.append({"type": "response.reasoning_summary_text.delta", "item_id": "rs1", "output_index": 0, "summary_index": 0, "delta": piece})
+    events += [{"type": "response.reasoning_summary_text.done", "item_id": "rs1", "output_index": 0, "summary_index": 0, "text": "Think it over."},
+               {"type": "response.output_item.done", "output_index": 0, "item": REASONING},
+               {"type": "response.output_item.added", "output_index": 1, "item": {**MESSAGE, **opened, "content": []}},
+               {"type": "response.content_part.added", "item_id": "m1", "output_index": 1, "content_index": 0,
+                "part": {"type": "output_text", "text": "", "annotations": []}}]
+    for piece in ("Paris", ", I ", "think."):
+        events.append({"type": "response.output_text.delta", "item_id": "m1", "output_index": 1, "content_index": 0, "delta": piece})
+    events += [{"type": "response.output_text.done", "item_id": "m1", "output_index": 1, "content_index": 0, "text": "Paris, I think."},
+               {"type": "response.content_part.done", "item_id": "m1", "output_index": 1, "content_index": 0, "part": MESSAGE["content"][0]},
+               {"type": "response.output_item.done", "output_index": 1, "item": MESSAGE},
+               {"type": "response.output_item.added", "output_index": 2, "item": {**CALL, **opened, "arguments": ""}}]
+    for piece in ('{"coun', 'try": "Fr', 'ance"}'):
+        events.append({"type": "response.function_call_arguments.delta", "item_id": "fc1", "output_index": 2, "delta": piece})
+    events += [{"type": "response.function_call_arguments.done", "item_id": "fc1", "output_index": 2, "arguments": CALL["arguments"]},
+               {"type": "response.output_item.done", "output_index": 2, "item": CALL},
+               {"type": "response.completed", "response": {**response("r1"), "output": final_output}}]
+    return [{**event, "sequence_number": number} for number, event in enumerate(events)]
+
+
+def framed(events: list[dict]) -> bytes:
+    return b"".join(sse(event, event["type"]) for event in events)
+
+
+def turn_view(analysis) -> tuple:
+    turn = analysis.turn
+    return (turn.text(), [b.text for b in turn.blocks if b.kind.value == "thinking"],
+            [(b.name, b.arguments) for b in turn.blocks if b.kind.value == "tool_call"], turn.stop_reason)
+
+
+@pytest.mark.parametrize("final_output", [[REASONING, MESSAGE, CALL], None], ids=["output", "no-output"])
+def test_a_replay_that_starts_inside_an_item_is_complete_and_takes_the_item_from_its_done_event(final_output):
+    """A starting_after replay may start anywhere, inside an item too: the events of an item added
+    before its first event continue what the body does not hold, which is no contradiction. The
+    item comes whole with output_item.done (and the final response, when it lists its output), so
+    the turn is the whole stream's (without a final output list: but for the items done before the
+    replay); only the item's own events are passed over, with a note."""
+    events = three_items(final_output)
+    whole = judged(framed(events))
+    assert whole.verdict.kind is VerdictKind.COMPLETE, whole.verdict
+    for after in range(0, len(events) - 1):
+        replay = events[after + 1:]
+        analysis = judged(framed(replay))
+        assert analysis.verdict.kind is VerdictKind.COMPLETE, (after, analysis.verdict)
+        if final_output is None:  # an item done before the replay's first event is not in it at all
+            done = {e["output_index"] for e in replay if e["type"] == "response.output_item.done"}
+            text, thinking, calls, stop = turn_view(whole)
+            expected = (text if 1 in done else "", thinking if 0 in done else [], calls if 2 in done else [],
+                        stop if 2 in done else "end_turn")  # a turn's tool call makes it tool_use
+        else:
+            expected = turn_view(whole)
+        assert turn_view(analysis) == expected, after
+        inside = [index for index in range(3) if any(e.get("output_index") == index and e["type"] != "response.output_item.added"
+                                                    for e in events[after + 1:]) and not any(
+            e["type"] == "response.output_item.added" and e["output_index"] == index for e in events[after + 1:])]
+        noted = [note for note in analysis.turn.notes if "added before this replay's first event" in note]
+        assert len(noted) == len(inside), (after, analysis.turn.notes)
+
+
+def test_a_replay_cut_inside_an_item_it_started_in_is_truncated_never_complete():
+    events = three_items([REASONING, MESSAGE, CALL])
+    middle = next(i for i, e in enumerate(events) if e["type"] == "response.output_text.delta")
+    for cut in range(middle + 1, len(events) - 1):
+        verdict = judged(framed(events[middle:cut])).verdict
+        assert verdict.kind is VerdictKind.TRUNCATED, (cut, verdict)
+
+
+def test_a_replay_whose_earlier_item_is_never_done_before_response_completed_is_corrupt():
+    events = three_items([REASONING, MESSAGE, CALL])
+    middle = next(i for i, e in enumerate(events) if e["type"] == "response.output_text.delta")
+    body = [e for e in events[middle:] if not (e["type"] == "response.output_item.done" and e["output_index"] == 1)]
+    for number, event in enumerate(body, start=middle):
+        event["sequence_number"] = number
+    verdict = judged(framed(body)).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "added before this replay's first event, was never done" in verdict.reason, verdict
+
+
+def test_a_stream_that_is_no_replay_and_carries_on_an_item_it_never_added_stays_corrupt():
+    """Only a replay's first event (sequence_number >= 1, not response.created) says items came before it."""
+    events = three_items([REASONING, MESSAGE, CALL])
+    middle = next(i for i, e in enumerate(events) if e["type"] == "response.output_text.delta")
+    dropped = events[:middle - 2] + events[middle:]  # response.created kept, the message's added and part lost
+    for number, event in enumerate(dropped):
+        event["sequence_number"] = number
+    verdict = judged(framed(dropped)).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "output item 1 that was never added" in verdict.reason, verdict
+    renumbered = [{**event, "sequence_number": number} for number, event in enumerate(events[middle:])]  # numbered from 0
+    verdict = judged(framed(renumbered)).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "never added" in verdict.reason, verdict
+
+
+def test_a_custom_tool_call_that_comes_only_with_the_terminal_event_keeps_its_freeform_input():
+    """A custom tool's input is free text, not JSON: streamed, the item's added event says so; an
+    item only the final response lists (or only its done event, in a replay) must say so too,
+    else its SQL reads as JSON that failed to parse and the turn as corrupt."""
+    item = {"id": "ct1", "type": "custom_tool_call", "status": "completed", "call_id": "call_9", "name": "run_sql",
+            "input": "SELECT 1"}
+    analysis = judged(start("r1") + ev("response.completed", response=response("r1", output=[item])))
+    assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
+    [call] = analysis.turn.blocks
+    assert (call.name, call.arguments, call.arguments_error) == ("run_sql", "SELECT 1", None)

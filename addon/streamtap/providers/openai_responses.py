@@ -32,7 +32,10 @@ The head: a stream starts with ``response.created`` (sequence_number 0). Only a 
 (``GET /v1/responses/{id}?stream=true&starting_after=N``) starts later, and it keeps the
 numbering: its first event says sequence_number N+1 >= 1. A stream that starts with another
 event and no such number lost its head (the items announced there, and with an absent
-``output`` their text, are gone unseen): such a turn is ``unknown``, never complete.
+``output`` their text, are gone unseen): such a turn is ``unknown``, never complete. A replay
+may start inside an item: the events of an item added before its first event continue what the
+body does not hold, so they are passed over (noted), and the item is taken whole from its
+``output_item.done``; one never done before ``response.completed`` is corrupt, as any open item is.
 """
 
 from __future__ import annotations
@@ -81,6 +84,9 @@ class Assembler(AssemblerBase):
         # The first OTHER_IDS_KEPT are kept: a stitch repeats its ids at once, and memory stays bounded.
         self._other_ids: set[str] = set()
         self._opening: tuple[str, int | None, WireEvent] | None = None  # the first event: type, sequence_number
+        # a starting_after replay's output items begun before its first event, not done yet: their
+        # events here continue what this body does not hold, so only their finished item is read
+        self._earlier: set[int] = set()
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if not isinstance(event, SSEEvent):
@@ -187,6 +193,9 @@ class Assembler(AssemblerBase):
             index = min(self._open_items)
             kind = self._items[index].get("type")
             self.corrupt(f"response.completed, but output item {index} ({kind}) was added and never done", event)
+        elif self._earlier:
+            index = min(self._earlier)
+            self.corrupt(f"response.completed, but output item {index}, added before this replay's first event, was never done", event)
         self._final_output(response.get("output"), event, t)
         kinds = {b.kind for b in self.turn.blocks}
         status = as_str(response.get("status")) or "completed"
@@ -213,11 +222,30 @@ class Assembler(AssemblerBase):
         self.errored(event, {**error_fields({"error": inner}), "event": "error"})
 
     # -- items ----------------------------------------------------------------------------
+    def _replay(self) -> bool:
+        """Does this body start after its response's first events (``starting_after``)? See ``_head``."""
+        opening = self._opening
+        return opening is not None and opening[0] != "response.created" and opening[1] is not None and opening[1] >= 1
+
+    def _begun_earlier(self, index: int | None, event: WireEvent) -> bool:
+        """An event for output item ``index``, never added in this body: in a replay, the item was
+        added before the body's first event (noted once), and its events here are passed over."""
+        if index is None or index in self._items or not self._replay():
+            return False
+        if index not in self._earlier:
+            self._earlier.add(index)
+            kind, number, _ = self._opening
+            self.note(f"output item {index} was added before this replay's first event ({kind}, sequence_number "
+                      f"{number}): its events here continue what this body does not hold; its finished item gives it whole")
+        return True
+
     def _index(self, obj: dict[str, Any], event: WireEvent) -> int | None:
         index = as_int(obj.get("output_index"))
         if index is None:
             index = self._item_index.get(as_str(obj.get("item_id")) or "")
         if index is None or index not in self._items:
+            if self._begun_earlier(index, event):
+                return None
             self.corrupt(f"{obj.get('type')} for output item {index if index is not None else obj.get('item_id')} that was never added", event)
             return None
         added_id, item_id = as_str(self._items[index].get("id")), as_str(obj.get("item_id"))
@@ -264,6 +292,11 @@ class Assembler(AssemblerBase):
         item = as_dict(obj.get("item"))
         index = as_int(obj.get("output_index"))
         if index is None or index not in self._items:
+            if self._begun_earlier(index, event):
+                self._earlier.discard(index)
+                self._items[index] = {"type": item.get("type"), "id": item.get("id")}
+                self._fill_item(index, item, t, "response.output_item.done")
+                return
             self.corrupt(f"output_item.done for output item {index} that was never added", event)
             return
         if self.reopened(f"output item {index}", "response.output_item.done", event):
@@ -322,15 +355,21 @@ class Assembler(AssemblerBase):
             if index in self._items or not isinstance(item, dict):
                 continue
             self._items[index] = item
-            if item.get("type") == "message":
-                self._fill_message(index, item, t)
-            elif item.get("type") in CLIENT_CALLS:
-                block = self.tool_block(0, (index, "args"), id=as_str(item.get("call_id")), name=as_str(item.get("name")), t=t)
-                block.arguments_raw = as_str(item.get("arguments")) or as_str(item.get("input")) or ""
-                self._close_call(block)
-            elif item.get("type") == "reasoning":
-                self._agree(index, item, None, "the terminal event")
+            self._fill_item(index, item, t, "the terminal event")
             self.note(f"output item {index} came only with the terminal event")
+
+    def _fill_item(self, index: int, item: dict[str, Any], t: float | None, source: str) -> None:
+        """The blocks of a finished item whose deltas this body did not carry."""
+        if item.get("type") == "message":
+            self._fill_message(index, item, t)
+        elif item.get("type") in CLIENT_CALLS:
+            block = self.tool_block(0, (index, "args"), id=as_str(item.get("call_id")), name=as_str(item.get("name")), t=t)
+            block.arguments_raw = as_str(item.get("arguments")) or as_str(item.get("input")) or ""
+            if item.get("type") == "custom_tool_call":
+                block.extra["freeform"] = True
+            self._close_call(block)
+        elif item.get("type") == "reasoning":
+            self._agree(index, item, None, source)
 
     def _final_output(self, output: Any, event: WireEvent, t: float | None) -> None:
         """The terminal event's output: compared with what the deltas assembled, then what the stream lacked."""
