@@ -13,6 +13,7 @@ import re
 import resource
 import signal
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
@@ -753,7 +754,7 @@ def test_a_worker_that_hangs_before_its_first_word_is_killed_and_restarted(monke
 
             await _until(expired_and_restarted, timeout=20)
             await _until(lambda: workers.pids[0] is not None)
-            return first.killed, first.process.exitcode, first.process.pid
+            return first.killed, first.exitcode, first.pid
         finally:
             workers.stop()
 
@@ -1098,17 +1099,18 @@ def _alive(pid: int) -> bool:
 
 def test_a_change_of_streamtap_workers_while_running_takes_the_new_flows_and_lets_the_open_ones_finish(upstream, tmp_path):
     """Set in mitmweb's options (as a user does in its UI or the console): the new count takes
-    the next flows at once; a flow open at the change finishes, recorded whole, in the worker it
-    started in, which then stops; 0 moves new flows into the proxy's loop; a count out of range
-    is refused with the reason, and the running count stays."""
-    from test_mitmweb import MITMWEB, Mitmweb, PASSWORD
+    the next flows; a flow open at the change finishes, recorded whole, in the worker it started
+    in, which then stops; 0 moves new flows into the proxy's loop; a count out of range is
+    refused with the reason, and the running count stays."""
+    from test_mitmweb import MITMWEB, PASSWORD, Mitmweb
 
     if not MITMWEB.exists():
         pytest.skip(f"{MITMWEB} is missing")
     body = streams.openai_chat([f"token {i} " for i in range(400)])
     upstream.arm_pause()
     upstream.add("held", Script(body, chunk_size=500, pause_after=8000))
-    upstream.add("next", Script(body, chunk_size=500))
+    upstream.add("in-two", Script(body, chunk_size=500))
+    upstream.add("in-proxy", Script(body, chunk_size=500))
     with Mitmweb(upstream.url, tmp_path / "web", {}) as proxy:
         api = httpx.Client(base_url=proxy.web_url, headers={"Authorization": f"Bearer {PASSWORD}"}, timeout=10)
         token = "0123456789abcdef"
@@ -1121,14 +1123,19 @@ def test_a_change_of_streamtap_workers_while_running_takes_the_new_flows_and_let
         client = curl_started(f"{proxy.url}/s/held{CHAT}")
         try:
             assert upstream.wait_paused()
+            deadline = time.monotonic() + 10
+            while not find_recording(proxy.record_dir, "held", partial=True).frames:  # the first pool holds it
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
             answer = set_workers(2)
             assert answer.status_code == 200, answer.text
-            proxy.wait_log("new flows are analysed in 2 analysis worker(s); the 1 open flow(s) finish in the workers they started in")
+            proxy.wait_log("new flows are analysed in 2 analysis worker(s); the 1 flow(s) under way finish in the workers they started in")
             log = proxy.wait_log("runs as pid", count=3, timeout=30)  # the new pool's two, beside the first
             new = {int(pid) for pid in re.findall(r"analysis worker \d runs as pid (\d+)", log)} - {first}
             assert len(new) == 2, log
-            assert curl(f"{proxy.url}/s/next{CHAT}").stdout == body
-            assert find_recording(proxy.record_dir, "next").verdict["kind"] == "complete"
+            assert curl(f"{proxy.url}/s/in-two{CHAT}").stdout == body
+            rec = find_recording(proxy.record_dir, "in-two")
+            assert rec.verdict["kind"] == "complete" and rec.body == body
             assert _alive(first)  # it still holds the open flow
         finally:
             upstream.release()
@@ -1151,9 +1158,9 @@ def test_a_change_of_streamtap_workers_while_running_takes_the_new_flows_and_let
         while any(map(_alive, new)) and time.monotonic() < deadline:  # they held no flow: they stop at once
             time.sleep(0.1)
         assert not any(map(_alive, new))
-        assert curl(f"{proxy.url}/s/next{CHAT}").stdout == body  # analysed in the proxy, with no worker left
-        assert find_recording(proxy.record_dir, "next").verdict["kind"] == "complete"
-        proxy.wait_log("streamtap: openai-chat", count=3)
+        assert curl(f"{proxy.url}/s/in-proxy{CHAT}").stdout == body  # analysed in the proxy, with no worker left
+        rec = find_recording(proxy.record_dir, "in-proxy")
+        assert rec.verdict["kind"] == "complete" and rec.body == body
 
         refused = set_workers(65)
         assert refused.status_code == 400 and "65 is outside 0..64 processes" in refused.text, refused.text
@@ -1165,8 +1172,9 @@ def test_a_change_of_streamtap_workers_while_running_takes_the_new_flows_and_let
 
 def test_a_retired_pool_finishes_its_flows_then_its_workers_stop_and_it_is_gone(tmp_path):
     """What the Tap does when streamtap_workers changes: the old pool, retired, still takes the
-    reads and the end of a flow it holds and gives its verdict; only then do its workers stop,
-    without the loop waiting on them, and the pool says it is gone (the Tap then forgets it)."""
+    reads and the end of a flow it holds and gives its verdict. A worker that holds no flow stops
+    at once; the one that holds the flow stops after its verdict, without the loop waiting on it;
+    then the pool says it is gone (the Tap then forgets it)."""
     from streamtap.mitm.flowspec import FlowSpec
 
     settings = tap_settings(tmp_path)
@@ -1174,16 +1182,18 @@ def test_a_retired_pool_finishes_its_flows_then_its_workers_stop_and_it_is_gone(
     body = streams.openai_chat(["still ", "analysed."])
 
     async def run() -> tuple:
-        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda remote, summary: verdicts.append(summary),
+        workers = Workers(2, asyncio.get_running_loop(), verdict=lambda remote, summary: verdicts.append(summary),
                           lost=lambda remote, why: verdicts.append(why))  # fmt: skip
         try:
-            await _until(lambda: workers.pids[0] is not None)
+            await _until(lambda: None not in workers.pids)
             remote = workers.open(FlowSpec.of(openai_flow(), None), settings)
+            busy, idle = workers.processes[remote.shard], workers.processes[1 - remote.shard]
             workers.stream(remote)(body[:50])
             workers.retire()
+            await _until(lambda: not idle.alive, timeout=10)
             workers.expire()
             await asyncio.sleep(0.3)
-            held = (workers.processes[0].alive, workers.gone)
+            held = (busy.alive, workers.gone, idle.exitcode)
             workers.stream(remote)(body[50:])
             workers.finish(remote, "finished", None, None)
             await _until(lambda: verdicts)
@@ -1192,11 +1202,278 @@ def test_a_retired_pool_finishes_its_flows_then_its_workers_stop_and_it_is_gone(
             left_in = time.monotonic() - started
             leaving = workers.gone  # asked to stop; its exit is seen on this loop, so not before the next await
             await _until(lambda: workers.gone, timeout=10)
-            return held, left_in, leaving, workers.processes[0].process.exitcode
+            return held, left_in, leaving, busy.exitcode
         finally:
             workers.stop()
 
     held, left_in, leaving, exitcode = asyncio.run(run())
-    assert held == (True, False)
+    assert held == (True, False, 0)
     assert verdicts[0]["verdict"] == "complete", verdicts
     assert left_in < 0.1 and not leaving and exitcode == 0
+
+
+def test_a_retired_pools_worker_that_dies_is_not_restarted_and_the_proxy_notes_its_recording(tmp_path, caplog):
+    """A retired pool takes no new flows, so a worker of it that dies is not replaced: its flows
+    lose their analysis as with any death, and the note a new worker would have written into the
+    recording it left is written by the proxy."""
+    from streamtap.mitm.flowspec import FlowSpec
+    from streamtap.recording import read_recording
+
+    settings = tap_settings(tmp_path, fsync="always")
+    said: list = []
+    body = streams.openai_chat(["one ", "two."])
+
+    async def run() -> tuple:
+        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda remote, summary: said.append(summary["verdict"]),
+                          lost=lambda remote, why: said.append(why))  # fmt: skip
+        try:
+            await _until(lambda: workers.pids[0] is not None)
+            remote = workers.open(FlowSpec.of(openai_flow(), None), settings)
+            workers.stream(remote)(body[:40])
+            await _until(lambda: remote.recording is not None)
+            workers.retire()
+            process = workers.processes[0]
+            os.kill(process.pid, signal.SIGKILL)
+            await _until(lambda: not process.alive)
+            await asyncio.sleep(0.3)
+            restarted = workers.processes[0] is not process or workers.restarts[0] is not None
+            workers.stream(remote)(body[40:])
+            workers.finish(remote, "finished", None, None)
+            await _until(lambda: said)
+            notes = [note["message"] for note in read_recording(remote.recording).notes]  # before stop() could write it
+            return restarted, workers.gone, notes
+        finally:
+            workers.stop()
+
+    restarted, gone, notes = asyncio.run(run())
+    assert not restarted and gone
+    assert said[0].startswith("streamtap's analysis worker died after it was handed"), said
+    assert any("analysis worker died after it was handed" in message for message in notes), notes
+    assert "1 flow(s) lose their analysis" in caplog.text and "restarting" not in caplog.text
+
+
+def test_a_pool_retired_while_a_restart_waits_writes_the_note_itself_and_starts_no_worker(tmp_path):
+    """A worker that keeps dying waits to be restarted; the worker it waits for would only write
+    the note into the recording the dead one left. Retired meanwhile, the pool writes it at once
+    and starts nobody."""
+    from streamtap.mitm.flowspec import FlowSpec
+    from streamtap.recording import read_recording
+
+    settings = tap_settings(tmp_path, fsync="always")
+
+    async def run() -> tuple:
+        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda *a: None, lost=lambda *a: None)
+        try:
+            await _until(lambda: workers.pids[0] is not None)
+            first = workers.pids[0]
+            os.kill(first, signal.SIGKILL)  # the first quick death: restarted at once
+            await _until(lambda: workers.pids[0] not in (None, first) and workers.processes[0].alive)
+            remote = workers.open(FlowSpec.of(openai_flow(), None), settings)
+            workers.stream(remote)(streams.openai_chat(["half"])[:60])
+            await _until(lambda: remote.recording is not None)
+            await asyncio.sleep(0.2)  # its frames reach the file (fsync always)
+            os.kill(workers.pids[0], signal.SIGKILL)  # the second in a row: the restart waits 1 s
+            await _until(lambda: workers.restarts[0] is not None)
+            workers.finish(remote, "finished", None, None)
+            workers.retire()
+            notes = [note["message"] for note in read_recording(remote.recording).notes]
+            await asyncio.sleep(1.5)  # past the restart's wait
+            return notes, workers.restarts[0], workers.processes[0].alive, workers.gone
+        finally:
+            workers.stop()
+
+    notes, restart, alive, gone = asyncio.run(run())
+    assert any(message.startswith("analysis: streamtap's analysis worker died after it was handed") for message in notes), notes
+    assert restart is None and not alive and gone
+
+
+# -- streamtap_workers changed in a running Tap (mitmproxy's test context, real workers) -------
+
+
+def _ring_mappings() -> int:
+    """This process's mappings of a streamtap ring."""
+    return sum("streamtap-ring-" in line for line in open("/proc/self/maps"))
+
+
+def _open_flow(tap):
+    flow = openai_flow()
+    flow.response.content = None  # streamed: mitmproxy keeps no body
+    tap.responseheaders(flow)
+    assert callable(flow.response.stream)
+    return flow
+
+
+def _new_pool(tap, old, count: int):
+    """Until the Tap runs a pool other than ``old`` of ``count`` workers, each of which said its pid."""
+    def ready() -> bool:
+        workers = tap.workers
+        return workers is not old and workers is not None and len(workers.processes) == count and None not in workers.pids
+    return _until(ready, timeout=30)
+
+
+def test_retired_pools_give_their_rings_and_pipes_back_while_the_flows_they_analysed_are_kept(tmp_path):
+    """mitmweb keeps every flow, and each flow its stream callable, which holds the pool that
+    analysed it: a retired pool outlives its workers. Their rings' memory and their pipes go back
+    as each worker exits, not when (if ever) the pool is collected."""
+    from mitmproxy.test import taddons
+
+    from streamtap.mitm.tap import Tap
+
+    body = streams.openai_chat(["kept ", "flow."])
+    tap = Tap()
+    kept = []
+
+    async def run() -> tuple:
+        with taddons.context(tap) as tctx:
+            tctx.configure(tap, streamtap_dir=str(tmp_path), streamtap_workers=1)
+            tap.running()
+            try:
+                await _until(lambda: tap.workers.pids[0] is not None)
+                before = (_ring_mappings(), len(os.listdir("/proc/self/fd")))
+                for count in (2, 1, 2, 1):
+                    old = tap.workers
+                    flow = _open_flow(tap)
+                    flow.response.stream(body)
+                    flow.response.stream(b"")
+                    tap.response(flow)
+                    kept.append(flow)
+                    await _until(lambda: not tap.awaiting)
+                    tctx.options.update(streamtap_workers=count)
+                    await _new_pool(tap, old, count)
+                await _until(lambda: not tap.retiring, timeout=20)
+                return before, (_ring_mappings(), len(os.listdir("/proc/self/fd")))
+            finally:
+                tap.done()
+
+    (maps_before, fds_before), (maps_after, fds_after) = asyncio.run(run())
+    assert all(flow.metadata["streamtap"]["verdict"] == "complete" for flow in kept)
+    assert maps_before == maps_after == 1  # the running pool's one worker; six retired ones gave theirs back
+    assert fds_after <= fds_before + 2, (fds_before, fds_after)
+
+
+def test_changes_in_quick_succession_start_one_pool_and_a_rolled_back_change_none(tmp_path, caplog):
+    """mitmweb's number field sends an update per keystroke, and mitmproxy, when another option of
+    an update is refused, sets every option back: only the count that stays is started, once."""
+    import logging
+
+    from mitmproxy import exceptions
+    from mitmproxy.test import taddons
+
+    from streamtap.mitm.tap import RESIZE_AFTER, Tap
+
+    assert RESIZE_AFTER > 0.1  # keystrokes 50 ms apart are one change
+
+    class Picky:
+        def load(self, loader):
+            loader.add_option("picky", str, "ok", "refuses any other value")
+
+        def configure(self, updated):
+            from mitmproxy import ctx
+
+            if "picky" in updated and ctx.options.picky != "ok":
+                raise exceptions.OptionsError("picky: no")
+
+    caplog.set_level(logging.INFO, logger="streamtap")
+    tap = Tap()
+
+    async def run() -> tuple:
+        with taddons.context(tap, Picky()) as tctx:
+            tctx.configure(tap, streamtap_dir=str(tmp_path), streamtap_workers=1)
+            tap.running()
+            try:
+                await _until(lambda: tap.workers.pids[0] is not None)
+                first = tap.workers
+                for count in (2, 3, 4, 2):  # typed, or stepped with the arrows, a keystroke each 50 ms
+                    tctx.options.update(streamtap_workers=count)
+                    await asyncio.sleep(0.05)
+                await _new_pool(tap, first, 2)
+                second = tap.workers
+                await _until(lambda: not tap.retiring)
+                with pytest.raises(exceptions.OptionsError):
+                    tctx.options.update(streamtap_workers=3, picky="bad")
+                await asyncio.sleep(1.5)
+                return second, tap.workers, tctx.options.streamtap_workers, list(tap.retiring)
+            finally:
+                tap.done()
+
+    second, running, option, retiring = asyncio.run(run())
+    assert running is second and len(running.processes) == 2 and option == 2 and retiring == []
+    started = [message for message in caplog.messages if "runs as pid" in message]
+    assert len(started) == 3, started  # the first pool's worker, then the last count's two
+
+
+def test_workers_that_cannot_start_leave_the_running_ones_and_the_option_says_so(tmp_path, caplog, monkeypatch):
+    from mitmproxy.test import taddons
+
+    from streamtap.mitm import tap as tap_module
+    from streamtap.mitm.tap import Tap
+
+    tap = Tap()
+
+    def no_room(*args, **kwargs):
+        raise OSError("no room for the ring")
+
+    async def run() -> tuple:
+        with taddons.context(tap) as tctx:
+            tctx.configure(tap, streamtap_dir=str(tmp_path), streamtap_workers=1)
+            tap.running()
+            try:
+                await _until(lambda: tap.workers.pids[0] is not None)
+                first = tap.workers
+                monkeypatch.setattr(tap_module, "Workers", no_room)
+                tctx.options.update(streamtap_workers=3)
+                await _until(lambda: tctx.options.streamtap_workers == 1, timeout=10)
+                flow = _open_flow(tap)  # still analysed by the running worker
+                flow.response.stream(streams.openai_chat(["still ", "here."]))
+                flow.response.stream(b"")
+                tap.response(flow)
+                await _until(lambda: not tap.awaiting)
+                return first, tap.workers, tap.retiring, flow.metadata["streamtap"]["verdict"]
+            finally:
+                tap.done()
+
+    first, running, retiring, verdict = asyncio.run(run())
+    assert running is first and retiring == [] and verdict == "complete"
+    assert "cannot start 3 analysis workers: OSError: no room for the ring; streamtap_workers stays 1" in caplog.text
+
+
+def test_a_flow_analysed_in_the_proxy_keeps_its_lines_flushed_every_tenth_of_a_second_after_workers_start(tmp_path):
+    """A flow opened while streamtap_workers was 0 is analysed in the proxy to its end; its lines
+    must still reach the file within FLUSH_EVERY (a killed proxy loses no more), though the
+    flusher, with workers running, wakes only every EXPIRE_EVERY for them."""
+    from mitmproxy.test import taddons
+
+    from streamtap.mitm.tap import FLUSH_EVERY, FlowTap, Tap
+
+    tap = Tap()
+
+    def event(text: str) -> bytes:
+        return b'data: {"choices":[{"index":0,"delta":{"content":"%s"}}]}\n\n' % text.encode()
+
+    async def run() -> list[float]:
+        with taddons.context(tap) as tctx:
+            tctx.configure(tap, streamtap_dir=str(tmp_path), streamtap_workers=0)
+            tap.running()
+            try:
+                flow = _open_flow(tap)
+                in_proxy = tap.open[flow.id]
+                assert isinstance(in_proxy, FlowTap)
+                tctx.options.update(streamtap_workers=1)
+                await _new_pool(tap, None, 1)
+                path = Path(in_proxy.partial_path())
+                waited = []
+                for i in range(5):
+                    flow.response.stream(event(f"flushed-{i}-a"))
+                    await asyncio.sleep(0.01)  # analysed (and flushed, a tenth of a second after the last)
+                    flow.response.stream(event(f"flushed-{i}-b"))  # analysed next turn: held in the buffer
+                    started = time.monotonic()
+                    await _until(lambda: f"flushed-{i}-b".encode() in path.read_bytes(), timeout=5)
+                    waited.append(time.monotonic() - started)
+                flow.response.stream(b"")
+                tap.response(flow)
+                return waited
+            finally:
+                tap.done()
+
+    waited = asyncio.run(run())
+    assert max(waited) < FLUSH_EVERY * 4, waited  # every 1 s, five in a row would all wait under 0.4 s about 1% of the time

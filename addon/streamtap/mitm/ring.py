@@ -120,11 +120,12 @@ class Ring:
             pass
 
     def close(self) -> None:
-        """The proxy is done with it (the worker stopped or died): the name and the file go."""
+        """The proxy is done with it (the worker stopped or died): the name, the file and the memory go."""
         self.unlink()
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+        self.map.close()
 
     def put(self, at: int, chunks: list[bytes]) -> None:
         """The chunks one after another from ``at`` (the caller joins small ones first: see JOIN_BELOW)."""

@@ -9,6 +9,7 @@ inside streamtap is caught, logged once per flow and kept as evidence.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import time
@@ -42,6 +43,10 @@ MAX_EVENT_LIMIT = 256 * 1024 * 1024  # streamtap_max_event above this would unbo
 OVERSIZE_RAW = "an event over streamtap_max_event: the decoder skipped it, its bytes are kept here unframed"
 FLUSH_EVERY = 0.1  # seconds: recording lines reach the OS at least this often (a syscall per chunk costs too much)
 MAX_WORKERS = 64
+# A changed streamtap_workers is applied this long after the last change: mitmweb's number field
+# sends one update per keystroke (typing 16 would start a pool of 1, then one of 16), and an
+# update mitmproxy rolls back sets the count back within the same turn.
+RESIZE_AFTER = 0.5
 
 
 # --- one open stream --------------------------------------------------------------------
@@ -594,6 +599,10 @@ class Tap:
         self.awaiting: dict[int, tuple[http.HTTPFlow, bool]] = {}  # by RemoteFlow.key: ended in a worker, verdict not back yet
         self.workers: Workers | None = None  # the pool that takes new flows
         self.retiring: list[Workers] = []  # pools streamtap_workers replaced, finishing the flows they hold
+        self.wanted_workers = 0  # what streamtap_workers says
+        self._resize_timer: asyncio.TimerHandle | None = None
+        self._starting = False  # a pool is being started off the loop
+        self._stopped = False
         self.kept: dict[str, bytearray] = {}  # with store_streamed_bodies: the bytes forwarded, for a cut flow
         self.addons = [FlowCommands(self)]  # mitmproxy registers an addon's `addons` with it
         self.told_about_loaded_flows = False
@@ -692,8 +701,9 @@ class Tap:
             option_checks.size("streamtap_max_event", options.streamtap_max_event, 1, MAX_EVENT_LIMIT)
         if "streamtap_workers" in updated:
             option_checks.size("streamtap_workers", options.streamtap_workers, 0, MAX_WORKERS, "processes")
+            self.wanted_workers = options.streamtap_workers
             if self._flusher is not None:  # running: at start, running() starts them
-                self._resize_workers(options.streamtap_workers)
+                self._resize_soon()
         self.settings = dict(
             directory=os.path.expanduser(options.streamtap_dir),  # the shell does not expand a quoted or config-file ~
             fsync=options.streamtap_fsync,
@@ -886,45 +896,98 @@ class Tap:
         self._flusher = loop.create_task(self._flush_open()) if loop is not None else None
 
     async def _flush_open(self) -> None:
+        wait = FLUSH_EVERY
         while True:
-            await asyncio.sleep(FLUSH_EVERY if self.workers is None else EXPIRE_EVERY)
+            await asyncio.sleep(wait)
+            in_process = False
             for tap in list(self.open.values()):
                 try:
                     if isinstance(tap, FlowTap):
+                        in_process = True
                         tap.flush()
                 except Exception:
                     pass
-            for workers in [self.workers, *self.retiring] if self.workers is not None else self.retiring:
-                try:
-                    workers.expire()
-                except Exception as exc:
-                    log.warning(f"streamtap: analysis workers: {type(exc).__name__}: {exc}")
-            self.retiring = [workers for workers in self.retiring if not workers.gone]
+            self._expire_pools()
+            # taps in the proxy's loop (streamtap_workers=0, or opened before it changed) need FLUSH_EVERY
+            wait = EXPIRE_EVERY if self.workers is not None and not in_process else FLUSH_EVERY
 
-    def _resize_workers(self, count: int) -> None:
+    def _expire_pools(self) -> None:
+        for workers in [self.workers, *self.retiring] if self.workers is not None else self.retiring:
+            try:
+                workers.expire()
+            except Exception as exc:
+                log.warning(f"streamtap: analysis workers: {type(exc).__name__}: {exc}")
+        self.retiring = [workers for workers in self.retiring if not workers.gone]
+
+    def _running_workers(self) -> int:
+        return len(self.workers.processes) if self.workers is not None else 0
+
+    def _resize_soon(self) -> None:
+        loop = _running_loop()
+        if loop is None:
+            return
+        if self._resize_timer is not None:
+            self._resize_timer.cancel()
+        self._resize_timer = loop.call_later(RESIZE_AFTER, self._resize_workers)
+
+    def _resize_workers(self) -> None:
         """``streamtap_workers`` changed while running: a new pool (or the proxy's loop, for 0)
-        takes new flows; the old pool finishes the flows it holds, then its workers stop."""
-        old = self.workers
-        if count == (len(old.processes) if old is not None else 0):
+        takes new flows; the old pool finishes the flows it holds, then its workers stop. The new
+        pool's processes start off the loop (16 of them take most of a second), and the flows that
+        come meanwhile go where they went before."""
+        self._resize_timer = None
+        count = self.wanted_workers
+        if self._stopped or self._starting or count == self._running_workers():
+            return  # a start under way looks at the count again when it is done
+        if not count:
+            self._replace_workers(None)
             return
         loop = _running_loop()
         if loop is None:
             return
-        new = None
-        if count:
+        self._starting = True
+        started = loop.run_in_executor(None, functools.partial(Workers, count, loop, verdict=self._verdict, lost=self._lost))
+        started.add_done_callback(self._workers_started)
+
+    def _workers_started(self, started: asyncio.Future) -> None:
+        self._starting = False
+        try:
+            new = started.result()
+        except Exception as exc:  # the option goes back to what runs
+            running = self._running_workers()
+            log.warning(f"streamtap: cannot start {self.wanted_workers} analysis workers: {type(exc).__name__}: {exc}; "
+                        f"streamtap_workers stays {running}")
+            self.wanted_workers = running
             try:
-                new = Workers(count, loop, verdict=self._verdict, lost=self._lost)
-            except Exception as exc:
-                raise exceptions.OptionsError(f"streamtap_workers: cannot start {count} analysis workers: {type(exc).__name__}: {exc}") from None
+                from mitmproxy import ctx
+
+                ctx.options.update(streamtap_workers=running)
+            except Exception:
+                pass
+            return
+        if self._stopped or self.wanted_workers != len(new.processes):  # stopped, or changed again meanwhile
+            new.retire()  # holds no flow: its workers stop at once
+            self.retiring.append(new)
+            if not self._stopped:
+                self._resize_workers()
+            return
+        self._replace_workers(new)
+
+    def _replace_workers(self, new: Workers | None) -> None:
+        old = self.workers
         if old is not None:
             old.retire()
             self.retiring.append(old)
         self.workers = new
-        where = f"{count} analysis worker(s)" if count else "the proxy's loop (streamtap_workers=0)"
-        held = f"; the {len(old.flows)} open flow(s) finish in the workers they started in" if old is not None and old.flows else ""
+        where = f"{len(new.processes)} analysis worker(s)" if new is not None else "the proxy's loop (streamtap_workers=0)"
+        held = f"; the {len(old.flows)} flow(s) under way finish in the workers they started in" if old is not None and old.flows else ""
         log.info(f"streamtap: new flows are analysed in {where}{held}")
 
     def done(self) -> None:
+        self._stopped = True
+        if self._resize_timer is not None:
+            self._resize_timer.cancel()
+            self._resize_timer = None
         if self._flusher is not None:
             self._flusher.cancel()
         for tap in self.open.values():

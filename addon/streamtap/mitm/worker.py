@@ -339,6 +339,10 @@ class _Process:
         # when it last said something; its start counts, so a worker that hangs before its first word is found too
         self.heard = self.started
         self.killed = False  # taken for hung and killed: its reader thread reports the death
+        self.leaving = False  # sent STOP by a retired pool: its exit is no death
+        self.freed = False
+        self.pid: int | None = self.process.pid
+        self.exitcode: int | None = None
         threading.Thread(
             target=self._read, args=(loop, received, died), name=f"streamtap-from-worker-{index}", daemon=True
         ).start()
@@ -419,10 +423,31 @@ class _Process:
         except RuntimeError:
             pass
 
+    def free(self) -> None:
+        """The worker has exited: its ring, its pipes and its process handle go back to the system.
+        A retired pool outlives its workers (each flow mitmweb keeps holds its stream callable), so
+        this is not left to the garbage collector."""
+        if self.freed:
+            return
+        self.freed = True
+        if self.unsent:
+            self.loop.remove_writer(self.fd)
+            self.unsent.clear()
+        self.ring.close()
+        self.inbox.close()
+        self.outbox.close()
+        self.exitcode = self.process.exitcode
+        try:
+            self.process.close()
+        except ValueError:  # not reaped yet: its handle goes with the garbage collector
+            pass
+
     def stop(self, timeout: float) -> None:
         """At shutdown: the rest of what was sent, then STOP (the worker leaves its open
         recordings marked incomplete); a worker that does not take it within ``timeout`` is killed."""
         self.alive = False
+        if self.freed:
+            return
         if self.unsent:
             self.loop.remove_writer(self.fd)
         payload = pickle.dumps([(STOP,)])
@@ -690,21 +715,24 @@ class Workers:
         index = process.index
         process.alive = False
         process.process.join(1)
-        process.ring.close()
-        if self.stopping:  # a retired pool's worker that took its STOP (or was killed as hung after it)
+        process.free()
+        if process.leaving:  # a retired pool's worker that took its STOP (or was killed as hung after it)
             return
         held = [r for r in self.flows.values() if r.shard == index and r.generation == process.generation]
         quick = self.quick_deaths[index] = self.quick_deaths[index] + 1 if time.monotonic() - process.started < RESTART_QUICK else 0
         wait = _restart_wait(quick)
+        if self.retired:
+            restart = ""  # it takes no new flows: the flows it held are all it had
+        else:
+            restart = f"; restarting it{f' in {wait:g} s (it died {quick} times in a row within {RESTART_QUICK:g} s of its start)' if wait else ''}"
         log.warning(
-            f"streamtap: analysis worker {index} (pid {process.process.pid}) died "
-            f"(exit code {process.process.exitcode}); restarting it"
-            f"{f' in {wait:g} s (it died {quick} times in a row within {RESTART_QUICK:g} s of its start)' if wait else ''}; "
+            f"streamtap: analysis worker {index} (pid {process.pid}) died (exit code {process.exitcode}){restart}; "
             f"{len(held)} flow(s) lose their analysis"
         )
         self.ops[index] = []  # meant for the dead process
         self.generations[index] += 1  # the dead one's flows get no more operations, even while its restart waits
-        self._restart_after(index, wait)
+        if not self.retired:
+            self._restart_after(index, wait)
         for remote in held:
             remote.dropped = f"streamtap's analysis worker died after it was handed {remote.sent} bytes of this stream"
             if remote.recording or (remote.opened and remote.directory):  # the new worker notes it in the recording the dead one left
@@ -714,6 +742,15 @@ class Workers:
             if remote.ended is not None:  # its verdict will not come
                 self.flows.pop(remote.key, None)
                 self.lost(remote, remote.dropped)
+        if self.retired:  # no worker comes after it to write them
+            self._write_notes(index)
+
+    def _write_notes(self, index: int) -> None:
+        """The notes meant for worker ``index``'s recordings, written here: no worker will take them."""
+        for op in self.ops[index]:
+            if op[0] == ORPHANED:
+                _note_orphaned(*op[1:])
+        self.ops[index] = []
 
     def _restart_after(self, index: int, wait: float) -> None:
         if wait:
@@ -723,7 +760,7 @@ class Workers:
 
     def _restart(self, index: int) -> None:
         self.restarts[index] = None
-        if self.stopping:
+        if self.stopping or self.retired:
             return
         try:
             self.processes[index] = self._start(index)
@@ -744,7 +781,7 @@ class Workers:
         for process in self.processes:
             if process.alive and not process.killed and now - process.heard > HUNG_AFTER:
                 log.warning(
-                    f"streamtap: analysis worker {process.index} (pid {process.process.pid}) "
+                    f"streamtap: analysis worker {process.index} (pid {process.pid}) "
                     f"has said nothing for {now - process.heard:.0f} s: hung; killing it"
                 )
                 process.killed = True
@@ -755,38 +792,38 @@ class Workers:
         for remote in [r for r in self.flows.values() if r.ended is not None and r.ended < deadline]:
             del self.flows[remote.key]
             self.lost(remote, f"no verdict from streamtap's analysis worker within {VERDICT_WAIT:.0f} s of the end")
-        if self.retired and not self.flows and not self.stopping:
-            self._leave()
+        if self.retired:
+            self._leave_idle()
 
     def retire(self) -> None:
-        """Take no new flows (``streamtap_workers`` changed; another pool takes them): the flows
-        already here are analysed to their verdicts, then the workers stop. Never waits."""
+        """Take no new flows (``streamtap_workers`` changed; another pool takes them). Each worker
+        is stopped once the flows it holds have their verdicts (at once, if it holds none), and a
+        worker that dies is not restarted. Never waits."""
         self.retired = True
-        if not self.flows:
-            self._leave()
+        for index, restart in enumerate(self.restarts):
+            if restart is not None:  # the worker it was to start would only have written these notes
+                restart.cancel()
+                self.restarts[index] = None
+                self._write_notes(index)
+        self._leave_idle()
 
     @property
     def gone(self) -> bool:
-        """Retired, and every worker has stopped."""
-        return self.stopping and not any(process.alive for process in self.processes)
+        """Retired, and every worker has exited."""
+        return self.retired and not any(process.alive for process in self.processes)
 
-    def _leave(self) -> None:
-        """``stop`` without waiting on the loop: each worker is sent what is left and STOP, and
-        its reader thread reports the exit (``_died``); one that does not exit is found hung."""
-        self.stopping = True
-        for index, restart in enumerate(self.restarts):
-            if restart is not None:
-                restart.cancel()
-                self.restarts[index] = None
+    def _leave_idle(self) -> None:
+        """A retired pool's workers that hold no flow are sent what waits for them, then STOP,
+        without waiting: each one's reader thread reports its exit, and one that does not exit is
+        found hung."""
+        busy = {remote.shard for remote in self.flows.values()}
+        idle = [process for process in self.processes if process.alive and not process.leaving and process.index not in busy]
+        if not idle:
+            return
         self.send()
-        for ops in self.ops:  # notes a dead worker's restart was to write (no restart now)
-            for op in ops:
-                if op[0] == ORPHANED:
-                    _note_orphaned(*op[1:])
-            ops.clear()
-        for process in self.processes:
-            if process.alive:
-                process.send([(STOP,)])
+        for process in idle:
+            process.leaving = True
+            process.send([(STOP,)])
 
     def stop(self, timeout: float = 3.0) -> None:
         self.stopping = True
