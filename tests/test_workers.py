@@ -1019,10 +1019,26 @@ def test_a_flow_whose_analysis_raises_in_the_worker_is_judged_unknown_at_its_end
     assert said[1] == "complete"
 
 
+async def _recorded_and_restart_waits(workers: Workers, flow, settings: dict) -> RemoteFlow:
+    """A flow recorded by worker 0, which then dies twice in a row: its restart waits (1 s)."""
+    from streamtap.mitm.flowspec import FlowSpec
+
+    await _until(lambda: workers.pids[0] is not None)
+    first = workers.pids[0]
+    os.kill(first, signal.SIGKILL)  # the first quick death: restarted at once
+    await _until(lambda: workers.pids[0] not in (None, first) and workers.processes[0].alive)
+    remote = workers.open(FlowSpec.of(flow, None), settings)
+    workers.stream(remote)(streams.openai_chat(["half"])[:60])
+    await _until(lambda: remote.recording is not None)
+    await asyncio.sleep(0.2)  # its frames reach the file (fsync always)
+    os.kill(workers.pids[0], signal.SIGKILL)  # the second in a row: the restart waits 1 s
+    await _until(lambda: workers.restarts[0] is not None)
+    return remote
+
+
 def test_a_proxy_that_stops_while_a_restart_waits_still_notes_why_the_recording_stops(tmp_path):
     """The recording a dead worker left gets its note from the next worker; when the proxy stops
     before that worker starts (a worker that keeps dying waits to be restarted), the proxy writes it."""
-    from streamtap.mitm.flowspec import FlowSpec
     from streamtap.recording import read_recording
 
     flow = openai_flow()
@@ -1031,16 +1047,7 @@ def test_a_proxy_that_stops_while_a_restart_waits_still_notes_why_the_recording_
     async def run() -> tuple:
         workers = Workers(1, asyncio.get_running_loop(), verdict=lambda *a: None, lost=lambda *a: None)
         try:
-            await _until(lambda: workers.pids[0] is not None)
-            first = workers.pids[0]
-            os.kill(first, signal.SIGKILL)  # the first quick death: restarted at once
-            await _until(lambda: workers.pids[0] not in (None, first) and workers.processes[0].alive)
-            remote = workers.open(FlowSpec.of(flow, None), settings)
-            workers.stream(remote)(streams.openai_chat(["half"])[:60])
-            await _until(lambda: remote.recording is not None)
-            await asyncio.sleep(0.2)  # its frames reach the file (fsync always)
-            os.kill(workers.pids[0], signal.SIGKILL)  # the second in a row: the restart waits 1 s
-            await _until(lambda: workers.restarts[0] is not None)
+            remote = await _recorded_and_restart_waits(workers, flow, settings)
             return remote, list(workers.ops[0])
         finally:
             workers.stop()
@@ -1256,7 +1263,6 @@ def test_a_pool_retired_while_a_restart_waits_writes_the_note_itself_and_starts_
     """A worker that keeps dying waits to be restarted; the worker it waits for would only write
     the note into the recording the dead one left. Retired meanwhile, the pool writes it at once
     and starts nobody."""
-    from streamtap.mitm.flowspec import FlowSpec
     from streamtap.recording import read_recording
 
     settings = tap_settings(tmp_path, fsync="always")
@@ -1264,16 +1270,7 @@ def test_a_pool_retired_while_a_restart_waits_writes_the_note_itself_and_starts_
     async def run() -> tuple:
         workers = Workers(1, asyncio.get_running_loop(), verdict=lambda *a: None, lost=lambda *a: None)
         try:
-            await _until(lambda: workers.pids[0] is not None)
-            first = workers.pids[0]
-            os.kill(first, signal.SIGKILL)  # the first quick death: restarted at once
-            await _until(lambda: workers.pids[0] not in (None, first) and workers.processes[0].alive)
-            remote = workers.open(FlowSpec.of(openai_flow(), None), settings)
-            workers.stream(remote)(streams.openai_chat(["half"])[:60])
-            await _until(lambda: remote.recording is not None)
-            await asyncio.sleep(0.2)  # its frames reach the file (fsync always)
-            os.kill(workers.pids[0], signal.SIGKILL)  # the second in a row: the restart waits 1 s
-            await _until(lambda: workers.restarts[0] is not None)
+            remote = await _recorded_and_restart_waits(workers, openai_flow(), settings)
             workers.finish(remote, "finished", None, None)
             workers.retire()
             notes = [note["message"] for note in read_recording(remote.recording).notes]
