@@ -4,6 +4,7 @@ a worker that dies or falls behind never touches the traffic nor grows the proxy
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
 import mmap
@@ -1292,6 +1293,25 @@ def _ring_mappings() -> int:
     return sum("streamtap-ring-" in line for line in open("/proc/self/maps"))
 
 
+@contextlib.asynccontextmanager
+async def _running_tap(tmp_path, workers: int, *addons):
+    """The Tap in mitmproxy's test context, running on this loop with ``workers`` real workers."""
+    from mitmproxy.test import taddons
+
+    from streamtap.mitm.tap import Tap
+
+    tap = Tap()
+    with taddons.context(tap, *addons) as tctx:
+        tctx.configure(tap, streamtap_dir=str(tmp_path), streamtap_workers=workers)
+        tap.running()
+        try:
+            if workers:
+                await _until(lambda: None not in tap.workers.pids)
+            yield tap, tctx
+        finally:
+            tap.done()
+
+
 def _open_flow(tap):
     flow = openai_flow()
     flow.response.content = None  # streamed: mitmproxy keeps no body
@@ -1312,35 +1332,24 @@ def test_retired_pools_give_their_rings_and_pipes_back_while_the_flows_they_anal
     """mitmweb keeps every flow, and each flow its stream callable, which holds the pool that
     analysed it: a retired pool outlives its workers. Their rings' memory and their pipes go back
     as each worker exits, not when (if ever) the pool is collected."""
-    from mitmproxy.test import taddons
-
-    from streamtap.mitm.tap import Tap
-
     body = streams.openai_chat(["kept ", "flow."])
-    tap = Tap()
     kept = []
 
     async def run() -> tuple:
-        with taddons.context(tap) as tctx:
-            tctx.configure(tap, streamtap_dir=str(tmp_path), streamtap_workers=1)
-            tap.running()
-            try:
-                await _until(lambda: tap.workers.pids[0] is not None)
-                before = (_ring_mappings(), len(os.listdir("/proc/self/fd")))
-                for count in (2, 1, 2, 1):
-                    old = tap.workers
-                    flow = _open_flow(tap)
-                    flow.response.stream(body)
-                    flow.response.stream(b"")
-                    tap.response(flow)
-                    kept.append(flow)
-                    await _until(lambda: not tap.awaiting)
-                    tctx.options.update(streamtap_workers=count)
-                    await _new_pool(tap, old, count)
-                await _until(lambda: not tap.retiring, timeout=20)
-                return before, (_ring_mappings(), len(os.listdir("/proc/self/fd")))
-            finally:
-                tap.done()
+        async with _running_tap(tmp_path, 1) as (tap, tctx):
+            before = (_ring_mappings(), len(os.listdir("/proc/self/fd")))
+            for count in (2, 1, 2, 1):
+                old = tap.workers
+                flow = _open_flow(tap)
+                flow.response.stream(body)
+                flow.response.stream(b"")
+                tap.response(flow)
+                kept.append(flow)
+                await _until(lambda: not tap.awaiting)
+                tctx.options.update(streamtap_workers=count)
+                await _new_pool(tap, old, count)
+            await _until(lambda: not tap.retiring, timeout=20)
+            return before, (_ring_mappings(), len(os.listdir("/proc/self/fd")))
 
     (maps_before, fds_before), (maps_after, fds_after) = asyncio.run(run())
     assert all(flow.metadata["streamtap"]["verdict"] == "complete" for flow in kept)
@@ -1354,9 +1363,8 @@ def test_changes_in_quick_succession_start_one_pool_and_a_rolled_back_change_non
     import logging
 
     from mitmproxy import exceptions
-    from mitmproxy.test import taddons
 
-    from streamtap.mitm.tap import RESIZE_AFTER, Tap
+    from streamtap.mitm.tap import RESIZE_AFTER
 
     assert RESIZE_AFTER > 0.1  # keystrokes 50 ms apart are one change
 
@@ -1371,27 +1379,20 @@ def test_changes_in_quick_succession_start_one_pool_and_a_rolled_back_change_non
                 raise exceptions.OptionsError("picky: no")
 
     caplog.set_level(logging.INFO, logger="streamtap")
-    tap = Tap()
 
     async def run() -> tuple:
-        with taddons.context(tap, Picky()) as tctx:
-            tctx.configure(tap, streamtap_dir=str(tmp_path), streamtap_workers=1)
-            tap.running()
-            try:
-                await _until(lambda: tap.workers.pids[0] is not None)
-                first = tap.workers
-                for count in (2, 3, 4, 2):  # typed, or stepped with the arrows, a keystroke each 50 ms
-                    tctx.options.update(streamtap_workers=count)
-                    await asyncio.sleep(0.05)
-                await _new_pool(tap, first, 2)
-                second = tap.workers
-                await _until(lambda: not tap.retiring)
-                with pytest.raises(exceptions.OptionsError):
-                    tctx.options.update(streamtap_workers=3, picky="bad")
-                await asyncio.sleep(1.5)
-                return second, tap.workers, tctx.options.streamtap_workers, list(tap.retiring)
-            finally:
-                tap.done()
+        async with _running_tap(tmp_path, 1, Picky()) as (tap, tctx):
+            first = tap.workers
+            for count in (2, 3, 4, 2):  # typed, or stepped with the arrows, a keystroke each 50 ms
+                tctx.options.update(streamtap_workers=count)
+                await asyncio.sleep(0.05)
+            await _new_pool(tap, first, 2)
+            second = tap.workers
+            await _until(lambda: not tap.retiring)
+            with pytest.raises(exceptions.OptionsError):
+                tctx.options.update(streamtap_workers=3, picky="bad")
+            await asyncio.sleep(1.5)
+            return second, tap.workers, tctx.options.streamtap_workers, list(tap.retiring)
 
     second, running, option, retiring = asyncio.run(run())
     assert running is second and len(running.processes) == 2 and option == 2 and retiring == []
@@ -1400,34 +1401,23 @@ def test_changes_in_quick_succession_start_one_pool_and_a_rolled_back_change_non
 
 
 def test_workers_that_cannot_start_leave_the_running_ones_and_the_option_says_so(tmp_path, caplog, monkeypatch):
-    from mitmproxy.test import taddons
-
     from streamtap.mitm import tap as tap_module
-    from streamtap.mitm.tap import Tap
-
-    tap = Tap()
 
     def no_room(*args, **kwargs):
         raise OSError("no room for the ring")
 
     async def run() -> tuple:
-        with taddons.context(tap) as tctx:
-            tctx.configure(tap, streamtap_dir=str(tmp_path), streamtap_workers=1)
-            tap.running()
-            try:
-                await _until(lambda: tap.workers.pids[0] is not None)
-                first = tap.workers
-                monkeypatch.setattr(tap_module, "Workers", no_room)
-                tctx.options.update(streamtap_workers=3)
-                await _until(lambda: tctx.options.streamtap_workers == 1, timeout=10)
-                flow = _open_flow(tap)  # still analysed by the running worker
-                flow.response.stream(streams.openai_chat(["still ", "here."]))
-                flow.response.stream(b"")
-                tap.response(flow)
-                await _until(lambda: not tap.awaiting)
-                return first, tap.workers, tap.retiring, flow.metadata["streamtap"]["verdict"]
-            finally:
-                tap.done()
+        async with _running_tap(tmp_path, 1) as (tap, tctx):
+            first = tap.workers
+            monkeypatch.setattr(tap_module, "Workers", no_room)
+            tctx.options.update(streamtap_workers=3)
+            await _until(lambda: tctx.options.streamtap_workers == 1, timeout=10)
+            flow = _open_flow(tap)  # still analysed by the running worker
+            flow.response.stream(streams.openai_chat(["still ", "here."]))
+            flow.response.stream(b"")
+            tap.response(flow)
+            await _until(lambda: not tap.awaiting)
+            return first, tap.workers, tap.retiring, flow.metadata["streamtap"]["verdict"]
 
     first, running, retiring, verdict = asyncio.run(run())
     assert running is first and retiring == [] and verdict == "complete"
@@ -1438,39 +1428,30 @@ def test_a_flow_analysed_in_the_proxy_keeps_its_lines_flushed_every_tenth_of_a_s
     """A flow opened while streamtap_workers was 0 is analysed in the proxy to its end; its lines
     must still reach the file within FLUSH_EVERY (a killed proxy loses no more), though the
     flusher, with workers running, wakes only every EXPIRE_EVERY for them."""
-    from mitmproxy.test import taddons
-
-    from streamtap.mitm.tap import FLUSH_EVERY, FlowTap, Tap
-
-    tap = Tap()
+    from streamtap.mitm.tap import FLUSH_EVERY, FlowTap
 
     def event(text: str) -> bytes:
         return b'data: {"choices":[{"index":0,"delta":{"content":"%s"}}]}\n\n' % text.encode()
 
     async def run() -> list[float]:
-        with taddons.context(tap) as tctx:
-            tctx.configure(tap, streamtap_dir=str(tmp_path), streamtap_workers=0)
-            tap.running()
-            try:
-                flow = _open_flow(tap)
-                in_proxy = tap.open[flow.id]
-                assert isinstance(in_proxy, FlowTap)
-                tctx.options.update(streamtap_workers=1)
-                await _new_pool(tap, None, 1)
-                path = Path(in_proxy.partial_path())
-                waited = []
-                for i in range(5):
-                    flow.response.stream(event(f"flushed-{i}-a"))
-                    await asyncio.sleep(0.01)  # analysed (and flushed, a tenth of a second after the last)
-                    flow.response.stream(event(f"flushed-{i}-b"))  # analysed next turn: held in the buffer
-                    started = time.monotonic()
-                    await _until(lambda: f"flushed-{i}-b".encode() in path.read_bytes(), timeout=5)
-                    waited.append(time.monotonic() - started)
-                flow.response.stream(b"")
-                tap.response(flow)
-                return waited
-            finally:
-                tap.done()
+        async with _running_tap(tmp_path, 0) as (tap, tctx):
+            flow = _open_flow(tap)
+            in_proxy = tap.open[flow.id]
+            assert isinstance(in_proxy, FlowTap)
+            tctx.options.update(streamtap_workers=1)
+            await _new_pool(tap, None, 1)
+            path = Path(in_proxy.partial_path())
+            waited = []
+            for i in range(5):
+                flow.response.stream(event(f"flushed-{i}-a"))
+                await asyncio.sleep(0.01)  # analysed (and flushed, a tenth of a second after the last)
+                flow.response.stream(event(f"flushed-{i}-b"))  # analysed next turn: held in the buffer
+                started = time.monotonic()
+                await _until(lambda: f"flushed-{i}-b".encode() in path.read_bytes(), timeout=5)
+                waited.append(time.monotonic() - started)
+            flow.response.stream(b"")
+            tap.response(flow)
+            return waited
 
     waited = asyncio.run(run())
     assert max(waited) < FLUSH_EVERY * 4, waited  # every 1 s, five in a row would all wait under 0.4 s about 1% of the time
