@@ -16,11 +16,13 @@ from typing import Any
 from streamtap.wire import encode_message
 
 OPENAI_URL = "https://api.openai.com/v1/chat/completions"
+RESPONSES_URL = "https://api.openai.com/v1/responses"
 ANTHROPIC_URL = "https://api.anthropic.com/v1/messages"
 BEDROCK_MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
 BEDROCK_URL = f"https://bedrock-runtime.us-east-1.amazonaws.com/model/{BEDROCK_MODEL}/invoke-with-response-stream"
 
 OPENAI_REQUEST = {"model": "gpt-4.1-nano", "stream": True, "messages": [{"role": "user", "content": "Weather in Paris?"}]}
+RESPONSES_REQUEST = {"model": "gpt-4.1-nano", "stream": True, "input": "Capital of France?"}
 ANTHROPIC_REQUEST = {
     "model": "claude-sonnet-4-6",
     "max_tokens": 1024,
@@ -110,6 +112,7 @@ def bedrock_invoke_frames(words: int = 12) -> list[bytes]:
 
 KINDS = {
     "openai": (OPENAI_URL, OPENAI_REQUEST, "sse", "openai-chat", "text/event-stream"),
+    "responses": (RESPONSES_URL, RESPONSES_REQUEST, "sse", "openai-responses", "text/event-stream"),
     "anthropic": (ANTHROPIC_URL, ANTHROPIC_REQUEST, "sse", "anthropic", "text/event-stream"),
     "bedrock": (BEDROCK_URL, BEDROCK_REQUEST, "eventstream", "bedrock-invoke", "application/vnd.amazon.eventstream"),
 }

@@ -353,7 +353,7 @@ def test_a_replay_whose_earlier_item_is_never_done_before_response_completed_is_
     for number, event in enumerate(body, start=middle):
         event["sequence_number"] = number
     verdict = judged(framed(body)).verdict
-    assert verdict.kind is VerdictKind.CORRUPT and "added before this replay's first event, was never done" in verdict.reason, verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "began before this replay's first event and was never done" in verdict.reason, verdict
 
 
 def test_a_stream_that_is_no_replay_and_carries_on_an_item_it_never_added_stays_corrupt():
@@ -380,3 +380,139 @@ def test_a_custom_tool_call_that_comes_only_with_the_terminal_event_keeps_its_fr
     assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
     [call] = analysis.turn.blocks
     assert (call.name, call.arguments, call.arguments_error) == ("run_sql", "SELECT 1", None)
+
+
+# -- a replay that starts inside an item: what it holds of that item is checked, not passed over --
+
+def replay_inside_the_message(events: list[dict]) -> list[dict]:
+    """From the message's second text delta on: the replay starts inside output item 1."""
+    first = next(i for i, e in enumerate(events) if e["type"] == "response.output_text.delta")
+    return events[first + 1:]
+
+
+def renumbered(events: list[dict], start: int) -> list[dict]:
+    return [{**event, "sequence_number": start + i} for i, event in enumerate(events)]
+
+
+def other_generation(events: list[dict]) -> list[dict]:
+    """The same events from another answer: another response, item and text."""
+    text = orjson.dumps(events).decode().replace('"r1"', '"r2"').replace('"m1"', '"m2"')
+    return orjson.loads(text.replace("Paris, I think.", "Lyon, surely!!").replace('"Paris"', '"Lyon,"').replace('", I "', '" sur"')
+                        .replace('"think."', '"ely!!"'))
+
+
+def replay_verdict(events: list[dict]):
+    return judged(framed(events)).verdict
+
+
+def test_a_replay_stitched_inside_the_item_it_started_in_is_corrupt():
+    """The deltas of one answer's message, then another answer's: a change of item id inside the
+    item, and text that does not end the finished item's."""
+    events = three_items([REASONING, MESSAGE, CALL])
+    body = replay_inside_the_message(events)
+    cut = next(i for i, e in enumerate(body) if e["type"] == "response.output_text.done")
+    stitched = body[:1] + other_generation(body[1:])
+    assert other_generation(body[1:])[0]["item_id"] == "m2" and cut > 1
+    verdict = replay_verdict(renumbered(stitched, body[0]["sequence_number"]))
+    assert verdict.kind is VerdictKind.CORRUPT, verdict
+
+
+@pytest.mark.parametrize("change", ["delta", "text done", "item done", "final"])
+def test_a_replay_whose_item_contradicts_itself_is_corrupt(change):
+    """The received end of the text must end every whole value the body then gives for it."""
+    events = three_items([REASONING, MESSAGE, CALL])
+    body = orjson.loads(orjson.dumps(replay_inside_the_message(events)))
+    for event in body:
+        if change == "delta" and event["type"] == "response.output_text.delta":
+            event["delta"] = event["delta"].replace("think", "thonk")
+        elif change == "text done" and event["type"] == "response.output_text.done":
+            event["text"] = "Paris, I thonk."
+        elif change == "item done" and event["type"] == "response.output_item.done" and event["output_index"] == 1:
+            event["item"]["content"][0]["text"] = "Paris, I thonk."
+        elif change == "final" and event["type"] == "response.completed":
+            event["response"]["output"][1]["content"][0]["text"] = "Paris, I thonk."
+    verdict = replay_verdict(body)
+    assert verdict.kind is VerdictKind.CORRUPT and "disagree" in verdict.reason, verdict
+
+
+@pytest.mark.parametrize("item", ["reasoning", "call"])
+def test_a_replay_inside_a_reasoning_item_or_a_tool_call_checks_them_as_well(item):
+    events = three_items([REASONING, MESSAGE, CALL])
+    kind = "response.reasoning_summary_text.delta" if item == "reasoning" else "response.function_call_arguments.delta"
+    first = next(i for i, e in enumerate(events) if e["type"] == kind)
+    body = events[first + 1:]
+    whole = judged(framed(body))
+    assert whole.verdict.kind is VerdictKind.COMPLETE, whole.verdict
+    if item == "call":
+        [call] = whole.turn.tool_calls()
+        assert (call.name, call.id, call.arguments) == ("get_capital", "call_1", {"country": "France"})
+    altered = orjson.loads(orjson.dumps(body))
+    last = max(i for i, e in enumerate(altered) if e["type"] == kind)
+    altered[last]["delta"] = altered[last]["delta"].replace("ance", "ancia").replace("over", "under")  # the deltas alone
+    verdict = replay_verdict(altered)
+    assert verdict.kind is VerdictKind.CORRUPT and "disagree" in verdict.reason, verdict
+
+
+@pytest.mark.parametrize("after", ["delta", "item done", "added"])
+def test_the_item_a_replay_started_in_is_closed_by_its_done_as_any_item_is(after):
+    events = three_items([REASONING, MESSAGE, CALL])
+    done = next(i for i, e in enumerate(events) if e["type"] == "response.output_item.done" and e["output_index"] == 1)
+    body = events[done:done + 1]  # the replay starts at the message's done
+    late = {"delta": {"type": "response.output_text.delta", "item_id": "m1", "output_index": 1, "content_index": 0, "delta": " Or Lyon."},
+            "item done": events[done],
+            "added": {"type": "response.output_item.added", "output_index": 1, "item": {**CALL, "status": "in_progress", "arguments": ""}}}[after]
+    body = renumbered(body + [late] + events[done + 1:], events[done]["sequence_number"])
+    verdict = replay_verdict(body)
+    assert verdict.kind is VerdictKind.CORRUPT and "closed" in verdict.reason, verdict
+
+
+def test_only_one_item_open_before_the_replays_first_event_and_none_after_the_body_starts_one():
+    events = three_items([REASONING, MESSAGE, CALL])
+    body = replay_inside_the_message(events)
+    # a second item never added, after the first: two items cannot both be open when a replay starts
+    intruder = {"type": "response.output_text.delta", "item_id": "m9", "output_index": 5, "content_index": 0, "delta": "Injected."}
+    two = renumbered(body[:1] + [intruder] + body[1:], body[0]["sequence_number"])
+    assert "output item 5 that was never added" in replay_verdict(two).reason
+    # after the body added an item, an item it never added is never one begun before it
+    added = next(i for i, e in enumerate(events) if e["type"] == "response.output_item.added" and e["output_index"] == 2)
+    late = renumbered(events[added:added + 1] + [intruder] + events[added + 1:], events[added]["sequence_number"])
+    assert "output item 5 that was never added" in replay_verdict(late).reason
+    # nor after its start events: a replay from response.in_progress has no item open at its start
+    started = renumbered(events[1:2] + [intruder] + events[2:], 1)
+    assert "output item 5 that was never added" in replay_verdict(started).reason
+
+
+def test_a_replay_whose_item_is_never_given_whole_is_unknown_not_complete():
+    """Deltas of the end of a text, then a finished item and a final response that carry no text
+    for it: the turn would hold only the end of the answer."""
+    events = three_items(None)
+    body = orjson.loads(orjson.dumps(replay_inside_the_message(events)))
+    body = [e for e in body if e["type"] not in ("response.output_text.done", "response.content_part.done")]
+    for event in body:
+        if event["type"] == "response.output_item.done" and event["output_index"] == 1:
+            event["item"] = {**MESSAGE, "content": []}
+    verdict = replay_verdict(renumbered(body, body[0]["sequence_number"]))
+    assert verdict.kind is VerdictKind.UNKNOWN and "only its end" in verdict.reason, verdict
+
+
+def test_a_swap_tail_fault_served_as_a_resume_inside_an_item_is_corrupt(tmp_path):
+    """streamtap's own replay: another answer's tail swapped in, served to a client that resumes
+    (Last-Event-ID) inside the item where the swap is, is the stitch it is when served whole."""
+    from replay_streams import write_recording
+
+    from streamtap.replay.faults import parse_faults, plan
+    from streamtap.replay.source import load_source
+
+    events = three_items([REASONING, MESSAGE, CALL])
+    mine = [sse(e, e["type"]) for e in events]
+    theirs = [sse(e, e["type"]) for e in other_generation(events)]
+    a = load_source(write_recording(tmp_path / "a.jsonl", "responses", mine))
+    b = load_source(write_recording(tmp_path / "b.jsonl", "responses", theirs))
+    swap_at = next(i for i, e in enumerate(events) if e["type"] == "response.output_text.delta") + 2
+    faults = parse_faults(f"swap-tail:with=b.jsonl,at={swap_at}")
+    whole = plan(a, faults, others={"b.jsonl": b}).body
+    assert judged(whole).verdict.kind is VerdictKind.CORRUPT
+    resumed = plan(a, faults, others={"b.jsonl": b}, start_after=swap_at - 2).body
+    verdict = judged(resumed).verdict
+    assert verdict.kind is VerdictKind.CORRUPT, verdict
+    assert judged(plan(a, [], start_after=swap_at - 2).body).verdict.kind is VerdictKind.COMPLETE

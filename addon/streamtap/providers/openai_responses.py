@@ -33,9 +33,10 @@ The head: a stream starts with ``response.created`` (sequence_number 0). Only a 
 numbering: its first event says sequence_number N+1 >= 1. A stream that starts with another
 event and no such number lost its head (the items announced there, and with an absent
 ``output`` their text, are gone unseen): such a turn is ``unknown``, never complete. A replay
-may start inside an item: the events of an item added before its first event continue what the
-body does not hold, so they are passed over (noted), and the item is taken whole from its
-``output_item.done``; one never done before ``response.completed`` is corrupt, as any open item is.
+may start inside an item (one: the item open when it starts, before the body starts or adds any):
+the body holds the end of its text, which its ``.done`` events and its finished item must end
+with, and they then give it whole. Its events are otherwise checked as any item's; a turn whose
+item no event gives whole holds only its end, and is ``unknown``.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from typing import Any
 from streamtap.wire import SSEEvent, WireEvent
 
 from .common import RESPONSE, AssemblerBase, as_dict, as_int, as_list, as_str, common_prefix, error_fields
-from .judge import parse_arguments
+from .judge import dropped_key, parse_arguments
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 INCOMPLETE = {
@@ -84,9 +85,13 @@ class Assembler(AssemblerBase):
         # The first OTHER_IDS_KEPT are kept: a stitch repeats its ids at once, and memory stays bounded.
         self._other_ids: set[str] = set()
         self._opening: tuple[str, int | None, WireEvent] | None = None  # the first event: type, sequence_number
-        # a starting_after replay's output items begun before its first event, not done yet: their
-        # events here continue what this body does not hold, so only their finished item is read
-        self._earlier: set[int] = set()
+        # A starting_after replay may start inside an output item: the one item open when it starts.
+        # Its blocks then hold only the end of their text, until a .done or the finished item gives
+        # the whole, which must end with it. The body's first start or output_item.added closes the
+        # chance: no item after it can have begun before the body.
+        self._partial: int | None = None
+        self._partial_blocks: set[int] = set()  # id() of blocks holding only the end of their text
+        self._body_started = False
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if not isinstance(event, SSEEvent):
@@ -153,6 +158,7 @@ class Assembler(AssemblerBase):
         repeated = name in self._starts_seen
         if name in STARTS:
             self._starts_seen.add(name)
+            self._body_started = True
         if response:
             self._response_id(as_str(response.get("id")), name, repeated, event)
             self.turn.model = self.turn.model or as_str(response.get("model"))
@@ -192,10 +198,8 @@ class Assembler(AssemblerBase):
         if self._open_items:
             index = min(self._open_items)
             kind = self._items[index].get("type")
-            self.corrupt(f"response.completed, but output item {index} ({kind}) was added and never done", event)
-        elif self._earlier:
-            index = min(self._earlier)
-            self.corrupt(f"response.completed, but output item {index}, added before this replay's first event, was never done", event)
+            added = "began before this replay's first event and was" if index == self._partial else f"({kind}) was added and"
+            self.corrupt(f"response.completed, but output item {index} {added} never done", event)
         self._final_output(response.get("output"), event, t)
         kinds = {b.kind for b in self.turn.blocks}
         status = as_str(response.get("status")) or "completed"
@@ -227,25 +231,45 @@ class Assembler(AssemblerBase):
         opening = self._opening
         return opening is not None and opening[0] != "response.created" and opening[1] is not None and opening[1] >= 1
 
-    def _begun_earlier(self, index: int | None, event: WireEvent) -> bool:
-        """An event for output item ``index``, never added in this body: in a replay, the item was
-        added before the body's first event (noted once), and its events here are passed over."""
-        if index is None or index in self._items or not self._replay():
+    def _begun_earlier(self, index: int | None, item_id: str | None, event: WireEvent) -> bool:
+        """An event for output item ``index``, never added in this body: in a replay that has not
+        started an item yet, the item open when it started (noted). It is taken as added, with
+        no type, and its blocks as holding only the end of their text. Any other is corrupt."""
+        if index is None or self._partial is not None or self._body_started or not self._replay():
             return False
-        if index not in self._earlier:
-            self._earlier.add(index)
-            kind, number, _ = self._opening
-            self.note(f"output item {index} was added before this replay's first event ({kind}, sequence_number "
-                      f"{number}): its events here continue what this body does not hold; its finished item gives it whole")
+        self._partial = index
+        self._items[index] = {"type": None, "id": item_id}
+        self._open_items.add(index)
+        if item_id:
+            self._item_index[item_id] = index
+        kind, number, _ = self._opening
+        self.note(f"output item {index} was added before this replay's first event ({kind}, sequence_number "
+                  f"{number}): the body holds the end of its text, which its .done events and finished item must end with")
+        return True
+
+    def _partial_block(self, block: Block) -> Block:
+        self._partial_blocks.add(id(block))
+        return block
+
+    def _whole(self, block: Block, field: str, final: str) -> bool:
+        """Whether ``final`` is what the block's deltas grew: for a block of the item a replay
+        started in, whether it ends with them, and then the block takes it whole."""
+        if id(block) not in self._partial_blocks:
+            return self.judge.whole(block, field, final)
+        ours = getattr(block, field) or ""
+        dropped = block.extra.get(dropped_key(field), 0)  # the kept start of the end, then what the cap left out
+        if len(final) < len(ours) + dropped or not final[len(final) - len(ours) - dropped:].startswith(ours):
+            return False
+        block.extra.pop(dropped_key(field), None)
+        self._partial_blocks.discard(id(block))
+        setattr(block, field, self.judge.kept(block, field, final))
         return True
 
     def _index(self, obj: dict[str, Any], event: WireEvent) -> int | None:
         index = as_int(obj.get("output_index"))
         if index is None:
             index = self._item_index.get(as_str(obj.get("item_id")) or "")
-        if index is None or index not in self._items:
-            if self._begun_earlier(index, event):
-                return None
+        if (index is None or index not in self._items) and not self._begun_earlier(index, as_str(obj.get("item_id")), event):
             self.corrupt(f"{obj.get('type')} for output item {index if index is not None else obj.get('item_id')} that was never added", event)
             return None
         added_id, item_id = as_str(self._items[index].get("id")), as_str(obj.get("item_id"))
@@ -262,6 +286,7 @@ class Assembler(AssemblerBase):
         return index
 
     def _on_response_output_item_added(self, obj, event, t):
+        self._body_started = True
         item = as_dict(obj.get("item"))
         index = as_int(obj.get("output_index"))
         if index is None:
@@ -291,12 +316,7 @@ class Assembler(AssemblerBase):
         self.flush_text()  # reads and closes blocks that deltas grew
         item = as_dict(obj.get("item"))
         index = as_int(obj.get("output_index"))
-        if index is None or index not in self._items:
-            if self._begun_earlier(index, event):
-                self._earlier.discard(index)
-                self._items[index] = {"type": item.get("type"), "id": item.get("id")}
-                self._fill_item(index, item, t, "response.output_item.done")
-                return
+        if (index is None or index not in self._items) and not self._begun_earlier(index, as_str(item.get("id")), event):
             self.corrupt(f"output_item.done for output item {index} that was never added", event)
             return
         if self.reopened(f"output item {index}", "response.output_item.done", event):
@@ -317,7 +337,13 @@ class Assembler(AssemblerBase):
         self._agree(index, item, event, "response.output_item.done")
         if kind in CLIENT_CALLS:
             block = self.block(0, (index, "args"))
-            if block is not None:
+            if block is None and index == self._partial:  # a replay that started at its done
+                self._fill_item(index, item, t, "response.output_item.done")
+            elif block is not None:
+                if index == self._partial:  # what its output_item.added, before the body, said
+                    block.id = block.id or as_str(item.get("call_id")) or as_str(item.get("id"))
+                    block.name = block.name or as_str(item.get("name"))
+                    block.extra["freeform"] = kind == "custom_tool_call"
                 self._close_call(block)
         elif kind == "message":
             if not any(k[0] == index for (c, k) in self._keys if c == 0):
@@ -445,7 +471,7 @@ class Assembler(AssemblerBase):
                     self.note(f"output item {index} part {key[1]} {key[2]} came only with {source}")
                 continue
             ours = getattr(block, field) or ""
-            if self.judge.whole(block, field, final):
+            if self._whole(block, field, final):
                 continue
             if not ours:
                 setattr(block, field, self.judge.kept(block, field, final))
@@ -476,6 +502,8 @@ class Assembler(AssemblerBase):
         number = obj.get("summary_index" if sub == "summary" else "content_index", 0)
         block = self.block(0, (index, sub, number))
         if block is None:
+            if index == self._partial and not self.judge.is_closed(f"output item {index}"):  # added before the body
+                return self._partial_block(self.new_block(0, kind, (index, sub, number)))
             if sub == "summary" or kind is BlockKind.THINKING:
                 return self.new_block(0, kind, (index, sub, number))  # summaries need no part.added
             self.corrupt(f"{obj.get('type')} for content part {number} of item {index} that was never added", event)
@@ -512,7 +540,7 @@ class Assembler(AssemblerBase):
             return
         block = self._part(obj, event, kind, sub)
         self.close_unit(text_unit, str(obj.get("type")), event)
-        if block is None or not isinstance(obj.get(field), str) or self.judge.whole(block, "text", obj[field]):
+        if block is None or not isinstance(obj.get(field), str) or self._whole(block, "text", obj[field]):
             return
         if block.text:
             at = common_prefix(block.text, obj[field])
@@ -575,6 +603,10 @@ class Assembler(AssemblerBase):
             return None
         block = self.block(0, (index, sub))
         if block is None:
+            if index == self._partial and not self.judge.is_closed(f"output item {index}"):  # added before the body
+                if sub == "args":
+                    return self._partial_block(self.tool_block(0, (index, sub), id=None, name=None, t=None))
+                return self._partial_block(self.new_block(0, BlockKind.SERVER_TOOL, (index, sub), arguments_raw=""))
             self.corrupt(f"{obj.get('type')} for item {index}, which is not a tool call", event)
         return block
 
@@ -594,7 +626,7 @@ class Assembler(AssemblerBase):
         self.close_unit(f"arguments of output item {self._item_of(obj)}", str(obj.get("type")), event)
         if block is not None:
             final = obj.get("arguments")
-            if isinstance(final, str) and not self.judge.whole(block, "arguments_raw", final):
+            if isinstance(final, str) and not self._whole(block, "arguments_raw", final):
                 if block.arguments_raw:
                     at = common_prefix(block.arguments_raw, final)
                     byte = len(block.arguments_raw[:at].encode("utf-8", "surrogatepass"))
@@ -610,7 +642,7 @@ class Assembler(AssemblerBase):
         self.flush_text()
         block = self._call(obj, event)
         if block is not None:
-            if isinstance(obj.get("input"), str) and not self.judge.whole(block, "arguments_raw", obj["input"]):
+            if isinstance(obj.get("input"), str) and not self._whole(block, "arguments_raw", obj["input"]):
                 self.corrupt("custom_tool_call_input.done differs from the streamed deltas", event)
             self._close_call(block)
 
@@ -649,7 +681,18 @@ class Assembler(AssemblerBase):
                 else:
                     parse_arguments(block, block.arguments_raw)
         turn, verdict = self.verdict(end, expected="response.completed / response.incomplete / response.failed")
-        return turn, self._head(verdict, end)
+        return turn, self._partial_end(self._head(verdict, end), end)
+
+    def _partial_end(self, verdict: Verdict, end: StreamEnd) -> Verdict:
+        """A complete verdict for a replay that started inside an item whose text no .done nor
+        finished item gave whole: the turn holds only the end of that text, so it is unknown."""
+        if verdict.kind is not VerdictKind.COMPLETE or not self._partial_blocks:
+            return verdict
+        return Verdict(
+            VerdictKind.UNKNOWN,
+            f"output item {self._partial} began before this replay's first event, and nothing in the body gives its "
+            "text whole: the turn holds only its end",
+            None, None, {"was": verdict.kind.value, "output_index": self._partial, "end": end.value})
 
     def _head(self, verdict: Verdict, end: StreamEnd) -> Verdict:
         """A complete verdict for a stream that lacks its ``response.created`` becomes unknown,
