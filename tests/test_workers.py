@@ -1455,3 +1455,104 @@ def test_a_flow_analysed_in_the_proxy_keeps_its_lines_flushed_every_tenth_of_a_s
 
     waited = asyncio.run(run())
     assert max(waited) < FLUSH_EVERY * 4, waited  # every 1 s, five in a row would all wait under 0.4 s about 1% of the time
+
+
+def _gated_workers(monkeypatch, fail: int | None = None):
+    """Pools the Tap starts wait for the returned gate before they start (one starting off the
+    loop, in slow motion); a pool of ``fail`` workers then fails to start. Returns the gate and
+    the counts asked for."""
+    import threading
+
+    from streamtap.mitm import tap as tap_module
+
+    real, gate, asked = tap_module.Workers, threading.Event(), []
+
+    def gated(count, *args, **kwargs):
+        asked.append(count)
+        gate.wait(30)
+        if count == fail:
+            raise OSError("no room for the ring")
+        return real(count, *args, **kwargs)
+
+    monkeypatch.setattr(tap_module, "Workers", gated)
+    return gate, asked
+
+
+def test_a_change_made_while_a_pool_starts_still_waits_for_the_keystrokes_after_it(tmp_path, monkeypatch):
+    """The count typed while a pool starts is applied after the same wait as any change: a 3 then
+    a 4 start a pool of 4, not one of 3 and then one of 4."""
+    async def run() -> tuple:
+        async with _running_tap(tmp_path, 1) as (tap, tctx):
+            gate, asked = _gated_workers(monkeypatch)
+            first = tap.workers
+            tctx.options.update(streamtap_workers=2)
+            await _until(lambda: tap._starting)
+            tctx.options.update(streamtap_workers=3)  # its wait starts now
+            gate.set()
+            await _until(lambda: not tap._starting)  # the pool of 2 started, and holds no flow
+            at_once = list(asked)
+            tctx.options.update(streamtap_workers=4)
+            await _new_pool(tap, first, 4)
+            await _until(lambda: not tap.retiring)
+            return at_once, asked
+
+    at_once, asked = asyncio.run(run())
+    assert at_once == [2] and asked == [2, 4]
+
+
+def test_a_start_that_fails_after_the_count_changed_again_tries_the_new_count(tmp_path, monkeypatch, caplog):
+    async def run() -> tuple:
+        async with _running_tap(tmp_path, 1) as (tap, tctx):
+            gate, asked = _gated_workers(monkeypatch, fail=3)
+            first = tap.workers
+            tctx.options.update(streamtap_workers=3)
+            await _until(lambda: tap._starting)
+            tctx.options.update(streamtap_workers=2)
+            gate.set()
+            await _new_pool(tap, first, 2)
+            return asked, tctx.options.streamtap_workers
+
+    asked, option = asyncio.run(run())
+    assert asked == [3, 2] and option == 2
+    assert "cannot start 3 analysis workers: OSError: no room for the ring" in caplog.text
+    assert "stays" not in caplog.text
+
+
+def test_a_proxy_that_stops_while_new_workers_start_leaves_no_ring_and_no_worker_behind(tmp_path):
+    """mitmproxy shutting down while a changed count's workers start: the start runs to its end
+    (asyncio waits for it), and its workers are stopped then, before the interpreter exits and
+    kills them, maybe before they could remove their rings' files."""
+    import subprocess
+    import sys
+
+    script = """
+import asyncio, sys
+from mitmproxy.test import taddons
+from streamtap.mitm import tap as tap_module
+pools, real = [], tap_module.Workers
+def kept(*args, **kwargs):
+    pools.append(real(*args, **kwargs))
+    return pools[-1]
+tap_module.Workers = kept
+async def main():
+    tap = tap_module.Tap()
+    with taddons.context(tap) as tctx:
+        tctx.configure(tap, streamtap_dir=sys.argv[1], streamtap_workers=0)
+        tap.running()
+        tctx.options.update(streamtap_workers=4)
+        while not tap._starting:
+            await asyncio.sleep(0.005)
+        tap.done()  # what mitmproxy does at shutdown, here while the 4 start
+asyncio.run(main())
+for pool in pools:
+    for process in pool.processes:
+        print(process.ring.path, process.pid)
+"""
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "addon")})
+    assert done.returncode == 0, done.stderr
+    started = [line.split() for line in done.stdout.splitlines()]
+    assert len(started) == 4, done.stdout
+    time.sleep(0.5)
+    assert [path for path, _ in started if os.path.exists(path)] == []
+    assert [pid for _, pid in started if _alive(int(pid))] == []

@@ -603,6 +603,7 @@ class Tap:
         self._resize_timer: asyncio.TimerHandle | None = None
         self._starting = False  # a pool is being started off the loop
         self._stopped = False
+        self._flush_now = asyncio.Event()  # wakes the flusher: taps in the proxy's loop need it every FLUSH_EVERY
         self.kept: dict[str, bytearray] = {}  # with store_streamed_bodies: the bytes forwarded, for a cut flow
         self.addons = [FlowCommands(self)]  # mitmproxy registers an addon's `addons` with it
         self.told_about_loaded_flows = False
@@ -898,7 +899,11 @@ class Tap:
     async def _flush_open(self) -> None:
         wait = FLUSH_EVERY
         while True:
-            await asyncio.sleep(wait)
+            try:
+                await asyncio.wait_for(self._flush_now.wait(), wait)
+            except TimeoutError:
+                pass
+            self._flush_now.clear()
             in_process = False
             for tap in list(self.open.values()):
                 try:
@@ -947,31 +952,45 @@ class Tap:
             return
         self._starting = True
         started = loop.run_in_executor(None, functools.partial(Workers, count, loop, verdict=self._verdict, lost=self._lost))
-        started.add_done_callback(self._workers_started)
+        started.add_done_callback(functools.partial(self._workers_started, count))
 
-    def _workers_started(self, started: asyncio.Future) -> None:
+    def _workers_started(self, count: int, started: asyncio.Future) -> None:
         self._starting = False
         try:
             new = started.result()
-        except Exception as exc:  # the option goes back to what runs
+        except Exception as exc:
+            if self._stopped:
+                return
             running = self._running_workers()
-            log.warning(f"streamtap: cannot start {self.wanted_workers} analysis workers: {type(exc).__name__}: {exc}; "
-                        f"streamtap_workers stays {running}")
-            self.wanted_workers = running
-            try:
-                from mitmproxy import ctx
+            if self.wanted_workers == count:  # the option goes back to what runs
+                log.warning(f"streamtap: cannot start {count} analysis workers: {type(exc).__name__}: {exc}; "
+                            f"streamtap_workers stays {running}")
+                self.wanted_workers = running
+                try:
+                    from mitmproxy import ctx
 
-                ctx.options.update(streamtap_workers=running)
-            except Exception:
-                pass
+                    ctx.options.update(streamtap_workers=running)
+                except Exception:
+                    pass
+            else:  # changed meanwhile: that count is tried
+                log.warning(f"streamtap: cannot start {count} analysis workers: {type(exc).__name__}: {exc}")
+                self._resize_if_idle()
             return
-        if self._stopped or self.wanted_workers != len(new.processes):  # stopped, or changed again meanwhile
-            new.retire()  # holds no flow: its workers stop at once
+        if self._stopped:  # the proxy is shutting down: no loop turn is left to see them exit
+            new.stop()
+            return
+        if self.wanted_workers != count:  # changed again meanwhile: these hold no flow, and stop at once
+            new.retire()
             self.retiring.append(new)
-            if not self._stopped:
-                self._resize_workers()
+            self._resize_if_idle()
             return
         self._replace_workers(new)
+
+    def _resize_if_idle(self) -> None:
+        """The count changed while a start ran: a pending timer applies it, else it is applied now
+        (its timer fired during the start, and waited then)."""
+        if self._resize_timer is None:
+            self._resize_workers()
 
     def _replace_workers(self, new: Workers | None) -> None:
         old = self.workers
@@ -979,6 +998,8 @@ class Tap:
             old.retire()
             self.retiring.append(old)
         self.workers = new
+        if new is None:  # the flusher may be in a sleep of EXPIRE_EVERY: taps in the loop need FLUSH_EVERY
+            self._flush_now.set()
         where = f"{len(new.processes)} analysis worker(s)" if new is not None else "the proxy's loop (streamtap_workers=0)"
         held = f"; the {len(old.flows)} flow(s) under way finish in the workers they started in" if old is not None and old.flows else ""
         log.info(f"streamtap: new flows are analysed in {where}{held}")
