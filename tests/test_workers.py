@@ -1556,3 +1556,28 @@ for pool in pools:
     time.sleep(0.5)
     assert [path for path, _ in started if os.path.exists(path)] == []
     assert [pid for _, pid in started if _alive(int(pid))] == []
+
+
+def test_a_flow_a_pool_failed_to_open_is_not_held_and_does_not_keep_a_retired_pool(tmp_path, monkeypatch):
+    """The Tap leaves a flow untapped when ``open`` raises, so no end will ever come for it: the
+    pool must not count it as one it holds, or a retired pool would keep that worker for good."""
+    from streamtap.mitm.flowspec import FlowSpec
+
+    def no_ring(process, spec):
+        raise OSError("the ring is gone")
+
+    async def run() -> tuple:
+        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda *a: None, lost=lambda *a: None)
+        try:
+            await _until(lambda: workers.pids[0] is not None)
+            monkeypatch.setattr(Workers, "_request_body_into_ring", staticmethod(no_ring))
+            with pytest.raises(OSError):
+                workers.open(FlowSpec.of(openai_flow(), None), tap_settings(tmp_path))
+            held = dict(workers.flows)
+            workers.retire()
+            await _until(lambda: workers.gone, timeout=10)
+            return held
+        finally:
+            workers.stop()
+
+    assert asyncio.run(run()) == {}

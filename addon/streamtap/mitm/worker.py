@@ -508,23 +508,24 @@ class Workers:
         remote = RemoteFlow(
             spec.flow_id, shard, time.monotonic(), provider, spec.started, directory, generation=self.generations[shard], workers=self
         )
-        self.flows[remote.key] = remote
         process = self.processes[shard]
         if not process.alive:  # it died, and its restart waits
             remote.dropped = "no analysis worker: it died and is not restarted yet"
-            return remote
-        if len(process.unsent) > MAX_UNSENT:
+        elif len(process.unsent) > MAX_UNSENT:
             remote.dropped = f"no analysis: its worker has taken no work for a while ({len(process.unsent) >> 20} MiB wait for it)"
-            return remote
-        remote.opened = True
-        body_at = None
-        full = process.full  # before the body goes in: a flow is never turned away for its own request
-        if not full:
-            spec, body_at = self._request_body_into_ring(process, spec)
-        self._op(shard, (OPEN, remote.key, spec, settings, remote.t0, body_at))
-        if full:
-            # a worker that is behind gets none of a new flow's reads, but records that it got none
-            self._fall_behind(remote, " (its worker was busy)")
+        else:
+            remote.opened = True
+            body_at = None
+            full = process.full  # before the body goes in: a flow is never turned away for its own request
+            if not full:
+                spec, body_at = self._request_body_into_ring(process, spec)
+            self._op(shard, (OPEN, remote.key, spec, settings, remote.t0, body_at))
+            if full:
+                # a worker that is behind gets none of a new flow's reads, but records that it got none
+                self._fall_behind(remote, " (its worker was busy)")
+        # held until its verdict; only once nothing above raised (the Tap then leaves the flow
+        # untapped, and no end would ever take it out, keeping a retired pool's worker for good)
+        self.flows[remote.key] = remote
         return remote
 
     @staticmethod
