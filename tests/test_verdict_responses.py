@@ -516,3 +516,124 @@ def test_a_swap_tail_fault_served_as_a_resume_inside_an_item_is_corrupt(tmp_path
     verdict = judged(resumed).verdict
     assert verdict.kind is VerdictKind.CORRUPT, verdict
     assert judged(plan(a, [], start_after=swap_at - 2).body).verdict.kind is VerdictKind.COMPLETE
+
+
+# -- the item a replay starts in: what its events say it is, its id, its parts, the caps --------
+
+def numbered(events: list[dict], start: int) -> bytes:
+    return framed(renumbered(events, start))
+
+
+def test_a_replay_item_that_streams_one_kind_and_is_done_as_another_is_corrupt():
+    """Its output_item.added is before the body, but its events still say what it is: text events
+    ended by a function call's done (another answer's tool call) are two items in one slot."""
+    events = three_items([REASONING, MESSAGE, CALL])
+    body = replay_inside_the_message(events)
+    text_done = next(i for i, e in enumerate(body) if e["type"] == "response.output_item.done")
+    as_call = body[:text_done] + [{"type": "response.output_item.done", "output_index": 1, "item": {**CALL, "id": "m1"}},
+                                  {"type": "response.completed", "response": response("r1", output=[REASONING, {**CALL, "id": "m1"}])}]
+    verdict = replay_verdict(renumbered(as_call, body[0]["sequence_number"]))
+    assert verdict.kind is VerdictKind.CORRUPT and "two items in one slot" in verdict.reason, verdict
+    both = body[:1] + [{"type": "response.function_call_arguments.delta", "item_id": "m1", "output_index": 1, "delta": "{}"}] + body[1:]
+    verdict = replay_verdict(renumbered(both, body[0]["sequence_number"]))
+    assert verdict.kind is VerdictKind.CORRUPT and "two items in one slot" in verdict.reason, verdict
+
+
+def test_a_replay_item_done_under_another_id_is_not_complete():
+    """Its deltas carry one item id and its done another, with no .done between them: ids that
+    rotate (some gateways) and another answer's done both look so, and the end of a text that is
+    all the body holds cannot tell them apart."""
+    events = three_items([REASONING, MESSAGE, CALL])
+    body = [e for e in replay_inside_the_message(events) if e["type"] not in ("response.output_text.done", "response.content_part.done")]
+    for event in body:
+        if event["type"] == "response.output_item.done" and event["output_index"] == 1:
+            event["item"] = {**MESSAGE, "id": "m2", "content": [{**MESSAGE["content"][0], "text": "No, Lyon. Paris, I think."}]}
+        if event["type"] == "response.completed":
+            event["response"]["output"] = None
+    verdict = replay_verdict(renumbered(body, body[0]["sequence_number"]))
+    assert verdict.kind is VerdictKind.UNKNOWN and "item id changed from m1 to m2" in verdict.reason, verdict
+
+
+def test_a_replay_inside_a_custom_tool_call_keeps_its_free_text_input():
+    call = {"type": "custom_tool_call", "id": "ct1", "call_id": "call_c1", "name": "write_sql", "status": "completed",
+            "input": "SELECT * FROM users WHERE age > 25"}
+    delta = {"type": "response.custom_tool_call_input.delta", "item_id": "ct1", "output_index": 0}
+    body = [{**delta, "delta": "FROM users "}, {**delta, "delta": "WHERE age > 25"},
+            {"type": "response.custom_tool_call_input.done", "item_id": "ct1", "output_index": 0, "input": call["input"]},
+            {"type": "response.output_item.done", "output_index": 0, "item": call},
+            {"type": "response.completed", "response": response("r1", output=[call])}]
+    analysis = judged(numbered(body, 4))
+    assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
+    [block] = analysis.turn.tool_calls()
+    assert (block.name, block.id, block.arguments, block.arguments_error) == ("write_sql", "call_c1", call["input"], None)
+
+
+def test_a_replay_inside_an_mcp_calls_arguments_is_complete():
+    mcp = {"id": "mcp1", "type": "mcp_call", "server_label": "dice", "name": "roll", "arguments": '{"expression":"2d4 + 1"}',
+           "output": "4", "error": None}
+    body = [{"type": "response.mcp_call_arguments.delta", "item_id": "mcp1", "output_index": 0, "delta": '+ 1"}'},
+            {"type": "response.mcp_call_arguments.done", "item_id": "mcp1", "output_index": 0, "arguments": mcp["arguments"]},
+            {"type": "response.mcp_call.completed", "item_id": "mcp1", "output_index": 0},
+            {"type": "response.output_item.done", "output_index": 0, "item": mcp},
+            {"type": "response.completed", "response": response("r1", output=[mcp])}]
+    verdict = judged(numbered(body, 6)).verdict
+    assert verdict.kind is VerdictKind.COMPLETE, verdict
+
+
+def test_under_a_cap_the_replay_items_whole_text_takes_the_place_of_its_end_not_more_room():
+    """The end of the text the body held was counted against the turn's cap; the whole that
+    replaces it must not be counted on top, or a later contradiction hides in what the cap drops
+    and a call that fits is reported as beyond it."""
+    from streamtap.providers import StreamSession
+
+    def capped(body: bytes, **caps):
+        session = StreamSession(RESPONSES, "sse", **caps)
+        session.feed(body)
+        return session.close()
+
+    events = three_items([REASONING, MESSAGE, CALL])
+    body = orjson.loads(orjson.dumps(replay_inside_the_message(events)))
+    for event in body:
+        if event["type"] == "response.output_item.done" and event["output_index"] == 1:
+            event["item"]["content"][0]["text"] = "Lyon, I think."  # the .done said Paris
+    verdict = capped(framed(body), text_cap=20).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "disagree" in verdict.reason, verdict
+    call_from = next(i for i, e in enumerate(events) if e["type"] == "response.function_call_arguments.delta") + 1
+    analysis = capped(framed(events[call_from:]), arguments_cap=len(CALL["arguments"]) + 2)
+    assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
+    assert analysis.turn.tool_calls()[0].arguments == {"country": "France"}
+
+
+def test_only_the_part_open_when_the_replay_started_holds_only_its_end():
+    """A part the body adds, or one it never adds, must be whole from its own deltas."""
+    events = three_items([REASONING, MESSAGE, CALL])
+    summary_from = next(i for i, e in enumerate(events) if e["type"] == "response.reasoning_summary_text.delta") + 1
+    second = [{"type": "response.reasoning_summary_part.added", "item_id": "rs1", "output_index": 0, "summary_index": 1,
+               "part": {"type": "summary_text", "text": ""}},
+              {"type": "response.reasoning_summary_text.delta", "item_id": "rs1", "output_index": 0, "summary_index": 1, "delta": "nd."},
+              {"type": "response.reasoning_summary_text.done", "item_id": "rs1", "output_index": 0, "summary_index": 1, "text": "Second."}]
+    done = next(i for i, e in enumerate(events) if e["type"] == "response.output_item.done")
+    for body in (events[summary_from:done] + second + events[done:],  # after the part open at the start
+                 second + events[done:]):  # the replay's first event adds it
+        verdict = replay_verdict(renumbered(body, events[summary_from]["sequence_number"]))
+        assert verdict.kind is VerdictKind.CORRUPT and "disagree" in verdict.reason, verdict
+    body = replay_inside_the_message(events)
+    text_done = next(i for i, e in enumerate(body) if e["type"] == "response.content_part.done")
+    unannounced = {"type": "response.output_text.delta", "item_id": "m1", "output_index": 1, "content_index": 1, "delta": "two."}
+    body = body[:text_done + 1] + [unannounced] + body[text_done + 1:]
+    verdict = replay_verdict(renumbered(body, body[0]["sequence_number"]))
+    assert verdict.kind is VerdictKind.CORRUPT and "content part 1 of item 1 that was never added" in verdict.reason, verdict
+
+
+def test_a_replay_that_starts_at_a_reasoning_parts_done_is_complete():
+    """LM Studio streams reasoning as content parts of type reasoning_text: a replay from such a
+    part's content_part.done holds reasoning, not a message, and is done as one."""
+    text = "The user asks for the weather."
+    item = {"id": "rs9", "type": "reasoning", "status": "completed", "summary": [], "content": [{"type": "reasoning_text", "text": text}]}
+    body = [{"type": "response.content_part.done", "item_id": "rs9", "output_index": 0, "content_index": 0,
+             "part": {"type": "reasoning_text", "text": text}},
+            {"type": "response.output_item.done", "output_index": 0, "item": item},
+            {"type": "response.completed", "response": response("r1", output=[item])}]
+    analysis = judged(numbered(body, 53))
+    assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
+    assert [b.text for b in analysis.turn.blocks if b.kind.value == "thinking"] == [text]

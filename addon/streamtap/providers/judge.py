@@ -161,6 +161,13 @@ class Judge:
         self.note(f"{name} beyond {MAX_LISTED} per block not kept in memory (block {block.index} on); "
                   "the recording holds every byte")
 
+    def give_back(self, field: str, size: int) -> None:
+        """``size`` characters ``kept`` counted are no longer kept (the caller replaces them)."""
+        if field == "arguments_raw":
+            self.arguments_left = min(self.arguments_left + size, sys.maxsize if self.arguments_cap is None else self.arguments_cap)
+        else:
+            self.text_left = min(self.text_left + size, sys.maxsize if self.text_cap is None else self.text_cap)
+
     def whole(self, block: Block, field: str, final: str) -> bool:
         """Whether ``final`` (a provider's whole value) is what the deltas grew, dropped part included."""
         kept = getattr(block, field) or ""

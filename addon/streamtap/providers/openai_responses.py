@@ -34,9 +34,11 @@ numbering: its first event says sequence_number N+1 >= 1. A stream that starts w
 event and no such number lost its head (the items announced there, and with an absent
 ``output`` their text, are gone unseen): such a turn is ``unknown``, never complete. A replay
 may start inside an item (one: the item open when it starts, before the body starts or adds any):
-the body holds the end of its text, which its ``.done`` events and its finished item must end
-with, and they then give it whole. Its events are otherwise checked as any item's; a turn whose
-item no event gives whole holds only its end, and is ``unknown``.
+the body holds the end of its text (of its one part open then), which its ``.done`` events and
+its finished item must end with, and they then give it whole. Its events must say one kind of
+item, the one its done names; otherwise they are checked as any item's. A turn whose item no
+event gives whole holds only its end, and one whose item id changes (rotating ids, or another
+answer's events: the end of a text cannot tell which) cannot be vouched for: both are ``unknown``.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ INCOMPLETE = {
 
 # item types the client executes: tool calls with arguments
 CLIENT_CALLS = {"function_call", "custom_tool_call"}
+# what the events of an item say it is, by the item type its done gives (any other type: "tool")
+FAMILIES = {"message": "message", "reasoning": "reasoning", "function_call": "call", "custom_tool_call": "call"}
 # lifecycle events a response sends once, before its output
 STARTS = ("response.created", "response.queued", "response.in_progress")
 # events that only report progress
@@ -91,6 +95,9 @@ class Assembler(AssemblerBase):
         # chance: no item after it can have begun before the body.
         self._partial: int | None = None
         self._partial_blocks: set[int] = set()  # id() of blocks holding only the end of their text
+        self._partial_made = False  # its one part open when the replay started is made (or a part began in the body)
+        self._partial_family: str | None = None  # what its events say it is (FAMILIES), for its done to agree with
+        self._partial_id_change: str | None = None  # its item id changed: rotation or another answer, which an end cannot tell
         self._body_started = False
 
     def feed(self, event: WireEvent, t: float | None) -> None:
@@ -262,7 +269,19 @@ class Assembler(AssemblerBase):
             return False
         block.extra.pop(dropped_key(field), None)
         self._partial_blocks.discard(id(block))
+        self.judge.give_back(field, len(ours))  # the whole is kept in its place
         setattr(block, field, self.judge.kept(block, field, final))
+        return True
+
+    def _of_partial(self, index: int, family: str, event: WireEvent) -> bool:
+        """A block of ``family`` for the item a replay started in: False (corrupt) when its events
+        said another family before, as an item added as one type and streaming another is."""
+        if self._partial_family is None:
+            self._partial_family = family
+        elif family != self._partial_family:
+            self.corrupt(f"output item {index}, begun before this replay's first event, streams {family} events after "
+                         f"{self._partial_family} ones: two items in one slot", event, output_index=index)
+            return False
         return True
 
     def _index(self, obj: dict[str, Any], event: WireEvent) -> int | None:
@@ -281,6 +300,8 @@ class Assembler(AssemblerBase):
                 return None
             self._other_id(item_id)
             self._ids_rotate = True
+            if index == self._partial and self._partial_id_change is None:
+                self._partial_id_change = f"{added_id} to {item_id} at seq {event.seq} (byte {event.start})"
         if self.reopened(f"output item {index}", str(obj.get("type")), event):
             return None
         return index
@@ -323,6 +344,14 @@ class Assembler(AssemblerBase):
             return
         self.close_unit(f"output item {index}", "response.output_item.done", event)
         added_kind, done_kind = as_str(self._items[index].get("type")), as_str(item.get("type"))
+        if index == self._partial and done_kind and self._partial_family not in (None, FAMILIES.get(done_kind, "tool")):
+            self.corrupt(f"output item {index}, begun before this replay's first event, streamed {self._partial_family} "
+                         f"events and is done as a {done_kind}: two items in one slot", event, output_index=index)
+            self._open_items.discard(index)
+            return
+        streamed_id, done_id = as_str(self._items[index].get("id")), as_str(item.get("id"))
+        if index == self._partial and streamed_id and done_id and streamed_id != done_id and self._partial_id_change is None:
+            self._partial_id_change = f"{streamed_id} to {done_id} at seq {event.seq} (byte {event.start})"
         if added_kind and done_kind and added_kind != done_kind:
             self.corrupt(f"output item {index} was added as a {added_kind} and is done as a {done_kind}: two items in "
                          f"one slot", event, output_index=index)
@@ -359,7 +388,7 @@ class Assembler(AssemblerBase):
     def _close_call(self, block: Block) -> None:
         block.closed = True
         if block.extra.get("freeform"):
-            block.arguments = block.arguments_raw
+            block.arguments, block.arguments_error = block.arguments_raw, None
         else:
             parse_arguments(block, block.arguments_raw)
 
@@ -487,6 +516,11 @@ class Assembler(AssemblerBase):
         index = self._index(obj, event)
         if index is None or self.reopened(self._part_unit(obj, "content"), "response.content_part.added", event):
             return
+        if index == self._partial:
+            reasoning = as_str(as_dict(obj.get("part")).get("type")) == "reasoning_text"
+            if not self._of_partial(index, "reasoning" if reasoning else "message", event):
+                return
+            self._partial_made = True
         if self.block(0, (index, "content", obj.get("content_index", 0))) is not None:
             self.corrupt(f"content part {obj.get('content_index', 0)} of output item {index} was added twice", event)
             return
@@ -495,15 +529,22 @@ class Assembler(AssemblerBase):
         text = as_str(part.get("text")) or as_str(part.get("refusal")) or ""
         self.new_block(0, kind, (index, "content", obj.get("content_index", 0)), text=text)
 
-    def _part(self, obj, event, kind: BlockKind, sub: str = "content") -> Block | None:
+    def _part(self, obj, event, kind: BlockKind, sub: str = "content", begins: bool = False) -> Block | None:
+        """The block of the event's part; ``begins``: the event adds the part (its text starts here)."""
         index = self._index(obj, event)
         if index is None:
             return None
         number = obj.get("summary_index" if sub == "summary" else "content_index", 0)
         block = self.block(0, (index, sub, number))
-        if block is None:
-            if index == self._partial and not self.judge.is_closed(f"output item {index}"):  # added before the body
+        if block is None and index == self._partial:
+            family = "reasoning" if sub == "summary" or kind is BlockKind.THINKING else "message"
+            if not self._of_partial(index, family, event):
+                return None
+            if not self._partial_made and not begins and not self.judge.is_closed(f"output item {index}"):
+                self._partial_made = True  # the one part open when the replay started: only its end is here
                 return self._partial_block(self.new_block(0, kind, (index, sub, number)))
+            self._partial_made = True
+        if block is None:
             if sub == "summary" or kind is BlockKind.THINKING:
                 return self.new_block(0, kind, (index, sub, number))  # summaries need no part.added
             self.corrupt(f"{obj.get('type')} for content part {number} of item {index} that was never added", event)
@@ -569,7 +610,7 @@ class Assembler(AssemblerBase):
         self._done(obj, event, BlockKind.THINKING, "text")
 
     def _on_response_reasoning_summary_part_added(self, obj, event, t):
-        self._part(obj, event, BlockKind.THINKING, "summary")
+        self._part(obj, event, BlockKind.THINKING, "summary", begins=True)
 
     def _on_response_reasoning_summary_text_delta(self, obj, event, t):
         self._delta(obj, event, t, BlockKind.THINKING, "summary")
@@ -586,7 +627,9 @@ class Assembler(AssemblerBase):
     def _on_response_content_part_done(self, obj, event, t):
         if self.reopened(self._part_unit(obj, "content"), "response.content_part.done", event):
             return
-        block = self._part(obj, event, BlockKind.TEXT)
+        kind = {"refusal": BlockKind.REFUSAL, "reasoning_text": BlockKind.THINKING}.get(
+            as_str(as_dict(obj.get("part")).get("type")) or "", BlockKind.TEXT)  # a part made here, in a replay, is of this kind
+        block = self._part(obj, event, kind)
         self.close_unit(self._part_unit(obj, "content"), "response.content_part.done", event)
         if block is not None:
             block.citations = list(as_list(as_dict(obj.get("part")).get("annotations")) or block.citations)
@@ -602,11 +645,14 @@ class Assembler(AssemblerBase):
         if index is None:
             return None
         block = self.block(0, (index, sub))
+        if block is None and index == self._partial and not self.judge.is_closed(f"output item {index}"):  # added before the body
+            if not self._of_partial(index, "call" if sub == "args" else "tool", event):
+                return None
+            self._partial_made = True
+            if sub == "args":
+                return self._partial_block(self.tool_block(0, (index, sub), id=None, name=None, t=None))
+            return self._partial_block(self.new_block(0, BlockKind.SERVER_TOOL, (index, sub), arguments_raw=""))
         if block is None:
-            if index == self._partial and not self.judge.is_closed(f"output item {index}"):  # added before the body
-                if sub == "args":
-                    return self._partial_block(self.tool_block(0, (index, sub), id=None, name=None, t=None))
-                return self._partial_block(self.new_block(0, BlockKind.SERVER_TOOL, (index, sub), arguments_raw=""))
             self.corrupt(f"{obj.get('type')} for item {index}, which is not a tool call", event)
         return block
 
@@ -655,6 +701,9 @@ class Assembler(AssemblerBase):
         self.flush_text()  # the final arguments replace what the deltas grew
         block = self._call(obj, event, "tool")
         if block is not None and isinstance(obj.get("arguments"), str):
+            if id(block) in self._partial_blocks and not self._whole(block, "arguments_raw", obj["arguments"]):
+                self.corrupt(f"the deltas disagree with {obj.get('type')} at block {block.index}", event, block=block.index)
+                return
             block.arguments_raw = obj["arguments"]
 
     # -- usage and verdict ----------------------------------------------------------------
@@ -684,15 +733,21 @@ class Assembler(AssemblerBase):
         return turn, self._partial_end(self._head(verdict, end), end)
 
     def _partial_end(self, verdict: Verdict, end: StreamEnd) -> Verdict:
-        """A complete verdict for a replay that started inside an item whose text no .done nor
-        finished item gave whole: the turn holds only the end of that text, so it is unknown."""
-        if verdict.kind is not VerdictKind.COMPLETE or not self._partial_blocks:
+        """A complete verdict for a replay that started inside an item is unknown where the body
+        cannot vouch for that item: no .done nor finished item gave its text whole (the turn holds
+        only its end), or its item id changed, which rotating ids and another answer's events both
+        do, and the end of a text cannot tell them apart."""
+        if verdict.kind is not VerdictKind.COMPLETE:
             return verdict
-        return Verdict(
-            VerdictKind.UNKNOWN,
-            f"output item {self._partial} began before this replay's first event, and nothing in the body gives its "
-            "text whole: the turn holds only its end",
-            None, None, {"was": verdict.kind.value, "output_index": self._partial, "end": end.value})
+        if self._partial_blocks:
+            why = "nothing in the body gives its text whole: the turn holds only its end"
+        elif self._partial_id_change is not None:
+            why = (f"its item id changed from {self._partial_id_change}: ids that rotate and another answer's "
+                   "events both do that, and the end of its text that the body holds cannot tell which")
+        else:
+            return verdict
+        return Verdict(VerdictKind.UNKNOWN, f"output item {self._partial} began before this replay's first event, and {why}",
+                       None, None, {"was": verdict.kind.value, "output_index": self._partial, "end": end.value})
 
     def _head(self, verdict: Verdict, end: StreamEnd) -> Verdict:
         """A complete verdict for a stream that lacks its ``response.created`` becomes unknown,
