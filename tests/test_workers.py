@@ -1098,11 +1098,11 @@ def test_a_worker_killed_before_it_said_its_recordings_name_still_gets_the_note_
 
 
 def _alive(pid: int) -> bool:
+    """Is ``pid`` a running process (not gone, and not a zombie waiting to be reaped)?"""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
         return False
-    return True
 
 
 def test_a_change_of_streamtap_workers_while_running_takes_the_new_flows_and_lets_the_open_ones_finish(upstream, tmp_path):
@@ -1581,3 +1581,85 @@ def test_a_flow_a_pool_failed_to_open_is_not_held_and_does_not_keep_a_retired_po
             workers.stop()
 
     assert asyncio.run(run()) == {}
+
+
+def test_a_worker_whose_process_ends_a_while_after_its_pipes_is_reaped_not_left_a_zombie(monkeypatch):
+    import slow_exiting_worker
+
+    import streamtap.mitm.worker as worker_module
+
+    monkeypatch.setattr(worker_module, "serve", slow_exiting_worker.serve)
+
+    async def run() -> tuple:
+        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda *a: None, lost=lambda *a: None)
+        try:
+            await _until(lambda: workers.pids[0] is not None)
+            workers.retire()  # holds no flow: it takes STOP, closes its pipes, and ends 2 s later
+            await _until(lambda: workers.gone)
+            process = workers.processes[0]
+            await _until(lambda: process.exitcode is not None, timeout=10)
+            return process.pid, process.exitcode
+        finally:
+            workers.stop()
+
+    pid, exitcode = asyncio.run(run())
+    assert exitcode == 0 and not os.path.exists(f"/proc/{pid}")
+
+
+def test_a_worker_that_cannot_get_its_pipes_leaves_no_ring_file(monkeypatch):
+    """Out of file descriptors after the ring is made: the ring's file would stay in /dev/shm
+    until the machine restarts."""
+    import multiprocessing
+
+    import streamtap.mitm.worker as worker_module
+
+    rings, real_create = [], worker_module.Ring.create
+    spawn, real_pipe = multiprocessing.get_context("spawn"), multiprocessing.get_context("spawn").Pipe
+    pipes = []
+
+    def kept(size):
+        rings.append(real_create(size))
+        return rings[-1]
+
+    def second_fails(duplex=True):
+        if pipes:
+            raise OSError(24, "Too many open files")
+        pipes.append(real_pipe(duplex))
+        return pipes[-1]
+
+    monkeypatch.setattr(worker_module.Ring, "create", kept)
+    monkeypatch.setattr(spawn, "Pipe", second_fails)
+    fds = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(OSError, match="Too many open files"):
+        worker_module._Process(0, 1, None, lambda *a: None, lambda *a: None)
+    [ring] = rings
+    assert not os.path.exists(ring.path) and ring.fd is None
+    assert all(pipe.closed for pipe in pipes[0]) and len(os.listdir("/proc/self/fd")) == fds
+
+
+def test_a_tap_stopped_while_its_new_workers_start_does_not_hold_the_loop(tmp_path):
+    """A script reload stops the Tap while the proxy carries traffic: the workers still starting
+    are killed, not each given seconds to take a STOP they cannot read yet."""
+    gaps: list[float] = []
+
+    async def ticker() -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0.01)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    async def run() -> None:
+        async with _running_tap(tmp_path, 0) as (tap, tctx):
+            ticks = asyncio.create_task(ticker())
+            tctx.options.update(streamtap_workers=4)
+            await _until(lambda: tap._starting)
+            gaps.clear()
+            tap.done()
+            await _until(lambda: not tap._starting, timeout=30)
+            await asyncio.sleep(0.1)
+            ticks.cancel()
+
+    asyncio.run(run())
+    assert max(gaps) < 0.5, max(gaps)

@@ -976,8 +976,8 @@ class Tap:
                 log.warning(f"streamtap: cannot start {count} analysis workers: {type(exc).__name__}: {exc}")
                 self._resize_if_idle()
             return
-        if self._stopped:  # the proxy is shutting down: no loop turn is left to see them exit
-            new.stop()
+        if self._stopped:  # the proxy is shutting down (or the script reloading): no loop turn is left to see them exit
+            new.stop(0.0)  # still starting: killed, not waited for, so the loop is not held
             return
         if self.wanted_workers != count:  # changed again meanwhile: these hold no flow, and stop at once
             new.retire()

@@ -98,6 +98,7 @@ FELL_BEHIND = "analysis fell behind"
 # not handed to that worker (each OPEN carries the flow's request, and a worker that takes nothing
 # would have them pile up in the proxy until it is found hung).
 MAX_UNSENT = 8 * PIPE_BYTES
+REAP_TRIES = 30  # seconds an exited worker's process may take to end before it is killed
 
 # operations, proxy -> worker (tuples: the cheapest thing to pickle)
 OPEN, DATA, BEHIND, FINISH, STOP, ORPHANED = range(6)
@@ -308,16 +309,21 @@ class _Process:
     def __init__(self, index: int, generation: int, loop, received: Callable, died: Callable) -> None:
         ctx = multiprocessing.get_context("spawn")  # never fork the proxy's running loop
         self.ring = Ring.create(MAX_IN_FLIGHT)
-        inbox_r, self.inbox = ctx.Pipe(duplex=False)
-        self.outbox, outbox_w = ctx.Pipe(duplex=False)
-        self.index, self.generation = index, generation
-        self.process = ctx.Process(
-            target=serve, args=(inbox_r, outbox_w, self.ring.path, MAX_IN_FLIGHT), name=f"streamtap-worker-{index}", daemon=True
-        )
-        try:
+        pipes = []
+        try:  # a start that fails (out of fds, say) leaves no ring file behind: it would stay until reboot
+            inbox_r, self.inbox = ctx.Pipe(duplex=False)
+            pipes += [inbox_r, self.inbox]
+            self.outbox, outbox_w = ctx.Pipe(duplex=False)
+            pipes += [self.outbox, outbox_w]
+            self.index, self.generation = index, generation
+            self.process = ctx.Process(
+                target=serve, args=(inbox_r, outbox_w, self.ring.path, MAX_IN_FLIGHT), name=f"streamtap-worker-{index}", daemon=True
+            )
             self.process.start()
         except BaseException:
             self.ring.close()
+            for pipe in pipes:
+                pipe.close()
             raise
         inbox_r.close()
         outbox_w.close()
@@ -436,10 +442,26 @@ class _Process:
         self.ring.close()
         self.inbox.close()
         self.outbox.close()
+        self._reap(REAP_TRIES)
+
+    def _reap(self, tries: int) -> None:
+        """The exited process's status and handle. A worker can close its pipes a while before its
+        process ends (the interpreter's teardown): it is looked for again each second rather than
+        left a zombie, and killed after ``REAP_TRIES``."""
+        self.process.join(0)
+        if self.process.exitcode is None:
+            if tries:
+                try:
+                    self.loop.call_later(1.0, self._reap, tries - 1)
+                    return
+                except RuntimeError:  # the loop is closed: the proxy is exiting, which reaps it
+                    return
+            self.process.kill()
+            self.process.join(1)
         self.exitcode = self.process.exitcode
         try:
             self.process.close()
-        except ValueError:  # not reaped yet: its handle goes with the garbage collector
+        except ValueError:  # still not reaped: its handle goes with the garbage collector
             pass
 
     def stop(self, timeout: float) -> None:
@@ -715,7 +737,7 @@ class Workers:
             return
         index = process.index
         process.alive = False
-        process.process.join(1)
+        process.process.join(0.2)  # it closed its pipe exiting: ends at once, else free() looks again later
         process.free()
         if process.leaving:  # a retired pool's worker that took its STOP (or was killed as hung after it)
             return
