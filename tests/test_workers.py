@@ -755,6 +755,7 @@ def test_a_worker_that_hangs_before_its_first_word_is_killed_and_restarted(monke
 
             await _until(expired_and_restarted, timeout=20)
             await _until(lambda: workers.pids[0] is not None)
+            await _until(lambda: first.exitcode is not None, timeout=10)  # reaped
             return first.killed, first.exitcode, first.pid
         finally:
             workers.stop()
@@ -1201,6 +1202,7 @@ def test_a_retired_pool_finishes_its_flows_then_its_workers_stop_and_it_is_gone(
             await _until(lambda: not idle.alive, timeout=10)
             workers.expire()
             await asyncio.sleep(0.3)
+            await _until(lambda: idle.exitcode is not None, timeout=10)  # reaped (at once, or in a second or two under load)
             held = (busy.alive, workers.gone, idle.exitcode)
             workers.stream(remote)(body[50:])
             workers.finish(remote, "finished", None, None)
@@ -1210,6 +1212,7 @@ def test_a_retired_pool_finishes_its_flows_then_its_workers_stop_and_it_is_gone(
             left_in = time.monotonic() - started
             leaving = workers.gone  # asked to stop; its exit is seen on this loop, so not before the next await
             await _until(lambda: workers.gone, timeout=10)
+            await _until(lambda: busy.exitcode is not None, timeout=10)
             return held, left_in, leaving, busy.exitcode
         finally:
             workers.stop()
