@@ -637,3 +637,44 @@ def test_a_replay_that_starts_at_a_reasoning_parts_done_is_complete():
     analysis = judged(numbered(body, 53))
     assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
     assert [b.text for b in analysis.turn.blocks if b.kind.value == "thinking"] == [text]
+
+
+@pytest.mark.parametrize("ending", ["done, then incomplete", "incomplete only", "content filter"])
+def test_a_replay_item_that_cannot_be_vouched_for_is_unknown_whatever_the_answer_says_ended_it(ending):
+    """Stopped by a limit or filtered says what the turn is, as complete does: another answer's
+    item (another id) after this replay's deltas makes any of them unknown."""
+    events = three_items([REASONING, MESSAGE, CALL])
+    body = [e for e in replay_inside_the_message(events) if e["type"] == "response.output_text.delta"]
+    theirs = {**MESSAGE, "id": "m2", "status": "incomplete", "content": [{**MESSAGE["content"][0], "text": "Lyon. Paris, I think."}]}
+    reason = "content_filter" if ending == "content filter" else "max_output_tokens"
+    incomplete = {"type": "response.incomplete", "response": {**response("r1", "incomplete", [REASONING, theirs]),
+                                                             "incomplete_details": {"reason": reason}}}
+    if ending == "done, then incomplete":
+        body.append({"type": "response.output_item.done", "output_index": 1, "item": theirs})
+    verdict = replay_verdict(renumbered(body + [incomplete], body[0]["sequence_number"]))
+    assert verdict.kind is VerdictKind.UNKNOWN and "item id changed from m1 to m2" in verdict.reason, verdict
+    assert verdict.evidence["was"] == ("filtered" if reason == "content_filter" else "stopped_by_limit")
+
+
+def test_a_replay_item_whose_events_carry_no_id_cannot_be_tied_to_the_item_its_done_names():
+    """Compatible servers may leave item_id out: the end of a text alone cannot tie the deltas to
+    the done's item, which another answer's could be."""
+    events = three_items([REASONING, MESSAGE, CALL])
+    body = []
+    for event in replay_inside_the_message(events):
+        if event["type"].startswith("response.output_text.") or event["type"] == "response.content_part.done":
+            event = {k: v for k, v in event.items() if k != "item_id"}
+        body.append(event)
+    verdict = replay_verdict(body)
+    assert verdict.kind is VerdictKind.UNKNOWN and "carry no item id" in verdict.reason, verdict
+
+
+def test_a_replay_item_whose_first_event_carries_no_id_takes_the_id_of_the_next_one():
+    """One event without item_id does not make the item unknown: the id its later events give is
+    its id, to compare its done with."""
+    events = three_items([REASONING, MESSAGE, CALL])
+    body = replay_inside_the_message(events)
+    body[0] = {k: v for k, v in body[0].items() if k != "item_id"}
+    assert body[1].get("item_id") == "m1"
+    verdict = replay_verdict(body)
+    assert verdict.kind is VerdictKind.COMPLETE, verdict

@@ -61,6 +61,9 @@ INCOMPLETE = {
 CLIENT_CALLS = {"function_call", "custom_tool_call"}
 # what the events of an item say it is, by the item type its done gives (any other type: "tool")
 FAMILIES = {"message": "message", "reasoning": "reasoning", "function_call": "call", "custom_tool_call": "call"}
+# verdicts that say what the turn is (whole, or stopped or filtered whole): a replay must vouch for its item
+VOUCHED = (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT, VerdictKind.FILTERED)
+ROTATED = ": ids that rotate and another answer's events both look so, and the end of its text that the body holds cannot tell which"
 # lifecycle events a response sends once, before its output
 STARTS = ("response.created", "response.queued", "response.in_progress")
 # events that only report progress
@@ -273,6 +276,16 @@ class Assembler(AssemblerBase):
         setattr(block, field, self.judge.kept(block, field, final))
         return True
 
+    def _partial_id(self, final_id: str | None, event: WireEvent) -> None:
+        """The id a done or final item gives the item a replay started in, against its events' id."""
+        streamed_id = as_str(self._items[self._partial].get("id"))
+        if not final_id or final_id == streamed_id or self._partial_id_change is not None:
+            return
+        where = f"at seq {event.seq} (byte {event.start})"
+        self._partial_id_change = (f"its item id changed from {streamed_id} to {final_id} {where}{ROTATED}" if streamed_id
+                                   else f"its events carry no item id, so the item {final_id} {where} cannot be tied to them "
+                                        "by the end of its text alone")
+
     def _of_partial(self, index: int, family: str, event: WireEvent) -> bool:
         """A block of ``family`` for the item a replay started in: False (corrupt) when its events
         said another family before, as an item added as one type and streaming another is."""
@@ -292,6 +305,9 @@ class Assembler(AssemblerBase):
             self.corrupt(f"{obj.get('type')} for output item {index if index is not None else obj.get('item_id')} that was never added", event)
             return None
         added_id, item_id = as_str(self._items[index].get("id")), as_str(obj.get("item_id"))
+        if index == self._partial and not added_id and item_id:  # its first event gave none: the first that does counts
+            self._items[index]["id"] = added_id = item_id
+            self._item_index.setdefault(item_id, index)
         if added_id and item_id and item_id != added_id:
             if item_id in self._other_ids:
                 self.corrupt(f"output item {index} was added as {added_id}, and item {item_id} carries on in it at "
@@ -301,7 +317,7 @@ class Assembler(AssemblerBase):
             self._other_id(item_id)
             self._ids_rotate = True
             if index == self._partial and self._partial_id_change is None:
-                self._partial_id_change = f"{added_id} to {item_id} at seq {event.seq} (byte {event.start})"
+                self._partial_id_change = f"its item id changed from {added_id} to {item_id} at seq {event.seq} (byte {event.start}){ROTATED}"
         if self.reopened(f"output item {index}", str(obj.get("type")), event):
             return None
         return index
@@ -349,9 +365,8 @@ class Assembler(AssemblerBase):
                          f"events and is done as a {done_kind}: two items in one slot", event, output_index=index)
             self._open_items.discard(index)
             return
-        streamed_id, done_id = as_str(self._items[index].get("id")), as_str(item.get("id"))
-        if index == self._partial and streamed_id and done_id and streamed_id != done_id and self._partial_id_change is None:
-            self._partial_id_change = f"{streamed_id} to {done_id} at seq {event.seq} (byte {event.start})"
+        if index == self._partial:
+            self._partial_id(as_str(item.get("id")), event)
         if added_kind and done_kind and added_kind != done_kind:
             self.corrupt(f"output item {index} was added as a {added_kind} and is done as a {done_kind}: two items in "
                          f"one slot", event, output_index=index)
@@ -432,6 +447,8 @@ class Assembler(AssemblerBase):
             self._left_out(output, event)
             for index, item in enumerate(output):
                 if index in self._items and isinstance(item, dict):
+                    if index == self._partial and index in self._open_items:  # never done: the final item names it
+                        self._partial_id(as_str(item.get("id")), event)
                     self._agree(index, item, event, "the final response")
         self._fill_from_output(output, t)
 
@@ -733,17 +750,16 @@ class Assembler(AssemblerBase):
         return turn, self._partial_end(self._head(verdict, end), end)
 
     def _partial_end(self, verdict: Verdict, end: StreamEnd) -> Verdict:
-        """A complete verdict for a replay that started inside an item is unknown where the body
+        """A complete (or stopped, or filtered) verdict for a replay that started inside an item is unknown where the body
         cannot vouch for that item: no .done nor finished item gave its text whole (the turn holds
         only its end), or its item id changed, which rotating ids and another answer's events both
         do, and the end of a text cannot tell them apart."""
-        if verdict.kind is not VerdictKind.COMPLETE:
+        if verdict.kind not in VOUCHED:
             return verdict
         if self._partial_blocks:
             why = "nothing in the body gives its text whole: the turn holds only its end"
         elif self._partial_id_change is not None:
-            why = (f"its item id changed from {self._partial_id_change}: ids that rotate and another answer's "
-                   "events both do that, and the end of its text that the body holds cannot tell which")
+            why = self._partial_id_change
         else:
             return verdict
         return Verdict(VerdictKind.UNKNOWN, f"output item {self._partial} began before this replay's first event, and {why}",
