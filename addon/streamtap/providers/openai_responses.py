@@ -37,8 +37,9 @@ may start inside an item (one: the item open when it starts, before the body sta
 the body holds the end of its text (of its one part open then), which its ``.done`` events and
 its finished item must end with, and they then give it whole. Its events must say one kind of
 item, the one its done names; otherwise they are checked as any item's. A turn whose item no
-event gives whole holds only its end, and one whose item id changes (rotating ids, or another
-answer's events: the end of a text cannot tell which) cannot be vouched for: both are ``unknown``.
+event gives whole holds only its end, and one whose item id changes, or is never given (rotating
+ids, or another answer's events: the end of a text cannot tell which), cannot be vouched for: both
+are ``unknown``, whether the answer completed, stopped at a limit or was filtered.
 """
 
 from __future__ import annotations
