@@ -916,8 +916,12 @@ class Tap:
             # taps in the proxy's loop (streamtap_workers=0, or opened before it changed) need FLUSH_EVERY
             wait = EXPIRE_EVERY if self.workers is not None and not in_process else FLUSH_EVERY
 
+    def _pools(self) -> list[Workers]:
+        """Every pool of workers: the one that takes new flows, and those that finish their flows."""
+        return [self.workers, *self.retiring] if self.workers is not None else list(self.retiring)
+
     def _expire_pools(self) -> None:
-        for workers in [self.workers, *self.retiring] if self.workers is not None else self.retiring:
+        for workers in self._pools():
             try:
                 workers.expire()
             except Exception as exc:
@@ -1017,7 +1021,7 @@ class Tap:
                     tap.abandon()
             except Exception:
                 pass
-        for workers in [self.workers, *self.retiring] if self.workers is not None else self.retiring:
+        for workers in self._pools():
             try:  # they leave their open recordings marked incomplete
                 workers.stop()
             except Exception:

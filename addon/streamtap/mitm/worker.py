@@ -854,9 +854,7 @@ class Workers:
             if restart is not None:
                 restart.cancel()
         self.send()
-        for ops in self.ops:  # what is left was for a worker whose restart waited: its notes are written here
-            for op in ops:
-                if op[0] == ORPHANED:
-                    _note_orphaned(*op[1:])
+        for index in range(len(self.ops)):  # what is left was for a worker whose restart waited
+            self._write_notes(index)
         for process in self.processes:
             process.stop(timeout)
