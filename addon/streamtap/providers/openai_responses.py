@@ -65,6 +65,18 @@ FAMILIES = {"message": "message", "reasoning": "reasoning", "function_call": "ca
 # verdicts that say what the turn is (whole, or stopped or filtered whole): a replay must vouch for its item
 VOUCHED = (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT, VerdictKind.FILTERED)
 ROTATED = ": ids that rotate and another answer's events both look so, and the end of its text that the body holds cannot tell which"
+PART_KINDS = {"refusal": BlockKind.REFUSAL, "reasoning_text": BlockKind.THINKING}  # by a content part's type; else TEXT
+
+
+def _part_kind(part: Any) -> BlockKind:
+    return PART_KINDS.get(as_str(as_dict(part).get("type")) or "", BlockKind.TEXT)
+
+
+def _family(kind: BlockKind, sub: str) -> str:
+    """What a part's events say its item is (FAMILIES)."""
+    return "reasoning" if sub == "summary" or kind is BlockKind.THINKING else "message"
+
+
 # lifecycle events a response sends once, before its output
 STARTS = ("response.created", "response.queued", "response.in_progress")
 # events that only report progress
@@ -534,16 +546,15 @@ class Assembler(AssemblerBase):
         index = self._index(obj, event)
         if index is None or self.reopened(self._part_unit(obj, "content"), "response.content_part.added", event):
             return
+        part = as_dict(obj.get("part"))
+        kind = _part_kind(part)
         if index == self._partial:
-            reasoning = as_str(as_dict(obj.get("part")).get("type")) == "reasoning_text"
-            if not self._of_partial(index, "reasoning" if reasoning else "message", event):
+            if not self._of_partial(index, _family(kind, "content"), event):
                 return
             self._partial_made = True
         if self.block(0, (index, "content", obj.get("content_index", 0))) is not None:
             self.corrupt(f"content part {obj.get('content_index', 0)} of output item {index} was added twice", event)
             return
-        part = as_dict(obj.get("part"))
-        kind = {"refusal": BlockKind.REFUSAL, "reasoning_text": BlockKind.THINKING}.get(as_str(part.get("type")) or "", BlockKind.TEXT)
         text = as_str(part.get("text")) or as_str(part.get("refusal")) or ""
         self.new_block(0, kind, (index, "content", obj.get("content_index", 0)), text=text)
 
@@ -555,8 +566,7 @@ class Assembler(AssemblerBase):
         number = obj.get("summary_index" if sub == "summary" else "content_index", 0)
         block = self.block(0, (index, sub, number))
         if block is None and index == self._partial:
-            family = "reasoning" if sub == "summary" or kind is BlockKind.THINKING else "message"
-            if not self._of_partial(index, family, event):
+            if not self._of_partial(index, _family(kind, sub), event):
                 return None
             if not self._partial_made and not begins and not self.judge.is_closed(f"output item {index}"):
                 self._partial_made = True  # the one part open when the replay started: only its end is here
@@ -645,9 +655,7 @@ class Assembler(AssemblerBase):
     def _on_response_content_part_done(self, obj, event, t):
         if self.reopened(self._part_unit(obj, "content"), "response.content_part.done", event):
             return
-        kind = {"refusal": BlockKind.REFUSAL, "reasoning_text": BlockKind.THINKING}.get(
-            as_str(as_dict(obj.get("part")).get("type")) or "", BlockKind.TEXT)  # a part made here, in a replay, is of this kind
-        block = self._part(obj, event, kind)
+        block = self._part(obj, event, _part_kind(obj.get("part")))  # a part made here, in a replay, is of this kind
         self.close_unit(self._part_unit(obj, "content"), "response.content_part.done", event)
         if block is not None:
             block.citations = list(as_list(as_dict(obj.get("part")).get("annotations")) or block.citations)
