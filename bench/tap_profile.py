@@ -147,7 +147,7 @@ class TurnLoop:
 def run_flowtap(name: str, groups: list[list[bytes]], tmp: Path) -> None:
     """As mitmdump drives it: the HTTP chunks of one socket read reach the stream callable
     in one event-loop turn, and the deferred analysis runs after them."""
-    from streamtap.mitm.tap import FlowTap
+    from streamtap.mitm.flowtap import FlowTap
     from streamtap.providers import StreamEnd
 
     tap = FlowTap(

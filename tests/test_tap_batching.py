@@ -16,7 +16,7 @@ import pytest
 from mitmproxy.test import tflow
 
 import provider_streams as streams
-from streamtap.mitm.tap import FlowTap
+from streamtap.mitm.flowtap import FlowTap
 from streamtap.providers import Dialect, StreamEnd, StreamSession
 from streamtap.providers.common import TEXT_BATCH
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import provider_streams as streams
-from streamtap.mitm.tap import FlowTap
+from streamtap.mitm.flowtap import FlowTap
 from streamtap.providers import StreamEnd
 from streamtap.recording import check_recording, read_recording
 from test_tap_batching import TurnLoop, flow_for

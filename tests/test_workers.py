@@ -1309,7 +1309,7 @@ async def _running_tap(tmp_path, workers: int, *addons):
         tap.running()
         try:
             if workers:
-                await _until(lambda: None not in tap.workers.pids)
+                await _until(lambda: None not in tap.pools.current.pids)
             yield tap, tctx
         finally:
             tap.done()
@@ -1326,7 +1326,7 @@ def _open_flow(tap):
 def _new_pool(tap, old, count: int):
     """Until the Tap runs a pool other than ``old`` of ``count`` workers, each of which said its pid."""
     def ready() -> bool:
-        workers = tap.workers
+        workers = tap.pools.current
         return workers is not old and workers is not None and len(workers.processes) == count and None not in workers.pids
     return _until(ready, timeout=30)
 
@@ -1342,7 +1342,7 @@ def test_retired_pools_give_their_rings_and_pipes_back_while_the_flows_they_anal
         async with _running_tap(tmp_path, 1) as (tap, tctx):
             before = (_ring_mappings(), len(os.listdir("/proc/self/fd")))
             for count in (2, 1, 2, 1):
-                old = tap.workers
+                old = tap.pools.current
                 flow = _open_flow(tap)
                 flow.response.stream(body)
                 flow.response.stream(b"")
@@ -1351,7 +1351,7 @@ def test_retired_pools_give_their_rings_and_pipes_back_while_the_flows_they_anal
                 await _until(lambda: not tap.awaiting)
                 tctx.options.update(streamtap_workers=count)
                 await _new_pool(tap, old, count)
-            await _until(lambda: not tap.retiring, timeout=20)
+            await _until(lambda: not tap.pools.retiring, timeout=20)
             # a worker's process can end a moment after its pipes closed: its handle goes when it is reaped
             deadline = time.monotonic() + 10
             while len(os.listdir("/proc/self/fd")) > before[1] + 2 and time.monotonic() < deadline:
@@ -1371,7 +1371,7 @@ def test_changes_in_quick_succession_start_one_pool_and_a_rolled_back_change_non
 
     from mitmproxy import exceptions
 
-    from streamtap.mitm.tap import RESIZE_AFTER
+    from streamtap.mitm.pools import RESIZE_AFTER
 
     assert RESIZE_AFTER > 0.1  # keystrokes 50 ms apart are one change
 
@@ -1389,17 +1389,17 @@ def test_changes_in_quick_succession_start_one_pool_and_a_rolled_back_change_non
 
     async def run() -> tuple:
         async with _running_tap(tmp_path, 1, Picky()) as (tap, tctx):
-            first = tap.workers
+            first = tap.pools.current
             for count in (2, 3, 4, 2):  # typed, or stepped with the arrows, a keystroke each 50 ms
                 tctx.options.update(streamtap_workers=count)
                 await asyncio.sleep(0.05)
             await _new_pool(tap, first, 2)
-            second = tap.workers
-            await _until(lambda: not tap.retiring)
+            second = tap.pools.current
+            await _until(lambda: not tap.pools.retiring)
             with pytest.raises(exceptions.OptionsError):
                 tctx.options.update(streamtap_workers=3, picky="bad")
             await asyncio.sleep(1.5)
-            return second, tap.workers, tctx.options.streamtap_workers, list(tap.retiring)
+            return second, tap.pools.current, tctx.options.streamtap_workers, list(tap.pools.retiring)
 
     second, running, option, retiring = asyncio.run(run())
     assert running is second and len(running.processes) == 2 and option == 2 and retiring == []
@@ -1408,15 +1408,15 @@ def test_changes_in_quick_succession_start_one_pool_and_a_rolled_back_change_non
 
 
 def test_workers_that_cannot_start_leave_the_running_ones_and_the_option_says_so(tmp_path, caplog, monkeypatch):
-    from streamtap.mitm import tap as tap_module
+    from streamtap.mitm import pools as pools_module
 
     def no_room(*args, **kwargs):
         raise OSError("no room for the ring")
 
     async def run() -> tuple:
         async with _running_tap(tmp_path, 1) as (tap, tctx):
-            first = tap.workers
-            monkeypatch.setattr(tap_module, "Workers", no_room)
+            first = tap.pools.current
+            monkeypatch.setattr(pools_module, "Workers", no_room)
             tctx.options.update(streamtap_workers=3)
             await _until(lambda: tctx.options.streamtap_workers == 1, timeout=10)
             flow = _open_flow(tap)  # still analysed by the running worker
@@ -1424,7 +1424,7 @@ def test_workers_that_cannot_start_leave_the_running_ones_and_the_option_says_so
             flow.response.stream(b"")
             tap.response(flow)
             await _until(lambda: not tap.awaiting)
-            return first, tap.workers, tap.retiring, flow.metadata["streamtap"]["verdict"]
+            return first, tap.pools.current, tap.pools.retiring, flow.metadata["streamtap"]["verdict"]
 
     first, running, retiring, verdict = asyncio.run(run())
     assert running is first and retiring == [] and verdict == "complete"
@@ -1435,7 +1435,7 @@ def test_a_flow_analysed_in_the_proxy_keeps_its_lines_flushed_every_tenth_of_a_s
     """A flow opened while streamtap_workers was 0 is analysed in the proxy to its end; its lines
     must still reach the file within FLUSH_EVERY (a killed proxy loses no more), though the
     flusher, with workers running, wakes only every EXPIRE_EVERY for them."""
-    from streamtap.mitm.tap import FLUSH_EVERY, FlowTap
+    from streamtap.mitm.flowtap import FLUSH_EVERY, FlowTap
 
     def event(text: str) -> bytes:
         return b'data: {"choices":[{"index":0,"delta":{"content":"%s"}}]}\n\n' % text.encode()
@@ -1470,9 +1470,9 @@ def _gated_workers(monkeypatch, fail: int | None = None):
     the counts asked for."""
     import threading
 
-    from streamtap.mitm import tap as tap_module
+    from streamtap.mitm import pools as pools_module
 
-    real, gate, asked = tap_module.Workers, threading.Event(), []
+    real, gate, asked = pools_module.Workers, threading.Event(), []
 
     def gated(count, *args, **kwargs):
         asked.append(count)
@@ -1481,7 +1481,7 @@ def _gated_workers(monkeypatch, fail: int | None = None):
             raise OSError("no room for the ring")
         return real(count, *args, **kwargs)
 
-    monkeypatch.setattr(tap_module, "Workers", gated)
+    monkeypatch.setattr(pools_module, "Workers", gated)
     return gate, asked
 
 
@@ -1491,16 +1491,16 @@ def test_a_change_made_while_a_pool_starts_still_waits_for_the_keystrokes_after_
     async def run() -> tuple:
         async with _running_tap(tmp_path, 1) as (tap, tctx):
             gate, asked = _gated_workers(monkeypatch)
-            first = tap.workers
+            first = tap.pools.current
             tctx.options.update(streamtap_workers=2)
-            await _until(lambda: tap._starting)
+            await _until(lambda: tap.pools.starting)
             tctx.options.update(streamtap_workers=3)  # its wait starts now
             gate.set()
-            await _until(lambda: not tap._starting)  # the pool of 2 started, and holds no flow
+            await _until(lambda: not tap.pools.starting)  # the pool of 2 started, and holds no flow
             at_once = list(asked)
             tctx.options.update(streamtap_workers=4)
             await _new_pool(tap, first, 4)
-            await _until(lambda: not tap.retiring)
+            await _until(lambda: not tap.pools.retiring)
             return at_once, asked
 
     at_once, asked = asyncio.run(run())
@@ -1511,9 +1511,9 @@ def test_a_start_that_fails_after_the_count_changed_again_tries_the_new_count(tm
     async def run() -> tuple:
         async with _running_tap(tmp_path, 1) as (tap, tctx):
             gate, asked = _gated_workers(monkeypatch, fail=3)
-            first = tap.workers
+            first = tap.pools.current
             tctx.options.update(streamtap_workers=3)
-            await _until(lambda: tap._starting)
+            await _until(lambda: tap.pools.starting)
             tctx.options.update(streamtap_workers=2)
             gate.set()
             await _new_pool(tap, first, 2)
@@ -1535,19 +1535,19 @@ def test_a_proxy_that_stops_while_new_workers_start_leaves_no_ring_and_no_worker
     script = """
 import asyncio, sys
 from mitmproxy.test import taddons
-from streamtap.mitm import tap as tap_module
-pools, real = [], tap_module.Workers
+from streamtap.mitm import pools as pools_module, tap as tap_module
+pools, real = [], pools_module.Workers
 def kept(*args, **kwargs):
     pools.append(real(*args, **kwargs))
     return pools[-1]
-tap_module.Workers = kept
+pools_module.Workers = kept
 async def main():
     tap = tap_module.Tap()
     with taddons.context(tap) as tctx:
         tctx.configure(tap, streamtap_dir=sys.argv[1], streamtap_workers=0)
         tap.running()
         tctx.options.update(streamtap_workers=4)
-        while not tap._starting:
+        while not tap.pools.starting:
             await asyncio.sleep(0.005)
         tap.done()  # what mitmproxy does at shutdown, here while the 4 start
 asyncio.run(main())
@@ -1661,10 +1661,10 @@ def test_a_tap_stopped_while_its_new_workers_start_does_not_hold_the_loop(tmp_pa
         async with _running_tap(tmp_path, 0) as (tap, tctx):
             ticks = asyncio.create_task(ticker())
             tctx.options.update(streamtap_workers=4)
-            await _until(lambda: tap._starting)
+            await _until(lambda: tap.pools.starting)
             gaps.clear()
             tap.done()
-            await _until(lambda: not tap._starting, timeout=30)
+            await _until(lambda: not tap.pools.starting, timeout=30)
             await asyncio.sleep(0.1)
             ticks.cancel()
 

@@ -40,6 +40,7 @@ from itertools import count as count_from
 from time import monotonic
 from typing import Any
 
+from .flowtap import FLUSH_EVERY, FlowTap
 from .ring import RELEASE_AFTER, Ring, RingSpace
 
 try:
@@ -144,7 +145,6 @@ def _note_orphaned(path: str | None, message: str, directory: str | None, starte
 
 def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
     """The worker's main loop: batches of operations in, acknowledgements and verdicts out."""
-    from streamtap.mitm.tap import FLUSH_EVERY, FlowTap
     from streamtap.providers import StreamEnd
 
     try:

@@ -1,0 +1,165 @@
+"""The Tap's analysis worker pools, and the change from one pool to the next.
+
+One pool (``Workers``) takes new flows. A change of ``streamtap_workers`` while mitmproxy runs
+starts another pool for new flows and retires the old one: it finishes the flows it holds, then
+its workers stop. Flows never move between pools, so each gets one verdict, from the pool it
+started in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable
+
+from streamtap.mitm.flowtap import running_loop
+from streamtap.mitm.worker import RemoteFlow, Workers
+
+log = logging.getLogger("streamtap")
+
+# A changed streamtap_workers is applied this long after the last change: mitmweb's number field
+# sends one update per keystroke (typing 16 would start a pool of 1, then one of 16), and an
+# update mitmproxy rolls back sets the count back within the same turn.
+RESIZE_AFTER = 0.5
+
+
+class Pools:
+    """``current`` takes new flows (None: they are analysed in the proxy's loop); ``retiring``
+    finish theirs. ``into_loop`` is called when new flows move into the proxy's loop."""
+
+    def __init__(self, *, verdict: Callable[[RemoteFlow, dict], None], lost: Callable[[RemoteFlow, str], None],
+                 into_loop: Callable[[], None]) -> None:
+        self.current: Workers | None = None
+        self.retiring: list[Workers] = []  # pools a change replaced, finishing the flows they hold
+        self.wanted = 0  # what streamtap_workers says
+        self.starting = False  # a pool is being started off the loop
+        self.running = False  # start() ran: a change of the count is applied, not left to start()
+        self.stopped = False
+        self._verdict, self._lost, self._into_loop = verdict, lost, into_loop
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop | None, count: int) -> None:
+        """When mitmproxy runs: the first pool, of ``count`` workers, started in the loop (nothing is carried yet)."""
+        self.running = True
+        self.wanted = count
+        if loop is None or not count or self.current is not None:
+            return
+        try:
+            self.current = Workers(self.wanted, loop, verdict=self._verdict, lost=self._lost)
+        except Exception as exc:  # analysis runs in the proxy's loop instead
+            log.warning(f"streamtap: cannot start analysis workers: {type(exc).__name__}: {exc}; analysing in the proxy")
+
+    def want(self, count: int) -> None:
+        """``streamtap_workers`` is ``count``: applied RESIZE_AFTER after the last change, once running."""
+        self.wanted = count
+        if not self.running:  # start() starts them
+            return
+        loop = running_loop()
+        if loop is None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_later(RESIZE_AFTER, self._resize)
+
+    def all(self) -> list[Workers]:
+        """Every pool: the one that takes new flows, and those that finish their flows."""
+        return [self.current, *self.retiring] if self.current is not None else list(self.retiring)
+
+    def expire(self) -> None:
+        """Each pool's periodic work (hung workers, the ring's memory); retired pools whose workers are gone are let go."""
+        for workers in self.all():
+            try:
+                workers.expire()
+            except Exception as exc:
+                log.warning(f"streamtap: analysis workers: {type(exc).__name__}: {exc}")
+        self.retiring = [workers for workers in self.retiring if not workers.gone]
+
+    def stop(self) -> None:
+        """mitmproxy stops (or the script reloads): every worker stops, leaving its open recordings marked incomplete."""
+        self.stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for workers in self.all():
+            try:
+                workers.stop()
+            except Exception:
+                pass
+        self.current = None
+        self.retiring = []
+
+    # the change of count ---------------------------------------------------------------
+    def _running_count(self) -> int:
+        return len(self.current.processes) if self.current is not None else 0
+
+    def _resize(self) -> None:
+        """A new pool (or the proxy's loop, for 0) takes new flows; the old pool finishes the
+        flows it holds, then its workers stop. The new pool's processes start off the loop (16 of
+        them take most of a second), and the flows that come meanwhile go where they went before."""
+        self._timer = None
+        count = self.wanted
+        if self.stopped or self.starting or count == self._running_count():
+            return  # a start under way looks at the count again when it is done
+        if not count:
+            self._replace(None)
+            return
+        loop = running_loop()
+        if loop is None:
+            return
+        self.starting = True
+        started = loop.run_in_executor(None, functools.partial(Workers, count, loop, verdict=self._verdict, lost=self._lost))
+        started.add_done_callback(functools.partial(self._started, count))
+
+    def _started(self, count: int, started: asyncio.Future) -> None:
+        self.starting = False
+        try:
+            new = started.result()
+        except Exception as exc:
+            if not self.stopped:
+                self._not_started(count, exc)
+            return
+        if self.stopped:  # the proxy is shutting down (or the script reloading): no loop turn is left to see them exit
+            new.stop(0.0)  # still starting: killed, not waited for, so the loop is not held
+            return
+        if self.wanted != count:  # changed again meanwhile: these hold no flow, and stop at once
+            new.retire()
+            self.retiring.append(new)
+            self._resize_if_idle()
+            return
+        self._replace(new)
+
+    def _not_started(self, count: int, exc: Exception) -> None:
+        running = self._running_count()
+        if self.wanted != count:  # changed meanwhile: that count is tried
+            log.warning(f"streamtap: cannot start {count} analysis workers: {type(exc).__name__}: {exc}")
+            self._resize_if_idle()
+            return
+        log.warning(f"streamtap: cannot start {count} analysis workers: {type(exc).__name__}: {exc}; "
+                    f"streamtap_workers stays {running}")
+        self.wanted = running  # and the option goes back to what runs
+        try:
+            from mitmproxy import ctx
+
+            ctx.options.update(streamtap_workers=running)
+        except Exception:
+            pass
+
+    def _resize_if_idle(self) -> None:
+        """The count changed while a start ran: a pending timer applies it, else it is applied now
+        (its timer fired during the start, and waited then)."""
+        if self._timer is None:
+            self._resize()
+
+    def _replace(self, new: Workers | None) -> None:
+        old = self.current
+        if old is not None:
+            old.retire()
+            self.retiring.append(old)
+        self.current = new
+        if new is None:
+            self._into_loop()
+        where = f"{len(new.processes)} analysis worker(s)" if new is not None else "the proxy's loop (streamtap_workers=0)"
+        held = f"; the {len(old.flows)} flow(s) under way finish in the workers they started in" if old is not None and old.flows else ""
+        log.info(f"streamtap: new flows are analysed in {where}{held}")
+
