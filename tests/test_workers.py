@@ -1464,6 +1464,43 @@ def test_a_flow_analysed_in_the_proxy_keeps_its_lines_flushed_every_tenth_of_a_s
     assert max(waited) < FLUSH_EVERY * 4, waited  # every 1 s, five in a row would all wait under 0.4 s about 1% of the time
 
 
+def test_the_first_flow_analysed_in_the_proxy_after_a_change_to_0_is_flushed_without_waiting_for_the_workers_pace(tmp_path):
+    """With workers, the flusher sleeps a second at a time. A change to 0 wakes it, so the first
+    flow analysed in the proxy does not wait out the sleep under way for its lines to reach the file."""
+    def event(text: str) -> bytes:
+        return b'data: {"choices":[{"index":0,"delta":{"content":"%s"}}]}\n\n' % text.encode()
+
+    async def run() -> float:
+        async with _running_tap(tmp_path, 1) as (tap, tctx):
+            ticks = []
+            expire = tap.pools.expire
+
+            def counted() -> None:
+                ticks.append(time.monotonic())
+                expire()
+
+            tap.pools.expire = counted  # each wake of the flusher ends here
+            await _until(lambda: len(ticks) >= 2, timeout=10)  # its sleeps are now the workers' long ones
+            seen = len(ticks)
+            await _until(lambda: len(ticks) > seen, timeout=10)
+            tctx.options.update(streamtap_workers=0)  # applied half a second into the flusher's sleep
+            await _until(lambda: tap.pools.current is None, timeout=10)
+            flow = _open_flow(tap)
+            path = Path(tap.open[flow.id].partial_path())
+            flow.response.stream(event("first"))
+            await asyncio.sleep(0.01)
+            flow.response.stream(event("second"))  # analysed next turn, held in the writer's buffer
+            started = time.monotonic()
+            await _until(lambda: b"second" in path.read_bytes(), timeout=5)
+            waited = time.monotonic() - started
+            flow.response.stream(b"")
+            tap.response(flow)
+            return waited
+
+    waited = asyncio.run(run())
+    assert waited < 0.3, waited  # the sleep under way had about half a second left
+
+
 def _gated_workers(monkeypatch, fail: int | None = None):
     """Pools the Tap starts wait for the returned gate before they start (one starting off the
     loop, in slow motion); a pool of ``fail`` workers then fails to start. Returns the gate and
