@@ -1,9 +1,9 @@
 """The Tap's analysis worker pools, and the change from one pool to the next.
 
-One pool (``Workers``) takes new flows. A change of ``streamtap_workers`` while mitmproxy runs
-starts another pool for new flows and retires the old one: it finishes the flows it holds, then
-its workers stop. Flows never move between pools, so each gets one verdict, from the pool it
-started in.
+New flows go to one pool (``Workers``), or into the proxy's loop with ``streamtap_workers=0``.
+A change of ``streamtap_workers`` while mitmproxy runs sends new flows to a new pool (or the
+loop) and retires the old pool: it finishes the flows it holds, then its workers stop. Flows
+never move between pools, so each gets one verdict, from the pool it started in.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import functools
 import logging
 from collections.abc import Callable
 
-from streamtap.mitm.flowtap import running_loop
 from streamtap.mitm.worker import RemoteFlow, Workers
 
 log = logging.getLogger("streamtap")
@@ -26,7 +25,10 @@ RESIZE_AFTER = 0.5
 
 class Pools:
     """``current`` takes new flows (None: they are analysed in the proxy's loop); ``retiring``
-    finish theirs. ``into_loop`` is called when new flows move into the proxy's loop."""
+    finish theirs. ``into_loop`` is called when new flows move into the proxy's loop.
+
+    ``begin`` starts the first pool when mitmproxy runs; ``want`` applies a change of the count
+    from then on, starting the new pool off the loop (``starting`` meanwhile)."""
 
     def __init__(self, *, verdict: Callable[[RemoteFlow, dict], None], lost: Callable[[RemoteFlow, str], None],
                  into_loop: Callable[[], None]) -> None:
@@ -34,33 +36,31 @@ class Pools:
         self.retiring: list[Workers] = []  # pools a change replaced, finishing the flows they hold
         self.wanted = 0  # what streamtap_workers says
         self.starting = False  # a pool is being started off the loop
-        self.running = False  # start() ran: a change of the count is applied, not left to start()
         self.stopped = False
+        self._loop: asyncio.AbstractEventLoop | None = None  # set by begin(): changes of the count apply from then on
         self._verdict, self._lost, self._into_loop = verdict, lost, into_loop
         self._timer: asyncio.TimerHandle | None = None
 
-    def start(self, loop: asyncio.AbstractEventLoop | None, count: int) -> None:
-        """When mitmproxy runs: the first pool, of ``count`` workers, started in the loop (nothing is carried yet)."""
-        self.running = True
-        self.wanted = count
+    def begin(self, loop: asyncio.AbstractEventLoop | None, count: int) -> None:
+        """mitmproxy runs: the first pool, of ``count`` workers, started in the loop (it carries
+        nothing yet). Without a loop (hooks called from a script or a test) there are no workers,
+        and a change of the count is not applied."""
+        self._loop = loop
         if loop is None or not count or self.current is not None:
             return
         try:
-            self.current = Workers(self.wanted, loop, verdict=self._verdict, lost=self._lost)
+            self.current = Workers(count, loop, verdict=self._verdict, lost=self._lost)
         except Exception as exc:  # analysis runs in the proxy's loop instead
             log.warning(f"streamtap: cannot start analysis workers: {type(exc).__name__}: {exc}; analysing in the proxy")
 
     def want(self, count: int) -> None:
         """``streamtap_workers`` is ``count``: applied RESIZE_AFTER after the last change, once running."""
         self.wanted = count
-        if not self.running:  # start() starts them
-            return
-        loop = running_loop()
-        if loop is None:
+        if self._loop is None or self._loop.is_closed():  # not running (yet): begin() starts them
             return
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = loop.call_later(RESIZE_AFTER, self._resize)
+        self._timer = self._loop.call_later(RESIZE_AFTER, self._resize)
 
     def all(self) -> list[Workers]:
         """Every pool: the one that takes new flows, and those that finish their flows."""
@@ -90,7 +90,7 @@ class Pools:
         self.retiring = []
 
     # the change of count ---------------------------------------------------------------
-    def _running_count(self) -> int:
+    def _current_size(self) -> int:
         return len(self.current.processes) if self.current is not None else 0
 
     def _resize(self) -> None:
@@ -99,25 +99,24 @@ class Pools:
         them take most of a second), and the flows that come meanwhile go where they went before."""
         self._timer = None
         count = self.wanted
-        if self.stopped or self.starting or count == self._running_count():
+        if self.stopped or self.starting or count == self._current_size():
             return  # a start under way looks at the count again when it is done
         if not count:
             self._replace(None)
             return
-        loop = running_loop()
-        if loop is None:
-            return
+        loop = self._loop
+        assert loop is not None  # want() set the timer that called this on it
         self.starting = True
-        started = loop.run_in_executor(None, functools.partial(Workers, count, loop, verdict=self._verdict, lost=self._lost))
-        started.add_done_callback(functools.partial(self._started, count))
+        starting = loop.run_in_executor(None, functools.partial(Workers, count, loop, verdict=self._verdict, lost=self._lost))
+        starting.add_done_callback(functools.partial(self._pool_started, count))
 
-    def _started(self, count: int, started: asyncio.Future) -> None:
+    def _pool_started(self, count: int, starting: asyncio.Future) -> None:
         self.starting = False
         try:
-            new = started.result()
+            new = starting.result()
         except Exception as exc:
             if not self.stopped:
-                self._not_started(count, exc)
+                self._pool_failed(count, exc)
             return
         if self.stopped:  # the proxy is shutting down (or the script reloading): no loop turn is left to see them exit
             new.stop(0.0)  # still starting: killed, not waited for, so the loop is not held
@@ -129,16 +128,16 @@ class Pools:
             return
         self._replace(new)
 
-    def _not_started(self, count: int, exc: Exception) -> None:
-        running = self._running_count()
+    def _pool_failed(self, count: int, exc: Exception) -> None:
+        running = self._current_size()
         if self.wanted != count:  # changed meanwhile: that count is tried
             log.warning(f"streamtap: cannot start {count} analysis workers: {type(exc).__name__}: {exc}")
             self._resize_if_idle()
             return
         log.warning(f"streamtap: cannot start {count} analysis workers: {type(exc).__name__}: {exc}; "
                     f"streamtap_workers stays {running}")
-        self.wanted = running  # and the option goes back to what runs
-        try:
+        self.wanted = running
+        try:  # the option says what runs; its configure() calls want(running), which then starts nothing
             from mitmproxy import ctx
 
             ctx.options.update(streamtap_workers=running)
@@ -157,7 +156,7 @@ class Pools:
             old.retire()
             self.retiring.append(old)
         self.current = new
-        if new is None:
+        if new is None:  # the flusher may be in a sleep of EXPIRE_EVERY: taps in the loop need FLUSH_EVERY
             self._into_loop()
         where = f"{len(new.processes)} analysis worker(s)" if new is not None else "the proxy's loop (streamtap_workers=0)"
         held = f"; the {len(old.flows)} flow(s) under way finish in the workers they started in" if old is not None and old.flows else ""

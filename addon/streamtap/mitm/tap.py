@@ -376,7 +376,7 @@ class Tap:
         from mitmproxy import ctx
 
         loop = running_loop()
-        self.pools.start(loop, getattr(ctx.options, "streamtap_workers", 0))
+        self.pools.begin(loop, getattr(ctx.options, "streamtap_workers", 0))
         # a stalled stream gets no chunks, so its buffered lines are flushed from here
         self._flusher = loop.create_task(self._flush_open()) if loop is not None else None
 
