@@ -280,6 +280,41 @@ def test_constructed_n2_choices_each_with_its_finish_reason():
     assert analyze_bytes(one_missing, CHAT).verdict.kind is T
 
 
+def _n2(choice_0: list[dict], choice_1: list[dict], finishes: tuple[str, str]) -> bytes:
+    """Two choices, each with its deltas and its finish_reason."""
+    chunks = [chat_chunk(delta, index=0) for delta in choice_0] + [chat_chunk(delta, index=1) for delta in choice_1]
+    return sse_data(*chunks, chat_chunk(finish=finishes[0], index=0), chat_chunk(finish=finishes[1], index=1))
+
+
+def _call(name: str, arguments: str) -> dict:
+    return {"tool_calls": [{"index": 0, "id": f"call_{name}", "type": "function",
+                            "function": {"name": name, "arguments": arguments}}]}
+
+
+def test_each_choice_that_says_it_called_a_tool_must_hold_a_call():
+    """With n > 1 each choice is an answer of its own: another choice's stop or call does not
+    explain a choice that finished with tool_calls and holds none."""
+    alone = analyze_bytes(_n2([{"content": "Sunny."}], [{"content": "Let me check."}], ("stop", "tool_calls")), CHAT).verdict
+    assert alone.kind is X and "choice 1's stop reason tool_calls" in alone.reason, alone
+    assert alone.evidence["choice"] == 1
+    beside_a_call = _n2([_call("f", "{}")], [{"content": "Let me check."}], ("tool_calls", "tool_calls"))
+    verdict = analyze_bytes(beside_a_call, CHAT).verdict
+    assert verdict.kind is X and verdict.evidence["choice"] == 1, verdict
+    after_a_limit = _n2([{"content": "Cut"}], [{"content": "Let me check."}], ("length", "tool_calls"))
+    assert analyze_bytes(after_a_limit, CHAT).verdict.kind is X
+    both_called = _n2([_call("f", "{}")], [_call("g", '{"a": 1}')], ("tool_calls", "tool_calls"))
+    assert analyze_bytes(both_called, CHAT).verdict.kind is C
+
+
+def test_a_tool_call_that_does_not_parse_is_excused_only_by_its_own_choices_limit():
+    broken_at_stop = _n2([{"content": "Cut"}], [_call("f", '{"a":')], ("length", "stop"))
+    verdict = analyze_bytes(broken_at_stop, CHAT).verdict
+    assert verdict.kind is X and "invalid argument JSON" in verdict.reason and verdict.evidence["choice"] == 1, verdict
+    cut_by_its_limit = _n2([{"content": "Done."}], [_call("f", '{"a":')], ("stop", "length"))
+    verdict = analyze_bytes(cut_by_its_limit, CHAT).verdict
+    assert verdict.kind is L and verdict.evidence["cut_tool_calls"] == [[1, 0]], verdict
+
+
 def test_constructed_refusal_and_content_filter_are_filtered():
     refusal = sse_data(chat_chunk({"refusal": "I can't help with that."}), chat_chunk(finish="stop"))
     analysis = analyze_bytes(refusal, CHAT)

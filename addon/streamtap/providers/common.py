@@ -238,6 +238,11 @@ class AssemblerBase:
             self.judge.close(RESPONSE, name, event.seq, event.start)
         self.judge.stop_reason(raw, normalized)
 
+    def choice_stops(self, normalized: dict[int, str]) -> None:
+        """Each choice's normalized stop reason, where a turn has several: each choice is judged by its own."""
+        if len(normalized) > 1:
+            self.judge.choice_stops = {index: (n, STOP_VERDICT.get(n, VerdictKind.UNKNOWN)) for index, n in normalized.items()}
+
     def note(self, text: str) -> None:
         self.judge.note(text)
 

@@ -29,7 +29,7 @@ import orjson
 
 from streamtap.wire import IncrementalJSON, WireEvent
 
-from .turn import Block, BlockKind, Turn, StreamEnd, Verdict, VerdictKind
+from .turn import Block, BlockKind, Choice, Turn, StreamEnd, Verdict, VerdictKind
 
 TEXT_BATCH = 64  # text fragments joined at a time while a block grows (bounds the objects held)
 # What one turn keeps in memory, so that the proxy's memory per stream does not grow with the
@@ -57,6 +57,7 @@ FINISHED_WORDS = {
 
 # kinds whose stop explains a tool call cut short (its arguments may not parse)
 CUTTING_KINDS = (VerdictKind.STOPPED_BY_LIMIT, VerdictKind.FILTERED, VerdictKind.ERRORED)
+ENDING_KINDS = (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT, VerdictKind.FILTERED)  # an answer that ended
 
 
 class Judge:
@@ -75,6 +76,8 @@ class Judge:
         self.terminal_at: tuple[int | None, int | None] | None = None  # the terminal event: seq, offset
         self.terminal_name: str | None = None
         self.closed_units: dict[str, tuple[str, int | None, int | None]] = {}  # unit -> closing event, seq, offset
+        # each choice's own normalized stop reason and its verdict kind, where a turn has several (n > 1)
+        self.choice_stops: dict[int, tuple[str, VerdictKind]] = {}
 
     # -- while events arrive ----------------------------------------------------------
     def seen(self, event: WireEvent, name: str | None = None) -> None:
@@ -234,8 +237,14 @@ class Judge:
         evidence.setdefault("stop_reason", raw)
         if raw is None:
             return Verdict(VerdictKind.UNKNOWN, f"{terminal} arrived without a stop reason", seq, offset, evidence)
-        if kind is VerdictKind.COMPLETE and self.turn.stop_reason == "tool_use" and not any(
-            block.kind is BlockKind.TOOL_CALL for choice in self.turn.choices for block in choice.blocks
+        if self.choice_stops and kind in ENDING_KINDS:
+            for choice in self.turn.choices:
+                if self.choice_stops.get(choice.index, ("",))[0] == "tool_use" and not _calls(choice):
+                    return Verdict(VerdictKind.CORRUPT, f"{terminal} after choice {choice.index}'s stop reason "
+                                   f"{choice.stop_reason}, which says the model called a tool, but that choice holds "
+                                   "no tool call", seq, offset, {**evidence, "choice": choice.index})
+        elif kind is VerdictKind.COMPLETE and self.turn.stop_reason == "tool_use" and not any(
+            _calls(choice) for choice in self.turn.choices
         ):  # the tool call's events were lost, or the stop belongs to another answer
             return Verdict(VerdictKind.CORRUPT, f"{terminal} after stop reason {raw}, which says the model called a "
                            "tool, but no tool call arrived", seq, offset, evidence)
@@ -262,18 +271,24 @@ class Judge:
         return None
 
     def cut_tool_calls(self, kind: VerdictKind, seq: int | None, offset: int | None) -> Verdict | list[list[int]]:
-        """Tool calls whose arguments do not parse: corrupt after a normal stop, else cut by the stop."""
+        """Tool calls whose arguments do not parse: corrupt after a normal stop, else cut by the stop
+        (the stop of the call's own choice: another choice's limit does not explain it)."""
         cut: list[list[int]] = []
         for choice in self.turn.choices:
+            stopped = self.choice_stops.get(choice.index, ("", kind))[1]
             for block in choice.blocks:
                 if block.kind is BlockKind.TOOL_CALL and block.arguments_error:
-                    if kind in CUTTING_KINDS:
+                    if stopped in CUTTING_KINDS:
                         cut.append([choice.index, block.index])
                         continue
                     return Verdict(VerdictKind.CORRUPT, invalid_arguments(block), seq, offset,
                                    {"choice": choice.index, "block": block.index,
                                     "arguments_raw": (block.arguments_raw or "")[:200]})
         return cut
+
+
+def _calls(choice: Choice) -> bool:
+    return any(block.kind is BlockKind.TOOL_CALL for block in choice.blocks)
 
 
 def error_reason(error: dict[str, Any]) -> str:

@@ -281,6 +281,7 @@ class Assembler(AssemblerBase):
             if norm == "end_turn" and any(b.kind is BlockKind.REFUSAL for b in self.choice(index).blocks):
                 norm = "refusal"
             normalized.append(norm)
+        self.choice_stops(dict(zip(choices, normalized)))
         worst = worst_stop(normalized)
         raw = next(self._finish[i] for i, n in zip(choices, normalized) if n == worst)
         self.terminal(event, raw, worst, "data: [DONE]")
