@@ -657,6 +657,12 @@ def test_a_later_message_delta_without_stop_reason_withdraws_it_in_the_sdk(loopb
     assert sdk_final_message(loopback, body).stop_reason is None
     verdict = analyze_bytes(body, Dialect.ANTHROPIC).verdict
     assert verdict.kind is VerdictKind.CORRUPT and "stop_reason null" in verdict.reason, verdict
+    # the SDK's event model gives an absent stop_reason as None too
+    withdraw = sse({"type": "message_delta", "delta": {}, "usage": {"output_tokens": 3}})
+    body = TEXT_TURN.replace(b"event: message_stop", withdraw + b"event: message_stop", 1)
+    assert sdk_final_message(loopback, body).stop_reason is None
+    verdict = analyze_bytes(body, Dialect.ANTHROPIC).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "stop_reason absent" in verdict.reason, verdict
 
 
 def test_a_message_delta_without_usage_is_corrupt_as_the_sdk_fails_on_it(loopback: LoopbackServer) -> None:

@@ -339,9 +339,10 @@ class MessageBuilder:
                     self.judge.corrupt(f"{what} contradicts message_start's stop_reason {earlier}", seq, offset,
                                        stop_reasons=[earlier, raw])
                 return
-            if raw is None and self.content_stopped and "stop_reason" in delta:
-                # the SDK copies every message_delta's stop_reason: its message ends with none
-                self.judge.corrupt(f"message_delta with stop_reason null after stop_reason {earlier}: the SDK's "
+            if raw is None and self.content_stopped:
+                # the SDK copies every message_delta's stop_reason, an absent one as None: its message ends with none
+                given = "null" if "stop_reason" in delta else "absent"
+                self.judge.corrupt(f"message_delta with stop_reason {given} after stop_reason {earlier}: the SDK's "
                                    f"message ends with no stop reason", seq, offset, stop_reasons=[earlier, None])
                 return
             if raw is not None:
