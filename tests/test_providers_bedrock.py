@@ -23,6 +23,8 @@ import botocore.exceptions
 import botocore.parsers
 import pytest
 import yaml
+
+import provider_streams
 from anthropic.lib.streaming._messages import accumulate_event
 from botocore.eventstream import EventStreamBuffer
 from conftest import FIXTURES, shared_files
@@ -375,6 +377,31 @@ def test_error_frame_is_errored() -> None:
     analysis = analyze_bytes(CONVERSE_HEAD + frame, Dialect.BEDROCK_CONVERSE)
     assert analysis.verdict.kind is VerdictKind.ERRORED
     assert analysis.turn.error["type"] == "InternalFailure"
+
+
+def _retyped(body: bytes, message_type: str, start: int = 0) -> bytes:
+    """The body's frames from ``start`` on sent with another ``:message-type``, CRCs valid."""
+    frames = EventStreamDecoder().feed(body)
+    return b"".join(
+        encode_message({**frame.headers, ":message-type": message_type} if i >= start else frame.headers, frame.payload)
+        for i, frame in enumerate(frames))
+
+
+def test_a_frame_of_another_message_type_is_an_event_as_boto3_reads_it(loopback: LoopbackServer) -> None:
+    """botocore fails a stream only on `exception` and `error` frames; a frame of any other
+    `:message-type` is parsed by its event type and handed to the app like any event."""
+    answer = provider_streams.bedrock_invoke("", "Hello there.", {"city": "Paris"})
+    chunks = boto3_invoke_chunks(loopback, answer)
+    retyped = _retyped(answer, "Event", start=2)
+    assert boto3_invoke_chunks(loopback, retyped) == chunks  # the app gets every chunk
+    analysis = analyze_bytes(retyped, Dialect.BEDROCK_INVOKE)
+    assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
+    assert analysis.turn.text() == analyze_bytes(answer, Dialect.BEDROCK_INVOKE).turn.text()
+    assert any("boto3 reads it as an event" in note for note in analysis.turn.notes)
+    second = answer + _retyped(answer, "Event")  # a second answer the app also gets
+    assert len(boto3_invoke_chunks(loopback, second)) == 2 * len(chunks)
+    verdict = analyze_bytes(second, Dialect.BEDROCK_INVOKE).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "stitched" in verdict.reason, verdict
 
 
 @pytest.mark.parametrize("stop_reason, kind", [

@@ -100,16 +100,16 @@ def exception_error(message: EventStreamMessage, judge: Judge) -> None:
 
 
 def event_frame(message: EventStreamMessage, judge: Judge) -> bool:
-    """Count a frame; True for an ``event`` frame, else record what the frame says (an error, or a note)."""
+    """Count a frame; False for an ``exception`` or ``error`` frame, which is recorded as the
+    stream's error. botocore reads a frame of any other ``:message-type`` as an event, so it is one."""
     judge.seen(message, message.headers.get(":event-type") or message.headers.get(":exception-type"))
     message_type = message.headers.get(":message-type", "event")
-    if message_type == "event":
-        return True
     if message_type in ("exception", "error"):
         exception_error(message, judge)
-    else:
-        judge.note(f"frame with :message-type {message_type!r} at seq {message.seq}")
-    return False
+        return False
+    if message_type != "event":
+        judge.note(f"frame with :message-type {message_type!r} at seq {message.seq}: boto3 reads it as an event")
+    return True
 
 
 class ConverseBuilder:
