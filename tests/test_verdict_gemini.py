@@ -120,3 +120,19 @@ def test_text_and_a_call_in_parts_of_their_own_stay_complete(framing):
         analysis = judged([chunk(parts, "A", "STOP")], framing)
         assert analysis.verdict.kind is VerdictKind.COMPLETE, (parts, analysis.verdict)
         assert analysis.turn.tool_calls()[0].arguments == {"city": "Paris"}
+
+
+@pytest.mark.parametrize("framing", sorted(FRAMINGS))
+def test_another_function_call_while_a_streamed_one_is_open_is_corrupt(framing):
+    """The open call's closing part never came: the new call's parts are not the open call's."""
+    closing = chunk([{"functionCall": {}}], "A")
+    for new_call in ({"name": "get_time", "willContinue": True}, {"name": "get_time", "args": {"zone": "CET"}}):
+        lines = open_call() + [chunk([{"functionCall": new_call}], "A"), closing, chunk([{"text": ""}], "A", "STOP")]
+        verdict = judged(lines, framing).verdict
+        assert verdict.kind is VerdictKind.CORRUPT, (new_call, verdict)
+        assert "get_time starts" in verdict.reason and "get_weather is still open" in verdict.reason, verdict
+    same_name = open_call() + [chunk([{"functionCall": {"name": "get_weather", "willContinue": True, "partialArgs": [
+        {"jsonPath": "$.city", "stringValue": "is"}]}}], "A"), closing, chunk([{"text": ""}], "A", "STOP")]
+    analysis = judged(same_name, framing)
+    assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
+    assert [(b.name, b.arguments) for b in analysis.turn.tool_calls()] == [("get_weather", {"city": "Paris"})]

@@ -247,6 +247,12 @@ class Assembler(AssemblerBase):
     def _function_call(self, index: int, call: dict[str, Any], event: WireEvent, t: float | None) -> Block | None:
         streaming = self._streaming_call.get(index)
         if streaming is not None:
+            name = as_str(call.get("name"))
+            if name and streaming.name and name != streaming.name:  # its closing part never came
+                self.corrupt(f"function call {name} starts on candidate {index} while streamed call {streaming.name} "
+                             "is still open (its last part said willContinue)", event, candidate=index,
+                             open_call=streaming.name, new_call=name)
+                return streaming
             for partial in as_list(call.get("partialArgs")):
                 if isinstance(partial, dict):
                     self._merge_partial(streaming, partial, event)
