@@ -12,7 +12,7 @@ import textwrap
 import pytest
 from replay_streams import openai_chat_frames, write_recording
 
-from streamtap.replay.faults import protocol_positions
+from streamtap.replay.faults import FaultSpecError, protocol_positions
 from streamtap.replay.source import Source, load_source
 from streamtap.replay.sweep import CRASHED, HUNG, NOTICED, SILENT, classify, sweep_positions
 
@@ -115,6 +115,11 @@ def test_sweep_positions():
     assert len(offsets) == 5 and offsets == sorted(offsets) and not starts & set(offsets)
     assert sweep_positions(src, "protocol") == ["cut:at=tool-args", "cut:at=escaped-quote", "cut:at=between-blocks", "cut:at=before-terminal"]
     assert sweep_positions(src, "event=2,at=tool-args,event=2") == ["cut:event=2", "cut:at=tool-args"]
+    every = sweep_positions(src, f"bytes={10**17}")  # at once: more than the body has is every offset off a frame's end
+    assert every == sweep_positions(src, f"bytes={sum(map(len, frames))}")
+    assert len(every) == sum(map(len, frames)) - len(frames) and not starts & {int(s.split("=")[1]) for s in every}
+    with pytest.raises(FaultSpecError, match="0 or more"):
+        sweep_positions(src, "bytes=-1")
 
 
 def test_classify():

@@ -67,7 +67,10 @@ def sweep_positions(source: Source, which: str = DEFAULT_POSITIONS) -> list[str]
             out += [f"cut:at={p}" for p, _o, _w in protocol_positions(source)]
         elif name == "bytes":
             count = _int(item, value or "16")
+            if count < 0:
+                raise FaultSpecError(f"--positions: {item!r} needs a count of 0 or more")
             inside = body_length - 1 - len(inner_ends)  # offsets 1..length-1 that are no frame's end
+            count = min(count, inside)  # more than that picks every one of them
             if inside > 0 and count > 0:
                 step = inside / count
                 picked = {_nth_inside(int(i * step + step / 2), inner_ends) for i in range(count)}
