@@ -456,6 +456,18 @@ def test_a_file_that_is_not_a_stream_is_said_so(tmp_path):
     assert forced.returncode == 1 and forced.stdout.startswith(f"{readme}: truncated (openai-chat)")
 
 
+def test_an_empty_file_is_not_a_stream_unless_a_provider_is_given(tmp_path):
+    empty = tmp_path / "body.sse"
+    empty.write_bytes(b"")
+    for verb in ("verify", "show"):
+        result = streamtap(verb, empty)
+        assert result.returncode == 2 and result.stdout == "", result
+        assert result.stderr == f"streamtap {verb}: {empty}: not a stream: the file is empty; --provider judges it anyway (as a body cut before its first byte)\n"
+    forced = streamtap("verify", "--provider", "anthropic", empty)
+    assert forced.returncode == 1 and forced.stdout.startswith(f"{empty}: truncated (anthropic)"), forced
+    assert forced.stdout.rstrip().endswith("[byte 0]"), forced.stdout  # no event: no sequence number to name
+
+
 def test_the_sniffing_message_names_the_format_it_read_the_bytes_as(tmp_path):
     """SSE bytes of no known dialect in a .json file are read as a JSON array: the line says so."""
     odd = tmp_path / "odd.json"

@@ -97,6 +97,18 @@ def test_a_capture_damaged_after_its_first_flow_keeps_that_flow(tmp_path):
     assert len(list((tmp_path / "out").glob("*.jsonl"))) == 1
 
 
+def test_a_capture_damaged_inside_its_first_flow_is_a_damaged_capture_not_another_file(tmp_path):
+    path = tmp_path / "damaged.mitm"
+    write_capture(path, 2)
+    data = bytearray(path.read_bytes())
+    data[60:90] = b"!" * 30  # the same length: not cut, damaged
+    path.write_bytes(data)
+    result = streamtap("import", path, "--out", tmp_path / "out")
+    assert result.returncode == 1, result.stderr
+    assert "the capture is damaged inside its first flow" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_file_that_is_no_capture_leaves_no_out_folder(tmp_path):
     (tmp_path / "garbage.bin").write_bytes(bytes(range(256)) * 4)
     (tmp_path / "side").mkdir()

@@ -104,6 +104,48 @@ def test_damaged_cut_and_unjudged_recordings_in_a_folder_make_the_report_say_not
     assert judged(tmp_path)["code"] == 0  # every recording complete
 
 
+def test_a_recording_whose_header_is_damaged_or_lost_is_listed_as_damaged_as_verify_says(tmp_path):
+    """Not skipped as another program's file: a damaged recording makes the report say not complete."""
+    lines = GOOD.read_bytes().splitlines(keepends=True)
+    (tmp_path / "lost.jsonl").write_bytes(b"".join(lines[1:]))  # its first line is a frame line
+    (tmp_path / "flipped.jsonl").write_bytes(lines[0].replace(b'"type":"header"', b'"type":"heXder"') + b"".join(lines[1:]))
+    (tmp_path / "broken.jsonl").write_bytes(lines[0][:-2] + b" x\n" + b"".join(lines[1:]))  # no longer JSON
+    (tmp_path / "20261130T050000.000Z_anthropic_complete_bbbbbbbbbbbb.jsonl").write_bytes(b'{"a": 1}\n' + b"".join(lines[1:]))
+    recording(tmp_path, "good.jsonl")
+    (tmp_path / "notes.jsonl").write_text('{"type": "frame", "seq": 1}\n')  # another program's: no recording's line
+    got = judged(tmp_path)
+    assert got["code"] == 1, got
+    problems = {Path(item["path"]).name: item["problem"] for item in got["report"]["incomplete"]}
+    assert problems == {
+        "lost.jsonl": "damaged: line 1 is a frame line: the recording's header line is missing",
+        "flipped.jsonl": "damaged: line 1 is a damaged recording header (not a JSON object of the format's fields)",
+        "broken.jsonl": "damaged: line 1 is a damaged recording header (not a JSON object of the format's fields)",
+        "20261130T050000.000Z_anthropic_complete_bbbbbbbbbbbb.jsonl": "damaged: line 1 is not a recording header",
+    }
+    assert "skipped 1 file(s)" in got["stderr"] and "notes.jsonl" in got["stderr"], got["stderr"]
+    verified = streamtap("verify", tmp_path / "lost.jsonl", tmp_path / "flipped.jsonl", tmp_path / "good.jsonl")
+    assert verified.returncode == 2 and "good.jsonl: complete" in verified.stdout, verified
+    assert "lost.jsonl: cannot read recording: line 1 is a frame line" in verified.stderr, verified.stderr
+    assert "flipped.jsonl: cannot read recording: line 1 is a damaged recording header" in verified.stderr
+    index = streamtap("index", tmp_path, "--out", tmp_path / "idx")
+    assert index.returncode == 0, index.stderr
+    assert judged(tmp_path / "idx")["report"]["incomplete_files"] == 4
+
+
+def test_an_index_written_into_a_folder_of_recordings_hides_none_of_them(tmp_path):
+    """`index DIR/live --out DIR`, then more recordings in DIR: `report DIR` counts the index's
+    rows and the recordings it does not hold, each once."""
+    (tmp_path / "live").mkdir()
+    recording(tmp_path / "live", "indexed.jsonl")
+    index = streamtap("index", tmp_path / "live", "--out", tmp_path)
+    assert index.returncode == 0, index.stderr
+    assert judged(tmp_path)["report"]["recordings"] == 1
+    recording(tmp_path, "later.jsonl", end={"verdict": {"kind": "truncated", "reason": "cut"}})
+    got = judged(tmp_path)
+    assert got["code"] == 1 and got["report"]["recordings"] == 2, got
+    assert got["report"]["verdicts"] == {"complete": 1, "truncated": 1}
+
+
 def test_a_recording_cut_inside_its_header_is_listed_as_incomplete_as_verify_says(tmp_path):
     """A finished recording (plain or compressed) cut inside its header line is a recording cut,
     not another program's file: report and index list it as incomplete, as verify judges it."""

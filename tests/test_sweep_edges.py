@@ -76,6 +76,20 @@ def test_positions_the_recording_does_not_have_are_refused_before_any_run(record
     assert not list(ran.iterdir()), "a client ran"
 
 
+def test_a_recording_that_cannot_be_read_is_named_once_in_one_line(recording, tmp_path, marker_client):
+    command, ran = marker_client
+    headless = tmp_path / "headless.jsonl"
+    headless.write_bytes(b"".join(Path(recording).read_bytes().splitlines(keepends=True)[1:]))
+    for given, says in [
+        (tmp_path, f"streamtap sweep: {tmp_path}: a folder; give one recording"),
+        (headless, f"streamtap sweep: {headless}: line 1 is a frame line: the recording's header line is missing"),
+    ]:
+        result = streamtap_sweep(given, "--", *command)
+        assert_refused(result, says)
+        assert result.stderr.count(str(given)) == 1, result.stderr
+    assert not list(ran.iterdir()), "a client ran"
+
+
 def test_a_timeout_that_is_not_a_positive_number_is_refused(recording, marker_client):
     command, ran = marker_client
     for value in ("nan", "inf", "-1", "0"):

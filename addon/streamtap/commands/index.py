@@ -69,6 +69,7 @@ def _index(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
     rows: list = []
+    written = False
     try:
         try:
             fleet.remove_staging(out)  # a killed run's unfinished files
@@ -90,12 +91,13 @@ def _index(args: argparse.Namespace) -> int:
             fleet.load_rows(con, rows, "new_rows")
             try:
                 fleet.write_index(con, out, "new_rows")
+                written = True
             except OSError as exc:
                 raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
             except duckdb.Error as exc:  # the folder cannot be written (DuckDB says so in its own words)
                 raise UsageError(f"--out {out}: cannot write the index: {str(exc).strip().splitlines()[0]}") from None
     finally:
-        lock.release(remove_folder=created and not rows)
+        lock.release(remove_folder=created and not written)  # also when Ctrl-C stopped the write
     print(
         f"streamtap index: {len(rows)} new recording(s) indexed, {len(known)} already in {out} "
         f"({time.perf_counter() - started:.2f} s)",

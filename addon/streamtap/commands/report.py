@@ -43,7 +43,7 @@ def load(con, paths: list[str], verb: str = "report", loaded=None) -> int:
     """Fill the table ``recordings`` from the inputs; returns the number of rows. ``loaded``
     (a ``fleet.Loaded``) learns what was left out."""
     from streamtap.recording import fleet
-    from streamtap.recording.catalog import find_recordings
+    from streamtap.recording.catalog import RECORDING_SUFFIXES, files_under, find_recordings
 
     import duckdb
 
@@ -57,6 +57,9 @@ def load(con, paths: list[str], verb: str = "report", loaded=None) -> int:
     for raw in indexes:
         unique.setdefault(Path(raw).resolve(), raw)  # a folder given twice (idx and idx/) is read once
     indexes = list(unique.values())
+    # an index written into a folder of recordings (index DIR/live --out DIR): the ones it does
+    # not hold are read too, never hidden behind it
+    others += [raw for raw in indexes if files_under(Path(raw), RECORDING_SUFFIXES)[0]]
     try:
         if indexes and not others and len(indexes) == 1:
             return fleet.open_index(con, Path(indexes[0]))

@@ -39,7 +39,6 @@ DIRECTORY_SUFFIXES = tuple(dict.fromkeys((".jsonl", ".jsonl.zst", *EXTENSION_WIR
 
 WIRE_NAMES = {"sse": "SSE", "eventstream": "AWS event-stream", "ndjson": "NDJSON", "json-array": "a JSON array"}
 
-RECORDING_MARK = b'"streamtap-recording/'
 SNIFF_BYTES = 1024 * 1024  # a raw body's dialect is sniffed from its start; the rest is fed in reads of this size
 
 
@@ -145,7 +144,8 @@ def judge_inputs(args: argparse.Namespace, keeps: dict[str, int | None] = VERIFY
 
 def judge_file(path: Path, provider: str | None, sentinel: str | None,
                keeps: dict[str, int | None] = VERIFY_KEEPS) -> Judged | Unjudged:
-    from streamtap.recording import PARTIAL_SUFFIX, RecordingError, open_recording
+    from streamtap.recording import RecordingError, open_recording
+    from streamtap.recording.catalog import is_recording
     from streamtap.recording.compress import frames_ended
 
     try:
@@ -153,8 +153,7 @@ def judge_file(path: Path, provider: str | None, sentinel: str | None,
             head = file.read(SNIFF_BYTES)
             first_line = head.split(b"\n", 1)[0]
             cut_before_a_line = not head and not frames_ended(file)  # a zstd stream cut before its first block
-            if (path.name.endswith((PARTIAL_SUFFIX, PARTIAL_SUFFIX + ".zst")) or cut_before_a_line
-                    or (head.lstrip().startswith(b"{") and RECORDING_MARK in first_line)):
+            if cut_before_a_line or is_recording(path, first_line):
                 return _judge_recording(path, provider, sentinel, keeps)
             return _judge_raw(path, head, file, provider, sentinel, keeps)
     except RecordingError as exc:
@@ -188,7 +187,9 @@ def _judge_raw(path: Path, head: bytes, file: BinaryIO, provider: str | None, se
     while chunk := file.read(SNIFF_BYTES):
         session.feed(chunk)
     analysis = session.close(StreamEnd.FINISHED)
-    if head and not provider and not _recognised(detection) and analysis.turn.events == 0:
+    if not head and not provider:  # no bytes tell a dialect, nor that this was ever a stream
+        return Unjudged(path, "not a stream: the file is empty; --provider judges it anyway (as a body cut before its first byte)")
+    if not provider and not _recognised(detection) and analysis.turn.events == 0:
         return Unjudged(
             path,
             f"not a stream: no SSE, AWS event-stream, NDJSON or JSON array found in it (read as {WIRE_NAMES[wire]}, "
@@ -355,7 +356,8 @@ def print_json(judged: Judged) -> None:
 def summary_line(judged: Judged) -> str:
     verdict = judged.analysis.verdict
     how = "" if judged.how in ("--provider", "recording header") else f", {judged.how}"
-    where = f" [seq {verdict.seq}, byte {verdict.offset}]" if verdict.seq is not None or verdict.offset is not None else ""
+    at = [f"seq {verdict.seq}"] * (verdict.seq is not None) + [f"byte {verdict.offset}"] * (verdict.offset is not None)
+    where = f" [{', '.join(at)}]" if at else ""
     problem = f" (recording: {judged.problem})" if judged.problem else ""
     injected = f" [injected fault: {judged.injected_fault}]" if judged.injected_fault else ""
     return f"{shown_path(judged.path)}: {verdict.kind} ({judged.dialect}{how}) {verdict.reason}{where}{injected}{problem}"

@@ -27,16 +27,13 @@ import zstandard
 from streamtap.providers.model import model_of
 
 from .compress import SUFFIX, decompress_checked, is_compressed
-from .reader import HeaderCut
+from .reader import FORMAT_MARK, HeaderCut, header_damage
 from .writer import FORMAT, PARTIAL_SUFFIX, RecordingError
 
 RECORDING_SUFFIXES = (".jsonl", ".jsonl" + SUFFIX)
 # How a finished recording is named (writer.final_name, plus .zst when compressed): stamp, provider,
 # verdict and flow id, none of which holds "_". A file so named is a recording even when cut in its header.
 FINAL_NAME = re.compile(r"\d{8}T\d{6}\.\d{3}Z_[^_/]+_[^_/]+_[^_/]+\.jsonl(\.zst)?\Z")
-# A first line that is a JSON object naming the recording format is a recording's header, whole
-# or cut (verify sorts the files it is given by the same mark)
-FORMAT_MARK = b'"streamtap-recording/'
 NEVER_RENAMED = ("never finished: its end line is there, but its writer stopped before renaming it "
                  "from .partial (it may not have reached the disk)")
 HEAD_BLOCK = 32 * 1024  # most recordings fit whole: one read
@@ -142,6 +139,18 @@ def is_recording_file(path: str | os.PathLike[str]) -> bool:
     return head == _HEADER_START or (head.startswith(_ZSTD_MAGIC) and os.fspath(path).endswith(RECORDING_SUFFIXES[1]))
 
 
+def recording_name(path: Path) -> bool:
+    """Whether the file is named as a proxy names the recordings it writes."""
+    return is_partial(path) or FINAL_NAME.match(path.name) is not None
+
+
+def is_recording(path: Path, first_line: bytes) -> bool:
+    """Whether a file is a streamtap recording, whole or damaged, by its name and its first line
+    (its header or a damaged one, both carrying the format's mark, or the line that followed a
+    lost header)."""
+    return recording_name(path) or header_damage(first_line) is not None
+
+
 def is_partial(path: Path) -> bool:
     """Named as a writer names a recording until it is finished (renaming it is the writer's last act)."""
     return path.name.endswith((PARTIAL_SUFFIX, PARTIAL_SUFFIX + SUFFIX))
@@ -238,6 +247,9 @@ def read_ends(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, str | 
         if header is None or header.get("type") != "header" or not str(header.get("format", "")).startswith(
             "streamtap-recording/"
         ):
+            damage = header_damage(first)
+            if damage or recording_name(path):  # a recording all the same: damaged, so listed, never skipped
+                raise RecordingError(damage or "line 1 is not a recording header")
             raise NotARecording(f"{path} is not a streamtap recording (line 1 is not a recording header)")
         if header["format"] != FORMAT:
             raise RecordingError(f"the recording is {header['format']}, this streamtap reads {FORMAT}")
@@ -266,7 +278,7 @@ def _header_cut(path: Path, head: bytes, frame_ended: bool) -> bool:
     incomplete) rather than some other program's file (skipped): its name is a recording's, it
     begins as a recording's header, or it is a zstd stream cut before a line decodes (as
     ``verify`` reads each)."""
-    if is_partial(path) or FINAL_NAME.match(path.name):
+    if recording_name(path):
         return True
     if not head:
         return not frame_ended

@@ -77,7 +77,7 @@ def read_flows(source: Path) -> Iterator[Any]:
             if _ends_inside_a_flow(handle, start):
                 raise CaptureIncomplete(f"{shown_path(source)}: the capture is cut short {read}: the file ends inside a flow "
                                         "(mitmdump was stopped while writing it, or the copy is incomplete)", flows) from None
-            if flows:
+            if flows or _begins_a_flow(handle, start):
                 raise CaptureIncomplete(f"{shown_path(source)}: the capture is damaged {read}: {exc}", flows) from None
             raise CaptureError(f"{shown_path(source)} is not a mitmproxy capture (mitmdump -w): {exc}") from None
 
@@ -92,6 +92,14 @@ def _ends_inside_a_flow(handle: Any, start: int) -> bool:
     if record is None:
         return head.isdigit() and start + len(head) == size  # cut inside the length itself
     return start + record.end(1) + 1 + int(record[1]) + 1 > size
+
+
+def _begins_a_flow(handle: Any, start: int) -> bool:
+    """Whether the bytes at ``start`` begin as mitmproxy writes a flow: a tnetstring dict
+    (``LENGTH:``) whose first item is a key (``LENGTH:name;``). A capture damaged inside its first
+    flow is then a damaged capture, not some other file."""
+    handle.seek(start)
+    return re.match(rb"\d{1,12}:\d{1,3}:[a-z_]{1,40}[;,]", handle.read(64)) is not None
 
 
 def _stream_end(flow: Any) -> tuple[StreamEnd, str | None]:

@@ -45,6 +45,19 @@ READ_PIECE = 1024 * 1024  # a line longer than this is read in pieces of this si
 
 _SUM = re.compile(rb"[0-9a-f]{%d}" % SUM_HEX)
 _SHA256 = re.compile(rb"[0-9a-f]{64}")
+# A first line that is a JSON object naming the recording format is a recording's header, whole,
+# cut or damaged (report, index and verify sort the files they are given by this mark)
+FORMAT_MARK = b'"streamtap-recording/'
+# The lines that follow a recording's header, by type, with fields each always has: a file whose
+# first line is one of them is a recording that lost its header, not another program's JSON lines
+BODY_LINE_FIELDS = {
+    "frame": ("seq", "offset", "len", "sum"),
+    "tail": ("seq", "offset", "len", "sum"),
+    "raw": ("offset", "len", "sum", "why"),
+    "reads": ("reads",),
+    "note": ("kind", "message"),
+    "end": ("frames", "bytes", "sha256"),
+}
 _STREAM_ENDS = frozenset(e.value for e in StreamEnd)
 _VERDICTS = frozenset(k.value for k in VerdictKind)
 
@@ -54,6 +67,22 @@ def open_recording(path: str | os.PathLike[str]) -> BinaryIO:
 
     The one place that knows how a recording is stored on disk."""
     return open_lines(path)
+
+
+def header_damage(first_line: bytes) -> str | None:
+    """What is wrong with a first line that is no recording header but still marks a
+    recording (its header damaged, or lost), or None for a line of some other file."""
+    if first_line.lstrip().startswith(b"{") and FORMAT_MARK in first_line:
+        return "line 1 is a damaged recording header (not a JSON object of the format's fields)"
+    try:
+        record = orjson.loads(first_line)
+    except orjson.JSONDecodeError:
+        return None
+    kind = record.get("type") if isinstance(record, dict) else None
+    fields = BODY_LINE_FIELDS.get(kind) if isinstance(kind, str) else None
+    if fields and all(name in record for name in fields):
+        return f"line 1 is a {kind} line: the recording's header line is missing"
+    return None
 
 
 class HeaderCut(RecordingError):
@@ -337,6 +366,9 @@ class RecordingLines:
         except ValueError:
             record = None
         if record is None or record.get("type") != "header" or not str(record.get("format", "")).startswith("streamtap-recording/"):
+            damage = header_damage(line)
+            if damage:
+                raise RecordingError(f"{self.path}: {damage}")
             raise RecordingError(f"{self.path} is not a streamtap recording (line 1 is not a {FORMAT} header)")
         if record["format"] != FORMAT:
             raise RecordingError(f"{self.path}: line 1: the recording is {record['format']}, this streamtap reads {FORMAT}")

@@ -99,8 +99,13 @@ def load_source(path: str | Path, *, check: bool = False) -> Source:
     try:
         rec = read_recording(path)
         problems = check_recording(rec) if check else None
-    except Exception as exc:  # a damaged file breaks the reader in several ways (RecordingError, base64, OSError)
-        raise RecordingError(f"{path}: {exc}") from exc
+    except IsADirectoryError:
+        raise RecordingError(f"{path}: a folder; give one recording") from None
+    except OSError as exc:
+        raise RecordingError(f"{path}: {exc.strerror or exc}") from exc
+    except Exception as exc:  # a damaged file breaks the reader in several ways (RecordingError, base64)
+        message = str(exc)
+        raise RecordingError(message if message.startswith(str(path)) else f"{path}: {message}") from exc
     frames = []
     last_t = 0.0
     for segment in rec.segments:
