@@ -14,7 +14,6 @@ import datetime
 import hashlib
 import ipaddress
 import json
-import os
 import re
 import shutil
 import socket

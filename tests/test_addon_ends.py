@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import socket
 import ssl
-import time
 
 import anthropic
 import httpx

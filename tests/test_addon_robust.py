@@ -3,7 +3,6 @@ kill -9 mid-stream, 50 concurrent streams, bad options."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys

@@ -114,7 +114,6 @@ def test_show_renders_thinking_apart_from_the_answer_and_tool_calls(files):
 
 
 def test_sentinel_flag(files, tmp_path):
-    body = files["gemini"].read_bytes()
     result = streamtap("verify", "--sentinel", "THE END", files["gemini"])
     assert result.returncode == 1 and "truncated" in result.stdout and "sentinel missing" in result.stdout
 

@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import duckdb

@@ -16,7 +16,7 @@ import pytest
 
 import provider_streams as streams
 from streamtap.mitm.contentview import VIEWS
-from upstream import CHAT, MITMDUMP, REPO, Mitmdump, Script, Upstream, curl, free_port
+from upstream import CHAT, MITMDUMP, Mitmdump, Script, Upstream, curl, free_port
 
 MITMWEB = MITMDUMP.with_name("mitmweb")
 PASSWORD = "streamtap-test"

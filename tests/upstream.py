@@ -437,7 +437,6 @@ if __name__ == "__main__":
 import os  # noqa: E402
 import subprocess  # noqa: E402
 import time as _time  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 MITMDUMP = REPO / ".venv" / "bin" / "mitmdump"

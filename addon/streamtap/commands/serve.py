@@ -38,7 +38,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ignore-param", action="append", default=[], metavar="NAME", help="query parameter left out of matching (repeatable)")
     parser.add_argument("--match-header", action="append", default=[], metavar="NAME", help="request header that must match too (repeatable)")
     parser.add_argument("--assign-ids", action="store_true", help="add `id: <seq>` lines to SSE streams so any client can resume with Last-Event-ID")
-    parser.add_argument("--fault-header", action="store_true", help=f"honour a per-request fault in the x-streamtap-fault header")
+    parser.add_argument("--fault-header", action="store_true", help="honour a per-request fault in the x-streamtap-fault header")
 
 
 def build(args: argparse.Namespace):
