@@ -109,6 +109,16 @@ def test_a_capture_damaged_inside_its_first_flow_is_a_damaged_capture_not_anothe
     assert not (tmp_path / "out").exists()
 
 
+def test_a_redact_name_that_cannot_be_a_name_is_refused_by_import(tmp_path):
+    capture = tmp_path / "capture.mitm"
+    write_capture(capture, 1)
+    for flag, value, says in [("--redact", "helicone-auth,x-auth", "'helicone-auth,x-auth' is not a header"),
+                              ("--redact-allow", "", "an empty name")]:
+        result = streamtap("import", capture, "--out", tmp_path / "out", flag, value)
+        one_line_error(result, "import", f"{flag}: {says}")
+        assert not (tmp_path / "out").exists()
+
+
 def test_a_file_that_is_no_capture_leaves_no_out_folder(tmp_path):
     (tmp_path / "garbage.bin").write_bytes(bytes(range(256)) * 4)
     (tmp_path / "side").mkdir()

@@ -296,6 +296,17 @@ def test_a_replay_404_and_the_replay_log_keep_the_requests_credentials_out(recor
     assert "access_token=%5Bredacted%5D" in answer.text or "access_token=[redacted]" in answer.text, answer.text
 
 
+def test_a_replay_404_keeps_a_secret_behind_an_escaped_question_mark_and_the_taps_own_names_out():
+    lines: list[str] = []
+    library = Library([], MatchOptions(redact=("my_org_pin",)))
+    with ServerThread(library, ServeOptions(Timing.parse("fast")), log=lines.append) as server:
+        answer = httpx.post(f"{server.base_url}/v1/chat%3Fx?key=qEscaped81&my_org_pin=qOwnName82", json={}, timeout=10)
+    assert answer.status_code == 404
+    shown = answer.text + "\n".join(lines)
+    assert "qEscaped81" not in shown and "qOwnName82" not in shown, shown
+    assert "/v1/chat%3Fx?" in answer.text, answer.text  # the path as sent: its query is the request's
+
+
 def test_values_under_secret_names_are_redacted_whatever_their_shape():
     redactor = Redactor(extra=["metadata", "pin"])
     body = {
@@ -319,7 +330,11 @@ def test_values_under_secret_names_are_redacted_whatever_their_shape():
     (b'{"password": "bSecret2", "n": 1e400}', b"bSecret2"),  # a number past a double
     (b"[" * 1100 + b'{"client_secret": "bSecret3"}' + b"]" * 1100, b"bSecret3"),  # deeper than orjson goes
     (b'\xef\xbb\xbf{"api_key": "bSecret4"}', b"bSecret4"),  # a byte order mark
-], ids=["surrogate", "huge-number", "deep", "bom"])
+    # a string that begins with ":" once made the scan read a member's name as a value, and skip the next member
+    (b'\xef\xbb\xbf{"stop": [":"], "api_key": "bSecret5"}', b"bSecret5"),
+    (b'{"n": 1e400, "stop": ["\\n", ":"], "api_key": "bSecret6"}', b"bSecret6"),
+    (b'{"n": 1e400, "tools": {"api_key": {"type": "string", "default": "bSecret7"}}}', b"bSecret7"),  # a schema's value
+], ids=["surrogate", "huge-number", "deep", "bom", "colon-string-bom", "colon-string-number", "schema-default"])
 def test_json_the_parser_refuses_is_still_redacted_in_the_kept_bytes(raw, secret):
     from streamtap.recording.header import request_body_fields
 
@@ -327,3 +342,45 @@ def test_json_the_parser_refuses_is_still_redacted_in_the_kept_bytes(raw, secret
     kept = base64.b64decode(part["body_b64"])
     assert secret not in kept
     assert kept.replace(b'"[redacted]"', b'"' + secret + b'"') == raw  # every other byte as it was
+
+
+def test_json_the_parser_refuses_keeps_no_object_or_list_under_a_secret_name():
+    raw = (b'\xef\xbb\xbf{"credentials": {"id": "x", "key": "bObj1"}, "password": ["bList2", 5], "refresh_token": 3600,'
+           b' "secret": ' + b"[" * 3000 + b'"bDeep3"' + b"]" * 3000 + b', "note": "kept"}')
+    kept = Redactor().json_bytes(raw)
+    assert not [s for s in (b"bObj1", b"bList2", b"bDeep3") if s in kept], kept[:300]
+    assert b'"refresh_token": 3600' in kept and b'"note": "kept"' in kept and kept.startswith(b"\xef\xbb\xbf{")
+    assert json.loads(kept.decode("utf-8-sig"))["password"] == [REDACTED, REDACTED]  # item by item, as for parsed JSON
+
+
+def test_a_schema_under_a_secret_name_keeps_its_shape_but_not_the_values_it_carries():
+    schema = {"type": "string", "description": "the key", "default": "sDefault1", "enum": ["sEnum2"], "const": "sConst3",
+              "examples": ["sExample4"]}
+    redacted = Redactor().json({"tools": {"api_key": schema, "refresh_token": {"type": "integer", "default": 3600}}})
+    assert redacted["tools"]["api_key"] == {**schema, "default": REDACTED, "enum": [REDACTED], "const": REDACTED, "examples": [REDACTED]}
+    assert redacted["tools"]["refresh_token"]["default"] == 3600  # a count under a ...token name stays
+
+
+def test_json_in_a_string_nested_past_what_python_reads_is_still_redacted():
+    deep = "[" * 5000 + '{"api_key": "sDeep5"}' + "]" * 5000
+    assert "sDeep5" not in Redactor().json({"arguments": deep})["arguments"]
+    too_deep = json.loads("[" * 1020 + '{"api_key": "sDeep6"}' + "]" * 1020)  # orjson reads it; Redactor.json cannot recurse so far
+    part = Redactor().request_part({"body": too_deep})
+    assert "sDeep6" not in json.dumps(part["body"])
+
+
+def test_credentials_under_other_header_names_and_in_the_userinfo():
+    redactor = Redactor()
+    got = dict(map(tuple, redactor.headers([
+        ("Helicone-Auth", "Bearer hHelicone1"), ("x-auth", "hXAuth2"), ("Authentication", "hAuthn3"), ("x-api-key-2", "hKey4"),
+        ("Cookies", "hCookies5"), ("X-Forwarded-Auth", "Basic aEJhc2lj"), ("Host", "hUserTok6:@api.openai.com"),
+        ("x-note", "Basically fine"), ("x-request-id", "req-7"),
+    ])))
+    assert got == {
+        "Helicone-Auth": "Bearer [redacted]", "x-auth": REDACTED, "Authentication": REDACTED, "x-api-key-2": REDACTED,
+        "Cookies": REDACTED, "X-Forwarded-Auth": "Basic [redacted]", "Host": "[redacted]@api.openai.com",
+        "x-note": "Basically fine", "x-request-id": "req-7",
+    }
+    assert Redactor(allow=["helicone-auth"]).headers([("Helicone-Auth", "Bearer kept")]) == [["Helicone-Auth", "Bearer kept"]]
+    assert redactor.url("https://uTok7:@h.example/v1?x=1") == "https://[redacted]@h.example/v1?x=1"
+    assert redactor.url("https://uTok8:x-oauth-basic@h.example/") == "https://[redacted]@h.example/"

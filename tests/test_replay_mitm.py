@@ -177,10 +177,13 @@ def test_unmatched_gets_the_json_404_and_the_fault_option_cuts_replays(tmp_path)
         "streamtap_replay_unmatched": "404",
         "streamtap_replay_timing": "fast",
         "streamtap_fault": "cut:event=1,style=abort",
+        "streamtap_redact": "my_org_pin",  # the Tap records the 404: the Tap's own names stay out of it
     }
     with Mitmdump("http://192.0.2.1:9", tmp_path / "work", options=options) as mitm:  # no upstream at all
         r = httpx.post(mitm.url + "/v1/chat/completions", json=OPENAI_REQUEST | {"model": "other"}, timeout=10)
         assert r.status_code == 404 and r.json()["error"]["nearest"][0]["differs_in"] == ["body.model"]
+        r = httpx.post(mitm.url + "/v1/chat/completions?my_org_pin=qPin83", json=OPENAI_REQUEST | {"model": "other"}, timeout=10)
+        assert r.status_code == 404 and "qPin83" not in r.text and "my_org_pin=" in r.text, r.text
         got = b""
         with pytest.raises(httpx.RemoteProtocolError):
             with httpx.stream("POST", mitm.url + "/v1/chat/completions", content=OPENAI_BODY, timeout=10) as response:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -21,7 +20,6 @@ from mitmproxy.utils import typecheck
 
 log = logging.getLogger("streamtap")
 
-_NOT_IN_A_NAME = re.compile(r"[\s:=&,;]")  # never part of a header or query parameter name
 _PACKAGE = Path(__file__).resolve().parent.parent
 
 
@@ -85,8 +83,10 @@ def writable_dir(option: str, value: str) -> None:
 
 def names(option: str, values: Iterable[str]) -> None:
     """Header or query parameter names; one per value (``--set {option}=a --set {option}=b``)."""
+    from streamtap.recording.redact import name_problem
+
     for name in values:
-        if not name or _NOT_IN_A_NAME.search(name):
+        if name_problem(name):
             raise OptionsError(f"{option}: {name!r} is not a header or query parameter name (give each name in its own --set)")
 
 

@@ -81,7 +81,8 @@ class Replay:
 
     def configure(self, updated: set[str]) -> None:
         names = {"streamtap_replay", "streamtap_replay_timing", "streamtap_replay_ignore", "streamtap_replay_once",
-                 "streamtap_replay_assign_ids", "streamtap_replay_unmatched", "streamtap_fault", "streamtap_fault_header"}  # fmt: skip
+                 "streamtap_replay_assign_ids", "streamtap_replay_unmatched", "streamtap_fault", "streamtap_fault_header",
+                 "streamtap_redact", "streamtap_redact_allow"}  # fmt: skip
         if not updated & names:
             return
         options = ctx.options
@@ -94,7 +95,10 @@ class Replay:
         if not options.streamtap_replay:
             self.library = None
         else:
-            match = MatchOptions(ignore_fields=tuple(options.streamtap_replay_ignore), once=options.streamtap_replay_once)
+            match = MatchOptions(ignore_fields=tuple(options.streamtap_replay_ignore), once=options.streamtap_replay_once,
+                                 # the Tap's options (registered by it: absent where the Tap is not loaded)
+                                 redact=tuple(getattr(options, "streamtap_redact", ())),
+                                 redact_allow=tuple(getattr(options, "streamtap_redact_allow", ())))
             try:
                 self.library = Library.load(options.streamtap_replay, match)
             except (RecordingError, OSError) as exc:

@@ -32,8 +32,12 @@ SECRET_QUERY = frozenset({"key", "api_key", "api-key", "x-amz-signature", "x-amz
 # The patterns, by the words of a name (split at non-letters and at camelCase humps, lower-cased):
 SECRET_SUBSTRINGS = ("secret", "password", "passwd")  # anywhere in the name: client_secret, x-app-secret, db_password
 SECRET_LAST_WORDS = frozenset(  # the name's last word: access_token, x-session-token, sessionToken, sig, X-Amz-Signature
-    {"token", "signature", "sig", "credential", "credentials", "apikey", "cookie", "authorization"}
+    {"token", "signature", "sig", "credential", "credentials", "apikey", "cookie", "cookies", "authorization",
+     "authentication"}
 )
+# only for headers, where it names a value (x-auth, Helicone-Auth); in a body, "auth" is mostly an
+# object whose fields are judged by their own names
+HEADER_LAST_WORDS = frozenset({"auth"})
 KEY_QUALIFIERS = frozenset(  # "<word> key" as the name's last two words: api_key, x-api-key, privateKey, Ocp-Apim-Subscription-Key
     {"api", "access", "private", "secret", "subscription", "account", "signing", "master", "client", "functions", "session", "auth"}
 )
@@ -42,19 +46,26 @@ SECRET_PATTERNS = (
     "any name containing " + ", ".join(SECRET_SUBSTRINGS),
     "last word " + ", ".join(sorted(SECRET_LAST_WORDS)),
     "last words '<" + "|".join(sorted(KEY_QUALIFIERS)) + "> key'",
-    "headers: x-...-key, authorization, proxy-authorization, cookie, set-cookie",
+    "headers: x-...-key, last word auth, authorization, proxy-authorization, cookie, set-cookie, and any value in an auth "
+    "scheme (Bearer, Basic, Digest, AWS4-HMAC-SHA256) whatever its header's name",
+    "a trailing number is no word of the name (api_key2)",
     "query parameters: key",
 )
 
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _SCHEME = re.compile(r"^\s*([A-Za-z][A-Za-z0-9._-]*)\s+\S")
+_AUTH_VALUE = re.compile(r"\s*(?:bearer|basic|digest|aws4-hmac-sha256)\s+\S", re.IGNORECASE)
 _FORM = re.compile(rb"[^&=\s]+=[^&\s]*(?:&[^&=\s]+=[^&\s]*)*&?")
 # A query parameter. Servers differ on whether ";" separates parameters as "&" does (Python's
 # parse_qsl did before 3.9.2), so a ";" that starts another name=value starts a parameter of its
 # own; any other ";" stays in the value (a secret ending ";tail" is redacted whole either way).
 _QUERY_PARAM = re.compile(r"(?:[^&;]|;(?![^&;=]*=))+")
-# a member of a JSON object whose value is a string or a number: name, separator, value
-_JSON_MEMBER = re.compile(rb'"((?:[^"\\]|\\.)*)"(\s*:\s*)("(?:[^"\\]|\\.)*"|-?\d[\d.eE+-]*)')
+# A JSON string, whole (a scan that takes every string whole never starts inside one), and the
+# separator after it when it is a member's name
+_JSON_STRING = re.compile(rb'"((?:[^"\\]|\\.)*)"(\s*:\s*)?')
+_JSON_STRING_OR_BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+_JSON_SCALAR = re.compile(rb'[^\s,\]}]+')
+_NOT_IN_A_NAME = re.compile(r"[\s:=&,;]")  # never part of a header or query parameter name
 
 
 def words(name: str) -> list[str]:
@@ -69,9 +80,11 @@ def secret_name(name: str, where: str = "body") -> bool:
     if any(part in lowered for part in SECRET_SUBSTRINGS):
         return True
     parts = words(name)
+    while parts and parts[-1].isdigit():  # api_key2, x-api-key-2, Set-Cookie2: the name before the number
+        parts.pop()
     if not parts:
         return False
-    if parts[-1] in SECRET_LAST_WORDS:
+    if parts[-1] in SECRET_LAST_WORDS or (where == "header" and parts[-1] in HEADER_LAST_WORDS):
         return True
     if parts[-1] == "key":
         if len(parts) >= 2 and parts[-2] in KEY_QUALIFIERS:
@@ -105,17 +118,25 @@ class Redactor:
         return lowered not in self.allow and secret_name(name, where)
 
     def headers(self, headers: Iterable[tuple[str, str]]) -> list[list[str]]:
-        """Header pairs (order and repeats kept) with secret values replaced."""
-        return [[name, redact_header_value(value) if self.secret(name, "header") else value] for name, value in headers]
+        """Header pairs (order and repeats kept) with secret values replaced: by the header's
+        name, or by its value when that is credentials in an auth scheme whatever the name
+        (``Helicone-Auth: Bearer ...``), and the userinfo of a ``Host``."""
+        out = []
+        for name, value in headers:
+            lowered = name.lower()
+            if self.secret(name, "header") or (lowered not in self.allow and _AUTH_VALUE.match(value)):
+                value = redact_header_value(value)
+            elif lowered in ("host", ":authority") and "@" in value:
+                value = f"{REDACTED}@{value.rpartition('@')[2]}"
+            out.append([name, value])
+        return out
 
     def url(self, url: str) -> str:
-        """The URL with credential query values (and any userinfo password) replaced."""
+        """The URL with credential query values and any userinfo replaced."""
         parts = urlsplit(url)
         netloc = parts.netloc
-        if "@" in netloc:
-            userinfo, _, hostport = netloc.rpartition("@")
-            user = userinfo.split(":", 1)[0]
-            netloc = f"{user}:{REDACTED}@{hostport}" if ":" in userinfo else f"{REDACTED}@{hostport}"
+        if "@" in netloc:  # the user too: a token is often sent as the user (https://TOKEN:@host)
+            netloc = f"{REDACTED}@{netloc.rpartition('@')[2]}"
         query, fragment = parts.query, parts.fragment
         if query:
             query = _QUERY_PARAM.sub(self._query_param, query)
@@ -136,7 +157,8 @@ class Redactor:
         name, a string, an object (whole) and every item of a list. Numbers under a ``…token`` name
         stay (unless the name was given to redact), as does the structure around the values. The
         one object kept under a secret name is a JSON Schema fragment (a tool's parameters may well
-        describe a ``password`` property): its fields are judged by their own names."""
+        describe a ``password`` property): its fields are judged by their own names, and the
+        values it carries (``default``, ``const``, ``enum``, ``examples``) as the name's."""
         if isinstance(value, dict):
             out = {}
             for name, item in value.items():
@@ -156,7 +178,12 @@ class Redactor:
         if isinstance(value, list):
             return [self._under_secret_name(name, item) for item in value]
         if isinstance(value, dict):
-            return self.json(value) if _schema_fragment(value) else REDACTED
+            if not _schema_fragment(value):
+                return REDACTED
+            described = self.json(value)
+            for keyword in _SCHEMA_VALUES.intersection(described):  # a default api_key is a key
+                described[keyword] = self._under_secret_name(name, described[keyword])
+            return described
         if name.lower() in self.extra and value is not None and not isinstance(value, bool):
             return REDACTED  # a name given to redact: whatever its value is
         return REDACTED if _secret_scalar(name, value) else value
@@ -166,9 +193,11 @@ class Redactor:
         by ``dump_embedded`` only when something was redacted, else left as it was."""
         try:
             inner = json.loads(text)
+            redacted = self.json(inner)
         except ValueError:
             return text
-        redacted = self.json(inner)
+        except RecursionError:  # nested deeper than Python recurses: scanned instead
+            return self.json_bytes(text.encode("utf-8", "surrogatepass")).decode("utf-8", "surrogatepass")
         return dump_embedded(redacted) if redacted != inner else text
 
     def form(self, body: bytes) -> bytes:
@@ -188,7 +217,10 @@ class Redactor:
         if "url" in part:
             part["url"] = self.url(part["url"])
         if "body" in part:
-            part["body"] = self.json(part["body"])
+            try:
+                part["body"] = self.json(part["body"])
+            except RecursionError:  # nested deeper than Python recurses (orjson reads 1,024 levels)
+                part["body"] = REDACTED
         if isinstance(part.get("body_b64"), str):
             try:
                 raw = base64.b64decode(part["body_b64"], validate=True)
@@ -202,20 +234,67 @@ class Redactor:
 
     def json_bytes(self, raw: bytes) -> bytes:
         """JSON text the parser refused (a lone surrogate escape, 1e400, deep nesting, a BOM: all
-        JSON to an app's own parser) with the string and number values of secret members
-        replaced, found by their shape; every other byte as it was."""
-
-        def member(match: re.Match[bytes]) -> bytes:
+        JSON to an app's own parser) with the values of secret members redacted as ``json`` does,
+        found by a scan that reads every string whole; every other byte as it was. A value that
+        no parser reads (nested too deep, say) is redacted whole."""
+        out, done, at = [], 0, 0
+        while match := _JSON_STRING.search(raw, at):
+            at = match.end()
+            if match[2] is None:  # a string that names no member
+                continue
             try:
                 name = json.loads(b'"' + match[1] + b'"')
-                value = json.loads(match[3])
+            except ValueError:
+                continue
+            if not self.secret(name, "body"):
+                continue
+            end = _json_value_end(raw, at)
+            if end is None:  # the text ends inside the value
+                continue
+            try:
+                value = json.loads(raw[at:end])
             except (ValueError, RecursionError):
-                return match[0]
-            if not self.secret(name, "body") or self._under_secret_name(name, value) != REDACTED:
-                return match[0]
-            return b'"' + match[1] + b'"' + match[2] + json.dumps(REDACTED).encode()
+                replacement = json.dumps(REDACTED)
+            else:
+                redacted = self._under_secret_name(name, value)
+                if redacted is value or (redacted == value and type(redacted) is type(value)):
+                    continue  # kept (a count, a schema): the members inside are scanned in turn
+                replacement = json.dumps(redacted, ensure_ascii=False)
+            out += (raw[done:at], replacement.encode("utf-8", "surrogatepass"))
+            done = at = end
+        out.append(raw[done:])
+        return b"".join(out)
 
-        return _JSON_MEMBER.sub(member, raw)
+
+def _json_value_end(raw: bytes, start: int) -> int | None:
+    """Where the JSON value that begins at ``start`` ends (an object or array with its nesting,
+    strings read whole), or None when the text ends first."""
+    first = raw[start : start + 1]
+    if first == b'"':
+        match = _JSON_STRING_OR_BRACKET.match(raw, start)
+        return match.end() if match else None
+    if first not in (b"{", b"["):
+        match = _JSON_SCALAR.match(raw, start)
+        return match.end() if match else None
+    depth = 0
+    for token in _JSON_STRING_OR_BRACKET.finditer(raw, start):
+        if token[0] in (b"{", b"["):
+            depth += 1
+        elif token[0] in (b"}", b"]"):
+            depth -= 1
+            if depth == 0:
+                return token.end()
+    return None
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a header, query parameter or body field name to redact or allow
+    (a list given as one value, say), or None."""
+    if not name:
+        return "an empty name"
+    if _NOT_IN_A_NAME.search(name):
+        return f"{name!r} is not a header or query parameter name (give each name on its own)"
+    return None
 
 
 def dump_embedded(value: Any) -> str:
@@ -231,6 +310,10 @@ _SCHEMA_KEYWORDS = frozenset({
     "uniqueItems", "anyOf", "oneOf", "allOf", "not", "$ref", "$defs", "definitions", "nullable",
     "deprecated", "readOnly", "writeOnly", "contentEncoding", "contentMediaType",
 })
+
+
+# the keywords among them that carry values of what they describe
+_SCHEMA_VALUES = frozenset({"enum", "const", "default", "examples"})
 
 
 def _schema_fragment(value: dict[str, Any]) -> bool:

@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import unquote, urlencode, urlsplit
 
 from streamtap.recording.catalog import RECORDING_SUFFIXES, files_under
-from streamtap.recording.redact import FORM_REDACTED, REDACTED, dump_embedded, query_pairs, redact_headers, redact_url
+from streamtap.recording.redact import FORM_REDACTED, REDACTED, Redactor, dump_embedded, query_pairs
 
 from .source import RecordingError, Source, load_source
 
@@ -118,6 +118,11 @@ class MatchOptions:
     match_headers: tuple[str, ...] = ()
     once: bool = False  # serve each recording once (several recordings of one request: in order)
     match_any: bool = False  # answer every request with the first recording (the sweep: one recording, any client)
+    redact: tuple[str, ...] = ()  # names redacted besides the patterns, and names they leave alone (the
+    redact_allow: tuple[str, ...] = ()  # Tap's streamtap_redact options), in the 404 and the log
+
+    def redactor(self) -> Redactor:
+        return Redactor(self.redact, self.redact_allow)
 
 
 @dataclass(slots=True)
@@ -168,7 +173,8 @@ class Library:
 
     def key(self, method: str, target: str, headers: dict[str, str], body: Any, redacted_params: frozenset[str] = frozenset()) -> Key:
         parts = urlsplit(target)
-        path = unquote(parts.path) or "/"
+        # a ? or # sent escaped stays so: the key's query is the request's query, never part of its path
+        path = unquote(parts.path).replace("?", "%3F").replace("#", "%23") or "/"
         query = [
             (k, REDACTED if k in redacted_params else v)
             for k, v in query_pairs(parts.query)
@@ -249,7 +255,8 @@ class Library:
                 }
             )
         # the live request's credentials stay out of the answer: the Tap records it, and logs it
-        shown = replace(key, path=redact_url(key.path), headers=tuple(map(tuple, redact_headers(key.headers))))
+        redactor = self.options.redactor()
+        shown = replace(key, path=redactor.url(key.path), headers=tuple(map(tuple, redactor.headers(key.headers))))
         return {
             "error": {
                 "type": "streamtap_no_recording",

@@ -27,7 +27,6 @@ from typing import Any
 
 import h11
 
-from streamtap.recording.redact import redact_url
 
 from .faults import Fault, FaultSpecError, Plan, Timing, parse_faults, plan, unfit_faults
 from .match import Library
@@ -278,7 +277,7 @@ class ReplayServer:
         self.served.append(served)
         where = served.recording or "no recording"
         # the log keeps no credential of the request (a ?key= in the target)
-        self.log(f"streamtap replay: {served.method} {redact_url(served.target)} -> {served.status} ({where})")
+        self.log(f"streamtap replay: {served.method} {self.library.options.redactor().url(served.target)} -> {served.status} ({where})")
         for line in served.log:
             self.log(f"streamtap replay:   fault {line}")
 
