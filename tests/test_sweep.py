@@ -191,12 +191,15 @@ def test_sweep_usage_errors(recording):
         (["/nonexistent.jsonl", "--", "true"], "nonexistent"),
         ([str(recording), "--error-text", "(", "--", "true"], "--error-text"),
         ([str(recording), "--json", "/nonexistent/report.json", "--", "true"], "/nonexistent/report.json"),
+        ([str(recording), "--", "/nonexistent/client"], "cannot start the client '/nonexistent/client': no such command"),
+        ([str(recording), "--", "/proc/version"], "cannot start the client '/proc/version': not an executable file"),
     ]:
         result = subprocess.run([*STREAMTAP, "sweep", *args], capture_output=True, text=True, timeout=30)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, (args, result.stderr)
 
 
-def test_interrupting_a_sweep_stops_the_clients_it_started(recording, tmp_path):
+@pytest.mark.parametrize("stop, code", [("SIGINT", 130), ("SIGTERM", 143), ("SIGHUP", 129)])
+def test_interrupting_a_sweep_stops_the_clients_it_started(recording, tmp_path, stop, code):
     """The clients run in their own session (so a hung one's children die with it): Ctrl-C
     does not reach them, so the sweep must stop them itself."""
     import os
@@ -222,8 +225,9 @@ def test_interrupting_a_sweep_stops_the_clients_it_started(recording, tmp_path):
             time.sleep(0.05)
         started = [int(p.name) for p in pids.iterdir()]
         assert started, "the client never started"
-        sweep.send_signal(signal.SIGINT)
-        assert sweep.wait(20) != 0
+        sweep.send_signal(getattr(signal, stop))  # Ctrl-C; timeout, a CI runner or kill; a closed terminal
+        _out, err = sweep.communicate(timeout=20)
+        assert sweep.returncode == code and "Traceback" not in err, (sweep.returncode, err)
     finally:
         sweep.kill()
         sweep.wait(10)

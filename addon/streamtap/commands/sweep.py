@@ -8,6 +8,8 @@ import json
 import math
 import os
 import re
+import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -47,7 +49,9 @@ corrupt even uncut, is swept all the same (the cuts still show how the client ta
 recorded), after a one-line warning on stderr: the runs do not start from a whole, sound answer.
 
 exit code: 0 every cut was noticed, 1 some were silent, hung or crashed, 2 usage error
-(said before any run), 130 interrupted.
+(said before any run), 3 an error in streamtap itself, 130 interrupted (Ctrl-C), 143 and 129
+stopped by SIGTERM or SIGHUP (the clients' runs are ended first in all three), 141 the output
+was closed.
 
 example (the source tree's examples/ folder holds three such clients):
   streamtap sweep recordings/live/x.jsonl --json report.json -- python my_client.py
@@ -104,6 +108,9 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot read the options {' '.join(before)!r} (see streamtap sweep --help)") from None
     if not command:
         raise UsageError("no client command: put it after --, e.g. streamtap sweep REC.jsonl -- python client.py")
+    if shutil.which(command[0]) is None:  # a typo would make every run "crashed", the cause only in --json
+        where = "not an executable file" if os.sep in command[0] and os.path.exists(command[0]) else "no such command"
+        raise UsageError(f"cannot start the client {command[0]!r}: {where}")
     styles = tuple(s.strip() for s in args.styles.split(",") if s.strip())
     if not styles or any(s not in CUT_STYLES for s in styles):
         raise UsageError(f"--styles takes {', '.join(CUT_STYLES)}, not {args.styles!r}")
@@ -134,19 +141,26 @@ def run(args: argparse.Namespace) -> int:
     if problems:
         print(f"streamtap sweep: warning: {args.recording}: {'; '.join(problems)}", file=sys.stderr)
     progress = None if args.no_progress or not sys.stderr.isatty() else progress_bar(sys.stderr)
-    report = asyncio.run(
-        run_sweep(
-            source,
-            command,
-            positions=positions,
-            styles=styles,
-            timing=timing,
-            timeout=args.timeout,
-            jobs=args.jobs or None,
-            error_text=error_text,
-            progress=progress,
-        )
+    sweep = run_sweep(
+        source,
+        command,
+        positions=positions,
+        styles=styles,
+        timing=timing,
+        timeout=args.timeout,
+        jobs=args.jobs or None,
+        error_text=error_text,
+        progress=progress,
     )
+    caught: list[int] = []
+    try:
+        report = asyncio.run(_stopped_by(TERMINATING, sweep, caught))
+    except asyncio.CancelledError:
+        if not caught:
+            raise
+        name = signal.Signals(caught[0]).name
+        print(f"streamtap sweep: stopped by {name}; the clients' runs were ended", file=sys.stderr)
+        return 128 + caught[0]  # as a shell reports a process the signal ended
     data = report.to_dict()
     if args.json == "-":
         print(json.dumps(data, indent=1))
@@ -159,6 +173,25 @@ def run(args: argparse.Namespace) -> int:
                 raise UsageError(f"--json {args.json}: {exc.strerror or exc}") from None
     counts = report.counts()
     return 1 if counts[SILENT] or counts[HUNG] or counts[CRASHED] else 0
+
+
+# What `timeout`, a CI runner or `kill` (SIGTERM) and a closed terminal (SIGHUP) send: the
+# clients run in sessions of their own, so the sweep ends their runs itself, as on Ctrl-C
+TERMINATING = (signal.SIGTERM, signal.SIGHUP)
+
+
+async def _stopped_by(signals: tuple[int, ...], work, caught: list[int]):
+    """``work``, cancelled (its runs' clients killed on the way out) when one of ``signals``
+    arrives; ``caught`` learns which."""
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+
+    def stop(signum: int) -> None:
+        caught.append(signum)
+        task.cancel()
+
+    for signum in signals:
+        loop.add_signal_handler(signum, stop, signum)
+    return await work
 
 
 def _names_an_option(word: str, option_names: set[str]) -> bool:

@@ -202,12 +202,11 @@ class Redactor:
 
     def form(self, body: bytes) -> bytes:
         """An ``a=1&b=2`` body with secret fields' values replaced; every other byte as it was."""
-        pieces = body.split(b"&")
-        for i, piece in enumerate(pieces):
-            name, eq, _value = piece.partition(b"=")
-            if eq and self.secret(unquote_plus(name.decode("latin-1")), "body"):
-                pieces[i] = name + b"=" + FORM_REDACTED.encode()
-        return b"&".join(pieces)
+        def field(match: re.Match[str]) -> str:  # split as a query is: at "&", and at a ";" that starts a field
+            name, eq, _value = match[0].partition("=")
+            return f"{name}={FORM_REDACTED}" if eq and self.secret(unquote_plus(name), "body") else match[0]
+
+        return _QUERY_PARAM.sub(field, body.decode("latin-1")).encode("latin-1")
 
     def request_part(self, part: dict[str, Any]) -> dict[str, Any]:
         """A recording header's ``request`` or ``response``, redacted."""
