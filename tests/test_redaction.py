@@ -369,6 +369,11 @@ def test_json_in_a_string_nested_past_what_python_reads_is_still_redacted():
     assert "sDeep6" not in json.dumps(part["body"])
 
 
+def test_a_form_field_after_a_semicolon_is_split_as_a_query_parameter_is():
+    form = Redactor().form(b"grant_type=pw;password=fSemi25&x=1;a&note=\xff")
+    assert form == b"grant_type=pw;password=%5Bredacted%5D&x=1;a&note=\xff"  # every other byte as it was
+
+
 def test_credentials_under_other_header_names_and_in_the_userinfo():
     redactor = Redactor()
     got = dict(map(tuple, redactor.headers([
