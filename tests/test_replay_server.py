@@ -288,6 +288,26 @@ def test_once_serves_a_recording_a_single_time(recordings):
     assert second.status_code == 404 and second.json()["error"]["nearest"][0]["already_served"] is True
 
 
+def test_a_whole_recording_answers_before_a_killed_proxys_leftover_of_the_same_request(tmp_path):
+    whole = write_recording(tmp_path / "b-whole.jsonl", "openai", openai_chat_frames())
+    lines = whole.read_bytes().splitlines(keepends=True)
+    (tmp_path / "a-cut.jsonl").write_bytes(b"".join(lines[:4]))  # first by name; its writer was killed
+    full = b"".join(openai_chat_frames())
+    with ServerThread(Library.load([tmp_path], MatchOptions(once=True)), ServeOptions()) as server:
+        answers = [httpx.post(server.base_url + "/v1/chat/completions", content=OPENAI_BODY, timeout=5) for _ in range(2)]
+    assert answers[0].content == full  # then, --once, the leftover: the only one left
+    assert answers[1].status_code == 200 and full.startswith(answers[1].content) and answers[1].content != full
+    proc = subprocess.Popen([*STREAMTAP, "serve", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().strip()
+        warning = proc.stderr.readline()
+        assert httpx.post(url + "/v1/chat/completions", content=OPENAI_BODY, timeout=5).content == full
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert warning.startswith("streamtap serve: warning: 1 recording(s) without their end line") and "a-cut.jsonl" in warning, warning
+
+
 def test_ignored_body_fields_still_match(recordings):
     options = MatchOptions(ignore_fields=("metadata.user_id", "temperature"))
     with ServerThread(Library.load([recordings], options), ServeOptions()) as server:

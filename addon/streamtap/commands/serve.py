@@ -86,6 +86,10 @@ def run(args: argparse.Namespace) -> int:
         except (RecordingError, FaultSpecError) as exc:
             raise UsageError(str(exc)) from None
         print(server.base_url, flush=True)
+        unfinished = [entry.source.path for entry in library.entries if not entry.source.whole]
+        if unfinished:
+            print(f"streamtap serve: warning: {len(unfinished)} recording(s) without their end line (a killed proxy's, "
+                  f"e.g. {unfinished[0]}): each answers only a request no whole recording answers", file=sys.stderr)
         print(
             f"streamtap serve: {len(library.entries)} recording(s), timing {options.timing}, "
             f"faults: {'; '.join(map(str, options.faults)) or 'none'}; Ctrl-C stops",

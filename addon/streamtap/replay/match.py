@@ -151,6 +151,9 @@ class Library:
                 k for k, v in query_pairs(urlsplit(source.path_and_query).query) if v == REDACTED
             )
             self.entries.append(_Entry(source, key, body, redacted_params=params, redacted_body=holds_redacted(body)))
+        # of the recordings that answer one request, a whole one first: a killed proxy's
+        # leftover (no end line) answers only when no whole one does (or, --once, is left)
+        self.entries.sort(key=lambda entry: not entry.source.whole)
 
     @classmethod
     def load(cls, paths: Iterable[str | Path], options: MatchOptions | None = None) -> Library:

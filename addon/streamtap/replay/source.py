@@ -46,6 +46,7 @@ class Source:
     # what ``streamtap verify`` finds wrong with the file it came from (empty: nothing), when it
     # was loaded with ``check=True``; None when not checked
     problems: list[str] | None = None
+    whole: bool = True  # its end line is there and it was renamed: no killed proxy's leftover
     _body: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -114,6 +115,7 @@ def load_source(path: str | Path, *, check: bool = False) -> Source:
     reads = [(o, n, float(t) if t is not None else 0.0) for o, n, t in rec.reads]
     source = _source_from_header(path, rec.header, frames, reads)
     source.problems = problems
+    source.whole = rec.end is not None and not path.name.endswith((".partial.jsonl", ".partial.jsonl.zst"))
     if (rec.end or {}).get("stream_end") == "upstream_reset":
         source.end_style = "abort"
     return source
