@@ -145,6 +145,18 @@ def test_an_index_written_into_a_folder_of_recordings_hides_none_of_them(tmp_pat
     assert got["report"]["verdicts"] == {"complete": 1, "truncated": 1}
 
 
+def test_the_html_page_never_says_every_turn_is_complete_when_none_was_judged(tmp_path):
+    lines = GOOD.read_bytes().splitlines(keepends=True)
+    (tmp_path / "recs").mkdir()
+    (tmp_path / "recs" / "killed.jsonl").write_bytes(b"".join(lines[:4]))  # no end line: no verdict
+    page = tmp_path / "report.html"
+    assert streamtap("report", "--html", page, tmp_path / "recs").returncode == 1
+    assert "No turn was judged" in page.read_text() and "is complete." not in page.read_text()
+    recording(tmp_path / "recs", "good.jsonl")
+    assert streamtap("report", "--html", page, tmp_path / "recs").returncode == 1
+    assert "Every judged turn is complete." in page.read_text()
+
+
 def test_a_recording_cut_inside_its_header_is_listed_as_incomplete_as_verify_says(tmp_path):
     """A finished recording (plain or compressed) cut inside its header line is a recording cut,
     not another program's file: report and index list it as incomplete, as verify judges it."""

@@ -151,6 +151,9 @@ def render_html(data: dict[str, Any], bucket: str, series: list[dict[str, Any]],
 
     listed = [[item["path"], verdict_and_why(item)[0], item["stream_end"] or "-", verdict_and_why(item)[1]] for item in incomplete[:LISTED]]
     more = f"<p>… and {len(incomplete) - LISTED} more (streamtap report --json lists all).</p>" if len(incomplete) > LISTED else ""
+    judged = sum(data["verdicts"].values())
+    no_reasons = ("<p>No turn was judged: no recording holds a verdict.</p>" if not judged
+                  else "<p>Every judged turn is complete.</p>")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>streamtap report</title><style>{STYLE}</style></head><body>
 <h1>streamtap report: {data['recordings']} recordings</h1>
@@ -170,7 +173,7 @@ def render_html(data: dict[str, Any], bucket: str, series: list[dict[str, Any]],
 <h2>Stream ends</h2>
 {_rows(["stream end", "count"], [[k, n] for k, n in data["stream_end"].items()])}
 <h2>Most frequent reasons</h2>
-{_rows(["count", "verdict", "reason"], [[r["count"], r["verdict"], r["reason"] or "-"] for r in data["reasons"]]) if data["reasons"] else "<p>Every turn is complete.</p>"}
+{_rows(["count", "verdict", "reason"], [[r["count"], r["verdict"], r["reason"] or "-"] for r in data["reasons"]]) if data["reasons"] else no_reasons}
 <h2>Not complete ({len(incomplete)})</h2>
 {_rows(["recording", "verdict", "stream end", "why"], listed, path_column=0) if listed else "<p>None.</p>"}{more}
 </body></html>

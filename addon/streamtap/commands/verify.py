@@ -98,6 +98,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def check_sentinel(sentinel: str | None) -> None:
     """Refuse a --sentinel no answer could end with, as the addon refuses its streamtap_sentinel:
     judged with it, every file would be truncated and the cause hidden."""
+    if sentinel == "":  # an unset shell variable (--sentinel "$END"): the check would be off, silently
+        raise UsageError("--sentinel: empty; give the line the answer must end with, or leave --sentinel out")
     problem = sentinel_problem(sentinel)
     if problem:
         raise UsageError(f"--sentinel: {problem}")
