@@ -455,6 +455,23 @@ def test_a_file_that_is_not_a_stream_is_said_so(tmp_path):
     assert forced.returncode == 1 and forced.stdout.startswith(f"{readme}: truncated (openai-chat)")
 
 
+def test_show_writes_what_a_terminal_would_act_on_as_escapes(tmp_path):
+    """The answer is the model's text: an ESC sequence (colour, window title, clipboard), a CR or a
+    right-to-left override in it must reach the terminal as text, not as commands."""
+    import provider_streams
+
+    body = tmp_path / "odd.sse"
+    body.write_bytes(provider_streams.openai_chat(["red \x1b[31mALERT\x1b]0;title\x07", " back\rover \u202eevil", "\nnext\tline"],
+                                                  model="m\x1b[2J"))
+    shown = streamtap("show", "--width", "0", body)
+    assert shown.returncode == 0, shown.stderr
+    assert not [c for c in shown.stdout if c in "\x1b\x07\r\u202e"], repr(shown.stdout)
+    assert "red \\x1b[31mALERT\\x1b]0;title\\x07 back\\rover \\u202eevil\nnext\tline" in shown.stdout, shown.stdout
+    assert "m\\x1b[2J" in shown.stdout
+    as_json = streamtap("show", "--json", body)  # JSON escapes them itself, and keeps the text exact
+    assert json.loads(as_json.stdout)["turn"]["choices"][0]["blocks"][0]["text"].startswith("red \x1b[31mALERT")
+
+
 def test_an_empty_file_is_not_a_stream_unless_a_provider_is_given(tmp_path):
     empty = tmp_path / "body.sse"
     empty.write_bytes(b"")

@@ -145,6 +145,15 @@ def test_an_index_written_into_a_folder_of_recordings_hides_none_of_them(tmp_pat
     assert got["report"]["verdicts"] == {"complete": 1, "truncated": 1}
 
 
+def test_a_model_name_with_a_newline_or_an_escape_keeps_the_text_table_whole(tmp_path):
+    recording(tmp_path, "odd.jsonl", end={"turn.model": "gpt\nnew\x1b[31m", "verdict": {"kind": "truncated", "reason": "cut\rhere"}})
+    table = streamtap("report", tmp_path)
+    assert table.returncode == 1 and "\x1b" not in table.stdout and "\r" not in table.stdout, repr(table.stdout)
+    assert "anthropic gpt\\nnew\\x1b[31m" in table.stdout and "truncated: cut\\rhere" in table.stdout, table.stdout
+    as_json = json.loads(streamtap("report", "--json", tmp_path).stdout)
+    assert as_json["by_model"][0]["model"] == "gpt\nnew\x1b[31m"  # the data itself is kept as it is
+
+
 def test_the_html_page_never_says_every_turn_is_complete_when_none_was_judged(tmp_path):
     lines = GOOD.read_bytes().splitlines(keepends=True)
     (tmp_path / "recs").mkdir()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import signal
 import sys
 import threading
@@ -49,6 +50,18 @@ EXIT_INTERRUPTED, EXIT_OUTPUT_CLOSED = 130, 141  # the shell's 128 + SIGINT, 128
 
 class UsageError(Exception):
     """A user mistake: printed as one line, exit 2, never a traceback."""
+
+
+# What a terminal would act on rather than show: control characters (ESC starts colour, title
+# and clipboard sequences; CR overwrites a line), C1 controls, and the marks that reorder text
+_NOT_FOR_A_TERMINAL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` as a terminal shows it, whoever wrote it (a model's answer, a recorded model
+    name): each such character written as its Python escape (``\\x1b``, ``\\u202e``); newlines
+    and tabs kept."""
+    return _NOT_FOR_A_TERMINAL.sub(lambda match: match[0].encode("unicode_escape").decode("ascii"), text)
 
 
 def refuse_recording_as_output(option: str, path) -> None:

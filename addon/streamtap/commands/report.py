@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError, queries_stop_on_ctrl_c, refuse_recording_as_output
+from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError, queries_stop_on_ctrl_c, refuse_recording_as_output, terminal_safe
 from streamtap.recording import RecordingError
 
 # streamtap.recording.fleet (DuckDB, ~0.15 s to import) is imported where used, so that
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.csv:
         write_csv(data, sys.stdout)
     else:
-        sys.stdout.write(render_table(data, args.limit))
+        sys.stdout.write(terminal_safe(render_table(data, args.limit)))  # a model name with a newline keeps its row
     # every recording whole and judged complete: a damaged, cut or unjudged one is not, and a
     # folder that could not be read may hold any
     all_complete = (data["recordings"] == data["verdicts"].get("complete", 0) and not data["incomplete_files"]
@@ -143,8 +143,13 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
 
 
+def _cell(value: Any) -> str:
+    """A value on one line of the table: a model name or reason is the provider's or the client's text."""
+    return str(value).replace("\n", "\\n").replace("\r", "\\r")
+
+
 def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
-    cells = [headers, *[[str(c) for c in row] for row in rows]]
+    cells = [headers, *[[_cell(c) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = []
     for row in cells:
@@ -190,14 +195,14 @@ def render_table(data: dict[str, Any], limit: int) -> str:
     )
     if data["reasons"]:
         out += ["", "most frequent reasons (not complete):"]
-        out += [f"  {r['count']:>6}  {r['verdict']}: {r['reason'] or '-'}" for r in data["reasons"]]
+        out += [f"  {r['count']:>6}  {r['verdict']}: {_cell(r['reason'] or '-')}" for r in data["reasons"]]
     incomplete = data["incomplete"]
     if incomplete:
         out += ["", f"not complete ({len(incomplete)}):"]
         for item in incomplete[:limit]:
             what, why = verdict_and_why(item)
             end = f" [{item['stream_end']}]" if item["stream_end"] not in (None, "finished") else ""
-            out.append(f"  {item['path']}: {what}{end} ({why})")
+            out.append(f"  {_cell(item['path'])}: {what}{end} ({_cell(why)})")
         if len(incomplete) > limit:
             out.append(f"  ... and {len(incomplete) - limit} more (--limit N, or --json for all)")
     return "\n".join(out) + "\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 
-from streamtap.cli import UsageError
+from streamtap.cli import UsageError, terminal_safe
 from streamtap.providers import Block, BlockKind, Choice, Turn
 from streamtap.providers.common import dumps
 
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         if shown:
             print()
-        print(render(item, args.width), flush=True)
+        print(terminal_safe(render(item, args.width)), flush=True)
         shown += 1
     return exit_code(True, unjudged)
 

@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 import orjson
 
-from streamtap.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE, UsageError
+from streamtap.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE, UsageError, terminal_safe
 from streamtap.providers import Analysis, Detection, Dialect, StreamEnd, StreamSession, sentinel_problem, sniff_dialect
 from streamtap.providers.judge import DROPPED, TEXT_CAP
 from streamtap.recording.catalog import files_under
@@ -382,5 +382,5 @@ def run(args: argparse.Namespace) -> int:
             unjudged = True
             continue
         all_ok = all_ok and item.analysis.verdict.ok and not item.problem
-        print(orjson.dumps(as_json(item)).decode() if args.json else summary_line(item), flush=True)
+        print(orjson.dumps(as_json(item)).decode() if args.json else terminal_safe(summary_line(item)), flush=True)
     return exit_code(all_ok, unjudged)
