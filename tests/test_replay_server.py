@@ -337,6 +337,11 @@ def test_serve_usage_errors_exit_2_with_one_line(tmp_path):
         (["serve", str(tmp_path), "--fault", "cut:nowhere=1"], "cut takes"),
         (["serve", str(tmp_path), "--timing", "slow"], "timing is"),
         (["serve", str(tmp_path), "--port", "70000"], "--port 70000"),
+        (["serve", str(tmp_path), "--fault", ""], "--fault '': no fault in it"),  # an unset $SPEC
+        (["serve", str(tmp_path), "--fault", " ; "], "--fault ' ; ': no fault in it"),
+        (["serve", str(tmp_path), "--match-header", "x b"], "--match-header: 'x b' is not a header"),
+        (["serve", str(tmp_path), "--ignore-param", ""], "--ignore-param: an empty name"),
+        (["serve", str(tmp_path), "--ignore-field", "a..b"], "--ignore-field: 'a..b' is not a dotted JSON field path"),
     ]:
         result = subprocess.run([*STREAMTAP, *args], capture_output=True, text=True, timeout=30)
         assert result.returncode == 2, (args, result.stderr)

@@ -15,6 +15,8 @@ so this works from any folder, in any environment streamtap is installed in:
   mitmdump -s "$(streamtap addon)" --options | grep streamtap_
 
 In a git checkout, addon/tap.py is the same addon.
+
+exit code: 0 the path was printed, 141 the output was closed first.
 """
 
 

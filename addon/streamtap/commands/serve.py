@@ -19,6 +19,12 @@ faults:  cut:event=N|byte=N|at=tool-args|escaped-quote|between-blocks|before-ter
          error:kind=overloaded_error|modelStreamErrorException|openai[,after=N]  swap-tail:with=OTHER.jsonl[,at=N]
          (several: repeat --fault or join with ';')
 
+Of several recordings of one request, the first by name answers (--once: each in turn), a
+whole one before a killed proxy's leftover (no end line), which is named in a warning at start.
+
+exit code: 2 usage error (a path, port, timing, fault or name that cannot be used, said before
+it listens), 130 stopped (Ctrl-C), 143 stopped by SIGTERM, 3 an error in streamtap itself.
+
 examples:
   streamtap serve recordings/live/
   streamtap serve --timing original --fault 'cut:at=tool-args,style=abort' recordings/live/x.jsonl
@@ -44,6 +50,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def build(args: argparse.Namespace):
     """(library, options) from the arguments, or UsageError."""
     from streamtap.cli import UsageError
+    from streamtap.recording.redact import name_problem
     from streamtap.replay.faults import FaultSpecError, Timing, parse_faults, unfit_faults
     from streamtap.replay.match import Library, MatchOptions
     from streamtap.replay.server import ServeOptions
@@ -51,6 +58,17 @@ def build(args: argparse.Namespace):
 
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: a port is 0..65535 (0: a free one)")
+    for spec in args.fault:
+        if not spec.replace(";", "").strip():  # --fault "$SPEC" with SPEC unset: no fault, silently
+            raise UsageError(f"--fault {spec!r}: no fault in it; give a spec such as cut:event=3, or leave --fault out")
+    for flag, names in (("--match-header", args.match_header), ("--ignore-param", args.ignore_param)):
+        for name in names:
+            problem = name_problem(name)
+            if problem:  # it could never match (or be left out of matching)
+                raise UsageError(f"{flag}: {problem}")
+    for path in args.ignore_field:
+        if not path or any(not part.strip() for part in path.split(".")):
+            raise UsageError(f"--ignore-field: {path!r} is not a dotted JSON field path (e.g. metadata.user_id)")
     try:
         timing = Timing.parse(args.timing)
         faults = [f for spec in args.fault for f in parse_faults(spec)]
