@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 
 # verb -> (module, one-line help). The help lives here, not in the module, so that
@@ -62,6 +62,17 @@ def terminal_safe(text: str) -> str:
     name): each such character written as its Python escape (``\\x1b``, ``\\u202e``); newlines
     and tabs kept."""
     return _NOT_FOR_A_TERMINAL.sub(lambda match: match[0].encode("unicode_escape").decode("ascii"), text)
+
+
+def check_names(flag: str, names: Iterable[str]) -> None:
+    """Refuse a header, query parameter or field name that cannot be one (a list given as one
+    value, an unset shell variable): it would match, redact or allow nothing, silently."""
+    from streamtap.recording.redact import name_problem
+
+    for name in names:
+        problem = name_problem(name)
+        if problem:
+            raise UsageError(f"{flag}: {problem}")
 
 
 def refuse_recording_as_output(option: str, path) -> None:

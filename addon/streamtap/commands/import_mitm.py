@@ -7,8 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError
-from streamtap.recording.redact import name_problem
+from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError, check_names
 
 
 DESCRIPTION = """\
@@ -102,11 +101,8 @@ def run(args: argparse.Namespace) -> int:
     if args.out.exists() and not args.out.is_dir():
         raise UsageError(f"--out {shown_path(args.out)}: exists and is not a directory")
     check_sentinel(args.sentinel)
-    for flag, names in (("--redact", args.redact), ("--redact-allow", args.redact_allow)):
-        for name in names:
-            problem = name_problem(name)
-            if problem:  # a list in one value would redact (or allow) nothing, silently
-                raise UsageError(f"{flag}: {problem}")
+    check_names("--redact", args.redact)
+    check_names("--redact-allow", args.redact_allow)
 
     written = skipped = already = 0
     incomplete = None

@@ -49,10 +49,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def build(args: argparse.Namespace):
     """(library, options) from the arguments, or UsageError."""
-    from streamtap.cli import UsageError
-    from streamtap.recording.redact import name_problem
+    from streamtap.cli import UsageError, check_names
     from streamtap.replay.faults import FaultSpecError, Timing, parse_faults, unfit_faults
-    from streamtap.replay.match import Library, MatchOptions
+    from streamtap.replay.match import Library, MatchOptions, field_path_problem
     from streamtap.replay.server import ServeOptions
     from streamtap.replay.source import RecordingError
 
@@ -61,14 +60,12 @@ def build(args: argparse.Namespace):
     for spec in args.fault:
         if not spec.replace(";", "").strip():  # --fault "$SPEC" with SPEC unset: no fault, silently
             raise UsageError(f"--fault {spec!r}: no fault in it; give a spec such as cut:event=3, or leave --fault out")
-    for flag, names in (("--match-header", args.match_header), ("--ignore-param", args.ignore_param)):
-        for name in names:
-            problem = name_problem(name)
-            if problem:  # it could never match (or be left out of matching)
-                raise UsageError(f"{flag}: {problem}")
+    check_names("--match-header", args.match_header)
+    check_names("--ignore-param", args.ignore_param)
     for path in args.ignore_field:
-        if not path or any(not part.strip() for part in path.split(".")):
-            raise UsageError(f"--ignore-field: {path!r} is not a dotted JSON field path (e.g. metadata.user_id)")
+        problem = field_path_problem(path)
+        if problem:
+            raise UsageError(f"--ignore-field: {problem}")
     try:
         timing = Timing.parse(args.timing)
         faults = [f for spec in args.fault for f in parse_faults(spec)]

@@ -172,6 +172,8 @@ def _recognised(detection: Detection) -> bool:
 
 def _judge_raw(path: Path, head: bytes, file: BinaryIO, provider: str | None, sentinel: str | None,
                keeps: dict[str, int | None]) -> Judged | Unjudged:
+    if not head and not provider:  # no bytes tell a dialect, nor that this was ever a stream
+        return Unjudged(path, "not a stream: the file is empty; --provider judges it anyway (as a body cut before its first byte)")
     by_name = EXTENSION_WIRE.get(path.suffix.lower())
     detection = sniff_dialect(head)
     if provider:
@@ -189,8 +191,6 @@ def _judge_raw(path: Path, head: bytes, file: BinaryIO, provider: str | None, se
     while chunk := file.read(SNIFF_BYTES):
         session.feed(chunk)
     analysis = session.close(StreamEnd.FINISHED)
-    if not head and not provider:  # no bytes tell a dialect, nor that this was ever a stream
-        return Unjudged(path, "not a stream: the file is empty; --provider judges it anyway (as a body cut before its first byte)")
     if not provider and not _recognised(detection) and analysis.turn.events == 0:
         return Unjudged(
             path,

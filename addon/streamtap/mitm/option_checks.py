@@ -99,9 +99,12 @@ def sentinel(option: str, value: str | None) -> None:
 
 
 def dotted_paths(option: str, values: Iterable[str]) -> None:
+    from streamtap.replay.match import field_path_problem
+
     for path in values:
-        if not path or any(not part.strip() for part in path.split(".")):
-            raise OptionsError(f"{option}: {path!r} is not a dotted JSON field path (e.g. metadata.user_id)")
+        problem = field_path_problem(path)
+        if problem:
+            raise OptionsError(f"{option}: {problem}")
 
 
 def given_before_load(loader) -> None:

@@ -39,6 +39,13 @@ def normalize_body(body: Any, ignore_fields: Iterable[str] = ()) -> Any:
     return body
 
 
+def field_path_problem(path: str) -> str | None:
+    """Why ``path`` cannot name a JSON body field to leave out of matching (``metadata.user_id``), or None."""
+    if not path or any(not part.strip() for part in path.split(".")):
+        return f"{path!r} is not a dotted JSON field path (e.g. metadata.user_id)"
+    return None
+
+
 def _drop_path(obj: Any, parts: list[str]) -> None:
     if not isinstance(obj, dict) or not parts:
         return

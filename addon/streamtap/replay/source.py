@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from streamtap.recording import check_recording, read_recording
+from streamtap.recording.catalog import is_partial
 from streamtap.wire.errors import FramingError
 from streamtap.wire.eventstream import parse_headers
 
@@ -115,7 +116,7 @@ def load_source(path: str | Path, *, check: bool = False) -> Source:
     reads = [(o, n, float(t) if t is not None else 0.0) for o, n, t in rec.reads]
     source = _source_from_header(path, rec.header, frames, reads)
     source.problems = problems
-    source.whole = rec.end is not None and not path.name.endswith((".partial.jsonl", ".partial.jsonl.zst"))
+    source.whole = rec.end is not None and not is_partial(path)
     if (rec.end or {}).get("stream_end") == "upstream_reset":
         source.end_style = "abort"
     return source
