@@ -76,9 +76,35 @@ def test_a_streamed_call_still_open_at_stop_is_corrupt_and_named(framing):
 
 @pytest.mark.parametrize("framing", sorted(FRAMINGS))
 def test_a_streamed_call_closed_on_the_stop_chunk_is_complete(framing):
-    analysis = judged(open_call() + [chunk([{"functionCall": {}}], "A", "STOP")], framing)
+    ends_string = {"functionCall": {"willContinue": True, "partialArgs": [{"jsonPath": "$.city", "stringValue": "is"}]}}
+    analysis = judged(open_call() + [chunk([ends_string], "A"), chunk([{"functionCall": {}}], "A", "STOP")], framing)
     assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
-    assert analysis.turn.tool_calls()[0].closed
+    call, = analysis.turn.tool_calls()
+    assert call.closed and call.arguments == {"city": "Paris"}
+
+
+@pytest.mark.parametrize("framing", sorted(FRAMINGS))
+def test_a_call_that_closes_while_an_argument_still_continues_is_corrupt(framing):
+    """``"Par"`` parses: only the argument's own willContinue says that more of it was due."""
+    verdict = judged(open_call() + [chunk([{"functionCall": {}}], "A", "STOP")], framing).verdict
+    assert verdict.kind is VerdictKind.CORRUPT, verdict
+    assert "$.city" in verdict.reason and "willContinue" in verdict.reason, verdict
+
+
+@pytest.mark.parametrize("framing", sorted(FRAMINGS))
+def test_the_same_call_started_again_while_it_is_open_is_corrupt(framing):
+    """A retry of a cut call, stitched after it: its arguments must not be spliced into the first."""
+    retry = open_call() + [
+        chunk([{"functionCall": {"partialArgs": [{"jsonPath": "$.city", "stringValue": "is"}, {"jsonPath": "$.city", "stringValue": ""}],
+                                 "willContinue": True}}], "A"),
+        chunk([{"functionCall": {}}], "A", "STOP"),
+    ]
+    analysis = judged(retry, framing)
+    assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict  # the control: no restart, one call
+    assert analysis.turn.tool_calls()[0].arguments == {"city": "Paris"}
+    stitched = open_call() + retry
+    verdict = judged(stitched, framing).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "starts again" in verdict.reason, verdict
 
 
 def test_an_open_call_under_a_limit_or_without_a_finish_keeps_its_verdict():
@@ -131,8 +157,3 @@ def test_another_function_call_while_a_streamed_one_is_open_is_corrupt(framing):
         verdict = judged(lines, framing).verdict
         assert verdict.kind is VerdictKind.CORRUPT, (new_call, verdict)
         assert "get_time starts" in verdict.reason and "get_weather is still open" in verdict.reason, verdict
-    same_name = open_call() + [chunk([{"functionCall": {"name": "get_weather", "willContinue": True, "partialArgs": [
-        {"jsonPath": "$.city", "stringValue": "is"}]}}], "A"), closing, chunk([{"text": ""}], "A", "STOP")]
-    analysis = judged(same_name, framing)
-    assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
-    assert [(b.name, b.arguments) for b in analysis.turn.tool_calls()] == [("get_weather", {"city": "Paris"})]

@@ -248,17 +248,24 @@ class Assembler(AssemblerBase):
         streaming = self._streaming_call.get(index)
         if streaming is not None:
             name = as_str(call.get("name"))
-            if name and streaming.name and name != streaming.name:  # its closing part never came
-                self.corrupt(f"function call {name} starts on candidate {index} while streamed call {streaming.name} "
-                             "is still open (its last part said willContinue)", event, candidate=index,
-                             open_call=streaming.name, new_call=name)
+            if name and streaming.name:  # later parts of a streamed call never repeat its name: a call begins again
+                again = "again " if name == streaming.name else ""
+                self.corrupt(f"function call {name} starts {again}on candidate {index} while streamed call "
+                             f"{streaming.name} is still open (its last part said willContinue)", event,
+                             candidate=index, open_call=streaming.name, new_call=name)
                 return streaming
             for partial in as_list(call.get("partialArgs")):
                 if isinstance(partial, dict):
                     self._merge_partial(streaming, partial, event)
-            if as_str(call.get("name")) and not streaming.name:
-                streaming.name = call["name"]
+            if name and not streaming.name:
+                streaming.name = name
             if not call.get("willContinue"):
+                unfinished = streaming.extra.get("continued")
+                if unfinished:  # a value cut short still parses: the call's arguments are not whole
+                    path = next(iter(unfinished))
+                    self.corrupt(f"function call {streaming.name} closes on candidate {index} while its argument "
+                                 f"{path} still said willContinue", event, candidate=index, call=streaming.name,
+                                 json_path=path)
                 self._close_streaming(index)
             return streaming
         self._calls += 1
@@ -280,11 +287,17 @@ class Assembler(AssemblerBase):
         return block
 
     def _merge_partial(self, block: Block, partial: dict[str, Any], event: WireEvent) -> None:
-        path = _parse_path(as_str(partial.get("jsonPath")) or "")
+        json_path = as_str(partial.get("jsonPath")) or ""
+        path = _parse_path(json_path)
         if path is None:
             self.corrupt(f"unparseable partialArgs jsonPath {partial.get('jsonPath')!r}", event)
             return
         root = block.extra.setdefault("partial", {})
+        continued = block.extra.setdefault("continued", {})  # jsonPaths whose last part said more follows
+        if partial.get("willContinue"):
+            continued[json_path] = True
+        else:
+            continued.pop(json_path, None)
         if "stringValue" in partial:
             current = _get(root, path)
             value = (current if isinstance(current, str) else "") + (as_str(partial["stringValue"]) or "")
@@ -301,6 +314,7 @@ class Assembler(AssemblerBase):
 
     def _close_streaming(self, index: int, closed: bool = True) -> Block:
         block = self._streaming_call.pop(index)
+        block.extra.pop("continued", None)
         args = block.extra.pop("partial", {})
         block.arguments = args
         block.arguments_raw = dumps(args)
