@@ -68,6 +68,11 @@ ROTATED = ": ids that rotate and another answer's events both look so, and the e
 PART_KINDS = {"refusal": BlockKind.REFUSAL, "reasoning_text": BlockKind.THINKING}  # by a content part's type; else TEXT
 
 
+def _listed(parts: Any) -> int | None:
+    """How many parts a finished item lists; None when it does not carry the list at all."""
+    return len(parts) if isinstance(parts, list) else None
+
+
 def _part_kind(part: Any) -> BlockKind:
     return PART_KINDS.get(as_str(as_dict(part).get("type")) or "", BlockKind.TEXT)
 
@@ -387,8 +392,10 @@ class Assembler(AssemblerBase):
             return
         # only its type and id are read later (the item holds the whole text); an id that changed
         # since output_item.added cannot find the item in the final response
-        added_id = self._items[index].get("id")
-        self._items[index] = {"type": item.get("type"), "id": added_id if item.get("id") == added_id else None}
+        added = self._items[index]
+        added_id = added.get("id")
+        self._items[index] = {"type": item.get("type"), "id": added_id if item.get("id") == added_id else None,
+                              "call_id": added.get("call_id"), "name": added.get("name")}
         self._open_items.discard(index)
         kind = as_str(item.get("type"))
         self._agree(index, item, event, "response.output_item.done")
@@ -518,9 +525,18 @@ class Assembler(AssemblerBase):
                         block.extra.setdefault("earlier_signatures", []).append(block.signature)
                     block.signature = signature
         elif kind in CLIENT_CALLS:
+            added = as_dict(self._items.get(index))
+            for field in ("call_id", "name"):  # the SDK fails on a changed call_id; a changed name calls another tool
+                streamed, finished = as_str(added.get(field)), as_str(item.get(field))
+                if streamed and finished and streamed != finished:
+                    self.corrupt(f"output item {index} was added with {field} {streamed} and {source} gives {finished}: "
+                                 "two calls in one slot", event, output_index=index, streamed=streamed, final=finished)
+                    return
             final = item.get("arguments") if kind == "function_call" else item.get("input")
             if isinstance(final, str):
                 pairs.append(((index, "args"), "arguments_raw", final, BlockKind.TOOL_CALL))
+        if index != self._partial and self._left_out_parts(index, item, kind, event, source):
+            return  # (an item begun before a replay's first event has its own rule: only its end is here)
         for key, field, final, new_kind in pairs:
             block = self.block(0, key)
             if block is None:
@@ -540,6 +556,28 @@ class Assembler(AssemblerBase):
             self.corrupt(f"the deltas disagree with {source} at block {block.index}, byte {byte}", event,
                          block=block.index, output_index=index, byte=byte, streamed=ours[at:at + 40],
                          final=final[at:at + 40])
+
+    def _left_out_parts(self, index: int, item: dict[str, Any], kind: str | None, event: WireEvent | None,
+                        source: str) -> bool:
+        """A part whose deltas carried text but that the finished item does not list: the SDK hands the
+        app the finished item, so the app never sees that text. True when one was found (corrupt)."""
+        listed: dict[str, int | None] = {}  # part family -> how many the item lists; None: it does not say
+        if kind == "message":
+            listed = {"content": _listed(item.get("content")), "summary": 0}
+        elif kind == "reasoning":
+            listed = {"content": _listed(item.get("content")), "summary": _listed(item.get("summary"))}
+        for (choice, key), block in self._keys.items():
+            if choice != 0 or key[0] != index or len(key) != 3 or not block.text:
+                continue
+            count = listed.get(key[1])
+            if count is None or (type(key[2]) is int and 0 <= key[2] < count):
+                continue
+            part = "summary part" if key[1] == "summary" else "content part"
+            self.corrupt(f"the deltas disagree with {source}: it leaves out {part} {key[2]} of output item {index} "
+                         f"({kind}), whose deltas carried text", event, output_index=index, part=key[2],
+                         streamed=block.text[:40])
+            return True
+        return False
 
     # -- content parts ------------------------------------------------------------------
     def _on_response_content_part_added(self, obj, event, t):
@@ -574,6 +612,11 @@ class Assembler(AssemblerBase):
             self._partial_made = True
         if block is None:
             if sub == "summary" or kind is BlockKind.THINKING:
+                item_kind = as_str(as_dict(self._items.get(index)).get("type"))
+                if item_kind not in (None, "reasoning"):
+                    self.corrupt(f"{obj.get('type')} for output item {index}, which was added as a {item_kind}, not a "
+                                 "reasoning item", event, output_index=index, item_type=item_kind)
+                    return None
                 return self.new_block(0, kind, (index, sub, number))  # summaries need no part.added
             self.corrupt(f"{obj.get('type')} for content part {number} of item {index} that was never added", event)
         return block
