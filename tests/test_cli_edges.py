@@ -3,6 +3,7 @@ never a traceback; exit codes a script can trust. Real processes, the installed 
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import select
@@ -11,6 +12,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
+
+import streamtap as streamtap_package
 
 STREAMTAP = Path(sys.executable).with_name("streamtap")
 RECORDINGS = Path(__file__).resolve().parents[1] / "recordings"
@@ -37,6 +42,32 @@ def test_output_closed_before_the_verb_finished_is_not_a_success(tmp_path):
         _, err = process.communicate(timeout=60)
         assert process.returncode == 141, (verb, process.returncode, err)
         assert b"Traceback" not in err and b"Exception ignored" not in err, err
+
+
+def test_a_report_larger_than_the_pipe_holds_says_its_output_was_closed(tmp_path):
+    """One write of more than a pipe holds returns having written part when the reader leaves,
+    without an error: the rest must not be dropped with an exit code that says nothing of it."""
+    cut = Path(streamtap_package.__file__).parent / "data" / "demo" / "02_openai-cut_truncated.jsonl"
+    for i in range(400):
+        shutil.copy(cut, tmp_path / f"r{i:03}.jsonl")
+    process = subprocess.Popen([str(STREAMTAP), "report", "--json", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout.read(10)
+    process.stdout.close()
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 141, (process.returncode, err)
+    whole = streamtap("report", "--json", tmp_path)
+    assert whole.returncode == 1 and len(whole.stdout) > 128 * 1024  # more than a pipe holds: the case above
+
+
+def test_a_recording_never_renamed_is_listed_with_its_verdict_and_why_it_is_not_whole(tmp_path):
+    partial = tmp_path / "20261130T000000.000Z_anthropic_abcdefabcdef.partial.jsonl"
+    shutil.copy(RECORDINGS / "anthropic.jsonl", partial)
+    html = tmp_path / "report.html"
+    got = streamtap("report", "--html", html, partial)
+    assert got.returncode == 1, got.stderr
+    listed = got.stdout.split("not complete (1):")[1]
+    assert "complete (" in listed and "recording: never finished" in listed, got.stdout
+    assert "never finished" in html.read_text()
 
 
 def test_a_name_the_file_system_refuses_is_one_line_for_every_verb(tmp_path):
@@ -78,6 +109,34 @@ def test_no_verb_writes_its_output_over_a_recording(tmp_path):
         assert "is a recording" in got.stderr and recording.read_bytes() == before, got.stderr
     html = tmp_path / "report.html"
     assert streamtap("report", "--html", html, tmp_path).returncode == 0 and html.read_text().startswith("<!doctype html>")
+
+
+def test_a_recording_the_readers_take_is_never_written_over(tmp_path):
+    """Not only as the writer formats one: re-serialized with spaces (verify judges it), or named
+    as the proxy names recordings with its header line lost (report lists it as damaged)."""
+    lines = (RECORDINGS / "openai-chat.jsonl").read_text().splitlines()
+    spaced = tmp_path / "spaced.jsonl"
+    spaced.write_text("\n".join(json.dumps(json.loads(line)) for line in lines) + "\n")
+    assert streamtap("verify", spaced).returncode == 0  # a recording to the readers
+    headless = tmp_path / "20261130T000000.000Z_openai-chat_complete_abcdefabcdef.jsonl"
+    headless.write_text("\n".join(lines[1:]) + "\n")
+    assert "header line is missing" in streamtap("report", headless).stderr
+    for recording in (spaced, headless):
+        before = recording.read_bytes()
+        got = streamtap("report", "--html", recording, RECORDINGS / "anthropic.jsonl")
+        one_line_error(got, "report")
+        assert "is a recording" in got.stderr and recording.read_bytes() == before, got.stderr
+
+
+@pytest.mark.parametrize("argv", [("verify", ""), ("show", ""), ("report", ""), ("report", "--html", "", "RECORDINGS"),
+                                  ("index", "--out", "OUT", ""), ("serve", ""), ("import", ""), ("sweep", "", "--", "true"),
+                                  ("sweep", "RECORDING", "--json", "", "--", "true")])
+def test_an_empty_path_is_refused_not_taken_for_the_current_folder(tmp_path, argv):
+    """An unset shell variable gives "": searched, served or written, it would be the current folder."""
+    names = {"RECORDINGS": RECORDINGS, "OUT": tmp_path / "index", "RECORDING": RECORDINGS / "openai-chat.jsonl"}
+    got = streamtap(*[names.get(arg, arg) for arg in argv], cwd=tmp_path, timeout=30)
+    assert got.returncode == 2 and "an empty name" in got.stderr and "Traceback" not in got.stderr, got.stderr
+    assert not list(tmp_path.iterdir())
 
 
 def test_usage_mistakes_name_what_is_wrong(tmp_path):

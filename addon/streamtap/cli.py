@@ -64,6 +64,27 @@ def terminal_safe(text: str) -> str:
     return _NOT_FOR_A_TERMINAL.sub(lambda match: match[0].encode("unicode_escape").decode("ascii"), text)
 
 
+def named_path(value: str) -> str:
+    """argparse type of a path the user names: an empty one, as an unset shell variable gives,
+    would mean the current folder (searched, served or written over) without a word."""
+    if not value:
+        raise argparse.ArgumentTypeError("an empty name (an unset shell variable?) would mean the current folder; give the path")
+    return value
+
+
+def write_out(text: str) -> None:
+    """Write ``text`` to stdout whole. A buffered write larger than a pipe holds can return having
+    written only part, without an error, when the reader goes away (``| head``): the rest would be
+    lost silently and the exit code would not say so. Writing on until all is taken makes the
+    closed pipe raise, as the verbs' exit code 141 needs."""
+    sys.stdout.flush()
+    out = sys.stdout.buffer
+    data = memoryview(text.encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict"))
+    while data:
+        data = data[out.write(data):]
+    out.flush()
+
+
 def check_names(flag: str, names: Iterable[str]) -> None:
     """Refuse a header, query parameter or field name that cannot be one (a list given as one
     value, an unset shell variable): it would match, redact or allow nothing, silently."""

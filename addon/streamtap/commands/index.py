@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError, queries_stop_on_ctrl_c
+from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError, named_path, queries_stop_on_ctrl_c
 from streamtap.recording import RecordingError
 
 from .report import not_an_index, warn
@@ -26,7 +26,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "`streamtap report DIR` reads the index too. "
         "Exit codes: 0 done, 1 a folder could not be read (its recordings are not indexed), 2 usage error (no recordings under the paths, among them)."
     )
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="recordings or folders of recordings (searched recursively)")
+    parser.add_argument("paths", nargs="+", type=named_path, metavar="PATH", help="recordings or folders of recordings (searched recursively)")
     parser.add_argument("--out", required=True, metavar="DIR", help="the index folder (created if missing)")
 
 

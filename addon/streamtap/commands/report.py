@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError, queries_stop_on_ctrl_c, refuse_recording_as_output, terminal_safe
+from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError, queries_stop_on_ctrl_c, refuse_recording_as_output, terminal_safe, write_out, named_path
 from streamtap.recording import RecordingError
 
 # streamtap.recording.fleet (DuckDB, ~0.15 s to import) is imported where used, so that
@@ -31,11 +31,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "Exit codes: 0 every recording whole and judged complete, 1 any not (a turn not complete, a recording cut, damaged or without a verdict, "
         "or a folder that could not be read), 2 usage error (no recordings under the paths given, among them)."
     )
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="recordings, folders of recordings, or index folders")
+    parser.add_argument("paths", nargs="+", type=named_path, metavar="PATH", help="recordings, folders of recordings, or index folders")
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print the whole report as one JSON object (its \"verdicts\" maps each verdict to its count)")
     output.add_argument("--csv", action="store_true", help="print one CSV row per day, provider and model: verdict counts, rates, TTFT and duration quantiles")
-    parser.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with charts (no scripts, no external files)")
+    parser.add_argument("--html", type=named_path, metavar="FILE", help="also write a self-contained HTML page with charts (no scripts, no external files)")
     parser.add_argument("--limit", type=int, default=20, metavar="N", help="incomplete recordings listed in the table (default 20; --json lists all)")
 
 
@@ -116,11 +116,11 @@ def run(args: argparse.Namespace) -> int:
             except OSError as exc:
                 raise UsageError(f"--html {args.html}: {exc.strerror or exc}") from None
     if args.json:
-        sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+        write_out(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
     elif args.csv:
         write_csv(data, sys.stdout)
     else:
-        sys.stdout.write(terminal_safe(render_table(data, args.limit)))  # a model name with a newline keeps its row
+        write_out(terminal_safe(render_table(data, args.limit)))  # a model name with a newline keeps its row
     # every recording whole and judged complete: a damaged, cut or unjudged one is not, and a
     # folder that could not be read may hold any
     all_complete = (data["recordings"] == data["verdicts"].get("complete", 0) and not data["incomplete_files"]
@@ -211,6 +211,8 @@ def render_table(data: dict[str, Any], limit: int) -> str:
 def verdict_and_why(item: dict[str, Any]) -> tuple[str, str]:
     """What to say about a recording in the not-complete list, and why."""
     if item["verdict"] is not None:
+        if item["problem"]:  # a verdict kept by a recording that is not whole (never renamed): both, as verify says
+            return item["verdict"], f"{item['reason'] or '-'}; recording: {item['problem']}"
         return item["verdict"], item["reason"] or "-"
     if item["problem"]:
         return "recording incomplete", item["problem"]

@@ -32,9 +32,11 @@ examples:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from streamtap.cli import named_path
+
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
-    parser.add_argument("paths", nargs="+", metavar="DIR|FILE", help="recordings (*.jsonl, *.jsonl.zst) or directories of them")
+    parser.add_argument("paths", nargs="+", type=named_path, metavar="DIR|FILE", help="recordings (*.jsonl, *.jsonl.zst) or directories of them")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
     parser.add_argument("--port", type=int, default=0, help="port (default: a free one, printed)")
     parser.add_argument("--timing", default="fast", help="original, scale=N or fast (default)")

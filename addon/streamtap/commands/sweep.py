@@ -59,16 +59,19 @@ example (the source tree's examples/ folder holds three such clients):
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from streamtap.cli import named_path
+
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     _options(parser)
-    parser.add_argument("recording", help="the recording to cut (a .jsonl file)")
+    parser.add_argument("recording", type=named_path, help="the recording to cut (a .jsonl file)")
     # argparse drops a `--` met inside a sub-command, so everything after the recording is
     # taken as is and split at `--` here: options before it, the client command after it
     parser.add_argument("rest", nargs=argparse.REMAINDER, metavar="[OPTIONS] -- CLIENT_CMD ...", help="the client to run, after --")
 
 
 def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    from streamtap.cli import named_path
     from streamtap.replay.sweep import DEFAULT_POSITIONS
 
     return [
@@ -77,7 +80,7 @@ def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
         parser.add_argument("--timeout", type=float, default=20.0, help="seconds before a client counts as hung (default 20)"),
         parser.add_argument("--jobs", "-j", type=int, default=0, help="clients run at once (default: the number of cores)"),
         parser.add_argument("--timing", default="fast", help="replay timing: fast (default), original or scale=N"),
-        parser.add_argument("--json", metavar="FILE", help="also write the full report as JSON ('-' for stdout)"),
+        parser.add_argument("--json", type=named_path, metavar="FILE", help="also write the full report as JSON ('-' for stdout)"),
         parser.add_argument("--error-text", metavar="REGEX", help="an exit-0 run whose output matches REGEX counts as noticed, answer printed or not (default: exit status and printed answer decide, see below)"),
         parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr"),
     ]

@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 import orjson
 
-from streamtap.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE, UsageError, terminal_safe
+from streamtap.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE, UsageError, terminal_safe, write_out, named_path
 from streamtap.providers import Analysis, Detection, Dialect, StreamEnd, StreamSession, sentinel_problem, sniff_dialect
 from streamtap.providers.judge import DROPPED, TEXT_CAP
 from streamtap.recording.catalog import files_under
@@ -66,6 +66,7 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "files",
         nargs="+",
+        type=named_path,
         metavar="PATH",
         help="raw response bodies, streamtap recordings, or directories of them (searched recursively, in name order; "
         f"files ending in {', '.join(DIRECTORY_SUFFIXES)})",
@@ -352,7 +353,7 @@ def as_json(judged: Judged) -> dict:
 
 
 def print_json(judged: Judged) -> None:
-    sys.stdout.write(orjson.dumps(as_json(judged)).decode() + "\n")
+    write_out(orjson.dumps(as_json(judged)).decode() + "\n")
 
 
 def summary_line(judged: Judged) -> str:

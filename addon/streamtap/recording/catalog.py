@@ -124,19 +124,25 @@ def find_recordings(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Found]:
 
 _HEADER_START = b'{"type":"header",'  # how the writer begins every recording (orjson, no spaces)
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_FIRST_LINE_READ = 1 << 20  # enough of a first line to tell a header, damaged or not, from other files
 
 
 def is_recording_file(path: str | os.PathLike[str]) -> bool:
-    """Does ``path`` hold a recording (by its first bytes: a header line, or a zstd stream named
-    ``.jsonl.zst``)? For the verbs that write a file: they never overwrite one."""
+    """Does ``path`` hold a recording, whole or damaged, as the readers take one (a header line,
+    a zstd stream named ``.jsonl.zst``, a proxy's recording name, or a first line that marks a
+    damaged or lost header)? For the verbs that write a file: they never overwrite one."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             return False
         with open(path, "rb") as handle:
-            head = handle.read(len(_HEADER_START))
+            head = handle.readline(_FIRST_LINE_READ)
     except OSError:
         return False
-    return head == _HEADER_START or (head.startswith(_ZSTD_MAGIC) and os.fspath(path).endswith(RECORDING_SUFFIXES[1]))
+    if head.startswith(_HEADER_START) or recording_name(Path(path)):
+        return True
+    if head.startswith(_ZSTD_MAGIC):
+        return os.fspath(path).endswith(RECORDING_SUFFIXES[1])
+    return header_damage(head.rstrip(b"\r\n")) is not None
 
 
 def recording_name(path: Path) -> bool:
