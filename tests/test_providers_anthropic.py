@@ -269,6 +269,25 @@ def test_max_tokens_capture_keeps_the_cut_tool_call_raw() -> None:
     assert "max_tokens" in tool.arguments_error
 
 
+@pytest.mark.parametrize("stop_reason, kind", [("max_tokens", VerdictKind.STOPPED_BY_LIMIT), ("end_turn", VerdictKind.CORRUPT)])
+def test_a_cut_tool_block_the_provider_stopped_is_judged_by_the_stop_reason_that_follows(stop_reason, kind) -> None:
+    """The same capture with the tool block stopped before the stop reason, as fine-grained tool
+    streaming sends it: still the limit's cut, not corruption; after a normal stop, corrupt."""
+    path = FIXTURES / "anthropic-sdk-python/streaming/incomplete_partial_json_response.txt"
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    body = path.read_bytes().replace(b"event: message_delta", b'event: content_block_stop\ndata: {"type":"content_block_stop",'
+                                     b'"index":1}\n\nevent: message_delta').replace(b'"max_tokens"', f'"{stop_reason}"'.encode())
+    analysis = analyze_bytes(body + b"\n\n", Dialect.ANTHROPIC)
+    verdict = analysis.verdict
+    assert verdict.kind is kind, verdict
+    if kind is VerdictKind.STOPPED_BY_LIMIT:
+        assert verdict.evidence["cut_tool_calls"] == [[0, 1]], verdict
+    else:
+        assert "invalid argument JSON" in verdict.reason and body[verdict.offset:].startswith(b"event: content_block_stop")
+    assert analysis.turn.tool_calls()[0].arguments_raw.startswith('{"filename": "taxes.txt')
+
+
 @pytest.mark.parametrize("name, body, request_info, content_type",
                          or_absent(CASSETTES, width=4, ids=[c[0] for c in CASSETTES]))
 def test_cassette_bodies(name: str, body: bytes, request_info: RequestInfo, content_type: str | None,

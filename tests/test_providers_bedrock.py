@@ -452,16 +452,28 @@ def test_converse_spliced_message_start_and_unknown_tool_index_are_corrupt() -> 
     assert verdict.kind is VerdictKind.CORRUPT and "unknown index 4" in verdict.reason
 
 
-def test_converse_invalid_tool_json_is_corrupt() -> None:
-    body = (converse_frame("messageStart", {"role": "assistant"})
+def converse_cut_call(stop_reason: str) -> bytes:
+    return (converse_frame("messageStart", {"role": "assistant"})
             + converse_frame("contentBlockStart", {"contentBlockIndex": 0,
                                                    "start": {"toolUse": {"toolUseId": "t1", "name": "f"}}})
             + converse_frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"toolUse": {"input": "{\"a\":"}}})
             + converse_frame("contentBlockStop", {"contentBlockIndex": 0})
-            + converse_frame("messageStop", {"stopReason": "tool_use"}))
-    analysis = analyze_bytes(body, Dialect.BEDROCK_CONVERSE)
-    assert analysis.verdict.kind is VerdictKind.CORRUPT and analysis.verdict.seq == 3
+            + converse_frame("messageStop", {"stopReason": stop_reason})
+            + converse_frame("metadata", {"usage": {"inputTokens": 1, "outputTokens": 2, "totalTokens": 3}}))
+
+
+def test_converse_invalid_tool_json_is_corrupt() -> None:
+    analysis = analyze_bytes(converse_cut_call("tool_use"), Dialect.BEDROCK_CONVERSE)
+    assert analysis.verdict.kind is VerdictKind.CORRUPT and analysis.verdict.seq == 3, analysis.verdict  # the block's stop
     assert analysis.turn.tool_calls()[0].arguments_raw == '{"a":'
+
+
+@pytest.mark.parametrize("stop_reason, kind", [("max_tokens", VerdictKind.STOPPED_BY_LIMIT),
+                                               ("guardrail_intervened", VerdictKind.FILTERED)])
+def test_converse_tool_json_cut_by_a_limit_is_that_limit_even_when_its_block_stopped(stop_reason, kind) -> None:
+    """Streamed tool input stops its block with what it had when the limit struck."""
+    verdict = analyze_bytes(converse_cut_call(stop_reason), Dialect.BEDROCK_CONVERSE).verdict
+    assert verdict.kind is kind and verdict.evidence["cut_tool_calls"] == [[0, 0]], verdict
 
 
 def test_crc_damage_is_corrupt() -> None:

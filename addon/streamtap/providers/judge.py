@@ -78,6 +78,9 @@ class Judge:
         self.closed_units: dict[str, tuple[str, int | None, int | None]] = {}  # unit -> closing event, seq, offset
         # each choice's own normalized stop reason and its verdict kind, where a turn has several (n > 1)
         self.choice_stops: dict[int, tuple[str, VerdictKind]] = {}
+        # tool blocks the provider stopped with arguments that do not parse, and where: corrupt, unless the
+        # stop reason that follows says a limit or a filter cut them (fine-grained tool streaming does that)
+        self.unparsed_at: dict[int, tuple[int | None, int | None]] = {}
 
     # -- while events arrive ----------------------------------------------------------
     def seen(self, event: WireEvent, name: str | None = None) -> None:
@@ -205,10 +208,10 @@ class Judge:
             del self.closed_units[unit]
 
     def close_arguments(self, block: Block, raw: str, start_input: Any, seq: int | None, offset: int | None) -> None:
-        """The provider stopped a tool block: its joined arguments must parse, else the stream is corrupt."""
+        """The provider stopped a tool block: its joined arguments must parse, else the stream is corrupt,
+        unless the stop reason says a limit or a filter cut them (decided with the verdict, ``cut_tool_calls``)."""
         if parse_arguments(block, raw, start_input) is not None and not arguments_not_kept(block):
-            self.corrupt(invalid_arguments(block), seq, offset, block=block.index, tool=block.name,
-                         arguments_raw=raw[:200])
+            self.unparsed_at[id(block)] = (seq, offset)
 
     # -- the verdict ------------------------------------------------------------------
     def early_verdict(self) -> Verdict | None:
@@ -281,8 +284,9 @@ class Judge:
                     if stopped in CUTTING_KINDS:
                         cut.append([choice.index, block.index])
                         continue
-                    return Verdict(VerdictKind.CORRUPT, invalid_arguments(block), seq, offset,
-                                   {"choice": choice.index, "block": block.index,
+                    at_seq, at_offset = self.unparsed_at.get(id(block), (seq, offset))  # its stop, where it had one
+                    return Verdict(VerdictKind.CORRUPT, invalid_arguments(block), at_seq, at_offset,
+                                   {"choice": choice.index, "block": block.index, "tool": block.name,
                                     "arguments_raw": (block.arguments_raw or "")[:200]})
         return cut
 
