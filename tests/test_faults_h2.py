@@ -342,6 +342,51 @@ def test_abort_is_a_stream_error_for_curl_and_httpx(proxy):
         assert bytes(got) == BEFORE_CUT
 
 
+@pytest.fixture(scope="module")
+def http1_upstream_proxy(tmp_path_factory):
+    """An HTTP/1.1 upstream (reverse:http://...), HTTP/2 clients; faults per request by header."""
+    with Upstream() as upstream:
+        options = {"streamtap_fault_header": "true"}
+        with Mitmdump(upstream.url, tmp_path_factory.mktemp("h2fast"), options=options) as mitm:
+            mitm.upstream = upstream
+            mitm.ca = str(mitm.confdir / "mitmproxy-ca-cert.pem")
+            yield mitm
+            assert "mitmproxy has crashed" not in mitm.log()
+
+
+@pytest.mark.parametrize("style, curl_exit", [("abort", 92), ("clean", 0)])
+def test_a_cut_holds_when_the_upstream_sends_its_whole_body_at_once(http1_upstream_proxy, style, curl_exit):
+    """Headers, body and end in one read: mitmproxy holds the body and its end while the
+    responseheaders hooks run, and hands them to the stream after. The cut must still end the
+    client's stream as its style says, not with the upstream's clean end, and the recording
+    says so: an abort as the upstream's end (upstream_reset), not a body that ended cleanly."""
+    proxy = http1_upstream_proxy
+    for attempt in range(4):
+        name = f"fast-{style}-{attempt}"
+        proxy.upstream.add(name, Script(SLOW, chunks=[SLOW]))
+        out, _ = curl_h2(proxy, name, f"cut:event=5,style={style}")
+        assert out.returncode == curl_exit, (attempt, out.returncode, out.stderr)
+        assert out.stdout == BEFORE_CUT
+        rec = find_recording(proxy.record_dir, name)
+        ended = "finished" if style == "clean" else "upstream_reset"
+        assert rec.body == BEFORE_CUT and rec.end["stream_end"] == ended, (attempt, rec.end)
+
+
+def test_an_http1_abort_is_the_upstream_s_end_when_the_upstream_ends_at_once(http1_upstream_proxy):
+    """HTTP/1.1 clients: the connection closes after the cut's bytes, and the upstream's own end,
+    which mitmproxy reports with the response hook, does not make the recording say it finished."""
+    proxy = http1_upstream_proxy
+    for attempt in range(3):
+        name = f"fast-h1-abort-{attempt}"
+        proxy.upstream.add(name, Script(SLOW, chunks=[SLOW]))
+        out = subprocess.run(["curl", "-sS", "--http1.1", "--max-time", "8", "-H", "content-type: application/json",
+                              "-H", "x-streamtap-fault: cut:event=5,style=abort", "--data", REQUEST.decode(),
+                              f"{proxy.url}/s/{name}{CHAT}"], capture_output=True)
+        assert out.returncode == 18 and out.stdout == BEFORE_CUT, (attempt, out.returncode, out.stderr)  # a cut body
+        rec = find_recording(proxy.record_dir, name)
+        assert rec.body == BEFORE_CUT and rec.end["stream_end"] == "upstream_reset", (attempt, rec.end)
+
+
 # --- reset: the TCP connection (every stream on it) --------------------------------------
 
 

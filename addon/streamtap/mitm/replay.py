@@ -409,7 +409,12 @@ def _end_stream(flow: http.HTTPFlow, style: str, protocol: str) -> bool:
         layer = _http_layer(handler.layer)
         stream = next(s for s in layer.streams.values() if getattr(s, "flow", None) is flow)
         wakeup = commands.RequestWakeup(0)
-        layer.command_sources[wakeup] = _StreamEnder(layer, stream, style, ENDS[protocol, style], wakeup)
+        ender = _StreamEnder(layer, stream, style, ENDS[protocol, style], wakeup)
+        layer.command_sources[wakeup] = ender
+        # in the stream's place at once, not at the wakeup: the upstream's end, parsed from the
+        # same read as the cut's bytes, would otherwise reach the client first as a clean end
+        layer.streams[stream.stream_id] = ender
+        ender.drop_queued()
     except Exception as exc:
         log.warning(f"streamtap: flow {flow.id[:12]}: cannot end the response at the cut ({type(exc).__name__}: {exc})")
         return False
@@ -457,12 +462,19 @@ class _StreamEnder:
         self.flow = stream.flow
 
     def handle_event(self, event: Any):
-        from mitmproxy.proxy.layers.http import ResponseData, ResponseEndOfMessage, ResponseProtocolError, ResponseTrailers
-
         if getattr(event, "command", None) is self.wakeup:
             yield from self._end()
-        elif not isinstance(event, (ResponseData, ResponseTrailers, ResponseEndOfMessage, ResponseProtocolError)):
+        elif not _from_upstream(event):
             yield from self.stream.handle_event(event)
+
+    def drop_queued(self) -> None:
+        """What the upstream sent that the stream holds, unhandled, while a hook runs (a fast upstream's
+        whole body arrives with its headers): handled after the cut, its end would reach the client."""
+        queued = getattr(self.stream, "_paused_event_queue", None)
+        if queued:
+            kept = [event for event in queued if not _from_upstream(event)]
+            queued.clear()
+            queued.extend(kept)
 
     def _end(self):
         from mitmproxy.proxy.layers.http import (
@@ -475,16 +487,13 @@ class _StreamEnder:
 
         stream, flow = self.stream, self.flow
         ending = flow.response is None or flow.response.timestamp_end is not None  # set before the response hook
-        if (
-            ending
-            or getattr(stream, "_paused", None)
-            or stream.server_state != stream.state_stream_response_body
-            or self.layer.streams.get(stream.stream_id) is not stream
-        ):
-            # the upstream's end came first (its response hook may still be running: an end
-            # event now would reach the stream after it is done), or the stream errored
+        if self.layer.streams.get(stream.stream_id) is not self:
+            return  # the stream was dropped meanwhile (the client went away)
+        if ending or getattr(stream, "_paused", None) or stream.server_state != stream.state_stream_response_body:
+            # the stream ended or errored before the cut took its place (an end event now would
+            # reach a stream that is done): it goes on as it was
+            self.layer.streams[stream.stream_id] = stream
             return
-        self.layer.streams[stream.stream_id] = self  # until the stream is dropped
         if stream.context.server in self.layer.connections:
             yield SendHttp(RequestProtocolError(stream.stream_id, "streamtap fault: cut", ErrorCode.CANCEL), stream.context.server)
         where = f"HTTP/2 stream {stream.stream_id}" if flow.client_conn.alpn == b"h2" else "HTTP/1.1 response"
@@ -494,6 +503,12 @@ class _StreamEnder:
         else:
             message = f"streamtap fault: {self.style} cut, stream reset ({self.how})"
             yield from stream.handle_event(ResponseProtocolError(stream.stream_id, message, ErrorCode.GENERIC_SERVER_ERROR))
+
+
+def _from_upstream(event: Any) -> bool:
+    from mitmproxy.proxy.layers.http import ResponseData, ResponseEndOfMessage, ResponseProtocolError, ResponseTrailers
+
+    return isinstance(event, (ResponseData, ResponseTrailers, ResponseEndOfMessage, ResponseProtocolError))
 
 
 def _client_writer(flow: http.HTTPFlow) -> Any:

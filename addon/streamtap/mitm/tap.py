@@ -264,7 +264,10 @@ class Tap:
             flow.response.stream = stream
 
     def response(self, flow: http.HTTPFlow) -> None:
-        self._finish(flow, StreamEnd.FINISHED, None)
+        # a live abort or reset stands in for the upstream's end even when the upstream's own end came
+        # right after it (a clean cut is the clean end the client got)
+        end = StreamEnd.UPSTREAM_RESET if flow.metadata.get(INJECTED_END) not in (None, "clean") else StreamEnd.FINISHED
+        self._finish(flow, end, None)
 
     def error(self, flow: http.HTTPFlow) -> None:
         message = flow.error.msg if flow.error else "error"
