@@ -387,6 +387,23 @@ def test_an_http1_abort_is_the_upstream_s_end_when_the_upstream_ends_at_once(htt
         assert rec.body == BEFORE_CUT and rec.end["stream_end"] == "upstream_reset", (attempt, rec.end)
 
 
+def test_an_http2_client_that_hangs_up_mid_stream_is_not_taken_for_the_upstream(http1_upstream_proxy):
+    """mitmproxy words it "peer closed connection", and by the error hook it has closed the
+    upstream connection too: the answer was not the provider's fault."""
+    proxy = http1_upstream_proxy
+    proxy.upstream.add("h2-leaves", Script(SLOW, chunk_size=None, gap=GAP))
+    client = H2Client(proxy.port, proxy.ca)
+    stream = client.post(f"/s/h2-leaves{CHAT}")
+    deadline = time.monotonic() + PROMPT
+    while len(client.streams[stream].data) < len(BEFORE_CUT) and time.monotonic() < deadline:
+        client.wait(stream, timeout=GAP)
+    assert len(client.streams[stream].data) >= len(BEFORE_CUT), "the stream never got going"
+    client.sock.close()  # no GOAWAY, no RST_STREAM: the client is just gone
+    rec = find_recording(proxy.record_dir, "h2-leaves")
+    assert rec.end["stream_end"] == "client_aborted", rec.end
+    assert rec.verdict["kind"] == "truncated" and "client" in rec.verdict["reason"], rec.verdict
+
+
 # --- reset: the TCP connection (every stream on it) --------------------------------------
 
 

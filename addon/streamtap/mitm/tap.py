@@ -62,6 +62,12 @@ def ended_by(flow: http.HTTPFlow, message: str) -> StreamEnd:
         return StreamEnd.CLIENT_ABORTED if client_closed else StreamEnd.UPSTREAM_RESET
     if "stream reset" in text:
         return StreamEnd.CLIENT_ABORTED if "(cancel)" in text else StreamEnd.UPSTREAM_RESET
+    if text.startswith("peer closed connection") and "protocol error" not in text:
+        # only mitmproxy's HTTP/2 layer words a closed connection so (HTTP/1's names the message body),
+        # and by the error hook both connections read closed: the side that speaks HTTP/2 closed
+        client_h2, server_h2 = flow.client_conn.alpn == b"h2", flow.server_conn.alpn == b"h2"
+        if client_h2 != server_h2:
+            return StreamEnd.CLIENT_ABORTED if client_h2 else StreamEnd.UPSTREAM_RESET
     return StreamEnd.UPSTREAM_RESET
 
 
