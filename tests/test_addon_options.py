@@ -40,6 +40,7 @@ BAD = [
     ("streamtap_filter", "~q ~~~(", "Invalid filter expression"),
     ("streamtap_redact", "x-one,x-two", "is not a header or query parameter name"),
     ("streamtap_redact_allow", "x-one x-two", "is not a header or query parameter name"),
+    ("streamtap_sentinel", "", "empty; an empty sentinel"),  # an unset shell variable: mitmproxy takes "" for no option
     ("streamtap_sentinel", "   ", "only whitespace"),
     ("streamtap_sentinel", "END\nEND", "spans lines"),
     ("streamtap_record", "maybe", "boolean must be"),

@@ -90,10 +90,13 @@ def names(option: str, values: Iterable[str]) -> None:
             raise OptionsError(f"{option}: {name!r} is not a header or query parameter name (give each name in its own --set)")
 
 
+EMPTY_SENTINEL = "empty; an empty sentinel (an unset shell variable?) would turn the check off without a word (leave the option out)"
+
+
 def sentinel(option: str, value: str | None) -> None:
     from streamtap.providers import sentinel_problem
 
-    problem = sentinel_problem(value)
+    problem = EMPTY_SENTINEL if value == "" else sentinel_problem(value)
     if problem:
         raise OptionsError(f"{option}: {problem}")
 
@@ -125,6 +128,9 @@ def given_before_load(loader) -> None:
     for name in [n for n in deferred if n.startswith("streamtap_") and n in declared]:
         value = deferred[name]
         try:
+            given = value.val if hasattr(value, "val") else value
+            if name == "streamtap_sentinel" and given in ("", [""]):  # mitmproxy would take it for the option left out
+                raise OptionsError(f"{name}: {EMPTY_SENTINEL}")
             if hasattr(value, "val"):  # --set: the strings as given
                 parse(declared[name], value.val)
             elif not _of_type(value, declared[name].typespec):
