@@ -98,10 +98,11 @@ def test_http_500_through_curl(proxy):
     assert "_errored_" in rec.path.name
 
 
-@pytest.mark.parametrize("encoding", ["gzip", "deflate", "br", "zstd"])
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "br", "zstd", "gzip, br", "identity, zstd"])
 def test_compressed_sse_is_forwarded_as_is_and_parsed_from_a_copy(proxy, encoding):
+    """Codings may be stacked (RFC 9110 8.4): each is undone, the last applied first."""
     body = streams.openai_chat(["compressed ", "stream"] * 40)
-    name = f"enc-{encoding}"
+    name = f"enc-{encoding.replace(', ', '-')}"
     proxy.upstream.add(name, Script(body, encoding=encoding, chunk_size=50, gap=0.0005))
     out = curl(f"{proxy.url}/s/{name}{CHAT}")  # no --compressed: curl hands over the encoded bytes
     assert out.returncode == 0, out.stderr

@@ -39,7 +39,7 @@ class Script:
     chunks: list[bytes] | None = None  # exact writes (overrides chunk_size)
     gap: float = 0.0  # seconds between writes
     framing: str = "chunked"  # "chunked" | "length" | "close"
-    encoding: str | None = None  # "gzip" | "deflate" | "br" | "zstd": the body is compressed before framing
+    encoding: str | None = None  # "gzip" | "deflate" | "br" | "zstd", or several ("gzip, br"): compressed before framing
     cut_at: int | None = None  # stop after this many (wire) body bytes
     cut_style: str = "fin"  # "fin": close the connection (body unterminated); "reset": TCP RST
     pause_after: int | None = None  # wire bytes after which to wait for release()
@@ -191,18 +191,20 @@ class Upstream:
             await writer.drain()
             return True
         wire = script.body
-        if script.encoding == "gzip":
-            wire = gzip_module.compress(wire, mtime=0)
-        elif script.encoding == "deflate":
-            wire = zlib.compress(wire)
-        elif script.encoding == "br":
-            import brotli
+        for coding in (script.encoding or "").split(","):  # "gzip, br": gzip first, then br, as the header says
+            coding = coding.strip()
+            if coding == "gzip":
+                wire = gzip_module.compress(wire, mtime=0)
+            elif coding == "deflate":
+                wire = zlib.compress(wire)
+            elif coding == "br":
+                import brotli
 
-            wire = brotli.compress(wire)
-        elif script.encoding == "zstd":
-            from backports import zstd
+                wire = brotli.compress(wire)
+            elif coding == "zstd":
+                from backports import zstd
 
-            wire = zstd.compress(wire)
+                wire = zstd.compress(wire)
         pieces = _pieces(wire, script)
         head = [f"HTTP/1.1 {script.status} {_REASONS.get(script.status, 'Status')}", f"content-type: {script.content_type}"]
         if script.encoding:

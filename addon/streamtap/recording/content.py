@@ -83,9 +83,34 @@ class _Zstd:
         return b""
 
 
+class _Stacked:
+    """Codings applied one after another (``Content-Encoding: gzip, br``): undone last first."""
+
+    def __init__(self, decoders: list) -> None:
+        self._decoders = decoders
+
+    def decompress(self, data: bytes) -> bytes:
+        for decoder in self._decoders:
+            data = decoder.decompress(data) if data else b""
+        return data
+
+    def flush(self) -> bytes:
+        out = b""
+        for decoder in self._decoders:
+            out = (decoder.decompress(out) if out else b"") + decoder.flush()
+        return out
+
+
 def content_decoder(encoding: str | None):
     """An incremental decoder for a Content-Encoding, None for identity; ValueError when unknown."""
-    encoding = (encoding or "").strip().lower()
+    codings = [c for c in (encoding or "").lower().split(",") if c.strip() not in ("", "identity")]
+    if len(codings) > 1:
+        return _Stacked([_decoder(coding) for coding in reversed(codings)])
+    return _decoder(codings[0]) if codings else None
+
+
+def _decoder(encoding: str):
+    encoding = encoding.strip()
     if encoding in ("", "identity"):
         return None
     if encoding in ("gzip", "x-gzip"):
