@@ -288,6 +288,32 @@ def test_a_cut_tool_block_the_provider_stopped_is_judged_by_the_stop_reason_that
     assert analysis.turn.tool_calls()[0].arguments_raw.startswith('{"filename": "taxes.txt')
 
 
+def answer_with_message_start_stop_reason(delta: dict) -> bytes:
+    def event(kind: str, data: dict) -> bytes:
+        return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
+
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test", "content": [],
+               "stop_reason": "end_turn", "stop_sequence": None, "usage": {"input_tokens": 3, "output_tokens": 1}}
+    return (event("message_start", {"message": message})
+            + event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})
+            + event("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": "Paris."}})
+            + event("content_block_stop", {"index": 0})
+            + event("message_delta", {"delta": delta, "usage": {"output_tokens": 2}})
+            + event("message_stop", {}))
+
+
+@pytest.mark.parametrize("delta", [{"stop_reason": None, "stop_sequence": None}, {}])
+def test_a_stop_reason_from_message_start_withdrawn_by_message_delta_is_corrupt(delta, loopback: LoopbackServer) -> None:
+    """A compatible server's message_start that already names the stop reason: the SDK copies
+    message_delta's (null or absent) over it, so the app's message ends with none."""
+    body = answer_with_message_start_stop_reason(delta)
+    assert sdk_final_message(loopback, body).stop_reason is None
+    verdict = analyze_bytes(body, Dialect.ANTHROPIC).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "no stop reason" in verdict.reason, verdict
+    again = answer_with_message_start_stop_reason({"stop_reason": "end_turn"})  # the same one again withdraws nothing
+    assert analyze_bytes(again, Dialect.ANTHROPIC).verdict.kind is VerdictKind.COMPLETE
+
+
 @pytest.mark.parametrize("name, body, request_info, content_type",
                          or_absent(CASSETTES, width=4, ids=[c[0] for c in CASSETTES]))
 def test_cassette_bodies(name: str, body: bytes, request_info: RequestInfo, content_type: str | None,

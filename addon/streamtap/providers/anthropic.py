@@ -339,7 +339,7 @@ class MessageBuilder:
                     self.judge.corrupt(f"{what} contradicts message_start's stop_reason {earlier}", seq, offset,
                                        stop_reasons=[earlier, raw])
                 return
-            if raw is None and self.content_stopped:
+            if raw is None and earlier is not None:  # given by message_start or an earlier message_delta
                 # the SDK copies every message_delta's stop_reason, an absent one as None: its message ends with none
                 given = "null" if "stop_reason" in delta else "absent"
                 self.judge.corrupt(f"message_delta with stop_reason {given} after stop_reason {earlier}: the SDK's "
