@@ -14,7 +14,7 @@ from replay_streams import openai_chat_frames, write_recording
 
 from streamtap.replay.faults import FaultSpecError, protocol_positions
 from streamtap.replay.source import Source, load_source
-from streamtap.replay.sweep import CRASHED, HUNG, NOTICED, SILENT, classify, sweep_positions
+from streamtap.replay.sweep import CRASHED, HUNG, INCONCLUSIVE, NOTICED, SILENT, classify, sweep_positions
 
 STREAMTAP = [sys.executable, "-c", "import sys; from streamtap.cli import main; sys.exit(main())"]
 
@@ -180,7 +180,9 @@ def test_the_default_classification_looks_at_the_answer_not_at_error_words(recor
     assert outcomes[("cut:event=0", "abort")] == outcomes[("cut:event=0", "clean")] == NOTICED, outcomes  # no text: it said so
     assert code == 1
     code, report = sweep(recording, command, *positions, "--error-text", r"\berror\b")
-    assert {r["outcome"] for r in report["runs"]} == {NOTICED} and code == 0
+    # the word matches every run, the uncut one too ("no error"): no run shows a cut noticed
+    assert report["baseline"]["outcome"] == NOTICED
+    assert {r["outcome"] for r in report["runs"]} == {INCONCLUSIVE} and code == 1
 
 
 def test_sweep_usage_errors(recording):

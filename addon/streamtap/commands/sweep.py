@@ -28,6 +28,9 @@ recording. Each run is classified by the client's exit status and by what it pri
   HUNG     still running at --timeout (killed, with whatever it started in its session)
   CRASHED  killed by a signal, or could not start (also exit 126 or 127: what a shell or
            env exits with when it cannot run the command)
+  whole    exit 0, but the cut still left a stream judged complete (nothing partial taken)
+  inconclusive  what would be noticed, when the client failed even uncut (the first run,
+           without any cut: a wrong import, a missing variable): it says nothing of the cut
 CLIENT_CMD is run directly, not through a shell: any exit status it chooses (255 from
 sys.exit(-1) too) counts as noticed. Wrapped in `sh -c`, a client killed by a signal shows
 as the shell's exit 128+N, noticed too: start it with `exec` there to have it counted as
@@ -42,13 +45,15 @@ positions (--positions, comma list): events (after every event), protocol (tool-
 escaped-quote, between-blocks, before-terminal, prelude, crc: those the stream has),
 bytes=K (K byte offsets inside events), or explicit event=N, byte=N, at=NAME.
 Styles (--styles): clean (the body ends properly), abort (unterminated body, FIN), reset (RST).
-An explicit position the recording does not have is refused before any run.
+An explicit position the recording does not have, or one at its very end (byte=LENGTH, the
+last event: nothing would be cut), is refused before any run.
 
 A recording that `streamtap verify` finds incomplete or damaged, or whose stream is cut or
 corrupt even uncut, is swept all the same (the cuts still show how the client takes what was
 recorded), after a one-line warning on stderr: the runs do not start from a whole, sound answer.
 
-exit code: 0 every cut was noticed, 1 some were silent, hung or crashed, 2 usage error
+exit code: 0 every cut was noticed, 1 some were silent, hung or crashed, or the client failed
+without any cut (its runs inconclusive, said in the summary), 2 usage error
 (said before any run), 3 an error in streamtap itself, 130 interrupted (Ctrl-C), 143 and 129
 stopped by SIGTERM or SIGHUP (the clients' runs are ended first in all three), 141 the output
 was closed.
@@ -175,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
             except OSError as exc:
                 raise UsageError(f"--json {args.json}: {exc.strerror or exc}") from None
     counts = report.counts()
-    return 1 if counts[SILENT] or counts[HUNG] or counts[CRASHED] else 0
+    return 1 if counts[SILENT] or counts[HUNG] or counts[CRASHED] or report.baseline_failed else 0
 
 
 # What `timeout`, a CI runner or `kill` (SIGTERM) and a closed terminal (SIGHUP) send: the

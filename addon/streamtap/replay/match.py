@@ -172,13 +172,16 @@ class Library:
                 if unreadable:  # refused, not skipped: a recording a test or a sweep expects could be there
                     folder, why = unreadable[0]
                     raise RecordingError(f"{folder}: cannot read this folder: {why}")
-                files += sorted(p for p in found if p.is_file())
+                files += [p for p in found if p.is_file()]
             elif path.is_file():
                 files.append(path)
             elif path.exists():  # a fifo or a device: no recording, and reading one could wait for ever
                 raise RecordingError(f"{path}: not a regular file or a folder")
             else:
                 raise RecordingError(f"{path}: no such file or directory")
+        # "the first by name answers": by path, across every file and folder given, in whatever
+        # order they were given (the whole-before-leftover order is kept over it in __init__)
+        files.sort(key=Path.absolute)
         return cls([load_source(f) for f in files], options)
 
     def key(self, method: str, target: str, headers: dict[str, str], body: Any, redacted_params: frozenset[str] = frozenset()) -> Key:

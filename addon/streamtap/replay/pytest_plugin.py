@@ -78,9 +78,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     specs = list(marker.args)
     if not specs:
-        raise pytest.UsageError(f"@pytest.mark.{MARKER} needs at least one fault spec (or None)")
+        return  # pytest_runtest_setup fails this test alone: raised here, it would stop the whole collection
     metafunc.fixturenames.append("streamtap_fault")
     metafunc.parametrize("streamtap_fault", specs, ids=[s or "no-fault" for s in specs])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    marker = item.get_closest_marker(MARKER)
+    if marker is not None and not marker.args:
+        pytest.fail(f"@pytest.mark.{MARKER} needs at least one fault spec (or None)", pytrace=False)
 
 
 @pytest.fixture

@@ -78,6 +78,7 @@ class Served:
     log: list[str]
     end: str | None = None
     resumed_after: str | None = None
+    refused: str | None = None  # why it got a 400 (a fault that does not fit, a bad fault header)
 
 
 def swap_recordings(faults: list[Fault], library: Library, loaded: dict[str, Source] | None = None) -> dict[str, Source]:
@@ -235,9 +236,7 @@ class ReplayServer:
                 self._header_others(from_header)
                 faults = faults + from_header
             except (FaultSpecError, ValueError) as exc:
-                error = {"error": {"type": "streamtap_bad_fault", "message": str(exc)}}
-                await _send_json(writer, 400, error, head_only=request.method == "HEAD")
-                return request.keep_alive
+                return await self._refuse_fault(request, writer, source, exc)
         if self.options.assign_ids and source.wire == "sse":
             source = self._with_ids.setdefault(id(source), with_event_ids(source))
         start_after = None
@@ -254,13 +253,20 @@ class ReplayServer:
         try:
             the_plan = self._plan(source, faults, start_after)
         except FaultSpecError as exc:
-            await _send_json(writer, 400, {"error": {"type": "streamtap_bad_fault", "message": str(exc)}}, head_only=request.method == "HEAD")
-            return request.keep_alive
+            return await self._refuse_fault(request, writer, source, exc)
         served = Served(request.method, request.target, source.status, source.path, list(the_plan.log), None, resume_id)
         self._record(served)
         await self._stream(source, the_plan, writer, request, requests)
         served.end = the_plan.end.style
         return the_plan.end.style == "clean" and request.keep_alive
+
+    async def _refuse_fault(self, request: _Request, writer: asyncio.StreamWriter, source: Source, problem: Exception) -> bool:
+        """A 400 for a fault that cannot be served with this recording, logged as any answer is:
+        a start-up fault that fits only some recordings must not fail requests unseen."""
+        self._record(Served(request.method, request.target, 400, source.path, [], refused=str(problem)))
+        error = {"error": {"type": "streamtap_bad_fault", "message": str(problem)}}
+        await _send_json(writer, 400, error, head_only=request.method == "HEAD")
+        return request.keep_alive
 
     def _plan(self, source: Source, faults: list[Fault], start_after: int | None) -> Plan:
         """Plans are deterministic: a repeated request reuses its plan (bounded cache)."""
@@ -276,6 +282,8 @@ class ReplayServer:
     def _record(self, served: Served) -> None:
         self.served.append(served)
         where = served.recording or "no recording"
+        if served.refused:
+            where += f": {served.refused}"
         # the log keeps no credential of the request (a ?key= in the target)
         self.log(f"streamtap replay: {served.method} {self.library.options.redactor().url(served.target)} -> {served.status} ({where})")
         for line in served.log:

@@ -12,7 +12,11 @@ classified:
   inside it: a model may well write "error") does not count as noticing;
 - ``hung``: still running at the timeout (killed);
 - ``crashed``: killed by a signal, or could not start (exit 126 or 127: what a shell or
-  ``env`` says when it cannot run the command it was given).
+  ``env`` says when it cannot run the command it was given);
+- ``whole``: exit 0, but the cut left a stream streamtap judges complete: nothing partial to
+  accept;
+- ``inconclusive``: what would be ``noticed``, when the client did not succeed even uncut (the
+  baseline run): its failure says nothing about the cut.
 
 ``sweep_positions`` and ``classify`` are pure; ``run_sweep`` is the asyncio runner.
 """
@@ -36,7 +40,8 @@ from .server import ReplayServer, ServeOptions
 from .source import Source
 
 NOTICED, SILENT, HUNG, CRASHED = "noticed", "silent", "hung", "crashed"
-OUTCOMES = (SILENT, HUNG, CRASHED, NOTICED)
+WHOLE, INCONCLUSIVE = "whole", "inconclusive"
+OUTCOMES = (SILENT, HUNG, CRASHED, NOTICED, WHOLE, INCONCLUSIVE)
 ERROR_TEXT = r"(?i)\b(error|exception|traceback|truncated|incomplete|interrupted|failed)\b"
 DEFAULT_POSITIONS = "events,protocol,bytes=16"
 
@@ -83,10 +88,24 @@ def sweep_positions(source: Source, which: str = DEFAULT_POSITIONS) -> list[str]
     seen: set[str] = set()
     unique = [p for p in out if not (p in seen or seen.add(p))]
     # a bad explicit item fails here, before any run; every run would get the server's HTTP 400
-    unfit = unfit_faults([parse_fault(spec) for spec in asked], [source])
+    asked_faults = [parse_fault(spec) for spec in asked]
+    unfit = unfit_faults(asked_faults, [source]) or _uncut_ends(asked_faults, len(events), body_length)
     if unfit:
         raise FaultSpecError(f"--positions: {'; '.join(unfit)}")
     return unique
+
+
+def _uncut_ends(faults: list, event_count: int, body_length: int) -> list[str]:
+    """Why each of ``faults`` that cuts at the very end is no cut: the client would get the
+    whole stream, and a client that rightly accepts it would be counted silent (the automatic
+    ``events`` list stops before the last event for this reason)."""
+    ends = []
+    for fault in faults:
+        if fault.params.get("byte") == body_length:
+            ends.append(f"{fault.spec!r}: byte {body_length} is the end of the body: nothing would be cut")
+        elif event_count and "at" not in fault.params and fault.params.get("event") == event_count - 1:
+            ends.append(f"{fault.spec!r}: event {event_count - 1} is the last event: nothing would be cut")
+    return ends
 
 
 def _nth_inside(n: int, inner_ends: list[int]) -> int:
@@ -110,9 +129,12 @@ MIN_ANSWER_CHARS = 12  # a shorter answer is not told apart from an error messag
 ANSWER_PROBE_CHARS = 200
 
 
-def classify(returncode: int | None, output: str, *, timed_out: bool, error_text: str | None = None, answer: str = "") -> str:
+def classify(
+    returncode: int | None, output: str, *, timed_out: bool, error_text: str | None = None, answer: str = "", complete: bool = False
+) -> str:
     """One run's outcome. ``answer``: the text the (cut) stream delivered. ``error_text``: a user's
-    own pattern; any match in an exit-0 run's output then counts as noticed."""
+    own pattern; any match in an exit-0 run's output then counts as noticed. ``complete``: the
+    cut stream is still judged complete, so an exit 0 accepted no partial output."""
     if timed_out:
         return HUNG
     # The client is exec'd directly, not through a shell: a signal shows as a negative
@@ -122,6 +144,8 @@ def classify(returncode: int | None, output: str, *, timed_out: bool, error_text
         return CRASHED
     if returncode != 0:
         return NOTICED
+    if complete:
+        return WHOLE
     if error_text is not None:
         return NOTICED if re.search(error_text, output) else SILENT
     if carries_answer(output, answer):
@@ -163,6 +187,12 @@ class SweepReport:
     runs: list[Run]
     seconds: float
 
+    @property
+    def baseline_failed(self) -> bool:
+        """The client failed on the whole, uncut answer (a non-zero exit, an error said, a hang):
+        then a cut run's failure is no sign that it noticed the cut."""
+        return self.baseline is not None and not baseline_succeeded(self.baseline)
+
     def counts(self) -> dict[str, int]:
         counts = dict.fromkeys(OUTCOMES, 0)
         for run in self.runs:
@@ -176,6 +206,7 @@ class SweepReport:
             "seconds": round(self.seconds, 3),
             "counts": self.counts(),
             "baseline": asdict(self.baseline) if self.baseline else None,
+            "baseline_failed": self.baseline_failed,
             "runs": [asdict(r) | {"spec": r.spec} for r in self.runs],
         }
 
@@ -184,23 +215,33 @@ class SweepReport:
         by = {(r.position, r.style): r for r in self.runs}
         positions = list(dict.fromkeys(r.position for r in self.runs))
         width = max([len("cut position")] + [len(p) for p in positions])
-        lines = ["  ".join([f"{'cut position':<{width}}", *[f"{s:<8}" for s in styles]]).rstrip()]
+        cell = max([8] + [len(_mark(r.outcome)) for r in self.runs])
+        lines = ["  ".join([f"{'cut position':<{width}}", *[f"{s:<{cell}}" for s in styles]]).rstrip()]
         for p in positions:
             cells = [_mark(by[(p, s)].outcome) if (p, s) in by else "-" for s in styles]
-            lines.append("  ".join([f"{p:<{width}}", *[f"{c:<8}" for c in cells]]).rstrip())
+            lines.append("  ".join([f"{p:<{width}}", *[f"{c:<{cell}}" for c in cells]]).rstrip())
         counts = self.counts()
         lines.append("")
+        rare = "".join(f", {counts[o]} {o}" for o in (WHOLE, INCONCLUSIVE) if counts[o])
         lines.append(
             f"{len(self.runs)} runs in {self.seconds:.1f} s: {counts[SILENT]} silently accepted partial output, "
-            f"{counts[NOTICED]} noticed, {counts[HUNG]} hung, {counts[CRASHED]} crashed"
+            f"{counts[NOTICED]} noticed, {counts[HUNG]} hung, {counts[CRASHED]} crashed{rare}"
         )
-        if self.baseline is not None and self.baseline.outcome != SILENT:
-            lines.append(f"note: without any cut the client was {self.baseline.outcome} (exit {self.baseline.returncode})")
+        if self.baseline_failed:
+            lines.append(
+                f"inconclusive: without any cut the client was {self.baseline.outcome} (exit {self.baseline.returncode}), "
+                "so its failures do not show that it noticed the cuts: fix the client or its environment first"
+            )
         return "\n".join(lines)
 
 
+def baseline_succeeded(baseline: Run) -> bool:
+    """The uncut run went as a working client's should: exit 0, the whole answer taken."""
+    return baseline.outcome in (SILENT, WHOLE)
+
+
 def _mark(outcome: str) -> str:
-    return {SILENT: "SILENT", NOTICED: "noticed", HUNG: "HUNG", CRASHED: "CRASHED"}[outcome]
+    return {SILENT: "SILENT", NOTICED: "noticed", HUNG: "HUNG", CRASHED: "CRASHED", WHOLE: "whole", INCONCLUSIVE: "inconclusive"}[outcome]
 
 
 RUN_MARK = "STREAMTAP_SWEEP_RUN"  # in each client's environment, naming its run: what it starts inherits it
@@ -247,11 +288,15 @@ async def run_sweep(
     done = 0
     work = [(p, s) for p in positions for s in styles]
 
+    baseline: Run | None = None
+
     async def one(spec: str | None, position: str, style: str) -> Run:
         nonlocal done
         async with gate:
             run = await _run_once(source, command, spec, position, style, timing, timeout, error_text)
         if spec is not None:
+            if run.outcome == NOTICED and not baseline_succeeded(baseline):
+                run.outcome = INCONCLUSIVE  # it fails uncut too: a wrong import, a missing variable
             done += 1
             counts[run.outcome] += 1
             if progress:
@@ -303,7 +348,9 @@ async def _run_once(
         output.seek(0)
         text = output.read().decode("utf-8", "replace")
     verdict, answer = _judge(source, faults)
-    outcome = classify(proc.returncode, text, timed_out=timed_out, error_text=error_text, answer=answer)
+    # the baseline is no cut: taking its whole answer is what it is there to show
+    complete = spec is not None and verdict == "complete"
+    outcome = classify(proc.returncode, text, timed_out=timed_out, error_text=error_text, answer=answer, complete=complete)
     fault_log = [line for served in server.served for line in served.log]
     return Run(position, style, outcome, proc.returncode, time.monotonic() - started, fault_log, text[-400:], verdict)
 
@@ -390,6 +437,7 @@ def progress_bar(stream) -> Callable[[int, int, dict[str, int]], None]:
         stream.write(
             f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}  silent {counts[SILENT]}  "
             f"noticed {counts[NOTICED]}  hung {counts[HUNG]}  crashed {counts[CRASHED]}"
+            + "".join(f"  {o} {counts[o]}" for o in (WHOLE, INCONCLUSIVE) if counts[o])
         )
         if done == total:
             stream.write("\n")
