@@ -37,6 +37,8 @@ def responses_with_reasoning_and_a_call(*, done_arguments: str | None = None) ->
         return _sse(kind, {"type": kind, "sequence_number": next(seq), **fields})
 
     summary = "Look up the weather first."
+    # the final response lists each item as done, its summary included (as OpenAI sends it)
+    done_reasoning = {**reasoning, "summary": [{"type": "summary_text", "text": summary}], "encrypted_content": "gAAA-sig"}
     out = [
         ev("response.created", response=resp),
         ev("response.output_item.added", output_index=0, item=reasoning),
@@ -45,7 +47,7 @@ def responses_with_reasoning_and_a_call(*, done_arguments: str | None = None) ->
         ev("response.reasoning_summary_text.delta", item_id="rs_G1", output_index=0, summary_index=0, delta="the weather first."),
         ev("response.reasoning_summary_text.done", item_id="rs_G1", output_index=0, summary_index=0, text=summary),
         ev("response.reasoning_summary_part.done", item_id="rs_G1", output_index=0, summary_index=0, part={"type": "summary_text", "text": summary}),
-        ev("response.output_item.done", output_index=0, item={**reasoning, "summary": [{"type": "summary_text", "text": summary}], "encrypted_content": "gAAA-sig"}),
+        ev("response.output_item.done", output_index=0, item=done_reasoning),
         ev("response.output_item.added", output_index=1, item=call),
     ]
     out += [ev("response.function_call_arguments.delta", item_id="fc_G1", output_index=1, delta=piece) for piece in args]
@@ -64,7 +66,7 @@ def responses_with_reasoning_and_a_call(*, done_arguments: str | None = None) ->
     out += [
         ev("response.content_part.done", item_id="msg_G1", output_index=2, content_index=0, part=done_part),
         ev("response.output_item.done", output_index=2, item=done_message),
-        ev("response.completed", response={**resp, "status": "completed", "output": [reasoning, done_call, done_message], "usage": usage}),
+        ev("response.completed", response={**resp, "status": "completed", "output": [done_reasoning, done_call, done_message], "usage": usage}),
     ]
     return b"".join(out)
 

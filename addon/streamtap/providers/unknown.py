@@ -2,14 +2,21 @@
 
 Complete framing (every byte formed an event) still cannot say whether a model
 finished, so the verdict is ``unknown``; a cut (a ``Tail``) or broken framing is judged
-by the session as truncated or corrupt.
+by the session as truncated or corrupt. An error in the shapes every dialect shares is
+the provider's own word whatever the dialect, so it is judged: an SSE ``event: error``, an
+event-stream ``exception`` or ``error`` frame, a JSON value with a top-level ``error`` (a
+body that holds only the provider's error, as from an overloaded or throttled call, shows
+no dialect of its own).
 """
 
 from __future__ import annotations
 
-from streamtap.wire import WireEvent
+import orjson
 
-from .common import AssemblerBase
+from streamtap.wire import EventStreamMessage, JSONValue, SSEEvent, WireEvent
+
+from .bedrock_converse import exception_error
+from .common import AssemblerBase, error_fields
 from .turn import Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 
@@ -18,8 +25,23 @@ class Assembler(AssemblerBase):
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         self.seen(event)
+        kind = type(event)
+        if kind is SSEEvent and event.event == "error":
+            try:
+                payload = orjson.loads(event.data)
+            except orjson.JSONDecodeError:
+                payload = {"message": event.data}
+            self.errored(event, error_fields(payload))
+        elif kind is EventStreamMessage and event.headers.get(":message-type") in ("exception", "error"):
+            exception_error(event, self.judge)
+        elif kind is JSONValue and isinstance(event.value, dict) and event.value.get("error"):
+            self.errored(event, error_fields(event.value))
 
     def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
+        errored = self.judge.early_verdict() if self.judge.error_at is not None else None
+        if errored is not None:
+            errored.evidence["end"] = end.value
+            return self.turn, errored
         if self.turn.events == 0:
             reason = "no complete event in the body"
             kind = VerdictKind.TRUNCATED if end is not StreamEnd.FINISHED else VerdictKind.UNKNOWN
