@@ -348,3 +348,21 @@ def test_arbitrary_bytes_never_raise(stream: bytes, chunks: list[int]) -> None:
         whole, _ = decode(cls, stream)
         assert decode(cls, stream, chunks)[0] == whole
         check_tiling(whole, stream)
+
+
+@pytest.mark.parametrize("number", [b"1e400", b"-1e400", b"1E+999"])
+def test_a_number_beyond_a_double_is_json_as_the_clients_read_it(number: bytes) -> None:
+    """JSON allows any number; orjson refuses one that overflows a double, json.loads (the SDKs')
+    reads it as infinity. One such value must not stop a JSON array or make its line malformed."""
+    line = b'{"candidates":[{"content":{"parts":[{"text":"x","n":' + number + b'}]}}]}'
+    events, _ = decode(NDJSONDecoder, line + b"\n" + b'{"done":true}\n')
+    assert kinds(events) == ["JSONValue", "JSONValue"] and values(events) == [json.loads(line), {"done": True}]
+    array = b"[" + line + b",\n" + b'{"done":true}' + b"]"
+    events, _ = decode(JSONArrayDecoder, array, [7])
+    assert kinds(events) == ["JSONValue", "JSONValue", "Tail"] and not events[-1].cut, events  # the Tail: "]"
+    assert values(events)[0]["candidates"][0]["content"]["parts"][0]["n"] == json.loads(number)
+
+
+def test_what_no_json_reader_takes_stays_malformed() -> None:
+    events, _ = decode(NDJSONDecoder, b'{"n": NaN}\n{"n": Infinity}\n{"n": 1e400\n')
+    assert [type(e).__name__ for e in events] == ["Malformed", "Malformed", "Malformed"], events

@@ -282,7 +282,9 @@ class EventStreamDecoder(accel.EventStreamFeed):
             reason = f"prelude needs {PRELUDE_LENGTH} bytes, {len(rest)} arrived"
         else:
             reason = f"message needs {_unpack_u32(rest)[0]} bytes, {len(rest)} arrived"
-        tail = Tail(self._seq, self._offset, self._offset + len(rest), rest, reason)
+        # the span covers the bytes dropped after the error too, so that spans tile the stream
+        dropped = self._dropped_after_stop if self._stopped else 0
+        tail = Tail(self._seq, self._offset, self._offset + len(rest) + dropped, rest, reason)
         self._seq += 1
         return [tail]
 

@@ -15,6 +15,7 @@ carries on after it; the rule is positional (a value ending more than
 
 from __future__ import annotations
 
+import json
 import re
 
 import orjson
@@ -69,7 +70,7 @@ class NDJSONDecoder:
         limit = span_start + self.max_event_size - base  # relative: a line ending past it is oversize
         seg = 0  # where the current span's unsaved bytes begin in work
         pos = 0
-        loads = orjson.loads
+        parse = loads
         for line in lines:
             end = pos + len(line) + 1
             if self._skipping or end > limit:
@@ -78,7 +79,7 @@ class NDJSONDecoder:
                 event = Malformed(seq, span_start, base + end, b"", _oversize(self.max_event_size, span_start), False)
             else:
                 try:
-                    value = loads(line)
+                    value = parse(line)
                 except orjson.JSONDecodeError as exc:
                     if not line.strip(_JSON_SPACE):
                         pos = end
@@ -146,9 +147,26 @@ class NDJSONDecoder:
             self._head.clear()
 
 
+def loads(data: bytes | bytearray | memoryview) -> object:
+    """One JSON value. orjson refuses a number beyond a double (``1e400``), which JSON allows and
+    the providers' own clients (``json.loads``, ``JSON.parse``) read as infinity: the standard
+    library reads what orjson refuses, and the error stays orjson's when neither can."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        try:
+            return json.loads(bytes(data), parse_constant=_no_constant)
+        except ValueError:
+            raise exc from None
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _parses(data: bytes) -> bool:
     try:
-        orjson.loads(data)
+        loads(data)
     except orjson.JSONDecodeError:
         return False
     return True
@@ -382,7 +400,7 @@ class JSONArrayDecoder:
             out.append(Malformed(self._seq, self._span_start, base + end, b"", error, False))
         else:
             try:
-                value = orjson.loads(buf[start:end])
+                value = loads(buf[start:end])
             except orjson.JSONDecodeError as exc:
                 out.append(self._stop(end, start, f"array element is not JSON: {exc}"))
                 return
