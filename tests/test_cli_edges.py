@@ -263,3 +263,15 @@ def test_ctrl_c_reaches_a_query_that_duckdb_would_not_stop():
     assert got.returncode == 0, got.stderr
     outcome, seconds = got.stdout.strip().splitlines()[-1].rsplit(" ", 1)  # after any progress bar
     assert outcome == "['InterruptException']" and float(seconds) < 5, got.stdout
+
+
+def test_a_raw_body_whose_first_event_is_larger_than_the_sniffed_start_is_still_recognised(tmp_path):
+    """An image-generating Gemini model's first chunk can be megabytes: the dialect is in it."""
+    image = {"inlineData": {"mimeType": "image/png", "data": "A" * (1_500_000)}}
+    first = {"candidates": [{"content": {"parts": [image], "role": "model"}}], "responseId": "r1"}
+    last = {"candidates": [{"content": {"parts": [{"text": "Here it is."}], "role": "model"}, "finishReason": "STOP"}],
+            "responseId": "r1", "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 4, "totalTokenCount": 7}}
+    body = tmp_path / "image.sse"
+    body.write_bytes(b"".join(b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in (first, last)))
+    got = streamtap("verify", body)
+    assert got.returncode == 0 and ": complete (gemini, sniffed" in got.stdout, (got.stdout, got.stderr)

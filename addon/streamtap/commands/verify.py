@@ -21,6 +21,7 @@ from streamtap.providers import Analysis, Detection, Dialect, StreamEnd, StreamS
 from streamtap.providers.judge import DROPPED, TEXT_CAP
 from streamtap.recording.catalog import files_under
 from streamtap.recording.reader import shown_path
+from streamtap.wire import DEFAULT_MAX_EVENT
 
 
 PROVIDERS = [d.value for d in Dialect if d is not Dialect.UNKNOWN]
@@ -177,6 +178,11 @@ def _judge_raw(path: Path, head: bytes, file: BinaryIO, provider: str | None, se
         return Unjudged(path, "not a stream: the file is empty; --provider judges it anyway (as a body cut before its first byte)")
     by_name = EXTENSION_WIRE.get(path.suffix.lower())
     detection = sniff_dialect(head)
+    if detection.dialect is Dialect.UNKNOWN and not provider and len(head) == SNIFF_BYTES:
+        # the first event may be larger than the start read (an image in a Gemini chunk): sniff
+        # again once room for a whole event of the decoders' size limit is read
+        head += file.read(DEFAULT_MAX_EVENT)
+        detection = sniff_dialect(head)
     if provider:
         dialect, how = Dialect(provider), "--provider"
         wire = by_name or detection.wire
