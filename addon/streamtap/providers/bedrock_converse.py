@@ -214,6 +214,20 @@ class ConverseBuilder:
         self.open_blocks.add(index)
         return block
 
+    def _text_goes_on(self, index: int, kind: BlockKind) -> Block | None:
+        """Nova's native stream (InvokeModel) puts each text delta in a block of its own, announced by
+        no contentBlockStart: the text the app joins goes on in the block before, so a long answer
+        does not open thousands of blocks (``MAX_BLOCKS``). ConverseStream's blocks stay as sent."""
+        if self.converse_api or kind is not BlockKind.TEXT:
+            return None
+        previous = self.blocks.get(index - 1)
+        if previous is None or previous.kind is not BlockKind.TEXT or not previous.closed or previous.citations:
+            return None
+        previous.closed = False
+        self.blocks[index] = previous
+        self.open_blocks.add(index)
+        return previous
+
     def _block_start(self, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         if not self._in_message(seq, offset, "contentBlockStart"):
             return
@@ -274,9 +288,10 @@ class ConverseBuilder:
                 kind = BlockKind.REDACTED_THINKING
             if index in self.announced:
                 self.announced.discard(index)
+                block = self._new_block(index, kind)
             else:
                 self._next_index(index, f"contentBlockDelta ({member})", seq, offset)
-            block = self._new_block(index, kind)
+                block = self._text_goes_on(index, kind) or self._new_block(index, kind)
         kind = block.kind
         if member == "text" and kind is BlockKind.TEXT and isinstance(value, str):
             self.pieces.add(block, value)
