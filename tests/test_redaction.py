@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import unquote_plus
 
 import httpx
+import orjson
 import pytest
 from upstream import CHAT, Mitmdump, Script, Upstream, find_recording
 
@@ -342,6 +343,41 @@ def test_json_the_parser_refuses_is_still_redacted_in_the_kept_bytes(raw, secret
     kept = base64.b64decode(part["body_b64"])
     assert secret not in kept
     assert kept.replace(b'"[redacted]"', b'"' + secret + b'"') == raw  # every other byte as it was
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/x-www-form-urlencoded"])
+def test_tool_arguments_in_json_the_parser_refuses_are_redacted_inside(content_type):
+    """A lone surrogate anywhere in a chat history (half an emoji from a JS slice) sends the body
+    to the byte scan, which must still open the JSON a string carries; `curl -d` labels JSON a form."""
+    from streamtap.recording.header import request_body_fields
+
+    arguments = json.dumps(json.dumps({"password": "bArgs1", "city": "Paris"}))
+    raw = (b'{"messages": [{"role": "user", "content": "\\ud83d"}, {"role": "assistant", "tool_calls": [{"function": '
+           b'{"name": "login", "arguments": ' + arguments.encode() + b'}}]}], "api_key": "bKey2"}')
+    with pytest.raises(ValueError):
+        orjson.loads(raw)  # the case: the parser refuses it
+    part = Redactor().request_part({"headers": [["content-type", content_type]], **request_body_fields((raw, raw))})
+    kept = base64.b64decode(part["body_b64"])
+    assert b"bArgs1" not in kept and b"bKey2" not in kept, kept
+    assert b"Paris" in kept and b"\\ud83d" in kept  # everything else kept
+
+
+@pytest.mark.parametrize("arguments", ['{"password": "bCut3", "user": "b', '{"password": "bJunk4"}}'])
+def test_tool_arguments_that_are_not_json_are_still_redacted(arguments):
+    """A call cut mid-arguments, sent back in the history: the scan finds the secret member."""
+    redacted = Redactor().json({"tool_calls": [{"function": {"arguments": arguments}}]})
+    kept = redacted["tool_calls"][0]["function"]["arguments"]
+    assert "bCut3" not in kept and "bJunk4" not in kept and kept.startswith('{"password": "[redacted]"'), kept
+
+
+def test_an_object_under_a_secret_name_is_a_schema_only_when_its_keywords_hold_schemas():
+    redactor = Redactor()
+    for value in ({"items": ["sCred1", "sCred2"]}, {"properties": {"user": "bob", "pw": "sCred3"}},
+                  {"anyOf": [{"user": "bob", "pass": "sCred4"}]}, {"not": "sCred5"}):
+        assert redactor.json({"credentials": value}) == {"credentials": REDACTED}, value
+    schema = {"type": "object", "properties": {"user": {"type": "string"}, "pw": {"type": "string"}},
+              "items": [{"type": "string"}], "anyOf": [{"required": ["user"]}], "additionalProperties": False}
+    assert redactor.json({"credentials": schema}) == {"credentials": schema}  # a schema describes, it holds none
 
 
 def test_json_the_parser_refuses_keeps_no_object_or_list_under_a_secret_name():

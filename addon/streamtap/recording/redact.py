@@ -194,9 +194,7 @@ class Redactor:
         try:
             inner = json.loads(text)
             redacted = self.json(inner)
-        except ValueError:
-            return text
-        except RecursionError:  # nested deeper than Python recurses: scanned instead
+        except (ValueError, RecursionError):  # cut arguments, trailing junk, too deep: scanned instead
             return self.json_bytes(text.encode("utf-8", "surrogatepass")).decode("utf-8", "surrogatepass")
         return dump_embedded(redacted) if redacted != inner else text
 
@@ -225,11 +223,25 @@ class Redactor:
                 raw = base64.b64decode(part["body_b64"], validate=True)
             except ValueError:
                 raw = None
-            if raw is not None and looks_like_form(raw, part.get("headers")):
-                part["body_b64"] = base64.b64encode(self.form(raw)).decode("ascii")
-            elif raw is not None and raw.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"["):
-                part["body_b64"] = base64.b64encode(self.json_bytes(raw)).decode("ascii")
+            if raw is not None:
+                # JSON first: `curl -d` sends JSON as a form; a body that is both is redacted as both
+                if raw.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"["):
+                    raw = self.json_bytes(raw)
+                if looks_like_form(raw, part.get("headers")):
+                    raw = self.form(raw)
+                part["body_b64"] = base64.b64encode(raw).decode("ascii")
         return part
+
+    def _json_string_redacted(self, body: bytes) -> bytes | None:
+        """A JSON string literal (its ``body`` between the quotes) whose text is JSON with a secret
+        member, redacted inside; None when it holds none."""
+        text = _json_string(body)
+        if text is None or text.lstrip()[:1] not in ("{", "["):
+            return None
+        redacted = self._json_in_text(text)
+        if redacted == text:
+            return None
+        return json.dumps(redacted, ensure_ascii=False).encode("utf-8", "surrogatepass")
 
     def json_bytes(self, raw: bytes) -> bytes:
         """JSON text the parser refused (a lone surrogate escape, 1e400, deep nesting, a BOM: all
@@ -239,7 +251,11 @@ class Redactor:
         out, done, at = [], 0, 0
         while match := _JSON_STRING.search(raw, at):
             at = match.end()
-            if match[2] is None:  # a string that names no member
+            if match[2] is None:  # a string that names no member: a value, which may carry JSON (arguments)
+                replaced = self._json_string_redacted(match[1])
+                if replaced is not None:
+                    out += (raw[done : match.start()], replaced)
+                    done = at
                 continue
             try:
                 name = json.loads(b'"' + match[1] + b'"')
@@ -263,6 +279,13 @@ class Redactor:
             done = at = end
         out.append(raw[done:])
         return b"".join(out)
+
+
+def _json_string(body: bytes) -> str | None:
+    try:
+        return json.loads(b'"' + body + b'"')
+    except ValueError:
+        return None
 
 
 def _json_value_end(raw: bytes, start: int) -> int | None:
@@ -315,8 +338,27 @@ _SCHEMA_KEYWORDS = frozenset({
 _SCHEMA_VALUES = frozenset({"enum", "const", "default", "examples"})
 
 
-def _schema_fragment(value: dict[str, Any]) -> bool:
-    return bool(value) and all(isinstance(key, str) and key in _SCHEMA_KEYWORDS for key in value)
+def _schema_fragment(value: Any) -> bool:
+    """Schema keywords only, each holding what that keyword holds: a subschema where one belongs
+    (``{"items": ["sk-live-…"]}`` names no schema, whatever its keys say)."""
+    if not isinstance(value, dict) or not value:
+        return False
+    for key, item in value.items():
+        if not isinstance(key, str) or key not in _SCHEMA_KEYWORDS:
+            return False
+        if key in _SUBSCHEMA and not (isinstance(item, bool) or _schema_fragment(item)
+                                      or key == "items" and isinstance(item, list) and all(map(_schema_fragment, item))):
+            return False  # (a list of schemas: draft 4's tuple "items")
+        if key in _SUBSCHEMA_LISTS and not (isinstance(item, list) and all(_schema_fragment(i) for i in item)):
+            return False
+        if key in _SUBSCHEMA_MAPS and not (isinstance(item, dict) and all(isinstance(i, bool) or _schema_fragment(i) for i in item.values())):
+            return False
+    return True
+
+
+_SUBSCHEMA = frozenset({"items", "additionalProperties", "not"})  # a schema (or true/false)
+_SUBSCHEMA_LISTS = frozenset({"anyOf", "oneOf", "allOf"})
+_SUBSCHEMA_MAPS = frozenset({"properties", "$defs", "definitions"})  # names to schemas
 
 
 def _secret_scalar(name: str, value: Any) -> bool:
