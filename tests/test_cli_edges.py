@@ -275,3 +275,23 @@ def test_a_raw_body_whose_first_event_is_larger_than_the_sniffed_start_is_still_
     body.write_bytes(b"".join(b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in (first, last)))
     got = streamtap("verify", body)
     assert got.returncode == 0 and ": complete (gemini, sniffed" in got.stdout, (got.stdout, got.stderr)
+
+
+def test_a_cut_or_damaged_recording_is_never_given_the_verdict_its_held_bytes_read_as(tmp_path):
+    """Cut right after the terminal frame (a proxy killed before its end line), or with a frame's
+    byte changed: the bytes held read as complete, yet they are not the stream that came."""
+    lines = (RECORDINGS / "anthropic.jsonl").read_text().splitlines(keepends=True)
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("".join(lines[:-1]))  # every frame, the end line lost
+    changed = tmp_path / "changed.jsonl"
+    frame = json.loads(lines[3])
+    frame["raw"] = frame["raw"].replace("wants", "WANTS")  # a thinking delta's text
+    changed.write_text("".join(lines[:3] + [json.dumps(frame) + "\n"] + lines[4:]))
+    for path, said in ((cut, "no end line"), (changed, "sum")):
+        got = streamtap("verify", path)
+        assert got.returncode == 1 and f"{path}: unknown (anthropic) the recording is cut or damaged" in got.stdout, got.stdout
+        assert said in got.stdout and "read as complete" in got.stdout, got.stdout
+        shown = streamtap("show", path)
+        assert "verdict   UNKNOWN" in shown.stdout and "COMPLETE" not in shown.stdout, shown.stdout
+    whole = streamtap("verify", RECORDINGS / "anthropic.jsonl")
+    assert whole.returncode == 0 and ": complete (anthropic)" in whole.stdout  # the control

@@ -17,7 +17,7 @@ from typing import BinaryIO
 import orjson
 
 from streamtap.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE, UsageError, terminal_safe, write_out, named_path
-from streamtap.providers import Analysis, Detection, Dialect, StreamEnd, StreamSession, sentinel_problem, sniff_dialect
+from streamtap.providers import Analysis, Detection, Dialect, StreamEnd, StreamSession, Verdict, VerdictKind, sentinel_problem, sniff_dialect
 from streamtap.providers.judge import DROPPED, TEXT_CAP
 from streamtap.recording.catalog import files_under
 from streamtap.recording.reader import shown_path
@@ -248,18 +248,24 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
             elif isinstance(item, NetworkReads):
                 check.reads(item.reads, item.wire)
     end = lines.end or {}
-    problems = [lines.problem] if lines.problem else []
+    cut = [lines.problem] if lines.problem else []
     unfinished = never_renamed(path, has_end=bool(lines.end))  # the rule report and index apply too
-    if unfinished:
-        problems.append(unfinished)
-    problems += check.finish(lines.end)  # sums, sequence, offsets, counts, hashes
+    checked = check.finish(lines.end)  # sums, sequence, offsets, counts, hashes
+    problems = cut + ([unfinished] if unfinished else []) + checked
+    damage = cut + checked
     analysis = session.close(StreamEnd(end.get("stream_end") or "finished"))  # the reader checked the value
+    if damage and analysis.verdict.kind in _ENDED:
+        # a cut or damaged file holds a shorter or altered stream: what its bytes read as is no answer
+        held = analysis.verdict
+        analysis.verdict = Verdict(VerdictKind.UNKNOWN, f"the recording is cut or damaged: the bytes it holds read as "
+                                   f"{held.kind.value}, which they cannot vouch for", held.seq, held.offset,
+                                   {**held.evidence, "held_bytes_read_as": held.kind.value})
     recorded_verdict = end.get("verdict") or {}
     recorded_kind = recorded_verdict.get("kind")
     # the proxy could not parse arguments beyond its cap and said unknown: judging them here is the answer
     evidence = recorded_verdict.get("evidence")
     not_kept = isinstance(evidence, dict) and evidence.get("arguments_not_kept") is True
-    if recorded_kind and not not_kept and dialect.value == recorded:
+    if recorded_kind and not not_kept and dialect.value == recorded and not damage:
         if recorded_kind != analysis.verdict.kind.value:
             problems.append(f"the recording says {recorded_kind}, judging its bytes again says {analysis.verdict.kind.value}")
         elif isinstance(end.get("turn"), dict):  # the fleet view takes the model and the usage from it
@@ -270,6 +276,9 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
     if injected:
         analysis.verdict.evidence["injected_fault"] = injected
     return Judged(path, analysis, dialect, how, "recording", "; ".join(problems) or None, injected or None)
+
+
+_ENDED = (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT, VerdictKind.FILTERED)  # verdicts that say the turn ended
 
 
 def _turn_facts(turn: dict) -> tuple[dict[str, object], dict[str, int]]:
