@@ -295,3 +295,15 @@ def test_a_cut_or_damaged_recording_is_never_given_the_verdict_its_held_bytes_re
         assert "verdict   UNKNOWN" in shown.stdout and "COMPLETE" not in shown.stdout, shown.stdout
     whole = streamtap("verify", RECORDINGS / "anthropic.jsonl")
     assert whole.returncode == 0 and ": complete (anthropic)" in whole.stdout  # the control
+
+
+@pytest.mark.parametrize("damage", ["first byte lost", "first bytes zeroed", "cut inside the header"])
+def test_a_recording_under_another_name_with_its_header_damaged_is_a_damaged_recording(tmp_path, damage):
+    """Never a raw body: its first line still names the format, or begins as every header does."""
+    data = (RECORDINGS / "anthropic.jsonl").read_bytes()
+    damaged = {"first byte lost": data[1:], "first bytes zeroed": b"\0" * 16 + data[16:], "cut inside the header": data[:30]}[damage]
+    path = tmp_path / "rec.jsonl"
+    path.write_bytes(damaged)
+    got = streamtap("verify", path)
+    out = got.stdout + got.stderr
+    assert got.returncode in (1, 2) and "recording" in out and "raw" not in out and "sniffed" not in out, out

@@ -154,7 +154,7 @@ def is_recording(path: Path, first_line: bytes) -> bool:
     """Whether a file is a streamtap recording, whole or damaged, by its name and its first line
     (its header or a damaged one, both carrying the format's mark, or the line that followed a
     lost header)."""
-    return recording_name(path) or header_damage(first_line) is not None
+    return recording_name(path) or header_damage(first_line) is not None or first_line.startswith(_HEADER_START)
 
 
 def is_partial(path: Path) -> bool:

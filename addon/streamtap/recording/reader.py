@@ -72,7 +72,7 @@ def open_recording(path: str | os.PathLike[str]) -> BinaryIO:
 def header_damage(first_line: bytes) -> str | None:
     """What is wrong with a first line that is no recording header but still marks a
     recording (its header damaged, or lost), or None for a line of some other file."""
-    if first_line.lstrip().startswith(b"{") and FORMAT_MARK in first_line:
+    if FORMAT_MARK in first_line:  # (also where its first bytes were lost or overwritten)
         return "line 1 is a damaged recording header (not a JSON object of the format's fields)"
     try:
         record = orjson.loads(first_line)
