@@ -688,6 +688,23 @@ def test_a_long_nova_answer_in_its_native_one_block_per_delta_shape_is_whole(loo
     assert (analysis.turn.usage.input, analysis.turn.usage.output) == (30, len(words))
 
 
+TITAN = [{"outputText": "Once upon", "index": 0, "inputTextTokenCount": 28},  # the input counted on the first chunk only
+         {"outputText": " a time", "index": 0},
+         {"outputText": ".", "index": 0, "totalOutputTextTokenCount": 4, "completionReason": "FINISH"}]
+LLAMA = [{"generation": "The answer", "prompt_token_count": 8, "generation_token_count": 1, "stop_reason": None},
+         {"generation": " is", "prompt_token_count": None, "generation_token_count": 2, "stop_reason": None},
+         {"generation": " 42.", "prompt_token_count": None, "generation_token_count": 3, "stop_reason": "stop"}]
+
+
+@pytest.mark.parametrize("family", [TITAN, LLAMA], ids=["titan", "llama"])
+def test_a_cut_generation_with_its_retry_after_it_is_stitched_not_complete(family) -> None:
+    """One invocation's chunks, cut before its stop chunk, then a whole retry: the text would be doubled."""
+    whole = analyze_bytes(b"".join(map(chunk_frame, family)), Dialect.BEDROCK_INVOKE)
+    assert whole.verdict.kind is VerdictKind.COMPLETE, whole.verdict  # the control
+    stitched = analyze_bytes(b"".join(map(chunk_frame, family[:2] + family)), Dialect.BEDROCK_INVOKE).verdict
+    assert stitched.kind is VerdictKind.CORRUPT and "second generation" in stitched.reason and stitched.seq == 2, stitched
+
+
 def test_a_chunk_of_no_known_family_among_known_chunks_leaves_the_turn_unknown() -> None:
     llama = [{"generation": "Paris", "stop_reason": None}, {"generation": ".", "stop_reason": "stop"}]
     cohere = [{"is_finished": False, "event_type": "text-generation", "text": "The answer is 42."}]

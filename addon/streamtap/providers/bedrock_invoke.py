@@ -100,6 +100,8 @@ class TextFamilyBuilder:
         self.block: Block | None = None
         self.pieces = Pieces(self.judge)
         self.terminal = False
+        self.chunks = 0
+        self.generated: float | None = None  # Llama's cumulative generation_token_count so far
 
     def apply(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         if self.judge.reopened("the response", "a chunk", seq, offset):
@@ -107,6 +109,9 @@ class TextFamilyBuilder:
         if self.family == "mistral":
             outputs = event.get("outputs") or [{}]
             event = outputs[0] if isinstance(outputs[0], dict) else {}
+        self.chunks += 1
+        if self._begins_again(event, seq, offset):
+            return
         text = event.get(self.text_key)
         if isinstance(text, str):
             if self.block is None:
@@ -132,6 +137,24 @@ class TextFamilyBuilder:
             if self.block is not None:
                 self.block.closed = True
             self.judge.stop_reason(raw, self.table.get(raw, (None, raw))[1] if raw is not None else None)
+
+    def _begins_again(self, event: dict[str, Any], seq: int | None, offset: int | None) -> bool:
+        """A second generation before the first one's stop chunk (a cut attempt and its retry in
+        one body): Titan counts the input on an invocation's first chunk only, and Llama's count
+        of generated tokens only grows."""
+        if self.family == "titan" and self.chunks > 1 and event.get("inputTextTokenCount") is not None:
+            self.judge.corrupt(f"inputTextTokenCount again at seq {seq}: Titan sends it with an invocation's first chunk "
+                               "only, so a second generation begins here (spliced stream)", seq, offset)
+            return True
+        count = event.get("generation_token_count")
+        if isinstance(count, (int, float)) and not isinstance(count, bool):
+            if self.generated is not None and count < self.generated:
+                self.judge.corrupt(f"generation_token_count falls from {self.generated:g} to {count:g} at seq {seq}: "
+                                   "the count only grows, so a second generation begins here (spliced stream)", seq, offset,
+                                   counts=[self.generated, count])
+                return True
+            self.generated = count
+        return False
 
     def ended(self, what: str, seq: int | None, offset: int | None) -> bool:
         """True (and the stream is corrupt) when ``what`` came after the chunk with the stop reason."""
