@@ -323,6 +323,43 @@ def test_constructed_refusal_and_content_filter_are_filtered():
     assert analyze_bytes(sse_data(chat_chunk({"content": "x"}), chat_chunk(finish="content_filter")), CHAT).verdict.kind is F
 
 
+def test_a_tool_index_reused_for_a_new_call_is_two_calls_and_says_what_the_sdk_makes_of_it():
+    """A gateway's parallel calls on one index: the openai SDK joins them into one call that does
+    not parse, so the turn, which keeps both, says so."""
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+    from openai.types.chat import ChatCompletionChunk
+
+    call = lambda **f: chat_chunk({"tool_calls": [{"index": 0, "type": "function", **f}]})  # noqa: E731
+    chunks = [call(id="call_a", function={"name": "get_weather", "arguments": '{"city":"Paris"}'}),
+              call(id="call_b", function={"name": "get_time", "arguments": '{"tz":"CET"}'}), chat_chunk(finish="tool_calls")]
+    analysis = analyze_bytes(sse_data(*chunks), CHAT)
+    assert [(c.id, c.name, c.arguments) for c in analysis.turn.tool_calls()] == [
+        ("call_a", "get_weather", {"city": "Paris"}), ("call_b", "get_time", {"tz": "CET"})]
+    state = ChatCompletionStreamState()
+    for chunk in chunks:
+        state.handle_chunk(ChatCompletionChunk.model_validate(chunk))
+    joined = state.current_completion_snapshot.choices[0].message.tool_calls[0]
+    assert joined.function.arguments == '{"city":"Paris"}{"tz":"CET"}'  # what the app gets
+    assert any("index 0 of choice 0 reused for a new call" in note and "openai SDK joins" in note
+               for note in analysis.turn.notes), analysis.turn.notes
+
+
+def test_an_audio_answer_keeps_its_transcript_as_the_text_the_sdk_hands_the_app():
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+    from openai.types.chat import ChatCompletionChunk
+
+    chunks = [chat_chunk({"role": "assistant", "audio": {"id": "audio_1", "transcript": "The answer is 42.\n"}}),
+              chat_chunk({"audio": {"data": "UklGRg==", "transcript": "DONE"}}),
+              chat_chunk({"audio": {"expires_at": 1770000000}}), chat_chunk(finish="stop")]
+    state = ChatCompletionStreamState()
+    for chunk in chunks:
+        state.handle_chunk(ChatCompletionChunk.model_validate(chunk))
+    transcript = state.current_completion_snapshot.choices[0].message.audio.transcript
+    analysis = analyze_bytes(sse_data(*chunks), CHAT)
+    assert analysis.turn.text() == transcript == "The answer is 42.\nDONE"
+    assert analyze_bytes(sse_data(*chunks), CHAT, sentinel="DONE").verdict.kind is C  # its last line is the transcript's
+
+
 def test_constructed_tool_calls_by_index_and_invalid_arguments():
     call = lambda i, **f: chat_chunk({"tool_calls": [{"index": i, **f}]})  # noqa: E731
     good = sse_data(

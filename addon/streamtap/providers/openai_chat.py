@@ -164,6 +164,9 @@ class Assembler(AssemblerBase):
         refusal = delta.get("refusal")
         if isinstance(refusal, str) and refusal:
             self.append(index, BlockKind.REFUSAL, refusal, t)
+        transcript = as_dict(delta.get("audio")).get("transcript")
+        if isinstance(transcript, str) and transcript:  # a spoken answer's words (the SDK's message.audio.transcript)
+            self.append(index, BlockKind.TEXT, transcript, t)
         for call in as_list(delta.get("tool_calls")):
             if isinstance(call, dict):
                 self._tool_fragment(index, call, event, t)
@@ -230,6 +233,9 @@ class Assembler(AssemblerBase):
         new_id = as_str(call.get("id"))
         if block is not None and new_id and block.id and new_id != block.id:
             # a gateway reusing one index for parallel calls: a new id is a new call
+            self.note(f"tool call index {position} of choice {index} reused for a new call (id {new_id}, seq "
+                      f"{event.seq}): the turn keeps two calls, but the openai SDK joins the fragments of one index, "
+                      f"so it hands the app one call whose ids, names and arguments run together")
             generation += 1
             self._tool_keys[(index, position)] = generation
             block = None
