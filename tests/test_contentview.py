@@ -156,6 +156,19 @@ def test_ndjson_values_and_a_line_that_is_not_json():
     assert "# !! the body ends inside a frame: 8 bytes" in rendered
 
 
+@pytest.mark.parametrize("depth", [1000, 3000])
+def test_json_nested_past_what_python_prints_is_shown_as_it_came(depth):
+    """Past about 1,000 levels json.dumps (and past orjson's 1,024, json.loads) gives up: the
+    frame is still listed, its bytes as they came, and the frames around it laid out."""
+    deep = "[" * depth + "]" * depth
+    sse = f'data: {{"a": 1}}\n\ndata: {{"deep": {deep}}}\n\ndata: {{"b": 2}}\n\n'.encode()
+    rendered = SSEContentview().prettify(sse, SSE_META)
+    assert '"a": 1' in rendered and '"b": 2' in rendered and deep in rendered
+    ndjson = f'{{"a": 1}}\n{{"deep": {deep}}}\n{{"b": 2}}\n'.encode()
+    rendered = NDJSONContentview().prettify(ndjson, Metadata(content_type="application/x-ndjson"))
+    assert '"a": 1' in rendered and '"b": 2' in rendered and "offset 9 " in rendered  # the deep line listed where it is
+
+
 def test_views_are_chosen_by_content_type_only():
     register()
     registry = contentviews.registry

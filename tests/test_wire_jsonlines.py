@@ -364,5 +364,8 @@ def test_a_number_beyond_a_double_is_json_as_the_clients_read_it(number: bytes) 
 
 
 def test_what_no_json_reader_takes_stays_malformed() -> None:
-    events, _ = decode(NDJSONDecoder, b'{"n": NaN}\n{"n": Infinity}\n{"n": 1e400\n')
-    assert [type(e).__name__ for e in events] == ["Malformed", "Malformed", "Malformed"], events
+    deep = b"[" * 3000 + b"]" * 3000  # past orjson's depth and Python's recursion
+    events, _ = decode(NDJSONDecoder, b'{"n": NaN}\n{"n": Infinity}\n{"n": 1e400\n' + deep + b"\n")
+    assert [type(e).__name__ for e in events] == ["Malformed"] * 4, events
+    events, _ = decode(JSONArrayDecoder, b"[" + deep + b"]")
+    assert type(events[0]).__name__ == "Malformed", events

@@ -53,10 +53,9 @@ def _indent(text: str, prefix: str = "  ") -> str:
 
 def _pretty_json(text: str | bytes) -> str | None:
     try:
-        value = json.loads(text)
-    except (ValueError, UnicodeDecodeError):
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except (ValueError, UnicodeDecodeError, RecursionError):  # (nested past what Python's parser reads)
         return None
-    return json.dumps(value, indent=2, ensure_ascii=False)
 
 
 def _header_value(value: Any) -> str:
@@ -102,7 +101,11 @@ def _render(events: list[WireEvent], data: bytes, noun: str, frame: Any) -> str:
             out.append(f"\n# ... {len(events) - shown} more not shown")
             break
         out.append("")
-        out.extend(_problem(event) or frame(event))
+        try:
+            out.extend(_problem(event) or frame(event))
+        except RecursionError:  # JSON nested past what Python's printer reads: the frame as it came
+            out += [_place("frame", event) + " · nested too deep to lay out, as it came:",
+                    _indent(event.raw.decode("utf-8", "replace"))]
     return "\n".join(out) + "\n"
 
 

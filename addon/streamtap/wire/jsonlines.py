@@ -156,7 +156,7 @@ def loads(data: bytes | bytearray | memoryview) -> object:
     except orjson.JSONDecodeError as exc:
         try:
             return json.loads(bytes(data), parse_constant=_no_constant)
-        except ValueError:
+        except (ValueError, RecursionError):  # (nested past what Python's parser reads: orjson's depth error stands)
             raise exc from None
 
 
