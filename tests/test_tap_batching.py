@@ -253,3 +253,22 @@ def test_analysis_failing_mid_batch_still_records_every_byte(tmp_path):
     assert summary["verdict"] == "unknown" and len(summary["errors"]) == 1 and "injected" in summary["errors"][0]
     recording = read_recording(summary["recording"])
     assert recording.body == body and recording.end is not None
+
+
+def test_a_flow_whose_analysis_fails_still_counts_its_bytes_as_its_recording_does(tmp_path):
+    """A bug in the analysis switches it off for the flow: the log line and the metrics take the
+    summary's count, and it must be the bytes the recording holds, not 0."""
+    body = streams.openai_chat(["a ", "b ", "c"])
+    tap = FlowTap(flow_for("/v1/chat/completions", "text/event-stream"), directory=str(tmp_path), fsync="end",
+                  redact=(), sentinel=None, max_event_size=1 << 20, record=True)
+    tap.arrived(body[:50], None)
+
+    def broken(*args, **kwargs):  # stands in for a bug in streamtap's analysis
+        raise RuntimeError("a bug")
+
+    tap.session.feed = broken
+    tap.arrived(body[50:], None)
+    summary = tap.finish(StreamEnd.FINISHED)
+    end = orjson.loads(open(summary["recording"], "rb").read().splitlines()[-1])
+    assert summary["verdict"] == "unknown" and summary["errors"]
+    assert summary["bytes"] == end["bytes"] == len(body), (summary["bytes"], end.get("bytes"))

@@ -70,6 +70,7 @@ class FlowTap:
         self.directory = directory
         self.finished = False
         self.body_lost = False  # content decoding failed: later body bytes cannot be placed
+        self.body_bytes = 0  # (decoded) body bytes taken: the summary's count when analysis failed
         self.flushed_at = 0.0
         self.backlog: list[bytes] = []  # chunks handed on, not analysed yet
         self.backlog_times: list[float] = []  # their arrivals
@@ -234,6 +235,7 @@ class FlowTap:
 
     def _feed_reads(self, chunks: list[bytes], times: list[float], size: int) -> None:
         """Several identity-encoded reads: recorded, decoded and framed in one pass each."""
+        self.body_bytes += size
         try:
             t_ms = [milliseconds(t) for t in times]
             writer = self.writer
@@ -374,6 +376,7 @@ class FlowTap:
                 return
             if not body:
                 return
+        self.body_bytes += len(body)
         if t_ms is None:
             t_ms = milliseconds(t)
         session = self.session
@@ -437,7 +440,7 @@ class FlowTap:
             "verdict": VerdictKind.UNKNOWN.value,
             "reason": "streamtap could not analyse this flow",
             "events": 0,
-            "bytes": 0,
+            "bytes": self.body_bytes,  # (analysis, when it ran, counts them itself)
             "ttft_ms": None,
             "duration_ms": milliseconds(t),
             "stream_end": end.value,
