@@ -1707,3 +1707,27 @@ def test_a_tap_stopped_while_its_new_workers_start_does_not_hold_the_loop(tmp_pa
 
     asyncio.run(run())
     assert max(gaps) < 0.5, max(gaps)
+
+
+def test_verdicts_that_come_back_while_mitmproxy_stops_are_still_given(upstream, tmp_path, monkeypatch):
+    """Flows that ended just before a SIGTERM: the worker answers while the proxy waits for it to
+    stop, when the event loop runs no more callbacks; each still gets its log line."""
+    stall = tmp_path / "stall"
+    stall.touch()
+    monkeypatch.setenv(STALL_ENV, str(stall))  # the worker holds its first reads while this file exists
+    body = streams.openai_chat(["last ", "words"])
+    names = [upstream.add(f"stopping-{i}", Script(body)) for i in range(3)]
+    proxy = Mitmdump(upstream.url, tmp_path / "m").start()
+    try:
+        for name in names:
+            assert curl(f"{proxy.url}/s/{name}{CHAT}").stdout == body
+        proxy.process.send_signal(signal.SIGTERM)  # the proxy stops with every verdict still to come
+        time.sleep(0.5)
+        stall.unlink()  # the worker answers now, while the proxy waits for it
+        proxy.process.wait(15)
+    finally:
+        proxy.stop()
+    log = proxy.log()
+    verdicts = [line for line in log.splitlines() if "streamtap: openai-chat" in line and " complete: " in line]
+    assert len(verdicts) == len(names), log
+    assert "before their verdicts came back" not in log and "Traceback" not in log

@@ -418,7 +418,11 @@ class Tap:
                     tap.abandon()
             except Exception:
                 pass
-        self.pools.stop()
+        self.pools.stop()  # the verdicts the workers still had are applied on the way
+        if self.awaiting:
+            log.warning(f"streamtap: {len(self.awaiting)} flow(s) ended as mitmproxy stopped, before their verdicts came "
+                        "back; their recordings say how far their analysis got")
+            self.awaiting.clear()
         self.open.clear()
         self.kept.clear()
 

@@ -33,6 +33,7 @@ import struct
 import threading
 import time
 import zlib
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -349,9 +350,13 @@ class _Process:
         self.freed = False
         self.pid: int | None = self.process.pid
         self.exitcode: int | None = None
-        threading.Thread(
+        # what the worker said, until the loop takes it: at shutdown the loop runs no more
+        # callbacks, so what is left here is taken by stop()
+        self.replies: deque = deque()
+        self.reader = threading.Thread(
             target=self._read, args=(loop, received, died), name=f"streamtap-from-worker-{index}", daemon=True
-        ).start()
+        )
+        self.reader.start()
 
     def send(self, batch: list) -> None:
         """One message in the framing ``Connection.recv`` reads; a full pipe never blocks the loop:
@@ -420,14 +425,21 @@ class _Process:
                 message = self.outbox.recv()
             except Exception:
                 break
+            self.replies.append(message)
             try:
-                loop.call_soon_threadsafe(received, self, message)
+                loop.call_soon_threadsafe(self.take_replies, received)
             except RuntimeError:  # the loop is closed: the proxy is shutting down
                 return
         try:
             loop.call_soon_threadsafe(died, self)
         except RuntimeError:
             pass
+
+    def take_replies(self, received: Callable) -> None:
+        """Hand what the worker said to ``received``, in order (on the loop, or at shutdown)."""
+        replies = self.replies
+        while replies:
+            received(self, replies.popleft())
 
     def free(self) -> None:
         """The worker has exited: its ring, its pipes and its process handle go back to the system.
@@ -486,6 +498,7 @@ class _Process:
         if self.process.is_alive():
             self.process.kill()
             self.process.join(1)
+        self.reader.join(1)  # the pipe's end after the worker's: every reply it sent is read
         self.ring.close()  # the worker removes the name once mapped; not if it never got that far
 
 
@@ -858,3 +871,7 @@ class Workers:
             self._write_notes(index)
         for process in self.processes:
             process.stop(timeout)
+            try:  # the verdicts of flows that ended just before: the loop will not run again to take them
+                process.take_replies(self._received)
+            except Exception as exc:
+                log.warning(f"streamtap: analysis worker {process.index}: its replies at shutdown: {type(exc).__name__}: {exc}")
