@@ -468,6 +468,8 @@ def test_show_writes_what_a_terminal_would_act_on_as_escapes(tmp_path):
     assert not [c for c in shown.stdout if c in "\x1b\x07\r\u202e"], repr(shown.stdout)
     assert "red \\x1b[31mALERT\\x1b]0;title\\x07 back\\rover \\u202eevil\nnext\tline" in shown.stdout, shown.stdout
     assert "m\\x1b[2J" in shown.stdout
+    wrapped = streamtap("show", body)  # wrapped at the default width: escaped first, not turned into spaces
+    assert "back\\rover" in wrapped.stdout and "\r" not in wrapped.stdout, wrapped.stdout
     as_json = streamtap("show", "--json", body)  # JSON escapes them itself, and keeps the text exact
     assert json.loads(as_json.stdout)["turn"]["choices"][0]["blocks"][0]["text"].startswith("red \x1b[31mALERT")
 

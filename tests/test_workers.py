@@ -1731,3 +1731,22 @@ def test_verdicts_that_come_back_while_mitmproxy_stops_are_still_given(upstream,
     verdicts = [line for line in log.splitlines() if "streamtap: openai-chat" in line and " complete: " in line]
     assert len(verdicts) == len(names), log
     assert "before their verdicts came back" not in log and "Traceback" not in log
+
+
+def test_ctrl_c_stops_the_proxy_and_its_worker_without_a_traceback(upstream, tmp_path):
+    """A terminal's Ctrl-C reaches the whole process group, the worker too: the proxy stops it."""
+    body = streams.openai_chat(["interrupted ", "quietly"])
+    upstream.add("ctrl-c", Script(body))
+    proxy = Mitmdump(upstream.url, tmp_path / "m").start()
+    try:
+        [pid] = worker_pids(proxy)
+        assert curl(f"{proxy.url}/s/ctrl-c{CHAT}").stdout == body
+        proxy.wait_log("streamtap: openai-chat")
+        os.kill(pid, signal.SIGINT)  # as the terminal sends it, to every process of the group
+        proxy.process.send_signal(signal.SIGINT)
+        proxy.process.wait(15)
+    finally:
+        proxy.stop()
+    log = proxy.log()
+    assert "Traceback" not in log and "KeyboardInterrupt" not in log, log
+    assert "died" not in log, log  # the worker did not die of it: it was stopped

@@ -51,7 +51,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="mitmproxy filter expression choosing the flows instead (e.g. '~d openai.com & ~s')",
     )
     parser.add_argument(
-        "--sentinel", metavar="LINE", help="exact last line every answer must end with (one line, not blank); missing => truncated"
+        "--sentinel", metavar="LINE", help="exact last line every answer must end with (one line, not blank); missing => truncated (a turn that stops to call a tool is not checked)"
     )
     parser.add_argument(
         "--redact", metavar="NAME", action="append", default=[],

@@ -114,6 +114,7 @@ def _wrap(text: str, width: int) -> list[str]:
         return text.split("\n")
     out: list[str] = []
     for line in text.split("\n"):
+        line = terminal_safe(line)  # before wrapping, which would turn a CR or a form feed into a space
         indent = line[: len(line) - len(line.lstrip())]
         out.extend(textwrap.wrap(line, width, initial_indent=indent, subsequent_indent=indent) or [line])
     return out

@@ -29,6 +29,7 @@ import logging
 import multiprocessing
 import os
 import pickle
+import signal
 import struct
 import threading
 import time
@@ -148,6 +149,9 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
     """The worker's main loop: batches of operations in, acknowledgements and verdicts out."""
     from streamtap.providers import StreamEnd
 
+    # a terminal's Ctrl-C reaches the whole process group: the proxy stops the worker itself (STOP),
+    # after the last verdicts, instead of the worker dying first with a KeyboardInterrupt traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         os.nice(WORKER_NICE)
     except OSError:  # not permitted here: the worker runs at the proxy's priority

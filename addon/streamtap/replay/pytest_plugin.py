@@ -7,8 +7,10 @@ answered request and its fault log). Every server it started stops when the test
 Marker ``streamtap_faults(*specs)``: run the test once per fault spec (``None``: no fault);
 the fixture applies the current one, also available as the ``streamtap_fault`` fixture.
 
-A complete example (``weather.jsonl`` recorded by the Tap, or by ``streamtap import``, in the
-test file's folder: relative recording paths resolve there, whatever the current directory)::
+A complete example (``weather.jsonl``: an answer that begins "The weather" and then calls a
+tool, as a model answering with text and a tool call does, recorded by the Tap, or by
+``streamtap import``, in the test file's folder: relative recording paths resolve there,
+whatever the current directory; ``cut:at=tool-args`` needs the tool call)::
 
     import openai
     import pytest
