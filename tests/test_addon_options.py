@@ -38,6 +38,7 @@ BAD = [
     ("streamtap_dir", "/proc/streamtap-recordings", "cannot be created: /proc is not writable"),  # even as root
     ("streamtap_fsync", "sometimes", "not one of always, end, never"),
     ("streamtap_filter", "~q ~~~(", "Invalid filter expression"),
+    ("streamtap_filter", "~u /v1/ & ~bs done", "~bs (the response body) can never match"),
     ("streamtap_redact", "x-one,x-two", "is not a header or query parameter name"),
     ("streamtap_redact_allow", "x-one x-two", "is not a header or query parameter name"),
     ("streamtap_sentinel", "", "empty; an empty sentinel"),  # an unset shell variable: mitmproxy takes "" for no option

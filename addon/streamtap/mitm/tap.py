@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -39,6 +40,9 @@ INJECTED_END = "streamtap_injected_end"  # flow.metadata key: the style of the c
 MAX_KEPT_BODY = 32 * 1024 * 1024  # bytes of a streamed body kept to show when mitmproxy keeps none
 MAX_EVENT_LIMIT = 256 * 1024 * 1024  # streamtap_max_event above this would unbound a stream's memory
 MAX_WORKERS = 64
+
+
+_RESPONSE_BODY_TERM = re.compile(r"(?:^|[\s(!&|])~bs(?:\s|$)")
 
 
 def _closed(conn) -> bool:
@@ -183,6 +187,11 @@ class Tap:
                     self.filter = flowfilter.parse(expression)
                 except ValueError as exc:
                     raise exceptions.OptionsError(f"streamtap_filter: {exc}") from None
+                if _RESPONSE_BODY_TERM.search(expression):
+                    raise exceptions.OptionsError(
+                        "streamtap_filter: ~bs (the response body) can never match: a flow is chosen at its response "
+                        "headers, before its body arrives (the request, its headers and body, can be filtered on)"
+                    )
         options = ctx.options
         if "streamtap_fsync" in updated:
             option_checks.choice("streamtap_fsync", options.streamtap_fsync, FSYNC_POLICIES)
