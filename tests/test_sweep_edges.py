@@ -4,6 +4,7 @@ not whole. Real processes against real replay servers."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -16,7 +17,18 @@ import pytest
 from replay_streams import openai_chat_frames, write_recording
 
 from streamtap.replay.source import load_source
-from streamtap.replay.sweep import CRASHED, INCONCLUSIVE, NOTICED, classify, recording_problems
+from streamtap.replay.faults import FaultSpecError
+from streamtap.replay.sweep import (
+    CRASHED,
+    INCONCLUSIVE,
+    NOTICED,
+    SILENT,
+    WHOLE,
+    classify,
+    recording_problems,
+    run_sweep,
+    sweep_positions,
+)
 
 STREAMTAP = [sys.executable, "-c", "import sys; from streamtap.cli import main; sys.exit(main())"]
 
@@ -240,3 +252,52 @@ def test_the_problems_the_sweep_warns_of_come_from_the_one_reading_of_the_record
     assert problems and problems[0].startswith("recording incomplete at byte "), problems
     assert problems[-1] == "served uncut, its stream is already truncated"
     assert load_source(recording, check=True).problems == [] and load_source(recording).problems is None
+
+
+# --- a cut at the very end cuts nothing; a client that fails uncut proves nothing ----------
+
+
+def test_a_position_at_the_very_end_is_refused_before_any_run(recording, tmp_path):
+    source = load_source(recording)
+    length = len(source.body)
+    last = sum(1 for frame in source.frames if frame.seq is not None) - 1
+    for item, message in [
+        (f"byte={length}", f"'cut:byte={length}': byte {length} is the end of the body: nothing would be cut"),
+        (f"event={last}", f"'cut:event={last}': event {last} is the last event: nothing would be cut"),
+    ]:
+        with pytest.raises(FaultSpecError, match=message):
+            sweep_positions(source, item)
+    assert sweep_positions(source, f"byte={length - 1},event={last - 1}") == [f"cut:byte={length - 1}", f"cut:event={last - 1}"]
+    ran = tmp_path / "ran"
+    marker = tmp_path / "marker.py"
+    marker.write_text(f"open({str(ran)!r}, 'w').close()\n")
+    result = streamtap_sweep(recording, "--positions", f"events,byte={length}", "--", sys.executable, "-S", marker)
+    [line] = result.stderr.splitlines()
+    assert result.returncode == 2 and "nothing would be cut" in line and "Traceback" not in result.stderr, result.stderr
+    assert not ran.exists(), "a client ran"
+
+
+def test_a_cut_run_that_still_got_a_complete_stream_is_never_silent(recording, tmp_path):
+    answer = "The weather in Paris today is mild"
+    assert classify(0, answer, timed_out=False, answer=answer, complete=True) == WHOLE
+    assert classify(0, answer, timed_out=False, answer=answer) == SILENT
+    assert classify(1, answer, timed_out=False, answer=answer, complete=True) == NOTICED
+    # past sweep_positions' check (a library caller): the client gets the whole stream
+    client = tmp_path / "client.py"
+    client.write_text(CLIENT)
+    source = load_source(recording)
+    report = asyncio.run(run_sweep(source, [sys.executable, "-S", str(client)], positions=[f"cut:byte={len(source.body)}"], styles=("clean",), timeout=15))
+    [run] = report.runs
+    assert (run.verdict, run.outcome) == ("complete", WHOLE), run
+    assert report.baseline.outcome == SILENT  # uncut, taking the whole answer is what it shows
+
+
+def test_a_client_that_fails_without_any_cut_makes_the_sweep_inconclusive_not_a_pass(recording):
+    broken = [sys.executable, "-S", "-c", "import streamtap_review_module_not_installed"]
+    result = streamtap_sweep(recording, "--positions", "event=2,event=5", "--", *broken)
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    summary = result.stdout.splitlines()
+    assert summary[-2].endswith("0 silently accepted partial output, 0 noticed, 0 hung, 0 crashed, 4 inconclusive"), result.stdout
+    assert summary[-1].startswith("inconclusive: without any cut the client was noticed (exit 1)"), result.stdout
+    report = json.loads(streamtap_sweep(recording, "--json", "-", "--positions", "event=2", "--", *broken).stdout)
+    assert report["baseline_failed"] is True and {r["outcome"] for r in report["runs"]} == {INCONCLUSIVE}
