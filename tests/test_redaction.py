@@ -375,7 +375,7 @@ def test_an_object_under_a_secret_name_is_a_schema_only_when_its_keywords_hold_s
     for value in ({"items": ["sCred1", "sCred2"]}, {"properties": {"user": "bob", "pw": "sCred3"}},
                   {"anyOf": [{"user": "bob", "pass": "sCred4"}]}, {"not": "sCred5"}):
         assert redactor.json({"credentials": value}) == {"credentials": REDACTED}, value
-    schema = {"type": "object", "properties": {"user": {"type": "string"}, "pw": {"type": "string"}},
+    schema = {"type": "object", "properties": {"user": {"type": "string"}, "pw": {"type": "string"}, "any": {}},
               "items": [{"type": "string"}], "anyOf": [{"required": ["user"]}], "additionalProperties": False}
     assert redactor.json({"credentials": schema}) == {"credentials": schema}  # a schema describes, it holds none
 

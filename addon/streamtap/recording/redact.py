@@ -346,14 +346,18 @@ def _schema_fragment(value: Any) -> bool:
     for key, item in value.items():
         if not isinstance(key, str) or key not in _SCHEMA_KEYWORDS:
             return False
-        if key in _SUBSCHEMA and not (isinstance(item, bool) or _schema_fragment(item)
-                                      or key == "items" and isinstance(item, list) and all(map(_schema_fragment, item))):
+        if key in _SUBSCHEMA and not (_subschema(item) or key == "items" and isinstance(item, list) and all(map(_subschema, item))):
             return False  # (a list of schemas: draft 4's tuple "items")
-        if key in _SUBSCHEMA_LISTS and not (isinstance(item, list) and all(_schema_fragment(i) for i in item)):
+        if key in _SUBSCHEMA_LISTS and not (isinstance(item, list) and all(map(_subschema, item))):
             return False
-        if key in _SUBSCHEMA_MAPS and not (isinstance(item, dict) and all(isinstance(i, bool) or _schema_fragment(i) for i in item.values())):
+        if key in _SUBSCHEMA_MAPS and not (isinstance(item, dict) and all(map(_subschema, item.values()))):
             return False
     return True
+
+
+def _subschema(value: Any) -> bool:
+    """What a keyword that takes a schema holds: a schema, ``{}`` (anything) or true/false."""
+    return isinstance(value, bool) or value == {} or _schema_fragment(value)
 
 
 _SUBSCHEMA = frozenset({"items", "additionalProperties", "not"})  # a schema (or true/false)
