@@ -369,3 +369,9 @@ def test_what_no_json_reader_takes_stays_malformed() -> None:
     assert [type(e).__name__ for e in events] == ["Malformed"] * 4, events
     events, _ = decode(JSONArrayDecoder, b"[" + deep + b"]")
     assert type(events[0]).__name__ == "Malformed", events
+
+
+def test_a_lone_surrogate_escape_stays_malformed_as_in_tool_arguments() -> None:
+    """json.loads takes it, but no UTF-8 text (a recording, the turn) can hold the value."""
+    events, _ = decode(NDJSONDecoder, b'{"content": "A\\ud83d"}\n{"n": 1e400}\n')
+    assert kinds(events) == ["Malformed", "JSONValue"], events

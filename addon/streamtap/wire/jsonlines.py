@@ -15,13 +15,13 @@ carries on after it; the rule is positional (a value ending more than
 
 from __future__ import annotations
 
-import json
 import re
 
 import orjson
 
 from .errors import InvalidJSON, OversizeError
 from .events import DEFAULT_MAX_EVENT, JSONValue, Malformed, Tail
+from .partial_json import lenient_loads
 
 _JSON_SPACE = b" \t\r\n"
 
@@ -147,17 +147,10 @@ class NDJSONDecoder:
             self._head.clear()
 
 
-def loads(data: bytes | bytearray | memoryview) -> object:
-    """One JSON value. orjson refuses a number beyond a double (``1e400``), which JSON allows and
-    the providers' own clients (``json.loads``, ``JSON.parse``) read as infinity: the standard
-    library reads what orjson refuses, and the error stays orjson's when neither can."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        try:
-            return json.loads(bytes(data), parse_constant=_no_constant)
-        except (ValueError, RecursionError):  # (nested past what Python's parser reads: orjson's depth error stands)
-            raise exc from None
+def loads(data: bytes | bytearray) -> object:
+    """One JSON value, as the providers' clients read it (``lenient_loads``); ``NaN`` and
+    ``Infinity``, which no JSON holds, stay refused."""
+    return lenient_loads(data, parse_constant=_no_constant)
 
 
 def _no_constant(name: str) -> object:

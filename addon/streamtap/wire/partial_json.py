@@ -10,6 +10,7 @@ caller knows when the document is finished (at the block's stop event).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -30,16 +31,20 @@ class JSONIncomplete(ValueError):
         self.truncated = position >= len(raw.rstrip())
 
 
-def _lenient(raw: str, refused: JSONIncomplete) -> Any:
-    """JSON orjson refuses but the SDKs' parsers take (a number past a double, ``1e400``, is
-    infinity to them), as they read it, when the value can be written back as JSON; else the
-    refusal. A lone surrogate escape stays refused: no UTF-8 text can hold it."""
+def lenient_loads(data: str | bytes | bytearray, parse_constant: Callable[[str], Any] | None = None) -> Any:
+    """One JSON value, also where orjson refuses what the SDKs' parsers take (a number past a
+    double, ``1e400``, is infinity to them), as they read it, when the value can be written back
+    as JSON; else orjson's error. A lone surrogate escape stays refused: no UTF-8 text can hold
+    it. ``parse_constant`` as for ``json.loads`` (``NaN``, ``Infinity``)."""
     try:
-        value = json.loads(raw)
-        orjson.dumps(value)
-    except (ValueError, TypeError, RecursionError):
-        return refused
-    return value
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as refused:
+        try:
+            value = json.loads(data, parse_constant=parse_constant)
+            orjson.dumps(value)
+        except (ValueError, TypeError, RecursionError):
+            raise refused from None
+        return value
 
 
 class IncrementalJSON:
@@ -88,7 +93,7 @@ class IncrementalJSON:
                 self._result = {}
             else:
                 try:
-                    self._result = orjson.loads(raw)
+                    self._result = lenient_loads(raw)
                 except orjson.JSONDecodeError as error:
-                    self._result = _lenient(raw, JSONIncomplete(error.msg, error.pos, raw))
+                    self._result = JSONIncomplete(error.msg, error.pos, raw)
         return self._result
