@@ -18,7 +18,7 @@ import orjson
 
 from streamtap.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE, UsageError, terminal_safe, write_out, named_path
 from streamtap.providers import Analysis, Detection, Dialect, StreamEnd, StreamSession, Verdict, VerdictKind, sentinel_problem, sniff_dialect
-from streamtap.providers.judge import DROPPED, TEXT_CAP
+from streamtap.providers.judge import DROPPED, ENDING_KINDS, TEXT_CAP
 from streamtap.recording.catalog import files_under
 from streamtap.recording.reader import shown_path
 from streamtap.wire import DEFAULT_MAX_EVENT
@@ -254,7 +254,7 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
     problems = cut + ([unfinished] if unfinished else []) + checked
     damage = cut + checked
     analysis = session.close(StreamEnd(end.get("stream_end") or "finished"))  # the reader checked the value
-    if damage and analysis.verdict.kind in _ENDED:
+    if damage and analysis.verdict.kind in ENDING_KINDS:
         # a cut or damaged file holds a shorter or altered stream: what its bytes read as is no answer
         held = analysis.verdict
         analysis.verdict = Verdict(VerdictKind.UNKNOWN, f"the recording is cut or damaged: the bytes it holds read as "
@@ -276,9 +276,6 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
     if injected:
         analysis.verdict.evidence["injected_fault"] = injected
     return Judged(path, analysis, dialect, how, "recording", "; ".join(problems) or None, injected or None)
-
-
-_ENDED = (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT, VerdictKind.FILTERED)  # verdicts that say the turn ended
 
 
 def _turn_facts(turn: dict) -> tuple[dict[str, object], dict[str, int]]:
