@@ -17,7 +17,18 @@ from typing import BinaryIO
 import orjson
 
 from streamtap.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE, UsageError, terminal_safe, write_out, named_path
-from streamtap.providers import Analysis, Detection, Dialect, StreamEnd, StreamSession, Verdict, VerdictKind, sentinel_problem, sniff_dialect
+from streamtap.providers import (
+    Analysis,
+    Detection,
+    Dialect,
+    StreamEnd,
+    StreamSession,
+    Verdict,
+    VerdictKind,
+    analyze_error_document,
+    sentinel_problem,
+    sniff_dialect,
+)
 from streamtap.providers.judge import DROPPED, ENDING_KINDS, TEXT_CAP
 from streamtap.recording.catalog import files_under
 from streamtap.recording.reader import shown_path
@@ -177,6 +188,13 @@ def _judge_raw(path: Path, head: bytes, file: BinaryIO, provider: str | None, se
     if not head and not provider:  # no bytes tell a dialect, nor that this was ever a stream
         return Unjudged(path, "not a stream: the file is empty; --provider judges it anyway (as a body cut before its first byte)")
     by_name = EXTENSION_WIRE.get(path.suffix.lower())
+    whole = len(head) < SNIFF_BYTES and not (more := file.read(1))  # a compressed read may stop short
+    if not whole and len(head) < SNIFF_BYTES:
+        head += more
+    errored = analyze_error_document(head, Dialect(provider) if provider else Dialect.UNKNOWN) if whole else None
+    if errored is not None:  # an HTTP error's body saved as a file: no stream, so no framing reads it
+        how = "--provider" if provider else "sniffed: one JSON document holding the provider's error"
+        return Judged(path, errored, errored.turn.dialect, how, "raw body")
     detection = sniff_dialect(head)
     if detection.dialect is Dialect.UNKNOWN and not provider and len(head) == SNIFF_BYTES:
         # the first event may be larger than the start read (an image in a Gemini chunk): sniff

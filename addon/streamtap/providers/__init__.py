@@ -7,14 +7,15 @@ The surface the addon, replay and CLI use::
     session.feed(chunk, t)            # -> the wire events this chunk completed
     analysis = session.close(end)     # -> .events, .turn, .verdict
 
-plus ``analyze_bytes`` for a whole body, ``sniff_dialect`` for raw files,
+plus ``analyze_bytes`` for a whole body, ``analyze_error_document`` for a body of only the
+provider's error, ``sniff_dialect`` for raw files,
 ``compare_strands`` for two streams of the same turn and ``check_request`` for
 request-side findings.
 """
 
 from .detect import Detection, RequestInfo, detect_dialect, sniff_dialect
 from .request import check_request
-from .session import Analysis, StreamSession, analyze_bytes, sentinel_problem
+from .session import Analysis, StreamSession, analyze_bytes, analyze_error_document, sentinel_problem
 from .strands import StrandComparison, compare_strands
 from .turn import Block, BlockKind, Choice, Dialect, StreamEnd, Timing, Turn, Usage, Verdict, VerdictKind
 
@@ -35,6 +36,7 @@ __all__ = [
     "Verdict",
     "VerdictKind",
     "analyze_bytes",
+    "analyze_error_document",
     "check_request",
     "compare_strands",
     "detect_dialect",

@@ -28,7 +28,7 @@ from streamtap.wire import (
     WireEvent,
 )
 
-from .common import error_message, loads, one_line
+from .common import error_fields, error_message, loads, one_line
 from .judge import ARGUMENTS_CAP, END_WORDS, TEXT_CAP
 from .turn import Choice, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
@@ -490,6 +490,37 @@ def sentinel_problem(sentinel: str | None) -> str | None:
 def _ends_with_line(text: str, sentinel: str) -> bool:
     """The final non-blank line is exactly the sentinel (surrounding whitespace aside)."""
     return _last_line(text) == sentinel.strip()
+
+
+def analyze_error_document(body: bytes, dialect: Dialect | str = Dialect.UNKNOWN) -> Analysis | None:
+    """A body that is one JSON document holding only the provider's error, judged ``errored``
+    with the provider's message; None for any other body.
+
+    It is what an HTTP error response leaves when saved without its status: OpenAI and Gemini
+    pretty-print theirs over many lines, which no stream framing reads, and Gemini's JSON-array
+    endpoint wraps its error in an array of one."""
+    try:
+        document = loads(body)
+    except ValueError:
+        return None
+    if isinstance(document, list) and len(document) == 1:
+        document = document[0]
+    if not isinstance(document, dict) or not document.get("error"):
+        return None
+    analysis = StreamSession(dialect, "ndjson").close(StreamEnd.FINISHED)
+    turn = analysis.turn
+    turn.error = {"source": "body", **error_fields(document)}
+    turn.stop_reason = "error"
+    message = one_line(error_message(document))
+    analysis.verdict = Verdict(
+        VerdictKind.ERRORED,
+        f"the body is one JSON document holding the provider's error: {message}",
+        0,
+        0,
+        {"end": StreamEnd.FINISHED.value, "bytes": len(body)},
+    )
+    analysis.bytes = len(body)
+    return analysis
 
 
 def analyze_bytes(
