@@ -835,3 +835,23 @@ def test_a_redacted_piece_that_is_not_base64_is_corrupt_wherever_it_sits(blobs: 
     ])
     verdict = analyze_bytes(body, Dialect.BEDROCK_CONVERSE).verdict
     assert verdict.kind is VerdictKind.CORRUPT and "not base64" in verdict.reason, verdict
+
+
+def test_a_llama_retry_whose_count_does_not_fall_is_still_told_by_its_prompt_count() -> None:
+    """Llama counts the prompt on an invocation's first chunk only. A cut after the first chunk
+    (the retry starts at the same count) or after chunks of several tokens (it starts higher)
+    gives no falling count; the prompt count coming back does tell."""
+    cut_after_one = LLAMA[:1] + LLAMA
+    several_tokens = [{**LLAMA[0], "generation_token_count": 2}, {**LLAMA[1], "generation_token_count": 4},
+                      {**LLAMA[0], "generation": "The answer is", "generation_token_count": 5},
+                      {**LLAMA[2], "generation_token_count": 7}]
+    for body, seq in ((cut_after_one, 1), (several_tokens, 2)):
+        verdict = analyze_bytes(b"".join(map(chunk_frame, body)), Dialect.BEDROCK_INVOKE).verdict
+        assert verdict.kind is VerdictKind.CORRUPT and "second generation" in verdict.reason and verdict.seq == seq, verdict
+    # a server that names the prompt count on its stop chunk too, or on every chunk with the count
+    # growing, sends one generation
+    stop_names_it = [*LLAMA[:2], {**LLAMA[2], "prompt_token_count": 8}]
+    every_chunk = [{**chunk, "prompt_token_count": 8} for chunk in LLAMA]
+    for body in (stop_names_it, every_chunk):
+        analysis = analyze_bytes(b"".join(map(chunk_frame, body)), Dialect.BEDROCK_INVOKE)
+        assert analysis.verdict.kind is VerdictKind.COMPLETE and analysis.turn.text() == "The answer is 42.", analysis.verdict

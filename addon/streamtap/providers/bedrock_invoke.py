@@ -102,6 +102,7 @@ class TextFamilyBuilder:
         self.terminal = False
         self.chunks = 0
         self.generated: float | None = None  # Llama's cumulative generation_token_count so far
+        self.prompt_dropped = False  # a Llama chunk after the first came with prompt_token_count null
 
     def apply(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         if self.judge.reopened("the response", "a chunk", seq, offset):
@@ -140,14 +141,25 @@ class TextFamilyBuilder:
 
     def _begins_again(self, event: dict[str, Any], seq: int | None, offset: int | None) -> bool:
         """A second generation before the first one's stop chunk (a cut attempt and its retry in
-        one body): Titan counts the input on an invocation's first chunk only, and Llama's count
-        of generated tokens only grows."""
+        one body): Titan and Llama count the input on an invocation's first chunk only, and Llama's
+        count of generated tokens only grows."""
         if self.family == "titan" and self.chunks > 1 and event.get("inputTextTokenCount") is not None:
             self.judge.corrupt(f"inputTextTokenCount again at seq {seq}: Titan sends it with an invocation's first chunk "
                                "only, so a second generation begins here (spliced stream)", seq, offset)
             return True
         count = event.get("generation_token_count")
-        if isinstance(count, (int, float)) and not isinstance(count, bool):
+        counted = isinstance(count, (int, float)) and not isinstance(count, bool)
+        if self.family == "llama" and self.chunks > 1:
+            if event.get("prompt_token_count") is None:
+                self.prompt_dropped = True
+            elif event.get(self.stop_key) is None and (self.prompt_dropped or (
+                    counted and self.generated is not None and count <= self.generated)):
+                # Llama counts the prompt on an invocation's first chunk only (the stop chunk may
+                # repeat it); where a server sends it on every chunk, the generated count still grows
+                self.judge.corrupt(f"prompt_token_count again at seq {seq}: Llama sends it with an invocation's first "
+                                   "chunk, so a second generation begins here (spliced stream)", seq, offset)
+                return True
+        if counted:
             if self.generated is not None and count < self.generated:
                 self.judge.corrupt(f"generation_token_count falls from {self.generated:g} to {count:g} at seq {seq}: "
                                    "the count only grows, so a second generation begins here (spliced stream)", seq, offset,
