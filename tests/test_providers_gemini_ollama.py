@@ -256,6 +256,18 @@ def test_ollama_generate_turn_and_length():
     assert analyze_bytes(ndjson(*limited), OLLAMA).verdict.kind is L
 
 
+@pytest.mark.parametrize("reason", ["absent", "", None])
+def test_an_ollama_done_line_without_a_done_reason_is_unknown_not_a_guessed_stop(reason):
+    """Servers before done_reason sent none, and "" is a connection the server saw close: neither
+    tells a finish from a length cut, so the turn does not claim the provider said "stop"."""
+    done = {k: v for k, v in GENERATE[-1].items() if k != "done_reason"}
+    if reason != "absent":
+        done["done_reason"] = reason
+    analysis = analyze_bytes(ndjson(*GENERATE[:-1], done), OLLAMA)
+    assert analysis.verdict.kind is VerdictKind.UNKNOWN and "without a stop reason" in analysis.verdict.reason, analysis.verdict
+    assert analysis.turn.stop_reason_raw is None and analysis.turn.text() == "The sky is blue."
+
+
 def test_ollama_error_line_and_detection():
     analysis = analyze_bytes(ndjson(*GENERATE[:2], {"error": "an error was encountered while running the model"}), OLLAMA)
     assert analysis.verdict.kind is E and "error was encountered" in analysis.verdict.reason and analysis.verdict.seq == 2

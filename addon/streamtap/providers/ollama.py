@@ -56,7 +56,9 @@ class Assembler(AssemblerBase):
                 self._tool_call(call, t)
         if obj.get("done") is True:
             self._usage(obj)
-            reason = as_str(obj.get("done_reason")) or "stop"
+            # no done_reason (servers before it existed, or "" for a connection the server saw close)
+            # cannot tell a finish from a length cut: the verdict says so rather than guess "stop"
+            reason = as_str(obj.get("done_reason")) or None
             calls = any(b.kind is BlockKind.TOOL_CALL for b in turn.blocks)
             normalized = DONE.get(reason, "other")
             if normalized == "end_turn" and calls:
