@@ -48,6 +48,34 @@ def test_chunks_without_a_response_id_are_not_compared(framing):
         assert judged(lines, framing).verdict.kind is VerdictKind.COMPLETE, ids
 
 
+@pytest.mark.parametrize("framing", sorted(FRAMINGS))
+def test_a_model_version_change_without_response_ids_is_corrupt(framing):
+    """Older captures and some gateways send no responseId: a retry served by another model,
+    stitched after a cut, is told by its modelVersion."""
+    def versioned(line: bytes, version: str) -> bytes:
+        return orjson.dumps({**orjson.loads(line), "modelVersion": version})
+
+    lines = [versioned(chunk([{"text": "The capital of France"}]), "gemini-1.5-flash-002"),
+             versioned(chunk([{"text": "The capital of France is Paris."}], finish="STOP"), "gemini-1.5-pro-002")]
+    verdict = judged(lines, framing).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "modelVersion changed from gemini-1.5-flash-002" in verdict.reason, verdict
+    assert verdict.seq == 1
+    same = [versioned(lines[0], "gemini-1.5-pro-002"), lines[1]]
+    assert judged(same, framing).verdict.kind is VerdictKind.COMPLETE
+    unnamed = [chunk([{"text": "The capital"}]), versioned(chunk([{"text": " is Paris."}], finish="STOP"), "gemini-1.5-pro-002")]
+    assert judged(unnamed, framing).verdict.kind is VerdictKind.COMPLETE  # a chunk that names no model is not compared
+
+
+@pytest.mark.parametrize("framing", sorted(FRAMINGS))
+def test_the_text_and_thought_blocks_of_a_finished_candidate_are_closed(framing):
+    """Gemini parts have no end of their own: the candidate's finishReason ends them, so show does
+    not mark a whole answer's blocks as ones the stream stopped inside."""
+    lines = [chunk([{"text": "Let me think", "thought": True}], "A"), chunk([{"text": "Paris."}], "A", "STOP")]
+    analysis = judged(lines, framing)
+    assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
+    assert [(b.kind.value, b.closed) for b in analysis.turn.blocks] == [("thinking", True), ("text", True)]
+
+
 def real_lines(name: str) -> list[bytes]:
     """The chunks of a real Gemini capture (the AI SDK's), or a skip saying it is absent."""
     path = vercel("google", name)

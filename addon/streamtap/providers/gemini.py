@@ -91,7 +91,7 @@ class Assembler(AssemblerBase):
         self._unstamped: set[int] = set()  # candidates that had a chunk without a finishReason
         self._stamped: dict[int, WireEvent] = {}  # candidate -> a chunk with content and STOP before any without
         self._ambiguous: tuple[WireEvent, WireEvent] | None = None  # (that chunk, content after it)
-        self._first_response_id: tuple[str, WireEvent] | None = None
+        self._first_identity: dict[str, tuple[str, WireEvent]] = {}  # responseId and modelVersion, as first named
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if isinstance(event, SSEEvent):
@@ -131,14 +131,15 @@ class Assembler(AssemblerBase):
             self._candidate(candidate, event, t)
 
     def _response_id(self, obj: dict[str, Any], event: WireEvent) -> None:
-        response_id = as_str(obj.get("responseId"))
-        if not response_id:
-            return
-        if self._first_response_id is None:
-            self._first_response_id = (response_id, event)
-            return
-        if response_id != self._first_response_id[0]:
-            self.second_generation("responseId", self._first_response_id, response_id, event)
+        """Every chunk of one response names the same response and model where it names them."""
+        for key in ("responseId", "modelVersion"):
+            value = as_str(obj.get(key))
+            if not value:
+                continue
+            first = self._first_identity.setdefault(key, (value, event))
+            if value != first[0]:
+                self.second_generation(key, first, value, event)
+                return
 
     def other_lines(self, lines: list[tuple[int, int, bytes]], count: int) -> None:
         """Lines that are neither blank nor ``data: `` lines. google-genai reads no other SSE: it
@@ -336,6 +337,10 @@ class Assembler(AssemblerBase):
             self.note(f"candidate {index}: streamed function call never got its closing part")
             # its arguments are whatever parts came: a stop that cuts lists it among the cut calls
             block.arguments_error = "never finished: its last part said willContinue"
+        for choice in self.turn.choices:  # text and thought parts have no end of their own: the candidate's is theirs
+            for block in choice.blocks:
+                if block.kind is not BlockKind.TOOL_CALL:
+                    block.closed = True
         if self._blocked is not None:
             event, reason = self._blocked
             answered = [c.index for c in self.turn.choices if c.blocks]
