@@ -32,6 +32,7 @@ CHAT_OK = (
 
 # --- detection ---------------------------------------------------------------------------
 
+VERTEX = "https://us-central1-aiplatform.googleapis.com/v1/projects/p/locations/us-central1"
 DETECT = [
     ("POST", "https://api.openai.com/v1/chat/completions", b'{"stream":true}', "text/event-stream", Dialect.OPENAI_CHAT, "sse", True),
     ("POST", "https://api.openai.com/v1/chat/completions", b'{"stream":false}', "application/json", Dialect.OPENAI_CHAT, "sse", False),
@@ -49,6 +50,13 @@ DETECT = [
     ("POST", "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent", None,
      "application/json", Dialect.GEMINI, "json-array", True),
     ("POST", "http://127.0.0.1:11434/api/generate", b'{"model":"x"}', "application/x-ndjson", Dialect.OLLAMA, "ndjson", True),
+    # Vertex AI's streamRawPredict speaks the publisher's own API
+    ("POST", f"{VERTEX}/publishers/anthropic/models/claude-sonnet-4@20250514:streamRawPredict", b'{"stream":true}',
+     "text/event-stream", Dialect.ANTHROPIC, "sse", True),
+    ("POST", f"{VERTEX}/publishers/mistralai/models/mistral-large-2411:streamRawPredict", b'{"stream":true}',
+     "text/event-stream", Dialect.OPENAI_CHAT, "sse", True),
+    ("POST", f"{VERTEX}/publishers/ai21/models/jamba-1.5-large:streamRawPredict", b'{"stream":true}',
+     "text/event-stream", Dialect.UNKNOWN, "sse", True),
     ("POST", "http://192.0.2.10/custom/stream", b"{}", "application/x-ndjson", Dialect.UNKNOWN, "ndjson", True),
     ("POST", "http://192.0.2.10/custom/stream", b"{}", "text/event-stream", Dialect.UNKNOWN, "sse", True),
 ]

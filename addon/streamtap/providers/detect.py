@@ -96,7 +96,10 @@ def detect_dialect(request: RequestInfo | None, content_type: str | None) -> Det
         sse = query.get("alt", [""])[0] == "sse" or ct_wire == "sse"
         why = "path :streamGenerateContent" + (" with alt=sse" if sse else " without alt=sse (JSON array)")
         return found(Dialect.GEMINI, "sse" if sse else "json-array", why)
-    if ":streamRawPredict" in path or path.endswith("/v1/messages") or host == "api.anthropic.com":
+    if ":streamRawPredict" in path and "/publishers/mistralai/" in path:  # Mistral on Vertex AI streams chat chunks
+        return found(Dialect.OPENAI_CHAT, "sse", f"path {path} (Mistral on Vertex AI: Chat Completions chunks)")
+    anthropic_on_vertex = ":streamRawPredict" in path and "/publishers/anthropic/" in path
+    if anthropic_on_vertex or path.endswith("/v1/messages") or host == "api.anthropic.com":
         return found(Dialect.ANTHROPIC, "sse", f"host {host}, path {path} (Anthropic Messages)", stream_flag is True)
     if path.endswith("/chat/completions") or path.endswith("/v1/completions"):
         return found(
