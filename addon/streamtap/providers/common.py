@@ -148,6 +148,56 @@ def _hashable(key: Any) -> Any:
     return key
 
 
+class StartOver:
+    """Watches a stream whose every chunk is a whole object (Chat Completions, Gemini SSE) for the
+    response starting over: replayed from its start after a cut and stitched on, it brings back the
+    chunks it began with, byte for byte and in order, after the answer had begun.
+
+    The chunks the body began with up to the repeat (at most ``KEPT``) must all come back in a row,
+    so a server that sends one empty chunk many times, or a token that recurs, is not taken for a
+    replay. The bytes still cannot tell a replay from a server that sends its chunks twice, so
+    this is a doubt (the answer is ``unknown``), not a corruption."""
+
+    KEPT = 3
+
+    def __init__(self, assembler: AssemblerBase) -> None:
+        self._assembler = assembler
+        self._first: list[str] = []  # the data of the body's first chunks
+        self._chunks = 0
+        self._matched = 0  # how many of them came back in a row so far (0: none is coming back)
+        self._needed = 0
+        self._at: WireEvent | None = None  # where they started coming back
+
+    def see(self, data: str, event: WireEvent) -> None:
+        first, seen = self._first, self._chunks
+        self._chunks = seen + 1
+        if self._matched:
+            if data == first[self._matched]:
+                self._matched += 1
+                if self._matched == self._needed:
+                    self._doubt(event)
+                return
+            self._matched = 0
+        if seen < self.KEPT:
+            first.append(data)
+        if seen and data == first[0] and self._began():
+            self._at, self._needed = event, min(seen, self.KEPT)
+            self._matched = 1
+            if self._needed == 1:
+                self._doubt(event)
+
+    def _began(self) -> bool:
+        return any(choice.blocks for choice in self._assembler.turn.choices)
+
+    def _doubt(self, last: WireEvent) -> None:
+        self._matched = 0
+        at = self._at
+        self._assembler.judge.doubt(
+            f"the stream's first {self._needed} chunk(s) come again, byte for byte, from seq {at.seq} (byte {at.start}) "
+            "after the answer began: the response replayed from its start after a cut and stitched on, or chunks "
+            "sent twice; the bytes cannot tell which", at.seq, at.start)
+
+
 class AssemblerBase:
     """State shared by the dialect assemblers; every finding and verdict goes through ``Judge``."""
 

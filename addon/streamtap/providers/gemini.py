@@ -39,7 +39,7 @@ from typing import Any
 from streamtap.wire import JSONValue, SSEEvent, Tail, WireEvent
 
 from .common import (
-    STOP_VERDICT, AssemblerBase, as_dict, as_int, as_list, as_str, dumps, error_fields, loads, one_line, worst_stop,
+    STOP_VERDICT, AssemblerBase, StartOver, as_dict, as_int, as_list, as_str, dumps, error_fields, loads, one_line, worst_stop,
 )
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
@@ -92,12 +92,14 @@ class Assembler(AssemblerBase):
         self._stamped: dict[int, WireEvent] = {}  # candidate -> a chunk with content and STOP before any without
         self._ambiguous: tuple[WireEvent, WireEvent] | None = None  # (that chunk, content after it)
         self._first_identity: dict[str, tuple[str, WireEvent]] = {}  # responseId and modelVersion, as first named
+        self._start_over = StartOver(self)
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if isinstance(event, SSEEvent):
             self.seen(event, f"chunk {event.seq}")
             if not event.data.strip():
                 return
+            self._start_over.see(event.data, event)  # (a JSON array replayed from its start breaks the array)
             obj = self.payload(event, event.data)
         elif isinstance(event, JSONValue):
             self.seen(event, f"element {event.seq}")

@@ -81,6 +81,9 @@ class Judge:
         # tool blocks the provider stopped with arguments that do not parse, and where: corrupt, unless the
         # stop reason that follows says a limit or a filter cut them (fine-grained tool streaming does that)
         self.unparsed_at: dict[int, tuple[int | None, int | None]] = {}
+        # the first sign that the answer may not be one whole answer, which the bytes cannot settle
+        # (reason, seq, offset): an ended answer is then unknown
+        self.doubt_at: tuple[str, int | None, int | None] | None = None
 
     # -- while events arrive ----------------------------------------------------------
     def seen(self, event: WireEvent, name: str | None = None) -> None:
@@ -100,6 +103,12 @@ class Judge:
             self.turn.error = error
             self.turn.stop_reason = "error"
             self.error_at = (seq, offset)
+
+    def doubt(self, reason: str, seq: int | None, offset: int | None) -> None:
+        """The stream may hold more than one answer (or less than one), and its bytes cannot say
+        which: an answer that would be complete, limited or filtered is judged unknown instead."""
+        if self.doubt_at is None:
+            self.doubt_at = (reason, seq, offset)
 
     def note(self, text: str) -> None:
         notes = self.turn.notes
@@ -235,6 +244,13 @@ class Judge:
 
     def finished(self, kind: VerdictKind, terminal: str, raw: str | None, **evidence: Any) -> Verdict:
         """The verdict once the terminal signal arrived, read off the stop reason ``raw``."""
+        verdict = self._finished(kind, terminal, raw, **evidence)
+        if self.doubt_at is not None and verdict.kind in ENDING_KINDS:
+            reason, seq, offset = self.doubt_at
+            return Verdict(VerdictKind.UNKNOWN, reason, seq, offset, {**verdict.evidence, "was": verdict.kind.value})
+        return verdict
+
+    def _finished(self, kind: VerdictKind, terminal: str, raw: str | None, **evidence: Any) -> Verdict:
         seq, offset = self.terminal_at or (self.last_seq, self.last_offset)
         evidence = {k: v for k, v in evidence.items() if v is not None}
         evidence.setdefault("stop_reason", raw)

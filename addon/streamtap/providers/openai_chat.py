@@ -21,7 +21,7 @@ from typing import Any
 from streamtap.wire import SSEEvent, WireEvent
 
 from .fastpath import ContentDeltas
-from .common import RESPONSE, AssemblerBase, as_dict, as_int, as_list, as_str, dumps, error_fields, loads, worst_stop
+from .common import RESPONSE, AssemblerBase, StartOver, as_dict, as_int, as_list, as_str, dumps, error_fields, loads, worst_stop
 from .turn import BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 FINISH = {
@@ -53,6 +53,8 @@ class Assembler(AssemblerBase):
         self._started: dict[int, WireEvent] = {}  # choice -> its first role chunk
         self._bare_content: set[int] = set()  # choices that had content in a chunk without a role
         self._deltas = ContentDeltas()  # plain content chunks without a JSON parse
+        self._start_over = StartOver(self)
+        self._output_tokens: tuple[int, WireEvent] | None = None  # the last usage's completion_tokens, where chunks count
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if not isinstance(event, SSEEvent):
@@ -71,6 +73,7 @@ class Assembler(AssemblerBase):
         if not data or data.isspace():
             self.empty_data(event, "openai")
             return
+        self._start_over.see(data, event)
         if event.event != "error" and self._content_delta(data, t):
             return
         judge = self.judge
@@ -125,7 +128,7 @@ class Assembler(AssemblerBase):
         if usage is None and "x_groq" in obj:
             usage = as_dict(obj["x_groq"]).get("usage")
         if usage and isinstance(usage, dict):
-            self._usage(usage)
+            self._usage(usage, event)
         choices = obj.get("choices")
         if type(choices) is list:
             for choice in choices:
@@ -267,11 +270,20 @@ class Assembler(AssemblerBase):
         elif isinstance(arguments, dict):  # some servers send whole objects
             self.grow(block, "arguments_raw", dumps(arguments))
 
-    def _usage(self, raw: dict[str, Any]) -> None:
+    def _usage(self, raw: dict[str, Any], event: WireEvent) -> None:
         usage = self.turn.usage
         usage.raw = raw
         usage.input = as_int(raw.get("prompt_tokens"))
         usage.output = as_int(raw.get("completion_tokens"))
+        if usage.output is not None:
+            # servers that count on every chunk (Perplexity, vLLM's continuous usage) count the
+            # generation so far: a count that falls is a second generation's
+            last = self._output_tokens
+            if last is not None and usage.output < last[0]:
+                self.corrupt(f"usage.completion_tokens falls from {last[0]} (seq {last[1].seq}) to {usage.output} at seq "
+                             f"{event.seq} (byte {event.start}): the count of one generation only grows, so a second "
+                             "generation begins here (spliced stream)", event, counts=[last[0], usage.output])
+            self._output_tokens = (usage.output, event)
         usage.total = as_int(raw.get("total_tokens"))
         usage.cache_read = as_int(as_dict(raw.get("prompt_tokens_details")).get("cached_tokens"))
         usage.reasoning = as_int(as_dict(raw.get("completion_tokens_details")).get("reasoning_tokens"))

@@ -29,7 +29,7 @@ from streamtap.wire import (
 )
 
 from .common import error_fields, error_message, loads, one_line
-from .judge import ARGUMENTS_CAP, END_WORDS, TEXT_CAP
+from .judge import ARGUMENTS_CAP, END_WORDS, ENDING_KINDS, TEXT_CAP
 from .turn import Choice, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 DEFAULT_WIRE = {
@@ -427,6 +427,18 @@ class StreamSession:
                 verdict.seq,
                 self._bytes,
                 {"end": end.value, "bytes": self._bytes, "was": verdict.kind.value},
+            )
+        if verdict.kind in ENDING_KINDS and self.wire == "sse" and self._decoder.first_unknown_field is not None:
+            seq, offset, name = self._decoder.first_unknown_field
+            return Verdict(
+                VerdictKind.UNKNOWN,
+                f"a line of field {name!r} at byte {offset}, which the SSE rules and the SDK skip and no provider "
+                "sends: a cut event's first bytes joined to the line after them look like this (a stream replayed "
+                "after a cut, say), so whether the app got one whole answer cannot be told",
+                seq,
+                offset,
+                {"end": end.value, "bytes": self._bytes, "unknown_fields": self._decoder.unknown_field_count,
+                 "was": verdict.kind.value},
             )
         if verdict.kind is VerdictKind.TRUNCATED:
             verdict.evidence["last_event_offset"] = verdict.offset

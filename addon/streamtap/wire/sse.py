@@ -177,6 +177,12 @@ class SSEDecoder(accel.SSEFeed):
         self.other_lines: list[tuple[int, int, bytes]] = []
         self.other_line_count = 0
         self._other_kept = 0
+        # lines of a field the SSE rules ignore (not data, event, id or retry), which no provider
+        # sends, but a cut event's bytes joined to the next line make: (seq, offset, the name) of
+        # the first, and how many
+        self.first_unknown_field: tuple[int, int, str] | None = None
+        self.unknown_field_count = 0
+        self._unknown_name: bytes | None = None
         self.invalid_utf8 = 0  # replacements made over the whole stream
         self.last_event_id = ""  # the last event ID buffer, persists across events
         self.retry: int | None = None  # the stream's reconnection time, once set
@@ -561,6 +567,8 @@ class SSEDecoder(accel.SSEFeed):
                     type_ = line[7:] if line[6:7] == b" " else line[6:]
                 elif line[0] != 58:  # not a ":" comment
                     type_ = self._field(line, data, type_)
+                    if self._unknown_name is not None:
+                        self._unknown_field(seq, base + _line_start(work, end, line))
         if skipping:
             kept = b"\r" if rest[-1:] == b"\r" else b""
             self._skip_partial = partial or len(rest) > len(kept)
@@ -766,7 +774,15 @@ class SSEDecoder(accel.SSEFeed):
                     self._fields = _RETRY_FIELD
                 except ValueError:  # over Python's int-from-text digit limit: absurd, ignore
                     pass
+        else:
+            self._unknown_name = name
         return type_
+
+    def _unknown_field(self, seq: int, offset: int) -> None:
+        name, self._unknown_name = self._unknown_name, None
+        self.unknown_field_count += 1
+        if self.first_unknown_field is None:
+            self.first_unknown_field = (seq, offset, _type_name(name[:40])[0])
 
     def _empty_dispatch(self, seq: int, offset: int, type_: bytes) -> None:
         self.empty_dispatch_count += 1
