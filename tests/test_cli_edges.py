@@ -130,10 +130,12 @@ def test_a_recording_the_readers_take_is_never_written_over(tmp_path):
 
 @pytest.mark.parametrize("argv", [("verify", ""), ("show", ""), ("report", ""), ("report", "--html", "", "RECORDINGS"),
                                   ("index", "--out", "OUT", ""), ("serve", ""), ("import", ""), ("sweep", "", "--", "true"),
-                                  ("sweep", "RECORDING", "--json", "", "--", "true")])
+                                  ("sweep", "RECORDING", "--json", "", "--", "true"), ("import", "CAPTURE", "--out", ""),
+                                  ("demo", "--dir", "")])
 def test_an_empty_path_is_refused_not_taken_for_the_current_folder(tmp_path, argv):
     """An unset shell variable gives "": searched, served or written, it would be the current folder."""
-    names = {"RECORDINGS": RECORDINGS, "OUT": tmp_path / "index", "RECORDING": RECORDINGS / "openai-chat.jsonl"}
+    names = {"RECORDINGS": RECORDINGS, "OUT": tmp_path / "index", "RECORDING": RECORDINGS / "openai-chat.jsonl",
+             "CAPTURE": tmp_path / "capture.mitm"}
     got = streamtap(*[names.get(arg, arg) for arg in argv], cwd=tmp_path, timeout=30)
     assert got.returncode == 2 and "an empty name" in got.stderr and "Traceback" not in got.stderr, got.stderr
     assert not list(tmp_path.iterdir())
@@ -307,3 +309,19 @@ def test_a_recording_under_another_name_with_its_header_damaged_is_a_damaged_rec
     got = streamtap("verify", path)
     out = got.stdout + got.stderr
     assert got.returncode in (1, 2) and "recording" in out and "raw" not in out and "sniffed" not in out, out
+
+
+def test_demo_into_a_folder_it_cannot_write_says_so_at_once(tmp_path):
+    """It went on for 45 s of failed calls and ended in a verify usage error."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    command = [str(STREAMTAP), "demo", "--dir", str(folder)]
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("running as root without setpriv: a folder's permissions cannot be made to bind")
+        command = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", *command]
+    started = time.monotonic()
+    got = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    one_line_error(got, "demo")
+    assert "Permission denied" in got.stderr and time.monotonic() - started < 15, got.stderr

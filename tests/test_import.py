@@ -234,3 +234,13 @@ def test_a_header_byte_that_is_not_utf8_is_kept_escaped_live_and_imported(tmp_pa
         [recording] = [read_recording(f) for f in (tmp_path / folder).glob("*.jsonl")]
         assert recording.verdict["kind"] == "complete" and recording.body == CHAT and not check_recording(recording)
         assert ["x-client-note", "caf\\xe9"] in recording.header["request"]["headers"], (folder, recording.header["request"]["headers"])
+
+
+def test_a_capture_given_to_verify_or_show_is_refused_with_the_verb_that_reads_it(plain_capture):
+    """The capture's framing around its bodies' data lines made a truncated or corrupt verdict,
+    exit 1, which a script takes for a finding about the answer."""
+    (path, _), _ = plain_capture
+    for verb in ("verify", "show"):
+        got = subprocess.run([str(STREAMTAP), verb, str(path)], capture_output=True, text=True, timeout=60)
+        assert got.returncode == 2 and "a mitmproxy capture" in got.stderr and "streamtap import" in got.stderr, got
+        assert not got.stdout.strip() and "Traceback" not in got.stderr, got

@@ -18,6 +18,7 @@ import threading
 import traceback
 from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 # verb -> (module, one-line help). The help lives here, not in the module, so that
 # `streamtap --help` lists every verb without importing any, and `streamtap VERB` imports
@@ -54,14 +55,17 @@ class UsageError(Exception):
 
 # What a terminal would act on rather than show: control characters (ESC starts colour, title
 # and clipboard sequences; CR overwrites a line), C1 controls, and the marks that reorder text
-_NOT_FOR_A_TERMINAL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_C1_AND_REORDERING = "\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_NOT_FOR_A_TERMINAL = re.compile(f"[\x00-\x08\x0b-\x1f{_C1_AND_REORDERING}]")
+_NOT_FOR_ONE_LINE = re.compile(f"[\x00-\x1f{_C1_AND_REORDERING}]")  # a log line: newlines and tabs too
 
 
-def terminal_safe(text: str) -> str:
+def terminal_safe(text: str, one_line: bool = False) -> str:
     """``text`` as a terminal shows it, whoever wrote it (a model's answer, a recorded model
     name): each such character written as its Python escape (``\\x1b``, ``\\u202e``); newlines
-    and tabs kept."""
-    return _NOT_FOR_A_TERMINAL.sub(lambda match: match[0].encode("unicode_escape").decode("ascii"), text)
+    and tabs kept, unless ``text`` goes into ``one_line`` of a log, which a newline would forge."""
+    pattern = _NOT_FOR_ONE_LINE if one_line else _NOT_FOR_A_TERMINAL
+    return pattern.sub(lambda match: match[0].encode("unicode_escape").decode("ascii"), text)
 
 
 def named_path(value: str) -> str:
@@ -70,6 +74,11 @@ def named_path(value: str) -> str:
     if not value:
         raise argparse.ArgumentTypeError("an empty name (an unset shell variable?) would mean the current folder; give the path")
     return value
+
+
+def named_folder(value: str) -> Path:
+    """``named_path`` for a folder the verb writes into."""
+    return Path(named_path(value))
 
 
 def write_out(text: str) -> None:

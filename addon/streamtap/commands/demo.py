@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 import streamtap
+from streamtap.cli import named_folder
 from streamtap.commands.addon import script_path
 
 
@@ -247,7 +248,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "`mitmdump -s \"$(streamtap addon)\"` taps the traffic, real SDK clients make the calls.\n"
         "Exit 0 when every turn got the verdict its recording holds and every recording verified."
     )
-    parser.add_argument("--dir", type=Path, default=None, help="keep the recordings the demo writes here (default: a temporary directory)")
+    parser.add_argument("--dir", type=named_folder, default=None, help="keep the recordings the demo writes here (default: a temporary directory)")
     parser.add_argument("--recordings", type=Path, default=BUNDLED, help=argparse.SUPPRESS)
 
 
@@ -264,6 +265,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--dir {args.dir}: exists and is not a directory")
         try:
             args.dir.mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=args.dir).close()  # the proxy would refuse a folder it cannot write
         except OSError as exc:
             raise UsageError(f"--dir {args.dir}: {exc.strerror or exc}") from None
     with tempfile.TemporaryDirectory(prefix="streamtap-demo-") as tmp:
@@ -298,6 +300,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"   {path.name}  ({recording.end['bytes'] if recording.end else '?'} bytes, {len(recording.frames)} frames"
                   + (f"; PROBLEMS: {'; '.join(problems)}" if problems else "") + ")")
             ok = ok and not problems
+        if not written:
+            print("   none: see the lines above")
+            print("demo: UNEXPECTED RESULT (see above)")
+            return 1
         print("\nstreamtap verify (rechecks every frame sum, offset and the body hash, and judges each turn again):")
         out = io.StringIO()
         with redirect_stdout(out):

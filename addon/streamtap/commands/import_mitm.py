@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError, check_names, named_path
+from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError, check_names, named_folder, named_path
 
 
 DESCRIPTION = """\
@@ -43,7 +43,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("capture", type=named_path, metavar="FILE.mitm", help="a capture written by mitmdump -w or mitmweb/mitmproxy (save)")
     parser.add_argument(
-        "--out", metavar="DIR", type=Path, default=Path("recordings/imported"),
+        "--out", metavar="DIR", type=named_folder, default=Path("recordings/imported"),
         help="directory for the recordings (default: recordings/imported)",
     )
     parser.add_argument(

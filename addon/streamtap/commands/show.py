@@ -49,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
     return exit_code(True, unjudged)
 
 
+def _one(text: str) -> str:
+    return terminal_safe(text, one_line=True)
+
+
 def render(judged: Judged, width: int = 100) -> str:
     analysis, turn, verdict = judged.analysis, judged.analysis.turn, judged.analysis.verdict
     how = "from --provider" if judged.how == "--provider" else judged.how
@@ -56,26 +60,26 @@ def render(judged: Judged, width: int = 100) -> str:
         f"{shown_path(judged.path)}  ({judged.source}, {analysis.wire}, {analysis.bytes} bytes, {turn.events} events)",
         f"dialect   {turn.dialect}  ({how})",
     ]
-    if turn.model or turn.response_id:
-        lines.append(f"model     {turn.model or '-'}   response {turn.response_id or '-'}")
+    if turn.model or turn.response_id:  # one value each, from the provider: a newline in one would start a line
+        lines.append(f"model     {_one(turn.model or '-')}   response {_one(turn.response_id or '-')}")
     where = []
     if verdict.seq is not None:
         where.append(f"seq {verdict.seq}")
     if verdict.offset is not None:
         where.append(f"byte {verdict.offset}")
-    lines.append(f"verdict   {str(verdict.kind).upper()}: {verdict.reason}" + (f"  [{', '.join(where)}]" if where else ""))
+    lines.append(f"verdict   {str(verdict.kind).upper()}: {_one(verdict.reason)}" + (f"  [{', '.join(where)}]" if where else ""))
     if judged.injected_fault:
-        lines.append(f"injected  {judged.injected_fault} (streamtap's fault injection made this answer)")
+        lines.append(f"injected  {_one(judged.injected_fault)} (streamtap's fault injection made this answer)")
     if judged.problem:
         lines.append(f"recording {judged.problem}")
     stop = turn.stop_reason or "-"
-    lines.append(f"stop      {stop}" + (f" (provider: {turn.stop_reason_raw})" if turn.stop_reason_raw else ""))
+    lines.append(f"stop      {stop}" + (f" (provider: {_one(turn.stop_reason_raw)})" if turn.stop_reason_raw else ""))
     lines.append(f"usage     {_usage(turn)}")
     lines.append(f"timing    {_timing(turn)}")
     if turn.error:
-        lines.append(f"error     {turn.error.get('message')}")
+        lines.append(f"error     {_one(str(turn.error.get('message')))}")
     for note in turn.notes[:5]:
-        lines.append(f"note      {note}")
+        lines.append(f"note      {_one(note)}")
     for choice in turn.choices:
         if len(turn.choices) > 1:
             lines.append("")

@@ -31,6 +31,7 @@ from streamtap.providers import (
 )
 from streamtap.providers.judge import DROPPED, ENDING_KINDS, TEXT_CAP
 from streamtap.recording.catalog import files_under
+from streamtap.recording.importer import begins_a_flow
 from streamtap.recording.reader import shown_path
 from streamtap.wire import DEFAULT_MAX_EVENT
 
@@ -187,6 +188,9 @@ def _judge_raw(path: Path, head: bytes, file: BinaryIO, provider: str | None, se
                keeps: dict[str, int | None]) -> Judged | Unjudged:
     if not head and not provider:  # no bytes tell a dialect, nor that this was ever a stream
         return Unjudged(path, "not a stream: the file is empty; --provider judges it anyway (as a body cut before its first byte)")
+    if begins_a_flow(head):  # its bodies' data lines would be judged with the capture's framing around them
+        return Unjudged(path, "a mitmproxy capture (mitmdump -w), not a response body: `streamtap import` "
+                              "turns its streamed answers into recordings, which this command judges")
     by_name = EXTENSION_WIRE.get(path.suffix.lower())
     whole = len(head) < SNIFF_BYTES and not (more := file.read(1))  # a compressed read may stop short
     if not whole and len(head) < SNIFF_BYTES:
@@ -413,5 +417,5 @@ def run(args: argparse.Namespace) -> int:
             unjudged = True
             continue
         all_ok = all_ok and item.analysis.verdict.ok and not item.problem
-        print(orjson.dumps(as_json(item)).decode() if args.json else terminal_safe(summary_line(item)), flush=True)
+        print(orjson.dumps(as_json(item)).decode() if args.json else terminal_safe(summary_line(item), one_line=True), flush=True)
     return exit_code(all_ok, unjudged)

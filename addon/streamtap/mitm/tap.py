@@ -21,6 +21,7 @@ from typing import Any
 from mitmproxy import exceptions, flowfilter, http
 from mitmproxy.connection import ConnectionState
 
+from streamtap.cli import terminal_safe
 from streamtap.mitm import option_checks
 from streamtap.mitm.flow_commands import FlowCommands
 from streamtap.mitm.flowspec import FlowSpec
@@ -76,20 +77,23 @@ def ended_by(flow: http.HTTPFlow, message: str) -> StreamEnd:
 
 
 def summary_line(s: dict[str, Any]) -> str:
+    """One line per turn. The model name and the reason (which quotes the provider's error) are
+    someone else's text: a newline in them would forge a line of its own, an ESC act on the terminal."""
     ttft = f"{s['ttft_ms']:.0f} ms" if s.get("ttft_ms") is not None else "-"
-    extra = "" if s["verdict"] == VerdictKind.COMPLETE else f" ({s['reason']})"
+    extra = "" if s["verdict"] == VerdictKind.COMPLETE else f" ({terminal_safe(s['reason'], one_line=True)})"
     end = "" if s["stream_end"] == StreamEnd.FINISHED else f" [{s['stream_end']}]"
+    model = terminal_safe(s["model"], one_line=True) if s["model"] else "-"
     return (
-        f"streamtap: {s['provider']} {s['model'] or '-'} {s['verdict']}{extra}{end}: "
+        f"streamtap: {s['provider']} {model} {s['verdict']}{extra}{end}: "
         f"{s['events']} events, {s['bytes']} bytes, ttft {ttft}, {s['duration_ms']:.0f} ms"
-        + (f" [injected fault: {s['injected_fault']}]" if s.get("injected_fault") else "")
+        + (f" [injected fault: {terminal_safe(s['injected_fault'], one_line=True)}]" if s.get("injected_fault") else "")
         + (f" -> {s['recording']}" if s.get("recording") else "")
     )
 
 
 def flow_comment(s: dict[str, Any]) -> str:
     """The verdict as mitmweb shows it beside the flow."""
-    comment = f"streamtap: {s['verdict']}: {s['reason']}"
+    comment = f"streamtap: {s['verdict']}: {terminal_safe(s['reason'], one_line=True)}"
     if s["stream_end"] != StreamEnd.FINISHED:
         comment += f" [{s['stream_end']}]"
     if s["errors"]:

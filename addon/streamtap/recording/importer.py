@@ -95,11 +95,16 @@ def _ends_inside_a_flow(handle: Any, start: int) -> bool:
 
 
 def _begins_a_flow(handle: Any, start: int) -> bool:
-    """Whether the bytes at ``start`` begin as mitmproxy writes a flow: a tnetstring dict
-    (``LENGTH:``) whose first item is a key (``LENGTH:name;``). A capture damaged inside its first
-    flow is then a damaged capture, not some other file."""
+    """Whether the bytes at ``start`` begin as mitmproxy writes a flow. A capture damaged inside
+    its first flow is then a damaged capture, not some other file."""
     handle.seek(start)
-    return re.match(rb"\d{1,12}:\d{1,3}:[a-z_]{1,40}[;,]", handle.read(64)) is not None
+    return begins_a_flow(handle.read(64))
+
+
+def begins_a_flow(head: bytes) -> bool:
+    """Whether ``head`` begins as mitmproxy writes a flow: a tnetstring dict (``LENGTH:``) whose
+    first item is a key (``LENGTH:name;``)."""
+    return re.match(rb"\d{1,12}:\d{1,3}:[a-z_]{1,40}[;,]", head[:64]) is not None
 
 
 def _stream_end(flow: Any) -> tuple[StreamEnd, str | None]:
