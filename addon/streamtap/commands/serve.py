@@ -54,7 +54,7 @@ def build(args: argparse.Namespace):
     from streamtap.cli import UsageError, check_names
     from streamtap.replay.faults import FaultSpecError, Timing, parse_faults, unfit_faults
     from streamtap.replay.match import Library, MatchOptions, field_path_problem
-    from streamtap.replay.server import ServeOptions
+    from streamtap.replay.server import ServeOptions, as_served
     from streamtap.replay.source import RecordingError
 
     if not 0 <= args.port <= 65535:
@@ -75,12 +75,13 @@ def build(args: argparse.Namespace):
         raise UsageError(str(exc)) from None
     options = MatchOptions(tuple(args.ignore_field), tuple(args.ignore_param), tuple(h.lower() for h in args.match_header), args.once)
     try:
-        library = Library.load(args.paths, options)
+        library = Library.load(args.paths, options, warn=_warn)
     except RecordingError as exc:
         raise UsageError(str(exc)) from None
     if not library.entries:
         raise UsageError(f"no recordings (*.jsonl, *.jsonl.zst) under {' '.join(args.paths)}")
-    unfit = unfit_faults(faults, [entry.source for entry in library.entries])
+    # checked on the bodies as served: --assign-ids adds id lines, which byte= positions count
+    unfit = unfit_faults(faults, [as_served(entry.source, args.assign_ids) for entry in library.entries])
     if unfit:  # refused now: the server would answer every request with a 400
         raise UsageError("; ".join(unfit))
     return library, ServeOptions(timing, faults, args.assign_ids, args.fault_header)
@@ -120,3 +121,7 @@ def run(args: argparse.Namespace) -> int:
 
     asyncio.run(main())
     return 0
+
+
+def _warn(message: str) -> None:
+    print(f"streamtap serve: warning: {message}", file=sys.stderr, flush=True)

@@ -34,7 +34,7 @@ from streamtap.recording.content import decoded_body
 from streamtap.recording.flows import INJECTED, request_info
 from streamtap.replay.faults import LIVE_KINDS, Fault, FaultSpecError, LiveFaults, Timing, parse_faults, unfit_faults
 from streamtap.replay.match import Library, MatchOptions
-from streamtap.replay.server import FAULT_HEADER, ReplayServer, ServeOptions, swap_recordings
+from streamtap.replay.server import FAULT_HEADER, ReplayServer, ServeOptions, as_served, swap_recordings
 from streamtap.replay.source import RecordingError, Source
 
 log = logging.getLogger("streamtap")
@@ -100,7 +100,7 @@ class Replay:
                                  redact=tuple(getattr(options, "streamtap_redact", ())),
                                  redact_allow=tuple(getattr(options, "streamtap_redact_allow", ())))
             try:
-                self.library = Library.load(options.streamtap_replay, match)
+                self.library = Library.load(options.streamtap_replay, match, warn=_warn)
             except (RecordingError, OSError) as exc:
                 raise exceptions.OptionsError(f"streamtap_replay: {exc}") from None
             if not self.library.entries:
@@ -109,7 +109,9 @@ class Replay:
                 faults = parse_faults(getattr(options, "streamtap_fault", ""))
             except FaultSpecError:
                 faults = []  # the Faults addon names the option
-            unfit = unfit_faults(faults, [entry.source for entry in self.library.entries], _swap_tails(faults, self.library))
+            # checked on the bodies as served: id lines count for byte= positions
+            served = [as_served(entry.source, options.streamtap_replay_assign_ids) for entry in self.library.entries]
+            unfit = unfit_faults(faults, served, _swap_tails(faults, self.library))
             if unfit:  # else every replayed request would be answered with a 400
                 raise exceptions.OptionsError(f"streamtap_fault: {'; '.join(unfit)}")
             log.info(f"streamtap: replaying {len(self.library.entries)} recording(s) from {', '.join(options.streamtap_replay)}")
@@ -173,6 +175,10 @@ class Replay:
             if server is not None:
                 server.close_now()
         self.server, self._stale = None, []
+
+
+def _warn(message: str) -> None:
+    log.warning(f"streamtap: {message}")
 
 
 def _swap_tails(faults: list[Fault], library: Library) -> dict[str, Source]:

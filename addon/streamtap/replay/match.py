@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlencode, urlsplit
 
-from streamtap.recording.catalog import RECORDING_SUFFIXES, files_under
+from streamtap.recording.catalog import RECORDING_SUFFIXES, files_under, is_partial
 from streamtap.recording.redact import FORM_REDACTED, REDACTED, Redactor, dump_embedded, query_pairs
 
 from .source import RecordingError, Source, load_source
@@ -163,8 +164,10 @@ class Library:
         self.entries.sort(key=lambda entry: not entry.source.whole)
 
     @classmethod
-    def load(cls, paths: Iterable[str | Path], options: MatchOptions | None = None) -> Library:
-        """Recordings from files and directories (``*.jsonl`` and ``*.jsonl.zst`` under a directory, recursively)."""
+    def load(cls, paths: Iterable[str | Path], options: MatchOptions | None = None, *,
+             warn: Callable[[str], None] | None = None) -> Library:
+        """Recordings from files and directories (``*.jsonl`` and ``*.jsonl.zst`` under a directory, recursively).
+        ``warn`` hears of each file left out (default: a line on stderr)."""
         files: list[Path] = []
         for path in map(Path, paths):
             if path.is_dir():
@@ -182,7 +185,7 @@ class Library:
         # "the first by name answers": by path, across every file and folder given, in whatever
         # order they were given (the whole-before-leftover order is kept over it in __init__)
         files.sort(key=Path.absolute)
-        return cls([load_source(f) for f in files], options)
+        return cls(_load_sources(files, warn or _warn_on_stderr), options)
 
     def key(self, method: str, target: str, headers: dict[str, str], body: Any, redacted_params: frozenset[str] = frozenset()) -> Key:
         parts = urlsplit(target)
@@ -278,6 +281,31 @@ class Library:
                 "nearest": nearest,
             }
         }
+
+
+def _load_sources(files: list[Path], warn: Callable[[str], None]) -> list[Source]:
+    """The recordings in ``files``. A killed proxy's leftover (``.partial``) that cannot be loaded,
+    empty or cut inside its header, is left out with a warning, so that one unlucky kill does not
+    keep the whole recordings beside it from being served. Any other file that cannot be loaded
+    is refused, as is a set of leftovers with no recording that loads."""
+    sources: list[Source] = []
+    leftovers: list[RecordingError] = []
+    for path in files:
+        try:
+            sources.append(load_source(path))
+        except RecordingError as exc:
+            if not is_partial(path):
+                raise
+            leftovers.append(exc)
+    if leftovers and not sources:
+        raise leftovers[0]
+    for exc in leftovers:
+        warn(f"skipped a killed proxy's leftover that cannot be served ({exc})")
+    return sources
+
+
+def _warn_on_stderr(message: str) -> None:
+    print(f"streamtap: warning: {message}", file=sys.stderr, flush=True)
 
 
 def _copy(body: Any) -> Any:

@@ -160,8 +160,9 @@ def _check_faults_fit(server: Any, faults: list) -> None:
     misfits = []
     for entry in server.library.entries:
         try:
-            # the recordings that swap-tail names, as the server loaded them
-            plan(entry.source, faults, server.options.timing, others=server.swap_recordings)
+            # the body as served (with assign_ids, its id lines count for byte=); the recordings
+            # that swap-tail names, as the server loaded them
+            plan(server.served_source(entry.source), faults, server.options.timing, others=server.swap_recordings)
         except FaultSpecError as exc:
             misfits.append(f"{Path(entry.source.path).name}: {exc}")
     if misfits:

@@ -114,7 +114,7 @@ class ReplayServer:
         self._server: asyncio.base_events.Server | None = None
         self._others: dict[str, Source] = {}  # swap-tail names -> recordings
         self._given: dict[str, Source] | None = None  # names a fault header may use for swap-tail
-        self._with_ids: dict[int, Source] = {}
+        self._as_served: dict[int, Source] = {}  # id(recording) -> its body as served
         self._plans: dict[tuple, Plan] = {}
         self._writers: set[asyncio.StreamWriter] = set()
         self.host, self.port = "127.0.0.1", 0
@@ -126,7 +126,8 @@ class ReplayServer:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> ReplayServer:
         self._load_others(self.options.faults)
-        unfit = unfit_faults(self.options.faults, [entry.source for entry in self.library.entries], self._others)
+        served = [self.served_source(entry.source) for entry in self.library.entries]
+        unfit = unfit_faults(self.options.faults, served, self._others)
         if unfit:  # refused now (swap-tail, and the faults together, checked here), not with a 400 per request
             raise FaultSpecError("; ".join(unfit))
         self._server = await asyncio.start_server(self._connection, host, port, backlog=1024)
@@ -152,6 +153,14 @@ class ReplayServer:
         """The recordings the swap-tail faults name, by those names, as loaded at start: what a
         plan of this server's faults needs (``plan(..., others=)``)."""
         return dict(self._others)
+
+    def served_source(self, source: Source) -> Source:
+        """``source`` as this server sends it (``as_served``), made once per recording: what its
+        faults are planned, and checked, on."""
+        served = self._as_served.get(id(source))
+        if served is None:
+            served = self._as_served[id(source)] = as_served(source, self.options.assign_ids)
+        return served
 
     def _load_others(self, faults: list[Fault]) -> None:
         self._others.update(swap_recordings(faults, self.library, self._others))
@@ -229,16 +238,15 @@ class ReplayServer:
             self._record(Served(request.method, request.target, 404, None, []))
             await _send_json(writer, 404, body, close=not request.keep_alive, head_only=request.method == "HEAD")
             return request.keep_alive
-        faults = self.options.faults
+        from_header: list[Fault] = []
         if self.options.fault_header and FAULT_HEADER in request.headers:
             try:
                 from_header = parse_faults(request.headers[FAULT_HEADER])
                 self._header_others(from_header)
-                faults = faults + from_header
             except (FaultSpecError, ValueError) as exc:
                 return await self._refuse_fault(request, writer, source, exc)
-        if self.options.assign_ids and source.wire == "sse":
-            source = self._with_ids.setdefault(id(source), with_event_ids(source))
+        faults = self.options.faults + from_header
+        source = self.served_source(source)
         start_after = None
         if resume_id is not None:
             start_after = resume_position(source, resume_id)
@@ -249,7 +257,9 @@ class ReplayServer:
                 await _send_json(writer, 404, error, head_only=request.method == "HEAD")
                 return request.keep_alive
             if not self.options.fault_on_resume:
-                faults = []
+                # the server's own faults spare a resume, so a client can recover after a cut;
+                # a fault the resume itself asks for is the one its test wants to see
+                faults = from_header
         try:
             the_plan = self._plan(source, faults, start_after)
         except FaultSpecError as exc:
@@ -370,6 +380,12 @@ async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline: float) -> None
 
 
 _BOM = b"\xef\xbb\xbf"
+
+
+def as_served(source: Source, assign_ids: bool) -> Source:
+    """``source`` as the server sends it: with ``id:`` lines when it assigns ids to an SSE
+    stream. Byte positions count this body, so a check of the faults at start must plan on it."""
+    return with_event_ids(source) if assign_ids and source.wire == "sse" else source
 
 
 def with_event_ids(source: Source) -> Source:
