@@ -24,7 +24,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "Run it again to add new recordings: rows already indexed (same path) are skipped. "
         "Query: duckdb -c \"SELECT verdict, count(*) FROM read_parquet('DIR/**/*.parquet', hive_partitioning=true) GROUP BY ALL\". "
         "`streamtap report DIR` reads the index too. "
-        "Exit codes: 0 done, 1 a folder could not be read (its recordings are not indexed), 2 usage error (no recordings under the paths, among them)."
+        "Exit codes: 0 done, 1 a folder or a recording could not be read (those recordings are not indexed), 2 usage error (no recordings under the paths, among them)."
     )
     parser.add_argument("paths", nargs="+", type=named_path, metavar="PATH", help="recordings or folders of recordings (searched recursively)")
     parser.add_argument("--out", required=True, metavar="DIR", help="the index folder (created if missing)")
@@ -103,4 +103,4 @@ def _index(args: argparse.Namespace) -> int:
         f"({time.perf_counter() - started:.2f} s)",
         file=sys.stderr,
     )
-    return EXIT_FINDING if loaded.unreadable else EXIT_OK  # the recordings in those folders are not in it
+    return EXIT_FINDING if loaded.unreadable else EXIT_OK  # those recordings (and the ones in those folders) are not in it

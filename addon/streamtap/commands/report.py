@@ -29,7 +29,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "`streamtap report recordings/live/`, `streamtap report --json recordings/ | jq .verdicts`, "
         "`streamtap report --html report.html idx/`. Recordings a live proxy is still writing are left out. "
         "Exit codes: 0 every recording whole and judged complete, 1 any not (a turn not complete, a recording cut, damaged or without a verdict, "
-        "or a folder that could not be read), 2 usage error (no recordings under the paths given, among them)."
+        "or a folder or recording that could not be read), 2 usage error (no recordings under the paths given, among them)."
     )
     parser.add_argument("paths", nargs="+", type=named_path, metavar="PATH", help="recordings, folders of recordings, or index folders")
     output = parser.add_mutually_exclusive_group()
@@ -89,8 +89,8 @@ def warn(loaded, verb: str) -> None:
         print(f"streamtap {verb}: skipped {len(loaded.skipped)} file(s) that are not recordings or cannot be read, e.g. {loaded.skipped[0]}", file=sys.stderr)
     if loaded.busy:
         print(f"streamtap {verb}: left out {len(loaded.busy)} recording(s) a live proxy is still writing, e.g. {loaded.busy[0]}", file=sys.stderr)
-    for folder in loaded.unreadable:  # each: the recordings in it are unknown
-        print(f"streamtap {verb}: {folder}", file=sys.stderr)
+    for unknown in loaded.unreadable:  # each: a folder whose recordings, or a recording whose verdict, is unknown
+        print(f"streamtap {verb}: {unknown}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -121,8 +121,8 @@ def run(args: argparse.Namespace) -> int:
         write_csv(data, sys.stdout)
     else:
         write_out(terminal_safe(render_table(data, args.limit)))  # a model name with a newline keeps its row
-    # every recording whole and judged complete: a damaged, cut or unjudged one is not, and a
-    # folder that could not be read may hold any
+    # every recording whole and judged complete: a damaged, cut or unjudged one is not, nor is
+    # one that could not be read, and a folder that could not be read may hold any
     all_complete = (data["recordings"] == data["verdicts"].get("complete", 0) and not data["incomplete_files"]
                     and not loaded.unreadable)
     return EXIT_OK if all_complete else EXIT_FINDING

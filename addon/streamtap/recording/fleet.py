@@ -25,7 +25,7 @@ from typing import Any
 import duckdb
 import orjson
 
-from .catalog import COLUMNS, Found, NotARecording, being_written, damaged_row, is_partial, recording_row
+from .catalog import COLUMNS, Found, NotARecording, being_written, damaged_row, is_partial, recording_name, recording_row
 from .reader import HeaderCut
 from .writer import RecordingError
 
@@ -68,7 +68,9 @@ def interrupt_queries() -> None:
 class Loaded:
     rows: int = 0
     skipped: list[str] = field(default_factory=list)  # files found in folders that are not recordings, with why
-    unreadable: list[str] = field(default_factory=list)  # folders that could not be searched, with why
+    # folders that could not be searched and recordings that could not be read, with why: what
+    # they hold is unknown
+    unreadable: list[str] = field(default_factory=list)
     busy: list[str] = field(default_factory=list)  # recordings a live writer still holds (not read)
 
 
@@ -77,7 +79,8 @@ def read_rows(found: Iterable[Found], *, skip: set[str] = frozenset(), loaded: L
 
     A named file that is not a recording, or is damaged, raises. In a folder, one that is not a
     recording (or cannot be read, or has a name that is not UTF-8) is skipped and noted; a damaged
-    recording is a row that says what is wrong with it (listed, counted as not complete)."""
+    recording is a row that says what is wrong with it (listed, counted as not complete); one
+    named as a recording that cannot be read is noted as unreadable (its verdict is unknown)."""
     loaded = loaded if loaded is not None else Loaded()
     rows = []
     seen = set(skip)  # a file given twice (by name and in its folder) is one recording
@@ -104,6 +107,9 @@ def read_rows(found: Iterable[Found], *, skip: set[str] = frozenset(), loaded: L
         except (NotARecording, OSError) as exc:
             if item.named:
                 raise
+            if isinstance(exc, OSError) and recording_name(item.path):  # a recording by its name, whatever it holds
+                loaded.unreadable.append(f"{item.path}: cannot read this recording: {exc.strerror or exc}")
+                continue
             loaded.skipped.append(f"{item.path}: {exc}")
         except RecordingError as exc:
             if item.named:
