@@ -156,40 +156,46 @@ class StartOver:
     The chunks the body began with up to the repeat (at most ``KEPT``) must all come back in a row,
     so a server that sends one empty chunk many times, or a token that recurs, is not taken for a
     replay. The bytes still cannot tell a replay from a server that sends its chunks twice, so
-    this is a doubt (the answer is ``unknown``), not a corruption."""
+    this is a doubt (the answer is ``unknown``), not a corruption.
+
+    Per chunk the assembler calls ``see`` only when ``busy`` or the data is ``first``: the rest
+    of a long answer costs one comparison each."""
 
     KEPT = 3
 
     def __init__(self, assembler: AssemblerBase) -> None:
         self._assembler = assembler
-        self._first: list[str] = []  # the data of the body's first chunks
-        self._chunks = 0
+        self.first: str | None = None  # the data of the body's first chunk
+        self.busy = True  # keeping the first chunks, or watching them come back
+        self._kept: list[str] = []  # the data of the body's first chunks
         self._matched = 0  # how many of them came back in a row so far (0: none is coming back)
         self._needed = 0
         self._at: WireEvent | None = None  # where they started coming back
 
     def see(self, data: str, event: WireEvent) -> None:
-        first, seen = self._first, self._chunks
-        self._chunks = seen + 1
+        kept = self._kept
+        seen = len(kept)  # (while it is below KEPT: afterwards it stays KEPT)
         if self._matched:
-            if data == first[self._matched]:
+            if data == kept[self._matched]:
                 self._matched += 1
                 if self._matched == self._needed:
-                    self._doubt(event)
+                    self._doubt()
                 return
             self._matched = 0
         if seen < self.KEPT:
-            first.append(data)
-        if seen and data == first[0] and self._began():
+            kept.append(data)
+            self.first = kept[0]
+        if seen and data == kept[0] and self._began():
             self._at, self._needed = event, min(seen, self.KEPT)
             self._matched = 1
             if self._needed == 1:
-                self._doubt(event)
+                self._doubt()
+        self.busy = bool(self._matched) or len(kept) < self.KEPT
 
     def _began(self) -> bool:
         return any(choice.blocks for choice in self._assembler.turn.choices)
 
-    def _doubt(self, last: WireEvent) -> None:
+    def _doubt(self) -> None:
         self._matched = 0
         at = self._at
         self._assembler.judge.doubt(

@@ -99,7 +99,9 @@ class Assembler(AssemblerBase):
             self.seen(event, f"chunk {event.seq}")
             if not event.data.strip():
                 return
-            self._start_over.see(event.data, event)  # (a JSON array replayed from its start breaks the array)
+            start_over = self._start_over  # (a JSON array replayed from its start breaks the array instead)
+            if start_over.busy or event.data == start_over.first:
+                start_over.see(event.data, event)
             obj = self.payload(event, event.data)
         elif isinstance(event, JSONValue):
             self.seen(event, f"element {event.seq}")

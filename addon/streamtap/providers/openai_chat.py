@@ -73,7 +73,9 @@ class Assembler(AssemblerBase):
         if not data or data.isspace():
             self.empty_data(event, "openai")
             return
-        self._start_over.see(data, event)
+        start_over = self._start_over
+        if start_over.busy or data == start_over.first:
+            start_over.see(data, event)
         if event.event != "error" and self._content_delta(data, t):
             return
         judge = self.judge
