@@ -35,6 +35,7 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from streamtap.providers import Dialect
 from streamtap.providers.positions import POSITION_NAMES, PositionFinder, find_positions
 from streamtap.recording.flows import INJECTED_HEADER
 
@@ -79,6 +80,24 @@ BEDROCK_EXCEPTIONS = (
     "validationException", "serviceUnavailableException", "modelTimeoutException",
 )  # fmt: skip
 OPENAI_ERRORS = ("openai",)
+# the error kinds whose shape each dialect's own stream carries (so its SDK raises them: the
+# anthropic SDK skips the unnamed event of an OpenAI-shaped error, and the app sees a clean
+# end). The JSON "error" object of the openai kind is also Gemini's and Ollama's. A dialect not
+# named here (unknown) takes every kind its wire format can carry.
+_DIALECT_ERRORS = {
+    Dialect.ANTHROPIC: ANTHROPIC_ERRORS,
+    Dialect.OPENAI_CHAT: OPENAI_ERRORS, Dialect.OPENAI_RESPONSES: OPENAI_ERRORS,
+    Dialect.GEMINI: OPENAI_ERRORS, Dialect.OLLAMA: OPENAI_ERRORS,
+    Dialect.BEDROCK_INVOKE: BEDROCK_EXCEPTIONS, Dialect.BEDROCK_CONVERSE: BEDROCK_EXCEPTIONS,
+}  # fmt: skip
+
+
+def _error_family(kind: str) -> tuple[str, ...]:
+    """The kinds whose shape ``kind`` takes (a kind ending in _error or Exception is one
+    of Anthropic's or Bedrock's, named or not)."""
+    if kind in OPENAI_ERRORS:
+        return OPENAI_ERRORS
+    return BEDROCK_EXCEPTIONS if kind.endswith("Exception") else ANTHROPIC_ERRORS
 
 
 class FaultSpecError(ValueError):
@@ -567,9 +586,12 @@ def _error(source, frames, fault, log, others):
 
 def error_frames(source: Source, kind: str, message: str | None, position: int) -> list[bytes]:
     """The provider's own mid-stream error, in the recording's wire format."""
+    if source.wire == "eventstream" and not kind.endswith("Exception"):
+        raise FaultSpecError(f"error kind {kind!r} does not fit an event-stream; use one of {', '.join(BEDROCK_EXCEPTIONS)}")
+    own = _DIALECT_ERRORS.get(source.dialect)  # the kind must also be one the dialect's own SDK raises
+    if own is not None and _error_family(kind) is not own:
+        raise FaultSpecError(f"error kind {kind!r} does not fit the {source.dialect} dialect; use one of {', '.join(own)}")
     if source.wire == "eventstream":
-        if not kind.endswith("Exception"):
-            raise FaultSpecError(f"error kind {kind!r} does not fit an event-stream; use one of {', '.join(BEDROCK_EXCEPTIONS)}")
         from streamtap.wire import encode_message
 
         payload: dict[str, Any] = {"message": message or "Model Stream Error"}
@@ -687,7 +709,21 @@ class _Waiting:
     raw: bytes
     at: int  # its body offset as served
 
+
+@dataclass(slots=True, eq=False)
+class _Stage:
+    """One reshaping fault on a live stream. It numbers the events as the faults before it in
+    the spec passed them on, as ``plan()`` applies each to the frames the earlier ones made."""
+
+    fault: Fault
+    seen: int = 0  # events that came in
+    offset: int = 0  # body bytes that came in, before the event in hand
+    held: tuple[bytes, int] | None = None  # reorder: the event waiting for the next one, and its offset
+    done: bool = False  # error: injected, every later event is dropped
+
+
 LIVE_KINDS = ("cut", "corrupt", "drop", "duplicate", "reorder", "error", "fragment")
+_RESHAPING = ("drop", "duplicate", "reorder", "corrupt", "error")  # in the spec's order, as plan() applies them
 
 
 class LiveFaults:
@@ -695,9 +731,13 @@ class LiveFaults:
 
     ``feed(chunk)`` returns the pieces to forward now; once a cut or an injected error
     ends the stream, ``end`` holds the style ("clean", "abort", "reset") and every later
-    chunk is swallowed. Event-level faults hold bytes back until their event is complete;
-    a protocol-aware cut sees the events as served (after drop, duplicate, reorder, error)
-    and holds back those it may still fall in (a tool call's, until its arguments are known).
+    chunk is swallowed. Event-level faults hold bytes back until their event is complete.
+    Positions count the events as served, as in replay: drop, duplicate, reorder, corrupt
+    and error each number the events the faults before them passed on, and the cuts number
+    the events the client gets. A protocol-aware cut holds back the events it may still fall
+    in (a tool call's, until its arguments are known).
+    Where replay defaults to the middle event (error's after=, corrupt's frame=, the message of
+    cut:at=prelude|crc), a live spec must name it: the middle of a stream still arriving is unknown.
     Timing faults (stall, latency, bandwidth) and swap-tail need a recording (use replay).
     """
 
@@ -709,6 +749,7 @@ class LiveFaults:
         self.wire = wire
         self.source = Source.from_frames([], wire=wire, dialect=dialect)
         for fault in faults:  # what does not fit this wire is refused now, not at its event mid-stream
+            _check_live_position(fault)
             if fault.kind == "corrupt" and fault.params.get("field", "payload") != "payload" and wire != "eventstream":
                 raise FaultSpecError(f"{fault.spec!r}: field={fault.params['field']} needs an event-stream; use field=payload")
             if fault.kind == "cut":
@@ -722,9 +763,13 @@ class LiveFaults:
         self.log: list[str] = []
         self._framed = any(f.kind != "fragment" and not (f.kind == "cut" and "byte" in f.params) for f in faults)
         self._decoder = _decoder(wire) if self._framed else None
-        self._n = 0  # events seen
+        self._n = 0  # events that came from the upstream
         self._sent = 0  # body bytes forwarded
-        self._held: tuple[Fault, bytes, str] | None = None  # an event held back by reorder, and the line its swap logs
+        self._stages = [_Stage(f) for f in faults if f.kind in _RESHAPING]
+        self._erred: int | None = None  # the stage whose injected error ends the stream, until it has
+        self._event_cuts = [f for f in faults if f.kind == "cut" and "event" in f.params and "at" not in f.params]
+        self._served = 0  # events served (after the reshaping faults)
+        self._at = 0  # body offset of the next event served (held back or forwarded)
         self._told: set[int] = set()  # the faults (by id) that logged what they did, or why not
         self._pieces = 0  # writes out of fragment
         # a protocol-aware cut: the providers layer finds its position as the events pass
@@ -743,13 +788,11 @@ class LiveFaults:
         if self._decoder is None:
             return self._output(data)
         out: list[bytes] = []
-        at = self._sent  # body offset of the next byte out: one chunk may carry several events
         for event in self._decoder.feed(data):
             if self.end is not None:
                 break
-            piece = self._event(event.raw, at)
-            out.append(piece)
-            at += len(piece)
+            self._n += 1
+            out.append(self._serve(self._through([event.raw])))
         return self._output(b"".join(out))
 
     def close(self) -> list[bytes]:
@@ -757,13 +800,9 @@ class LiveFaults:
         if self.end is not None or self._decoder is None:
             return []
         tail = b"".join(e.raw for e in self._decoder.close())
-        held, self._held = self._held, None
-        if held is not None:
-            fault = held[0]
-            self._note(fault, f"not applied: {fault.spec}: event {fault.params['event']} was the last one, nothing to swap it with")
-        out = self._serve([held[1]] if held is not None else [], self._sent + sum(len(w.raw) for w in self._waiting))
+        out = self._serve(self._flush(0))
         if self.end is None:
-            out = self._release() + out + tail
+            out += self._release() + tail
         return self._output(out)
 
     def ended(self) -> None:
@@ -778,64 +817,116 @@ class LiveFaults:
         self._told.add(id(fault))
         self.log.append(line)
 
-    def _event(self, raw: bytes, at: int) -> bytes:
-        """What to forward for event ``n``, which would start at body offset ``at``."""
-        n = self._n
-        self._n += 1
-        at += sum(len(w.raw) for w in self._waiting)
-        for fault in self.faults:
-            p = fault.params
-            if fault.kind == "drop" and p["event"] == n:
-                self._note(fault, f"{fault.spec}: dropped event {n} at byte {at}")
-                return b""
-            if fault.kind == "corrupt" and p.get("frame", 0) == n:
-                try:
-                    raw, inside, old = corrupt_raw(raw, self.wire, fault)
-                except FaultSpecError as exc:  # this event has no such byte: it passes unchanged
-                    self._note(fault, f"not applied: {exc}")
-                else:
-                    self._note(
-                        fault,
-                        f"{fault.spec}: event {n} {p.get('field', 'payload')} (body byte {at + inside}) 0x{old:02x} -> 0x{raw[inside]:02x}",
-                    )
-            if fault.kind == "reorder" and p["event"] == n:
-                # logged once the next event comes: the last event has nothing to swap with
-                self._held = (fault, raw, f"{fault.spec}: events {n} and {n + 1} swapped (at byte {at})")
-                return b""
-        units = [raw]  # the events served for this one, in order
-        if self._held is not None:
-            held_fault, held, swapped = self._held
-            self._held = None
-            units.append(held)
-            self._note(held_fault, swapped)
-        for fault in self.faults:
-            p = fault.params
-            size = sum(map(len, units))
-            if fault.kind == "duplicate" and p["event"] == n:
-                self._note(fault, f"{fault.spec}: event {n} sent twice (again at byte {at + size})")
-                units.append(raw)
-            if fault.kind == "cut" and "event" in p and "at" not in p and p["event"] == n:
-                self.end = p.get("style", "clean")
-                self._note(fault, f"{fault.spec}: {self.end} cut after event {n} at byte {at + size}")
-            if fault.kind == "error" and p.get("after", 0) == n:
-                self._note(fault, f"{fault.spec}: {p['kind']} injected after event {n} at byte {at + size}")
-                units += error_frames(self.source, p["kind"], p.get("message"), n + 1)
-                self.end = "clean"
-        return self._serve(units, at)
+    def _through(self, events: list[bytes], first: int = 0) -> list[bytes]:
+        """``events`` passed through the reshaping faults from stage ``first`` on: the events served."""
+        for stage in self._stages[first:]:
+            events = [out for raw in events for out in self._take(stage, raw)]
+        return events
 
-    def _serve(self, units: list[bytes], at: int) -> bytes:
-        """The served events (at body offset ``at``) through the protocol-aware cuts: what to forward now."""
-        if not self._finders:
-            return b"".join(units)
+    def _flush(self, first: int) -> list[bytes]:
+        """At the stream's end (the upstream's, or an injected error's): what the stages from
+        ``first`` on still hold, each passed through the stages after it."""
+        events: list[bytes] = []
+        for stage in self._stages[first:]:
+            events = [out for raw in events for out in self._take(stage, raw)] + self._give_up(stage)
+        return events
+
+    def _take(self, stage: _Stage, raw: bytes) -> list[bytes]:
+        """What ``stage`` passes on for its next event."""
+        n, at = stage.seen, stage.offset
+        stage.seen += 1
+        stage.offset += len(raw)
+        fault, p = stage.fault, stage.fault.params
+        if stage.done:
+            return []
+        if fault.kind == "drop" and p["event"] == n:
+            self._note(fault, f"{fault.spec}: dropped event {n} at byte {at}")
+            return []
+        if fault.kind == "duplicate" and p["event"] == n:
+            self._note(fault, f"{fault.spec}: event {n} sent twice (again at byte {at + len(raw)})")
+            return [raw, raw]
+        if fault.kind == "reorder" and p["event"] == n:
+            stage.held = (raw, at)  # logged once the next event comes: the last one has nothing to swap with
+            return []
+        if fault.kind == "reorder" and stage.held is not None:
+            held, held_at = stage.held
+            stage.held = None
+            self._note(fault, f"{fault.spec}: events {n - 1} and {n} swapped (at byte {held_at})")
+            return [raw, held]
+        if fault.kind == "corrupt" and p["frame"] == n:
+            return [self._corrupt(fault, raw, n, at)]
+        if fault.kind == "error" and p["after"] == -1 and n == 0:
+            return self._inject(stage, at)
+        if fault.kind == "error" and p["after"] == n:
+            return [raw, *self._inject(stage, at + len(raw))]
+        return [raw]
+
+    def _give_up(self, stage: _Stage) -> list[bytes]:
+        """What ``stage`` still holds at the stream's end."""
+        fault = stage.fault
+        if stage.held is not None:
+            held, stage.held = stage.held[0], None
+            self._note(fault, f"not applied: {fault.spec}: event {fault.params['event']} was the last one, nothing to swap it with")
+            return [held]
+        if fault.kind == "error" and fault.params["after"] == -1 and not stage.done:  # a stream without events
+            return self._inject(stage, stage.offset)
+        return []
+
+    def _corrupt(self, fault: Fault, raw: bytes, n: int, at: int) -> bytes:
+        try:
+            changed, inside, old = corrupt_raw(raw, self.wire, fault)
+        except FaultSpecError as exc:  # this event has no such byte: it passes unchanged
+            self._note(fault, f"not applied: {exc}")
+            return raw
+        field_name = fault.params.get("field", "payload")
+        self._note(fault, f"{fault.spec}: event {n} {field_name} (body byte {at + inside}) 0x{old:02x} -> 0x{changed[inside]:02x}")
+        return changed
+
+    def _inject(self, stage: _Stage, at: int) -> list[bytes]:
+        """The error frames of ``stage``'s fault, which end the stream once served."""
+        p = stage.fault.params
+        stage.done = True
+        self._erred = next(i for i, s in enumerate(self._stages) if s is stage)
+        self._note(stage.fault, f"{stage.fault.spec}: {p['kind']} injected after event {p['after']} at byte {at}")
+        return error_frames(self.source, p["kind"], p.get("message"), p["after"] + 1)
+
+    def _serve(self, events: list[bytes]) -> bytes:
+        """The events served (after the reshaping faults) through the cuts: what to forward now. An
+        injected error ends the stream once the stages after it gave up what they held."""
+        erred, self._erred = self._erred, None
+        if erred is not None:
+            events += self._flush(erred + 1)
         out = b""
-        for unit in units:
-            cut = self._cut_inside(unit, at)
-            if cut is not None:
-                return out + cut
-            out += self._hold_or_release(unit, at)
-            at += len(unit)
-        if self.end is not None:  # an event cut or an injected error ended the stream: nothing more to wait for
+        for raw in events:
+            if self.end is not None:
+                break
+            out += self._serve_one(raw)
+        if erred is not None and self.end is None:
+            self.end = "clean"
+        if self.end is not None:  # a cut or an injected error ended the stream: nothing more to wait for
             out += self._release()
+        return out
+
+    def _serve_one(self, raw: bytes) -> bytes:
+        n, at = self._served, self._at
+        self._served += 1
+        self._at += len(raw)
+        for fault in self._event_cuts:
+            if fault.params["event"] == -1 and n == 0:
+                self.end = fault.params.get("style", "clean")
+                self._note(fault, f"{fault.spec}: {self.end} cut after event -1 at byte {at}")
+                return b""
+        if self._finders:
+            cut = self._cut_inside(raw, at)
+            if cut is not None:
+                return cut
+            out = self._hold_or_release(raw, at)
+        else:
+            out = raw
+        for fault in self._event_cuts:
+            if fault.params["event"] == n and self.end is None:
+                self.end = fault.params.get("style", "clean")
+                self._note(fault, f"{fault.spec}: {self.end} cut after event {n} at byte {at + len(raw)}")
         return out
 
     def _cut_inside(self, raw: bytes, at: int) -> bytes | None:
@@ -883,6 +974,21 @@ class LiveFaults:
                 pieces = [p for piece in pieces for p in _random_pieces(piece, rng, fault.params["max"])]
         self._pieces += len(pieces)
         return pieces
+
+
+# where replay takes the middle event, which a stream still arriving does not know yet
+_MIDDLE_BY_DEFAULT = {"error": "after", "corrupt": "frame"}
+
+
+def _check_live_position(fault: Fault) -> None:
+    """A live fault must name the event that replay would take from the middle of the stream."""
+    key = _MIDDLE_BY_DEFAULT.get(fault.kind)
+    if fault.kind == "cut" and fault.params.get("at") in ("prelude", "crc"):
+        key = "event"
+    if key is not None and key not in fault.params:
+        raise FaultSpecError(
+            f"{fault.spec!r}: give {key}=N on live traffic (replay's default, the middle event, is not known while the stream arrives)"
+        )
 
 
 def _decoder(wire: str):
