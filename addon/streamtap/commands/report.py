@@ -226,7 +226,9 @@ def write_csv(data: dict[str, Any], stream) -> None:
     from streamtap.recording.fleet import VERDICT_ORDER
 
     kinds = list(dict.fromkeys([*VERDICT_ORDER, *data["verdicts"]]))
-    writer = csv.writer(stream, lineterminator="\n")
+    # RFC 4180's CRLF: the writer quotes a field holding any character of the line end, so with LF
+    # alone a model name holding a bare CR went out unquoted and split its row in every reader
+    writer = csv.writer(stream, lineterminator="\r\n")
     writer.writerow(
         ["day", "provider", "model", "recordings", *kinds, "not_complete_rate", "incomplete_files",
          "ttft_ms_p50", "ttft_ms_p95", "ttft_ms_p99", "duration_ms_p50", "duration_ms_p95", "duration_ms_p99"]

@@ -7,6 +7,7 @@ in a CI artifact viewer. Every text from a recording is escaped.
 from __future__ import annotations
 
 import bisect
+import math
 import time
 from html import escape
 from typing import Any
@@ -54,6 +55,10 @@ def verdict_rate_chart(provider: str, bucket: str, series: list[dict[str, Any]])
     plot_w, plot_h = width - left - 10, height - bottom - top
     step = plot_w / max(len(times), 1)
     bar = max(min(step * 0.8, 60), 1)
+    # one label every `every` buckets, so that labels (about 6.6 px a character at the axis's
+    # 11 px, and a gap) never run into each other; each bar's tooltip names its own bucket
+    label_px = len(_bucket_label(times[0], bucket)) * 6.6 + 8 if times else 0
+    every = max(math.ceil(label_px / step), 1)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" aria-label="verdict rate over time, {escape(provider)}">']
     _gridlines(parts, width, left, top, plot_h, lambda share: f"{share * 100:.0f}%")
     for i, t in enumerate(times):
@@ -68,7 +73,7 @@ def verdict_rate_chart(provider: str, bucket: str, series: list[dict[str, Any]])
                 f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar:.1f}" height="{h:.1f}" fill="{_color(verdict)}">'
                 f"<title>{escape(_bucket_label(t, bucket))}: {escape(verdict)} {counts[verdict]} of {total}</title></rect>"
             )
-        if len(times) <= 12 or i in (0, len(times) - 1) or i % max(len(times) // 6, 1) == 0:
+        if i % every == 0:
             parts.append(f'<text x="{left + i * step + step / 2:.1f}" y="{height - bottom + 16}" text-anchor="middle">{escape(_bucket_label(t, bucket))}</text>')
     parts.append("</svg>")
     return "".join(parts)

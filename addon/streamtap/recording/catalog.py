@@ -91,15 +91,52 @@ def files_under(folder: Path, suffixes: tuple[str, ...]) -> tuple[list[Path], li
     """The files below ``folder`` (recursively) whose names end in one of ``suffixes``, and each
     folder in it that could not be read, with why. The one folder walk of ``verify``, ``report``,
     ``index`` and the replay library; each decides what an unreadable folder means to it."""
-    files: list[Path] = []
     unreadable: list[tuple[Path, str]] = []
+    # Symbolic links are followed (a folder of recordings on another disk), and each file and
+    # folder is taken once, by its real path: a link to a recording is not a second one, and a
+    # link back up the tree is not a loop. A file keeps the name it was found by, its own where
+    # the tree holds both (linked folders are walked after the rest), else the first link's.
+    found: dict[str, tuple[bool, str]] = {}  # real path -> (found through a link, the name found by)
+    root = os.path.realpath(folder)
+    walked, pending, linked = {root}, [(str(folder), root, False)], []
+    while pending or linked:
+        if not pending:  # the tree is walked: now the folders it links to, that it does not hold
+            linked.sort()
+            directory, real = linked.pop(0)
+            if real not in walked:
+                walked.add(real)
+                pending.append((directory, real, True))
+            continue
+        directory, real, via_link = pending.pop()
+        try:
+            with os.scandir(directory) as listing:
+                entries = sorted(listing, key=lambda entry: entry.name)
+        except OSError as error:
+            unreadable.append((Path(error.filename or directory), error.strerror or str(error)))
+            continue
+        for entry in entries:
+            link = entry.is_symlink()
+            target = os.path.realpath(entry.path) if link else os.path.join(real, entry.name)
+            if _is_dir(entry):
+                if link:
+                    linked.append((entry.path, target))
+                elif target not in walked:
+                    walked.add(target)
+                    pending.append((entry.path, target, via_link))
+            elif entry.name.endswith(suffixes):
+                if link and not os.path.exists(target):  # dangling: what cannot be read is the name it was found by
+                    target = entry.path
+                seen = (via_link or link, entry.path)
+                if found.get(target, seen) >= seen:
+                    found[target] = seen
+    return [Path(name) for _, name in found.values()], unreadable
 
-    def note(error: OSError) -> None:
-        unreadable.append((Path(error.filename or folder), error.strerror or str(error)))
 
-    for parent, _, names in os.walk(folder, onerror=note):
-        files += (Path(parent, name) for name in names if name.endswith(suffixes))
-    return files, unreadable
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()  # follows a link: one stat for it, none for the rest (the listing's type)
+    except OSError:
+        return False
 
 
 def find_recordings(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Found]:

@@ -170,10 +170,21 @@ def select_index(directories: list[Path]) -> str:
     the first folder given, from its first file."""
     files = [f for d in directories for f in index_files(Path(d))]
     quoted = ", ".join(f"'{_sql_string(f)}'" for f in _literal(files))
+    columns = [_PARTITION_COLUMNS.get(name, name) for name in COLUMNS]
     return (
-        f"SELECT {', '.join(COLUMNS)} FROM read_parquet([{quoted}], hive_partitioning = true, union_by_name = true) "
+        f"SELECT {', '.join(columns)} FROM read_parquet([{quoted}], filename = true, union_by_name = true) "
         "QUALIFY row_number() OVER (PARTITION BY path ORDER BY file_index) = 1"
     )
+
+
+# day and provider from the two folders above each file, as write_index names them. DuckDB's own
+# hive reading takes every key=value folder of the whole path: an index kept under a folder
+# named provider=team-a gave every row that provider.
+_PARTITION = "url_decode(regexp_extract(filename, '/day=([^/]*)/provider=([^/]*)/[^/]*$', {}))"
+_PARTITION_COLUMNS = {
+    "day": f"CAST({_PARTITION.format(1)} AS DATE) AS day",
+    "provider": f"{_PARTITION.format(2)} AS provider",
+}
 
 
 def indexed_paths(con: duckdb.DuckDBPyConnection, directory: Path) -> set[str]:

@@ -1,0 +1,78 @@
+"""The fleet view where paths and names are not the plain ones: an index kept under a folder
+whose name looks like a partition, links in a folder of recordings, a model name holding a bare
+CR in the CSV, and the HTML chart's time axis over many buckets."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import subprocess
+
+from test_fleet_edges import STREAMTAP, recording, streamtap
+
+DAY = 86400
+START = 1796083200  # 2026-12-01 00:00 UTC
+
+
+def test_an_index_under_a_folder_named_like_a_partition_reports_its_own_days_and_providers(tmp_path):
+    """DuckDB's hive reading takes key=value from every folder of a file's path: an index kept
+    under provider=team-a/ reported every recording as that provider's."""
+    folder = tmp_path / "recordings"
+    folder.mkdir()
+    for i, dialect in enumerate(("anthropic", "openai-chat")):
+        recording(folder, f"r{i}.jsonl", header={"started": START + i * DAY, "dialect": dialect})
+    expected = json.loads(streamtap("report", "--json", folder).stdout)
+    for parent in ("provider=team-a", "day=2020-01-01"):
+        index = tmp_path / "lake" / parent / "idx"
+        assert streamtap("index", folder, "--out", index).returncode == 0
+        got = json.loads(streamtap("report", "--json", index).stdout)
+        assert {k: v for k, v in got.items() if k != "sources"} == {k: v for k, v in expected.items() if k != "sources"}
+
+
+def test_a_model_name_with_a_bare_cr_keeps_its_csv_row(tmp_path):
+    for i, model in enumerate(("gpt\rx", "a\nb", "c,d")):
+        recording(tmp_path, f"r{i}.jsonl", end={"turn.model": model})
+    out = subprocess.run([*STREAMTAP, "report", "--csv", str(tmp_path)], capture_output=True, timeout=60)
+    rows = list(csv.reader(io.StringIO(out.stdout.decode(), newline="")))
+    assert len({len(row) for row in rows}) == 1 and len(rows) == 4, rows
+    assert sorted(row[2] for row in rows[1:]) == ["a\nb", "c,d", "gpt\rx"]
+
+
+def test_links_in_a_folder_are_followed_once(tmp_path):
+    """A linked folder of recordings (another disk) was left out without a word; a link to a
+    recording counted it twice; a link back up the tree is no loop."""
+    disk = tmp_path / "disk2"
+    disk.mkdir()
+    for i in range(3):
+        recording(disk, f"remote{i}.jsonl")
+    folder = tmp_path / "recordings"
+    (folder / "local").mkdir(parents=True)
+    original = recording(folder / "local", "local.jsonl")
+    (folder / "remote").symlink_to(disk)
+    (folder / "latest.jsonl").symlink_to(original)
+    (folder / "local" / "up").symlink_to(folder)
+    report = streamtap("report", "--json", folder)
+    assert json.loads(report.stdout)["recordings"] == 4, report.stderr
+    index = tmp_path / "idx"
+    assert streamtap("index", folder, "--out", index).returncode == 0
+    assert json.loads(streamtap("report", "--json", index).stdout)["recordings"] == 4
+    verified = streamtap("verify", folder)
+    assert verified.stdout.count(": complete (") == 4, verified.stdout
+
+
+def test_the_time_axis_labels_of_the_html_chart_never_overlap(tmp_path):
+    for days in (3, 10, 12, 40):
+        folder = tmp_path / f"d{days}"
+        folder.mkdir()
+        for i in range(days):
+            recording(folder, f"r{i}.jsonl", header={"started": START + i * DAY})
+        page = folder / "report.html"
+        assert streamtap("report", "--html", page, folder).returncode == 0
+        svg = page.read_text().split("verdict rate over time", 1)[1].split("</svg>", 1)[0]
+        labels = [(float(x), text) for x, text in re.findall(r'<text x="([\d.]+)" y="\d+" text-anchor="middle">([^<]+)<', svg)]
+        assert labels and labels[0][1] in ("2026-12-01", "12-01 00:00"), labels
+        # 10 characters of the 11 px axis font take about 60 px
+        assert all(b[0] - a[0] >= 66 for a, b in zip(labels, labels[1:])), (days, labels)
+        assert len(labels) >= min(days, 4), (days, labels)
