@@ -150,3 +150,26 @@ def test_every_capture_missing_its_last_item_is_corrupt(name):
         return
     assert cut.kind is VerdictKind.CORRUPT, cut
     assert "the deltas disagree with the final response: it leaves out output item" in cut.reason
+
+
+def shifted(events_: list[dict], by: int) -> list[dict]:
+    """The events with every output_index moved up by ``by``: a gap before the first item, as a
+    provider's empty added event leaves (the SDK allows gaps)."""
+    return [{**e, "output_index": e["output_index"] + by} if "output_index" in e else e for e in events_]
+
+
+@pytest.mark.parametrize("final", [[MESSAGE, CALL], [CALL, MESSAGE]], ids=["in order", "reordered"])
+def test_final_items_are_found_by_id_not_by_their_place_in_the_list(final):
+    """Items streamed at output indexes 2 and 3 are the final list's items 0 and 1: matched by
+    place, both were added again, and the turn was complete with its text and call twice."""
+    stream = events({"type": "response.completed", "response": {"id": "resp_1", "object": "response", "model": "gpt",
+                                                                  "status": "completed", "output": final}})
+    analysis = analyze_bytes(frame_responses([json.dumps(e).encode() for e in shifted(stream, 2)]), R)
+    assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
+    assert analysis.turn.text() == "Let me look." and len(analysis.turn.tool_calls()) == 1, analysis.turn
+    assert not analysis.turn.notes
+    # an item the stream never announced still comes from the final list, once
+    stream[-1]["response"]["output"] = [EXTRA, *final]
+    analysis = analyze_bytes(frame_responses([json.dumps(e).encode() for e in shifted(stream, 2)]), R)
+    text = analysis.turn.text()
+    assert text.count("More.") == text.count("Let me look.") == 1 and len(analysis.turn.tool_calls()) == 1, analysis.turn

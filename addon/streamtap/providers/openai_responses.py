@@ -437,13 +437,29 @@ class Assembler(AssemblerBase):
             block.citations = list(as_list(part.get("annotations")))
             self.content(t)
 
+    def _streamed(self, output: list[Any]) -> list[tuple[int | None, dict[str, Any]]]:
+        """Each item of the final response's list with the output_index the stream gave it (None:
+        the stream never announced it). Found by id: output indexes may have gaps (a provider's
+        empty added event), so an item's place in the list need not be its index. An item no id
+        finds (it has none, or its id changed) is the streamed item of its place, if no other took it."""
+        by_id = {item.get("id"): index for index, item in self._items.items() if item.get("id")}
+        items = [(position, item) for position, item in enumerate(output) if isinstance(item, dict)]
+        found = [by_id.get(as_str(item.get("id"))) for _, item in items]
+        taken = set(found)
+        for n, (position, _) in enumerate(items):
+            if found[n] is None and position in self._items and position not in taken:
+                found[n] = position
+                taken.add(position)
+        return [(index, item) for index, (_, item) in zip(found, items)]
+
     def _fill_from_output(self, output: Any, t: float | None) -> None:
         """Items the terminal event lists but the stream never announced (SDK does the same)."""
         if not isinstance(output, list):
             return
-        for index, item in enumerate(output):
-            if index in self._items or not isinstance(item, dict):
+        for position, (index, item) in enumerate(self._streamed(output)):
+            if index is not None:
                 continue
+            index = position if position not in self._items else max(self._items) + 1
             self._items[index] = item
             self._fill_item(index, item, t, "the terminal event")
             self.note(f"output item {index} came only with the terminal event")
@@ -465,8 +481,8 @@ class Assembler(AssemblerBase):
         """The terminal event's output: compared with what the deltas assembled, then what the stream lacked."""
         if isinstance(output, list):
             self._left_out(output, event)
-            for index, item in enumerate(output):
-                if index in self._items and isinstance(item, dict):
+            for index, item in self._streamed(output):
+                if index is not None:
                     if index == self._partial and index in self._open_items:  # never done: the final item names it
                         self._partial_id(as_str(item.get("id")), event)
                     self._agree(index, item, event, "the final response")
