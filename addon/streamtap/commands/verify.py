@@ -276,12 +276,16 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
     problems = cut + ([unfinished] if unfinished else []) + checked
     damage = cut + checked
     analysis = session.close(StreamEnd(end.get("stream_end") or "finished"))  # the reader checked the value
-    if damage and analysis.verdict.kind in ENDING_KINDS:
-        # a cut or damaged file holds a shorter or altered stream: what its bytes read as is no answer
+    if damage and _unvouched(analysis.verdict.kind, checked):
+        # a cut or damaged file holds a shorter or altered stream: what its bytes read as is no answer.
+        # Read as truncated, they stop where the recording stops (a dead worker, a full disk), not
+        # necessarily where the stream did; the provider's own error in them, and a contradiction
+        # in bytes whose sums hold, are still what the stream said
         held = analysis.verdict
+        evidence = {key: value for key, value in held.evidence.items() if key != "end"}  # how it ended is unknown
         analysis.verdict = Verdict(VerdictKind.UNKNOWN, f"the recording is cut or damaged: the bytes it holds read as "
                                    f"{held.kind.value}, which they cannot vouch for", held.seq, held.offset,
-                                   {**held.evidence, "held_bytes_read_as": held.kind.value})
+                                   {**evidence, "held_bytes_read_as": held.kind.value})
     recorded_verdict = end.get("verdict") or {}
     recorded_kind = recorded_verdict.get("kind")
     # the proxy could not parse arguments beyond its cap and said unknown: judging them here is the answer
@@ -298,6 +302,12 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
     if injected:
         analysis.verdict.evidence["injected_fault"] = injected
     return Judged(path, analysis, dialect, how, "recording", "; ".join(problems) or None, injected or None)
+
+
+def _unvouched(kind: VerdictKind, checked: list[str]) -> bool:
+    """Whether a cut or damaged recording's bytes cannot vouch for the verdict ``kind`` they read as
+    (``checked``: the problems found in the lines it holds, beyond the cut)."""
+    return kind in ENDING_KINDS or kind is VerdictKind.TRUNCATED or (kind is VerdictKind.CORRUPT and bool(checked))
 
 
 def _turn_facts(turn: dict) -> tuple[dict[str, object], dict[str, int]]:
