@@ -39,7 +39,8 @@ from typing import Any
 from streamtap.wire import JSONValue, SSEEvent, Tail, WireEvent
 
 from .common import (
-    STOP_VERDICT, AssemblerBase, StartOver, as_dict, as_int, as_list, as_str, dumps, error_fields, loads, one_line, worst_stop,
+    STOP_VERDICT, AssemblerBase, StartOver, as_dict, as_int, as_list, as_str, dumps, error_fields, loads, one_line,
+    worst_stop,
 )
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 

@@ -21,7 +21,9 @@ from typing import Any
 from streamtap.wire import SSEEvent, WireEvent
 
 from .fastpath import ContentDeltas
-from .common import RESPONSE, AssemblerBase, StartOver, as_dict, as_int, as_list, as_str, dumps, error_fields, loads, worst_stop
+from .common import (
+    RESPONSE, AssemblerBase, StartOver, as_dict, as_int, as_list, as_str, dumps, error_fields, loads, worst_stop,
+)
 from .turn import BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 FINISH = {

@@ -437,11 +437,12 @@ class Assembler(AssemblerBase):
             block.citations = list(as_list(part.get("annotations")))
             self.content(t)
 
-    def _streamed(self, output: list[Any]) -> list[tuple[int | None, dict[str, Any]]]:
-        """Each item of the final response's list with the output_index the stream gave it (None:
-        the stream never announced it). Found by id: output indexes may have gaps (a provider's
-        empty added event), so an item's place in the list need not be its index. An item no id
-        finds (it has none, or its id changed) is the streamed item of its place, if no other took it."""
+    def _streamed(self, output: list[Any]) -> list[tuple[int, int | None, dict[str, Any]]]:
+        """Each item of the final response's list, with its place in the list and the output_index
+        the stream gave it (None: the stream never announced it). Found by id: output indexes may
+        have gaps (a provider's empty added event), so an item's place in the list need not be its
+        index. An item no id finds (it has none, or its id changed) is the streamed item of its
+        place, if no other took it."""
         by_id = {item.get("id"): index for index, item in self._items.items() if item.get("id")}
         items = [(position, item) for position, item in enumerate(output) if isinstance(item, dict)]
         found = [by_id.get(as_str(item.get("id"))) for _, item in items]
@@ -450,13 +451,13 @@ class Assembler(AssemblerBase):
             if found[n] is None and position in self._items and position not in taken:
                 found[n] = position
                 taken.add(position)
-        return [(index, item) for index, (_, item) in zip(found, items)]
+        return [(position, index, item) for index, (position, item) in zip(found, items)]
 
     def _fill_from_output(self, output: Any, t: float | None) -> None:
         """Items the terminal event lists but the stream never announced (SDK does the same)."""
         if not isinstance(output, list):
             return
-        for position, (index, item) in enumerate(self._streamed(output)):
+        for position, index, item in self._streamed(output):
             if index is not None:
                 continue
             index = position if position not in self._items else max(self._items) + 1
@@ -481,7 +482,7 @@ class Assembler(AssemblerBase):
         """The terminal event's output: compared with what the deltas assembled, then what the stream lacked."""
         if isinstance(output, list):
             self._left_out(output, event)
-            for index, item in self._streamed(output):
+            for _, index, item in self._streamed(output):
                 if index is not None:
                     if index == self._partial and index in self._open_items:  # never done: the final item names it
                         self._partial_id(as_str(item.get("id")), event)
