@@ -157,8 +157,9 @@ class Redactor:
         name, a string, an object (whole) and every item of a list. Numbers under a ``…token`` name
         stay (unless the name was given to redact), as does the structure around the values. The
         one object kept under a secret name is a JSON Schema fragment (a tool's parameters may well
-        describe a ``password`` property): its fields are judged by their own names, and the
-        values it carries (``default``, ``const``, ``enum``, ``examples``) as the name's."""
+        describe a ``password`` property) that says what kind of value it describes, each keyword
+        holding what it holds: its fields are judged by their own names, and the values it carries
+        (``default``, ``const``, ``enum``, ``examples``) as the name's."""
         if isinstance(value, dict):
             out = {}
             for name, item in value.items():
@@ -178,7 +179,7 @@ class Redactor:
         if isinstance(value, list):
             return [self._under_secret_name(name, item) for item in value]
         if isinstance(value, dict):
-            if not _schema_fragment(value):
+            if not _schema(value):
                 return REDACTED
             described = self.json(value)
             for keyword in _SCHEMA_VALUES.intersection(described):  # a default api_key is a key
@@ -264,8 +265,11 @@ class Redactor:
             if not self.secret(name, "body"):
                 continue
             end = _json_value_end(raw, at)
-            if end is None:  # the text ends inside the value
-                continue
+            if end is None:
+                if raw[at : at + 1] not in (b'"', b"{", b"["):
+                    continue  # no value follows the name
+                # the text ends inside the value (a tool call cut short): what was sent of a secret is one
+                end = len(raw)
             try:
                 value = json.loads(raw[at:end])
             except (ValueError, RecursionError):
@@ -324,33 +328,27 @@ def dump_embedded(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-# JSON Schema keywords: an object made of these alone describes a value, it holds none
-_SCHEMA_KEYWORDS = frozenset({
-    "type", "description", "title", "format", "enum", "const", "default", "examples", "properties",
-    "required", "items", "additionalProperties", "minLength", "maxLength", "pattern", "minimum",
-    "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minItems", "maxItems",
-    "uniqueItems", "anyOf", "oneOf", "allOf", "not", "$ref", "$defs", "definitions", "nullable",
-    "deprecated", "readOnly", "writeOnly", "contentEncoding", "contentMediaType",
-})
-
-
-# the keywords among them that carry values of what they describe
+# the keywords that carry values of what they describe
 _SCHEMA_VALUES = frozenset({"enum", "const", "default", "examples"})
+# the keywords that say what kind of value a schema describes: a schema under a secret name names
+# one (``{"title": "sk-live-…"}`` alone describes nothing, and may be the secret)
+_SCHEMA_KINDS = frozenset({"type", "properties", "items", "anyOf", "oneOf", "allOf", "not", "$ref", "enum", "const"})
+
+
+def _schema(value: Any) -> bool:
+    """A JSON Schema kept under a secret name: a fragment that says what kind of value it describes."""
+    return _schema_fragment(value) and not _SCHEMA_KINDS.isdisjoint(value)
 
 
 def _schema_fragment(value: Any) -> bool:
     """Schema keywords only, each holding what that keyword holds: a subschema where one belongs
-    (``{"items": ["sk-live-…"]}`` names no schema, whatever its keys say)."""
+    (``{"items": ["sk-live-…"]}`` names no schema, whatever its keys say), a type name under
+    ``type``, a number under ``minLength`` (``{"type": "sk-live-…"}`` describes nothing)."""
     if not isinstance(value, dict) or not value:
         return False
     for key, item in value.items():
-        if not isinstance(key, str) or key not in _SCHEMA_KEYWORDS:
-            return False
-        if key in _SUBSCHEMA and not (_subschema(item) or key == "items" and isinstance(item, list) and all(map(_subschema, item))):
-            return False  # (a list of schemas: draft 4's tuple "items")
-        if key in _SUBSCHEMA_LISTS and not (isinstance(item, list) and all(map(_subschema, item))):
-            return False
-        if key in _SUBSCHEMA_MAPS and not (isinstance(item, dict) and all(map(_subschema, item.values()))):
+        holds = _SCHEMA_KEYWORDS.get(key)
+        if holds is None or not holds(item):
             return False
     return True
 
@@ -360,9 +358,63 @@ def _subschema(value: Any) -> bool:
     return isinstance(value, bool) or value == {} or _schema_fragment(value)
 
 
-_SUBSCHEMA = frozenset({"items", "additionalProperties", "not"})  # a schema (or true/false)
-_SUBSCHEMA_LISTS = frozenset({"anyOf", "oneOf", "allOf"})
-_SUBSCHEMA_MAPS = frozenset({"properties", "$defs", "definitions"})  # names to schemas
+def _subschemas(value: Any) -> bool:
+    return isinstance(value, list) and all(map(_subschema, value))
+
+
+def _named_subschemas(value: Any) -> bool:
+    return isinstance(value, dict) and all(map(_subschema, value.values()))
+
+
+_TYPE_NAMES = frozenset({"null", "boolean", "object", "array", "number", "string", "integer"})
+
+
+def _type_name(value: Any) -> bool:
+    return isinstance(value, str) and value.lower() in _TYPE_NAMES  # Gemini writes them upper-case
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _flag(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _count(value: Any) -> bool:
+    """A length: an integer, or one written as protobuf's JSON writes an int64 (``"8"``, as
+    Gemini's clients may send it)."""
+    if isinstance(value, str):
+        return value.isascii() and value.isdigit()
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+# JSON Schema keywords, each with what it holds: an object made of these alone describes a value, it holds none
+_SCHEMA_KEYWORDS = {
+    "type": lambda v: _type_name(v) or isinstance(v, list) and bool(v) and all(map(_type_name, v)),
+    "properties": _named_subschemas, "$defs": _named_subschemas, "definitions": _named_subschemas,
+    "items": lambda v: _subschema(v) or _subschemas(v),  # (a list of schemas: draft 4's tuple "items")
+    "additionalProperties": _subschema, "not": _subschema,
+    "anyOf": _subschemas, "oneOf": _subschemas, "allOf": _subschemas,
+    "$ref": lambda v: _text(v) and v.startswith("#"),  # a tool's schema resolves no other
+    # (draft 3 marks a property required with true)
+    "required": lambda v: _flag(v) or isinstance(v, list) and all(map(_text, v)),
+    "minLength": _count, "maxLength": _count, "minItems": _count, "maxItems": _count,
+    "minimum": _number, "maximum": _number, "multipleOf": _number,
+    "exclusiveMinimum": lambda v: _number(v) or _flag(v),  # (draft 4's are true/false)
+    "exclusiveMaximum": lambda v: _number(v) or _flag(v),
+    "nullable": _flag, "uniqueItems": _flag, "deprecated": _flag, "readOnly": _flag, "writeOnly": _flag,
+    # text, kept as a description is (the fragment's kind says it is a schema)
+    "description": _text, "title": _text, "format": _text, "pattern": _text, "contentEncoding": _text,
+    "contentMediaType": _text,
+    # values of what is described, redacted under a secret name as the secret's
+    "enum": lambda v: isinstance(v, list), "examples": lambda v: isinstance(v, list),
+    "const": lambda v: True, "default": lambda v: True,
+}
 
 
 def _secret_scalar(name: str, value: Any) -> bool:
