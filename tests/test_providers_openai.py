@@ -344,6 +344,31 @@ def test_a_tool_index_reused_for_a_new_call_is_two_calls_and_says_what_the_sdk_m
                for note in analysis.turn.notes), analysis.turn.notes
 
 
+@pytest.mark.parametrize("calls", [[{"index": 1}], [{}], [{"index": 1}, {"index": 0}]],
+                         ids=["gap", "no index", "reversed"])
+def test_a_tool_call_the_sdk_stream_helper_fails_on_says_so(calls):
+    """Compatible servers (Mistral's, an Anthropic fallback) send such calls: a raw stream's app may
+    join them, the openai SDK's stream helper raises. The turn keeps them and says so."""
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+    from openai.types.chat import ChatCompletionChunk
+
+    chunks = [chat_chunk({"tool_calls": [{**where, "id": f"call_{n}", "type": "function",
+                                          "function": {"name": "read_file", "arguments": '{"path":"a"}'}}]})
+              for n, where in enumerate(calls)] + [chat_chunk(finish="tool_calls")]
+    analysis = analyze_bytes(sse_data(*chunks), CHAT)
+    assert analysis.verdict.kind is C and len(analysis.turn.tool_calls()) == len(calls), analysis.verdict
+    from openai._models import construct_type  # how the SDK builds a chunk from the wire: unvalidated
+
+    state = ChatCompletionStreamState()
+    with pytest.raises((IndexError, TypeError)):
+        for chunk in chunks:
+            state.handle_chunk(construct_type(type_=ChatCompletionChunk, value=chunk))
+    assert any("stream helper raises" in note for note in analysis.turn.notes), analysis.turn.notes
+    whole = [chat_chunk({"tool_calls": [{"index": 0, "id": "call_0", "type": "function",
+                                         "function": {"name": "read_file", "arguments": "{}"}}]}), chat_chunk(finish="tool_calls")]
+    assert not [n for n in analyze_bytes(sse_data(*whole), CHAT).turn.notes if "stream helper" in n]  # the control
+
+
 def test_an_audio_answer_keeps_its_transcript_as_the_text_the_sdk_hands_the_app():
     from openai.lib.streaming.chat import ChatCompletionStreamState
     from openai.types.chat import ChatCompletionChunk

@@ -247,6 +247,7 @@ class Assembler(AssemblerBase):
             self._tool_keys[(index, position)] = generation
             block = None
         if block is None:
+            self._helper_fails(index, call, position, event)
             name = as_str(function.get("name"))
             if not name:  # (a gap in the indexes proves nothing: a real compatible server leaves one)
                 self.corrupt(f"tool call index {position} of choice {index} begins without a function name: the "
@@ -273,6 +274,17 @@ class Assembler(AssemblerBase):
                 self.content(t)
         elif isinstance(arguments, dict):  # some servers send whole objects
             self.grow(block, "arguments_raw", dumps(arguments))
+
+    def _helper_fails(self, index: int, call: dict[str, Any], position: int, event: WireEvent) -> None:
+        """A call the openai SDK's stream helper (``chat.completions.stream``) fails on, though a
+        raw stream's app may join it: one without an index (TypeError) or past a gap (IndexError)."""
+        calls = sum(1 for block in self.choice(index).blocks if block.kind is BlockKind.TOOL_CALL)
+        if "index" not in call:
+            self.note(f"a tool call of choice {index} without an index (seq {event.seq}): the openai SDK's stream "
+                      "helper raises TypeError on it")
+        elif position > calls:
+            self.note(f"tool call index {position} of choice {index} after {calls} call(s) (seq {event.seq}): the openai "
+                      "SDK's stream helper raises IndexError on the gap")
 
     def _usage(self, raw: dict[str, Any], event: WireEvent) -> None:
         usage = self.turn.usage
