@@ -20,7 +20,7 @@ from mitmproxy import http
 from streamtap.mitm.flowspec import FlowSpec, described as _described
 from streamtap.providers import StreamEnd, StreamSession, VerdictKind
 from streamtap.recording import RecordingError, RecordingWriter, SpanNotKept, final_name
-from streamtap.recording.content import content_decoder
+from streamtap.recording.content import content_decoder, content_encoded
 from streamtap.wire import DEFAULT_MAX_EVENT, Tail
 
 log = logging.getLogger("streamtap")
@@ -115,7 +115,7 @@ class FlowTap:
                     fsync=fsync,
                     redact=redact,
                     redact_allow=redact_allow,
-                    encoded=bool(self.decoder) or (self.encoding not in (None, "", "identity")),
+                    encoded=content_encoded(self.encoding),
                     compress=compress,
                 )
                 if not header_failed:
@@ -140,9 +140,10 @@ class FlowTap:
         """Switch off the failed part for this flow; log the first failure only."""
         self._failed(part, _described(exc))
 
-    def _failed(self, part: str, what: str) -> None:
+    def _failed(self, part: str, what: str, logged: bool = False) -> None:
+        """``logged``: the proxy has logged this failure already (it stays the flow's first)."""
         message = f"{part}: {what}"
-        if not self.errors:
+        if not self.errors and not logged:
             log.warning(f"streamtap: flow {self.flow_id[:8]}: {message}; traffic passes on untouched")
         self.errors.append(message)
         if part == "recording":
@@ -188,13 +189,15 @@ class FlowTap:
         self.catch_up()
 
     def lost_from(self, offset: int, why: str) -> None:
-        """The bytes from wire byte ``offset`` on will not arrive: analysis stops, the recording says so."""
+        """The bytes from wire byte ``offset`` on will not arrive: analysis stops, the recording says so.
+
+        The proxy, which stopped handing them on, has logged why: logged here too, it would be twice."""
         if self.finished:
             return
         self.catch_up()
         message = f"{why} at byte {offset}"
         if self.session is not None:
-            self._failed("analysis", message)
+            self._failed("analysis", message, logged=True)
             self._record_raw(b"", milliseconds(time.monotonic() - self.t0))
         else:  # analysis had already stopped; the recording still says where its bytes end
             self.errors.append(f"analysis: {message}")

@@ -101,9 +101,23 @@ class _Stacked:
         return out
 
 
+def _codings(encoding: str | None) -> list[str]:
+    """The codings a Content-Encoding value names, in the order applied, less ``identity``
+    (which changes nothing): ``" Identity, GZIP"`` gives ``["gzip"]``."""
+    named = (coding.strip() for coding in (encoding or "").lower().split(","))
+    return [coding for coding in named if coding not in ("", "identity")]
+
+
+def content_encoded(encoding: str | None) -> bool:
+    """Whether a body sent with this Content-Encoding differs from its decoded bytes: the one
+    rule the Tap, ``streamtap import`` and the reader share on whether the wire bytes are kept
+    apart from the body (``identity`` or an empty value: no)."""
+    return bool(_codings(encoding))
+
+
 def content_decoder(encoding: str | None):
     """An incremental decoder for a Content-Encoding, None for identity; ValueError when unknown."""
-    codings = [c for c in (encoding or "").lower().split(",") if c.strip() not in ("", "identity")]
+    codings = _codings(encoding)
     if len(codings) > 1:
         return _Stacked([_decoder(coding) for coding in reversed(codings)])
     return _decoder(codings[0]) if codings else None
@@ -127,10 +141,10 @@ def _decoder(encoding: str):
 def decoded_body(raw: bytes, encoding: str | None, limit: int = MAX_DECODED_BODY) -> bytes | None:
     """``raw`` decoded from its Content-Encoding; None when the encoding is unknown (or a list),
     the bytes are damaged, or they decode to more than ``limit`` bytes."""
+    if not content_encoded(encoding):
+        return raw
     encoding = (encoding or "").strip().lower()
     try:
-        if encoding in ("", "identity"):
-            return raw
         if encoding in ("gzip", "x-gzip"):
             return _zlib_bounded(raw, zlib.MAX_WBITS | 16, limit)
         if encoding == "deflate":

@@ -21,6 +21,7 @@ from typing import Any
 from streamtap.providers import StreamEnd, StreamSession, detect_dialect
 from streamtap.wire import DEFAULT_MAX_EVENT
 
+from .content import content_encoded
 from .flows import is_llm_stream, request_info
 from .header import flow_header
 from .reader import shown_path
@@ -146,7 +147,7 @@ def import_flow(
         detection.dialect, detection.wire, http_status=response.status_code,
         sentinel=sentinel, max_event_size=DEFAULT_MAX_EVENT,
     )
-    encoded = body != wire or bool(response.headers.get("content-encoding"))
+    encoded = content_encoded(response.headers.get("content-encoding"))  # as the reader will take it
     started = response.timestamp_start or request.timestamp_start or 0.0
     writer = RecordingWriter.create(
         out, started=started, provider=result.provider, flow_id=flow.id, redact=redact, redact_allow=redact_allow,

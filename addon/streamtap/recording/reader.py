@@ -33,6 +33,7 @@ from streamtap.providers import StreamEnd, VerdictKind
 from streamtap.wire import DEFAULT_MAX_EVENT
 
 from .compress import frames_ended, open_lines
+from .content import content_encoded
 from .writer import FORMAT, SUM_HEX, RecordingError, frame_sum
 
 # The longest line a writer can produce: a frame holds at most one event of max_event bytes
@@ -459,9 +460,14 @@ class Recording:
         return (self.header.get("wire") or {}).get("content_encoding")
 
     @property
+    def encoded(self) -> bool:
+        """Whether the body was content-encoded: its wire bytes are then kept apart from it."""
+        return content_encoded(self.content_encoding)
+
+    @property
     def wire(self) -> bytes:
         """The body bytes as they crossed the network: the body itself unless it was content-encoded."""
-        if not self.content_encoding:
+        if not self.encoded:
             return self.body
         return b"".join(self.wire_parts)
 
@@ -506,6 +512,7 @@ class RecordingCheck:
 
     def __init__(self, content_encoding: str | None = None) -> None:
         self.content_encoding = content_encoding
+        self.encoded = content_encoded(content_encoding)  # (identity is no encoding: no wire kept apart)
         self.problems: list[str] = []
         self._offset = 0
         self._seq: int | None = None
@@ -552,9 +559,9 @@ class RecordingCheck:
             if wired and end.get("wire_bytes") != self._wire_offset:
                 reads = f"the reads add up to {self._wire_offset}" if self._any_reads else "the file holds no network reads"
                 problems.append(f"end line says {end.get('wire_bytes')} wire bytes, {reads}")
-            if self.content_encoding and end.get("wire_sha256") != self._wire_hash.hexdigest():
+            if self.encoded and end.get("wire_sha256") != self._wire_hash.hexdigest():
                 problems.append("wire sha256 differs from the end line's")
-            if wired and not self.content_encoding and end.get("wire_sha256") != end.get("sha256"):
+            if wired and not self.encoded and end.get("wire_sha256") != end.get("sha256"):
                 problems.append("wire sha256 differs from the body's, and the body was not content-encoded")
         return problems
 
@@ -564,7 +571,7 @@ def check_recording(recording: Recording) -> list[str]:
     check = RecordingCheck(recording.content_encoding)
     for s in recording.segments:
         check.segment(s)
-    check.reads(recording.reads, recording.wire if recording.content_encoding else None)
+    check.reads(recording.reads, recording.wire if recording.encoded else None)
     problems = check.finish(recording.end)
     return [recording.problem, *problems] if recording.problem else problems
 
