@@ -325,3 +325,16 @@ def test_demo_into_a_folder_it_cannot_write_says_so_at_once(tmp_path):
     got = subprocess.run(command, capture_output=True, text=True, timeout=60)
     one_line_error(got, "demo")
     assert "Permission denied" in got.stderr and time.monotonic() - started < 15, got.stderr
+
+
+def test_a_recording_whose_frame_times_go_back_is_damaged(tmp_path):
+    """Replay paces by the frames' times, and a stall shows only in them: a time edited back is
+    no recording of a stream that came."""
+    lines = (RECORDINGS / "openai-chat.jsonl").read_text().splitlines(keepends=True)
+    frame = json.loads(lines[4])
+    assert frame["type"] == "frame" and frame["t"] > 0
+    frame["t"] = 0
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text("".join(lines[:4] + [json.dumps(frame) + "\n"] + lines[5:]))
+    got = streamtap("verify", edited)
+    assert got.returncode == 1 and ": unknown (openai-chat)" in got.stdout and "arrival time 0 ms is before" in got.stdout, got.stdout

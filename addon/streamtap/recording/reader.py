@@ -521,6 +521,7 @@ class RecordingCheck:
         self._wire_offset = 0
         self._wire_hash = hashlib.sha256()
         self._any_reads = False
+        self._t_ms: float | None = None  # the latest arrival time so far: times never go back
 
     def segment(self, s: Frame) -> None:
         where = f"line {s.line} ({s.kind} seq {s.seq})"
@@ -532,6 +533,10 @@ class RecordingCheck:
             if self._seq is not None and s.seq != self._seq:
                 self.problems.append(f"{where}: sequence number {s.seq}, expected {self._seq}")
             self._seq = s.seq + 1
+        if s.t_ms is not None:
+            if self._t_ms is not None and s.t_ms < self._t_ms:
+                self.problems.append(f"{where}: arrival time {s.t_ms:g} ms is before the {self._t_ms:g} ms of a line before it")
+            self._t_ms = max(s.t_ms, self._t_ms or 0.0)
         if s.kind == "frame":
             self._frames += 1
         self._offset = s.offset + len(s.raw)
