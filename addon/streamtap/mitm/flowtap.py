@@ -304,16 +304,19 @@ class FlowTap:
         return (bytes(self.unframed) + b"".join(chunks))[writer.offset - self.unframed_start :]
 
     def _spill(self, writer: RecordingWriter, t_ms: float | None) -> None:
-        """The event in progress outgrew the decoders' limit: record its bytes so far, unframed."""
-        self._raw_lines(writer, bytes(self.unframed), t_ms)
+        """The event in progress outgrew the decoders' limit: record its bytes so far, unframed
+        (from a view of them: each copy of an event this size is the limit's size again)."""
+        with memoryview(self.unframed) as held:
+            self._raw_lines(writer, held, t_ms)
         self.unframed = bytearray()
         self.unframed_start = writer.offset
 
-    def _raw_lines(self, writer: RecordingWriter, data: bytes, t_ms: float | None) -> None:
+    def _raw_lines(self, writer: RecordingWriter, data: bytes | memoryview, t_ms: float | None) -> None:
         """``data`` as raw lines of at most the limit each (a decoded read can be larger), so no
         line outgrows what a reader takes."""
-        for at in range(0, len(data), self.spill_at):
-            writer.raw(data[at : at + self.spill_at], t_ms, OVERSIZE_RAW)
+        view = memoryview(data)
+        for at in range(0, len(view), self.spill_at):
+            writer.raw(view[at : at + self.spill_at], t_ms, OVERSIZE_RAW)
 
     def _keep_unframed(self, chunks: list[bytes], size: int) -> None:
         """After ``chunks`` were decoded and framed: keep the body bytes no frame covers yet

@@ -93,9 +93,9 @@ def frame_sum(raw: bytes) -> str:
     return _sha256(raw).digest()[:SUM_BYTES].hex()
 
 
-def _raw_field(raw: bytes) -> dict[str, str]:
+def _raw_field(raw: bytes | memoryview) -> dict[str, str]:
     try:
-        return {"raw": raw.decode("utf-8")}
+        return {"raw": str(raw, "utf-8")}
     except UnicodeDecodeError:
         return {"raw_b64": base64.b64encode(raw).decode("ascii")}
 
@@ -296,7 +296,8 @@ class RecordingWriter:
                 line = orjson.dumps(escaped)
             except TypeError:  # nested deeper than orjson writes (255 levels), e.g. parsed tool arguments
                 line = json.dumps(escaped, ensure_ascii=False, separators=(",", ":")).encode()
-        self._file.write(line + b"\n")
+        self._file.write(line)  # (two writes, not line + b"\n": a raw line can be the event limit's size)
+        self._file.write(b"\n")
         if self.fsync == "always":
             self._file.flush()
             os.fsync(self._file.fileno())
@@ -430,8 +431,9 @@ class RecordingWriter:
         }
         self._line(record)
 
-    def raw(self, data: bytes, t_ms: float | None, why: str) -> None:
-        """Body bytes recorded without framing (analysis was switched off for this flow)."""
+    def raw(self, data: bytes | memoryview, t_ms: float | None, why: str) -> None:
+        """Body bytes recorded without framing (analysis was switched off for this flow, or an
+        event outgrew the limit: then ``data`` may be a view, which is not copied)."""
         start = self._offset
         self._body(start, data)
         self._line(
