@@ -74,6 +74,9 @@ def test_the_text_and_thought_blocks_of_a_finished_candidate_are_closed(framing)
     analysis = judged(lines, framing)
     assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
     assert [(b.kind.value, b.closed) for b in analysis.turn.blocks] == [("thinking", True), ("text", True)]
+    # an answer an error cut (no finishReason) was stopped inside
+    cut = judged([chunk([{"text": "The capital"}], "A"), orjson.dumps({"error": {"code": 503, "message": "busy"}})], framing)
+    assert cut.verdict.kind is VerdictKind.ERRORED and [b.closed for b in cut.turn.blocks] == [False], cut.verdict
 
 
 def real_lines(name: str) -> list[bytes]:

@@ -3,7 +3,9 @@ must never be complete: the app got its text, thinking or tool calls twice.
 
 Chat Completions servers that name the role on every chunk, or put content in the role chunk,
 and Gemini, whose chunks repeat the same responseId, give no second-generation signal of their
-own; the replay brings back the chunks the body began with, byte for byte and in order. A cut
+own; the replay brings back the chunks the body began with, byte for byte and in order (in Chat
+Completions the first three, from the third chunk on: a server whose chunks carry nothing that
+changes sends a refrain's chunks again byte for byte, so an earlier repeat proves nothing). A cut
 inside the next event's field name fuses with the replay's first line into a line of a field no
 provider sends, which the SDK skips."""
 
@@ -75,10 +77,14 @@ def test_a_server_that_names_the_role_on_every_chunk_is_judged_by_whole_runs_of_
     recurring = [chat_chunk(""), chat_chunk("The"), chat_chunk(""), chat_chunk(""), chat_chunk("The"),
                  chat_chunk(".", finish_reason="stop")]
     assert analyze_bytes(sse(recurring), Dialect.OPENAI_CHAT).verdict.kind is VerdictKind.COMPLETE
-    for cut in (1, 2, 3):
-        verdict = analyze_bytes(sse(answer[:cut] + answer), Dialect.OPENAI_CHAT).verdict
-        assert verdict.kind is VerdictKind.UNKNOWN and "come again, byte for byte" in verdict.reason, (cut, verdict)
-        assert verdict.seq == cut
+    # a refrain from the very start, as Ollama's /v1 sends it (the role on every chunk, the time in
+    # whole seconds): its chunks come again byte for byte, and it is no replay
+    refrain = [chat_chunk(text) for text in ("Hello", "\n", "Hello", "\n", "Hello")] + [chat_chunk("", finish_reason="stop")]
+    assert analyze_bytes(sse(refrain), Dialect.OPENAI_CHAT).verdict.kind is VerdictKind.COMPLETE
+    # from the third chunk on, the first three (all different) coming back in a row are the start again
+    verdict = analyze_bytes(sse(answer[:3] + answer), Dialect.OPENAI_CHAT).verdict
+    assert verdict.kind is VerdictKind.UNKNOWN and "come again, byte for byte" in verdict.reason, verdict
+    assert verdict.seq == 3
 
 
 def test_a_completion_token_count_that_falls_is_a_second_generation():
@@ -93,6 +99,32 @@ def test_a_completion_token_count_that_falls_is_a_second_generation():
     retried = [counted[1].replace(b"answer", b"reply")] + counted  # a different first token: no byte-equal start
     verdict = analyze_bytes(sse(retried), Dialect.OPENAI_CHAT).verdict
     assert verdict.kind is VerdictKind.CORRUPT and "completion_tokens falls from 2" in verdict.reason and verdict.seq == 1, verdict
+
+
+def test_vllm_counts_each_choice_on_its_own_chunks():
+    """With n=2 and continuous usage, vLLM's chunk for choice 1 carries choice 1's count, lower than
+    choice 0's before it: no second generation."""
+    def counted(index: int, text: str, n: int, finish: str | None = None) -> bytes:
+        return orjson.dumps({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                             "choices": [{"index": index, "delta": {"content": text}, "finish_reason": finish}],
+                             "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}})
+    chunks = [counted(0, "A", 1), counted(0, "B", 2), counted(1, "C", 1), counted(1, "D", 2, "stop"), counted(0, "", 3, "stop")]
+    chunks.append(orjson.dumps({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [],
+                                "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}}))
+    assert analyze_bytes(sse(chunks), Dialect.OPENAI_CHAT).verdict.kind is VerdictKind.COMPLETE
+    falls = chunks[:2] + [counted(0, "A", 1)]  # choice 0 counting again from 1
+    verdict = analyze_bytes(sse(falls), Dialect.OPENAI_CHAT).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "completion_tokens falls" in verdict.reason, verdict
+
+
+def test_an_sse_error_line_is_the_servers_error():
+    """Old llama.cpp servers write their error as an `error:` field, which the SDK skips: the answer
+    just stops for the app, but the server said it failed."""
+    body = (b"data: " + chat_chunk("Hi") + b"\n\n"
+            + b'error: {"code":500,"message":"context shift is disabled","type":"server_error"}\n\ndata: [DONE]\n\n')
+    analysis = analyze_bytes(body, Dialect.OPENAI_CHAT)
+    assert analysis.verdict.kind is VerdictKind.ERRORED and "context shift is disabled" in analysis.verdict.reason, analysis.verdict
+    assert analysis.turn.error["message"] == "context shift is disabled"
 
 
 def test_a_doubt_leaves_a_cut_stream_truncated():

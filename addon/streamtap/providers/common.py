@@ -153,18 +153,22 @@ class StartOver:
     response starting over: replayed from its start after a cut and stitched on, it brings back the
     chunks it began with, byte for byte and in order, after the answer had begun.
 
-    The chunks the body began with up to the repeat (at most ``KEPT``) must all come back in a row,
-    so a server that sends one empty chunk many times, or a token that recurs, is not taken for a
-    replay. The bytes still cannot tell a replay from a server that sends its chunks twice, so
-    this is a doubt (the answer is ``unknown``), not a corruption.
+    The chunks the body began with up to the repeat (at most ``KEPT``, all different) must all come
+    back in a row, so a server that sends one empty chunk many times, or a token that recurs, is
+    not taken for a replay. A server whose chunks carry nothing that changes from one to the next
+    (Ollama's /v1 names the role on every chunk, and its time in whole seconds) sends a refrain's
+    chunks byte for byte again: there a repeat counts from the ``least``-th chunk on only. The bytes
+    still cannot tell a replay from chunks sent twice, so this is a doubt (the answer is
+    ``unknown``), not a corruption.
 
     Per chunk the assembler calls ``see`` only when ``busy`` or the data is ``first``: the rest
     of a long answer costs one comparison each."""
 
     KEPT = 3
 
-    def __init__(self, assembler: AssemblerBase) -> None:
+    def __init__(self, assembler: AssemblerBase, least: int = 1) -> None:
         self._assembler = assembler
+        self._least = least  # the first chunk's earliest place to come back at
         self.first: str | None = None  # the data of the body's first chunk
         self.busy = True  # keeping the first chunks, or watching them come back
         self._kept: list[str] = []  # the data of the body's first chunks
@@ -185,11 +189,12 @@ class StartOver:
         if seen < self.KEPT:
             kept.append(data)
             self.first = kept[0]
-        if seen and data == kept[0] and self._began():
-            self._at, self._needed = event, min(seen, self.KEPT)
-            self._matched = 1
-            if self._needed == 1:
-                self._doubt()
+        if seen >= self._least and data == kept[0] and self._began():
+            needed = min(seen, self.KEPT)
+            if len(set(kept[:needed])) == needed:
+                self._at, self._needed, self._matched = event, needed, 1
+                if needed == 1:
+                    self._doubt()
         self.busy = bool(self._matched) or len(kept) < self.KEPT
 
     def _began(self) -> bool:

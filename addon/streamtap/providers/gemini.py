@@ -343,9 +343,10 @@ class Assembler(AssemblerBase):
             # its arguments are whatever parts came: a stop that cuts lists it among the cut calls
             block.arguments_error = "never finished: its last part said willContinue"
         for choice in self.turn.choices:  # text and thought parts have no end of their own: the candidate's is theirs
-            for block in choice.blocks:
-                if block.kind is not BlockKind.TOOL_CALL:
-                    block.closed = True
+            if choice.index in self._finish:
+                for block in choice.blocks:
+                    if block.kind is not BlockKind.TOOL_CALL:
+                        block.closed = True
         if self._blocked is not None:
             event, reason = self._blocked
             answered = [c.index for c in self.turn.choices if c.blocks]

@@ -55,8 +55,12 @@ class Assembler(AssemblerBase):
         self._started: dict[int, WireEvent] = {}  # choice -> its first role chunk
         self._bare_content: set[int] = set()  # choices that had content in a chunk without a role
         self._deltas = ContentDeltas()  # plain content chunks without a JSON parse
-        self._start_over = StartOver(self)
-        self._output_tokens: tuple[int, WireEvent] | None = None  # the last usage's completion_tokens, where chunks count
+        # compatible servers that name the role on every chunk send a refrain's chunks again byte for
+        # byte: only a repeat of the first three, after them, is taken for the answer starting over
+        self._start_over = StartOver(self, least=StartOver.KEPT)
+        # the last usage's completion_tokens, where chunks count, by the choice the chunk carries
+        # (vLLM counts each choice's own on its chunks, and all of them on the last): None for all
+        self._output_tokens: dict[int | None, tuple[int, WireEvent]] = {}
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if not isinstance(event, SSEEvent):
@@ -131,9 +135,10 @@ class Assembler(AssemblerBase):
         usage = obj.get("usage")
         if usage is None and "x_groq" in obj:
             usage = as_dict(obj["x_groq"]).get("usage")
-        if usage and isinstance(usage, dict):
-            self._usage(usage, event)
         choices = obj.get("choices")
+        if usage and isinstance(usage, dict):
+            only = choices[0] if type(choices) is list and len(choices) == 1 and type(choices[0]) is dict else None
+            self._usage(usage, event, as_int(only.get("index")) or 0 if only is not None else None)
         if type(choices) is list:
             for choice in choices:
                 if type(choice) is dict:
@@ -286,7 +291,7 @@ class Assembler(AssemblerBase):
             self.note(f"tool call index {position} of choice {index} after {calls} call(s) (seq {event.seq}): the openai "
                       "SDK's stream helper raises IndexError on the gap")
 
-    def _usage(self, raw: dict[str, Any], event: WireEvent) -> None:
+    def _usage(self, raw: dict[str, Any], event: WireEvent, choice: int | None = None) -> None:
         usage = self.turn.usage
         usage.raw = raw
         usage.input = as_int(raw.get("prompt_tokens"))
@@ -294,12 +299,12 @@ class Assembler(AssemblerBase):
         if usage.output is not None:
             # servers that count on every chunk (Perplexity, vLLM's continuous usage) count the
             # generation so far: a count that falls is a second generation's
-            last = self._output_tokens
+            last = self._output_tokens.get(choice)
             if last is not None and usage.output < last[0]:
                 self.corrupt(f"usage.completion_tokens falls from {last[0]} (seq {last[1].seq}) to {usage.output} at seq "
                              f"{event.seq} (byte {event.start}): the count of one generation only grows, so a second "
                              "generation begins here (spliced stream)", event, counts=[last[0], usage.output])
-            self._output_tokens = (usage.output, event)
+            self._output_tokens[choice] = (usage.output, event)
         usage.total = as_int(raw.get("total_tokens"))
         usage.cache_read = as_int(as_dict(raw.get("prompt_tokens_details")).get("cached_tokens"))
         usage.reasoning = as_int(as_dict(raw.get("completion_tokens_details")).get("reasoning_tokens"))

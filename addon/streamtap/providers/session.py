@@ -365,6 +365,9 @@ class StreamSession:
                 verdict.offset,
                 {"bug": self._halted, "end": end.value, "bytes": self._bytes},
             )
+        unknown_field = self._decoder.first_unknown_field if self.wire == "sse" else None
+        if unknown_field is not None and unknown_field[2] == "error" and verdict.kind is not VerdictKind.ERRORED:
+            return self._error_field(turn, unknown_field, end)
         if verdict.kind is VerdictKind.ERRORED:  # the provider's own word beats any framing trouble after it
             return verdict
         bad = self._malformed
@@ -428,8 +431,8 @@ class StreamSession:
                 self._bytes,
                 {"end": end.value, "bytes": self._bytes, "was": verdict.kind.value},
             )
-        if verdict.kind in ENDING_KINDS and self.wire == "sse" and self._decoder.first_unknown_field is not None:
-            seq, offset, name = self._decoder.first_unknown_field
+        if verdict.kind in ENDING_KINDS and unknown_field is not None:
+            seq, offset, name, _ = unknown_field
             return Verdict(
                 VerdictKind.UNKNOWN,
                 f"a line of field {name!r} at byte {offset}, which the SSE rules and the SDK skip and no provider "
@@ -458,6 +461,25 @@ class StreamSession:
                      "last_line": _last_line(turn.text(missing[0]))},
                 )
         return verdict
+
+    def _error_field(self, turn: Turn, field: tuple[int, int, str, str], end: StreamEnd) -> Verdict:
+        """An SSE ``error:`` line: llama.cpp's server sent its errors so through most of 2025. The
+        SSE rules and the SDK skip the line, so the app sees the answer just stop; it is still the
+        server's own word that it failed."""
+        seq, offset, _, value = field
+        try:
+            fields = error_fields(loads(value))
+        except ValueError:
+            fields = {"message": one_line(value[:200])}
+        turn.error = {"source": "stream", **fields}
+        turn.stop_reason = "error"
+        return Verdict(
+            VerdictKind.ERRORED,
+            f"an SSE error: line at byte {offset}, which the SDK skips: {fields.get('message')}",
+            seq,
+            offset,
+            {"end": end.value, "bytes": self._bytes, "field": "error"},
+        )
 
     def _http_error(self, turn: Turn, end: StreamEnd) -> Verdict:
         body = bytes(self._error_body)

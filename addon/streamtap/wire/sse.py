@@ -124,6 +124,7 @@ def _first_event_end(work: bytes) -> int:
 
 _FIELD, _RETRY_FIELD = 1, 2  # SSEDecoder._fields: a field line since the last blank line; one was a valid retry
 _KEPT_EMPTY_DISPATCHES = 16
+_UNKNOWN_VALUE_KEPT = 4096  # bytes of the first unknown field's value kept: an error's JSON fits
 _OTHER_LINES_KEPT = 64 * 1024  # bytes of SSEDecoder.other_lines kept: a provider's raw error JSON fits...
 _OTHER_LINES_MAX = 256  # ...in at most this many lines
 
@@ -180,9 +181,9 @@ class SSEDecoder(accel.SSEFeed):
         # lines of a field the SSE rules ignore (not data, event, id or retry), which no provider
         # sends, but a cut event's bytes joined to the next line make: (seq, offset, the name) of
         # the first, and how many
-        self.first_unknown_field: tuple[int, int, str] | None = None
+        self.first_unknown_field: tuple[int, int, str, str] | None = None  # (..., its value's start)
         self.unknown_field_count = 0
-        self._unknown_name: bytes | None = None
+        self._unknown: tuple[bytes, bytes] | None = None  # the field line just read: name, value
         self.invalid_utf8 = 0  # replacements made over the whole stream
         self.last_event_id = ""  # the last event ID buffer, persists across events
         self.retry: int | None = None  # the stream's reconnection time, once set
@@ -567,7 +568,7 @@ class SSEDecoder(accel.SSEFeed):
                     type_ = line[7:] if line[6:7] == b" " else line[6:]
                 elif line[0] != 58:  # not a ":" comment
                     type_ = self._field(line, data, type_)
-                    if self._unknown_name is not None:
+                    if self._unknown is not None:
                         self._unknown_field(seq, base + _line_start(work, end, line))
         if skipping:
             kept = b"\r" if rest[-1:] == b"\r" else b""
@@ -775,14 +776,14 @@ class SSEDecoder(accel.SSEFeed):
                 except ValueError:  # over Python's int-from-text digit limit: absurd, ignore
                     pass
         else:
-            self._unknown_name = name
+            self._unknown = (name, value)
         return type_
 
     def _unknown_field(self, seq: int, offset: int) -> None:
-        name, self._unknown_name = self._unknown_name, None
+        (name, value), self._unknown = self._unknown, None
         self.unknown_field_count += 1
         if self.first_unknown_field is None:
-            self.first_unknown_field = (seq, offset, _type_name(name[:40])[0])
+            self.first_unknown_field = (seq, offset, _type_name(name[:40])[0], _type_name(value[:_UNKNOWN_VALUE_KEPT])[0])
 
     def _empty_dispatch(self, seq: int, offset: int, type_: bytes) -> None:
         self.empty_dispatch_count += 1
