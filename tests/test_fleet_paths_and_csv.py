@@ -60,6 +60,14 @@ def test_links_in_a_folder_are_followed_once(tmp_path):
     assert json.loads(streamtap("report", "--json", index).stdout)["recordings"] == 4
     verified = streamtap("verify", folder)
     assert verified.stdout.count(": complete (") == 4, verified.stdout
+    # given again by its real folder, or by name, a recording reached through a link is still one
+    both = streamtap("report", "--json", folder, disk, original)
+    assert json.loads(both.stdout)["recordings"] == 4, both.stderr
+    assert streamtap("index", disk, "--out", index).returncode == 0
+    assert json.loads(streamtap("report", "--json", index).stdout)["recordings"] == 4
+    from streamtap.replay.match import Library
+
+    assert len(Library.load([folder, disk, folder]).entries) == 4
 
 
 def test_the_time_axis_labels_of_the_html_chart_never_overlap(tmp_path):

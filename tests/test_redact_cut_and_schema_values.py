@@ -143,3 +143,48 @@ def test_a_live_recording_keeps_neither_a_cut_secret_nor_one_in_schema_keywords(
 
     library = Library.load([recording.path])
     assert library.has_match("POST", f"/s/cut{CHAT}", {}, json.dumps(body).encode())
+
+
+TWICE = json.dumps(json.dumps({"api_key": "sk-live-TWICE", "path": "a.txt"}))
+
+
+@pytest.mark.parametrize("arguments", [TWICE, TWICE[: TWICE.index("TWICE") + 2], TWICE[: TWICE.index("TWICE")] + "\\\\"],
+                         ids=["whole", "cut in the value", "cut in an escape"])
+def test_arguments_encoded_twice_are_redacted_inside(arguments):
+    """Some models and compatible servers send arguments back as a JSON string holding the JSON."""
+    out = Redactor().json({"arguments": arguments})["arguments"]
+    assert "sk-live" not in out and REDACTED in out, out
+    assert "a.txt" in out or "path" not in arguments
+    for quoted in ('"Hello" she said', '"hi"', json.dumps(json.dumps({"path": "a.txt"}))):  # nothing to redact: as it was
+        assert Redactor().json({"arguments": quoted})["arguments"] == quoted
+
+
+@pytest.mark.parametrize("value", [
+    {"anyOf": [{"const": "sk-live-1"}, {"type": "null"}]}, {"oneOf": [{"enum": ["sk-live-2"]}]},
+    {"type": "string", "not": {"const": "sk-live-3"}}, {"type": "array", "items": {"type": "string", "default": "sk-live-4"}},
+])
+def test_values_in_the_subschemas_of_a_schema_under_a_secret_name_are_the_secrets(value):
+    assert "sk-live" not in json.dumps(Redactor().json({"api_key": value}))
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}]},
+    {"type": "object", "minProperties": 1, "patternProperties": {"^k": {"type": "string"}}},
+    {"oneOf": [{"$ref": "#/$defs/A"}], "discriminator": {"propertyName": "kind", "mapping": {"a": "#/$defs/A"}}},
+    {"type": "OBJECT", "properties": {"user": {"type": "STRING", "example": "bob"}}, "propertyOrdering": ["user"]},
+    {"type": "string", "contentMediaType": "application/json", "contentSchema": {"type": "object"}},
+])
+def test_schemas_with_the_standard_keywords_pydantic_and_gemini_write_are_kept(schema):
+    """A property schema with a keyword the list lacked was replaced whole under a secret name."""
+    assert Redactor().json({"properties": {"credentials": schema}})["properties"]["credentials"] == schema
+
+
+def test_replay_masks_cut_arguments_with_the_recordings_own_names_and_deep_bodies_answer():
+    from streamtap.replay.match import MatchOptions, mask_like, normalize_body
+
+    recorded = Redactor(["card_number"]).json({"arguments": ' {"card_number":"4111-CUT'})["arguments"]
+    assert recorded == ' {"card_number":"[redacted]"'
+    live = {"arguments": ' {"card_number":"4111-CUT'}
+    assert mask_like(live, {"arguments": recorded}, MatchOptions(redact=("card_number",)).redactor()) == {"arguments": recorded}
+    deep = b'{"x":' + b"[" * 5000 + b"]" * 5000 + b"}"
+    assert isinstance(normalize_body(deep), str)  # compared as text, not a RecursionError

@@ -87,10 +87,12 @@ class Found:
     unreadable: str | None = None  # a folder that could not be searched, and why: its recordings are unknown
 
 
-def files_under(folder: Path, suffixes: tuple[str, ...]) -> tuple[list[Path], list[tuple[Path, str]]]:
+def files_under(folder: Path, suffixes: tuple[str, ...], *, real: bool = False) -> tuple[list[Path], list[tuple[Path, str]]]:
     """The files below ``folder`` (recursively) whose names end in one of ``suffixes``, and each
     folder in it that could not be read, with why. The one folder walk of ``verify``, ``report``,
-    ``index`` and the replay library; each decides what an unreadable folder means to it."""
+    ``index`` and the replay library; each decides what an unreadable folder means to it.
+    ``real``: each file by its real path, so that one recording reached through several paths
+    (a link, and the folder it is in, given too) is one path wherever it was found."""
     unreadable: list[tuple[Path, str]] = []
     # Symbolic links are followed (a folder of recordings on another disk), and each file and
     # folder is taken once, by its real path: a link to a recording is not a second one, and a
@@ -102,12 +104,12 @@ def files_under(folder: Path, suffixes: tuple[str, ...]) -> tuple[list[Path], li
     while pending or linked:
         if not pending:  # the tree is walked: now the folders it links to, that it does not hold
             linked.sort()
-            directory, real = linked.pop(0)
-            if real not in walked:
-                walked.add(real)
-                pending.append((directory, real, True))
+            directory, where = linked.pop(0)
+            if where not in walked:
+                walked.add(where)
+                pending.append((directory, where, True))
             continue
-        directory, real, via_link = pending.pop()
+        directory, where, via_link = pending.pop()
         try:
             with os.scandir(directory) as listing:
                 entries = sorted(listing, key=lambda entry: entry.name)
@@ -116,7 +118,7 @@ def files_under(folder: Path, suffixes: tuple[str, ...]) -> tuple[list[Path], li
             continue
         for entry in entries:
             link = entry.is_symlink()
-            target = os.path.realpath(entry.path) if link else os.path.join(real, entry.name)
+            target = os.path.realpath(entry.path) if link else os.path.join(where, entry.name)
             if _is_dir(entry):
                 if link:
                     linked.append((entry.path, target))
@@ -129,6 +131,8 @@ def files_under(folder: Path, suffixes: tuple[str, ...]) -> tuple[list[Path], li
                 seen = (via_link or link, entry.path)
                 if found.get(target, seen) >= seen:
                     found[target] = seen
+    if real:
+        return [Path(target if os.path.exists(target) else name) for target, (_, name) in found.items()], unreadable
     return [Path(name) for _, name in found.values()], unreadable
 
 
@@ -148,7 +152,7 @@ def find_recordings(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Found]:
         path = Path(raw)
         if path.is_dir():
             # resolved once: resolving each file costs a stat per folder level
-            files, unreadable = files_under(path.resolve(), RECORDING_SUFFIXES)
+            files, unreadable = files_under(path.resolve(), RECORDING_SUFFIXES, real=True)
             # a file that is no regular file is skipped later, and said so
             found = [Found(file, named=False) for file in files]
             found += (Found(folder, named=False, unreadable=f"cannot read this folder: {why}") for folder, why in unreadable)

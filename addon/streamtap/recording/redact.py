@@ -171,23 +171,35 @@ class Redactor:
             return out
         if isinstance(value, list):
             return [self.json(item) for item in value]
-        if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
-            return self._json_in_text(value)
+        if isinstance(value, str):
+            head = value.lstrip()[:1]
+            if head in ("{", "["):
+                return self._json_in_text(value)
+            if head == '"':
+                return self._json_text_in_text(value)
         return value
 
-    def _under_secret_name(self, name: str, value: Any) -> Any:
+    def _under_secret_name(self, name: str, value: Any, subschema: bool = False) -> Any:
         if isinstance(value, list):
             return [self._under_secret_name(name, item) for item in value]
         if isinstance(value, dict):
-            if not _schema(value):
+            if not (_schema_fragment(value) if subschema else _schema(value)):  # (a subschema may only constrain)
                 return REDACTED
             described = self.json(value)
             for keyword in _SCHEMA_VALUES.intersection(described):  # a default api_key is a key
                 described[keyword] = self._under_secret_name(name, described[keyword])
+            for keyword in _SAME_VALUE.intersection(described):  # {"anyOf": [{"const": "sk-…"}, …]}
+                sub = described[keyword]
+                described[keyword] = (self._under_secret_subschema(name, sub) if not isinstance(sub, list)
+                                      else [self._under_secret_subschema(name, item) for item in sub])
             return described
         if name.lower() in self.extra and value is not None and not isinstance(value, bool):
             return REDACTED  # a name given to redact: whatever its value is
         return REDACTED if _secret_scalar(name, value) else value
+
+    def _under_secret_subschema(self, name: str, schema: Any) -> Any:
+        """A subschema of a schema kept under a secret name: its values are the secret's too."""
+        return self._under_secret_name(name, schema, subschema=True) if isinstance(schema, dict) and schema else schema
 
     def _json_in_text(self, text: str) -> str:
         """JSON carried as a string (a tool call's ``arguments``): redacted inside, re-serialized
@@ -198,6 +210,27 @@ class Redactor:
         except (ValueError, RecursionError):  # cut arguments, trailing junk, too deep: scanned instead
             return self.json_bytes(text.encode("utf-8", "surrogatepass")).decode("utf-8", "surrogatepass")
         return dump_embedded(redacted) if redacted != inner else text
+
+    def _json_text_in_text(self, text: str) -> str:
+        """Arguments encoded twice, as some models and compatible servers send them back: a JSON
+        string literal holding the JSON, whole or cut (then it is read as if its quote closed it).
+        Anything else that starts with a quote (a user's quoted words) is left as it was."""
+        cut = False
+        try:
+            inner = json.loads(text)
+        except (ValueError, RecursionError):
+            try:  # cut: close the literal (a cut inside an escape loses its backslash)
+                inner = json.loads(text.rstrip().rstrip("\\") + '"')
+            except (ValueError, RecursionError):
+                return text
+            cut = True
+        if not isinstance(inner, str) or inner.lstrip()[:1] not in ("{", "["):
+            return text
+        redacted = self._json_in_text(inner)
+        if redacted == inner:
+            return text
+        out = dump_embedded(redacted)
+        return out[:-1] if cut else out
 
     def form(self, body: bytes) -> bytes:
         """An ``a=1&b=2`` body with secret fields' values replaced; every other byte as it was."""
@@ -329,7 +362,9 @@ def dump_embedded(value: Any) -> str:
 
 
 # the keywords that carry values of what they describe
-_SCHEMA_VALUES = frozenset({"enum", "const", "default", "examples"})
+_SCHEMA_VALUES = frozenset({"enum", "const", "default", "examples", "example"})
+# the keywords whose schemas describe the same value (the secret's too, under a secret name)
+_SAME_VALUE = frozenset({"anyOf", "oneOf", "allOf", "not", "if", "then", "else", "prefixItems", "items", "contains"})
 # the keywords that say what kind of value a schema describes: a schema under a secret name names
 # one (``{"title": "sk-live-…"}`` alone describes nothing, and may be the secret)
 _SCHEMA_KINDS = frozenset({"type", "properties", "items", "anyOf", "oneOf", "allOf", "not", "$ref", "enum", "const"})
@@ -407,13 +442,22 @@ _SCHEMA_KEYWORDS = {
     "minimum": _number, "maximum": _number, "multipleOf": _number,
     "exclusiveMinimum": lambda v: _number(v) or _flag(v),  # (draft 4's are true/false)
     "exclusiveMaximum": lambda v: _number(v) or _flag(v),
+    "prefixItems": _subschemas, "contains": _subschema, "propertyNames": _subschema, "contentSchema": _subschema,
+    "patternProperties": _named_subschemas, "dependentSchemas": _named_subschemas,
+    "unevaluatedProperties": _subschema, "unevaluatedItems": _subschema,
+    "if": _subschema, "then": _subschema, "else": _subschema,
+    "minProperties": _count, "maxProperties": _count, "minContains": _count, "maxContains": _count,
+    "dependentRequired": lambda v: isinstance(v, dict) and all(isinstance(n, list) and all(map(_text, n)) for n in v.values()),
+    # pydantic's tagged unions; Gemini's order of an object's properties
+    "discriminator": lambda v: isinstance(v, dict) and _text(v.get("propertyName")),
+    "propertyOrdering": lambda v: isinstance(v, list) and all(map(_text, v)),
     "nullable": _flag, "uniqueItems": _flag, "deprecated": _flag, "readOnly": _flag, "writeOnly": _flag,
     # text, kept as a description is (the fragment's kind says it is a schema)
     "description": _text, "title": _text, "format": _text, "pattern": _text, "contentEncoding": _text,
     "contentMediaType": _text,
     # values of what is described, redacted under a secret name as the secret's
     "enum": lambda v: isinstance(v, list), "examples": lambda v: isinstance(v, list),
-    "const": lambda v: True, "default": lambda v: True,
+    "const": lambda v: True, "default": lambda v: True, "example": lambda v: True,  # (OpenAPI's, Gemini's)
 }
 
 
