@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from streamtap.providers import Dialect
-from streamtap.providers.positions import POSITION_NAMES, PositionFinder, find_positions
+from streamtap.providers.positions import POSITION_NAMES, Position, PositionFinder, find_positions
 from streamtap.recording.flows import INJECTED_HEADER
 
 from .source import Frame, Source, view_frame
@@ -608,6 +608,9 @@ def error_frames(source: Source, kind: str, message: str | None, position: int) 
         body = {"error": {"message": message or "The server had an error while processing your request.", "type": "server_error", "param": None, "code": None}}
         if source.wire == "ndjson":
             return [_json({"error": body["error"]["message"]}) + b"\n"]
+        if source.wire == "json-array":  # an element of the array, which the error closes (the rest is dropped)
+            error = {"error": {"code": 500, "message": body["error"]["message"], "status": "INTERNAL"}}
+            return [(b"," if position else b"[") + _json(error) + b"]"]
         return [b"data: " + _json(body) + b"\n\n", b"data: [DONE]\n\n"]
     if source.wire != "sse":
         raise FaultSpecError(f"error kind {kind!r} needs an SSE recording")
@@ -750,6 +753,7 @@ class LiveFaults:
         self.source = Source.from_frames([], wire=wire, dialect=dialect)
         for fault in faults:  # what does not fit this wire is refused now, not at its event mid-stream
             _check_live_position(fault)
+            _check_live_event(fault)
             if fault.kind == "corrupt" and fault.params.get("field", "payload") != "payload" and wire != "eventstream":
                 raise FaultSpecError(f"{fault.spec!r}: field={fault.params['field']} needs an event-stream; use field=payload")
             if fault.kind == "cut":
@@ -767,6 +771,9 @@ class LiveFaults:
         self._sent = 0  # body bytes forwarded
         self._stages = [_Stage(f) for f in faults if f.kind in _RESHAPING]
         self._erred: int | None = None  # the stage whose injected error ends the stream, until it has
+        self._order = {id(f): i for i, f in enumerate(faults)}  # ties between cuts go to the first in the spec
+        self._ending: tuple[int, Fault, str] | None = None  # the cut that ends the stream: its position, fault, what
+        self._pending: tuple[int, Fault, int] | None = None  # an event cut waiting on the finders: position, fault, event
         self._event_cuts = [f for f in faults if f.kind == "cut" and "event" in f.params and "at" not in f.params]
         self._served = 0  # events served (after the reshaping faults)
         self._at = 0  # body offset of the next event served (held back or forwarded)
@@ -801,9 +808,19 @@ class LiveFaults:
             return []
         tail = b"".join(e.raw for e in self._decoder.close())
         out = self._serve(self._flush(0))
+        if self.end is None and self._pending is not None:  # no finder found an earlier position
+            out += self._settle(final=True)
+        if self.end is None:
+            self._cut_before_no_event()
         if self.end is None:
             out += self._release() + tail
         return self._output(out)
+
+    def _cut_before_no_event(self) -> None:
+        """``cut:event=-1`` on a stream that served no event still ends it, in its style (as in replay)."""
+        fault = next((f for f in self._event_cuts if f.params["event"] == -1), None)
+        if fault is not None and self._served == 0:
+            self._end_by(fault, 0, "after event -1")
 
     def ended(self) -> None:
         """At the flow's end: a log line for each fault that has not said what it did (every fault is logged)."""
@@ -901,6 +918,8 @@ class LiveFaults:
             if self.end is not None:
                 break
             out += self._serve_one(raw)
+        if erred is not None and self.end is None and self._pending is not None:  # the error ends the stream past it
+            out += self._settle(final=True)
         if erred is not None and self.end is None:
             self.end = "clean"
         if self.end is not None:  # a cut or an injected error ended the stream: nothing more to wait for
@@ -913,37 +932,72 @@ class LiveFaults:
         self._at += len(raw)
         for fault in self._event_cuts:
             if fault.params["event"] == -1 and n == 0:
-                self.end = fault.params.get("style", "clean")
-                self._note(fault, f"{fault.spec}: {self.end} cut after event -1 at byte {at}")
+                self._end_by(fault, at, "after event -1")
                 return b""
-        if self._finders:
+        if not self._finders:
+            out = raw
+        else:
             cut = self._cut_inside(raw, at)
             if cut is not None:
                 return cut
+            if self._pending is not None:  # past an event cut: only the finders see this event
+                return self._settle()
             out = self._hold_or_release(raw, at)
-        else:
-            out = raw
-        for fault in self._event_cuts:
-            if fault.params["event"] == n and self.end is None:
-                self.end = fault.params.get("style", "clean")
-                self._note(fault, f"{fault.spec}: {self.end} cut after event {n} at byte {at + len(raw)}")
-        return out
+        fault = next((f for f in self._event_cuts if f.params["event"] == n), None)
+        if fault is None:
+            return out
+        if not self._finders:
+            self._end_by(fault, at + len(raw), f"after event {n}")
+            return out
+        self._pending = (at + len(raw), fault, self._fed - 1)
+        return out + self._settle()
+
+    def _settle(self, final: bool = False) -> bytes:
+        """The pending event cut ends the stream once no finder may still find an earlier
+        position (or, at a tie, one first in the spec); what it held back before the cut goes out."""
+        position, fault, event = self._pending
+        for other, finder in self._finders:
+            if final or finder.found:
+                continue
+            if finder.holding is not None and finder.holding <= event:
+                return b""
+            if self._order[id(other)] < self._order[id(fault)] and self._fed - 1 == event:
+                return b""  # it may still cut right where the event cut does
+        self._pending = None
+        self._end_by(fault, position, f"after event {fault.params['event']}")
+        return self._release()
 
     def _cut_inside(self, raw: bytes, at: int) -> bytes | None:
         """The bytes to forward when a protocol-aware cut falls in this event or in one held back
-        (the stream then ends); None when it does not (yet)."""
+        (the stream then ends); None when it does not (yet). Of the positions found, the earliest
+        wins, as in replay; one past a pending event cut is never reached."""
         self._fed += 1
-        for fault, finder in self._finders:
-            for position in finder.event(raw):
-                held = next((w for w in self._waiting if w.event == position.event), None)
-                before = [w for w in self._waiting if w.event < position.event]
-                self._waiting = []
-                if held is not None:
-                    raw, at = held.raw, held.at
-                self.end = fault.params.get("style", "clean")
-                self._note(fault, f"{fault.spec}: {self.end} cut at byte {at + position.inside} ({position.what})")
-                return b"".join(w.raw for w in before) + raw[: position.inside]
-        return None
+        found = [(fault, position) for fault, finder in self._finders for position in finder.event(raw)]
+        if not found:
+            return None
+        fault, position = min(found, key=lambda fp: (self._body_offset(fp[1], at), self._order[id(fp[0])]))
+        where = self._body_offset(position, at)
+        if self._pending is not None:
+            pending_at, pending = self._pending[:2]
+            if (pending_at, self._order[id(pending)]) < (where, self._order[id(fault)]):
+                return self._settle()
+        held = next((w for w in self._waiting if w.event == position.event), None)
+        if held is not None:
+            raw = held.raw
+        before = [w for w in self._waiting if w.event < position.event]
+        self._waiting, self._pending = [], None
+        self._end_by(fault, where, position.what)
+        return b"".join(w.raw for w in before) + raw[: position.inside]
+
+    def _body_offset(self, position: Position, at: int) -> int:
+        """Where ``position`` (in the event at ``at`` or in one held back) falls in the body served."""
+        held = next((w for w in self._waiting if w.event == position.event), None)
+        return (held.at if held is not None else at) + position.inside
+
+    def _end_by(self, fault: Fault, position: int, what: str) -> None:
+        """A cut ends the stream at ``position``; ``_output`` logs it, unless a byte cut comes first."""
+        self.end = fault.params.get("style", "clean")
+        self._ending = (position, fault, what)
 
     def _hold_or_release(self, raw: bytes, at: int) -> bytes:
         """Forward what no finder may still cut into; hold the rest (this event included)."""
@@ -958,14 +1012,30 @@ class LiveFaults:
         self._waiting = self._waiting[len(done) :]
         return b"".join(w.raw for w in done)
 
-    def _output(self, data: bytes) -> list[bytes]:
+    def _cut_earliest(self, reach: int) -> None:
+        """A byte cut within the ``reach`` bytes in hand ends the stream there, when it comes before
+        whatever else ended it (a cut, at a tie one later in the spec, or an injected error)."""
+        ending = self._ending
+        best = None if ending is None else (ending[0], self._order[id(ending[1])])
         for fault in self.faults:
-            if fault.kind == "cut" and "byte" in fault.params and self.end is None:
-                room = fault.params["byte"] - self._sent
-                if len(data) >= room:
-                    data = data[: max(room, 0)]
-                    self.end = fault.params.get("style", "clean")
-                    self._note(fault, f"{fault.spec}: {self.end} cut at byte {fault.params['byte']}")
+            if fault.kind != "cut" or "byte" not in fault.params or id(fault) in self._told:
+                continue
+            key = (fault.params["byte"], self._order[id(fault)])
+            if key[0] <= reach and (best is None or key < best):
+                best = key
+                self.end = fault.params.get("style", "clean")
+                self._ending = (key[0], fault, f"byte {key[0]}")
+
+    def _output(self, data: bytes) -> list[bytes]:
+        self._cut_earliest(self._sent + len(data))
+        if self._ending is not None:
+            position, fault, what = self._ending
+            self._ending = None
+            data = data[: max(position - self._sent, 0)]
+            self._note(fault, f"{fault.spec}: {self.end} cut at byte {position} ({what})")
+            for other in self.faults:  # as in replay, a later cut is never reached
+                if other.kind == "cut" and id(other) not in self._told:
+                    self._note(other, f"{other.spec}: not reached, the stream is cut at byte {position} by {fault.spec}")
         self._sent += len(data)
         pieces = [data] if data else []
         for fault in self.faults:
@@ -989,6 +1059,12 @@ def _check_live_position(fault: Fault) -> None:
         raise FaultSpecError(
             f"{fault.spec!r}: give {key}=N on live traffic (replay's default, the middle event, is not known while the stream arrives)"
         )
+
+
+def _check_live_event(fault: Fault) -> None:
+    """An event fault before the first event can never apply: refused, as replay refuses it."""
+    if fault.kind in ("drop", "duplicate", "reorder") and fault.params["event"] < 0:
+        raise FaultSpecError(f"{fault.spec!r}: event {fault.params['event']} does not exist (the first is event 0)")
 
 
 def _decoder(wire: str):
