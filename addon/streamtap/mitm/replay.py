@@ -32,7 +32,16 @@ from streamtap.mitm import option_checks
 from streamtap.mitm.tap import INJECTED_END
 from streamtap.recording.content import decoded_body
 from streamtap.recording.flows import INJECTED, request_info
-from streamtap.replay.faults import LIVE_KINDS, Fault, FaultSpecError, LiveFaults, Timing, parse_faults, unfit_faults
+from streamtap.replay.faults import (
+    LIVE_KINDS,
+    Fault,
+    FaultSpecError,
+    LiveFaults,
+    Timing,
+    _check_live_position,
+    parse_faults,
+    unfit_faults,
+)
 from streamtap.replay.match import Library, MatchOptions
 from streamtap.replay.server import FAULT_HEADER, ReplayServer, ServeOptions, as_served, swap_recordings
 from streamtap.replay.source import RecordingError, Source
@@ -40,6 +49,7 @@ from streamtap.replay.source import RecordingError, Source
 log = logging.getLogger("streamtap")
 
 REPLAYED = "streamtap_replayed"  # flow.metadata key: the recording server answering this flow
+RESIZING = ("drop", "duplicate", "error", "cut")  # live faults that may change the body's length
 
 
 class Replay:
@@ -202,6 +212,7 @@ class Faults:
     def __init__(self) -> None:
         self.faults: list = []
         self.live: dict[str, LiveFaults] = {}  # by flow id, until the flow's end
+        self.held: dict[str, int] = {}  # by flow id: upstream bytes the live faults hold back now
 
     def load(self, loader) -> None:
         loader.add_option(
@@ -227,6 +238,12 @@ class Faults:
                 raise exceptions.OptionsError(
                     f"streamtap_fault: {', '.join(replay_only)}: works on replays only (set streamtap_replay, or use streamtap serve)"
                 )
+            if not getattr(ctx.options, "streamtap_replay", None):  # live only: replay takes the middle event itself
+                for fault in self.faults:
+                    try:
+                        _check_live_position(fault)
+                    except FaultSpecError as exc:
+                        raise exceptions.OptionsError(f"streamtap_fault: {exc}") from None
 
     def request(self, flow: http.HTTPFlow) -> None:
         # runs after Replay.request: a replayed flow takes the header to the replay server
@@ -257,8 +274,14 @@ class Faults:
         if any(f.kind == "fragment" for f in faults):  # it re-chunks every stream, and logs only at the end
             flow.metadata[INJECTED] = specs
         self.live[flow.id] = live
+        if any(f.kind in RESIZING for f in faults) and "content-length" in flow.response.headers:
+            # the upstream's length would frame a body of another length: a short or over-long body
+            # the client takes for a clean end; without it mitmproxy frames the faulted body itself
+            del flow.response.headers["content-length"]
         inner = flow.response.stream if callable(flow.response.stream) else (lambda data: data)
         logged = 0
+        self.held[flow.id] = 0
+        marked_for_held = False
 
         def forward(pieces: list[bytes]) -> list[bytes]:
             out = []
@@ -267,14 +290,32 @@ class Faults:
                 out += [result] if isinstance(result, bytes) else list(result)
             return [p for p in out if p]  # an empty chunk would end a chunked body early
 
+        def mark_while_held() -> None:
+            # the Tap reads the mark on an upstream error before our error hook runs: an answer that
+            # would lose the held bytes there is streamtap's, not the upstream's, from now on
+            nonlocal marked_for_held
+            if live.end is None and self.held.get(flow.id, 0) > 0:
+                if not flow.metadata.get(INJECTED):
+                    flow.metadata[INJECTED], marked_for_held = specs, True
+            elif marked_for_held:
+                marked_for_held = False
+                if not _changed_answer(live):
+                    flow.metadata.pop(INJECTED, None)
+
+        def passed(fed: bytes, pieces: list[bytes]) -> list[bytes]:
+            if flow.id in self.held:
+                self.held[flow.id] += len(fed) - sum(len(p) for p in pieces)
+            mark_while_held()
+            return pieces
+
         def stream(data: bytes) -> list[bytes]:
             nonlocal logged
             if data == b"":  # end of the upstream body
-                out = forward((live.close() if live.end is None else []) + [b""])
+                out = forward(passed(b"", live.close() if live.end is None else []) + [b""])
                 logged = _report(flow, live, logged, specs)
                 return out
             ended_before = live.end is not None
-            out = forward(live.feed(data))
+            out = forward(passed(data, live.feed(data)))
             logged = _report(flow, live, logged, specs)
             if live.end is not None and not ended_before:
                 flow.metadata[INJECTED_END] = live.end  # the Tap's stream_end: streamtap, not the client, cut it
@@ -287,9 +328,16 @@ class Faults:
         self._ended(flow)
 
     def error(self, flow: http.HTTPFlow) -> None:
+        live, held = self.live.get(flow.id), self.held.get(flow.id, 0)
+        if live is not None and live.end is None and held > 0:
+            # mitmproxy calls no stream callable after an error: what the faults held back is lost
+            reason = flow.error.msg if flow.error else "error"
+            log.warning(f"streamtap: flow {flow.id[:12]}: the flow ended with an error ({reason}) while live faults held back "
+                        f"{held} bytes of the upstream's body: the client never got them (recorded as injected)")
         self._ended(flow)
 
     def _ended(self, flow: http.HTTPFlow) -> None:
+        self.held.pop(flow.id, None)
         live = self.live.pop(flow.id, None)
         if live is not None:
             logged = len(live.log)
@@ -307,6 +355,10 @@ def _report(flow: http.HTTPFlow, live: LiveFaults, logged: int, specs: str) -> i
         if any(not line.startswith("not applied") for line in new):
             flow.metadata[INJECTED] = specs  # the Tap names it in the recording and the verdict
     return len(live.log)
+
+
+def _changed_answer(live: LiveFaults) -> bool:
+    return any(f.kind == "fragment" for f in live.faults) or any(not line.startswith("not applied") for line in live.log)
 
 
 def _wire_and_dialect(flow: http.HTTPFlow) -> tuple[str, str]:
