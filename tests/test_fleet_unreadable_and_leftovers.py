@@ -6,7 +6,6 @@ console script, a real server on loopback, a real mitmdump."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import httpx
 import pytest
 from replay_streams import OPENAI_REQUEST, openai_chat_frames, write_recording
 
+from test_fleet_edges import unprivileged
 from upstream import CHAT, Mitmdump
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,16 +26,6 @@ LEFTOVERS = {  # a killed proxy's leftovers whose header never got out whole
     "20261204T170000.000Z_openai-chat_unknown_bbbbbbbbbbbb.partial.jsonl": lambda whole: b"",
     "20261204T170001.000Z_openai-chat_unknown_cccccccccccc.partial.jsonl": lambda whole: whole[:100],
 }
-
-
-def unprivileged(*args) -> list[str]:
-    """The command, run so that file permissions bind it even as root (which this CI is)."""
-    command = [*STREAMTAP, *map(str, args)]
-    if os.geteuid() != 0:
-        return command
-    if not shutil.which("setpriv"):
-        pytest.skip("running as root without setpriv: a file's permissions cannot be made to bind")
-    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", *command]
 
 
 # --- report and index ------------------------------------------------------------------------
