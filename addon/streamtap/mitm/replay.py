@@ -38,7 +38,7 @@ from streamtap.replay.faults import (
     FaultSpecError,
     LiveFaults,
     Timing,
-    _check_live_position,
+    check_live_position,
     parse_faults,
     unfit_faults,
 )
@@ -241,7 +241,7 @@ class Faults:
             if not getattr(ctx.options, "streamtap_replay", None):  # live only: replay takes the middle event itself
                 for fault in self.faults:
                     try:
-                        _check_live_position(fault)
+                        check_live_position(fault)
                     except FaultSpecError as exc:
                         raise exceptions.OptionsError(f"streamtap_fault: {exc}") from None
 

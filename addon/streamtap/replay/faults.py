@@ -752,7 +752,7 @@ class LiveFaults:
         self.wire = wire
         self.source = Source.from_frames([], wire=wire, dialect=dialect)
         for fault in faults:  # what does not fit this wire is refused now, not at its event mid-stream
-            _check_live_position(fault)
+            check_live_position(fault)
             _check_live_event(fault)
             if fault.kind == "corrupt" and fault.params.get("field", "payload") != "payload" and wire != "eventstream":
                 raise FaultSpecError(f"{fault.spec!r}: field={fault.params['field']} needs an event-stream; use field=payload")
@@ -1050,7 +1050,7 @@ class LiveFaults:
 _MIDDLE_BY_DEFAULT = {"error": "after", "corrupt": "frame"}
 
 
-def _check_live_position(fault: Fault) -> None:
+def check_live_position(fault: Fault) -> None:
     """A live fault must name the event that replay would take from the middle of the stream."""
     key = _MIDDLE_BY_DEFAULT.get(fault.kind)
     if fault.kind == "cut" and fault.params.get("at") in ("prelude", "crc"):
