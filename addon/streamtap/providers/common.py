@@ -109,6 +109,14 @@ def error_fields(obj: Any) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
 
 
+def error_fields_of_text(text: str) -> dict[str, Any]:
+    """``error_fields`` of an error sent as text: its JSON, or the text itself when it is none."""
+    try:
+        return error_fields(loads(text))
+    except ValueError:
+        return error_fields(text)
+
+
 def as_dict(value: Any) -> dict[str, Any]:
     """The value if it is an object, else {}: providers (and faults) can put anything anywhere."""
     return value if isinstance(value, dict) else {}

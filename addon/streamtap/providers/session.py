@@ -28,7 +28,7 @@ from streamtap.wire import (
     WireEvent,
 )
 
-from .common import error_fields, error_message, loads, one_line
+from .common import error_fields, error_fields_of_text, error_message, loads, one_line
 from .judge import ARGUMENTS_CAP, END_WORDS, ENDING_KINDS, TEXT_CAP
 from .turn import Choice, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
@@ -467,10 +467,7 @@ class StreamSession:
         SSE rules and the SDK skip the line, so the app sees the answer just stop; it is still the
         server's own word that it failed."""
         seq, offset, _, value = field
-        try:
-            fields = error_fields(loads(value))
-        except ValueError:
-            fields = {"message": one_line(value[:200])}
+        fields = error_fields_of_text(value)
         turn.error = {"source": "stream", **fields}
         turn.stop_reason = "error"
         return Verdict(

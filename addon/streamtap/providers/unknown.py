@@ -11,12 +11,10 @@ no dialect of its own).
 
 from __future__ import annotations
 
-import orjson
-
 from streamtap.wire import EventStreamMessage, JSONValue, SSEEvent, WireEvent
 
 from .bedrock_converse import exception_error
-from .common import AssemblerBase, error_fields
+from .common import AssemblerBase, error_fields, error_fields_of_text
 from .turn import Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 
@@ -27,11 +25,7 @@ class Assembler(AssemblerBase):
         self.seen(event)
         kind = type(event)
         if kind is SSEEvent and event.event == "error":
-            try:
-                payload = orjson.loads(event.data)
-            except orjson.JSONDecodeError:
-                payload = {"message": event.data}
-            self.errored(event, error_fields(payload))
+            self.errored(event, error_fields_of_text(event.data))
         elif kind is EventStreamMessage and event.headers.get(":message-type") in ("exception", "error"):
             exception_error(event, self.judge)
         elif kind is JSONValue and isinstance(event.value, dict) and event.value.get("error"):
