@@ -192,9 +192,10 @@ def _judge_raw(path: Path, head: bytes, file: BinaryIO, provider: str | None, se
         return Unjudged(path, "a mitmproxy capture (mitmdump -w), not a response body: `streamtap import` "
                               "turns its streamed answers into recordings, which this command judges")
     by_name = EXTENSION_WIRE.get(path.suffix.lower())
-    whole = len(head) < SNIFF_BYTES and not (more := file.read(1))  # a compressed read may stop short
-    if not whole and len(head) < SNIFF_BYTES:
-        head += more
+    whole = False  # the file is all in ``head``
+    if len(head) < SNIFF_BYTES:  # (a compressed read may stop short of the file's end)
+        more = file.read(1)
+        whole, head = not more, head + more
     errored = analyze_error_document(head, Dialect(provider) if provider else Dialect.UNKNOWN) if whole else None
     if errored is not None:  # an HTTP error's body saved as a file: no stream, so no framing reads it
         how = "--provider" if provider else "sniffed: one JSON document holding the provider's error"
