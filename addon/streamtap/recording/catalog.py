@@ -27,7 +27,7 @@ import zstandard
 from streamtap.providers.model import model_of
 
 from .compress import SUFFIX, decompress_checked, is_compressed
-from .reader import FORMAT_MARK, HeaderCut, header_damage
+from .reader import CONVERTED, FORMAT_MARK, HeaderCut, header_damage
 from .writer import FORMAT, PARTIAL_SUFFIX, RecordingError
 
 RECORDING_SUFFIXES = (".jsonl", ".jsonl" + SUFFIX)
@@ -165,6 +165,7 @@ def find_recordings(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Found]:
 
 _HEADER_START = b'{"type":"header",'  # how the writer begins every recording (orjson, no spaces)
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+CRLF = b"\r\n"
 _FIRST_LINE_READ = 1 << 20  # enough of a first line to tell a header, damaged or not, from other files
 
 
@@ -300,6 +301,8 @@ def read_ends(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, str | 
             raise NotARecording(f"{path} is not a streamtap recording (line 1 is not a recording header)")
         if header["format"] != FORMAT:
             raise RecordingError(f"the recording is {header['format']}, this streamtap reads {FORMAT}")
+        if first.endswith(CRLF):
+            raise RecordingError(f"line 1 {CONVERTED}")
         size = handle.seek(0, os.SEEK_END)
         if size == len(first):
             return header, None, f"recording incomplete at byte {size}: no end line", size
@@ -310,6 +313,8 @@ def read_ends(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, str | 
             last, start = _last_line(handle, size)
     if not last.endswith(b"\n"):
         return header, None, f"recording incomplete at byte {start}: the last line is cut (the writer stopped mid-line)", size
+    if last.endswith(CRLF):
+        raise RecordingError(f"the last line (byte {start}) {CONVERTED}")
     end = _json_line(last)
     if end is None:
         raise RecordingError(f"the last line (byte {start}) is not a JSON object")
@@ -397,7 +402,8 @@ def recording_row(path: Path) -> dict[str, Any]:
 
 
 def _day(started: float) -> str:
-    return time.strftime("%Y-%m-%d", time.gmtime(started))  # UTC
+    """The UTC day of ``started`` as the index's timestamp has it: to the microsecond, rounded."""
+    return time.strftime("%Y-%m-%d", time.gmtime(round(started, 6)))
 
 
 def _check_values(row: dict[str, Any]) -> None:

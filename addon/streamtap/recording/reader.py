@@ -49,6 +49,7 @@ _SHA256 = re.compile(rb"[0-9a-f]{64}")
 # A first line that is a JSON object naming the recording format is a recording's header, whole,
 # cut or damaged (report, index and verify sort the files they are given by this mark)
 FORMAT_MARK = b'"streamtap-recording/'
+CONVERTED = "ends in CR LF; the format ends lines with LF alone (was the file converted?)"
 # The lines that follow a recording's header, by type, with fields each always has: a file whose
 # first line is one of them is a recording that lost its header, not another program's JSON lines
 BODY_LINE_FIELDS = {
@@ -342,7 +343,7 @@ class RecordingLines:
 
     def _no_crlf(self, line: bytes) -> None:
         if line.endswith(b"\r\n"):
-            raise self._damaged(self._number, "ends in CR LF; the format ends lines with LF alone (was the file converted?)")
+            raise self._damaged(self._number, CONVERTED)
 
     @staticmethod
     def _parse(line: bytes) -> dict[str, Any]:
