@@ -16,6 +16,9 @@ Choices this module makes where the provider is silent:
   from the last message, and an earlier message that did not end cleanly decides the
   verdict. A ``message_start`` while a message is still open is a splice: corrupt.
   The same ``message_start`` repeated before any content is tolerated and noted.
+  A message after ``message_stop`` with the id of an earlier message in the body is that
+  response again (replayed whole after a cut that fell just after ``message_stop``), not a
+  next step, whose id is always new: corrupt.
 - Thinking and answer text are routed by their block type only. Server tool uses and
   their ``*_tool_result`` blocks are ``server_tool`` (the result kept whole in ``extra``);
   block types this version does not know are ``other``, kept whole, their deltas' text
@@ -102,6 +105,10 @@ _BLANK_LINE = re.compile(rb"(?:\r\n|\r(?!\n)|\n){2}")
 # block kinds whose arguments stream as input_json_delta fragments
 _TOOLISH = (BlockKind.TOOL_CALL, BlockKind.SERVER_TOOL)
 
+# message ids remembered per body to spot a response sent again; multi-step recordings hold
+# tens of messages, so a few hundred bounds the memory without missing a real replay
+MAX_MESSAGE_IDS = 256
+
 
 class MessageBuilder:
     """Anthropic Messages event logic on decoded event objects (dicts)."""
@@ -123,6 +130,7 @@ class MessageBuilder:
         self.outcomes: list[tuple[str | None, int | None, int | None]] = []  # earlier messages' raw stop reasons
         self.noted_deltas: set[Any] = set()
         self.pieces = Pieces(self.judge)
+        self.message_ids: dict[str, tuple[int | None, int | None]] = {}  # id -> (seq, offset) of its message_start
 
     # -- events ---------------------------------------------------------------------------------
     def apply(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
@@ -160,9 +168,21 @@ class MessageBuilder:
                     "answers once, so a second answer was stitched on", seq, offset,
                     first_id=self.turn.response_id, second_id=message.get("id"))
                 return
+            message_id = message.get("id")
+            first = self.message_ids.get(message_id) if isinstance(message_id, str) else None
+            if first is not None:
+                self.judge.corrupt(
+                    f"message {message_id} starts again at seq {seq} (byte {offset}) after message_stop; it first "
+                    f"started at seq {first[0]} (byte {first[1]}): the same response twice in one body (replayed "
+                    "after a cut and stitched on), not a next step, whose id would be new", seq, offset,
+                    message_id=message_id, first_seq=first[0], first_offset=first[1])
+                return
             self.outcomes.append((self.turn.stop_reason_raw, seq, offset))
             self.judge.note(f"message {self.messages + 1} ({message.get('id')}) starts at seq {seq} after "
                             "message_stop: several responses back to back")
+        message_id = message.get("id")
+        if isinstance(message_id, str) and len(self.message_ids) < MAX_MESSAGE_IDS:
+            self.message_ids.setdefault(message_id, (seq, offset))
         self.judge.forget("block ")
         self.judge.forget("the message")
         self.content_stopped = False
