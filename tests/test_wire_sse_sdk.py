@@ -118,6 +118,18 @@ def test_departure_dataless_dispatch(sdk: str) -> None:
     assert empty_dispatches(stream) == (["ping", "message"], 2)
 
 
+@pytest.mark.parametrize("value", [b"+3000", b"-1", b" 3000", b"3_000", b"3000 ", "\u0663".encode()])
+@pytest.mark.parametrize("sdk", sorted(SDKS))
+def test_a_retry_the_spec_ignores_but_the_sdks_take_is_still_their_dataless_dispatch(sdk: str, value: bytes) -> None:
+    """The SDKs test a retry value with int(), which takes a sign, spaces, underscores and other
+    digits: at the block's blank line they dispatch an empty event all the same, so it is noted."""
+    stream = b"retry:" + value + b"\n\ndata: a\n\n"
+    assert sdk_dataless(sdk, stream) == ["message"]
+    for reads in (None, [1], [7, 1]):
+        assert empty_dispatches(stream, reads) == (["message"], 1), reads
+    assert ours(stream) == [("message", "a", "")]
+
+
 @pytest.mark.parametrize("sdk", sorted(SDKS))
 def test_departure_dispatch_after_comment_once_an_id_was_set(sdk: str) -> None:
     """Rule (§9.2.6 dispatch, step 2 with the last-event-ID buffer persisting): once an

@@ -772,9 +772,10 @@ class SSEDecoder(accel.SSEFeed):
             if value.isdigit():  # bytes.isdigit is ASCII-only
                 try:
                     self.retry = self._span_retry = int(value)
-                    self._fields = _RETRY_FIELD
                 except ValueError:  # over Python's int-from-text digit limit: absurd, ignore
                     pass
+            if _sdk_takes_retry(value):
+                self._fields = _RETRY_FIELD
         else:
             self._unknown = (name, value)
         return type_
@@ -812,3 +813,14 @@ class SSEDecoder(accel.SSEFeed):
         self._span_retry = None
         self._span_invalid = 0
         self._quick = False
+
+
+def _sdk_takes_retry(value: bytes) -> bool:
+    """Whether the SDKs' decoders (openai, anthropic, httpx-sse) take this retry value, and so
+    dispatch an event at the block's blank line: they test ``int()`` of the text, which takes
+    more than the spec's digits (a sign, spaces, underscores, non-ASCII digits)."""
+    try:
+        int(value.decode("utf-8", "replace"))
+    except ValueError:
+        return False
+    return True
