@@ -79,3 +79,23 @@ def test_through_mitmdump_a_bomb_request_is_recorded_as_sent_and_a_prompt_decode
     assert "body" not in request and base64.b64decode(request["body_b64"]) == bomb
     assert bombed.verdict["kind"] == "complete"
     assert prompted.header["request"]["body"] == orjson.loads(PROMPT)
+
+
+EVENTS = [b'data: {"n":%d}\n\n' % n for n in range(4)]
+PER_EVENT = {  # a server that compresses and flushes each event as its own member or frame
+    "gzip": [gzip.compress(event) for event in EVENTS],
+    "zstd": [zstd.compress(event) for event in EVENTS],
+}
+
+
+@pytest.mark.parametrize("encoding", sorted(PER_EVENT))
+@pytest.mark.parametrize("reads", ["one per frame", "one read", "1-byte reads"])
+def test_a_response_decoder_takes_frames_that_end_at_a_read_boundary(encoding, reads):
+    from streamtap.recording.content import content_decoder
+
+    frames = PER_EVENT[encoding]
+    wire = b"".join(frames)
+    chunks = {"one per frame": frames, "one read": [wire], "1-byte reads": [wire[i : i + 1] for i in range(len(wire))]}[reads]
+    decoder = content_decoder(encoding)
+    body = b"".join(decoder.decompress(chunk) for chunk in chunks) + decoder.flush()
+    assert body == b"".join(EVENTS)

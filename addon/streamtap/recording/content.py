@@ -72,8 +72,10 @@ class _Zstd:
         self._d = zstd.ZstdDecompressor()
 
     def decompress(self, data: bytes) -> bytes:
+        if self._d.eof and data:  # the last frame ended with the read before: this one starts the next
+            self._d = self._zstd.ZstdDecompressor()
         out = self._d.decompress(data)
-        while self._d.eof and self._d.unused_data:  # several frames
+        while self._d.eof and self._d.unused_data:  # several frames in one read
             rest = self._d.unused_data
             self._d = self._zstd.ZstdDecompressor()
             out += self._d.decompress(rest)
