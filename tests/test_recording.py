@@ -187,6 +187,19 @@ def test_a_recording_whose_writer_died_gets_a_note_after_its_last_whole_line(tmp
     assert writer.path.read_bytes()[: whole] == data[: whole]  # every whole line is kept
 
 
+def test_a_recording_whose_writer_died_between_its_end_line_and_its_rename_gets_no_note(tmp_path):
+    """Its end line says all: a note after it would make the file unreadable."""
+    writer = write_sse(tmp_path, BODY)
+    partial = writer.path
+    final = writer.finish({"verdict": {"kind": "complete"}}, tmp_path / "final.jsonl")
+    final.rename(partial)  # as the writer leaves it when killed before the rename
+    data = partial.read_bytes()
+    assert not note_unfinished(partial, "streamtap_error", "analysis: the worker died")
+    assert partial.read_bytes() == data
+    rec = read_recording(partial)
+    assert rec.end is not None and rec.body == BODY
+
+
 @pytest.mark.parametrize("kept", [0, 40])
 def test_a_recording_cut_inside_its_header_gets_no_note(tmp_path, kept):
     """A worker killed before its header line was whole: a note would take the header's place.

@@ -185,6 +185,9 @@ def _described(event: Any) -> bytes:
     return orjson.dumps(describe(event))
 
 
+END_LINE_START = b'{"type":"end"'  # how the writer begins an end line (orjson, no spaces)
+
+
 def note_unfinished(path: str | os.PathLike[str], kind: str, message: str, t_ms: float | None = None) -> bool:
     """Append a note to a recording whose writer is gone (a killed process), saying why it stops.
 
@@ -192,7 +195,8 @@ def note_unfinished(path: str | os.PathLike[str], kind: str, message: str, t_ms:
     line after it would otherwise read as garbage. False, doing nothing, when a writer still
     holds the file, it is compressed (a torn zstd frame cannot be cut back to a line), or it
     has no whole line yet: a note would then stand where the header belongs, and the file,
-    which reads as one whose writer stopped at once, would no longer read as a recording."""
+    which reads as one whose writer stopped at once, would no longer read as a recording. Nor
+    after an end line (the writer stopped before its rename): nothing may follow it."""
     if str(path).endswith(SUFFIX):
         return False
     fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
@@ -202,16 +206,11 @@ def note_unfinished(path: str | os.PathLike[str], kind: str, message: str, t_ms:
         except BlockingIOError:
             return False
         size = os.fstat(fd).st_size
-        whole = size  # where the last complete line ends
-        while whole:
-            start = max(0, whole - (1 << 20))
-            found = os.pread(fd, whole - start, start).rfind(b"\n")
-            if found >= 0:
-                whole = start + found + 1
-                break
-            whole = start
+        whole = _line_start(fd, size)  # where the last complete line ends
         if not whole:
             return False
+        if os.pread(fd, len(END_LINE_START), _line_start(fd, whole - 1)) == END_LINE_START:
+            return False  # the writer stopped between its end line and the rename: the recording says all
         if whole < size:
             os.ftruncate(fd, whole)
         line = orjson.dumps({"type": "note", "kind": kind, "message": message, "t": t_ms}) + b"\n"
@@ -219,6 +218,17 @@ def note_unfinished(path: str | os.PathLike[str], kind: str, message: str, t_ms:
         return True
     finally:
         os.close(fd)
+
+
+def _line_start(fd: int, end: int) -> int:
+    """Where the line holding byte ``end - 1`` of the file begins: just after the newline before ``end``."""
+    while end:
+        start = max(0, end - (1 << 20))
+        found = os.pread(fd, end - start, start).rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        end = start
+    return 0
 
 
 class RecordingWriter:
