@@ -161,58 +161,71 @@ class StartOver:
     response starting over: replayed from its start after a cut and stitched on, it brings back the
     chunks it began with, byte for byte and in order, after the answer had begun.
 
-    The chunks the body began with up to the repeat (at most ``KEPT``, all different) must all come
-    back in a row, so a server that sends one empty chunk many times, or a token that recurs, is
-    not taken for a replay. A server whose chunks carry nothing that changes from one to the next
-    (Ollama's /v1 names the role on every chunk, and its time in whole seconds) sends a refrain's
-    chunks byte for byte again: there a repeat counts from the ``least``-th chunk on only. The bytes
-    still cannot tell a replay from chunks sent twice, so this is a doubt (the answer is
+    A replay that begins again at the body's p-th chunk brings back all p chunks before it, so a
+    repeat counts only when every one of them comes back in a row (the first ``RECALLED`` of them,
+    when p is larger). The body's first chunks (up to ``KEPT`` of them) must also all differ, so a
+    server that sends one empty chunk many times, or a token that recurs, is not taken for a replay.
+    A server whose chunks carry nothing that changes from one to the next (Ollama's /v1 names the
+    role on every chunk, and its time in whole seconds) sends a refrain's chunks byte for byte
+    again: there a repeat counts from the ``least``-th chunk on only, and an answer that only opens
+    the same way twice (a second code fence in the same language) is not taken for a replay. The
+    bytes still cannot tell a replay from chunks sent twice, so this is a doubt (the answer is
     ``unknown``), not a corruption.
 
     Per chunk the assembler calls ``see`` only when ``busy`` or the data is ``first``: the rest
     of a long answer costs one comparison each."""
 
-    KEPT = 3
+    KEPT = 3  # the body's first chunks kept whole, which must all differ
+    RECALLED = 64  # the body's first chunks kept as hashes, so memory stays bounded in a long answer
 
     def __init__(self, assembler: AssemblerBase, least: int = 1) -> None:
         self._assembler = assembler
         self._least = least  # the first chunk's earliest place to come back at
-        self.first: str | None = None  # the data of the body's first chunk
+        self.first: str | None = None  # the data of the body's first chunk (None: nothing more to watch)
         self.busy = True  # keeping the first chunks, or watching them come back
-        self._kept: list[str] = []  # the data of the body's first chunks
-        self._matched = 0  # how many of them came back in a row so far (0: none is coming back)
-        self._needed = 0
-        self._at: WireEvent | None = None  # where they started coming back
+        self._opening: list[str] = []  # the data of the body's first chunks, at most KEPT
+        # the hashes of the body's first chunks, at most RECALLED: a repeat starts only where the first
+        # chunk comes back whole, so a chance equality of two hashes (2**-64) can only raise a doubt
+        self._digests: list[int] = []
+        # (where, how many must come back, how many did so far) for each place the first chunk came
+        # back at whose run is still whole: runs may overlap, and a failed one must not hide the next
+        self._runs: list[tuple[WireEvent, int, int]] = []
 
     def see(self, data: str, event: WireEvent) -> None:
-        kept = self._kept
-        seen = len(kept)  # (while it is below KEPT: afterwards it stays KEPT)
-        if self._matched:
-            if data == kept[self._matched]:
-                self._matched += 1
-                if self._matched == self._needed:
-                    self._doubt()
-                return
-            self._matched = 0
-        if seen < self.KEPT:
-            kept.append(data)
-            self.first = kept[0]
-        if seen >= self._least and data == kept[0] and self._began():
-            needed = min(seen, self.KEPT)
-            if len(set(kept[:needed])) == needed:
-                self._at, self._needed, self._matched = event, needed, 1
-                if needed == 1:
-                    self._doubt()
-        self.busy = bool(self._matched) or len(kept) < self.KEPT
+        digests = self._digests
+        digest = hash(data)
+        if self._runs:
+            runs = []
+            for at, needed, matched in self._runs:
+                if digest == digests[matched]:
+                    if matched + 1 == needed:
+                        self._doubt(at, needed)
+                        return
+                    runs.append((at, needed, matched + 1))
+            self._runs = runs
+        place = len(digests)  # this chunk's place (RECALLED: that place or any later one)
+        if place < self.RECALLED:
+            digests.append(digest)
+            if place < self.KEPT:
+                self._opening.append(data)
+                self.first = self._opening[0]
+        if place >= self._least and data == self.first and self._began():
+            opening = self._opening[:place]
+            if len(set(opening)) == len(opening):
+                if place == 1:
+                    self._doubt(event, 1)
+                    return
+                self._runs.append((event, place, 1))
+        self.busy = bool(self._runs) or len(digests) < self.RECALLED
 
     def _began(self) -> bool:
         return any(choice.blocks for choice in self._assembler.turn.choices)
 
-    def _doubt(self) -> None:
-        self._matched = 0
-        at = self._at
+    def _doubt(self, at: WireEvent, needed: int) -> None:
+        # the judge tells the first doubt only: nothing more to watch
+        self._runs, self.busy, self.first = [], False, None
         self._assembler.judge.doubt(
-            f"the stream's first {self._needed} chunk(s) come again, byte for byte, from seq {at.seq} (byte {at.start}) "
+            f"the stream's first {needed} chunk(s) come again, byte for byte, from seq {at.seq} (byte {at.start}) "
             "after the answer began: the response replayed from its start after a cut and stitched on, or chunks "
             "sent twice; the bytes cannot tell which", at.seq, at.start)
 
