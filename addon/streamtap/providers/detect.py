@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import struct
 from dataclasses import dataclass, field
-from urllib.parse import SplitResult, parse_qs, urlsplit
+from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
 import orjson
 
@@ -81,6 +81,8 @@ def detect_dialect(request: RequestInfo | None, content_type: str | None) -> Det
     url = _split_url(request.url)
     host = (url.hostname or request.headers.get("host", "")).lower()
     path = url.path.rstrip("/")
+    # Google's servers decode the path before reading its ":method" suffix, so a client may send the colon as %3A
+    google_path = unquote(path)
     query = parse_qs(url.query)
     body = _body_json(request.body)
     stream_flag = body.get("stream") if body else None
@@ -92,16 +94,19 @@ def detect_dialect(request: RequestInfo | None, content_type: str | None) -> Det
         return found(Dialect.BEDROCK_INVOKE, "eventstream", f"path {path} (Bedrock InvokeModelWithResponseStream)")
     if path.endswith("/converse-stream") and "/model/" in path:
         return found(Dialect.BEDROCK_CONVERSE, "eventstream", f"path {path} (Bedrock ConverseStream)")
-    if ":streamGenerateContent" in path:
+    if ":streamGenerateContent" in google_path:
         sse = query.get("alt", [""])[0] == "sse" or ct_wire == "sse"
         why = "path :streamGenerateContent" + (" with alt=sse" if sse else " without alt=sse (JSON array)")
         return found(Dialect.GEMINI, "sse" if sse else "json-array", why)
-    if ":streamRawPredict" in path and "/publishers/mistralai/" in path:  # Mistral on Vertex AI streams chat chunks
+    # Mistral on Vertex AI streams chat chunks
+    if ":streamRawPredict" in google_path and "/publishers/mistralai/" in google_path:
         return found(Dialect.OPENAI_CHAT, "sse", f"path {path} (Mistral on Vertex AI: Chat Completions chunks)")
-    anthropic_on_vertex = ":streamRawPredict" in path and "/publishers/anthropic/" in path
+    anthropic_on_vertex = ":streamRawPredict" in google_path and "/publishers/anthropic/" in google_path
     if anthropic_on_vertex or path.endswith("/v1/messages") or host == "api.anthropic.com":
         return found(Dialect.ANTHROPIC, "sse", f"host {host}, path {path} (Anthropic Messages)", stream_flag is True)
-    if path.endswith("/chat/completions") or path.endswith("/v1/completions"):
+    # Azure OpenAI's legacy Completions path has no /v1: /openai/deployments/{deployment}/completions
+    azure_completions = re.search(r"/openai/deployments/[^/]+/completions$", path)
+    if path.endswith("/chat/completions") or path.endswith("/v1/completions") or azure_completions:
         return found(
             Dialect.OPENAI_CHAT, "sse", f"path {path} (OpenAI Chat Completions), stream={stream_flag}",
             stream_flag is True,
@@ -109,11 +114,16 @@ def detect_dialect(request: RequestInfo | None, content_type: str | None) -> Det
     if re.search(r"/responses(/[^/]+)?$", path):
         streaming = stream_flag is True or query.get("stream", [""])[0] == "true"
         return found(Dialect.OPENAI_RESPONSES, "sse", f"path {path} (OpenAI Responses), stream={stream_flag}", streaming)
-    if path.endswith("/api/chat") or path.endswith("/api/generate"):
+    ollama_path = path.endswith("/api/chat") or path.endswith("/api/generate")
+    # Ollama answers NDJSON (JSON when not streaming or for an error). Other apps serve /api/chat too (the
+    # Vercel AI SDK's useChat default) with SSE or plain text, which read as NDJSON would be called corrupt.
+    if ollama_path and (not content_type or ct_wire in ("ndjson", "json-array")):
         # Ollama streams unless the body says "stream": false
         return found(Dialect.OLLAMA, "ndjson", f"path {path} (Ollama native)", stream_flag is not False)
+    not_ollama = " (not Ollama, which never answers with this content-type)" if ollama_path else ""
     wire = ct_wire if ct_wire not in (None, "json-array") else "sse"
-    return found(Dialect.UNKNOWN, wire, f"no known API at host {host} path {path}", ct_wire not in (None, "json-array"))
+    why = f"no known API at host {host} path {path}{not_ollama}"
+    return found(Dialect.UNKNOWN, wire, why, ct_wire not in (None, "json-array"))
 
 
 # --- which responses are streamed LLM answers ----------------------------------------------
