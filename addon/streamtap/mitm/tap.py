@@ -76,6 +76,12 @@ def ended_by(flow: http.HTTPFlow, message: str) -> StreamEnd:
     return StreamEnd.UPSTREAM_RESET
 
 
+def _may_have_body(flow: http.HTTPFlow) -> bool:
+    """A HEAD request's answer and 1xx, 204 and 304 answers have no body (RFC 9110): no turn to judge."""
+    status = flow.response.status_code if flow.response else 0
+    return flow.request.method != "HEAD" and status >= 200 and status not in (204, 304)
+
+
 def summary_line(s: dict[str, Any]) -> str:
     """One line per turn. The model name and the reason (which quotes the provider's error) are
     someone else's text: a newline in them would forge a line of its own, an ESC act on the terminal."""
@@ -233,7 +239,7 @@ class Tap:
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         try:
-            if flow.response is None or flow.id in self.open:
+            if flow.response is None or flow.id in self.open or not _may_have_body(flow):
                 return
             # read once (~20 µs a time, on the loop that carries the traffic): the check and the spec share it
             request = None if self.filter is not None else request_info(flow)
@@ -282,6 +288,10 @@ class Tap:
             flow.response.stream = stream_and_keep
         else:
             flow.response.stream = stream
+        # A response an addon made (server replay, map_local, a script's request hook) has its
+        # body already: mitmproxy sends it whole after the response hook and streams nothing.
+        if flow.response.raw_content:
+            flow.response.stream(flow.response.raw_content)
 
     def response(self, flow: http.HTTPFlow) -> None:
         # a live abort or reset stands in for the upstream's end even when the upstream's own end came
