@@ -9,7 +9,8 @@ Choices this module makes where the provider is silent:
 - A block left open at ``message_stop`` is corrupt, except after ``max_tokens`` /
   ``model_context_window_exceeded``: a real capture shows the provider leaving the
   cut tool block open there, so the turn is ``stopped_by_limit`` and the open block
-  keeps its raw arguments unparsed.
+  keeps its raw arguments unparsed. Only the last block started can be the cut one: an
+  open block with a later one started after it lost its ``content_block_stop``, corrupt.
 - Several messages back to back (``message_start`` again after ``message_stop``, as in
   multi-step test recordings) are assembled into one turn: blocks are appended in
   order (``extra["message"]`` numbers the second and later messages from 1), model/id/usage/stop reason come
@@ -392,18 +393,26 @@ class MessageBuilder:
         if self.open_blocks:
             raw = self.turn.stop_reason_raw
             open_indexes = sorted(self.open_blocks)
-            if raw is not None and STOP_REASONS.get(raw, (None,))[0] is VerdictKind.STOPPED_BY_LIMIT:
-                for index in open_indexes:
-                    block = self.blocks[index]
-                    if block.kind in _TOOLISH:
-                        fragments = self.fragments.get(index)
-                        block.arguments_raw = fragments.joined() if fragments else ""
-                        block.extra.pop("start_input", None)
-                        block.arguments_error = f"block never closed: the turn was cut by {raw}"
-                self.judge.note(f"blocks {open_indexes} left open by {raw}")
-            else:
+            if raw is None or STOP_REASONS.get(raw, (None,))[0] is not VerdictKind.STOPPED_BY_LIMIT:
                 self.judge.corrupt(f"message_stop with block(s) {open_indexes} started but never stopped",
                                    seq, offset, open_blocks=open_indexes)
+                return
+            # a limit cuts the block being generated, the last one: an open block that another
+            # block started after lost its content_block_stop, which the limit does not explain
+            index = open_indexes[0]
+            later = min((i for i in self.blocks if i > index), default=None)
+            if later is not None:
+                self.judge.corrupt(f"block {index} never stopped, but block {later} started after it: its "
+                                   f"content_block_stop was lost ({raw} cuts only the last block)", seq, offset,
+                                   open_blocks=open_indexes, block=index, started_after=later, stop_reason=raw)
+                return
+            block = self.blocks[index]
+            if block.kind in _TOOLISH:
+                fragments = self.fragments.get(index)
+                block.arguments_raw = fragments.joined() if fragments else ""
+                block.extra.pop("start_input", None)
+                block.arguments_error = f"block never closed: the turn was cut by {raw}"
+            self.judge.note(f"block {index} left open by {raw}")
 
     def _ping(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         if self.stopped and not self.open_message:  # keep-alive for a message already stopped

@@ -15,7 +15,8 @@ Choices this module makes where the provider is silent:
 - ``malformed_model_output`` / ``malformed_tool_use`` are ``errored``: the model failed
   to produce something the provider could parse.
 - A block left open at ``messageStop`` is corrupt, except after ``max_tokens`` /
-  ``model_context_window_exceeded`` (a cut by a limit may leave it open).
+  ``model_context_window_exceeded`` when it is the last block started (a limit cuts the
+  block being generated); an open block with a later one started after it lost its stop.
 - Several messages back to back behave as in the Anthropic module: blocks appended,
   the last message's stop reason and usage kept, a ``messageStart`` inside an open
   message is a splice (corrupt), and so is one after a ``messageStop`` whose ``metadata``
@@ -369,16 +370,24 @@ class ConverseBuilder:
             self.turn.extra["additionalModelResponseFields"] = body["additionalModelResponseFields"]
         if self.open_blocks or self.announced:
             open_indexes = sorted(self.open_blocks | self.announced)
-            if raw is not None and STOP_REASONS.get(raw, (None,))[0] is VerdictKind.STOPPED_BY_LIMIT:
-                for index in open_indexes:
-                    if index in self.fragments:
-                        block = self.blocks[index]
-                        block.arguments_raw = self.fragments.pop(index).joined()
-                        block.arguments_error = f"block never closed: the turn was cut by {raw}"
-                self.judge.note(f"blocks {open_indexes} left open by {raw}")
-            else:
+            if raw is None or STOP_REASONS.get(raw, (None,))[0] is not VerdictKind.STOPPED_BY_LIMIT:
                 self.judge.corrupt(f"messageStop with block(s) {open_indexes} started but never stopped",
                                    seq, offset, open_blocks=open_indexes)
+                return
+            # a limit cuts the block being generated, the last one: an open block that another
+            # block started after lost its contentBlockStop, which the limit does not explain
+            index = open_indexes[0]
+            later = min((i for i in set(self.blocks) | self.announced if i > index), default=None)
+            if later is not None:
+                self.judge.corrupt(f"block {index} never stopped, but block {later} started after it: its "
+                                   f"contentBlockStop was lost ({raw} cuts only the last block)", seq, offset,
+                                   open_blocks=open_indexes, block=index, started_after=later, stop_reason=raw)
+                return
+            if index in self.fragments:
+                block = self.blocks[index]
+                block.arguments_raw = self.fragments.pop(index).joined()
+                block.arguments_error = f"block never closed: the turn was cut by {raw}"
+            self.judge.note(f"block {index} left open by {raw}")
 
     def _metadata(self, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         if not self.open_message and not self.stopped:
