@@ -31,7 +31,12 @@ def finished(directory, compress: str = "none"):
         writer.frame(event, event.start / 10)
         writer.flush()
     name = "r.jsonl.zst" if compress == "zstd" else "r.jsonl"
-    return writer.finish({"verdict": {"kind": "complete", "reason": "ok"}, "stream_end": "finished"}, directory / name)
+    from streamtap.providers import StreamSession
+
+    session = StreamSession("openai-chat")
+    session.feed(BODY)
+    turn = session.close().turn.to_dict()  # verify holds the end line's turn to the bytes
+    return writer.finish({"verdict": {"kind": "complete", "reason": "ok"}, "turn": turn, "stream_end": "finished"}, directory / name)
 
 
 def verify_json(*paths) -> tuple[int, list[dict], str]:

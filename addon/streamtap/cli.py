@@ -191,8 +191,27 @@ def _interrupted(exc: Exception) -> bool:
     return type(exc).__name__ == "InterruptException" or (type(exc) is RuntimeError and str(exc) == "Query interrupted")
 
 
+def escape_what_the_output_cannot_encode() -> None:
+    """On an output that is not UTF-8 (PYTHONIOENCODING=latin-1, a legacy locale), a character it
+    cannot encode is written as its Python escape (``\\u2500``), as ``terminal_safe`` writes a
+    control character: a model's name, an answer or show's rules would otherwise stop the verb
+    with a traceback."""
+    import codecs
+
+    for stream in (sys.stdout, sys.stderr):
+        encoding, errors = getattr(stream, "encoding", None), getattr(stream, "errors", None)
+        if not encoding or not hasattr(stream, "reconfigure") or errors not in ("strict", "surrogateescape"):
+            continue  # not a stream that can be told (a test's capture), or one told already (PYTHONIOENCODING=latin-1:replace)
+        try:
+            if codecs.lookup(encoding).name != "utf-8":
+                stream.reconfigure(errors="backslashreplace")
+        except (LookupError, ValueError, OSError):  # left as it is: the verb still runs
+            pass
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    escape_what_the_output_cannot_encode()
     verb = chosen_verb(argv)
     try:
         with _interrupts_held():

@@ -287,22 +287,37 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
         analysis.verdict = Verdict(VerdictKind.UNKNOWN, f"the recording is cut or damaged: the bytes it holds read as "
                                    f"{held.kind.value}, which they cannot vouch for", held.seq, held.offset,
                                    {**evidence, "held_bytes_read_as": held.kind.value})
-    recorded_verdict = end.get("verdict") or {}
-    recorded_kind = recorded_verdict.get("kind")
-    # the proxy could not parse arguments beyond its cap and said unknown: judging them here is the answer
-    evidence = recorded_verdict.get("evidence")
-    not_kept = isinstance(evidence, dict) and evidence.get("arguments_not_kept") is True
-    if recorded_kind and not not_kept and dialect.value == recorded and not damage:
-        if recorded_kind != analysis.verdict.kind.value:
-            problems.append(f"the recording says {recorded_kind}, judging its bytes again says {analysis.verdict.kind.value}")
-        elif isinstance(end.get("turn"), dict):  # the fleet view takes the model and the usage from it
-            differs = turn_difference(end["turn"], analysis.turn.to_dict())
-            if differs:
-                problems.append(differs)
+    if lines.end is not None:
+        problems += end_line_problems(lines.end, analysis, rejudged=dialect.value == recorded and not damage)
     injected = end.get("injected_fault")
     if injected:
         analysis.verdict.evidence["injected_fault"] = injected
     return Judged(path, analysis, dialect, how, "recording", "; ".join(problems) or None, injected or None)
+
+
+def end_line_problems(end: dict, analysis: Analysis, rejudged: bool) -> list[str]:
+    """Where the end line disagrees with ``analysis``, its bytes judged again (``rejudged``: as the
+    proxy judged them, same dialect, nothing damaged). No hash covers the end line, and report and
+    index take the verdict, the model and the usage from it: each of them must be the bytes' own."""
+    recorded = end.get("verdict") or {}  # the reader checked its types
+    kind = recorded.get("kind")
+    if not kind:  # the proxy and the importer always write one: without it, report shows none
+        return ["the end line holds no verdict"]
+    if not rejudged:
+        return []
+    evidence = recorded.get("evidence")
+    # the proxy could not parse arguments beyond its cap and said unknown (only then does it say
+    # arguments_not_kept): judging them here is the answer. Its turn is still the bytes' turn
+    not_kept = kind == VerdictKind.UNKNOWN.value and isinstance(evidence, dict) and evidence.get("arguments_not_kept") is True
+    if kind != analysis.verdict.kind.value and not not_kept:
+        return [f"the recording says {kind}, judging its bytes again says {analysis.verdict.kind.value}"]
+    turn = end.get("turn")
+    if isinstance(turn, dict):  # the fleet view takes the model and the usage from it
+        differs = turn_difference(turn, analysis.turn.to_dict())
+        return [differs] if differs else []
+    if kind == VerdictKind.UNKNOWN.value and not not_kept:  # a proxy whose analysis failed writes no turn, and says unknown
+        return []
+    return ["the end line holds no turn, its bytes give one"]
 
 
 def _unvouched(kind: VerdictKind, checked: list[str]) -> bool:

@@ -1,0 +1,125 @@
+"""`streamtap verify` holds a recording's end line to its bytes: report and index take the verdict,
+the model and the usage from that line, which no hash covers. A forged line must be a finding
+(exit 1), whatever flag it carries, and the recordings the proxy really writes must stay clean."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from streamtap.providers import Dialect, StreamSession
+from streamtap.recording import RecordingWriter
+
+REAL_RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "openai-chat.jsonl"
+STREAMTAP = Path(sys.executable).with_name("streamtap")
+
+
+def streamtap(*args: str | Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(STREAMTAP), *map(str, args)], capture_output=True, text=True, timeout=60)
+
+
+def edit_end(path: Path, change) -> Path:
+    """``path`` with its end line changed by ``change(end)`` (the hashes cover the bytes, not the end line)."""
+    lines = path.read_bytes().split(b"\n")[:-1]
+    end = orjson.loads(lines[-1])
+    change(end)
+    edited = path.with_name("edited_" + path.name)
+    edited.write_bytes(b"\n".join([*lines[:-1], json.dumps(end, separators=(",", ":")).encode()]) + b"\n")
+    return edited
+
+
+def not_kept(end: dict) -> None:
+    end["verdict"]["evidence"]["arguments_not_kept"] = True
+
+
+def forged_turn(end: dict) -> None:
+    end["turn"]["model"] = "gpt-5-FAKE"
+    end["turn"]["usage"]["output"] = 999999
+
+
+@pytest.fixture
+def recording(tmp_path) -> Path:
+    copy = tmp_path / REAL_RECORDING.name
+    shutil.copyfile(REAL_RECORDING, copy)
+    assert streamtap("verify", copy).returncode == 0
+    return copy
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda end: (end["verdict"].update(kind="errored"), not_kept(end)), "the recording says errored, judging its bytes again says complete"),
+    (lambda end: (forged_turn(end), not_kept(end)), 'the recording\'s turn has model "gpt-5-FAKE", its bytes give "gpt-4.1-nano"'),
+    (lambda end: (end.pop("verdict"), forged_turn(end)), "the end line holds no verdict"),
+    (lambda end: end.pop("verdict"), "the end line holds no verdict"),
+    (lambda end: end.pop("turn"), "the end line holds no turn, its bytes give one"),
+    (lambda end: (end.pop("turn"), not_kept(end)), "the end line holds no turn, its bytes give one"),
+], ids=["kind-with-flag", "turn-with-flag", "no-verdict-forged-turn", "no-verdict", "no-turn", "no-turn-with-flag"])  # fmt: skip
+def test_a_forged_end_line_is_a_finding(recording, change, says):
+    result = streamtap("verify", edit_end(recording, change))
+    assert result.returncode == 1 and says in result.stdout, (result.stdout, result.stderr)
+
+
+def _chat_with_huge_arguments(size: int) -> bytes:
+    """An openai-chat answer that calls a tool with ``size`` characters of arguments and stops normally."""
+    base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-x"}
+
+    def chunk(delta: dict, finish_reason: str | None = None) -> bytes:
+        return b"data: " + orjson.dumps({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}) + b"\n\n"
+
+    arguments = orjson.dumps({"data": "y" * size}).decode()
+    call = {"index": 0, "id": "call_0", "type": "function", "function": {"name": "w", "arguments": ""}}
+    pieces = [chunk({"role": "assistant"}), chunk({"tool_calls": [call]})]
+    pieces += [chunk({"tool_calls": [{"index": 0, "function": {"arguments": arguments[i : i + 4000]}}]})
+               for i in range(0, len(arguments), 4000)]  # fmt: skip
+    return b"".join([*pieces, chunk({}, "tool_calls"), b"data: [DONE]\n\n"])
+
+
+@pytest.fixture
+def not_kept_recording(tmp_path) -> Path:
+    """A recording as the proxy writes it when a call's arguments pass its cap: it keeps their start,
+    cannot parse them, and says unknown with arguments_not_kept."""
+    path = tmp_path / "huge-arguments.jsonl"
+    body = _chat_with_huge_arguments(20_000)
+    writer = RecordingWriter(path)
+    writer.header({"dialect": "openai-chat", "wire": {"format": "sse", "content_encoding": None},
+                   "request": {"method": "POST", "url": "https://api.openai.com/v1/chat/completions", "headers": []},
+                   "response": {"status": 200, "headers": [["content-type", "text/event-stream"]]}})
+    session = StreamSession(Dialect.OPENAI_CHAT, arguments_cap=1000)
+    for i in range(0, len(body), 4096):
+        writer.read(body[i : i + 4096], 10.0)
+        for event in session.feed(body[i : i + 4096], 0.01):
+            writer.frame(event, 10.0)
+    analysis = session.close()
+    for event in analysis.events:
+        writer.frame(event, 10.0)
+    turn = analysis.turn.to_dict()
+    turn.get("timing", {}).pop("arrivals", None)  # as the proxy writes it
+    writer.finish({"verdict": analysis.verdict.to_dict(), "turn": turn, "stream_end": "finished"})
+    end = orjson.loads(path.read_bytes().split(b"\n")[-2])
+    assert end["verdict"]["kind"] == "unknown" and end["verdict"]["evidence"]["arguments_not_kept"] is True
+    assert end["turn"]["choices"][0]["blocks"][0]["extra"]["arguments_dropped_chars"] > 0  # the case under test
+    return path
+
+
+def test_the_proxys_unknown_for_arguments_it_could_not_keep_verifies_clean(not_kept_recording):
+    """verify parses every argument and says complete; the proxy's unknown and its shortened
+    arguments are no contradiction."""
+    result = streamtap("verify", not_kept_recording)
+    assert result.returncode == 0 and ": complete " in result.stdout and "recording:" not in result.stdout, result.stdout
+
+
+def test_the_turn_of_an_unknown_for_arguments_not_kept_is_still_compared(not_kept_recording):
+    result = streamtap("verify", edit_end(not_kept_recording, forged_turn))
+    assert result.returncode == 1 and 'the recording\'s turn has model "gpt-5-FAKE", its bytes give "gpt-x"' in result.stdout, result.stdout
+
+    def kept_start_edited(end: dict) -> None:
+        block = end["turn"]["choices"][0]["blocks"][0]
+        block["arguments_raw"] = block["arguments_raw"][:100] + "z" + block["arguments_raw"][101:]
+
+    result = streamtap("verify", edit_end(not_kept_recording, kept_start_edited))
+    assert result.returncode == 1 and "block 0: arguments_raw" in result.stdout, result.stdout
