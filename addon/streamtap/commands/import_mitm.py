@@ -25,11 +25,13 @@ also pass `--set store_streamed_bodies=true`:
   mitmdump -w capture.mitm -s "$(streamtap addon)" --set store_streamed_bodies=true
 
 Flows whose body is missing are listed as skipped. Importing the same capture again
-skips the flows already recorded in the output directory.
+skips the flows already recorded in the output directory, and imports again a flow
+whose recording an import stopped midway (Ctrl-C, a kill) left unfinished.
 """
 
 EPILOG = """\
-Exit codes: 0 every streamed answer imported; 1 none found, some skipped, or the
+Exit codes: 0 every streamed answer imported; 1 none found, some skipped (each line
+says why: no body kept, another import into the same folder writing it...), or the
 capture is cut short or damaged (mitmdump stopped while writing it, a partial
 copy): the flows before that point are imported, and stderr says how many were
 read; 2 a usage error, or a file that is not a mitmproxy capture (nothing is
@@ -81,6 +83,7 @@ class Progress:
 
 def run(args: argparse.Namespace) -> int:
     from streamtap.recording.importer import CaptureError, CaptureIncomplete, import_capture, is_llm_stream
+    from streamtap.recording.writer import RecordingError
 
     from .verify import check_sentinel, shown_path
 
@@ -105,12 +108,15 @@ def run(args: argparse.Namespace) -> int:
     check_names("--redact-allow", args.redact_allow)
 
     written = skipped = already = 0
-    incomplete = None
+    incomplete = failed = None
     try:
         for item in import_capture(
             source, args.out, matches=matches, sentinel=args.sentinel, redact=args.redact,
             redact_allow=args.redact_allow, progress=Progress(not args.quiet),
         ):
+            for removed in item.removed:
+                print(f"streamtap import: removed {shown_path(removed)}, left unfinished by an import that was stopped; "
+                      "importing the flow again", file=sys.stderr)
             if item.already:
                 already += 1
                 print(f"{shown_path(item.path)}  already imported ({item.url})")
@@ -130,8 +136,13 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     except PermissionError as exc:
         raise UsageError(f"--out {shown_path(args.out)}: {exc.strerror}") from None
+    except RecordingError as exc:  # a recording could not be written: what was written stays, and is said
+        failed = exc
 
     total = written + skipped + already
+    if failed is not None:
+        print(f"streamtap import: stopped after {total} flows: {failed}", file=sys.stderr)
+        return EXIT_FINDING
     if incomplete is not None:
         print(f"streamtap import: {incomplete}", file=sys.stderr)
         if not incomplete.flows:

@@ -11,22 +11,26 @@ A response that mitmproxy streamed is only in the capture if it was made with
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from streamtap.providers import StreamEnd, StreamSession, detect_dialect
 from streamtap.wire import DEFAULT_MAX_EVENT
 
+from .compress import SUFFIX
 from .content import content_encoded
 from .flows import is_llm_stream, request_info
 from .header import flow_header
 from .reader import shown_path
 from .redact import Redactor
-from .writer import RecordingError, RecordingWriter, final_name
+from .writer import RecordingError, RecordingWriter, final_name, partial_recordings
 
 
 class CaptureError(RecordingError):
@@ -56,6 +60,7 @@ class Imported:
     bytes: int = 0
     skipped: str | None = None  # why no recording was written
     already: bool = False  # a recording of this flow was in the directory already
+    removed: list[Path] = field(default_factory=list)  # unfinished files of a stopped import, replaced
 
 
 def read_flows(source: Path) -> Iterator[Any]:
@@ -129,6 +134,11 @@ def import_flow(
     if earlier:
         result.path, result.already, result.skipped = earlier[0], True, "already imported"
         return result
+    started = response.timestamp_start or request.timestamp_start or 0.0
+    result.removed, blocked = _remove_stopped_imports(out, started, flow.id)
+    if blocked:
+        result.skipped = blocked
+        return result
     wire = response.raw_content
     if wire is None:
         if flow.error is not None:
@@ -148,11 +158,15 @@ def import_flow(
         sentinel=sentinel, max_event_size=DEFAULT_MAX_EVENT,
     )
     encoded = content_encoded(response.headers.get("content-encoding"))  # as the reader will take it
-    started = response.timestamp_start or request.timestamp_start or 0.0
-    writer = RecordingWriter.create(
-        out, started=started, provider=result.provider, flow_id=flow.id, redact=redact, redact_allow=redact_allow,
-        encoded=encoded
-    )
+    try:
+        writer = RecordingWriter.create(
+            out, started=started, provider=result.provider, flow_id=flow.id, redact=redact, redact_allow=redact_allow,
+            encoded=encoded
+        )
+    except RecordingError as exc:  # another import into this folder began this flow meanwhile
+        result.skipped = str(exc)
+        return result
+    finished = False
     try:
         writer.header(flow_header(
             flow,
@@ -189,11 +203,78 @@ def import_flow(
             },
             final,
         )
+        finished = True
     finally:
+        if not finished:  # stopped (Ctrl-C) or failed: the capture still holds the flow, so
+            _discard(writer)  # an unfinished file of it is no evidence, only in the next run's way
         writer.close()
     result.verdict, result.reason = verdict.kind.value, verdict.reason
     result.model, result.events, result.bytes = analysis.turn.model, analysis.wire_events, analysis.bytes
     return result
+
+
+def _remove_stopped_imports(out: Path, started: float, flow_id: str) -> tuple[list[Path], str | None]:
+    """Remove the unfinished recordings of this flow that an import stopped midway left (a kill,
+    a crash): the capture still holds the flow, so it is imported again. Returns the files
+    removed, and why the flow cannot be imported now: another writer holds one of them (an
+    import into the same folder running), or one is not an import's (a proxy's recording, cut
+    short: evidence, left as it is)."""
+    removed = []
+    for path in partial_recordings(out, started, flow_id):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:  # its writer finished or removed it meanwhile
+            continue
+        except OSError as exc:
+            return removed, f"{shown_path(path)}, an unfinished recording of this flow, cannot be read: {exc.strerror or exc}"
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as RecordingWriter locks: it is free once its writer is gone
+            except BlockingIOError:
+                return removed, f"{shown_path(path)} is being written right now (another import into this folder?): left as it is"
+            try:
+                same = os.path.samestat(os.stat(path), os.fstat(fd))
+            except FileNotFoundError:
+                same = False
+            if not same:  # removed (and begun again) by another import while this one waited
+                continue
+            if not _written_by_import(path, fd):
+                return removed, (f"{shown_path(path)} is an unfinished recording of this flow that no import wrote "
+                                 "(a proxy stopped while recording it): left as it is")
+            os.unlink(path)
+            removed.append(path)
+        finally:
+            os.close(fd)  # (drops the lock)
+    return removed, None
+
+
+def _written_by_import(path: Path, fd: int) -> bool:
+    """Whether an unfinished recording is an import's: empty (nothing in it to lose), or its
+    first line is a header naming the capture it was imported from. An import writes the header
+    whole (a file may still lack the newline after it: the writer buffers that)."""
+    if str(path).endswith(SUFFIX):  # import never compresses
+        return False
+    first = bytearray()
+    while b"\n" not in first:
+        chunk = os.pread(fd, 1 << 20, len(first))
+        if not chunk:
+            break
+        first += chunk
+    if not first:
+        return True
+    try:
+        header = orjson.loads(first.split(b"\n", 1)[0])
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(header, dict) and header.get("type") == "header" and "imported_from" in header
+
+
+def _discard(writer: RecordingWriter) -> None:
+    """Remove the file ``writer`` has not finished, while it still holds the lock."""
+    try:
+        os.unlink(writer.path)
+    except OSError:  # then it stays behind, and the next import removes it
+        pass
 
 
 def import_capture(
@@ -219,7 +300,11 @@ def import_capture(
                 progress(count)
             if not isinstance(flow, http.HTTPFlow) or flow.response is None or not matches(flow):
                 continue
-            yield import_flow(flow, out, source, sentinel=sentinel, redact=redact, redact_allow=redact_allow)
+            try:
+                imported = import_flow(flow, out, source, sentinel=sentinel, redact=redact, redact_allow=redact_allow)
+            except RecordingError as exc:  # this flow's recording cannot be written: said, and the others go on
+                imported = Imported(flow.id, Redactor(redact, redact_allow).url(flow.request.pretty_url), skipped=str(exc))
+            yield imported
     finally:
         for folder in made:
             try:
