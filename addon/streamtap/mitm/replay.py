@@ -40,6 +40,7 @@ from streamtap.replay.faults import (
     Timing,
     check_live_position,
     parse_faults,
+    reads_events,
     unfit_faults,
 )
 from streamtap.replay.match import Library, MatchOptions
@@ -271,6 +272,14 @@ class Faults:
             log.warning(f"streamtap: flow {flow.id[:12]}: fault not applied: {exc}")
             return
         specs = "; ".join(f.spec for f in faults)
+        encoding = flow.response.headers.get("content-encoding", "").strip().lower()
+        if encoding not in ("", "identity") and reads_events(faults):
+            # the bytes on the wire are compressed: a decoder would find no event in them and hold the
+            # whole body back until the upstream ends. The flow passes untouched, as with a spec that does not fit.
+            log.warning(f"streamtap: flow {flow.id[:12]}: fault not applied: {specs}: the body is {encoding}-encoded; event "
+                        "faults need an identity body (their events cannot be read from the compressed bytes as they pass; "
+                        "cut:byte= and fragment work on them)")
+            return
         if any(f.kind == "fragment" for f in faults):  # it re-chunks every stream, and logs only at the end
             flow.metadata[INJECTED] = specs
         self.live[flow.id] = live

@@ -93,6 +93,13 @@ class PositionFinder:
                 self.wanted -= NEEDS_THE_TURN
             else:  # a dialect that never judges a stream truncated has no terminal event to cut before
                 self._ended = _ended(_copy(self._session).close().verdict.kind)
+                # said now, not found never: a live cut that can never apply is refused at the flow's start
+                if self._ended:
+                    self.wanted -= {"before-terminal"}
+                if str(dialect) == Dialect.UNKNOWN:  # its assembler builds no blocks: no tool call, no second block
+                    self.wanted -= {"tool-args", "between-blocks"}
+                if not self.wanted & NEEDS_THE_TURN:
+                    self._session = None
 
     @property
     def holding(self) -> int | None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from streamtap.providers import Dialect
-from streamtap.providers.positions import POSITION_NAMES, Position, PositionFinder, find_positions
+from streamtap.providers.positions import EVENTSTREAM_ONLY, POSITION_NAMES, PositionFinder, find_positions
 from streamtap.recording.flows import INJECTED_HEADER
 
 from .source import Frame, Source, view_frame
@@ -137,6 +137,8 @@ def parse_fault(spec: str) -> Fault:
             raise FaultSpecError(f"{spec!r}: {kind} needs {key}=")
     if kind == "cut" and sum(k in params for k in ("byte", "at")) + ("event" in params and "at" not in params) != 1:
         raise FaultSpecError(f"{spec!r}: cut needs exactly one of event=, byte=, at=")
+    if kind == "stall" and "after" in params and "byte" in params:  # plan() would take byte= and drop after= unsaid
+        raise FaultSpecError(f"{spec!r}: stall takes after= or byte=, not both")
     if kind == "fragment" and params["max"] < 1:
         raise FaultSpecError(f"{spec!r}: fragment max must be >= 1")
     if kind == "bandwidth" and params["bps"] < 8:
@@ -729,6 +731,12 @@ LIVE_KINDS = ("cut", "corrupt", "drop", "duplicate", "reorder", "error", "fragme
 _RESHAPING = ("drop", "duplicate", "reorder", "corrupt", "error")  # in the spec's order, as plan() applies them
 
 
+def reads_events(faults: list[Fault]) -> bool:
+    """Whether live ``faults`` read the events as they pass (all but byte cuts and fragment, which
+    work on the bytes as they came, compressed or not)."""
+    return any(f.kind != "fragment" and not (f.kind == "cut" and "byte" in f.params) for f in faults)
+
+
 class LiveFaults:
     """The same faults on a body that is still arriving (the mitmproxy addon's live mode).
 
@@ -738,7 +746,8 @@ class LiveFaults:
     Positions count the events as served, as in replay: drop, duplicate, reorder, corrupt
     and error each number the events the faults before them passed on, and the cuts number
     the events the client gets. A protocol-aware cut holds back the events it may still fall
-    in (a tool call's, until its arguments are known).
+    in (a tool call's, until its arguments are known), and a cut found waits while another may
+    still be found earlier: the earliest ends the stream, at a tie the first in the spec, as in replay.
     Where replay defaults to the middle event (error's after=, corrupt's frame=, the message of
     cut:at=prelude|crc), a live spec must name it: the middle of a stream still arriving is unknown.
     Timing faults (stall, latency, bandwidth) and swap-tail need a recording (use replay).
@@ -765,7 +774,7 @@ class LiveFaults:
                     raise FaultSpecError(f"{fault.spec!r}: {exc}") from None
         self.end: str | None = None
         self.log: list[str] = []
-        self._framed = any(f.kind != "fragment" and not (f.kind == "cut" and "byte" in f.params) for f in faults)
+        self._framed = reads_events(faults)
         self._decoder = _decoder(wire) if self._framed else None
         self._n = 0  # events that came from the upstream
         self._sent = 0  # body bytes forwarded
@@ -773,7 +782,9 @@ class LiveFaults:
         self._erred: int | None = None  # the stage whose injected error ends the stream, until it has
         self._order = {id(f): i for i, f in enumerate(faults)}  # ties between cuts go to the first in the spec
         self._ending: tuple[int, Fault, str] | None = None  # the cut that ends the stream: its position, fault, what
-        self._pending: tuple[int, Fault, int] | None = None  # an event cut waiting on the finders: position, fault, event
+        # the earliest cut found so far (an event cut or a protocol-aware one), waiting while a finder may
+        # still find an earlier position: its body offset, fault, what (for the log) and event
+        self._pending: tuple[int, Fault, str, int] | None = None
         self._event_cuts = [f for f in faults if f.kind == "cut" and "event" in f.params and "at" not in f.params]
         self._served = 0  # events served (after the reshaping faults)
         self._at = 0  # body offset of the next event served (held back or forwarded)
@@ -785,8 +796,12 @@ class LiveFaults:
             for fault in faults
             if fault.kind == "cut" and "at" in fault.params
         ]
-        self._waiting: list[_Waiting] = []  # events held while a finder cannot yet say whether the cut falls in them
-        self._fed = 0  # events shown to the finders
+        for fault, finder in self._finders:  # a position this stream can never have is refused now, as replay refuses it
+            name = fault.params["at"]
+            if name not in finder.wanted:
+                why = "it lies inside an event-stream message" if name in EVENTSTREAM_ONLY else f"the stream's dialect ({dialect}) has no turn to read it from"
+                raise FaultSpecError(f"{fault.spec!r}: this {wire} stream has no {name} position ({why})")
+        self._waiting: list[_Waiting] = []  # events held while a cut may still fall in them
         self._rng = {id(f): random.Random(f.params.get("seed", 0)) for f in faults if f.kind == "fragment"}
 
     def feed(self, data: bytes) -> list[bytes]:
@@ -808,19 +823,13 @@ class LiveFaults:
             return []
         tail = b"".join(e.raw for e in self._decoder.close())
         out = self._serve(self._flush(0))
-        if self.end is None and self._pending is not None:  # no finder found an earlier position
+        if self.end is None and self._served == 0:  # cut:event=-1 still ends a stream without events (as in replay)
+            self._cut_before_event_0()
+        if self.end is None:  # every position is known now: the earliest cut found ends the stream
             out += self._settle(final=True)
-        if self.end is None:
-            self._cut_before_no_event()
         if self.end is None:
             out += self._release() + tail
         return self._output(out)
-
-    def _cut_before_no_event(self) -> None:
-        """``cut:event=-1`` on a stream that served no event still ends it, in its style (as in replay)."""
-        fault = next((f for f in self._event_cuts if f.params["event"] == -1), None)
-        if fault is not None and self._served == 0:
-            self._end_by(fault, 0, "after event -1")
 
     def ended(self) -> None:
         """At the flow's end: a log line for each fault that has not said what it did (every fault is logged)."""
@@ -918,7 +927,7 @@ class LiveFaults:
             if self.end is not None:
                 break
             out += self._serve_one(raw)
-        if erred is not None and self.end is None and self._pending is not None:  # the error ends the stream past it
+        if erred is not None and self.end is None:  # the error ends the stream: a cut found before it does
             out += self._settle(final=True)
         if erred is not None and self.end is None:
             self.end = "clean"
@@ -927,90 +936,84 @@ class LiveFaults:
         return out
 
     def _serve_one(self, raw: bytes) -> bytes:
+        """One event served: every finder sees it (one may find a position in an event held back),
+        the cuts found are weighed as replay's plan weighs them, and what no cut can fall in goes out."""
         n, at = self._served, self._at
         self._served += 1
         self._at += len(raw)
+        if n == 0:
+            self._cut_before_event_0()
+        if self._pending is None or at < self._pending[0]:  # an event past a cut found is never forwarded
+            self._waiting.append(_Waiting(n, raw, at))
+        for fault, finder in self._finders:
+            for position in finder.event(raw):
+                self._propose(position.offset, fault, position.what, position.event)
         for fault in self._event_cuts:
-            if fault.params["event"] == -1 and n == 0:
-                self._end_by(fault, at, "after event -1")
-                return b""
-        if not self._finders:
-            out = raw
-        else:
-            cut = self._cut_inside(raw, at)
-            if cut is not None:
-                return cut
-            if self._pending is not None:  # past an event cut: only the finders see this event
-                return self._settle()
-            out = self._hold_or_release(raw, at)
-        fault = next((f for f in self._event_cuts if f.params["event"] == n), None)
-        if fault is None:
-            return out
-        if not self._finders:
-            self._end_by(fault, at + len(raw), f"after event {n}")
-            return out
-        self._pending = (at + len(raw), fault, self._fed - 1)
-        return out + self._settle()
+            if fault.params["event"] == n:
+                self._propose(at + len(raw), fault, f"after event {n}", n)
+        return self._settle()
+
+    def _cut_before_event_0(self) -> None:
+        """``cut:event=-1`` falls at byte 0; a finder first in the spec may still cut there too."""
+        for fault in self._event_cuts:
+            if fault.params["event"] == -1:
+                self._propose(0, fault, "after event -1", -1)
+
+    def _propose(self, position: int, fault: Fault, what: str, event: int) -> None:
+        """A cut found: it replaces the one pending when it comes earlier (at a tie, first in the spec),
+        as the earliest cut wins in replay."""
+        key = (position, self._order[id(fault)])
+        if self._pending is None or key < (self._pending[0], self._order[id(self._pending[1])]):
+            self._pending = (position, fault, what, event)
 
     def _settle(self, final: bool = False) -> bytes:
-        """The pending event cut ends the stream once no finder may still find an earlier
-        position (or, at a tie, one first in the spec); what it held back before the cut goes out."""
-        position, fault, event = self._pending
+        """What goes out now. The pending cut ends the stream once no finder may still find an
+        earlier position (or, at a tie, one first in the spec), or at the stream's end (``final``);
+        until then the events it may cut into stay held."""
+        if self._pending is not None and (final or self._settled()):
+            position, fault, what, _event = self._pending
+            self._pending = None
+            self._end_by(fault, position, what)
+            return self._release()  # _output keeps what comes before the cut
+        return self._release_safe()
+
+    def _settled(self) -> bool:
+        """No finder may still find a position before the pending cut (a tool call's arguments are
+        known late, in an event held back), nor at it when first in the spec."""
+        position, fault, _what, event = self._pending
         for other, finder in self._finders:
-            if final or finder.found:
+            if finder.found or not finder.wanted:  # found (and proposed) already, or never will
                 continue
             if finder.holding is not None and finder.holding <= event:
-                return b""
-            if self._order[id(other)] < self._order[id(fault)] and self._fed - 1 == event:
-                return b""  # it may still cut right where the event cut does
-        self._pending = None
-        self._end_by(fault, position, f"after event {fault.params['event']}")
-        return self._release()
-
-    def _cut_inside(self, raw: bytes, at: int) -> bytes | None:
-        """The bytes to forward when a protocol-aware cut falls in this event or in one held back
-        (the stream then ends); None when it does not (yet). Of the positions found, the earliest
-        wins, as in replay; one past a pending event cut is never reached."""
-        self._fed += 1
-        found = [(fault, position) for fault, finder in self._finders for position in finder.event(raw)]
-        if not found:
-            return None
-        fault, position = min(found, key=lambda fp: (self._body_offset(fp[1], at), self._order[id(fp[0])]))
-        where = self._body_offset(position, at)
-        if self._pending is not None:
-            pending_at, pending = self._pending[:2]
-            if (pending_at, self._order[id(pending)]) < (where, self._order[id(fault)]):
-                return self._settle()
-        held = next((w for w in self._waiting if w.event == position.event), None)
-        if held is not None:
-            raw = held.raw
-        before = [w for w in self._waiting if w.event < position.event]
-        self._waiting, self._pending = [], None
-        self._end_by(fault, where, position.what)
-        return b"".join(w.raw for w in before) + raw[: position.inside]
-
-    def _body_offset(self, position: Position, at: int) -> int:
-        """Where ``position`` (in the event at ``at`` or in one held back) falls in the body served."""
-        held = next((w for w in self._waiting if w.event == position.event), None)
-        return (held.at if held is not None else at) + position.inside
+                return False  # it may still find a position in an event held back, before this one
+            if position == self._at and self._order[id(other)] < self._order[id(fault)]:
+                return False  # it may still cut right where this one does, at the next event's start
+        return True
 
     def _end_by(self, fault: Fault, position: int, what: str) -> None:
         """A cut ends the stream at ``position``; ``_output`` logs it, unless a byte cut comes first."""
         self.end = fault.params.get("style", "clean")
         self._ending = (position, fault, what)
 
-    def _hold_or_release(self, raw: bytes, at: int) -> bytes:
-        """Forward what no finder may still cut into; hold the rest (this event included)."""
-        undecided = [f.holding for _fault, f in self._finders if f.holding is not None]
-        if not undecided:
-            return self._release() + raw
-        self._waiting.append(_Waiting(self._fed - 1, raw, at))
-        return self._release(before=min(undecided))
+    def _release_safe(self) -> bytes:
+        """Forward the events held back that no cut can fall in any more: those before every event
+        a finder holds undecided, and wholly before the pending cut."""
+        holding = min((f.holding for _fault, f in self._finders if f.holding is not None), default=None)
+        limit = self._pending[0] if self._pending is not None else None
+        done = 0
+        for w in self._waiting:
+            if (holding is not None and w.event >= holding) or (limit is not None and w.at + len(w.raw) > limit):
+                break
+            done += 1
+        out = b"".join(w.raw for w in self._waiting[:done])
+        self._waiting = self._waiting[done:]
+        return out
 
-    def _release(self, before: int | None = None) -> bytes:
-        done = [w for w in self._waiting if before is None or w.event < before]
-        self._waiting = self._waiting[len(done) :]
-        return b"".join(w.raw for w in done)
+    def _release(self) -> bytes:
+        """Everything held back (the stream has ended: ``_output`` cuts it where the cut falls)."""
+        out = b"".join(w.raw for w in self._waiting)
+        self._waiting = []
+        return out
 
     def _cut_earliest(self, reach: int) -> None:
         """A byte cut within the ``reach`` bytes in hand ends the stream there, when it comes before

@@ -148,6 +148,15 @@ class _Entry:
     redacted_body: bool = False  # the body holds redacted values
 
 
+@dataclass(frozen=True, slots=True)
+class Match:
+    """A recording found for a request, not yet counted as served (``Library.consume`` counts it)."""
+
+    source: Source
+    entry: _Entry
+    counts: bool  # a new answer; False for a resume that continues one served already (--once)
+
+
 class Library:
     """The recordings a server answers from, indexed by request key."""
 
@@ -209,18 +218,32 @@ class Library:
         """The recording that answers the request. A ``resume`` (a Last-Event-ID request) continues
         an answer already given: under ``once`` it comes from the recording of that request served
         last, and serving it again does not count."""
+        found = self.find(method, target, headers, body, resume=resume)
+        if found is None:
+            return None
+        self.consume(found)
+        return found.source
+
+    def find(self, method: str, target: str, headers: dict[str, str], body: bytes, *, resume: bool = False) -> Match | None:
+        """What ``match`` finds, without using it up: a server that may still refuse the request
+        (a bad fault header, an unknown Last-Event-ID) calls ``consume`` only once it answers, so
+        under ``once`` a refused request leaves the recording for the next one."""
         request = self._request(method, target, headers, body)
         with self._lock:
             entry = self._resumed(request) if resume else None
             if entry is not None:
-                return entry.source
+                return Match(entry.source, entry, counts=False)
             entry = self._first_answer(request)
-            if entry is None:
-                return None
-            entry.served += 1
+            return None if entry is None else Match(entry.source, entry, counts=True)
+
+    def consume(self, found: Match) -> None:
+        """Count ``found`` as served (a resume that continues an answer counts nothing)."""
+        if not found.counts:
+            return
+        with self._lock:
+            found.entry.served += 1
             self._answered += 1
-            entry.served_last = self._answered
-            return entry.source
+            found.entry.served_last = self._answered
 
     def has_match(self, method: str, target: str, headers: dict[str, str], body: bytes, *, resume: bool = False) -> bool:
         request = self._request(method, target, headers, body)

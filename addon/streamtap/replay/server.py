@@ -117,6 +117,9 @@ class ReplayServer:
         self._as_served: dict[int, Source] = {}  # id(recording) -> its body as served
         self._plans: dict[tuple, Plan] = {}
         self._writers: set[asyncio.StreamWriter] = set()
+        # the connection handlers: a stream still waiting (original timing, a stall) when the server
+        # closes must end with it, not be left pending for a later garbage collection to complain of
+        self._handlers: set[asyncio.Task] = set()
         self.host, self.port = "127.0.0.1", 0
 
     @property
@@ -137,8 +140,10 @@ class ReplayServer:
     async def close(self) -> None:
         if self._server is not None:
             server = self._server
+            handlers = list(self._handlers)
             self.close_now()
             await server.wait_closed()
+            await asyncio.gather(*handlers, return_exceptions=True)
 
     def close_now(self) -> None:
         """Stop listening and drop every connection, without waiting for them to be gone."""
@@ -146,6 +151,8 @@ class ReplayServer:
             self._server.close()
             for writer in list(self._writers):
                 writer.transport.abort()
+            for handler in list(self._handlers):
+                handler.cancel()
             self._server = None
 
     @property
@@ -197,6 +204,9 @@ class ReplayServer:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
+        handler = asyncio.current_task()
+        if handler is not None:
+            self._handlers.add(handler)
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -224,6 +234,7 @@ class ReplayServer:
                 pass
         finally:
             self._writers.discard(writer)
+            self._handlers.discard(handler)
             if not writer.transport.is_closing():
                 writer.close()
 
@@ -232,8 +243,11 @@ class ReplayServer:
         # an empty Last-Event-ID names no event: the client has no id to resume from (WHATWG clients
         # do not send one then), so the answer is the whole stream
         resume_id = request.headers.get("last-event-id") or None
-        source = lib.match(request.method, request.target, request.headers, request.body, resume=resume_id is not None)
-        if source is None:
+        # matched, not yet used up (--once): a request refused below (a bad fault header, an unknown
+        # Last-Event-ID) leaves the recording for the corrected retry. Nothing awaits between here
+        # and the consume below, so no other request on this server can take the same recording.
+        found = lib.find(request.method, request.target, request.headers, request.body, resume=resume_id is not None)
+        if found is None:
             body = lib.explain(request.method, request.target, request.headers, request.body)
             self._record(Served(request.method, request.target, 404, None, []))
             await _send_json(writer, 404, body, close=not request.keep_alive, head_only=request.method == "HEAD")
@@ -244,17 +258,21 @@ class ReplayServer:
                 from_header = parse_faults(request.headers[FAULT_HEADER])
                 self._header_others(from_header)
             except (FaultSpecError, ValueError) as exc:
-                return await self._refuse_fault(request, writer, source, exc)
+                return await self._refuse_fault(request, writer, found.source, exc)
         faults = self.options.faults + from_header
-        source = self.served_source(source)
+        source = self.served_source(found.source)
         start_after = None
         if resume_id is not None:
             start_after = resume_position(source, resume_id)
             if start_after is None:
-                message = f"Last-Event-ID {resume_id!r} names no event of {source.path}"
+                if source.wire == "sse":
+                    message = f"Last-Event-ID {resume_id!r} names no event of {source.path}"
+                else:
+                    message = (f"Last-Event-ID {resume_id!r}: {source.path} is not SSE but {source.wire}, "
+                               "a format that carries no event ids to resume from")
                 self._record(Served(request.method, request.target, 404, source.path, []))
                 error = {"error": {"type": "streamtap_unknown_event_id", "message": message}}
-                await _send_json(writer, 404, error, head_only=request.method == "HEAD")
+                await _send_json(writer, 404, error, close=not request.keep_alive, head_only=request.method == "HEAD")
                 return request.keep_alive
             if not self.options.fault_on_resume:
                 # the server's own faults spare a resume, so a client can recover after a cut;
@@ -264,6 +282,7 @@ class ReplayServer:
             the_plan = self._plan(source, faults, start_after)
         except FaultSpecError as exc:
             return await self._refuse_fault(request, writer, source, exc)
+        lib.consume(found)  # served now: under --once the recording is used up
         served = Served(request.method, request.target, source.status, source.path, list(the_plan.log), None, resume_id)
         self._record(served)
         await self._stream(source, the_plan, writer, request, requests)
@@ -275,7 +294,7 @@ class ReplayServer:
         a start-up fault that fits only some recordings must not fail requests unseen."""
         self._record(Served(request.method, request.target, 400, source.path, [], refused=str(problem)))
         error = {"error": {"type": "streamtap_bad_fault", "message": str(problem)}}
-        await _send_json(writer, 400, error, head_only=request.method == "HEAD")
+        await _send_json(writer, 400, error, close=not request.keep_alive, head_only=request.method == "HEAD")
         return request.keep_alive
 
     def _plan(self, source: Source, faults: list[Fault], start_after: int | None) -> Plan:
@@ -401,10 +420,18 @@ def with_event_ids(source: Source) -> Source:
 
 
 def resume_position(source: Source, last_event_id: str) -> int | None:
-    """Index of the frame whose event carries ``last_event_id`` (the last such), or None.
+    """Index of the frame of the first event that carries ``last_event_id``, or None.
 
     The SSE decoder tracks the id in force at each event by the WHATWG rules (an id
-    persists over later events, one with a NUL is ignored)."""
+    persists over later events, one with a NUL is ignored). The first event carrying the id
+    is the one whose own ``id:`` line set it: the client got at least that far, maybe further
+    (later events without an ``id:`` line, or repeating it, carry the same id), and the server
+    cannot tell how much further. Resuming right after it may send the client some events
+    twice but loses none.
+
+    HTTP strips the spaces around a header value (h11 does), so an id recorded with leading or
+    trailing spaces or tabs never arrives as recorded: when no id matches exactly, an id that
+    matches once stripped is taken, if exactly one distinct id does."""
     if source.wire != "sse":
         return None
     from streamtap.wire import SSEDecoder, SSEEvent, Tail
@@ -414,11 +441,13 @@ def resume_position(source: Source, last_event_id: str) -> int | None:
     decoded = decoder.feed(b"".join(source.frames[i].raw for i in event_frames)) + decoder.close()
     # the frames were cut by this decoder when recorded: its events are the frames, in order
     ids = [event.id if isinstance(event, SSEEvent) else None for event in decoded if not isinstance(event, Tail)]
-    found = None
-    for i, event_id in zip(event_frames, ids):
-        if event_id == last_event_id:
-            found = i
-    return found
+    wanted = last_event_id
+    if wanted not in ids:
+        stripped = {event_id for event_id in ids if event_id is not None and event_id.strip(" \t") == wanted.strip(" \t")}
+        if len(stripped) != 1:
+            return None
+        wanted = stripped.pop()
+    return next((i for i, event_id in zip(event_frames, ids) if event_id == wanted), None)
 
 
 # --- HTTP/1.1 plumbing -------------------------------------------------------------------
@@ -560,12 +589,23 @@ def _content_length(request: h11.Request) -> int | None:
 
 
 def _request(event: h11.Request, body: bytes) -> _Request:
-    headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in event.headers}  # names come lower-cased
+    headers = {name.decode("latin-1"): _header_text(name, value) for name, value in event.headers}  # names come lower-cased
     connection = headers.get("connection", "").lower()
     keep_alive = "close" not in connection and (event.http_version != b"1.0" or "keep-alive" in connection)
     chunked = event.http_version != b"1.0"  # RFC 9112: no Transfer-Encoding to an HTTP/1.0 client
     return _Request(event.method.decode("ascii").upper(), event.target.decode("latin-1"), headers, body,
                     keep_alive and chunked, chunked)
+
+
+def _header_text(name: bytes, value: bytes) -> str:
+    """A header value as text: latin-1 (bytes kept one to one), but a Last-Event-ID as UTF-8 first,
+    because SSE ids are UTF-8 (the decoder reads them so) and EventSource sends them that way."""
+    if name == b"last-event-id":
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return value.decode("latin-1")
 
 
 async def _send_json(writer: asyncio.StreamWriter, status: int, body: Any, close: bool = False, head_only: bool = False) -> None:

@@ -1,0 +1,124 @@
+"""Resume and --once findings of a review, against a real server on 127.0.0.1 and real clients:
+a Last-Event-ID in UTF-8 or with spaces around it, ids that later events inherit or repeat,
+requests refused under --once, the connection header of refusals, and handlers left waiting
+when the server closes."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import logging
+import socket
+
+import httpx
+from replay_streams import ANTHROPIC_REQUEST, BEDROCK_MODEL, BEDROCK_REQUEST, anthropic_frames, bedrock_invoke_frames, write_recording
+
+from streamtap.replay.faults import Timing
+from streamtap.replay.match import Library, MatchOptions
+from streamtap.replay.server import ServeOptions, ServerThread
+from streamtap.wire import SSEDecoder, SSEEvent
+
+URL = "/v1/messages"
+
+
+def events_of(body: bytes) -> list[SSEEvent]:
+    decoder = SSEDecoder()
+    return [e for e in decoder.feed(body) + decoder.close() if isinstance(e, SSEEvent)]
+
+
+def numbered(ids: list[str | None]) -> list[bytes]:
+    """One event per id, its data its position; None: an event with no `id:` line."""
+    return [(b"" if i is None else f"id: {i}\n".encode()) + b'data: {"n":%d}\n\n' % n for n, i in enumerate(ids)]
+
+
+def resume(tmp_path, ids: list[str | None], last_id: bytes | str) -> tuple[int, list[int]]:
+    write_recording(tmp_path / "ids.jsonl", "anthropic", numbered(ids))
+    with ServerThread(Library.load([tmp_path]), ServeOptions()) as server, httpx.Client(timeout=10) as client:
+        answer = client.post(server.base_url + URL, json=ANTHROPIC_REQUEST, headers={"Last-Event-ID": last_id})
+    if answer.status_code != 200:
+        return answer.status_code, []
+    return 200, [json.loads(e.data)["n"] for e in events_of(answer.content)]
+
+
+def test_a_utf8_last_event_id_resumes(tmp_path):
+    """SSE ids are UTF-8, and EventSource sends Last-Event-ID so: it names the event."""
+    assert resume(tmp_path, ["évt-0", "évt-1", "évt-2"], "évt-1".encode()) == (200, [2])
+
+
+def test_an_id_recorded_with_spaces_around_it_resumes(tmp_path):
+    """`id:  a ` sets the id " a ", but a header value arrives without the spaces around it (a
+    client strips them, or refuses to send them as httpx does; the server's h11 strips them)."""
+    assert resume(tmp_path, [" a ", "b", "c"], "a") == (200, [1, 2])
+
+
+def test_resuming_after_an_id_later_events_inherit_loses_no_event(tmp_path):
+    """Events 1 and 2 carry id `a` (set by event 0): a client cut after event 0 sends `a`."""
+    assert resume(tmp_path, ["a", None, None, "b"], "a") == (200, [1, 2, 3])
+
+
+def test_resuming_after_a_repeated_id_resumes_after_its_first_event(tmp_path):
+    """x, y, x, z: resuming with x may send events twice, but none is lost."""
+    assert resume(tmp_path, ["x", "y", "x", "z"], "x") == (200, [1, 2, 3])
+
+
+def test_with_once_a_refused_request_leaves_the_recording_for_the_retry(tmp_path):
+    write_recording(tmp_path / "a.jsonl", "anthropic", anthropic_frames())
+    library = Library.load([tmp_path], MatchOptions(once=True))
+    options = ServeOptions(assign_ids=True, fault_header=True)
+    with ServerThread(library, options) as server, httpx.Client(timeout=10) as client:
+        post = lambda headers: client.post(server.base_url + URL, json=ANTHROPIC_REQUEST, headers=headers)  # noqa: E731
+        bad_fault = post({"x-streamtap-fault": "cut:event=999"})
+        unknown_id = post({"Last-Event-ID": "999"})
+        retry = post({"x-streamtap-fault": "cut:event=3"})
+        gone = post({})
+    assert [bad_fault.status_code, unknown_id.status_code, retry.status_code, gone.status_code] == [400, 404, 200, 404]
+    assert 0 < len(events_of(retry.content)) < len(anthropic_frames())  # cut, as the retry asked
+
+
+def raw_head(base_url: str, headers: str) -> bytes:
+    """The head of the answer to a POST that asks for the connection to be closed."""
+    host, port = base_url.removeprefix("http://").split(":")
+    body = json.dumps(ANTHROPIC_REQUEST).encode()
+    request = (f"POST {URL} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+               f"connection: close\r\n{headers}\r\n").encode() + body
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):  # ends: the server closes as it said it would
+            data += chunk
+    return data.split(b"\r\n\r\n", 1)[0].lower()
+
+
+def test_a_refusal_says_connection_close_when_it_closes(tmp_path):
+    write_recording(tmp_path / "a.jsonl", "anthropic", anthropic_frames())
+    with ServerThread(Library.load([tmp_path]), ServeOptions(fault_header=True)) as server:
+        unknown_id = raw_head(server.base_url, "last-event-id: nope\r\n")
+        bad_fault = raw_head(server.base_url, "x-streamtap-fault: cut:event=999\r\n")
+    assert unknown_id.startswith(b"http/1.1 404") and b"connection: close" in unknown_id
+    assert bad_fault.startswith(b"http/1.1 400") and b"connection: close" in bad_fault
+
+
+def test_resuming_a_stream_without_ids_says_its_format_has_none(tmp_path):
+    write_recording(tmp_path / "b.jsonl", "bedrock", bedrock_invoke_frames())
+    with ServerThread(Library.load([tmp_path]), ServeOptions()) as server, httpx.Client(timeout=10) as client:
+        answer = client.post(server.base_url + f"/model/{BEDROCK_MODEL}/invoke-with-response-stream", json=BEDROCK_REQUEST,
+                             headers={"Last-Event-ID": "1"})
+    assert answer.status_code == 404, answer.text
+    assert "carries no event ids" in answer.json()["error"]["message"]
+
+
+def test_closing_ends_a_connection_still_waiting_in_original_timing(tmp_path, caplog):
+    """A test that ends while its stream waits out a recorded gap: the handler ends with the
+    server, rather than being left pending for a later garbage collection to log an ERROR."""
+    write_recording(tmp_path / "a.jsonl", "anthropic", anthropic_frames(), gap_ms=30)
+    caplog.set_level(logging.ERROR, logger="asyncio")
+    thread = ServerThread(Library.load([tmp_path]), ServeOptions(Timing.parse("original")))
+    with thread, httpx.Client(timeout=10) as client:
+        with client.stream("POST", thread.base_url + URL, json=ANTHROPIC_REQUEST) as answer:
+            next(answer.iter_raw())
+            thread.stop()  # the stream is still under way
+            left_pending = [t for t in asyncio.all_tasks(thread._loop) if not t.done()]
+    gc.collect()
+    assert left_pending == []
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
