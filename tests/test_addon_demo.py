@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,8 +18,11 @@ BUNDLED = REPO / "addon" / "streamtap" / "data" / "demo"  # package data: the wh
 
 @pytest.mark.slow
 def test_demo_shows_a_complete_and_a_cut_turn(tmp_path):
+    # a machine behind a company proxy: the SDKs follow these, and the demo must stay on loopback
+    dead_proxy = "http://127.0.0.1:9"
+    env = {**os.environ, "HTTP_PROXY": dead_proxy, "HTTPS_PROXY": dead_proxy, "http_proxy": dead_proxy, "https_proxy": dead_proxy}
     result = subprocess.run(
-        [sys.executable, "-m", "streamtap.cli", "demo", "--dir", str(tmp_path)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "streamtap.cli", "demo", "--dir", str(tmp_path)], capture_output=True, text=True, timeout=120, env=env
     )
     out = result.stdout
     assert result.returncode == 0, out + result.stderr

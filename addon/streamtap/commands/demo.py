@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -252,6 +253,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recordings", type=Path, default=BUNDLED, help=argparse.SUPPRESS)
 
 
+def _bypass_proxies_for_loopback() -> None:
+    """The demo's SDK clients talk to the proxy on loopback: a company proxy named in
+    HTTP(S)_PROXY, which all three SDKs follow, must not take those calls (nor can it reach them)."""
+    for name in ("NO_PROXY", "no_proxy"):
+        listed = [host for host in os.environ.get(name, "").split(",") if host.strip()]
+        os.environ[name] = ",".join([*listed, "127.0.0.1", "localhost"])
+
+
 def run(args: argparse.Namespace) -> int:
     from streamtap.cli import UsageError
     from streamtap.recording import check_recording, read_recording
@@ -268,6 +277,7 @@ def run(args: argparse.Namespace) -> int:
             tempfile.TemporaryFile(dir=args.dir).close()  # the proxy would refuse a folder it cannot write
         except OSError as exc:
             raise UsageError(f"--dir {args.dir}: {exc.strerror or exc}") from None
+    _bypass_proxies_for_loopback()
     with tempfile.TemporaryDirectory(prefix="streamtap-demo-") as tmp:
         workdir = Path(tmp)
         record_dir = (args.dir or workdir / "recordings").resolve()
