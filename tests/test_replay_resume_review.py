@@ -122,3 +122,19 @@ def test_closing_ends_a_connection_still_waiting_in_original_timing(tmp_path, ca
     gc.collect()
     assert left_pending == []
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def resume_with_fault(tmp_path, fault: str) -> tuple[int, list[int]]:
+    folder = tmp_path / str(len(list(tmp_path.iterdir())))
+    folder.mkdir()
+    write_recording(folder / "ids.jsonl", "anthropic", numbered(["a", "b", "c", "d"]))
+    with ServerThread(Library.load([folder]), ServeOptions(fault_header=True)) as server, httpx.Client(timeout=10) as client:
+        answer = client.post(server.base_url + URL, json=ANTHROPIC_REQUEST, headers={"Last-Event-ID": "b", "x-streamtap-fault": fault})
+    return answer.status_code, [json.loads(e.data)["n"] for e in events_of(answer.content) if e.data.startswith("{\"n\"")]
+
+
+def test_a_resume_with_an_event_fault_counts_the_events_as_served(tmp_path):
+    """After `b` the stream served is c, d: event 0 is c, whichever fault names it."""
+    assert resume_with_fault(tmp_path, "drop:event=0") == (200, [3])
+    assert resume_with_fault(tmp_path, "duplicate:event=0") == (200, [2, 2, 3])
+    assert resume_with_fault(tmp_path, "cut:event=0") == (200, [2])

@@ -293,16 +293,16 @@ def plan(
     log: list[str] = []
     frames = list(source.frames)
     reshaped = False
+    t0 = 0.0
+    if start_after is not None:  # first: every fault counts the events of the stream as served
+        t0 = frames[start_after].t_ms if 0 <= start_after < len(frames) else 0.0
+        frames = frames[start_after + 1 :]
+        reshaped = True
     for fault in faults:
         if fault.kind in ("drop", "duplicate", "reorder", "corrupt", "error", "swap-tail"):
             frames = _EVENT_FAULTS[fault.kind](source, frames, fault, log, others or {})
             reshaped = True
             style = _ending_after(fault, style, others or {})
-    t0 = 0.0
-    if start_after is not None:
-        t0 = frames[start_after].t_ms if 0 <= start_after < len(frames) else 0.0
-        frames = frames[start_after + 1 :]
-        reshaped = True
     if reshaped or not _reads_tile(source):
         pieces = [_Piece(f.raw, f.t_ms - t0) for f in frames]
     else:
