@@ -294,12 +294,19 @@ def plan(
     frames = list(source.frames)
     reshaped = False
     t0 = 0.0
-    if start_after is not None:  # first: every fault counts the events of the stream as served
+    # a swap-tail's at= names an event of both recordings, by their own numbering: it goes before
+    # a resume; every other fault after it, so that it counts the events of the stream as served
+    for fault in faults:
+        if fault.kind == "swap-tail":
+            frames = _EVENT_FAULTS[fault.kind](source, frames, fault, log, others or {})
+            reshaped = True
+            style = _ending_after(fault, style, others or {})
+    if start_after is not None:
         t0 = frames[start_after].t_ms if 0 <= start_after < len(frames) else 0.0
         frames = frames[start_after + 1 :]
         reshaped = True
     for fault in faults:
-        if fault.kind in ("drop", "duplicate", "reorder", "corrupt", "error", "swap-tail"):
+        if fault.kind in ("drop", "duplicate", "reorder", "corrupt", "error"):
             frames = _EVENT_FAULTS[fault.kind](source, frames, fault, log, others or {})
             reshaped = True
             style = _ending_after(fault, style, others or {})
