@@ -109,6 +109,15 @@ def error_fields(obj: Any) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
 
 
+def not_a_json_object(text: str) -> bool:
+    """Whether event data is empty or no JSON object: an SSE ``event: error`` so is still the
+    provider saying it failed (the SDKs raise on it either way), errored, not corrupt."""
+    try:
+        return type(loads(text)) is not dict if text.strip() else True
+    except ValueError:
+        return True
+
+
 def error_fields_of_text(text: str) -> dict[str, Any]:
     """``error_fields`` of an error sent as text: its JSON, or the text itself when it is none."""
     try:
@@ -305,6 +314,7 @@ class AssemblerBase:
     def errored(self, event: WireEvent | None, error: dict[str, Any]) -> None:
         seq, offset = self._where(event)
         self.judge.errored({"source": "stream", **error}, seq, offset)
+
 
     def close_unit(self, unit: str, by: str, event: WireEvent) -> None:
         self.judge.close(unit, by, event.seq, event.start)

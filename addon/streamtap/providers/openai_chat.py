@@ -22,7 +22,8 @@ from streamtap.wire import SSEEvent, WireEvent
 
 from .fastpath import ContentDeltas
 from .common import (
-    RESPONSE, AssemblerBase, StartOver, as_dict, as_int, as_list, as_str, dumps, error_fields, loads, worst_stop,
+    RESPONSE, AssemblerBase, StartOver, as_dict, as_int, as_list, as_str, dumps, error_fields, error_fields_of_text, loads,
+    not_a_json_object, worst_stop,
 )
 from .turn import BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
@@ -76,6 +77,9 @@ class Assembler(AssemblerBase):
                 self.close_unit(RESPONSE, "data: [DONE]", event)
             return
         self.seen(event, "chunk" if event.event == "message" else event.event)
+        if event.event == "error" and not_a_json_object(data):
+            self.errored(event, error_fields_of_text(data))
+            return
         if not data or data.isspace():
             self.empty_data(event, "openai")
             return

@@ -48,7 +48,10 @@ from typing import Any
 
 from streamtap.wire import SSEEvent, WireEvent
 
-from .common import RESPONSE, AssemblerBase, as_dict, as_int, as_list, as_str, common_prefix, error_fields
+from .common import (
+    RESPONSE, AssemblerBase, as_dict, as_int, as_list, as_str, common_prefix, error_fields, error_fields_of_text,
+    not_a_json_object,
+)
 from .judge import dropped_key, parse_arguments
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
@@ -135,6 +138,10 @@ class Assembler(AssemblerBase):
             # response.completed before it the SDK raises
             self.seen(event, "[DONE]")
             self.close_unit(RESPONSE, "data: [DONE]", event)
+            return
+        if event.event == "error" and not_a_json_object(event.data):
+            self.seen(event, "error")
+            self.errored(event, error_fields_of_text(event.data))
             return
         obj = self.payload(event, event.data) if event.data.strip() else None
         kind = as_str(obj.get("type")) if isinstance(obj, dict) else None
