@@ -25,7 +25,7 @@ from streamtap.providers import StreamEnd, StreamSession, detect_dialect
 from streamtap.wire import DEFAULT_MAX_EVENT
 
 from .compress import SUFFIX
-from .content import content_encoded
+from .content import content_decoder, content_encoded
 from .flows import is_llm_stream, request_info
 from .header import flow_header
 from .reader import shown_path
@@ -146,10 +146,11 @@ def import_flow(
         else:
             result.skipped = "body not in the capture (streamed without --set store_streamed_bodies=true)"
         return result
-    try:
-        body = response.get_content(strict=True) or b""
-    except ValueError as exc:
-        result.skipped = f"cannot undo content-encoding {response.headers.get('content-encoding')!r}: {exc}"
+    try:  # the Tap's decoder: it takes stacked codings (gzip, br), which mitmproxy's get_content does not
+        decoder = content_decoder(response.headers.get("content-encoding"))
+        body = wire if decoder is None else decoder.decompress(wire) + decoder.flush()
+    except Exception as exc:  # an unknown coding, or damaged bytes in each library's own error class
+        result.skipped = f"cannot undo content-encoding {response.headers.get('content-encoding')!r}: {type(exc).__name__}: {exc}"
         return result
     detection = detect_dialect(request_info(flow), response.headers.get("content-type"))
     result.provider = detection.dialect.value
