@@ -12,6 +12,7 @@ import pytest
 
 from streamtap.providers import Dialect, StreamSession
 from streamtap.recording import RecordingWriter, read_recording
+from test_verify_end_line_claims import finish_as_the_proxy
 
 REAL_RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "openai-chat.jsonl"
 
@@ -26,16 +27,7 @@ def folder(tmp_path_factory) -> Path:
     body = source.body.replace(b"gpt-4.1-nano", "qwen-中文".encode()).replace(b"Paris", "Paris ☀".encode())
     writer = RecordingWriter(folder / "20231114T221320.200Z_openai-chat_complete_0123456789ab.jsonl")
     writer.header({key: value for key, value in source.header.items() if key not in ("type", "format", "streamtap")})
-    session = StreamSession(Dialect.OPENAI_CHAT)
-    writer.read(body, 10.0)
-    for event in session.feed(body, 0.01):
-        writer.frame(event, 10.0)
-    analysis = session.close()
-    for event in analysis.events:
-        writer.frame(event, 10.0)
-    turn = analysis.turn.to_dict()
-    turn.get("timing", {}).pop("arrivals", None)  # as the proxy writes it
-    writer.finish({"verdict": analysis.verdict.to_dict(), "turn": turn, "stream_end": "finished"})
+    finish_as_the_proxy(writer, StreamSession(Dialect.OPENAI_CHAT), body)
     return folder
 
 

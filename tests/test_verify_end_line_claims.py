@@ -15,6 +15,7 @@ import pytest
 
 from streamtap.providers import Dialect, StreamSession
 from streamtap.recording import RecordingWriter
+from test_cli_show_verify import _chat_with_arguments
 
 REAL_RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "openai-chat.jsonl"
 STREAMTAP = Path(sys.executable).with_name("streamtap")
@@ -64,35 +65,12 @@ def test_a_forged_end_line_is_a_finding(recording, change, says):
     assert result.returncode == 1 and says in result.stdout, (result.stdout, result.stderr)
 
 
-def _chat_with_huge_arguments(size: int) -> bytes:
-    """An openai-chat answer that calls a tool with ``size`` characters of arguments and stops normally."""
-    base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-x"}
-
-    def chunk(delta: dict, finish_reason: str | None = None) -> bytes:
-        return b"data: " + orjson.dumps({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}) + b"\n\n"
-
-    arguments = orjson.dumps({"data": "y" * size}).decode()
-    call = {"index": 0, "id": "call_0", "type": "function", "function": {"name": "w", "arguments": ""}}
-    pieces = [chunk({"role": "assistant"}), chunk({"tool_calls": [call]})]
-    pieces += [chunk({"tool_calls": [{"index": 0, "function": {"arguments": arguments[i : i + 4000]}}]})
-               for i in range(0, len(arguments), 4000)]  # fmt: skip
-    return b"".join([*pieces, chunk({}, "tool_calls"), b"data: [DONE]\n\n"])
-
-
-@pytest.fixture
-def not_kept_recording(tmp_path) -> Path:
-    """A recording as the proxy writes it when a call's arguments pass its cap: it keeps their start,
-    cannot parse them, and says unknown with arguments_not_kept."""
-    path = tmp_path / "huge-arguments.jsonl"
-    body = _chat_with_huge_arguments(20_000)
-    writer = RecordingWriter(path)
-    writer.header({"dialect": "openai-chat", "wire": {"format": "sse", "content_encoding": None},
-                   "request": {"method": "POST", "url": "https://api.openai.com/v1/chat/completions", "headers": []},
-                   "response": {"status": 200, "headers": [["content-type", "text/event-stream"]]}})
-    session = StreamSession(Dialect.OPENAI_CHAT, arguments_cap=1000)
-    for i in range(0, len(body), 4096):
-        writer.read(body[i : i + 4096], 10.0)
-        for event in session.feed(body[i : i + 4096], 0.01):
+def finish_as_the_proxy(writer: RecordingWriter, session: StreamSession, body: bytes, read: int | None = None) -> None:
+    """``body`` recorded and judged by ``session`` as the proxy does it, in reads of ``read`` bytes."""
+    read = read or len(body)
+    for i in range(0, len(body), read):
+        writer.read(body[i : i + read], 10.0)
+        for event in session.feed(body[i : i + read], 0.01):
             writer.frame(event, 10.0)
     analysis = session.close()
     for event in analysis.events:
@@ -100,6 +78,19 @@ def not_kept_recording(tmp_path) -> Path:
     turn = analysis.turn.to_dict()
     turn.get("timing", {}).pop("arrivals", None)  # as the proxy writes it
     writer.finish({"verdict": analysis.verdict.to_dict(), "turn": turn, "stream_end": "finished"})
+
+
+@pytest.fixture
+def not_kept_recording(tmp_path) -> Path:
+    """A recording as the proxy writes it when a call's arguments pass its cap: it keeps their start,
+    cannot parse them, and says unknown with arguments_not_kept."""
+    path = tmp_path / "huge-arguments.jsonl"
+    body = _chat_with_arguments(20_000, "tool_calls")
+    writer = RecordingWriter(path)
+    writer.header({"dialect": "openai-chat", "wire": {"format": "sse", "content_encoding": None},
+                   "request": {"method": "POST", "url": "https://api.openai.com/v1/chat/completions", "headers": []},
+                   "response": {"status": 200, "headers": [["content-type", "text/event-stream"]]}})
+    finish_as_the_proxy(writer, StreamSession(Dialect.OPENAI_CHAT, arguments_cap=1000), body, read=4096)
     end = orjson.loads(path.read_bytes().split(b"\n")[-2])
     assert end["verdict"]["kind"] == "unknown" and end["verdict"]["evidence"]["arguments_not_kept"] is True
     assert end["turn"]["choices"][0]["blocks"][0]["extra"]["arguments_dropped_chars"] > 0  # the case under test
