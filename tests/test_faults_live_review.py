@@ -20,6 +20,7 @@ import httpx
 import pytest
 from replay_streams import anthropic_frames, bedrock_invoke_frames, openai_chat_frames
 from upstream import Mitmdump, Script, Upstream
+from test_live_faults_order import live  # (the constructed sources here end clean, as it takes them)
 
 from streamtap.replay.faults import FaultSpecError, LiveFaults, parse_fault, parse_faults, plan
 from streamtap.replay.source import Source
@@ -35,15 +36,6 @@ GEMINI_ONE = Source.from_frames(
 BEDROCK = Source.from_frames(bedrock_invoke_frames(words=5), wire="eventstream", dialect="bedrock-invoke")
 
 
-def live(source: Source, spec: str, chunk: int) -> tuple[bytes, str, list[str]]:
-    """What a client gets when ``source``'s body arrives in ``chunk``-byte reads through live faults."""
-    faults = LiveFaults(parse_faults(spec), source.wire, source.dialect)
-    body, out = source.body, []
-    for i in range(0, len(body), chunk):
-        out += faults.feed(body[i : i + chunk])
-    out += faults.close()
-    faults.ended()
-    return b"".join(out), faults.end or source.end_style, faults.log
 
 
 @pytest.mark.parametrize("chunk", CHUNKS)
