@@ -9,6 +9,7 @@ before everything was written (``| head``), as for a tool that SIGPIPE ended.
 from __future__ import annotations
 
 import argparse
+import codecs
 import importlib
 import os
 import re
@@ -92,6 +93,35 @@ def write_out(text: str) -> None:
     while data:
         data = data[out.write(data):]
     out.flush()
+
+
+def json_for_stdout(text: str) -> str:
+    """JSON text whose characters stdout's encoding cannot hold are JSON escapes (a surrogate pair
+    beyond the BMP), not the Python escapes the output writes otherwise, which no JSON reader takes."""
+    encoding = sys.stdout.encoding or "utf-8"
+    try:
+        text.encode(encoding)
+        return text
+    except UnicodeEncodeError:
+        return text.encode(encoding, _JSON_ESCAPES).decode(encoding)
+    except LookupError:
+        return text
+
+
+def _json_escapes(error: UnicodeError) -> tuple[str, int]:
+    escaped = []
+    for char in error.object[error.start : error.end]:
+        code = ord(char)
+        if code > 0xFFFF:
+            code -= 0x10000
+            escaped.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+        else:
+            escaped.append(f"\\u{code:04x}")
+    return "".join(escaped), error.end
+
+
+_JSON_ESCAPES = "streamtap-json-escapes"
+codecs.register_error(_JSON_ESCAPES, _json_escapes)
 
 
 def check_names(flag: str, names: Iterable[str]) -> None:
@@ -196,8 +226,6 @@ def escape_what_the_output_cannot_encode() -> None:
     cannot encode is written as its Python escape (``\\u2500``), as ``terminal_safe`` writes a
     control character: a model's name, an answer or show's rules would otherwise stop the verb
     with a traceback."""
-    import codecs
-
     for stream in (sys.stdout, sys.stderr):
         encoding, errors = getattr(stream, "encoding", None), getattr(stream, "errors", None)
         if not encoding or not hasattr(stream, "reconfigure") or errors not in ("strict", "surrogateescape"):

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError, queries_stop_on_ctrl_c, refuse_recording_as_output, terminal_safe, write_out, named_path
+from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError, json_for_stdout, queries_stop_on_ctrl_c, refuse_recording_as_output, terminal_safe, write_out, named_path
 from streamtap.recording import RecordingError
 
 # streamtap.recording.fleet (DuckDB, ~0.15 s to import) is imported where used, so that
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
             except OSError as exc:
                 raise UsageError(f"--html {args.html}: {exc.strerror or exc}") from None
     if args.json:
-        write_out(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+        write_out(json_for_stdout(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()) + "\n")
     elif args.csv:
         write_csv(data, sys.stdout)
     else:

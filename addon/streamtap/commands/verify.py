@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 import orjson
 
-from streamtap.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE, UsageError, terminal_safe, write_out, named_path
+from streamtap.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE, UsageError, json_for_stdout, terminal_safe, write_out, named_path
 from streamtap.providers import (
     Analysis,
     Detection,
@@ -413,7 +413,7 @@ def as_json(judged: Judged) -> dict:
 
 
 def print_json(judged: Judged) -> None:
-    write_out(orjson.dumps(as_json(judged)).decode() + "\n")
+    write_out(json_for_stdout(orjson.dumps(as_json(judged)).decode()) + "\n")
 
 
 def summary_line(judged: Judged) -> str:
@@ -443,5 +443,5 @@ def run(args: argparse.Namespace) -> int:
             unjudged = True
             continue
         all_ok = all_ok and item.analysis.verdict.ok and not item.problem
-        print(orjson.dumps(as_json(item)).decode() if args.json else terminal_safe(summary_line(item), one_line=True), flush=True)
+        print(json_for_stdout(orjson.dumps(as_json(item)).decode()) if args.json else terminal_safe(summary_line(item), one_line=True), flush=True)
     return exit_code(all_ok, unjudged)
