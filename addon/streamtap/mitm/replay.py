@@ -30,7 +30,7 @@ from mitmproxy import ctx, exceptions, http
 
 from streamtap.mitm import option_checks
 from streamtap.mitm.tap import INJECTED_END
-from streamtap.recording.content import decoded_body
+from streamtap.recording.content import content_encoded, decoded_body
 from streamtap.recording.flows import INJECTED, request_info
 from streamtap.replay.faults import (
     LIVE_KINDS,
@@ -272,8 +272,8 @@ class Faults:
             log.warning(f"streamtap: flow {flow.id[:12]}: fault not applied: {exc}")
             return
         specs = "; ".join(f.spec for f in faults)
-        encoding = flow.response.headers.get("content-encoding", "").strip().lower()
-        if encoding not in ("", "identity") and reads_events(faults):
+        encoding = flow.response.headers.get("content-encoding", "")
+        if content_encoded(encoding) and reads_events(faults):
             # the bytes on the wire are compressed: a decoder would find no event in them and hold the
             # whole body back until the upstream ends. The flow passes untouched, as with a spec that does not fit.
             log.warning(f"streamtap: flow {flow.id[:12]}: fault not applied: {specs}: the body is {encoding}-encoded; event "
