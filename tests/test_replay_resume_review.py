@@ -52,6 +52,11 @@ def test_an_id_recorded_with_spaces_around_it_resumes(tmp_path):
     assert resume(tmp_path, [" a ", "b", "c"], "a") == (200, [1, 2])
 
 
+def test_ids_equal_but_for_spaces_resume_after_the_earliest(tmp_path):
+    """` a` arrives as `a`, which a later event also carries: resuming after the earlier loses none."""
+    assert resume(tmp_path, [" a", "b", "a", "c"], "a") == (200, [1, 2, 3])
+
+
 def test_resuming_after_an_id_later_events_inherit_loses_no_event(tmp_path):
     """Events 1 and 2 carry id `a` (set by event 0): a client cut after event 0 sends `a`."""
     assert resume(tmp_path, ["a", None, None, "b"], "a") == (200, [1, 2, 3])

@@ -430,8 +430,8 @@ def resume_position(source: Source, last_event_id: str) -> int | None:
     twice but loses none.
 
     HTTP strips the spaces around a header value (h11 does), so an id recorded with leading or
-    trailing spaces or tabs never arrives as recorded: when no id matches exactly, an id that
-    matches once stripped is taken, if exactly one distinct id does."""
+    trailing spaces or tabs never arrives as recorded: ids are compared without them, and of
+    several that then match (`` a`` and ``a``), the earliest is taken, for the same reason."""
     if source.wire != "sse":
         return None
     from streamtap.wire import SSEDecoder, SSEEvent, Tail
@@ -441,13 +441,8 @@ def resume_position(source: Source, last_event_id: str) -> int | None:
     decoded = decoder.feed(b"".join(source.frames[i].raw for i in event_frames)) + decoder.close()
     # the frames were cut by this decoder when recorded: its events are the frames, in order
     ids = [event.id if isinstance(event, SSEEvent) else None for event in decoded if not isinstance(event, Tail)]
-    wanted = last_event_id
-    if wanted not in ids:
-        stripped = {event_id for event_id in ids if event_id is not None and event_id.strip(" \t") == wanted.strip(" \t")}
-        if len(stripped) != 1:
-            return None
-        wanted = stripped.pop()
-    return next((i for i, event_id in zip(event_frames, ids) if event_id == wanted), None)
+    wanted = last_event_id.strip(" \t")
+    return next((i for i, event_id in zip(event_frames, ids) if event_id is not None and event_id.strip(" \t") == wanted), None)
 
 
 # --- HTTP/1.1 plumbing -------------------------------------------------------------------
