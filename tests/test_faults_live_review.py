@@ -171,3 +171,33 @@ def test_byte_faults_still_work_on_a_compressed_body(proxy):
     assert "writes of 1..3 bytes" in line
     assert not _flow_lines(mitm, "fault not applied: fragment")
     assert len(wire) > 3
+
+
+def _late_arguments() -> list[bytes]:
+    """A chat answer whose tool call opens, then streams its arguments 30 chunks later."""
+    base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+
+    def chunk(delta: dict, finish: str | None = None) -> bytes:
+        return b"data: " + json.dumps({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}).encode() + b"\n\n"
+
+    frames = openai_chat_frames(words=3, tool=False)[:-2]
+    frames.append(chunk({"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "f", "arguments": ""}}]}))
+    frames += [chunk({"tool_calls": [{"index": 0, "function": {"arguments": ""}}]})] * 30
+    frames += [chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}), chunk({}, "tool_calls"), b"data: [DONE]\n\n"]
+    return frames
+
+
+def test_a_cut_at_an_events_start_does_not_wait_for_the_arguments_inside_it():
+    """between-blocks falls where the tool call's event starts; tool-args can only fall later in
+    it, so the stream ends there and then, not once the arguments are known."""
+    frames = _late_arguments()
+    spec = "cut:at=between-blocks;cut:at=tool-args"
+    faults = LiveFaults(parse_faults(spec), "sse", "openai-chat")
+    out, ended_at = [], None
+    for i, frame in enumerate(frames):
+        out += faults.feed(frame)
+        if faults.end is not None and ended_at is None:
+            ended_at = i
+    out += faults.close()
+    assert b"".join(out) == plan(Source.from_frames(frames, wire="sse", dialect="openai-chat"), parse_faults(spec)).body
+    assert ended_at == len(openai_chat_frames(words=3, tool=False)) - 2  # the tool call's own event

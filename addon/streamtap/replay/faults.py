@@ -991,9 +991,13 @@ class LiveFaults:
         for other, finder in self._finders:
             if finder.found or not finder.wanted:  # found (and proposed) already, or never will
                 continue
+            first_in_spec = self._order[id(other)] < self._order[id(fault)]
             if finder.holding is not None and finder.holding <= event:
-                return False  # it may still find a position in an event held back, before this one
-            if position == self._at and self._order[id(other)] < self._order[id(fault)]:
+                # what it may still find lies in the event it holds, from that event's start on
+                start = next((w.at for w in self._waiting if w.event == finder.holding), None)
+                if start is None or start < position or (start == position and first_in_spec):
+                    return False
+            if position == self._at and first_in_spec:
                 return False  # it may still cut right where this one does, at the next event's start
         return True
 
