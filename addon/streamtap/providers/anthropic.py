@@ -162,6 +162,7 @@ class MessageBuilder:
                 seq, offset, first_id=self.turn.response_id, second_id=message.get("id"),
                 open_blocks=sorted(self.open_blocks))
             return
+        message_id = message.get("id")
         if self.stopped:
             if self.one_response:
                 self.judge.corrupt(
@@ -169,7 +170,6 @@ class MessageBuilder:
                     "answers once, so a second answer was stitched on", seq, offset,
                     first_id=self.turn.response_id, second_id=message.get("id"))
                 return
-            message_id = message.get("id")
             first = self.message_ids.get(message_id) if isinstance(message_id, str) else None
             if first is not None:
                 self.judge.corrupt(
@@ -181,7 +181,6 @@ class MessageBuilder:
             self.outcomes.append((self.turn.stop_reason_raw, seq, offset))
             self.judge.note(f"message {self.messages + 1} ({message.get('id')}) starts at seq {seq} after "
                             "message_stop: several responses back to back")
-        message_id = message.get("id")
         if isinstance(message_id, str) and len(self.message_ids) < MAX_MESSAGE_IDS:
             self.message_ids.setdefault(message_id, (seq, offset))
         self.judge.forget("block ")
@@ -397,14 +396,8 @@ class MessageBuilder:
                 self.judge.corrupt(f"message_stop with block(s) {open_indexes} started but never stopped",
                                    seq, offset, open_blocks=open_indexes)
                 return
-            # a limit cuts the block being generated, the last one: an open block that another
-            # block started after lost its content_block_stop, which the limit does not explain
-            index = open_indexes[0]
-            later = min((i for i in self.blocks if i > index), default=None)
-            if later is not None:
-                self.judge.corrupt(f"block {index} never stopped, but block {later} started after it: its "
-                                   f"content_block_stop was lost ({raw} cuts only the last block)", seq, offset,
-                                   open_blocks=open_indexes, block=index, started_after=later, stop_reason=raw)
+            index = self.judge.block_cut_by_limit(open_indexes, self.blocks, raw, "content_block_stop", seq, offset)
+            if index is None:
                 return
             block = self.blocks[index]
             if block.kind in _TOOLISH:

@@ -374,14 +374,9 @@ class ConverseBuilder:
                 self.judge.corrupt(f"messageStop with block(s) {open_indexes} started but never stopped",
                                    seq, offset, open_blocks=open_indexes)
                 return
-            # a limit cuts the block being generated, the last one: an open block that another
-            # block started after lost its contentBlockStop, which the limit does not explain
-            index = open_indexes[0]
-            later = min((i for i in set(self.blocks) | self.announced if i > index), default=None)
-            if later is not None:
-                self.judge.corrupt(f"block {index} never stopped, but block {later} started after it: its "
-                                   f"contentBlockStop was lost ({raw} cuts only the last block)", seq, offset,
-                                   open_blocks=open_indexes, block=index, started_after=later, stop_reason=raw)
+            index = self.judge.block_cut_by_limit(
+                open_indexes, set(self.blocks) | self.announced, raw, "contentBlockStop", seq, offset)
+            if index is None:
                 return
             if index in self.fragments:
                 block = self.blocks[index]

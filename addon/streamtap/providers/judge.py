@@ -23,6 +23,7 @@ stream is truncated) and the sentinel.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -96,6 +97,21 @@ class Judge:
     def corrupt(self, reason: str, seq: int | None, offset: int | None, **evidence: Any) -> None:
         if self.problem is None:
             self.problem = Verdict(VerdictKind.CORRUPT, reason, seq, offset, evidence)
+
+    def block_cut_by_limit(self, open_blocks: list[int], started: Iterable[int], stop_reason: str, stop_event: str,
+                           seq: int | None, offset: int | None) -> int | None:
+        """At a stop by a limit with ``open_blocks`` (sorted) never stopped: the one the limit cut.
+        A limit cuts the block being generated, the last one started; an open block that another
+        of ``started`` began after lost its ``stop_event``, which the limit does not explain:
+        corrupt, and None."""
+        index = open_blocks[0]
+        later = min((i for i in started if i > index), default=None)
+        if later is None:
+            return index
+        self.corrupt(f"block {index} never stopped, but block {later} started after it: its {stop_event} was lost "
+                     f"({stop_reason} cuts only the last block)", seq, offset,
+                     open_blocks=open_blocks, block=index, started_after=later, stop_reason=stop_reason)
+        return None
 
     def errored(self, error: dict[str, Any], seq: int | None, offset: int | None) -> None:
         """The provider's own word that it failed: ``error`` is {source, type, code, message, ...}."""
