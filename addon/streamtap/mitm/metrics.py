@@ -62,10 +62,12 @@ class TurnMetrics:
         self._children: dict[tuple[str, str, str, str], tuple[Any, Any, Any]] = {}
         self._token_children: dict[tuple[str, str, str], Any] = {}
 
-    def model_label(self, model: str | None) -> str:
+    def model_label(self, model: Any) -> str:
+        if not isinstance(model, str):  # a list would not even hash
+            return OTHER
         if model in self.models:
             return model  # type: ignore[return-value]
-        if model is None or len(self.models) >= MAX_MODELS or not _PLAUSIBLE_MODEL.match(model):
+        if len(self.models) >= MAX_MODELS or not _PLAUSIBLE_MODEL.match(model):
             return OTHER
         self.models.add(model)
         return model
@@ -161,21 +163,51 @@ class Metrics:
             raise exceptions.OptionsError(str(exc)) from None
         if address == self.address:
             return
-        self.stop()
         if address is None:
+            self.stop()
             return
         try:
-            self.server, _ = start_http_server(address[1], address[0], registry=self.metrics.registry)
-        except OSError as exc:  # the proxy runs on without metrics: they never block traffic
-            # a warning, not an error: mitmdump exits on an error logged while it starts
-            log.warning(f"streamtap: cannot serve metrics on {text}: {exc}")
-            return
-        self.address = address
+            server = self._serve_instead(address)
+        except OSError as exc:
+            if self.server is None:  # the proxy runs on without metrics: they never block traffic
+                # a warning, not an error: mitmdump exits on an error logged while it starts
+                log.warning(f"streamtap: cannot serve metrics on {text}: {exc}")
+                return
+            # the endpoint that works stays, and mitmproxy puts the option back to its address
+            raise exceptions.OptionsError(f"streamtap: cannot serve metrics on {text}: {exc}; "
+                                          "they stay where they were") from None
+        self.server, self.address = server, address
         if self not in self.tap.observers:
             self.tap.observers.append(self)
         host, port = self.server.server_address[:2]
         host = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
         log.info(f"streamtap: metrics on http://{host}:{port}/metrics")
+
+    def _serve_instead(self, address: tuple[str, int]):
+        """A server on ``address``, the old one closed once the new one listens; only a new
+        address on the old one's port has to close it first (and gets it back if that fails)."""
+        serve = lambda where: start_http_server(where[1], where[0], registry=self.metrics.registry)[0]  # noqa: E731
+        old, old_address = self.server, self.address
+        if old is not None and old_address is not None and old_address[1] == address[1]:
+            self._close(old)
+            self.server = None
+            try:
+                return serve(address)
+            except OSError:
+                try:
+                    self.server = serve(old_address)
+                except OSError:
+                    self.stop()
+                raise
+        server = serve(address)
+        if old is not None:
+            self._close(old)
+        return server
+
+    @staticmethod
+    def _close(server) -> None:
+        server.shutdown()
+        server.server_close()
 
     def turn_finished(self, flow, summary: dict[str, Any]) -> None:
         # the analysis named the model (the answer's, else the request's); only a flow it never
@@ -190,8 +222,7 @@ class Metrics:
         if self.tap is not None and self in self.tap.observers:
             self.tap.observers.remove(self)
         if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+            self._close(self.server)
             self.server = None
         self.address = None
 

@@ -42,7 +42,7 @@ import orjson
 
 from streamtap.wire import SSEEvent, WireEvent
 
-from .common import one_line
+from .common import as_str, one_line
 from .judge import Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome, stop_verdict
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
@@ -195,8 +195,9 @@ class MessageBuilder:
         self.open_blocks = set()
         self.fragments = {}
         turn = self.turn
-        turn.model = message.get("model", turn.model)
-        turn.response_id = message.get("id", turn.response_id)
+        # a value other than a string is no name: shown and counted, it would break the log line
+        turn.model = as_str(message.get("model")) or turn.model
+        turn.response_id = as_str(message.get("id")) or turn.response_id
         self.judge.stop_reason(None, None)
         turn.usage = Usage()
         usage = message.get("usage")
