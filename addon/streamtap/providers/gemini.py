@@ -100,12 +100,13 @@ class Assembler(AssemblerBase):
             self.seen(event, f"chunk {event.seq}")
             if not event.data.strip():
                 return
-            start_over = self._start_over  # (a JSON array replayed from its start breaks the array instead)
-            if start_over.busy or event.data == start_over.first:
-                start_over.see(event.data, event)
+            self._watch_start_over(event.data, event)
             obj = self.payload(event, event.data)
         elif isinstance(event, JSONValue):
             self.seen(event, f"element {event.seq}")
+            # a gateway that re-requests after a cut can keep writing into the array it opened: the
+            # replay then comes as more elements, not as a second [, so the array needs the same watch
+            self._watch_start_over(_element_text(event.raw), event)
             obj = event.value
         else:
             self.seen(event, type(event).__name__)
@@ -134,6 +135,11 @@ class Assembler(AssemblerBase):
             self._last_chunk_finished = all(c.get("finishReason") for c in candidates)
         for candidate in candidates:
             self._candidate(candidate, event, t)
+
+    def _watch_start_over(self, data: str, event: WireEvent) -> None:
+        start_over = self._start_over
+        if start_over.busy or data == start_over.first:
+            start_over.see(data, event)
 
     def _response_id(self, obj: dict[str, Any], event: WireEvent) -> None:
         """Every chunk of one response names the same response and model where it names them."""
@@ -274,6 +280,14 @@ class Assembler(AssemblerBase):
                                  json_path=path)
                 self._close_streaming(index)
             return streaming
+        if not as_str(call.get("name")):
+            # only the part that opens a call names it: a nameless one with no call open continues a call
+            # whose opening part was lost, or repeats a closing part; read as a call, the app gets one it
+            # cannot dispatch
+            self.corrupt(f"functionCall part without a name on candidate {index} at seq {event.seq} (byte "
+                         f"{event.start}) while no streamed call is open: its call's opening part is missing, "
+                         "or a closing part came twice", event, candidate=index)
+            return None
         self._calls += 1
         call_id = as_str(call.get("id"))
         block = self.tool_block(index, None, id=call_id or f"gemini-call-{self._calls}", name=as_str(call.get("name")), t=t)
@@ -388,6 +402,19 @@ class Assembler(AssemblerBase):
                              f"{block.name or block.id} was never finished (its last part said willContinue)",
                              self._last_candidates_event, candidate=index, block=block.index, tool=block.name)
                 return
+
+
+_JSON_SPACE = b" \t\r\n"
+
+
+def _element_text(raw: bytes) -> str:
+    """A JSON-array element's own bytes, as text: ``raw`` begins with the framing before it (``[`` for
+    the first element, ``,`` for the rest), which would make a replayed first element differ. The
+    element parsed, so it is valid UTF-8."""
+    element = raw.lstrip(_JSON_SPACE)
+    if element[:1] in (b"[", b","):
+        element = element[1:].lstrip(_JSON_SPACE)
+    return element.decode("utf-8")
 
 
 def _part_kind(part: Any) -> str | None:
