@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-import orjson
-
 from streamtap.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE, UsageError, json_for_stdout, terminal_safe, write_out, named_path
 from streamtap.providers import (
     Analysis,
@@ -29,6 +27,7 @@ from streamtap.providers import (
     sentinel_problem,
     sniff_dialect,
 )
+from streamtap.providers.common import dumps, loads
 from streamtap.providers.judge import DROPPED, ENDING_KINDS, TEXT_CAP
 from streamtap.recording.catalog import files_under
 from streamtap.recording.importer import begins_a_flow
@@ -362,8 +361,8 @@ def turn_difference(recorded: dict, judged: dict) -> str | None:
     None when they agree. The hashes cover the bytes, not the end line: an edited turn, or one
     written by a streamtap that assembled it differently, shows here."""
     try:
-        judged = orjson.loads(orjson.dumps(judged))  # as the writer wrote it
-    except TypeError:  # nested deeper than orjson writes: compared as built
+        judged = loads(dumps(judged))  # as the writer wrote it
+    except (TypeError, ValueError):  # text orjson cannot write, or nested deeper than it reads: compared as built
         pass
     (mine, dropped), (theirs, _) = _turn_facts(recorded), _turn_facts(judged)
     for name, count in dropped.items():  # verify keeps every call's arguments; the writer kept their start
@@ -392,7 +391,7 @@ def _shown(value: object, other: object) -> str:
         at = next((i for i, (a, b) in enumerate(zip(value, other)) if a != b), min(len(value), len(other)))
         return f"{len(value)} characters, from character {at}: {_shown(value[at : at + 40], '')}"
     try:
-        text = orjson.dumps(value).decode()
+        text = dumps(value)
     except TypeError:
         text = repr(value)
     return text if len(text) <= 60 else f"{text[:57]}..."
@@ -413,7 +412,7 @@ def as_json(judged: Judged) -> dict:
 
 
 def print_json(judged: Judged) -> None:
-    write_out(json_for_stdout(orjson.dumps(as_json(judged)).decode()) + "\n")
+    write_out(json_for_stdout(dumps(as_json(judged))) + "\n")
 
 
 def summary_line(judged: Judged) -> str:
@@ -443,5 +442,5 @@ def run(args: argparse.Namespace) -> int:
             unjudged = True
             continue
         all_ok = all_ok and item.analysis.verdict.ok and not item.problem
-        print(json_for_stdout(orjson.dumps(as_json(item)).decode()) if args.json else terminal_safe(summary_line(item), one_line=True), flush=True)
+        print(json_for_stdout(dumps(as_json(item))) if args.json else terminal_safe(summary_line(item), one_line=True), flush=True)
     return exit_code(all_ok, unjudged)

@@ -26,6 +26,7 @@ which the Anthropic and Bedrock modules use directly.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -74,7 +75,22 @@ def loads(text: str | bytes) -> Any:
 
 
 def dumps(value: Any) -> str:
-    return orjson.dumps(value).decode()
+    """Compact JSON text, as orjson writes it; also for values nested deeper than orjson writes."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError as error:
+        return _dumps_too_deep_for_orjson(value, error)
+
+
+_ORJSON_DEPTH_ERROR = "Recursion limit reached"  # orjson reads 1024 levels but writes only 254
+
+
+def _dumps_too_deep_for_orjson(value: Any, error: TypeError) -> str:
+    """The same compact text through the json module, which writes any depth a parse gave;
+    any other orjson error (a type it cannot write, a lone surrogate) is raised as before."""
+    if str(error) != _ORJSON_DEPTH_ERROR:
+        raise error
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def error_message(obj: Any) -> str:
