@@ -19,14 +19,15 @@ closed unit is corrupt.
 
 The final snapshot: the terminal event's ``response.output`` (and each
 ``output_item.done``'s item) is what the SDK hands the app. It is compared with what the
-deltas assembled; where they disagree the stream is corrupt ("the deltas disagree with
-the final response at block N, byte B"), so a delta lost, repeated or reordered in flight
-shows even without ``sequence_number``. Where the deltas sent nothing the snapshot fills
-the block, and a reasoning item's ``encrypted_content`` (the thinking signature) is the
-snapshot's. A terminal ``output`` list that leaves out an item the stream finished is corrupt
-too (the app gets that list; the ChatGPT Codex backend sends ``[]``); found by item id, or by
-position and type where ids rotate. A null or absent ``output`` is no contradiction: the SDK
-rebuilds it from the ``output_item.done`` items.
+deltas assembled; where they disagree the stream is corrupt ("the deltas disagree with the
+final response at block N, byte B", or on a part's kind: output_text against refusal), so a
+delta lost, repeated or reordered in flight shows even without ``sequence_number``. Where
+the deltas sent nothing the snapshot fills the block, and a reasoning item's
+``encrypted_content`` (the thinking signature) is the snapshot's. A terminal ``output``
+list that leaves out an item the stream finished is corrupt too (the app gets that list;
+the ChatGPT Codex backend sends ``[]``); found by item id, or by position and type where
+ids rotate. A null or absent ``output`` is no contradiction: the SDK rebuilds it from the
+``output_item.done`` items.
 
 The head: a stream starts with ``response.created`` (sequence_number 0). Only a replay
 (``GET /v1/responses/{id}?stream=true&starting_after=N``) starts later, and it keeps the
@@ -69,6 +70,7 @@ FAMILIES = {"message": "message", "reasoning": "reasoning", "function_call": "ca
 VOUCHED = (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT, VerdictKind.FILTERED)
 ROTATED = ": ids that rotate and another answer's events both look so, and the end of its text that the body holds cannot tell which"
 PART_KINDS = {"refusal": BlockKind.REFUSAL, "reasoning_text": BlockKind.THINKING}  # by a content part's type; else TEXT
+MESSAGE_PART_TYPES = {BlockKind.TEXT: "output_text", BlockKind.REFUSAL: "refusal"}  # a message part's type, by its kind
 
 
 def _listed(parts: Any) -> int | None:
@@ -569,6 +571,8 @@ class Assembler(AssemblerBase):
                     self.new_block(0, new_kind, key, text=final)
                     self.note(f"output item {index} part {key[1]} {key[2]} came only with {source}")
                 continue
+            if self._part_kind_differs(block, new_kind, index, event, source):
+                continue
             ours = getattr(block, field) or ""
             if self._whole(block, field, final):
                 continue
@@ -580,6 +584,19 @@ class Assembler(AssemblerBase):
             self.corrupt(f"the deltas disagree with {source} at block {block.index}, byte {byte}", event,
                          block=block.index, output_index=index, byte=byte, streamed=ours[at:at + 40],
                          final=final[at:at + 40])
+
+    def _part_kind_differs(self, block: Block, final_kind: BlockKind, index: int, event: WireEvent | None,
+                           source: str) -> bool:
+        """A message part streamed as output_text and finished as a refusal, or the other way round: the
+        SDK hands the app the finished part, so the app gets a refusal where the stream showed an answer
+        (or an answer where it showed a refusal), whatever the text. True when so (corrupt)."""
+        if {block.kind, final_kind} != {BlockKind.TEXT, BlockKind.REFUSAL}:
+            return False
+        streamed, finished = MESSAGE_PART_TYPES[block.kind], MESSAGE_PART_TYPES[final_kind]
+        self.corrupt(f"the deltas disagree with {source} at block {block.index}: the part streamed as {streamed} "
+                     f"and {source} gives it as {finished}", event, block=block.index, output_index=index,
+                     streamed_type=streamed, final_type=finished)
+        return True
 
     def _left_out_parts(self, index: int, item: dict[str, Any], kind: str | None, event: WireEvent | None,
                         source: str) -> bool:
