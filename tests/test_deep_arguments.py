@@ -156,3 +156,33 @@ def test_a_recording_with_deep_arguments_verifies_and_a_forged_deep_value_is_sho
     result = streamtap("verify", path)
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert 'the recording\'s turn has error {"a":{"a":' in result.stdout, result.stdout  # JSON, as every other value is shown
+
+
+def test_a_line_whose_type_is_nested_deeper_than_orjson_writes_is_named_damaged(tmp_path):
+    """The reader shows what is wrong with a line's fields as JSON: a deep value is shown too."""
+    path = record_as_the_proxy(tmp_path / "deep-type.jsonl", gemini_body({"x": 1}))
+    lines = path.read_bytes().split(b"\n")[:-1]
+    frame = orjson.loads(lines[2])
+    frame["type"] = nested()
+    lines[2] = json.dumps(frame, separators=(",", ":")).encode()
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    result = streamtap("verify", path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stdout + result.stderr
+    assert '{"a":{"a":' in result.stdout + result.stderr
+
+
+def test_anthropic_input_arriving_whole_and_deep_keeps_its_text():
+    """A tool_use block given whole in message_start: its arguments' text is written as the API gave it."""
+    events = [
+        ("message_start", {"type": "message_start", "message": {
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x", "stop_reason": None,
+            "usage": {"input_tokens": 1, "output_tokens": 1},
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "deep", "input": nested()}]}}),
+        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 2}}),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    analysis = analyze_bytes(b"".join(sse(name, payload) for name, payload in events), Dialect.ANTHROPIC)
+    calls = [block for block in analysis.turn.choices[0].blocks if block.kind == "tool_call"]
+    assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
+    assert len(calls) == 1 and calls[0].arguments_raw is not None
+    assert json.loads(calls[0].arguments_raw) == nested()

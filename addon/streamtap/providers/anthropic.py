@@ -42,7 +42,7 @@ import orjson
 
 from streamtap.wire import SSEEvent, WireEvent
 
-from .common import as_str, one_line
+from .common import as_str, dumps, one_line
 from .judge import Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome, stop_verdict
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
@@ -338,8 +338,8 @@ class MessageBuilder:
         if prefilled:  # arrived whole inside message_start: no fragments to join
             block.arguments = start_input if start_input is not None else {}
             try:
-                block.arguments_raw = orjson.dumps(block.arguments).decode()
-            except TypeError:
+                block.arguments_raw = dumps(block.arguments)
+            except TypeError:  # text orjson cannot write (a lone surrogate)
                 block.arguments_raw = None
             return
         fragments = self.fragments.pop(index, None)

@@ -182,7 +182,7 @@ def _hashable(key: Any) -> Any:
 
 
 class StartOver:
-    """Watches a stream whose every chunk is a whole object (Chat Completions, Gemini SSE) for the
+    """Watches a stream whose every chunk is a whole object (Chat Completions, Gemini SSE and JSON array) for the
     response starting over: replayed from its start after a cut and stitched on, it brings back the
     chunks it began with, byte for byte and in order, after the answer had begun.
 

@@ -30,6 +30,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from streamtap.providers import StreamEnd, VerdictKind
+from streamtap.providers.common import dumps
 from streamtap.wire import DEFAULT_MAX_EVENT
 
 from .compress import frames_ended, open_lines
@@ -124,7 +125,7 @@ _NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer",
 
 
 def _shown(value: Any) -> str:
-    return orjson.dumps(value).decode()[:40]
+    return dumps(value)[:40]
 
 
 def _typed(record: dict[str, Any], name: str, kind: type | tuple[type, ...], *, required: bool = False) -> Any:
