@@ -4,8 +4,9 @@ Fixture ``streamtap_replay``: a function that starts a replay server on a free l
 port for one or more recordings (optional ``fault=``, ``timing=``, ``assign_ids=``,
 ``once=``, ``ignore_fields=``) and returns it (``.base_url``, ``.served`` with each
 answered request and its fault log). Every server it started stops when the test ends.
-Marker ``streamtap_faults(*specs)``: run the test once per fault spec (``None``: no fault);
-the fixture applies the current one, also available as the ``streamtap_fault`` fixture.
+Marker ``streamtap_faults(*specs)``: run the test once per fault spec (``None``: no fault) of
+every such marker on it (a module's ``pytestmark`` and the test's own); the fixture applies the
+current one, also available as the ``streamtap_fault`` fixture.
 
 A complete example (``weather.jsonl``: an answer that begins "The weather" and then calls a
 tool, as a model answering with text and a tool call does, recorded by the Tap, or by
@@ -75,21 +76,32 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    marker = metafunc.definition.get_closest_marker(MARKER)
-    if marker is None:
-        return
-    specs = list(marker.args)
-    if not specs:
+    markers = list(metafunc.definition.iter_markers(MARKER))
+    if not markers or _marker_misuse(markers):
         return  # pytest_runtest_setup fails this test alone: raised here, it would stop the whole collection
+    specs = list(dict.fromkeys(spec for marker in markers for spec in marker.args))  # a module's and a test's own
     metafunc.fixturenames.append("streamtap_fault")
     metafunc.parametrize("streamtap_fault", specs, ids=[s or "no-fault" for s in specs])
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    marker = item.get_closest_marker(MARKER)
-    if marker is not None and not marker.args:
-        pytest.fail(f"@pytest.mark.{MARKER} needs at least one fault spec (or None)", pytrace=False)
+    problem = _marker_misuse(list(item.iter_markers(MARKER)))
+    if problem:
+        pytest.fail(problem, pytrace=False)
+
+
+def _marker_misuse(markers: list[pytest.Mark]) -> str | None:
+    for marker in markers:
+        if not marker.args:
+            return f"@pytest.mark.{MARKER} needs at least one fault spec (or None)"
+        for spec in marker.args:
+            if spec is not None and not isinstance(spec, str):
+                return (f"@pytest.mark.{MARKER} takes fault specs as separate strings (or None), "
+                        f"not {type(spec).__name__} {spec!r}")
+        if marker.kwargs:
+            return f"@pytest.mark.{MARKER} takes no keyword arguments, not {', '.join(marker.kwargs)}"
+    return None
 
 
 @pytest.fixture
