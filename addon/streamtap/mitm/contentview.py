@@ -45,6 +45,9 @@ EVENTSTREAM_TYPE = "application/vnd.amazon.eventstream"
 SSE_TYPE = "text/event-stream"
 NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl")
 MAX_FRAMES_SHOWN = 5000  # past this a body is a bulk transfer, not something to read
+# mitmweb renders a view on the event loop that carries the traffic: a body is decoded this much
+# at a time, and no further than the frames shown
+DECODE_STEP = 1 << 16
 
 
 def _indent(text: str, prefix: str = "  ") -> str:
@@ -85,20 +88,37 @@ def _problem(event: WireEvent) -> list[str]:
     return []
 
 
-def _summary(events: list[WireEvent], data: bytes, noun: str) -> str:
+def _summary(events: list[WireEvent], data: bytes, noun: str, decoded: int) -> str:
     frames = sum(1 for e in events if not isinstance(e, (Malformed, Tail)))
     problems = sum(1 for e in events if isinstance(e, (Malformed, Tail)))
     line = f"# {frames} {noun}{'s' if frames != 1 else ''}, {len(data)} bytes"
+    if decoded < len(data):
+        line = f"# {frames} {noun}{'s' if frames != 1 else ''} in the first {decoded} of {len(data)} bytes"
     if problems:
         line += f", {problems} framing problem{'s' if problems != 1 else ''} (marked !!)"
     return line
 
 
-def _render(events: list[WireEvent], data: bytes, noun: str, frame: Any) -> str:
-    out = [_summary(events, data, noun)]
+def _decoded(decoder: Any, data: bytes) -> tuple[list[WireEvent], int]:
+    """The frames of ``data`` up to one past those shown, and how many bytes that took."""
+    events: list[WireEvent] = []
+    decoded = 0
+    while decoded < len(data) and len(events) <= MAX_FRAMES_SHOWN:
+        events += decoder.feed(data[decoded : decoded + DECODE_STEP])
+        decoded = min(decoded + DECODE_STEP, len(data))
+    if decoded == len(data):
+        events += decoder.close()
+    return events, decoded
+
+
+def _render(events: list[WireEvent], data: bytes, noun: str, frame: Any, decoded: int | None = None) -> str:
+    decoded = len(data) if decoded is None else decoded
+    out = [_summary(events, data, noun, decoded)]
     for shown, event in enumerate(events):
         if shown == MAX_FRAMES_SHOWN:
-            out.append(f"\n# ... {len(events) - shown} more not shown")
+            rest = f"{len(events) - shown} more" if decoded == len(data) else \
+                f"{len(events) - shown} more, and the {len(data) - decoded} bytes after them not decoded,"
+            out.append(f"\n# ... {rest} not shown")
             break
         out.append("")
         try:
@@ -182,8 +202,8 @@ class _FrameView(Contentview):
         raise NotImplementedError
 
     def prettify(self, data: bytes, metadata: Metadata) -> str:
-        decoder = self.decoder()
-        return _render([*decoder.feed(data), *decoder.close()], data, self.noun, self.frame_lines)
+        events, decoded = _decoded(self.decoder(), data)
+        return _render(events, data, self.noun, self.frame_lines, decoded)
 
     def render_priority(self, data: bytes, metadata: Metadata) -> float:
         return 2 if data and metadata.content_type in self.content_types else -1

@@ -1,0 +1,64 @@
+"""A contentview on a big body decodes no further than the frames it shows: mitmweb renders it on
+the event loop that carries the traffic. What it shows is worked out with httpx-sse's decoder."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from httpx_sse._decoders import SSEDecoder as PeerSSEDecoder
+from mitmproxy.contentviews import Metadata
+
+from streamtap.mitm.contentview import DECODE_STEP, MAX_FRAMES_SHOWN, NDJSON_TYPES, SSE_TYPE, NDJSONContentview, SSEContentview
+
+SUMMARY = re.compile(r"# (\d+) (\w+) in the first (\d+) of (\d+) bytes")
+
+
+def chat_events(count: int) -> list[bytes]:
+    return [b'data: {"choices":[{"index":0,"delta":{"content":"w%d "}}]}\n\n' % i for i in range(count)]
+
+
+def peer_data(body: bytes) -> list[str]:
+    decoder, found = PeerSSEDecoder(), []
+    for line in body.decode().splitlines():
+        if (event := decoder.decode(line)) is not None:
+            found.append(event.data)
+    return found
+
+
+def test_a_long_sse_body_shows_its_first_frames_and_says_how_far_it_decoded():
+    events = chat_events(4 * MAX_FRAMES_SHOWN)
+    body = b"".join(events)
+    rendered = SSEContentview().prettify(body, Metadata(content_type=SSE_TYPE))
+    summary, *blocks = rendered.split("\n\n")
+    frames, noun, decoded, total = SUMMARY.fullmatch(summary).groups()
+    assert noun == "events" and int(total) == len(body)
+    assert int(frames) > MAX_FRAMES_SHOWN and int(decoded) < len(body)
+    shown_through = sum(map(len, events[: MAX_FRAMES_SHOWN + 1]))  # the frame past the shown ones ends here
+    assert int(decoded) <= shown_through + DECODE_STEP  # no further than the step that brought it
+    assert int(frames) == len(peer_data(body[: int(decoded)]))
+    shown = [block for block in blocks if block.startswith("# event ")]
+    assert len(shown) == MAX_FRAMES_SHOWN
+    for block, data in zip(shown, peer_data(body)[:MAX_FRAMES_SHOWN]):
+        assert block.split("\n", 1)[1] == "event: message\ndata:\n" + "\n".join("  " + line for line in json.dumps(json.loads(data), indent=2).splitlines())
+    assert rendered.rstrip().endswith(f"# ... {int(frames) - MAX_FRAMES_SHOWN} more, and the {len(body) - int(decoded)} bytes after them not decoded, not shown")
+
+
+def test_a_body_of_bad_lines_stops_at_the_problems_shown():
+    """Pretty-printed JSON sent as NDJSON: every line is a framing problem; only those shown are built."""
+    line = json.dumps({"message": {"content": "x" * 40}}, indent=2).encode() + b"\n"
+    body = line * (2 * 1024 * 1024 // len(line))
+    rendered = NDJSONContentview().prettify(body, Metadata(content_type=NDJSON_TYPES[0]))
+    summary = rendered.split("\n", 1)[0]
+    decoded, total = SUMMARY.match(summary).group(3, 4)
+    problems = int(re.search(r", (\d+) framing problems", summary).group(1))
+    assert int(total) == len(body) and int(decoded) < len(body)
+    assert MAX_FRAMES_SHOWN < problems <= MAX_FRAMES_SHOWN + DECODE_STEP  # at most a step's lines past the cap
+
+
+def test_a_body_within_the_cap_is_decoded_whole():
+    events = chat_events(MAX_FRAMES_SHOWN)
+    body = b"".join(events)
+    rendered = SSEContentview().prettify(body, Metadata(content_type=SSE_TYPE))
+    assert rendered.startswith(f"# {MAX_FRAMES_SHOWN} events, {len(body)} bytes\n")
+    assert "not shown" not in rendered and "not decoded" not in rendered
