@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from streamtap.providers import StreamEnd, StreamSession, detect_dialect
+from streamtap.providers.common import one_line
 from streamtap.wire import DEFAULT_MAX_EVENT
 
 from .compress import SUFFIX
@@ -304,7 +305,12 @@ def import_capture(
             try:
                 imported = import_flow(flow, out, source, sentinel=sentinel, redact=redact, redact_allow=redact_allow)
             except RecordingError as exc:  # this flow's recording cannot be written: said, and the others go on
-                imported = Imported(flow.id, Redactor(redact, redact_allow).url(flow.request.pretty_url), skipped=str(exc))
+                imported = Imported(flow.id, _shown_url(flow, redact, redact_allow), skipped=str(exc))
+            except OSError:  # the folder or the disk, not this flow: every other flow would fail alike
+                raise
+            except Exception as exc:  # a flow that trips a bug must not cost the capture's other flows
+                skipped = f"cannot be imported: {type(exc).__name__}: {one_line(str(exc))}"
+                imported = Imported(flow.id, _shown_url(flow, redact, redact_allow), skipped=skipped)
             yield imported
     finally:
         for folder in made:
@@ -312,6 +318,14 @@ def import_capture(
                 folder.rmdir()
             except OSError:  # not empty: recordings were written
                 break
+
+
+def _shown_url(flow: Any, redact: Iterable[str], redact_allow: Iterable[str]) -> str:
+    """The flow's URL as ``streamtap import`` prints it: redacted, or not at all."""
+    try:
+        return Redactor(redact, redact_allow).url(flow.request.pretty_url)
+    except Exception as exc:  # (the flow's failure is said already: this one would only hide it)
+        return f"(URL not shown: {type(exc).__name__})"
 
 
 def _missing_folders(path: Path) -> list[Path]:

@@ -18,7 +18,7 @@ import json
 import re
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import quote_plus, unquote_plus, urlsplit, urlunsplit
+from urllib.parse import quote_plus, unquote_plus
 
 REDACTED = "[redacted]"
 FORM_REDACTED = quote_plus(REDACTED)  # how a redacted value reads in a form or query string
@@ -65,6 +65,9 @@ _QUERY_PARAM = re.compile(r"(?:[^&;]|;(?![^&;=]*=))+")
 _JSON_STRING = re.compile(rb'"((?:[^"\\]|\\.)*)"(\s*:\s*)?')
 _JSON_STRING_OR_BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 _JSON_SCALAR = re.compile(rb'[^\s,\]}]+')
+# A URL's authority, as urlsplit finds its netloc: after the scheme (if any) and "//", up to the
+# path (urlsplit also skips leading spaces and control characters)
+_AUTHORITY = re.compile(r"[\x00-\x20]*(?:[A-Za-z][A-Za-z0-9+.-]*:)?//([^/]*)")
 _NOT_IN_A_NAME = re.compile(r"[\s:=&,;]")  # never part of a header or query parameter name
 
 
@@ -132,17 +135,16 @@ class Redactor:
         return out
 
     def url(self, url: str) -> str:
-        """The URL with credential query values and any userinfo replaced."""
-        parts = urlsplit(url)
-        netloc = parts.netloc
-        if "@" in netloc:  # the user too: a token is often sent as the user (https://TOKEN:@host)
-            netloc = f"{REDACTED}@{netloc.rpartition('@')[2]}"
-        query, fragment = parts.query, parts.fragment
-        if query:
-            query = _QUERY_PARAM.sub(self._query_param, query)
+        """The URL with credential query values and any userinfo replaced, every other byte as
+        it was. Split where urlsplit splits it, but in place: urlsplit would drop a bare ``?`` or
+        ``#`` on the way back, and refuses a host with an unbalanced ``[`` (mitmproxy builds the
+        URL from the client's ``Host`` header), whose query may hold a key all the same."""
+        head, hash_mark, fragment = url.partition("#")
+        head, question_mark, query = head.partition("?")
+        query = _QUERY_PARAM.sub(self._query_param, query)
         if "=" in fragment:  # a fragment in query form (OAuth's #access_token=...)
             fragment = _QUERY_PARAM.sub(self._query_param, fragment)
-        return urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
+        return _without_userinfo(head) + question_mark + query + hash_mark + fragment
 
     def _query_param(self, match: re.Match[str]) -> str:
         """One ``name=value`` of a query, its value replaced when the name is a secret's; every
@@ -172,16 +174,24 @@ class Redactor:
         if isinstance(value, list):
             return [self.json(item) for item in value]
         if isinstance(value, str):
-            head = value.lstrip()[:1]
-            if head in ("{", "["):
-                return self._json_in_text(value)
-            if head == '"':
-                return self._json_text_in_text(value)
+            return self._string(value)
         return value
+
+    def _string(self, text: str) -> str:
+        """A string value, with the JSON it may carry redacted inside: the one rule for strings,
+        whether the body was parsed (``json``) or scanned (``json_bytes``)."""
+        head = text.lstrip()[:1]
+        if head in ("{", "["):
+            return self._json_in_text(text)
+        if head == '"':
+            return self._json_text_in_text(text)
+        return text
 
     def _under_secret_name(self, name: str, value: Any, subschema: bool = False) -> Any:
         if isinstance(value, list):
             return [self._under_secret_name(name, item) for item in value]
+        if name.lower() in self.extra and value is not None and not isinstance(value, bool):
+            return REDACTED  # a name given to redact: whatever its value is, a schema's shape too
         if isinstance(value, dict):
             if not (_schema_fragment(value) if subschema else _schema(value)):  # (a subschema may only constrain)
                 return REDACTED
@@ -193,8 +203,6 @@ class Redactor:
                 described[keyword] = (self._under_secret_subschema(name, sub) if not isinstance(sub, list)
                                       else [self._under_secret_subschema(name, item) for item in sub])
             return described
-        if name.lower() in self.extra and value is not None and not isinstance(value, bool):
-            return REDACTED  # a name given to redact: whatever its value is
         return REDACTED if _secret_scalar(name, value) else value
 
     def _under_secret_subschema(self, name: str, schema: Any) -> Any:
@@ -267,12 +275,12 @@ class Redactor:
         return part
 
     def _json_string_redacted(self, body: bytes) -> bytes | None:
-        """A JSON string literal (its ``body`` between the quotes) whose text is JSON with a secret
-        member, redacted inside; None when it holds none."""
+        """A JSON string literal (its ``body`` between the quotes) redacted as ``json`` redacts
+        the string it holds; None when that leaves it as it was."""
         text = _json_string(body)
-        if text is None or text.lstrip()[:1] not in ("{", "["):
+        if text is None:
             return None
-        redacted = self._json_in_text(text)
+        redacted = self._string(text)
         if redacted == text:
             return None
         return json.dumps(redacted, ensure_ascii=False).encode("utf-8", "surrogatepass")
@@ -316,6 +324,15 @@ class Redactor:
             done = at = end
         out.append(raw[done:])
         return b"".join(out)
+
+
+def _without_userinfo(head: str) -> str:
+    """A URL's part before its query with the userinfo replaced, user and password both: a token
+    is often sent as the user (https://TOKEN:@host)."""
+    authority = _AUTHORITY.match(head)
+    if authority is None or "@" not in authority[1]:
+        return head
+    return head[: authority.start(1)] + REDACTED + head[authority.start(1) + authority[1].rindex("@") :]
 
 
 def _json_string(body: bytes) -> str | None:

@@ -19,12 +19,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlencode, urlsplit
+from urllib.parse import unquote, urlencode
 
 from streamtap.recording.catalog import RECORDING_SUFFIXES, files_under, is_partial
 from streamtap.recording.redact import FORM_REDACTED, REDACTED, Redactor, dump_embedded, query_pairs
 
-from .source import RecordingError, Source, load_source
+from .source import RecordingError, Source, load_source, split_target
 
 
 def normalize_body(body: Any, ignore_fields: Iterable[str] = ()) -> Any:
@@ -168,9 +168,7 @@ class Library:
         for source in sources:
             body = normalize_body(_copy(source.request_body), self.options.ignore_fields)
             key = self.key(source.method, source.path_and_query, source.request_headers, body)
-            params = frozenset(
-                k for k, v in query_pairs(urlsplit(source.path_and_query).query) if v == REDACTED
-            )
+            params = frozenset(k for k, v in query_pairs(split_target(source.url).query) if v == REDACTED)
             self.entries.append(_Entry(source, key, body, redacted_params=params, redacted_body=holds_redacted(body)))
         # of the recordings that answer one request, a whole one first: a killed proxy's
         # leftover (no end line) answers only when no whole one does (or, --once, is left)
@@ -201,7 +199,7 @@ class Library:
         return cls(_load_sources(files, warn or _warn_on_stderr), options)
 
     def key(self, method: str, target: str, headers: dict[str, str], body: Any, redacted_params: frozenset[str] = frozenset()) -> Key:
-        parts = urlsplit(target)
+        parts = split_target(target)
         # a ? or # sent escaped stays so: the key's query is the request's query, never part of its path
         path = unquote(parts.path).replace("?", "%3F").replace("#", "%23") or "/"
         query = [

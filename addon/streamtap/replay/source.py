@@ -15,7 +15,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from streamtap.recording import check_recording, read_recording
 from streamtap.recording.catalog import is_partial
@@ -58,7 +58,7 @@ class Source:
 
     @property
     def path_and_query(self) -> str:
-        parts = urlsplit(self.url)
+        parts = split_target(self.url)
         return parts.path + (f"?{parts.query}" if parts.query else "") or "/"
 
     @classmethod
@@ -240,3 +240,14 @@ def _json_or_none(data: bytes) -> Any:
         return json.loads(data)
     except ValueError:
         return None
+
+
+def split_target(target: str) -> SplitResult:
+    """A request target (or a recorded URL) split as urlsplit does, also one whose host has an
+    unbalanced ``[`` or ``]``, which urlsplit refuses: h11 takes such a target, and the Tap records
+    such a URL as the client's ``Host`` header gave it. The host plays no part in matching, and a
+    bracket in the path or query is read back by the unquoting that follows."""
+    try:
+        return urlsplit(target)
+    except ValueError:
+        return urlsplit(target.replace("[", "%5B").replace("]", "%5D"))

@@ -1,0 +1,247 @@
+"""Redaction where it used to differ or fail: JSON that orjson refuses is scanned with the same
+rule for strings as parsed JSON (arguments encoded twice included); a URL is redacted in place
+(a bare ``?`` or ``#`` kept) and also when its host has an unbalanced ``[``, as mitmproxy builds
+it from a client's ``Host`` header; a ``--redact`` name takes a schema-shaped value too; an
+import goes on past a flow that fails; and ``serve`` answers a target whose host urlsplit refuses."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import subprocess
+import sys
+import time
+from urllib.parse import urlsplit
+
+import pytest
+from replay_streams import OPENAI_REQUEST, write_recordings
+
+from streamtap.recording.header import request_body_fields
+from streamtap.recording.importer import import_capture
+from streamtap.recording.redact import REDACTED, Redactor
+from streamtap.recording.writer import final_name
+from streamtap.replay.faults import Timing, parse_faults
+from streamtap.replay.match import Library
+from streamtap.replay.server import ServeOptions, ServerThread
+
+PASSWORD = "PW-LEAK-7731"
+
+
+def _twice(value) -> str:
+    return json.dumps(json.dumps(value))
+
+
+# --- the scan of a body orjson refuses redacts what the parse redacts ---------------------------
+
+TWICE_ENCODED = {
+    "twice": _twice({"user": "alice", "password": PASSWORD}),
+    "list twice": _twice([{"password": PASSWORD}]),
+    "padded twice": "  " + _twice({"password": PASSWORD}),
+    "cut twice": _twice({"password": PASSWORD, "more": "x" * 8})[:-5],
+}
+
+
+def _recorded_body(raw: bytes) -> tuple[str, bytes]:
+    """How a request body is kept in a recording's header ("body" or "body_b64"), and its text."""
+    part = Redactor().request_part({"headers": [["content-type", "application/json"]], **request_body_fields((raw, None))})
+    if "body" in part:
+        return "body", json.dumps(part["body"], ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return "body_b64", base64.b64decode(part["body_b64"])
+
+
+@pytest.mark.parametrize("arguments", TWICE_ENCODED.values(), ids=TWICE_ENCODED.keys())
+def test_arguments_encoded_twice_are_redacted_also_when_orjson_refuses_the_body(arguments):
+    message = {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+                                                    "function": {"name": "login", "arguments": arguments}}]}
+    parses = json.dumps({"model": "m", "stream": True, "messages": [message]}).encode()
+    # the same body with a lone surrogate escape in a user message (an emoji cut in half)
+    refused = parses.replace(b'"messages": [', b'"messages": [{"role": "user", "content": "\\ud83d"}, ')
+    for raw, kept_as in ((parses, "body"), (refused, "body_b64")):
+        how, text = _recorded_body(raw)
+        assert how == kept_as
+        assert PASSWORD.encode() not in text, (kept_as, text)
+        assert REDACTED.encode() in text
+
+
+def test_the_scan_leaves_a_string_of_quoted_words_as_it_was():
+    raw = b'{"content": "\\"quoted words\\" and more", "x": 1e400}'
+    assert Redactor().json_bytes(raw) == raw
+
+
+# --- URLs ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url, redacted", [
+    ("http://[api.openai.com/v1/chat/completions?key=SECRET-Q",
+     f"http://[api.openai.com/v1/chat/completions?key={REDACTED}"),
+    ("http://api.openai.com]/v1/chat/completions?api_key=SECRET-Q&x=1",
+     f"http://api.openai.com]/v1/chat/completions?api_key={REDACTED}&x=1"),
+    ("https://tok:SECRET-U@[api.openai.com/v1?key=SECRET-Q",
+     f"https://{REDACTED}@[api.openai.com/v1?key={REDACTED}"),
+])
+def test_a_host_with_an_unbalanced_bracket_is_redacted_not_refused(url, redacted):
+    assert Redactor().url(url) == redacted
+
+
+@pytest.mark.parametrize("url", [
+    "https://api.openai.com/v1/chat/completions?",
+    "https://api.openai.com/v1/chat/completions#",
+    "https://api.openai.com/v1/chat/completions?#",
+    "HTTPS://API.openai.com:443/v1/chat/completions?a=%41&&b",
+    "https://[::1]:8080/v1?",
+])
+def test_a_url_without_secrets_is_recorded_byte_for_byte(url):
+    assert Redactor().url(url) == url
+
+
+def test_only_the_secrets_of_a_url_change():
+    url = "HTTPS://user:pw@Host/v1/x?key=S1&&a=%41;sig=S2?#access_token=S3&state=ok"
+    assert Redactor().url(url) == (
+        f"HTTPS://{REDACTED}@Host/v1/x?key={REDACTED}&&a=%41;sig={REDACTED}#access_token={REDACTED}&state=ok"
+    )
+
+
+@pytest.mark.parametrize("url", [
+    "https://u:p@host/x", "https://u@host", "//u:p@host/x?y", "http://host/a@b", "http://host?x=a@b",
+    "mailto:u@host", "/v1/x?u@h", " https://u@host/", "https://host#u@x", "https://u@h@host/x",
+])
+def test_userinfo_is_found_where_urlsplit_finds_a_netloc(url):
+    userinfo, at, _host = urlsplit(url).netloc.rpartition("@")
+    expected = url.replace(userinfo + at, REDACTED + at, 1) if at else url
+    assert Redactor().url(url) == expected
+
+
+# --- a name given to redact -----------------------------------------------------------------------
+
+
+def test_a_redact_name_takes_a_schema_shaped_value_whole():
+    value = {"type": "string", "description": "postgres://admin:DBPW-991@db/prod"}
+    redactor = Redactor(extra=["connection_string"])
+    assert redactor.json({"connection_string": value}) == {"connection_string": REDACTED}
+    assert redactor.json({"connection_string": ["a", "b"]}) == {"connection_string": [REDACTED, REDACTED]}
+    scanned = redactor.json_bytes(json.dumps({"connection_string": value, "zz": 1}).encode().replace(b"1}", b"1e400}"))
+    assert b"DBPW-991" not in scanned and json.dumps(REDACTED).encode() in scanned
+    # a pattern's name still keeps a schema, which describes a password rather than holding one
+    schema = {"type": "string", "description": "the database password"}
+    assert Redactor().json({"password": schema}) == {"password": schema}
+
+
+# --- streamtap import -------------------------------------------------------------------------------
+
+SSE = (b'data: {"id":"c","object":"chat.completion.chunk","model":"gpt-4o","choices":[{"index":0,'
+       b'"delta":{"content":"Hi"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n')
+CHAT_BODY = b'{"model":"gpt-4o","stream":true,"messages":[]}'
+
+
+def _flow(host_header: str, query_secret: str):
+    from mitmproxy import http
+    from mitmproxy.test import tflow
+
+    flow = tflow.tflow(resp=True)
+    request = http.Request.make("POST", f"http://127.0.0.1:8080/v1/chat/completions?key={query_secret}", CHAT_BODY,
+                                [(b"content-type", b"application/json")])
+    request.headers["host"] = host_header
+    request.timestamp_start = request.timestamp_end = time.time()
+    flow.request = request
+    response = http.Response.make(200, SSE, [(b"content-type", b"text/event-stream")])
+    response.timestamp_start = time.time()
+    response.timestamp_end = response.timestamp_start + 0.1
+    flow.response = response
+    return flow
+
+
+def _capture(path, *flows):
+    from mitmproxy import io
+
+    with path.open("wb") as file:
+        writer = io.FlowWriter(file)
+        for flow in flows:
+            writer.add(flow)
+    return path
+
+
+def test_import_records_a_flow_whose_host_header_has_an_unbalanced_bracket(tmp_path):
+    capture = _capture(tmp_path / "capture.mitm", _flow("[api.openai.com", "QSECRET-bad"), _flow("api.openai.com", "QSECRET-good"))
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, "-m", "streamtap.cli", "import", str(capture), "--out", str(out)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    recordings = sorted(out.glob("*_complete_*.jsonl"))
+    assert len(recordings) == 2
+    urls = {json.loads(path.read_text().splitlines()[0])["request"]["url"] for path in recordings}
+    assert urls == {f"http://[api.openai.com/v1/chat/completions?key={REDACTED}",
+                    f"http://api.openai.com/v1/chat/completions?key={REDACTED}"}
+    assert "QSECRET" not in result.stdout + result.stderr
+    # and serve answers from them
+    library = Library.load([out])
+    assert library.find("POST", "/v1/chat/completions?key=any", {}, CHAT_BODY) is not None
+
+
+def test_a_flow_that_fails_otherwise_is_skipped_in_one_line_and_the_others_are_imported(tmp_path, monkeypatch, capsys):
+    """A failure that is no RecordingError (a bug met by one flow's data) skips that flow only."""
+    from streamtap.cli import main
+    from streamtap.recording import importer
+
+    broken, fine = _flow("api.openai.com", "QSECRET-1"), _flow("api.openai.com", "QSECRET-2")
+    capture = _capture(tmp_path / "capture.mitm", broken, fine)
+    real_flow_header = importer.flow_header
+
+    def flow_header(flow, **kw):
+        if flow.id == broken.id:
+            raise ValueError("something in this flow\nthat spans lines")
+        return real_flow_header(flow, **kw)
+
+    monkeypatch.setattr(importer, "flow_header", flow_header)
+    out = tmp_path / "out"
+    code = main(["import", str(capture), "--out", str(out), "-q"])
+    printed = capsys.readouterr()
+    assert code == 1, printed  # some flows skipped
+    [skipped] = [line for line in printed.out.splitlines() if line.startswith("skipped")]
+    assert skipped == (f"skipped {broken.id[:12]} http://api.openai.com/v1/chat/completions?key={REDACTED}: "
+                       "cannot be imported: ValueError: something in this flow that spans lines")
+    assert "Traceback" not in printed.out + printed.err
+    flow_part = final_name(0, "-", "-", fine.id).rsplit("_", 1)[1]  # how file names spell a flow id
+    assert [path.name.endswith(f"_{flow_part}") for path in out.glob("*.jsonl")] == [True]
+    assert not list(out.glob("*.partial*"))
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, OSError])
+def test_an_interrupt_or_an_output_error_still_stops_the_import(tmp_path, monkeypatch, stop):
+    from streamtap.recording import importer
+
+    def flow_header(flow, **kw):
+        raise stop("stop")
+
+    monkeypatch.setattr(importer, "flow_header", flow_header)
+    capture = _capture(tmp_path / "capture.mitm", _flow("api.openai.com", "Q"))
+    with pytest.raises(stop):
+        list(import_capture(capture, tmp_path / "out"))
+
+
+# --- streamtap serve ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target, status", [
+    ("http://[x/v1/chat/completions", 200),  # the host plays no part in matching
+    ("//[x/v1/chat/completions", 200),
+    ("http://[x/v1/chat/completions?key=SECRET-SERVE", 404),  # no recording has that query
+])
+def test_serve_answers_a_target_whose_host_urlsplit_refuses(tmp_path, caplog, target, status):
+    library = Library.load([write_recordings(tmp_path)])
+    body = json.dumps(OPENAI_REQUEST).encode()
+    with caplog.at_level("ERROR"), ServerThread(library, ServeOptions(Timing.parse("fast"), parse_faults(None))) as server:
+        host, port = server.base_url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(f"POST {target} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode() + body)
+            data = b""
+            while piece := sock.recv(65536):
+                data += piece
+    assert data.startswith(f"HTTP/1.1 {status} ".encode()), data[:200]
+    if status == 404:
+        error = json.loads(data.partition(b"\r\n\r\n")[2])["error"]
+        assert error["type"] == "streamtap_no_recording"
+        assert "SECRET-SERVE" not in json.dumps(error) and f"key={REDACTED}" in error["message"]
+    assert "Unhandled exception" not in caplog.text and "Traceback" not in caplog.text, caplog.text
