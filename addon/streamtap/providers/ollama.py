@@ -27,7 +27,8 @@ class Assembler(AssemblerBase):
     def __init__(self, wire: str | None = None) -> None:
         super().__init__(wire)
         self._calls = 0
-        self._first: tuple[str, WireEvent] | None = None  # the first line's model and shape, and that line
+        # the first line's model, its shape (chat or generate) once a line shows one, and that line
+        self._first: tuple[str | None, str | None, WireEvent] | None = None
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         self.seen(event, f"line {event.seq}")
@@ -38,13 +39,19 @@ class Assembler(AssemblerBase):
         if not isinstance(obj, dict):
             self.corrupt("line is JSON but not an object", event)
             return
-        if "error" in obj:
+        if obj.get("error"):
             self.errored(event, error_fields(obj))
             return
+        if "error" in obj:  # Ollama's clients raise only on a non-empty error: the app reads on
+            self.judge.note(f"line {event.seq} carries an empty error ({obj['error']!r}): read on, as the clients do")
         turn = self.turn
         turn.model = turn.model or as_str(obj.get("model"))
-        message = obj.get("message") if isinstance(obj.get("message"), dict) else obj  # chat vs generate
-        self._same_answer(obj, message is not obj, event)
+        chat = isinstance(obj.get("message"), dict)
+        message = obj["message"] if chat else obj
+        # a line with neither message nor response shows no shape: /api/chat's last line may carry
+        # only done and the counts (as Ollama's API docs show it)
+        shape = "chat" if chat else "generate" if "response" in obj else None
+        self._same_answer(obj, shape, event)
         thinking = message.get("thinking")
         if isinstance(thinking, str) and thinking:
             self.append(0, BlockKind.THINKING, thinking, t)
@@ -65,12 +72,20 @@ class Assembler(AssemblerBase):
                 normalized = "tool_use"
             self.terminal(event, reason, normalized, 'the "done": true line')
 
-    def _same_answer(self, obj: dict[str, Any], chat: bool, event: WireEvent) -> None:
-        identity = f"{as_str(obj.get('model'))} ({'chat' if chat else 'generate'})"
+    def _same_answer(self, obj: dict[str, Any], shape: str | None, event: WireEvent) -> None:
+        """Every line of one generation names its model and has its shape; a line naming neither
+        (only done and the counts, or an empty error) says nothing either way."""
+        model = as_str(obj.get("model"))
         if self._first is None:
-            self._first = (identity, event)
-        elif identity != self._first[0]:
-            self.second_generation("the model and shape", self._first, identity, event)
+            self._first = (model, shape, event)
+            return
+        first_model, first_shape, first_event = self._first
+        if first_model is None or first_shape is None:
+            first_model, first_shape = first_model or model, first_shape or shape
+            self._first = (first_model, first_shape, first_event)
+        if (model or first_model) != first_model or (shape or first_shape) != first_shape:
+            self.second_generation("the model and shape", (f"{first_model} ({first_shape})", first_event),
+                                   f"{model or first_model} ({shape or first_shape})", event)
 
     def _tool_call(self, call: dict[str, Any], t: float | None) -> None:
         function = as_dict(call.get("function"))
