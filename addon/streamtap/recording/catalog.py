@@ -16,6 +16,7 @@ import re
 import stat
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -27,7 +28,7 @@ import zstandard
 from streamtap.providers.model import model_of
 
 from .compress import SUFFIX, decompress_checked, is_compressed
-from .reader import CONVERTED, FORMAT_MARK, HeaderCut, header_damage
+from .reader import CONVERTED, FORMAT_MARK, STREAM_ENDS, VERDICT_KINDS, HeaderCut, header_damage, one_of
 from .writer import FORMAT, PARTIAL_SUFFIX, RecordingError
 
 RECORDING_SUFFIXES = (".jsonl", ".jsonl" + SUFFIX)
@@ -211,23 +212,39 @@ def never_renamed(path: Path, has_end: bool) -> str | None:
     return NEVER_RENAMED if has_end and is_partial(path) else None
 
 
-def being_written(path: Path) -> bool:
-    """True while a writer holds the recording's lock (a stream still open in a live proxy).
+@contextmanager
+def unless_being_written(path: Path) -> Iterator[bool]:
+    """False while a writer holds the recording's lock (a stream still open in a live proxy), or
+    its writer renamed or removed it since its folder was listed; else True, with a shared lock
+    held until the block ends, so no writer changes the file while it is read.
 
     A killed proxy's lock is gone with it, so its ``.partial`` file is not being written."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # a fifo must not hold us
+    except FileNotFoundError:
+        fd, readable = None, os.path.lexists(path)  # a dangling link is the reading's to report
     except OSError:
-        return False
+        fd, readable = None, True  # the reading says why it cannot be read
+    if fd is None:
+        yield readable
+        return
+    try:
+        yield _locked_as_named(fd, path)
+    finally:
+        os.close(fd)  # closing drops a lock taken here
+
+
+def _locked_as_named(fd: int, path: Path) -> bool:
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        return True
-    except OSError:
         return False
-    finally:
-        os.close(fd)  # closing drops a lock taken here
-    return False
+    except OSError:
+        return True  # a file system without locks: read it as it is
+    try:  # locked, but still the file of that name (its writer may have renamed it before the lock)?
+        return os.path.samestat(os.stat(path), os.fstat(fd))
+    except FileNotFoundError:
+        return False
 
 
 def open_bytes(path: Path) -> tuple[BinaryIO, bool]:
@@ -369,6 +386,7 @@ def recording_row(path: Path) -> dict[str, Any]:
         events = _number(end.get("frames"))
     if not 0 <= started <= LAST_START:
         raise RecordingError(f"its start time {started} is not seconds since 1970 (at most year 9999)")
+    _check_names(verdict, end)
     row = {
         "started": started,
         "day": _day(started),
@@ -404,6 +422,19 @@ def recording_row(path: Path) -> dict[str, Any]:
 def _day(started: float) -> str:
     """The UTC day of ``started`` as the index's timestamp has it: to the microsecond, rounded."""
     return time.strftime("%Y-%m-%d", time.gmtime(round(started, 6)))
+
+
+def _check_names(verdict: dict[str, Any], end: dict[str, Any]) -> None:
+    """The verdict kind and stream end are among the format's names, as ``verify`` requires: any
+    other text is a damaged line, never a verdict of its own to count."""
+    try:
+        one_of(verdict, "kind", VERDICT_KINDS)
+    except ValueError as exc:
+        raise RecordingError(f"its verdict's {exc}") from None
+    try:
+        one_of(end, "stream_end", STREAM_ENDS)
+    except ValueError as exc:
+        raise RecordingError(f"its end line's {exc}") from None
 
 
 def _check_values(row: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ import tempfile
 import uuid
 import weakref
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from typing import Any
 import duckdb
 import orjson
 
-from .catalog import COLUMNS, Found, NotARecording, being_written, damaged_row, is_partial, recording_name, recording_row
+from .catalog import COLUMNS, Found, NotARecording, damaged_row, is_partial, recording_name, recording_row, unless_being_written
 from .reader import HeaderCut
 from .writer import RecordingError
 
@@ -99,11 +100,12 @@ def read_rows(found: Iterable[Found], *, skip: set[str] = frozenset(), loaded: L
                 raise RecordingError(f"{resolved}: its name is not UTF-8; rename the file to report it") from None
             loaded.skipped.append(f"{resolved}: its name is not UTF-8")
             continue
-        if is_partial(item.path) and being_written(item.path):
-            loaded.busy.append(resolved)
-            continue
         try:
-            rows.append(recording_row(item.path))
+            with unless_being_written(item.path) if is_partial(item.path) else nullcontext(True) as readable:
+                if not readable:
+                    loaded.busy.append(resolved)
+                    continue
+                rows.append(recording_row(item.path))
         except (NotARecording, OSError) as exc:
             if item.named:
                 raise

@@ -61,8 +61,8 @@ BODY_LINE_FIELDS = {
     "note": ("kind", "message"),
     "end": ("frames", "bytes", "sha256"),
 }
-_STREAM_ENDS = frozenset(e.value for e in StreamEnd)
-_VERDICTS = frozenset(k.value for k in VerdictKind)
+STREAM_ENDS = frozenset(e.value for e in StreamEnd)
+VERDICT_KINDS = frozenset(k.value for k in VerdictKind)
 
 
 def open_recording(path: str | os.PathLike[str]) -> BinaryIO:
@@ -153,7 +153,7 @@ def _time(record: dict[str, Any], name: str) -> float | None:
     return value
 
 
-def _one_of(record: dict[str, Any], name: str, allowed: frozenset[str], *, required: bool = False) -> str | None:
+def one_of(record: dict[str, Any], name: str, allowed: frozenset[str], *, required: bool = False) -> str | None:
     value = _typed(record, name, str, required=required)
     if value is not None and value not in allowed:
         raise ValueError(f"{name!r} is {_shown(value)}, not one of {', '.join(sorted(allowed))}")
@@ -254,12 +254,12 @@ def _check_note(record: dict[str, Any]) -> None:
 def _check_end(record: dict[str, Any]) -> None:
     verdict = _typed(record, "verdict", dict)
     if verdict is not None:
-        _one_of(verdict, "kind", _VERDICTS, required=True)
+        one_of(verdict, "kind", VERDICT_KINDS, required=True)
         _typed(verdict, "reason", str)
         _counted(verdict, "seq")
         _counted(verdict, "offset")
     _typed(record, "turn", dict)
-    _one_of(record, "stream_end", _STREAM_ENDS)
+    one_of(record, "stream_end", STREAM_ENDS)
     _typed(record, "error", str)
     _typed(record, "streamtap_errors", list)
     for name in ("frames", "bytes", "wire_bytes"):

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import fcntl
 import hashlib
 import json
 import os
+import secrets
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -231,12 +233,84 @@ def _line_start(fd: int, end: int) -> int:
     return 0
 
 
+# The name a writer's file has before it is linked to its recording's name: hidden, in the
+# recording's folder (a link cannot cross file systems), and ending in none of the suffixes
+# report, index, verify, import or replay look for, so no reader ever lists or locks it.
+CREATING_PREFIX = ".streamtap-creating-"
+# what os.link raises on a file system without hard links (vfat, some network mounts)
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS})
+_TAKE_ATTEMPTS = 3  # a name taken, then freed (its writer renamed it) before it could be opened: try again
+
+
+def _open_locked(path: Path) -> int:
+    """``path``, empty, opened for appending with the exclusive lock held.
+
+    The file is born locked: made and locked under a hidden name, then linked to ``path``. A
+    file opened first and locked after would stand unlocked in between, where a reader (report,
+    index) takes it for a dead, empty recording, and its probe of the lock makes this writer fail."""
+    for _ in range(_TAKE_ATTEMPTS):
+        try:
+            return _born_locked(path)
+        except FileExistsError:
+            fd = _take_unwritten(path, create=False)
+        except OSError as exc:
+            if exc.errno not in _NO_HARD_LINKS:
+                raise
+            fd = _take_unwritten(path, create=True)  # the open-then-lock way: the one left there
+        if fd is not None:
+            return fd
+    raise RecordingBusy(f"{path} is being written by another writer")
+
+
+def _born_locked(path: Path) -> int:
+    """A new file at ``path`` that was locked before it had that name; FileExistsError when the name is taken."""
+    creating = path.with_name(f"{CREATING_PREFIX}{secrets.token_hex(8)}")
+    fd = os.open(creating, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # (no one else knows this name: never refused)
+            os.link(creating, path)  # unlike a rename, never replaces a file that has the name
+        finally:
+            os.unlink(creating)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _take_unwritten(path: Path, *, create: bool) -> int | None:
+    """``path``, there already, locked and empty (a writer that stopped before its first line left
+    it), or made now where hard links are missing. RecordingBusy while a writer holds it,
+    RecordingError when it holds lines; None when the name no longer leads to it."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise RecordingBusy(f"{path} is being written by another writer") from None
+    try:
+        same = os.path.samestat(os.stat(path), os.fstat(fd))  # not removed (or replaced) before the lock was ours
+    except FileNotFoundError:
+        same = False
+    if not same:
+        os.close(fd)
+        return None
+    if os.fstat(fd).st_size:
+        os.close(fd)
+        raise RecordingError(f"{path} already holds a recording (recordings are append-only, one writer each)")
+    return fd
+
+
 class RecordingWriter:
     """Appends the lines of one recording. Not thread-safe: one flow, one writer.
 
-    ``path`` must not hold a recording yet; an exclusive lock held until the file is closed
-    (``finish``, or ``sync_and_close`` after ``finish(sync=False)``) makes a second writer
-    fail with RecordingBusy instead of interleaving lines.
+    ``path`` must not hold a recording yet; an exclusive lock, held from before the file has
+    that name until it is closed (``finish``, or ``sync_and_close`` after ``finish(sync=False)``),
+    makes a second writer fail with RecordingBusy instead of interleaving lines.
     """
 
     def __init__(
@@ -258,15 +332,7 @@ class RecordingWriter:
         self.redact = tuple(redact)
         self.redactor = Redactor(self.redact, redact_allow)
         self.encoded = encoded  # wire bytes differ from the body (content-encoding): keep them too
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise RecordingBusy(f"{self.path} is being written by another writer") from None
-        if os.fstat(fd).st_size:
-            os.close(fd)
-            raise RecordingError(f"{self.path} already holds a recording (recordings are append-only, one writer each)")
+        fd = _open_locked(self.path)
         # a small buffer: the adapter flushes at least every 0.1 s anyway, and an open
         # stream's memory must stay small
         self._file = os.fdopen(fd, "ab", buffering=WRITE_BUFFER)
