@@ -14,12 +14,13 @@ import io
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from contextlib import redirect_stdout
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -253,6 +254,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recordings", type=Path, default=BUNDLED, help=argparse.SUPPRESS)
 
 
+@contextmanager
+def _ended_by_signals():
+    """SIGTERM and SIGHUP (``kill``, a closed terminal) end the demo as Ctrl-C does: their default
+    would end Python at once, leaving the replay server and mitmdump running and the temporary
+    folder behind; raised as an exit, they unwind the blocks that stop and remove them."""
+    def stop(signum: int, frame) -> None:
+        raise SystemExit(128 + signum)  # as a shell reports a process the signal ended
+
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def _bypass_proxies_for_loopback() -> None:
     """The demo's SDK clients talk to the proxy on loopback: a company proxy named in
     HTTP(S)_PROXY, which all three SDKs follow, must not take those calls (nor can it reach them)."""
@@ -278,7 +295,7 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"--dir {args.dir}: {exc.strerror or exc}") from None
     _bypass_proxies_for_loopback()
-    with tempfile.TemporaryDirectory(prefix="streamtap-demo-") as tmp:
+    with _ended_by_signals(), tempfile.TemporaryDirectory(prefix="streamtap-demo-") as tmp:
         workdir = Path(tmp)
         record_dir = (args.dir or workdir / "recordings").resolve()
         record_dir.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError, check_names, named_folder, named_path
+from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError, check_names, named_folder, named_path, terminal_safe
 
 
 DESCRIPTION = """\
@@ -119,16 +119,16 @@ def run(args: argparse.Namespace) -> int:
                       "importing the flow again", file=sys.stderr)
             if item.already:
                 already += 1
-                print(f"{shown_path(item.path)}  already imported ({item.url})")
+                print(f"{shown_path(item.path)}  already imported ({_safe(item.url)})")
             elif item.skipped:
                 skipped += 1
-                print(f"skipped {item.flow_id[:12]} {item.url}: {item.skipped}")
+                print(f"skipped {_safe(item.flow_id[:12])} {_safe(item.url)}: {_safe(item.skipped)}")
             else:
                 written += 1
-                reason = "" if item.verdict == "complete" else f" ({item.reason})"
+                reason = "" if item.verdict == "complete" else f" ({_safe(item.reason)})"
                 print(
                     f"{shown_path(item.path)}  {item.verdict}{reason}  "
-                    f"{item.provider} {item.model or '-'}, {item.events} events, {item.bytes} bytes"
+                    f"{item.provider} {_safe(item.model or '-')}, {item.events} events, {item.bytes} bytes"
                 )
     except CaptureIncomplete as exc:  # what was read is written, and the rest is said lost
         incomplete = exc
@@ -156,3 +156,9 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return EXIT_FINDING if skipped or incomplete else EXIT_OK
+
+
+def _safe(text: str) -> str:
+    """A capture's text (a URL, a model name, a reason naming its events) on one line of the
+    terminal, as show and report print it: it is someone else's text."""
+    return terminal_safe(str(text), one_line=True)

@@ -119,8 +119,12 @@ def _wrap(text: str, width: int) -> list[str]:
     out: list[str] = []
     for line in text.split("\n"):
         line = terminal_safe(line)  # before wrapping, which would turn a CR or a form feed into a space
-        indent = line[: len(line) - len(line.lstrip())]
-        out.extend(textwrap.wrap(line, width, initial_indent=indent, subsequent_indent=indent) or [line])
+        words = line.lstrip()
+        indent = line[: len(line) - len(words)]
+        if len(indent.expandtabs()) >= width // 2:  # no room left to wrap in (textwrap never returns past the width)
+            out.append(line)
+            continue
+        out.extend(textwrap.wrap(words, width, initial_indent=indent, subsequent_indent=indent) or [line])
     return out
 
 

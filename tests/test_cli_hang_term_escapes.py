@@ -1,0 +1,117 @@
+"""The command line where a user's input or a signal meets it:
+
+- show wraps an answer line indented deeper than the width without hanging (textwrap never
+  returns when the indent leaves no room);
+- demo stopped by SIGTERM ends its replay server and mitmdump and removes its folder, as Ctrl-C does;
+- import prints a capture's model name and URL escaped, as show and report do."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from interception import openai_chat_stream
+
+
+def streamtap(*args, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "streamtap.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, **kwargs)
+
+
+@pytest.mark.parametrize("indent, width", [(" " * 120, 100), ("\t" * 101, 100), (" " * 48, 40), (" " * 30, 40)])
+def test_show_prints_a_line_indented_past_the_width(tmp_path, indent, width):
+    answer = f"code:\n{indent}x = 1  # a comment long enough to need wrapping at this width, one way or the other"
+    body = tmp_path / "indented.sse"
+    body.write_bytes(openai_chat_stream([answer]))
+    result = streamtap("show", body, "--width", width, timeout=20)
+    assert result.returncode == 0, result.stderr
+    assert "x = 1" in result.stdout and "other" in result.stdout
+    assert all(len(line) <= width + 8 for line in result.stdout.splitlines() if "x = 1" in line and len(indent) < width // 2)
+
+
+def test_show_wraps_an_indented_line_at_its_own_indent(tmp_path):
+    body = tmp_path / "wrapped.sse"
+    body.write_bytes(openai_chat_stream(["    alpha beta gamma delta epsilon zeta eta theta"]))
+    lines = streamtap("show", body, "--width", 24).stdout.splitlines()
+    wrapped = [line for line in lines if any(word in line for word in ("alpha", "epsilon", "theta"))]
+    assert wrapped and all(line.split("alpha")[0].endswith("    ") and not line.split("alpha")[0].endswith("     ")
+                           for line in wrapped if "alpha" in line), lines  # the indent once, not twice
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if parent == pid:
+                found.add(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_demo_stopped_by_a_signal_leaves_nothing_running_or_on_disk(tmp_path, signum):
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    demo = subprocess.Popen([sys.executable, "-m", "streamtap.cli", "demo", "--dir", str(tmp_path / "rec")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        for line in demo.stdout:  # the first question is asked: the replay server and mitmdump run
+            if line.startswith("-> "):
+                break
+        children = _children(demo.pid)
+        assert len(children) >= 2, children
+        demo.send_signal(signum)
+        assert demo.wait(timeout=30) == 128 + signum
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    deadline = time.monotonic() + 10
+    while any(_alive(child) for child in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [child for child in children if _alive(child)]
+    for child in left:
+        os.kill(child, signal.SIGKILL)
+    assert not left, "the demo left its children running"
+    assert list(temp.iterdir()) == [], "the demo left its temporary folder"
+
+
+def test_import_prints_a_captures_text_escaped(tmp_path):
+    from mitmproxy import http, io
+    from mitmproxy.test import tflow
+
+    model = "gpt-4o\x1b[2K\x1b[1Ainjected line\r\x1b]0;title\x07\u202eevil"
+    chunk = lambda delta, finish=None: "data: " + json.dumps(  # noqa: E731
+        {"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}) + "\n\n"
+    body = (chunk({"role": "assistant", "content": "hi"}) + chunk({}, "stop") + "data: [DONE]\n\n").encode()
+    capture = tmp_path / "capture.mitm"
+    with capture.open("wb") as file:
+        flow = tflow.tflow(resp=True)
+        flow.request.host, flow.request.path = "api.openai.com", "/v1/chat/completions?note=\x1b[31mred"
+        flow.request.content = b'{"model":"gpt-4o","stream":true,"messages":[]}'
+        flow.response = http.Response.make(200, body, {"content-type": "text/event-stream"})
+        io.FlowWriter(file).add(flow)
+    result = streamtap("import", capture, "--out", tmp_path / "out", "--quiet")
+    assert result.returncode == 0, result.stderr
+    for control in ("\x1b", "\x07", "\r", "\u202e"):
+        assert control not in result.stdout + result.stderr
+    assert "gpt-4o\\x1b[2K\\x1b[1Ainjected line\\r\\x1b]0;title\\x07\\u202eevil" in result.stdout, result.stdout
