@@ -256,12 +256,26 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
+def say(verb: str, message: str) -> None:
+    """One line on stderr, ``streamtap VERB: message``. The message may hold a file name from a
+    shared folder or a recording's own text (its header's format), someone else's text: what a
+    terminal would act on (ESC, BEL, a newline forging a line) is written as its escape, and the
+    bytes of a name that are not UTF-8 as ``\\xff``, as verify writes them."""
+    from streamtap.recording.reader import shown_path
+
+    try:
+        message = shown_path(message)
+    except UnicodeEncodeError:  # a lone surrogate no file name holds: stderr's backslashreplace writes it
+        pass
+    print(f"streamtap {verb}: {terminal_safe(message, one_line=True)}", file=sys.stderr, flush=True)
+
+
 def _run(args: argparse.Namespace) -> int:
     """The verb, and what each way of failing means for the exit code."""
     try:
         return int(args.run(args) or 0)
     except UsageError as exc:
-        print(f"streamtap {args.verb}: {exc}", file=sys.stderr)
+        say(args.verb, str(exc))
         return EXIT_USAGE
     except BrokenPipeError:
         # not a success: what was left to say (and the verdict it sums up) never reached the
@@ -272,7 +286,7 @@ def _run(args: argparse.Namespace) -> int:
         from streamtap.recording.reader import shown_path
 
         where = f"{shown_path(exc.filename)}: " if isinstance(exc.filename, str | bytes) else ""
-        print(f"streamtap {args.verb}: {where}{exc.strerror or exc}", file=sys.stderr)
+        say(args.verb, f"{where}{exc.strerror or exc}")
         return EXIT_USAGE
     except Exception as exc:  # a bug in streamtap: its traceback helps, and exit 3 keeps it apart from a finding
         if _interrupted(exc):

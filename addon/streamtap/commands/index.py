@@ -9,14 +9,20 @@ the folder (a second waits), and a file appears in it only whole (see fleet.writ
 from __future__ import annotations
 
 import argparse
-import sys
+import os
 import time
 from pathlib import Path
 
-from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError, named_path, queries_stop_on_ctrl_c
+from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError, named_path, queries_stop_on_ctrl_c, say
 from streamtap.recording import RecordingError
 
 from .report import not_an_index, warn
+
+# Left in an index folder that holds no Parquet file yet, so that a run which added nothing (it
+# found only recordings still being written) leaves an index `report` reads, as 0 recordings.
+# Its name starts with ".": no engine takes it for data. The first files replace it.
+INDEX_MARK = ".streamtap-index"
+_MARK_TEXT = b"This folder is a streamtap index: Parquet files under day=*/provider=*/ (files named .* or _* are no data).\n"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +50,11 @@ def _index(args: argparse.Namespace) -> int:
     if not args.out:
         raise UsageError("--out: give the index folder (an empty name would index into the current folder)")
     out = Path(args.out)
+    if "\\" in str(out):
+        # DuckDB's writer takes a backslash for a folder separator on every system, and would
+        # write elsewhere or fail; a folder whose name holds one is still read as named
+        raise UsageError(f"--out {out}: DuckDB, which writes the index, takes a backslash in the path for a folder separator; "
+                         "name a path without one (for a folder whose name has one, cd into it and give --out relative)")
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: not a folder")
     for raw in args.paths:
@@ -62,14 +73,14 @@ def _index(args: argparse.Namespace) -> int:
     created = not out.exists()
 
     def waiting() -> None:
-        print(f"streamtap index: another index run holds {out}; waiting for it to finish", file=sys.stderr, flush=True)
+        say("index", f"another index run holds {out}; waiting for it to finish")
 
     try:
         lock = fleet.IndexLock(out, waiting)
     except OSError as exc:
         raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
     rows: list = []
-    written = False
+    succeeded = False
     try:
         try:
             fleet.remove_staging(out)  # a killed run's unfinished files
@@ -91,16 +102,35 @@ def _index(args: argparse.Namespace) -> int:
             fleet.load_rows(con, rows, "new_rows")
             try:
                 fleet.write_index(con, out, "new_rows")
-                written = True
             except OSError as exc:
                 raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
             except duckdb.Error as exc:  # the folder cannot be written (DuckDB says so in its own words)
                 raise UsageError(f"--out {out}: cannot write the index: {str(exc).strip().splitlines()[0]}") from None
+        try:
+            mark_if_empty(out, has_files=bool(fleet.index_files(out)))
+        except OSError as exc:
+            raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
+        succeeded = True
     finally:
-        lock.release(remove_folder=created and not written)  # also when Ctrl-C stopped the write
-    print(
-        f"streamtap index: {len(rows)} new recording(s) indexed, {len(known)} already in {out} "
-        f"({time.perf_counter() - started:.2f} s)",
-        file=sys.stderr,
-    )
+        # a failed run that made the folder leaves none (also when Ctrl-C stopped the write); a
+        # run that succeeded leaves its index, empty too, for the next step to read
+        lock.release(remove_folder=created and not succeeded)
+    say("index", f"{len(rows)} new recording(s) indexed, {len(known)} already in {out} ({time.perf_counter() - started:.2f} s)")
     return EXIT_FINDING if loaded.unreadable else EXIT_OK  # those recordings (and the ones in those folders) are not in it
+
+
+def mark_if_empty(folder: Path, has_files: bool) -> None:
+    """Leave the INDEX_MARK in an index without files; remove it from one that has them (the
+    folder keeps only the index, and its layout says what it is)."""
+    mark = folder / INDEX_MARK
+    if has_files:
+        mark.unlink(missing_ok=True)
+        return
+    try:
+        fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except FileExistsError:
+        return
+    try:
+        os.write(fd, _MARK_TEXT)
+    finally:
+        os.close(fd)

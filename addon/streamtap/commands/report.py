@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError, json_for_stdout, queries_stop_on_ctrl_c, refuse_recording_as_output, terminal_safe, write_out, named_path
+from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError, json_for_stdout, queries_stop_on_ctrl_c, refuse_recording_as_output, say, terminal_safe, write_out, named_path
 from streamtap.recording import RecordingError
 
 # streamtap.recording.fleet (DuckDB, ~0.15 s to import) is imported where used, so that
@@ -27,7 +27,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "PATH is a recording, a folder searched recursively for recordings (*.jsonl, *.jsonl.zst), or a folder "
         "written by `streamtap index` (read from its Parquet files). Examples: "
         "`streamtap report recordings/live/`, `streamtap report --json recordings/ | jq .verdicts`, "
-        "`streamtap report --html report.html idx/`. Recordings a live proxy is still writing are left out. "
+        "`streamtap report --html report.html idx/`. Recordings a live proxy is still writing are left out (and change no exit code). "
+        "What was left out (unreadable, still being written, not a recording) is counted in the table's first line, "
+        "in --json's \"left_out\" and on the --html page. "
         "Exit codes: 0 every recording whole and judged complete, 1 any not (a turn not complete, a recording cut, damaged or without a verdict, "
         "or a folder or recording that could not be read), 2 usage error (no recordings under the paths given, among them)."
     )
@@ -41,7 +43,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def load(con, paths: list[str], verb: str = "report", loaded=None) -> int:
     """Fill the table ``recordings`` from the inputs; returns the number of rows. ``loaded``
-    (a ``fleet.Loaded``) learns what was left out."""
+    (a ``fleet.Loaded``) learns what was left out. No recordings at all is a usage error (a
+    mistyped folder), unless an index was named or recordings were there but left out."""
     from streamtap.recording import fleet
     from streamtap.recording.catalog import RECORDING_SUFFIXES, files_under, find_recordings
 
@@ -52,7 +55,7 @@ def load(con, paths: list[str], verb: str = "report", loaded=None) -> int:
         path = Path(raw)
         if not path.exists():
             raise UsageError(f"{path}: no such file or directory")
-        (indexes if path.is_dir() and fleet.index_files(path) else others).append(raw)
+        (indexes if is_index(path) else others).append(raw)
     unique: dict[Path, str] = {}
     for raw in indexes:
         unique.setdefault(Path(raw).resolve(), raw)  # a folder given twice (idx and idx/) is read once
@@ -72,10 +75,24 @@ def load(con, paths: list[str], verb: str = "report", loaded=None) -> int:
     except (RecordingError, OSError) as exc:  # a missing file, or a named file that is not a recording or is damaged
         raise UsageError(str(exc)) from None
     warn(loaded, verb)
-    fleet.load_rows(con, rows, "loaded_rows" if indexes else "recordings")
-    if indexes:
-        con.execute(f"CREATE VIEW recordings AS SELECT * FROM loaded_rows UNION ALL BY NAME {fleet.select_index([Path(d) for d in indexes])}")
-    return con.execute("SELECT count(*) FROM recordings").fetchone()[0]
+    filled = [Path(d) for d in indexes if fleet.index_files(Path(d))]  # an empty index has no file to select from
+    fleet.load_rows(con, rows, "loaded_rows" if filled else "recordings")
+    if filled:
+        con.execute(f"CREATE VIEW recordings AS SELECT * FROM loaded_rows UNION ALL BY NAME {fleet.select_index(filled)}")
+    total = con.execute("SELECT count(*) FROM recordings").fetchone()[0]
+    if not (total or indexes or loaded.unreadable or loaded.busy):
+        raise UsageError(f"no recordings under {' '.join(paths)}")
+    return total
+
+
+def is_index(path: Path) -> bool:
+    """A folder `streamtap index` wrote: its Parquet layout, or the mark every run leaves (an
+    index run that found only recordings still being written leaves an empty index)."""
+    from streamtap.recording import fleet
+
+    from .index import INDEX_MARK
+
+    return path.is_dir() and bool(fleet.index_files(path) or (path / INDEX_MARK).is_file())
 
 
 def not_an_index(folders: list, exc: Exception) -> str:
@@ -84,13 +101,44 @@ def not_an_index(folders: list, exc: Exception) -> str:
 
 
 def warn(loaded, verb: str) -> None:
-    """Say on stderr, briefly, what was left out."""
+    """Say on stderr, briefly, what was left out (names escaped: a shared folder's file names are
+    anyone's text)."""
     if loaded.skipped:
-        print(f"streamtap {verb}: skipped {len(loaded.skipped)} file(s) that are not recordings or cannot be read, e.g. {loaded.skipped[0]}", file=sys.stderr)
+        say(verb, f"skipped {len(loaded.skipped)} file(s) that are not recordings or cannot be read, e.g. {loaded.skipped[0]}")
     if loaded.busy:
-        print(f"streamtap {verb}: left out {len(loaded.busy)} recording(s) a live proxy is still writing, e.g. {loaded.busy[0]}", file=sys.stderr)
+        say(verb, f"left out {len(loaded.busy)} recording(s) a live proxy is still writing, e.g. {loaded.busy[0]}")
     for unknown in loaded.unreadable:  # each: a folder whose recordings, or a recording whose verdict, is unknown
-        print(f"streamtap {verb}: {unknown}", file=sys.stderr)
+        say(verb, unknown)
+
+
+def left_out(loaded) -> dict[str, dict[str, Any]]:
+    """What the report could not count, for its readers without the stderr (a JSON consumer, the
+    page in a mail): each kind's count and items, as stderr says them (``PATH: why``; a busy
+    recording as its path). A name that is not UTF-8 is written with escapes (``bad\\xffname``),
+    as verify's JSON writes it: JSON cannot hold its bytes."""
+    from streamtap.recording.reader import shown_path
+
+    def kind(items: list[str]) -> dict[str, Any]:
+        return {"count": len(items), "items": [shown_path(item) for item in items]}
+
+    return {
+        "unreadable": kind(loaded.unreadable),  # folders not searched, recordings not read: their verdicts are unknown
+        "busy": kind(loaded.busy),  # a live proxy is still writing them
+        "skipped": kind(loaded.skipped),  # files in folders that are not recordings
+    }
+
+
+def left_out_summary(data: dict[str, Any]) -> str:
+    """One phrase naming what was left out, "" when nothing was."""
+    kinds = data["left_out"]
+    parts = []
+    if kinds["unreadable"]["count"]:
+        parts.append(f"{kinds['unreadable']['count']} recording(s) or folder(s) that could not be read, their verdicts unknown")
+    if kinds["busy"]["count"]:
+        parts.append(f"{kinds['busy']['count']} recording(s) a live proxy is still writing")
+    if kinds["skipped"]["count"]:
+        parts.append(f"{kinds['skipped']['count']} file(s) that are not recordings or cannot be read")
+    return ", ".join(parts)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,10 +152,8 @@ def run(args: argparse.Namespace) -> int:
     with queries_stop_on_ctrl_c():
         con = fleet.connect()
         loaded = fleet.Loaded()
-        total = load(con, args.paths, loaded=loaded)
-        if not total and not loaded.unreadable:
-            raise UsageError(f"no recordings under {' '.join(args.paths)}")
-        data = fleet.report(con)
+        load(con, args.paths, loaded=loaded)
+        data = {**fleet.report(con), "left_out": left_out(loaded)}
         if args.html:
             from .report_html import render_html
 
@@ -180,9 +226,11 @@ GROUP_HEADERS = ["recordings", "complete", "not complete", "rate", "ttft p50", "
 
 
 def render_table(data: dict[str, Any], limit: int) -> str:
+    not_counted = left_out_summary(data)
     out = [
         f"{data['recordings']} recordings, {_when(data['first'])} .. {_when(data['last'])} UTC"
-        + (f"; {data['incomplete_files']} recording file(s) incomplete" if data["incomplete_files"] else ""),
+        + (f"; {data['incomplete_files']} recording file(s) incomplete" if data["incomplete_files"] else "")
+        + (f"; left out: {not_counted} (named on stderr)" if not_counted else ""),
         "",
     ]
     out += _table(["verdict", "count", "rate"], [[k, n, _percent(data["rates"].get(k))] for k, n in data["verdicts"].items()])

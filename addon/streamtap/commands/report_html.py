@@ -33,6 +33,7 @@ table{border-collapse:collapse;margin:8px 0}td,th{padding:3px 10px;border-bottom
 td:first-child,th:first-child{text-align:left}.path{text-align:left;font-family:monospace;font-size:12px}
 .legend span{display:inline-block;margin-right:14px}.swatch{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px}
 svg text{font:11px system-ui,sans-serif;fill:#424242}
+.left-out{font-weight:bold;color:#c62828}
 """
 
 
@@ -145,6 +146,30 @@ def _groups(groups: list[dict[str, Any]], keys: list[str]) -> str:
     )
 
 
+# the kinds of report["left_out"]: the page's heading for each (what it means for the figures)
+# and its column's
+LEFT_OUT_HEADINGS = {
+    "unreadable": ("Could not be read (the recordings in it, or its verdict, are unknown)", "path: why"),
+    "busy": ("Still being written by a live proxy", "recording"),
+    "skipped": ("Skipped: not recordings, or cannot be read", "path: why"),
+}
+
+
+def _left_out_section(left_out: dict[str, dict[str, Any]]) -> str:
+    """What the figures above do not count, each kind listed: the page is read without the stderr
+    that named them (a mail, a CI artifact)."""
+    total = sum(kind["count"] for kind in left_out.values())
+    if not total:
+        return ""
+    parts = [f"<h2>Left out ({total})</h2>"]
+    for key, (heading, column) in LEFT_OUT_HEADINGS.items():
+        kind = left_out[key]
+        if kind["count"]:
+            more = f"<p>… and {kind['count'] - LISTED} more (streamtap report --json lists all).</p>" if kind["count"] > LISTED else ""
+            parts.append(f"<h3>{escape(heading)} ({kind['count']})</h3>{_rows([column], [[item] for item in kind['items'][:LISTED]], path_column=0)}{more}")
+    return "".join(parts)
+
+
 def render_html(data: dict[str, Any], bucket: str, series: list[dict[str, Any]], ttft: list[tuple[str, float]]) -> str:
     providers = [g["provider"] for g in data["by_provider"]]
     verdicts_seen = list(dict.fromkeys(item["verdict"] for item in series))
@@ -152,17 +177,22 @@ def render_html(data: dict[str, Any], bucket: str, series: list[dict[str, Any]],
         f"<h3>{escape(p)}</h3>{verdict_rate_chart(p, bucket, series)}" for p in providers if any(s["provider"] == p for s in series)
     )
     incomplete = data["incomplete"]
-    from .report import verdict_and_why
+    from .report import left_out_summary, verdict_and_why
 
     listed = [[item["path"], verdict_and_why(item)[0], item["stream_end"] or "-", verdict_and_why(item)[1]] for item in incomplete[:LISTED]]
     more = f"<p>… and {len(incomplete) - LISTED} more (streamtap report --json lists all).</p>" if len(incomplete) > LISTED else ""
     judged = sum(data["verdicts"].values())
+    not_counted = left_out_summary(data)
+    # never "every turn is complete" alone when recordings were left out: theirs are not judged
     no_reasons = ("<p>No turn was judged: no recording holds a verdict.</p>" if not judged
+                  else f"<p>Every judged turn is complete, but not every recording was judged: left out {escape(not_counted)}.</p>" if not_counted
                   else "<p>Every judged turn is complete.</p>")
+    left_out_line = f'<p class="left-out">Left out: {escape(not_counted)} (listed below).</p>' if not_counted else ""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>streamtap report</title><style>{STYLE}</style></head><body>
 <h1>streamtap report: {data['recordings']} recordings</h1>
 <p>{escape((data['first'] or '-')[:19].replace("T", " "))} … {escape((data['last'] or '-')[:19].replace("T", " "))} UTC{f"; {data['incomplete_files']} recording file(s) incomplete" if data['incomplete_files'] else ""}</p>
+{left_out_line}
 <h2>Verdicts</h2>
 {_rows(["verdict", "count", "rate"], [[k, n, _pct(data["rates"].get(k))] for k, n in data["verdicts"].items()])}
 <h2>Verdict rate over time, per provider (by {bucket})</h2>
@@ -180,7 +210,8 @@ def render_html(data: dict[str, Any], bucket: str, series: list[dict[str, Any]],
 <h2>Most frequent reasons</h2>
 {_rows(["count", "verdict", "reason"], [[r["count"], r["verdict"], r["reason"] or "-"] for r in data["reasons"]]) if data["reasons"] else no_reasons}
 <h2>Not complete ({len(incomplete)})</h2>
-{_rows(["recording", "verdict", "stream end", "why"], listed, path_column=0) if listed else "<p>None.</p>"}{more}
+{_rows(["recording", "verdict", "stream end", "why"], listed, path_column=0) if listed else "<p>None of the recordings read.</p>" if not_counted else "<p>None.</p>"}{more}
+{_left_out_section(data["left_out"])}
 </body></html>
 """
 
