@@ -34,7 +34,7 @@ LEFTOVERS = {  # a killed proxy's leftovers whose header never got out whole
 @pytest.mark.parametrize("verb", ["report", "index"])
 def test_a_recording_that_cannot_be_read_is_named_and_keeps_report_and_index_from_passing(tmp_path, verb):
     """Taken for a recording by its name, its verdict is unknown: exit 1, and a line names it.
-    Another program's file that cannot be read is still only skipped."""
+    So is a file of another name that cannot be read: a recording copied or renamed may be one."""
     folder = tmp_path / "rec"
     folder.mkdir()
     shutil.copy(REPO / "recordings" / "openai-chat.jsonl", folder / WHOLE)
@@ -52,7 +52,7 @@ def test_a_recording_that_cannot_be_read_is_named_and_keeps_report_and_index_fro
         other.chmod(0o644)
     assert got.returncode == 1, (got.returncode, got.stderr)
     assert f"streamtap {verb}: {locked}: cannot read this recording: Permission denied\n" in got.stderr, got.stderr
-    assert f"skipped 1 file(s) that are not recordings or cannot be read, e.g. {other}: " in got.stderr, got.stderr
+    assert f"streamtap {verb}: {other}: cannot read this file, which may be a recording: Permission denied\n" in got.stderr, got.stderr
     assert "Traceback" not in got.stderr
     if verb == "report":
         assert json.loads(got.stdout)["verdicts"] == {"complete": 1}  # the readable one is still reported

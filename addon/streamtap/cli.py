@@ -237,8 +237,17 @@ def escape_what_the_output_cannot_encode() -> None:
             pass
 
 
+def give_closed_outputs_a_sink() -> None:
+    """A verb started with its stdout or stderr closed (``>&-``) finds ``sys.stdout`` None: its
+    output goes nowhere, as it would to /dev/null, and the exit code still says the verdict."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    give_closed_outputs_a_sink()
     escape_what_the_output_cannot_encode()
     verb = chosen_verb(argv)
     try:

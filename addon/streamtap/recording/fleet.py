@@ -96,9 +96,10 @@ def read_rows(found: Iterable[Found], *, skip: set[str] = frozenset(), loaded: L
         try:
             resolved.encode()
         except UnicodeEncodeError:  # no engine could store the path, nor a user type it back
+            which = "its name" if _not_utf8(item.path.name) else "a folder on its path"
             if item.named:
-                raise RecordingError(f"{resolved}: its name is not UTF-8; rename the file to report it") from None
-            loaded.skipped.append(f"{resolved}: its name is not UTF-8")
+                raise RecordingError(f"{resolved}: {which} is not UTF-8; rename it to report the recording") from None
+            loaded.skipped.append(f"{resolved}: {which} is not UTF-8")
             continue
         try:
             with unless_being_written(item.path) if is_partial(item.path) else nullcontext(True) as readable:
@@ -109,16 +110,30 @@ def read_rows(found: Iterable[Found], *, skip: set[str] = frozenset(), loaded: L
         except (NotARecording, OSError) as exc:
             if item.named:
                 raise
-            if isinstance(exc, OSError) and recording_name(item.path):  # a recording by its name, whatever it holds
+            # a file the proxy named, or any that could not be read (a recording copied or renamed,
+            # another user's 0600 one): it may be a recording, so its verdict is unknown; only a
+            # dangling link is plainly none
+            if isinstance(exc, OSError) and recording_name(item.path):
                 loaded.unreadable.append(f"{item.path}: cannot read this recording: {exc.strerror or exc}")
                 continue
-            loaded.skipped.append(f"{item.path}: {exc}")
+            if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError):
+                loaded.unreadable.append(f"{item.path}: cannot read this file, which may be a recording: {exc.strerror or exc}")
+                continue
+            loaded.skipped.append(f"{item.path}: {exc.strerror or exc}" if isinstance(exc, OSError) else f"{item.path}: {exc}")
         except RecordingError as exc:
             if item.named:
                 raise RecordingError(f"{item.path}: {exc}") from None
             rows.append(damaged_row(item.path, str(exc) if isinstance(exc, HeaderCut) else f"damaged: {exc}"))
     loaded.rows += len(rows)
     return rows
+
+
+def _not_utf8(name: str) -> bool:
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def load_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]], table: str = "recordings") -> None:
