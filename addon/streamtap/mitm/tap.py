@@ -377,13 +377,14 @@ class Tap:
             log.warning(f"streamtap: {len(flows)} flow(s): cannot show their verdicts: {type(exc).__name__}: {exc}")
 
     def _lost(self, remote: RemoteFlow, why: str) -> None:
-        """A flow whose worker died (or never answered): judged unknown, and said so."""
+        """A flow whose worker died (or never answered): judged unknown, and said so. The recording
+        it left (or the one made of it after) and the model it asked for are kept, as for any turn."""
         duration = milliseconds((remote.ended or time.monotonic()) - remote.t0)
         where = f"; its recording {remote.recording} ends where the worker stopped" if remote.recording else ""
         log.warning(f"streamtap: flow {remote.flow_id[:8]}: {why}{where}; traffic passed on untouched")
         summary: dict[str, Any] = {
             "provider": remote.provider,
-            "model": None,
+            "model": remote.model,
             "verdict": VerdictKind.UNKNOWN.value,
             "reason": f"{why}: not judged",
             "events": 0,
@@ -391,7 +392,7 @@ class Tap:
             "ttft_ms": None,
             "duration_ms": duration,
             "stream_end": remote.end or StreamEnd.FINISHED.value,
-            "recording": None,
+            "recording": remote.recording,
             "errors": [f"analysis: {why}"],
         }
         if remote.fault:

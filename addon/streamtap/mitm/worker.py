@@ -17,10 +17,11 @@ Failing open: the proxy never waits for a worker. Bytes handed to a worker and n
 acknowledged are bounded by the ring (``MAX_IN_FLIGHT``); a flow whose bytes do not fit is
 dropped from analysis and its recording says "analysis fell behind at byte N". Workers run at a
 lower priority than the proxy, so on a busy machine the analysis, not the traffic, waits. A
-worker that dies, or says nothing for ``HUNG_AFTER`` (it says something every ``HEARTBEAT``,
-busy or idle), is killed if need be and restarted (later and later if it keeps dying at once);
-the flows it held are judged ``unknown``, said so in the log, the flow's comment and the
-recording it left.
+worker that dies, or says nothing for ``HUNG_AFTER`` (it says something every ``HEARTBEAT``
+while idle or getting on with its work, even inside one long batch), is killed if need be and
+restarted (later and later if it keeps dying at once); the flows it held are judged ``unknown``,
+said so in the log, the flow's comment and the recording it left, or, for a flow it had not
+begun to record, a recording the restarted worker makes of it.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate
 from itertools import count as count_from
+from pathlib import Path
 from time import monotonic
 from typing import Any
 
@@ -84,7 +86,8 @@ PIPE_BYTES = 1024 * 1024
 ACK_EVERY = 1024 * 1024  # a worker reports the bytes it analysed at least this often (and when idle)
 VERDICT_WAIT = 60.0  # seconds after a flow's end before its verdict is given up on
 STALL_ENV = "STREAMTAP_TEST_WORKER_STALL"  # tests only: a path; at its first reads a worker stalls while it exists
-HEARTBEAT = 1.0  # a worker says something at least this often, busy or idle...
+SLOW_FSYNC_ENV = "STREAMTAP_TEST_WORKER_SLOW_FSYNC"  # tests only: seconds each fsync takes in a worker (a slow disk)
+HEARTBEAT = 1.0  # a worker says something at least this often, idle or getting on with its work...
 HUNG_AFTER = float(os.environ.get("STREAMTAP_TEST_WORKER_HUNG_AFTER", 30))  # ...or is taken for hung, killed and restarted
 # The proxy looks for hung workers, lost verdicts and ring memory to give back this often: at 0.1 s
 # (FLUSH_EVERY, what an in-process tap needs) its loop woke ten times a second for it, idle or not.
@@ -104,7 +107,7 @@ MAX_UNSENT = 8 * PIPE_BYTES
 REAP_TRIES = 30  # seconds an exited worker's process may take to end before it is killed
 
 # operations, proxy -> worker (tuples: the cheapest thing to pickle)
-OPEN, DATA, BEHIND, FINISH, STOP, ORPHANED = range(6)
+OPEN, DATA, BEHIND, FINISH, STOP, ORPHANED, REOPEN = range(7)
 # results, worker -> proxy
 OPENED, VERDICT, FAILED = range(3)
 
@@ -145,6 +148,92 @@ def _note_orphaned(path: str | None, message: str, directory: str | None, starte
             log.warning(f"streamtap: {found}: cannot note in it that {message}")
 
 
+def _begun_recordings(directory: str, started: float, flow_id: str) -> list[str]:
+    """The recordings, partial or finished, that a worker began of the flow ``flow_id`` tapped
+    at ``started`` (named as ``partial_name`` and ``final_name`` name them), but for a file it
+    created and died before it wrote a line to, which a new writer takes over."""
+    from streamtap.recording.writer import stamp
+
+    pattern = f"{stamp(started)}_*_{flow_id.replace('-', '')[:12]}.*"
+    try:
+        return sorted(str(path) for path in Path(directory).glob(pattern) if path.stat().st_size)
+    except OSError:
+        return []
+
+
+def _reopen(spec, settings: dict[str, Any], t0: float, dropped: str) -> tuple[FlowTap | None, tuple[str | None, str | None]]:
+    """A flow a dead worker held before it said it had begun its recording: the recording it
+    began gets the note why it stops; else this worker records the flow, without its bytes (they
+    went to the dead one), with the note. The tap, if one was made, and what OPENED says."""
+    spec.complete()  # the model the request names, for the verdict
+    begun = _begun_recordings(settings["directory"], spec.started, spec.flow_id)
+    if begun:
+        _note_orphaned(None, f"{dropped}; the recording ends where it stopped", settings["directory"], spec.started, spec.flow_id)
+        return None, (begun[0], spec.requested_model)
+    tap = FlowTap(spec, t0=t0, **settings)
+    tap.lost_from(0, f"{dropped}; {FELL_BEHIND}")
+    return tap, (str(tap.writer.path) if tap.writer else None, tap.requested_model)
+
+
+class _Voice:
+    """The worker's pipe to the proxy, shared by its main loop and its heartbeat thread: a
+    message must not be written into the middle of another."""
+
+    def __init__(self, outbox) -> None:
+        self.outbox = outbox
+        self.lock = threading.Lock()
+        self.said = time.monotonic()
+
+    def say(self, message) -> None:
+        with self.lock:
+            self.outbox.send(message)
+            self.said = time.monotonic()
+
+
+def _io_of(thread_id: int) -> Callable[[], int | None]:
+    """How much the thread has read and written (its pipe, its recordings): a count that moves
+    while the thread gets on with its work, and stands still while it is stuck or stalled
+    (sleeping, blocked, stopped). None where the system does not count it per thread."""
+    path = f"/proc/self/task/{thread_id}/io"
+
+    def moved() -> int | None:
+        try:
+            with open(path, "rb") as counts:
+                fields = dict(line.split(b":") for line in counts.read().splitlines())
+            return int(fields[b"rchar"]) + int(fields[b"wchar"])
+        except (OSError, KeyError, ValueError):
+            return None
+
+    return moved
+
+
+def _beat_while_busy(voice: _Voice, progress: Callable[[], int | None]) -> None:
+    """The heartbeat inside a long batch (thousands of lines each synced to a slow disk): the
+    main loop speaks only between batches. It beats only while ``progress`` moves, so a worker
+    that gets nowhere still falls silent and is found hung."""
+    seen = progress()
+    while True:
+        time.sleep(HEARTBEAT / 2)
+        now = progress()
+        if now is not None and now != seen and time.monotonic() - voice.said >= HEARTBEAT:
+            try:
+                voice.say((0, [], []))
+            except (EOFError, OSError, ValueError):  # the proxy is gone, or the worker is leaving
+                return
+        seen = now
+
+
+def _slow_down_fsync(seconds: float) -> None:
+    """Tests only: every fsync in this worker takes ``seconds`` more, as on a slow disk."""
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        time.sleep(seconds)
+        real_fsync(fd)
+
+    os.fsync = slow_fsync
+
+
 def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
     """The worker's main loop: batches of operations in, acknowledgements and verdicts out."""
     from streamtap.providers import StreamEnd
@@ -163,20 +252,25 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
     log.setLevel(logging.INFO)
     log.propagate = False
     stall = os.environ.get(STALL_ENV)
+    if os.environ.get(SLOW_FSYNC_ENV):
+        _slow_down_fsync(float(os.environ[SLOW_FSYNC_ENV]))
     taps: dict[int, FlowTap] = {}  # by RemoteFlow.key
     failed: dict[int, str] = {}  # flows whose analysis raised, and why: their FINISH says so at once
     unacknowledged = 0  # bytes of reads analysed and not yet reported: acknowledged in bulk, not per batch
-    outbox.send((0, [(OPENED, None, os.getpid())], []))
-    said = time.monotonic()
+    voice = _Voice(outbox)
+    say = voice.say
+    say((0, [(OPENED, None, os.getpid())], []))
+    threading.Thread(
+        target=_beat_while_busy, args=(voice, _io_of(threading.get_native_id())), name="streamtap-heartbeat", daemon=True
+    ).start()
     while True:
         try:
             if not inbox.poll(FLUSH_EVERY):
                 for tap in taps.values():  # a stalled stream's lines still reach the OS
                     tap.flush()
-                if unacknowledged or forward.records or time.monotonic() - said >= HEARTBEAT:
-                    outbox.send((unacknowledged, [], forward.take()))
+                if unacknowledged or forward.records or time.monotonic() - voice.said >= HEARTBEAT:
+                    say((unacknowledged, [], forward.take()))
                     unacknowledged = 0
-                    said = time.monotonic()
                 continue
             batch = inbox.recv()
         except (EOFError, OSError):  # the proxy is gone
@@ -209,7 +303,15 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
                         consumed += occupied
                         spec.take_request_body(get(at, size))
                     tap = taps[key] = FlowTap(spec, t0=t0, **settings)
-                    results.append((OPENED, key, str(tap.writer.path) if tap.writer else None))
+                    results.append((OPENED, key, (str(tap.writer.path) if tap.writer else None, tap.requested_model)))
+                elif kind == REOPEN:  # a flow a dead worker held before it said it had begun its recording
+                    _, key, spec, settings, t0, dropped = op
+                    tap, opened = _reopen(spec, settings, t0, dropped)
+                    if tap is not None:
+                        taps[key] = tap
+                    else:  # the recording the dead worker began is all there is: its FINISH gets FAILED
+                        failed[key] = dropped
+                    results.append((OPENED, key, opened))
                 elif kind == BEHIND:
                     tap = taps.get(op[1])
                     if tap is not None:
@@ -230,7 +332,7 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
             except Exception as exc:  # a streamtap bug costs this flow its analysis, not the worker
                 why = f"analysis failed: {type(exc).__name__}: {exc}"
                 log.warning(f"streamtap: analysis worker: {why}")
-                if kind in (OPEN, DATA, BEHIND):  # no verdict can be trusted after this: say why at its end
+                if kind in (OPEN, REOPEN, DATA, BEHIND):  # no verdict can be trusted after this: say why at its end
                     tap = taps.pop(op[1], None)
                     try:
                         if tap is not None:
@@ -241,12 +343,11 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
                 elif kind == FINISH:
                     results.append((FAILED, op[1], why))
         unacknowledged += consumed
-        if not (results or forward.records or unacknowledged >= ACK_EVERY or time.monotonic() - said >= HEARTBEAT):
+        if not (results or forward.records or unacknowledged >= ACK_EVERY or time.monotonic() - voice.said >= HEARTBEAT):
             continue
         try:
-            outbox.send((unacknowledged, results, forward.take()))
+            say((unacknowledged, results, forward.take()))
             unacknowledged = 0
-            said = time.monotonic()
         except (EOFError, OSError):
             for tap in taps.values():
                 tap.abandon()
@@ -285,10 +386,17 @@ class RemoteFlow:
     queued: bool = False  # in the list of flows with reads to send
     dropped: str | None = None  # why its later bytes are not analysed
     opened: bool = False  # handed to its worker
+    # its OPEN's spec and settings until the worker says it took it (OPENED): a worker that dies
+    # before has begun no recording, so the one that takes its place is handed the flow again.
+    # The spec holds the request body mitmproxy's flow holds anyway, and a reply comes in milliseconds.
+    opening: tuple[Any, dict[str, Any]] | None = field(default=None, repr=False)
+    reopened: bool = False  # handed again to the worker that took a dead one's place, only for its recording
     recording: str | None = None  # the partial recording's path, once the worker said
+    model: str | None = None  # the model the request names, once the worker said
     generation: int = 0  # of the worker process it was handed to
     ended: float | None = None  # when the proxy saw its end
     end: str | None = None  # how it ended (a StreamEnd value)
+    error: str | None = None  # mitmproxy's error at its end
     fault: str | None = None  # the faults streamtap injected into it
     # the pool it was handed to: its end goes there, even after streamtap_workers changed
     workers: Workers | None = field(default=None, repr=False, compare=False)
@@ -554,6 +662,7 @@ class Workers:
             remote.dropped = f"no analysis: its worker has taken no work for a while ({len(process.unsent) >> 20} MiB wait for it)"
         else:
             remote.opened = True
+            remote.opening = (spec, settings)
             body_at = None
             full = process.full  # before the body goes in: a flow is never turned away for its own request
             if not full:
@@ -631,10 +740,14 @@ class Workers:
 
     def finish(self, remote: RemoteFlow, end: str, error: str | None, fault: str | None) -> None:
         remote.ended = time.monotonic()
-        remote.end, remote.fault = end, fault
+        remote.end, remote.error, remote.fault = end, error, fault
         t = remote.ended - remote.t0
+        if remote.reopened:  # the worker that records it closes its recording; the verdict is lost() once it did
+            self._op(remote.shard, (FINISH, remote.key, end, error, fault, t))
+            return
         if remote.dropped is not None and remote.dropped != FELL_BEHIND:  # no verdict will come
             self.flows.pop(remote.key, None)
+            remote.opening = None
             if remote.opened and remote.generation == self.generations[remote.shard]:  # the worker closes its recording
                 self._op(remote.shard, (BEHIND, remote.key, remote.sent, remote.dropped))
                 self._op(remote.shard, (FINISH, remote.key, end, error, fault, t))
@@ -733,21 +846,29 @@ class Workers:
         for kind, key, value in results:
             if kind == VERDICT:
                 remote = self.flows.pop(key, None)
-                if remote is not None:
-                    if remote.dropped is not None:  # the worker saw only part of the body: count what was forwarded
-                        value["bytes"] = remote.forwarded()
-                    self.verdict(remote, value)
+                if remote is None:
+                    continue
+                remote.opening = None
+                if remote.reopened:  # recorded by the worker that took a dead one's place: its analysis was lost
+                    remote.recording = value.get("recording") or remote.recording
+                    self.lost(remote, remote.dropped or "")
+                    continue
+                if remote.dropped is not None:  # the worker saw only part of the body: count what was forwarded
+                    value["bytes"] = remote.forwarded()
+                self.verdict(remote, value)
             elif kind == FAILED:  # its analysis raised: judged unknown at once, with the reason
                 remote = self.flows.pop(key, None)
                 if remote is not None:
-                    self.lost(remote, value)
+                    remote.opening = None
+                    self.lost(remote, remote.dropped if remote.reopened and remote.dropped else value)
             elif key is None:
                 self.pids[process.index] = value
                 log.info(f"streamtap: analysis worker {process.index} runs as pid {value}")
             else:
                 remote = self.flows.get(key)
                 if remote is not None:
-                    remote.recording = value
+                    remote.recording, remote.model = value
+                    remote.opening = None  # taken: should the worker die now, the next one notes the recording it began
 
     def _died(self, process: _Process) -> None:
         if process is not self.processes[process.index] or not process.alive:
@@ -758,7 +879,8 @@ class Workers:
         process.free()
         if process.leaving:  # a retired pool's worker that took its STOP (or was killed as hung after it)
             return
-        held = [r for r in self.flows.values() if r.shard == index and r.generation == process.generation]
+        # a flow handed again to this worker, after the death of the one before, is this worker's whatever its generation
+        held = [r for r in self.flows.values() if r.shard == index and (r.generation == process.generation or r.reopened)]
         quick = self.quick_deaths[index] = self.quick_deaths[index] + 1 if time.monotonic() - process.started < RESTART_QUICK else 0
         wait = _restart_wait(quick)
         if self.retired:
@@ -774,22 +896,55 @@ class Workers:
         if not self.retired:
             self._restart_after(index, wait)
         for remote in held:
-            remote.dropped = f"streamtap's analysis worker died after it was handed {remote.sent} bytes of this stream"
+            again = remote.reopened  # this worker only recorded it: the dead one's reason stays
+            remote.reopened = False
+            if not again:
+                remote.dropped = f"streamtap's analysis worker died after it was handed {remote.sent} bytes of this stream"
+            remote.discard_reads()
+            if not again and self._reopen(remote, index):
+                continue
+            remote.opening = None
             if remote.recording or (remote.opened and remote.directory):  # the new worker notes it in the recording the dead one left
                 why = f"{remote.dropped}; the recording ends where it stopped"
                 self._op(index, (ORPHANED, remote.recording, why, remote.directory, remote.started, remote.flow_id))
-            remote.discard_reads()
             if remote.ended is not None:  # its verdict will not come
                 self.flows.pop(remote.key, None)
                 self.lost(remote, remote.dropped)
         if self.retired:  # no worker comes after it to write them
             self._write_notes(index)
 
+    def _reopen(self, remote: RemoteFlow, index: int) -> bool:
+        """A flow whose worker died before it said it had begun its recording (a worker stopped or
+        hung takes no work, then dies): handed to the worker that takes its place, which notes
+        the recording the dead one began or makes one, without the flow's bytes, with the note.
+        Its verdict is lost() once that worker answers. Once only: a flow whose OPEN kills its
+        worker must not kill the next ones too. False where no worker will come after it."""
+        if remote.opening is None or not remote.directory or self.retired:
+            return False
+        spec, settings = remote.opening
+        remote.opening = None
+        remote.reopened = True
+        self._op(index, (REOPEN, remote.key, spec, settings, remote.t0, remote.dropped))
+        if remote.ended is not None:
+            self._op(index, (FINISH, remote.key, remote.end, remote.error, remote.fault, remote.ended - remote.t0))
+        return True
+
     def _write_notes(self, index: int) -> None:
-        """The notes meant for worker ``index``'s recordings, written here: no worker will take them."""
+        """The notes meant for worker ``index``'s recordings, written here: no worker will take them.
+        A flow handed to it again gets the note in the recording the dead worker began, if it began
+        one, and its verdict at once."""
         for op in self.ops[index]:
             if op[0] == ORPHANED:
                 _note_orphaned(*op[1:])
+            elif op[0] == REOPEN:
+                _, key, spec, settings, _t0, dropped = op
+                _note_orphaned(None, f"{dropped}; the recording ends where it stopped", settings["directory"], spec.started, spec.flow_id)
+                remote = self.flows.get(key)
+                if remote is not None:
+                    remote.reopened = False
+                    if remote.ended is not None:
+                        del self.flows[key]
+                        self.lost(remote, dropped)
         self.ops[index] = []
 
     def _restart_after(self, index: int, wait: float) -> None:
@@ -831,7 +986,11 @@ class Workers:
         deadline = now - VERDICT_WAIT
         for remote in [r for r in self.flows.values() if r.ended is not None and r.ended < deadline]:
             del self.flows[remote.key]
-            self.lost(remote, f"no verdict from streamtap's analysis worker within {VERDICT_WAIT:.0f} s of the end")
+            remote.opening = None
+            if remote.reopened and remote.dropped:  # its analysis was lost with a dead worker, which says more
+                self.lost(remote, remote.dropped)
+            else:
+                self.lost(remote, f"no verdict from streamtap's analysis worker within {VERDICT_WAIT:.0f} s of the end")
         if self.retired:
             self._leave_idle()
 
