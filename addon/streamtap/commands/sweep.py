@@ -43,10 +43,12 @@ an exit-0 run whose output matches REGEX anywhere counts as noticed instead.
 
 positions (--positions, comma list): events (after every event), protocol (tool-args,
 escaped-quote, between-blocks, before-terminal, prelude, crc: those the stream has),
-bytes=K (K byte offsets inside events), or explicit event=N, byte=N, at=NAME.
+bytes=K (K byte offsets inside events), or explicit event=N, byte=N, at=NAME; events and
+protocol take no value, bytes= needs its count. Names that cut at the same byte are one
+position, run once: cut:at=before-terminal (cut:event=21).
 Styles (--styles): clean (the body ends properly), abort (unterminated body, FIN), reset (RST).
 An explicit position the recording does not have, or one at its very end (byte=LENGTH, the
-last event: nothing would be cut), is refused before any run.
+last event when no bytes follow it: nothing would be cut), is refused before any run.
 
 A recording that `streamtap verify` finds incomplete or damaged, or whose stream is cut or
 corrupt even uncut, is swept all the same (the cuts still show how the client takes what was

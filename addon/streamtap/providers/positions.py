@@ -8,11 +8,13 @@ dialect added later has them as soon as its assembler builds blocks and verdicts
   the one that opened a tool call on, that carries a non-empty beginning of the call's
   arguments as a JSON string (or the whole arguments as a JSON object). In an event-stream
   message (whose payload may be wrapped, e.g. base64) the cut falls mid-payload instead.
-- ``escaped-quote``: right after the first ``\\"`` of any event.
+- ``escaped-quote``: right after the first escaped quote (``\\"`` inside a JSON string) of
+  any event, in its JSON (an SSE event's data, an event-stream message's payload).
 - ``between-blocks``: before the event that opens the turn's second block.
 - ``before-terminal``: before the event that ends the turn (the stream up to it is judged
   ``truncated``; with it, complete or stopped, filtered, errored: no position where the stream
-  is judged corrupt before its end).
+  is judged corrupt before its end), or before the bytes after the last event that do (a JSON
+  array's closing ``]``).
 - ``prelude`` / ``crc`` (event-stream only): inside the length prelude or the message CRC of
   one message.
 
@@ -29,6 +31,7 @@ import binascii
 import copy
 import json
 import pickle
+import re
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -66,7 +69,7 @@ class _Candidate:
 
 class PositionFinder:
     """Feed the body in order: ``event(raw)`` for each event, ``other(raw)`` for bytes that are no
-    event (a tail). Each call returns the positions that became known, possibly inside an
+    event (a tail: a JSON array's ``]``). Each call returns the positions that became known, possibly inside an
     earlier event (tool-call arguments are known once the call's block has them); ``holding``
     names the first such earlier event still undecided (a live adapter holds it back meanwhile).
 
@@ -109,10 +112,26 @@ class PositionFinder:
             return None
         return self._candidates[0].event
 
-    def other(self, raw: bytes) -> None:
-        if self._session is not None:
-            self._session.feed(raw)
+    def other(self, raw: bytes) -> list[Position]:
+        """Bytes that are no event. A JSON array's closing bracket is one: when they end the turn
+        (the stream before them truncated, with them complete), before them is ``before-terminal``."""
+        n, start = self._events, self._offset
         self._offset += len(raw)
+        if self._session is None:
+            return []
+        self._session.feed(raw)
+        if not self._open("before-terminal"):
+            return []
+        try:
+            kind = _copy(self._session).close().verdict.kind
+        except Exception:  # as in _read_turn: a session that cannot be copied has no turn positions
+            return []
+        new = []
+        if _ended(kind) and not self._ended:
+            what = f"just before the bytes that close the stream after event {n - 1} (with them the stream is {kind})"
+            new.append(self._found("before-terminal", n, start, 0, what))
+        self._ended = _ended(kind)
+        return new
 
     def event(self, raw: bytes) -> list[Position]:
         n, start = self._events, self._offset
@@ -120,9 +139,9 @@ class PositionFinder:
         self._offset += len(raw)
         new: list[Position] = []
         if self._open("escaped-quote"):
-            k = raw.find(b'\\"')
-            if k >= 0:
-                new.append(self._found("escaped-quote", n, start, k + 2, f"right after an escaped quote in event {n}"))
+            k = _escaped_quote_end(raw, self.wire)
+            if k is not None:
+                new.append(self._found("escaped-quote", n, start, k, f"right after an escaped quote in event {n}"))
         if n == self.pick and self._open("prelude") and len(raw) > _PRELUDE_CUT:
             new.append(self._found("prelude", n, start, _PRELUDE_CUT, f"inside the prelude of event {n}"))
         if n == self.pick and self._open("crc") and len(raw) > _CRC_CUT:
@@ -320,6 +339,33 @@ def _json_or_none(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return None
+
+
+_SSE_DATA = re.compile(rb"(?:^|(?<=[\r\n]))data:([^\r\n]*)")
+
+
+def _escaped_quote_end(raw: bytes, wire: str) -> int | None:
+    """Just past the first escaped quote (``\\"`` inside a JSON string) of an event: in its
+    JSON only (an SSE event's data lines, an event-stream message's payload: never its
+    prelude, headers or CRC, whose bytes may spell it by chance)."""
+    if wire == "eventstream":
+        payload = _eventstream_payload(raw)
+        spans = [payload] if payload is not None else []
+    elif wire == "sse":
+        spans = [match.span(1) for match in _SSE_DATA.finditer(raw)]
+    else:  # NDJSON, a JSON array's element: the event is JSON
+        spans = [(0, len(raw))]
+    for begin, end in spans:
+        k = raw.find(b'\\"', begin, end)
+        while k >= 0:
+            backslashes = 1
+            while k - backslashes >= begin and raw[k - backslashes] == 0x5C:
+                backslashes += 1
+            # an even run of backslashes is escaped backslashes, and the quote after it closes the string
+            if backslashes % 2:
+                return k + 2
+            k = raw.find(b'\\"', k + 1, end)
+    return None
 
 
 def _eventstream_payload(raw: bytes) -> tuple[int, int] | None:

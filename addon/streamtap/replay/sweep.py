@@ -53,34 +53,54 @@ def sweep_positions(source: Source, which: str = DEFAULT_POSITIONS) -> list[str]
     first), ``protocol`` (each protocol-aware position the stream has), ``bytes=K`` (K byte
     offsets spread evenly over the body, off the event boundaries), or explicit
     ``event=N`` / ``byte=N`` / ``at=NAME`` items; one that the recording does not have (an
-    event past its end, a tool-args cut without a tool call) is a FaultSpecError.
+    event past its end, a tool-args cut without a tool call), or an item off that grammar
+    (``events=5``, ``bytes=``), is a FaultSpecError.
+
+    Items that cut at the same byte serve the same bytes: they are one position, named by the
+    most telling of them with the others after it (``cut:at=before-terminal (cut:event=21)``;
+    ``position_spec`` reads the spec back).
     """
     events = [f for f in source.frames if f.seq is not None]
     body_length = sum(len(f.raw) for f in source.frames)
-    frame_ends, pos = set(), 0
+    frame_ends, event_ends, pos = set(), [], 0
     for f in source.frames:
         pos += len(f.raw)
         frame_ends.add(pos)
+        if f.seq is not None:
+            event_ends.append(pos)
     inner_ends = sorted(o for o in frame_ends if 0 < o < body_length)
     out: list[str] = []
+    offsets: dict[str, int] = {}  # where each listed cut falls in the body
     asked: list[str] = []
     for item in filter(None, (w.strip() for w in which.split(","))):
-        name, _, value = item.partition("=")
-        if name == "events":
-            out += [f"cut:event={n}" for n in range(-1, len(events) - 1)]
-        elif name == "protocol":
-            out += [f"cut:at={p}" for p, _o, _w in protocol_positions(source)]
+        name, equals, value = item.partition("=")
+        if name in ("events", "protocol"):
+            if equals:  # events=5 is not "event 5": said, not run as every event
+                one = "event=N" if name == "events" else "at=NAME"
+                raise FaultSpecError(f"--positions: {item!r}: {name} takes no value (for one cut: {one})")
+            if name == "events":
+                cuts = {f"cut:event={n}": (event_ends[n] if n >= 0 else 0) for n in range(-1, len(events) - 1)}
+            else:
+                cuts = {f"cut:at={p}": o for p, o, _w in protocol_positions(source)}
+            out += cuts
+            offsets |= cuts
         elif name == "bytes":
-            count = _int(item, value or "16")
+            if not value:
+                raise FaultSpecError(f"--positions: {item!r} needs a count: bytes=K")
+            count = _int(item, value)
             if count < 0:
                 raise FaultSpecError(f"--positions: {item!r} needs a count of 0 or more")
             inside = body_length - 1 - len(inner_ends)  # offsets 1..length-1 that are no frame's end
             count = min(count, inside)  # more than that picks every one of them
             if inside > 0 and count > 0:
                 step = inside / count
-                picked = {_nth_inside(int(i * step + step / 2), inner_ends) for i in range(count)}
-                out += [f"cut:byte={o}" for o in sorted(picked)]
+                picked = sorted({_nth_inside(int(i * step + step / 2), inner_ends) for i in range(count)})
+                cuts = {f"cut:byte={o}": o for o in picked}
+                out += cuts
+                offsets |= cuts
         elif name in ("event", "byte", "at"):
+            if not value:
+                raise FaultSpecError(f"--positions: {item!r} needs a value: {name}={'NAME' if name == 'at' else 'N'}")
             asked.append(f"cut:{name}={value}")
             out.append(asked[-1])
         else:
@@ -89,22 +109,49 @@ def sweep_positions(source: Source, which: str = DEFAULT_POSITIONS) -> list[str]
     unique = [p for p in out if not (p in seen or seen.add(p))]
     # a bad explicit item fails here, before any run; every run would get the server's HTTP 400
     asked_faults = [parse_fault(spec) for spec in asked]
-    unfit = unfit_faults(asked_faults, [source]) or _uncut_ends(asked_faults, len(events), body_length)
+    unfit = unfit_faults(asked_faults, [source]) or _uncut_ends(asked_faults, event_ends, body_length)
     if unfit:
         raise FaultSpecError(f"--positions: {'; '.join(unfit)}")
-    return unique
+    for spec, fault in zip(asked, asked_faults):  # they fit: each cuts where the plan ends the body
+        offsets.setdefault(spec, len(plan(source, [fault]).body))
+    return _one_per_cut(unique, offsets)
 
 
-def _uncut_ends(faults: list, event_count: int, body_length: int) -> list[str]:
+# the most telling name of a cut first: what it cuts before, then which event, then a byte
+_NAME_RANK = ("cut:at=", "cut:event=", "cut:byte=")
+
+
+def _one_per_cut(specs: list[str], offsets: dict[str, int]) -> list[str]:
+    """``specs`` with those that cut at the same byte made one label (every style serves
+    the same bytes for them: one run each, not two counted apart), in the place of the name
+    it goes by."""
+    same_cut: dict[int, list[str]] = {}
+    for spec in specs:
+        same_cut.setdefault(offsets[spec], []).append(spec)
+    labels: dict[str, str] = {}
+    for names in same_cut.values():
+        first, *others = sorted(names, key=lambda spec: next(i for i, p in enumerate(_NAME_RANK) if spec.startswith(p)))
+        labels[first] = f"{first} ({', '.join(others)})" if others else first
+    return [labels[spec] for spec in specs if spec in labels]
+
+
+def position_spec(position: str) -> str:
+    """The fault spec of a ``sweep_positions`` label (its first name)."""
+    return position.split(" (", 1)[0]
+
+
+def _uncut_ends(faults: list, event_ends: list[int], body_length: int) -> list[str]:
     """Why each of ``faults`` that cuts at the very end is no cut: the client would get the
     whole stream, and a client that rightly accepts it would be counted silent (the automatic
-    ``events`` list stops before the last event for this reason)."""
+    ``events`` list stops before the last event for this reason). The last event is a cut when
+    bytes follow it (a JSON array's closing bracket)."""
     ends = []
+    last = len(event_ends) - 1
     for fault in faults:
         if fault.params.get("byte") == body_length:
             ends.append(f"{fault.spec!r}: byte {body_length} is the end of the body: nothing would be cut")
-        elif event_count and "at" not in fault.params and fault.params.get("event") == event_count - 1:
-            ends.append(f"{fault.spec!r}: event {event_count - 1} is the last event: nothing would be cut")
+        elif event_ends and "at" not in fault.params and fault.params.get("event") == last and event_ends[last] == body_length:
+            ends.append(f"{fault.spec!r}: event {last} is the last event: nothing would be cut")
     return ends
 
 
@@ -176,7 +223,7 @@ class Run:
 
     @property
     def spec(self) -> str:
-        return f"{self.position},style={self.style}"
+        return f"{position_spec(self.position)},style={self.style}"
 
 
 @dataclass(slots=True)
@@ -306,7 +353,7 @@ async def run_sweep(
     baseline = await one(None, "no cut", "-")
     if progress:
         progress(0, len(work), counts)
-    runs = await asyncio.gather(*(one(f"{p},style={s}", p, s) for p, s in work))
+    runs = await asyncio.gather(*(one(f"{position_spec(p)},style={s}", p, s) for p, s in work))
     return SweepReport(source.path, command, baseline, list(runs), time.monotonic() - start)
 
 
@@ -403,7 +450,9 @@ def _judge(source: Source, faults: list) -> tuple[str | None, str]:
     try:
         from streamtap.providers import Dialect, analyze_bytes
 
-        analysis = analyze_bytes(body, Dialect(source.dialect))
+        # the recording's own framing and status: a Gemini JSON array read as SSE, or an HTTP
+        # error read as a 200, would be judged cut or corrupt even whole
+        analysis = analyze_bytes(body, Dialect(source.dialect), wire=source.wire, http_status=source.status)
     except Exception:  # an unknown dialect string, or the verdict layer missing: the sweep still reports
         return None, ""
     turn = analysis.turn
