@@ -74,6 +74,7 @@ def test_demo_stopped_by_a_signal_leaves_nothing_running_or_on_disk(tmp_path, si
     env = {**os.environ, "TMPDIR": str(temp)}
     demo = subprocess.Popen([sys.executable, "-m", "streamtap.cli", "demo", "--dir", str(tmp_path / "rec")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    children: set[int] = set()
     try:
         for line in demo.stdout:  # the first question is asked: the replay server and mitmdump run
             if line.startswith("-> "):
@@ -81,16 +82,18 @@ def test_demo_stopped_by_a_signal_leaves_nothing_running_or_on_disk(tmp_path, si
         children = _children(demo.pid)
         assert len(children) >= 2, children
         demo.send_signal(signum)
-        assert demo.wait(timeout=30) == 128 + signum
-    finally:
+        ended = demo.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while any(_alive(child) for child in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = [child for child in children if _alive(child)]
+    finally:  # whatever failed, nothing of the demo outlives the test
         if demo.poll() is None:
             demo.kill()
-    deadline = time.monotonic() + 10
-    while any(_alive(child) for child in children) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    left = [child for child in children if _alive(child)]
-    for child in left:
-        os.kill(child, signal.SIGKILL)
+        for child in children:
+            if _alive(child):
+                os.kill(child, signal.SIGKILL)
+    assert ended == 128 + signum
     assert not left, "the demo left its children running"
     assert list(temp.iterdir()) == [], "the demo left its temporary folder"
 
