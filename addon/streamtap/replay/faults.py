@@ -75,20 +75,26 @@ ANTHROPIC_ERRORS = (
     "overloaded_error", "api_error", "rate_limit_error", "timeout_error", "invalid_request_error",
     "authentication_error", "permission_error", "not_found_error", "billing_error",
 )  # fmt: skip
-BEDROCK_EXCEPTIONS = (
+# the exception members of botocore's bedrock-runtime event-stream unions: InvokeModelWithResponseStream's
+# ResponseStream, and ConverseStream's ConverseStreamOutput, which has no modelTimeoutException (an
+# exception frame the union lacks reaches the app as an EventStreamError with no code nor message)
+BEDROCK_INVOKE_EXCEPTIONS = (
     "modelStreamErrorException", "internalServerException", "throttlingException",
     "validationException", "serviceUnavailableException", "modelTimeoutException",
 )  # fmt: skip
+BEDROCK_CONVERSE_EXCEPTIONS = tuple(kind for kind in BEDROCK_INVOKE_EXCEPTIONS if kind != "modelTimeoutException")
+BEDROCK_EXCEPTIONS = BEDROCK_INVOKE_EXCEPTIONS  # every Bedrock kind, of either operation
 OPENAI_ERRORS = ("openai",)
+KNOWN_ERRORS = ANTHROPIC_ERRORS + BEDROCK_EXCEPTIONS + OPENAI_ERRORS
 # the error kinds whose shape each dialect's own stream carries (so its SDK raises them: the
 # anthropic SDK skips the unnamed event of an OpenAI-shaped error, and the app sees a clean
-# end). The JSON "error" object of the openai kind is also Gemini's and Ollama's. A dialect not
-# named here (unknown) takes every kind its wire format can carry.
+# end). The openai kind takes each dialect's own error shape (Responses', Gemini's, Ollama's).
+# A dialect not named here (unknown) takes every kind its wire format can carry.
 _DIALECT_ERRORS = {
     Dialect.ANTHROPIC: ANTHROPIC_ERRORS,
     Dialect.OPENAI_CHAT: OPENAI_ERRORS, Dialect.OPENAI_RESPONSES: OPENAI_ERRORS,
     Dialect.GEMINI: OPENAI_ERRORS, Dialect.OLLAMA: OPENAI_ERRORS,
-    Dialect.BEDROCK_INVOKE: BEDROCK_EXCEPTIONS, Dialect.BEDROCK_CONVERSE: BEDROCK_EXCEPTIONS,
+    Dialect.BEDROCK_INVOKE: BEDROCK_INVOKE_EXCEPTIONS, Dialect.BEDROCK_CONVERSE: BEDROCK_CONVERSE_EXCEPTIONS,
 }  # fmt: skip
 
 
@@ -98,6 +104,12 @@ def _error_family(kind: str) -> tuple[str, ...]:
     if kind in OPENAI_ERRORS:
         return OPENAI_ERRORS
     return BEDROCK_EXCEPTIONS if kind.endswith("Exception") else ANTHROPIC_ERRORS
+
+
+def _fits_dialect(kind: str, own: tuple[str, ...]) -> bool:
+    """``kind`` is one of ``own``, or a kind no list names in their shape (a newer error of the
+    provider's); a named kind of the same shape that ``own`` lacks is one the SDK cannot name."""
+    return kind in own or (kind not in KNOWN_ERRORS and _error_family(kind) is _error_family(own[0]))
 
 
 class FaultSpecError(ValueError):
@@ -146,9 +158,8 @@ def parse_fault(spec: str) -> Fault:
     if kind == "corrupt" and "byte" in params and not 0 <= params["byte"] <= 255:
         raise FaultSpecError(f"{spec!r}: byte must be 0..255")
     if kind == "error":
-        known = ANTHROPIC_ERRORS + BEDROCK_EXCEPTIONS + OPENAI_ERRORS
-        if params["kind"] not in known and not params["kind"].endswith(("_error", "Exception")):
-            raise FaultSpecError(f"{spec!r}: error kind is one of {', '.join(known)}")
+        if params["kind"] not in KNOWN_ERRORS and not params["kind"].endswith(("_error", "Exception")):
+            raise FaultSpecError(f"{spec!r}: error kind is one of {', '.join(KNOWN_ERRORS)}")
     return Fault(kind, params, spec)
 
 
@@ -588,17 +599,62 @@ def _error(source, frames, fault, log, others):
     kind = fault.params["kind"]
     message = fault.params.get("message")
     t = frames[i].t_ms if i >= 0 else 0.0
-    injected = [Frame(-1, raw, t) for raw in error_frames(source, kind, message, i + 1)]
+    before = StreamSoFar(source.dialect)
+    for frame in frames[: i + 1]:
+        before.see(frame.raw)
+    injected = [Frame(-1, raw, t) for raw in error_frames(source, kind, message, before)]
     log.append(f"{fault.spec}: {kind} injected after event {n} at byte {_offset_of(frames, i + 1)}; the rest is dropped")
     return frames[: i + 1] + injected
 
 
-def error_frames(source: Source, kind: str, message: str | None, position: int) -> list[bytes]:
-    """The provider's own mid-stream error, in the recording's wire format."""
+OPENAI_MESSAGE = "The server had an error while processing your request."
+
+
+@dataclass(slots=True)
+class StreamSoFar:
+    """What an injected error takes from the events served before it, kept as they pass, so that
+    replay and live faults write the same bytes: how many there were, the line ending a Gemini
+    stream uses, and for Responses the last ``sequence_number``, the response object and the
+    items finished (the ``response.failed`` that follows the error carries them, as OpenAI's does)."""
+
+    dialect: str = "unknown"
+    events: int = 0
+    crlf: bool = True  # Gemini frames its SSE with CRLF (provider-streams.md §5.1), unless the stream shows LF
+    sequence_number: int | None = None
+    response: dict[str, Any] | None = None
+    finished: dict[int, Any] = field(default_factory=dict)  # output_index -> the item of output_item.done
+
+    def see(self, raw: bytes) -> None:
+        self.events += 1
+        self.crlf = raw.endswith(b"\r\n") or not raw.endswith(b"\n")
+        if self.dialect == Dialect.OPENAI_RESPONSES:
+            self._see_responses_event(raw)
+
+    def _see_responses_event(self, raw: bytes) -> None:
+        from streamtap.wire import SSEDecoder
+
+        decoder = SSEDecoder()
+        for event in [*decoder.feed(raw), *decoder.close()]:
+            try:
+                obj = json.loads(event.data)
+            except ValueError:  # a corrupted or cut event: nothing to take from it
+                continue
+            if not isinstance(obj, dict):
+                continue
+            if isinstance(obj.get("sequence_number"), int):
+                self.sequence_number = obj["sequence_number"]
+            if isinstance(obj.get("response"), dict):
+                self.response = obj["response"]
+            if obj.get("type") == "response.output_item.done" and isinstance(obj.get("output_index"), int):
+                self.finished[obj["output_index"]] = obj.get("item")
+
+
+def error_frames(source: Source, kind: str, message: str | None, before: StreamSoFar) -> list[bytes]:
+    """The provider's own mid-stream error, in the recording's wire format, after the events ``before``."""
     if source.wire == "eventstream" and not kind.endswith("Exception"):
         raise FaultSpecError(f"error kind {kind!r} does not fit an event-stream; use one of {', '.join(BEDROCK_EXCEPTIONS)}")
     own = _DIALECT_ERRORS.get(source.dialect)  # the kind must also be one the dialect's own SDK raises
-    if own is not None and _error_family(kind) is not own:
+    if own is not None and not _fits_dialect(kind, own):
         raise FaultSpecError(f"error kind {kind!r} does not fit the {source.dialect} dialect; use one of {', '.join(own)}")
     if source.wire == "eventstream":
         from streamtap.wire import encode_message
@@ -611,20 +667,44 @@ def error_frames(source: Source, kind: str, message: str | None, position: int) 
     if kind.endswith("Exception"):
         raise FaultSpecError(f"error kind {kind!r} needs an event-stream (Bedrock) recording")
     if kind == "openai":
-        if source.dialect == "openai-responses":
-            body = {"type": "error", "code": "server_error", "message": message or "The server had an error while processing your request.", "param": None, "sequence_number": position}
-            return [b"event: error\ndata: " + _json(body) + b"\n\n"]
-        body = {"error": {"message": message or "The server had an error while processing your request.", "type": "server_error", "param": None, "code": None}}
-        if source.wire == "ndjson":
-            return [_json({"error": body["error"]["message"]}) + b"\n"]
-        if source.wire == "json-array":  # an element of the array, which the error closes (the rest is dropped)
-            error = {"error": {"code": 500, "message": body["error"]["message"], "status": "INTERNAL"}}
-            return [(b"," if position else b"[") + _json(error) + b"]"]
-        return [b"data: " + _json(body) + b"\n\n", b"data: [DONE]\n\n"]
+        return _openai_error(source, message or OPENAI_MESSAGE, before)
     if source.wire != "sse":
         raise FaultSpecError(f"error kind {kind!r} needs an SSE recording")
     body = {"type": "error", "error": {"type": kind, "message": message or ("Overloaded" if kind == "overloaded_error" else "Injected by streamtap")}}
     return [b"event: error\ndata: " + _json(body) + b"\n\n"]
+
+
+def _openai_error(source: Source, message: str, before: StreamSoFar) -> list[bytes]:
+    """The openai kind, in the shape of the dialect's own in-band error."""
+    if source.dialect == Dialect.OPENAI_RESPONSES:
+        return _responses_error(message, before)
+    if source.wire == "ndjson":
+        return [_json({"error": message}) + b"\n"]
+    if source.dialect == Dialect.GEMINI or source.wire == "json-array":
+        # Gemini's error object (google-genai raises on it); its stream has no [DONE] sentinel
+        error = _json({"error": {"code": 500, "message": message, "status": "INTERNAL"}})
+        if source.wire == "json-array":  # an element of the array, which the error closes (the rest is dropped)
+            return [(b"," if before.events else b"[") + error + b"]"]
+        return [b"data: " + error + (b"\r\n\r\n" if before.crlf else b"\n\n")]
+    body = {"error": {"message": message, "type": "server_error", "param": None, "code": None}}
+    return [b"data: " + _json(body) + b"\n\n", b"data: [DONE]\n\n"]
+
+
+def _responses_error(message: str, before: StreamSoFar) -> list[bytes]:
+    """OpenAI's own failure of a Responses stream: the ``error`` event nests the error (the openai
+    SDK raises APIError on a payload with a top-level ``error``; the flat shape of its type
+    reaches the app as a plain event), then ``response.failed`` ends the response."""
+    number = before.events if before.sequence_number is None else before.sequence_number + 1
+    error = {"type": "server_error", "code": "server_error", "message": message, "param": None}
+    response = dict(before.response or {"object": "response"})
+    response |= {"status": "failed", "error": {"code": "server_error", "message": message},
+                 "output": [before.finished[i] for i in sorted(before.finished)]}
+    return [
+        b"event: error\ndata: " + _json({"type": "error", "sequence_number": number, "error": error}) + b"\n\n",
+        b"event: response.failed\ndata: "
+        + _json({"type": "response.failed", "sequence_number": number + 1, "response": response})
+        + b"\n\n",
+    ]
 
 
 def _json(obj: Any) -> bytes:
@@ -732,6 +812,7 @@ class _Stage:
     offset: int = 0  # body bytes that came in, before the event in hand
     held: tuple[bytes, int] | None = None  # reorder: the event waiting for the next one, and its offset
     done: bool = False  # error: injected, every later event is dropped
+    before: StreamSoFar | None = None  # error: what the events it took tell the injected error
 
 
 LIVE_KINDS = ("cut", "corrupt", "drop", "duplicate", "reorder", "error", "fragment")
@@ -776,7 +857,7 @@ class LiveFaults:
                 _check_picked_message(fault)
             if fault.kind == "error":
                 try:
-                    error_frames(self.source, fault.params["kind"], None, 0)
+                    error_frames(self.source, fault.params["kind"], None, StreamSoFar(dialect))
                 except FaultSpecError as exc:
                     raise FaultSpecError(f"{fault.spec!r}: {exc}") from None
         self.end: str | None = None
@@ -785,7 +866,7 @@ class LiveFaults:
         self._decoder = _decoder(wire) if self._framed else None
         self._n = 0  # events that came from the upstream
         self._sent = 0  # body bytes forwarded
-        self._stages = [_Stage(f) for f in faults if f.kind in _RESHAPING]
+        self._stages = [_Stage(f, before=StreamSoFar(dialect) if f.kind == "error" else None) for f in faults if f.kind in _RESHAPING]
         self._erred: int | None = None  # the stage whose injected error ends the stream, until it has
         self._order = {id(f): i for i, f in enumerate(faults)}  # ties between cuts go to the first in the spec
         self._ending: tuple[int, Fault, str] | None = None  # the cut that ends the stream: its position, fault, what
@@ -890,6 +971,8 @@ class LiveFaults:
             return [self._corrupt(fault, raw, n, at)]
         if fault.kind == "error" and p["after"] == -1 and n == 0:
             return self._inject(stage, at)
+        if fault.kind == "error":
+            stage.before.see(raw)
         if fault.kind == "error" and p["after"] == n:
             return [raw, *self._inject(stage, at + len(raw))]
         return [raw]
@@ -921,7 +1004,7 @@ class LiveFaults:
         stage.done = True
         self._erred = next(i for i, s in enumerate(self._stages) if s is stage)
         self._note(stage.fault, f"{stage.fault.spec}: {p['kind']} injected after event {p['after']} at byte {at}")
-        return error_frames(self.source, p["kind"], p.get("message"), p["after"] + 1)
+        return error_frames(self.source, p["kind"], p.get("message"), stage.before)
 
     def _serve(self, events: list[bytes]) -> bytes:
         """The events served (after the reshaping faults) through the cuts: what to forward now. An

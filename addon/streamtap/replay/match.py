@@ -108,8 +108,19 @@ def _mask_form(live: str, recorded: str) -> str:
 
 
 def body_hash(body: Any) -> str:
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+    return hashlib.sha256(_canonical(body).encode()).hexdigest()[:16]
+
+
+def _canonical(value: Any) -> str:
+    """The JSON text that matching compares: 1, 1.0 and true differ here (Python's == calls them equal)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def error_body(kind: str, message: str, **details: Any) -> dict[str, Any]:
+    """A JSON error that every SDK shows the message of: the openai and anthropic SDKs read the
+    nested ``error`` object, botocore reads only a top-level ``message`` and ``__type`` (without
+    them a boto3 user gets an empty message)."""
+    return {"error": {"type": kind, "message": message, **details}, "message": message, "__type": kind}
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,14 +309,10 @@ class Library:
         # the live request's credentials stay out of the answer: the Tap records it, and logs it
         redactor = self.options.redactor()
         shown = replace(key, path=redactor.url(key.path), headers=tuple(map(tuple, redactor.headers(key.headers))))
-        return {
-            "error": {
-                "type": "streamtap_no_recording",
-                "message": f"no recording answers {shown.method} {shown.path} (body {key.body}); {len(self.entries)} loaded",
-                "looked_for": shown.to_dict(),
-                "nearest": nearest,
-            }
-        }
+        message = f"no recording answers {shown.method} {shown.path} (body {key.body}); {len(self.entries)} loaded"
+        if nearest:  # the whole reason in the message: a boto3 user sees nothing else
+            message += f"; nearest {nearest[0]['recording']} ({_how_it_differs(nearest[0]['differs_in'])})"
+        return error_body("streamtap_no_recording", message, looked_for=shown.to_dict(), nearest=nearest)
 
 
 def _load_sources(files: list[Path], warn: Callable[[str], None]) -> list[Source]:
@@ -337,6 +344,9 @@ def _copy(body: Any) -> Any:
     return json.loads(json.dumps(body)) if isinstance(body, (dict, list)) else body
 
 
+ALREADY_SERVED = "already served (--once)"
+
+
 def _differences(key: Key, body: Any, entry: _Entry) -> list[str]:
     out = []
     if key.method != entry.key.method:
@@ -347,13 +357,26 @@ def _differences(key: Key, body: Any, entry: _Entry) -> list[str]:
         out += [f"header {h}" for (h, v), (_, w) in zip(key.headers, entry.key.headers) if v != w]
     if key.body != entry.key.body:
         if isinstance(body, dict) and isinstance(entry.body, dict):
-            fields = sorted(k for k in body.keys() | entry.body.keys() if body.get(k) != entry.body.get(k))
+            fields = sorted(k for k in body.keys() | entry.body.keys() if _differs(body, entry.body, k))
             out += [f"body.{k}" for k in fields] or ["body"]
         else:
             out.append("body")
     if not out and entry.served:
-        out.append("already served (--once)")
+        out.append(ALREADY_SERVED)
     return out
+
+
+def _how_it_differs(differs_in: list[str]) -> str:
+    if differs_in == [ALREADY_SERVED]:
+        return ALREADY_SERVED
+    return "differs in " + (", ".join(differs_in) or "the request")
+
+
+def _differs(mine: dict[str, Any], theirs: dict[str, Any], name: str) -> bool:
+    """Whether field ``name`` (of either body) differs as the body hash sees it."""
+    if name not in mine or name not in theirs:
+        return True
+    return _canonical(mine[name]) != _canonical(theirs[name])
 
 
 def _distance(key: Key, body: Any, entry: _Entry) -> tuple[int, int, int]:

@@ -29,7 +29,7 @@ import h11
 
 
 from .faults import Fault, FaultSpecError, Plan, Timing, parse_faults, plan, unfit_faults
-from .match import Library
+from .match import Library, error_body
 from .source import Source, load_source
 
 HOP_BY_HOP = frozenset(
@@ -78,7 +78,7 @@ class Served:
     log: list[str]
     end: str | None = None
     resumed_after: str | None = None
-    refused: str | None = None  # why it got a 400 (a fault that does not fit, a bad fault header)
+    refused: str | None = None  # why it got a 400 (a fault that does not fit, a bad fault header) or a 404
 
 
 def swap_recordings(faults: list[Fault], library: Library, loaded: dict[str, Source] | None = None) -> dict[str, Source]:
@@ -227,7 +227,7 @@ class ReplayServer:
             # stream callback reports the cancelled task as an error with a traceback
             return
         except _Refused as exc:
-            body = {"error": {"type": exc.kind, "message": exc.message}}
+            body = error_body(exc.kind, exc.message)
             try:
                 await _send_json(writer, exc.status, body, close=True)
             except ConnectionError:
@@ -249,7 +249,7 @@ class ReplayServer:
         found = lib.find(request.method, request.target, request.headers, request.body, resume=resume_id is not None)
         if found is None:
             body = lib.explain(request.method, request.target, request.headers, request.body)
-            self._record(Served(request.method, request.target, 404, None, []))
+            self._record(Served(request.method, request.target, 404, None, [], refused=body["message"]))
             await _send_json(writer, 404, body, close=not request.keep_alive, head_only=request.method == "HEAD")
             return request.keep_alive
         from_header: list[Fault] = []
@@ -270,8 +270,8 @@ class ReplayServer:
                 else:
                     message = (f"Last-Event-ID {resume_id!r}: {source.path} is not SSE but {source.wire}, "
                                "a format that carries no event ids to resume from")
-                self._record(Served(request.method, request.target, 404, source.path, []))
-                error = {"error": {"type": "streamtap_unknown_event_id", "message": message}}
+                self._record(Served(request.method, request.target, 404, source.path, [], refused=message))
+                error = error_body("streamtap_unknown_event_id", message)
                 await _send_json(writer, 404, error, close=not request.keep_alive, head_only=request.method == "HEAD")
                 return request.keep_alive
             if not self.options.fault_on_resume:
@@ -293,7 +293,7 @@ class ReplayServer:
         """A 400 for a fault that cannot be served with this recording, logged as any answer is:
         a start-up fault that fits only some recordings must not fail requests unseen."""
         self._record(Served(request.method, request.target, 400, source.path, [], refused=str(problem)))
-        error = {"error": {"type": "streamtap_bad_fault", "message": str(problem)}}
+        error = error_body("streamtap_bad_fault", str(problem))
         await _send_json(writer, 400, error, close=not request.keep_alive, head_only=request.method == "HEAD")
         return request.keep_alive
 
