@@ -110,3 +110,14 @@ def test_a_cut_before_the_first_event_ends_a_stream_that_serves_none(spec):
     src = Source.from_frames(openai_chat_frames()[:1], wire="sse", dialect="openai-chat")
     log = assert_as_replay(src, spec)
     assert not any("not reached" in line for line in log), log
+
+
+@pytest.mark.parametrize("style", ["clean", "abort"])
+def test_before_terminal_on_a_json_array_cuts_before_its_closing_bracket_live_as_in_replay(style):
+    """The closing ] is no event: with it the turn ends, so before-terminal falls before it."""
+    src = gemini_array()
+    log = assert_as_replay(src, f"cut:at=before-terminal,style={style}")
+    assert not any("not reached" in line for line in log), log
+    body, _, _ = live(src, f"cut:at=before-terminal,style={style}", 7)
+    assert body == src.body[: src.body.rindex(b"\r\n]")]
+    assert analyze_bytes(body, "gemini", wire="json-array").verdict.kind is VerdictKind.TRUNCATED

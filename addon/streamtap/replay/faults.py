@@ -913,6 +913,10 @@ class LiveFaults:
         out = self._serve(self._flush(0))
         if self.end is None and self._served == 0:  # cut:event=-1 still ends a stream without events (as in replay)
             self._cut_before_event_0()
+        if self.end is None and tail:  # bytes that are no event (a JSON array's closing ]) may end the turn
+            for fault, finder in self._finders:
+                for position in finder.other(tail):
+                    self._propose(position.offset, fault, position.what, position.event)
         if self.end is None:  # every position is known now: the earliest cut found ends the stream
             out += self._settle(final=True)
         if self.end is None:
