@@ -42,7 +42,7 @@ import orjson
 
 from streamtap.wire import SSEEvent, WireEvent
 
-from .common import as_str, dumps, one_line
+from .common import as_int, as_str, dumps, one_line
 from .judge import Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome, stop_verdict
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
@@ -230,7 +230,7 @@ class MessageBuilder:
         if not self._in_message("content_block_start", seq, offset) or \
                 self.judge.reopened("the message's content", "content_block_start", seq, offset):
             return
-        if not isinstance(index, int) or not isinstance(content_block, dict):
+        if as_int(index) is None or not isinstance(content_block, dict):
             self.judge.corrupt("content_block_start without an index or content_block", seq, offset)
             return
         if self.judge.reopened(f"block {index}", "content_block_start", seq, offset, index=index):
@@ -257,7 +257,7 @@ class MessageBuilder:
         if self.content_stopped and self.judge.reopened("the message's content", "content_block_delta", seq, offset):
             return
         index = event.get("index")
-        block = self.blocks.get(index) if isinstance(index, int) else None
+        block = self.blocks.get(index) if as_int(index) is not None else None  # (True would find block 1)
         if block is None:
             self.judge.corrupt(f"content_block_delta for unknown index {index}", seq, offset, index=index)
             return
@@ -277,7 +277,7 @@ class MessageBuilder:
                 if value and self.turn.timing.first_content is None:
                     self.turn.timing.first_content = t
                 return
-        elif kind == "input_json_delta" and block.kind in _TOOLISH:
+        elif kind == "input_json_delta" and index in self.fragments:  # a tool's use, not its result
             value = delta.get("partial_json")
             if isinstance(value, str):
                 self.fragments[index].append(value)  # type: ignore[index]
@@ -319,7 +319,7 @@ class MessageBuilder:
         if not self._in_message("content_block_stop", seq, offset):
             return
         index = event.get("index")
-        block = self.blocks.get(index) if isinstance(index, int) else None
+        block = self.blocks.get(index) if as_int(index) is not None else None  # (True would find block 1)
         if self.judge.reopened(f"block {index}", "content_block_stop", seq, offset, index=index):
             return
         if block is None or index not in self.open_blocks:

@@ -298,7 +298,7 @@ class Judge:
         """Why the verdict cannot be complete: a tool call longer than the cap was not parsed."""
         for choice in self.turn.choices:
             for block in choice.blocks:
-                if block.kind is BlockKind.TOOL_CALL and arguments_not_kept(block):
+                if block.kind in ARGUMENT_KINDS and arguments_not_kept(block):
                     size = len(block.arguments_raw or "") + block.extra[DROPPED["arguments_raw"]]
                     return (f"{FINISHED_WORDS[VerdictKind.COMPLETE]}, but tool call {block.name or block.id or block.index} "
                             f"has {size} characters of arguments, beyond the {_size(self.arguments_cap)} kept in memory, "
@@ -312,7 +312,7 @@ class Judge:
         for choice in self.turn.choices:
             stopped = self.choice_stops.get(choice.index, ("", kind))[1]
             for block in choice.blocks:
-                if block.kind is BlockKind.TOOL_CALL and block.arguments_error:
+                if block.kind in ARGUMENT_KINDS and block.arguments_error:
                     if stopped in CUTTING_KINDS:
                         cut.append([choice.index, block.index])
                         continue
@@ -321,6 +321,11 @@ class Judge:
                                    {"choice": choice.index, "block": block.index, "tool": block.name,
                                     "arguments_raw": (block.arguments_raw or "")[:200]})
         return cut
+
+
+# blocks whose arguments are JSON the app (or the provider's own tool) reads: a client's tool call,
+# and a server tool's use (web search, code execution), whose input arrives the same way
+ARGUMENT_KINDS = frozenset({BlockKind.TOOL_CALL, BlockKind.SERVER_TOOL})
 
 
 def _calls(choice: Choice) -> bool:
