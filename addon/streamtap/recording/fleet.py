@@ -112,11 +112,11 @@ def read_rows(found: Iterable[Found], *, skip: set[str] = frozenset(), loaded: L
                 raise
             # a file the proxy named, or any that could not be read (a recording copied or renamed,
             # another user's 0600 one): it may be a recording, so its verdict is unknown; only a
-            # dangling link is plainly none
+            # link that leads nowhere is plainly none
             if isinstance(exc, OSError) and recording_name(item.path):
                 loaded.unreadable.append(f"{item.path}: cannot read this recording: {exc.strerror or exc}")
                 continue
-            if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError):
+            if isinstance(exc, OSError) and not _dangling(item.path):
                 loaded.unreadable.append(f"{item.path}: cannot read this file, which may be a recording: {exc.strerror or exc}")
                 continue
             loaded.skipped.append(f"{item.path}: {exc.strerror or exc}" if isinstance(exc, OSError) else f"{item.path}: {exc}")
@@ -126,6 +126,11 @@ def read_rows(found: Iterable[Found], *, skip: set[str] = frozenset(), loaded: L
             rows.append(damaged_row(item.path, str(exc) if isinstance(exc, HeaderCut) else f"damaged: {exc}"))
     loaded.rows += len(rows)
     return rows
+
+
+def _dangling(path: Path) -> bool:
+    """A link that leads nowhere: its target missing, under a file, or in a loop of links."""
+    return path.is_symlink() and not os.path.exists(path)
 
 
 def _not_utf8(name: str) -> bool:

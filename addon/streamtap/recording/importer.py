@@ -11,7 +11,6 @@ A response that mitmproxy streamed is only in the capture if it was made with
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -31,7 +30,7 @@ from .flows import is_llm_stream, request_info
 from .header import flow_header
 from .reader import shown_path
 from .redact import Redactor
-from .writer import RecordingError, RecordingWriter, final_name, partial_recordings
+from .writer import RecordingError, RecordingWriter, final_name, lock_unless_written, partial_recordings
 
 
 class CaptureError(RecordingError):
@@ -230,9 +229,7 @@ def _remove_stopped_imports(out: Path, started: float, flow_id: str) -> tuple[li
         except OSError as exc:
             return removed, f"{shown_path(path)}, an unfinished recording of this flow, cannot be read: {exc.strerror or exc}"
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as RecordingWriter locks: it is free once its writer is gone
-            except BlockingIOError:
+            if not lock_unless_written(fd):  # free once its writer is gone (readers let go in moments)
                 return removed, f"{shown_path(path)} is being written right now (another import into this folder?): left as it is"
             try:
                 same = os.path.samestat(os.stat(path), os.fstat(fd))

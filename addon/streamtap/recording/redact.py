@@ -68,6 +68,7 @@ _JSON_SCALAR = re.compile(rb'[^\s,\]}]+')
 # A URL's authority, as urlsplit finds its netloc: after the scheme (if any) and "//", up to the
 # path (urlsplit also skips leading spaces and control characters)
 _AUTHORITY = re.compile(r"[\x00-\x20]*(?:[A-Za-z][A-Za-z0-9+.-]*:)?//([^/]*)")
+_URL_IGNORED = str.maketrans("", "", "\t\r\n")  # what URL parsers remove wherever it stands
 _NOT_IN_A_NAME = re.compile(r"[\s:=&,;]")  # never part of a header or query parameter name
 
 
@@ -138,7 +139,9 @@ class Redactor:
         """The URL with credential query values and any userinfo replaced, every other byte as
         it was. Split where urlsplit splits it, but in place: urlsplit would drop a bare ``?`` or
         ``#`` on the way back, and refuses a host with an unbalanced ``[`` (mitmproxy builds the
-        URL from the client's ``Host`` header), whose query may hold a key all the same."""
+        URL from the client's ``Host`` header), whose query may hold a key all the same. Tabs and
+        line breaks go first, as urlsplit and browsers drop them: ``ap\ti_key`` is ``api_key``."""
+        url = url.translate(_URL_IGNORED)
         head, hash_mark, fragment = url.partition("#")
         head, question_mark, query = head.partition("?")
         query = _QUERY_PARAM.sub(self._query_param, query)

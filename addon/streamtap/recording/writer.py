@@ -203,9 +203,7 @@ def note_unfinished(path: str | os.PathLike[str], kind: str, message: str, t_ms:
         return False
     fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not lock_unless_written(fd):
             return False
         size = os.fstat(fd).st_size
         whole = _line_start(fd, size)  # where the last complete line ends
@@ -220,6 +218,32 @@ def note_unfinished(path: str | os.PathLike[str], kind: str, message: str, t_ms:
         return True
     finally:
         os.close(fd)
+
+
+READERS_WAIT = 10.0  # seconds a writer gone waits for readers (report, index) to let go of its file
+
+
+def lock_unless_written(fd: int) -> bool:
+    """The exclusive lock on a recording whose writer may be gone; False while a writer holds it.
+
+    A reader (report, index) holds a shared lock while it reads the file, so a taken lock alone
+    does not mean a writer: when a shared lock can be had, only readers hold it, and they let go
+    within moments; this waits for them (at most ``READERS_WAIT``)."""
+    deadline = time.monotonic() + READERS_WAIT
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            pass
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # refused only while a writer holds it
+        except BlockingIOError:
+            return False
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
 
 
 def _line_start(fd: int, end: int) -> int:
