@@ -77,13 +77,13 @@ class NDJSONDecoder:
                 self._skipping = False
                 self._head.clear()
                 event = Malformed(seq, span_start, base + end, b"", _oversize(self.max_event_size, span_start), False)
+            elif not line or (line[0] in _JSON_SPACE and not line.strip(_JSON_SPACE)):
+                pos = end  # a blank line: skipped before the parsers, whose refusals cost far more
+                continue
             else:
                 try:
                     value = parse(line)
                 except orjson.JSONDecodeError as exc:
-                    if not line.strip(_JSON_SPACE):
-                        pos = end
-                        continue
                     raw = self._raw(work, seg, end)
                     error = InvalidJSON(f"line is not JSON: {exc}", base + pos)
                     event = Malformed(seq, span_start, base + end, raw, error, False)

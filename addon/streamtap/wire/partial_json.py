@@ -40,7 +40,10 @@ def lenient_loads(data: str | bytes | bytearray, parse_constant: Callable[[str],
         return orjson.loads(data)
     except orjson.JSONDecodeError as refused:
         try:
-            value = json.loads(data, parse_constant=parse_constant)
+            # as text, strictly UTF-8: given bytes, json.loads would guess UTF-16 or UTF-32 from
+            # NULs and drop a BOM, which the clients, reading decoded lines, never do
+            text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+            value = json.loads(text, parse_constant=parse_constant)
             orjson.dumps(value)
         except (ValueError, TypeError, RecursionError):
             raise refused from None

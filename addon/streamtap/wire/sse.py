@@ -220,6 +220,8 @@ class SSEDecoder(accel.SSEFeed):
         return self._offset + len(self._buf)
 
     def _feed(self, data: bytes) -> list[SSEEvent | Malformed]:
+        if type(data) is not bytes:  # a memoryview has no find(), and every read must decode alike
+            data = bytes(data)
         if self._quick and 13 not in data:  # int tests: memchr, cheap ("in" with bytes is not)
             buf = self._buf
             # no line ends, or (between events) no blank line: nothing can complete yet
