@@ -11,7 +11,7 @@ import pytest
 
 from conftest import chunked
 from streamtap.providers import Dialect, VerdictKind, analyze_bytes
-from streamtap.wire import JSONArrayDecoder, JSONValue, Malformed, NDJSONDecoder, SSEDecoder
+from streamtap.wire import JSONArrayDecoder, NDJSONDecoder, SSEDecoder
 
 NOT_UTF8_JSON = [
     b'{\x00}\x00',  # UTF-16-LE without a BOM
