@@ -484,9 +484,14 @@ class Assembler:
         self.renamed: set[tuple[str, Any]] = set()  # (event name, type) pairs already noted
 
     def feed(self, event: WireEvent, t: float | None) -> None:
-        if not isinstance(event, SSEEvent):
-            return
         judge = self.judge
+        if not isinstance(event, SSEEvent):
+            # a body of another framing (a Bedrock frame, a JSON line): dropped, its events would leave
+            # a whole body judged cut before its message_start
+            judge.seen(event, type(event).__name__)
+            judge.corrupt(f"unexpected {type(event).__name__} in an SSE dialect: Anthropic Messages streams SSE only",
+                          event.seq, event.start)
+            return
         judge.seen(event, event.event)
         try:
             obj = orjson.loads(event.data) if event.data else None

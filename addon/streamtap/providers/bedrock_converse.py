@@ -100,6 +100,14 @@ def exception_error(message: EventStreamMessage, judge: Judge) -> None:
     judge.errored(error, message.seq, message.start)
 
 
+def foreign_event(event: WireEvent, judge: Judge) -> None:
+    """An event of another framing than AWS event-stream (an SSE event, a JSON line): corrupt, as
+    dropping it would leave a whole body judged cut before its first frame."""
+    judge.seen(event, type(event).__name__)
+    judge.corrupt(f"unexpected {type(event).__name__} in an AWS event-stream dialect: Bedrock streams event-stream "
+                  "frames only", event.seq, event.start)
+
+
 def event_frame(message: EventStreamMessage, judge: Judge) -> bool:
     """Count a frame; False for an ``exception`` or ``error`` frame, which is recorded as the
     stream's error. botocore reads a frame of any other ``:message-type`` as an event, so it is one."""
@@ -444,9 +452,10 @@ class Assembler:
         self.builder = ConverseBuilder(self.turn, self.judge, converse_api=True)
 
     def feed(self, event: WireEvent, t: float | None) -> None:
-        if not isinstance(event, EventStreamMessage):
-            return
         judge = self.judge
+        if not isinstance(event, EventStreamMessage):
+            foreign_event(event, judge)
+            return
         if not event_frame(event, judge):
             return
         headers = event.headers

@@ -37,7 +37,7 @@ from streamtap.wire import EventStreamMessage, WireEvent
 
 from .anthropic import MessageBuilder
 from .judge import Judge, Pieces, as_text, decode_event_json, stop_verdict
-from .bedrock_converse import ConverseBuilder, event_frame
+from .bedrock_converse import ConverseBuilder, event_frame, foreign_event
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 _BEDROCK_PREFIX = "amazon-bedrock-"  # the members Bedrock adds to a model's chunks
@@ -197,9 +197,10 @@ class Assembler:
         self.unknown_family: tuple[int, int] | None = None  # the first chunk of a family not known here
 
     def feed(self, event: WireEvent, t: float | None) -> None:
-        if not isinstance(event, EventStreamMessage):
-            return
         judge = self.judge
+        if not isinstance(event, EventStreamMessage):
+            foreign_event(event, judge)
+            return
         if not event_frame(event, judge):
             return
         headers = event.headers

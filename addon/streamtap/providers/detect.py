@@ -72,6 +72,12 @@ def _split_url(url: str) -> SplitResult:
         return urlsplit(url.replace("[", "%5B").replace("]", "%5D"))
 
 
+# Paths that answer chat.completion.chunk or text_completion chunks: Chat Completions, legacy Completions
+# (/v1, and Azure OpenAI's /openai/deployments/{deployment} without /v1), Mistral FIM and agents,
+# DeepSeek's FIM (/beta), and the un-versioned /completions a LiteLLM proxy serves at its root
+CHAT_COMPLETIONS_PATH = re.compile(r"(^|/chat|/v1|/fim|/agents|/beta|/openai/deployments/[^/]+)/completions$")
+
+
 def detect_dialect(request: RequestInfo | None, content_type: str | None) -> Detection:
     ct_wire = wire_from_content_type(content_type)
     ct_note = f"content-type {content_type.split(';')[0].strip()}" if content_type else "no content-type"
@@ -101,12 +107,9 @@ def detect_dialect(request: RequestInfo | None, content_type: str | None) -> Det
     # Mistral on Vertex AI streams chat chunks
     if ":streamRawPredict" in google_path and "/publishers/mistralai/" in google_path:
         return found(Dialect.OPENAI_CHAT, "sse", f"path {path} (Mistral on Vertex AI: Chat Completions chunks)")
-    anthropic_on_vertex = ":streamRawPredict" in google_path and "/publishers/anthropic/" in google_path
-    if anthropic_on_vertex or path.endswith("/v1/messages") or host == "api.anthropic.com":
-        return found(Dialect.ANTHROPIC, "sse", f"host {host}, path {path} (Anthropic Messages)", stream_flag is True)
-    # Azure OpenAI's legacy Completions path has no /v1: /openai/deployments/{deployment}/completions
-    azure_completions = re.search(r"/openai/deployments/[^/]+/completions$", path)
-    if path.endswith("/chat/completions") or path.endswith("/v1/completions") or azure_completions:
+    # the OpenAI-shaped paths come before Anthropic's host: api.anthropic.com also serves the OpenAI
+    # SDK compatibility endpoint (base_url https://api.anthropic.com/v1/), which answers Chat Completions chunks
+    if CHAT_COMPLETIONS_PATH.search(path):
         return found(
             Dialect.OPENAI_CHAT, "sse", f"path {path} (OpenAI Chat Completions), stream={stream_flag}",
             stream_flag is True,
@@ -114,6 +117,9 @@ def detect_dialect(request: RequestInfo | None, content_type: str | None) -> Det
     if re.search(r"/responses(/[^/]+)?$", path):
         streaming = stream_flag is True or query.get("stream", [""])[0] == "true"
         return found(Dialect.OPENAI_RESPONSES, "sse", f"path {path} (OpenAI Responses), stream={stream_flag}", streaming)
+    anthropic_on_vertex = ":streamRawPredict" in google_path and "/publishers/anthropic/" in google_path
+    if anthropic_on_vertex or path.endswith("/v1/messages") or host == "api.anthropic.com":
+        return found(Dialect.ANTHROPIC, "sse", f"host {host}, path {path} (Anthropic Messages)", stream_flag is True)
     ollama_path = path.endswith("/api/chat") or path.endswith("/api/generate")
     # Ollama answers NDJSON (JSON when not streaming or for an error). Other apps serve /api/chat too (the
     # Vercel AI SDK's useChat default) with SSE or plain text, which read as NDJSON would be called corrupt.
@@ -173,6 +179,42 @@ def _eventstream_types(body: bytes) -> list[str] | None:
     return types
 
 
+# the names of the headers event-stream messages carry (the AWS SDK test vectors use a bare content-type),
+# each as it is encoded: its length byte, the name, then the string type (7)
+_EVENTSTREAM_HEADER = re.compile(
+    rb"(\x0b:event-type|\x0d:message-type|\x0f:exception-type|\x0d:content-type|\x0ccontent-type)\x07"
+)
+_EVENT_TYPE_VALUE = re.compile(rb":(?:event|exception)-type\x07\x00(.)", re.S)
+HEADER_SEARCH_BYTES = 512  # far more than the header block of any message a provider sends
+
+
+def _damaged_eventstream_types(body: bytes) -> list[str] | None:
+    """The ``:event-type`` of a first message whose prelude fails its checks, or None if the bytes
+    after the prelude hold no event-stream header. Such a body is an event-stream whose first frame
+    is damaged (corrupt), not something that was never a stream. The header block's length may be
+    the damaged field, so its names are searched for instead of read."""
+    if len(body) < MIN_MESSAGE_LENGTH:
+        return None
+    window = body[PRELUDE_LENGTH : PRELUDE_LENGTH + HEADER_SEARCH_BYTES]
+    if not _EVENTSTREAM_HEADER.search(window):
+        return None
+    match = _EVENT_TYPE_VALUE.search(window)
+    if match is None:
+        return []
+    start = match.end()
+    return [window[start : start + match.group(1)[0]].decode("utf-8", "replace")]
+
+
+def _eventstream_detection(types: list[str], damage: str) -> Detection:
+    if "chunk" in types:
+        return Detection(Dialect.BEDROCK_INVOKE, "eventstream", f"sniffed: event-stream with chunk frames{damage}")
+    converse = {"messageStart", "contentBlockDelta", "contentBlockStart", "messageStop", "metadata"}
+    if converse & set(types):
+        why = f"sniffed: event-stream with ConverseStream events{damage}"
+        return Detection(Dialect.BEDROCK_CONVERSE, "eventstream", why)
+    return Detection(Dialect.UNKNOWN, "eventstream", f"sniffed: event-stream with unknown event types{damage}")
+
+
 def _sse_payloads(body: bytes, limit: int = 8) -> tuple[list[str], list[str]]:
     events, datas = [], []
     for line in body.replace(b"\r\n", b"\n").split(b"\n"):
@@ -203,16 +245,18 @@ def _dialect_of_json(obj: object) -> tuple[Dialect, str] | None:
     return None
 
 
+# dialects whose every stream is SSE (Gemini's JSON lines are read as its SSE; Ollama's are NDJSON)
+SSE_ONLY_DIALECTS = (Dialect.ANTHROPIC, Dialect.OPENAI_CHAT, Dialect.OPENAI_RESPONSES)
+
+
 def sniff_dialect(body: bytes) -> Detection:
     """Guess dialect and wire from the bytes alone (raw files with no request)."""
     types = _eventstream_types(body)
     if types is not None:
-        if "chunk" in types:
-            return Detection(Dialect.BEDROCK_INVOKE, "eventstream", "sniffed: event-stream with chunk frames")
-        converse = {"messageStart", "contentBlockDelta", "contentBlockStart", "messageStop", "metadata"}
-        if converse & set(types):
-            return Detection(Dialect.BEDROCK_CONVERSE, "eventstream", "sniffed: event-stream with ConverseStream events")
-        return Detection(Dialect.UNKNOWN, "eventstream", "sniffed: event-stream with unknown event types")
+        return _eventstream_detection(types, "")
+    damaged = _damaged_eventstream_types(body)
+    if damaged is not None:
+        return _eventstream_detection(damaged, " (the first message's prelude fails its checks)")
     head = body.lstrip()[:1]
     if head == b"[":
         element = _first_array_element(body)
@@ -237,6 +281,11 @@ def sniff_dialect(body: bytes) -> Detection:
         guess = _dialect_of_json(orjson.loads(first))
     except ValueError:
         guess = None
+    if guess and guess[0] in SSE_ONLY_DIALECTS:
+        # no judge of these reads JSON lines (their SDKs read SSE only): judged as such, every line would
+        # be dropped or called corrupt, and a body that ended cleanly with all its events called cut
+        return Detection(Dialect.UNKNOWN, "ndjson", f"sniffed: NDJSON whose first line is {guess[1]}, but "
+                         f"{guess[0].value} streams SSE, never NDJSON: its judge cannot read this body")
     if guess:
         return Detection(guess[0], "ndjson", f"sniffed: NDJSON whose first line is {guess[1]}")
     if head == b"{":

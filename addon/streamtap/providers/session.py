@@ -13,6 +13,7 @@ import importlib
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from streamtap.wire import (
     DEFAULT_MAX_EVENT,
@@ -528,21 +529,28 @@ def analyze_error_document(body: bytes, dialect: Dialect | str = Dialect.UNKNOWN
     with the provider's message; None for any other body.
 
     It is what an HTTP error response leaves when saved without its status: OpenAI and Gemini
-    pretty-print theirs over many lines, which no stream framing reads, and Gemini's JSON-array
-    endpoint wraps its error in an array of one."""
+    pretty-print theirs over many lines, which no stream framing reads, Gemini's JSON-array
+    endpoint wraps its error in an array of one, and Bedrock's is ``{"message": ...}`` alone (its
+    type goes in the ``x-amzn-ErrorType`` header, or in ``__type``)."""
     try:
         document = loads(body)
     except ValueError:
         return None
     if isinstance(document, list) and len(document) == 1:
         document = document[0]
-    if not isinstance(document, dict) or not document.get("error"):
+    if not isinstance(document, dict):
+        return None
+    if document.get("error"):
+        fields = error_fields(document)
+        message = one_line(error_message(document))
+    elif (aws_error := _aws_error(document)) is not None:
+        fields, message = aws_error
+    else:
         return None
     analysis = StreamSession(dialect, "ndjson").close(StreamEnd.FINISHED)
     turn = analysis.turn
-    turn.error = {"source": "body", **error_fields(document)}
+    turn.error = {"source": "body", **fields}
     turn.stop_reason = "error"
-    message = one_line(error_message(document))
     analysis.verdict = Verdict(
         VerdictKind.ERRORED,
         f"the body is one JSON document holding the provider's error: {message}",
@@ -552,6 +560,22 @@ def analyze_error_document(body: bytes, dialect: Dialect | str = Dialect.UNKNOWN
     )
     analysis.bytes = len(body)
     return analysis
+
+
+def _aws_error(document: dict) -> tuple[dict[str, Any], str] | None:
+    """The fields and message of an AWS REST-JSON error body: a message and at most its type,
+    nothing else (with any member more it may be anything's JSON); None for any other document."""
+    members = set(document) - {"__type"}
+    if len(members) != 1 or not members <= {"message", "Message"}:
+        return None
+    text, kind = document[members.pop()], document.get("__type", "")
+    if not isinstance(text, str) or not isinstance(kind, str):
+        return None
+    message = one_line(text)
+    kind = kind.rsplit("#", 1)[-1]  # "com.amazon.coral.validate#ValidationException" names it after its namespace
+    if not kind:
+        return {"message": message}, message
+    return {"type": kind, "message": message}, f"{kind}: {message}"
 
 
 def analyze_bytes(
