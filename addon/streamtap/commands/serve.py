@@ -22,6 +22,11 @@ faults:  cut:event=N|byte=N|at=tool-args|escaped-quote|between-blocks|before-ter
 Of several recordings of one request, the first by name answers (--once: each in turn), a
 whole one before a killed proxy's leftover (no end line), which is named in a warning at start.
 
+Byte-exact is the decoded body: a content-encoded recording (gzip, br, zstd, deflate) is served
+decoded, without Content-Encoding, one HTTP chunk per event, faults applied to the decoded body.
+One whose content-encoding could not be undone (a lying header, damaged bytes, an unknown coding)
+is refused at start (exit 2).
+
 exit code: 2 usage error (a path, port, timing, fault or name that cannot be used, said before
 it listens), 130 stopped (Ctrl-C), 143 stopped by SIGTERM, 3 an error in streamtap itself.
 

@@ -30,6 +30,7 @@ from streamtap.providers import (
 from streamtap.providers.common import dumps, loads
 from streamtap.providers.judge import DROPPED, ENDING_KINDS, TEXT_CAP
 from streamtap.recording.catalog import files_under
+from streamtap.recording.content import WireBodyCheck, content_encoded, judge_unfinished_coding
 from streamtap.recording.importer import begins_a_flow
 from streamtap.recording.reader import shown_path
 from streamtap.wire import DEFAULT_MAX_EVENT
@@ -262,13 +263,19 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
             session = StreamSession(dialect, wire or None, http_status=status, sentinel=sentinel, **keeps, **limits)
         except ValueError as exc:  # a wire format this build does not know
             return Unjudged(path, f"cannot judge recording: {exc}")
-        check = RecordingCheck((header.get("wire") or {}).get("content_encoding"))
+        encoding = (header.get("wire") or {}).get("content_encoding")
+        check = RecordingCheck(encoding)
+        undone = WireBodyCheck(encoding) if content_encoded(encoding) else None  # the body is its wire decoded?
         for item in lines:
             if isinstance(item, Frame):
                 check.segment(item)
                 session.feed(item.raw, item.t_ms / 1000 if item.t_ms is not None else None)
+                if undone is not None:
+                    undone.body(item.raw)
             elif isinstance(item, NetworkReads):
                 check.reads(item.reads, item.wire)
+                if undone is not None and item.wire is not None:
+                    _undo_reads(undone, item)
     end = lines.end or {}
     cut = [lines.problem] if lines.problem else []
     unfinished = never_renamed(path, has_end=bool(lines.end))  # the rule report and index apply too
@@ -286,12 +293,40 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
         analysis.verdict = Verdict(VerdictKind.UNKNOWN, f"the recording is cut or damaged: the bytes it holds read as "
                                    f"{held.kind.value}, which they cannot vouch for", held.seq, held.offset,
                                    {**evidence, "held_bytes_read_as": held.kind.value})
+    if undone is not None:
+        analysis.verdict = _judged_coding(analysis, undone, damaged=bool(damage))
     if lines.end is not None:
         problems += end_line_problems(lines.end, analysis, rejudged=dialect.value == recorded and not damage)
     injected = end.get("injected_fault")
     if injected:
         analysis.verdict.evidence["injected_fault"] = injected
     return Judged(path, analysis, dialect, how, "recording", "; ".join(problems) or None, injected or None)
+
+
+def _undo_reads(undone: WireBodyCheck, reads) -> None:
+    """A reads line's wire bytes to the decoder read by read, as the Tap decoded them: where the
+    coding could not be undone is then the read the Tap said."""
+    at = 0
+    for _, length, _ in reads.reads:
+        undone.wire(reads.wire[at : at + length])
+        at += length
+
+
+def _judged_coding(analysis: Analysis, undone: WireBodyCheck, damaged: bool) -> Verdict:
+    """The verdict of a content-encoded recording once its wire bytes are decoded again. Where the
+    coding could not be undone, or the body is not the wire decoded, the body is not the answer
+    the client got: ``unknown``, whatever its bytes read as. A compressed stream cut before its
+    end marker is judged as the Tap judges it (``judge_unfinished_coding``)."""
+    verdict = analysis.verdict
+    problem = undone.problem()
+    if problem and (undone.undo.failure or not damaged):  # (a cut file's body and wire stop apart)
+        evidence = {key: value for key, value in verdict.evidence.items() if key != "end"}  # the end of an unknown stream
+        return Verdict(VerdictKind.UNKNOWN, problem, verdict.seq, verdict.offset,
+                       {"held_bytes_read_as": verdict.kind.value, **evidence, "content_encoding": problem})
+    unfinished = undone.undo.unfinished()
+    if unfinished and not damaged:
+        return judge_unfinished_coding(verdict, analysis.turn, unfinished)
+    return verdict
 
 
 def end_line_problems(end: dict, analysis: Analysis, rejudged: bool) -> list[str]:

@@ -20,7 +20,7 @@ from mitmproxy import http
 from streamtap.mitm.flowspec import FlowSpec, described as _described
 from streamtap.providers import StreamEnd, StreamSession, VerdictKind
 from streamtap.recording import RecordingError, RecordingWriter, SpanNotKept, final_name
-from streamtap.recording.content import content_decoder, content_encoded
+from streamtap.recording.content import UNDO_FAILED_RAW, WireUndo, content_encoded, judge_unfinished_coding
 from streamtap.wire import DEFAULT_MAX_EVENT, Tail
 
 log = logging.getLogger("streamtap")
@@ -28,6 +28,7 @@ log = logging.getLogger("streamtap")
 MAX_BACKLOG = 1 << 20  # bytes handed on but not yet analysed before analysis runs inline
 BATCH_BYTES = 64 * 1024  # reads decoded in one pass: amortises per-call costs, bounds the joined copy
 OVERSIZE_RAW = "an event over streamtap_max_event: the decoder skipped it, its bytes are kept here unframed"
+ANALYSIS_OFF_RAW = "streamtap analysis was off for this flow"
 FLUSH_EVERY = 0.1  # seconds: recording lines reach the OS at least this often (a syscall per chunk costs too much)
 
 
@@ -64,7 +65,7 @@ class FlowTap:
         self.errors: list[str] = []
         self.session: StreamSession | None = None
         self.writer: RecordingWriter | None = None
-        self.decoder = None
+        self.decoder: WireUndo | None = None  # for a content-encoded body
         self.detection = spec.detection
         self.recording_path: Path | None = None
         self.directory = directory
@@ -91,7 +92,7 @@ class FlowTap:
                 self._failed(part, message)
         try:
             if self.detection is not None:
-                self.decoder = content_decoder(self.encoding)
+                self.decoder = WireUndo(self.encoding) if content_encoded(self.encoding) else None
                 self.session = StreamSession(
                     self.detection.dialect,
                     self.detection.wire,
@@ -100,6 +101,8 @@ class FlowTap:
                     max_event_size=max_event_size,
                     keep_arrivals=False,  # each frame's time is in the recording; a list would grow per event
                 )
+                if self.decoder is not None and self.decoder.failure:  # a coding streamtap does not know
+                    self._undo_failed(None)
         except Exception as exc:
             self.fail("analysis", exc)
         self.provider = self.detection.dialect.value if self.detection else "unknown"
@@ -374,11 +377,9 @@ class FlowTap:
             return
         body = data
         if self.decoder is not None:
-            try:
-                body = self.decoder.flush() if final else self.decoder.decompress(data)
-            except Exception as exc:
-                self.body_lost = True
-                self.fail("analysis", exc)
+            body = self.decoder.finish() if final else self.decoder.feed(data)
+            if self.decoder.failure is not None:
+                self._undo_failed(milliseconds(t) if t_ms is None else t_ms)
                 return
             if not body:
                 return
@@ -411,7 +412,17 @@ class FlowTap:
             except Exception as exc:
                 self.fail("recording", exc)
 
-    def _record_raw(self, body: bytes, t_ms: float) -> None:
+    def _undo_failed(self, t_ms: float | None) -> None:
+        """The content-encoding could not be undone (``decoder.failure`` says where): no body byte
+        follows, the recording keeps the wire. The bytes decoded before it that no frame covers
+        yet (the event in progress) are recorded unframed, so the body holds all that was decoded."""
+        assert self.decoder is not None and self.decoder.failure is not None
+        self.body_lost = True
+        self._failed("analysis", self.decoder.failure)
+        if t_ms is not None:
+            self._record_raw(b"", t_ms, UNDO_FAILED_RAW)
+
+    def _record_raw(self, body: bytes, t_ms: float, why: str = ANALYSIS_OFF_RAW) -> None:
         """Body bytes with no frames: those the decoder still held when analysis stopped, then ``body``."""
         writer = self.writer
         if writer is None:
@@ -421,7 +432,7 @@ class FlowTap:
         if not data:
             return
         try:
-            writer.raw(data, t_ms, "streamtap analysis was off for this flow")
+            writer.raw(data, t_ms, why)
         except Exception as exc:
             self.fail("recording", exc)
         self.unframed_start = writer.offset if self.writer is not None else self.unframed_start
@@ -465,6 +476,9 @@ class FlowTap:
                     except Exception as exc:
                         self.fail("recording", exc)
                 turn, verdict = analysis.turn, analysis.verdict
+                unfinished = self.decoder.unfinished() if self.decoder is not None else None
+                if unfinished:  # the decoded body may be whole; its compressed stream was cut
+                    verdict = analysis.verdict = judge_unfinished_coding(verdict, turn, unfinished)
                 if injected_fault:
                     verdict.evidence["injected_fault"] = injected_fault
                 ttft = turn.timing.first_content
@@ -484,6 +498,8 @@ class FlowTap:
                 self.fail("analysis", exc)
                 self._record_raw(b"", milliseconds(t))
         if self.session is None:
+            if self.decoder is not None and self.decoder.failure:  # the body stops there: said, not a vague "could not analyse"
+                summary["reason"] = self.decoder.failure
             evidence = {"injected_fault": injected_fault} if injected_fault else {}
             end_record["verdict"] = {"kind": summary["verdict"], "reason": summary["reason"], "evidence": evidence}
         if self.errors:

@@ -8,17 +8,57 @@ output limit stops it there, so no more than the limit is ever produced.
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 
 MAX_DECODED_BODY = 64 * 1024 * 1024
 _STEP = 1024 * 1024  # output produced per call while decoding a request body
 
 
-class _Zlib:
-    def __init__(self, wbits: int) -> None:
-        self._d = zlib.decompressobj(wbits)
+class ContentDecodingError(ValueError):
+    """A coding streamtap cannot undo: one it does not know, or bytes that are not in it.
+    ``coding`` names the coding (of a stacked list, the one that failed)."""
+
+    def __init__(self, coding: str, why: str) -> None:
+        super().__init__(f"{coding}: {why}")
+        self.coding, self.why = coding, why
+
+
+class _Decoder:
+    """An incremental decoder of one coding. ``decompress`` and ``flush`` raise only
+    ContentDecodingError; ``unfinished`` names the coding when its compressed stream has not
+    reached its end marker (a gzip trailer, a zstd frame end...), so a cut there is seen."""
+
+    coding = "?"
 
     def decompress(self, data: bytes) -> bytes:
+        try:
+            return self._decompress(data)
+        except Exception as exc:  # each library's own error class
+            raise ContentDecodingError(self.coding, f"{type(exc).__name__}: {exc}") from exc
+
+    def flush(self) -> bytes:
+        try:
+            return self._flush()
+        except Exception as exc:
+            raise ContentDecodingError(self.coding, f"{type(exc).__name__}: {exc}") from exc
+
+    def _flush(self) -> bytes:
+        return b""
+
+    def unfinished(self) -> str | None:
+        return None if not self._fed or self._ended() else self.coding
+
+    _fed = False  # any byte taken yet: no bytes at all hold no stream to end
+
+
+class _Zlib(_Decoder):
+    def __init__(self, wbits: int, coding: str = "gzip") -> None:
+        self._d = zlib.decompressobj(wbits)
+        self.coding = coding
+
+    def _decompress(self, data: bytes) -> bytes:
+        self._fed = self._fed or bool(data)
         out = self._d.decompress(data)
         while self._d.eof and self._d.unused_data:  # concatenated gzip members
             rest = self._d.unused_data
@@ -26,19 +66,23 @@ class _Zlib:
             out += self._d.decompress(rest)
         return out
 
-    def flush(self) -> bytes:
+    def _flush(self) -> bytes:
         return self._d.flush()
+
+    def _ended(self) -> bool:
+        return self._d.eof
 
 
 class _Deflate(_Zlib):
     """HTTP "deflate" is zlib-wrapped by the spec, raw deflate in practice; accept both."""
 
     def __init__(self) -> None:
-        super().__init__(zlib.MAX_WBITS)
+        super().__init__(zlib.MAX_WBITS, "deflate")
         self._head: bytes | None = b""  # held until two bytes tell a zlib header from raw deflate
 
-    def decompress(self, data: bytes) -> bytes:
+    def _decompress(self, data: bytes) -> bytes:
         if self._head is not None:
+            self._fed = self._fed or bool(data)
             data = self._head + data
             if len(data) < 2:
                 self._head = data
@@ -46,23 +90,31 @@ class _Deflate(_Zlib):
             self._head = None
             if (data[0] & 0x0F) != 8 or (data[0] << 8 | data[1]) % 31:
                 self._d = zlib.decompressobj(-zlib.MAX_WBITS)
-        return super().decompress(data)
+        return super()._decompress(data)
+
+    def _ended(self) -> bool:
+        return self._head is None and self._d.eof
 
 
-class _Brotli:
+class _Brotli(_Decoder):
+    coding = "br"
+
     def __init__(self) -> None:
         import brotli
 
         self._d = brotli.Decompressor()
 
-    def decompress(self, data: bytes) -> bytes:
+    def _decompress(self, data: bytes) -> bytes:
+        self._fed = self._fed or bool(data)
         return self._d.process(data)
 
-    def flush(self) -> bytes:
-        return b""
+    def _ended(self) -> bool:
+        return self._d.is_finished()
 
 
-class _Zstd:
+class _Zstd(_Decoder):
+    coding = "zstd"
+
     def __init__(self) -> None:
         try:
             from compression import zstd  # Python 3.14
@@ -71,7 +123,8 @@ class _Zstd:
         self._zstd = zstd
         self._d = zstd.ZstdDecompressor()
 
-    def decompress(self, data: bytes) -> bytes:
+    def _decompress(self, data: bytes) -> bytes:
+        self._fed = self._fed or bool(data)
         if self._d.eof and data:  # the last frame ended with the read before: this one starts the next
             self._d = self._zstd.ZstdDecompressor()
         out = self._d.decompress(data)
@@ -81,8 +134,8 @@ class _Zstd:
             out += self._d.decompress(rest)
         return out
 
-    def flush(self) -> bytes:
-        return b""
+    def _ended(self) -> bool:
+        return self._d.eof
 
 
 class _Stacked:
@@ -102,6 +155,113 @@ class _Stacked:
             out = (decoder.decompress(out) if out else b"") + decoder.flush()
         return out
 
+    def unfinished(self) -> str | None:
+        """The first coding undone whose stream has not reached its end marker: the outermost cut."""
+        return next(filter(None, (decoder.unfinished() for decoder in self._decoders)), None)
+
+
+UNDO_FAILED_RAW = "decoded before the content-encoding could not be undone: no frame covers them"  # a raw line's why
+
+
+class WireUndo:
+    """A content-encoded body's wire bytes undone read by read, as the Tap, ``streamtap import``,
+    ``verify`` and ``serve`` all take them, so that they agree on what a recording's coding
+    allowed: ``failure`` says where it could not be undone (then nothing more is decoded),
+    ``unfinished()`` whether its compressed stream stopped before its end marker."""
+
+    def __init__(self, encoding: str | None) -> None:
+        self.wire_bytes = 0  # taken so far
+        self.failure: str | None = None
+        self._decoder = None
+        try:
+            self._decoder = content_decoder(encoding)
+        except ContentDecodingError as exc:
+            self.failure = _undo_failed(exc, 0)
+
+    def feed(self, data: bytes) -> bytes:
+        """``data``'s decoded bytes; none once the coding could not be undone."""
+        start = self.wire_bytes
+        self.wire_bytes += len(data)
+        return self._decoded(lambda decoder: decoder.decompress(data), start)
+
+    def finish(self) -> bytes:
+        """What the decoder still holds at the end of the wire bytes."""
+        return self._decoded(lambda decoder: decoder.flush(), self.wire_bytes)
+
+    def _decoded(self, step, start: int) -> bytes:
+        if self.failure is not None or self._decoder is None:
+            return b""
+        try:
+            return step(self._decoder)
+        except ContentDecodingError as exc:
+            self.failure = _undo_failed(exc, start)
+            return b""
+
+    def unfinished(self) -> str | None:
+        """Said of a body whose compressed stream stopped before its end marker (a cut inside a
+        gzip trailer or a zstd frame): its decoded bytes may be whole, its coding is not."""
+        coding = self._decoder.unfinished() if self._decoder is not None and self.failure is None else None
+        if coding is None:
+            return None
+        return f"the {coding} stream ended before its end marker at wire byte {self.wire_bytes}"
+
+
+def _undo_failed(exc: ContentDecodingError, start: int) -> str:
+    """Said from the start of the read whose decoding failed: a decoder gives nothing of a read it
+    fails in, and the Tap, ``import`` and ``verify`` then agree on the byte for the same reads."""
+    return f"the {exc.coding} content-encoding could not be undone from wire byte {start} on ({exc.why})"
+
+
+class WireBodyCheck:
+    """Whether a content-encoded recording's body is its wire bytes decoded, fed as its lines go
+    by (in bounded memory): ``wire`` with each network read, ``body`` with each frame's bytes."""
+
+    def __init__(self, encoding: str | None) -> None:
+        self.encoding = encoding
+        self.undo = WireUndo(encoding)
+        self._decoded, self._body = hashlib.sha256(), hashlib.sha256()
+        self._decoded_bytes = self._body_bytes = 0
+
+    def wire(self, data: bytes) -> None:
+        self._took_decoded(self.undo.feed(data))
+
+    def body(self, data: bytes) -> None:
+        self._body.update(data)
+        self._body_bytes += len(data)
+
+    def _took_decoded(self, data: bytes) -> None:
+        self._decoded.update(data)
+        self._decoded_bytes += len(data)
+
+    def problem(self) -> str | None:
+        """Once every line is fed: where the coding could not be undone, or how its decoding
+        differs from the body; None when the body is the wire decoded."""
+        self._took_decoded(self.undo.finish())
+        if self.undo.failure:
+            return self.undo.failure
+        if self._decoded.digest() == self._body.digest():
+            return None
+        decoded = self._decoded_bytes
+        what = f"{decoded} bytes" if decoded != self._body_bytes else f"{decoded} other bytes"
+        return (f"the body is not its wire bytes undone from their {self.encoding} content-encoding: "
+                f"they decode to {what}, the body holds {self._body_bytes}")
+
+
+def judge_unfinished_coding(verdict, turn, note: str):
+    """``verdict`` for a body whose compressed stream stopped before its end marker (``note``):
+    a ``complete`` one becomes ``unknown`` (a client that checks the end, as httpx does for zstd,
+    failed on it); any other kind keeps its word. The turn notes it, the evidence says it."""
+    from streamtap.providers import Verdict, VerdictKind
+
+    if note not in turn.notes:
+        turn.notes.append(note)
+    evidence = {**verdict.evidence, "unfinished_coding": note}
+    if verdict.kind is not VerdictKind.COMPLETE:
+        verdict.evidence = evidence
+        return verdict
+    return Verdict(VerdictKind.UNKNOWN, f"{note}: the decoded body reads as complete, which the cut coding cannot vouch for",
+                   verdict.seq, verdict.offset, {**evidence, "decoded_body_read_as": "complete"})
+
 
 def _codings(encoding: str | None) -> list[str]:
     """The codings a Content-Encoding value names, in the order applied, less ``identity``
@@ -118,7 +278,8 @@ def content_encoded(encoding: str | None) -> bool:
 
 
 def content_decoder(encoding: str | None):
-    """An incremental decoder for a Content-Encoding, None for identity; ValueError when unknown."""
+    """An incremental decoder for a Content-Encoding, None for identity; ContentDecodingError
+    (a ValueError) when it names a coding streamtap does not know."""
     codings = _codings(encoding)
     if len(codings) > 1:
         return _Stacked([_decoder(coding) for coding in reversed(codings)])
@@ -130,14 +291,14 @@ def _decoder(encoding: str):
     if encoding in ("", "identity"):
         return None
     if encoding in ("gzip", "x-gzip"):
-        return _Zlib(zlib.MAX_WBITS | 16)
+        return _Zlib(zlib.MAX_WBITS | 16, encoding)
     if encoding == "deflate":
         return _Deflate()
     if encoding == "br":
         return _Brotli()
     if encoding == "zstd":
         return _Zstd()
-    raise ValueError(f"content-encoding {encoding!r} is not supported")
+    raise ContentDecodingError(encoding, "a coding streamtap does not know")
 
 
 def decoded_body(raw: bytes, encoding: str | None, limit: int = MAX_DECODED_BODY) -> bytes | None:

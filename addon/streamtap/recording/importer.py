@@ -25,7 +25,7 @@ from streamtap.providers.common import one_line
 from streamtap.wire import DEFAULT_MAX_EVENT
 
 from .compress import SUFFIX
-from .content import content_decoder, content_encoded
+from .content import UNDO_FAILED_RAW, WireUndo, content_encoded, judge_unfinished_coding
 from .flows import is_llm_stream, request_info
 from .header import flow_header
 from .reader import shown_path
@@ -146,19 +146,19 @@ def import_flow(
         else:
             result.skipped = "body not in the capture (streamed without --set store_streamed_bodies=true)"
         return result
-    try:  # the Tap's decoder: it takes stacked codings (gzip, br), which mitmproxy's get_content does not
-        decoder = content_decoder(response.headers.get("content-encoding"))
-        body = wire if decoder is None else decoder.decompress(wire) + decoder.flush()
-    except Exception as exc:  # an unknown coding, or damaged bytes in each library's own error class
-        result.skipped = f"cannot undo content-encoding {response.headers.get('content-encoding')!r}: {type(exc).__name__}: {exc}"
-        return result
+    # the Tap's decoder: it takes stacked codings (gzip, br), which mitmproxy's get_content does not.
+    # A coding that cannot be undone is recorded as the Tap records it: the wire kept, the body
+    # decoded before the failure, the verdict unknown
+    encoding = response.headers.get("content-encoding")
+    encoded = content_encoded(encoding)  # as the reader will take it
+    undo = WireUndo(encoding) if encoded else None
+    body = wire if undo is None else undo.feed(wire) + undo.finish()
     detection = detect_dialect(request_info(flow), response.headers.get("content-type"))
     result.provider = detection.dialect.value
     session = StreamSession(
         detection.dialect, detection.wire, http_status=response.status_code,
         sentinel=sentinel, max_event_size=DEFAULT_MAX_EVENT,
     )
-    encoded = content_encoded(response.headers.get("content-encoding"))  # as the reader will take it
     try:
         writer = RecordingWriter.create(
             out, started=started, provider=result.provider, flow_id=flow.id, redact=redact, redact_allow=redact_allow,
@@ -179,39 +179,53 @@ def import_flow(
             content_encoding=flow.response.headers.get("content-encoding") or None,
             imported_from=Path(shown_path(source)),
         ))
+        failure = undo.failure if undo is not None else None
         writer.read(wire, None)  # the capture keeps the bytes, not when they came
         for event in session.feed(body, None):
             writer.frame(event, None)
         end, error = _stream_end(flow)
-        analysis = session.close(end)
-        for event in analysis.events:
-            writer.frame(event, None)
-        turn = analysis.turn.to_dict()
-        turn.get("timing", {}).pop("arrivals", None)
         duration = None
         if response.timestamp_end and response.timestamp_start:
             duration = round((response.timestamp_end - response.timestamp_start) * 1000, 3)
-        verdict = analysis.verdict
-        final = out / final_name(started, result.provider, verdict.kind.value, flow.id)
-        result.path = writer.finish(
-            {
-                "stream_end": end.value,
-                "error": error,
-                "duration_ms": duration,
-                "verdict": verdict.to_dict(),
-                "turn": turn,
-                "ttft_ms": None,
-            },
-            final,
-        )
+        if failure:
+            verdict, analysis = _undo_failed(writer, body, failure), None
+            end_record = {"stream_end": end.value, "error": error, "duration_ms": duration, "verdict": verdict,
+                          "streamtap_errors": [f"analysis: {failure}"]}
+        else:
+            analysis = session.close(end)
+            for event in analysis.events:
+                writer.frame(event, None)
+            unfinished = undo.unfinished() if undo is not None else None
+            if unfinished:  # the decoded body may be whole; its compressed stream was cut
+                analysis.verdict = judge_unfinished_coding(analysis.verdict, analysis.turn, unfinished)
+            turn = analysis.turn.to_dict()
+            turn.get("timing", {}).pop("arrivals", None)
+            verdict = analysis.verdict.to_dict()
+            end_record = {"stream_end": end.value, "error": error, "duration_ms": duration, "verdict": verdict,
+                          "turn": turn, "ttft_ms": None}
+        final = out / final_name(started, result.provider, verdict["kind"], flow.id)
+        result.path = writer.finish(end_record, final)
         finished = True
     finally:
         if not finished:  # stopped (Ctrl-C) or failed: the capture still holds the flow, so
             _discard(writer)  # an unfinished file of it is no evidence, only in the next run's way
         writer.close()
-    result.verdict, result.reason = verdict.kind.value, verdict.reason
-    result.model, result.events, result.bytes = analysis.turn.model, analysis.wire_events, analysis.bytes
+    result.verdict, result.reason = verdict["kind"], verdict["reason"]
+    if analysis is not None:
+        result.model, result.events, result.bytes = analysis.turn.model, analysis.wire_events, analysis.bytes
+    else:
+        result.bytes = len(body)
     return result
+
+
+def _undo_failed(writer: RecordingWriter, body: bytes, failure: str) -> dict[str, Any]:
+    """The end of a recording whose content-encoding could not be undone, as the Tap writes it:
+    the note, the decoded bytes no frame covers as raw lines, and an ``unknown`` verdict."""
+    writer.note("streamtap_error", f"analysis: {failure}")
+    rest = memoryview(body)[writer.offset :]
+    for at in range(0, len(rest), DEFAULT_MAX_EVENT):  # no line outgrows what a reader takes, as the Tap splits them
+        writer.raw(rest[at : at + DEFAULT_MAX_EVENT], None, UNDO_FAILED_RAW)
+    return {"kind": "unknown", "reason": failure, "evidence": {}}
 
 
 def _remove_stopped_imports(out: Path, started: float, flow_id: str) -> tuple[list[Path], str | None]:

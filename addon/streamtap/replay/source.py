@@ -19,6 +19,7 @@ from urllib.parse import SplitResult, urlsplit
 
 from streamtap.recording import check_recording, read_recording
 from streamtap.recording.catalog import is_partial
+from streamtap.recording.content import WireBodyCheck
 from streamtap.wire.errors import FramingError
 from streamtap.wire.eventstream import parse_headers
 
@@ -108,6 +109,10 @@ def load_source(path: str | Path, *, check: bool = False) -> Source:
     except Exception as exc:  # a damaged file breaks the reader in several ways (RecordingError, base64)
         message = str(exc)
         raise RecordingError(message if message.startswith(str(path)) else f"{path}: {message}") from exc
+    unservable = _coding_not_undone(rec)
+    if unservable:
+        raise RecordingError(f"{path}: cannot be served: {unservable} (replay serves the decoded body, without "
+                             "Content-Encoding: it would be an answer the client never got)")
     frames = []
     last_t = 0.0
     for segment in rec.segments:
@@ -120,6 +125,23 @@ def load_source(path: str | Path, *, check: bool = False) -> Source:
     if (rec.end or {}).get("stream_end") == "upstream_reset":
         source.end_style = "abort"
     return source
+
+
+def _coding_not_undone(rec: Any) -> str | None:
+    """Why a content-encoded recording's body is not its wire bytes decoded (the coding could
+    not be undone, or the body differs), as ``streamtap verify`` finds it; None when it is, or
+    when the body was not content-encoded. A file cut short keeps its body and wire apart by a
+    few lines, so only a failed decoding counts there."""
+    if not rec.encoded:
+        return None
+    check = WireBodyCheck(rec.content_encoding)
+    wire, at = rec.wire, 0
+    for _, length, _ in rec.reads:  # read by read, as the Tap decoded them
+        check.wire(wire[at : at + length])
+        at += length
+    check.body(rec.body)
+    problem = check.problem()
+    return problem if problem and (check.undo.failure or rec.complete_file) else None
 
 
 def _source_from_header(path: Path, header: dict, frames: list[Frame], reads: list) -> Source:
