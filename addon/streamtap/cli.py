@@ -35,7 +35,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "import": ("streamtap.commands.import_mitm",
              "Turn a mitmproxy capture (mitmdump -w FILE) into streamtap recordings, one per streamed LLM answer."),
     "serve": ("streamtap.commands.serve",
-             "Serve recordings back to real clients (byte-exact, original timing, injected cuts and faults)."),
+             "Serve recordings back to real clients (the recorded body byte for byte, original timing, injected cuts and faults)."),
     "sweep": ("streamtap.commands.sweep",
              "Replay a recording cut at every position, run a client against each, and report which cuts it swallows."),
     "report": ("streamtap.commands.report",
