@@ -29,6 +29,7 @@ from typing import Any
 from mitmproxy import ctx, exceptions, http
 
 from streamtap.mitm import option_checks
+from streamtap.providers.detect import wire_from_content_type
 from streamtap.mitm.tap import INJECTED_END
 from streamtap.recording.content import content_encoded, decoded_body
 from streamtap.recording.flows import INJECTED, request_info
@@ -382,12 +383,7 @@ def _wire_and_dialect(flow: http.HTTPFlow) -> tuple[str, str]:
 
 
 def _wire_of(flow: http.HTTPFlow) -> str:
-    mime = flow.response.headers.get("content-type", "").split(";")[0].strip().lower() if flow.response else ""
-    return {
-        "application/vnd.amazon.eventstream": "eventstream",
-        "application/x-ndjson": "ndjson",
-        "application/json": "json-array",
-    }.get(mime, "sse")
+    return wire_from_content_type(flow.response.headers.get("content-type") if flow.response else None) or "sse"
 
 
 def _end_early(flow: http.HTTPFlow, style: str) -> None:

@@ -137,7 +137,7 @@ class Tap:
             str,
             "",
             "mitmproxy filter expression choosing the flows to tap. Empty: any text/event-stream, "
-            "application/vnd.amazon.eventstream or application/x-ndjson response, plus streaming calls "
+            "application/vnd.amazon.eventstream or NDJSON (application/x-ndjson, application/ndjson, ...) response, plus streaming calls "
             "to a known LLM API (so their HTTP error answers are judged too).",
         )
         loader.add_option(

@@ -134,7 +134,7 @@ def detect_dialect(request: RequestInfo | None, content_type: str | None) -> Det
 
 # --- which responses are streamed LLM answers ----------------------------------------------
 
-STREAM_CONTENT_TYPES = ("text/event-stream", "application/vnd.amazon.eventstream", "application/x-ndjson")
+STREAM_CONTENT_TYPES = tuple(_CONTENT_TYPE_WIRE)  # every NDJSON name too (application/ndjson, ...)
 PROVIDER_HOSTS = re.compile(
     r"(^|\.)(api\.openai\.com|api\.anthropic\.com|openai\.azure\.com|generativelanguage\.googleapis\.com"
     r"|aiplatform\.googleapis\.com|amazonaws\.com|api\.mistral\.ai|api\.groq\.com|openrouter\.ai)$"
