@@ -143,7 +143,9 @@ def _block(block: Block, width: int) -> tuple[str, list[str]]:
         return "refusal", _wrap(block.text, width)
     if kind is BlockKind.TOOL_CALL:
         title = f"tool call {block.name or '?'}" + (f" (id {block.id})" if block.id else "")
-        if block.arguments_error:
+        if block.arguments_error and not block.closed:  # cut: what came, however it reads
+            args = [f"NOT PARSED ({block.arguments_error}):", block.arguments_raw or ""]
+        elif block.arguments_error:
             args = [f"INVALID JSON ({block.arguments_error}):", block.arguments_raw or ""]
         elif block.arguments is not None:
             args = [dumps(block.arguments) if not isinstance(block.arguments, str) else block.arguments]

@@ -408,6 +408,17 @@ class MessageBuilder:
                 block.arguments_error = f"block never closed: the turn was cut by {raw}"
             self.judge.note(f"block {index} left open by {raw}")
 
+    def _keep_open_arguments(self) -> None:
+        """The arguments a tool block still open got before the stream stopped, as they came (not
+        parsed: they are cut), so the turn, show and the recording hold them."""
+        for index in sorted(self.open_blocks):
+            block, fragments = self.blocks.get(index), self.fragments.get(index)
+            if block is None or fragments is None or block.arguments_error is not None:
+                continue
+            block.arguments_raw = fragments.joined()
+            block.extra.pop("start_input", None)
+            block.arguments_error = "block never closed: the stream stopped inside it"
+
     def _ping(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         if self.stopped and not self.open_message:  # keep-alive for a message already stopped
             self.judge.reopened("the message", "ping", seq, offset)
@@ -452,6 +463,7 @@ class MessageBuilder:
     # -- verdict --------------------------------------------------------------------------------
     def verdict(self, end: StreamEnd) -> Verdict:
         self.pieces.flush()
+        self._keep_open_arguments()
         judge = self.judge
         early = judge.early_verdict()
         if early is not None:

@@ -423,6 +423,11 @@ class ConverseBuilder:
 
     def verdict(self, end: StreamEnd) -> Verdict:
         self.pieces.flush()
+        for index, fragments in self.fragments.items():  # a tool block still open: its arguments as they came
+            block = self.blocks.get(index)
+            if block is not None and block.arguments_error is None:
+                block.arguments_raw = fragments.joined()
+                block.arguments_error = "block never closed: the stream stopped inside it"
         judge = self.judge
         early = judge.early_verdict()
         if early is not None:
