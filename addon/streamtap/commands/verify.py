@@ -133,7 +133,11 @@ def input_paths(names: list[str]) -> Iterator[Path | Unjudged]:
         elif is_dir:
             files, unreadable = files_under(path, DIRECTORY_SUFFIXES)
             # a dangling link is kept (and said unreadable); a pipe or socket would block or fail
-            found: list[Path | Unjudged] = [file for file in files if file.is_file() or not file.exists()]
+            # if read, so it is said instead, as a folder that cannot be read is
+            found: list[Path | Unjudged] = [
+                file if file.is_file() or not file.exists() else Unjudged(file, "not a file (a pipe, socket or device)")
+                for file in files
+            ]
             found += (Unjudged(folder, f"cannot read directory: {why}") for folder, why in unreadable)
             found.sort(key=lambda item: str(item.path if isinstance(item, Unjudged) else item))
             if not found:
