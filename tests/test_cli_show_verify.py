@@ -378,16 +378,17 @@ def test_directories_are_judged_recursively_in_name_order_and_a_partial_recordin
     (root / "b" / "chat.sse").symlink_to(files["chat"])
     (root / "z.sse").symlink_to(files["gemini"])
     (root / "notes.md").write_text("# not a stream file: a directory contributes recordings and stream bodies only\n")
-    os.mkfifo(root / "b" / "pipe.sse")  # not a regular file: left out (reading it would block)
+    os.mkfifo(root / "b" / "pipe.sse")  # not a regular file: never read (it would block), but said (exit 2)
     expected = [root / "a" / "flow.jsonl", root / "a" / "killed.partial.jsonl", root / "b" / "chat.sse", root / "z.sse"]
     result = streamtap("verify", root)
-    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr == f"streamtap verify: {root / 'b' / 'pipe.sse'}: not a file (a pipe, socket or device)\n"
     lines = result.stdout.splitlines()
     assert [line.split(": ", 1)[0] for line in lines] == [str(p) for p in expected]
     assert ": complete (" in lines[0] and ": complete (" in lines[2] and ": complete (" in lines[3]
     assert ": unknown (openai-chat)" in lines[1] and "(recording: recording incomplete at byte" in lines[1]
     shown = streamtap("show", root)
-    assert shown.returncode == 0, shown.stderr
+    assert shown.returncode == 2, shown.stderr
     positions = [shown.stdout.index(f"{p}  (") for p in expected]
     assert positions == sorted(positions)
 
