@@ -23,7 +23,8 @@ Of several recordings of one request, the first by name answers (--once: each in
 whole one before a killed proxy's leftover (no end line), which is named in a warning at start.
 
 Byte-exact is the decoded body: a content-encoded recording (gzip, br, zstd, deflate) is served
-decoded, without Content-Encoding, one HTTP chunk per event, faults applied to the decoded body.
+decoded, without Content-Encoding (one HTTP chunk per event unless --timing fast), faults applied
+to the decoded body.
 One whose content-encoding could not be undone (a lying header, damaged bytes, an unknown coding)
 is refused at start (exit 2).
 

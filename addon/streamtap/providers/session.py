@@ -226,9 +226,10 @@ class StreamSession:
         if self.http_status >= 400 and len(self._error_body) < ERROR_BODY_LIMIT:
             self._error_body += chunk[: ERROR_BODY_LIMIT - len(self._error_body)]
 
-    def close(self, end: StreamEnd = StreamEnd.FINISHED) -> Analysis:
+    def close(self, end: StreamEnd | str = StreamEnd.FINISHED) -> Analysis:
         if self._closed is not None:
             return self._closed
+        end = StreamEnd(end)  # its value too ("upstream_reset"), as a dialect may be given
         events = self._decoder.close()
         waiting = self._empty_waiting()
         for event in events:
@@ -586,7 +587,7 @@ def analyze_bytes(
     http_status: int = 200,
     sentinel: str | None = None,
     wire: str | None = None,
-    end: StreamEnd = StreamEnd.FINISHED,
+    end: StreamEnd | str = StreamEnd.FINISHED,
 ) -> Analysis:
     """Judge a whole body at once (or fed in ``chunk_size`` pieces)."""
     session = StreamSession(dialect, wire, http_status=http_status, sentinel=sentinel)

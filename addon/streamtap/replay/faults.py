@@ -652,7 +652,8 @@ class StreamSoFar:
 def error_frames(source: Source, kind: str, message: str | None, before: StreamSoFar) -> list[bytes]:
     """The provider's own mid-stream error, in the recording's wire format, after the events ``before``."""
     if source.wire == "eventstream" and not kind.endswith("Exception"):
-        raise FaultSpecError(f"error kind {kind!r} does not fit an event-stream; use one of {', '.join(BEDROCK_EXCEPTIONS)}")
+        fitting = _DIALECT_ERRORS.get(source.dialect, BEDROCK_EXCEPTIONS)  # the operation's own kinds
+        raise FaultSpecError(f"error kind {kind!r} does not fit an event-stream; use one of {', '.join(fitting)}")
     own = _DIALECT_ERRORS.get(source.dialect)  # the kind must also be one the dialect's own SDK raises
     if own is not None and not _fits_dialect(kind, own):
         raise FaultSpecError(f"error kind {kind!r} does not fit the {source.dialect} dialect; use one of {', '.join(own)}")
