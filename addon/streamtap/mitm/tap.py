@@ -53,26 +53,31 @@ def _closed(conn) -> bool:
 
 def ended_by(flow: http.HTTPFlow, message: str) -> StreamEnd:
     """Which side ended a flow that errored. mitmproxy's error does not say, so read the signs:
-    its HTTP/1 message names the client; otherwise the side whose connection closed first;
-    for an HTTP/2 stream reset (mitmproxy words it "reset by client" for either side) the
-    code: clients cancel with CANCEL, servers cut with other codes."""
+    its HTTP/1 message names the client; an HTTP/2 stream reset (mitmproxy words it "reset by
+    client" for either side) where one side only speaks HTTP/2 was that side's; otherwise the side
+    whose connection closed first; for a reset with HTTP/2 on both sides the code: clients cancel
+    with CANCEL, servers cut with other codes (RFC 9113 lets either use CANCEL: a guess)."""
     if flow.metadata.get(INJECTED_END):  # streamtap cut it, standing in for the upstream, whatever the protocol shows
         return StreamEnd.UPSTREAM_RESET
     text = message.lower()
     if "client disconnected" in text:
         return StreamEnd.CLIENT_ABORTED
+    client_h2, server_h2 = flow.client_conn.alpn == b"h2", flow.server_conn.alpn == b"h2"
+    one_side_h2 = client_h2 != server_h2
+    if "stream reset" in text and one_side_h2:
+        # only HTTP/2 resets a stream: the side that speaks it did (mitmproxy then closes the
+        # HTTP/1 side to cancel it, which the closed connections below would blame)
+        return StreamEnd.CLIENT_ABORTED if client_h2 else StreamEnd.UPSTREAM_RESET
     client_closed = _closed(flow.client_conn)
     server_closed = _closed(flow.server_conn)
     if client_closed != server_closed:
         return StreamEnd.CLIENT_ABORTED if client_closed else StreamEnd.UPSTREAM_RESET
     if "stream reset" in text:
         return StreamEnd.CLIENT_ABORTED if "(cancel)" in text else StreamEnd.UPSTREAM_RESET
-    if text.startswith("peer closed connection") and "protocol error" not in text:
+    if text.startswith("peer closed connection") and "protocol error" not in text and one_side_h2:
         # only mitmproxy's HTTP/2 layer words a closed connection so (HTTP/1's names the message body),
         # and by the error hook both connections read closed: the side that speaks HTTP/2 closed
-        client_h2, server_h2 = flow.client_conn.alpn == b"h2", flow.server_conn.alpn == b"h2"
-        if client_h2 != server_h2:
-            return StreamEnd.CLIENT_ABORTED if client_h2 else StreamEnd.UPSTREAM_RESET
+        return StreamEnd.CLIENT_ABORTED if client_h2 else StreamEnd.UPSTREAM_RESET
     return StreamEnd.UPSTREAM_RESET
 
 
