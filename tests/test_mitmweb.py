@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 
 import provider_streams as streams
 from streamtap.mitm.contentview import VIEWS
-from upstream import CHAT, MITMDUMP, Mitmdump, Script, Upstream, curl, free_port
+from upstream import CHAT, MITMDUMP, Mitmdump, Script, Upstream, curl, free_port, free_ports
 
 MITMWEB = MITMDUMP.with_name("mitmweb")
 PASSWORD = "streamtap-test"
@@ -31,11 +32,20 @@ class Mitmweb(Mitmdump):
 
     def __init__(self, upstream_url: str, workdir: Path, options: dict[str, str]) -> None:
         super().__init__(upstream_url, workdir, options={"web_password": PASSWORD, **options})
-        self.web_port = free_port()
         self.args[0] = str(MITMWEB)
-        self.args += ["--web-host", "127.0.0.1", "--web-port", str(self.web_port), "--no-web-open-browser"]
+        self.args += ["--web-host", "127.0.0.1", "--web-port", "0", "--no-web-open-browser"]
         for column in COLUMNS:  # the comment column shows the verdicts in the flow list
             self.args += ["--set", f"web_columns={column}"]
+        self.pick_ports()
+
+    def pick_ports(self) -> None:
+        self.port, self.web_port = free_ports(2)  # picked together, so never the same port
+        self.set_arg("--listen-port", self.port)
+        self.set_arg("--web-port", self.web_port)
+
+    def ready_lines(self) -> list[str]:
+        # the web server binds after the proxy port, as mitmweb's running hook starts
+        return [*super().ready_lines(), f"Web server listening at {self.web_url}/"]
 
     @property
     def web_url(self) -> str:
@@ -128,6 +138,39 @@ def test_the_commands_are_listed_and_answer(web):
     paths = call(api, "streamtap.recording", "~u /s/whole/")["value"]
     assert len(paths) == 1 and Path(paths[0]).is_file() and "_complete_" in paths[0]
     assert json.loads(Path(paths[0]).read_text().splitlines()[0])["request"]["url"].endswith("/s/whole" + CHAT)
+
+
+# --- the proxies' start-up (the fixture above once got an empty reply from a mitmweb whose port was taken) ---
+
+
+def squat(port: int) -> socket.socket:
+    """Another process's listener on a port the proxy picked but has not bound yet."""
+    return socket.create_server(("127.0.0.1", port))
+
+
+def test_a_web_port_taken_before_mitmweb_binds_it_is_replaced(tmp_path):
+    if not MITMWEB.exists():
+        pytest.skip(f"{MITMWEB} is missing")
+    with Upstream() as up:
+        up.add("whole", Script(WHOLE, chunk_size=40))
+        proxy = Mitmweb(up.url, tmp_path, {})
+        taken = proxy.web_port
+        with squat(taken), proxy:
+            assert proxy.web_port != taken
+            assert curl(f"{proxy.url}/s/whole{CHAT}", max_time=20).stdout == WHOLE
+            flows = httpx.get(f"{proxy.web_url}/flows", headers={"Authorization": f"Bearer {PASSWORD}"}, timeout=10)
+            assert flows.status_code == 200
+
+
+def test_a_proxy_port_taken_before_mitmdump_binds_it_is_replaced(tmp_path):
+    with Upstream() as up:
+        up.add("whole", Script(WHOLE, chunk_size=40))
+        proxy = Mitmdump(up.url, tmp_path)
+        taken = proxy.port
+        with squat(taken), proxy:
+            assert proxy.port != taken  # not the squatter's listener answering the readiness probe
+            assert curl(f"{proxy.url}/s/whole{CHAT}", max_time=20).stdout == WHOLE
+            assert proxy.process.poll() is None
 
 
 # --- a real browser ----------------------------------------------------------------------

@@ -503,21 +503,58 @@ class Mitmdump:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    START_ATTEMPTS = 3  # a port free_port() picked can be taken by another process before mitmproxy binds it
+
     def start(self, timeout: float = 20) -> Mitmdump:
+        """Start and wait until mitmproxy itself says it listens on our port(s).
+
+        A TCP connect is no proof: it also succeeds against another process that took the
+        port first (our mitmdump then exits), and mitmweb binds its web port only after the
+        proxy port. A start that lost its port to another process retries with fresh ports."""
+        for attempt in range(1, self.START_ATTEMPTS + 1):
+            if attempt > 1:
+                self.pick_ports()
+            if self._start_once(timeout, retry_if_port_taken=attempt < self.START_ATTEMPTS):
+                return self
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _start_once(self, timeout: float, retry_if_port_taken: bool) -> bool:
+        log_start = self.log_path.stat().st_size if self.log_path.exists() else 0  # the log is appended to across starts
         self._log = open(self.log_path, "ab")
         self.process = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=self.workdir, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         deadline = _time.monotonic() + timeout
         while _time.monotonic() < deadline:
-            if self.process.poll() is not None:
+            exited = self.process.poll() is not None
+            this_start = self._log_since(log_start)
+            if not exited and all(line in this_start for line in self.ready_lines()):
+                return True
+            if exited:
                 self.stop()
+                if retry_if_port_taken and "address already in use" in this_start.lower():
+                    return False
                 raise RuntimeError(f"mitmdump exited with {self.process.returncode}:\n{self.log()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
-            except OSError:
-                _time.sleep(0.05)
+            _time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"mitmdump did not listen within {timeout} s:\n{self.log()}")
+
+    def ready_lines(self) -> list[str]:
+        """What mitmproxy logs (at termlog_verbosity info) once it listens where we want it."""
+        return [f" listening at 127.0.0.1:{self.port}."]
+
+    def pick_ports(self) -> None:
+        self.port = free_port()
+        self.set_arg("--listen-port", self.port)
+
+    def set_arg(self, flag: str, value: object) -> None:
+        self.args[self.args.index(flag) + 1] = str(value)
+
+    def _log_since(self, offset: int) -> str:
+        try:
+            with open(self.log_path, "rb") as handle:
+                handle.seek(offset)
+                return handle.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
