@@ -305,13 +305,16 @@ def plan(
     frames = list(source.frames)
     reshaped = False
     t0 = 0.0
+    end_ms = source.duration_ms  # when the served stream's recorded end came (None: not known)
     # a swap-tail's at= names an event of both recordings, by their own numbering: it goes before
     # a resume; every other fault after it, so that it counts the events of the stream as served
     for fault in faults:
         if fault.kind == "swap-tail":
+            before = frames
             frames = _EVENT_FAULTS[fault.kind](source, frames, fault, log, others or {})
             reshaped = True
             style = _ending_after(fault, style, others or {})
+            end_ms = _swapped_end_ms(before, fault, others or {})
     if start_after is not None:
         t0 = frames[start_after].t_ms if 0 <= start_after < len(frames) else 0.0
         frames = frames[start_after + 1 :]
@@ -356,6 +359,8 @@ def plan(
         stall_at = [(position, secs) for position, secs in stall_at if position <= cut_at]
     for position, _secs in stall_at:
         pieces = _split_at(pieces, position)
+    if first_cut is not None or any(f.kind == "error" for f in faults):
+        end_ms = None  # the stream ends at the cut, or with the injected error: never at the recorded end
     writes = _schedule(pieces, timing, stall_at)
     for fault in faults:
         if fault.kind == "latency":
@@ -371,7 +376,66 @@ def plan(
         writes = _coalesce(writes)
     served = sum(len(w.data) for w in writes)
     end_at = (writes[-1].at if writes else 0.0) + sum(secs for at, secs in stall_at if at >= served and served)
+    if end_ms is not None and timing.mode != "fast":  # fast never waits, not even for the end
+        end_at = max(end_at, _recorded_end_at(end_ms - t0, timing, stall_at, faults))
+    if faults:
+        _check_duration(end_at, faults, timing)
     return Plan(writes, End(style, end_at), log, "; ".join(f.spec for f in faults))
+
+
+def _recorded_end_at(end_ms: float, timing: Timing, stalls: list[tuple[int, float]], faults: list[Fault]) -> float:
+    """When the body ends as recorded: its terminator, FIN or reset came ``end_ms`` after the
+    response started, often well after the last read (an upstream that holds the connection
+    before it ends it). It is held back as a write would be: by every stall before it, and by
+    the mean delay of each latency fault."""
+    delay = sum(secs for _at, secs in stalls)
+    delay += sum(f.params["ms"] / 1000.0 for f in faults if f.kind == "latency")
+    return timing.seconds(end_ms) + delay
+
+
+def _swapped_end_ms(frames: list[Frame], fault: Fault, others: dict[str, Source]) -> float | None:
+    """When a stream whose tail ``fault`` swapped ends: the other recording's end, moved as its tail is."""
+    other = others[fault.params["with"]]
+    if other.duration_ms is None:
+        return None
+    i, _j, shift = _swap_point(frames, other, fault)
+    return max(frames[i].t_ms, other.duration_ms + shift)
+
+
+# --- bounds on a plan ----------------------------------------------------------------------
+# A plan is built whole before its first byte goes out, and a server may keep it for the next
+# request: a fault header that asks for a write per byte of a large recording (fragment:max=1,
+# bandwidth:bps=8) would cost seconds of planning and hundreds of MB for one request. Such a
+# plan is refused, before any of it is built wherever its size can be told in advance.
+
+MAX_PLAN_WRITES = 1_000_000
+# No test waits a week for an answer; a plan that lasts longer (bandwidth:bps=8 on a large body,
+# many day-long stalls) is a mistake, and would hold its connection and its cached plan for it.
+MAX_PLAN_DAYS = 7
+
+
+def _check_write_count(fault: Fault, writes: int, had: int, advice: str) -> None:
+    """Refuse ``fault`` when it takes the plan past MAX_PLAN_WRITES writes (``had``: how many there
+    were before it; a recording of more reads than that is served as recorded)."""
+    if writes > max(MAX_PLAN_WRITES, had):
+        raise FaultSpecError(
+            f"{fault.spec!r}: the answer would take more than {MAX_PLAN_WRITES:,} writes (at least {writes:,}), "
+            f"the most a plan may have; {advice}"
+        )
+
+
+def _check_duration(end_at: float, faults: list[Fault], timing: Timing | None = None) -> None:
+    if end_at > MAX_PLAN_DAYS * 86_400:
+        specs = "; ".join(f.spec for f in faults)
+        timed = f" (timing {timing})" if timing is not None else ""
+        raise FaultSpecError(
+            f"{specs!r}{timed}: the answer would last {end_at / 86_400:.1f} days, longer than "
+            f"the {MAX_PLAN_DAYS} days a plan may last; use shorter or fewer stalls, a higher bps= or a smaller scale="
+        )
+
+
+def _ceil_div(n: int, d: int) -> int:
+    return -(-n // d)
 
 
 def _ending_after(fault: Fault, style: str, others: dict[str, Source]) -> str:
@@ -470,8 +534,17 @@ def _latency(writes: list[Write], fault: Fault) -> list[Write]:
 
 
 def _fragment(writes: list[Write], fault: Fault) -> list[Write]:
+    largest = fault.params["max"]
+    size = sum(len(w.data) for w in writes)
+    # pieces average (max+1)/2 bytes: a max= this large gives about MAX_PLAN_WRITES / 2 writes
+    advice = f"use fragment:max={_ceil_div(4 * size, MAX_PLAN_WRITES)} or more for this {size:,}-byte body"
+    # the fewest pieces it can give, known before any is made: max=1 on a large body is refused here
+    _check_write_count(fault, sum(_ceil_div(len(w.data), largest) for w in writes), len(writes), advice)
     rng = random.Random(fault.params.get("seed", 0))
-    out = [Write(piece, w.at) for w in writes for piece in _random_pieces(w.data, rng, fault.params["max"])]
+    out: list[Write] = []
+    for w in writes:
+        out += [Write(piece, w.at) for piece in _random_pieces(w.data, rng, largest)]
+        _check_write_count(fault, len(out), len(writes), advice)  # random sizes may still give too many
     return out or writes
 
 
@@ -488,6 +561,12 @@ def _random_pieces(data: bytes, rng: random.Random, largest: int) -> list[bytes]
 def _bandwidth(writes: list[Write], fault: Fault) -> list[Write]:
     rate = fault.params["bps"] / 8.0  # bytes per second
     quantum = max(1, int(rate / 100))  # about 10 ms of bytes per write
+    size = sum(len(w.data) for w in writes)
+    # a rate of 800 bit/s per byte of quantum: this one writes the body in about MAX_PLAN_WRITES / 2 writes
+    fewest_bps = 800 * _ceil_div(2 * size, MAX_PLAN_WRITES)
+    advice = f"use bandwidth:bps={fewest_bps} or more for this {size:,}-byte body"
+    _check_write_count(fault, sum(_ceil_div(len(w.data), quantum) for w in writes), len(writes), advice)
+    _check_duration(size / rate, [fault])  # the pacing alone, known before a write is made
     out, clock = [], 0.0
     for w in writes:
         for i in range(0, len(w.data), quantum):
@@ -719,12 +798,19 @@ def _swap_tail(source, frames, fault, log, others):
     if other.wire != source.wire:
         raise FaultSpecError(f"{fault.spec!r}: {fault.params['with']} is {other.wire}, this recording is {source.wire}")
     n = fault.params.get("at", len(_positions(frames)) // 2)
-    i = _frame_index(frames, n, fault)
-    j = _frame_index(other.frames, n, fault) if n < len(_positions(other.frames)) else len(other.frames) - 1
-    shift = frames[i].t_ms - other.frames[j].t_ms
+    i, j, shift = _swap_point(frames, other, fault)
     tail = [replace(f, t_ms=max(frames[i].t_ms, f.t_ms + shift)) for f in other.frames[j + 1 :]]
     log.append(f"{fault.spec}: after event {n} (byte {_offset_of(frames, i + 1)}) the tail of {fault.params['with']} ({len(tail)} events)")
     return frames[: i + 1] + tail
+
+
+def _swap_point(frames: list[Frame], other: Source, fault: Fault) -> tuple[int, int, float]:
+    """Where a swap-tail joins: the index of its at= event in ``frames`` and in ``other``, and the
+    shift that moves ``other``'s times to follow on from ``frames``'."""
+    n = fault.params.get("at", len(_positions(frames)) // 2)
+    i = _frame_index(frames, n, fault)
+    j = _frame_index(other.frames, n, fault) if n < len(_positions(other.frames)) else len(other.frames) - 1
+    return i, j, frames[i].t_ms - other.frames[j].t_ms
 
 
 _EVENT_FAULTS = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,10 @@ class Source:
     # was loaded with ``check=True``; None when not checked
     problems: list[str] | None = None
     whole: bool = True  # its end line is there and it was renamed: no killed proxy's leftover
+    # when the recorded body ended (the end line's duration_ms): it may come well after the last
+    # read (a late chunked terminator, FIN or reset), and replay's timed modes keep that wait.
+    # None when the file does not say (a leftover without an end line, or a constructed source)
+    duration_ms: float | None = None
     _body: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -122,9 +127,19 @@ def load_source(path: str | Path, *, check: bool = False) -> Source:
     source = _source_from_header(path, rec.header, frames, reads)
     source.problems = problems
     source.whole = rec.end is not None and not is_partial(path)
+    source.duration_ms = _recorded_duration(rec.end)
     if (rec.end or {}).get("stream_end") == "upstream_reset":
         source.end_style = "abort"
     return source
+
+
+def _recorded_duration(end: dict | None) -> float | None:
+    """The end line's ``duration_ms`` when it is a usable time (a finite number, not negative),
+    else None: replay holds the body's end until it, and only a time can be waited for."""
+    value = (end or {}).get("duration_ms")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
 
 
 def _coding_not_undone(rec: Any) -> str | None:
