@@ -12,11 +12,13 @@ the recording the secret was taken out of.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import sys
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from itertools import chain
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlencode
@@ -108,12 +110,24 @@ def _mask_form(live: str, recorded: str) -> str:
 
 
 def body_hash(body: Any) -> str:
-    return hashlib.sha256(_canonical(body).encode()).hexdigest()[:16]
+    # surrogatepass: Python's JSON parser takes a lone surrogate escape ("\ud83d", a string cut
+    # inside an emoji), which then has to hash as it does in the recording of that request
+    return hashlib.sha256(_canonical(body).encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def _canonical(value: Any) -> str:
     """The JSON text that matching compares: 1, 1.0 and true differ here (Python's == calls them equal)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def shown_text(text: str) -> str:
+    """Text a client sent (a decoded path, a JSON field name) as a log line may hold it: what a
+    terminal would act on (ESC, BEL, a C1 control, a newline, a lone surrogate) written as its
+    escape, by the rule the fault spec and the Last-Event-ID are logged with (``repr``), without
+    repr's quotes."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 
 def error_body(kind: str, message: str, **details: Any) -> dict[str, Any]:
@@ -245,14 +259,19 @@ class Library:
             entry = self._first_answer(request)
             return None if entry is None else Match(entry.source, entry, counts=True)
 
-    def consume(self, found: Match) -> None:
-        """Count ``found`` as served (a resume that continues an answer counts nothing)."""
+    def consume(self, found: Match) -> bool:
+        """Count ``found`` as served (a resume that continues an answer counts nothing). False when,
+        under ``once``, another request used the recording up since it was found (a server that
+        awaited in between, planning its faults): that request looks again."""
         if not found.counts:
-            return
+            return True
         with self._lock:
+            if self.options.once and found.entry.served:
+                return False
             found.entry.served += 1
             self._answered += 1
             found.entry.served_last = self._answered
+        return True
 
     def has_match(self, method: str, target: str, headers: dict[str, str], body: bytes, *, resume: bool = False) -> bool:
         request = self._request(method, target, headers, body)
@@ -291,9 +310,13 @@ class Library:
 
     def explain(self, method: str, target: str, headers: dict[str, str], body: bytes, limit: int = 3) -> dict[str, Any]:
         """The body of the 404: what was looked for and the nearest recordings."""
-        key = self.request_key(method, target, headers, body)
+        lowered = {k.lower(): v for k, v in headers.items()}
         wanted = normalize_body(body, self.options.ignore_fields)
-        ranked = sorted(self.entries, key=lambda e: _distance(key, wanted, e))
+        key = self.key(method, target, lowered, wanted)
+        live = _LiveFields(wanted)
+        # ranked by counts alone, each bounded by the recording's body: a live body of a million
+        # fields is walked again only for the few nearest, whose first differences are named
+        ranked = sorted(self.entries, key=lambda e: _distance(key, live, e))
         nearest = []
         for entry in ranked[:limit]:
             nearest.append(
@@ -302,14 +325,14 @@ class Library:
                     "method": entry.key.method,
                     "path": entry.key.path,
                     "body_sha256": entry.key.body,
-                    "differs_in": _differences(key, wanted, entry),
+                    "differs_in": _differences(key, live, entry),
                     "already_served": bool(self.options.once and entry.served),
                 }
             )
         # the live request's credentials stay out of the answer: the Tap records it, and logs it
         redactor = self.options.redactor()
         shown = replace(key, path=redactor.url(key.path), headers=tuple(map(tuple, redactor.headers(key.headers))))
-        message = f"no recording answers {shown.method} {shown.path} (body {key.body}); {len(self.entries)} loaded"
+        message = f"no recording answers {shown.method} {shown_text(shown.path)} (body {key.body}); {len(self.entries)} loaded"
         if nearest:  # the whole reason in the message: a boto3 user sees nothing else
             message += f"; nearest {nearest[0]['recording']} ({_how_it_differs(nearest[0]['differs_in'])})"
         return error_body("streamtap_no_recording", message, looked_for=shown.to_dict(), nearest=nearest)
@@ -347,23 +370,72 @@ def _copy(body: Any) -> Any:
 ALREADY_SERVED = "already served (--once)"
 
 
-def _differences(key: Key, body: Any, entry: _Entry) -> list[str]:
-    out = []
+DIFFERENCES_SHOWN = 10  # of the fields that differ, the 404 names this many and counts the rest
+
+
+class _LiveFields:
+    """The live request's body as the comparison with each recording sees it: the canonical text
+    of a top-level field is made once, however many recordings compare it."""
+
+    def __init__(self, body: Any) -> None:
+        self.fields: dict[str, Any] | None = body if isinstance(body, dict) else None
+        self._canonical: dict[str, str] = {}
+
+    def canonical(self, name: str) -> str:
+        text = self._canonical.get(name)
+        if text is None:
+            text = self._canonical[name] = _canonical(self.fields[name])
+        return text
+
+
+def _differences(key: Key, live: _LiveFields, entry: _Entry) -> list[str]:
+    """What the request differs from ``entry`` in (``body.model``), the first DIFFERENCES_SHOWN
+    of it, then how many more."""
+    count, names = _compared(key, live, entry)
+    shown = names(DIFFERENCES_SHOWN)
+    return shown + [f"and {count - len(shown)} more"] if count > len(shown) else shown
+
+
+def _compared(key: Key, live: _LiveFields, entry: _Entry) -> tuple[int, Callable[[int], list[str]]]:
+    """How many parts of the request differ from ``entry``'s, and a function giving the names of
+    the first n of them, made only when asked for (naming the fields only the live body has walks
+    the whole of it; counting them does not)."""
+    head = []
     if key.method != entry.key.method:
-        out.append("method")
+        head.append("method")
     if key.path != entry.key.path:
-        out.append("path")
+        head.append("path")
     if key.headers != entry.key.headers:
-        out += [f"header {h}" for (h, v), (_, w) in zip(key.headers, entry.key.headers) if v != w]
-    if key.body != entry.key.body:
-        if isinstance(body, dict) and isinstance(entry.body, dict):
-            fields = sorted(k for k in body.keys() | entry.body.keys() if _differs(body, entry.body, k))
-            out += [f"body.{k}" for k in fields] or ["body"]
-        else:
-            out.append("body")
-    if not out and entry.served:
-        out.append(ALREADY_SERVED)
-    return out
+        head += [f"header {h}" for (h, v), (_, w) in zip(key.headers, entry.key.headers) if v != w]
+    recorded_only: list[str] = []  # the recording's fields that differ (missing from the live body too)
+    live_only_count = 0
+    body_differs = key.body != entry.key.body
+    if body_differs and live.fields is not None and isinstance(entry.body, dict):
+        mine, theirs = live.fields, entry.body
+        recorded_only = [k for k in theirs if k not in mine or live.canonical(k) != _canonical(theirs[k])]
+        live_only_count = len(mine) - sum(1 for k in theirs if k in mine)
+        body_parts = len(recorded_only) + live_only_count or 1  # (equal fields, another hash: "body")
+    else:
+        body_parts = int(body_differs)
+    count = len(head) + body_parts
+    served = count == 0 and entry.served > 0
+
+    def names(n: int) -> list[str]:
+        shown = head[:n]
+        room = n - len(shown)
+        if body_parts and room > 0:
+            if recorded_only or live_only_count:
+                fields: Iterable[str] = recorded_only
+                if live_only_count:
+                    fields = chain(recorded_only, (k for k in live.fields if k not in entry.body))
+                shown += [f"body.{shown_text(k)}" for k in heapq.nsmallest(room, fields)]
+            else:
+                shown.append("body")
+        if served and n > 0:
+            shown.append(ALREADY_SERVED)
+        return shown
+
+    return count + served, names
 
 
 def _how_it_differs(differs_in: list[str]) -> str:
@@ -372,13 +444,6 @@ def _how_it_differs(differs_in: list[str]) -> str:
     return "differs in " + (", ".join(differs_in) or "the request")
 
 
-def _differs(mine: dict[str, Any], theirs: dict[str, Any], name: str) -> bool:
-    """Whether field ``name`` (of either body) differs as the body hash sees it."""
-    if name not in mine or name not in theirs:
-        return True
-    return _canonical(mine[name]) != _canonical(theirs[name])
-
-
-def _distance(key: Key, body: Any, entry: _Entry) -> tuple[int, int, int]:
-    diffs = _differences(key, body, entry)
-    return (key.path != entry.key.path, key.method != entry.key.method, len(diffs))
+def _distance(key: Key, live: _LiveFields, entry: _Entry) -> tuple[int, int, int]:
+    count, _ = _compared(key, live, entry)
+    return (key.path != entry.key.path, key.method != entry.key.method, count)

@@ -12,6 +12,7 @@ Everything else about the response (which bytes, when) comes from ``faults.plan`
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import socket
 import struct
@@ -29,7 +30,7 @@ import h11
 
 
 from .faults import Fault, FaultSpecError, Plan, Timing, parse_faults, plan, unfit_faults
-from .match import Library, error_body
+from .match import Library, error_body, shown_text
 from .source import Source, load_source
 
 HOP_BY_HOP = frozenset(
@@ -45,6 +46,16 @@ READ_SIZE = 64 * 1024
 # client that left does not hold its connection until the wait is over; shorter ones just sleep.
 WATCH_LONGER_THAN = 0.05
 SERVED_KEPT = 1000  # answered requests kept for logs and tests: a server inside mitmproxy runs for days
+# Plans kept for repeated requests: at most this many, and at most this much memory (a write
+# costs about its bytes and 100 more): one fragment:max=1 plan of a 4 MB stream is ~300 MB.
+PLANS_KEPT = 64
+PLANS_KEPT_BYTES = 128 * 1024 * 1024
+PLAN_WRITE_OVERHEAD = 100
+# Writes sent back to back before the stream lets the other clients in: drain() does not yield
+# while a client that keeps up keeps the buffer low, so a fragment:max=1 stream would hold the loop.
+WRITES_BETWEEN_YIELDS = 64
+OUT_OF_FDS_SAID_EVERY = 10.0  # seconds between two reports of accept() failing for want of fds
+ACCEPT_RETRIES_PENDING = 2.0  # asyncio retries a failed accept() after 1 s (ACCEPT_RETRY_DELAY)
 
 
 @dataclass(slots=True)
@@ -65,6 +76,9 @@ class Limits:
     header_timeout: float = 10.0  # seconds from a request's first byte to the end of its headers; then 408
     body_timeout: float = 10.0  # seconds the body may pause between two reads; then 408
     idle_timeout: float = 120.0  # seconds a kept-alive connection may wait for its next request
+    # seconds a new connection may wait before its first byte (at most idle_timeout): connections
+    # opened and left silent hold the server's file descriptors for this long, not for idle_timeout
+    first_byte_timeout: float = 10.0
 
 
 @dataclass(slots=True)
@@ -115,7 +129,9 @@ class ReplayServer:
         self._others: dict[str, Source] = {}  # swap-tail names -> recordings
         self._given: dict[str, Source] | None = None  # names a fault header may use for swap-tail
         self._as_served: dict[int, Source] = {}  # id(recording) -> its body as served
-        self._plans: dict[tuple, Plan] = {}
+        self._plans: dict[tuple, tuple[Plan, int]] = {}  # -> (plan, its size estimate in bytes)
+        self._plans_bytes = 0
+        self._restore_exception_handler: Callable[[], None] | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         # the connection handlers: a stream still waiting (original timing, a stall) when the server
         # closes must end with it, not be left pending for a later garbage collection to complain of
@@ -135,6 +151,8 @@ class ReplayServer:
             raise FaultSpecError("; ".join(unfit))
         self._server = await asyncio.start_server(self._connection, host, port, backlog=1024)
         self.host, self.port = self._server.sockets[0].getsockname()[:2]
+        listening = {sock.fileno() for sock in self._server.sockets}
+        self._restore_exception_handler = _report_accept_failures(asyncio.get_running_loop(), listening, self.log)
         return self
 
     async def close(self) -> None:
@@ -154,6 +172,9 @@ class ReplayServer:
             for handler in list(self._handlers):
                 handler.cancel()
             self._server = None
+        if self._restore_exception_handler is not None:
+            self._restore_exception_handler()
+            self._restore_exception_handler = None
 
     @property
     def swap_recordings(self) -> dict[str, Source]:
@@ -244,8 +265,9 @@ class ReplayServer:
         # do not send one then), so the answer is the whole stream
         resume_id = request.headers.get("last-event-id") or None
         # matched, not yet used up (--once): a request refused below (a bad fault header, an unknown
-        # Last-Event-ID) leaves the recording for the corrected retry. Nothing awaits between here
-        # and the consume below, so no other request on this server can take the same recording.
+        # Last-Event-ID) leaves the recording for the corrected retry. Planning awaits (in a thread)
+        # before the consume below: if another request took the recording meanwhile, this one
+        # looks again (the consume fails only under --once, where each retry has one fewer to take).
         found = lib.find(request.method, request.target, request.headers, request.body, resume=resume_id is not None)
         if found is None:
             body = lib.explain(request.method, request.target, request.headers, request.body)
@@ -279,10 +301,11 @@ class ReplayServer:
                 # a fault the resume itself asks for is the one its test wants to see
                 faults = from_header
         try:
-            the_plan = self._plan(source, faults, start_after)
+            the_plan = await self._plan(source, faults, start_after)
         except FaultSpecError as exc:
             return await self._refuse_fault(request, writer, source, exc)
-        lib.consume(found)  # served now: under --once the recording is used up
+        if not lib.consume(found):  # served now: under --once the recording is used up
+            return await self._answer(request, writer, requests)
         served = Served(request.method, request.target, source.status, source.path, list(the_plan.log), None, resume_id)
         self._record(served)
         await self._stream(source, the_plan, writer, request, requests)
@@ -297,26 +320,34 @@ class ReplayServer:
         await _send_json(writer, 400, error, close=not request.keep_alive, head_only=request.method == "HEAD")
         return request.keep_alive
 
-    def _plan(self, source: Source, faults: list[Fault], start_after: int | None) -> Plan:
-        """Plans are deterministic: a repeated request reuses its plan (bounded cache)."""
+    async def _plan(self, source: Source, faults: list[Fault], start_after: int | None) -> Plan:
+        """Plans are deterministic: a repeated request reuses its plan (a cache bounded in count
+        and in size). A new plan is made in a worker thread: a fault header may ask for millions
+        of writes, seconds of work during which the other clients are served."""
         key = (id(source), tuple(f.spec for f in faults), start_after)
         cached = self._plans.get(key)
-        if cached is None:
-            cached = plan(source, faults, self.options.timing, others=self._others, start_after=start_after)
-            if len(self._plans) >= 64:
-                self._plans.pop(next(iter(self._plans)))
-            self._plans[key] = cached
-        return cached
+        if cached is not None:
+            return cached[0]
+        others = dict(self._others)  # (a copy: a fault header may add to it while the thread reads)
+        made, size = await asyncio.to_thread(_plan_and_size, source, faults, self.options.timing, others, start_after)
+        if size <= PLANS_KEPT_BYTES and key not in self._plans:
+            while self._plans and (len(self._plans) >= PLANS_KEPT or self._plans_bytes + size > PLANS_KEPT_BYTES):
+                self._plans_bytes -= self._plans.pop(next(iter(self._plans)))[1]
+            self._plans[key] = (made, size)
+            self._plans_bytes += size
+        return made
 
     def _record(self, served: Served) -> None:
         self.served.append(served)
         where = served.recording or "no recording"
         if served.refused:
             where += f": {served.refused}"
-        # the log keeps no credential of the request (a ?key= in the target)
-        self.log(f"streamtap replay: {served.method} {self.library.options.redactor().url(served.target)} -> {served.status} ({where})")
+        # the log keeps no credential of the request (a ?key= in the target), and no control
+        # character a client sent (an ESC would act on the terminal, a newline forge a line)
+        target = self.library.options.redactor().url(served.target)
+        self.log(shown_text(f"streamtap replay: {served.method} {target} -> {served.status} ({where})"))
         for line in served.log:
-            self.log(f"streamtap replay:   fault {line}")
+            self.log(shown_text(f"streamtap replay:   fault {line}"))
 
     async def _stream(
         self, source: Source, the_plan: Plan, writer: asyncio.StreamWriter, request: _Request, requests: _RequestReader
@@ -360,6 +391,8 @@ class ReplayServer:
             elif last:
                 writer.write(b"0\r\n\r\n")
             await writer.drain()
+            if i % WRITES_BETWEEN_YIELDS == WRITES_BETWEEN_YIELDS - 1:
+                await asyncio.sleep(0)  # the other clients' turn (see WRITES_BETWEEN_YIELDS)
         delay = start + the_plan.end.at - loop.time()
         if delay > 0:
             await wait_until(start + the_plan.end.at)
@@ -378,6 +411,66 @@ class ReplayServer:
             if sock is not None:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             writer.transport.abort()
+
+
+def _plan_and_size(source: Source, faults: list[Fault], timing: Timing, others: dict[str, Source],
+                   start_after: int | None) -> tuple[Plan, int]:
+    """A plan and what keeping it costs, about (in a worker thread, as the walk is as long as the plan)."""
+    made = plan(source, faults, timing, others=others, start_after=start_after)
+    return made, sum(len(write.data) + PLAN_WRITE_OVERHEAD for write in made.writes)
+
+
+def _report_accept_failures(loop: asyncio.AbstractEventLoop, listening: set[int], log: Callable[[str], None]) -> Callable[[], None]:
+    """Have ``loop`` report accept() failing on the ``listening`` sockets for want of file descriptors
+    in one line every OUT_OF_FDS_SAID_EVERY seconds. asyncio logs each failure with a traceback, up
+    to one per backlog slot per retry (1,024 a second), and retries by itself each second, which is
+    how the server recovers once connections close. Every other report goes where it went before.
+    Returns what puts the loop's previous handler back (if no one replaced this one since)."""
+    previous = loop.get_exception_handler()
+    last_said = -OUT_OF_FDS_SAID_EVERY
+    unsaid = 0
+    retries_until = 0.0  # asyncio's retries of accept() may be pending until then
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        nonlocal last_said, unsaid, retries_until
+        exc, sock = context.get("exception"), context.get("socket")
+        now = time.monotonic()
+        if _a_retry_after_the_close(context) and now < retries_until:
+            return  # (one per failure above: the socket closed before the retry; nothing to serve)
+        if not (isinstance(exc, OSError) and exc.errno in _OUT_OF_RESOURCES and sock is not None and sock.fileno() in listening):
+            if previous is not None:
+                previous(loop, context)
+            else:
+                loop.default_exception_handler(context)
+            return
+        retries_until = now + ACCEPT_RETRIES_PENDING
+        if now - last_said < OUT_OF_FDS_SAID_EVERY:
+            unsaid += 1
+            return
+        also = f"; {unsaid} more times since last said" if unsaid else ""
+        last_said, unsaid = now, 0
+        log(f"streamtap replay: cannot accept connections: {exc.strerror or exc} ({errno.errorcode.get(exc.errno, exc.errno)}); "
+            f"retrying each second while open connections close (raise `ulimit -n`?){also}")
+
+    loop.set_exception_handler(handler)
+
+    def restore() -> None:
+        pending = retries_until - time.monotonic()
+        if pending > 0 and not loop.is_closed():  # the retries still to come would each log a traceback
+            loop.call_later(pending, restore)
+        elif loop.get_exception_handler() is handler:
+            loop.set_exception_handler(previous)
+
+    return restore
+
+
+def _a_retry_after_the_close(context: dict[str, Any]) -> bool:
+    """asyncio's retry of accept() on a listening socket closed since: it fails to watch fd -1."""
+    return isinstance(context.get("exception"), ValueError) and str(context.get("message", "")).startswith(
+        "Exception in callback BaseSelectorEventLoop._start_serving")
+
+
+_OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline: float) -> None:
@@ -475,6 +568,7 @@ class _RequestReader:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limits: Limits) -> None:
         self.reader, self.writer, self.limits = reader, writer, limits
         self._leftover = b""
+        self._silent = True  # nothing received yet on this connection
 
     async def next(self) -> _Request | None:
         """The next whole request; None when the client closed or went quiet between requests.
@@ -497,7 +591,7 @@ class _RequestReader:
                 raise _Refused(status, "bad_request", f"malformed request: {exc}") from None
             if event is h11.NEED_DATA:
                 if request is None:
-                    timeout = limits.idle_timeout if header_deadline is None else header_deadline - time.monotonic()
+                    timeout = self._idle_timeout() if header_deadline is None else header_deadline - time.monotonic()
                 else:
                     timeout = limits.body_timeout
                 data = await self._read(timeout, waiting=header_deadline is not None or request is not None)
@@ -505,6 +599,7 @@ class _RequestReader:
                     return None
                 if data and header_deadline is None:
                     header_deadline = time.monotonic() + limits.header_timeout
+                    self._silent = False
                 conn.receive_data(data)
             elif isinstance(event, h11.Request):
                 request = event
@@ -512,6 +607,9 @@ class _RequestReader:
                     raise _Refused(505, "bad_request", f"HTTP/{event.http_version.decode('latin-1')} is not spoken here; HTTP/1.1 is")
                 if _head_size(event) > limits.header_bytes:  # h11 bounds only a head still incomplete
                     raise _Refused(431, "bad_request", f"request headers over {limits.header_bytes} bytes")
+                if _has_header(event, b"content-length") and _has_header(event, b"transfer-encoding"):
+                    # RFC 9112 6.1: which framing wins is what request smuggling plays on
+                    raise _Refused(400, "bad_request", "malformed request: both Content-Length and Transfer-Encoding")
                 length = _content_length(event)
                 if length is not None and length > limits.body_bytes:
                     raise _Refused(413, "request_too_large", f"request body of {length} bytes; this server takes at most {limits.body_bytes}")
@@ -528,6 +626,11 @@ class _RequestReader:
             elif isinstance(event, h11.ConnectionClosed):
                 return None
             # PAUSED cannot come before EndOfMessage on the client's side
+
+    def _idle_timeout(self) -> float:
+        if self._silent:
+            return min(self.limits.first_byte_timeout, self.limits.idle_timeout)
+        return self.limits.idle_timeout
 
     async def hung_up_within(self, seconds: float) -> bool:
         """While the server waits to write: True as soon as the client hangs up, False once
@@ -574,6 +677,10 @@ def _head_size(request: h11.Request) -> int:
     """The request line and header lines, in bytes as sent (give or take whitespace)."""
     line = len(request.method) + len(request.target) + 12
     return line + sum(len(name) + len(value) + 4 for name, value in request.headers) + 2
+
+
+def _has_header(request: h11.Request, name: bytes) -> bool:
+    return any(header == name for header, _ in request.headers)
 
 
 def _content_length(request: h11.Request) -> int | None:
