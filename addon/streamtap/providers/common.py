@@ -263,6 +263,7 @@ class AssemblerBase:
     # The dialect's SDK reads SSE with the decoder the openai and anthropic SDKs share, which also
     # dispatches blocks that have no data line: the session then offers those as empty events.
     sdk_dispatches_empty_events = False
+    choice_word = "choice"  # what the dialect calls one of several answers, for reasons
 
     def __init__(self, wire: str | None = None) -> None:
         if wire:
@@ -370,21 +371,51 @@ class AssemblerBase:
 
     # -- blocks -----------------------------------------------------------------------
     def choice(self, index: int) -> Choice:
-        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < MAX_CHOICES:
-            self.note(f"choice index {str(index)[:20]} is not usable; counted as 0")
+        """The turn's choice ``index``, made when new. An index beyond MAX_CHOICES halts the assembly
+        (the dialect must read no more once ``halted``) and gets a choice outside the turn, so the
+        event being read cannot fold another choice's content into one the turn keeps."""
+        if type(index) is int and index >= MAX_CHOICES:
+            self._beyond_choices(index)
+            return Choice(index)
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            self._unusable_choice(index)
             index = 0
         choices = self.turn.choices
         while len(choices) <= index:
             choices.append(Choice(len(choices)))
         return choices[index]
 
+    def _beyond_choices(self, index: int) -> None:
+        judge = self.judge
+        judge.halt(f"{self.choice_word} index {index} is beyond the {MAX_CHOICES} {self.choice_word}s streamtap "
+                   f"assembles; streamtap stopped assembling the answer at event {judge.last_seq} (byte "
+                   f"{judge.last_offset}) to bound its memory", judge.last_seq, judge.last_offset,
+                   max_choices=MAX_CHOICES, index=index)
+
+    def _unusable_choice(self, index: Any) -> None:
+        """An index that is no whole number from 0 (a bool, a negative or a string) is read as choice 0,
+        where a client puts it elsewhere (a list indexed with True or -1) or fails: content may have
+        been joined to another choice's, so an answer that ended is unknown, not complete."""
+        shown = repr(index)[:20]  # repr: a string from the wire must not put control characters in a log line
+        self.note(f"{self.choice_word} index {shown} is not usable; counted as 0")
+        judge = self.judge
+        judge.doubt(f"{self.choice_word} index {shown} at seq {judge.last_seq} (byte {judge.last_offset}) is not a "
+                    f"{self.choice_word} index: its content was counted as {self.choice_word} 0's, where a client "
+                    f"puts it elsewhere or fails, so the answer may join two {self.choice_word}s",
+                    judge.last_seq, judge.last_offset)
+
+    @property
+    def halted(self) -> bool:
+        """The answer passed a bound (``Judge.halt``): the dialect reads no more events."""
+        return self.judge.halted
+
     def new_block(self, choice: int, kind: BlockKind, key: Any = None, **fields: Any) -> Block:
-        choice = self.choice(choice).index
-        blocks = self.turn.choices[choice].blocks
+        target = self.choice(choice)
+        blocks = target.blocks
         block = Block(kind, len(blocks), **fields)
         blocks.append(block)
         if key is not None:
-            self._keys[(choice, _hashable(key))] = block
+            self._keys[(target.index, _hashable(key))] = block
         return block
 
     def block(self, choice: int, key: Any) -> Block | None:
@@ -406,13 +437,14 @@ class AssemblerBase:
                         if t is not None and self.turn.timing.first_content is None:
                             self.turn.timing.first_content = t
                         return block
-        choice = self.choice(choice).index
+        target = self.choice(choice)
+        choice = target.index
         if key is not None:
             block = self.block(choice, key)
             if block is None:
                 block = self.new_block(choice, kind, key)
         else:
-            blocks = self.turn.choices[choice].blocks
+            blocks = target.blocks
             block = blocks[-1] if blocks and blocks[-1].kind is kind and not blocks[-1].closed else None
             if block is None:
                 block = self.new_block(choice, kind)

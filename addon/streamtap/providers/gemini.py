@@ -80,6 +80,7 @@ def _is_thought(value: Any) -> bool:
 class Assembler(AssemblerBase):
     dialect = Dialect.GEMINI
     wire = "sse"
+    choice_word = "candidate"
 
     def __init__(self, wire: str | None = None) -> None:
         super().__init__(wire)
@@ -96,6 +97,8 @@ class Assembler(AssemblerBase):
         self._start_over = StartOver(self)
 
     def feed(self, event: WireEvent, t: float | None) -> None:
+        if self.judge.halt_verdict is not None:  # a bound passed: the rest is not read (see AssemblerBase.choice)
+            return
         if isinstance(event, SSEEvent):
             self.seen(event, f"chunk {event.seq}")
             if not event.data.strip():
@@ -135,6 +138,8 @@ class Assembler(AssemblerBase):
             self._last_chunk_finished = all(c.get("finishReason") for c in candidates)
         for candidate in candidates:
             self._candidate(candidate, event, t)
+            if self.halted:
+                return
 
     def _watch_start_over(self, data: str, event: WireEvent) -> None:
         start_over = self._start_over
@@ -197,6 +202,8 @@ class Assembler(AssemblerBase):
 
     def _candidate(self, candidate: dict[str, Any], event: WireEvent, t: float | None) -> None:
         choice = self.choice(candidate.get("index") or 0)
+        if self.halted:
+            return
         index = choice.index
         finish = candidate.get("finishReason")
         unit = f"candidate {index}"

@@ -85,6 +85,8 @@ class Judge:
         # the first sign that the answer may not be one whole answer, which the bytes cannot settle
         # (reason, seq, offset): an ended answer is then unknown
         self.doubt_at: tuple[str, int | None, int | None] | None = None
+        # the answer passed a bound streamtap assembles within, so the rest of it was not read: unknown
+        self.halt_verdict: Verdict | None = None
 
     # -- while events arrive ----------------------------------------------------------
     def seen(self, event: WireEvent, name: str | None = None) -> None:
@@ -125,6 +127,17 @@ class Judge:
         which: an answer that would be complete, limited or filtered is judged unknown instead."""
         if self.doubt_at is None:
             self.doubt_at = (reason, seq, offset)
+
+    def halt(self, reason: str, seq: int | None, offset: int | None, **evidence: Any) -> None:
+        """The answer passed a bound (``reason`` says which): the dialect reads no more of it, so
+        nothing after this event is judged and the verdict is unknown (what was found before stays)."""
+        if self.halt_verdict is None:
+            self.halt_verdict = Verdict(VerdictKind.UNKNOWN, f"streamtap could not judge this stream: {reason}",
+                                        seq, offset, evidence)
+
+    @property
+    def halted(self) -> bool:
+        return self.halt_verdict is not None
 
     def note(self, text: str) -> None:
         notes = self.turn.notes
@@ -189,6 +202,25 @@ class Judge:
             items.append(item)
             return
         block.extra[name + "_dropped"] = block.extra.get(name + "_dropped", 0) + 1
+        self._listed_beyond(block, name)
+
+    def listed_whole(self, block: Block, name: str, items: list[Any]) -> None:
+        """Replace the block's list ``name`` with ``items``, a provider's whole list (a part's final
+        annotations), kept as ``listed`` keeps one: the count beyond MAX_LISTED replaces the one the
+        deltas made, since the whole list holds what they held."""
+        kept = items[:MAX_LISTED]
+        if name == "citations":
+            block.citations = kept
+        else:
+            block.extra[name] = kept
+        beyond = len(items) - len(kept)
+        if beyond:
+            block.extra[name + "_dropped"] = beyond
+            self._listed_beyond(block, name)
+        else:
+            block.extra.pop(name + "_dropped", None)
+
+    def _listed_beyond(self, block: Block, name: str) -> None:
         self.note(f"{name} beyond {MAX_LISTED} per block not kept in memory (block {block.index} on); "
                   "the recording holds every byte")
 
@@ -240,7 +272,8 @@ class Judge:
 
     # -- the verdict ------------------------------------------------------------------
     def early_verdict(self) -> Verdict | None:
-        """An in-band error (the provider's own word wins), else the first corruption; None when neither."""
+        """An in-band error (the provider's own word wins), else the first corruption, else a bound
+        passed (``halt``: nothing after it was read); None when none of them."""
         if self.error_at is not None:
             err = self.turn.error or {}
             evidence = {k: v for k, v in err.items() if v is not None}
@@ -248,6 +281,9 @@ class Judge:
         if self.problem is not None:
             problem = self.problem
             return Verdict(problem.kind, problem.reason, problem.seq, problem.offset, dict(problem.evidence))
+        halted = self.halt_verdict
+        if halted is not None:
+            return Verdict(halted.kind, halted.reason, halted.seq, halted.offset, dict(halted.evidence))
         return None
 
     def truncated(self, reason: str, end: StreamEnd, **evidence: Any) -> Verdict:

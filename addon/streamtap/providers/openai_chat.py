@@ -64,6 +64,8 @@ class Assembler(AssemblerBase):
         self._output_tokens: dict[int | None, tuple[int, WireEvent]] = {}
 
     def feed(self, event: WireEvent, t: float | None) -> None:
+        if self.judge.halt_verdict is not None:  # a bound passed: the rest is not read (see AssemblerBase.choice)
+            return
         if not isinstance(event, SSEEvent):
             self.seen(event, type(event).__name__)
             self.corrupt(f"unexpected {type(event).__name__} in an SSE dialect", event)
@@ -145,7 +147,7 @@ class Assembler(AssemblerBase):
             self._usage(usage, event, as_int(only.get("index")) or 0 if only is not None else None)
         if type(choices) is list:
             for choice in choices:
-                if type(choice) is dict:
+                if type(choice) is dict and not self.halted:
                     self._choice(choice, event, t)
 
     def _choice(self, choice: dict[str, Any], event: WireEvent, t: float | None) -> None:
@@ -155,6 +157,8 @@ class Assembler(AssemblerBase):
         index = choice.get("index") or 0
         if type(index) is not int or not 0 <= index < len(self.turn.choices):
             index = self.choice(index).index
+            if self.halted:
+                return
         delta = choice.get("delta")
         if type(delta) is dict and len(delta) == 1 and type(delta.get("content")) is str and not choice.get("finish_reason") \
                 and index not in self._finish:
@@ -192,7 +196,7 @@ class Assembler(AssemblerBase):
         for note in as_list(delta.get("annotations")):
             blocks = self.choice(index).blocks
             if blocks:
-                blocks[-1].citations.append(note)
+                self.judge.listed(blocks[-1], "citations", note)
         finish = as_str(choice.get("finish_reason"))
         if finish:
             self._finish[index] = finish

@@ -443,7 +443,7 @@ class Assembler(AssemblerBase):
             kind = BlockKind.REFUSAL if part.get("type") == "refusal" else BlockKind.TEXT
             text = as_str(part.get("refusal") if kind is BlockKind.REFUSAL else part.get("text"))
             block = self.new_block(0, kind, (index, "content", ci), text=text or "")
-            block.citations = list(as_list(part.get("annotations")))
+            self.judge.listed_whole(block, "citations", as_list(part.get("annotations")))
             self.content(t)
 
     def _streamed(self, output: list[Any]) -> list[tuple[int, int | None, dict[str, Any]]]:
@@ -741,13 +741,14 @@ class Assembler(AssemblerBase):
             return
         block = self._part(obj, event, _part_kind(obj.get("part")))  # a part made here, in a replay, is of this kind
         self.close_unit(self._part_unit(obj, "content"), "response.content_part.done", event)
-        if block is not None:
-            block.citations = list(as_list(as_dict(obj.get("part")).get("annotations")) or block.citations)
+        annotations = as_list(as_dict(obj.get("part")).get("annotations"))
+        if block is not None and annotations:  # the part's whole list, which the added events grew
+            self.judge.listed_whole(block, "citations", annotations)
 
     def _on_response_output_text_annotation_added(self, obj, event, t):
         block = self._part(obj, event, BlockKind.TEXT)
         if block is not None and obj.get("annotation") is not None:
-            block.citations.append(obj["annotation"])
+            self.judge.listed(block, "citations", obj["annotation"])
 
     # -- arguments ------------------------------------------------------------------------
     def _call(self, obj, event, sub: str = "args") -> Block | None:
