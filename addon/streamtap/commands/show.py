@@ -57,7 +57,9 @@ def render(judged: Judged, width: int = 100) -> str:
     analysis, turn, verdict = judged.analysis, judged.analysis.turn, judged.analysis.verdict
     how = "from --provider" if judged.how == "--provider" else judged.how
     lines = [
-        f"{shown_path(judged.path)}  ({judged.source}, {analysis.wire}, {analysis.bytes} bytes, {turn.events} events)",
+        # every wire event, as the recordings' end lines count them (turn.events stops at MAX_BLOCKS)
+        f"{shown_path(judged.path)}  ({judged.source}, {analysis.wire}, {analysis.bytes} bytes, "
+        f"{analysis.wire_events} events)",
         f"dialect   {turn.dialect}  ({how})",
     ]
     if turn.model or turn.response_id:  # one value each, from the provider: a newline in one would start a line

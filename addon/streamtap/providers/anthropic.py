@@ -128,7 +128,9 @@ class MessageBuilder:
         self.fragments: dict[int, Fragments] = {}  # index -> a tool block's argument fragments
         self.saw_delta = False  # any message_delta for the current message
         self.content_stopped = False  # a message_delta gave the stop reason: the content is closed
-        self.outcomes: list[tuple[str | None, int | None, int | None]] = []  # earlier messages' raw stop reasons
+        # the first earlier message that did not end cleanly (its raw stop reason, where the next began):
+        # the only one earlier_outcome() reports, so a body of any number of messages keeps one entry
+        self.outcomes: list[tuple[str | None, int | None, int | None]] = []
         self.noted_deltas: set[Any] = set()
         self.pieces = Pieces(self.judge)
         self.message_ids: dict[str, tuple[int | None, int | None]] = {}  # id -> (seq, offset) of its message_start
@@ -178,7 +180,7 @@ class MessageBuilder:
                     "after a cut and stitched on), not a next step, whose id would be new", seq, offset,
                     message_id=message_id, first_seq=first[0], first_offset=first[1])
                 return
-            self.outcomes.append((self.turn.stop_reason_raw, seq, offset))
+            self._remember_outcome(seq, offset)
             self.judge.note(f"message {self.messages + 1} ({message.get('id')}) starts at seq {seq} after "
                             "message_stop: several responses back to back")
         if isinstance(message_id, str) and len(self.message_ids) < MAX_MESSAGE_IDS:
@@ -212,6 +214,13 @@ class MessageBuilder:
         raw = as_text(message.get("stop_reason"))
         if raw is not None:
             self.judge.stop_reason(raw, STOP_REASONS.get(raw, (None, raw))[1])
+
+    def _remember_outcome(self, seq: int | None, offset: int | None) -> None:
+        """The message just stopped is followed by another (starting at ``seq``): keep its stop reason
+        when it is the first that did not finish."""
+        outcome = (self.turn.stop_reason_raw, seq, offset)
+        if not self.outcomes and earlier_outcome([outcome], STOP_REASONS, "stop_reason", self.messages) is not None:
+            self.outcomes.append(outcome)
 
     def _add_block(self, index: int, content_block: dict[str, Any]) -> Block:
         blocks = self.turn.choices[0].blocks
@@ -247,7 +256,9 @@ class MessageBuilder:
         self.open_blocks.add(index)
         if block.kind is BlockKind.OTHER:
             self.judge.note(f"block type {content_block.get('type')!r} kept as 'other' (index {index})")
-        if block.text and self.turn.timing.first_content is None:
+        # first content: text or thinking, or a tool call as it opens (its input may be empty), as
+        # every dialect counts it
+        if (block.text or index in self.fragments) and self.turn.timing.first_content is None:
             self.turn.timing.first_content = t
 
     def _content_block_delta(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
@@ -280,9 +291,7 @@ class MessageBuilder:
         elif kind == "input_json_delta" and index in self.fragments:  # a tool's use, not its result
             value = delta.get("partial_json")
             if isinstance(value, str):
-                self.fragments[index].append(value)  # type: ignore[index]
-                if value and self.turn.timing.first_content is None:
-                    self.turn.timing.first_content = t
+                self.fragments[index].append(value)  # type: ignore[index]  # first content: counted at its start
                 return
         elif kind == "thinking_delta" and block.kind is BlockKind.THINKING:
             value = delta.get("thinking")

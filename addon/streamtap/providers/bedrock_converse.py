@@ -142,6 +142,8 @@ class ConverseBuilder:
         self.fragments: dict[int, Fragments] = {}  # index -> a tool block's argument fragments
         self.announced: set[int] = set()  # started with an empty start, no delta yet
         self.metadata_seen = False
+        # the first earlier message that did not end cleanly (its raw stop reason, where the next began):
+        # the only one earlier_outcome() reports, so a body of any number of messages keeps one entry
         self.outcomes: list[tuple[str | None, int | None, int | None]] = []
         self.pieces = Pieces(self.judge)
 
@@ -166,7 +168,7 @@ class ConverseBuilder:
                     f"message {self.messages + 1} starts at seq {seq} before the metadata (usage) of message "
                     f"{self.messages}: a cut answer with another appended (spliced stream)",
                     seq, offset, stop_reason=self.turn.stop_reason_raw)
-            self.outcomes.append((self.turn.stop_reason_raw, seq, offset))
+            self._remember_outcome(seq, offset)
             self.judge.note(f"message {self.messages + 1} starts at seq {seq} after messageStop: "
                             "several responses back to back")
         elif missing_start is not None:
@@ -185,6 +187,13 @@ class ConverseBuilder:
         self.metadata_seen = False
         self.judge.stop_reason(None, None)
         self.turn.usage = Usage()
+
+    def _remember_outcome(self, seq: int | None, offset: int | None) -> None:
+        """The message just stopped is followed by another (starting at ``seq``): keep its stop reason
+        when it is the first that did not finish."""
+        outcome = (self.turn.stop_reason_raw, seq, offset)
+        if not self.outcomes and earlier_outcome([outcome], STOP_REASONS, "stopReason", self.messages) is not None:
+            self.outcomes.append(outcome)
 
     def _in_message(self, seq: int | None, offset: int | None, what: str) -> bool:
         if self.open_message:
@@ -263,6 +272,9 @@ class ConverseBuilder:
             block = self._new_block(index, BlockKind.SERVER_TOOL if server else BlockKind.TOOL_CALL,
                                     id=tool.get("toolUseId"), name=tool.get("name"), arguments_raw="", extra=extra)
             self.fragments[index] = Fragments(self.judge, block, "arguments_raw")
+            # a tool call is first content as it opens (its input may be empty), as every dialect counts it
+            if self.turn.timing.first_content is None:
+                self.turn.timing.first_content = t
         elif isinstance(start.get("toolResult"), dict):
             result = start["toolResult"]
             self._new_block(index, BlockKind.SERVER_TOOL, id=result.get("toolUseId"),
@@ -328,9 +340,7 @@ class ConverseBuilder:
                                    f"(index {index})", seq, offset, index=index)
         elif member == "toolUse" and index in self.fragments and isinstance(value, dict) \
                 and isinstance(value.get("input"), str):
-            self.fragments[index].append(value["input"])
-            if self.turn.timing.first_content is None:
-                self.turn.timing.first_content = t
+            self.fragments[index].append(value["input"])  # (first content: counted when the call opened)
         elif member == "citation" and kind is BlockKind.TEXT:
             self.judge.listed(block, "citations", value)
         elif member == "toolResult" and "toolResult" in block.extra and isinstance(value, list):

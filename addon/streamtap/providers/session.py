@@ -68,6 +68,7 @@ _FINISHED = frozenset({VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT, Verdi
 
 ERROR_BODY_LIMIT = 64 * 1024  # an HTTP error body is kept for its message, not forever
 MAX_BLOCKS = 4096  # blocks one turn keeps over all its choices; past them the turn is not assembled
+BODY_SLICE = 64 * 1024  # analyze_bytes feeds a whole body in pieces of this size, as a live read would come
 
 
 def make_assembler(dialect: Dialect, wire: str):
@@ -589,12 +590,15 @@ def analyze_bytes(
     wire: str | None = None,
     end: StreamEnd | str = StreamEnd.FINISHED,
 ) -> Analysis:
-    """Judge a whole body at once (or fed in ``chunk_size`` pieces)."""
-    session = StreamSession(dialect, wire, http_status=http_status, sentinel=sentinel)
-    if chunk_size:
-        for i in range(0, len(body), chunk_size):
-            session.feed(body[i : i + chunk_size])
-    else:
-        session.feed(body)
+    """Judge a whole body at once (or fed in ``chunk_size`` pieces).
+
+    The analysis is the same for any ``chunk_size`` (decoders give identical results for any
+    chunking), so a body given whole is fed in ``BODY_SLICE`` pieces: the events each feed returns
+    (dropped here) are never more than one slice holds, however many the body has."""
+    # no times are given, so there are no arrivals to keep
+    session = StreamSession(dialect, wire, http_status=http_status, sentinel=sentinel, keep_arrivals=False)
+    step = chunk_size or BODY_SLICE
+    for i in range(0, len(body), step):
+        session.feed(body[i : i + step])
     return session.close(end)
 

@@ -108,6 +108,8 @@ class Turn:
     usage: Usage = field(default_factory=Usage)
     error: dict[str, Any] | None = None  # {source, type, code, message}
     timing: Timing = field(default_factory=Timing)
+    # events fed to the dialect's assembler: the count stops where the session stops assembling
+    # (MAX_BLOCKS, a bug); Analysis.wire_events counts every event of the stream
     events: int = 0
     notes: list[str] = field(default_factory=list)  # unknown event types and other things worth a look
     extra: dict[str, Any] = field(default_factory=dict)  # provider fields worth keeping (stop details, metrics, ...)
