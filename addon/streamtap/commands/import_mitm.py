@@ -26,7 +26,10 @@ also pass `--set store_streamed_bodies=true`:
 
 Flows whose body is missing are listed as skipped. Importing the same capture again
 skips the flows already recorded in the output directory, and imports again a flow
-whose recording an import stopped midway (Ctrl-C, a kill) left unfinished.
+whose recording an import stopped midway (Ctrl-C, a kill) left unfinished. A flow is
+the same when its id, request time and response bytes are: a different flow with an
+id already recorded (a capture appended to, a flow replayed and saved again) is
+recorded beside it, its name ending in the id and "-2", "-3"..., and stderr says so.
 """
 
 EPILOG = """\
@@ -130,6 +133,10 @@ def run(args: argparse.Namespace) -> int:
                     f"{shown_path(item.path)}  {item.verdict}{reason}  "
                     f"{item.provider} {_safe(item.model or '-')}, {item.events} events, {item.bytes} bytes"
                 )
+                if item.same_id is not None:  # both are answers the capture holds: neither is dropped
+                    print(f"streamtap import: flow {_safe(item.flow_id)} is a different flow than {shown_path(item.same_id)}, "
+                          f"which has the same id (a capture appended to, or a flow replayed and saved again): "
+                          f"recorded beside it as {shown_path(item.path)}", file=sys.stderr)
     except CaptureIncomplete as exc:  # what was read is written, and the rest is said lost
         incomplete = exc
     except CaptureError as exc:

@@ -30,14 +30,15 @@ from streamtap.mitm.pools import Pools
 from streamtap.mitm.worker import EXPIRE_EVERY, RemoteFlow
 from streamtap.providers import RequestInfo, StreamEnd, VerdictKind
 from streamtap.recording import FSYNC_POLICIES
-from streamtap.recording.flows import injected_fault, is_llm_stream, request_info
+from streamtap.recording.flows import (  # noqa: F401  (INJECTED_END: mitm/replay.py reads it here)
+    INJECTED_END, answered_end, ended_by, injected_fault, is_llm_stream, request_info,
+)
 from streamtap.recording.compress import COMPRESSIONS
 from streamtap.wire import DEFAULT_MAX_EVENT
 
 log = logging.getLogger("streamtap")
 
 MARK = ":warning:"
-INJECTED_END = "streamtap_injected_end"  # flow.metadata key: the style of the cut streamtap's live fault made
 MAX_KEPT_BODY = 32 * 1024 * 1024  # bytes of a streamed body kept to show when mitmproxy keeps none
 MAX_EVENT_LIMIT = 256 * 1024 * 1024  # streamtap_max_event above this would unbound a stream's memory
 MAX_WORKERS = 64
@@ -47,38 +48,9 @@ _RESPONSE_BODY_TERM = re.compile(r"(?:^|[\s(!&|])~bs(?:\s|$)")
 
 
 def _closed(conn) -> bool:
-    # the proxy clears CAN_READ when the peer's EOF arrives, before the hooks run
+    """``ended_by``'s ``closed`` for a live flow. The proxy clears CAN_READ when the peer's EOF
+    arrives, before the hooks run; a capture keeps no state, so the importer asks only the end time."""
     return conn.timestamp_end is not None or not (conn.state & ConnectionState.CAN_READ)
-
-
-def ended_by(flow: http.HTTPFlow, message: str) -> StreamEnd:
-    """Which side ended a flow that errored. mitmproxy's error does not say, so read the signs:
-    its HTTP/1 message names the client; an HTTP/2 stream reset (mitmproxy words it "reset by
-    client" for either side) where one side only speaks HTTP/2 was that side's; otherwise the side
-    whose connection closed first; for a reset with HTTP/2 on both sides the code: clients cancel
-    with CANCEL, servers cut with other codes (RFC 9113 lets either use CANCEL: a guess)."""
-    if flow.metadata.get(INJECTED_END):  # streamtap cut it, standing in for the upstream, whatever the protocol shows
-        return StreamEnd.UPSTREAM_RESET
-    text = message.lower()
-    if "client disconnected" in text:
-        return StreamEnd.CLIENT_ABORTED
-    client_h2, server_h2 = flow.client_conn.alpn == b"h2", flow.server_conn.alpn == b"h2"
-    one_side_h2 = client_h2 != server_h2
-    if "stream reset" in text and one_side_h2:
-        # only HTTP/2 resets a stream: the side that speaks it did (mitmproxy then closes the
-        # HTTP/1 side to cancel it, which the closed connections below would blame)
-        return StreamEnd.CLIENT_ABORTED if client_h2 else StreamEnd.UPSTREAM_RESET
-    client_closed = _closed(flow.client_conn)
-    server_closed = _closed(flow.server_conn)
-    if client_closed != server_closed:
-        return StreamEnd.CLIENT_ABORTED if client_closed else StreamEnd.UPSTREAM_RESET
-    if "stream reset" in text:
-        return StreamEnd.CLIENT_ABORTED if "(cancel)" in text else StreamEnd.UPSTREAM_RESET
-    if text.startswith("peer closed connection") and "protocol error" not in text and one_side_h2:
-        # only mitmproxy's HTTP/2 layer words a closed connection so (HTTP/1's names the message body),
-        # and by the error hook both connections read closed: the side that speaks HTTP/2 closed
-        return StreamEnd.CLIENT_ABORTED if client_h2 else StreamEnd.UPSTREAM_RESET
-    return StreamEnd.UPSTREAM_RESET
 
 
 def _may_have_body(flow: http.HTTPFlow) -> bool:
@@ -299,14 +271,11 @@ class Tap:
             flow.response.stream(flow.response.raw_content)
 
     def response(self, flow: http.HTTPFlow) -> None:
-        # a live abort or reset stands in for the upstream's end even when the upstream's own end came
-        # right after it (a clean cut is the clean end the client got)
-        end = StreamEnd.UPSTREAM_RESET if flow.metadata.get(INJECTED_END) not in (None, "clean") else StreamEnd.FINISHED
-        self._finish(flow, end, None)
+        self._finish(flow, answered_end(flow), None)
 
     def error(self, flow: http.HTTPFlow) -> None:
         message = flow.error.msg if flow.error else "error"
-        self._finish(flow, ended_by(flow, message), message)
+        self._finish(flow, ended_by(flow, message, closed=_closed), message)
 
     def _finish(self, flow: http.HTTPFlow, end: StreamEnd, error: str | None) -> None:
         tap = self.open.pop(flow.id, None)

@@ -1,6 +1,6 @@
 """What streamtap reads off a mitmproxy flow: the request as detection sees it, whether the
-flow is a streamed LLM answer (the live Tap and the capture importer ask the same), and
-whether streamtap's own fault injection produced the answer.
+flow is a streamed LLM answer, which side ended it (the live Tap and the capture importer ask
+the same), and whether streamtap's own fault injection produced the answer.
 
 The flow is used by duck typing (``request``/``response`` as mitmproxy has them), so this
 module imports no mitmproxy.
@@ -8,9 +8,10 @@ module imports no mitmproxy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from streamtap.providers import RequestInfo
+from streamtap.providers import RequestInfo, StreamEnd
 from streamtap.providers.detect import is_llm_stream as _is_llm_stream
 
 
@@ -40,6 +41,7 @@ def is_llm_stream(flow: Any, request: RequestInfo | None = None) -> bool:
 
 
 INJECTED = "streamtap_injected_fault"  # flow.metadata key: the live faults applied to this flow
+INJECTED_END = "streamtap_injected_end"  # flow.metadata key: the style of the cut streamtap's live fault made
 INJECTED_HEADER = "x-streamtap-injected-fault"  # response header: the faults a replay server served with
 
 
@@ -54,3 +56,58 @@ def injected_fault(flow: Any) -> str | None:
     if live:
         specs.append(live)
     return "; ".join(specs) or None
+
+
+def closed_when_saved(conn: Any) -> bool:
+    """Whether a connection of a flow read from a capture had closed. A capture keeps each
+    connection's end time but not its state (mitmproxy does not save it: every loaded connection
+    reads CLOSED), so only the end time tells."""
+    return conn.timestamp_end is not None
+
+
+def answered_end(flow: Any) -> StreamEnd:
+    """How a flow whose response ended without an error ended. A live abort or reset stands in for
+    the upstream's end even when the upstream's own end came right after it (a clean cut is the
+    clean end the client got)."""
+    return StreamEnd.UPSTREAM_RESET if flow.metadata.get(INJECTED_END) not in (None, "clean") else StreamEnd.FINISHED
+
+
+def ended_by(flow: Any, message: str, closed: Callable[[Any], bool] = closed_when_saved) -> StreamEnd:
+    """Which side ended a flow that errored. mitmproxy's error does not say, so read the signs:
+    its HTTP/1 message names the client; an HTTP/2 stream reset (mitmproxy words it "reset by
+    client" for either side) where one side only speaks HTTP/2 was that side's; otherwise the side
+    whose connection closed first; for a reset with HTTP/2 on both sides the code: clients cancel
+    with CANCEL, servers cut with other codes (RFC 9113 lets either use CANCEL: a guess).
+
+    ``closed(conn)``: whether that connection had closed when the flow errored; the live Tap
+    reads the connection's state, a capture only has ``closed_when_saved``."""
+    if flow.metadata.get(INJECTED_END):  # streamtap cut it, standing in for the upstream, whatever the protocol shows
+        return StreamEnd.UPSTREAM_RESET
+    text = message.lower()
+    if "client disconnected" in text:
+        return StreamEnd.CLIENT_ABORTED
+    client_h2, server_h2 = flow.client_conn.alpn == b"h2", flow.server_conn.alpn == b"h2"
+    one_side_h2 = client_h2 != server_h2
+    if "stream reset" in text and one_side_h2:
+        # only HTTP/2 resets a stream: the side that speaks it did (mitmproxy then closes the
+        # HTTP/1 side to cancel it, which the closed connections below would blame)
+        return StreamEnd.CLIENT_ABORTED if client_h2 else StreamEnd.UPSTREAM_RESET
+    client_closed = closed(flow.client_conn)
+    server_closed = closed(flow.server_conn)
+    if client_closed != server_closed:
+        return StreamEnd.CLIENT_ABORTED if client_closed else StreamEnd.UPSTREAM_RESET
+    if "stream reset" in text:
+        return StreamEnd.CLIENT_ABORTED if "(cancel)" in text else StreamEnd.UPSTREAM_RESET
+    if text.startswith("peer closed connection") and "protocol error" not in text and one_side_h2:
+        # only mitmproxy's HTTP/2 layer words a closed connection so (HTTP/1's names the message body),
+        # and by the error hook both connections read closed: the side that speaks HTTP/2 closed
+        return StreamEnd.CLIENT_ABORTED if client_h2 else StreamEnd.UPSTREAM_RESET
+    return StreamEnd.UPSTREAM_RESET
+
+
+def stream_end(flow: Any, closed: Callable[[Any], bool] = closed_when_saved) -> tuple[StreamEnd, str | None]:
+    """How the flow's stream ended, and mitmproxy's error message when it ended in one."""
+    if flow.error is None:
+        return answered_end(flow), None
+    message = flow.error.msg
+    return ended_by(flow, message, closed), message

@@ -11,8 +11,10 @@ A response that mitmproxy streamed is only in the capture if it was made with
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,17 +22,17 @@ from typing import Any
 
 import orjson
 
-from streamtap.providers import StreamEnd, StreamSession, detect_dialect
+from streamtap.providers import StreamSession, VerdictKind, detect_dialect
 from streamtap.providers.common import one_line
 from streamtap.wire import DEFAULT_MAX_EVENT
 
 from .compress import SUFFIX
 from .content import UNDO_FAILED_RAW, WireUndo, content_encoded, judge_unfinished_coding
-from .flows import is_llm_stream, request_info
+from .flows import is_llm_stream, request_info, stream_end
 from .header import flow_header
 from .reader import shown_path
 from .redact import Redactor
-from .writer import RecordingError, RecordingWriter, final_name, lock_unless_written, partial_recordings
+from .writer import PARTIAL_SUFFIX, RecordingError, RecordingWriter, final_name, lock_unless_written, partial_name, stamp
 
 
 class CaptureError(RecordingError):
@@ -61,6 +63,7 @@ class Imported:
     skipped: str | None = None  # why no recording was written
     already: bool = False  # a recording of this flow was in the directory already
     removed: list[Path] = field(default_factory=list)  # unfinished files of a stopped import, replaced
+    same_id: Path | None = None  # a recording of a different flow with this flow's id, beside which it was written
 
 
 def read_flows(source: Path) -> Iterator[Any]:
@@ -113,29 +116,167 @@ def begins_a_flow(head: bytes) -> bool:
     return re.match(rb"\d{1,12}:\d{1,3}:[a-z_]{1,40}[;,]", head[:64]) is not None
 
 
-def _stream_end(flow: Any) -> tuple[StreamEnd, str | None]:
-    if flow.error is None:
-        return StreamEnd.FINISHED, None
-    message = flow.error.msg
-    client_gone = "client" in message.lower()
-    return (StreamEnd.CLIENT_ABORTED if client_gone else StreamEnd.UPSTREAM_RESET), message
+@dataclass(frozen=True, slots=True)
+class FlowIdentity:
+    """What tells a flow from another with the same id (a capture appended to with ``-w +FILE``,
+    or a flow replayed in mitmproxy and saved again: mitmproxy keeps the id, the answer is new):
+    the whole id, when the request was sent, and the bytes the answer carried."""
+
+    flow_id: Any
+    request_started: Any
+    wire_sha256: str | None  # None: the capture kept no body (then the request alone tells)
+
+    def is_recorded_by(self, recorded: FlowIdentity) -> bool:
+        return (self.flow_id == recorded.flow_id and self.request_started == recorded.request_started
+                and (self.wire_sha256 is None or self.wire_sha256 == recorded.wire_sha256))
+
+
+def flow_identity(flow: Any) -> FlowIdentity:
+    wire = flow.response.raw_content
+    return FlowIdentity(flow.id, flow.request.timestamp_start, None if wire is None else hashlib.sha256(wire).hexdigest())
+
+
+def recorded_identity(path: Path) -> FlowIdentity | None:
+    """The identity of the flow a finished recording holds (its header and end line), or None
+    when the file does not read as one."""
+    try:
+        with path.open("rb") as file:
+            header = orjson.loads(file.readline())
+            end = orjson.loads(_last_line(file))
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    if not (isinstance(header, dict) and isinstance(end, dict) and end.get("type") == "end"):
+        return None
+    return FlowIdentity(header.get("flow_id"), header.get("request_started"), end.get("wire_sha256"))
+
+
+def _last_line(file: Any, block: int = 1 << 20) -> bytes:
+    """The file's last line, read from its end (an end line is small; the frames before it need not be)."""
+    at = file.seek(0, os.SEEK_END)
+    tail = b""
+    while at > 0:
+        step = min(block, at)
+        at -= step
+        file.seek(at)
+        tail = file.read(step) + tail
+        cut = tail.rstrip(b"\n").rfind(b"\n")
+        if cut >= 0:
+            return tail[cut + 1 :]
+    return tail
+
+
+_NUMBERED = re.compile(r"(.+)-([0-9]+)")  # a flow's name part with the "-N" of a second flow with its id
+
+
+def _family(part: str) -> str:
+    """The name part of the flow id a recording's name ends with, without a "-N"."""
+    numbered = _NUMBERED.fullmatch(part)
+    return numbered[1] if numbered else part
+
+
+def _renamed(name: str, base: str, part: str, suffix: str) -> str:
+    """``name`` (ending ``_{base}{suffix}``) ending ``_{part}{suffix}`` instead."""
+    return name[: len(name) - len(base + suffix)] + part + suffix
+
+
+class ImportFolder:
+    """The recordings in an import's ``--out`` folder, by the flow id their names end with: the
+    folder is listed once per import, not once per flow (a listing per flow made importing n
+    flows into a folder of n recordings take n² time: 2 min 24 s for 10,000 small flows). Each
+    name is kept up to date as this import writes and removes files; another import writing
+    into the same folder at once is seen through the names it locks and leaves (``import_flow``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.finals: dict[str, set[str]] = defaultdict(set)  # by _family of the name's flow part
+        self.partials: dict[str, set[str]] = defaultdict(set)
+        self._identities: dict[str, FlowIdentity | None] = {}
+        with os.scandir(path) as entries:
+            for entry in entries:
+                self.add(entry.name)
+
+    def add(self, name: str) -> None:
+        slot = self._slot(name)
+        if slot is not None:
+            slot.add(name)
+
+    def has(self, name: str) -> bool:
+        slot = self._slot(name)
+        return slot is not None and name in slot
+
+    def forget(self, name: str) -> None:
+        slot = self._slot(name)
+        if slot is not None:
+            slot.discard(name)
+
+    def _slot(self, name: str) -> set[str] | None:
+        """Where ``name`` is kept: with the finished or the unfinished recordings of its flow id."""
+        if name.startswith("."):  # a writer's hidden name, before it is linked to its own
+            return None
+        for suffix, names in ((PARTIAL_SUFFIX, self.partials), (PARTIAL_SUFFIX + SUFFIX, self.partials), (".jsonl", self.finals)):
+            if name.endswith(suffix):
+                return names[_family(name.removesuffix(suffix).rsplit("_", 1)[-1])]
+        return None
+
+    def recording_of(self, identity: FlowIdentity, base: str) -> Path | None:
+        """The recording of this very flow, if one is here. A file of the flow's id that does not
+        read as a recording cannot be told apart: it is taken for the flow's, as it always was."""
+        unreadable = None
+        for name in sorted(self.finals.get(_family(base), ())):
+            if name not in self._identities:
+                self._identities[name] = recorded_identity(self.path / name)
+            recorded = self._identities[name]
+            if recorded is None:
+                unreadable = unreadable or self.path / name
+            elif identity.is_recorded_by(recorded):
+                return self.path / name
+        return unreadable
+
+    def other_flow(self, base: str) -> Path | None:
+        """A recording of another flow with this id (after ``recording_of`` found none of this one)."""
+        names = sorted(self.finals.get(_family(base), ()))
+        return self.path / names[0] if names else None
+
+    def free_part(self, base: str) -> str:
+        """The name part for a flow with the id ``base``: ``base``, or ``base-2``, ``base-3``...
+        when other flows with that id are recorded here already."""
+        taken = {name.removesuffix(".jsonl").rsplit("_", 1)[-1] for name in self.finals.get(_family(base), ())}
+        part, number = base, 1
+        while part in taken:
+            number += 1
+            part = f"{base}-{number}"
+        return part
+
+    def unfinished(self, base: str, started: float) -> list[Path]:
+        """The unfinished recordings of flows with this id begun at ``started``, whatever provider
+        their detection settled on (a stopped import may have left one)."""
+        prefix = f"{stamp(started)}_"
+        return sorted(self.path / name for name in self.partials.get(_family(base), ()) if name.startswith(prefix))
 
 
 def import_flow(
     flow: Any, out: Path, source: Path, *, sentinel: str | None = None, redact: Iterable[str] = (),
-    redact_allow: Iterable[str] = (),
+    redact_allow: Iterable[str] = (), folder: ImportFolder | None = None,
 ) -> Imported:
-    """Write one flow's recording into ``out`` (which must exist)."""
+    """Write one flow's recording into ``out`` (which must exist); ``folder``: ``out``'s listing,
+    kept by the caller across flows (else listed now)."""
+    if folder is None:
+        folder = ImportFolder(out)
     request, response = flow.request, flow.response
     # printed by `streamtap import`: redacted as the recording's URL is
     result = Imported(flow.id, Redactor(redact, redact_allow).url(request.pretty_url))
-    flow_part = final_name(0, "-", "-", flow.id).rsplit("_", 1)[1]  # how file names spell the flow id
-    earlier = sorted(out.glob(f"*_{flow_part}"))
-    if earlier:
-        result.path, result.already, result.skipped = earlier[0], True, "already imported"
+    base = final_name(0, "-", "-", flow.id).rsplit("_", 1)[1].removesuffix(".jsonl")  # how file names spell the flow id
+    identity = flow_identity(flow)
+    earlier = folder.recording_of(identity, base)
+    if earlier is not None:
+        result.path, result.already, result.skipped = earlier, True, "already imported"
         return result
+    result.same_id = folder.other_flow(base)
+    part = folder.free_part(base)
     started = response.timestamp_start or request.timestamp_start or 0.0
-    result.removed, blocked = _remove_stopped_imports(out, started, flow.id)
+    result.removed, blocked = _remove_stopped_imports(folder.unfinished(base, started))
+    for removed in result.removed:
+        folder.forget(removed.name)
     if blocked:
         result.skipped = blocked
         return result
@@ -159,16 +300,18 @@ def import_flow(
         detection.dialect, detection.wire, http_status=response.status_code,
         sentinel=sentinel, max_event_size=DEFAULT_MAX_EVENT,
     )
+    partial = _renamed(partial_name(started, result.provider, flow.id), base, part, PARTIAL_SUFFIX)
     try:
-        writer = RecordingWriter.create(
-            out, started=started, provider=result.provider, flow_id=flow.id, redact=redact, redact_allow=redact_allow,
-            encoded=encoded
-        )
+        writer = RecordingWriter(out / partial, redact=redact, redact_allow=redact_allow, encoded=encoded)
     except RecordingError as exc:  # another import into this folder began this flow meanwhile
         result.skipped = str(exc)
         return result
     finished = False
     try:
+        meanwhile = _written_meanwhile(folder, started, result.provider, base, part, identity)
+        if meanwhile is not None:  # by another import into this folder, since this one listed it
+            result.path, result.already, result.skipped = meanwhile
+            return result
         writer.header(flow_header(
             flow,
             started=flow.response.timestamp_start,
@@ -183,12 +326,13 @@ def import_flow(
         writer.read(wire, None)  # the capture keeps the bytes, not when they came
         for event in session.feed(body, None):
             writer.frame(event, None)
-        end, error = _stream_end(flow)
-        duration = None
-        if response.timestamp_end and response.timestamp_start:
-            duration = round((response.timestamp_end - response.timestamp_start) * 1000, 3)
+        end, error = stream_end(flow)
+        duration, clock_note = _duration(response)
         if failure:
+            if clock_note:
+                writer.note("clock", clock_note)
             verdict, analysis = _undo_failed(writer, body, failure), None
+            # as the Tap writes it: its analysis is off by then, so it counts no events
             end_record = {"stream_end": end.value, "error": error, "duration_ms": duration, "verdict": verdict,
                           "streamtap_errors": [f"analysis: {failure}"]}
         else:
@@ -198,13 +342,16 @@ def import_flow(
             unfinished = undo.unfinished() if undo is not None else None
             if unfinished:  # the decoded body may be whole; its compressed stream was cut
                 analysis.verdict = judge_unfinished_coding(analysis.verdict, analysis.turn, unfinished)
+            if clock_note:
+                analysis.turn.notes.append(clock_note)
             turn = analysis.turn.to_dict()
             turn.get("timing", {}).pop("arrivals", None)
             verdict = analysis.verdict.to_dict()
             end_record = {"stream_end": end.value, "error": error, "duration_ms": duration, "verdict": verdict,
-                          "turn": turn, "ttft_ms": None}
-        final = out / final_name(started, result.provider, verdict["kind"], flow.id)
+                          "turn": turn, "ttft_ms": None, "events": analysis.wire_events}
+        final = out / _renamed(final_name(started, result.provider, verdict["kind"], flow.id), base, part, ".jsonl")
         result.path = writer.finish(end_record, final)
+        folder.add(final.name)
         finished = True
     finally:
         if not finished:  # stopped (Ctrl-C) or failed: the capture still holds the flow, so
@@ -218,6 +365,39 @@ def import_flow(
     return result
 
 
+def _duration(response: Any) -> tuple[float | None, str | None]:
+    """Response start to end in ms, and a note when it cannot be had. A capture keeps wall-clock
+    times (``time.time()``), not the Tap's monotonic ones: a clock set back while the answer
+    streamed makes the end come before the start, and a negative duration is no duration at all
+    (the reader calls such a file damaged)."""
+    start, end = response.timestamp_start, response.timestamp_end
+    if not (start and end):
+        return None, None
+    if end < start:
+        return None, (f"duration unknown: the capture's response ends {(start - end) * 1000:.0f} ms before it "
+                      "starts (the wall clock was set back while it streamed)")
+    return round((end - start) * 1000, 3), None
+
+
+def _written_meanwhile(
+    folder: ImportFolder, started: float, provider: str, base: str, part: str, identity: FlowIdentity
+) -> tuple[Path, bool, str] | None:
+    """A recording another import finished under the name this one is about to give (after
+    this one listed the folder, before it locked its unfinished file): checked by name, in a few
+    lookups, not by listing the folder again. (path, already, why it is skipped), or None."""
+    for kind in VerdictKind:
+        path = folder.path / _renamed(final_name(started, provider, kind.value, identity.flow_id), base, part, ".jsonl")
+        if folder.has(path.name) or not path.exists():
+            continue
+        folder.add(path.name)
+        recorded = recorded_identity(path)
+        if recorded is None or identity.is_recorded_by(recorded):
+            return path, True, "already imported"
+        return path, False, (f"another import into this folder wrote {shown_path(path)}, a different flow with this "
+                             "flow's id, meanwhile: import the capture again to record this one beside it")
+    return None
+
+
 def _undo_failed(writer: RecordingWriter, body: bytes, failure: str) -> dict[str, Any]:
     """The end of a recording whose content-encoding could not be undone, as the Tap writes it:
     the note, the decoded bytes no frame covers as raw lines, and an ``unknown`` verdict."""
@@ -228,14 +408,14 @@ def _undo_failed(writer: RecordingWriter, body: bytes, failure: str) -> dict[str
     return {"kind": "unknown", "reason": failure, "evidence": {}}
 
 
-def _remove_stopped_imports(out: Path, started: float, flow_id: str) -> tuple[list[Path], str | None]:
+def _remove_stopped_imports(unfinished: list[Path]) -> tuple[list[Path], str | None]:
     """Remove the unfinished recordings of this flow that an import stopped midway left (a kill,
     a crash): the capture still holds the flow, so it is imported again. Returns the files
     removed, and why the flow cannot be imported now: another writer holds one of them (an
     import into the same folder running), or one is not an import's (a proxy's recording, cut
     short: evidence, left as it is)."""
     removed = []
-    for path in partial_recordings(out, started, flow_id):
+    for path in unfinished:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:  # its writer finished or removed it meanwhile
@@ -308,13 +488,16 @@ def import_capture(
     made = _missing_folders(out)
     out.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
+        folder = ImportFolder(out)
         for count, flow in enumerate(read_flows(source), 1):
             if progress is not None:
                 progress(count)
             if not isinstance(flow, http.HTTPFlow) or flow.response is None or not matches(flow):
                 continue
             try:
-                imported = import_flow(flow, out, source, sentinel=sentinel, redact=redact, redact_allow=redact_allow)
+                imported = import_flow(
+                    flow, out, source, sentinel=sentinel, redact=redact, redact_allow=redact_allow, folder=folder
+                )
             except RecordingError as exc:  # this flow's recording cannot be written: said, and the others go on
                 imported = Imported(flow.id, _shown_url(flow, redact, redact_allow), skipped=str(exc))
             except OSError:  # the folder or the disk, not this flow: every other flow would fail alike

@@ -264,7 +264,7 @@ def _check_end(record: dict[str, Any]) -> None:
     _typed(record, "streamtap_errors", list)
     for name in ("frames", "bytes", "wire_bytes"):
         _counted(record, name, required=True)
-    _counted(record, "events")  # (what metrics and the index count: no writer leaves it out, an old file may)
+    _counted(record, "events")  # (what metrics and the index count: absent when analysis did not run, or in an old file)
     _hex(record, "sha256", _SHA256, 64, required=True)
     _hex(record, "wire_sha256", _SHA256, 64, required=True)
     for name in ("duration_ms", "ttft_ms"):
