@@ -107,11 +107,12 @@ def test_an_errored_flow_is_blamed_on_the_side_the_tap_blames(tmp_path, message,
 
 
 def test_the_tap_and_the_importer_ask_one_rule():
+    import streamtap.mitm.replay as replay
     import streamtap.mitm.tap as tap
     from streamtap.recording import flows
 
     assert tap.ended_by is flows.ended_by
-    assert tap.INJECTED_END == flows.INJECTED_END  # (mitm/replay.py marks flows with it)
+    assert replay.INJECTED_END is flows.INJECTED_END  # the live fault marks flows with the key ended_by reads
 
 
 # -- 2. the end line counts the wire events ------------------------------------------------------

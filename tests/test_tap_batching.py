@@ -18,7 +18,7 @@ from mitmproxy.test import tflow
 import provider_streams as streams
 from streamtap.mitm.flowtap import FlowTap
 from streamtap.providers import Dialect, StreamEnd, StreamSession
-from streamtap.providers.common import TEXT_BATCH
+from streamtap.providers.judge import TEXT_BATCH
 
 
 class TurnLoop:
@@ -210,7 +210,7 @@ def test_tool_arguments_kept_exact_across_fragments():
 
 
 def test_anthropic_long_text_block_is_exact():
-    from streamtap.providers.common import TEXT_BATCH as PIECES_BATCH
+    from streamtap.providers.judge import TEXT_BATCH as PIECES_BATCH
 
     pieces = [f"t{i} " for i in range(PIECES_BATCH * 2 + 7)]
     events = [e for e in streams.anthropic_events("hmm", "", {"q": 1})]

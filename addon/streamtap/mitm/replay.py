@@ -30,9 +30,8 @@ from mitmproxy import ctx, exceptions, http
 
 from streamtap.mitm import option_checks
 from streamtap.providers.detect import wire_from_content_type
-from streamtap.mitm.tap import INJECTED_END
 from streamtap.recording.content import content_encoded, decoded_body
-from streamtap.recording.flows import INJECTED, request_info
+from streamtap.recording.flows import INJECTED, INJECTED_END, request_info
 from streamtap.replay.faults import (
     LIVE_KINDS,
     Fault,

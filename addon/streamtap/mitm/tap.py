@@ -30,9 +30,7 @@ from streamtap.mitm.pools import Pools
 from streamtap.mitm.worker import EXPIRE_EVERY, RemoteFlow
 from streamtap.providers import RequestInfo, StreamEnd, VerdictKind
 from streamtap.recording import FSYNC_POLICIES
-from streamtap.recording.flows import (  # noqa: F401  (INJECTED_END: mitm/replay.py reads it here)
-    INJECTED_END, answered_end, ended_by, injected_fault, is_llm_stream, request_info,
-)
+from streamtap.recording.flows import answered_end, ended_by, injected_fault, is_llm_stream, request_info
 from streamtap.recording.compress import COMPRESSIONS
 from streamtap.wire import DEFAULT_MAX_EVENT
 

@@ -33,7 +33,7 @@ import orjson
 
 from streamtap.wire import SSEEvent, WireEvent
 
-from .judge import TEXT_BATCH, Fragments, Judge, parse_arguments  # noqa: F401  (TEXT_BATCH: read here by tests)
+from .judge import Fragments, Judge, parse_arguments
 
 from .turn import Block, BlockKind, Choice, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
