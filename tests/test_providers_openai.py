@@ -23,6 +23,7 @@ from provider_streams import (
     vercel,
 )
 from conftest import FIXTURES, shared_files, shared_path
+from test_responses_client_executed_calls import INPUT_FIELD, sdk_client_calls
 
 from streamtap.providers import (
     BlockKind,
@@ -87,8 +88,8 @@ RESPONSES_CHUNKS = {
     "openai/responses/openai-web-search-tool.1.chunks.txt": (C, "end_turn"),
     "openai/responses/openai-tool-search.1.chunks.txt": (C, "tool_use"),
     "openai/responses/openai-image-generation-tool.1.chunks.txt": (C, "end_turn"),
-    "openai/responses/openai-mcp-tool-approval.1.chunks.txt": (C, "end_turn"),
-    "openai/responses/openai-local-shell-tool.1.chunks.txt": (C, "end_turn"),
+    "openai/responses/openai-mcp-tool-approval.1.chunks.txt": (C, "tool_use"),  # the app must approve the MCP call
+    "openai/responses/openai-local-shell-tool.1.chunks.txt": (C, "tool_use"),  # the app runs the shell command
     "openai/responses/openai-shell-local-multiturn.1.chunks.txt": (C, "end_turn"),
     "openai/responses/openai-shell-container-multiturn.1.chunks.txt": (C, "end_turn"),
     "openai/responses/programmatic-tool-calling.1.chunks.txt": (C, "tool_use"),
@@ -663,9 +664,12 @@ def test_responses_equal_the_sdk_stream_helper(body_name, chunks_name):
     turn = analyze_bytes(body, RESPONSES).turn
     assert final.output_text == turn.text()
     sdk_calls = [(o.call_id, o.name, o.arguments) for o in final.output if o.type == "function_call"]
-    assert sdk_calls == [(b.id, b.name, b.arguments_raw) for b in turn.tool_calls()]
+    assert sdk_calls == [(b.id, b.name, b.arguments_raw) for b in turn.tool_calls() if b.name not in INPUT_FIELD]
+    # the items the app runs or answers (a shell command, an MCP approval, ...): under the id it answers with
+    app_items = sdk_client_calls(final)
+    assert app_items == [(b.id, b.name, b.arguments) for b in turn.tool_calls() if b.name in INPUT_FIELD]
     assert final.status == turn.stop_reason_raw
-    assert (turn.stop_reason == "tool_use") == bool(sdk_calls)
+    assert (turn.stop_reason == "tool_use") == bool(sdk_calls or app_items)
     # the reasoning signatures are the final response's, as the SDK keeps them
     sdk_signatures = [o.encrypted_content for o in final.output if o.type == "reasoning" and o.encrypted_content]
     ours = [b.signature for b in turn.blocks if b.kind is BlockKind.THINKING and b.signature]

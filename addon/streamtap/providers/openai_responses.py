@@ -12,6 +12,14 @@ under another id, means two responses in one body (a cut stream followed by anot
 GitHub Copilot rewrites every id on every event; once a stream shows that (its first
 ``.in_progress`` or an item event under another id), only a repeated start event tells.
 
+Tool calls: what the app runs and answers. A ``function_call`` or ``custom_tool_call`` streams its
+arguments; a local shell, shell, computer or apply_patch call, a tool search the client runs and an MCP
+approval request come whole in their finished item, whose input (an action, an operation) is the call's
+arguments. The app answers each by its ``call_id`` (an approval by the item id), so the turn waits on it:
+``tool_use``. Any other item (a web search, a tool search the server ran) is a server tool. An item done
+under another id, or with another ``call_id``, than its ``output_item.added`` gave is two items in one
+slot, which the SDK refuses: corrupt, unless the stream's ids rotate.
+
 Closed units: ``output_text.done`` / ``content_part.done`` (and their refusal, reasoning
 and summary kin) close a part, ``function_call_arguments.done`` a call's arguments,
 ``output_item.done`` the whole item, the terminal event the response. Any event for a
@@ -50,10 +58,10 @@ from typing import Any
 from streamtap.wire import SSEEvent, WireEvent
 
 from .common import (
-    RESPONSE, AssemblerBase, as_dict, as_int, as_list, as_str, common_prefix, error_fields, error_fields_of_text,
+    RESPONSE, AssemblerBase, as_dict, as_int, as_list, as_str, common_prefix, dumps, error_fields, error_fields_of_text,
     not_a_json_object,
 )
-from .judge import dropped_key, parse_arguments
+from .judge import arguments_not_kept, dropped_key, parse_arguments
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 INCOMPLETE = {
@@ -64,6 +72,14 @@ INCOMPLETE = {
 
 # item types the client executes: tool calls with arguments
 CLIENT_CALLS = {"function_call", "custom_tool_call"}
+# item types the app must run (or, an MCP approval request, answer) whose input comes whole in the item, not in
+# deltas: by the field that holds it. The app answers with the call_id (an approval with the item id), so the
+# turn waits on it as on a function call. A tool search the server ran and a shell call in OpenAI's hosted
+# container are not the app's (``_client_item``).
+CLIENT_ITEMS = {
+    "local_shell_call": "action", "shell_call": "action", "computer_call": "action", "apply_patch_call": "operation",
+    "tool_search_call": "arguments", "mcp_approval_request": "arguments",
+}
 # what the events of an item say it is, by the item type its done gives (any other type: "tool")
 FAMILIES = {"message": "message", "reasoning": "reasoning", "function_call": "call", "custom_tool_call": "call"}
 # verdicts that say what the turn is (whole, or stopped or filtered whole): a replay must vouch for its item
@@ -80,6 +96,23 @@ def _listed(parts: Any) -> int | None:
 
 def _part_kind(part: Any) -> BlockKind:
     return PART_KINDS.get(as_str(as_dict(part).get("type")) or "", BlockKind.TEXT)
+
+
+def _client_item(item: dict[str, Any]) -> bool:
+    """Whether an item of CLIENT_ITEMS is the app's to run: a tool search says who runs it (``execution``); a
+    shell call in a hosted container (``container_reference``) runs there, its output following in the response."""
+    kind = as_str(item.get("type"))
+    if kind == "tool_search_call":
+        return item.get("execution") == "client"
+    if kind == "shell_call":
+        return as_str(as_dict(item.get("environment")).get("type")) != "container_reference"
+    return kind in CLIENT_ITEMS
+
+
+def _item_input_field(item: dict[str, Any]) -> str:
+    """The field of a CLIENT_ITEMS item that holds what the app runs (a computer call may batch ``actions``)."""
+    field = CLIENT_ITEMS[as_str(item.get("type")) or ""]
+    return "actions" if field == "action" and item.get("action") is None and "actions" in item else field
 
 
 def _family(kind: BlockKind, sub: str) -> str:
@@ -372,6 +405,8 @@ class Assembler(AssemblerBase):
             block.extra["item_id"] = item.get("id")
             if kind == "custom_tool_call":
                 block.extra["freeform"] = True
+        elif _client_item(item):
+            self._client_item_block(index, item, t)
         elif kind not in ("message", "reasoning", None):
             self.content(t)
             self.new_block(0, BlockKind.SERVER_TOOL, (index, "tool"), id=item.get("id"), name=kind, extra={"item": item})
@@ -399,12 +434,16 @@ class Assembler(AssemblerBase):
                          f"one slot", event, output_index=index)
             self._open_items.discard(index)
             return
-        # only its type and id are read later (the item holds the whole text); an id that changed
-        # since output_item.added cannot find the item in the final response
         added = self._items[index]
         added_id = added.get("id")
+        if index != self._partial and not self._same_item_id(index, as_str(added_id), as_str(item.get("id")), event):
+            self._open_items.discard(index)
+            return
+        # only its type and id are read later (the item holds the whole text); an id that changed
+        # since output_item.added (ids that rotate) cannot find the item in the final response
         self._items[index] = {"type": item.get("type"), "id": added_id if item.get("id") == added_id else None,
-                              "call_id": added.get("call_id"), "name": added.get("name")}
+                              "call_id": added.get("call_id"), "name": added.get("name"),
+                              "execution": added.get("execution")}
         self._open_items.discard(index)
         kind = as_str(item.get("type"))
         self._agree(index, item, event, "response.output_item.done")
@@ -421,6 +460,9 @@ class Assembler(AssemblerBase):
         elif kind == "message":
             if not any(k[0] == index for (c, k) in self._keys if c == 0):
                 self._fill_message(index, item, t)
+        elif _client_item(item):
+            block = self.block(0, (index, "tool")) or self._client_item_block(index, item, t)  # None: a replay from here
+            self._take_client_item(block, item)
         elif kind not in ("reasoning", None):
             block = self.block(0, (index, "tool"))
             if block is not None:
@@ -428,6 +470,52 @@ class Assembler(AssemblerBase):
         for (c, key), block in self._keys.items():
             if c == 0 and key[0] == index:
                 block.closed = True
+
+    def _same_item_id(self, index: int, added_id: str | None, done_id: str | None, event: WireEvent) -> bool:
+        """An item done under another id than it was added with is another item in its slot (the openai SDK
+        raises "Completed output item identity changed"): corrupt, unless the stream's ids rotate (GitHub
+        Copilot gives every event new ids) and the new id is not one seen before (another answer's)."""
+        if not added_id or not done_id or done_id == added_id:
+            return True
+        if self._ids_rotate and done_id not in self._other_ids:
+            self._other_id(done_id)
+            return True
+        rotated = " (ids rotate in this stream, but that id was seen before: another answer's item)" if self._ids_rotate else ""
+        self.corrupt(f"output item {index} was added with id {added_id} and response.output_item.done gives {done_id}"
+                     f"{rotated}: two items in one slot", event, output_index=index, streamed=added_id, final=done_id)
+        return False
+
+    def _client_item_block(self, index: int, item: dict[str, Any], t: float | None) -> Block:
+        block = self.tool_block(0, (index, "tool"), id=None, name=None, t=t)
+        self._name_client_item(block, item)
+        return block
+
+    def _name_client_item(self, block: Block, item: dict[str, Any]) -> None:
+        """A CLIENT_ITEMS item's block: a tool call under the id the app answers with, named by the item type
+        (these tools have no name of their own). The item, its input aside, stays in ``extra``."""
+        field = _item_input_field(item)
+        block.kind = BlockKind.TOOL_CALL  # added by a tool search that did not say who runs it: a server tool
+        block.id = as_str(item.get("call_id")) or as_str(item.get("id")) or block.id
+        block.name = as_str(item.get("type"))
+        block.extra["item_id"] = item.get("id")
+        block.extra["item"] = {key: value for key, value in item.items() if key != field}
+
+    def _take_client_item(self, block: Block, item: dict[str, Any]) -> None:
+        """A finished CLIENT_ITEMS item: its input (a shell action, a patch operation) becomes the call's
+        arguments, an object kept as it is, with its compact JSON as the raw arguments. The input that
+        output_item.added gives is still being written (a shell action without its command): only the
+        finished item's counts."""
+        self._name_client_item(block, item)
+        field = _item_input_field(item)
+        self.judge.give_back("arguments_raw", len(block.arguments_raw or ""))  # the new input replaces it
+        block.extra.pop(dropped_key("arguments_raw"), None)
+        self._partial_blocks.discard(id(block))
+        value = item.get(field)
+        if value is None or isinstance(value, str):  # an approval request's arguments: a JSON string
+            parse_arguments(block, self.judge.kept(block, "arguments_raw", value or ""))
+            return
+        block.arguments_raw = self.judge.kept(block, "arguments_raw", dumps(value))
+        block.arguments, block.arguments_error = (None if arguments_not_kept(block) else value), None
 
     def _close_call(self, block: Block) -> None:
         block.closed = True
@@ -484,6 +572,10 @@ class Assembler(AssemblerBase):
             if item.get("type") == "custom_tool_call":
                 block.extra["freeform"] = True
             self._close_call(block)
+        elif _client_item(item):
+            block = self._client_item_block(index, item, t)
+            self._take_client_item(block, item)
+            block.closed = True
         elif item.get("type") == "reasoning":
             self._agree(index, item, None, source)
 
@@ -550,14 +642,9 @@ class Assembler(AssemblerBase):
                         # what the SDK keeps; the earlier one names the same thinking (see compare_strands)
                         block.extra.setdefault("earlier_signatures", []).append(block.signature)
                     block.signature = signature
-        elif kind in CLIENT_CALLS:
-            added = as_dict(self._items.get(index))
-            for field in ("call_id", "name"):  # the SDK fails on a changed call_id; a changed name calls another tool
-                streamed, finished = as_str(added.get(field)), as_str(item.get(field))
-                if streamed and finished and streamed != finished:
-                    self.corrupt(f"output item {index} was added with {field} {streamed} and {source} gives {finished}: "
-                                 "two calls in one slot", event, output_index=index, streamed=streamed, final=finished)
-                    return
+        if self._identity_changed(index, item, kind, event, source):
+            return
+        if kind in CLIENT_CALLS:
             final = item.get("arguments") if kind == "function_call" else item.get("input")
             if isinstance(final, str):
                 pairs.append(((index, "args"), "arguments_raw", final, BlockKind.TOOL_CALL))
@@ -584,6 +671,23 @@ class Assembler(AssemblerBase):
             self.corrupt(f"the deltas disagree with {source} at block {block.index}, byte {byte}", event,
                          block=block.index, output_index=index, byte=byte, streamed=ours[at:at + 40],
                          final=final[at:at + 40])
+
+    def _identity_changed(self, index: int, item: dict[str, Any], kind: str | None, event: WireEvent | None,
+                          source: str) -> bool:
+        """A finished item whose ``call_id`` differs from its output_item.added's: the SDK fails on it
+        ("Completed output item identity changed"), and for a call the app answers it cannot tell which id to
+        answer. For a call, a changed ``name`` calls another tool, a changed ``execution`` moves who runs it.
+        True when so (corrupt)."""
+        added = as_dict(self._items.get(index))
+        call = kind in CLIENT_CALLS or kind in CLIENT_ITEMS
+        for field in ("call_id", "name", "execution") if call else ("call_id",):
+            streamed, finished = as_str(added.get(field)), as_str(item.get(field))
+            if streamed and finished and streamed != finished:
+                self.corrupt(f"output item {index} ({kind}) was added with {field} {streamed} and {source} gives "
+                             f"{finished}: two {'calls' if call else 'items'} in one slot", event, output_index=index,
+                             streamed=streamed, final=finished)
+                return True
+        return False
 
     def _part_kind_differs(self, block: Block, final_kind: BlockKind, index: int, event: WireEvent | None,
                            source: str) -> bool:
