@@ -17,6 +17,7 @@ from typing import Any
 
 from mitmproxy import http
 
+from streamtap.cli import terminal_safe
 from streamtap.mitm.flowspec import FlowSpec, described as _described
 from streamtap.providers import StreamEnd, StreamSession, VerdictKind
 from streamtap.recording import RecordingError, RecordingWriter, SpanNotKept, final_name
@@ -144,10 +145,13 @@ class FlowTap:
         self._failed(part, _described(exc))
 
     def _failed(self, part: str, what: str, logged: bool = False) -> None:
-        """``logged``: the proxy has logged this failure already (it stays the flow's first)."""
+        """``logged``: the proxy has logged this failure already (it stays the flow's first).
+
+        The message can quote the traffic (a Content-Encoding header names its coding): its log
+        line is escaped here, where it is made, so a worker forwards the record already safe."""
         message = f"{part}: {what}"
         if not self.errors and not logged:
-            log.warning(f"streamtap: flow {self.flow_id[:8]}: {message}; traffic passes on untouched")
+            log.warning(f"streamtap: flow {self.flow_id[:8]}: {terminal_safe(message, one_line=True)}; traffic passes on untouched")
         self.errors.append(message)
         if part == "recording":
             self.unframed = bytearray()

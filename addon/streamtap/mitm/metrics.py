@@ -15,6 +15,8 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
+import socket
+import threading
 from typing import Any
 
 import orjson
@@ -206,8 +208,19 @@ class Metrics:
 
     @staticmethod
     def _close(server) -> None:
-        server.shutdown()
+        """Stop ``server`` without holding the proxy's loop: its port is free when this returns.
+
+        ``shutdown()`` waits until ``serve_forever`` polls again (every 0.5 s), which on the loop
+        would stall every stream in flight: it finishes on a thread. The listening socket closes
+        here, so a new server can bind the same port at once; a plain close would not free it
+        while the serving thread's poll still holds the socket, but a shutdown of it stops the
+        listening at once."""
+        try:
+            server.socket.shutdown(socket.SHUT_RDWR)
+        except OSError:  # some systems refuse it on a listening socket: the close still stops it, once the poll lets go
+            pass
         server.server_close()
+        threading.Thread(target=server.shutdown, name="streamtap metrics close", daemon=True).start()
 
     def turn_finished(self, flow, summary: dict[str, Any]) -> None:
         # the analysis named the model (the answer's, else the request's); only a flow it never

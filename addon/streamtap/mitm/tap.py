@@ -78,7 +78,7 @@ def flow_comment(s: dict[str, Any]) -> str:
     if s["stream_end"] != StreamEnd.FINISHED:
         comment += f" [{s['stream_end']}]"
     if s["errors"]:
-        comment += f" (streamtap error: {s['errors'][0]})"
+        comment += f" (streamtap error: {terminal_safe(s['errors'][0], one_line=True)})"  # it may quote the traffic
     return comment
 
 
