@@ -20,6 +20,7 @@ import pytest
 
 import provider_streams as streams
 from test_metrics import scrape, value
+from test_metrics_runtime import SETTER
 from upstream import CHAT, Mitmdump, Script, Upstream, curl, free_ports
 
 HOSTILE_CODING = "x\x1b]0;PWNED\x07\x1b[31mRED\x1b[0m\x08\x08\x08\rstreamtap: openai-chat gpt-4o complete"
@@ -37,24 +38,6 @@ def update(flows):
                 out.write(json.dumps(flow.comment) + "\\n")
 '''
 
-# sets streamtap_metrics from a request, as mitmweb's options page or the console's `set` do
-SETTER = '''
-from mitmproxy import ctx, exceptions, http
-
-
-class SetMetrics:
-    def request(self, flow):
-        if flow.request.path.startswith("/__set"):
-            try:
-                ctx.options.update(streamtap_metrics=flow.request.query.get("to", ""))
-                said = "set"
-            except exceptions.OptionsError as exc:
-                said = f"refused: {exc}"
-            flow.response = http.Response.make(200, f"{said}\\n{ctx.options.streamtap_metrics}".encode())
-
-
-addons = [SetMetrics()]
-'''
 
 
 def wait_for_comment(path, timeout: float = 10) -> str:

@@ -11,12 +11,11 @@ Copilot rewrites every id on every event)."""
 
 from __future__ import annotations
 
-import httpx
-import openai
 import orjson
 import pytest
 from conftest import shared_path
 from provider_streams import chunk_lines, frame_responses
+from test_verdict_responses_identity import sdk_final
 
 from streamtap.providers import BlockKind, Dialect, StreamSession, VerdictKind, analyze_bytes
 
@@ -41,20 +40,6 @@ def one_item(added: dict, done: dict, final: list | None = None) -> bytes:
             + ev("response.completed", response=response("completed", [done] if final is None else final)))
 
 
-def sdk_final(body: bytes):
-    """What the openai SDK's stream helper hands the app, or the exception it raises."""
-    def upstream(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
-
-    client = openai.OpenAI(api_key="sk-test", base_url="http://127.0.0.1:9/v1", max_retries=0,
-                           http_client=httpx.Client(transport=httpx.MockTransport(upstream)))
-    try:
-        with client.responses.stream(model="m", input="hi") as stream:
-            for _ in stream:
-                pass
-            return stream.get_final_response()
-    except Exception as exc:  # noqa: BLE001 - what the app would get instead of an answer
-        return exc
 
 
 def sdk_client_calls(final) -> list[tuple]:
