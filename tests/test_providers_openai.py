@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import openai
 import orjson
@@ -504,6 +506,50 @@ def test_constructed_responses_corruptions():
     assert analysis.verdict.kind is L and analysis.turn.tool_calls()[0].arguments_raw == '{"a":'
     # the same stream cut before the terminal event is a cut, not corruption
     assert analyze_bytes(responses_stream(*base), RESPONSES).verdict.kind is T
+
+
+def _numbers_taken_off(body: bytes, events: int) -> bytes:
+    """``body`` with the sequence_number taken off its first ``events`` events."""
+    parts = body.split(b"\n\n")
+    for i in range(events):
+        parts[i] = re.sub(rb'"sequence_number":\d+,', b"", parts[i])
+    return b"\n\n".join(parts)
+
+
+def test_numbering_that_begins_after_unnumbered_events_must_begin_at_their_count():
+    done = [{"type": "response.output_text.done", "item_id": "msg_1", "output_index": 0, "content_index": 0, "text": "Hi"},
+            {"type": "response.content_part.done", "item_id": "msg_1", "output_index": 0, "content_index": 0,
+             "part": {"type": "output_text", "text": "Hi"}},
+            {"type": "response.output_item.done", "output_index": 0,
+             "item": {"id": "msg_1", "type": "message", "status": "completed", "role": "assistant",
+                      "content": [{"type": "output_text", "text": "Hi"}]}},
+            {"type": "response.completed", "response": {"id": "resp_1", "status": "completed", "output": None}}]
+    whole = responses_stream(*message_events(["Hi"]), *done)
+    assert analyze_bytes(whole, RESPONSES).verdict.kind is C
+    # the first two events unnumbered, the third says 2: where it stands, nothing lost
+    assert analyze_bytes(_numbers_taken_off(whole, 2), RESPONSES).verdict.kind is C
+    # the third event dropped: the fourth says 3 after two events
+    events = whole.split(b"\n\n")
+    lost = _numbers_taken_off(b"\n\n".join(events[:2] + events[3:]), 2)
+    verdict = analyze_bytes(lost, RESPONSES).verdict
+    assert verdict.kind is X and "sequence_number begins at 3 after 2 event(s) without one" in verdict.reason
+    assert verdict.evidence["unnumbered"] == 2
+
+
+def test_a_stitch_joined_inside_an_event_is_not_taken_for_rotating_ids():
+    """A cut inside an event of one answer (no numbers), then the inside of another answer's
+    event (numbered) that happens to leave a line that parses: the garbled id is no rotation."""
+    folder = ("fixtures", "pydantic-ai", "bodies", "openai-responses")
+    head = shared_path(*folder, "test_openai_responses_stream.0.sse").read_bytes()
+    tail = shared_path(*folder, "test_openai_responses_streaming_usage.0.sse").read_bytes()
+    assert analyze_bytes(head, RESPONSES).verdict.kind is C and analyze_bytes(tail, RESPONSES).verdict.kind is C
+    cut = head.index(b'"type":"response.in_progress"')
+    cut = head.index(b'"id":"resp_', cut) + 20  # inside the in_progress id
+    done = tail.index(b"event: response.output_item.done")
+    join = tail.index(b'"encrypted_content":"', done) + 40  # inside the done reasoning item's encrypted content
+    stitched = head[:cut] + tail[join:]
+    verdict = analyze_bytes(stitched, RESPONSES).verdict
+    assert verdict.kind is not C, verdict.reason
 
 
 # ---------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Blocks are keyed by ``output_index`` (item ids rotate behind some gateways) and the
 part's own index; a delta for an item or part that was never announced is corrupt,
-as is a gap or step back in ``sequence_number``. The terminal event decides:
+as is a gap or step back in ``sequence_number``, or numbering that begins, after events
+without one, anywhere but at their count. The terminal event decides:
 ``response.completed`` / ``response.incomplete`` (by ``incomplete_details.reason``) /
 ``response.failed``; an ``error`` event makes the turn errored, as does any payload with a
 truthy top-level ``error`` (the openai SDK raises ``APIError`` on it, whatever the event).
@@ -137,6 +138,7 @@ class Assembler(AssemblerBase):
     def __init__(self, wire: str | None = None) -> None:
         super().__init__(wire)
         self._sequence: int | None = None
+        self._unnumbered = 0  # events before the first sequence_number: the number it must then say
         self._items: dict[int, dict[str, Any]] = {}  # output_index -> item from output_item.added/done
         self._item_index: dict[str, int] = {}  # item id -> output_index
         self._open_items: set[int] = set()  # added, not yet done
@@ -208,8 +210,16 @@ class Assembler(AssemblerBase):
     def _check_sequence(self, obj: dict[str, Any], event: WireEvent) -> None:
         number = as_int(obj.get("sequence_number"))
         if number is None:
+            if self._sequence is None:
+                self._unnumbered += 1
             return
         previous, self._sequence = self._sequence, number
+        if previous is None and self._unnumbered and number != self._unnumbered:
+            # a server numbers every event or none: numbering that begins after unnumbered ones
+            # says where this event stands, and events between are lost or another answer's
+            self.corrupt(f"sequence_number begins at {number} after {self._unnumbered} event(s) without one: "
+                         "the events between are lost, or these are another answer's", event, unnumbered=self._unnumbered)
+            return
         if previous is None or number == previous + 1:
             return
         if number <= previous:
