@@ -120,7 +120,7 @@ def test_a_recording_the_readers_take_is_never_written_over(tmp_path):
     assert streamtap("verify", spaced).returncode == 0  # a recording to the readers
     headless = tmp_path / "20261130T000000.000Z_openai-chat_complete_abcdefabcdef.jsonl"
     headless.write_text("\n".join(lines[1:]) + "\n")
-    assert "header line is missing" in streamtap("report", headless).stderr
+    assert "header line is missing" in streamtap("report", headless).stdout  # listed as damaged
     for recording in (spaced, headless):
         before = recording.read_bytes()
         got = streamtap("report", "--html", recording, RECORDINGS / "anthropic.jsonl")

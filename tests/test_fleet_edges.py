@@ -163,7 +163,7 @@ def test_the_html_page_never_says_every_turn_is_complete_when_none_was_judged(tm
     assert "No turn was judged" in page.read_text() and "is complete." not in page.read_text()
     recording(tmp_path / "recs", "good.jsonl")
     assert streamtap("report", "--html", page, tmp_path / "recs").returncode == 1
-    assert "Every judged turn is complete." in page.read_text()
+    assert "Every judged turn is complete, but not every recording was judged: 1 recording(s) read were not judged" in page.read_text()
 
 
 def test_a_recording_cut_inside_its_header_is_listed_as_incomplete_as_verify_says(tmp_path):

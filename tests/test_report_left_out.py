@@ -178,11 +178,14 @@ def test_file_names_in_a_folder_reach_stderr_escaped(tmp_path):
         no_raw_escapes(got)
 
 
-def test_a_recordings_own_header_text_in_an_error_reaches_stderr_escaped(tmp_path):
+def test_a_recordings_own_header_text_in_its_problem_is_written_escaped(tmp_path):
     newer = recording(tmp_path, "fmt.jsonl", header={"format": f"streamtap-recording/9{ESCAPES}"})
-    for got in (streamtap("report", newer), streamtap("index", newer, "--out", tmp_path / "idx")):
-        assert got.returncode == 2 and got.stderr.count("\n") == 1, got.stderr
-        no_raw_escapes(got)
+    listed = streamtap("report", newer)  # a damaged recording: listed, not complete
+    assert listed.returncode == 1 and "Traceback" not in listed.stderr, listed.stderr
+    assert "\x1b" not in listed.stdout and "\x07" not in listed.stdout, repr(listed.stdout)
+    assert "\\x1b[2J\\x1b]0;PWNED\\x07" in listed.stdout, listed.stdout  # written as verify writes it
+    indexed = streamtap("index", newer, "--out", tmp_path / "idx")  # an index holds it; it judges nothing
+    assert indexed.returncode == 0 and "\x1b" not in indexed.stdout + indexed.stderr, indexed
 
 
 def test_an_out_path_with_a_backslash_is_refused_before_anything_is_made(tmp_path):

@@ -93,7 +93,7 @@ def _index(args: argparse.Namespace) -> int:
         loaded = fleet.Loaded()
         try:
             rows = fleet.read_rows(found, skip=known, loaded=loaded)
-        except (RecordingError, OSError) as exc:  # a named file that is not a recording or is damaged
+        except (RecordingError, OSError) as exc:  # a named file that is not a recording (a damaged one is a row)
             raise UsageError(str(exc)) from None
         warn(loaded, "index")
         if not (rows or loaded.unreadable or loaded.busy or any(str(item.path) in known for item in found)):

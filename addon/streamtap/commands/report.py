@@ -36,7 +36,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", type=named_path, metavar="PATH", help="recordings, folders of recordings, or index folders")
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print the whole report as one JSON object (its \"verdicts\" maps each verdict to its count)")
-    output.add_argument("--csv", action="store_true", help="print one CSV row per day, provider and model: verdict counts, rates, TTFT and duration quantiles")
+    output.add_argument("--csv", action="store_true", help="print one CSV row per day, provider and model: verdict counts, recordings not judged, rates, TTFT and duration quantiles")
     parser.add_argument("--html", type=named_path, metavar="FILE", help="also write a self-contained HTML page with charts (no scripts, no external files)")
     parser.add_argument("--limit", type=int, default=20, metavar="N", help="incomplete recordings listed in the table (default 20; --json lists all)")
 
@@ -72,7 +72,7 @@ def load(con, paths: list[str], verb: str = "report", loaded=None) -> int:
     loaded = loaded if loaded is not None else fleet.Loaded()
     try:
         rows = fleet.read_rows(find_recordings(others), skip=indexed, loaded=loaded)
-    except (RecordingError, OSError) as exc:  # a missing file, or a named file that is not a recording or is damaged
+    except (RecordingError, OSError) as exc:  # a missing file, or a named file that is not a recording
         raise UsageError(str(exc)) from None
     warn(loaded, verb)
     filled = [Path(d) for d in indexes if fleet.index_files(Path(d))]  # an empty index has no file to select from
@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_out(json_for_stdout(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()) + "\n")
     elif args.csv:
-        write_csv(data, sys.stdout)
+        write_csv(data, sys.stdout, for_terminal=sys.stdout.isatty())
     else:
         write_out(terminal_safe(render_table(data, args.limit)))  # a model name with a newline keeps its row
     # every recording whole and judged complete: a damaged, cut or unjudged one is not, nor is
@@ -210,6 +210,7 @@ def _group_rows(groups: list[dict[str, Any]], keys: list[str]) -> list[list[Any]
             g["recordings"],
             g["verdicts"].get("complete", 0),
             sum(n for kind, n in g["verdicts"].items() if kind != "complete"),
+            g["not_judged"],
             _percent(g["not_complete_rate"]),
             _ms(g["ttft_ms"]["p50"]),
             _ms(g["ttft_ms"]["p95"]),
@@ -222,7 +223,8 @@ def _group_rows(groups: list[dict[str, Any]], keys: list[str]) -> list[list[Any]
     ]
 
 
-GROUP_HEADERS = ["recordings", "complete", "not complete", "rate", "ttft p50", "p95", "p99", "duration p50", "p95", "p99"]
+# "not judged": cut, damaged or without a verdict; "rate": of the judged turns, those not complete
+GROUP_HEADERS = ["recordings", "complete", "not complete", "not judged", "rate", "ttft p50", "p95", "p99", "duration p50", "p95", "p99"]
 
 
 def render_table(data: dict[str, Any], limit: int) -> str:
@@ -270,20 +272,26 @@ def verdict_and_why(item: dict[str, Any]) -> tuple[str, str]:
 # --- CSV ---------------------------------------------------------------------------------------
 
 
-def write_csv(data: dict[str, Any], stream) -> None:
+def write_csv(data: dict[str, Any], stream, for_terminal: bool = False) -> None:
+    """One row per day, provider and model. Recorded text (a model name) is written exact, as
+    data, unless ``for_terminal``: CSV has no escapes of its own, so on a terminal what it would
+    act on (ESC, BEL) is written as the table writes it."""
     from streamtap.recording.fleet import VERDICT_ORDER
+
+    def text(value: str) -> str:
+        return terminal_safe(value) if for_terminal else value
 
     kinds = list(dict.fromkeys([*VERDICT_ORDER, *data["verdicts"]]))
     # RFC 4180's CRLF: the writer quotes a field holding any character of the line end, so with LF
     # alone a model name holding a bare CR went out unquoted and split its row in every reader
     writer = csv.writer(stream, lineterminator="\r\n")
     writer.writerow(
-        ["day", "provider", "model", "recordings", *kinds, "not_complete_rate", "incomplete_files",
+        ["day", "provider", "model", "recordings", *kinds, "not_judged", "not_complete_rate", "incomplete_files",
          "ttft_ms_p50", "ttft_ms_p95", "ttft_ms_p99", "duration_ms_p50", "duration_ms_p95", "duration_ms_p99"]
     )
     for g in data["by_day_provider_model"]:
         writer.writerow(
-            [g["day"], g["provider"], g["model"] or "", g["recordings"], *(g["verdicts"].get(k, 0) for k in kinds),
-             "" if g["not_complete_rate"] is None else g["not_complete_rate"], g["incomplete_files"],
+            [g["day"], text(g["provider"]), text(g["model"] or ""), g["recordings"], *(g["verdicts"].get(k, 0) for k in kinds),
+             g["not_judged"], "" if g["not_complete_rate"] is None else g["not_complete_rate"], g["incomplete_files"],
              *("" if v is None else v for v in g["ttft_ms"].values()), *("" if v is None else v for v in g["duration_ms"].values())]
         )

@@ -136,10 +136,10 @@ def _ms(value: float | None) -> str:
 
 def _groups(groups: list[dict[str, Any]], keys: list[str]) -> str:
     return _rows(
-        [" ".join(keys), "recordings", "complete", "not complete", "rate", "ttft p50", "p95", "p99", "duration p50", "p95", "p99"],
+        [" ".join(keys), "recordings", "complete", "not complete", "not judged", "rate", "ttft p50", "p95", "p99", "duration p50", "p95", "p99"],
         [
             [" ".join(str(g[k]) if g[k] is not None else "-" for k in keys), g["recordings"], g["verdicts"].get("complete", 0),
-             sum(n for k, n in g["verdicts"].items() if k != "complete"), _pct(g["not_complete_rate"]),
+             sum(n for k, n in g["verdicts"].items() if k != "complete"), g["not_judged"], _pct(g["not_complete_rate"]),
              *(_ms(v) for v in g["ttft_ms"].values()), *(_ms(v) for v in g["duration_ms"].values())]
             for g in groups
         ],
@@ -170,6 +170,19 @@ def _left_out_section(left_out: dict[str, dict[str, Any]]) -> str:
     return "".join(parts)
 
 
+def _all_judged_complete(not_judged: int, not_counted: str) -> str:
+    """That every judged turn is complete, never alone when some recordings were not judged: those
+    read but cut, damaged or without a verdict, and those left out."""
+    unjudged = []
+    if not_judged:
+        unjudged.append(f"{not_judged} recording(s) read were not judged (cut, damaged or without a verdict: listed under Not complete)")
+    if not_counted:
+        unjudged.append(f"left out {not_counted}")
+    if not unjudged:
+        return "Every judged turn is complete."
+    return f"Every judged turn is complete, but not every recording was judged: {'; '.join(unjudged)}."
+
+
 def render_html(data: dict[str, Any], bucket: str, series: list[dict[str, Any]], ttft: list[tuple[str, float]]) -> str:
     providers = [g["provider"] for g in data["by_provider"]]
     verdicts_seen = list(dict.fromkeys(item["verdict"] for item in series))
@@ -183,10 +196,8 @@ def render_html(data: dict[str, Any], bucket: str, series: list[dict[str, Any]],
     more = f"<p>… and {len(incomplete) - LISTED} more (streamtap report --json lists all).</p>" if len(incomplete) > LISTED else ""
     judged = sum(data["verdicts"].values())
     not_counted = left_out_summary(data)
-    # never "every turn is complete" alone when recordings were left out: theirs are not judged
     no_reasons = ("<p>No turn was judged: no recording holds a verdict.</p>" if not judged
-                  else f"<p>Every judged turn is complete, but not every recording was judged: left out {escape(not_counted)}.</p>" if not_counted
-                  else "<p>Every judged turn is complete.</p>")
+                  else f"<p>{escape(_all_judged_complete(data['recordings'] - judged, not_counted))}</p>")
     left_out_line = f'<p class="left-out">Left out: {escape(not_counted)} (listed below).</p>' if not_counted else ""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>streamtap report</title><style>{STYLE}</style></head><body>

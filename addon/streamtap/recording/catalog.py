@@ -8,6 +8,7 @@ is the command that rechecks the frames against it.
 
 from __future__ import annotations
 
+import calendar
 import fcntl
 import io
 import math
@@ -28,13 +29,20 @@ import zstandard
 from streamtap.providers.model import model_of
 
 from .compress import SUFFIX, decompress_checked, is_compressed
-from .reader import CONVERTED, FORMAT_MARK, STREAM_ENDS, VERDICT_KINDS, HeaderCut, header_damage, one_of
+from .reader import CONVERTED, FORMAT_MARK, STREAM_ENDS, VERDICT_KINDS, HeaderCut, check_end, counted, header_damage, one_of
 from .writer import FORMAT, PARTIAL_SUFFIX, RecordingError
 
 RECORDING_SUFFIXES = (".jsonl", ".jsonl" + SUFFIX)
 # How a finished recording is named (writer.final_name, plus .zst when compressed): stamp, provider,
 # verdict and flow id, none of which holds "_". A file so named is a recording even when cut in its header.
 FINAL_NAME = re.compile(r"\d{8}T\d{6}\.\d{3}Z_[^_/]+_[^_/]+_[^_/]+\.jsonl(\.zst)?\Z")
+# What every name the proxy and `streamtap import` give begins with (writer.partial_name and
+# final_name): the UTC start (writer.stamp) and the provider
+NAME_START = re.compile(r"(\d{8}T\d{6})\.(\d{3})Z_([^_/]+)_")
+# The provider of a recording whose header names a provider outside ASCII (only a hand-made one
+# does: the proxy writes dialect names). DuckDB's partition folder percent-encodes each UTF-8
+# byte, which Spark and Hive read back as one character each: every engine reads this instead.
+OTHER_PROVIDER = "other"
 NEVER_RENAMED = ("never finished: its end line is there, but its writer stopped before renaming it "
                  "from .partial (it may not have reached the disk)")
 HEAD_BLOCK = 32 * 1024  # most recordings fit whole: one read
@@ -198,6 +206,20 @@ def is_recording(path: Path, first_line: bytes) -> bool:
     (its header or a damaged one, both carrying the format's mark, or the line that followed a
     lost header)."""
     return recording_name(path) or header_damage(first_line) is not None or first_line.startswith(_HEADER_START)
+
+
+def name_start(path: Path) -> tuple[float, str] | None:
+    """The UTC start and the provider a recording's name holds when the proxy or ``streamtap
+    import`` named it, else None: what dates and files a recording whose header cannot say (a
+    killed proxy's leftover, a damaged one), rather than the day it was copied."""
+    match = NAME_START.match(path.name) if recording_name(path) else None
+    if match is None:
+        return None
+    try:
+        when = calendar.timegm(time.strptime(match[1], "%Y%m%dT%H%M%S")) + int(match[2]) / 1000
+    except (ValueError, OverflowError):  # digits that are no date: a name that only looks like one
+        return None
+    return (when, match[3]) if 0 <= when <= LAST_START else None
 
 
 def is_partial(path: Path) -> bool:
@@ -378,19 +400,21 @@ def recording_row(path: Path) -> dict[str, Any]:
         host, url_path = parts.hostname, parts.path
     except ValueError:
         host, url_path = None, None
+    named = name_start(path)
     started = _number(header.get("started")) or _number(header.get("request_started"))
     if started is None:
-        started = path.stat().st_mtime
+        started = named[0] if named else path.stat().st_mtime
     events = _number(end.get("events"))
     if events is None:
         events = _number(end.get("frames"))
     if not 0 <= started <= LAST_START:
         raise RecordingError(f"its start time {started} is not seconds since 1970 (at most year 9999)")
     _check_names(verdict, end)
+    _check_end_line(end)
     row = {
         "started": started,
         "day": _day(started),
-        "provider": _text(header.get("dialect")) or "unknown",
+        "provider": _provider(_text(header.get("dialect")) or (named[1] if named else None)),
         "model": model_of(_text(turn.get("model")), url, request.get("body")),
         "verdict": _text(verdict.get("kind")),
         "reason": _text(verdict.get("reason")),
@@ -437,6 +461,34 @@ def _check_names(verdict: dict[str, Any], end: dict[str, Any]) -> None:
         raise RecordingError(f"its end line's {exc}") from None
 
 
+USAGE_COUNTS = ("input", "output", "cache_read", "cache_write", "reasoning")  # the turn's usage the row takes
+
+
+def _check_end_line(end: dict[str, Any]) -> None:
+    """The end line's fields as ``verify`` checks them (counts and sizes never negative, times
+    never negative, a number where the format has one), and the usage counts the row takes: a
+    line that breaks them is damaged, its values no figures to count. A cut recording has none."""
+    if not end:
+        return
+    try:
+        check_end(end)
+    except ValueError as exc:
+        raise RecordingError(f"its end line's {exc}") from None
+    usage = end["turn"].get("usage") if isinstance(end.get("turn"), dict) else None
+    try:
+        for name in USAGE_COUNTS if isinstance(usage, dict) else ():
+            counted(usage, name)
+    except ValueError as exc:
+        raise RecordingError(f"its end line's usage {exc}") from None
+
+
+def _provider(name: str | None) -> str:
+    """The provider as every engine reads the index's partition folder (OTHER_PROVIDER)."""
+    if not name:
+        return "unknown"
+    return name if name.isascii() else OTHER_PROVIDER
+
+
 def _check_values(row: dict[str, Any]) -> None:
     """Every value fits its column's type, so one damaged recording cannot fail a whole report
     or index in the engine's cast; integral floats become ints."""
@@ -459,15 +511,19 @@ def _check_values(row: dict[str, Any]) -> None:
 
 def damaged_row(path: Path, problem: str) -> dict[str, Any]:
     """The row of a recording that cannot be read as one (cut before its header was whole, a
-    newer format, values out of range): counted, listed with its problem, never judged."""
+    newer format, values out of range): counted, listed with its problem, never judged. Dated and
+    filed by its name when the proxy named it, else by its last change."""
     try:
         info = path.stat()
         started, size = info.st_mtime, info.st_size
     except OSError:
         started, size = 0.0, None
+    named = name_start(path)
+    if named:
+        started = named[0]
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
     row.update(
-        started=started, day=_day(started), provider="unknown",
+        started=started, day=_day(started), provider=_provider(named[1] if named else None),
         path=str(path), file_complete=False, problem=problem, recording_bytes=size,
     )  # fmt: skip
     return row

@@ -78,10 +78,11 @@ class Loaded:
 def read_rows(found: Iterable[Found], *, skip: set[str] = frozenset(), loaded: Loaded | None = None) -> list[dict[str, Any]]:
     """The rows of the recordings found, leaving out paths in ``skip`` and files being written.
 
-    A named file that is not a recording, or is damaged, raises. In a folder, one that is not a
-    recording (or cannot be read, or has a name that is not UTF-8) is skipped and noted; a damaged
-    recording is a row that says what is wrong with it (listed, counted as not complete); one
-    named as a recording that cannot be read is noted as unreadable (its verdict is unknown)."""
+    A named file that is not a recording (or cannot be read) raises. In a folder, one that is not
+    a recording (or cannot be read, or has a name that is not UTF-8) is skipped and noted; one
+    named as a recording that cannot be read is noted as unreadable (its verdict is unknown). A
+    damaged recording, named or found, is a row that says what is wrong with it (listed, counted
+    as not complete)."""
     loaded = loaded if loaded is not None else Loaded()
     rows = []
     seen = set(skip)  # a file given twice (by name and in its folder) is one recording
@@ -121,8 +122,8 @@ def read_rows(found: Iterable[Found], *, skip: set[str] = frozenset(), loaded: L
                 continue
             loaded.skipped.append(f"{item.path}: {exc.strerror or exc}" if isinstance(exc, OSError) else f"{item.path}: {exc}")
         except RecordingError as exc:
-            if item.named:
-                raise RecordingError(f"{item.path}: {exc}") from None
+            # a damaged recording (its name or first line says it is one) is listed, named or
+            # found: one bad file in a shell glob of thousands must not cost the rest their report
             rows.append(damaged_row(item.path, str(exc) if isinstance(exc, HeaderCut) else f"damaged: {exc}"))
     loaded.rows += len(rows)
     return rows
@@ -385,6 +386,8 @@ def _breakdown(con, keys: list[str]) -> list[dict[str, Any]]:
                 "verdicts": counts,
                 "rates": {kind: round(n / judged, 4) for kind, n in counts.items()} if judged else {},
                 "not_complete_rate": round(1 - counts.get("complete", 0) / judged, 4) if judged else None,
+                # cut, damaged or without a verdict: with the verdict counts, every recording of the group
+                "not_judged": recordings - judged,
                 "incomplete_files": incomplete_files,
                 "ttft_ms": _quantiles(ttft),
                 "duration_ms": _quantiles(duration),

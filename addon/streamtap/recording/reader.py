@@ -138,7 +138,7 @@ def _typed(record: dict[str, Any], name: str, kind: type | tuple[type, ...], *, 
     return value
 
 
-def _counted(record: dict[str, Any], name: str, *, required: bool = False) -> int | None:
+def counted(record: dict[str, Any], name: str, *, required: bool = False) -> int | None:
     """A count or position: an integer, never negative."""
     value = _typed(record, name, int, required=required)
     if value is not None and value < 0:
@@ -189,7 +189,7 @@ def _check_header(record: dict[str, Any]) -> None:
         _typed(record, name, str)
     for name in ("started", "request_started"):
         _typed(record, name, (int, float))
-    if _counted(record, "max_event_size") == 0:
+    if counted(record, "max_event_size") == 0:
         raise ValueError("'max_event_size' is 0, not a size")
     request, response = record.get("request") or {}, record.get("response") or {}
     status = _typed(response, "status", int)
@@ -207,13 +207,13 @@ def _check_header(record: dict[str, Any]) -> None:
 
 
 def _segment(record: dict[str, Any], kind: str, number: int) -> Frame:
-    seq = _counted(record, "seq", required=kind == "frame")
-    offset = _counted(record, "offset", required=True)
+    seq = counted(record, "seq", required=kind == "frame")
+    offset = counted(record, "offset", required=True)
     if ("raw" in record) == ("raw_b64" in record):
         raise ValueError("a body line holds its bytes in exactly one of 'raw' and 'raw_b64'")
     raw = _typed(record, "raw", str, required=True).encode("utf-8") if "raw" in record else _b64(record, "raw_b64")
     t_ms = _time(record, "t")
-    length = _counted(record, "len", required=True)
+    length = counted(record, "len", required=True)
     if length != len(raw):
         raise ValueError(f"'len' is {length}, but the line holds {len(raw)} bytes")
     digest = _hex(record, "sum", _SUM, SUM_HEX, required=True)
@@ -251,20 +251,21 @@ def _check_note(record: dict[str, Any]) -> None:
     _time(record, "t")
 
 
-def _check_end(record: dict[str, Any]) -> None:
+def check_end(record: dict[str, Any]) -> None:
+    """An end line's fields as the format has them: raises ValueError naming the first that is not."""
     verdict = _typed(record, "verdict", dict)
     if verdict is not None:
         one_of(verdict, "kind", VERDICT_KINDS, required=True)
         _typed(verdict, "reason", str)
-        _counted(verdict, "seq")
-        _counted(verdict, "offset")
+        counted(verdict, "seq")
+        counted(verdict, "offset")
     _typed(record, "turn", dict)
     one_of(record, "stream_end", STREAM_ENDS)
     _typed(record, "error", str)
     _typed(record, "streamtap_errors", list)
     for name in ("frames", "bytes", "wire_bytes"):
-        _counted(record, name, required=True)
-    _counted(record, "events")  # (what metrics and the index count: absent when analysis did not run, or in an old file)
+        counted(record, name, required=True)
+    counted(record, "events")  # (what metrics and the index count: absent when analysis did not run, or in an old file)
     _hex(record, "sha256", _SHA256, 64, required=True)
     _hex(record, "wire_sha256", _SHA256, 64, required=True)
     for name in ("duration_ms", "ttft_ms"):
@@ -413,7 +414,7 @@ class RecordingLines:
                     _check_note(record)
                     item = record
                 elif kind == "end":
-                    _check_end(record)
+                    check_end(record)
                     self.end, item = record, None
                 elif kind == "header":
                     raise ValueError("is a second header (a recording has one, on line 1)")
