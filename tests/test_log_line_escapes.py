@@ -47,3 +47,14 @@ def test_a_model_name_and_an_error_message_stay_inside_their_one_log_line(tmp_pa
         got = subprocess.run([str(STREAMTAP), verb, recording.path], capture_output=True, text=True, timeout=60)
         assert "\x1b" not in got.stdout and "\n[17:00:00.000]" not in got.stdout, got.stdout
         assert verb == "verify" or "model     gpt-4o\\n[17:00:00.000] streamtap" in got.stdout, got.stdout
+
+
+def test_an_exception_logged_for_a_flow_keeps_to_one_line_whatever_it_quotes():
+    """streamtap's own failures are logged with their message, which may quote the traffic
+    (a header, a line of the body): it gets one line, and no control reaches the terminal."""
+    from streamtap.cli import failure
+
+    quoted = ValueError("bad line: 'x\n[17:00:00.000] streamtap: forged complete\x1b]0;title\x07\u202e'")
+    line = failure(quoted)
+    assert line.startswith("ValueError: bad line: ") and line.isprintable(), repr(line)
+    assert "\\n[17:00:00.000]" in line and "\\x1b]0;title\\x07" in line and "\\u202e" in line

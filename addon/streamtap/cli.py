@@ -69,6 +69,11 @@ def terminal_safe(text: str, one_line: bool = False) -> str:
     return pattern.sub(lambda match: match[0].encode("unicode_escape").decode("ascii"), text)
 
 
+def failure(exc: BaseException) -> str:
+    """An exception for one line of a log: its message may quote the traffic that raised it."""
+    return terminal_safe(f"{type(exc).__name__}: {exc}", one_line=True)
+
+
 def named_path(value: str) -> str:
     """argparse type of a path the user names: an empty one, as an unset shell variable gives,
     would mean the current folder (searched, served or written over) without a word."""

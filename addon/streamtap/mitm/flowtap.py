@@ -17,7 +17,7 @@ from typing import Any
 
 from mitmproxy import http
 
-from streamtap.cli import terminal_safe
+from streamtap.cli import failure, terminal_safe
 from streamtap.mitm.flowspec import FlowSpec, described as _described
 from streamtap.providers import StreamEnd, StreamSession, VerdictKind
 from streamtap.recording import RecordingError, RecordingWriter, SpanNotKept, final_name
@@ -547,4 +547,4 @@ def _sync_recording(writer: RecordingWriter, flow_id: str) -> None:
     try:
         writer.sync_and_close()
     except Exception as exc:  # the end line is written; only its durability is in doubt
-        log.warning(f"streamtap: flow {flow_id[:8]}: recording sync failed: {type(exc).__name__}: {exc}")
+        log.warning(f"streamtap: flow {flow_id[:8]}: recording sync failed: {failure(exc)}")

@@ -28,6 +28,7 @@ from typing import Any
 
 from mitmproxy import ctx, exceptions, http
 
+from streamtap.cli import failure, terminal_safe
 from streamtap.mitm import option_checks
 from streamtap.providers.detect import wire_from_content_type
 from streamtap.recording.content import content_encoded, decoded_body
@@ -269,7 +270,7 @@ class Faults:
                 return
             live = LiveFaults(faults, *_wire_and_dialect(flow))
         except FaultSpecError as exc:
-            log.warning(f"streamtap: flow {flow.id[:12]}: fault not applied: {exc}")
+            log.warning(f"streamtap: flow {flow.id[:12]}: fault not applied: {terminal_safe(str(exc), one_line=True)}")
             return
         specs = "; ".join(f.spec for f in faults)
         encoding = flow.response.headers.get("content-encoding", "")
@@ -478,7 +479,7 @@ def _end_stream(flow: http.HTTPFlow, style: str, protocol: str) -> bool:
         layer.streams[stream.stream_id] = ender
         ender.drop_queued()
     except Exception as exc:
-        log.warning(f"streamtap: flow {flow.id[:12]}: cannot end the response at the cut ({type(exc).__name__}: {exc})")
+        log.warning(f"streamtap: flow {flow.id[:12]}: cannot end the response at the cut ({failure(exc)})")
         return False
     _run_soon(handler.server_event(events.Wakeup(wakeup)))
     return True

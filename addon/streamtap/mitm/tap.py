@@ -21,7 +21,7 @@ from typing import Any
 from mitmproxy import exceptions, flowfilter, http
 from mitmproxy.connection import ConnectionState
 
-from streamtap.cli import terminal_safe
+from streamtap.cli import failure, terminal_safe
 from streamtap.mitm import option_checks
 from streamtap.mitm.flow_commands import FlowCommands
 from streamtap.mitm.flowspec import FlowSpec
@@ -235,7 +235,7 @@ class Tap:
             else:
                 tap = FlowTap(FlowSpec.of(flow, settings["sentinel"], request), **settings)
         except Exception as exc:  # fail open: the flow goes on as mitmproxy would carry it
-            log.warning(f"streamtap: flow {flow.id[:12]}: cannot tap: {type(exc).__name__}: {exc}")
+            log.warning(f"streamtap: flow {flow.id[:12]}: cannot tap: {failure(exc)}")
             self._tell("tap_failed")
             return
         if workers is not None:
@@ -294,7 +294,7 @@ class Tap:
                 return
             summary = tap.finish(end, error, injected_fault(flow))
         except Exception as exc:
-            log.warning(f"streamtap: flow {flow.id[:12]}: cannot finish: {type(exc).__name__}: {exc}")
+            log.warning(f"streamtap: flow {flow.id[:12]}: cannot finish: {failure(exc)}")
             self._tell("tap_failed")
             return
         self._apply(flow, summary, shown_cut)
@@ -314,7 +314,7 @@ class Tap:
                 flow.comment += f" (body shown: its first {MAX_KEPT_BODY} bytes)"
             log.info(summary_line(summary))
         except Exception as exc:
-            log.warning(f"streamtap: flow {flow.id[:12]}: cannot finish: {type(exc).__name__}: {exc}")
+            log.warning(f"streamtap: flow {flow.id[:12]}: cannot finish: {failure(exc)}")
             self._tell("tap_failed")
             return
         self._tell("turn_finished", flow, summary)
@@ -346,7 +346,7 @@ class Tap:
 
             ctx.master.addons.trigger(UpdateHook(flows))
         except Exception as exc:
-            log.warning(f"streamtap: {len(flows)} flow(s): cannot show their verdicts: {type(exc).__name__}: {exc}")
+            log.warning(f"streamtap: {len(flows)} flow(s): cannot show their verdicts: {failure(exc)}")
 
     def _lost(self, remote: RemoteFlow, why: str) -> None:
         """A flow whose worker died (or never answered): judged unknown, and said so. The recording
@@ -376,7 +376,7 @@ class Tap:
             try:
                 getattr(observer, what)(*args)
             except Exception as exc:  # an observer's bug never reaches the traffic
-                log.warning(f"streamtap: {type(observer).__name__}.{what}: {type(exc).__name__}: {exc}")
+                log.warning(f"streamtap: {type(observer).__name__}.{what}: {failure(exc)}")
 
     def running(self) -> None:
         from mitmproxy import ctx
