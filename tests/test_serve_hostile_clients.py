@@ -351,3 +351,38 @@ def test_under_once_a_recording_taken_while_a_request_planned_is_not_served_twic
     assert status_of(quick) == 200
     assert statuses == [200, 404], statuses
     assert "already served" in server.served[1].refused
+
+
+def test_ctrl_c_stops_the_server_without_waiting_for_the_plans_being_made(recordings, tmp_path):
+    """Four requests each ask for a plan of 390,000 writes (different seeds: four plans, a few
+    seconds of work together); Ctrl-C while they are made stops the server at once."""
+    source = load_source(recordings / "big.jsonl")
+    started = time.monotonic()
+    plan(source, parse_faults("fragment:max=1"), Timing.parse("fast"))
+    planning = time.monotonic() - started
+    log = (tmp_path / "stderr").open("w+")
+    serve = subprocess.Popen([str(STREAMTAP), "serve", "--port", "0", "--fault-header", str(recordings)],
+                             stdout=subprocess.PIPE, stderr=log, text=True)
+    clients: list[socket.socket] = []
+    try:
+        host, port = serve.stdout.readline().strip().removeprefix("http://").split(":")
+        body = json.dumps(BIG_REQUEST).encode()
+        for seed in range(4):
+            sock = socket.create_connection((host, int(port)), timeout=5)
+            sock.sendall(request_bytes(body, headers=f"x-streamtap-fault: fragment:max=1,seed={seed}\r\nconnection: close\r\n"))
+            clients.append(sock)
+        time.sleep(min(planning / 2, 0.3))  # (the plans under way)
+        interrupted = time.monotonic()
+        serve.send_signal(signal.SIGINT)
+        serve.wait(timeout=30)
+        stopped = time.monotonic() - interrupted
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+        serve.communicate(timeout=10)
+        log.close()
+        for sock in clients:
+            sock.close()
+    stderr = (tmp_path / "stderr").read_text()
+    assert "Traceback" not in stderr, stderr
+    assert stopped < planning * 2, f"stopped {stopped:.2f} s after Ctrl-C; four plans take about {4 * planning:.2f} s"

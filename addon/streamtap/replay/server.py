@@ -329,7 +329,7 @@ class ReplayServer:
         if cached is not None:
             return cached[0]
         others = dict(self._others)  # (a copy: a fault header may add to it while the thread reads)
-        made, size = await asyncio.to_thread(_plan_and_size, source, faults, self.options.timing, others, start_after)
+        made, size = await _in_daemon_thread(_plan_and_size, source, faults, self.options.timing, others, start_after)
         if size <= PLANS_KEPT_BYTES and key not in self._plans:
             while self._plans and (len(self._plans) >= PLANS_KEPT or self._plans_bytes + size > PLANS_KEPT_BYTES):
                 self._plans_bytes -= self._plans.pop(next(iter(self._plans)))[1]
@@ -411,6 +411,32 @@ class ReplayServer:
             if sock is not None:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             writer.transport.abort()
+
+
+async def _in_daemon_thread(work: Callable[..., Any], *args: Any) -> Any:
+    """``work(*args)`` in a thread of its own that nothing waits for at exit: Ctrl-C stops the
+    server at once, not after the plans under way (asyncio.to_thread's pool is joined at exit)."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+
+    def settle(outcome: Callable[[Any], None], value: Any) -> None:
+        if not done.done():  # (the request was cancelled meanwhile)
+            outcome(value)
+
+    def run() -> None:
+        try:
+            result = work(*args)
+        except BaseException as exc:  # handed to the awaiting request, as to_thread does
+            outcome, value = done.set_exception, exc
+        else:
+            outcome, value = done.set_result, result
+        try:
+            loop.call_soon_threadsafe(settle, outcome, value)
+        except RuntimeError:  # the loop closed: the server stopped while this planned
+            pass
+
+    threading.Thread(target=run, name="streamtap-plan", daemon=True).start()
+    return await done
 
 
 def _plan_and_size(source: Source, faults: list[Fault], timing: Timing, others: dict[str, Source],
