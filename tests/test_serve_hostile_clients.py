@@ -386,3 +386,19 @@ def test_ctrl_c_stops_the_server_without_waiting_for_the_plans_being_made(record
     stderr = (tmp_path / "stderr").read_text()
     assert "Traceback" not in stderr, stderr
     assert stopped < planning * 2, f"stopped {stopped:.2f} s after Ctrl-C; four plans take about {4 * planning:.2f} s"
+
+
+def test_clients_that_ask_for_plans_and_hang_up_start_no_more_threads_than_the_limit(recordings):
+    body = json.dumps(BIG_REQUEST).encode()
+    clients = 8
+    assert server_module.PLANS_AT_ONCE < clients, "the test needs more clients than plans made at once"
+    most = 0
+    with running(recordings) as server:
+        for seed in range(clients):
+            with socket.create_connection(address(server), timeout=5) as sock:
+                sock.sendall(request_bytes(body, headers=f"x-streamtap-fault: fragment:max=1,seed={seed}\r\nconnection: close\r\n"))
+        deadline = time.monotonic() + 1
+        while time.monotonic() < deadline:
+            most = max(most, sum(thread.name == "streamtap-plan" for thread in threading.enumerate()))
+            time.sleep(0.01)
+        assert 1 <= most <= server_module.PLANS_AT_ONCE, f"{most} plans made at once"

@@ -51,6 +51,8 @@ SERVED_KEPT = 1000  # answered requests kept for logs and tests: a server inside
 PLANS_KEPT = 64
 PLANS_KEPT_BYTES = 128 * 1024 * 1024
 PLAN_WRITE_OVERHEAD = 100
+# Plans made at once (each a thread, and up to ~100 MB while made); others wait their turn
+PLANS_AT_ONCE = 4
 # Writes sent back to back before the stream lets the other clients in: drain() does not yield
 # while a client that keeps up keeps the buffer low, so a fragment:max=1 stream would hold the loop.
 WRITES_BETWEEN_YIELDS = 64
@@ -131,6 +133,7 @@ class ReplayServer:
         self._as_served: dict[int, Source] = {}  # id(recording) -> its body as served
         self._plans: dict[tuple, tuple[Plan, int]] = {}  # -> (plan, its size estimate in bytes)
         self._plans_bytes = 0
+        self._planning = asyncio.Semaphore(PLANS_AT_ONCE)
         self._restore_exception_handler: Callable[[], None] | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         # the connection handlers: a stream still waiting (original timing, a stall) when the server
@@ -329,7 +332,7 @@ class ReplayServer:
         if cached is not None:
             return cached[0]
         others = dict(self._others)  # (a copy: a fault header may add to it while the thread reads)
-        made, size = await _in_daemon_thread(_plan_and_size, source, faults, self.options.timing, others, start_after)
+        made, size = await _in_daemon_thread(self._planning, _plan_and_size, source, faults, self.options.timing, others, start_after)
         if size <= PLANS_KEPT_BYTES and key not in self._plans:
             while self._plans and (len(self._plans) >= PLANS_KEPT or self._plans_bytes + size > PLANS_KEPT_BYTES):
                 self._plans_bytes -= self._plans.pop(next(iter(self._plans)))[1]
@@ -413,13 +416,17 @@ class ReplayServer:
             writer.transport.abort()
 
 
-async def _in_daemon_thread(work: Callable[..., Any], *args: Any) -> Any:
+async def _in_daemon_thread(slots: asyncio.Semaphore, work: Callable[..., Any], *args: Any) -> Any:
     """``work(*args)`` in a thread of its own that nothing waits for at exit: Ctrl-C stops the
-    server at once, not after the plans under way (asyncio.to_thread's pool is joined at exit)."""
+    server at once, not after the plans under way (asyncio.to_thread's pool is joined at exit).
+    The thread holds one of ``slots`` until it ends, even when its request is gone meanwhile: a
+    client that asks and hangs up, again and again, starts no more threads than there are slots."""
+    await slots.acquire()
     loop = asyncio.get_running_loop()
     done = loop.create_future()
 
     def settle(outcome: Callable[[Any], None], value: Any) -> None:
+        slots.release()
         if not done.done():  # (the request was cancelled meanwhile)
             outcome(value)
 
@@ -435,7 +442,11 @@ async def _in_daemon_thread(work: Callable[..., Any], *args: Any) -> Any:
         except RuntimeError:  # the loop closed: the server stopped while this planned
             pass
 
-    threading.Thread(target=run, name="streamtap-plan", daemon=True).start()
+    try:
+        threading.Thread(target=run, name="streamtap-plan", daemon=True).start()
+    except BaseException:
+        slots.release()
+        raise
     return await done
 
 
