@@ -855,3 +855,55 @@ def test_a_llama_retry_whose_count_does_not_fall_is_still_told_by_its_prompt_cou
     for body in (stop_names_it, every_chunk):
         analysis = analyze_bytes(b"".join(map(chunk_frame, body)), Dialect.BEDROCK_INVOKE)
         assert analysis.verdict.kind is VerdictKind.COMPLETE and analysis.turn.text() == "The answer is 42.", analysis.verdict
+
+
+# -- answers joined that only their own counts and order tell apart --------------------------------
+def _frames_of(body: bytes) -> list[bytes]:
+    decoder = EventStreamDecoder()
+    return [body[m.start:m.end] for m in decoder.feed(body) + decoder.close()]
+
+
+def _with_metrics(events: list[dict], input_count: int) -> list[dict]:
+    *head, stop = events
+    return [*head, {**stop, "amazon-bedrock-invocationMetrics": {"inputTokenCount": input_count, "outputTokenCount": 2,
+                                                                 "invocationLatency": 9, "firstByteLatency": 4}}]
+
+
+def test_two_real_invocations_joined_mid_text_are_told_by_their_input_counts() -> None:
+    """The first answer's message_start counts 16 input tokens, the second answer's last chunk,
+    where Bedrock counts the invocation, 603: two invocations, whatever the text reads like."""
+    first = _frames_of((FIXTURES / "openllmetry/bodies/invoke_stream_anthropic_claude3.0.bin").read_bytes()
+                       if FIXTURES.is_dir() else pytest.skip(ABSENT))
+    second = _frames_of((FIXTURES / "otel-contrib/bodies/invoke_stream_tool_call__anthropic.claude.1.bin").read_bytes())
+    joined = b"".join(first[:8] + second[8:])
+    for chunk_size in (None, 1):
+        verdict = analyze_bytes(joined, Dialect.BEDROCK_INVOKE, chunk_size=chunk_size).verdict
+        assert verdict.kind is VerdictKind.UNKNOWN and "603 input tokens, message_start 16" in verdict.reason, verdict
+
+
+@pytest.mark.parametrize("counted, verdict", [(3, VerdictKind.COMPLETE), (3 + 40 + 7, VerdictKind.COMPLETE),
+                                              (4, VerdictKind.UNKNOWN), (3 + 40, VerdictKind.UNKNOWN)])
+def test_bedrock_counts_the_input_with_or_without_the_cached_tokens(counted: int, verdict: VerdictKind) -> None:
+    events = _with_metrics(_claude_answer("msg_A", "A."), counted)
+    events[0]["message"]["usage"].update(cache_read_input_tokens=40, cache_creation_input_tokens=7)
+    analysis = analyze_bytes(b"".join(map(chunk_frame, events)), Dialect.BEDROCK_INVOKE)
+    assert analysis.verdict.kind is verdict, analysis.verdict
+
+
+@pytest.mark.parametrize("after", [5, 1])
+def test_content_after_the_messages_metadata_is_another_answers(after: int) -> None:
+    """ConverseStream reports a message's usage after its content: a real answer's own metadata
+    frame moved among its text deltas leaves text that came after the report."""
+    path = FIXTURES / "pydantic-ai/bodies/bedrock/test_bedrock_model_stream.0.bin"
+    if not path.exists():
+        pytest.skip(ABSENT)
+    frames = _frames_of(path.read_bytes())
+    kinds = [EventStreamDecoder().feed(frame)[0].headers[":event-type"] for frame in frames]
+    assert kinds[-2:] == ["messageStop", "metadata"]
+    body = b"".join(frames[:after + 1] + frames[-1:] + frames[after + 1:-1])
+    for chunk_size in (None, 1):
+        verdict = analyze_bytes(body, Dialect.BEDROCK_CONVERSE, chunk_size=chunk_size).verdict
+        assert verdict.kind is VerdictKind.CORRUPT and "closed by metadata" in verdict.reason, verdict
+    # just before messageStop, with all the content before it, the order is one streamtap takes
+    tolerated = b"".join(frames[:-2] + frames[-1:] + frames[-2:-1])
+    assert analyze_bytes(tolerated, Dialect.BEDROCK_CONVERSE).verdict.kind is VerdictKind.COMPLETE

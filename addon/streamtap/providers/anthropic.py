@@ -399,6 +399,7 @@ class MessageBuilder:
         metrics = event.get("amazon-bedrock-invocationMetrics")
         if isinstance(metrics, dict):
             self.turn.usage.raw["amazon-bedrock-invocationMetrics"] = metrics
+            self._one_invocation(metrics, seq, offset)
         if self.open_blocks:
             raw = self.turn.stop_reason_raw
             open_indexes = sorted(self.open_blocks)
@@ -444,6 +445,22 @@ class MessageBuilder:
         if not self.judge.reopened("the message", what, seq, offset):
             self.judge.corrupt(f"{what} before message_start", seq, offset)
         return False
+
+    def _one_invocation(self, metrics: dict[str, Any], seq: int | None, offset: int | None) -> None:
+        """Bedrock counts the invocation's input tokens on its last chunk, the model counted them in
+        message_start, first: two counts that differ (cached tokens counted in or not) were made for
+        two invocations, whose chunks may have been joined. Output counts are not compared: Bedrock's
+        differs from the model's in real answers."""
+        usage = (self.message_start or {}).get("usage")
+        if not isinstance(usage, dict):
+            return
+        counted, started = as_int(metrics.get("inputTokenCount")), as_int(usage.get("input_tokens"))
+        if counted is None or started is None:
+            return
+        cached = sum(as_int(usage.get(key)) or 0 for key in ("cache_read_input_tokens", "cache_creation_input_tokens"))
+        if counted not in (started, started + cached):
+            self.judge.doubt(f"Bedrock's invocation metrics count {counted} input tokens, message_start {started}: "
+                             "the chunks may come from two invocations, one answer joined to another", seq, offset)
 
     def _usage(self, usage: dict[str, Any]) -> None:
         """Cumulative counts: overwrite the ones present, never sum."""

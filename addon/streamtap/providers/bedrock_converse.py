@@ -246,8 +246,14 @@ class ConverseBuilder:
         self.open_blocks.add(index)
         return previous
 
+    def _content_after_metadata(self, what: str, seq: int | None, offset: int | None) -> bool:
+        """True (and the stream is corrupt) when ``what`` came after the open message's metadata:
+        the usage report follows the message's content, so content after it is another answer's."""
+        return self.metadata_seen and self.judge.reopened("the message's content", what, seq, offset)
+
     def _block_start(self, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
-        if not self._in_message(seq, offset, "contentBlockStart"):
+        if not self._in_message(seq, offset, "contentBlockStart") or \
+                self._content_after_metadata("contentBlockStart", seq, offset):
             return
         index = body.get("contentBlockIndex")
         start = body.get("start")
@@ -286,7 +292,8 @@ class ConverseBuilder:
             self.judge.note(f"contentBlockStart {sorted(start)} kept as 'other' (index {index})")
 
     def _block_delta(self, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
-        if not self.open_message and not self._in_message(seq, offset, "contentBlockDelta"):
+        if not self.open_message and not self._in_message(seq, offset, "contentBlockDelta") or \
+                self._content_after_metadata("contentBlockDelta", seq, offset):
             return
         index = body.get("contentBlockIndex")
         delta = body.get("delta")
@@ -353,7 +360,8 @@ class ConverseBuilder:
                                index=index, delta=member, block_kind=kind.value)
 
     def _block_stop(self, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
-        if not self._in_message(seq, offset, "contentBlockStop"):
+        if not self._in_message(seq, offset, "contentBlockStop") or \
+                self._content_after_metadata("contentBlockStop", seq, offset):
             return
         index = body.get("contentBlockIndex")
         if not isinstance(index, int):
@@ -408,6 +416,8 @@ class ConverseBuilder:
         if self.judge.reopened("the metadata", "metadata", seq, offset):
             return
         self.judge.close("the metadata", "metadata", seq, offset)  # one usage report per message
+        if self.open_message:  # (before messageStop: only messageStop may follow)
+            self.judge.close("the message's content", "metadata", seq, offset)
         self.metadata_seen = True
         usage = body.get("usage")
         if isinstance(usage, dict):
