@@ -1,10 +1,12 @@
-"""Responses API: a message part streamed as one kind and finished as another is corrupt.
+"""Responses API: a content part whose own events disagree on its kind is corrupt.
 
 The openai SDK hands the app the finished item (``output_item.done``) and the terminal event's
 ``response.output``. A part whose deltas streamed ``output_text`` and that those call a ``refusal``
 (or the other way round) gives the app a refusal where the stream showed an answer, even with the
 same text: the deltas disagree with the final response. Built from the real Azure text capture
-(``../shared``), whose one message part is streamed as output_text.
+(``../shared``), whose one message part is streamed as output_text. The same holds between answer
+and reasoning: an ``output_text`` part in a reasoning item, a ``reasoning_text`` part in a message,
+a delta of another kind than its part, or a finished part of another kind (constructed streams).
 """
 
 from __future__ import annotations
@@ -108,3 +110,48 @@ def test_a_refusal_streamed_and_finished_as_a_refusal_stays_filtered():
     assert analysis.verdict.kind is VerdictKind.FILTERED, analysis.verdict
     assert analysis.turn.stop_reason == "refusal"
     assert [(b.kind, b.text) for b in analysis.turn.blocks] == [(BlockKind.REFUSAL, "Hello")]
+
+
+# -- reasoning and answer: the same rule, between a part's kind, its item's and its events' -----------
+
+def one_part_answer(item_type: str, part_added: str, delta: str, final_part: str, text: str = "The answer is 42") -> list[dict]:
+    """The events of a whole, gap-free Responses stream of one item and one content part, each stage naming its own kind."""
+    added = ({"id": "it_1", "type": "message", "status": "in_progress", "role": "assistant", "content": []}
+             if item_type == "message" else {"id": "it_1", "type": "reasoning", "summary": [], "content": []})
+    final = {**added, "status": "completed", "content": [{"type": final_part, "text": text}]}
+    at = {"item_id": "it_1", "output_index": 0, "content_index": 0}
+    response = {"id": "resp_1", "object": "response", "model": "gpt-test"}
+    return [{**event, "sequence_number": number} for number, event in enumerate([
+        {"type": "response.created", "response": {**response, "status": "in_progress", "output": []}},
+        {"type": "response.output_item.added", "output_index": 0, "item": added},
+        {"type": "response.content_part.added", **at, "part": {"type": part_added, "text": ""}},
+        {"type": f"response.{delta}.delta", **at, "delta": text},
+        {"type": f"response.{delta}.done", **at, "text": text},
+        {"type": "response.content_part.done", **at, "part": {"type": part_added, "text": text}},
+        {"type": "response.output_item.done", "output_index": 0, "item": final},
+        {"type": "response.completed", "response": {**response, "status": "completed", "output": [final]}},
+    ])]
+
+
+@pytest.mark.parametrize(("item_type", "part_added", "delta", "final_part", "found"), [
+    ("reasoning", "output_text", "output_text", "reasoning_text", "added as output_text, which a reasoning item does not hold"),
+    ("message", "reasoning_text", "reasoning_text", "output_text", "added as reasoning_text, which a message item does not hold"),
+    ("message", "reasoning_text", "output_text", "output_text", "added as reasoning_text, which a message item does not hold"),
+    ("message", "output_text", "reasoning_text", "output_text", "reasoning_text.delta for content part 0 of output item 0, which was added as output_text"),
+    ("message", "output_text", "refusal", "output_text", "refusal.delta for content part 0 of output item 0, which was added as output_text"),
+    ("message", "output_text", "output_text", "reasoning_text", "the part streamed as output_text and response.output_item.done gives it as reasoning_text"),
+    ("reasoning", "reasoning_text", "reasoning_text", "output_text", "the part streamed as reasoning_text and response.output_item.done gives it as output_text"),
+])
+def test_a_part_whose_kind_its_own_events_contradict_is_corrupt(item_type, part_added, delta, final_part, found):
+    """Reasoning streamed as the answer, or the answer as reasoning: the app gets one where the turn
+    would show the other (the SDK's stream helper fails on most of these)."""
+    verdict = judged(one_part_answer(item_type, part_added, delta, final_part)).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and found in verdict.reason, verdict
+
+
+@pytest.mark.parametrize(("item_type", "part", "kind"), [("message", "output_text", BlockKind.TEXT),
+                                                         ("reasoning", "reasoning_text", BlockKind.THINKING)])
+def test_a_part_whose_events_agree_on_its_kind_stays_complete(item_type, part, kind):
+    analysis = judged(one_part_answer(item_type, part, part, part))
+    assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
+    assert [(block.kind, block.text) for block in analysis.turn.blocks] == [(kind, "The answer is 42")]

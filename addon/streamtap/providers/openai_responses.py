@@ -86,8 +86,10 @@ FAMILIES = {"message": "message", "reasoning": "reasoning", "function_call": "ca
 # verdicts that say what the turn is (whole, or stopped or filtered whole): a replay must vouch for its item
 VOUCHED = (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT, VerdictKind.FILTERED)
 ROTATED = ": ids that rotate and another answer's events both look so, and the end of its text that the body holds cannot tell which"
-PART_KINDS = {"refusal": BlockKind.REFUSAL, "reasoning_text": BlockKind.THINKING}  # by a content part's type; else TEXT
-MESSAGE_PART_TYPES = {BlockKind.TEXT: "output_text", BlockKind.REFUSAL: "refusal"}  # a message part's type, by its kind
+# a content part's type, by its kind: output_text and refusal parts are a message's, reasoning_text a reasoning item's
+PART_TYPES = {BlockKind.TEXT: "output_text", BlockKind.REFUSAL: "refusal", BlockKind.THINKING: "reasoning_text"}
+ITEM_OF_PART = {"output_text": "message", "refusal": "message", "reasoning_text": "reasoning"}
+KIND_OF_PART = {part_type: kind for kind, part_type in PART_TYPES.items()}
 
 
 def _listed(parts: Any) -> int | None:
@@ -96,7 +98,12 @@ def _listed(parts: Any) -> int | None:
 
 
 def _part_kind(part: Any) -> BlockKind:
-    return PART_KINDS.get(as_str(as_dict(part).get("type")) or "", BlockKind.TEXT)
+    return _final_kind(as_dict(part), BlockKind.TEXT)
+
+
+def _final_kind(part: dict[str, Any], usual: BlockKind) -> BlockKind:
+    """The kind a finished content part gives itself; ``usual``, its item's, where its type is none of PART_TYPES."""
+    return KIND_OF_PART.get(as_str(part.get("type")) or "", usual)
 
 
 def _client_item(item: dict[str, Any]) -> bool:
@@ -633,14 +640,14 @@ class Assembler(AssemblerBase):
                 refusal = part.get("type") == "refusal"
                 final = part.get("refusal") if refusal else part.get("text")
                 if isinstance(final, str):
-                    pairs.append(((index, "content", ci), "text", final, BlockKind.REFUSAL if refusal else BlockKind.TEXT))
+                    pairs.append(((index, "content", ci), "text", final, _final_kind(part, BlockKind.TEXT)))
         elif kind == "reasoning":
             for si, part in enumerate(as_list(item.get("summary"))):
                 if isinstance(as_dict(part).get("text"), str):
                     pairs.append(((index, "summary", si), "text", part["text"], BlockKind.THINKING))
             for ci, part in enumerate(as_list(item.get("content"))):
                 if isinstance(as_dict(part).get("text"), str):
-                    pairs.append(((index, "content", ci), "text", part["text"], BlockKind.THINKING))
+                    pairs.append(((index, "content", ci), "text", part["text"], _final_kind(part, BlockKind.THINKING)))
             signature = as_str(item.get("encrypted_content"))
             if signature is not None:
                 blocks = [b for (c, k), b in self._keys.items() if c == 0 and k[0] == index]
@@ -701,12 +708,12 @@ class Assembler(AssemblerBase):
 
     def _part_kind_differs(self, block: Block, final_kind: BlockKind, index: int, event: WireEvent | None,
                            source: str) -> bool:
-        """A message part streamed as output_text and finished as a refusal, or the other way round: the
-        SDK hands the app the finished part, so the app gets a refusal where the stream showed an answer
-        (or an answer where it showed a refusal), whatever the text. True when so (corrupt)."""
-        if {block.kind, final_kind} != {BlockKind.TEXT, BlockKind.REFUSAL}:
+        """A part streamed as one kind (output_text, refusal, reasoning_text) and finished as another: the
+        SDK hands the app the finished part, so the app gets a refusal where the stream showed an answer,
+        or reasoning where it showed the answer, whatever the text. True when so (corrupt)."""
+        if block.kind is final_kind or block.kind not in PART_TYPES or final_kind not in PART_TYPES:
             return False
-        streamed, finished = MESSAGE_PART_TYPES[block.kind], MESSAGE_PART_TYPES[final_kind]
+        streamed, finished = PART_TYPES[block.kind], PART_TYPES[final_kind]
         self.corrupt(f"the deltas disagree with {source} at block {block.index}: the part streamed as {streamed} "
                      f"and {source} gives it as {finished}", event, block=block.index, output_index=index,
                      streamed_type=streamed, final_type=finished)
@@ -741,6 +748,12 @@ class Assembler(AssemblerBase):
             return
         part = as_dict(obj.get("part"))
         kind = _part_kind(part)
+        part_type, item_type = as_str(part.get("type")), as_str(as_dict(self._items.get(index)).get("type"))
+        if item_type in ("message", "reasoning") and ITEM_OF_PART.get(part_type or "", item_type) != item_type:
+            self.corrupt(f"content part {obj.get('content_index', 0)} of output item {index} was added as {part_type}, "
+                         f"which a {item_type} item does not hold", event, output_index=index, part_type=part_type,
+                         item_type=item_type)
+            return
         if index == self._partial:
             if not self._of_partial(index, _family(kind, "content"), event):
                 return
@@ -765,6 +778,10 @@ class Assembler(AssemblerBase):
                 self._partial_made = True  # the one part open when the replay started: only its end is here
                 return self._partial_block(self.new_block(0, kind, (index, sub, number)))
             self._partial_made = True
+        if block is not None and block.kind is not kind and sub == "content" and block.kind in PART_TYPES:
+            self.corrupt(f"{obj.get('type')} for content part {number} of output item {index}, which was added as "
+                         f"{PART_TYPES[block.kind]}", event, output_index=index, part_type=PART_TYPES[block.kind])
+            return None
         if block is None:
             if sub == "summary" or kind is BlockKind.THINKING:
                 item_kind = as_str(as_dict(self._items.get(index)).get("type"))
