@@ -869,25 +869,28 @@ def _with_metrics(events: list[dict], input_count: int) -> list[dict]:
                                                                  "invocationLatency": 9, "firstByteLatency": 4}}]
 
 
-def test_two_real_invocations_joined_mid_text_are_told_by_their_input_counts() -> None:
+def test_two_real_invocations_joined_mid_text_are_noted_by_their_input_counts() -> None:
     """The first answer's message_start counts 16 input tokens, the second answer's last chunk,
-    where Bedrock counts the invocation, 603: two invocations, whatever the text reads like."""
+    where Bedrock counts the invocation, 603. Published Bedrock examples pair counts that differ
+    in one answer, so the difference is noted, not judged."""
     first = _frames_of((FIXTURES / "openllmetry/bodies/invoke_stream_anthropic_claude3.0.bin").read_bytes()
                        if FIXTURES.is_dir() else pytest.skip(ABSENT))
     second = _frames_of((FIXTURES / "otel-contrib/bodies/invoke_stream_tool_call__anthropic.claude.1.bin").read_bytes())
+    for body in (b"".join(first), b"".join(second)):  # each alone: its counts agree
+        assert not [n for n in analyze_bytes(body, Dialect.BEDROCK_INVOKE).turn.notes if "input tokens" in n]
     joined = b"".join(first[:8] + second[8:])
     for chunk_size in (None, 1):
-        verdict = analyze_bytes(joined, Dialect.BEDROCK_INVOKE, chunk_size=chunk_size).verdict
-        assert verdict.kind is VerdictKind.UNKNOWN and "603 input tokens, message_start 16" in verdict.reason, verdict
+        notes = analyze_bytes(joined, Dialect.BEDROCK_INVOKE, chunk_size=chunk_size).turn.notes
+        assert [n for n in notes if "count 603 input tokens, message_start 16" in n], notes
 
 
-@pytest.mark.parametrize("counted, verdict", [(3, VerdictKind.COMPLETE), (3 + 40 + 7, VerdictKind.COMPLETE),
-                                              (4, VerdictKind.UNKNOWN), (3 + 40, VerdictKind.UNKNOWN)])
-def test_bedrock_counts_the_input_with_or_without_the_cached_tokens(counted: int, verdict: VerdictKind) -> None:
+@pytest.mark.parametrize("counted, noted", [(3, False), (3 + 40 + 7, False), (4, True), (3 + 40, True)])
+def test_bedrock_counts_the_input_with_or_without_the_cached_tokens(counted: int, noted: bool) -> None:
     events = _with_metrics(_claude_answer("msg_A", "A."), counted)
     events[0]["message"]["usage"].update(cache_read_input_tokens=40, cache_creation_input_tokens=7)
     analysis = analyze_bytes(b"".join(map(chunk_frame, events)), Dialect.BEDROCK_INVOKE)
-    assert analysis.verdict.kind is verdict, analysis.verdict
+    assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
+    assert any("input tokens" in note for note in analysis.turn.notes) is noted, analysis.turn.notes
 
 
 @pytest.mark.parametrize("after", [5, 1])

@@ -448,9 +448,9 @@ class MessageBuilder:
 
     def _one_invocation(self, metrics: dict[str, Any], seq: int | None, offset: int | None) -> None:
         """Bedrock counts the invocation's input tokens on its last chunk, the model counted them in
-        message_start, first: two counts that differ (cached tokens counted in or not) were made for
-        two invocations, whose chunks may have been joined. Output counts are not compared: Bedrock's
-        differs from the model's in real answers."""
+        message_start, first. Two counts that differ (cached tokens counted in or not) may come from
+        two invocations whose chunks were joined, but examples published for Bedrock pair counts that
+        differ in one answer: a note, not a verdict. Output counts differ in real answers."""
         usage = (self.message_start or {}).get("usage")
         if not isinstance(usage, dict):
             return
@@ -459,8 +459,8 @@ class MessageBuilder:
             return
         cached = sum(as_int(usage.get(key)) or 0 for key in ("cache_read_input_tokens", "cache_creation_input_tokens"))
         if counted not in (started, started + cached):
-            self.judge.doubt(f"Bedrock's invocation metrics count {counted} input tokens, message_start {started}: "
-                             "the chunks may come from two invocations, one answer joined to another", seq, offset)
+            self.judge.note(f"Bedrock's invocation metrics at seq {seq} count {counted} input tokens, message_start "
+                            f"{started}: if not a quirk of the provider, the chunks come from two invocations")
 
     def _usage(self, usage: dict[str, Any]) -> None:
         """Cumulative counts: overwrite the ones present, never sum."""
