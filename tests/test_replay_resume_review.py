@@ -12,6 +12,7 @@ import logging
 import socket
 
 import httpx
+import pytest
 from replay_streams import ANTHROPIC_REQUEST, BEDROCK_MODEL, BEDROCK_REQUEST, anthropic_frames, bedrock_invoke_frames, write_recording
 
 from streamtap.replay.faults import Timing
@@ -65,6 +66,32 @@ def test_resuming_after_an_id_later_events_inherit_loses_no_event(tmp_path):
 def test_resuming_after_a_repeated_id_resumes_after_its_first_event(tmp_path):
     """x, y, x, z: resuming with x may send events twice, but none is lost."""
     assert resume(tmp_path, ["x", "y", "x", "z"], "x") == (200, [1, 2, 3])
+
+
+@pytest.mark.parametrize("line_end", ["\n", "\r\n", "\r"])
+def test_an_id_set_by_a_block_that_dispatches_nothing_resumes_before_the_event_it_is_folded_into(tmp_path, line_end):
+    """`id: b` + a blank line sets the id the client sends without an event: the decoder folds that
+    block into the next event's frame, so the resume sends that frame again, event 1 with it."""
+    frames = [b"id: a\ndata: {\"n\":0}\n\n", b"id: b\n\n", b'data: {"n":1}\n\n', b'data: {"n":2}\n\n']
+    frames = [frame.replace(b"\n", line_end.encode()) for frame in frames]
+    write_recording(tmp_path / "ids.jsonl", "anthropic", frames)
+    with ServerThread(Library.load([tmp_path]), ServeOptions()) as server, httpx.Client(timeout=10) as client:
+        answer = client.post(server.base_url + URL, json=ANTHROPIC_REQUEST, headers={"Last-Event-ID": "b"})
+        assert answer.status_code == 200, answer.text
+        assert [json.loads(e.data)["n"] for e in events_of(answer.content)] == [1, 2]
+        # the id of an event's own block still resumes after that event
+        after = client.post(server.base_url + URL, json=ANTHROPIC_REQUEST, headers={"Last-Event-ID": "a"})
+        assert [json.loads(e.data)["n"] for e in events_of(after.content)] == [1, 2]
+
+
+def test_an_id_only_block_that_the_next_event_overrides_still_resumes(tmp_path):
+    """The client holds `b` from the id-only block, though the event after it carries `c`."""
+    write_recording(tmp_path / "ids.jsonl", "anthropic",
+                    [b'id: a\ndata: {"n":0}\n\n', b"id: b\n\nid: c\n", b'data: {"n":1}\n\n', b'data: {"n":2}\n\n'])
+    with ServerThread(Library.load([tmp_path]), ServeOptions()) as server, httpx.Client(timeout=10) as client:
+        answer = client.post(server.base_url + URL, json=ANTHROPIC_REQUEST, headers={"Last-Event-ID": "b"})
+    assert answer.status_code == 200, answer.text
+    assert [json.loads(e.data)["n"] for e in events_of(answer.content)] == [1, 2]
 
 
 def test_with_once_a_refused_request_leaves_the_recording_for_the_retry(tmp_path):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import re
 import socket
 import struct
 import sys
@@ -550,29 +551,55 @@ def with_event_ids(source: Source) -> Source:
 
 
 def resume_position(source: Source, last_event_id: str) -> int | None:
-    """Index of the frame of the first event that carries ``last_event_id``, or None.
+    """Index of the frame after which a client that sends ``last_event_id`` resumes, or None.
 
     The SSE decoder tracks the id in force at each event by the WHATWG rules (an id
     persists over later events, one with a NUL is ignored). The first event carrying the id
     is the one whose own ``id:`` line set it: the client got at least that far, maybe further
     (later events without an ``id:`` line, or repeating it, carry the same id), and the server
     cannot tell how much further. Resuming right after it may send the client some events
-    twice but loses none.
+    twice but loses none. An id set by a block that dispatches no event resumes before the
+    event that block was recorded with.
 
     HTTP strips the spaces around a header value (h11 does), so an id recorded with leading or
     trailing spaces or tabs never arrives as recorded: ids are compared without them, and of
     several that then match (`` a`` and ``a``), the earliest is taken, for the same reason."""
     if source.wire != "sse":
         return None
-    from streamtap.wire import SSEDecoder, SSEEvent, Tail
+    from streamtap.wire import SSEDecoder
 
-    event_frames = [i for i, frame in enumerate(source.frames) if frame.seq is not None]
-    decoder = SSEDecoder()
-    decoded = decoder.feed(b"".join(source.frames[i].raw for i in event_frames)) + decoder.close()
-    # the frames were cut by this decoder when recorded: its events are the frames, in order
-    ids = [event.id if isinstance(event, SSEEvent) else None for event in decoded if not isinstance(event, Tail)]
     wanted = last_event_id.strip(" \t")
-    return next((i for i, event_id in zip(event_frames, ids) if event_id is not None and event_id.strip(" \t") == wanted), None)
+    decoder = SSEDecoder()
+    # the frames were cut by this decoder when recorded: fed one by one, each gives its event
+    for i, frame in enumerate(source.frames):
+        if frame.seq is None:
+            continue
+        raw, fed = frame.raw, 0
+        for end in _block_ends(raw):
+            # a block before the frame's event (an id-only block the decoder folds into the next
+            # event's frame) sets the id without dispatching: the client may hold it without the
+            # frame's event, so the resume sends this frame again
+            decoder.feed(raw[fed:end])
+            fed = end
+            if decoder.last_event_id.strip(" \t") == wanted:
+                return i - 1
+        decoder.feed(raw[fed:])
+        if decoder.last_event_id.strip(" \t") == wanted:
+            return i
+    return None
+
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+def _block_ends(raw: bytes) -> list[int]:
+    """Where the SSE blocks in ``raw`` end (just past each blank line), its last line end left out."""
+    ends, line_start = [], 0
+    for line_end in _LINE_END.finditer(raw):
+        if line_end.start() == line_start and line_end.end() < len(raw):
+            ends.append(line_end.end())
+        line_start = line_end.end()
+    return ends
 
 
 # --- HTTP/1.1 plumbing -------------------------------------------------------------------
