@@ -96,6 +96,12 @@ def test_cut_past_the_last_event_is_an_error():
         served("openai", f"cut:event={len(OPENAI)}")
 
 
+def test_reordering_the_last_event_is_refused_naming_the_event_asked_for():
+    last = len(OPENAI) - 1
+    with pytest.raises(FaultSpecError, match=f"event {last} is the last of this stream's {len(OPENAI)} events"):
+        served("openai", f"reorder:event={last}")
+
+
 def test_cut_at_a_byte_offset():
     p = served("anthropic", "cut:byte=1200")
     assert p.body == b"".join(ANTHROPIC)[:1200]

@@ -627,6 +627,9 @@ def _duplicate(source, frames, fault, log, others):
 def _reorder(source, frames, fault, log, others):
     n = fault.params["event"]
     i = _frame_index(frames, n, fault)
+    if n + 1 >= len(_positions(frames)):
+        raise FaultSpecError(f"{fault.spec!r}: event {n} is the last of this stream's {n + 1} events: no event "
+                             "after it to swap it with")
     j = _frame_index(frames, n + 1, fault)
     out = list(frames)
     out[i], out[j] = replace(frames[j], t_ms=frames[i].t_ms), replace(frames[i], t_ms=frames[j].t_ms)
