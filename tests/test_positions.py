@@ -3,7 +3,8 @@
 Each position is checked against what it claims to be, with the verdict layer as the judge:
 ``between-blocks`` is where the turn's second block opens, ``before-terminal`` is where the
 stream stops being judged truncated, ``tool-args`` keeps the first character of a value
-that begins a tool call's final arguments, and so on.
+that begins a tool call's final arguments (or, where no event carries their beginning, of a
+string value in them), and so on.
 """
 
 from __future__ import annotations
@@ -84,7 +85,11 @@ def holds(stream: Stream, name: str, event: int, offset: int) -> bool:
     at = len(body[: offset - 1].decode("utf-8", "surrogateescape"))  # the character before the cut
     if text[at - 1] == '"':  # one byte into a string: the value begins the arguments
         value, _ = scanstring(text, at)
-        return bool(value) and any(a.startswith(value) for a in arguments)
+        if bool(value) and any(a.startswith(value) for a in arguments):
+            return True
+        # or, where no event carries their beginning, it is a string value in them (Gemini's
+        # partialArgs stream each value apart, by its JSON path)
+        return bool(value) and any(json.dumps(value) in a or json.dumps(value, ensure_ascii=False) in a for a in arguments)
     value, _ = json.JSONDecoder().raw_decode(text, at - 1 if text[at - 1] in "{[" else at)
     return any(json.loads(a) == value for a in arguments)
 
@@ -209,3 +214,16 @@ def test_a_session_that_cannot_be_copied_costs_the_turn_positions_only():
     found = finder.event(frames[1])
     assert [p.name for p in finder.found.values()] == ["escaped-quote"] and found == []
     assert finder.holding is None and not finder.wanted & {"tool-args", "between-blocks", "before-terminal"}
+
+
+def test_arguments_streamed_value_by_value_are_cut_inside_their_first_value():
+    """Gemini's partialArgs stream a call's arguments value by value, by JSON path, into an
+    object its first event gives as `{}`: no event carries their beginning, the first value is
+    where the cut lands, and the call cut there is not finished."""
+    found = [(name, body) for name, body in CAPTURES if name == "google/google-stream-tool-call-arguments.chunks.txt"]
+    if not found:
+        pytest.skip("../shared/fixtures is absent")
+    stream = Stream(found[0][1])
+    (position,) = find_positions(stream.pieces, stream.dialect, stream.wire, only="tool-args")
+    assert position.event == 1 and stream.body[: position.offset].endswith(b'"stringValue":"B'), position
+    assert stream.judged(position.offset).verdict.kind is VerdictKind.TRUNCATED

@@ -200,20 +200,28 @@ class PositionFinder:
         if not known:
             return []
         position = self._first_fragment(known)
+        call = tools[self._watched]
+        if position is None and not call.closed and not ended and blocks[-1] is call:
+            return []  # the call is still open and its arguments may still grow (Gemini fills `{}` value by value)
         self._watched, self._candidates = None, []  # found, or this call carried no fragment: wait for the next
         return [position] if position is not None else []
 
     def _first_fragment(self, arguments: list[str]) -> Position | None:
+        """The first event that carries the beginning of the arguments; else (Gemini's ``partialArgs``
+        stream each value apart, by its JSON path) the first that carries one of their string values."""
         objects = [value for value in map(_json_or_none, arguments) if isinstance(value, dict | list) and value]
-        for candidate in self._candidates:
-            inside = self._fragment_at(candidate.raw, arguments, objects)
-            if inside is not None:
-                n = candidate.event
-                return self._found("tool-args", n, candidate.start, inside, f"inside the tool-call arguments of event {n}")
+        for within in (False, True):
+            for candidate in self._candidates:
+                inside = self._fragment_at(candidate.raw, arguments, objects, within)
+                if inside is not None:
+                    n = candidate.event
+                    return self._found("tool-args", n, candidate.start, inside,
+                                       f"inside the tool-call arguments of event {n}")
         return None
 
-    def _fragment_at(self, raw: bytes, arguments: list[str], objects: list[Any]) -> int | None:
-        """Where, inside this event, a cut lands one byte into the argument fragment it carries."""
+    def _fragment_at(self, raw: bytes, arguments: list[str], objects: list[Any], within: bool = False) -> int | None:
+        """Where, inside this event, a cut lands one byte into the argument fragment it carries
+        (``within``: a string value of the arguments)."""
         if self.wire == "eventstream":
             payload = _eventstream_payload(raw)
             if payload is None:
@@ -221,11 +229,11 @@ class PositionFinder:
             start, end = payload
             texts = [raw[start:end].decode("utf-8", "surrogateescape")]
             texts += [t for t in map(_base64_json, _string_values(texts[0])) if t is not None]
-            if any(_carries(text, arguments, objects) is not None for text in texts):
+            if any(_carries(text, arguments, objects, within) is not None for text in texts):
                 return (start + end) // 2  # the payload's framing (or base64) hides where the value sits
             return None
         text = raw.decode("utf-8", "surrogateescape")
-        at = _carries(text, arguments, objects)
+        at = _carries(text, arguments, objects, within)
         if at is None:
             return None
         # keep exactly the first character of the arguments: past the quote and one byte of a
@@ -276,13 +284,18 @@ def _ended(kind: VerdictKind) -> bool:
 # --- reading JSON inside an event, with byte positions ----------------------------------------
 
 
-def _carries(text: str, arguments: list[str], objects: list[Any]) -> int | None:
+def _carries(text: str, arguments: list[str], objects: list[Any], within: bool = False) -> int | None:
     """The index of the first JSON value in ``text`` that is a non-empty beginning of one of the
-    ``arguments`` (a string) or one of the argument ``objects`` itself; None when there is none."""
+    ``arguments`` (a string) or one of the argument ``objects`` itself; ``within``: the first
+    non-empty string that is a string value in one of the ``arguments``. None when there is none."""
     decoder = json.JSONDecoder()
     for kind, at, value in _values(text):
         if kind == "string":
-            if value and any(a.startswith(value) for a in arguments):
+            if value and within:
+                literals = (json.dumps(value), json.dumps(value, ensure_ascii=False))
+                if any(literal in a for a in arguments for literal in literals):
+                    return at
+            elif value and any(a.startswith(value) for a in arguments):
                 return at
         elif objects:
             try:
