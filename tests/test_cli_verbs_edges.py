@@ -52,8 +52,9 @@ def write_capture(path: Path, answers: int) -> list[int]:
 @pytest.mark.parametrize("verb", ["verify", "show", "import"])
 @pytest.mark.parametrize(
     "sentinel, says", [("   ", "--sentinel: only whitespace"), ("END\nMORE", "--sentinel: 'END\\nMORE' spans lines"),
-                       ("", "--sentinel: empty")],
-    ids=["blank", "two-lines", "empty"],
+                       ("", "--sentinel: empty"),
+                       ("\udcff\udcfe", "--sentinel: '\\xff\\xfe' is not UTF-8 text")],  # (bytes \xff\xfe on the command line)
+    ids=["blank", "two-lines", "empty", "not-utf8"],
 )
 def test_a_sentinel_no_answer_could_end_with_is_refused(tmp_path, verb, sentinel, says):
     source = RECORDING

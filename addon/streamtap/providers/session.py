@@ -518,6 +518,11 @@ def sentinel_problem(sentinel: str | None) -> str | None:
         return "only whitespace; no answer could ever end with it"
     if "\n" in sentinel.strip() or "\r" in sentinel.strip():
         return f"{sentinel!r} spans lines; the sentinel is the answer's last line"
+    try:
+        sentinel.encode("utf-8")
+    except UnicodeEncodeError:  # bytes of no UTF-8 text, given in a command line (surrogate-escaped)
+        shown = sentinel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        return f"'{shown}' is not UTF-8 text; an answer's text is, so no answer could ever end with it"
     return None
 
 
