@@ -234,3 +234,17 @@ def test_a_provider_name_outside_ascii_is_reported_and_indexed_as_other(tmp_path
     assert folders == ["provider=my-llm", "provider=other"]
     _, indexed = report_json(tmp_path / "idx")
     assert [g["provider"] for g in indexed["by_provider"]] == ["my-llm", "other"]
+
+
+@pytest.mark.parametrize("name", ["p" * 300, "/" * 81])
+def test_a_provider_name_too_long_for_a_partition_folder_is_indexed_as_other(tmp_path, name):
+    """A folder name holds 255 bytes: one such header failed the whole index, every other
+    recording's row with it, as a usage error."""
+    recording(tmp_path, "long.jsonl", header={"dialect": name})
+    recording(tmp_path, "a.jsonl", header={"dialect": "p" * 80})  # the longest name kept
+    result = streamtap("index", tmp_path, "--out", tmp_path / "idx")
+    assert result.returncode == 0, result.stderr
+    folders = sorted(p.name for p in (tmp_path / "idx").glob("day=*/provider=*"))
+    assert folders == ["provider=other", "provider=" + "p" * 80]
+    _, report = report_json(tmp_path)
+    assert sorted(g["provider"] for g in report["by_provider"]) == ["other", "p" * 80]

@@ -43,6 +43,9 @@ NAME_START = re.compile(r"(\d{8}T\d{6})\.(\d{3})Z_([^_/]+)_")
 # does: the proxy writes dialect names). DuckDB's partition folder percent-encodes each UTF-8
 # byte, which Spark and Hive read back as one character each: every engine reads this instead.
 OTHER_PROVIDER = "other"
+# A longer provider name is OTHER_PROVIDER too: its partition folder, percent-encoded (3 bytes a
+# character at most), must fit the file systems' 255-byte name limit
+MAX_PROVIDER_NAME = 80
 NEVER_RENAMED = ("never finished: its end line is there, but its writer stopped before renaming it "
                  "from .partial (it may not have reached the disk)")
 HEAD_BLOCK = 32 * 1024  # most recordings fit whole: one read
@@ -486,7 +489,7 @@ def _provider(name: str | None) -> str:
     """The provider as every engine reads the index's partition folder (OTHER_PROVIDER)."""
     if not name:
         return "unknown"
-    return name if name.isascii() else OTHER_PROVIDER
+    return name if name.isascii() and len(name) <= MAX_PROVIDER_NAME else OTHER_PROVIDER
 
 
 def _check_values(row: dict[str, Any]) -> None:
