@@ -9,7 +9,7 @@ import re
 from httpx_sse._decoders import SSEDecoder as PeerSSEDecoder
 from mitmproxy.contentviews import Metadata
 
-from streamtap.mitm.contentview import DECODE_STEP, MAX_FRAMES_SHOWN, NDJSON_TYPES, SSE_TYPE, NDJSONContentview, SSEContentview
+from streamtap.mitm.contentview import DECODE_STEP, MAX_FRAMES_SHOWN, MAX_LAID_OUT_DEPTH, NDJSON_TYPES, SSE_TYPE, NDJSONContentview, SSEContentview
 
 SUMMARY = re.compile(r"# (\d+) (\w+) in the first (\d+) of (\d+) bytes")
 
@@ -62,3 +62,25 @@ def test_a_body_within_the_cap_is_decoded_whole():
     rendered = SSEContentview().prettify(body, Metadata(content_type=SSE_TYPE))
     assert rendered.startswith(f"# {MAX_FRAMES_SHOWN} events, {len(body)} bytes\n")
     assert "not shown" not in rendered and "not decoded" not in rendered
+
+
+def test_deep_nesting_is_shown_as_it_came_so_the_text_stays_within_a_multiple_of_the_body():
+    """Each level of nesting indents every line below it: 400 levels laid out made 400 times the
+    body. Past MAX_LAID_OUT_DEPTH a value is shown as it came; up to it, laid out."""
+    deep, shallow = b"[" * 400 + b"]" * 400, b"[" * MAX_LAID_OUT_DEPTH + b"1" + b"]" * MAX_LAID_OUT_DEPTH
+    for view, content_type, frame in ((SSEContentview(), SSE_TYPE, b"data: %s\n\n"), (NDJSONContentview(), NDJSON_TYPES[0], b"%s\n")):
+        body = (frame % deep) * 200
+        rendered = view.prettify(body, Metadata(content_type=content_type))
+        assert len(rendered) < 2 * len(body), (content_type, len(rendered))
+        assert rendered.count(deep.decode()) == 200
+        laid_out = view.prettify(frame % shallow, Metadata(content_type=content_type))
+        assert " " * (2 * MAX_LAID_OUT_DEPTH) + "1" in laid_out, laid_out
+
+
+def test_data_the_judge_does_not_read_as_json_is_not_laid_out_as_json():
+    """A lone surrogate escape (an emoji's pair split over two chunks) is no JSON to orjson, as the
+    judge reads it: shown as it came, the view's text stays encodable (mitmdump writes it out)."""
+    body = b'data: {"choices":[{"index":0,"delta":{"content":"\\ud83d"}}]}\n\n'
+    rendered = SSEContentview().prettify(body, Metadata(content_type=SSE_TYPE))
+    rendered.encode("utf-8")
+    assert 'data: {"choices":[{"index":0,"delta":{"content":"\\ud83d"}}]}' in rendered

@@ -26,6 +26,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+import orjson
 from mitmproxy import contentviews
 from mitmproxy.contentviews import Contentview, Metadata, SyntaxHighlight
 
@@ -48,16 +49,41 @@ MAX_FRAMES_SHOWN = 5000  # past this a body is a bulk transfer, not something to
 # mitmweb renders a view on the event loop that carries the traffic: a body is decoded this much
 # at a time, and no further than the frames shown
 DECODE_STEP = 1 << 16
+# Each level of nesting indents every line below it: a value nested deeper is shown as it came,
+# so that the text laid out stays within a small multiple of the body (400 levels made 400x)
+MAX_LAID_OUT_DEPTH = 16
 
 
 def _indent(text: str, prefix: str = "  ") -> str:
     return "\n".join(prefix + line for line in text.splitlines())
 
 
+def _nested_deeper_than(value: Any, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        members = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if members is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((member, depth + 1) for member in members)
+    return False
+
+
+def _laid_out(value: Any) -> str | None:
+    """``value`` as indented JSON; None when nested too deep to lay out."""
+    if _nested_deeper_than(value, MAX_LAID_OUT_DEPTH):
+        return None
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
 def _pretty_json(text: str | bytes) -> str | None:
+    """JSON text laid out, parsed as the judge parses it (orjson: a lone surrogate escape is no
+    JSON there, so the view and ``streamtap show`` agree, and the view's text can be encoded)."""
     try:
-        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
-    except (ValueError, UnicodeDecodeError, RecursionError):  # (nested past what Python's parser reads)
+        return _laid_out(orjson.loads(text))
+    except orjson.JSONDecodeError:
         return None
 
 
@@ -135,8 +161,8 @@ def eventstream_lines(message: EventStreamMessage) -> list[str]:
     if not message.payload:
         return lines
     try:
-        payload = json.loads(message.payload)
-    except (ValueError, UnicodeDecodeError):
+        payload = orjson.loads(message.payload)
+    except orjson.JSONDecodeError:
         try:
             text = message.payload.decode("utf-8")
         except UnicodeDecodeError:
@@ -153,7 +179,11 @@ def eventstream_lines(message: EventStreamMessage) -> list[str]:
         if decoded is not None:
             inner = _pretty_json(decoded) or repr(decoded)
             payload = {**payload, "bytes": f"<{len(decoded)} bytes, decoded below>"}
-    lines += ["payload:", _indent(json.dumps(payload, indent=2, ensure_ascii=False))]
+    laid_out = _laid_out(payload)
+    if laid_out is None:
+        lines += ["payload: |  # nested too deep to lay out, as it came", _indent(message.payload.decode("utf-8"))]
+    else:
+        lines += ["payload:", _indent(laid_out)]
     if inner is not None:
         lines += ["bytes (base64-decoded):", _indent(inner)]
     return lines
@@ -178,7 +208,11 @@ def sse_lines(event: SSEEvent) -> list[str]:
 
 
 def ndjson_lines(value: JSONValue) -> list[str]:
-    return [_place("line", value), json.dumps(value.value, indent=2, ensure_ascii=False)]
+    laid_out = _laid_out(value.value)
+    if laid_out is None:
+        return [_place("line", value) + " · nested too deep to lay out, as it came",
+                value.raw.decode("utf-8", "replace").rstrip("\r\n")]
+    return [_place("line", value), laid_out]
 
 
 class _FrameView(Contentview):
