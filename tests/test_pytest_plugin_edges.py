@@ -102,3 +102,27 @@ def test_a_swap_tail_recording_resolves_beside_the_test_not_in_the_current_direc
     (tests / "test_swap.py").write_text(SWAP_TEST)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "tests/test_swap.py")
     result.assert_outcomes(passed=1)
+
+
+def test_a_swap_tail_recording_only_in_the_current_directory_is_not_taken(pytester):
+    """Not beside the test nor beside the served recordings: the test fails naming the path beside
+    the test, from whatever directory pytest runs (it passed run from the folder holding it)."""
+    tests = pytester.mkdir("tests")
+    write_recording(tests / "weather.jsonl", "openai", openai_chat_frames(words=6, tool=False))
+    write_recording(pytester.path / "other.jsonl", "openai", marked(openai_chat_frames(words=6, tool=False), b"garbage"))
+    (tests / "test_swap.py").write_text(SWAP_TEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "tests/test_swap.py")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*no recording '{tests / 'other.jsonl'}'*"])
+
+
+def test_a_swap_tail_recording_beside_the_served_recordings_is_taken(pytester):
+    tests = pytester.mkdir("tests")
+    recordings = tests / "recordings"
+    recordings.mkdir()
+    write_recording(recordings / "weather.jsonl", "openai", openai_chat_frames(words=6, tool=False))
+    write_recording(recordings / "other.jsonl", "openai", marked(openai_chat_frames(words=6, tool=False), b"zebra"))
+    write_recording(pytester.path / "other.jsonl", "openai", marked(openai_chat_frames(words=6, tool=False), b"garbage"))
+    (tests / "test_swap.py").write_text(SWAP_TEST.replace('streamtap_replay("weather.jsonl"', 'streamtap_replay("recordings"'))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "tests/test_swap.py")
+    result.assert_outcomes(passed=1)

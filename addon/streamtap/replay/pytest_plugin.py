@@ -87,8 +87,22 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     problem = _marker_misuse(list(item.iter_markers(MARKER)))
+    if problem is None and _param_markers(item):
+        # (a pytest.param's marks reach the item after the test was parametrized)
+        if "streamtap_fault" in getattr(item, "callspec").params:
+            problem = (f"@pytest.mark.{MARKER} on a pytest.param cannot be combined with one on the test, its "
+                       "class or its module: give each case its fault on one of them")
+        elif len([spec for marker in _param_markers(item) for spec in marker.args]) != 1:
+            problem = (f"@pytest.mark.{MARKER} on a pytest.param takes one fault spec (or None): the case is "
+                       "already one test; give several specs on the test to run it once per spec")
     if problem:
         pytest.fail(problem, pytrace=False)
+
+
+def _param_markers(item: Any) -> list[pytest.Mark]:
+    """The marker given in a pytest.param's marks, which parametrization does not see."""
+    callspec = getattr(item, "callspec", None)
+    return [mark for mark in (callspec.marks if callspec is not None else []) if mark.name == MARKER]
 
 
 def _marker_misuse(markers: list[pytest.Mark]) -> str | None:
@@ -105,9 +119,10 @@ def _marker_misuse(markers: list[pytest.Mark]) -> str | None:
 
 
 @pytest.fixture
-def streamtap_fault() -> str | None:
+def streamtap_fault(request: pytest.FixtureRequest) -> str | None:
     """The current fault spec (set by the streamtap_faults marker; None otherwise)."""
-    return None
+    marked = _param_markers(request.node)  # (one spec: pytest_runtest_setup refuses any other number)
+    return marked[0].args[0] if marked else None
 
 
 @pytest.fixture
@@ -141,9 +156,12 @@ def streamtap_replay(request: pytest.FixtureRequest, streamtap_fault: str | None
         try:
             library = Library.load(paths, MatchOptions(fields, once=once))
             faults = parse_faults(fault)
-            for swap in (f for f in faults if f.kind == "swap-tail"):  # a path in a fault resolves as the recordings do
-                if (beside_test / swap.params["with"]).is_file():
-                    swap.params["with"] = str(beside_test / swap.params["with"])
+            for swap in (f for f in faults if f.kind == "swap-tail"):
+                # a path in a fault resolves as the recordings do, never against the current directory:
+                # beside the test, else beside the served recordings (as the server looks)
+                name = Path(swap.params["with"])
+                places = [beside_test / name] + [Path(entry.source.path).parent / name for entry in library.entries]
+                swap.params["with"] = str(next((place for place in places if place.is_file()), beside_test / name))
             options = ServeOptions(Timing.parse(timing), faults, assign_ids)
             if not library.entries:
                 raise RecordingError(f"no recordings (*.jsonl) in {', '.join(map(str, paths))}")
