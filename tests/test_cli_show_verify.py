@@ -142,6 +142,33 @@ def _record(path: Path, body: bytes, dialect: Dialect, step: int, finish: bool =
         writer.flush()
 
 
+def test_a_recording_whose_analysis_fell_behind_is_unknown_not_cut(tmp_path):
+    """The proxy stopped handing the flow's reads on at byte N (its worker behind), and the
+    recording stops there; the stream went on. Its bytes read as truncated: that is where the
+    recording stopped, not the answer, as the proxy's own unknown says."""
+    frames = [b'data: {"id":"c1","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"w%d "},"finish_reason":null}]}\n\n' % i
+              for i in range(6)]
+    held, stopped_at = b"".join(frames[:4]), len(b"".join(frames[:4]))
+    for name, errors in (("behind.jsonl", [f"analysis: analysis fell behind at byte {stopped_at}"]), ("cut.jsonl", None)):
+        writer = RecordingWriter(tmp_path / name)
+        writer.header({"dialect": "openai-chat", "wire": {"format": "sse", "content_encoding": None},
+                       "request": {"method": "POST", "url": "https://api.openai.com/v1/chat/completions", "headers": []},
+                       "response": {"status": 200, "headers": [["content-type", "text/event-stream"]]}})
+        writer.read(held, 1.0)
+        session = StreamSession(Dialect.OPENAI_CHAT)
+        for event in session.feed(held) + session.close().events:
+            writer.frame(event, 1.0)
+        end = {"stream_end": "finished", "verdict": {"kind": "unknown", "reason": "streamtap could not analyse this flow", "evidence": {}}}
+        writer.finish(end | {"streamtap_errors": errors} if errors else end | {"verdict": session.close().verdict.to_dict()})
+    behind = streamtap("verify", "--json", tmp_path / "behind.jsonl")
+    verdict = json.loads(behind.stdout)["verdict"]
+    assert behind.returncode == 1 and verdict["kind"] == "unknown", behind.stdout
+    assert f"the recording stops at wire byte {stopped_at}, where the proxy stopped analysing" in verdict["reason"]
+    assert verdict["evidence"]["held_bytes_read_as"] == "truncated" and json.loads(behind.stdout)["problem"] is None
+    cut = streamtap("verify", "--json", tmp_path / "cut.jsonl")  # without the note, the same bytes are a cut answer
+    assert json.loads(cut.stdout)["verdict"]["kind"] == "truncated", cut.stdout
+
+
 def test_show_and_verify_read_recordings_with_timing(files, tmp_path):
     recording = tmp_path / "flow.jsonl"
     _record(recording, files["reasoning"].read_bytes(), Dialect.OPENAI_CHAT, 500)

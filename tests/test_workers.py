@@ -23,8 +23,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import provider_streams as streams
+from streamtap.commands.verify import judge_file
 from streamtap.mitm.ring import RELEASE_STEP, STEP, Ring, RingSpace
 from streamtap.mitm.worker import JOIN_BELOW, LARGE_READ, ORPHANED, RING_ENV, SEND_BYTES, STALL_ENV, RemoteFlow, Workers
+from streamtap.providers import VerdictKind
 
 HUNG_ENV = "STREAMTAP_TEST_WORKER_HUNG_AFTER"
 from streamtap.recording import check_recording
@@ -489,6 +491,14 @@ def test_a_stalled_worker_falls_behind_without_holding_the_traffic_or_the_memory
     assert late_rec.verdict["kind"] == "unknown" and late_rec.body == b""
     assert any("analysis fell behind at byte 0" in note.get("message", "") for note in late_rec.notes), late_rec.notes
     assert check_recording(late_rec) == []
+    # verify: the late recording stops where analysis stopped, not where its answer did (its no
+    # bytes read as truncated; the answer came whole); the flood's bytes held are no JSON, as it said
+    judged = judge_file(late_rec.path, None, None)
+    assert judged.analysis.verdict.kind is VerdictKind.UNKNOWN and judged.problem is None, judged
+    assert judged.analysis.verdict.evidence["analysis_stopped_at"] == 0
+    assert judged.analysis.verdict.evidence["held_bytes_read_as"] == "truncated"
+    judged = judge_file(rec.path, None, None)
+    assert judged.analysis.verdict.kind is VerdictKind.CORRUPT and judged.problem is None, judged
 
 
 def allocated(ring) -> int:

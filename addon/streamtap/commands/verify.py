@@ -32,7 +32,7 @@ from streamtap.providers.judge import DROPPED, ENDING_KINDS, TEXT_CAP
 from streamtap.recording.catalog import files_under
 from streamtap.recording.content import WireBodyCheck, content_encoded, judge_unfinished_coding
 from streamtap.recording.importer import begins_a_flow
-from streamtap.recording.reader import shown_path
+from streamtap.recording.reader import analysis_stopped, shown_path
 from streamtap.wire import DEFAULT_MAX_EVENT
 
 
@@ -297,10 +297,23 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
         analysis.verdict = Verdict(VerdictKind.UNKNOWN, f"the recording is cut or damaged: the bytes it holds read as "
                                    f"{held.kind.value}, which they cannot vouch for", held.seq, held.offset,
                                    {**evidence, "held_bytes_read_as": held.kind.value})
+    stopped = analysis_stopped(end)
+    if stopped is not None and _unvouched(analysis.verdict.kind, checked):
+        # the proxy stopped handing the flow's reads to analysis, and to this recording, there: the
+        # stream went on, so its bytes stop where the proxy stopped, not where the answer did
+        at, why = stopped
+        held = analysis.verdict
+        evidence = {key: value for key, value in held.evidence.items() if key != "end"}
+        analysis.verdict = Verdict(VerdictKind.UNKNOWN, f"the recording stops at wire byte {at}, where the proxy stopped "
+                                   f"analysing the stream ({why}): the bytes it holds read as {held.kind.value}, which "
+                                   "they cannot vouch for", held.seq, held.offset,
+                                   {**evidence, "held_bytes_read_as": held.kind.value, "analysis_stopped_at": at})
     if undone is not None:
-        analysis.verdict = _judged_coding(analysis, undone, damaged=bool(damage))
+        analysis.verdict = _judged_coding(analysis, undone, damaged=bool(damage) or stopped is not None)
     if lines.end is not None:
-        problems += end_line_problems(lines.end, analysis, rejudged=dialect.value == recorded and not damage)
+        # (a recording whose analysis stopped holds no turn, and its verdict says only that it stopped)
+        rejudged = dialect.value == recorded and not damage and stopped is None
+        problems += end_line_problems(lines.end, analysis, rejudged=rejudged)
     injected = end.get("injected_fault")
     if injected:
         analysis.verdict.evidence["injected_fault"] = injected

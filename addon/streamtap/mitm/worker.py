@@ -44,6 +44,8 @@ from pathlib import Path
 from time import monotonic
 from typing import Any
 
+from streamtap.recording.writer import FELL_BEHIND
+
 from .flowtap import FLUSH_EVERY, FlowTap
 from .ring import RELEASE_AFTER, Ring, RingSpace
 
@@ -98,7 +100,6 @@ EXPIRE_EVERY = 1.0
 # spawn Python processes in a loop, which would take the CPU from the traffic.
 RESTART_QUICK = 10.0
 RESTART_WAIT_MAX = 60.0
-FELL_BEHIND = "analysis fell behind"
 
 # What the proxy may hold of operations the pipe to a worker has not taken: past this, new flows are
 # not handed to that worker (each OPEN carries the flow's request, and a worker that takes nothing

@@ -35,7 +35,7 @@ from streamtap.wire import DEFAULT_MAX_EVENT
 
 from .compress import frames_ended, open_lines
 from .content import content_encoded
-from .writer import FORMAT, SUM_HEX, RecordingError, frame_sum
+from .writer import FELL_BEHIND, FORMAT, SUM_HEX, RecordingError, frame_sum
 
 # The longest line a writer can produce: a frame holds at most one event of max_event bytes
 # (a larger one is reported as malformed, never kept whole). Its bytes appear twice at most
@@ -249,6 +249,20 @@ def _check_note(record: dict[str, Any]) -> None:
     _typed(record, "kind", str, required=True)
     _typed(record, "message", str)
     _time(record, "t")
+
+
+_FELL_BEHIND_AT = re.compile(re.escape(FELL_BEHIND) + r" at byte (\d+)$")
+
+
+def analysis_stopped(end: dict[str, Any]) -> tuple[int, str] | None:
+    """The wire byte where the proxy stopped handing the flow to analysis, where the recording's
+    bytes stop though the stream went on, and why (its end line's ``streamtap_errors``); None
+    when it did not stop."""
+    for error in end.get("streamtap_errors") or ():
+        found = _FELL_BEHIND_AT.search(error) if isinstance(error, str) else None
+        if found:
+            return int(found.group(1)), error.removeprefix("analysis: ")
+    return None
 
 
 def check_end(record: dict[str, Any]) -> None:

@@ -30,6 +30,9 @@ from .compress import COMPRESSIONS, SUFFIX, ZstdLines
 
 FORMAT = "streamtap-recording/1"
 SUM_HEX = 16  # sha256 prefix length in a frame's "sum": 64 bits tell a wrong frame apart
+# The proxy's note when it stopped handing a flow's reads to analysis: "... analysis fell behind
+# at byte N", the recording's reads and frames stopping at wire byte N (docs/recording-format.md)
+FELL_BEHIND = "analysis fell behind"
 SUM_BYTES = SUM_HEX // 2
 assert SUM_HEX == 16  # frames() writes "sum" with "%.16s" (the line cuts the hex digest, no slice per frame)
 FSYNC_POLICIES = ("always", "end", "never")
