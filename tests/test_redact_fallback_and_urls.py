@@ -112,6 +112,19 @@ def test_userinfo_is_found_where_urlsplit_finds_a_netloc(url):
     assert Redactor().url(url) == expected
 
 
+@pytest.mark.parametrize(("name", "value", "kept"), [
+    ("Location", "https://gen.example/v1/x:streamGenerateContent?alt=sse&key=AIzaK1", "https://gen.example/v1/x:streamGenerateContent?alt=sse&key={}"),
+    ("Link", "<https://gen.example/next?key=AIzaK2>; rel=next, </other?page=2>; rel=last", "<https://gen.example/next?key={}>; rel=next, </other?page=2>; rel=last"),
+    ("Referer", "/v1/models?api_key=K3&x=1", "/v1/models?api_key={}&x=1"),
+    ("Content-Type", "text/event-stream; charset=utf-8", "text/event-stream; charset=utf-8"),
+    ("X-Note", "why? because", "why? because"),
+])
+def test_a_url_in_any_header_value_has_its_secrets_redacted(name, value, kept):
+    """Only the header's name decided: a key in the query of a URL in a Location, Link or Referer
+    header was recorded as it came."""
+    assert Redactor().headers([(name, value)]) == [[name, kept.format(REDACTED)]]
+
+
 # --- a name given to redact -----------------------------------------------------------------------
 
 

@@ -70,6 +70,7 @@ _JSON_SCALAR = re.compile(rb'[^\s,\]}]+')
 _AUTHORITY = re.compile(r"[\x00-\x20]*(?:[A-Za-z][A-Za-z0-9+.-]*:)?//([^/]*)")
 _URL_IGNORED = str.maketrans("", "", "\t\r\n")  # what URL parsers remove wherever it stands
 _NOT_IN_A_NAME = re.compile(r"[\s:=&,;]")  # never part of a header or query parameter name
+_URL_WITH_QUERY = re.compile(r'[^\s<>"]*\?[^\s<>"]*')  # a URL in a header value (Location, Link, Referer)
 
 
 def words(name: str) -> list[str]:
@@ -124,7 +125,8 @@ class Redactor:
     def headers(self, headers: Iterable[tuple[str, str]]) -> list[list[str]]:
         """Header pairs (order and repeats kept) with secret values replaced: by the header's
         name, or by its value when that is credentials in an auth scheme whatever the name
-        (``Helicone-Auth: Bearer ...``), and the userinfo of a ``Host``."""
+        (``Helicone-Auth: Bearer ...``), the userinfo of a ``Host``, and the secrets in the query
+        of a URL in any value (``Location``, ``Link``, ``Referer``)."""
         out = []
         for name, value in headers:
             lowered = name.lower()
@@ -132,6 +134,8 @@ class Redactor:
                 value = redact_header_value(value)
             elif lowered in ("host", ":authority") and "@" in value:
                 value = f"{REDACTED}@{value.rpartition('@')[2]}"
+            elif "?" in value:  # a URL's query may hold a key (Location: ...?key=...)
+                value = _URL_WITH_QUERY.sub(lambda found: self.url(found[0]), value)
             out.append([name, value])
         return out
 
