@@ -13,7 +13,9 @@ bytes from a loopback server, and what they make of them must equal streamtap's 
 from __future__ import annotations
 
 import base64
+import copy
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,7 @@ from streamtap.providers import (
     Dialect,
     RequestInfo,
     StreamEnd,
+    StreamSession,
     VerdictKind,
     analyze_bytes,
     detect_dialect,
@@ -910,3 +913,15 @@ def test_content_after_the_messages_metadata_is_another_answers(after: int) -> N
     # just before messageStop, with all the content before it, the order is one streamtap takes
     tolerated = b"".join(frames[:-2] + frames[-1:] + frames[-2:-1])
     assert analyze_bytes(tolerated, Dialect.BEDROCK_CONVERSE).verdict.kind is VerdictKind.COMPLETE
+
+
+def test_a_session_that_met_a_bad_crc_can_be_copied():
+    """Positions judge a copy of the session after each event: a Malformed event it holds (its
+    FramingError) must survive the copy, or the turn positions are given up."""
+    good = chunk_frame(_claude_answer("msg_A", "A.")[0])
+    bad = bytearray(good)
+    bad[-1] ^= 0xFF
+    session = StreamSession(Dialect.BEDROCK_INVOKE, "eventstream")
+    session.feed(good + bytes(bad))
+    for copied in (pickle.loads(pickle.dumps(session)), copy.deepcopy(session)):
+        assert copied.close().verdict == copy.deepcopy(session).close().verdict

@@ -8,7 +8,9 @@ in ../shared/fixtures.
 from __future__ import annotations
 
 import base64
+import copy
 import json
+import pickle
 import struct
 import uuid
 import zlib
@@ -710,3 +712,17 @@ def test_a_stopped_decoders_tail_spans_the_bytes_it_dropped() -> None:
     assert [type(e).__name__ for e in events] == ["EventStreamMessage", "Malformed", "Tail"]
     assert events[-1].end == len(body) and "660 later bytes were not kept" in events[-1].reason
     assert_tiles(body, events)
+
+
+@pytest.mark.parametrize("error", [cls("what went wrong", 1234) for cls in (
+    FramingError, OversizeError, PreludeCRCMismatch, MessageCRCMismatch, InvalidMessageLength, InvalidHeaders, DuplicateHeader)])
+def test_a_framing_error_survives_a_copy(error):
+    """A session is copied mid-stream (fault positions): a Malformed event it holds must copy too."""
+    for copied in (pickle.loads(pickle.dumps(error)), copy.deepcopy(error), copy.copy(error)):
+        assert copied == error and str(copied) == str(error) and copied.offset == 1234
+
+
+def test_a_timestamp_outside_what_a_datetime_holds_says_so():
+    assert Timestamp(2**62) == 2**62
+    with pytest.raises(ValueError, match="outside the years a datetime holds"):
+        Timestamp(2**62).datetime

@@ -21,6 +21,10 @@ class FramingError(ValueError):
     def __hash__(self) -> int:
         return hash((type(self), self.message, self.offset))
 
+    # Rebuilt from both fields: a session is copied mid-stream (fault positions), events and all
+    def __reduce__(self) -> tuple:
+        return type(self), (self.message, self.offset)
+
 
 class OversizeError(FramingError):
     """A line, event or message is larger than the decoder's per-event limit."""

@@ -110,7 +110,12 @@ class Timestamp(int):
 
     @property
     def datetime(self) -> datetime:
-        return _EPOCH + timedelta(milliseconds=int(self))
+        """The moment as an aware UTC datetime; ValueError for one outside the years 1 to 9999,
+        which a datetime cannot hold (the wire's int64 can: the int is the value)."""
+        try:
+            return _EPOCH + timedelta(milliseconds=int(self))
+        except OverflowError:
+            raise ValueError(f"timestamp {int(self)} ms is outside the years a datetime holds (1 to 9999)") from None
 
 
 _unpack_prelude = struct.Struct(">III").unpack_from
