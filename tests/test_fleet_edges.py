@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -164,6 +165,20 @@ def test_the_html_page_never_says_every_turn_is_complete_when_none_was_judged(tm
     recording(tmp_path / "recs", "good.jsonl")
     assert streamtap("report", "--html", page, tmp_path / "recs").returncode == 1
     assert "Every judged turn is complete, but not every recording was judged: 1 recording(s) read were not judged" in page.read_text()
+
+
+def test_the_html_page_shows_recorded_names_as_the_table_does_and_its_axis_where_its_lines_are(tmp_path):
+    """A right-to-left override made a model's name read as another's on the page (the table
+    writes it \\u202e); a long name pushed every row's figures off screen; the TTFT axis's middle
+    line, at half of one turn, was labelled 0."""
+    recording(tmp_path, "rtl.jsonl", end={"turn.model": "\u202eonan-1.4-tpg"})
+    page = tmp_path / "report.html"
+    assert streamtap("report", "--html", page, tmp_path).returncode == 0
+    html = page.read_text()
+    assert "\u202e" not in html and "\\u202eonan-1.4-tpg" in html
+    assert "overflow-wrap:anywhere" in html
+    ttft = html[html.index('aria-label="TTFT distribution"'):]
+    assert re.findall(r'text-anchor="end">([^<]*)<', ttft)[:3] == ["0", "0.5", "1"]
 
 
 def test_a_recording_cut_inside_its_header_is_listed_as_incomplete_as_verify_says(tmp_path):

@@ -1,16 +1,19 @@
 """The `--html` page of `streamtap report`: one self-contained file, charts as inline SVG.
 
 No scripts and no external files: the page opens the same offline, in a mail attachment or
-in a CI artifact viewer. Every text from a recording is escaped.
+in a CI artifact viewer. Every text from a recording is escaped, for HTML and as the table
+writes it (a right-to-left override as ``\u202e``: a model name must not read as another's).
 """
 
 from __future__ import annotations
 
 import bisect
+import html
 import math
 import time
-from html import escape
 from typing import Any
+
+from streamtap.cli import terminal_safe
 
 VERDICT_COLORS = {
     "complete": "#2e7d32",
@@ -29,12 +32,16 @@ LISTED = 200  # incomplete recordings listed on the page
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#212121;max-width:1100px}
 h1{font-size:20px}h2{font-size:16px;margin-top:28px;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;margin:8px 0}td,th{padding:3px 10px;border-bottom:1px solid #eee;text-align:right}
-td:first-child,th:first-child{text-align:left}.path{text-align:left;font-family:monospace;font-size:12px}
+table{border-collapse:collapse;margin:8px 0}td,th{padding:3px 10px;border-bottom:1px solid #eee;text-align:right;vertical-align:top}
+td:first-child,th:first-child{text-align:left;overflow-wrap:anywhere;max-width:420px}.path{text-align:left;font-family:monospace;font-size:12px;overflow-wrap:anywhere}
 .legend span{display:inline-block;margin-right:14px}.swatch{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px}
 svg text{font:11px system-ui,sans-serif;fill:#424242}
 .left-out{font-weight:bold;color:#c62828}
 """
+
+
+def escape(text: str) -> str:
+    return html.escape(terminal_safe(text))
 
 
 def _color(verdict: str) -> str:
@@ -96,7 +103,7 @@ def ttft_histogram(values: list[tuple[str, float]], providers: list[str]) -> str
     tallest = max((sum(c) for c in counts), default=0) or 1
     step = plot_w / len(labels)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" aria-label="TTFT distribution">']
-    _gridlines(parts, width, left, top, plot_h, lambda share: str(round(tallest * share)))
+    _gridlines(parts, width, left, top, plot_h, lambda share: f"{tallest * share:g}")  # (half of 1 turn: 0.5)
     for i, label in enumerate(labels):
         x, y = left + i * step + step * 0.1, top + plot_h
         for p, n in enumerate(counts[i]):
