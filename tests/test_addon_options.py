@@ -58,6 +58,10 @@ BAD = [
     ("streamtap_replay_assign_ids", "yes", "boolean must be"),
     ("streamtap_fault", "cut:nowhere=1", "cut takes"),
     ("streamtap_fault", "stall:after=1,secs=2", "works on replays only"),
+    # refused whatever the stream, as serve --fault and the fault header refuse them
+    ("streamtap_fault", "drop:event=-1", "event -1 does not exist"),
+    ("streamtap_fault", "cut:at=tool-args,event=1", "event= picks the message of at=prelude or at=crc"),
+    ("streamtap_fault", "cut:at=crc,event=-1", "event -1 is no message"),
     (
         "streamtap_fault",
         lambda tmp: {"streamtap_replay": no_tool_recordings(tmp), "streamtap_fault": "cut:at=tool-args"},

@@ -39,7 +39,7 @@ from streamtap.replay.faults import (
     FaultSpecError,
     LiveFaults,
     Timing,
-    check_live_position,
+    check_live_fault,
     parse_faults,
     reads_events,
     unfit_faults,
@@ -243,7 +243,7 @@ class Faults:
             if not getattr(ctx.options, "streamtap_replay", None):  # live only: replay takes the middle event itself
                 for fault in self.faults:
                     try:
-                        check_live_position(fault)
+                        check_live_fault(fault)
                     except FaultSpecError as exc:
                         raise exceptions.OptionsError(f"streamtap_fault: {exc}") from None
 

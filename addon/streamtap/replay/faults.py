@@ -939,12 +939,9 @@ class LiveFaults:
         self.wire = wire
         self.source = Source.from_frames([], wire=wire, dialect=dialect)
         for fault in faults:  # what does not fit this wire is refused now, not at its event mid-stream
-            check_live_position(fault)
-            _check_live_event(fault)
+            check_live_fault(fault)
             if fault.kind == "corrupt" and fault.params.get("field", "payload") != "payload" and wire != "eventstream":
                 raise FaultSpecError(f"{fault.spec!r}: field={fault.params['field']} needs an event-stream; use field=payload")
-            if fault.kind == "cut":
-                _check_picked_message(fault)
             if fault.kind == "error":
                 try:
                     error_frames(self.source, fault.params["kind"], None, StreamSoFar(dialect))
@@ -1241,7 +1238,17 @@ class LiveFaults:
 _MIDDLE_BY_DEFAULT = {"error": "after", "corrupt": "frame"}
 
 
-def check_live_position(fault: Fault) -> None:
+def check_live_fault(fault: Fault) -> None:
+    """What refuses a live fault whatever the stream (the streamtap_fault option is checked so at
+    start, as serve checks its --fault): it names the events replay would take from the middle of
+    the stream, and events that can exist."""
+    _check_live_position(fault)
+    _check_live_event(fault)
+    if fault.kind == "cut":
+        _check_picked_message(fault)
+
+
+def _check_live_position(fault: Fault) -> None:
     """A live fault must name the event that replay would take from the middle of the stream."""
     key = _MIDDLE_BY_DEFAULT.get(fault.kind)
     if fault.kind == "cut" and fault.params.get("at") in ("prelude", "crc"):
