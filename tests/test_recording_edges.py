@@ -113,3 +113,39 @@ def test_a_last_line_without_its_newline_is_still_cut(tmp_path):
     cut.write_bytes(b"".join(lines[:-1]) + b"[1,2,3]")
     rec = read_recording(cut)
     assert not rec.complete_file and "the last line is cut" in rec.problem
+
+
+def _edited(directory, edit) -> list[str]:
+    """The problems check_recording finds in a finished recording after ``edit`` of its lines."""
+    from streamtap.recording import check_recording
+
+    path = finished(directory)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    edit(lines)
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return check_recording(read_recording(path))
+
+
+def test_edits_the_checks_missed_are_found(tmp_path):
+    """The first frame's seq was never compared (0 expected); a network read's time could go back;
+    an empty body's wire hash was not compared with the body's."""
+    def first_seq(lines):
+        next(line for line in lines if line.get("type") == "frame")["seq"] = 5
+
+    def read_back(lines):
+        reads = [line for line in lines if line.get("type") == "reads"]
+        reads[-1]["reads"][-1][2] = 0
+
+    assert _edited(tmp_path / "a", lambda lines: None) == []
+    assert any("sequence number 5, expected 0" in p for p in _edited(tmp_path / "b", first_seq))
+    assert any("arrival time 0 ms is before" in p for p in _edited(tmp_path / "c", read_back))
+
+    empty = RecordingWriter(tmp_path / "empty.jsonl")
+    empty.header({"response": {"status": 200}, "dialect": "openai-chat", "wire": {"format": "sse", "content_encoding": None}})
+    path = empty.finish({"verdict": {"kind": "truncated", "reason": "no event"}, "stream_end": "finished"})
+    from streamtap.recording import check_recording
+
+    assert check_recording(read_recording(path)) == []
+    *lines, end = path.read_text().splitlines()
+    path.write_text("".join(line + "\n" for line in lines) + json.dumps({**json.loads(end), "wire_sha256": "f" * 64}) + "\n")
+    assert any("wire sha256 differs from the body's" in p for p in check_recording(read_recording(path)))

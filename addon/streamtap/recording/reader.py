@@ -533,13 +533,14 @@ class RecordingCheck:
         self.encoded = content_encoded(content_encoding)  # (identity is no encoding: no wire kept apart)
         self.problems: list[str] = []
         self._offset = 0
-        self._seq: int | None = None
+        self._seq = 0  # frames and tails count from 0
         self._frames = 0
         self._body_hash = hashlib.sha256()
         self._wire_offset = 0
         self._wire_hash = hashlib.sha256()
         self._any_reads = False
         self._t_ms: float | None = None  # the latest arrival time so far: times never go back
+        self._read_t_ms: float | None = None  # the same for the network reads, which replay's timing follows
 
     def segment(self, s: Frame) -> None:
         where = f"line {s.line} ({s.kind} seq {s.seq})"
@@ -548,7 +549,7 @@ class RecordingCheck:
         if frame_sum(s.raw) != s.sum:
             self.problems.append(f"{where}: sum {s.sum} does not match its bytes ({frame_sum(s.raw)})")
         if s.seq is not None:
-            if self._seq is not None and s.seq != self._seq:
+            if s.seq != self._seq:
                 self.problems.append(f"{where}: sequence number {s.seq}, expected {self._seq}")
             self._seq = s.seq + 1
         if s.t_ms is not None:
@@ -562,9 +563,14 @@ class RecordingCheck:
 
     def reads(self, reads: list[tuple[int, int, float | None]], wire: bytes | None = None) -> None:
         self._any_reads = self._any_reads or bool(reads)
-        for offset, length, _ in reads:
+        for offset, length, t_ms in reads:
             if offset != self._wire_offset:
                 self.problems.append(f"network read at wire offset {offset}, expected {self._wire_offset}")
+            if t_ms is not None:
+                if self._read_t_ms is not None and t_ms < self._read_t_ms:
+                    self.problems.append(f"network read at wire offset {offset}: arrival time {t_ms:g} ms is before "
+                                         f"the {self._read_t_ms:g} ms of a read before it")
+                self._read_t_ms = t_ms  # (each read against the one before it: one edit, one problem)
             self._wire_offset = offset + length
         if wire is not None:
             self._wire_hash.update(wire)
@@ -584,7 +590,8 @@ class RecordingCheck:
                 problems.append(f"end line says {end.get('wire_bytes')} wire bytes, {reads}")
             if self.encoded and end.get("wire_sha256") != self._wire_hash.hexdigest():
                 problems.append("wire sha256 differs from the end line's")
-            if wired and not self.encoded and end.get("wire_sha256") != end.get("sha256"):
+            # (an empty body came as no wire bytes: its hashes are equal too)
+            if (wired or self._offset == 0) and not self.encoded and end.get("wire_sha256") != end.get("sha256"):
                 problems.append("wire sha256 differs from the body's, and the body was not content-encoded")
         return problems
 
