@@ -301,3 +301,40 @@ def test_a_client_that_fails_without_any_cut_makes_the_sweep_inconclusive_not_a_
     assert summary[-1].startswith("inconclusive: without any cut the client was noticed (exit 1)"), result.stdout
     report = json.loads(streamtap_sweep(recording, "--json", "-", "--positions", "event=2", "--", *broken).stdout)
     assert report["baseline_failed"] is True and {r["outcome"] for r in report["runs"]} == {INCONCLUSIVE}
+
+
+def test_a_client_that_prints_without_end_costs_the_sweep_no_more_than_its_head_and_tail(recording, tmp_path):
+    """Its whole output was kept and read: 300 MB printed took the sweep to about 1 GB. The first
+    and the last OUTPUT_KEPT bytes are kept, which is all the checks read."""
+    from streamtap.replay.sweep import OUTPUT_KEPT
+
+    loud = tmp_path / "loud.py"
+    loud.write_text(
+        "import sys\n"
+        "line = b'x' * 1023 + b'\\n'\n"
+        "for _ in range(48 * 1024):\n"  # 48 MiB
+        "    sys.stdout.buffer.write(line)\n"
+        "print('Error: the answer stopped early')\n"
+    )
+    result = streamtap_sweep(recording, "--json", "-", "--positions", "event=2", "--styles", "clean", "--", sys.executable, "-S", loud)
+    report = json.loads(result.stdout)
+    [run] = report["runs"]
+    # (it says so uncut too: inconclusive) the tail it printed last is what the run kept
+    assert run["returncode"] == 0 and run["output_tail"].endswith("Error: the answer stopped early\n"), run
+    from streamtap.replay.sweep import _Output
+
+    kept = _Output()
+    read_end, write_end = os.pipe()
+
+    async def drain():
+        loop = asyncio.get_running_loop()
+        loop.add_reader(read_end, kept.take, read_end)
+        writing = loop.run_in_executor(None, os.write, write_end, b"h" * OUTPUT_KEPT + b"m" * 100 + b"t" * OUTPUT_KEPT)
+        await writing  # (a pipe holds 64 KiB: written while read)
+        os.close(write_end)
+        await asyncio.wait_for(kept.ended.wait(), 10)
+
+    os.set_blocking(read_end, False)
+    asyncio.run(drain())
+    os.close(read_end)
+    assert kept.text() == "h" * OUTPUT_KEPT + "\n[... 100 bytes of output left out ...]\n" + "t" * OUTPUT_KEPT

@@ -27,7 +27,6 @@ import asyncio
 import os
 import re
 import signal
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -210,6 +209,51 @@ def carries_answer(output: str, answer: str) -> bool:
     return probe in " ".join(output.split())
 
 
+# Of a client's output, the first and the last this many bytes are kept: enough for every check
+# (the answer's first 200 characters, an error message), and a client that prints without end
+# costs no more memory than this
+OUTPUT_KEPT = 256 * 1024
+OUTPUT_DRAIN_SECONDS = 1.0
+
+
+class _Output:
+    """A client's output as it comes: its head and its tail, what lies between counted."""
+
+    def __init__(self) -> None:
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.left_out = 0
+        self.ended = asyncio.Event()
+
+    def take(self, fd: int) -> None:
+        """The pipe is readable: what it holds, or its end."""
+        if self.ended.is_set():
+            return
+        try:
+            data = os.read(fd, 64 * 1024)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:  # (an ended pipe stays readable: no more calls)
+            asyncio.get_running_loop().remove_reader(fd)
+            self.ended.set()
+            return
+        room = OUTPUT_KEPT - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        self.tail += data
+        if len(self.tail) > OUTPUT_KEPT:
+            excess = len(self.tail) - OUTPUT_KEPT
+            del self.tail[:excess]
+            self.left_out += excess
+
+    def text(self) -> str:
+        between = f"\n[... {self.left_out} bytes of output left out ...]\n" if self.left_out else ""
+        return self.head.decode("utf-8", "replace") + between + self.tail.decode("utf-8", "replace")
+
+
 @dataclass(slots=True)
 class Run:
     position: str
@@ -365,35 +409,50 @@ async def _run_once(
     server = ReplayServer(Library([source], MatchOptions(match_any=True)), ServeOptions(timing, faults), log=lambda line: None)
     await server.start("127.0.0.1", 0)
     started = time.monotonic()
-    # The output goes to a file, not a pipe: a process the client leaves behind holding its
-    # stdout cannot keep the run waiting for the end of the output past the client's exit.
-    with tempfile.TemporaryFile() as output:
+    # The output goes to a pipe of our own, not asyncio's: asyncio's wait() waits for its pipes to
+    # close too, and a process the client leaves behind holding its stdout would keep the run waiting
+    output = _Output()
+    loop = asyncio.get_running_loop()
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    loop.add_reader(read_end, output.take, read_end)
+    try:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *command,
                 stdin=asyncio.subprocess.DEVNULL,
-                stdout=output,
+                stdout=write_end,
                 stderr=asyncio.subprocess.STDOUT,
                 env=client_env(server.base_url, {RUN_MARK: mark}),
                 start_new_session=True,  # so a hung client's children die with it
             )
-        except OSError as exc:
-            await server.close()
-            return Run(position, style, CRASHED, None, 0.0, [], f"cannot start {command[0]}: {exc}")
-        timed_out = False
-        try:
-            await asyncio.wait_for(proc.wait(), timeout)
-        except TimeoutError:
-            timed_out = True
         finally:
-            # what is left of the client's session ends with its run; on Ctrl-C (cancelled)
-            # too, since the client's own session does not get the SIGINT
-            _kill_group(proc)
-            _kill_marked(mark)
-            await proc.wait()
-            await server.close()
-        output.seek(0)
-        text = output.read().decode("utf-8", "replace")
+            os.close(write_end)
+    except OSError as exc:
+        loop.remove_reader(read_end)
+        os.close(read_end)
+        await server.close()
+        return Run(position, style, CRASHED, None, 0.0, [], f"cannot start {command[0]}: {exc}")
+    timed_out = False
+    try:
+        await asyncio.wait_for(proc.wait(), timeout)
+    except TimeoutError:
+        timed_out = True
+    finally:
+        # what is left of the client's session ends with its run; on Ctrl-C (cancelled)
+        # too, since the client's own session does not get the SIGINT
+        _kill_group(proc)
+        _kill_marked(mark)
+        await proc.wait()
+        await server.close()
+        try:  # what the client wrote before it ended (a process it left that escaped holds the pipe: not waited for)
+            await asyncio.wait_for(output.ended.wait(), OUTPUT_DRAIN_SECONDS)
+        except TimeoutError:
+            pass
+        finally:
+            loop.remove_reader(read_end)
+            os.close(read_end)
+    text = output.text()
     verdict, answer = _judge(source, faults)
     # the baseline is no cut: taking its whole answer is what it is there to show
     complete = spec is not None and verdict == "complete"
