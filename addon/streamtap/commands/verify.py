@@ -292,22 +292,14 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
         # Read as truncated, they stop where the recording stops (a dead worker, a full disk), not
         # necessarily where the stream did; the provider's own error in them, and a contradiction
         # in bytes whose sums hold, are still what the stream said
-        held = analysis.verdict
-        evidence = {key: value for key, value in held.evidence.items() if key != "end"}  # how it ended is unknown
-        analysis.verdict = Verdict(VerdictKind.UNKNOWN, f"the recording is cut or damaged: the bytes it holds read as "
-                                   f"{held.kind.value}, which they cannot vouch for", held.seq, held.offset,
-                                   {**evidence, "held_bytes_read_as": held.kind.value})
+        analysis.verdict = _not_vouched_for(analysis.verdict, "the recording is cut or damaged")
     stopped = analysis_stopped(end)
     if stopped is not None and _unvouched(analysis.verdict.kind, checked):
         # the proxy stopped handing the flow's reads to analysis, and to this recording, there: the
         # stream went on, so its bytes stop where the proxy stopped, not where the answer did
         at, why = stopped
-        held = analysis.verdict
-        evidence = {key: value for key, value in held.evidence.items() if key != "end"}
-        analysis.verdict = Verdict(VerdictKind.UNKNOWN, f"the recording stops at wire byte {at}, where the proxy stopped "
-                                   f"analysing the stream ({why}): the bytes it holds read as {held.kind.value}, which "
-                                   "they cannot vouch for", held.seq, held.offset,
-                                   {**evidence, "held_bytes_read_as": held.kind.value, "analysis_stopped_at": at})
+        analysis.verdict = _not_vouched_for(analysis.verdict, f"the recording stops at wire byte {at}, where the proxy "
+                                            f"stopped analysing the stream ({why})", analysis_stopped_at=at)
     if undone is not None:
         analysis.verdict = _judged_coding(analysis, undone, damaged=bool(damage) or stopped is not None)
     if lines.end is not None:
@@ -369,6 +361,14 @@ def end_line_problems(end: dict, analysis: Analysis, rejudged: bool) -> list[str
     if kind == VerdictKind.UNKNOWN.value and not not_kept:  # a proxy whose analysis failed writes no turn, and says unknown
         return []
     return ["the end line holds no turn, its bytes give one"]
+
+
+def _not_vouched_for(held: Verdict, why: str, **evidence: object) -> Verdict:
+    """``unknown``, saying ``why`` the bytes held cannot vouch for the verdict ``held`` they read as
+    (how the stream ended is unknown: its ``end`` is left out)."""
+    kept = {key: value for key, value in held.evidence.items() if key != "end"}
+    return Verdict(VerdictKind.UNKNOWN, f"{why}: the bytes it holds read as {held.kind.value}, which they cannot "
+                   "vouch for", held.seq, held.offset, {**kept, "held_bytes_read_as": held.kind.value, **evidence})
 
 
 def _unvouched(kind: VerdictKind, checked: list[str]) -> bool:
