@@ -53,7 +53,7 @@ BODIES = {
     "openllmetry/bodies/openai_chat_stream_parallel_tool_calls.1.sse": (CHAT, C, "tool_use"),
     "openllmetry/bodies/openai_chat_stream_tool_call.0.sse": (CHAT, C, "tool_use"),
     # ends "data: [DONE]\n" with no blank line: the SSE rules never dispatch that event, so the body was cut
-    "vercel-ai/openai-compatible/anthropic-fallback-tool-call.sse": (CHAT, T, None),
+    "vercel-ai/openai-compatible/anthropic-fallback-tool-call.sse": (CHAT, T, "tool_use"),  # its finish_reason came; only the blank line after [DONE] did not
     "pydantic-ai/bodies/openai-responses/test_background_mode_streaming_starting_after_vcr.0.sse": (RESPONSES, C, "end_turn"),
     "pydantic-ai/bodies/openai-responses/test_background_mode_streaming_starting_after_vcr.1.sse": (RESPONSES, C, "end_turn"),
     "pydantic-ai/bodies/openai-responses/test_openai_responses_stream.0.sse": (RESPONSES, C, "tool_use"),
@@ -1039,3 +1039,14 @@ def test_chat_tool_call_name_fragments_are_kept_within_a_bound() -> None:
     analysis = analyze_bytes(body, CHAT)
     assert analysis.verdict.kind is X and "longer than 256" in analysis.verdict.reason, analysis.verdict
     assert len(analysis.turn.tool_calls()[0].name) <= 256
+
+
+def test_a_finish_reason_that_came_is_the_turns_stop_reason_though_done_did_not():
+    """The SDK hands the app each chunk's finish_reason: without [DONE] the turn is truncated, and
+    its stop reason is still the one that came (it was left null, though the verdict named it)."""
+    body = sse_data(chat_chunk({"role": "assistant", "content": "Hi"}), chat_chunk(finish="length"), done=False)
+    analysis = analyze_bytes(body, CHAT)
+    assert analysis.verdict.kind is T and analysis.verdict.evidence["content_complete"] is True
+    assert (analysis.turn.stop_reason_raw, analysis.turn.stop_reason) == ("length", "max_tokens")
+    cut = analyze_bytes(sse_data(chat_chunk({"role": "assistant", "content": "Hi"}), done=False), CHAT)
+    assert cut.verdict.kind is T and cut.turn.stop_reason is None

@@ -318,9 +318,17 @@ class Assembler(AssemblerBase):
         usage.reasoning = as_int(as_dict(raw.get("completion_tokens_details")).get("reasoning_tokens"))
 
     def _end(self, event: WireEvent) -> None:
+        stops = self._stops()
+        if stops is None:
+            return  # [DONE] without a finish_reason proves nothing: judged truncated in finish()
+        self.terminal(event, *stops, "data: [DONE]")
+
+    def _stops(self) -> tuple[str, str] | None:
+        """Once every choice has its finish_reason: each choice's stop, and the turn's (raw, normalized),
+        the worst of them; else None."""
         choices = [c.index for c in self.turn.choices]
         if not self._finish or any(i not in self._finish for i in choices):
-            return  # [DONE] without a finish_reason proves nothing: judged truncated in finish()
+            return None
         normalized = []
         for index in choices:
             raw = self._finish[index]
@@ -330,8 +338,7 @@ class Assembler(AssemblerBase):
             normalized.append(norm)
         self.choice_stops(dict(zip(choices, normalized)))
         worst = worst_stop(normalized)
-        raw = next(self._finish[i] for i, n in zip(choices, normalized) if n == worst)
-        self.terminal(event, raw, worst, "data: [DONE]")
+        return next(self._finish[i] for i, n in zip(choices, normalized) if n == worst), worst
 
     def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
         self.close_blocks()
@@ -348,5 +355,8 @@ class Assembler(AssemblerBase):
         if verdict.kind is VerdictKind.TRUNCATED and self._finish and len(self._finish) == len(turn.choices):
             verdict.evidence["content_complete"] = True  # only the usage chunk / [DONE] went missing
             verdict.reason += " (every choice had its finish_reason)"
+            stops = self._stops()
+            if stops is not None and turn.stop_reason_raw is None:  # what the SDK hands the app: its finish_reason
+                self.judge.stop_reason(*stops)
         return turn, verdict
 
