@@ -628,6 +628,19 @@ def test_unknown_block_types_are_kept_whole() -> None:
     assert analysis.turn.text() == "Hi"  # never mixed into the answer
 
 
+def test_an_unmodelled_deltas_other_fields_are_kept_apart_from_its_text() -> None:
+    """A compaction delta with its summary and its encrypted_content: the SDK keeps them apart, and
+    the turn showed them glued into one text (the note said they were in extra)."""
+    body = sse(START, {"type": "content_block_start", "index": 0, "content_block": {"type": "compaction", "content": None}},
+               {"type": "content_block_delta", "index": 0,
+                "delta": {"type": "compaction_delta", "content": "Summary.", "encrypted_content": "EpwB0paque"}},
+               {"type": "content_block_stop", "index": 0}, *text_block(1, "Hi"), *end("end_turn"))
+    analysis = analyze_bytes(body, Dialect.ANTHROPIC)
+    other = analysis.turn.blocks[0]
+    assert (other.text, other.extra["encrypted_content"]) == ("Summary.", "EpwB0paque")
+    assert "kept as the block's extra.encrypted_content, text" in " ".join(analysis.turn.notes), analysis.turn.notes
+
+
 def test_session_timing_comes_from_the_reads() -> None:
     """Fed through StreamSession with arrival times: first content is the read that carried the
     first text, not the message_start."""

@@ -109,6 +109,9 @@ _TOOLISH = (BlockKind.TOOL_CALL, BlockKind.SERVER_TOOL)
 # message ids remembered per body to spot a response sent again; multi-step recordings hold
 # tens of messages, so a few hundred bounds the memory without missing a real replay
 MAX_MESSAGE_IDS = 256
+# the fields of a delta this version does not model that are an 'other' block's text; the rest
+# (a compaction's encrypted_content) is kept beside it
+OTHER_TEXT_FIELDS = ("content", "text")
 
 
 class MessageBuilder:
@@ -309,17 +312,19 @@ class MessageBuilder:
             self.judge.listed(block, "citations", delta.get("citation"))
             return
         elif kind not in ("text_delta", "input_json_delta", "thinking_delta", "signature_delta", "citations_delta"):
-            # a delta this version does not model: keep its string payload, as the text of an
-            # 'other' block (a compaction summary, say), else beside the block's own content
+            # a delta this version does not model: keep its string payload, its content or text as
+            # the text of an 'other' block (a compaction summary, say), every other field (the
+            # summary's encrypted_content) beside the block's own content, as the SDK keeps them apart
+            kept = set()
             for key, value in delta.items():
                 if key != "type" and isinstance(value, str):
-                    if block.kind is BlockKind.OTHER:
-                        self.pieces.add(block, value)
-                    else:
-                        self.pieces.add(block, value, f"extra.{key}")
+                    field = "text" if block.kind is BlockKind.OTHER and key in OTHER_TEXT_FIELDS else f"extra.{key}"
+                    self.pieces.add(block, value, field)
+                    kept.add(field)
             if repr(kind) not in self.noted_deltas:
                 self.noted_deltas.add(repr(kind))
-                self.judge.note(f"delta type {kind!r} kept in block extra (index {index})")
+                where = ", ".join(sorted(kept)) or "nothing (no string field)"
+                self.judge.note(f"delta type {kind!r} not modelled: kept as the block's {where} (index {index})")
             return
         self.judge.corrupt(f"{kind} does not fit a {block.kind.value} block (index {index})", seq, offset,
                            index=index, delta_type=kind, block_kind=block.kind.value)
