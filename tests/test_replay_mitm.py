@@ -58,10 +58,13 @@ def proxy(tmp_path_factory):
             yield mitm
 
 
-def new_recordings(proxy, before: set[Path], count: int = 1, timeout: float = 10) -> list:
+def new_recordings(proxy, before: set[Path], count: int = 1, timeout: float = 10, provider: str = "") -> list:
+    """The recordings finished since ``before``; ``provider``: only its (named in the file name), so
+    that a recording of the test before, finished late on a loaded machine, is not taken for this one's."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        paths = sorted(p for p in proxy.record_dir.glob("*.jsonl") if p not in before and not p.name.endswith(".partial.jsonl"))
+        paths = sorted(p for p in proxy.record_dir.glob(f"*_{provider}*.jsonl" if provider else "*.jsonl")
+                       if p not in before and not p.name.endswith(".partial.jsonl"))
         if len(paths) >= count:
             return [read_recording(p) for p in paths]
         time.sleep(0.05)
@@ -97,7 +100,7 @@ def test_replay_through_the_tap_streams_with_timing_and_records_the_same_body(pr
     # streamed with the recorded 20 ms gaps, not as one buffered body
     assert arrivals[-1] - arrivals[0] >= 0.015 * (len(arrivals) - 1)
     assert "".join(text) == openai_text(openai_chat_frames(words=20))
-    [again] = new_recordings(proxy, before)
+    [again] = new_recordings(proxy, before, provider="openai-chat")
     assert again.body == original.body
     assert again.end["verdict"]["kind"] == "complete"
     assert again.header["request"]["url"].endswith("/v1/chat/completions")
@@ -115,7 +118,7 @@ def test_bedrock_replay_through_the_tap_is_recorded_byte_identical(proxy):
     response = client.invoke_model_with_response_stream(modelId=BEDROCK_MODEL, body=json.dumps(BEDROCK_REQUEST))
     events = [json.loads(e["chunk"]["bytes"]) for e in response["body"]]  # botocore checks every CRC
     assert events[-1]["type"] == "message_stop"
-    [again] = new_recordings(proxy, before)
+    [again] = new_recordings(proxy, before, provider="bedrock-invoke")
     assert again.body == read_recording(proxy.replay_dir / "bedrock.jsonl").body == b"".join(bedrock_invoke_frames())
     assert again.end["verdict"]["kind"] == "complete"
 
