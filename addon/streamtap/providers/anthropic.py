@@ -41,6 +41,7 @@ from typing import Any
 import orjson
 
 from streamtap.wire import SSEEvent, WireEvent
+from streamtap.wire.partial_json import exact_loads
 
 from .common import as_int, as_str, dumps, one_line
 from .judge import Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome, stop_verdict
@@ -537,7 +538,8 @@ class Assembler:
             return
         judge.seen(event, event.event)
         try:
-            obj = orjson.loads(event.data) if event.data else None
+            # a tool_use block may come with its input whole: its integers are read exactly
+            obj = (exact_loads(event.data) if '"input"' in event.data else orjson.loads(event.data)) if event.data else None
         except orjson.JSONDecodeError:
             obj = None
         if event.event == "error" and (type(obj) is not dict or obj.get("type") != "error"):

@@ -221,7 +221,8 @@ class Assembler:
         except (binascii.Error, ValueError) as exc:
             judge.corrupt(f"chunk bytes are not base64 ({exc})", event.seq, event.start)
             return
-        inner = decode_event_json(decoded, judge, event.seq, event.start, "decoded chunk")
+        # a Claude tool_use block may come with its input whole: its integers are read exactly
+        inner = decode_event_json(decoded, judge, event.seq, event.start, "decoded chunk", exact_integers=b'"input"' in decoded)
         if inner is None:
             return
         self._route(inner, event, t)

@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 
 from streamtap.wire import SSEEvent, WireEvent
+from streamtap.wire.partial_json import exact_loads
 
 from .judge import Fragments, Judge, parse_arguments
 
@@ -69,26 +70,30 @@ def worst_stop(normalized: list[str]) -> str:
     return max(normalized, key=lambda n: _SEVERITY.index(STOP_VERDICT.get(n, VerdictKind.UNKNOWN)))
 
 
-def loads(text: str | bytes) -> Any:
-    """JSON or raise ValueError (orjson's error is a ValueError)."""
-    return orjson.loads(text)
+def loads(text: str | bytes, exact_integers: bool = False) -> Any:
+    """JSON or raise ValueError (orjson's error is a ValueError). With ``exact_integers``, an
+    integer past 64 bits is read exactly, as the SDKs read it, not as orjson's double: asked
+    for the events that carry tool arguments, as every event pays for the check."""
+    return exact_loads(text) if exact_integers else orjson.loads(text)
 
 
 def dumps(value: Any) -> str:
-    """Compact JSON text, as orjson writes it; also for values nested deeper than orjson writes."""
+    """Compact JSON text, as orjson writes it; also for values nested deeper, or integers
+    longer, than orjson writes."""
     try:
         return orjson.dumps(value).decode()
     except TypeError as error:
-        return _dumps_too_deep_for_orjson(value, error)
+        return _dumps_past_orjson(value, error)
 
 
-_ORJSON_DEPTH_ERROR = "Recursion limit reached"  # orjson reads 1024 levels but writes only 254
+# orjson reads 1024 levels but writes only 254; it writes no integer past 64 bits, which exact reads give
+_PAST_ORJSON = ("Recursion limit reached", "Integer exceeds 64-bit range")
 
 
-def _dumps_too_deep_for_orjson(value: Any, error: TypeError) -> str:
-    """The same compact text through the json module, which writes any depth a parse gave;
-    any other orjson error (a type it cannot write, a lone surrogate) is raised as before."""
-    if str(error) != _ORJSON_DEPTH_ERROR:
+def _dumps_past_orjson(value: Any, error: TypeError) -> str:
+    """The same compact text through the json module, which writes any depth and any integer a
+    parse gave; any other orjson error (a type it cannot write, a lone surrogate) is raised as before."""
+    if str(error) not in _PAST_ORJSON:
         raise error
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
@@ -302,9 +307,9 @@ class AssemblerBase:
             self.corrupt(f"event {event.event!r} at seq {event.seq} (byte {event.start}) has empty data: the {sdk} "
                          f"SDK parses it as JSON and fails", event)
 
-    def payload(self, event: WireEvent, text: str | bytes) -> Any:
+    def payload(self, event: WireEvent, text: str | bytes, exact_integers: bool = False) -> Any:
         try:
-            return loads(text)
+            return loads(text, exact_integers)
         except ValueError as exc:
             self.corrupt(f"event data is not JSON ({one_line(str(exc), 80)})", event)
             return None

@@ -37,6 +37,7 @@ import re
 from typing import Any
 
 from streamtap.wire import JSONValue, SSEEvent, Tail, WireEvent
+from streamtap.wire.jsonlines import loads as read_json_line
 
 from .common import (
     STOP_VERDICT, AssemblerBase, StartOver, as_dict, as_int, as_list, as_str, dumps, error_fields, loads, one_line,
@@ -49,6 +50,7 @@ POLICY = {
     "IMAGE_SAFETY", "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION",
 }
 MALFORMED = {"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"}
+_FUNCTION_CALL = '"functionCall"'  # a chunk that may carry arguments, whose integers are read exactly
 # the members of the Part.data oneof: a part sets one of them
 PART_DATA = ("text", "inlineData", "fileData", "functionCall", "functionResponse", "executableCode", "codeExecutionResult")
 
@@ -104,13 +106,15 @@ class Assembler(AssemblerBase):
             if not event.data.strip():
                 return
             self._watch_start_over(event.data, event)
-            obj = self.payload(event, event.data)
+            obj = self.payload(event, event.data, exact_integers=_FUNCTION_CALL in event.data)
         elif isinstance(event, JSONValue):
             self.seen(event, f"element {event.seq}")
             # a gateway that re-requests after a cut can keep writing into the array it opened: the
             # replay then comes as more elements, not as a second [, so the array needs the same watch
-            self._watch_start_over(_element_text(event.raw), event)
-            obj = event.value
+            element = _element_text(event.raw)
+            self._watch_start_over(element, event)
+            # the array's decoder reads integers past 64 bits as doubles: a call's arguments are read again, exactly
+            obj = read_json_line(element, exact_integers=True) if _FUNCTION_CALL in element else event.value
         else:
             self.seen(event, type(event).__name__)
             self.corrupt(f"unexpected {type(event).__name__} for Gemini", event)

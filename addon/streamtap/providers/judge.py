@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from streamtap.wire import IncrementalJSON, WireEvent
+from streamtap.wire.partial_json import exact_loads
 
 from .turn import Block, BlockKind, Choice, Turn, StreamEnd, Verdict, VerdictKind
 
@@ -526,9 +527,12 @@ def stop_verdict(turn: Turn, judge: Judge, terminal: str, table: dict[str, tuple
     return judge.finished(kind, terminal, raw, **evidence)
 
 
-def decode_event_json(data: str | bytes, judge: Judge, seq: int, offset: int, what: str) -> dict[str, Any] | None:
+def decode_event_json(
+    data: str | bytes, judge: Judge, seq: int, offset: int, what: str, exact_integers: bool = False
+) -> dict[str, Any] | None:
+    """The event's JSON object, or None once the judge was told why not; ``exact_integers`` as for ``common.loads``."""
     try:
-        value = orjson.loads(data)
+        value = exact_loads(data) if exact_integers else orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         judge.corrupt(f"{what} is not valid JSON ({str(exc).splitlines()[0]})", seq, offset, data=str(data[:200]))
         return None

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from streamtap.wire import JSONValue, WireEvent
+from streamtap.wire.jsonlines import loads as read_json_line
 
 from .common import AssemblerBase, as_dict, as_int, as_list, as_str, dumps, error_fields
 from .turn import BlockKind, Dialect, StreamEnd, Turn, Verdict
@@ -35,7 +36,8 @@ class Assembler(AssemblerBase):
         if not isinstance(event, JSONValue):
             self.corrupt(f"unexpected {type(event).__name__} for Ollama NDJSON", event)
             return
-        obj = event.value
+        # the decoder reads integers past 64 bits as doubles: a line with calls is read again, exactly
+        obj = read_json_line(event.raw, exact_integers=True) if b'"tool_calls"' in event.raw else event.value
         if not isinstance(obj, dict):
             self.corrupt("line is JSON but not an object", event)
             return

@@ -147,10 +147,11 @@ class NDJSONDecoder:
             self._head.clear()
 
 
-def loads(data: bytes | bytearray) -> object:
+def loads(data: bytes | bytearray, exact_integers: bool = False) -> object:
     """One JSON value, as the providers' clients read it (``lenient_loads``); ``NaN`` and
-    ``Infinity``, which no JSON holds, stay refused."""
-    return lenient_loads(data, parse_constant=_no_constant)
+    ``Infinity``, which no JSON holds, stay refused. Every line is read, so an integer past
+    64 bits is exact only when asked: a provider asks again for the lines that hold arguments."""
+    return lenient_loads(data, parse_constant=_no_constant, exact_integers=exact_integers)
 
 
 def _no_constant(name: str) -> object:

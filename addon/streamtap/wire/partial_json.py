@@ -10,6 +10,7 @@ caller knows when the document is finished (at the block's stop event).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -31,20 +32,48 @@ class JSONIncomplete(ValueError):
         self.truncated = position >= len(raw.rstrip())
 
 
-def lenient_loads(data: str | bytes | bytearray, parse_constant: Callable[[str], Any] | None = None) -> Any:
+# orjson reads an integer past 64 bits (2**64 has 20 digits, -2**63 19) as a double, where the
+# SDKs' json module reads it exactly. A run this long that is not such an integer (a string of
+# digits, a long fraction) only costs a second parse.
+_LONG_DIGIT_RUN = re.compile("[0-9]{19}")
+_LONG_DIGIT_RUN_BYTES = re.compile(b"[0-9]{19}")
+_DIGITS = b"0123456789"
+
+
+def may_hold_long_integer(data: str | bytes | bytearray) -> bool:
+    """Might orjson read a number in this JSON text less exactly than the json module?"""
+    if isinstance(data, str):
+        return _LONG_DIGIT_RUN.search(data) is not None
+    # most texts hold fewer than 19 digits in all: counting them is ten times cheaper than the search
+    return len(data) - len(data.translate(None, _DIGITS)) >= 19 and _LONG_DIGIT_RUN_BYTES.search(data) is not None
+
+
+def exact_loads(data: str | bytes | bytearray) -> Any:
+    """What orjson reads, but integers past 64 bits exact, as the SDKs' json module reads them."""
+    value = orjson.loads(data)
+    if may_hold_long_integer(data):
+        return json.loads(data if isinstance(data, str) else bytes(data).decode("utf-8"))
+    return value
+
+
+def lenient_loads(
+    data: str | bytes | bytearray, parse_constant: Callable[[str], Any] | None = None, exact_integers: bool = True
+) -> Any:
     """One JSON value, also where orjson refuses what the SDKs' parsers take (a number past a
     double, ``1e400``, is infinity to them), as they read it, when the value can be written back
     as JSON; else orjson's error. A lone surrogate escape stays refused: no UTF-8 text can hold
-    it. ``parse_constant`` as for ``json.loads`` (``NaN``, ``Infinity``)."""
+    it. ``parse_constant`` as for ``json.loads`` (``NaN``, ``Infinity``). With ``exact_integers``
+    false, an integer past 64 bits may come back as a double (orjson's reading), which is cheaper."""
     try:
-        return orjson.loads(data)
+        return exact_loads(data) if exact_integers else orjson.loads(data)
     except orjson.JSONDecodeError as refused:
         try:
             # as text, strictly UTF-8: given bytes, json.loads would guess UTF-16 or UTF-32 from
             # NULs and drop a BOM, which the clients, reading decoded lines, never do
             text = data if isinstance(data, str) else bytes(data).decode("utf-8")
             value = json.loads(text, parse_constant=parse_constant)
-            orjson.dumps(value)
+            # written back as the json module writes: any integer, any depth, but no lone surrogate
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
         except (ValueError, TypeError, RecursionError):
             raise refused from None
         return value
