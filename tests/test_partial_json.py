@@ -88,3 +88,11 @@ def test_any_split_of_a_document_gives_the_document(value, cuts):
         last = cut
     assert document.raw == text
     assert document.value() == value
+
+
+@pytest.mark.parametrize("text", ['{"a": 1}\u00a0', '{"a": 1,\u2028', "[1, 2\x0b"])
+def test_text_ending_in_what_is_not_json_whitespace_is_broken_not_truncated(text):
+    """U+00A0, U+2028 and VT are whitespace to Python but not to JSON: no continuation repairs them."""
+    with pytest.raises(JSONIncomplete) as failure:
+        fed(text).value()
+    assert not failure.value.truncated

@@ -29,7 +29,7 @@ class JSONIncomplete(ValueError):
         super().__init__(f"{reason} (at character {position} of {len(raw)})")
         self.reason = reason
         self.position = position
-        self.truncated = position >= len(raw.rstrip())
+        self.truncated = position >= len(raw.rstrip(" \t\r\n"))  # JSON's whitespace only: U+00A0 is not
 
 
 # orjson reads an integer past 64 bits (2**64 has 20 digits, -2**63 19) as a double, where the
