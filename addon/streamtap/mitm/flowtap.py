@@ -142,10 +142,11 @@ class FlowTap:
     # the errors ---------------------------------------------------------------------
     def fail(self, part: str, exc: BaseException) -> None:
         """Switch off the failed part for this flow; log the first failure only."""
-        self._failed(part, _described(exc))
+        self._failed(part, _described(exc), file_broken=isinstance(exc, OSError))
 
-    def _failed(self, part: str, what: str, logged: bool = False) -> None:
+    def _failed(self, part: str, what: str, logged: bool = False, file_broken: bool = True) -> None:
         """``logged``: the proxy has logged this failure already (it stays the flow's first).
+        ``file_broken``: the recording failed writing (a full disk), so it takes no note of it.
 
         The message can quote the traffic (a Content-Encoding header names its coding): its log
         line is escaped here, where it is made, so a worker forwards the record already safe."""
@@ -157,6 +158,11 @@ class FlowTap:
             self.unframed = bytearray()
             writer, self.writer = self.writer, None
             if writer is not None:
+                if not file_broken:  # a bug, not the disk: its lines are whole, and one more says why they stop
+                    try:
+                        writer.note("streamtap_error", message)
+                    except Exception:
+                        pass
                 try:
                     writer.close()
                 except Exception:

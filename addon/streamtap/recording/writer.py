@@ -187,7 +187,11 @@ def _described(event: Any) -> bytes:
             if len(_PLAIN_SSE) < 1024:
                 _PLAIN_SSE[event.event] = cached
         return cached
-    return orjson.dumps(describe(event))
+    description = describe(event)
+    try:
+        return orjson.dumps(description)
+    except TypeError:  # a retry past 64 bits, which the SSE rules take: written as the json module writes it
+        return json.dumps(_escaped(description), ensure_ascii=False, separators=(",", ":")).encode()
 
 
 END_LINE_START = b'{"type":"end"'  # how the writer begins an end line (orjson, no spaces)
