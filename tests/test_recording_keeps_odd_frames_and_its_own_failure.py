@@ -59,3 +59,21 @@ def test_a_bug_while_recording_leaves_a_note_in_the_recording(tmp_path, monkeypa
     assert lines[0]["type"] == "header"
     notes = [line for line in lines if line["type"] == "note"]
     assert notes and notes[0]["kind"] == "streamtap_error" and "a bug in describing a frame" in notes[0]["message"]
+
+
+def test_a_flow_whose_analysis_stopped_counts_the_events_it_recorded(tmp_path):
+    """Analysis that fell behind at byte N: the summary (the log line, the events metric) counts
+    the frames analysed and recorded before, not 0."""
+    flow = tflow.tflow(resp=True)
+    flow.request.method, flow.request.path = "POST", "/v1/chat/completions"
+    flow.request.content = b'{"model":"gpt-test-1","stream":true,"messages":[]}'
+    flow.response.headers["content-type"] = "text/event-stream"
+    flow.response.content = None
+    tap = FlowTap(flow, directory=str(tmp_path), fsync="end", redact=(), sentinel=None, max_event_size=1 << 20, record=True)
+    event = f"data: {json.dumps(CHUNK)}\n\n".encode()
+    tap.arrived(event * 7, None)
+    tap.lost_from(len(event) * 7, "analysis fell behind")
+    summary = tap.finish(StreamEnd.FINISHED)
+    assert summary["verdict"] == "unknown" and any("fell behind" in e for e in summary["errors"]), summary
+    frames = [line for line in open(summary["recording"], "rb") if orjson.loads(line)["type"] == "frame"]
+    assert summary["events"] == len(frames) == 7

@@ -65,6 +65,7 @@ class FlowTap:
         self.started = spec.started
         self.errors: list[str] = []
         self.session: StreamSession | None = None
+        self.events_before_stop = 0  # wire events analysed (and recorded) before analysis stopped
         self.writer: RecordingWriter | None = None
         self.decoder: WireUndo | None = None  # for a content-encoded body
         self.detection = spec.detection
@@ -168,6 +169,8 @@ class FlowTap:
                 except Exception:
                     pass
         else:
+            if self.session is not None:
+                self.events_before_stop = self.session.wire_events
             self.session = None
             if self.writer is not None:
                 try:
@@ -466,7 +469,7 @@ class FlowTap:
             "model": self.requested_model,
             "verdict": VerdictKind.UNKNOWN.value,
             "reason": "streamtap could not analyse this flow",
-            "events": 0,
+            "events": self.events_before_stop,  # as many frames as the recording holds
             "bytes": self.body_bytes,  # (analysis, when it ran, counts them itself)
             "ttft_ms": None,
             "duration_ms": milliseconds(t),

@@ -157,6 +157,11 @@ class StreamSession:
         )
         self._empty_fed = 0
 
+    @property
+    def wire_events(self) -> int:
+        """Wire events decoded so far (as ``Analysis.wire_events`` counts them)."""
+        return self._events
+
     def feed(self, chunk: bytes, t: float | None = None) -> list[WireEvent]:
         if self._closed is not None or not chunk:
             return []
