@@ -2,9 +2,25 @@
 in pyproject.toml. The extension is optional: where it cannot be compiled, the package installs
 without it and the same loops run in Python."""
 
+import shutil
+from pathlib import Path
+
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
+
+
+class build_py_afresh(build_py):
+    """The package is copied into an emptied build folder: setuptools reuses the checkout's
+    ``build/``, where a module deleted from the sources since an earlier build would still ship."""
+
+    def run(self):
+        if not getattr(self, "editable_mode", False):
+            shutil.rmtree(Path(self.build_lib) / "streamtap", ignore_errors=True)
+        super().run()
+
 
 setup(
+    cmdclass={"build_py": build_py_afresh},
     ext_modules=[
         Extension(
             "streamtap.wire._accel",
@@ -13,5 +29,5 @@ setup(
             optional=True,
             extra_compile_args=["-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
         )
-    ]
+    ],
 )

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -98,3 +99,58 @@ def test_installed_wheel_runs_the_addon_and_the_demo(venv, tmp_path):
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert "demo: OK" in demo.stdout
     assert len(list((tmp_path / "demo").glob("*.jsonl"))) == 4
+
+
+def _wheel_names(source: Path, out: Path) -> set[str]:
+    _ok(_run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", out, source], source))
+    (wheel,) = out.glob("streamtap-*.whl")
+    with zipfile.ZipFile(wheel) as contents:
+        return set(contents.namelist())
+
+
+def test_a_module_deleted_since_an_earlier_build_is_not_in_the_next_wheel(tmp_path):
+    """The README's `pip wheel /path/to/streamtap`, run twice in one checkout: setuptools reuses
+    its `build/`, which must not keep what the sources no longer have."""
+    source = tmp_path / "source"
+    shutil.copytree(REPO, source, ignore=LEFT_OUT)
+    old = source / "addon" / "streamtap" / "old_module.py"
+    old.write_text("GONE = False\n")
+    assert "streamtap/old_module.py" in _wheel_names(source, tmp_path / "first")
+    old.unlink()
+    names = _wheel_names(source, tmp_path / "second")
+    assert "streamtap/old_module.py" not in names
+    assert "streamtap/wire/accel.py" in names  # the rest is still there
+
+
+def test_the_sdist_leaves_out_the_taps_own_recordings(tmp_path):
+    """`recordings/live/` is where the tap writes by default: captured prompts and answers, never packed."""
+    source = tmp_path / "source"
+    shutil.copytree(REPO, source, ignore=LEFT_OUT)
+    live = source / "recordings" / "live"
+    live.mkdir()
+    (live / "20260101T000000.000Z_openai-chat_complete_0123456789ab.jsonl").write_text('{"type":"header"}\n')
+    backend = tmp_path / "backend"  # the build backend pyproject.toml names, as a build frontend installs it
+    _ok(_run([sys.executable, "-m", "pip", "install", "-q", "--target", backend, "setuptools>=77"], tmp_path, timeout=300))
+    build = "import sys; from setuptools import build_meta; print(build_meta.build_sdist(sys.argv[1]))"
+    env = {k: v for k, v in os.environ.items() if k not in LEFT_OUT_ENV}
+    made = subprocess.run([sys.executable, "-c", build, tmp_path / "sdist"], cwd=source, capture_output=True, text=True,
+                          timeout=120, env={**env, "PYTHONPATH": str(backend)})
+    _ok(made)
+    with tarfile.open(tmp_path / "sdist" / made.stdout.strip().splitlines()[-1]) as sdist:
+        recordings = sorted(name.split("/", 1)[1] for name in sdist.getnames() if "/recordings/" in name)
+    assert recordings and not [name for name in recordings if "live" in name], recordings
+    assert sorted(p.relative_to(REPO).as_posix() for p in (REPO / "recordings").glob("*.jsonl")) == recordings
+
+
+@pytest.mark.parametrize("how, loops", [
+    ("", "compiled C"),
+    ("import os; os.environ['STREAMTAP_PURE_PYTHON'] = '1'; ", "Python, STREAMTAP_PURE_PYTHON is set"),
+    ("import sys; sys.modules['streamtap.wire._accel'] = None; ", "Python, the C build is missing"),
+])
+def test_version_says_which_decoder_loops_run(how, loops):
+    """pip says nothing of a failed C build but with -v: `streamtap --version` says it instead."""
+    script = how + "import sys; from streamtap.cli import main; sys.argv = ['streamtap', '--version']; main()"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    from streamtap import __version__
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"streamtap {__version__} (decoder loops: {loops})"

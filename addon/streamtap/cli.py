@@ -148,6 +148,21 @@ def refuse_recording_as_output(option: str, path) -> None:
         raise UsageError(f"{option} {path}: this file is a recording; streamtap never writes over one (name a new file)")
 
 
+def version_line() -> str:
+    """The version, and which decoder loops this install runs: pip says nothing of a C build
+    that failed (but with -v), and the Python loops are slower."""
+    from streamtap import __version__
+    from streamtap.wire import accel
+
+    if accel.compiled:
+        loops = "compiled C"
+    elif accel.pure_python_asked:
+        loops = "Python, STREAMTAP_PURE_PYTHON is set"
+    else:
+        loops = "Python, the C build is missing"
+    return f"streamtap {__version__} (decoder loops: {loops})"
+
+
 def build_parser(configured: Collection[str] = VERBS) -> argparse.ArgumentParser:
     """The parser. Only the ``configured`` verbs' modules are imported and their arguments
     added; the other verbs are listed with their one-line help and take no arguments."""
@@ -157,9 +172,7 @@ def build_parser(configured: Collection[str] = VERBS) -> argparse.ArgumentParser
         epilog="Run `streamtap VERB --help` for each verb. Exit codes: 0 ok, 1 finding, 2 usage error, 3 internal error, "
         "130 interrupted (Ctrl-C), 141 the output was closed before the verb finished (| head).",
     )
-    from streamtap import __version__
-
-    parser.add_argument("--version", action="version", version=f"streamtap {__version__}")
+    parser.add_argument("--version", action="version", version=version_line())
     verbs = parser.add_subparsers(dest="verb", metavar="VERB")
     for verb, (module_name, help_line) in VERBS.items():
         sub = verbs.add_parser(verb, help=help_line, description=help_line)
