@@ -144,6 +144,47 @@ def test_an_end_line_value_verify_rejects_makes_the_recording_damaged_in_report_
     assert rows["bad.jsonl"] == (False, None, None)
 
 
+def damaged_header(**fields) -> dict:
+    """The bundled recording's header with fields replaced (dotted keys reach into it)."""
+    import orjson
+
+    header = orjson.loads(GOOD.read_bytes().split(b"\n", 1)[0])
+    for key, value in fields.items():
+        *parents, leaf = key.split(".")
+        target = header
+        for parent in parents:
+            target = target[parent]
+        target[leaf] = value
+    return header
+
+
+@pytest.mark.parametrize(
+    "fields, problem",
+    [
+        ({"response.status": "200"}, """damaged: line 1 is damaged: 'status' is "200", not an integer"""),
+        ({"request": "x"}, """damaged: line 1 is damaged: 'request' is "x", not an object"""),
+        ({"dialect": 5}, "damaged: line 1 is damaged: 'dialect' is 5, not a string"),
+        ({"wire.format": ["sse"]}, "damaged: line 1 is damaged: 'format' is "),
+        ({"request.headers": [["authorization"]]}, "damaged: line 1 is damaged: a request header is "),
+    ],
+)
+def test_a_header_value_verify_rejects_makes_the_recording_damaged_in_report_and_index(tmp_path, fields, problem):
+    """A header field of the wrong type is damage, as verify says, not a value to leave out of
+    the row while the verdict is counted complete."""
+    recording(tmp_path, "good.jsonl")
+    bad = recording(tmp_path, "bad.jsonl", header=damaged_header(**fields))
+    verified = streamtap("verify", bad)
+    assert verified.returncode == 2 and problem.removeprefix("damaged: ") in verified.stdout + verified.stderr
+    code, report = report_json(tmp_path)
+    assert code == 1
+    assert report["recordings"] == 2 and report["verdicts"] == {"complete": 1}
+    [listed] = report["incomplete"]
+    assert listed["path"] == str(bad) and listed["problem"].startswith(problem), listed
+    assert streamtap("index", tmp_path, "--out", tmp_path / "idx").returncode == 0
+    rows = {name: complete for name, _, _, complete, *_ in index_rows(tmp_path / "idx")}
+    assert rows == {"good.jsonl": True, "bad.jsonl": False}
+
+
 # --- 4. a killed proxy's leftovers dated and filed by their names -----------------------------
 
 

@@ -29,7 +29,9 @@ import zstandard
 from streamtap.providers.model import model_of
 
 from .compress import SUFFIX, decompress_checked, is_compressed
-from .reader import CONVERTED, FORMAT_MARK, STREAM_ENDS, VERDICT_KINDS, HeaderCut, check_end, counted, header_damage, one_of
+from .reader import (
+    CONVERTED, FORMAT_MARK, STREAM_ENDS, VERDICT_KINDS, HeaderCut, check_end, check_header, counted, header_damage, one_of,
+)
 from .writer import FORMAT, PARTIAL_SUFFIX, RecordingError
 
 RECORDING_SUFFIXES = (".jsonl", ".jsonl" + SUFFIX)
@@ -345,6 +347,10 @@ def read_ends(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, str | 
             raise RecordingError(f"the recording is {header['format']}, this streamtap reads {FORMAT}")
         if first.endswith(CRLF):
             raise RecordingError(f"line 1 {CONVERTED}")
+        try:  # as verify reads it: a field of the wrong type is damage, not a value to leave out
+            check_header(header)
+        except ValueError as exc:
+            raise RecordingError(f"line 1 is damaged: {exc}") from None
         size = handle.seek(0, os.SEEK_END)
         if size == len(first):
             return header, None, f"recording incomplete at byte {size}: no end line", size
@@ -494,10 +500,8 @@ def _provider(name: str | None) -> str:
 
 def _check_values(row: dict[str, Any]) -> None:
     """Every value fits its column's type, so one damaged recording cannot fail a whole report
-    or index in the engine's cast; integral floats become ints."""
-    status = row["status"]
-    if status is not None and not (type(status) is int and 100 <= status <= 599):
-        raise RecordingError(f"its response status {status!r} is not an HTTP status")
+    or index in the engine's cast; integral floats become ints. (The header's values were checked
+    as verify checks them, the status among them.)"""
     for name, kind in COLUMNS.items():
         value = row[name]
         if value is None or type(value) not in (int, float):

@@ -182,7 +182,8 @@ def _headers(part: dict[str, Any], side: str) -> None:
             raise ValueError(f"a {side} header is {_shown(pair)}, not a [name, value] pair")
 
 
-def _check_header(record: dict[str, Any]) -> None:
+def check_header(record: dict[str, Any]) -> None:
+    """Raises ValueError naming the first header field of the wrong type or value."""
     for name in ("request", "response", "wire"):
         _typed(record, name, dict)
     for name in ("dialect", "sentinel", "streamtap", "flow_id", "why"):
@@ -392,7 +393,7 @@ class RecordingLines:
         if record["format"] != FORMAT:
             raise RecordingError(f"{self.path}: line 1: the recording is {record['format']}, this streamtap reads {FORMAT}")
         try:
-            _check_header(record)
+            check_header(record)
         except ValueError as exc:
             raise self._damaged(1, f"is damaged: {exc}") from None
         self.header = record
