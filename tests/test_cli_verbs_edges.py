@@ -167,3 +167,18 @@ def test_import_names_that_are_not_utf8_are_escaped_as_verify_does(tmp_path):
     assert '"imported_from":"' in recording.read_text() and "capture\\\\xff.mitm" in recording.read_text()
     missing = streamtap("import", tmp_path / os.fsdecode(b"no\xff.mitm"), env=STRICT)
     one_line_error(missing, "import", "no\\xff.mitm: no such file")
+
+
+@pytest.mark.parametrize("verb", ["verify", "show", "report", "index", "sweep", "serve", "import"])
+def test_a_flag_the_verb_does_not_take_is_the_verbs_error_with_its_usage(verb):
+    """argparse alone would answer with the top level's usage, which names none of the verb's options."""
+    result = streamtap(verb, "--no-such-flag", "x", *(["--out", "o"] if verb == "index" else []))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith(f"usage: streamtap {verb} "), result.stderr
+    assert f"streamtap {verb}: error: unrecognized arguments: --no-such-flag" in result.stderr, result.stderr
+
+
+def test_a_flag_before_any_verb_is_still_the_top_levels_error():
+    result = streamtap("--no-such-flag")
+    assert result.returncode == 2 and result.stderr.startswith("usage: streamtap [-h] [--version] VERB"), result.stderr
+    assert "streamtap: error: unrecognized arguments: --no-such-flag" in result.stderr

@@ -174,8 +174,9 @@ def build_parser(configured: Collection[str] = VERBS) -> argparse.ArgumentParser
     )
     parser.add_argument("--version", action="version", version=version_line())
     verbs = parser.add_subparsers(dest="verb", metavar="VERB")
+    parser.verb_parsers = {}  # type: ignore[attr-defined]  # (a flag a verb does not take is its error, with its usage)
     for verb, (module_name, help_line) in VERBS.items():
-        sub = verbs.add_parser(verb, help=help_line, description=help_line)
+        sub = parser.verb_parsers[verb] = verbs.add_parser(verb, help=help_line, description=help_line)  # type: ignore[attr-defined]
         if verb in configured:
             module = importlib.import_module(module_name)
             module.configure(sub)
@@ -271,7 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with _interrupts_held():
             parser = build_parser([verb] if verb in VERBS else [])
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # argparse would say it with the top level's usage, which names no option of the verb's
+            parser.verb_parsers.get(args.verb, parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     if not getattr(args, "run", None):
