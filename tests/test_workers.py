@@ -25,7 +25,9 @@ from hypothesis import strategies as st
 import provider_streams as streams
 from streamtap.commands.verify import judge_file
 from streamtap.mitm.ring import RELEASE_STEP, STEP, Ring, RingSpace
-from streamtap.mitm.worker import JOIN_BELOW, LARGE_READ, ORPHANED, RING_ENV, SEND_BYTES, STALL_ENV, RemoteFlow, Workers
+from streamtap.mitm.worker import (
+    JOIN_BELOW, LARGE_READ, ORPHANED, RING_ENV, SEND_BYTES, STALL_ENV, WORKER_NICE, RemoteFlow, Workers,
+)
 from streamtap.providers import VerdictKind
 
 HUNG_ENV = "STREAMTAP_TEST_WORKER_HUNG_AFTER"
@@ -321,6 +323,26 @@ def test_a_worker_killed_mid_stream_is_restarted_and_the_traffic_stays_whole(ups
         assert rec.verdict["kind"] == "complete" and rec.body == body
         os.kill(new_pid, 0)  # still alive
     assert "Traceback" not in proxy.log()
+
+
+def test_a_worker_runs_below_the_proxy_from_its_first_moment():
+    """Its imports take seconds of CPU on a busy machine: at the proxy's priority they would
+    compete with the traffic. The proxy lowers it as soon as the process exists."""
+    expected = min(os.getpriority(os.PRIO_PROCESS, 0) + WORKER_NICE, 19)
+
+    async def run() -> tuple[int, int]:
+        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda *a: None, lost=lambda *a: None)
+        try:
+            at_start = os.getpriority(os.PRIO_PROCESS, workers.processes[0].pid)  # still importing
+            deadline = time.monotonic() + 30
+            while workers.pids[0] is None:  # it said it runs: past its own call
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+            return at_start, os.getpriority(os.PRIO_PROCESS, workers.pids[0])
+        finally:
+            workers.stop()
+
+    assert asyncio.run(run()) == (expected, expected)
 
 
 def test_a_worker_that_keeps_dying_at_once_is_restarted_less_and_less_often(caplog):

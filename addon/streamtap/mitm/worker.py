@@ -235,6 +235,18 @@ def _slow_down_fsync(seconds: float) -> None:
     os.fsync = slow_fsync
 
 
+def lower_priority(worker_pid: int, proxy_pid: int) -> None:
+    """The worker runs WORKER_NICE below the proxy. Set by the proxy as soon as the process
+    exists: the worker itself could only do it once its imports are done, seconds of CPU at the
+    proxy's priority on a busy machine. Where it is not permitted, the worker runs at the proxy's."""
+    try:
+        niceness = min(os.getpriority(os.PRIO_PROCESS, proxy_pid) + WORKER_NICE, 19)
+        if os.getpriority(os.PRIO_PROCESS, worker_pid) < niceness:
+            os.setpriority(os.PRIO_PROCESS, worker_pid, niceness)
+    except OSError:
+        pass
+
+
 def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
     """The worker's main loop: batches of operations in, acknowledgements and verdicts out."""
     from streamtap.providers import StreamEnd
@@ -242,10 +254,7 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
     # a terminal's Ctrl-C reaches the whole process group: the proxy stops the worker itself (STOP),
     # after the last verdicts, instead of the worker dying first with a KeyboardInterrupt traceback
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        os.nice(WORKER_NICE)
-    except OSError:  # not permitted here: the worker runs at the proxy's priority
-        pass
+    lower_priority(os.getpid(), os.getppid())  # (the proxy did so already, but for a race with its call)
     ring = Ring.attach(ring_path, ring_size)
     get = ring.get
     forward = _Forward()
@@ -434,6 +443,7 @@ class _Process:
                 target=serve, args=(inbox_r, outbox_w, self.ring.path, MAX_IN_FLIGHT), name=f"streamtap-worker-{index}", daemon=True
             )
             self.process.start()
+            lower_priority(self.process.pid, os.getpid())
         except BaseException:
             self.ring.close()
             for pipe in pipes:
