@@ -38,6 +38,7 @@ from typing import Any
 from streamtap.providers import Dialect
 from streamtap.providers.positions import EVENTSTREAM_ONLY, POSITION_NAMES, PositionFinder, find_positions
 from streamtap.recording.flows import INJECTED_HEADER
+from streamtap.wire.jsonlines import element_framed
 
 from .source import Frame, Source, view_frame
 
@@ -324,6 +325,8 @@ def plan(
             frames = _EVENT_FAULTS[fault.kind](source, frames, fault, log, others or {})
             reshaped = True
             style = _ending_after(fault, style, others or {})
+    if reshaped and source.wire == "json-array":
+        frames = _array_reframed(frames)
     if reshaped or not _reads_tile(source):
         pieces = [_Piece(f.raw, f.t_ms - t0) for f in frames]
     else:
@@ -610,6 +613,23 @@ def _frame_index(frames: list[Frame], n: int, fault: Fault) -> int:
 
 def _offset_of(frames: list[Frame], i: int) -> int:
     return sum(len(f.raw) for f in frames[:i])
+
+
+def _array_reframed(frames: list[Frame]) -> list[Frame]:
+    """A JSON array's elements after faults moved, repeated or left some out: each with the
+    opener its new place needs (the fault names an event, not the array's framing), and the
+    array still opened when none is left."""
+    out: list[Frame] = []
+    first = True
+    for frame in frames:
+        if frame.seq is not None:  # an element (or an injected one); not the closing ] or other bytes
+            raw = element_framed(frame.raw, first)
+            first = False
+            frame = frame if raw is frame.raw else replace(frame, raw=raw)
+        out.append(frame)
+    if first and out and out[0].raw.lstrip().startswith(b"]"):
+        out[0] = replace(out[0], raw=b"[" + out[0].raw)
+    return out
 
 
 def _drop(source, frames, fault, log, others):
@@ -1007,6 +1027,8 @@ class LiveFaults:
         if self.end is None:  # every position is known now: the earliest cut found ends the stream
             out += self._settle(final=True)
         if self.end is None:
+            if self.wire == "json-array" and self._served == 0 and tail.lstrip().startswith(b"]"):
+                tail = b"[" + tail  # every element was left out: the array still opens
             out += self._release() + tail
         return self._output(out)
 
@@ -1120,6 +1142,8 @@ class LiveFaults:
         """One event served: every finder sees it (one may find a position in an event held back),
         the cuts found are weighed as replay's plan weighs them, and what no cut can fall in goes out."""
         n, at = self._served, self._at
+        if self.wire == "json-array":  # an element moved, repeated or left out: the array stays whole
+            raw = element_framed(raw, first=n == 0)
         self._served += 1
         self._at += len(raw)
         if n == 0:

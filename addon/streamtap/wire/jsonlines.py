@@ -166,6 +166,16 @@ def _parses(data: bytes) -> bool:
     return True
 
 
+def element_framed(raw: bytes, first: bool) -> bytes:
+    """A JSON-array element's raw bytes (``JSONValue.raw``: the ``[`` or ``,`` before it, then the
+    element) with the opener its place in an array needs: ``[`` first, ``,`` after. An element
+    moved, repeated or left out by a fault keeps the array whole. Anything else is given back."""
+    opener = len(raw) - len(raw.lstrip(_JSON_SPACE))
+    if raw[opener : opener + 1] == (b"," if first else b"["):
+        return raw[:opener] + (b"[" if first else b",") + raw[opener + 1 :]
+    return raw
+
+
 # JSONArrayDecoder scanner states
 _OPEN, _FIRST, _VALUE, _AFTER, _NEXT, _DONE, _STOPPED = range(7)
 _CONTAINER, _STRING, _ATOM = range(3)
