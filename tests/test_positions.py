@@ -227,3 +227,44 @@ def test_arguments_streamed_value_by_value_are_cut_inside_their_first_value():
     (position,) = find_positions(stream.pieces, stream.dialect, stream.wire, only="tool-args")
     assert position.event == 1 and stream.body[: position.offset].endswith(b'"stringValue":"B'), position
     assert stream.judged(position.offset).verdict.kind is VerdictKind.TRUNCATED
+
+
+def _gemini(parts: list[dict], finish: str | None = None) -> bytes:
+    candidate = {"content": {"role": "model", "parts": parts}, "index": 0, **({"finishReason": finish} if finish else {})}
+    return b"data: " + json.dumps({"candidates": [candidate], "modelVersion": "gemini-test"}).encode() + b"\r\n\r\n"
+
+
+CALL = {"functionCall": {"name": "get_temperature", "args": {"city": "Paris"}}}
+
+
+@pytest.mark.parametrize("frames", [
+    [_gemini([{"text": "Let me look."}]), _gemini([CALL], "STOP")],
+    [_gemini([CALL], "STOP")],
+    [_gemini([{"text": "Let me look."}]), _gemini([CALL]), _gemini([{"text": ""}], "STOP")],
+], ids=["text-then-call-with-finish", "call-with-finish", "call-then-finish"])  # fmt: skip
+def test_a_call_that_comes_with_the_finish_has_its_tool_args_position(frames):
+    """Gemini sends its last call in the chunk that carries finishReason: the call is this turn's,
+    and the cut lands inside its arguments, in replay and live alike."""
+    stream = Stream(b"".join(frames), "gemini", "sse")
+    (position,) = find_positions(stream.pieces, "gemini", "sse", only="tool-args")
+    assert holds(stream, "tool-args", position.event, position.offset), position
+    assert stream.body[: position.offset].endswith(b'"args": {'), position
+    source = Source.from_frames(frames, wire="sse", dialect="gemini")
+    expected = plan(source, parse_faults("cut:at=tool-args"))
+    assert expected.body == stream.body[: position.offset]
+    live = LiveFaults(parse_faults("cut:at=tool-args"), "sse", "gemini")
+    assert b"".join(b"".join(live.feed(frame)) for frame in frames) + b"".join(live.close()) == expected.body
+
+
+def test_a_call_after_the_turn_ended_is_no_position_of_the_turn():
+    frames = [_gemini([{"text": "Done."}], "STOP"), _gemini([CALL], "STOP")]  # stitched on after the finish
+    assert find_positions(Stream(b"".join(frames), "gemini", "sse").pieces, "gemini", "sse", only="tool-args") == []
+
+
+def test_the_real_gemini_call_sent_with_its_finish_has_a_tool_args_position():
+    found = [body for name, body in CAPTURES if name == "google/test_google_model_iter_stream.1.sse"]
+    if not found:
+        pytest.skip("../shared/fixtures is absent")
+    stream = Stream(found[0])
+    (position,) = find_positions(stream.pieces, stream.dialect, stream.wire, only="tool-args")
+    assert holds(stream, "tool-args", position.event, position.offset), position

@@ -190,7 +190,9 @@ class PositionFinder:
         if self._watched is not None and not any(t.arguments_raw for t in tools[self._watched :]):
             if opened or len(blocks) > self._blocks or ended:
                 self._watched, self._candidates = None, []
-        if opened and self._watched is None and not ended:
+        # a call that opens in the event that ends the turn (Gemini sends its last call with the finishReason)
+        # is watched; one that opens after the turn ended is content after the end, no position of this turn
+        if opened and self._watched is None and not self._ended:
             self._watched = self._tools
         self._tools = len(tools)
         if self._watched is None:
