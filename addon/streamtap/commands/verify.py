@@ -264,7 +264,9 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
         limit = header.get("max_event_size")  # the proxy's streamtap_max_event, when not the default
         limits = {"max_event_size": limit} if limit else {}
         try:
-            session = StreamSession(dialect, wire or None, http_status=status, sentinel=sentinel, **keeps, **limits)
+            streamed = header.get("streamed") is not False  # a plain JSON answer a filter tapped
+            session = StreamSession(dialect, wire or None, http_status=status, sentinel=sentinel, streamed=streamed,
+                                    **keeps, **limits)
         except ValueError as exc:  # a wire format this build does not know
             return Unjudged(path, f"cannot judge recording: {exc}")
         encoding = (header.get("wire") or {}).get("content_encoding")

@@ -13,9 +13,10 @@ from typing import Any
 
 from mitmproxy import http
 
-from streamtap.providers import RequestInfo, detect_dialect
+from streamtap.providers import RequestInfo, answers_a_stream, detect_dialect
 from streamtap.providers.model import model_of
 from streamtap.recording import flow_header
+from streamtap.recording.content import decoded_body
 from streamtap.recording.header import RequestBody, request_body, request_body_fields
 from streamtap.recording.flows import request_info
 
@@ -48,6 +49,7 @@ class FlowSpec:
     body: RequestBody | None = None
     completed: bool = False
     requested_model: str | None = None  # set by complete(): the model the request names (body or URL)
+    streamed: bool = True  # set by complete(): False for a plain JSON answer (providers.answers_a_stream)
 
     @classmethod
     def of(cls, flow: http.HTTPFlow, sentinel: str | None, request: RequestInfo | None = None) -> FlowSpec:
@@ -101,7 +103,11 @@ class FlowSpec:
         self.completed = True
         if self.detection is not None and self.request is not None:
             try:
-                self.detection = detect_dialect(self.request, self.content_type)
+                request = self.request
+                if self.body is not None and self.body[1]:  # read as the server reads it: decoded (gzip, say)
+                    request = replace(request, body=decoded_body(*self.body) or request.body)
+                self.detection = detect_dialect(request, self.content_type)
+                self.streamed = answers_a_stream(self.detection, self.content_type)
             except Exception as exc:
                 self.detection = None
                 self.errors.append(("analysis", described(exc)))
@@ -117,6 +123,8 @@ class FlowSpec:
             self.header["why"] = detection.why if detection else None
             self.header["wire"]["format"] = detection.wire if detection else None
             self.header["request"].update(body_fields)
+            if not self.streamed:
+                self.header["streamed"] = False
         self.request = self.body = None
 
 

@@ -52,9 +52,10 @@ def _closed(conn) -> bool:
 
 
 def _may_have_body(flow: http.HTTPFlow) -> bool:
-    """A HEAD request's answer and 1xx, 204 and 304 answers have no body (RFC 9110): no turn to judge."""
+    """A HEAD request's answer and 1xx, 204 and 304 answers have no body (RFC 9110), and a
+    redirect's body is no answer (the client follows it, to a flow of its own): no turn to judge."""
     status = flow.response.status_code if flow.response else 0
-    return flow.request.method != "HEAD" and status >= 200 and status not in (204, 304)
+    return flow.request.method != "HEAD" and status >= 200 and status not in (204, 304) and not 300 <= status < 400
 
 
 def summary_line(s: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ provider's error, ``sniff_dialect`` for raw files,
 request-side findings.
 """
 
-from .detect import Detection, RequestInfo, detect_dialect, sniff_dialect
+from .detect import Detection, RequestInfo, answers_a_stream, detect_dialect, sniff_dialect
 from .request import check_request
 from .session import Analysis, StreamSession, analyze_bytes, analyze_error_document, sentinel_problem
 from .strands import StrandComparison, compare_strands
@@ -39,6 +39,7 @@ __all__ = [
     "analyze_error_document",
     "check_request",
     "compare_strands",
+    "answers_a_stream",
     "detect_dialect",
     "sentinel_problem",
     "sniff_dialect",

@@ -132,6 +132,13 @@ def detect_dialect(request: RequestInfo | None, content_type: str | None) -> Det
     return found(Dialect.UNKNOWN, wire, why, ct_wire not in (None, "json-array"))
 
 
+def answers_a_stream(detection: Detection, content_type: str | None) -> bool:
+    """Is the answer a stream? The request asked for one, or the answer says it is one (a server
+    that streams whatever the request said). A plain JSON answer (``"stream": false``) that a
+    ``streamtap_filter`` taps is no stream to judge."""
+    return detection.streaming or wire_from_content_type(content_type) not in (None, "json-array")  # JSON: a document
+
+
 # --- which responses are streamed LLM answers ----------------------------------------------
 
 STREAM_CONTENT_TYPES = tuple(_CONTENT_TYPE_WIRE)  # every NDJSON name too (application/ndjson, ...)

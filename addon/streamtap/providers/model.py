@@ -30,6 +30,9 @@ def model_of(answer_model: str | None, url: str | None, body: Any) -> str | None
         except ValueError:
             return None
         found = _PATH_MODEL.search(path)
+        if found and found.group(1):
+            return unquote(found.group(1))  # a Bedrock model id, whose ARN keeps its colons
         if found:
-            return unquote(found.group(1) or found.group(2))
+            # Google's servers read the path decoded: a ":method" sent as %3A ends the name too
+            return unquote(found.group(2)).split(":", 1)[0]
     return None

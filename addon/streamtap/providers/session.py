@@ -110,11 +110,15 @@ class StreamSession:
         keep_arrivals: bool = True,
         text_cap: int | None = TEXT_CAP,
         arguments_cap: int | None = ARGUMENTS_CAP,
+        streamed: bool = True,
     ) -> None:
         """``text_cap`` and ``arguments_cap`` bound the characters of text and of tool-call arguments
         the turn keeps (None: all of them), so memory does not grow with the answer; beyond them the
-        turn notes what it dropped and a tool call not kept whole is not judged ``complete``."""
+        turn notes what it dropped and a tool call not kept whole is not judged ``complete``.
+        ``streamed`` false: the request asked for a plain JSON answer (``answers_a_stream``), which
+        is judged ``unknown``, not read as a stream that never ended."""
         self.dialect = Dialect(dialect)
+        self.streamed = streamed
         self.wire = wire or DEFAULT_WIRE[self.dialect]
         if self.wire not in _DECODERS:
             raise ValueError(f"unknown wire {self.wire!r}; expected one of {', '.join(_DECODERS)}")
@@ -360,6 +364,10 @@ class StreamSession:
         verdict.evidence["bytes"] = self._bytes
         if self.http_status >= 400:
             return self._http_error(turn, end)
+        if not self.streamed:
+            return Verdict(
+                VerdictKind.UNKNOWN, NOT_A_STREAM, 0, 0, {"streamed": False, "end": end.value, "bytes": self._bytes}
+            )
         if self._over_bound:
             return Verdict(
                 VerdictKind.UNKNOWN, f"streamtap could not judge this stream: {self._halted}", verdict.seq, verdict.offset,
@@ -502,6 +510,9 @@ class StreamSession:
             0,
             {"status": self.http_status, "end": end.value, "bytes": self._bytes},
         )
+
+
+NOT_A_STREAM = "not a stream: the request asked for a plain JSON answer, and streamtap judges streamed answers"
 
 
 def _head(raw: bytes, limit: int = 60) -> str:

@@ -16,18 +16,18 @@ import os
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from streamtap.providers import StreamSession, VerdictKind, detect_dialect
+from streamtap.providers import StreamSession, VerdictKind, answers_a_stream, detect_dialect
 from streamtap.providers.common import one_line
 from streamtap.wire import DEFAULT_MAX_EVENT
 
 from .compress import SUFFIX
-from .content import UNDO_FAILED_RAW, WireUndo, content_encoded, judge_unfinished_coding
+from .content import UNDO_FAILED_RAW, WireUndo, content_encoded, decoded_body, judge_unfinished_coding
 from .flows import is_llm_stream, request_info, stream_end
 from .header import flow_header
 from .reader import shown_path
@@ -294,11 +294,16 @@ def import_flow(
     encoded = content_encoded(encoding)  # as the reader will take it
     undo = WireUndo(encoding) if encoded else None
     body = wire if undo is None else undo.feed(wire) + undo.finish()
-    detection = detect_dialect(request_info(flow), response.headers.get("content-type"))
+    request_seen = request_info(flow)
+    if request.headers.get("content-encoding"):  # read as the server reads it: decoded (gzip, say)
+        decoded = decoded_body(request.raw_content or b"", request.headers["content-encoding"])
+        request_seen = replace(request_seen, body=decoded or request_seen.body)
+    detection = detect_dialect(request_seen, response.headers.get("content-type"))
+    streamed = answers_a_stream(detection, response.headers.get("content-type"))
     result.provider = detection.dialect.value
     session = StreamSession(
         detection.dialect, detection.wire, http_status=response.status_code,
-        sentinel=sentinel, max_event_size=DEFAULT_MAX_EVENT,
+        sentinel=sentinel, max_event_size=DEFAULT_MAX_EVENT, streamed=streamed,
     )
     partial = _renamed(partial_name(started, result.provider, flow.id), base, part, PARTIAL_SUFFIX)
     try:
@@ -312,7 +317,7 @@ def import_flow(
         if meanwhile is not None:  # by another import into this folder, since this one listed it
             result.path, result.already, result.skipped = meanwhile
             return result
-        writer.header(flow_header(
+        header = flow_header(
             flow,
             started=flow.response.timestamp_start,
             dialect=detection.dialect.value,
@@ -321,7 +326,10 @@ def import_flow(
             wire_format=detection.wire,
             content_encoding=flow.response.headers.get("content-encoding") or None,
             imported_from=Path(shown_path(source)),
-        ))
+        )
+        if not streamed:
+            header["streamed"] = False
+        writer.header(header)
         failure = undo.failure if undo is not None else None
         writer.read(wire, None)  # the capture keeps the bytes, not when they came
         for event in session.feed(body, None):

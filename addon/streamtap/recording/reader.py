@@ -190,6 +190,8 @@ def check_header(record: dict[str, Any]) -> None:
         _typed(record, name, str)
     for name in ("started", "request_started"):
         _typed(record, name, (int, float))
+    if "streamed" in record and not isinstance(record["streamed"], bool):
+        raise ValueError(f"'streamed' is {_shown(record['streamed'])}, not true or false")
     if counted(record, "max_event_size") == 0:
         raise ValueError("'max_event_size' is 0, not a size")
     request, response = record.get("request") or {}, record.get("response") or {}
