@@ -131,3 +131,22 @@ def test_import_with_a_filter_records_a_plain_answer_as_unknown_and_verify_agree
     verified = subprocess.run([sys.executable, "-m", "streamtap", "verify", "--json", path], capture_output=True, text=True, timeout=60)
     judged = json.loads(verified.stdout)
     assert judged["verdict"]["reason"] == NOT_A_STREAM and judged["problem"] is None, judged
+
+
+LLAMA_CPP_NATIVE = (b'data: {"index":0,"content":"Hello","stop":false,"id_slot":-1,"tokens_predicted":1}\n\n'
+                    b'data: {"index":0,"content":"","stop":true,"stop_type":"eos","model":"m","tokens_predicted":1}\n\n')
+
+
+@pytest.mark.parametrize("path, body, dialect", [
+    ("/completion", b'{"prompt":"hi","stream":true}', "unknown"),  # llama.cpp's native routes, asked without a model
+    ("/completions", b'{"prompt":"hi","stream":true}', "unknown"),
+    ("/completions", b'{"model":"gpt-3.5-turbo-instruct","prompt":"hi","stream":true}', "openai-chat"),  # LiteLLM's root
+    ("/v1/completions", b'{"prompt":"hi","stream":true}', "openai-chat"),
+])  # fmt: skip
+def test_the_root_completions_path_is_openai_only_when_the_request_names_a_model(path, body, dialect):
+    from streamtap.providers import RequestInfo, VerdictKind, analyze_bytes, detect_dialect
+
+    detection = detect_dialect(RequestInfo("POST", f"http://127.0.0.1:8080{path}", {}, body), "text/event-stream")
+    assert detection.dialect.value == dialect, detection
+    if dialect == "unknown":  # its chunks have no choices and no [DONE]: read as Chat Completions they would be cut
+        assert analyze_bytes(LLAMA_CPP_NATIVE, detection.dialect, wire=detection.wire).verdict.kind is VerdictKind.UNKNOWN

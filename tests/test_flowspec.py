@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import pickle
+from dataclasses import replace
 
 import pytest
 from mitmproxy.test import tflow
@@ -14,6 +15,7 @@ from mitmproxy.test import tflow
 from streamtap.mitm.flowspec import FlowSpec
 from streamtap.providers import detect_dialect
 from streamtap.recording import flow_header
+from streamtap.recording.content import decoded_body
 from streamtap.recording.flows import request_info
 
 PROMPT = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "é " * 50_000}]}
@@ -44,7 +46,8 @@ BODIES = {
 def test_the_worker_completes_the_spec_into_what_the_proxy_would_have_made(name):
     body, encoding = BODIES[name]
     flow = streaming_flow(body, encoding)
-    at_once = detect_dialect(request_info(flow), "text/event-stream")
+    seen = request_info(flow)  # as the server reads it: decoded, where it can be
+    at_once = detect_dialect(replace(seen, body=decoded_body(body, encoding) or body), "text/event-stream")
     spec = FlowSpec.of(flow, "END")
     assert spec.errors == []
     assert spec.header is not None
@@ -68,6 +71,7 @@ def test_the_worker_completes_the_spec_into_what_the_proxy_would_have_made(name)
         assert "stream=True" in header["why"]  # the body's stream flag, read on the far side
     elif name == "gzip json":
         assert header["request"]["body"] == PROMPT
+        assert "stream=True" in header["why"]  # read decoded, as the server reads it
     elif name == "empty":
         assert "body" not in header["request"] and "body_b64" not in header["request"]
     else:

@@ -171,7 +171,10 @@ class FlowTap:
                     pass
         else:
             if self.session is not None:
-                self.events_before_stop = self.session.wire_events
+                try:  # (the session may be what failed)
+                    self.events_before_stop = self.session.wire_events
+                except Exception:
+                    pass
             self.session = None
             if self.writer is not None:
                 try:

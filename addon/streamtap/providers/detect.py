@@ -109,7 +109,10 @@ def detect_dialect(request: RequestInfo | None, content_type: str | None) -> Det
         return found(Dialect.OPENAI_CHAT, "sse", f"path {path} (Mistral on Vertex AI: Chat Completions chunks)")
     # the OpenAI-shaped paths come before Anthropic's host: api.anthropic.com also serves the OpenAI
     # SDK compatibility endpoint (base_url https://api.anthropic.com/v1/), which answers Chat Completions chunks
-    if CHAT_COMPLETIONS_PATH.search(path):
+    # llama.cpp's server answers its own chunks (no choices, no [DONE]) at the root /completions too, asked
+    # with no model; the OpenAI API, LiteLLM's among them, needs one. Without one it is no known API
+    root_only = path == "/completions" and not (body and isinstance(body.get("model"), str) and body["model"])
+    if CHAT_COMPLETIONS_PATH.search(path) and not root_only:
         return found(
             Dialect.OPENAI_CHAT, "sse", f"path {path} (OpenAI Chat Completions), stream={stream_flag}",
             stream_flag is True,
