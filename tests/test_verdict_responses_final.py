@@ -158,10 +158,10 @@ def shifted(events_: list[dict], by: int) -> list[dict]:
     return [{**e, "output_index": e["output_index"] + by} if "output_index" in e else e for e in events_]
 
 
-@pytest.mark.parametrize("final", [[MESSAGE, CALL], [CALL, MESSAGE]], ids=["in order", "reordered"])
-def test_final_items_are_found_by_id_not_by_their_place_in_the_list(final):
+def test_final_items_are_found_by_id_not_by_their_place_in_the_list():
     """Items streamed at output indexes 2 and 3 are the final list's items 0 and 1: matched by
     place, both were added again, and the turn was complete with its text and call twice."""
+    final = [MESSAGE, CALL]
     stream = events({"type": "response.completed", "response": {"id": "resp_1", "object": "response", "model": "gpt",
                                                                   "status": "completed", "output": final}})
     analysis = analyze_bytes(frame_responses([json.dumps(e).encode() for e in shifted(stream, 2)]), R)
@@ -173,3 +173,25 @@ def test_final_items_are_found_by_id_not_by_their_place_in_the_list(final):
     analysis = analyze_bytes(frame_responses([json.dumps(e).encode() for e in shifted(stream, 2)]), R)
     text = analysis.turn.text()
     assert text.count("More.") == text.count("Let me look.") == 1 and len(analysis.turn.tool_calls()) == 1, analysis.turn
+
+
+def test_a_final_list_in_another_order_than_the_stream_is_corrupt():
+    """The SDK hands the app the final list (``get_final_response().output``, and output_text joins its
+    messages in that order): items listed in another order than they streamed are an answer the stream did not show."""
+    stream = events({"type": "response.completed", "response": {"id": "resp_1", "object": "response", "model": "gpt",
+                                                                  "status": "completed", "output": [CALL, MESSAGE]}})
+    verdict = analyze_bytes(frame_responses([json.dumps(e).encode() for e in shifted(stream, 2)]), R).verdict
+    assert verdict.kind is VerdictKind.CORRUPT, verdict
+    assert "it lists output item 2 (place 1) after output item 3 (place 0), in another order than the stream" in verdict.reason
+
+
+def test_a_final_item_of_another_type_than_streamed_in_its_place_is_corrupt():
+    """A message that streamed as text and that the final response lists, by the same id, as a function
+    call: the app runs a tool where the stream showed an answer."""
+    as_call = {"type": "function_call", "id": MESSAGE["id"], "call_id": "call_9", "name": "delete_everything",
+               "arguments": "{}", "status": "completed"}
+    stream = events({"type": "response.completed", "response": {"id": "resp_1", "object": "response", "model": "gpt",
+                                                                  "status": "completed", "output": [as_call, CALL]}})
+    verdict = analyze_bytes(frame_responses([json.dumps(e).encode() for e in stream]), R).verdict
+    assert verdict.kind is VerdictKind.CORRUPT, verdict
+    assert "streamed as a message and the final response gives it as a function_call" in verdict.reason

@@ -600,12 +600,37 @@ class Assembler(AssemblerBase):
         """The terminal event's output: compared with what the deltas assembled, then what the stream lacked."""
         if isinstance(output, list):
             self._left_out(output, event)
-            for _, index, item in self._streamed(output):
+            streamed = self._streamed(output)
+            if self._other_kind_or_order(streamed, event):
+                return
+            for _, index, item in streamed:
                 if index is not None:
                     if index == self._partial and index in self._open_items:  # never done: the final item names it
                         self._partial_id(as_str(item.get("id")), event)
                     self._agree(index, item, event, "the final response")
         self._fill_from_output(output, t)
+
+    def _other_kind_or_order(self, streamed: list[tuple[int, int | None, dict[str, Any]]], event: WireEvent) -> bool:
+        """The SDK hands the app the final response's list: an item there of another type than the one
+        streamed in its place (a message that ends up a function call), or the streamed items in another
+        order, is an answer the stream did not show. True when so (corrupt)."""
+        before: tuple[int, int] | None = None  # (output_index, place in the list) of the last streamed item listed
+        for position, index, item in streamed:
+            if index is None:
+                continue
+            kind, final_kind = as_str(self._items[index].get("type")), as_str(item.get("type"))
+            if kind and final_kind and kind != final_kind:
+                self.corrupt(f"the deltas disagree with the final response: output item {index} streamed as a {kind} "
+                             f"and the final response gives it as a {final_kind}", event, output_index=index,
+                             streamed_type=kind, final_type=final_kind)
+                return True
+            if before is not None and index < before[0]:
+                self.corrupt(f"the deltas disagree with the final response: it lists output item {index} (place "
+                             f"{position}) after output item {before[0]} (place {before[1]}), in another order than "
+                             f"the stream", event, output_index=index, final_place=position)
+                return True
+            before = (index, position)
+        return False
 
     def _left_out(self, output: list[Any], event: WireEvent) -> None:
         """An item the stream delivered (output_item.done) that the final response's list lacks: the SDK
