@@ -265,8 +265,9 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
         limits = {"max_event_size": limit} if limit else {}
         try:
             streamed = header.get("streamed") is not False  # a plain JSON answer a filter tapped
+            # a recording holds one HTTP response, as the proxy judged it
             session = StreamSession(dialect, wire or None, http_status=status, sentinel=sentinel, streamed=streamed,
-                                    **keeps, **limits)
+                                    one_response=True, **keeps, **limits)
         except ValueError as exc:  # a wire format this build does not know
             return Unjudged(path, f"cannot judge recording: {exc}")
         encoding = (header.get("wire") or {}).get("content_encoding")

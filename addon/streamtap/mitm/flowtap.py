@@ -103,6 +103,7 @@ class FlowTap:
                     max_event_size=max_event_size,
                     keep_arrivals=False,  # each frame's time is in the recording; a list would grow per event
                     streamed=spec.streamed,
+                    one_response=True,
                 )
                 if self.decoder is not None and self.decoder.failure:  # a coding streamtap does not know
                     self._undo_failed(None)

@@ -521,10 +521,10 @@ class Assembler:
     wire = "sse"
     sdk_dispatches_empty_events = True  # see AssemblerBase
 
-    def __init__(self) -> None:
+    def __init__(self, one_response: bool = False) -> None:
         self.turn = Turn(Dialect.ANTHROPIC)
         self.judge = Judge(self.turn)
-        self.builder = MessageBuilder(self.turn, self.judge)
+        self.builder = MessageBuilder(self.turn, self.judge, one_response=one_response)
         self.renamed: set[tuple[str, Any]] = set()  # (event name, type) pairs already noted
 
     def feed(self, event: WireEvent, t: float | None) -> None:

@@ -471,10 +471,10 @@ class Assembler:
     dialect = Dialect.BEDROCK_CONVERSE
     wire = "eventstream"
 
-    def __init__(self) -> None:
+    def __init__(self, one_response: bool = False) -> None:
         self.turn = Turn(Dialect.BEDROCK_CONVERSE)
         self.judge = Judge(self.turn)
-        self.builder = ConverseBuilder(self.turn, self.judge, converse_api=True)
+        self.builder = ConverseBuilder(self.turn, self.judge, converse_api=True, one_response=one_response)
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         judge = self.judge

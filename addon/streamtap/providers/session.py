@@ -71,20 +71,22 @@ MAX_BLOCKS = 4096  # blocks one turn keeps over all its choices; past them the t
 BODY_SLICE = 64 * 1024  # analyze_bytes feeds a whole body in pieces of this size, as a live read would come
 
 
-def make_assembler(dialect: Dialect, wire: str):
-    """The dialect module's ``Assembler``, given the wire when its constructor takes one."""
-    cls, takes_wire = _assembler_class(dialect)
-    return cls(wire=wire) if takes_wire else cls()
+def make_assembler(dialect: Dialect, wire: str, one_response: bool = False):
+    """The dialect module's ``Assembler``, given the wire and ``one_response`` (see StreamSession)
+    where its constructor takes them."""
+    cls, takes = _assembler_class(dialect)
+    given = {"wire": wire, "one_response": one_response}
+    return cls(**{name: value for name, value in given.items() if name in takes})
 
 
 @functools.cache
-def _assembler_class(dialect: Dialect) -> tuple[type, bool]:
+def _assembler_class(dialect: Dialect) -> tuple[type, frozenset[str]]:
     cls = importlib.import_module(MODULES[dialect]).Assembler
     try:
-        takes_wire = "wire" in inspect.signature(cls).parameters
+        takes = frozenset(inspect.signature(cls).parameters)
     except (TypeError, ValueError):
-        takes_wire = False
-    return cls, takes_wire
+        takes = frozenset()
+    return cls, takes
 
 
 @dataclass(slots=True)
@@ -111,12 +113,16 @@ class StreamSession:
         text_cap: int | None = TEXT_CAP,
         arguments_cap: int | None = ARGUMENTS_CAP,
         streamed: bool = True,
+        one_response: bool = False,
     ) -> None:
         """``text_cap`` and ``arguments_cap`` bound the characters of text and of tool-call arguments
         the turn keeps (None: all of them), so memory does not grow with the answer; beyond them the
         turn notes what it dropped and a tool call not kept whole is not judged ``complete``.
         ``streamed`` false: the request asked for a plain JSON answer (``answers_a_stream``), which
-        is judged ``unknown``, not read as a stream that never ended."""
+        is judged ``unknown``, not read as a stream that never ended. ``one_response``: the body is one
+        HTTP response's (the proxy's, a recording's), where one call answers once: an Anthropic or
+        ConverseStream message after the first ended was stitched on (corrupt). Without it, a file of
+        several messages back to back (multi-step test recordings) is one turn."""
         self.dialect = Dialect(dialect)
         self.streamed = streamed
         self.wire = wire or DEFAULT_WIRE[self.dialect]
@@ -124,7 +130,7 @@ class StreamSession:
             raise ValueError(f"unknown wire {self.wire!r}; expected one of {', '.join(_DECODERS)}")
         self.http_status = http_status
         self.sentinel = sentinel
-        self._assembler = make_assembler(self.dialect, self.wire)
+        self._assembler = make_assembler(self.dialect, self.wire, one_response)
         # a dialect whose client reads only "data: " lines as SSE is shown every other line
         self._reads_other_lines = self.wire == "sse" and hasattr(self._assembler, "other_lines")
         if self._reads_other_lines:
@@ -610,6 +616,7 @@ def analyze_bytes(
     sentinel: str | None = None,
     wire: str | None = None,
     end: StreamEnd | str = StreamEnd.FINISHED,
+    one_response: bool = False,
 ) -> Analysis:
     """Judge a whole body at once (or fed in ``chunk_size`` pieces).
 
@@ -617,7 +624,8 @@ def analyze_bytes(
     chunking), so a body given whole is fed in ``BODY_SLICE`` pieces: the events each feed returns
     (dropped here) are never more than one slice holds, however many the body has."""
     # no times are given, so there are no arrivals to keep
-    session = StreamSession(dialect, wire, http_status=http_status, sentinel=sentinel, keep_arrivals=False)
+    session = StreamSession(dialect, wire, http_status=http_status, sentinel=sentinel, keep_arrivals=False,
+                            one_response=one_response)
     step = chunk_size or BODY_SLICE
     for i in range(0, len(body), step):
         session.feed(body[i : i + step])

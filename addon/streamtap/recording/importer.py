@@ -303,7 +303,7 @@ def import_flow(
     result.provider = detection.dialect.value
     session = StreamSession(
         detection.dialect, detection.wire, http_status=response.status_code,
-        sentinel=sentinel, max_event_size=DEFAULT_MAX_EVENT, streamed=streamed,
+        sentinel=sentinel, max_event_size=DEFAULT_MAX_EVENT, streamed=streamed, one_response=True,
     )
     partial = _renamed(partial_name(started, result.provider, flow.id), base, part, PARTIAL_SUFFIX)
     try:

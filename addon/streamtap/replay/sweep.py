@@ -511,7 +511,8 @@ def _judge(source: Source, faults: list) -> tuple[str | None, str]:
 
         # the recording's own framing and status: a Gemini JSON array read as SSE, or an HTTP
         # error read as a 200, would be judged cut or corrupt even whole
-        analysis = analyze_bytes(body, Dialect(source.dialect), wire=source.wire, http_status=source.status)
+        analysis = analyze_bytes(body, Dialect(source.dialect), wire=source.wire, http_status=source.status,
+                                 one_response=True)  # one HTTP response, as the client got it
     except Exception:  # an unknown dialect string, or the verdict layer missing: the sweep still reports
         return None, ""
     turn = analysis.turn

@@ -1,0 +1,57 @@
+"""One HTTP response answers one call: a second Anthropic or ConverseStream message in it, after
+the first ended, was stitched on (a gateway that glued a retry's answer behind a finished one).
+The proxy, `verify` on a recording and `import` judge it corrupt. The anthropic SDK would fold
+the second message's deltas into the first's blocks by index, so the turn the app gets is
+neither. A body file of several messages back to back (multi-step test recordings) stays one turn."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+from mitmproxy.test import tflow
+from test_providers_anthropic import START, end, sse, text_block
+
+from provider_streams import bedrock_converse
+from streamtap.mitm.flowtap import FlowTap
+from streamtap.providers import Dialect, StreamEnd, VerdictKind, analyze_bytes
+
+
+def message(message_id: str, text: str) -> bytes:
+    start = copy.deepcopy(START)
+    start["message"]["id"] = message_id
+    return sse(start, *text_block(0, text), *end("end_turn"))
+
+
+STITCHED = message("msg_A", "Hi there.") + message("msg_B", "Let me check.")
+CONVERSE_TWICE = bedrock_converse(["Hi"], {"city": "Paris"}) * 2
+
+
+@pytest.mark.parametrize("body, dialect", [(STITCHED, Dialect.ANTHROPIC), (CONVERSE_TWICE, Dialect.BEDROCK_CONVERSE)],
+                         ids=["anthropic", "converse"])
+def test_a_second_message_in_one_response_is_stitched_on(body, dialect):
+    verdict = analyze_bytes(body, dialect, one_response=True).verdict
+    assert verdict.kind is VerdictKind.CORRUPT, verdict
+    assert "one call answers once, so a second answer was stitched on" in verdict.reason, verdict
+    # a body file may be a multi-step test recording: one turn, as before
+    assert analyze_bytes(body, dialect).verdict.kind is VerdictKind.COMPLETE
+
+
+def test_the_proxy_and_verify_judge_a_stitched_response_corrupt(tmp_path):
+    flow = tflow.tflow(resp=True)
+    flow.request.host, flow.request.method, flow.request.path = "api.anthropic.com", "POST", "/v1/messages"
+    flow.request.content = json.dumps({"model": "claude-test-4", "stream": True, "messages": []}).encode()
+    flow.response.headers["content-type"] = "text/event-stream"
+    flow.response.content = None
+    tap = FlowTap(flow, directory=str(tmp_path), fsync="end", redact=(), sentinel=None, max_event_size=1 << 20, record=True)
+    for i in range(0, len(STITCHED), 100):
+        tap.arrived(STITCHED[i : i + 100], None)
+    summary = tap.finish(StreamEnd.FINISHED)
+    assert summary["verdict"] == "corrupt" and "stitched on" in summary["reason"], summary
+    verified = subprocess.run([sys.executable, "-m", "streamtap", "verify", "--json", summary["recording"]],
+                              capture_output=True, text=True, timeout=60)
+    judged = json.loads(verified.stdout)
+    assert judged["verdict"]["kind"] == "corrupt" and judged["problem"] is None, judged
