@@ -150,9 +150,10 @@ def input_paths(names: list[str]) -> Iterator[Path | Unjudged]:
 
 
 # What a turn keeps in memory while it is judged (see StreamSession): verify needs only the
-# verdict, so it keeps the proxy's text cap but every tool call's arguments (they must parse);
+# verdict, so it keeps the proxy's text cap but every tool call's arguments (they must parse), and
+# no list of event arrivals (one float per event: the memory would grow with the file);
 # show prints the text, so it keeps everything.
-VERIFY_KEEPS = {"text_cap": TEXT_CAP, "arguments_cap": None}
+VERIFY_KEEPS = {"text_cap": TEXT_CAP, "arguments_cap": None, "keep_arrivals": False}
 SHOW_KEEPS = {"text_cap": None, "arguments_cap": None}
 
 

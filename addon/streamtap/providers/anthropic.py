@@ -44,7 +44,7 @@ from streamtap.wire import SSEEvent, WireEvent
 from streamtap.wire.partial_json import exact_loads
 
 from .common import as_int, as_str, dumps, one_line
-from .judge import Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome, stop_verdict
+from .judge import MAX_NOTES, Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome, stop_verdict
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
 # raw stop_reason -> (verdict, normalized stop reason)
@@ -113,6 +113,7 @@ MAX_MESSAGE_IDS = 256
 # the fields of a delta this version does not model that are an 'other' block's text; the rest
 # (a compaction's encrypted_content) is kept beside it
 OTHER_TEXT_FIELDS = ("content", "text")
+MAX_DELTA_FIELDS = 64  # fields of unmodelled deltas a block keeps apart; more are counted (each costs objects, not text)
 
 
 class MessageBuilder:
@@ -136,6 +137,7 @@ class MessageBuilder:
         # the only one earlier_outcome() reports, so a body of any number of messages keeps one entry
         self.outcomes: list[tuple[str | None, int | None, int | None]] = []
         self.noted_deltas: set[Any] = set()
+        self.delta_fields: dict[Any, set[str]] = {}  # block index -> the fields of unmodelled deltas it keeps
         self.pieces = Pieces(self.judge)
         self.message_ids: dict[str, tuple[int | None, int | None]] = {}  # id -> (seq, offset) of its message_start
 
@@ -198,6 +200,7 @@ class MessageBuilder:
         self.saw_delta = False
         self.message_start = message
         self.blocks = {}
+        self.delta_fields = {}
         self.open_blocks = set()
         self.fragments = {}
         turn = self.turn
@@ -317,12 +320,17 @@ class MessageBuilder:
             # the text of an 'other' block (a compaction summary, say), every other field (the
             # summary's encrypted_content) beside the block's own content, as the SDK keeps them apart
             kept = set()
+            fields = self.delta_fields.setdefault(index, set())
             for key, value in delta.items():
                 if key != "type" and isinstance(value, str):
                     field = "text" if block.kind is BlockKind.OTHER and key in OTHER_TEXT_FIELDS else f"extra.{key}"
+                    if field not in fields and len(fields) >= MAX_DELTA_FIELDS:
+                        block.extra["delta_fields_dropped"] = block.extra.get("delta_fields_dropped", 0) + 1
+                        continue
+                    fields.add(field)
                     self.pieces.add(block, value, field)
                     kept.add(field)
-            if repr(kind) not in self.noted_deltas:
+            if repr(kind) not in self.noted_deltas and len(self.noted_deltas) < MAX_NOTES:  # (notes stop there)
                 self.noted_deltas.add(repr(kind))
                 where = ", ".join(sorted(kept)) or "nothing (no string field)"
                 self.judge.note(f"delta type {kind!r} not modelled: kept as the block's {where} (index {index})")
@@ -564,7 +572,7 @@ class Assembler:
             return
         if name != obj.get("type"):
             pair = (name, repr(obj.get("type")))
-            if pair not in self.renamed:  # the JSON type decides; say so once per pair
+            if pair not in self.renamed and len(self.renamed) < MAX_NOTES:  # the JSON type decides; said once per pair
                 self.renamed.add(pair)
                 judge.note(f"event name {name!r} differs from its type {obj.get('type')!r} (first at seq {event.seq})")
         self.builder.apply(obj, event.seq, event.start, t)

@@ -43,6 +43,7 @@ from .common import (
     STOP_VERDICT, AssemblerBase, StartOver, as_dict, as_int, as_list, as_str, dumps, error_fields, loads, one_line,
     worst_stop,
 )
+from .judge import arguments_not_kept
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 POLICY = {
@@ -323,6 +324,15 @@ class Assembler(AssemblerBase):
         if path is None:
             self.corrupt(f"unparseable partialArgs jsonPath {partial.get('jsonPath')!r}", event)
             return
+        if arguments_not_kept(block):  # over the cap already: counted, not built
+            self.judge.take(block, "arguments_raw", len(json_path) + len(as_str(partial.get("stringValue")) or ""))
+            return
+        # what this part costs the turn, charged to the arguments' cap: its path, its text, the slots an
+        # array index makes (each part may name a new array), and the objects a new key or value takes
+        cost = PART_COST + len(json_path) + len(as_str(partial.get("stringValue")) or "") + sum(
+            step for step in path if isinstance(step, int))
+        if self.judge.take(block, "arguments_raw", cost) < cost:
+            return
         root = block.extra.setdefault("partial", {})
         continued = block.extra.setdefault("continued", {})  # jsonPaths whose last part said more follows
         if partial.get("willContinue"):
@@ -470,6 +480,7 @@ def _get(root: Any, path: list[str | int]) -> Any:
 
 
 MAX_ARRAY_INDEX = 10_000  # partialArgs indexes beyond this are refused, not allocated
+PART_COST = 64  # characters of the arguments' cap a partialArgs part costs beside its text: about its objects' bytes / 8
 
 
 def _set(root: dict, path: list[str | int], value: Any) -> None:

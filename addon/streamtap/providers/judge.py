@@ -172,28 +172,32 @@ class Judge:
     def kept(self, block: Block, field: str, text: str) -> str:
         """The part of ``text`` (growing ``block.text`` or ``block.arguments_raw``) the turn keeps;
         what is beyond the cap is counted in ``block.extra`` and said once in a note."""
-        size = len(text)
+        return text[: self.take(block, field, len(text))]
+
+    def take(self, block: Block, field: str, size: int) -> int:
+        """How many of ``size`` more characters of ``field`` the turn keeps (``kept`` for a value that
+        is no text, such as the arguments Gemini's partialArgs build path by path)."""
         if field == "arguments_raw":
             left = self.arguments_left
             if size <= left:
                 self.arguments_left = left - size
-                return text
+                return size
             self.arguments_left = 0
         else:
             left = self.text_left
             if size <= left:
                 self.text_left = left - size
-                return text
+                return size
             self.text_left = 0
         key = dropped_key(field)
         dropped = block.extra.get(key)
         block.extra[key] = (dropped or 0) + size - left
         if dropped is not None:  # said already for this block
-            return text[:left]
+            return left
         what, cap = ("tool-call arguments", self.arguments_cap) if field == "arguments_raw" else ("text", self.text_cap)
         self.note(f"{what} beyond {_size(cap)} not kept in memory (block {block.index} on); "
                   "the recording holds every byte")
-        return text[:left]
+        return left
 
     def listed(self, block: Block, name: str, item: Any) -> None:
         """Add ``item`` to the block's list ``name`` (``citations``, or a list in ``extra``), up to
