@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from provider_streams import anthropic_events, bedrock_converse, bedrock_invoke
+from test_deep_arguments import responses_body
 from streamtap.providers import Dialect, VerdictKind, analyze_bytes
 from streamtap.providers.common import dumps
 from streamtap.wire.eventstream import encode_message
@@ -54,22 +55,6 @@ def chat_body() -> bytes:
     chunks = [{**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]} for delta in deltas]
     chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
     return b"".join(sse(None, chunk) for chunk in chunks) + sse(None, "[DONE]")
-
-
-def responses_body() -> bytes:
-    response = {"id": "resp_B1", "object": "response", "created_at": 1770000000, "status": "in_progress", "model": "gpt-test-5", "output": []}
-    item = {"id": "fc_B1", "type": "function_call", "status": "in_progress", "arguments": "", "call_id": "call_B1", "name": "f"}
-    done_item = {**item, "status": "completed", "arguments": ARGS_TEXT}
-    usage = {"input_tokens": 5, "output_tokens": 7, "total_tokens": 12}
-    events = [
-        {"type": "response.created", "response": response},
-        {"type": "response.output_item.added", "output_index": 0, "item": item},
-        {"type": "response.function_call_arguments.delta", "item_id": "fc_B1", "output_index": 0, "delta": ARGS_TEXT},
-        {"type": "response.function_call_arguments.done", "item_id": "fc_B1", "output_index": 0, "arguments": ARGS_TEXT},
-        {"type": "response.output_item.done", "output_index": 0, "item": done_item},
-        {"type": "response.completed", "response": {**response, "status": "completed", "output": [done_item], "usage": usage}},
-    ]
-    return b"".join(sse(event["type"], {**event, "sequence_number": seq}) for seq, event in enumerate(events))
 
 
 def anthropic_whole_input_events() -> list[dict]:
@@ -115,7 +100,7 @@ def ollama_body() -> bytes:
 
 BODIES = {
     "openai-chat": (chat_body, Dialect.OPENAI_CHAT, None),
-    "openai-responses": (responses_body, Dialect.OPENAI_RESPONSES, None),
+    "openai-responses": (lambda: responses_body(ARGS), Dialect.OPENAI_RESPONSES, None),
     "anthropic-deltas": (lambda: b"".join(sse(e["type"], e) for e in anthropic_events("t", "x", ARGS)), Dialect.ANTHROPIC, None),
     "anthropic-whole": (anthropic_whole_input_body, Dialect.ANTHROPIC, None),
     "bedrock-invoke-deltas": (lambda: bedrock_invoke("t", "x", ARGS), Dialect.BEDROCK_INVOKE, None),

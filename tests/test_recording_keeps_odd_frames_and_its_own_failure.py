@@ -21,13 +21,17 @@ CHUNK = {"id": "chatcmpl-R1", "object": "chat.completion.chunk", "created": 1770
 BODY = f"retry: {RETRY}\ndata: {json.dumps(CHUNK)}\n\ndata: [DONE]\n\n".encode()
 
 
-def tapped(tmp_path, body: bytes) -> dict:
+def chat_tap(tmp_path) -> FlowTap:
     flow = tflow.tflow(resp=True)
     flow.request.method, flow.request.path = "POST", "/v1/chat/completions"
     flow.request.content = b'{"model":"gpt-test-1","stream":true,"messages":[]}'
     flow.response.headers["content-type"] = "text/event-stream"
     flow.response.content = None
-    tap = FlowTap(flow, directory=str(tmp_path), fsync="end", redact=(), sentinel=None, max_event_size=1 << 20, record=True)
+    return FlowTap(flow, directory=str(tmp_path), fsync="end", redact=(), sentinel=None, max_event_size=1 << 20, record=True)
+
+
+def tapped(tmp_path, body: bytes) -> dict:
+    tap = chat_tap(tmp_path)
     for i in range(0, len(body), 50):
         tap.arrived(body[i : i + 50], None)
     return tap.finish(StreamEnd.FINISHED)
@@ -64,12 +68,7 @@ def test_a_bug_while_recording_leaves_a_note_in_the_recording(tmp_path, monkeypa
 def test_a_flow_whose_analysis_stopped_counts_the_events_it_recorded(tmp_path):
     """Analysis that fell behind at byte N: the summary (the log line, the events metric) counts
     the frames analysed and recorded before, not 0."""
-    flow = tflow.tflow(resp=True)
-    flow.request.method, flow.request.path = "POST", "/v1/chat/completions"
-    flow.request.content = b'{"model":"gpt-test-1","stream":true,"messages":[]}'
-    flow.response.headers["content-type"] = "text/event-stream"
-    flow.response.content = None
-    tap = FlowTap(flow, directory=str(tmp_path), fsync="end", redact=(), sentinel=None, max_event_size=1 << 20, record=True)
+    tap = chat_tap(tmp_path)
     event = f"data: {json.dumps(CHUNK)}\n\n".encode()
     tap.arrived(event * 7, None)
     tap.lost_from(len(event) * 7, "analysis fell behind")
