@@ -150,3 +150,20 @@ def test_the_root_completions_path_is_openai_only_when_the_request_names_a_model
     assert detection.dialect.value == dialect, detection
     if dialect == "unknown":  # its chunks have no choices and no [DONE]: read as Chat Completions they would be cut
         assert analyze_bytes(LLAMA_CPP_NATIVE, detection.dialect, wire=detection.wire).verdict.kind is VerdictKind.UNKNOWN
+
+
+def test_import_reads_a_gzip_request_body_decoded_for_the_recordings_why(tmp_path):
+    from mitmproxy import io
+
+    f = flow(body=b"")
+    f.request.headers["content-encoding"] = "gzip"
+    f.request.raw_content = gzip.compress(b'{"model":"m","stream":true}')
+    f.response.content = streams.openai_chat(["hi"])
+    capture = tmp_path / "gzip.mitm"
+    with capture.open("wb") as file:
+        io.FlowWriter(file).add(f)
+    out = tmp_path / "recordings"
+    imported = subprocess.run([sys.executable, "-m", "streamtap", "import", "--out", out, capture], capture_output=True, text=True, timeout=60)
+    assert imported.returncode == 0 and "Traceback" not in imported.stderr, imported.stderr
+    [path] = out.glob("*.jsonl")
+    assert "stream=True" in read_recording(path).header["why"]

@@ -16,8 +16,7 @@ from mitmproxy import http
 from streamtap.providers import RequestInfo, answers_a_stream, detect_dialect
 from streamtap.providers.model import model_of
 from streamtap.recording import flow_header
-from streamtap.recording.content import decoded_body
-from streamtap.recording.header import RequestBody, request_body, request_body_fields
+from streamtap.recording.header import RequestBody, request_as_read, request_body, request_body_fields
 from streamtap.recording.flows import request_info
 
 
@@ -103,10 +102,7 @@ class FlowSpec:
         self.completed = True
         if self.detection is not None and self.request is not None:
             try:
-                request = self.request
-                if self.body is not None and self.body[1]:  # read as the server reads it: decoded (gzip, say)
-                    request = replace(request, body=decoded_body(*self.body) or request.body)
-                self.detection = detect_dialect(request, self.content_type)
+                self.detection = detect_dialect(request_as_read(self.request, self.body), self.content_type)
                 self.streamed = answers_a_stream(self.detection, self.content_type)
             except Exception as exc:
                 self.detection = None

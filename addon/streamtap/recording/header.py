@@ -7,10 +7,13 @@ module imports no mitmproxy; the writer redacts secrets when it writes the line.
 from __future__ import annotations
 
 import base64
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from streamtap.providers import RequestInfo
 
 from .content import decoded_body
 
@@ -25,6 +28,14 @@ def request_body(request: Any) -> RequestBody | None:
     if not raw:
         return None
     return raw, request.headers.get("content-encoding")
+
+
+def request_as_read(request: RequestInfo, body: RequestBody | None) -> RequestInfo:
+    """The request as its server reads it, for detection: the body decoded from its
+    Content-Encoding (gzip, say) where it can be, else as sent."""
+    if body is None or not body[1]:
+        return request
+    return replace(request, body=decoded_body(*body) or request.body)
 
 
 def request_body_fields(body: RequestBody | None) -> dict[str, Any]:

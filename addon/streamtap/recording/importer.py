@@ -16,7 +16,7 @@ import os
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +27,9 @@ from streamtap.providers.common import one_line
 from streamtap.wire import DEFAULT_MAX_EVENT
 
 from .compress import SUFFIX
-from .content import UNDO_FAILED_RAW, WireUndo, content_encoded, decoded_body, judge_unfinished_coding
+from .content import UNDO_FAILED_RAW, WireUndo, content_encoded, judge_unfinished_coding
 from .flows import is_llm_stream, request_info, stream_end
-from .header import flow_header
+from .header import flow_header, request_as_read, request_body
 from .reader import shown_path
 from .redact import Redactor
 from .writer import PARTIAL_SUFFIX, RecordingError, RecordingWriter, final_name, lock_unless_written, partial_name, stamp
@@ -294,12 +294,9 @@ def import_flow(
     encoded = content_encoded(encoding)  # as the reader will take it
     undo = WireUndo(encoding) if encoded else None
     body = wire if undo is None else undo.feed(wire) + undo.finish()
-    request_seen = request_info(flow)
-    if request.headers.get("content-encoding"):  # read as the server reads it: decoded (gzip, say)
-        decoded = decoded_body(request.raw_content or b"", request.headers["content-encoding"])
-        request_seen = replace(request_seen, body=decoded or request_seen.body)
-    detection = detect_dialect(request_seen, response.headers.get("content-type"))
-    streamed = answers_a_stream(detection, response.headers.get("content-type"))
+    content_type = response.headers.get("content-type")
+    detection = detect_dialect(request_as_read(request_info(flow), request_body(request)), content_type)
+    streamed = answers_a_stream(detection, content_type)
     result.provider = detection.dialect.value
     session = StreamSession(
         detection.dialect, detection.wire, http_status=response.status_code,
