@@ -195,7 +195,7 @@ def test_a_compressed_copy_decodes_the_same_one_byte_read_at_a_time(encoding):
     (the first of them must not decide alone whether "deflate" is zlib-wrapped)."""
     import zlib
 
-    from streamtap.recording.content import content_decoder
+    from streamtap.recording.content import WireUndo
 
     body = streams.openai_chat(["one ", "byte ", "at ", "a ", "time"])
     wire = {
@@ -203,6 +203,6 @@ def test_a_compressed_copy_decodes_the_same_one_byte_read_at_a_time(encoding):
         "deflate (zlib)": zlib.compress(body),
         "deflate (raw)": zlib.compress(body)[2:-4],
     }[encoding]
-    decoder = content_decoder(encoding.split()[0])
-    decoded = b"".join(decoder.decompress(wire[i : i + 1]) for i in range(len(wire))) + decoder.flush()
+    undo = WireUndo(encoding.split()[0])
+    decoded = b"".join(undo.feed(wire[i : i + 1]) for i in range(len(wire))) + undo.finish()
     assert decoded == body

@@ -91,11 +91,12 @@ PER_EVENT = {  # a server that compresses and flushes each event as its own memb
 @pytest.mark.parametrize("encoding", sorted(PER_EVENT))
 @pytest.mark.parametrize("reads", ["one per frame", "one read", "1-byte reads"])
 def test_a_response_decoder_takes_frames_that_end_at_a_read_boundary(encoding, reads):
-    from streamtap.recording.content import content_decoder
+    from streamtap.recording.content import WireUndo
 
     frames = PER_EVENT[encoding]
     wire = b"".join(frames)
     chunks = {"one per frame": frames, "one read": [wire], "1-byte reads": [wire[i : i + 1] for i in range(len(wire))]}[reads]
-    decoder = content_decoder(encoding)
-    body = b"".join(decoder.decompress(chunk) for chunk in chunks) + decoder.flush()
+    undo = WireUndo(encoding)
+    body = b"".join(undo.feed(chunk) for chunk in chunks) + undo.finish()
+    assert undo.failure is None and undo.unfinished() is None
     assert body == b"".join(EVENTS)

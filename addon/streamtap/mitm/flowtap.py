@@ -393,17 +393,19 @@ class FlowTap:
     def _take_body(self, data: bytes, t: float, final: bool = False, t_ms: float | None = None) -> None:
         if self.body_lost:
             return
-        body = data
-        if self.decoder is not None:
-            body = self.decoder.finish() if final else self.decoder.feed(data)
-            if self.decoder.failure is not None:
-                self._undo_failed(milliseconds(t) if t_ms is None else t_ms)
-                return
-            if not body:
-                return
-        self.body_bytes += len(body)
         if t_ms is None:
             t_ms = milliseconds(t)
+        if self.decoder is None:
+            self._take_decoded(data, t, t_ms)
+            return
+        # a piece at a time: a read of a high-ratio coding can decode to gigabytes
+        for body in self.decoder.finish_pieces() if final else self.decoder.pieces(data):
+            self._take_decoded(body, t, t_ms)
+        if self.decoder.failure is not None:
+            self._undo_failed(t_ms)
+
+    def _take_decoded(self, body: bytes, t: float, t_ms: float) -> None:
+        self.body_bytes += len(body)
         session = self.session
         if session is None:
             self._record_raw(body, t_ms)

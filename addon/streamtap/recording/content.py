@@ -13,6 +13,9 @@ import zlib
 
 MAX_DECODED_BODY = 64 * 1024 * 1024
 _STEP = 1024 * 1024  # output produced per call while decoding a request body
+# A streamed answer's read is decoded in pieces of about this much: one 16 KiB read of zstd or
+# brotli can hold gigabytes, and whoever takes the pieces holds one at a time
+PIECE = 1024 * 1024
 
 
 class ContentDecodingError(ValueError):
@@ -25,19 +28,30 @@ class ContentDecodingError(ValueError):
 
 
 class _Decoder:
-    """An incremental decoder of one coding. ``decompress`` and ``flush`` raise only
+    """An incremental decoder of one coding. ``pieces`` and ``flush`` raise only
     ContentDecodingError; ``unfinished`` names the coding when its compressed stream has not
     reached its end marker (a gzip trailer, a zstd frame end...), so a cut there is seen."""
 
     coding = "?"
 
-    def decompress(self, data: bytes) -> bytes:
+    def pieces(self, data: bytes, limit: int):
+        """``data``'s decoded bytes in pieces of about ``limit`` at most, each produced when asked for."""
         try:
-            return self._decompress(data)
+            out = self._decompress(data, limit)
+            while True:
+                if out:
+                    yield out
+                out = self._more(limit)
+                if not out:
+                    return
+        except ContentDecodingError:
+            raise
         except Exception as exc:  # each library's own error class
             raise ContentDecodingError(self.coding, f"{type(exc).__name__}: {exc}") from exc
 
     def flush(self) -> bytes:
+        """What the decoder still holds once every piece of every read was taken (little: the
+        pieces drained the input)."""
         try:
             return self._flush()
         except Exception as exc:
@@ -57,14 +71,25 @@ class _Zlib(_Decoder):
         self._d = zlib.decompressobj(wbits)
         self.coding = coding
 
-    def _decompress(self, data: bytes) -> bytes:
+    def _decompress(self, data: bytes, limit: int) -> bytes:
         self._fed = self._fed or bool(data)
-        out = self._d.decompress(data)
-        while self._d.eof and self._d.unused_data:  # concatenated gzip members
-            rest = self._d.unused_data
-            self._d = zlib.decompressobj(zlib.MAX_WBITS | 32)
-            out += self._d.decompress(rest)
-        return out
+        return self._d.decompress(data, limit)  # (after the end: kept as unused_data, taken by _more)
+
+    def _more(self, limit: int) -> bytes:
+        while True:
+            d = self._d
+            if d.eof:  # (zlib leaves unconsumed_tail set at the end; unused_data holds what follows)
+                if not d.unused_data:
+                    return b""
+                rest = d.unused_data  # concatenated gzip members
+                self._d = zlib.decompressobj(zlib.MAX_WBITS | 32)
+                out = self._d.decompress(rest, limit)
+            elif d.unconsumed_tail:
+                out = d.decompress(d.unconsumed_tail, limit)
+            else:
+                return b""
+            if out:
+                return out
 
     def _flush(self) -> bytes:
         return self._d.flush()
@@ -80,7 +105,7 @@ class _Deflate(_Zlib):
         super().__init__(zlib.MAX_WBITS, "deflate")
         self._head: bytes | None = b""  # held until two bytes tell a zlib header from raw deflate
 
-    def _decompress(self, data: bytes) -> bytes:
+    def _decompress(self, data: bytes, limit: int) -> bytes:
         if self._head is not None:
             self._fed = self._fed or bool(data)
             data = self._head + data
@@ -90,7 +115,7 @@ class _Deflate(_Zlib):
             self._head = None
             if (data[0] & 0x0F) != 8 or (data[0] << 8 | data[1]) % 31:
                 self._d = zlib.decompressobj(-zlib.MAX_WBITS)
-        return super()._decompress(data)
+        return super()._decompress(data, limit)
 
     def _ended(self) -> bool:
         return self._head is None and self._d.eof
@@ -104,9 +129,13 @@ class _Brotli(_Decoder):
 
         self._d = brotli.Decompressor()
 
-    def _decompress(self, data: bytes) -> bytes:
+    def _decompress(self, data: bytes, limit: int) -> bytes:
         self._fed = self._fed or bool(data)
-        return self._d.process(data)
+        return self._d.process(data, output_buffer_limit=limit)
+
+    def _more(self, limit: int) -> bytes:
+        # (not can_accept_more_data(): it can say True while the decoder has more to write)
+        return self._d.process(b"", output_buffer_limit=limit)
 
     def _ended(self) -> bool:
         return self._d.is_finished()
@@ -123,16 +152,24 @@ class _Zstd(_Decoder):
         self._zstd = zstd
         self._d = zstd.ZstdDecompressor()
 
-    def _decompress(self, data: bytes) -> bytes:
+    def _decompress(self, data: bytes, limit: int) -> bytes:
         self._fed = self._fed or bool(data)
         if self._d.eof and data:  # the last frame ended with the read before: this one starts the next
             self._d = self._zstd.ZstdDecompressor()
-        out = self._d.decompress(data)
-        while self._d.eof and self._d.unused_data:  # several frames in one read
-            rest = self._d.unused_data
+        return self._d.decompress(data, limit)
+
+    def _more(self, limit: int) -> bytes:
+        while True:
+            d = self._d
+            if not d.eof and not d.needs_input:  # output left of the input taken
+                return d.decompress(b"", limit)
+            if not (d.eof and d.unused_data):
+                return b""
+            rest = d.unused_data  # several frames in one read
             self._d = self._zstd.ZstdDecompressor()
-            out += self._d.decompress(rest)
-        return out
+            out = self._d.decompress(rest, limit)
+            if out:
+                return out
 
     def _ended(self) -> bool:
         return self._d.eof
@@ -144,16 +181,19 @@ class _Stacked:
     def __init__(self, decoders: list) -> None:
         self._decoders = decoders
 
-    def decompress(self, data: bytes) -> bytes:
-        for decoder in self._decoders:
-            data = decoder.decompress(data) if data else b""
-        return data
+    def pieces(self, data: bytes, limit: int, first: int = 0):
+        """Each piece a coding gives goes through the codings after it before the next is asked for."""
+        if first == len(self._decoders):
+            yield data
+            return
+        for piece in self._decoders[first].pieces(data, limit):
+            yield from self.pieces(piece, limit, first + 1)
 
-    def flush(self) -> bytes:
-        out = b""
-        for decoder in self._decoders:
-            out = (decoder.decompress(out) if out else b"") + decoder.flush()
-        return out
+    def flush_pieces(self, limit: int, first: int = 0):
+        for i in range(first, len(self._decoders)):
+            held = self._decoders[i].flush()
+            if held:
+                yield from self.pieces(held, limit, i + 1)
 
     def unfinished(self) -> str | None:
         """The first coding undone whose stream has not reached its end marker: the outermost cut."""
@@ -178,24 +218,38 @@ class WireUndo:
         except ContentDecodingError as exc:
             self.failure = _undo_failed(exc, 0)
 
-    def feed(self, data: bytes) -> bytes:
-        """``data``'s decoded bytes; none once the coding could not be undone."""
+    def pieces(self, data: bytes):
+        """``data``'s decoded bytes in pieces of at most about ``PIECE``, none once the coding
+        could not be undone. A read that fails gives the pieces before its failure, so that the
+        Tap, ``import`` and ``verify`` decode the same reads to the same bytes."""
         start = self.wire_bytes
         self.wire_bytes += len(data)
-        return self._decoded(lambda decoder: decoder.decompress(data), start)
+        return self._decoded(lambda decoder: decoder.pieces(data, PIECE), start)
+
+    def finish_pieces(self):
+        """What the decoder still holds at the end of the wire bytes."""
+        def held(decoder):
+            if isinstance(decoder, _Stacked):
+                return decoder.flush_pieces(PIECE)
+            return iter((decoder.flush(),))
+        return self._decoded(held, self.wire_bytes)
+
+    def feed(self, data: bytes) -> bytes:
+        """``data``'s decoded bytes, joined (for a caller that holds the whole body anyway)."""
+        return b"".join(self.pieces(data))
 
     def finish(self) -> bytes:
-        """What the decoder still holds at the end of the wire bytes."""
-        return self._decoded(lambda decoder: decoder.flush(), self.wire_bytes)
+        return b"".join(self.finish_pieces())
 
-    def _decoded(self, step, start: int) -> bytes:
+    def _decoded(self, step, start: int):
         if self.failure is not None or self._decoder is None:
-            return b""
+            return
         try:
-            return step(self._decoder)
+            for piece in step(self._decoder):
+                if piece:
+                    yield piece
         except ContentDecodingError as exc:
             self.failure = _undo_failed(exc, start)
-            return b""
 
     def unfinished(self) -> str | None:
         """Said of a body whose compressed stream stopped before its end marker (a cut inside a
@@ -223,7 +277,8 @@ class WireBodyCheck:
         self._decoded_bytes = self._body_bytes = 0
 
     def wire(self, data: bytes) -> None:
-        self._took_decoded(self.undo.feed(data))
+        for piece in self.undo.pieces(data):
+            self._took_decoded(piece)
 
     def body(self, data: bytes) -> None:
         self._body.update(data)
@@ -236,7 +291,8 @@ class WireBodyCheck:
     def problem(self) -> str | None:
         """Once every line is fed: where the coding could not be undone, or how its decoding
         differs from the body; None when the body is the wire decoded."""
-        self._took_decoded(self.undo.finish())
+        for piece in self.undo.finish_pieces():
+            self._took_decoded(piece)
         if self.undo.failure:
             return self.undo.failure
         if self._decoded.digest() == self._body.digest():
