@@ -394,3 +394,21 @@ def test_odd_ndjson_lines_never_raise_inside_the_ollama_assembler(value):
     for seq, obj in enumerate(({"message": value, "done": False}, value, {"done": True, "done_reason": value, "message": {"tool_calls": value}})):
         assembler.feed(JSONValue(seq, seq, seq + 1, b"x", obj), None)
     assembler.finish(_End.FINISHED)
+
+
+def test_a_bug_in_an_assembler_at_the_end_keeps_what_it_assembled(monkeypatch):
+    """The verdict is unknown, but the blocks, usage and model already read stay the turn's account."""
+    from provider_streams import anthropic
+
+    from streamtap.providers import anthropic as anthropic_assembler
+
+    def broken(self, end):
+        raise KeyError("boom")
+
+    body = anthropic("", "Hello there.", {})
+    whole = analyze_bytes(body, Dialect.ANTHROPIC)
+    monkeypatch.setattr(anthropic_assembler.Assembler, "finish", broken)
+    analysis = analyze_bytes(body, Dialect.ANTHROPIC)
+    assert analysis.verdict.kind is U and "boom" in analysis.verdict.evidence["bug"]
+    assert analysis.turn.text() == whole.turn.text() == "Hello there."
+    assert analysis.turn.model == whole.turn.model is not None

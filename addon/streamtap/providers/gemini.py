@@ -350,7 +350,7 @@ class Assembler(AssemblerBase):
             value = None
         try:
             _set(root, path, value)
-        except (TypeError, AttributeError, IndexError, ValueError):
+        except (TypeError, AttributeError, IndexError, KeyError, ValueError):
             self.corrupt(f"partialArgs path {partial.get('jsonPath')!r} conflicts with the arguments so far", event)
 
     def _close_streaming(self, index: int, closed: bool = True) -> Block:
@@ -491,17 +491,21 @@ def _set(root: dict, path: list[str | int], value: Any) -> None:
         raise ValueError("array index too large")
     node: Any = root
     for step, following in zip(path, path[1:]):
-        empty: Any = [] if isinstance(following, int) else {}
-        if isinstance(step, int):
-            while len(node) <= step:
-                node.append(None)
-            if not isinstance(node[step], (dict, list)):
-                node[step] = empty
-        elif not isinstance(node.get(step), (dict, list)):
-            node[step] = empty
-        node = node[step]
-    last = path[-1]
-    if isinstance(last, int):
-        while len(node) <= last:
+        _make_room(node, step)
+        child = node[step] if isinstance(step, int) else node.get(step)
+        if not isinstance(child, (dict, list)):
+            child = node[step] = [] if isinstance(following, int) else {}
+        node = child
+    _make_room(node, path[-1])
+    node[path[-1]] = value
+
+
+def _make_room(node: Any, step: str | int) -> None:
+    """An index steps into an array, a name into an object: a path that steps otherwise conflicts."""
+    if isinstance(step, int):
+        if not isinstance(node, list):
+            raise TypeError(f"index [{step}] into an object")
+        while len(node) <= step:
             node.append(None)
-    node[last] = value
+    elif not isinstance(node, dict):
+        raise TypeError(f"name {step!r} into an array")

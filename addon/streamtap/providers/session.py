@@ -264,7 +264,11 @@ class StreamSession:
             turn, verdict = self._assembler.finish(end)
         except Exception as exc:  # fail open: a bug in streamtap is evidence, not a crash
             self._halted = self._halted or f"{type(exc).__name__}: {exc}"
-            turn, verdict = Turn(self.dialect), Verdict(VerdictKind.UNKNOWN, "")
+            # what was assembled before the failure (text, usage) is still the best account of the turn
+            turn = getattr(self._assembler, "turn", None)
+            if not isinstance(turn, Turn):
+                turn = Turn(self.dialect)
+            verdict = Verdict(VerdictKind.UNKNOWN, "")
         # the tail held the terminal signal when it alone would have turned a cut stream into a finished one
         verdict = self._judge(turn, verdict, end, terminal_tail and verdict.kind is VerdictKind.TRUNCATED)
         timing = turn.timing
