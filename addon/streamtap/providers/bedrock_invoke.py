@@ -22,6 +22,9 @@ Choices this module makes:
   once: a second message after the first one ended is stitched on (corrupt), where those
   modules take messages back to back. For the plain text families the chunk carrying the
   stop reason closes the response, and any chunk after it is corrupt.
+- A Nova chunk is one ConverseStream event: one that carries two of its members is corrupt (an
+  app reads the one it looks for). A Mistral chunk with more than one output is read for the
+  first, and a finished turn is then ``unknown``: the others' ends are not judged.
 - A chunk of no known family among a known family's chunks makes a finished turn
   ``unknown``: what it carried cannot be told. Chunks of only Bedrock's own members
   (``amazon-bedrock-...``) are Bedrock's, not a model's.
@@ -195,6 +198,7 @@ class Assembler:
         self.builder: MessageBuilder | ConverseBuilder | TextFamilyBuilder | None = None
         self.guardrail: tuple[int, int, Any] | None = None  # seq, offset, trace
         self.unknown_family: tuple[int, int] | None = None  # the first chunk of a family not known here
+        self.more_outputs: tuple[int, int, int] | None = None  # the first Mistral chunk with more than one output
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         judge = self.judge
@@ -255,13 +259,22 @@ class Assembler:
             return
         builder = self.builder
         if isinstance(builder, ConverseBuilder):
-            kind = next(key for key in _CONVERSE_KEYS if key in inner)
+            kinds = [key for key in _CONVERSE_KEYS if key in inner]
+            if len(kinds) > 1:  # an app reads the member it looks for, streamtap another: they disagree
+                judge.corrupt(f"one chunk carries {' and '.join(kinds)}: a ConverseStream event is one of them",
+                              event.seq, event.start)
+                return
+            kind = kinds[0]
             body = inner[kind]
             if isinstance(body, dict):
                 builder.apply(kind, body, event.seq, event.start, t)
             else:
                 judge.corrupt(f"{kind} is not an object", event.seq, event.start)
         else:
+            outputs = inner.get("outputs") if family == "mistral" else None
+            if isinstance(outputs, list) and len(outputs) > 1 and self.more_outputs is None:
+                judge.note(f"a chunk with {len(outputs)} outputs at seq {event.seq}: the first is read")
+                self.more_outputs = (event.seq, event.start, len(outputs))
             builder.apply(inner, event.seq, event.start, t)  # type: ignore[union-attr]
         self._bedrock_fields(inner, event)
 
@@ -301,6 +314,11 @@ class Assembler:
                               f"a chunk of a shape streamtap does not know came among the {self.family} chunks: it "
                               "cannot tell what it carried (another model's answer stitched in, or part of this one)",
                               seq, offset, {"end": end.value, "was": verdict.kind.value})
+        if self.more_outputs is not None and verdict.kind in (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT):
+            seq, offset, count = self.more_outputs
+            verdict = Verdict(VerdictKind.UNKNOWN,
+                              f"a chunk carried {count} outputs and streamtap reads the first: it cannot tell whether "
+                              "the others finished", seq, offset, {"end": end.value, "was": verdict.kind.value})
         if self.guardrail is not None and verdict.kind in (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT,
                                                            VerdictKind.UNKNOWN):
             seq, offset, _ = self.guardrail
