@@ -296,3 +296,27 @@ def test_the_fault_header_is_the_apps_own_while_streamtap_fault_header_is_off(tm
     assert got.content == LIVE == rec.body
     assert upstream.last("live").headers.get("x-streamtap-fault") == "cut:event=3"
     assert "injected_fault" not in rec.end
+
+
+def test_a_flow_sent_again_and_not_tapped_this_time_loses_the_last_runs_verdict_and_mark(tmp_path):
+    """mitmproxy's client replay keeps a flow's metadata: a run streamtap does not tap (here a
+    redirect) must not answer with the run before's verdict, recording, mark and comment."""
+    body = b"".join(openai_chat_frames(words=12))
+    with Upstream() as upstream:
+        upstream.add("again", Script(body, cut_at=len(body) // 2))
+        with with_probe(Mitmdump(upstream.url, tmp_path / "work"), tmp_path) as mitm:
+            with pytest.raises(httpx.HTTPError):
+                httpx.post(mitm.url + "/s/again/v1/chat/completions", content=OPENAI_BODY, timeout=15)
+            mitm.wait_log("[upstream_reset]")
+            first = httpx.get(mitm.url + "/__probe/ask", timeout=10).json()
+            upstream.add("again", Script(b"", status=302, content_type="text/plain", headers=[("location", "/elsewhere")]))
+            httpx.get(mitm.url + "/__probe/replay", timeout=10)
+            deadline = time.monotonic() + 10
+            while len(upstream.served["again"]) < 2:
+                assert time.monotonic() < deadline, "the flow was not sent again"
+                time.sleep(0.05)
+            upstream.last_done("again")
+            time.sleep(0.3)  # its response reaches the proxy
+            after = httpx.get(mitm.url + "/__probe/ask", timeout=10).json()
+    assert first["verdict"].startswith("truncated: ") and first["marked"] == ":warning:"
+    assert after == {"verdict": "not tapped", "recording": "", "marked": ""}, after

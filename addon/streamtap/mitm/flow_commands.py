@@ -31,7 +31,6 @@ class FlowCommands:
         lines = []
         analysing = {waiting.id for waiting, _ in self.tap.awaiting.values()}
         for f in flows:
-            # a flow sent again (client replay) keeps the last run's verdict in its metadata until the new one comes
             summary = f.metadata.get("streamtap")
             if f.id in self.tap.open:
                 lines.append(STREAMING)
@@ -49,7 +48,7 @@ class FlowCommands:
         for f in flows:
             open_tap = self.tap.open.get(f.id)
             summary = f.metadata.get("streamtap")
-            if open_tap is not None:  # before the metadata: that is an earlier run's (client replay)
+            if open_tap is not None:
                 lines.append(open_tap.partial_path() or "")
             elif f.id in analysing or not summary:
                 lines.append("")

@@ -213,6 +213,20 @@ class Tap:
             return bool(self.filter(flow))
         return is_llm_stream(flow, request)
 
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        """A flow sent again (mitmproxy's client replay keeps its metadata): the run before's
+        verdict, mark and comment are not this run's, whether or not this one is tapped."""
+        earlier = flow.metadata.pop("streamtap", None)
+        if earlier is None:
+            return
+        try:
+            if flow.marked == MARK:
+                flow.marked = ""
+            if flow.comment.startswith(flow_comment(earlier)):
+                flow.comment = ""
+        except Exception as exc:  # fail open: the flow goes on as mitmproxy would carry it
+            log.warning(f"streamtap: flow {flow.id[:12]}: cannot clear the run before's verdict: {failure(exc)}")
+
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         try:
             if flow.response is None or flow.id in self.open or not _may_have_body(flow):
