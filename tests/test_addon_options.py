@@ -51,6 +51,7 @@ BAD = [
     ("streamtap_workers", "many", "not an integer"),
     ("streamtap_replay", lambda tmp: {"streamtap_replay": str(tmp / "missing")}, "no such file or directory"),
     ("streamtap_replay", lambda tmp: {"streamtap_replay": empty_dir(tmp)}, "no recordings"),
+    ("streamtap_replay", "", "an empty path (an unset shell variable?)"),  # not the folder mitmdump runs in
     ("streamtap_replay_unmatched", "sometimes", "not one of 404, upstream"),
     ("streamtap_replay_timing", "slow", "timing is fast, original or scale=N"),
     ("streamtap_replay_ignore", "messages..content", "not a dotted JSON field path"),

@@ -106,6 +106,10 @@ class Replay:
         option_checks.dotted_paths("streamtap_replay_ignore", options.streamtap_replay_ignore)
         if not options.streamtap_replay:
             self.library = None
+        elif any(not path.strip() for path in options.streamtap_replay):
+            # "" is the current folder to pathlib: every recording below it would answer, and nothing go upstream
+            raise exceptions.OptionsError("streamtap_replay: an empty path (an unset shell variable?); "
+                                          "name recording files or folders")
         else:
             match = MatchOptions(ignore_fields=tuple(options.streamtap_replay_ignore), once=options.streamtap_replay_once,
                                  # the Tap's options (registered by it: absent where the Tap is not loaded)
