@@ -224,3 +224,13 @@ if __name__ == "__main__":  # render a body by hand: python tests/test_contentvi
     data = open(sys.argv[1], "rb").read()
     view = EventStreamContentview() if sys.argv[1].endswith(".bin") else SSEContentview()
     print(view.prettify(data, Metadata()))
+
+
+def test_integers_past_64_bits_are_shown_as_the_body_holds_them():
+    """orjson reads them as doubles: 123456789012345678901 was shown as 1.2345678901234568e+20."""
+    sse = b'data: {"id":"c","created":123456789012345678901,"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
+    shown = SSEContentview().prettify(sse, Metadata(content_type="text/event-stream"))
+    assert '"created": 123456789012345678901' in shown and "e+20" not in shown, shown
+    ndjson = b'{"model":"llama3","done":true,"seed":18446744073709551616}\n'
+    shown = NDJSONContentview().prettify(ndjson, Metadata(content_type="application/x-ndjson"))
+    assert '"seed": 18446744073709551616' in shown and "e+19" not in shown, shown

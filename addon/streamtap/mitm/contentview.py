@@ -41,6 +41,7 @@ from streamtap.wire import (
     Tail,
     WireEvent,
 )
+from streamtap.wire.partial_json import exact_loads, may_hold_long_integer
 
 EVENTSTREAM_TYPE = "application/vnd.amazon.eventstream"
 SSE_TYPE = "text/event-stream"
@@ -80,10 +81,11 @@ def _laid_out(value: Any) -> str | None:
 
 def _pretty_json(text: str | bytes) -> str | None:
     """JSON text laid out, parsed as the judge parses it (orjson: a lone surrogate escape is no
-    JSON there, so the view and ``streamtap show`` agree, and the view's text can be encoded)."""
+    JSON there, so the view and ``streamtap show`` agree, and the view's text can be encoded),
+    integers past 64 bits exact, as they are in the body."""
     try:
-        return _laid_out(orjson.loads(text))
-    except orjson.JSONDecodeError:
+        return _laid_out(exact_loads(text))
+    except (orjson.JSONDecodeError, ValueError):
         return None
 
 
@@ -208,7 +210,13 @@ def sse_lines(event: SSEEvent) -> list[str]:
 
 
 def ndjson_lines(value: JSONValue) -> list[str]:
-    laid_out = _laid_out(value.value)
+    parsed = value.value
+    if may_hold_long_integer(value.raw):  # the decoder read it with orjson: such an integer came back a double
+        try:
+            parsed = exact_loads(value.raw)
+        except ValueError:
+            pass
+    laid_out = _laid_out(parsed)
     if laid_out is None:
         return [_place("line", value) + " · nested too deep to lay out, as it came",
                 value.raw.decode("utf-8", "replace").rstrip("\r\n")]
