@@ -268,8 +268,14 @@ class Faults:
         tap = ctx.master.addons.get("tap")
         if flow.id not in getattr(tap, "open", ()):
             return  # not a stream the Tap taps: mitmproxy handles it as it would without streamtap
+        if flow.response.raw_content is not None:  # an addon's answer (server replay, map_local): sent whole, never streamed
+            if self.faults or flow.metadata.get(FAULT_HEADER):
+                log.warning(f"streamtap: flow {flow.id[:12]}: fault not applied: an addon made this response, "
+                            "and mitmproxy sends its body whole")
+            return
         try:
-            faults = self.faults + parse_faults(flow.metadata.get(FAULT_HEADER))
+            # with streamtap_replay, a flow that goes upstream takes the list's live faults only
+            faults = [f for f in self.faults if f.kind in LIVE_KINDS] + parse_faults(flow.metadata.get(FAULT_HEADER))
             if not faults:
                 return
             live = LiveFaults(faults, *_wire_and_dialect(flow))
