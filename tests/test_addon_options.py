@@ -69,6 +69,9 @@ BAD = [
         "has no tool-args position (nor any of the other 1 recordings)",
     ),
     ("streamtap_fault_header", "x", "boolean must be"),
+    # a name no addon declares: mitmproxy keeps it aside without a word
+    ("streamtap_faults", "cut:event=1", "no such option; did you mean streamtap_fault?"),
+    ("streamtap_zzzzzzzzzzzzzzzzzzzzzz", "1", "no such option; streamtap's options are streamtap_compress, "),
 ]
 
 

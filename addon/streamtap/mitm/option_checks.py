@@ -9,6 +9,7 @@ has loaded, so choices are checked here too.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import tempfile
@@ -140,6 +141,23 @@ def given_before_load(loader) -> None:
             del deferred[name]
         except Exception:
             pass
+
+
+def names_not_known(options) -> bool:
+    """Once every addon has loaded: a ``streamtap_*`` name given that no addon declares (a typo,
+    or the pytest marker's ``streamtap_faults``) is logged as an error, which stops mitmdump at
+    start. mitmproxy keeps such a name aside without a word, so the option silently did nothing."""
+    try:
+        deferred, declared = options.deferred, options._options
+    except AttributeError:  # another mitmproxy: its own handling stands
+        return False
+    known = sorted(name for name in declared if name.startswith("streamtap_"))
+    unknown = sorted(n for n in deferred if n.startswith("streamtap_") and n not in declared)
+    for name in unknown:
+        near = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {near[0]}?" if near else f"streamtap's options are {', '.join(known)}"
+        log.error(f"streamtap: {name}: no such option; {hint}")
+    return bool(unknown)
 
 
 def _expected(typespec) -> str:

@@ -396,6 +396,8 @@ class Tap:
     def running(self) -> None:
         from mitmproxy import ctx
 
+        if option_checks.names_not_known(ctx.options):
+            return  # mitmdump stops at start: no worker to start
         loop = running_loop()
         self.pools.begin(loop, getattr(ctx.options, "streamtap_workers", 0))
         # a stalled stream gets no chunks, so its buffered lines are flushed from here
