@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from provider_streams import cut_points, sse_spans
 from conftest import shared_path
 
@@ -111,3 +113,31 @@ def test_multi_choice():
     assert compare_strands(a, b).kind == "continuation"
     b.choices[0].blocks[0].text = ""
     assert compare_strands(a, b).kind == "divergent"  # a is longer in choice 0, b in choice 1
+
+
+def _gemini_with(part: dict) -> bytes:
+    import json
+
+    def sse(*chunks):
+        return b"".join(b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in chunks)
+
+    def content(parts, **more):
+        return {"candidates": [{"content": {"role": "model", "parts": parts}, **more}]}
+
+    return sse(content([{"text": "Running code."}]), content([part]), content([{"text": " Done."}], finishReason="STOP"))
+
+
+@pytest.mark.parametrize("one, other", [
+    ({"executableCode": {"language": "PYTHON", "code": "print(1+1)"}},
+     {"executableCode": {"language": "PYTHON", "code": "print(2+2)"}}),
+    ({"codeExecutionResult": {"outcome": "OUTCOME_OK", "output": "2\n"}},
+     {"codeExecutionResult": {"outcome": "OUTCOME_FAILED", "output": "Traceback\n"}}),
+    ({"inlineData": {"mimeType": "image/png", "data": "AAAA"}}, {"inlineData": {"mimeType": "image/png", "data": "BBBB"}}),
+])
+def test_gemini_parts_kept_beside_the_text_are_compared(one, other):
+    """Gemini keeps code, its result and inline data in the block's extra, not its text: two turns
+    that differ only there were called identical."""
+
+    a, b = (analyze_bytes(_gemini_with(part), Dialect.GEMINI).turn for part in (one, other))
+    assert compare_strands(a, b).kind == "divergent"
+    assert compare_strands(a, analyze_bytes(_gemini_with(one), Dialect.GEMINI).turn).kind == "identical"

@@ -7,6 +7,7 @@ differing block and character. Longer is not righter: nothing is picked or stitc
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from .common import common_prefix
@@ -33,6 +34,15 @@ def _payload(block: Block) -> str:
     if block.kind is BlockKind.REDACTED_THINKING:
         return block.data or ""
     return block.text
+
+
+# blocks whose content a dialect may keep in ``extra`` alone (Gemini's executableCode,
+# codeExecutionResult, inlineData): compared there once both ended
+_KEPT_IN_EXTRA = frozenset({BlockKind.SERVER_TOOL, BlockKind.OTHER})
+
+
+def _canonical(extra: dict) -> str:
+    return json.dumps(extra, sort_keys=True, default=str)
 
 
 def _signatures(block: Block) -> set[str]:
@@ -65,6 +75,8 @@ def compare_strands(a: Turn, b: Turn) -> StrandComparison:
                 return _diverge(ci, bi, 0, f"block {bi} is {_describe(x)} in a but {_describe(y)} in b")
             if x.kind is BlockKind.THINKING and x.signature and y.signature and not _signatures(x) & _signatures(y):
                 return _diverge(ci, bi, 0, f"block {bi} thinking signatures differ")
+            if x.closed and y.closed and x.kind in _KEPT_IN_EXTRA and _canonical(x.extra) != _canonical(y.extra):
+                return _diverge(ci, bi, 0, f"block {bi} ({x.kind}) differs in what it carries")
             pa, pb = _payload(x), _payload(y)
             if pa == pb:
                 continue
