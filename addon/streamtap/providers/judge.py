@@ -31,7 +31,7 @@ import orjson
 from streamtap.wire import IncrementalJSON, WireEvent
 from streamtap.wire.partial_json import exact_loads
 
-from .turn import Block, BlockKind, Choice, Turn, StreamEnd, Verdict, VerdictKind
+from .turn import NOT_JUDGED, Block, BlockKind, Choice, Turn, StreamEnd, Verdict, VerdictKind
 
 TEXT_BATCH = 64  # text fragments joined at a time while a block grows (bounds the objects held)
 # What one turn keeps in memory, so that the proxy's memory per stream does not grow with the
@@ -133,7 +133,7 @@ class Judge:
         """The answer passed a bound (``reason`` says which): the dialect reads no more of it, so
         nothing after this event is judged and the verdict is unknown (what was found before stays)."""
         if self.halt_verdict is None:
-            self.halt_verdict = Verdict(VerdictKind.UNKNOWN, f"streamtap could not judge this stream: {reason}",
+            self.halt_verdict = Verdict(VerdictKind.UNKNOWN, f"{NOT_JUDGED}: {reason}",
                                         seq, offset, evidence)
 
     @property

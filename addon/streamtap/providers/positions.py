@@ -10,11 +10,14 @@ dialect added later has them as soon as its assembler builds blocks and verdicts
   message (whose payload may be wrapped, e.g. base64) the cut falls mid-payload instead.
 - ``escaped-quote``: right after the first escaped quote (``\\"`` inside a JSON string) of
   any event, in its JSON (an SSE event's data, an event-stream message's payload).
-- ``between-blocks``: before the event that opens the turn's second block.
+- ``between-blocks``: before the event that opens the turn's second block (it may carry more of
+  the first block too, as a Gemini event may: the stream up to it holds one block). None when one
+  event opens the first two blocks: no event boundary lies between them.
 - ``before-terminal``: before the event that ends the turn (the stream up to it is judged
   ``truncated``; with it, complete or stopped, filtered, errored: no position where the stream
   is judged corrupt before its end), or before the bytes after the last event that do (a JSON
-  array's closing ``]``).
+  array's closing ``]``). None once the session stops reading the turn before its end (past
+  ``MAX_BLOCKS`` blocks or ``MAX_CHOICES`` choices): what it judges after that says nothing of the end.
 - ``prelude`` / ``crc`` (event-stream only): inside the length prelude or the message CRC of
   one message.
 
@@ -39,7 +42,7 @@ from json.decoder import scanstring
 from typing import Any
 
 from .session import StreamSession
-from .turn import Dialect, VerdictKind
+from .turn import NOT_JUDGED, Dialect, Verdict, VerdictKind
 
 POSITION_NAMES = ("tool-args", "escaped-quote", "between-blocks", "before-terminal", "prelude", "crc")
 NEEDS_THE_TURN = frozenset({"tool-args", "between-blocks", "before-terminal"})
@@ -81,6 +84,7 @@ class PositionFinder:
         self.wanted = frozenset(wanted) - (frozenset() if wire == "eventstream" else EVENTSTREAM_ONLY)
         self.pick = pick
         self.found: dict[str, Position] = {}
+        self.missing: dict[str, str] = {}  # a position looked for that this stream cannot have: why not
         self._session: StreamSession | None = None
         self._events = 0
         self._offset = 0
@@ -123,10 +127,15 @@ class PositionFinder:
         if not self._open("before-terminal"):
             return []
         try:
-            kind = _copy(self._session).close().verdict.kind
+            verdict = _copy(self._session).close().verdict
         except Exception:  # as in _read_turn: a session that cannot be copied has no turn positions
+            self._stop_reading("the stream so far could not be copied to judge it")
             return []
-        new = []
+        unread = _unread(verdict)
+        if unread is not None:
+            self._stop_reading(unread)
+            return []
+        kind, new = verdict.kind, []
         if _ended(kind) and not self._ended:
             what = f"just before the bytes that close the stream after event {n - 1} (with them the stream is {kind})"
             new.append(self._found("before-terminal", n, start, 0, what))
@@ -165,13 +174,19 @@ class PositionFinder:
         try:
             analysis = _copy(self._session).close()
         except Exception:  # a session that cannot be copied: no turn positions, and nothing held for them
-            self.wanted -= NEEDS_THE_TURN
-            self._session, self._watched, self._candidates = None, None, []
+            self._stop_reading("the stream so far could not be copied to judge it")
+            return []
+        unread = _unread(analysis.verdict)
+        if unread is not None:  # the turn is no longer read: a block or an end seen from here on would be made up
+            self._stop_reading(unread)
             return []
         new = []
         blocks = [block for choice in analysis.turn.choices for block in choice.blocks]
-        if self._open("between-blocks") and self._blocks >= 1 and len(blocks) > self._blocks:
-            new.append(self._found("between-blocks", n, start, 0, f"between two content blocks, before event {n}"))
+        if self._open("between-blocks") and len(blocks) > 1:
+            if self._blocks == 1:  # it may carry more of the first block too (Gemini): the cut keeps one block
+                new.append(self._found("between-blocks", n, start, 0, f"before event {n}, which opens the turn's second block"))
+            else:  # no event boundary lies between the first two blocks: never found, said now
+                self._give_up({"between-blocks"}, f"event {n} opens the turn's first two blocks together")
         ended = _ended(analysis.verdict.kind)
         if self._open("before-terminal") and ended and not self._ended:
             what = f"just before the terminal event {n} (with it the stream is {analysis.verdict.kind})"
@@ -180,6 +195,17 @@ class PositionFinder:
             new += self._watch_tool_calls(n, start, raw, blocks, ended)
         self._blocks, self._ended = len(blocks), ended
         return new
+
+    def _give_up(self, names: frozenset[str] | set[str], why: str) -> None:
+        """Stop looking for ``names`` (those not found yet): this stream cannot have them, ``why``."""
+        lost = names & self.wanted - self.found.keys()
+        self.missing |= dict.fromkeys(lost, why)
+        self.wanted -= lost
+
+    def _stop_reading(self, why: str) -> None:
+        """No turn position can be read any more: none is found later, and nothing is held for them."""
+        self._give_up(NEEDS_THE_TURN, why)
+        self._session, self._watched, self._candidates = None, None, []
 
     def _watch_tool_calls(self, n: int, start: int, raw: bytes, blocks: list, ended: bool) -> list[Position]:
         """Keep the events since a tool call opened until its arguments are known, then find the
@@ -253,6 +279,20 @@ def find_positions(
 ) -> list[Position]:
     """Every protocol position of a body given as (raw, is_event) pieces that tile it, in
     ``POSITION_NAMES`` order. ``pick``: the event-stream message for prelude/crc (default the middle one)."""
+    found = scan_positions(pieces, dialect, wire, only=only, pick=pick).found
+    return sorted(found.values(), key=lambda p: POSITION_NAMES.index(p.name))
+
+
+def scan_positions(
+    pieces: Iterable[tuple[bytes, bool]],
+    dialect: Dialect | str,
+    wire: str,
+    *,
+    only: str | None = None,
+    pick: int | None = None,
+) -> PositionFinder:
+    """A finder that read a whole body (as ``find_positions`` takes it): its ``found`` positions,
+    and in ``missing`` why a position looked for cannot be in this stream, where that is known."""
     pieces = list(pieces)
     events = sum(1 for _raw, is_event in pieces if is_event)
     if pick is None or not 0 <= pick < events:
@@ -265,7 +305,7 @@ def find_positions(
             finder.other(raw)
         if len(finder.found) == len(finder.wanted):
             break
-    return sorted(finder.found.values(), key=lambda p: POSITION_NAMES.index(p.name))
+    return finder
 
 
 def _copy(session: StreamSession) -> StreamSession:
@@ -275,6 +315,14 @@ def _copy(session: StreamSession) -> StreamSession:
         return pickle.loads(pickle.dumps(session, pickle.HIGHEST_PROTOCOL))
     except Exception:  # something in it does not pickle
         return copy.deepcopy(session)
+
+
+def _unread(verdict: Verdict) -> str | None:
+    """Why the stream so far is no longer read (its ``unknown`` verdict says), or None. Past that
+    event the turn stops growing: no block opens, and nothing ends it, whatever the stream holds."""
+    if verdict.kind is VerdictKind.UNKNOWN and verdict.reason.startswith(NOT_JUDGED):
+        return verdict.reason.removeprefix(NOT_JUDGED).lstrip(": ")
+    return None
 
 
 def _ended(kind: VerdictKind) -> bool:

@@ -31,7 +31,7 @@ from streamtap.wire import (
 
 from .common import error_fields, error_fields_of_text, error_message, loads, one_line
 from .judge import ARGUMENTS_CAP, END_WORDS, ENDING_KINDS, TEXT_CAP
-from .turn import Choice, Dialect, StreamEnd, Turn, Verdict, VerdictKind
+from .turn import NOT_JUDGED, Choice, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 DEFAULT_WIRE = {
     Dialect.OPENAI_CHAT: "sse",
@@ -380,13 +380,13 @@ class StreamSession:
             )
         if self._over_bound:
             return Verdict(
-                VerdictKind.UNKNOWN, f"streamtap could not judge this stream: {self._halted}", verdict.seq, verdict.offset,
+                VerdictKind.UNKNOWN, f"{NOT_JUDGED}: {self._halted}", verdict.seq, verdict.offset,
                 {"max_blocks": MAX_BLOCKS, "end": end.value, "bytes": self._bytes},
             )
         if self._halted is not None:
             return Verdict(
                 VerdictKind.UNKNOWN,
-                f"streamtap could not judge this stream: internal error in the {self.dialect} assembler",
+                f"{NOT_JUDGED}: internal error in the {self.dialect} assembler",
                 verdict.seq,
                 verdict.offset,
                 {"bug": self._halted, "end": end.value, "bytes": self._bytes},

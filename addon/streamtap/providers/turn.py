@@ -131,6 +131,11 @@ class Turn:
         return _plain(self)
 
 
+# how an unknown verdict begins once streamtap stopped reading the turn (a bound passed, an
+# assembler failed): nothing after that event is judged, and positions.py reads it so
+NOT_JUDGED = "streamtap could not judge this stream"
+
+
 @dataclass(slots=True)
 class Verdict:
     kind: VerdictKind

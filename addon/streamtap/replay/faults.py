@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from streamtap.providers import Dialect
-from streamtap.providers.positions import EVENTSTREAM_ONLY, POSITION_NAMES, PositionFinder, find_positions
+from streamtap.providers.positions import EVENTSTREAM_ONLY, POSITION_NAMES, PositionFinder, find_positions, scan_positions
 from streamtap.recording.flows import INJECTED_HEADER
 from streamtap.wire.jsonlines import element_framed
 
@@ -129,6 +129,10 @@ class Fault:
 
 def parse_fault(spec: str) -> Fault:
     spec = spec.strip()
+    # a spec is written into a response header (and into logs): a line break there would end the header
+    control = next((c for c in spec if ord(c) < 0x20 or ord(c) == 0x7F), None)
+    if control is not None:
+        raise FaultSpecError(f"{spec!r}: a fault spec cannot hold a control character ({control!r} at character {spec.index(control)})")
     kind, _, rest = spec.partition(":")
     kind = kind.strip().lower()
     if kind not in _PARAMS:
@@ -195,9 +199,9 @@ def _number(spec: str, key: str, value: str, kind: Any) -> int | float:
     try:
         if not value.isascii():  # int() and float() take any script's digits; a spec is ASCII
             raise ValueError(value)
-        number = int(value, 0) if kind is int else float(value)
+        number = _whole(value) if kind is int else float(value)
     except ValueError:
-        whole = " (a whole one)" if kind is int else ""
+        whole = " (a whole one, in decimal digits or hexadecimal after 0x)" if kind is int else ""
         raise FaultSpecError(f"{spec!r}: {key} must be a number{whole}, got {value!r}") from None
     if not math.isfinite(number):
         raise FaultSpecError(f"{spec!r}: {key} must be a finite number, got {value!r}")
@@ -207,6 +211,13 @@ def _number(spec: str, key: str, value: str, kind: Any) -> int | float:
     if number > high:
         raise FaultSpecError(f"{spec!r}: {key} must be <= {high}, got {value!r}")
     return number
+
+
+def _whole(value: str) -> int:
+    """Decimal, leading zeros and all (``event=007``), or hexadecimal after ``0x`` (``byte=0x22``)."""
+    if value.lstrip("+-")[:2].lower() == "0x":
+        return int(value, 16)
+    return int(value, 10)
 
 
 # --- timing -------------------------------------------------------------------------------
@@ -832,7 +843,12 @@ def _swap_point(frames: list[Frame], other: Source, fault: Fault) -> tuple[int, 
     shift that moves ``other``'s times to follow on from ``frames``'."""
     n = fault.params.get("at", len(_positions(frames)) // 2)
     i = _frame_index(frames, n, fault)
-    j = _frame_index(other.frames, n, fault) if n < len(_positions(other.frames)) else len(other.frames) - 1
+    events = len(_positions(other.frames))
+    if n + 1 >= events:  # swapping in nothing would be a plain cut, under a fault that names a tail
+        fitting = f"; give at= below {events - 1}" if events > 1 else ""
+        raise FaultSpecError(f"{fault.spec!r}: {fault.params['with']} has no tail after event {n} "
+                             f"(it has {events} event{'s' if events != 1 else ''}){fitting}")
+    j = _frame_index(other.frames, n, fault)
     return i, j, frames[i].t_ms - other.frames[j].t_ms
 
 
@@ -856,10 +872,13 @@ def _cut_position(source: Source, frames: list[Frame], ends: list[int], fault: F
     if "at" not in p:
         return _event_end(ends, p["event"], fault), f"after event {p['event']}"
     _check_picked_message(fault, len(ends))
-    found = protocol_positions(source, frames, only=p["at"], pick=p.get("event"))
-    if not found:
-        raise FaultSpecError(f"{fault.spec!r}: this {source.wire} recording has no {p['at']} position")
-    return found[0][1], found[0][2]
+    pieces = ((f.raw, f.seq is not None) for f in frames)
+    finder = scan_positions(pieces, source.dialect, source.wire, only=p["at"], pick=p.get("event"))
+    position = finder.found.get(p["at"])
+    if position is None:
+        why = f": {finder.missing[p['at']]}" if p["at"] in finder.missing else ""
+        raise FaultSpecError(f"{fault.spec!r}: this {source.wire} recording has no {p['at']} position{why}")
+    return position.offset, position.what
 
 
 def _body_byte(frames: list[Frame], fault: Fault) -> int:
@@ -1034,9 +1053,13 @@ class LiveFaults:
 
     def ended(self) -> None:
         """At the flow's end: a log line for each fault that has not said what it did (every fault is logged)."""
+        missing = {id(fault): f"no {fault.params['at']} position: {finder.missing[fault.params['at']]}"
+                   for fault, finder in self._finders if fault.params["at"] in finder.missing}
         for fault in self.faults:
             if fault.kind == "fragment":
                 self._note(fault, f"{fault.spec}: {self._pieces} writes of 1..{fault.params['max']} bytes")
+            elif id(fault) in missing and id(fault) not in self._told:
+                self._note(fault, f"not applied: {fault.spec}: this stream has {missing[id(fault)]}")
             elif id(fault) not in self._told:
                 self._note(fault, f"not applied: {fault.spec}: not reached (the stream ended after {self._n} events, {self._sent} bytes)")
 
