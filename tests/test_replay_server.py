@@ -294,9 +294,16 @@ def test_a_whole_recording_answers_before_a_killed_proxys_leftover_of_the_same_r
     (tmp_path / "a-cut.jsonl").write_bytes(b"".join(lines[:4]))  # first by name; its writer was killed
     full = b"".join(openai_chat_frames())
     with ServerThread(Library.load([tmp_path], MatchOptions(once=True)), ServeOptions()) as server:
-        answers = [httpx.post(server.base_url + "/v1/chat/completions", content=OPENAI_BODY, timeout=5) for _ in range(2)]
-    assert answers[0].content == full  # then, --once, the leftover: the only one left
-    assert answers[1].status_code == 200 and full.startswith(answers[1].content) and answers[1].content != full
+        first = httpx.post(server.base_url + "/v1/chat/completions", content=OPENAI_BODY, timeout=5)
+        leftover = b""
+        # then, --once, the leftover: the only one left, ending as its killed proxy's client saw it end
+        with pytest.raises(httpx.RemoteProtocolError):
+            with httpx.stream("POST", server.base_url + "/v1/chat/completions", content=OPENAI_BODY, timeout=5) as answer:
+                assert answer.status_code == 200
+                for piece in answer.iter_bytes():
+                    leftover += piece
+    assert first.content == full
+    assert leftover and full.startswith(leftover) and leftover != full
     proc = subprocess.Popen([*STREAMTAP, "serve", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         url = proc.stdout.readline().strip()

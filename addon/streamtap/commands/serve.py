@@ -20,7 +20,8 @@ faults:  cut:event=N|byte=N|at=tool-args|escaped-quote|between-blocks|before-ter
          (several: repeat --fault or join with ';')
 
 Of several recordings of one request, the first by name answers (--once: each in turn), a
-whole one before a killed proxy's leftover (no end line), which is named in a warning at start.
+whole one before a killed proxy's leftover (no end line), which is named in a warning at start
+and ends its answer with an abort (no clean end), as the killed proxy's client got it.
 
 Byte-exact is the decoded body: a content-encoded recording (gzip, br, zstd, deflate) is served
 decoded, without Content-Encoding (one HTTP chunk per event unless --timing fast), faults applied
@@ -110,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
         unfinished = [entry.source.path for entry in library.entries if not entry.source.whole]
         if unfinished:
             print(f"streamtap serve: warning: {len(unfinished)} recording(s) without their end line (a killed proxy's, "
-                  f"e.g. {unfinished[0]}): each answers only a request no whole recording answers", file=sys.stderr)
+                  f"e.g. {unfinished[0]}): each answers only a request no whole recording answers, and its answer "
+                  "ends with an abort (no clean end), as the killed proxy's client got it", file=sys.stderr)
         print(
             f"streamtap serve: {len(library.entries)} recording(s), timing {options.timing}, "
             f"faults: {'; '.join(map(str, options.faults)) or 'none'}; Ctrl-C stops",

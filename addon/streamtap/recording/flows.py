@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import unquote
 
 from streamtap.providers import RequestInfo, StreamEnd
 from streamtap.providers.detect import is_llm_stream as _is_llm_stream
@@ -51,7 +52,7 @@ def injected_fault(flow: Any) -> str | None:
     specs = []
     response = flow.response
     if response is not None:
-        specs += response.headers.get_all(INJECTED_HEADER)
+        specs += map(unquote, response.headers.get_all(INJECTED_HEADER))  # the replay server percent-encodes it
     live = flow.metadata.get(INJECTED)
     if live:
         specs.append(live)

@@ -11,13 +11,16 @@ Everything else about the response (which bytes, when) comes from ``faults.plan`
 
 from __future__ import annotations
 
+import array
 import asyncio
 import errno
+import fcntl
 import json
 import re
 import socket
 import struct
 import sys
+import termios
 import threading
 import time
 from collections import deque
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import h11
 
@@ -43,8 +47,9 @@ HOP_BY_HOP = frozenset(
 FAULT_HEADER = "x-streamtap-fault"
 MAX_HEADER_BYTES = 64 * 1024
 READ_SIZE = 64 * 1024
-# A wait longer than this (a stall, a long recorded gap) watches for the client hanging up, so a
-# client that left does not hold its connection until the wait is over; shorter ones just sleep.
+# A wait longer than this (a stall, a long recorded gap) counts from when the client has taken the
+# bytes before it, and watches for the client hanging up, so a client that left does not hold its
+# connection until the wait is over; shorter ones just sleep, to a schedule fixed at the start.
 WATCH_LONGER_THAN = 0.05
 SERVED_KEPT = 1000  # answered requests kept for logs and tests: a server inside mitmproxy runs for days
 # Plans kept for repeated requests: at most this many, and at most this much memory (a write
@@ -57,6 +62,11 @@ PLANS_AT_ONCE = 4
 # Writes sent back to back before the stream lets the other clients in: drain() does not yield
 # while a client that keeps up keeps the buffer low, so a fragment:max=1 stream would hold the loop.
 WRITES_BETWEEN_YIELDS = 64
+# A reset, and a long wait, wait for the client to take the bytes before them, as long as it keeps
+# taking them: one that takes nothing for this many seconds is waited for no more
+TAKING_PATIENCE = 3.0
+TAKING_POLL = 0.002
+_OUTQ = getattr(termios, "TIOCOUTQ", None) if sys.platform == "linux" else None  # SIOCOUTQ on a socket
 OUT_OF_FDS_SAID_EVERY = 10.0  # seconds between two reports of accept() failing for want of fds
 ACCEPT_RETRIES_PENDING = 2.0  # asyncio retries a failed accept() after 1 s (ACCEPT_RETRY_DELAY)
 
@@ -362,7 +372,9 @@ class ReplayServer:
             head += ["transfer-encoding: chunked", "connection: keep-alive" if request.keep_alive else "connection: close"]
         else:  # the close ends the body: clean and abort look alike to such a client
             head += ["connection: close"]
-        head += [f"{k}: {v}" for k, v in the_plan.headers]  # e.g. the faults it carries, for whatever records it
+        # e.g. the faults it carries, for whatever records it; percent-encoded, so that any text in
+        # a spec (a message in another script, a line break) arrives whole and inside its header
+        head += [f"{k}: {quote(v, safe=_HEADER_TEXT)}" for k, v in the_plan.headers]
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1", "replace"))
         await writer.drain()
         if request.method == "HEAD":  # a HEAD response is its head alone
@@ -376,15 +388,26 @@ class ReplayServer:
             await _sleep_until(loop, deadline)
 
         start = loop.time()
+        written_at = 0.0  # the plan's time of the last bytes written
+
+        async def wait_for(at: float) -> None:
+            """Wait until the plan's time ``at``. A long wait (a stall, a long recorded gap) is a
+            silence the client must get whole: it counts from when the client has taken the bytes
+            before it, not from when they were written, as a slow reader would still be reading
+            them through it (the silence shortened, or gone). The rest of the plan moves with it."""
+            nonlocal start
+            if at - written_at > WATCH_LONGER_THAN and await _all_taken(writer):
+                start = loop.time() - written_at
+            if start + at > loop.time():
+                await wait_until(start + at)
+
         style = the_plan.end.style
         writes = the_plan.writes
         # a clean end due with the last write leaves in the same segment: a proxy in front then
         # sees the body end before the client can react to the last event (and hang up)
         terminated = style == "clean" and bool(writes) and the_plan.end.at <= writes[-1].at and request.chunked
         for i, write in enumerate(writes):
-            delay = start + write.at - loop.time()
-            if delay > 0:
-                await wait_until(start + write.at)
+            await wait_for(write.at)
             if writer.transport.is_closing():  # the client left while we waited (writing now would raise elsewhere)
                 raise ConnectionResetError("the client closed the connection")
             last = terminated and i == len(writes) - 1
@@ -395,11 +418,10 @@ class ReplayServer:
             elif last:
                 writer.write(b"0\r\n\r\n")
             await writer.drain()
+            written_at = write.at
             if i % WRITES_BETWEEN_YIELDS == WRITES_BETWEEN_YIELDS - 1:
                 await asyncio.sleep(0)  # the other clients' turn (see WRITES_BETWEEN_YIELDS)
-        delay = start + the_plan.end.at - loop.time()
-        if delay > 0:
-            await wait_until(start + the_plan.end.at)
+        await wait_for(the_plan.end.at)
         if style == "clean":
             if request.chunked and not terminated:
                 writer.write(b"0\r\n\r\n")
@@ -410,11 +432,46 @@ class ReplayServer:
             await writer.drain()
             writer.close()  # FIN after an unterminated chunked body
         else:  # reset
-            await writer.drain()
+            await _all_taken(writer)
             sock = writer.get_extra_info("socket")
             if sock is not None:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             writer.transport.abort()
+
+
+async def _all_taken(writer: asyncio.StreamWriter) -> bool:
+    """Wait until the client's side holds every byte written (drain() returns while up to the
+    high-water mark is still in asyncio's buffer, and the kernel's send queue holds more): a
+    reset (SO_LINGER 0, then abort) drops both, and a stall must not pass while the client is
+    still reading. The wait lasts as long as the client keeps taking bytes; one that takes
+    none for TAKING_PATIENCE seconds, or leaves, is waited for no more. True when there was
+    anything to wait for."""
+    sock = writer.get_extra_info("socket")
+    loop = asyncio.get_running_loop()
+    left, taken_at = None, loop.time()
+    while not writer.transport.is_closing():
+        now_left = writer.transport.get_write_buffer_size() + _send_queue(sock)
+        if now_left == 0:
+            return left is not None
+        if left is None or now_left < left:
+            left, taken_at = now_left, loop.time()
+        elif loop.time() - taken_at > TAKING_PATIENCE:
+            break
+        await asyncio.sleep(TAKING_POLL)
+    return True
+
+
+def _send_queue(sock: socket.socket | None) -> int:
+    """Bytes in the kernel's send queue not yet acknowledged by the client (0 where the system
+    cannot tell: Linux can)."""
+    if sock is None or _OUTQ is None:
+        return 0
+    count = array.array("i", [0])
+    try:
+        fcntl.ioctl(sock.fileno(), _OUTQ, count)
+    except OSError:
+        return 0
+    return count[0]
 
 
 async def _in_daemon_thread(slots: asyncio.Semaphore, work: Callable[..., Any], *args: Any) -> Any:
@@ -639,8 +696,12 @@ class _RequestReader:
         Raises _Refused for what cannot be answered normally."""
         limits = self.limits
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.header_bytes)
-        header_deadline = time.monotonic() + limits.header_timeout if self._leftover else None
-        if self._leftover:  # (receive_data(b"") would mean the client closed)
+        # RFC 9112 2.2: empty lines before a request line are ignored (some clients send a CRLF
+        # after a POST body); h11 would refuse them
+        self._leftover = self._leftover.lstrip(b"\r\n")
+        begun = bool(self._leftover)  # h11 has this request's first byte
+        header_deadline = time.monotonic() + limits.header_timeout if begun else None
+        if begun:  # (receive_data(b"") would mean the client closed)
             conn.receive_data(self._leftover)
             self._leftover = b""
         request: h11.Request | None = None
@@ -664,6 +725,11 @@ class _RequestReader:
                 if data and header_deadline is None:
                     header_deadline = time.monotonic() + limits.header_timeout
                     self._silent = False
+                if data and not begun:
+                    data = data.lstrip(b"\r\n")
+                    begun = bool(data)
+                    if not begun:
+                        continue
                 conn.receive_data(data)
             elif isinstance(event, h11.Request):
                 request = event
@@ -784,6 +850,9 @@ async def _send_json(writer: asyncio.StreamWriter, status: int, body: Any, close
     await writer.drain()
     if close:
         writer.close()
+
+
+_HEADER_TEXT = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")  # printable ASCII but the escape
 
 
 def _reason(status: int) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +46,9 @@ class Source:
     wire: str = "sse"
     dialect: str = "unknown"
     request_headers: dict[str, str] = field(default_factory=dict)  # lower-case names, as recorded (redacted)
-    end_style: str = "clean"  # "abort" when the recorded upstream was reset: replay reproduces it
+    # "abort" when the recorded upstream was reset, or when the file has no end line (a killed
+    # proxy's leftover: its client got no clean end either): replay reproduces it
+    end_style: str = "clean"
     # what ``streamtap verify`` finds wrong with the file it came from (empty: nothing), when it
     # was loaded with ``check=True``; None when not checked
     problems: list[str] | None = None
@@ -54,6 +57,11 @@ class Source:
     # read (a late chunked terminator, FIN or reset), and replay's timed modes keep that wait.
     # None when the file does not say (a leftover without an end line, or a constructed source)
     duration_ms: float | None = None
+    # how the proxy judged the answer, from the recording's header: a verdict on the body served
+    # (the sweep's) must judge with them, as `streamtap verify` does
+    sentinel: str | None = None
+    max_event_size: int | None = None  # None: the default
+    streamed: bool = True  # false: a plain JSON answer a filter tapped
     _body: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -128,7 +136,7 @@ def load_source(path: str | Path, *, check: bool = False) -> Source:
     source.problems = problems
     source.whole = rec.end is not None and not is_partial(path)
     source.duration_ms = _recorded_duration(rec.end)
-    if (rec.end or {}).get("stream_end") == "upstream_reset":
+    if rec.end is None or rec.end.get("stream_end") == "upstream_reset":
         source.end_style = "abort"
     return source
 
@@ -168,19 +176,31 @@ def _source_from_header(path: Path, header: dict, frames: list[Frame], reads: li
     headers = response.get("headers") or []
     if isinstance(headers, dict):
         headers = list(headers.items())
+    headers = [(str(k), str(v)) for k, v in headers]
+    for name, value in headers:
+        if _LINE_BREAKING.search(name + value):
+            # served as recorded, it would end the header line early: a header of its own, a body
+            raise RecordingError(f"{path}: line 1 is damaged: the response header {name!r}: {value[:40]!r} "
+                                 "holds a CR, LF or NUL, which no HTTP header carries")
     return Source(
         path=str(path),
         method=str(request.get("method", "POST")).upper(),
         url=str(request.get("url", "/")),
         request_body=body,
         status=int(response.get("status", response.get("status_code", 200))),
-        headers=[(str(k), str(v)) for k, v in headers],
+        headers=headers,
         frames=frames,
         reads=reads,
         wire=_wire_format(header.get("wire")),
         dialect=str(header.get("dialect") or "unknown"),
         request_headers=_header_dict(request.get("headers")),
+        sentinel=header.get("sentinel"),  # (the reader checked these fields' types)
+        max_event_size=header.get("max_event_size") or None,
+        streamed=header.get("streamed") is not False,
     )
+
+
+_LINE_BREAKING = re.compile(r"[\r\n\0]")
 
 
 def _wire_format(wire: Any) -> str:

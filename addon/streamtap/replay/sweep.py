@@ -502,17 +502,27 @@ def _marked(pid: str, needle: bytes) -> bool:
         return False
 
 
+JUDGED_SLICE = 64 * 1024  # the served body is judged in pieces of this size, as a live read would come
+
+
 def _judge(source: Source, faults: list) -> tuple[str | None, str]:
     """streamtap's verdict on the stream the client got, and the answer it carried (text, else
     the tool calls' argument strings)."""
     body = plan(source, faults).body  # the positions were checked to fit before any run
     try:
-        from streamtap.providers import Dialect, analyze_bytes
+        from streamtap.providers import Dialect, StreamSession
 
-        # the recording's own framing and status: a Gemini JSON array read as SSE, or an HTTP
-        # error read as a 200, would be judged cut or corrupt even whole
-        analysis = analyze_bytes(body, Dialect(source.dialect), wire=source.wire, http_status=source.status,
-                                 one_response=True)  # one HTTP response, as the client got it
+        # judged as `streamtap verify` judges the recording: with its own framing and status (a
+        # Gemini JSON array read as SSE, or an HTTP error read as a 200, would be judged cut or
+        # corrupt even whole), and the sentinel, event size limit and streamed flag it was
+        # recorded with (without its sentinel, an answer that lacks it would pass as complete)
+        limits = {"max_event_size": source.max_event_size} if source.max_event_size else {}
+        session = StreamSession(Dialect(source.dialect), source.wire, http_status=source.status, sentinel=source.sentinel,
+                                streamed=source.streamed, keep_arrivals=False,
+                                one_response=True, **limits)  # one HTTP response, as the client got it
+        for at in range(0, len(body), JUDGED_SLICE):
+            session.feed(body[at : at + JUDGED_SLICE])
+        analysis = session.close()
     except Exception:  # an unknown dialect string, or the verdict layer missing: the sweep still reports
         return None, ""
     turn = analysis.turn
