@@ -232,3 +232,18 @@ def test_a_proxy_in_front_records_the_injected_fault_as_it_was_given(tmp_path):
     flow = tflow.tflow(resp=True)
     flow.response.headers = Headers(list(answer.headers.raw))
     assert injected_fault(flow) == spec
+
+
+def test_positions_read_the_turn_as_the_recording_was_judged(tmp_path):
+    """before-terminal is before the event after which the stream is no longer judged truncated:
+    with the recording's sentinel missing from the answer, no event does, so the position is not
+    there (it was found as if no sentinel had been asked for, and the cut judged like the whole)."""
+    from streamtap.replay.faults import FaultSpecError, plan, protocol_positions
+
+    frames = openai_chat_frames(10, tool=False)
+    plain = load_source(recording(tmp_path / "plain.jsonl", frames))
+    guarded = load_source(recording(tmp_path / "guarded.jsonl", frames, sentinel="END-OF-ANSWER"))
+    assert [name for name, _, _ in protocol_positions(plain)].count("before-terminal") == 1
+    assert "before-terminal" not in [name for name, _, _ in protocol_positions(guarded)]
+    with pytest.raises(FaultSpecError, match="no before-terminal position"):
+        plan(guarded, parse_faults("cut:at=before-terminal"))

@@ -36,7 +36,7 @@ import json
 import pickle
 import re
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from json.decoder import scanstring
 from typing import Any
@@ -77,9 +77,12 @@ class PositionFinder:
     names the first such earlier event still undecided (a live adapter holds it back meanwhile).
 
     ``wanted``: the names to look for (default all); ``pick``: the event whose prelude and CRC
-    are named (default 0)."""
+    are named (default 0); ``judging``: the StreamSession options the stream was judged with
+    (a recording's sentinel, event size limit, status, whether it streamed), so that the turn
+    read here is the one its verdict speaks of. The body is one HTTP response (``one_response``)."""
 
-    def __init__(self, dialect: Dialect | str, wire: str, wanted: Iterable[str] = POSITION_NAMES, pick: int = 0) -> None:
+    def __init__(self, dialect: Dialect | str, wire: str, wanted: Iterable[str] = POSITION_NAMES, pick: int = 0,
+                 judging: Mapping[str, Any] | None = None) -> None:
         self.wire = wire
         self.wanted = frozenset(wanted) - (frozenset() if wire == "eventstream" else EVENTSTREAM_ONLY)
         self.pick = pick
@@ -95,7 +98,7 @@ class PositionFinder:
         self._candidates: list[_Candidate] = []  # events since that call opened
         if self.wanted & NEEDS_THE_TURN:
             try:
-                self._session = StreamSession(dialect, wire, keep_arrivals=False)
+                self._session = StreamSession(dialect, wire, keep_arrivals=False, one_response=True, **(judging or {}))
             except ValueError:  # an unknown dialect or wire: no turn to read positions from
                 self.wanted -= NEEDS_THE_TURN
             else:  # a dialect that never judges a stream truncated has no terminal event to cut before
@@ -276,10 +279,11 @@ def find_positions(
     *,
     only: str | None = None,
     pick: int | None = None,
+    judging: Mapping[str, Any] | None = None,
 ) -> list[Position]:
     """Every protocol position of a body given as (raw, is_event) pieces that tile it, in
     ``POSITION_NAMES`` order. ``pick``: the event-stream message for prelude/crc (default the middle one)."""
-    found = scan_positions(pieces, dialect, wire, only=only, pick=pick).found
+    found = scan_positions(pieces, dialect, wire, only=only, pick=pick, judging=judging).found
     return sorted(found.values(), key=lambda p: POSITION_NAMES.index(p.name))
 
 
@@ -290,6 +294,7 @@ def scan_positions(
     *,
     only: str | None = None,
     pick: int | None = None,
+    judging: Mapping[str, Any] | None = None,
 ) -> PositionFinder:
     """A finder that read a whole body (as ``find_positions`` takes it): its ``found`` positions,
     and in ``missing`` why a position looked for cannot be in this stream, where that is known."""
@@ -297,7 +302,7 @@ def scan_positions(
     events = sum(1 for _raw, is_event in pieces if is_event)
     if pick is None or not 0 <= pick < events:
         pick = events // 2
-    finder = PositionFinder(dialect, wire, frozenset([only] if only else POSITION_NAMES), pick)
+    finder = PositionFinder(dialect, wire, frozenset([only] if only else POSITION_NAMES), pick, judging)
     for raw, is_event in pieces:
         if is_event:
             finder.event(raw)

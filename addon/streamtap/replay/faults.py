@@ -873,7 +873,7 @@ def _cut_position(source: Source, frames: list[Frame], ends: list[int], fault: F
         return _event_end(ends, p["event"], fault), f"after event {p['event']}"
     _check_picked_message(fault, len(ends))
     pieces = ((f.raw, f.seq is not None) for f in frames)
-    finder = scan_positions(pieces, source.dialect, source.wire, only=p["at"], pick=p.get("event"))
+    finder = scan_positions(pieces, source.dialect, source.wire, only=p["at"], pick=p.get("event"), judging=judging(source))
     position = finder.found.get(p["at"])
     if position is None:
         why = f": {finder.missing[p['at']]}" if p["at"] in finder.missing else ""
@@ -903,13 +903,23 @@ def _check_picked_message(fault: Fault, events: int | None = None) -> None:
             raise FaultSpecError(f"{fault.spec!r}: event {p['event']} does not exist (this stream has {events} events)")
 
 
+def judging(source: Source) -> dict[str, Any]:
+    """The StreamSession options a recording's answer was judged with (its header keeps them):
+    its positions, and the sweep's verdicts, read the turn its verdict speaks of."""
+    options: dict[str, Any] = {"http_status": source.status, "sentinel": source.sentinel, "streamed": source.streamed}
+    if source.max_event_size:
+        options["max_event_size"] = source.max_event_size
+    return options
+
+
 def protocol_positions(
     source: Source, frames: list[Frame] | None = None, *, only: str | None = None, pick: int | None = None
 ) -> list[tuple[str, int, str]]:
     """(name, byte offset, description) for each protocol-aware cut position the stream has
     (the providers layer reads them off the dialect's own turn: see providers/positions.py)."""
     frames = source.frames if frames is None else frames
-    found = find_positions(((f.raw, f.seq is not None) for f in frames), source.dialect, source.wire, only=only, pick=pick)
+    found = find_positions(((f.raw, f.seq is not None) for f in frames), source.dialect, source.wire, only=only, pick=pick,
+                           judging=judging(source))
     return [(p.name, p.offset, p.what) for p in found]
 
 

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 
 from streamtap.recording import RecordingError, check_recording, read_recording
 
-from .faults import FaultSpecError, Timing, parse_fault, plan, protocol_positions, unfit_faults
+from .faults import FaultSpecError, Timing, judging, parse_fault, plan, protocol_positions, unfit_faults
 from .match import Library, MatchOptions
 from .server import ReplayServer, ServeOptions
 from .source import Source
@@ -516,10 +516,8 @@ def _judge(source: Source, faults: list) -> tuple[str | None, str]:
         # Gemini JSON array read as SSE, or an HTTP error read as a 200, would be judged cut or
         # corrupt even whole), and the sentinel, event size limit and streamed flag it was
         # recorded with (without its sentinel, an answer that lacks it would pass as complete)
-        limits = {"max_event_size": source.max_event_size} if source.max_event_size else {}
-        session = StreamSession(Dialect(source.dialect), source.wire, http_status=source.status, sentinel=source.sentinel,
-                                streamed=source.streamed, keep_arrivals=False,
-                                one_response=True, **limits)  # one HTTP response, as the client got it
+        session = StreamSession(Dialect(source.dialect), source.wire, keep_arrivals=False,
+                                one_response=True, **judging(source))  # one HTTP response, as the client got it
         for at in range(0, len(body), JUDGED_SLICE):
             session.feed(body[at : at + JUDGED_SLICE])
         analysis = session.close()
