@@ -26,6 +26,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,10 @@ PLANS_KEPT_BYTES = 128 * 1024 * 1024
 PLAN_WRITE_OVERHEAD = 100
 # Plans made at once (each a thread, and up to ~100 MB while made); others wait their turn
 PLANS_AT_ONCE = 4
+# Requests matched at once, each in a thread: hashing a large body against thousands of
+# recordings, or finding a Last-Event-ID in a long one, takes long enough to delay the other
+# clients' writes (their timing) if done on the loop
+MATCHES_AT_ONCE = 4
 # Writes sent back to back before the stream lets the other clients in: drain() does not yield
 # while a client that keeps up keeps the buffer low, so a fragment:max=1 stream would hold the loop.
 WRITES_BETWEEN_YIELDS = 64
@@ -145,6 +150,7 @@ class ReplayServer:
         self._plans: dict[tuple, tuple[Plan, int]] = {}  # -> (plan, its size estimate in bytes)
         self._plans_bytes = 0
         self._planning = asyncio.Semaphore(PLANS_AT_ONCE)
+        self._matching = asyncio.Semaphore(MATCHES_AT_ONCE)
         self._restore_exception_handler: Callable[[], None] | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         # the connection handlers: a stream still waiting (original timing, a stall) when the server
@@ -282,9 +288,10 @@ class ReplayServer:
         # Last-Event-ID) leaves the recording for the corrected retry. Planning awaits (in a thread)
         # before the consume below: if another request took the recording meanwhile, this one
         # looks again (the consume fails only under --once, where each retry has one fewer to take).
-        found = lib.find(request.method, request.target, request.headers, request.body, resume=resume_id is not None)
+        found = await self._off_loop(partial(lib.find, resume=resume_id is not None),
+                                     request.method, request.target, request.headers, request.body)
         if found is None:
-            body = lib.explain(request.method, request.target, request.headers, request.body)
+            body = await self._off_loop(lib.explain, request.method, request.target, request.headers, request.body)
             self._record(Served(request.method, request.target, 404, None, [], refused=body["message"]))
             await _send_json(writer, 404, body, close=not request.keep_alive, head_only=request.method == "HEAD")
             return request.keep_alive
@@ -299,7 +306,7 @@ class ReplayServer:
         source = self.served_source(found.source)
         start_after = None
         if resume_id is not None:
-            start_after = resume_position(source, resume_id)
+            start_after = await self._off_loop(resume_position, source, resume_id)
             if start_after is None:
                 if source.wire == "sse":
                     message = f"Last-Event-ID {resume_id!r} names no event of {source.path}"
@@ -325,6 +332,9 @@ class ReplayServer:
         await self._stream(source, the_plan, writer, request, requests)
         served.end = the_plan.end.style
         return the_plan.end.style == "clean" and request.keep_alive
+
+    async def _off_loop(self, work: Callable[..., Any], *args: Any) -> Any:
+        return await _in_daemon_thread(self._matching, work, *args)
 
     async def _refuse_fault(self, request: _Request, writer: asyncio.StreamWriter, source: Source, problem: Exception) -> bool:
         """A 400 for a fault that cannot be served with this recording, logged as any answer is:
