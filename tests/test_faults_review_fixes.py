@@ -163,3 +163,25 @@ def test_a_cut_at_a_zero_padded_event_is_served_over_http(tmp_path):
         response = httpx.post(server.base_url + "/v1/chat/completions", json={"model": "gpt-4.1-nano", "stream": True,
                               "messages": [{"role": "user", "content": "Weather in Paris?"}]}, timeout=10)
     assert response.status_code == 200 and response.content == b"".join(frames[:8])
+
+
+def test_corrupt_payload_hits_the_data_line_not_the_same_text_in_an_earlier_line():
+    """The payload was found by searching for its text from the line start: an `id: 42` line
+    before `data: 42` took the corrupted byte, and `event: done` before `data: done`."""
+    from streamtap.replay.faults import parse_faults, plan
+    from streamtap.replay.source import Source
+
+    source = Source.from_frames([b"id: 42\r\ndata: 42\r\n\r\n", b"event: done\ndata: done\n\n"], wire="sse", dialect="unknown")
+    body = plan(source, parse_faults("corrupt:frame=0,offset=0,byte=0x39;corrupt:frame=1,offset=1,byte=0x58")).body
+    assert body == b"id: 42\r\ndata: 92\r\n\r\nevent: done\ndata: dXne\n\n"
+
+
+def test_corrupt_payload_of_a_json_array_element_starts_after_its_separator():
+    from streamtap.replay.faults import parse_faults, plan
+    from streamtap.replay.source import Frame, Source, view_frame
+
+    frames = [Frame(0, b'[{"a":1}', 0.0), Frame(1, b',\n {"b":2}', 0.0), Frame(None, b"]\n", 0.0)]
+    source = Source(path="x", method="POST", url="/", request_body=None, status=200, headers=[], frames=frames, reads=[],
+                    wire="json-array", dialect="gemini")
+    assert plan(source, parse_faults("corrupt:frame=1,offset=0,byte=0x20")).body == b'[{"a":1},\n  "b":2}]\n'
+    assert view_frame(b',\n {"b":2}', "json-array").data == {"b": 2}

@@ -236,10 +236,13 @@ def view_frame(raw: bytes, wire: str) -> FrameView:
         return _view_eventstream(raw)
     if wire == "sse":
         return _view_sse(raw)
-    text = raw.strip()
+    start = len(raw) - len(raw.lstrip())
+    if wire == "json-array" and raw[start : start + 1] in (b"[", b","):  # the element after its opener
+        start += 1
+        start += len(raw[start:]) - len(raw[start:].lstrip())
+    text = raw[start:].rstrip()
     data = _json_or_none(text)
     name = data.get("type", "") if isinstance(data, dict) else ""
-    start = len(raw) - len(raw.lstrip())
     return FrameView(str(name), data, start, start + len(text))
 
 
@@ -247,20 +250,18 @@ def _view_sse(raw: bytes) -> FrameView:
     name = ""
     data_lines = []
     payload_start = payload_end = None
-    pos = 0
-    for line in raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n"):
+    for found in _SSE_LINE.finditer(raw):  # each line where it is in the frame (a search could find its text earlier)
+        line, at = found.group(), found.start()
         if line.startswith(b"event:"):
             name = line[6:].strip().decode("utf-8", "replace")
         elif line.startswith(b"data:"):
-            value = line[5:]
+            value, at = line[5:], at + 5
             if value.startswith(b" "):
-                value = value[1:]
+                value, at = value[1:], at + 1
             data_lines.append(value)
-            start = raw.find(value, pos) if value else raw.find(line, pos) + len(line)
             if payload_start is None:
-                payload_start = start
-            payload_end = start + len(value)
-            pos = max(pos, payload_end)
+                payload_start = at
+            payload_end = at + len(value)
     text = b"\n".join(data_lines)
     data = _json_or_none(text)
     if text.strip() == b"[DONE]":
@@ -271,6 +272,9 @@ def _view_sse(raw: bytes) -> FrameView:
     if payload_start is None:
         payload_start = payload_end = 0
     return FrameView(name, data, payload_start, payload_end)
+
+
+_SSE_LINE = re.compile(rb"[^\r\n]+")  # (empty lines carry nothing a view names)
 
 
 def _view_eventstream(raw: bytes) -> FrameView:
