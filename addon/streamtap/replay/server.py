@@ -169,7 +169,7 @@ class ReplayServer:
         unfit = unfit_faults(self.options.faults, served, self._others)
         if unfit:  # refused now (swap-tail, and the faults together, checked here), not with a 400 per request
             raise FaultSpecError("; ".join(unfit))
-        self._server = await asyncio.start_server(self._connection, host, port, backlog=1024)
+        self._server = await asyncio.start_server(self._accepted, host, port, backlog=1024)
         self.host, self.port = self._server.sockets[0].getsockname()[:2]
         listening = {sock.fileno() for sock in self._server.sockets}
         self._restore_exception_handler = _report_accept_failures(asyncio.get_running_loop(), listening, self.log)
@@ -243,11 +243,27 @@ class ReplayServer:
 
     # --- HTTP ------------------------------------------------------------------------------
 
+    def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A connection's handler, a task of the server's own from the start: the server's stop
+        cancels it even before it ran (Ctrl-C as a client connects), and such a task is not
+        handed to Python 3.12.1's stream callback, which reports it with a traceback."""
+        loop = asyncio.get_running_loop()
+        handler = loop.create_task(self._connection(reader, writer))
+        self._handlers.add(handler)
+
+        def ended(task: asyncio.Task) -> None:
+            self._handlers.discard(task)
+            if task.cancelled():
+                writer.transport.abort()  # (a handler that ran closed it already)
+            elif task.exception() is not None:
+                loop.call_exception_handler({"message": "streamtap replay: a connection's handler failed",
+                                             "exception": task.exception(), "transport": writer.transport})
+                writer.transport.abort()
+
+        handler.add_done_callback(ended)
+
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
-        handler = asyncio.current_task()
-        if handler is not None:
-            self._handlers.add(handler)
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -275,7 +291,6 @@ class ReplayServer:
                 pass
         finally:
             self._writers.discard(writer)
-            self._handlers.discard(handler)
             if not writer.transport.is_closing():
                 writer.close()
 
