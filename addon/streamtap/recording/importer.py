@@ -81,7 +81,11 @@ def read_flows(source: Path) -> Iterator[Any]:
             for flow in io.FlowReader(handle).stream():
                 yield flow
                 flows, start = flows + 1, handle.tell()
-        except exceptions.FlowReadException as exc:
+        # a well-framed record whose contents are damaged fails in mitmproxy's state loading, with
+        # whatever error that meets (a key missing, a value of another type)
+        except (exceptions.FlowReadException, KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
+            if not isinstance(exc, exceptions.FlowReadException):
+                exc = f"{type(exc).__name__}: {exc}"
             read = f"after {flows} flow{'s' * (flows != 1)} (those are imported)" if flows else "inside its first flow"
             if _ends_inside_a_flow(handle, start):
                 raise CaptureIncomplete(f"{shown_path(source)}: the capture is cut short {read}: the file ends inside a flow "
