@@ -385,3 +385,21 @@ def test_a_folder_that_cannot_be_read_is_said_and_keeps_report_and_index_from_pa
             assert "Traceback" not in got.stderr
     finally:
         locked.chmod(0o700)
+
+
+def test_a_recording_named_in_a_glob_that_cannot_be_read_costs_the_others_nothing(tmp_path):
+    """report/index given `folder/*.jsonl` with another user's 0600 file among them: the run
+    stopped with exit 2 and a raw errno line, reporting and indexing nothing."""
+    seen = recording(tmp_path, "seen.jsonl")
+    hidden = recording(tmp_path, "hidden.jsonl", end={"verdict": {"kind": "truncated", "reason": "cut"}})
+    hidden.chmod(0)
+    try:
+        for args in (("report", "--json", seen, hidden), ("index", seen, hidden, "--out", tmp_path.parent / f"{tmp_path.name}-idx")):
+            got = subprocess.run(unprivileged(*args), capture_output=True, text=True, timeout=60)
+            assert got.returncode == 1, (args[0], got.returncode, got.stderr)
+            assert f"{hidden}: cannot read this recording: Permission denied" in got.stderr, got.stderr
+            assert "Traceback" not in got.stderr and "Errno" not in got.stderr, got.stderr
+            if args[0] == "report":
+                assert json.loads(got.stdout)["verdicts"] == {"complete": 1}, got.stdout
+    finally:
+        hidden.chmod(0o600)

@@ -109,12 +109,14 @@ def read_rows(found: Iterable[Found], *, skip: set[str] = frozenset(), loaded: L
                     continue
                 rows.append(recording_row(item.path))
         except (NotARecording, OSError) as exc:
-            if item.named:
+            # named, a file that is none or is not there is the user's mistake; one that cannot be
+            # read (permissions) is a recording like the others in the glob, whose report goes on
+            if item.named and (isinstance(exc, (NotARecording, FileNotFoundError)) or _dangling(item.path)):
                 raise
             # a file the proxy named, or any that could not be read (a recording copied or renamed,
             # another user's 0600 one): it may be a recording, so its verdict is unknown; only a
             # link that leads nowhere is plainly none
-            if isinstance(exc, OSError) and recording_name(item.path):
+            if isinstance(exc, OSError) and (recording_name(item.path) or item.named):
                 loaded.unreadable.append(f"{item.path}: cannot read this recording: {exc.strerror or exc}")
                 continue
             if isinstance(exc, OSError) and not _dangling(item.path):
