@@ -154,3 +154,31 @@ def test_kill_9_mid_stream_leaves_an_incomplete_recording(tmp_path):
     report = json.loads(streamtap("report", "--json", str(mitm.record_dir)).stdout)
     assert report["verdicts"] == {} and report["incomplete_files"] == 1
     assert report["incomplete"][0]["problem"].startswith("recording incomplete")
+
+
+def test_a_small_file_that_decodes_to_half_a_gigabyte_is_reported_in_bounded_memory(recorded, tmp_path):
+    """report reads a recording's first and last lines: a .jsonl.zst was decoded whole for them,
+    so 200 KB of zstd holding 512 MiB of lines took twice that. It is now decoded through once."""
+    import sys
+    import zstandard
+
+    _, recordings = recorded
+    lines = zstandard.ZstdDecompressor().decompressobj().decompress(recordings[0].path.read_bytes()).splitlines(keepends=True)
+    bomb = tmp_path / "20261206T000000.000Z_openai-chat_complete_b0b0b0b0b0b0.jsonl.zst"
+    filler = b'{"type":"note","kind":"x","message":"' + b"y" * 4000 + b'","t":null}\n'
+    with bomb.open("wb") as raw:
+        with zstandard.ZstdCompressor(level=3).stream_writer(raw, closefd=False) as out:
+            out.write(lines[0])
+            chunk = filler * 256  # 1 MiB
+            for _ in range(512):
+                out.write(chunk)
+            out.write(b"".join(lines[1:]))
+    assert bomb.stat().st_size < 4 * 2**20
+    measure = ("import resource, subprocess, sys; done = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+               "print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, done.stdout)")
+    ran = subprocess.run([sys.executable, "-c", measure, *STREAMTAP, "report", "--json", str(bomb)],
+                         capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    code, peak_kib, out = ran.stdout.split(" ", 2)
+    assert code == "0" and json.loads(out)["verdicts"] == {recordings[0].verdict["kind"]: 1}, ran.stdout + ran.stderr
+    assert int(peak_kib) < 256 * 1024, f"report peaked at {int(peak_kib) / 1024:.0f} MiB for 512 MiB of lines"

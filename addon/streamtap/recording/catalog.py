@@ -24,13 +24,13 @@ from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 import orjson
-import zstandard
 
 from streamtap.providers.model import model_of
 
-from .compress import SUFFIX, decompress_checked, is_compressed
+from .compress import READ_SIZE, SUFFIX, ZstdDamage, ZstdFrames, is_compressed
 from .reader import (
-    CONVERTED, FORMAT_MARK, STREAM_ENDS, VERDICT_KINDS, HeaderCut, check_end, check_header, counted, header_damage, one_of,
+    CONVERTED, FORMAT_MARK, MAX_LINE_BYTES, STREAM_ENDS, VERDICT_KINDS, HeaderCut, check_end, check_header, counted, header_damage,
+    one_of,
 )
 from .writer import FORMAT, PARTIAL_SUFFIX, RecordingError
 
@@ -53,6 +53,7 @@ NEVER_RENAMED = ("never finished: its end line is there, but its writer stopped 
 HEAD_BLOCK = 32 * 1024  # most recordings fit whole: one read
 TAIL_BLOCK = 64 * 1024
 MAX_HEADER_LINE = 256 * 1024 * 1024  # a header holds the request: large prompts, not this
+LONGEST_LINE = max(MAX_HEADER_LINE, MAX_LINE_BYTES)
 # The range of `started` every engine reading the index takes (years 1970 to 9999, in seconds):
 # a time in milliseconds, say, would otherwise make a day partition like day=58888-01-09.
 LAST_START = 253402300799
@@ -277,8 +278,8 @@ def _locked_as_named(fd: int, path: Path) -> bool:
 def open_bytes(path: Path) -> tuple[BinaryIO, bool]:
     """The recording's lines as a seekable binary file (unbuffered: the reads below are few and
     large), and whether its last zstd frame ended (True for a file that is not compressed). A
-    ``.jsonl.zst`` has no index of its frames, so it is decompressed whole (in memory: a
-    compressed recording is small)."""
+    ``.jsonl.zst`` has no index of its frames: it is decoded through once, keeping its first
+    line and its last (``_Ends``), so that a small file that decodes to gigabytes costs no more."""
     if not stat.S_ISREG(os.stat(path).st_mode):  # before opening it: a fifo would wait for a writer, a device never end
         raise NotARecording(f"{path} is not a regular file")
     handle = open(path, "rb", buffering=0)
@@ -286,10 +287,68 @@ def open_bytes(path: Path) -> tuple[BinaryIO, bool]:
         return handle, True  # type: ignore[return-value]
     with handle:
         try:
-            lines, ended = decompress_checked(handle)  # type: ignore[arg-type]
-        except zstandard.ZstdError as exc:
+            ends = _Ends.of(handle)  # type: ignore[arg-type]
+        except ZstdDamage as exc:
             raise RecordingError(f"the zstd stream is damaged: {exc}") from None
-    return io.BytesIO(lines), ended
+    return ends, ends.frame_ended  # type: ignore[return-value]
+
+
+class _Ends(io.RawIOBase):
+    """A decoded zstd recording's first line (and up to HEAD_BLOCK after it) and its last line,
+    at their offsets: what ``read_ends`` reads of a file. Reads go to the head; the last line
+    is ``last`` (from ``last_start``), ``size`` the decoded length."""
+
+    def __init__(self, head: bytes, last: bytes, last_start: int, size: int, frame_ended: bool) -> None:
+        self.head, self.last, self.last_start, self.size, self.frame_ended = head, last, last_start, size, frame_ended
+        self.position = 0
+
+    @classmethod
+    def of(cls, handle: BinaryIO) -> _Ends:
+        frames = ZstdFrames()
+        head, head_limit = bytearray(), MAX_HEADER_LINE + HEAD_BLOCK
+        line, line_start = bytearray(), 0  # the line being decoded
+        last, last_start = b"", 0  # the last whole line so far
+        size = 0
+        while data := handle.read(READ_SIZE):
+            for piece in frames.pieces(data):
+                if len(head) < head_limit:
+                    head += piece[: head_limit - len(head)]
+                    if head_limit > MAX_HEADER_LINE and (newline := head.find(b"\n")) >= 0:
+                        head_limit = newline + 1 + HEAD_BLOCK
+                        del head[head_limit:]
+                end = piece.rfind(b"\n")
+                if end < 0:
+                    line += piece
+                else:
+                    before = piece.rfind(b"\n", 0, end)
+                    if before < 0:
+                        last, last_start = bytes(line + piece[: end + 1]), line_start
+                    else:
+                        last, last_start = piece[before + 1 : end + 1], size + before + 1
+                    line, line_start = bytearray(piece[end + 1 :]), size + end + 1
+                if len(line) > LONGEST_LINE:  # no reader takes such a line; a decompression bomb makes one
+                    raise RecordingError(f"the line at byte {line_start} is longer than {LONGEST_LINE} bytes")
+                size += len(piece)
+        if line:  # the file ends inside a line
+            last, last_start = bytes(line), line_start
+        return cls(bytes(head), last, last_start, size, frames.frame_ended)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self.position = {os.SEEK_SET: 0, os.SEEK_CUR: self.position, os.SEEK_END: self.size}[whence] + offset
+        return self.position
+
+    def readinto(self, buffer) -> int:
+        """From the head only: the lines between the first and the last are not kept."""
+        taken = self.head[self.position : self.position + len(buffer)]
+        buffer[: len(taken)] = taken
+        self.position += len(taken)
+        return len(taken)
 
 
 def _last_line(handle: BinaryIO, size: int) -> tuple[bytes, int]:
@@ -357,6 +416,8 @@ def read_ends(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, str | 
         if size <= len(head):  # the whole file is in hand
             start = head.rfind(b"\n", 0, len(head) - 1) + 1
             last = head[start:]
+        elif isinstance(handle, _Ends):
+            last, start = handle.last, handle.last_start
         else:
             last, start = _last_line(handle, size)
     if not last.endswith(b"\n"):

@@ -62,54 +62,71 @@ def is_compressed(path: str | os.PathLike[str]) -> bool:
     return str(path).endswith(SUFFIX)
 
 
-class _Frames:
+try:
+    from compression import zstd as _zstd  # Python 3.14: the reading side, which bounds its output
+except ImportError:
+    from backports import zstd as _zstd
+
+PIECE = 1 << 20  # decoded bytes produced per step: a few bytes of zstd can decode to gigabytes
+ZstdDamage = (zstandard.ZstdError, _zstd.ZstdError)  # what damaged zstd data raises, written or read
+
+
+class ZstdFrames:
     """Decodes a zstd stream given in pieces, frame after frame. ``frame_ended`` says whether
     the last frame begun was ended (its checksum read): a writer killed inside its last frame
     leaves one that never is, even when every line it wrote decodes."""
 
     def __init__(self) -> None:
-        self._decompressor = zstandard.ZstdDecompressor()
-        self._stream = self._decompressor.decompressobj()
+        self._stream = _zstd.ZstdDecompressor()
         self.frame_ended = True  # no frame begun yet: an empty file cuts none
 
-    def decode(self, data: bytes) -> bytes:
-        out = []
-        while data:
-            self.frame_ended = False
-            out.append(self._stream.decompress(data))
-            if not self._stream.eof:
-                break
-            self.frame_ended = True
-            data = self._stream.unused_data  # the next frame
-            self._stream = self._decompressor.decompressobj()
-        return b"".join(out)
+    def pieces(self, data: bytes):
+        """``data`` decoded, in pieces of at most ``PIECE`` bytes, each made when asked for."""
+        while True:
+            if data:
+                self.frame_ended = False
+            out = self._stream.decompress(data, PIECE)
+            data = b""
+            if out:
+                yield out
+            if self._stream.eof:
+                self.frame_ended = True
+                data = self._stream.unused_data  # the next frame
+                self._stream = _zstd.ZstdDecompressor()
+                if not data:
+                    return
+            elif self._stream.needs_input:
+                return
 
 
 def decompress_checked(handle: BinaryIO) -> tuple[bytes, bool]:
     """Every byte the zstd stream in ``handle`` decodes to (all its frames, and the decodable
     part of a last frame the writer never ended), and whether that last frame ended (True for
-    an empty file). Raises zstandard.ZstdError on damaged data."""
+    an empty file). Raises one of ``ZstdDamage`` on damaged data."""
     out = []
-    frames = _Frames()
+    frames = ZstdFrames()
     while data := handle.read(READ_SIZE):
-        out.append(frames.decode(data))
+        out += frames.pieces(data)
     return b"".join(out), frames.frame_ended
 
 
 def decompress_file(handle: BinaryIO) -> bytes:
     """Every byte the zstd stream in ``handle`` decodes to: all its frames, and the decodable
-    part of a last frame the writer never ended. Raises zstandard.ZstdError on damaged data."""
+    part of a last frame the writer never ended. Raises one of ``ZstdDamage`` on damaged data."""
     return decompress_checked(handle)[0]
 
 
 class _ZstdRaw(io.RawIOBase):
-    """The decoded bytes of a zstd file, read as they are asked for (bounded memory): every
-    frame, and the decodable part of a last frame the writer never ended."""
+    """The decoded bytes of a zstd file, read as they are asked for (bounded memory: a piece of
+    the decoded stream at a time): every frame, and the decodable part of a last frame the
+    writer never ended."""
 
     def __init__(self, handle: BinaryIO) -> None:
         self._handle = handle
-        self._frames = _Frames()
+        self._frames = ZstdFrames()
+        self._pieces = iter(())
         self._pending = b""
+        self._at = 0  # (an offset into _pending: slicing off what was read copies the rest each time)
 
     @property
     def frame_ended(self) -> bool:
@@ -119,17 +136,21 @@ class _ZstdRaw(io.RawIOBase):
         return True
 
     def readinto(self, buffer) -> int:
-        while not self._pending:
-            data = self._handle.read(READ_SIZE)
-            if not data:
-                return 0
+        while self._at == len(self._pending):
             try:
-                self._pending += self._frames.decode(data)
-            except zstandard.ZstdError as exc:
+                piece = next(self._pieces, None)
+            except ZstdDamage as exc:
                 raise OSError(f"the zstd stream is damaged: {exc}") from None
-        size = min(len(buffer), len(self._pending))
-        buffer[:size] = self._pending[:size]
-        self._pending = self._pending[size:]
+            if piece is None:
+                data = self._handle.read(READ_SIZE)
+                if not data:
+                    return 0
+                self._pieces = self._frames.pieces(data)
+                continue
+            self._pending, self._at = piece, 0
+        size = min(len(buffer), len(self._pending) - self._at)
+        buffer[:size] = memoryview(self._pending)[self._at : self._at + size]
+        self._at += size
         return size
 
     def close(self) -> None:
@@ -160,6 +181,8 @@ __all__ = [
     "COMPRESSIONS",
     "SUFFIX",
     "ZstdLines",
+    "ZstdDamage",
+    "ZstdFrames",
     "decompress_checked",
     "decompress_file",
     "frames_ended",
