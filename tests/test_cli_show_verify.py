@@ -643,3 +643,24 @@ def test_verify_finds_damage_that_leaves_every_line_well_formed(tmp_path, edit, 
     assert streamtap("verify", REAL_RECORDING).returncode == 0
     result = streamtap("verify", recording)
     assert result.returncode == 1 and says in result.stdout + result.stderr, (result.stdout, result.stderr)
+
+
+def test_the_exit_codes_help_gives_for_damage_are_the_ones_verify_returns(tmp_path):
+    """--help said exit 2 for 'a damaged recording'; one whose frame does not check out is judged
+    unknown, exit 1, and only one whose lines break the format is exit 2."""
+    good = Path(__file__).resolve().parents[1] / "recordings" / "anthropic.jsonl"
+    lines = good.read_bytes().splitlines(keepends=True)
+    frame = next(i for i, line in enumerate(lines) if line.startswith(b'{"type":"frame"') and b'"sum":"' in line)
+    at = lines[frame].index(b'"sum":"') + 7
+    flipped = tmp_path / "flipped.jsonl"
+    flipped.write_bytes(b"".join(lines[:frame] + [lines[frame][:at] + (b"0" if lines[frame][at:at + 1] != b"0" else b"1")
+                                                  + lines[frame][at + 1:]] + lines[frame + 1:]))
+    broken = tmp_path / "broken.jsonl"
+    broken.write_bytes(b"".join(lines[:frame] + [b"not json\n"] + lines[frame + 1:]))
+    helped = subprocess.run([STREAMTAP, "verify", "--help"], capture_output=True, text=True).stdout
+    helped = " ".join(helped.split())
+    assert "does not check out" in helped and "judged unknown, saying why: exit 1" in helped
+    checked = subprocess.run([STREAMTAP, "verify", flipped], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 1 and ": unknown (" in checked.stdout, checked.stdout + checked.stderr
+    unreadable = subprocess.run([STREAMTAP, "verify", broken], capture_output=True, text=True, timeout=60)
+    assert unreadable.returncode == 2 and "cannot read recording" in unreadable.stderr, unreadable.stderr

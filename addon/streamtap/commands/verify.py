@@ -103,8 +103,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "A .partial.jsonl recording (its writer never finished) is not complete, even with its end line: the "
         "line shows the verdict it holds and says the file was never renamed, so it may not have reached the disk. "
         "Exit codes: 0 every file complete, 1 any file not complete, 2 usage error or any input that could not "
-        "be judged (missing, unreadable, a damaged recording, not a stream: each is said on its own line on "
-        "stderr, and the other inputs are still judged)."
+        "be judged (missing, unreadable, a recording whose lines break its format, not a stream: each is said "
+        "on its own line on stderr, and the other inputs are still judged). A recording that reads but does not "
+        "check out (a frame's sum, an offset, the body's hash) is judged unknown, saying why: exit 1."
     )
     add_input_options(parser)
 
