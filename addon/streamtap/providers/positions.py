@@ -272,18 +272,10 @@ class PositionFinder:
         return len(text[:at].encode("utf-8", "surrogateescape")) + (2 if text[at] == '"' else 1)
 
 
-def find_positions(
-    pieces: Iterable[tuple[bytes, bool]],
-    dialect: Dialect | str,
-    wire: str,
-    *,
-    only: str | None = None,
-    pick: int | None = None,
-    judging: Mapping[str, Any] | None = None,
-) -> list[Position]:
+def find_positions(pieces: Iterable[tuple[bytes, bool]], dialect: Dialect | str, wire: str, **options: Any) -> list[Position]:
     """Every protocol position of a body given as (raw, is_event) pieces that tile it, in
-    ``POSITION_NAMES`` order. ``pick``: the event-stream message for prelude/crc (default the middle one)."""
-    found = scan_positions(pieces, dialect, wire, only=only, pick=pick, judging=judging).found
+    ``POSITION_NAMES`` order; ``options`` as ``scan_positions`` takes them."""
+    found = scan_positions(pieces, dialect, wire, **options).found
     return sorted(found.values(), key=lambda p: POSITION_NAMES.index(p.name))
 
 
@@ -297,7 +289,9 @@ def scan_positions(
     judging: Mapping[str, Any] | None = None,
 ) -> PositionFinder:
     """A finder that read a whole body (as ``find_positions`` takes it): its ``found`` positions,
-    and in ``missing`` why a position looked for cannot be in this stream, where that is known."""
+    and in ``missing`` why a position looked for cannot be in this stream, where that is known.
+    ``only``: the one name to look for; ``pick``: the event-stream message for prelude/crc
+    (default the middle one); ``judging``: as ``PositionFinder`` takes it."""
     pieces = list(pieces)
     events = sum(1 for _raw, is_event in pieces if is_event)
     if pick is None or not 0 <= pick < events:
