@@ -70,8 +70,17 @@ def comparable(rec) -> dict:
     }
 
 
+def _usage_nested(depth: int) -> bytes:
+    """A chat answer whose usage holds a value nested ``depth`` deep: JSON the decoder takes, deeper
+    than pickle goes (a worker that handed its verdict on as it was died of it)."""
+    body = streams.openai_chat([f"piece {i} " for i in range(20)])
+    assert body.count(b'"usage":{') == 1
+    return body.replace(b'"usage":{', b'"usage":{"x":' + b"[" * depth + b"]" * depth + b",")
+
+
 STREAMS = {
     "chat": Script(streams.openai_chat([f"piece {i} " for i in range(120)]), chunk_size=301),
+    "deep-usage": Script(_usage_nested(900), chunk_size=301),
     "chat-cut": Script(streams.openai_chat([f"piece {i} " for i in range(120)]), chunk_size=301, cut_at=5000),
     "anthropic": Script(streams.anthropic("think", "an answer " * 40, {"q": 1}), chunk_size=97),
     "converse": Script(streams.bedrock_converse(["a", "b", "c"] * 30, {"x": [1, 2]}), content_type="application/vnd.amazon.eventstream", chunk_size=133),
@@ -109,6 +118,8 @@ def test_workers_record_what_the_proxy_records_in_process(upstream, tmp_path):
         assert got["1", name] == got["0", name], name
     assert got["1", "chat"]["verdict"]["kind"] == "complete"
     assert got["1", "chat-cut"]["verdict"]["kind"] == "truncated"
+    assert got["1", "deep-usage"]["verdict"]["kind"] == "complete"
+    assert "died" not in log, log[-3000:]
 
 
 def test_a_flow_is_not_turned_away_for_its_own_request_body(tmp_path):
@@ -1782,3 +1793,21 @@ def test_ctrl_c_stops_the_proxy_and_its_worker_without_a_traceback(upstream, tmp
     log = proxy.log()
     assert "Traceback" not in log and "KeyboardInterrupt" not in log, log
     assert "died" not in log, log  # the worker did not die of it: it was stopped
+
+
+def test_a_shutdown_waits_for_stuck_workers_together_not_one_after_another(upstream, tmp_path):
+    """Each stuck worker had its own 3 s in turn: 4 of them held mitmdump's exit 12 s, past a
+    supervisor's stop timeout. They are now told to stop first, then waited for together."""
+    with Mitmdump(upstream.url, tmp_path / "m", options={"streamtap_workers": "4"}) as proxy:
+        log = proxy.wait_log("runs as pid", count=4, timeout=30)
+        pids = [int(pid) for pid in re.findall(r"analysis worker \d runs as pid (\d+)", log)]
+        assert len(pids) == 4, log
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        started = time.monotonic()
+        proxy.process.terminate()
+        proxy.process.wait(60)
+        took = time.monotonic() - started
+    assert took < 7, f"mitmdump took {took:.1f} s to stop with 4 stuck workers"
+    time.sleep(0.5)
+    assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}") and "zombie" not in open(f"/proc/{pid}/status").read()]

@@ -355,13 +355,44 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
         unacknowledged += consumed
         if not (results or forward.records or unacknowledged >= ACK_EVERY or time.monotonic() - voice.said >= HEARTBEAT):
             continue
+        records = forward.take()
         try:
-            say((unacknowledged, results, forward.take()))
+            try:
+                say((unacknowledged, results, records))
+            except (EOFError, OSError):
+                raise
+            except Exception:  # a reply that does not pickle (nothing was written yet): sent as what pickles
+                say((unacknowledged, _picklable(results), _picklable(records)))
             unacknowledged = 0
         except (EOFError, OSError):
             for tap in taps.values():
                 tap.abandon()
             return
+
+
+def _picklable(items: list) -> list:
+    """``items`` that pickle. A verdict that does not (a provider's usage nested deeper than
+    pickle goes, which JSON allows) goes without its provider's raw usage, or else as a failure;
+    a log record that does not is dropped. The worker lives on, and so do its other flows."""
+    kept = []
+    for item in items:
+        try:
+            pickle.dumps(item, pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            if not (isinstance(item, tuple) and len(item) == 3 and item[0] == VERDICT):
+                continue
+            _, key, summary = item
+            usage = summary.get("usage")
+            if isinstance(usage, dict) and "raw" in usage:
+                item = (VERDICT, key, {**summary, "usage": {k: v for k, v in usage.items() if k != "raw"}})
+                try:
+                    pickle.dumps(item, pickle.HIGHEST_PROTOCOL)
+                except Exception:
+                    item = (FAILED, key, f"its verdict could not be handed to the proxy: {type(exc).__name__}")
+            else:
+                item = (FAILED, key, f"its verdict could not be handed to the proxy: {type(exc).__name__}")
+        kept.append(item)
+    return kept
 
 
 # --- the proxy side -----------------------------------------------------------------------
@@ -602,6 +633,12 @@ class _Process:
     def stop(self, timeout: float) -> None:
         """At shutdown: the rest of what was sent, then STOP (the worker leaves its open
         recordings marked incomplete); a worker that does not take it within ``timeout`` is killed."""
+        deadline = time.monotonic() + timeout
+        self.tell_stop(deadline)
+        self.wait_stopped(deadline)
+
+    def tell_stop(self, deadline: float) -> None:
+        """The rest of what was sent, then STOP, written by ``deadline`` if the pipe takes them."""
         self.alive = False
         if self.freed:
             return
@@ -609,14 +646,20 @@ class _Process:
             self.loop.remove_writer(self.fd)
         payload = pickle.dumps([(STOP,)])
         self.unsent += struct.pack("!i", len(payload)) + payload
-        deadline = time.monotonic() + timeout
-        while self.unsent and time.monotonic() < deadline:
+        while self.unsent:  # (one write at least, however late: a worker that keeps up takes it)
             try:
                 del self.unsent[: os.write(self.fd, self.unsent)]
             except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    break
                 time.sleep(0.01)
             except OSError:
                 break
+
+    def wait_stopped(self, deadline: float) -> None:
+        """After ``tell_stop``: the worker's end, by ``deadline``, else it is killed."""
+        if self.freed:
+            return
         self.process.join(max(0.0, deadline - time.monotonic()))
         if self.process.is_alive():
             self.process.kill()
@@ -1043,8 +1086,13 @@ class Workers:
         self.send()
         for index in range(len(self.ops)):  # what is left was for a worker whose restart waited
             self._write_notes(index)
+        # every worker told first, then waited for against one deadline: a busy or stuck one
+        # does not hold the others' stop (one after another, 64 stuck workers took 192 s)
+        deadline = time.monotonic() + timeout
         for process in self.processes:
-            process.stop(timeout)
+            process.tell_stop(deadline)
+        for process in self.processes:
+            process.wait_stopped(deadline)
             try:  # the verdicts of flows that ended just before: the loop will not run again to take them
                 process.take_replies(self._received)
             except Exception as exc:
