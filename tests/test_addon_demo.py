@@ -21,6 +21,7 @@ def test_demo_shows_a_complete_and_a_cut_turn(tmp_path):
     # a machine behind a company proxy: the SDKs follow these, and the demo must stay on loopback
     dead_proxy = "http://127.0.0.1:9"
     env = {**os.environ, "HTTP_PROXY": dead_proxy, "HTTPS_PROXY": dead_proxy, "http_proxy": dead_proxy, "https_proxy": dead_proxy}
+    env.pop("PYTHONUNBUFFERED", None)  # a user's shell: mitmdump's log reaches its file a block at a time unless the demo asks
     result = subprocess.run(
         [sys.executable, "-m", "streamtap.cli", "demo", "--dir", str(tmp_path)], capture_output=True, text=True, timeout=120, env=env
     )

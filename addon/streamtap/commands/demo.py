@@ -186,7 +186,10 @@ class Proxy:
 
     def __enter__(self) -> Proxy:
         self._log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT)
+        # its log goes to a file, which Python would fill a block at a time: the demo reads each
+        # turn's line as it comes
+        self.process = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT,
+                                        env={**os.environ, "PYTHONUNBUFFERED": "1"})
         try:
             _wait_port(self.port, self.process, "mitmdump", self.log_path)
         except BaseException:  # `with` calls __exit__ only after __enter__ returned
@@ -314,6 +317,8 @@ def run(args: argparse.Namespace) -> int:
                 lines = _wait_lines(proxy, seen + 1)
                 for line in lines[seen:]:
                     print(f"   {line.split(' -> ')[0]}")
+                if len(lines) == seen:
+                    print(f"   (no streamtap line for this turn in {proxy.log_path} within 10 s)")
                 seen = len(lines)
             print()
         written = sorted(set(record_dir.glob("*.jsonl")) - before)
@@ -341,6 +346,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"   {Path(line.split(':', 1)[0]).name}:{line.split(':', 1)[1]}" if ":" in line else f"   {line}")
         expected = sorted(t.expect for t in TURNS)
         ok = ok and sorted(verdicts) == expected and verify_exit == (0 if set(expected) == {"complete"} else 1)
+        ok = ok and seen == len(TURNS)  # each turn's line was shown as it came
         print(
             "\nverify exits 1 because some turns are incomplete: that is the finding." if verify_exit == 1 else ""
         )
