@@ -112,3 +112,32 @@ def test_a_coding_that_fails_after_its_first_pieces_says_where_its_read_began(en
     decoded = first + rest
     assert body.startswith(decoded) and len(decoded) < len(body)
     assert b"".join(undo.pieces(b"more")) == b"" and b"".join(undo.finish_pieces()) == b""
+
+
+def test_import_takes_a_capture_whose_body_decodes_to_64_mb_in_bounded_memory(tmp_path):
+    """A capture holds the compressed body whole; import decoded it whole too (and joined it with
+    what the decoder still held): it now takes it a piece at a time, as the Tap does."""
+    from mitmproxy.test import tflow
+
+    from streamtap.recording.importer import import_flow
+
+    body = long_answer(1000)
+    flow = tflow.tflow(resp=True)
+    flow.request.host, flow.request.path = "api.anthropic.com", "/v1/messages"
+    flow.request.content = b'{"model":"claude-test-4","stream":true,"max_tokens":10,"messages":[]}'
+    flow.response.headers["content-type"] = "text/event-stream"
+    flow.response.headers["content-encoding"] = "zstd"
+    flow.response.raw_content = zstd.compress(body)
+    (tmp_path / "out").mkdir()
+    tracemalloc.start()
+    try:
+        result = import_flow(flow, tmp_path / "out", tmp_path / "capture.mitm")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.verdict == "complete" and result.bytes == len(body), result
+    # the end line's JSON writer takes ~15 bytes per character of the TEXT_CAP text it writes
+    # (~64 MiB), whatever the answer's length; the 64 MiB body decoded whole took 250 MiB
+    assert peak < 24 * TEXT_CAP, f"peak {peak / 2**20:.1f} MiB for a {len(body) / 2**20:.0f} MiB answer"
+    recording = read_recording(result.path)
+    assert recording.body == body and check_recording(recording) == []

@@ -12,6 +12,7 @@ A response that mitmproxy streamed is only in the capture if it was made with
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import re
 from collections import defaultdict
@@ -297,7 +298,8 @@ def import_flow(
     encoding = response.headers.get("content-encoding")
     encoded = content_encoded(encoding)  # as the reader will take it
     undo = WireUndo(encoding) if encoded else None
-    body = wire if undo is None else undo.feed(wire) + undo.finish()
+    # decoded a piece at a time, as the Tap decodes it: a few KB of zstd can decode to gigabytes
+    body = iter((wire,)) if undo is None else itertools.chain(undo.pieces(wire), undo.finish_pieces())
     content_type = response.headers.get("content-type")
     detection = detect_dialect(request_as_read(request_info(flow), request_body(request)), content_type)
     streamed = answers_a_stream(detection, content_type)
@@ -331,16 +333,22 @@ def import_flow(
         if not streamed:
             header["streamed"] = False
         writer.header(header)
-        failure = undo.failure if undo is not None else None
         writer.read(wire, None)  # the capture keeps the bytes, not when they came
-        for event in session.feed(body, None):
-            writer.frame(event, None)
+        decoded, unframed = 0, bytearray()  # body bytes taken, and those no frame covers yet
+        for piece in body:
+            decoded += len(piece)
+            for event in session.feed(piece, None):
+                writer.frame(event, None)
+            if undo is not None:  # kept for a coding that fails later, which records them unframed
+                unframed += piece
+                del unframed[: max(0, len(unframed) - (decoded - writer.offset))]
+        failure = undo.failure if undo is not None else None
         end, error = stream_end(flow)
         duration, clock_note = _duration(response)
         if failure:
             if clock_note:
                 writer.note("clock", clock_note)
-            verdict, analysis = _undo_failed(writer, body, failure), None
+            verdict, analysis = _undo_failed(writer, unframed, failure), None
             # as the Tap writes it: its analysis is off by then, so it counts no events
             end_record = {"stream_end": end.value, "error": error, "duration_ms": duration, "verdict": verdict,
                           "streamtap_errors": [f"analysis: {failure}"]}
@@ -370,7 +378,7 @@ def import_flow(
     if analysis is not None:
         result.model, result.events, result.bytes = analysis.turn.model, analysis.wire_events, analysis.bytes
     else:
-        result.bytes = len(body)
+        result.bytes = decoded
     return result
 
 
@@ -407,11 +415,11 @@ def _written_meanwhile(
     return None
 
 
-def _undo_failed(writer: RecordingWriter, body: bytes, failure: str) -> dict[str, Any]:
+def _undo_failed(writer: RecordingWriter, unframed: bytearray, failure: str) -> dict[str, Any]:
     """The end of a recording whose content-encoding could not be undone, as the Tap writes it:
-    the note, the decoded bytes no frame covers as raw lines, and an ``unknown`` verdict."""
+    the note, the decoded bytes no frame covers (``unframed``) as raw lines, and an ``unknown`` verdict."""
     writer.note("streamtap_error", f"analysis: {failure}")
-    rest = memoryview(body)[writer.offset :]
+    rest = memoryview(unframed)
     for at in range(0, len(rest), DEFAULT_MAX_EVENT):  # no line outgrows what a reader takes, as the Tap splits them
         writer.raw(rest[at : at + DEFAULT_MAX_EVENT], None, UNDO_FAILED_RAW)
     return {"kind": "unknown", "reason": failure, "evidence": {}}
