@@ -204,5 +204,5 @@ def test_a_compressed_copy_decodes_the_same_one_byte_read_at_a_time(encoding):
         "deflate (raw)": zlib.compress(body)[2:-4],
     }[encoding]
     undo = WireUndo(encoding.split()[0])
-    decoded = b"".join(undo.feed(wire[i : i + 1]) for i in range(len(wire))) + undo.finish()
+    decoded = b"".join(b"".join(undo.pieces(wire[i : i + 1])) for i in range(len(wire))) + b"".join(undo.finish_pieces())
     assert decoded == body

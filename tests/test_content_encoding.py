@@ -97,6 +97,6 @@ def test_a_response_decoder_takes_frames_that_end_at_a_read_boundary(encoding, r
     wire = b"".join(frames)
     chunks = {"one per frame": frames, "one read": [wire], "1-byte reads": [wire[i : i + 1] for i in range(len(wire))]}[reads]
     undo = WireUndo(encoding)
-    body = b"".join(undo.feed(chunk) for chunk in chunks) + undo.finish()
+    body = b"".join(b"".join(undo.pieces(chunk)) for chunk in chunks) + b"".join(undo.finish_pieces())
     assert undo.failure is None and undo.unfinished() is None
     assert body == b"".join(EVENTS)

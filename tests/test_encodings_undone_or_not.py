@@ -175,7 +175,7 @@ def test_the_decoders_tell_a_stream_cut_before_its_end_marker_whatever_the_reads
     for wire, cut in ((CUT_BEFORE_END[encoding], True), (WHOLE[encoding], False)):
         undo = WireUndo(encoding)
         reads = [wire] if size is None else [wire[i : i + size] for i in range(0, len(wire), size)]
-        assert b"".join(undo.feed(read) for read in reads) + undo.finish() == BODY
+        assert b"".join(piece for read in reads for piece in undo.pieces(read)) + b"".join(undo.finish_pieces()) == BODY
         assert undo.failure is None
         coding = "gzip" if encoding == "gzip, br" else encoding
         expected = f"the {coding} stream ended before its end marker at wire byte {len(wire)}" if cut else None

@@ -234,13 +234,6 @@ class WireUndo:
             return iter((decoder.flush(),))
         return self._decoded(held, self.wire_bytes)
 
-    def feed(self, data: bytes) -> bytes:
-        """``data``'s decoded bytes, joined (for a caller that holds the whole body anyway)."""
-        return b"".join(self.pieces(data))
-
-    def finish(self) -> bytes:
-        return b"".join(self.finish_pieces())
-
     def _decoded(self, step, start: int):
         if self.failure is not None or self._decoder is None:
             return
