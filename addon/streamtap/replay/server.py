@@ -349,7 +349,7 @@ class ReplayServer:
         return the_plan.end.style == "clean" and request.keep_alive
 
     async def _off_loop(self, work: Callable[..., Any], *args: Any) -> Any:
-        return await _in_daemon_thread(self._matching, work, *args)
+        return await _in_daemon_thread(self._matching, "streamtap-match", work, *args)
 
     async def _refuse_fault(self, request: _Request, writer: asyncio.StreamWriter, source: Source, problem: Exception) -> bool:
         """A 400 for a fault that cannot be served with this recording, logged as any answer is:
@@ -368,7 +368,8 @@ class ReplayServer:
         if cached is not None:
             return cached[0]
         others = dict(self._others)  # (a copy: a fault header may add to it while the thread reads)
-        made, size = await _in_daemon_thread(self._planning, _plan_and_size, source, faults, self.options.timing, others, start_after)
+        made, size = await _in_daemon_thread(self._planning, "streamtap-plan", _plan_and_size, source, faults,
+                                             self.options.timing, others, start_after)
         if size <= PLANS_KEPT_BYTES and key not in self._plans:
             while self._plans and (len(self._plans) >= PLANS_KEPT or self._plans_bytes + size > PLANS_KEPT_BYTES):
                 self._plans_bytes -= self._plans.pop(next(iter(self._plans)))[1]
@@ -499,7 +500,7 @@ def _send_queue(sock: socket.socket | None) -> int:
     return count[0]
 
 
-async def _in_daemon_thread(slots: asyncio.Semaphore, work: Callable[..., Any], *args: Any) -> Any:
+async def _in_daemon_thread(slots: asyncio.Semaphore, name: str, work: Callable[..., Any], *args: Any) -> Any:
     """``work(*args)`` in a thread of its own that nothing waits for at exit: Ctrl-C stops the
     server at once, not after the plans under way (asyncio.to_thread's pool is joined at exit).
     The thread holds one of ``slots`` until it ends, even when its request is gone meanwhile: a
@@ -526,7 +527,7 @@ async def _in_daemon_thread(slots: asyncio.Semaphore, work: Callable[..., Any], 
             pass
 
     try:
-        threading.Thread(target=run, name="streamtap-plan", daemon=True).start()
+        threading.Thread(target=run, name=name, daemon=True).start()
     except BaseException:
         slots.release()
         raise
