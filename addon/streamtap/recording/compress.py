@@ -1,4 +1,5 @@
-"""Compressed recordings: the same JSON lines in a zstd stream (``.jsonl.zst``), with zstandard.
+"""Compressed recordings: the same JSON lines in a zstd stream (``.jsonl.zst``), written with
+zstandard and read a bounded piece at a time (``content.ZstdFrames``, Python's own zstd reader).
 
 Crash honesty carries over. Each time the writer hands lines to the OS (a flush, every
 0.1 s while a stream is open) the compressor ends a zstd *block*: everything written so far
@@ -17,6 +18,8 @@ import os
 from typing import BinaryIO
 
 import zstandard
+
+from .content import ZstdDamage, ZstdFrames
 
 SUFFIX = ".zst"
 COMPRESSIONS = ("none", "zstd")
@@ -60,43 +63,6 @@ class ZstdLines:
 
 def is_compressed(path: str | os.PathLike[str]) -> bool:
     return str(path).endswith(SUFFIX)
-
-
-try:
-    from compression import zstd as _zstd  # Python 3.14: the reading side, which bounds its output
-except ImportError:
-    from backports import zstd as _zstd
-
-PIECE = 1 << 20  # decoded bytes produced per step: a few bytes of zstd can decode to gigabytes
-ZstdDamage = (zstandard.ZstdError, _zstd.ZstdError)  # what damaged zstd data raises, written or read
-
-
-class ZstdFrames:
-    """Decodes a zstd stream given in pieces, frame after frame. ``frame_ended`` says whether
-    the last frame begun was ended (its checksum read): a writer killed inside its last frame
-    leaves one that never is, even when every line it wrote decodes."""
-
-    def __init__(self) -> None:
-        self._stream = _zstd.ZstdDecompressor()
-        self.frame_ended = True  # no frame begun yet: an empty file cuts none
-
-    def pieces(self, data: bytes):
-        """``data`` decoded, in pieces of at most ``PIECE`` bytes, each made when asked for."""
-        while True:
-            if data:
-                self.frame_ended = False
-            out = self._stream.decompress(data, PIECE)
-            data = b""
-            if out:
-                yield out
-            if self._stream.eof:
-                self.frame_ended = True
-                data = self._stream.unused_data  # the next frame
-                self._stream = _zstd.ZstdDecompressor()
-                if not data:
-                    return
-            elif self._stream.needs_input:
-                return
 
 
 def decompress_checked(handle: BinaryIO) -> tuple[bytes, bool]:

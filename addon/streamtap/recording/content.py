@@ -13,9 +13,16 @@ import zlib
 
 MAX_DECODED_BODY = 64 * 1024 * 1024
 _STEP = 1024 * 1024  # output produced per call while decoding a request body
-# A streamed answer's read is decoded in pieces of about this much: one 16 KiB read of zstd or
-# brotli can hold gigabytes, and whoever takes the pieces holds one at a time
+# A streamed answer's read (and a compressed recording) is decoded in pieces of about this much:
+# one 16 KiB read of zstd or brotli can hold gigabytes, and whoever takes the pieces holds one at a time
 PIECE = 1024 * 1024
+
+try:
+    from compression import zstd as _zstd  # Python 3.14
+except ImportError:
+    from backports import zstd as _zstd
+
+ZstdDamage = _zstd.ZstdError  # what damaged zstd data raises while it is decoded
 
 
 class ContentDecodingError(ValueError):
@@ -37,17 +44,20 @@ class _Decoder:
     def pieces(self, data: bytes, limit: int):
         """``data``'s decoded bytes in pieces of about ``limit`` at most, each produced when asked for."""
         try:
-            out = self._decompress(data, limit)
-            while True:
-                if out:
-                    yield out
-                out = self._more(limit)
-                if not out:
-                    return
+            yield from self._pieces(data, limit)
         except ContentDecodingError:
             raise
         except Exception as exc:  # each library's own error class
             raise ContentDecodingError(self.coding, f"{type(exc).__name__}: {exc}") from exc
+
+    def _pieces(self, data: bytes, limit: int):
+        out = self._decompress(data, limit)
+        while True:
+            if out:
+                yield out
+            out = self._more(limit)
+            if not out:
+                return
 
     def flush(self) -> bytes:
         """What the decoder still holds once every piece of every read was taken (little: the
@@ -141,38 +151,47 @@ class _Brotli(_Decoder):
         return self._d.is_finished()
 
 
+class ZstdFrames:
+    """A zstd stream given in pieces, decoded frame after frame, in pieces of at most ``limit``
+    bytes (a few bytes of zstd can decode to gigabytes): a Content-Encoding, and a compressed
+    recording. ``frame_ended`` says whether the last frame begun was ended (its checksum read):
+    a writer killed inside its last frame leaves one that never is, even when all of it decodes."""
+
+    def __init__(self) -> None:
+        self._stream = _zstd.ZstdDecompressor()
+        self.frame_ended = True  # no frame begun yet: no bytes cut none
+
+    def pieces(self, data: bytes, limit: int = PIECE):
+        """``data`` decoded, each piece made when asked for; raises ``ZstdDamage`` on damaged data."""
+        while True:
+            if data:
+                self.frame_ended = False
+            out = self._stream.decompress(data, limit)
+            data = b""
+            if out:
+                yield out
+            if self._stream.eof:
+                self.frame_ended = True
+                data = self._stream.unused_data  # the next frame
+                self._stream = _zstd.ZstdDecompressor()
+                if not data:
+                    return
+            elif self._stream.needs_input:
+                return
+
+
 class _Zstd(_Decoder):
     coding = "zstd"
 
     def __init__(self) -> None:
-        try:
-            from compression import zstd  # Python 3.14
-        except ImportError:
-            from backports import zstd
-        self._zstd = zstd
-        self._d = zstd.ZstdDecompressor()
+        self._frames = ZstdFrames()
 
-    def _decompress(self, data: bytes, limit: int) -> bytes:
+    def _pieces(self, data: bytes, limit: int):
         self._fed = self._fed or bool(data)
-        if self._d.eof and data:  # the last frame ended with the read before: this one starts the next
-            self._d = self._zstd.ZstdDecompressor()
-        return self._d.decompress(data, limit)
-
-    def _more(self, limit: int) -> bytes:
-        while True:
-            d = self._d
-            if not d.eof and not d.needs_input:  # output left of the input taken
-                return d.decompress(b"", limit)
-            if not (d.eof and d.unused_data):
-                return b""
-            rest = d.unused_data  # several frames in one read
-            self._d = self._zstd.ZstdDecompressor()
-            out = self._d.decompress(rest, limit)
-            if out:
-                return out
+        return self._frames.pieces(data, limit)
 
     def _ended(self) -> bool:
-        return self._d.eof
+        return self._frames.frame_ended
 
 
 class _Stacked:
@@ -404,14 +423,10 @@ def _brotli_bounded(raw: bytes, limit: int) -> bytes | None:
 
 
 def _zstd_bounded(raw: bytes, limit: int) -> bytes | None:
-    try:
-        from compression import zstd  # Python 3.14
-    except ImportError:
-        from backports import zstd
     out = bytearray()
     rest = raw
     while rest:  # one frame after another
-        d = zstd.ZstdDecompressor()
+        d = _zstd.ZstdDecompressor()
         out += d.decompress(rest, _STEP)
         while not d.eof and len(out) <= limit:
             if d.needs_input:
