@@ -1141,6 +1141,51 @@ def test_a_worker_killed_before_it_said_its_recordings_name_still_gets_the_note_
     assert not recording.complete_file
 
 
+def test_a_worker_killed_after_it_finished_a_recording_but_before_its_verdict_came_gives_that_verdict(tmp_path):
+    """The worker sends a batch's verdicts when the whole batch is done. Killed in between (here:
+    a flow's end and a large read of another flow in one batch), the first flow's recording is
+    finished and renamed, and its end line holds the verdict: the proxy gives that verdict and
+    names that file, not the .partial name it knew, nor ``unknown``."""
+    from streamtap.mitm.flowspec import FlowSpec
+
+    settings = tap_settings(tmp_path)
+    small = streams.openai_chat(["a ", "whole ", "answer"])
+    large = streams.openai_chat([f"w{i} " for i in range(40_000)])  # seconds of analysis in one batch
+    verdicts, lost = {}, {}
+
+    async def run() -> tuple:
+        workers = Workers(
+            1, asyncio.get_running_loop(),
+            verdict=lambda remote, summary: verdicts.__setitem__(remote.key, summary),
+            lost=lambda remote, why: lost.__setitem__(remote.key, why),
+        )  # fmt: skip
+        try:
+            await _until(lambda: workers.pids[0] is not None)
+            first = workers.pids[0]
+            finished = workers.open(FlowSpec.of(openai_flow(), None), settings)
+            other = workers.open(FlowSpec.of(openai_flow(), None), settings)
+            workers.stream(finished)(small)
+            await _until(lambda: finished.recording is not None and other.recording is not None)
+            partial = finished.recording
+            workers.finish(finished, "finished", None, None)
+            workers.stream(other)(large)  # its reads go after the FINISH, in the same batch
+            await _until(lambda: any(".partial" not in path.name for path in tmp_path.glob("*.jsonl")), timeout=10)
+            assert not verdicts, "the verdict came before the worker was killed: the case was not met"
+            os.kill(first, signal.SIGKILL)
+            await _until(lambda: finished.key in verdicts or finished.key in lost)
+            return finished, partial
+        finally:
+            workers.stop()
+
+    finished, partial = asyncio.run(run())
+    assert finished.key not in lost, lost
+    summary = verdicts[finished.key]
+    final = next(path for path in tmp_path.glob("*.jsonl") if ".partial" not in path.name)
+    assert summary["recording"] == str(final) != partial
+    assert summary["verdict"] == judge_file(final, None, None).analysis.verdict.kind.value == VerdictKind.COMPLETE.value
+    assert summary["events"] > 3 and summary["bytes"] == len(small) and summary["stream_end"] == "finished"
+
+
 def _alive(pid: int) -> bool:
     """Is ``pid`` a running process (not gone, and not a zombie waiting to be reaped)?"""
     try:

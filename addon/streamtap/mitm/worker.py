@@ -19,7 +19,8 @@ dropped from analysis and its recording says "analysis fell behind at byte N". W
 lower priority than the proxy, so on a busy machine the analysis, not the traffic, waits. A
 worker that dies, or says nothing for ``HUNG_AFTER`` (it says something every ``HEARTBEAT``
 while idle or getting on with its work, even inside one long batch), is killed if need be and
-restarted (later and later if it keeps dying at once); the flows it held are judged ``unknown``,
+restarted (later and later if it keeps dying at once); the flows it held are judged ``unknown``
+(but for one whose recording it finished before its verdict went: the recording's verdict),
 said so in the log, the flow's comment and the recording it left, or, for a flow it had not
 begun to record, a recording the restarted worker makes of it.
 """
@@ -160,6 +161,50 @@ def _begun_recordings(directory: str, started: float, flow_id: str) -> list[str]
         return sorted(str(path) for path in Path(directory).glob(pattern) if path.stat().st_size)
     except OSError:
         return []
+
+
+def _finished_recording(partial: str, directory: str, started: float, flow_id: str) -> tuple[str, dict[str, Any]] | None:
+    """The recording a dead worker finished (its end line written, renamed from ``partial``)
+    before its verdict reached the proxy: its path and end line. None where there is none."""
+    from streamtap.recording.catalog import read_ends
+    from streamtap.recording.writer import PARTIAL_SUFFIX
+
+    if os.path.exists(partial):
+        return None
+    for path in _begun_recordings(directory, started, flow_id):
+        if PARTIAL_SUFFIX in Path(path).name:
+            continue
+        try:
+            _header, end, problem, _size = read_ends(Path(path))
+        except Exception:  # unreadable: the flow stays unknown, as it would without this look
+            continue
+        if end is not None and problem is None and isinstance(end.get("verdict"), dict):
+            return path, end
+    return None
+
+
+def summary_of_end(remote: RemoteFlow, path: str, end: dict[str, Any]) -> dict[str, Any]:
+    """The summary a worker would have sent for ``remote``, rebuilt from the end line of the
+    recording it finished: the verdict is the one the recording states."""
+    verdict, turn = end["verdict"], end.get("turn") or {}
+    summary: dict[str, Any] = {
+        "provider": remote.provider,
+        "model": turn.get("model") or remote.model,
+        "verdict": verdict.get("kind"),
+        "reason": verdict.get("reason"),
+        "events": end.get("events", 0),
+        "bytes": remote.forwarded(),
+        "ttft_ms": end.get("ttft_ms"),
+        "duration_ms": end.get("duration_ms"),
+        "stream_end": end.get("stream_end"),
+        "recording": path,
+        "errors": end.get("streamtap_errors") or [],
+    }
+    if "usage" in turn:
+        summary["usage"] = turn["usage"]
+    if end.get("injected_fault"):
+        summary["injected_fault"] = end["injected_fault"]
+    return summary
 
 
 def _reopen(spec, settings: dict[str, Any], t0: float, dropped: str) -> tuple[FlowTap | None, tuple[str | None, str | None]]:
@@ -958,6 +1003,9 @@ class Workers:
             if not again and self._reopen(remote, index):
                 continue
             remote.opening = None
+            if not again and remote.ended is not None and remote.recording and remote.directory:
+                self._verdict_from_recording(remote, index)  # it may have finished the recording before it died
+                continue
             if remote.recording or (remote.opened and remote.directory):  # the new worker notes it in the recording the dead one left
                 why = f"{remote.dropped}; the recording ends where it stopped"
                 self._op(index, (ORPHANED, remote.recording, why, remote.directory, remote.started, remote.flow_id))
@@ -966,6 +1014,37 @@ class Workers:
                 self.lost(remote, remote.dropped)
         if self.retired:  # no worker comes after it to write them
             self._write_notes(index)
+
+    def _verdict_from_recording(self, remote: RemoteFlow, index: int) -> None:
+        """A flow that had ended when its worker died: the worker may have finished its recording
+        (end line, rename) and died before its verdict came. The recording's end line is then the
+        verdict; else the flow is lost and the next worker notes why its recording stops. The
+        look goes to a thread: a compressed recording is read whole to find its end."""
+        self.flows.pop(remote.key, None)
+        why = f"{remote.dropped}; the recording ends where it stopped"
+
+        def looked(future) -> None:
+            try:
+                found = future.result()
+            except Exception:
+                found = None
+            if found is None:
+                self._op(index, (ORPHANED, remote.recording, why, remote.directory, remote.started, remote.flow_id))
+                if self.retired:
+                    self._write_notes(index)
+                self.lost(remote, remote.dropped)
+                return
+            path, end = found
+            remote.recording = path
+            log.info(f"streamtap: flow {remote.flow_id[:8]}: its verdict is taken from the recording {path}, finished before its worker died")
+            self.verdict(remote, summary_of_end(remote, path, end))
+
+        try:
+            look = self.loop.run_in_executor(None, _finished_recording, remote.recording, remote.directory, remote.started, remote.flow_id)
+        except RuntimeError:  # the loop is closing: no thread to look in
+            look = self.loop.create_future()
+            look.set_result(None)
+        look.add_done_callback(looked)
 
     def _reopen(self, remote: RemoteFlow, index: int) -> bool:
         """A flow whose worker died before it said it had begun its recording (a worker stopped or
