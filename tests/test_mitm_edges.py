@@ -320,3 +320,38 @@ def test_a_flow_sent_again_and_not_tapped_this_time_loses_the_last_runs_verdict_
             after = httpx.get(mitm.url + "/__probe/ask", timeout=10).json()
     assert first["verdict"].startswith("truncated: ") and first["marked"] == ":warning:"
     assert after == {"verdict": "not tapped", "recording": "", "marked": ""}, after
+
+
+# --- another addon that sets flow.response.stream ----------------------------------------
+
+SHOUTING_ADDON = '''
+def responseheaders(flow):
+    if flow.request.path.startswith("/s/"):
+        flow.response.stream = lambda data: data.replace(b"hello", b"HELLO")
+'''
+
+
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_another_addons_stream_callable_before_streamtap_is_kept_and_after_it_is_never_judged_unseen(tmp_path, order):
+    body = b"".join(openai_chat_frames(words=12)).replace(b'"content":"', b'"content":"hello ', 3)
+    assert b"hello" in body
+    other = tmp_path / "shout.py"
+    other.write_text(SHOUTING_ADDON)
+    with Upstream() as upstream:
+        upstream.add("other", Script(body))
+        mitm = Mitmdump(upstream.url, tmp_path / "work")
+        if order == "before":
+            mitm.args[mitm.args.index("-s"):mitm.args.index("-s")] = ["-s", str(other)]
+        else:
+            mitm.args += ["-s", str(other)]
+        with mitm:
+            got = httpx.post(mitm.url + "/s/other/v1/chat/completions", content=OPENAI_BODY, timeout=15).content
+            log = mitm.wait_log("streamtap: openai-chat ")
+            rec = find_recording(mitm.record_dir, "other")
+    assert got == body.replace(b"hello", b"HELLO")  # the other addon's change reaches the client either way
+    if order == "before":
+        assert rec.verdict["kind"] == "complete" and rec.body == got
+    else:
+        assert rec.verdict["kind"] == "unknown", rec.verdict
+        assert "another addon replaced streamtap's flow.response.stream" in log
+        assert " truncated" not in log

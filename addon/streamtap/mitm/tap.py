@@ -83,6 +83,28 @@ def flow_comment(s: dict[str, Any]) -> str:
     return comment
 
 
+def _after(earlier: Callable, ours: Callable[[bytes], bytes]) -> Callable:
+    """``earlier``'s stream callable, then streamtap's on what it hands on (bytes or an iterable
+    of them, as mitmproxy allows)."""
+
+    def stream(data: bytes):
+        out = earlier(data)
+        if isinstance(out, bytes):
+            return ours(out)
+        pieces = list(out)
+        for piece in pieces:
+            ours(piece)
+        return pieces
+
+    return stream
+
+
+def _saw_nothing(tap: FlowTap | RemoteFlow) -> bool:
+    if isinstance(tap, RemoteFlow):
+        return tap.forwarded() == 0
+    return tap.body_bytes == 0 and not tap.backlog
+
+
 class Tap:
     """mitmproxy addon: stream matching responses through streamtap's analysis and recorder."""
 
@@ -92,6 +114,7 @@ class Tap:
         self._flush_now = asyncio.Event()  # wakes the flusher: taps in the proxy's loop need it every FLUSH_EVERY
         self.pools = Pools(verdict=self._verdict, lost=self._lost, into_loop=self._flush_now.set)
         self.kept: dict[str, bytearray] = {}  # with store_streamed_bodies: the bytes forwarded, for a cut flow
+        self.streams: dict[str, Callable] = {}  # the stream callable each tapped flow was given, to see it replaced
         self.addons = [FlowCommands(self)]  # mitmproxy registers an addon's `addons` with it
         self.told_about_loaded_flows = False
         self.filter: Callable[[http.HTTPFlow], bool] | None = None
@@ -275,13 +298,18 @@ class Tap:
                     kept.extend(data[: MAX_KEPT_BODY - len(kept)])
                 return stream(data)
 
-            flow.response.stream = stream_and_keep
+            ours = stream_and_keep
         else:
-            flow.response.stream = stream
+            ours = stream
+        earlier = flow.response.stream
+        # an addon loaded before streamtap that changes the chunks keeps doing so; streamtap
+        # watches what the client gets
+        flow.response.stream = _after(earlier, ours) if callable(earlier) else ours
+        self.streams[flow.id] = flow.response.stream
         # A response an addon made (server replay, map_local, a script's request hook) has its
         # body already: mitmproxy sends it whole after the response hook and streams nothing.
         if flow.response.raw_content:
-            flow.response.stream(flow.response.raw_content)
+            ours(flow.response.raw_content)
 
     def response(self, flow: http.HTTPFlow) -> None:
         self._finish(flow, answered_end(flow), None)
@@ -293,9 +321,13 @@ class Tap:
     def _finish(self, flow: http.HTTPFlow, end: StreamEnd, error: str | None) -> None:
         tap = self.open.pop(flow.id, None)
         kept = self.kept.pop(flow.id, None)
+        ours = self.streams.pop(flow.id, None)
         if tap is None:
             return
         try:
+            if flow.response is not None and flow.response.stream is not ours and _saw_nothing(tap):
+                if not self._take_unstreamed(flow, tap, ours):
+                    kept = None  # nothing was kept: the flow shows what mitmproxy holds
             shown_cut = False
             if kept is not None and flow.response is not None and flow.response.raw_content is None:
                 # mitmproxy stores a streamed body only when the stream ends properly: a cut
@@ -313,6 +345,24 @@ class Tap:
             self._tell("tap_failed")
             return
         self._apply(flow, summary, shown_cut)
+
+    @staticmethod
+    def _take_unstreamed(flow: http.HTTPFlow, tap: FlowTap | RemoteFlow, ours: Callable | None) -> bool:
+        """An addon loaded after streamtap replaced its stream callable (with one of its own, or
+        with ``stream = False``), so no read came through streamtap. A body mitmproxy then holds
+        whole is the one the client got; with none, the turn cannot be judged, and it says why.
+        Returns whether the body was taken."""
+        body = flow.response.raw_content if flow.response is not None else None
+        if body and ours is not None:
+            ours(body)
+            return True
+        why = "another addon replaced streamtap's flow.response.stream, so streamtap saw none of the body"
+        log.warning(f"streamtap: flow {flow.id[:12]}: {why}; traffic passed on untouched")
+        if isinstance(tap, RemoteFlow):
+            tap.dropped = tap.dropped or why
+        else:
+            tap.lost_from(0, why)
+        return False
 
     def _apply(self, flow: http.HTTPFlow, summary: dict[str, Any], shown_cut: bool) -> None:
         """A flow's verdict, onto the flow: metadata, mark, comment, log line, observers."""
@@ -439,6 +489,7 @@ class Tap:
             self.awaiting.clear()
         self.open.clear()
         self.kept.clear()
+        self.streams.clear()
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,109 @@
+"""Another addon that sets ``flow.response.stream`` too (a callable that changes chunks, or
+``False`` to buffer the body), loaded before or after streamtap: streamtap watches what the
+client gets, and never judges a body it did not see."""
+
+from __future__ import annotations
+
+from mitmproxy import flow as mitmflow
+from mitmproxy.test import taddons
+
+import provider_streams as streams
+from streamtap.mitm.tap import Tap
+from streamtap.recording import read_recording
+from test_addon_marks import streaming_flow
+
+
+def shout(data: bytes) -> bytes:
+    return data.replace(b"hello", b"HELLO")
+
+
+def pieces(data: bytes):
+    return iter([data[: len(data) // 2], data[len(data) // 2 :]]) if data else []
+
+
+def chunks_of(body: bytes) -> list[bytes]:
+    return [body[i : i + 40] for i in range(0, len(body), 40)]
+
+
+def sent(f, chunks: list[bytes]) -> bytes:
+    """What mitmproxy hands the client: the stream callable's result for each read, then for b""."""
+    out = b""
+    for chunk in chunks + [b""]:
+        got = f.response.stream(chunk)
+        out += got if isinstance(got, bytes) else b"".join(got)
+    return out
+
+
+def test_a_callable_set_before_streamtap_still_changes_the_chunks_and_streamtap_records_what_the_client_got(tmp_path):
+    body = streams.openai_chat(["hello ", "world"])
+    for earlier in (shout, lambda data: pieces(shout(data))):
+        tap = Tap()
+        with taddons.context(tap) as tctx:
+            tctx.configure(tap, streamtap_dir=str(tmp_path))
+            f = streaming_flow()
+            f.response.stream = earlier
+            tap.responseheaders(f)
+            got = sent(f, chunks_of(body))
+            tap.response(f)
+        assert got == shout(body) and b"HELLO" in got
+        summary = f.metadata["streamtap"]
+        assert summary["verdict"] == "complete", summary
+        assert read_recording(summary["recording"]).body == got
+
+
+def test_a_callable_that_replaces_streamtaps_after_it_gives_unknown_not_a_cut(tmp_path):
+    body = streams.openai_chat(["hello ", "world"])
+    tap = Tap()
+    with taddons.context(tap) as tctx:
+        tctx.configure(tap, streamtap_dir=str(tmp_path))
+        f = streaming_flow()
+        tap.responseheaders(f)
+        f.response.stream = shout  # the later addon's responseheaders
+        got = sent(f, chunks_of(body))
+        tap.response(f)
+    assert got == shout(body)
+    summary = f.metadata["streamtap"]
+    assert summary["verdict"] == "unknown", summary
+    assert "another addon replaced" in summary["reason"] + " ".join(summary["errors"])
+    assert f.response.raw_content is None  # streamtap kept nothing, and shows nothing it did not see
+
+
+def test_a_callable_that_wraps_streamtaps_after_it_is_judged_as_usual(tmp_path):
+    body = streams.openai_chat(["hello ", "world"])
+    tap = Tap()
+    with taddons.context(tap) as tctx:
+        tctx.configure(tap, streamtap_dir=str(tmp_path))
+        f = streaming_flow()
+        tap.responseheaders(f)
+        theirs = f.response.stream
+        f.response.stream = lambda data: theirs(data)
+        sent(f, chunks_of(body))
+        tap.response(f)
+    assert f.metadata["streamtap"]["verdict"] == "complete"
+
+
+def test_a_body_buffered_by_a_later_addon_is_judged_whole(tmp_path):
+    body = streams.openai_chat(["hello ", "world"])
+    tap = Tap()
+    with taddons.context(tap) as tctx:
+        tctx.configure(tap, streamtap_dir=str(tmp_path))
+        f = streaming_flow()
+        tap.responseheaders(f)
+        f.response.stream = False  # the later addon's responseheaders: mitmproxy reads the body whole
+        f.response.raw_content = body
+        tap.response(f)
+    summary = f.metadata["streamtap"]
+    assert summary["verdict"] == "complete", summary
+    assert read_recording(summary["recording"]).body == body
+
+
+def test_a_buffered_body_cut_before_it_was_whole_is_unknown(tmp_path):
+    tap = Tap()
+    with taddons.context(tap) as tctx:
+        tctx.configure(tap, streamtap_dir=str(tmp_path))
+        f = streaming_flow()
+        tap.responseheaders(f)
+        f.response.stream = False
+        f.error = mitmflow.Error("server closed connection")
+        tap.error(f)
+    assert f.metadata["streamtap"]["verdict"] == "unknown"
