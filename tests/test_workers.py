@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import gzip
 import json
+import logging
 import mmap
 import os
 import pickle
@@ -18,6 +19,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
+from mitmproxy import flow as mitmflow
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -240,6 +242,7 @@ def test_verdicts_that_come_in_one_loop_turn_go_out_in_one_update_hook():
     async def run() -> None:
         for flow, remote in zip(flows, remotes):
             tap.awaiting[remote.key] = (flow, False)
+            tap.analysing[flow.id] = remote.key
         for remote in remotes:  # as Workers._received applies one reply
             tap._verdict(remote, dict(summary))
         assert watcher.hooks == []  # told at the end of this loop turn
@@ -1856,3 +1859,30 @@ def test_a_shutdown_waits_for_stuck_workers_together_not_one_after_another(upstr
     assert took < 7, f"mitmdump took {took:.1f} s to stop with 4 stuck workers"
     time.sleep(0.5)
     assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}") and "zombie" not in open(f"/proc/{pid}/status").read()]
+
+
+def test_a_flow_sent_again_before_its_verdict_came_does_not_take_the_earlier_runs_verdict(tmp_path, caplog):
+    """mitmproxy's client replay sends a flow, id and all, again, maybe right after it ended,
+    before its worker's verdict is back: that verdict is logged and counted, but it is not the
+    new run's verdict, mark, comment or recording."""
+    from streamtap.mitm.flow_commands import NOT_TAPPED
+
+    body = streams.openai_chat(["cut ", "short ", "here."])
+
+    async def run():
+        async with _running_tap(tmp_path, 1) as (tap, tctx):
+            flow = _open_flow(tap)
+            flow.response.stream(body[: len(body) // 2])
+            flow.error = mitmflow.Error("server closed connection")
+            tap.error(flow)
+            assert tap.awaiting  # the verdict is on its way
+            flow.error = None
+            tap.requestheaders(flow)  # sent again; this run is not tapped (a redirect, say)
+            await _until(lambda: not tap.awaiting)
+            return flow, tap.addons[0].verdict([flow]), tap.addons[0].recording([flow])
+
+    with caplog.at_level(logging.INFO, logger="streamtap"):
+        flow, verdict, recording = asyncio.run(run())
+    assert verdict == [NOT_TAPPED] and recording == [""]
+    assert "streamtap" not in flow.metadata and not flow.marked and not flow.comment
+    assert "truncated" in caplog.text and "an earlier run of a flow sent again" in caplog.text

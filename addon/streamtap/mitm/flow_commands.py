@@ -29,7 +29,7 @@ class FlowCommands:
     def verdict(self, flows: Sequence[flow.Flow]) -> Sequence[str]:
         """Each flow's verdict and its reason ("complete: ...", "truncated: ..."), "streaming" while it streams, "analysing" until its worker's verdict arrives, "not tapped"."""
         lines = []
-        analysing = {waiting.id for waiting, _ in self.tap.awaiting.values()}
+        analysing = self.tap.analysing
         for f in flows:
             summary = f.metadata.get("streamtap")
             if f.id in self.tap.open:
@@ -44,7 +44,7 @@ class FlowCommands:
     def recording(self, flows: Sequence[flow.Flow]) -> Sequence[str]:
         """Each flow's recording path (a .partial.jsonl one while it streams), "" where none is kept or it is being analysed."""
         lines = []
-        analysing = {waiting.id for waiting, _ in self.tap.awaiting.values()}
+        analysing = self.tap.analysing
         for f in flows:
             open_tap = self.tap.open.get(f.id)
             summary = f.metadata.get("streamtap")

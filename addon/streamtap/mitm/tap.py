@@ -111,6 +111,9 @@ class Tap:
     def __init__(self) -> None:
         self.open: dict[str, FlowTap | RemoteFlow] = {}
         self.awaiting: dict[int, tuple[http.HTTPFlow, bool]] = {}  # by RemoteFlow.key: ended in a worker, verdict not back yet
+        # by flow id, the key of the run whose verdict the flow waits for. mitmproxy's client replay
+        # sends a flow again, maybe before that verdict is back: the verdict then is not the flow's.
+        self.analysing: dict[str, int] = {}
         self._flush_now = asyncio.Event()  # wakes the flusher: taps in the proxy's loop need it every FLUSH_EVERY
         self.pools = Pools(verdict=self._verdict, lost=self._lost, into_loop=self._flush_now.set)
         self.kept: dict[str, bytearray] = {}  # with store_streamed_bodies: the bytes forwarded, for a cut flow
@@ -239,6 +242,7 @@ class Tap:
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         """A flow sent again (mitmproxy's client replay keeps its metadata): the run before's
         verdict, mark and comment are not this run's, whether or not this one is tapped."""
+        self.analysing.pop(flow.id, None)
         earlier = flow.metadata.pop("streamtap", None)
         if earlier is None:
             return
@@ -337,6 +341,7 @@ class Tap:
             if isinstance(tap, RemoteFlow):
                 assert tap.workers is not None
                 self.awaiting[tap.key] = (flow, shown_cut)
+                self.analysing[flow.id] = tap.key
                 tap.workers.finish(tap, end.value, error, injected_fault(flow))
                 return
             summary = tap.finish(end, error, injected_fault(flow))
@@ -364,11 +369,16 @@ class Tap:
             tap.lost_from(0, why)
         return False
 
-    def _apply(self, flow: http.HTTPFlow, summary: dict[str, Any], shown_cut: bool) -> None:
-        """A flow's verdict, onto the flow: metadata, mark, comment, log line, observers."""
+    def _apply(self, flow: http.HTTPFlow, summary: dict[str, Any], shown_cut: bool, onto_flow: bool = True) -> None:
+        """A flow's verdict: its log line and observers, and onto the flow (metadata, mark, comment)
+        unless the flow was sent again meanwhile."""
         try:
             self.finished.append(summary)
             del self.finished[:-100]
+            if not onto_flow:
+                log.info(summary_line(summary) + " (an earlier run of a flow sent again)")
+                self._tell("turn_finished", flow, summary)
+                return
             flow.metadata["streamtap"] = summary
             if summary["verdict"] != VerdictKind.COMPLETE:
                 flow.marked = MARK
@@ -390,7 +400,12 @@ class Tap:
         if waiting is None:
             return
         flow, shown_cut = waiting
-        self._apply(flow, summary, shown_cut)
+        onto_flow = self.analysing.get(flow.id) == remote.key
+        if onto_flow:
+            del self.analysing[flow.id]
+        self._apply(flow, summary, shown_cut, onto_flow)
+        if not onto_flow:
+            return
         self.changed.append(flow)
         if len(self.changed) == 1:
             loop = running_loop()
@@ -487,6 +502,7 @@ class Tap:
             log.warning(f"streamtap: {len(self.awaiting)} flow(s) ended as mitmproxy stopped, before their verdicts came "
                         "back; their recordings say how far their analysis got")
             self.awaiting.clear()
+            self.analysing.clear()
         self.open.clear()
         self.kept.clear()
         self.streams.clear()
