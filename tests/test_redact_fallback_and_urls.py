@@ -116,13 +116,26 @@ def test_userinfo_is_found_where_urlsplit_finds_a_netloc(url):
     ("Location", "https://gen.example/v1/x:streamGenerateContent?alt=sse&key=AIzaK1", "https://gen.example/v1/x:streamGenerateContent?alt=sse&key={}"),
     ("Link", "<https://gen.example/next?key=AIzaK2>; rel=next, </other?page=2>; rel=last", "<https://gen.example/next?key={}>; rel=next, </other?page=2>; rel=last"),
     ("Referer", "/v1/models?api_key=K3&x=1", "/v1/models?api_key={}&x=1"),
+    # no "?": a fragment in query form (OAuth's implicit grant) and a userinfo password
+    ("Location", "https://app.example/cb#access_token=K4&token_type=bearer", "https://app.example/cb#access_token={}&token_type=bearer"),
+    ("Referer", "https://user:K5@dash.example/page", "https://{}@dash.example/page"),
+    ("Link", "<//K6@cdn.example/next>; rel=next", "<//{}@cdn.example/next>; rel=next"),
+    ("From", "bot@example.test", "bot@example.test"),
+    ("X-Note", "see #42, key=K7", "see #42, key=K7"),
     ("Content-Type", "text/event-stream; charset=utf-8", "text/event-stream; charset=utf-8"),
     ("X-Note", "why? because", "why? because"),
 ])
 def test_a_url_in_any_header_value_has_its_secrets_redacted(name, value, kept):
-    """Only the header's name decided: a key in the query of a URL in a Location, Link or Referer
-    header was recorded as it came."""
+    """Only the header's name decided: a key in the query, fragment or userinfo of a URL in a
+    Location, Link or Referer header was recorded as it came."""
     assert Redactor().headers([(name, value)]) == [[name, kept.format(REDACTED)]]
+
+
+def test_a_long_header_value_is_scanned_for_urls_in_linear_time():
+    """A pattern that looked for the ``?`` itself backtracked over every start of a long word."""
+    started = time.monotonic()
+    assert Redactor().headers([("X-Trace", "a" * 100_000 + " ?")]) == [["X-Trace", "a" * 100_000 + " ?"]]
+    assert time.monotonic() - started < 1
 
 
 # --- a name given to redact -----------------------------------------------------------------------

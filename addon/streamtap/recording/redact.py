@@ -70,7 +70,13 @@ _JSON_SCALAR = re.compile(rb'[^\s,\]}]+')
 _AUTHORITY = re.compile(r"[\x00-\x20]*(?:[A-Za-z][A-Za-z0-9+.-]*:)?//([^/]*)")
 _URL_IGNORED = str.maketrans("", "", "\t\r\n")  # what URL parsers remove wherever it stands
 _NOT_IN_A_NAME = re.compile(r"[\s:=&,;]")  # never part of a header or query parameter name
-_URL_WITH_QUERY = re.compile(r'[^\s<>"]*\?[^\s<>"]*')  # a URL in a header value (Location, Link, Referer)
+# A word of a header value that may be a URL (Location, Link, Referer). Matched whole, and judged
+# by ``_URL_SECRET_MARKS`` after: a pattern that looked for the mark itself would backtrack over
+# every start of a long word (quadratic in the value's length).
+_URL_IN_VALUE = re.compile(r'[^\s<>"]+')
+# where a URL can carry a secret: its query, its fragment (OAuth's #access_token=...), its
+# userinfo (https://user:password@host)
+_URL_SECRET_MARKS = re.compile(r"[?#@]")
 
 
 def words(name: str) -> list[str]:
@@ -125,8 +131,8 @@ class Redactor:
     def headers(self, headers: Iterable[tuple[str, str]]) -> list[list[str]]:
         """Header pairs (order and repeats kept) with secret values replaced: by the header's
         name, or by its value when that is credentials in an auth scheme whatever the name
-        (``Helicone-Auth: Bearer ...``), the userinfo of a ``Host``, and the secrets in the query
-        of a URL in any value (``Location``, ``Link``, ``Referer``)."""
+        (``Helicone-Auth: Bearer ...``), the userinfo of a ``Host``, and the secrets in the query,
+        fragment or userinfo of a URL in any value (``Location``, ``Link``, ``Referer``)."""
         out = []
         for name, value in headers:
             lowered = name.lower()
@@ -134,10 +140,13 @@ class Redactor:
                 value = redact_header_value(value)
             elif lowered in ("host", ":authority") and "@" in value:
                 value = f"{REDACTED}@{value.rpartition('@')[2]}"
-            elif "?" in value:  # a URL's query may hold a key (Location: ...?key=...)
-                value = _URL_WITH_QUERY.sub(lambda found: self.url(found[0]), value)
+            elif _URL_SECRET_MARKS.search(value):  # a URL's query, fragment or userinfo may hold a key
+                value = _URL_IN_VALUE.sub(self._url_in_value, value)
             out.append([name, value])
         return out
+
+    def _url_in_value(self, word: re.Match[str]) -> str:
+        return self.url(word[0]) if _URL_SECRET_MARKS.search(word[0]) else word[0]
 
     def url(self, url: str) -> str:
         """The URL with credential query values and any userinfo replaced, every other byte as
