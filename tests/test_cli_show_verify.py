@@ -321,13 +321,15 @@ def _frame_as_b64(text: str):
         (_set("end", verdict={"kind": "great"}), "end", "'kind' is \"great\", not one of"),
         (_set("end", sha256="00"), "end", "'sha256' is \"00\", not 64 lowercase hex digits"),
         (_set("end", frames=None), "end", "'frames' is null, not an integer"),
+        (_set("end", injected_fault=1), "end", "'injected_fault' is 1, not a string"),
         (_set("reads", wire_b64="AAAA"), "reads", "'wire_b64' holds 3 bytes, its reads add up to"),
         (lambda lines: [lines[0], lines[0], *lines[1:]], 1, "line 2 is a second header"),
         (lambda lines: [line + b"\r" for line in lines], 0, "line 1 ends in CR LF"),
         (lambda lines: [lines[0], b" " + lines[1], *lines[2:]], 1, "line 2 (byte"),
     ],
     ids=["len-huge", "len-missing", "sum-not-hex", "offset-negative", "t-negative", "raw_b64-invalid",
-         "stream_end-invalid", "verdict-kind-invalid", "sha256-not-hex", "frames-missing", "wire_b64-length",
+         "stream_end-invalid", "verdict-kind-invalid", "sha256-not-hex", "frames-missing", "injected_fault-not-text",
+         "wire_b64-length",
          "second-header", "crlf", "space-before-line"],  # fmt: skip
 )
 def test_a_recording_that_contradicts_the_format_is_one_line_exit_2_naming_the_line(files, tmp_path, edit, line_of, says):

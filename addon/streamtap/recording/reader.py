@@ -279,6 +279,7 @@ def check_end(record: dict[str, Any]) -> None:
     _typed(record, "turn", dict)
     one_of(record, "stream_end", STREAM_ENDS)
     _typed(record, "error", str)
+    _typed(record, "injected_fault", str)
     _typed(record, "streamtap_errors", list)
     for name in ("frames", "bytes", "wire_bytes"):
         counted(record, name, required=True)
