@@ -9,7 +9,17 @@ import re
 from httpx_sse._decoders import SSEDecoder as PeerSSEDecoder
 from mitmproxy.contentviews import Metadata
 
-from streamtap.mitm.contentview import DECODE_STEP, MAX_FRAMES_SHOWN, MAX_LAID_OUT_DEPTH, NDJSON_TYPES, SSE_TYPE, NDJSONContentview, SSEContentview
+from streamtap.mitm.contentview import (
+    DECODE_STEP,
+    MAX_DECODED,
+    MAX_FRAMES_SHOWN,
+    MAX_LAID_OUT_BYTES,
+    MAX_LAID_OUT_DEPTH,
+    NDJSON_TYPES,
+    SSE_TYPE,
+    NDJSONContentview,
+    SSEContentview,
+)
 
 SUMMARY = re.compile(r"# (\d+) (\w+) in the first (\d+) of (\d+) bytes")
 
@@ -84,3 +94,31 @@ def test_data_the_judge_does_not_read_as_json_is_not_laid_out_as_json():
     rendered = SSEContentview().prettify(body, Metadata(content_type=SSE_TYPE))
     rendered.encode("utf-8")
     assert 'data: {"choices":[{"index":0,"delta":{"content":"\\ud83d"}}]}' in rendered
+
+
+def test_a_body_of_few_frames_is_decoded_no_further_than_the_byte_budget_and_says_so():
+    """One 12 MB NDJSON value (the decoder takes values up to 16 MiB) was decoded whole and laid
+    out: twice the body in text. The view decodes the first MAX_DECODED bytes and says where it stopped."""
+    body = json.dumps([[i] for i in range(1_200_000)]).encode() + b"\n"
+    assert len(body) > 2 * MAX_DECODED
+    rendered = NDJSONContentview().prettify(body, Metadata(content_type=NDJSON_TYPES[0]))
+    assert len(rendered) < 1000, len(rendered)
+    frames, _noun, decoded, total = SUMMARY.match(rendered).groups()
+    assert (int(frames), int(decoded), int(total)) == (0, MAX_DECODED, len(body))
+    assert rendered.rstrip().endswith(f"decoding stopped at byte {MAX_DECODED} (this view decodes at most {MAX_DECODED} "
+                                      f"bytes of a body): the {len(body)} bytes from offset 0 on not shown")
+
+
+def test_a_frame_longer_than_the_lay_out_budget_is_shown_cut_as_it_came():
+    """A 2 MB JSON event laid out made several times its size in text: it is shown as it came, its
+    first MAX_LAID_OUT_BYTES only; the frames around it are laid out as ever."""
+    big = b"data: " + json.dumps({"choices": [{"index": i, "delta": {}} for i in range(60_000)]}).encode() + b"\n\n"
+    small = b'data: {"choices":[]}\n\n'
+    body = small + big + small
+    assert MAX_LAID_OUT_BYTES < len(big) < MAX_DECODED
+    rendered = SSEContentview().prettify(body, Metadata(content_type=SSE_TYPE))
+    assert len(rendered) < MAX_LAID_OUT_BYTES + 1000, len(rendered)
+    assert rendered.startswith(f"# 3 events, {len(body)} bytes\n")
+    assert (f"# frame 1 · offset {len(small)} · {len(big)} bytes · longer than {MAX_LAID_OUT_BYTES} bytes, not laid out, "
+            f"as it came (its last {len(big) - MAX_LAID_OUT_BYTES} bytes not shown):\n  data: {{\"choices\": [{{\"index\": 0,") in rendered
+    assert rendered.count('data:\n  {\n    "choices": []\n  }') == 2

@@ -48,8 +48,13 @@ SSE_TYPE = "text/event-stream"
 NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl")
 MAX_FRAMES_SHOWN = 5000  # past this a body is a bulk transfer, not something to read
 # mitmweb renders a view on the event loop that carries the traffic: a body is decoded this much
-# at a time, and no further than the frames shown
+# at a time, and no further than the frames shown, nor past this many bytes (a body of few frames,
+# or of one frame that never ends, would be decoded whole however long)
 DECODE_STEP = 1 << 16
+MAX_DECODED = 4 << 20
+# A frame longer than this is shown as it came, and only this much of it: laid out, one such
+# frame would make many times its size in text
+MAX_LAID_OUT_BYTES = 1 << 20
 # Each level of nesting indents every line below it: a value nested deeper is shown as it came,
 # so that the text laid out stays within a small multiple of the body (400 levels made 400x)
 MAX_LAID_OUT_DEPTH = 16
@@ -128,10 +133,11 @@ def _summary(events: list[WireEvent], data: bytes, noun: str, decoded: int) -> s
 
 
 def _decoded(decoder: Any, data: bytes) -> tuple[list[WireEvent], int]:
-    """The frames of ``data`` up to one past those shown, and how many bytes that took."""
+    """The frames of ``data`` up to one past those shown, or in its first ``MAX_DECODED`` bytes,
+    and how many bytes that took."""
     events: list[WireEvent] = []
     decoded = 0
-    while decoded < len(data) and len(events) <= MAX_FRAMES_SHOWN:
+    while decoded < min(len(data), MAX_DECODED) and len(events) <= MAX_FRAMES_SHOWN:
         events += decoder.feed(data[decoded : decoded + DECODE_STEP])
         decoded = min(decoded + DECODE_STEP, len(data))
     if decoded == len(data):
@@ -149,12 +155,26 @@ def _render(events: list[WireEvent], data: bytes, noun: str, frame: Any, decoded
             out.append(f"\n# ... {rest} not shown")
             break
         out.append("")
+        if event.end - event.start > MAX_LAID_OUT_BYTES and not isinstance(event, (Malformed, Tail)):
+            out += _as_it_came(event, f"longer than {MAX_LAID_OUT_BYTES} bytes, not laid out")
+            continue
         try:
             out.extend(_problem(event) or frame(event))
         except RecursionError:  # JSON nested past what Python's printer reads: the frame as it came
-            out += [_place("frame", event) + " · nested too deep to lay out, as it came:",
-                    _indent(event.raw.decode("utf-8", "replace"))]
+            out += _as_it_came(event, "nested too deep to lay out")
+    else:
+        if decoded < len(data):  # stopped by MAX_DECODED, not by the frames shown
+            shown_to = events[-1].end if events else 0
+            out.append(f"\n# ... decoding stopped at byte {decoded} (this view decodes at most {MAX_DECODED} "
+                       f"bytes of a body): the {len(data) - shown_to} bytes from offset {shown_to} on not shown")
     return "\n".join(out) + "\n"
+
+
+def _as_it_came(event: WireEvent, why: str) -> list[str]:
+    """The frame's bytes as text, no more than ``MAX_LAID_OUT_BYTES`` of them."""
+    cut = len(event.raw) - MAX_LAID_OUT_BYTES
+    told = f" · {why}, as it came" + (f" (its last {cut} bytes not shown)" if cut > 0 else "") + ":"
+    return [_place("frame", event) + told, _indent(event.raw[:MAX_LAID_OUT_BYTES].decode("utf-8", "replace"))]
 
 
 def eventstream_lines(message: EventStreamMessage) -> list[str]:
