@@ -673,6 +673,41 @@ def test_error_event_without_data_is_errored_as_the_sdk_raises(block: bytes, whe
         assert analysis.verdict.offset == body.index(block) + len(block) - 1  # its blank line
 
 
+@pytest.mark.parametrize("before", [b"event: ping\n\n" * 16, b"event: ping\n\n" * 100, b"id: 1\n\n" + b"\n" * 20],
+                         ids=["16-pings", "100-pings", "id-then-20-blank-lines"])
+def test_an_error_event_without_data_after_many_others_is_errored_however_the_bytes_are_read(
+    before: bytes, loopback: LoopbackServer,
+) -> None:
+    """Every block without data counts, not only the first few: the SDK raises on the ``event:
+    error`` after any number of them, whether the body comes whole, byte by byte or in reads."""
+    from streamtap.providers import StreamSession
+
+    block = b"event: error\n\n"
+    body = THINK_TEXT_TOOL.replace(b"event: content_block_stop", before + block + b"event: content_block_stop", 1)
+    with pytest.raises(anthropic.APIStatusError):
+        sdk_final_message(loopback, body)
+    where = body.index(before + block) + len(before) + len(block) - 1  # its blank line
+    verdicts = [analyze_bytes(body, Dialect.ANTHROPIC, chunk_size=size).verdict for size in (None, len(body), 1, 7)]
+    session = StreamSession(Dialect.ANTHROPIC)
+    session.feed_reads(chunked(body, 5), [1.0] * len(chunked(body, 5)))
+    verdicts.append(session.close().verdict)
+    for verdict in verdicts:
+        assert (verdict.kind, verdict.offset) == (VerdictKind.ERRORED, where), verdict
+
+
+def test_blocks_without_data_are_not_kept_past_the_read_that_brought_them() -> None:
+    """The session takes the decoder's notes of blocks without data as it feeds them, so a stream
+    of many keeps none of them between reads."""
+    from streamtap.providers import StreamSession
+
+    session = StreamSession(Dialect.ANTHROPIC)
+    session.feed(sse(START) + b"id: 1\n\n")
+    for _ in range(100):
+        session.feed(b"event: ping\n\n\n")
+        assert session._decoder.empty_dispatches == []
+    assert session.close().verdict.kind is VerdictKind.TRUNCATED
+
+
 def test_other_blocks_without_data_are_what_the_sdk_skips(loopback: LoopbackServer) -> None:
     """``event: ping`` or ``id:`` alone, no data line: the SDK dispatches them and skips them."""
     body = THINK_TEXT_TOOL.replace(b"event: content_block_stop", b"event: ping\n\nid: 4\n\n: ka\n\nevent: content_block_stop", 1)

@@ -1031,6 +1031,26 @@ def test_a_data_less_block_is_judged_where_it_came_whatever_the_line_ends(line_e
         assert verdict.kind is X and "has no data line" in verdict.reason, (size, verdict)
 
 
+def test_an_error_block_without_data_counts_after_any_number_of_others() -> None:
+    """Every block without data is judged, not only the first few: an ``event: error`` after 100
+    others is the same error as after one, however the bytes are read."""
+    head = _chat(_chunk({"role": "assistant", "content": "Hi"}), _chunk({}, "stop"))
+    cut = head.index(b"data: ", 1)
+
+    def verdicts(before: bytes) -> list:
+        body = head[:cut] + before + b"event: error\n\n" + head[cut:]
+        found = [analyze_bytes(body, CHAT, chunk_size=size).verdict for size in (None, 1, 7)]
+        session = StreamSession(CHAT)
+        session.feed_reads([body[:cut + 3], body[cut + 3 :]], [1.0, 2.0])
+        found.append(session.close().verdict)
+        return [(verdict.kind, verdict.offset - len(before), verdict.reason) for verdict in found]
+
+    one = verdicts(b"event: ping\n\n")
+    assert one[0][0] is E and len(set(one)) == 1, one
+    many = b"event: ping\n\n" * 100
+    assert verdicts(many) == one
+
+
 def test_chat_tool_call_name_fragments_are_kept_within_a_bound() -> None:
     opening = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": ""}}
     more = {"index": 0, "function": {"name": "n" * 100, "arguments": ""}}

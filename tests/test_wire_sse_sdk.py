@@ -199,6 +199,19 @@ def test_noted_empty_dispatches_are_the_sdks_dataless_events(sdk: str, stream: b
     assert names == expected[: len(names)] and len(names) == min(count, 16)
 
 
+@settings(max_examples=100)
+@given(stream=sse_streams(), chunks=chunkings())
+def test_a_decoder_told_to_keep_all_empty_dispatches_notes_every_one(stream: bytes, chunks: list[int]) -> None:
+    """``keep_all_empty_dispatches``: every blank line the SDKs dispatch is noted, past the first
+    few, in order, for any chunking (the session empties the list after each read)."""
+    stream = stream.decode("utf-8", "replace").lstrip("\ufeff").encode()
+    stream += b"\n\n" + b"event: ping\n\n" * 20 + b"event: error\n\n"
+    decoder = SSEDecoder(keep_all_empty_dispatches=True)
+    feed_cycled(decoder, stream, chunks)
+    assert [name or "message" for _, _, name in decoder.empty_dispatches] == sdk_dataless("openai", stream)
+    assert len(decoder.empty_dispatches) == decoder.empty_dispatch_count > 20
+
+
 @pytest.mark.skipif(not BODIES, reason=f"{FIXTURES} is absent: ../shared/ exists beside a development or CI clone only")
 def test_real_streams_have_no_empty_dispatches() -> None:
     """No provider sends a block the SDKs would dispatch without data: every captured body

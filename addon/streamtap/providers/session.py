@@ -133,8 +133,14 @@ class StreamSession:
         self._assembler = make_assembler(self.dialect, self.wire, one_response)
         # a dialect whose client reads only "data: " lines as SSE is shown every other line
         self._reads_other_lines = self.wire == "sse" and hasattr(self._assembler, "other_lines")
-        if self._reads_other_lines:
-            self._decoder = SSEDecoder(max_event_size=max_event_size, note_other_lines=True)
+        # blank lines where the dialect's SDK dispatches an event with empty data and the HTML
+        # rules dispatch none (SSEDecoder.empty_dispatches): the assembler is offered them as events
+        takes_empty = self.wire == "sse" and getattr(self._assembler, "sdk_dispatches_empty_events", False)
+        if self._reads_other_lines or takes_empty:
+            # every empty dispatch counts (an `event: error` after any number of others is the SDK's
+            # error), and each feed empties their list, so it holds one read's notes at most
+            self._decoder = SSEDecoder(max_event_size=max_event_size, note_other_lines=self._reads_other_lines,
+                                       keep_all_empty_dispatches=takes_empty)
         else:
             self._decoder = _DECODERS[self.wire](max_event_size=max_event_size)
         judge = getattr(self._assembler, "judge", None)
@@ -158,14 +164,8 @@ class StreamSession:
         self._choices: list = turn.choices if turn is not None else [Choice(0)]
         self._error_body = bytearray()
         self._closed: Analysis | None = None
-        # blank lines where the dialect's SDK dispatches an event with empty data and the HTML
-        # rules dispatch none (SSEDecoder.empty_dispatches): the assembler is offered them as events
-        self._empty_notes: list | None = (
-            self._decoder.empty_dispatches
-            if self.wire == "sse" and getattr(self._assembler, "sdk_dispatches_empty_events", False)
-            else None
-        )
-        self._empty_fed = 0
+        self._empty_notes: list | None = self._decoder.empty_dispatches if takes_empty else None
+        self._empty_fed = 0  # notes of the list offered so far
 
     @property
     def wire_events(self) -> int:
@@ -182,6 +182,8 @@ class StreamSession:
             if waiting:
                 waiting = self._feed_empty(event.seq)
             take(event, t)
+        if self._empty_notes:
+            self._feed_empty(None)
         return events
 
     def feed_reads(self, chunks: Sequence[bytes], times: Sequence[float | None]) -> tuple[list[WireEvent], list[int]]:
@@ -231,6 +233,8 @@ class StreamSession:
                     self._halted = f"{type(exc).__name__}: {exc} (at event {event.seq})"
             else:
                 take(event, t)
+        if self._empty_notes:
+            self._feed_empty(None)
         return events, reads
 
     def _arrived(self, chunk: bytes, t: float | None) -> None:
@@ -252,7 +256,7 @@ class StreamSession:
             if waiting:
                 waiting = self._feed_empty(event.seq)
             self._take(event, self._last_byte)
-        if self._empty_waiting():
+        if self._empty_notes:
             self._feed_empty(None)
         if self._reads_other_lines and self._decoder.other_lines and self._halted is None:
             try:
@@ -316,8 +320,12 @@ class StreamSession:
 
     def _feed_empty(self, before: int | None) -> bool:
         """Offer the assembler, as events with empty data, the noted blank lines that come before
-        the event with seq ``before`` (None: all of them), as the dialect's SDK would have
-        dispatched them. Returns whether later ones are still waiting."""
+        the event with seq ``before`` (None: all of them, and the decoder's list is emptied), as the
+        dialect's SDK would have dispatched them. Returns whether later ones are still waiting.
+
+        Every feed ends with None: every event before a noted blank line came in that feed or an
+        earlier one, so the notes left come before every event still to come. The list then
+        holds one read's notes at most, and none is dropped however the stream was read."""
         notes = self._empty_notes
         while self._empty_fed < len(notes):
             seq, offset, name = notes[self._empty_fed]
@@ -330,6 +338,9 @@ class StreamSession:
                     self._assembler.feed(event, self._last_byte)
                 except Exception as exc:  # fail open, as in _take
                     self._halted = f"{type(exc).__name__}: {exc} (at an empty event before seq {seq})"
+        if before is None:
+            notes.clear()  # in place: the decoder appends to this very list
+            self._empty_fed = 0
         return False
 
     def _check_bound(self, event: WireEvent) -> None:

@@ -25,7 +25,8 @@ Where the Python SDKs (openai, anthropic, httpx-sse) depart from these rules in 
 app notices, the decoder still follows the rules and notes the difference: they dispatch
 an event with empty data at a blank line that ends a block with no data line but an event
 type or a valid retry, and at every blank line once an ID was set. Those blank lines are
-listed in ``empty_dispatches``; the dialect decides what its SDK makes of them.
+listed in ``empty_dispatches`` (the first few, or, for a caller that takes them after every
+read, all); the dialect decides what its SDK makes of them.
 
 Spans tile the stream: comments, keep-alives and data-less events belong to the span
 of the next dispatched event. ``SSEEvent.retry`` is the last valid ``retry`` inside
@@ -162,10 +163,18 @@ class SSEDecoder(accel.SSEFeed):
     _shortcuts = True  # False: every byte takes the general line-by-line path (tests compare the two)
     _compiled_run = accel.sse_lf_events  # None: _lf_run runs in Python (tests compare the two)
 
-    def __init__(self, max_event_size: int = DEFAULT_MAX_EVENT, *, note_other_lines: bool = False) -> None:
+    def __init__(
+        self, max_event_size: int = DEFAULT_MAX_EVENT, *, note_other_lines: bool = False,
+        keep_all_empty_dispatches: bool = False,
+    ) -> None:
         """``note_other_lines``: also list every line that is neither blank nor ``data: `` + value
         (comments, other fields, ``data:`` without its space, stray text) in ``other_lines``, for a
-        client that reads nothing else as SSE (google-genai). Every byte then takes the line path."""
+        client that reads nothing else as SSE (google-genai). Every byte then takes the line path.
+
+        ``keep_all_empty_dispatches``: note every blank line the SDKs dispatch (``empty_dispatches``),
+        not only the first few, for a caller that empties the list after every ``feed``: a read then
+        leaves at most one note per byte it brought, as it leaves at most one event per few bytes,
+        and what the caller judges from the notes does not depend on how the stream was read."""
         max_event_size = index(max_event_size)  # an int in both builds (the compiled base keeps one)
         if max_event_size < 1:
             raise ValueError("max_event_size must be at least 1")
@@ -202,9 +211,10 @@ class SSEDecoder(accel.SSEFeed):
         # httpx-sse) dispatch an event with empty data: the block had no data line but an event
         # type or a valid retry, or an event ID was ever set (they test the persisted ID buffer).
         # Each is (seq of the event whose span holds it, offset of its blank line, its type or
-        # None); the first few are kept, all are counted.
+        # None); the first few are kept (all of them with keep_all_empty_dispatches), all are counted.
         self.empty_dispatches: list[tuple[int, int, str | None]] = []
         self.empty_dispatch_count = 0
+        self._empty_kept = None if keep_all_empty_dispatches else _KEPT_EMPTY_DISPATCHES
         self._span_retry: int | None = None
         self._span_invalid = 0
         self._skipping = False  # inside an oversize span: dropping bytes to the next blank line
@@ -790,7 +800,7 @@ class SSEDecoder(accel.SSEFeed):
 
     def _empty_dispatch(self, seq: int, offset: int, type_: bytes) -> None:
         self.empty_dispatch_count += 1
-        if len(self.empty_dispatches) < _KEPT_EMPTY_DISPATCHES:
+        if self._empty_kept is None or len(self.empty_dispatches) < self._empty_kept:
             self.empty_dispatches.append((seq, offset, _type_name(type_)[0] if type_ else None))
 
     def _other_line(self, seq: int, base: int, work: bytes, end: int, line: bytes) -> None:
