@@ -478,6 +478,45 @@ def test_constructed_stop_reasons(stop_reason: str, kind: VerdictKind) -> None:
     assert analysis.turn.stop_reason_raw == stop_reason
 
 
+PREFILLED = {**START, "message": {**START["message"], "content": [
+    {"type": "tool_use", "id": "toolu_p", "name": "get_weather", "input": {"city": "Paris"}}]}}
+
+
+@pytest.mark.parametrize("event", [
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": '{"city": "Berlin"}'}},
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    {"type": "content_block_stop", "index": 0},
+], ids=["delta", "start", "stop"])
+def test_a_block_that_arrived_whole_in_message_start_is_closed(event: dict, loopback: LoopbackServer) -> None:
+    """Content pre-filled in message_start (programmatic tool calling) is whole: a later delta grows
+    the SDK's tool input past what was recorded, so any event for that block is corrupt."""
+    whole = analyze_bytes(sse(PREFILLED, *end("tool_use")), Dialect.ANTHROPIC)
+    assert whole.verdict.kind is VerdictKind.COMPLETE and whole.turn.tool_calls()[0].arguments == {"city": "Paris"}
+    body = sse(PREFILLED, event, *end("tool_use"))
+    if event["type"] == "content_block_delta":
+        assert sdk_final_message(loopback, body).content[0].input == {"city": "Berlin"}
+    verdict = analyze_bytes(body, Dialect.ANTHROPIC).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and verdict.seq == 1, verdict
+    assert "after block 0 was closed by message_start (content arrived whole)" in verdict.reason, verdict
+    assembler, decoder = Assembler(), SSEDecoder()
+    for decoded in decoder.feed(sse(PREFILLED)):
+        assembler.feed(decoded, None)
+    assert assembler.builder.fragments == {}  # nothing more to join: none kept
+
+
+def test_a_tool_use_stop_needs_a_tool_call_in_its_own_message() -> None:
+    """Messages back to back (a multi-step recording): the last message's stop reason tool_use is the
+    turn's, and an earlier step's call does not answer it."""
+    second = {**START, "message": {**START["message"], "id": "msg_c2"}}
+    called = sse(START, *tool_block(0, '{"city": "Paris"}'), *end("tool_use"))
+    verdict = analyze_bytes(called + sse(second, *text_block(0, "I will call it."), *end("tool_use")),
+                            Dialect.ANTHROPIC).verdict
+    assert verdict.kind is VerdictKind.CORRUPT, verdict
+    assert "no tool call arrived in the last of 2 messages" in verdict.reason, verdict
+    answered = sse(START, *text_block(0, "Hi."), *end("end_turn")) + sse(second, *tool_block(0, "{}"), *end("tool_use"))
+    assert analyze_bytes(answered, Dialect.ANTHROPIC).verdict.kind is VerdictKind.COMPLETE
+
+
 def test_message_delta_without_message_stop_is_truncated() -> None:
     body = sse(START, *text_block(0, "All of it."), end("end_turn")[0])
     verdict = analyze_bytes(body, Dialect.ANTHROPIC).verdict
@@ -741,6 +780,20 @@ def test_an_event_the_sdk_skips_by_its_name_is_corrupt(event_type: str, name: by
     assert message is None or message.stop_reason is None or [b.text for b in message.content] != ["Hello"]
     verdict = analyze_bytes(body, Dialect.ANTHROPIC).verdict
     assert verdict.kind is VerdictKind.CORRUPT and "the SDK skips" in verdict.reason, verdict
+
+
+@pytest.mark.parametrize("data", [b"{}", b"keep-alive", b"null", b'{"type": "keepalive"}'],
+                         ids=["empty-object", "text", "null", "other-type"])
+def test_a_ping_is_a_ping_whatever_its_data(data: bytes, loopback: LoopbackServer) -> None:
+    """The SDK skips an event named ping before it reads the data: one that carries no event of the
+    message loses the app nothing, so it is read as a ping, like ``{"type": "ping"}``."""
+    ping = b"event: ping\ndata: " + data + b"\n\n"
+    body = TEXT_TURN.replace(b"event: content_block_stop", ping + b"event: content_block_stop", 1)
+    assert sdk_final_message(loopback, body).stop_reason == "end_turn"
+    verdict = analyze_bytes(body, Dialect.ANTHROPIC).verdict
+    assert verdict.kind is VerdictKind.COMPLETE, verdict
+    typed = analyze_bytes(TEXT_TURN + sse({"type": "ping"}), Dialect.ANTHROPIC).verdict  # after the message: as a ping
+    assert analyze_bytes(TEXT_TURN + ping, Dialect.ANTHROPIC).verdict.reason == typed.reason
 
 
 def test_a_later_message_delta_without_stop_reason_withdraws_it_in_the_sdk(loopback: LoopbackServer) -> None:

@@ -91,6 +91,20 @@ def test_anthropic_last_block_left_open_at_a_limit_stays_stopped_by_limit(stop_r
     assert analysis.turn.tool_calls()[0].arguments == {"location": "Paris"}
 
 
+@pytest.mark.parametrize("stop_tool", [False, True], ids=["left-open", "stopped-with-its-json-cut"])
+def test_anthropic_pause_turn_cuts_no_block(stop_tool: bool) -> None:
+    """pause_turn pauses a server-tool turn between blocks (the caller resends the content as it is):
+    unlike max_tokens it explains no block left open and no tool JSON cut short, so either is corrupt."""
+    search = tool_block(1, '{"query": "weather in Par', name="web_search")
+    body = sse(START, *text_block(0, "Let me search."), *(search if stop_tool else search[:-1]), *end("pause_turn"))
+    verdict = analyze_bytes(body, Dialect.ANTHROPIC).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "cut_tool_calls" not in verdict.evidence, verdict
+    assert ("invalid argument JSON" if stop_tool else "started but never stopped") in verdict.reason, verdict
+    whole = sse(START, *text_block(0, "Let me search."), *tool_block(1, '{"query": "weather"}', name="web_search"),
+                *end("pause_turn"))
+    assert analyze_bytes(whole, Dialect.ANTHROPIC).verdict.kind is VerdictKind.STOPPED_BY_LIMIT  # paused, whole
+
+
 # -- real captures (Bedrock InvokeModel), mutated ---------------------------------------------------
 def chunks(path) -> list[dict]:
     """The decoded chunk events of an InvokeModel body, one per frame."""
@@ -135,6 +149,15 @@ def test_claude_capture_with_its_last_block_left_open_stays_stopped_by_limit(sto
     first, last = analysis.turn.tool_calls()
     assert first.arguments == {"location": "Seattle"} and first.arguments_error is None
     assert stop_reason in last.arguments_error
+
+
+def test_claude_capture_paused_with_its_last_block_left_open_is_corrupt() -> None:
+    """pause_turn is a limit's verdict, but it cuts no block: the last block left open lost its stop."""
+    events = claude_tool_calls_at_limit("pause_turn")
+    stops = [i for i, event in enumerate(events) if event.get("type") == "content_block_stop"]
+    assert analyze_bytes(invoke(events), Dialect.BEDROCK_INVOKE).verdict.kind is VerdictKind.STOPPED_BY_LIMIT
+    verdict = analyze_bytes(invoke(events, stops[-1]), Dialect.BEDROCK_INVOKE).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "started but never stopped" in verdict.reason, verdict
 
 
 def test_nova_capture_losing_any_block_stop_but_the_last_is_corrupt() -> None:

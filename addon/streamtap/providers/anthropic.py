@@ -6,6 +6,8 @@ InvokeModelWithResponseStream reuses it on the base64 ``chunk`` payloads.
 Choices this module makes where the provider is silent:
 - ``pause_turn`` is ``stopped_by_limit``: the server paused a long server-tool turn and
   the caller has to resend to continue, so the turn is not finished, and nothing failed.
+  It pauses between blocks, cutting none: a block left open or tool JSON that does not
+  parse is corrupt after it, as after ``end_turn``.
 - A block left open at ``message_stop`` is corrupt, except after ``max_tokens`` /
   ``model_context_window_exceeded``: a real capture shows the provider leaving the
   cut tool block open there, so the turn is ``stopped_by_limit`` and the open block
@@ -15,7 +17,8 @@ Choices this module makes where the provider is silent:
   multi-step test recordings) are assembled into one turn: blocks are appended in
   order (``extra["message"]`` numbers the second and later messages from 1), model/id/usage/stop reason come
   from the last message, and an earlier message that did not end cleanly decides the
-  verdict. A ``message_start`` while a message is still open is a splice: corrupt.
+  verdict; the last message's stop reason ``tool_use`` needs a tool call in that message.
+  A ``message_start`` while a message is still open is a splice: corrupt.
   The same ``message_start`` repeated before any content is tolerated and noted.
   A message after ``message_stop`` with the id of an earlier message in the body is that
   response again (replayed whole after a cut that fell just after ``message_stop``), not a
@@ -26,10 +29,12 @@ Choices this module makes where the provider is silent:
   joined into ``text``.
 - An ``error`` event makes the turn ``errored`` whatever follows it; so does an SSE event
   named ``error`` whatever its data holds (another JSON type, or no JSON at all), since the
-  SDK raises on the event name.
-- Closed units (``Judge.reopened``): ``content_block_stop`` closes its block, a
-  ``message_delta`` with a stop reason the message's content (no block starts or grows
-  after it) and ``message_stop`` the message; any event for a closed block, or inside a
+  SDK raises on the event name. The SDK skips an event named ``ping`` before reading its data:
+  one carrying an event of the message is corrupt (the app lost it), any other data is a ping.
+- Closed units (``Judge.reopened``): ``content_block_stop`` closes its block (a block that
+  arrived whole in ``message_start`` is closed there), a ``message_delta`` with a stop
+  reason the message's content (no block starts or grows after it) and ``message_stop``
+  the message; any event for a closed block, or inside a
   stopped message before the next ``message_start``, is corrupt, naming both events.
 """
 
@@ -57,6 +62,9 @@ STOP_REASONS: dict[str, tuple[VerdictKind, str]] = {
     "pause_turn": (VerdictKind.STOPPED_BY_LIMIT, "paused"),
     "refusal": (VerdictKind.FILTERED, "refusal"),
 }
+# the stop reasons that cut the block being generated (a real capture leaves it open); pause_turn,
+# a limit too, pauses between blocks: the caller resends the content as it is to continue
+CUTTING_STOP_REASONS = frozenset({"max_tokens", "model_context_window_exceeded"})
 
 
 
@@ -218,6 +226,8 @@ class MessageBuilder:
             if isinstance(content_block, dict):
                 block = self._add_block(i, content_block)
                 self._close(block, i, seq, offset, prefilled=True)
+                # whole already: a later start, delta or stop for it contradicts message_start
+                self.judge.close(f"block {i}", "message_start (content arrived whole)", seq, offset)
         raw = as_text(message.get("stop_reason"))
         if raw is not None:
             self.judge.stop_reason(raw, STOP_REASONS.get(raw, (None, raw))[1])
@@ -358,6 +368,7 @@ class MessageBuilder:
         if block.kind not in _TOOLISH or block.arguments_raw is None:
             return
         start_input = block.extra.pop("start_input", None)
+        fragments = self.fragments.pop(index, None)
         if prefilled:  # arrived whole inside message_start: no fragments to join
             block.arguments = start_input if start_input is not None else {}
             try:
@@ -365,7 +376,6 @@ class MessageBuilder:
             except TypeError:  # text orjson cannot write (a lone surrogate)
                 block.arguments_raw = None
             return
-        fragments = self.fragments.pop(index, None)
         self.judge.close_arguments(block, fragments.joined() if fragments else "", start_input, seq, offset)
 
     def _message_delta(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
@@ -417,7 +427,7 @@ class MessageBuilder:
         if self.open_blocks:
             raw = self.turn.stop_reason_raw
             open_indexes = sorted(self.open_blocks)
-            if raw is None or STOP_REASONS.get(raw, (None,))[0] is not VerdictKind.STOPPED_BY_LIMIT:
+            if raw not in CUTTING_STOP_REASONS:
                 self.judge.corrupt(f"message_stop with block(s) {open_indexes} started but never stopped",
                                    seq, offset, open_blocks=open_indexes)
                 return
@@ -522,6 +532,10 @@ class MessageBuilder:
         return stop_verdict(self.turn, judge, "message_stop", STOP_REASONS, messages=self.messages)
 
 
+# the events that build the message: one the SDK skips by its name (ping, or none) is lost to the app
+SKIPPED_CONTENT = frozenset(MessageBuilder._handlers) - {"ping", "error"}
+
+
 class Assembler:
     """Anthropic Messages over SSE: ``event: <type>`` + ``data: <json>``."""
 
@@ -558,10 +572,15 @@ class Assembler:
             if not self.builder.ended(f"event {event.event!r} without data", event.seq, event.start):
                 judge.note(f"event {event.event!r} without data at seq {event.seq}")
             return
+        name = event.event
+        kind = as_text(obj.get("type")) if type(obj) is dict else None
+        if name == "ping" and kind not in SKIPPED_CONTENT and kind != "error":
+            # the SDK skips a ping by its name before it reads the data ({}, null, keep-alive text): a ping
+            self.builder.apply({"type": "ping"}, event.seq, event.start, t)
+            return
         if type(obj) is not dict:  # the error path says why
             decode_event_json(event.data, judge, event.seq, event.start, f"{event.event} event data")
             return
-        name = event.event
         if (name == "ping" or (name == "message" and not _has_event_name(event.raw))) \
                 and obj.get("type") not in ("ping", "error"):
             # no event line (decoded as "message") or "ping": the SDK skips the event, whatever its data

@@ -59,6 +59,9 @@ FINISHED_WORDS = {
 
 # kinds whose stop explains a tool call cut short (its arguments may not parse)
 CUTTING_KINDS = (VerdictKind.STOPPED_BY_LIMIT, VerdictKind.FILTERED, VerdictKind.ERRORED)
+# normalized stop reasons of a cutting kind that stop between blocks, never inside one: Anthropic's
+# pause_turn pauses a server-tool loop, and the caller resends the content as it is to continue
+UNCUT_STOPS = frozenset({"paused"})
 ENDING_KINDS = (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT, VerdictKind.FILTERED)  # an answer that ended
 
 
@@ -320,10 +323,11 @@ class Judge:
                                    f"{choice.stop_reason}, which says the model called a tool, but that choice holds "
                                    "no tool call", seq, offset, {**evidence, "choice": choice.index})
         elif kind is VerdictKind.COMPLETE and self.turn.stop_reason == "tool_use" and not any(
-            _calls(choice) for choice in self.turn.choices
+            _calls(choice, evidence.get("messages")) for choice in self.turn.choices
         ):  # the tool call's events were lost, or the stop belongs to another answer
+            where = f" in the last of {evidence['messages']} messages" if evidence.get("messages") else ""
             return Verdict(VerdictKind.CORRUPT, f"{terminal} after stop reason {raw}, which says the model called a "
-                           "tool, but no tool call arrived", seq, offset, evidence)
+                           f"tool, but no tool call arrived{where}", seq, offset, evidence)
         unparsed = self.unparsed_tool_call() if kind is VerdictKind.COMPLETE else None
         if unparsed is not None:
             evidence["arguments_not_kept"] = True
@@ -351,10 +355,10 @@ class Judge:
         (the stop of the call's own choice: another choice's limit does not explain it)."""
         cut: list[list[int]] = []
         for choice in self.turn.choices:
-            stopped = self.choice_stops.get(choice.index, ("", kind))[1]
+            stop, stopped = self.choice_stops.get(choice.index, (self.turn.stop_reason, kind))
             for block in choice.blocks:
                 if block.kind in ARGUMENT_KINDS and block.arguments_error:
-                    if stopped in CUTTING_KINDS:
+                    if stopped in CUTTING_KINDS and stop not in UNCUT_STOPS:
                         cut.append([choice.index, block.index])
                         continue
                     at_seq, at_offset = self.unparsed_at.get(id(block), (seq, offset))  # its stop, where it had one
@@ -369,8 +373,11 @@ class Judge:
 ARGUMENT_KINDS = frozenset({BlockKind.TOOL_CALL, BlockKind.SERVER_TOOL})
 
 
-def _calls(choice: Choice) -> bool:
-    return any(block.kind is BlockKind.TOOL_CALL for block in choice.blocks)
+def _calls(choice: Choice, messages: int | None = None) -> bool:
+    """Whether ``choice`` holds a tool call; of ``messages`` back to back, in the last one, whose stop
+    reason is the turn's (the dialect numbers the blocks of the second and later in ``extra["message"]``)."""
+    return any(block.kind is BlockKind.TOOL_CALL and (not messages or block.extra.get("message") == messages - 1)
+               for block in choice.blocks)
 
 
 def error_reason(error: dict[str, Any]) -> str:
