@@ -248,9 +248,22 @@ class Judge:
         return len(final) == len(kept) + dropped and final.startswith(kept)
 
     # -- closed units: the general rule -----------------------------------------------
+    # Closed units one turn remembers. A turn closes a few per block and output item (each bounded to
+    # 4,096), so only a stream past those bounds, or one closing parts it never had, closes this many.
+    MAX_CLOSED_UNITS = 4 * 4096
+
     def close(self, unit: str, by: str, seq: int | None, offset: int | None) -> None:
-        """The provider closed ``unit`` (e.g. "block 2", "choice 0", "output item 1") with event ``by``."""
-        self.closed_units.setdefault(unit, (by, seq, offset))
+        """The provider closed ``unit`` (e.g. "block 2", "choice 0", "output item 1") with event ``by``.
+        Past MAX_CLOSED_UNITS the answer is not judged (``halt``): each unit costs memory."""
+        units = self.closed_units
+        if unit in units:
+            return
+        if len(units) >= self.MAX_CLOSED_UNITS:
+            self.halt(f"the answer closed more than {self.MAX_CLOSED_UNITS} units (blocks, parts, items); streamtap "
+                      f"stopped assembling it at event {seq} (byte {offset}) to bound its memory", seq, offset,
+                      max_closed_units=self.MAX_CLOSED_UNITS)
+            return
+        units[unit] = (by, seq, offset)
 
     def is_closed(self, unit: str) -> bool:
         return unit in self.closed_units

@@ -41,6 +41,13 @@ FINISH = {
 MAX_NAME = 256  # characters of a tool call's name kept from its fragments (OpenAI allows 64)
 
 
+def _counted_choice(index: Any) -> int:
+    """The choice a usage chunk's count is kept for, as ``AssemblerBase.choice`` reads its index: one
+    that is no whole number from 0 is choice 0, so a stream of ever new such indexes keeps one count.
+    (An index past MAX_CHOICES keeps its own: that chunk halts the assembly.)"""
+    return index if type(index) is int and index >= 0 else 0
+
+
 class Assembler(AssemblerBase):
     dialect = Dialect.OPENAI_CHAT
     wire = "sse"
@@ -53,15 +60,16 @@ class Assembler(AssemblerBase):
         self._tool_keys: dict[tuple[int, int], int] = {}  # (choice, tool index) -> generation, for reused indexes
         self._chunk_id: str | None = None  # every chunk of one generation carries the same id
         self._chunk_id_at: WireEvent | None = None  # the first chunk that carried it
-        self._started: dict[int, WireEvent] = {}  # choice -> its first role chunk
+        self._started: dict[int, tuple[int, int]] = {}  # choice -> its first role chunk's seq and byte
         self._bare_content: set[int] = set()  # choices that had content in a chunk without a role
         self._deltas = ContentDeltas()  # plain content chunks without a JSON parse
         # compatible servers that name the role on every chunk send a refrain's chunks again byte for
         # byte: only a repeat of the first three, after them, is taken for the answer starting over
         self._start_over = StartOver(self, least=StartOver.KEPT)
         # the last usage's completion_tokens, where chunks count, by the choice the chunk carries
-        # (vLLM counts each choice's own on its chunks, and all of them on the last): None for all
-        self._output_tokens: dict[int | None, tuple[int, WireEvent]] = {}
+        # (vLLM counts each choice's own on its chunks, and all of them on the last): None for all.
+        # Count, seq and byte: the chunk itself would keep its data alive
+        self._output_tokens: dict[int | None, tuple[int, int, int]] = {}
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if self.judge.halt_verdict is not None:  # a bound passed: the rest is not read (see AssemblerBase.choice)
@@ -144,7 +152,7 @@ class Assembler(AssemblerBase):
         choices = obj.get("choices")
         if usage and isinstance(usage, dict):
             only = choices[0] if type(choices) is list and len(choices) == 1 and type(choices[0]) is dict else None
-            self._usage(usage, event, as_int(only.get("index")) or 0 if only is not None else None)
+            self._usage(usage, event, _counted_choice(only.get("index")) if only is not None else None)
         if type(choices) is list:
             for choice in choices:
                 if type(choice) is dict and not self.halted:
@@ -218,13 +226,14 @@ class Assembler(AssemblerBase):
         if delta.get("role"):
             first = self._started.get(index)
             if first is None:
-                self._started[index] = event
+                self._started[index] = (event.seq, event.start)
             elif index in self._bare_content and not choice.get("finish_reason"):
                 # (a role on the finish chunk, as some servers send, starts nothing)
+                first_seq, first_offset = first
                 self.corrupt(
                     f"a second assistant start (role chunk) at seq {event.seq} (byte {event.start}) for choice {index}, "
-                    f"which started at seq {first.seq} (byte {first.start}): two generations in one stream",
-                    event, choice=index, first_seq=first.seq, first_offset=first.start)
+                    f"which started at seq {first_seq} (byte {first_offset}): two generations in one stream",
+                    event, choice=index, first_seq=first_seq, first_offset=first_offset)
                 return False
         elif carries:
             self._bare_content.add(index)
@@ -309,10 +318,10 @@ class Assembler(AssemblerBase):
             # generation so far: a count that falls is a second generation's
             last = self._output_tokens.get(choice)
             if last is not None and usage.output < last[0]:
-                self.corrupt(f"usage.completion_tokens falls from {last[0]} (seq {last[1].seq}) to {usage.output} at seq "
+                self.corrupt(f"usage.completion_tokens falls from {last[0]} (seq {last[1]}) to {usage.output} at seq "
                              f"{event.seq} (byte {event.start}): the count of one generation only grows, so a second "
                              "generation begins here (spliced stream)", event, counts=[last[0], usage.output])
-            self._output_tokens[choice] = (usage.output, event)
+            self._output_tokens[choice] = (usage.output, event.seq, event.start)
         usage.total = as_int(raw.get("total_tokens"))
         usage.cache_read = as_int(as_dict(raw.get("prompt_tokens_details")).get("cached_tokens"))
         usage.reasoning = as_int(as_dict(raw.get("completion_tokens_details")).get("reasoning_tokens"))

@@ -117,6 +117,12 @@ def _client_item(item: dict[str, Any]) -> bool:
     return kind in CLIENT_ITEMS
 
 
+def _slot(item: dict[str, Any]) -> dict[str, Any]:
+    """What later events read of an output item: its type, its ids, and a call's name and who runs it
+    (``_identity_changed``). Kept instead of the item, which may carry anything, in any size."""
+    return {field: item.get(field) for field in ("type", "id", "call_id", "name", "execution")}
+
+
 def _item_input_field(item: dict[str, Any]) -> str:
     """The field of a CLIENT_ITEMS item that holds what the app runs (a computer call may batch ``actions``)."""
     field = CLIENT_ITEMS[as_str(item.get("type")) or ""]
@@ -135,6 +141,9 @@ PROGRESS_SUFFIXES = (".in_progress", ".searching", ".interpreting", ".generating
 
 
 OTHER_IDS_KEPT = 1024
+# output items one turn keeps (as MAX_BLOCKS blocks): each costs memory, and a stream can add one per
+# event, so past them the answer is not assembled and its verdict is unknown
+MAX_ITEMS = 4096
 
 
 class Assembler(AssemblerBase):
@@ -169,6 +178,8 @@ class Assembler(AssemblerBase):
         self._body_started = False
 
     def feed(self, event: WireEvent, t: float | None) -> None:
+        if self.judge.halt_verdict is not None:  # a bound passed: the rest is not read (see _room_for_item)
+            return
         if not isinstance(event, SSEEvent):
             self.seen(event, type(event).__name__)
             self.corrupt(f"unexpected {type(event).__name__} in an SSE dialect", event)
@@ -410,7 +421,9 @@ class Assembler(AssemblerBase):
         if index in self._open_items:
             self.corrupt(f"output item {index} was added twice", event, output_index=index)
             return
-        self._items[index] = item
+        if not self._room_for_item(index, event):
+            return
+        self._items[index] = _slot(item)
         self._open_items.add(index)
         if as_str(item.get("id")):
             self._item_index[item["id"]] = index
@@ -487,6 +500,15 @@ class Assembler(AssemblerBase):
         for (c, key), block in self._keys.items():
             if c == 0 and key[0] == index:
                 block.closed = True
+
+    def _room_for_item(self, index: int, event: WireEvent) -> bool:
+        """Whether the turn may keep one more output item; past MAX_ITEMS it halts (``Judge.halt``)."""
+        if len(self._items) < MAX_ITEMS:
+            return True
+        self.judge.halt(f"the answer added more than {MAX_ITEMS} output items; streamtap stopped assembling it at "
+                        f"event {event.seq} (byte {event.start}) to bound its memory", event.seq, event.start,
+                        max_items=MAX_ITEMS, output_index=index)
+        return False
 
     def _same_item_id(self, index: int, added_id: str | None, done_id: str | None, event: WireEvent) -> bool:
         """An item done under another id than it was added with is another item in its slot (the openai SDK
@@ -567,7 +589,7 @@ class Assembler(AssemblerBase):
                 taken.add(position)
         return [(position, index, item) for index, (position, item) in zip(found, items)]
 
-    def _fill_from_output(self, output: Any, t: float | None) -> None:
+    def _fill_from_output(self, output: Any, event: WireEvent, t: float | None) -> None:
         """Items the terminal event lists but the stream never announced (SDK does the same)."""
         if not isinstance(output, list):
             return
@@ -575,7 +597,9 @@ class Assembler(AssemblerBase):
             if index is not None:
                 continue
             index = position if position not in self._items else max(self._items) + 1
-            self._items[index] = item
+            if not self._room_for_item(index, event):
+                return
+            self._items[index] = _slot(item)
             self._fill_item(index, item, t, "the terminal event")
             self.note(f"output item {index} came only with the terminal event")
 
@@ -608,7 +632,7 @@ class Assembler(AssemblerBase):
                     if index == self._partial and index in self._open_items:  # never done: the final item names it
                         self._partial_id(as_str(item.get("id")), event)
                     self._agree(index, item, event, "the final response")
-        self._fill_from_output(output, t)
+        self._fill_from_output(output, event, t)
 
     def _other_kind_or_order(self, streamed: list[tuple[int, int | None, dict[str, Any]]], event: WireEvent) -> bool:
         """The SDK hands the app the final response's list: an item there of another type than the one
