@@ -517,6 +517,18 @@ def test_a_tool_use_stop_needs_a_tool_call_in_its_own_message() -> None:
     assert analyze_bytes(answered, Dialect.ANTHROPIC).verdict.kind is VerdictKind.COMPLETE
 
 
+def test_a_limit_in_the_last_message_does_not_excuse_an_earlier_messages_broken_tool_call() -> None:
+    """Messages back to back: the last one's max_tokens cut only its own blocks; a tool call of an
+    earlier message, which ended normally, whose arguments do not parse is corrupt."""
+    second = {**START, "message": {**START["message"], "id": "msg_c2"}}
+    broken = sse(START, *tool_block(0, '{"city": "Par'), *end("tool_use"))
+    verdict = analyze_bytes(broken + sse(second, *text_block(0, "And then"), *end("max_tokens")), Dialect.ANTHROPIC).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "get_weather" in verdict.reason, verdict
+    cut_last = sse(START, *text_block(0, "Hi."), *end("end_turn")) + sse(second, *tool_block(0, '{"city": "Par'), *end("max_tokens"))
+    verdict = analyze_bytes(cut_last, Dialect.ANTHROPIC).verdict
+    assert verdict.kind is VerdictKind.STOPPED_BY_LIMIT and verdict.evidence["cut_tool_calls"] == [[0, 1]], verdict
+
+
 def test_message_delta_without_message_stop_is_truncated() -> None:
     body = sse(START, *text_block(0, "All of it."), end("end_turn")[0])
     verdict = analyze_bytes(body, Dialect.ANTHROPIC).verdict

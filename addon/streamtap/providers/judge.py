@@ -345,7 +345,7 @@ class Judge:
         if unparsed is not None:
             evidence["arguments_not_kept"] = True
             return Verdict(VerdictKind.UNKNOWN, unparsed, seq, offset, evidence)
-        cut = self.cut_tool_calls(kind, seq, offset)
+        cut = self.cut_tool_calls(kind, seq, offset, evidence.get("messages"))
         if isinstance(cut, Verdict):
             return cut
         if cut:
@@ -363,15 +363,17 @@ class Judge:
                             "so they were not parsed: run `streamtap verify` on the recording to judge them")
         return None
 
-    def cut_tool_calls(self, kind: VerdictKind, seq: int | None, offset: int | None) -> Verdict | list[list[int]]:
+    def cut_tool_calls(self, kind: VerdictKind, seq: int | None, offset: int | None,
+                       messages: int | None = None) -> Verdict | list[list[int]]:
         """Tool calls whose arguments do not parse: corrupt after a normal stop, else cut by the stop
-        (the stop of the call's own choice: another choice's limit does not explain it)."""
+        (the stop of the call's own choice: another choice's limit does not explain it; of
+        ``messages`` back to back, the last one's stop explains only that message's calls)."""
         cut: list[list[int]] = []
         for choice in self.turn.choices:
             stop, stopped = self.choice_stops.get(choice.index, (self.turn.stop_reason, kind))
             for block in choice.blocks:
                 if block.kind in ARGUMENT_KINDS and block.arguments_error:
-                    if stopped in CUTTING_KINDS and stop not in UNCUT_STOPS:
+                    if stopped in CUTTING_KINDS and stop not in UNCUT_STOPS and _in_last(block, messages):
                         cut.append([choice.index, block.index])
                         continue
                     at_seq, at_offset = self.unparsed_at.get(id(block), (seq, offset))  # its stop, where it had one
@@ -386,11 +388,16 @@ class Judge:
 ARGUMENT_KINDS = frozenset({BlockKind.TOOL_CALL, BlockKind.SERVER_TOOL})
 
 
+def _in_last(block: Block, messages: int | None) -> bool:
+    """Whether ``block`` is in the last of ``messages`` back to back (the dialect numbers the blocks
+    of the second and later in ``extra["message"]``)."""
+    return not messages or block.extra.get("message", 0) == messages - 1
+
+
 def _calls(choice: Choice, messages: int | None = None) -> bool:
     """Whether ``choice`` holds a tool call; of ``messages`` back to back, in the last one, whose stop
     reason is the turn's (the dialect numbers the blocks of the second and later in ``extra["message"]``)."""
-    return any(block.kind is BlockKind.TOOL_CALL and (not messages or block.extra.get("message") == messages - 1)
-               for block in choice.blocks)
+    return any(block.kind is BlockKind.TOOL_CALL and _in_last(block, messages) for block in choice.blocks)
 
 
 def error_reason(error: dict[str, Any]) -> str:
