@@ -794,12 +794,14 @@ def test_an_event_the_sdk_skips_by_its_name_is_corrupt(event_type: str, name: by
     assert verdict.kind is VerdictKind.CORRUPT and "the SDK skips" in verdict.reason, verdict
 
 
+@pytest.mark.parametrize("name", [b"event: ping\n", b"", b"event:\n"], ids=["ping", "unnamed", "empty-name"])
 @pytest.mark.parametrize("data", [b"{}", b"keep-alive", b"null", b'{"type": "keepalive"}'],
                          ids=["empty-object", "text", "null", "other-type"])
-def test_a_ping_is_a_ping_whatever_its_data(data: bytes, loopback: LoopbackServer) -> None:
-    """The SDK skips an event named ping before it reads the data: one that carries no event of the
-    message loses the app nothing, so it is read as a ping, like ``{"type": "ping"}``."""
-    ping = b"event: ping\ndata: " + data + b"\n\n"
+def test_a_ping_is_a_ping_whatever_its_data(name: bytes, data: bytes, loopback: LoopbackServer) -> None:
+    """The SDK skips an event named ping, or without a name, before it reads the data: one that
+    carries no event of the message loses the app nothing, so it is read as a ping, like
+    ``{"type": "ping"}``."""
+    ping = name + b"data: " + data + b"\n\n"
     body = TEXT_TURN.replace(b"event: content_block_stop", ping + b"event: content_block_stop", 1)
     assert sdk_final_message(loopback, body).stop_reason == "end_turn"
     verdict = analyze_bytes(body, Dialect.ANTHROPIC).verdict

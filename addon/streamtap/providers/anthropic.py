@@ -574,15 +574,16 @@ class Assembler:
             return
         name = event.event
         kind = as_text(obj.get("type")) if type(obj) is dict else None
-        if name == "ping" and kind not in SKIPPED_CONTENT and kind != "error":
-            # the SDK skips a ping by its name before it reads the data ({}, null, keep-alive text): a ping
+        unnamed = name == "message" and not _has_event_name(event.raw)
+        if (name == "ping" or unnamed) and kind not in SKIPPED_CONTENT and kind != "error":
+            # the SDK skips an event named ping, or without a name, before it reads the data ({}, null,
+            # keep-alive text): it loses the app nothing, as a ping
             self.builder.apply({"type": "ping"}, event.seq, event.start, t)
             return
         if type(obj) is not dict:  # the error path says why
             decode_event_json(event.data, judge, event.seq, event.start, f"{event.event} event data")
             return
-        if (name == "ping" or (name == "message" and not _has_event_name(event.raw))) \
-                and obj.get("type") not in ("ping", "error"):
+        if (name == "ping" or unnamed) and obj.get("type") not in ("ping", "error"):
             # no event line (decoded as "message") or "ping": the SDK skips the event, whatever its data
             # (a typed error is still the provider's word that it failed: judged errored below)
             judge.corrupt(f"{obj.get('type') or 'an event'} sent as event {name!r} at seq {event.seq}: the SDK skips "
