@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 from httpx_sse import connect_sse
-from replay_streams import ANTHROPIC_REQUEST, anthropic_frames, write_recording
+from replay_streams import ANTHROPIC_REQUEST, OPENAI_REQUEST, anthropic_frames, openai_chat_frames, write_recording
 
 from streamtap.replay.faults import Timing, parse_faults
 from streamtap.replay.match import Library, MatchOptions
@@ -107,6 +107,32 @@ def test_assigned_ids_go_after_the_streams_bom(tmp_path):
     events = [e for e in decoder.feed(body) + decoder.close() if isinstance(e, SSEEvent)]
     assert [(e.event, e.data) for e in events] == original_sequence()
     assert [e.id for e in events] == [str(i) for i in range(len(frames))]
+
+
+def test_assigned_ids_go_in_the_block_that_dispatches_not_in_a_comment_before_it(tmp_path):
+    """OpenRouter sends `: OPENROUTER PROCESSING` comment blocks, which the recorder folds into
+    the next event's frame: an id put before them is set by a block that dispatches nothing, so
+    a resume from it sent that event again ("The sky is is blue"). Resumed at every id, the
+    client gets each event exactly once."""
+    frames = openai_chat_frames(words=6, tool=False)
+    original = [raw.removeprefix(b"data: ").rstrip(b"\n").decode() for raw in frames]
+    comment = b": OPENROUTER PROCESSING\n\n"
+    frames[0], frames[3] = comment * 2 + frames[0], comment + frames[3]
+    write_recording(tmp_path / "openrouter.jsonl", "openai", frames)
+
+    def events(client, base, last_id=None):
+        headers = {"Last-Event-ID": last_id} if last_id is not None else {}
+        with connect_sse(client, "POST", base + "/v1/chat/completions", json=OPENAI_REQUEST, headers=headers) as source:
+            # once an id is set, httpx-sse yields a comment block as an event without data, which
+            # a WHATWG client does not dispatch
+            return [sse for sse in source.iter_sse() if sse.data]
+
+    with ServerThread(Library.load([tmp_path]), ServeOptions(assign_ids=True)) as server, httpx.Client(timeout=10) as client:
+        whole = events(client, server.base_url)
+        resumed = [events(client, server.base_url, last_id=e.id) for e in whole]
+    assert [e.data for e in whole] == original and [e.id for e in whole] == [str(i) for i in range(len(frames))]
+    for k, rest in enumerate(resumed):
+        assert [e.data for e in whole[: k + 1] + rest] == original, f"resumed after event {k}"
 
 
 def test_with_once_a_resume_continues_the_recording_that_answered_and_uses_up_none(tmp_path):

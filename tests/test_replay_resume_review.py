@@ -28,9 +28,9 @@ def events_of(body: bytes) -> list[SSEEvent]:
     return [e for e in decoder.feed(body) + decoder.close() if isinstance(e, SSEEvent)]
 
 
-def numbered(ids: list[str | None]) -> list[bytes]:
-    """One event per id, its data its position; None: an event with no `id:` line."""
-    return [(b"" if i is None else f"id: {i}\n".encode()) + b'data: {"n":%d}\n\n' % n for n, i in enumerate(ids)]
+def numbered(ids: list[str | None], first: int = 0) -> list[bytes]:
+    """One event per id, its data its position (from ``first``); None: an event with no `id:` line."""
+    return [(b"" if i is None else f"id: {i}\n".encode()) + b'data: {"n":%d}\n\n' % n for n, i in enumerate(ids, first)]
 
 
 def resume(tmp_path, ids: list[str | None], last_id: bytes | str) -> tuple[int, list[int]]:
@@ -170,3 +170,21 @@ def test_a_resume_with_an_event_fault_counts_the_events_as_served(tmp_path):
     assert resume_with_fault(tmp_path, "drop:event=0") == (200, [3])
     assert resume_with_fault(tmp_path, "duplicate:event=0") == (200, [2, 2, 3])
     assert resume_with_fault(tmp_path, "cut:event=0") == (200, [2])
+
+
+def test_a_resume_finds_its_id_in_the_stream_its_swap_tail_served(tmp_path):
+    """swap-tail:with=b.jsonl,at=1 serves a0 a1 b2 a4 b4 b5: an id of the swapped-in tail was
+    looked up in a.jsonl alone, so `b2` named no event (404), and `a4` resumed after a.jsonl's
+    event 4, applied to the swapped stream, losing b.jsonl's event 4."""
+    write_recording(tmp_path / "a.jsonl", "anthropic", numbered(["a0", "a1", "a2", "a3", "a4", "a5"]))
+    write_recording(tmp_path / "b.jsonl", "anthropic", numbered(["b0", "b1", "b2", "a4", "b4", "b5"], first=10))
+    swap = {"x-streamtap-fault": "swap-tail:with=b.jsonl,at=1"}
+    with ServerThread(Library.load([tmp_path]), ServeOptions(fault_header=True)) as server, httpx.Client(timeout=10) as client:
+        def served(headers: dict[str, str]) -> tuple[int, list[int]]:
+            answer = client.post(server.base_url + URL, json=ANTHROPIC_REQUEST, headers=swap | headers)
+            return answer.status_code, [json.loads(e.data)["n"] for e in events_of(answer.content)] if answer.status_code == 200 else []
+
+        assert served({}) == (200, [0, 1, 12, 13, 14, 15])
+        assert served({"Last-Event-ID": "b2"}) == (200, [13, 14, 15])
+        assert served({"Last-Event-ID": "a4"}) == (200, [14, 15])
+        assert served({"Last-Event-ID": "a2"})[0] == 404  # served by neither answer

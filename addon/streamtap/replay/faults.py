@@ -305,7 +305,8 @@ def plan(
 ) -> Plan:
     """Everything the server writes for one response, and when.
 
-    ``start_after``: serve only the events after this position (Last-Event-ID resume).
+    ``start_after``: serve only the events after this position (Last-Event-ID resume), a
+    frame index of the stream with its tails swapped (``with_swapped_tails``).
     ``others``: recordings that ``swap-tail:with=`` names, loaded by the caller.
     """
     faults = list(faults or [])
@@ -836,6 +837,19 @@ def _swap_tail(source, frames, fault, log, others):
     tail = [replace(f, t_ms=max(frames[i].t_ms, f.t_ms + shift)) for f in other.frames[j + 1 :]]
     log.append(f"{fault.spec}: after event {n} (byte {_offset_of(frames, i + 1)}) the tail of {fault.params['with']} ({len(tail)} events)")
     return frames[: i + 1] + tail
+
+
+def with_swapped_tails(source: Source, faults: list[Fault], others: dict[str, Source] | None = None) -> Source:
+    """``source`` with the tails that the swap-tail faults among ``faults`` swap in, as ``plan``
+    serves it before a resume starts it after an event: the ids a client was served, and may
+    resume from, are this stream's, and ``start_after`` is a frame index of it."""
+    if not any(fault.kind == "swap-tail" for fault in faults):
+        return source
+    frames = list(source.frames)
+    for fault in faults:
+        if fault.kind == "swap-tail":
+            frames = _swap_tail(source, frames, fault, [], others or {})
+    return replace(source, frames=frames, reads=[])
 
 
 def _swap_point(frames: list[Frame], other: Source, fault: Fault) -> tuple[int, int, float]:

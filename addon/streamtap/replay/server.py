@@ -35,7 +35,7 @@ from urllib.parse import quote
 import h11
 
 
-from .faults import Fault, FaultSpecError, Plan, Timing, parse_faults, plan, unfit_faults
+from .faults import Fault, FaultSpecError, Plan, Timing, parse_faults, plan, unfit_faults, with_swapped_tails
 from .match import Library, error_body, shown_text
 from .source import Source, load_source
 
@@ -321,7 +321,16 @@ class ReplayServer:
         source = self.served_source(found.source)
         start_after = None
         if resume_id is not None:
-            start_after = await self._off_loop(resume_position, source, resume_id)
+            if not self.options.fault_on_resume:
+                # the server's own faults spare a resume, so a client can recover after a cut;
+                # a fault the resume itself asks for is the one its test wants to see
+                faults = from_header
+            try:
+                # the id names an event of the stream as this resume plans it: one a swap-tail
+                # swapped in is one the client was served
+                start_after = await self._off_loop(_resume_position_as_planned, source, faults, dict(self._others), resume_id)
+            except FaultSpecError as exc:
+                return await self._refuse_fault(request, writer, source, exc)
             if start_after is None:
                 if source.wire == "sse":
                     message = f"Last-Event-ID {resume_id!r} names no event of {source.path}"
@@ -332,10 +341,6 @@ class ReplayServer:
                 error = error_body("streamtap_unknown_event_id", message)
                 await _send_json(writer, 404, error, close=not request.keep_alive, head_only=request.method == "HEAD")
                 return request.keep_alive
-            if not self.options.fault_on_resume:
-                # the server's own faults spare a resume, so a client can recover after a cut;
-                # a fault the resume itself asks for is the one its test wants to see
-                faults = from_header
         try:
             the_plan = await self._plan(source, faults, start_after)
         except FaultSpecError as exc:
@@ -622,15 +627,27 @@ def as_served(source: Source, assign_ids: bool) -> Source:
 
 
 def with_event_ids(source: Source) -> Source:
-    """The same stream with an ``id: <seq>`` line opening every SSE event (after the stream's
-    BOM, which a decoder drops only as the very first bytes)."""
+    """The same stream with an ``id: <seq>`` line opening every SSE event: in the frame's last
+    block, the one that dispatches it, not in a block the decoder folded in before it (a
+    comment, OpenRouter's ``: OPENROUTER PROCESSING``), where the id would be set with no event
+    and a resume from it would send the event again; and after the stream's BOM, which a
+    decoder drops only as the very first bytes."""
     frames = []
     for i, frame in enumerate(source.frames):
         if frame.seq is not None:
-            bom = _BOM if i == 0 and frame.raw.startswith(_BOM) else b""
-            frame = replace(frame, raw=bom + b"id: %d\n" % frame.seq + frame.raw[len(bom):])
+            bom = len(_BOM) if i == 0 and frame.raw.startswith(_BOM) else 0
+            ends = _block_ends(frame.raw[bom:])
+            at = bom + (ends[-1] if ends else 0)
+            frame = replace(frame, raw=frame.raw[:at] + b"id: %d\n" % frame.seq + frame.raw[at:])
         frames.append(frame)
     return replace(source, frames=frames, reads=[])
+
+
+def _resume_position_as_planned(source: Source, faults: list[Fault], others: dict[str, Source],
+                                last_event_id: str) -> int | None:
+    """``resume_position`` in the stream that ``plan(source, faults, others=others)`` serves, the
+    index its ``start_after`` takes."""
+    return resume_position(with_swapped_tails(source, faults, others), last_event_id)
 
 
 def resume_position(source: Source, last_event_id: str) -> int | None:
