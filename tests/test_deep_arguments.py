@@ -14,6 +14,7 @@ import pytest
 
 from streamtap.providers import Dialect, StreamSession, VerdictKind, analyze_bytes
 from streamtap.providers.common import dumps
+from streamtap.providers.gemini import MAX_PATH_STEPS
 from streamtap.recording import RecordingWriter
 
 DEPTH = 300
@@ -101,6 +102,19 @@ def test_gemini_judges_deep_arguments_instead_of_an_internal_error(body):
     [call] = tool_calls(analysis.turn.to_dict())
     assert call["name"] == "deep"
     assert orjson.loads(call["arguments_raw"]) == call["arguments"]
+
+
+@pytest.mark.parametrize("chunk_size", [1, None])
+def test_gemini_partial_args_deeper_than_json_reads_are_not_assembled(chunk_size):
+    """A jsonPath makes one level per step: arguments as deep as orjson reads are built, a path
+    deeper is not (whole ``args`` that deep would not parse either), and the verdict says why."""
+    at_limit = analyze_bytes(gemini_streamed_args_body(MAX_PATH_STEPS), Dialect.GEMINI, wire="sse", chunk_size=chunk_size)
+    assert at_limit.verdict.kind is VerdictKind.COMPLETE, at_limit.verdict
+    verdict = analyze_bytes(gemini_streamed_args_body(MAX_PATH_STEPS + 1), Dialect.GEMINI, wire="sse",
+                            chunk_size=chunk_size).verdict
+    assert verdict.kind is VerdictKind.UNKNOWN, verdict
+    assert f"has {MAX_PATH_STEPS + 1} steps, deeper than the {MAX_PATH_STEPS} levels" in verdict.reason, verdict
+    assert verdict.seq == 1 and verdict.evidence["limit"] == MAX_PATH_STEPS
 
 
 @pytest.mark.parametrize("dialect, make_body", [("gemini", gemini_body), ("responses", responses_body)])

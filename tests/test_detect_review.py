@@ -1,5 +1,6 @@
 """Detection gaps a review found: /api/chat answered with SSE is not Ollama, Azure OpenAI's legacy
-Completions path, and a Gemini or Vertex URL whose ":method" colon is percent-encoded."""
+Completions path, a Gemini or Vertex URL whose ":method" colon is percent-encoded, and Gemini's
+`alt` written `$alt` (Google's REST client libraries)."""
 
 from __future__ import annotations
 
@@ -132,6 +133,29 @@ def test_gemini_json_array_url_with_an_encoded_colon_is_gemini():
     detection = detect_dialect(RequestInfo("POST", f"{GEMINI_MODELS}/gemini-2.0-flash%3AstreamGenerateContent", {}, None),
                                "application/json")
     assert (detection.dialect, detection.wire) == (Dialect.GEMINI, "json-array")
+
+
+@pytest.mark.parametrize(("query", "wire"), [
+    ("?$alt=sse", "sse"), ("?%24alt=sse", "sse"), ("?alt=sse", "sse"), ("?$alt=sse;enum-encoding=int", "sse"),
+    ("?$alt=json;enum-encoding=int", "json-array"), ("?%24alt=json%3Benum-encoding%3Dint", "json-array"), ("", "json-array"),
+])
+def test_gemini_reads_the_alt_system_parameter_as_alt_or_dollar_alt(query, wire):
+    """Google takes `alt` and `$alt` alike; its REST client libraries send `$alt=json;enum-encoding=int`."""
+    detection = detect_dialect(RequestInfo("POST", f"{GEMINI_MODELS}/gemini-2.0-flash:streamGenerateContent{query}", {},
+                                           None), None)
+    assert (detection.dialect, detection.wire) == (Dialect.GEMINI, wire), detection
+
+
+def test_a_rest_client_librarys_numbered_enums_are_judged_by_their_names():
+    """`enum-encoding=int`: the JSON array's finishReason is a number, 1 for STOP."""
+    first = {"candidates": [{"content": {"role": "model", "parts": [{"text": "Hello"}]}, "index": 0}], "responseId": "R"}
+    last = {"candidates": [{"content": {"role": "model", "parts": [{"text": " there."}]}, "finishReason": 1, "index": 0}],
+            "responseId": "R"}
+    body = b"[" + orjson.dumps(first) + b",\r\n" + orjson.dumps(last) + b"]"
+    url = f"{GEMINI_MODELS}/gemini-2.0-flash:streamGenerateContent?%24alt=json%3Benum-encoding%3Dint"
+    _, detection, analysis = judge(url, "application/json", body, None)
+    assert detection.wire == "json-array" and analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
+    assert analysis.turn.stop_reason_raw == "STOP"
 
 
 def test_vertex_anthropic_stream_raw_predict_with_an_encoded_colon_is_anthropic():

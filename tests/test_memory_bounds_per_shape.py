@@ -1,5 +1,5 @@
 """Memory per stream stays bounded for shapes that grew it: Gemini partialArgs (each part may name a
-new path, or an array index that makes its slots), Anthropic event names that differ from their
+new path, which makes an object per step, or an array index that makes its slots), Anthropic event names that differ from their
 type, unmodelled delta types and fields, `verify`'s list of event arrivals, OpenAI Chat usage chunks
 under ever new unusable choice indexes, and OpenAI Responses output items (MAX_ITEMS) and closed
 units (Judge.MAX_CLOSED_UNITS). Each is fed at two sizes; what the open stream holds must not grow
@@ -58,6 +58,17 @@ def test_gemini_partial_args_are_charged_to_the_arguments_cap(path):
         analysis = session.close()
         assert analysis.verdict.kind is not VerdictKind.COMPLETE, analysis.verdict  # arguments not kept whole
     assert held[1] < held[0] * 1.5 + 256 * 1024, held
+
+
+@pytest.mark.parametrize("depth", [0, 40, 400])
+def test_gemini_partial_args_are_charged_for_each_object_their_path_makes(depth):
+    """A part whose path is new below its first step makes an object per step: each is charged, so
+    what the call holds stays within a few bytes per character of the cap whatever the paths' depth
+    (charged for their text alone, 400-step paths held 85 bytes per character)."""
+    session = StreamSession("gemini", "sse", keep_arrivals=False, arguments_cap=CAP)
+    session.feed(gemini({"functionCall": {"name": "f", "willContinue": True}}))
+    held = held_after(session, partial_args(2_000, "$.k{i}" + ".a" * depth))
+    assert held < 8 * CAP, held / CAP
 
 
 def anthropic(name: str, payload: dict) -> bytes:

@@ -1,6 +1,9 @@
 """Gemini verdicts that must never be complete: a responseId that changes mid-stream
 (provider-streams.md §5.5), a streamed function call still open at finishReason STOP (§5.3),
-and a part that sets two members of the Part.data oneof (text and a functionCall, say)."""
+a part that sets two members of the Part.data oneof (text and a functionCall, say), a
+finishReason written as a number the Gemini API and Vertex AI do not name alike, and a chunk
+spread over several data lines (older google-genai fails on it). Numbered enums that both APIs
+share read as their names."""
 
 from __future__ import annotations
 
@@ -19,8 +22,8 @@ def chunk(parts: list[dict], response_id: str | None = None, finish: str | None 
     return orjson.dumps({"candidates": [candidate], **({"responseId": response_id} if response_id else {})})
 
 
-def judged(lines: list[bytes], framing: str):
-    return analyze_bytes(FRAMINGS[framing](lines), GEMINI, wire=framing)
+def judged(lines: list[bytes], framing: str, chunk_size: int | None = None):
+    return analyze_bytes(FRAMINGS[framing](lines), GEMINI, wire=framing, chunk_size=chunk_size)
 
 
 def open_call(name: str = "get_weather") -> list[bytes]:
@@ -188,3 +191,81 @@ def test_another_function_call_while_a_streamed_one_is_open_is_corrupt(framing):
         verdict = judged(lines, framing).verdict
         assert verdict.kind is VerdictKind.CORRUPT, (new_call, verdict)
         assert "get_time starts" in verdict.reason and "get_weather is still open" in verdict.reason, verdict
+
+
+# `$alt=json;enum-encoding=int` (Google's REST client libraries): enums come as numbers
+SHARED_FINISH_NUMBERS = [(1, "STOP", VerdictKind.COMPLETE), (2, "MAX_TOKENS", VerdictKind.STOPPED_BY_LIMIT),
+                         (3, "SAFETY", VerdictKind.FILTERED), (4, "RECITATION", VerdictKind.FILTERED),
+                         (5, "OTHER", VerdictKind.UNKNOWN)]
+
+
+@pytest.mark.parametrize("chunk_size", [1, None])
+@pytest.mark.parametrize("framing", sorted(FRAMINGS))
+def test_a_finish_reason_written_as_a_shared_number_reads_as_its_name(framing, chunk_size):
+    """1 to 5 name the same reasons in the Gemini API and in Vertex AI: the verdict and the raw stop
+    reason are those of the name."""
+    for number, name, kind in SHARED_FINISH_NUMBERS:
+        lines = [chunk([{"text": "The capital"}], "A"), chunk([{"text": " is Paris."}], "A", number)]
+        analysis = judged(lines, framing, chunk_size)
+        assert analysis.verdict.kind is kind, (number, analysis.verdict)
+        assert analysis.turn.stop_reason_raw == name and analysis.turn.choices[0].stop_reason == name
+        by_name = judged([lines[0], chunk([{"text": " is Paris."}], "A", name)], framing, chunk_size)
+        assert (analysis.verdict.kind, analysis.verdict.reason) == (by_name.verdict.kind, by_name.verdict.reason), number
+    # the legacy STOP on every chunk, one written as a number and one as a name, is one reason
+    stamped = [chunk([{"text": "The capital"}], "A", 1), chunk([{"text": " is Paris."}], "A", "STOP")]
+    assert judged(stamped, framing, chunk_size).verdict.kind is VerdictKind.UNKNOWN  # as with both named STOP
+
+
+@pytest.mark.parametrize("chunk_size", [1, None])
+@pytest.mark.parametrize("framing", sorted(FRAMINGS))
+def test_a_finish_reason_number_the_apis_do_not_share_is_unknown_and_named(framing, chunk_size):
+    """6 is LANGUAGE in the Gemini API and BLOCKLIST in Vertex AI (and so on up); the assembler does not
+    know which host answered, so such a number, or one neither names, is never read as a name."""
+    for number in (6, 9, 10, 12, 17, 99):
+        lines = [chunk([{"text": "The capital"}], "A"), chunk([{"text": " is Paris."}], "A", number)]
+        analysis = judged(lines, framing, chunk_size)
+        verdict = analysis.verdict
+        assert verdict.kind is VerdictKind.UNKNOWN, (number, verdict)
+        assert f"after stop reason {number}" in verdict.reason and "written as a number" in verdict.reason, verdict
+        assert analysis.turn.stop_reason_raw == str(number)
+    named = judged([chunk([{"text": "Paris."}], "A", "STOP")], framing, chunk_size).verdict
+    assert "written as a number" not in named.reason  # only a number is explained as one
+
+
+@pytest.mark.parametrize("framing", sorted(FRAMINGS))
+def test_a_block_reason_written_as_a_number_reads_as_its_name(framing):
+    for number, name in [(1, "SAFETY"), (3, "BLOCKLIST"), (4, "PROHIBITED_CONTENT"), (5, "5")]:
+        analysis = judged([orjson.dumps({"promptFeedback": {"blockReason": number}, "responseId": "A"})], framing)
+        assert analysis.verdict.kind is VerdictKind.FILTERED, analysis.verdict  # any block reason blocks the prompt
+        assert analysis.turn.stop_reason_raw == f"blockReason:{name}", analysis.turn.stop_reason_raw
+
+
+def split_over_data_lines(line: bytes, at: bytes = b"[", line_end: bytes = b"\r\n") -> bytes:
+    """One chunk's JSON on two data lines, which the SSE rules join with a line feed."""
+    cut = line.index(at)
+    return b"data: " + line[:cut] + line_end + b"data: " + line[cut:] + line_end + line_end
+
+
+@pytest.mark.parametrize("chunk_size", [1, None])
+@pytest.mark.parametrize("line_end", [b"\r\n", b"\n"])
+def test_a_chunk_over_several_data_lines_is_unknown(chunk_size, line_end):
+    """google-genai before 1.74.0 parses each `data: ` line alone and raises on the first part; 1.74.0
+    and later join them as the SSE rules do. The bytes cannot tell which client read them."""
+    first = chunk([{"text": "The capital"}], "A")
+    body = frame_gemini_sse([first]) + split_over_data_lines(chunk([{"text": " is Paris."}], "A", "STOP"), line_end=line_end)
+    analysis = analyze_bytes(body, GEMINI, wire="sse", chunk_size=chunk_size)
+    verdict = analysis.verdict
+    assert verdict.kind is VerdictKind.UNKNOWN, verdict
+    assert "spreads its JSON over 2 data lines" in verdict.reason and "before 1.74.0" in verdict.reason, verdict
+    assert verdict.seq == 1 and analysis.turn.text() == "The capital is Paris."  # read as the SSE rules join it
+    whole = frame_gemini_sse([first, chunk([{"text": " is Paris."}], "A", "STOP")])
+    assert analyze_bytes(whole, GEMINI, wire="sse", chunk_size=chunk_size).verdict.kind is VerdictKind.COMPLETE
+
+
+def test_a_split_chunk_does_not_hide_a_worse_verdict():
+    """Only an answer that ended is doubted: a cut stays truncated, a second generation corrupt."""
+    first = chunk([{"text": "The capital"}], "A")
+    cut = frame_gemini_sse([first]) + split_over_data_lines(chunk([{"text": " is"}], "A"))
+    assert analyze_bytes(cut, GEMINI, wire="sse").verdict.kind is VerdictKind.TRUNCATED
+    stitched = cut + frame_gemini_sse([chunk([{"text": "Paris."}], "B", "STOP")])
+    assert analyze_bytes(stitched, GEMINI, wire="sse").verdict.kind is VerdictKind.CORRUPT

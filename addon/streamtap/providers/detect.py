@@ -101,7 +101,10 @@ def detect_dialect(request: RequestInfo | None, content_type: str | None) -> Det
     if path.endswith("/converse-stream") and "/model/" in path:
         return found(Dialect.BEDROCK_CONVERSE, "eventstream", f"path {path} (Bedrock ConverseStream)")
     if ":streamGenerateContent" in google_path:
-        sse = query.get("alt", [""])[0] == "sse" or ct_wire == "sse"
+        # Google reads the system parameter as `alt` or `$alt` (its REST client libraries send
+        # `$alt=json;enum-encoding=int`); the media type is what comes before any ";"
+        alt = (query.get("alt") or query.get("$alt") or [""])[0]
+        sse = alt.split(";", 1)[0].strip() == "sse" or ct_wire == "sse"
         why = "path :streamGenerateContent" + (" with alt=sse" if sse else " without alt=sse (JSON array)")
         return found(Dialect.GEMINI, "sse" if sse else "json-array", why)
     # Mistral on Vertex AI streams chat chunks

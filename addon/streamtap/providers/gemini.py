@@ -29,6 +29,14 @@ A part carries one kind of data: ``Part.data`` is a protobuf oneof (``text``, ``
 ``codeExecutionResult``), and the API's JSON holds one member of it per part (``thought`` and
 ``thoughtSignature`` sit beside it). A part that sets two (a non-empty ``text`` and a
 ``functionCall``, say) cannot come from the API and cannot be read as one thing: corrupt.
+
+Google's REST client libraries ask for ``$alt=json;enum-encoding=int``: ``finishReason`` and
+``blockReason`` then come as numbers. A number the Gemini API and Vertex AI name alike reads as
+its name; any other is a stop reason streamtap does not know (``unknown``, saying why).
+
+An ``alt=sse`` event whose JSON spans several ``data:`` lines is read as the SSE rules join them,
+but google-genai before 1.74.0 parses each line alone and fails: an answer that ended is then
+``unknown``, not complete.
 """
 
 from __future__ import annotations
@@ -54,6 +62,13 @@ MALFORMED = {"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_C
 _FUNCTION_CALL = '"functionCall"'  # a chunk that may carry arguments, whose integers are read exactly
 # the members of the Part.data oneof: a part sets one of them
 PART_DATA = ("text", "inlineData", "fileData", "functionCall", "functionResponse", "executableCode", "codeExecutionResult")
+# Google's REST client libraries ask for `$alt=json;enum-encoding=int`, and enums then come as numbers. The
+# Gemini API (google.ai.generativelanguage) and Vertex AI (google.cloud.aiplatform) number
+# Candidate.FinishReason alike only up to OTHER = 5 (6 is LANGUAGE in one, BLOCKLIST in the other), and
+# PromptFeedback's block reason up to PROHIBITED_CONTENT = 4. The assembler is not told which host
+# answered, so only the numbers both APIs share are read as names.
+FINISH_REASON_NUMBERS = {1: "STOP", 2: "MAX_TOKENS", 3: "SAFETY", 4: "RECITATION", 5: "OTHER"}
+BLOCK_REASON_NUMBERS = {1: "SAFETY", 2: "OTHER", 3: "BLOCKLIST", 4: "PROHIBITED_CONTENT"}
 
 
 def normalize(reason: str, has_calls: bool) -> str:
@@ -66,6 +81,14 @@ def normalize(reason: str, has_calls: bool) -> str:
     if reason in MALFORMED:
         return "malformed_output"
     return "other"
+
+
+def _enum_name(value: Any, names: dict[int, str]) -> str:
+    """An enum as its name, whether written as the name or as its number; a number whose name
+    both APIs do not share stays as its digits (no known name, so normalize reads it as "other")."""
+    if type(value) is int:
+        return names.get(value, str(value))
+    return str(value)
 
 
 def _raw_error(obj: dict[str, Any]) -> dict[str, Any]:
@@ -98,6 +121,7 @@ class Assembler(AssemblerBase):
         self._ambiguous: tuple[WireEvent, WireEvent] | None = None  # (that chunk, content after it)
         self._first_identity: dict[str, tuple[str, WireEvent]] = {}  # responseId and modelVersion, as first named
         self._start_over = StartOver(self)
+        self._unread_numbers: set[int] = set()  # candidates whose finishReason is a number without a shared name
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if self.judge.halt_verdict is not None:  # a bound passed: the rest is not read (see AssemblerBase.choice)
@@ -106,6 +130,8 @@ class Assembler(AssemblerBase):
             self.seen(event, f"chunk {event.seq}")
             if not event.data.strip():
                 return
+            if "\n" in event.data:  # a data line holds no line end: only joined data lines put one there
+                self._split_data(event)
             self._watch_start_over(event.data, event)
             obj = self.payload(event, event.data, exact_integers=_FUNCTION_CALL in event.data)
         elif isinstance(event, JSONValue):
@@ -136,7 +162,7 @@ class Assembler(AssemblerBase):
             self._usage(obj["usageMetadata"])
         feedback = as_dict(obj.get("promptFeedback"))
         if feedback.get("blockReason"):
-            self._blocked = (event, str(feedback["blockReason"]))
+            self._blocked = (event, _enum_name(feedback["blockReason"], BLOCK_REASON_NUMBERS))
         candidates = [c for c in as_list(obj.get("candidates")) if isinstance(c, dict)]
         if candidates:
             self._last_candidates_event = event
@@ -161,6 +187,16 @@ class Assembler(AssemblerBase):
             if value != first[0]:
                 self.second_generation(key, first, value, event)
                 return
+
+    def _split_data(self, event: SSEEvent) -> None:
+        """An event whose data spans several ``data:`` lines, which the SSE rules join. google-genai
+        before 1.74.0 parses each ``data: `` line alone and raises on the first part; 1.74.0 joins
+        them as the rules do. Which one the app runs, the bytes cannot tell."""
+        lines = event.data.count("\n") + 1
+        self.judge.doubt(f"chunk {event.seq} (byte {event.start}) spreads its JSON over {lines} data lines: "
+                         "google-genai before 1.74.0 parses each data line alone and fails on it, later ones join "
+                         "them as the SSE rules do, so whether the app read this answer depends on its version",
+                         event.seq, event.start)
 
     def other_lines(self, lines: list[tuple[int, int, bytes]], count: int) -> None:
         """Lines that are neither blank nor ``data: `` lines. google-genai reads no other SSE: it
@@ -211,10 +247,13 @@ class Assembler(AssemblerBase):
             return
         index = choice.index
         finish = candidate.get("finishReason")
+        unread = type(finish) is int and finish not in FINISH_REASON_NUMBERS
+        if finish:
+            finish = _enum_name(finish, FINISH_REASON_NUMBERS)
         unit = f"candidate {index}"
         carries = [_part_kind(p) for p in as_list(as_dict(candidate.get("content")).get("parts")) if _part_kind(p)]
         if self.judge.is_closed(unit):
-            if carries or (finish and str(finish) != self._finish.get(index)):
+            if carries or (finish and finish != self._finish.get(index)):
                 what = f"a chunk with {', '.join(carries)}" if carries else f"finishReason {finish}"
                 self.reopened(unit, f"{what} (a second generation)", event)
                 return
@@ -222,7 +261,7 @@ class Assembler(AssemblerBase):
             self._ambiguous = (self._stamped[index], event)
         if not finish:
             self._unstamped.add(index)
-        elif str(finish) != "STOP" or index in self._unstamped:
+        elif finish != "STOP" or index in self._unstamped:
             self.close_unit(unit, f"finishReason {finish}", event)
         elif carries:
             self._stamped.setdefault(index, event)
@@ -232,9 +271,12 @@ class Assembler(AssemblerBase):
         for citation in as_list(as_dict(candidate.get("citationMetadata")).get("citations")):
             if choice.blocks:
                 self.judge.listed(choice.blocks[-1], "citations", citation)
-        if candidate.get("finishReason"):
-            self._finish[index] = str(candidate["finishReason"])
-            choice.stop_reason = self._finish[index]
+        if finish:
+            self._finish[index] = choice.stop_reason = finish
+            if unread:
+                self._unread_numbers.add(index)
+            else:
+                self._unread_numbers.discard(index)
 
     def _part(self, index: int, part: dict[str, Any], event: WireEvent, t: float | None) -> None:
         if len(part) > 1:
@@ -324,16 +366,22 @@ class Assembler(AssemblerBase):
         if path is None:
             self.corrupt(f"unparseable partialArgs jsonPath {partial.get('jsonPath')!r}", event)
             return
+        if len(path) > MAX_PATH_STEPS:
+            self.judge.halt(f"a partialArgs jsonPath of function call {block.name or block.id} at seq {event.seq} "
+                            f"(byte {event.start}) has {len(path)} steps, deeper than the {MAX_PATH_STEPS} levels "
+                            "streamtap assembles (and JSON readers such as orjson read)", event.seq, event.start,
+                            json_path_steps=len(path), limit=MAX_PATH_STEPS)
+            return
         if arguments_not_kept(block):  # over the cap already: counted, not built
             self.judge.take(block, "arguments_raw", len(json_path) + len(as_str(partial.get("stringValue")) or ""))
             return
+        root = block.extra.setdefault("partial", {})
         # what this part costs the turn, charged to the arguments' cap: its path, its text, the slots an
-        # array index makes (each part may name a new array), and the objects a new key or value takes
-        cost = PART_COST + len(json_path) + len(as_str(partial.get("stringValue")) or "") + sum(
-            step for step in path if isinstance(step, int))
+        # array index makes (each part may name a new array), its value, and each object its path makes
+        cost = PART_COST * (1 + _objects_made(root, path)) + len(json_path) + len(
+            as_str(partial.get("stringValue")) or "") + sum(step for step in path if isinstance(step, int))
         if self.judge.take(block, "arguments_raw", cost) < cost:
             return
-        root = block.extra.setdefault("partial", {})
         continued = block.extra.setdefault("continued", {})  # jsonPaths whose last part said more follows
         if partial.get("willContinue"):
             continued[json_path] = True
@@ -394,8 +442,12 @@ class Assembler(AssemblerBase):
                 calls = any(b.kind is BlockKind.TOOL_CALL for c in self.turn.choices for b in c.blocks)
                 normalized = [normalize(self._finish[c.index], calls) for c in self.turn.choices]
                 worst = worst_stop(normalized)
-                raw = next(self._finish[c.index] for c, n in zip(self.turn.choices, normalized) if n == worst)
-                self.terminal(self._last_candidates_event, raw, worst, "the last chunk's finishReason")
+                index = next(c.index for c, n in zip(self.turn.choices, normalized) if n == worst)
+                name = "the last chunk's finishReason"
+                if index in self._unread_numbers:
+                    name += (" (written as a number, `enum-encoding=int`: the Gemini API and Vertex AI name the same "
+                             "numbers alike only from 1 to 5, STOP to OTHER, and which one answered is not known here)")
+                self.terminal(self._last_candidates_event, self._finish[index], worst, name)
         if self.terminal_seen:
             self._judge_unfinished(unfinished)
         expected = "a finishReason on the last chunk" + (" and the closing ]" if self.wire == "json-array" else "")
@@ -467,20 +519,40 @@ def _parse_path(text: str) -> list[str | int] | None:
     return steps
 
 
+def _child(node: Any, step: str | int) -> Any:
+    """What ``step`` leads to from ``node`` (None where nothing is)."""
+    if isinstance(step, int):
+        return node[step] if isinstance(node, list) and step < len(node) else None
+    return node.get(step) if isinstance(node, dict) else None
+
+
 def _get(root: Any, path: list[str | int]) -> Any:
     node = root
     for step in path:
-        if isinstance(step, int):
-            if not isinstance(node, list) or step >= len(node):
-                return None
-        elif not isinstance(node, dict) or step not in node:
+        node = _child(node, step)
+        if node is None:
             return None
-        node = node[step]
     return node
 
 
+def _objects_made(root: dict, path: list[str | int]) -> int:
+    """How many objects and arrays ``_set`` makes for ``path``: one per step below the deepest that exists."""
+    node: Any = root
+    for depth, step in enumerate(path[:-1]):
+        node = _child(node, step)
+        if not isinstance(node, (dict, list)):
+            return len(path) - 1 - depth
+    return 0
+
+
 MAX_ARRAY_INDEX = 10_000  # partialArgs indexes beyond this are refused, not allocated
-PART_COST = 64  # characters of the arguments' cap a partialArgs part costs beside its text: about its objects' bytes / 8
+# a jsonPath makes one level of the arguments per step: orjson reads no JSON nested deeper than this, so
+# arguments that come whole (``args``) are never deeper either
+MAX_PATH_STEPS = 1024
+# characters of the arguments' cap a partialArgs part costs for its value, and again for each object or
+# array its path makes (one holding a key takes about 190 bytes): without the second, one part of a long
+# new path made thousands of objects for the price of its text
+PART_COST = 64
 
 
 def _set(root: dict, path: list[str | int], value: Any) -> None:
