@@ -325,6 +325,59 @@ def test_ollama_lines_of_another_answer_are_corrupt(stitched):
     assert verdict.kind is X and "two generations" in verdict.reason, verdict
 
 
+def ollama_client_reads(body: bytes) -> list[dict]:
+    """The ollama Python client's reading of a streamed body: ``json.loads`` of every line httpx's
+    ``iter_lines`` gives (``str.splitlines`` rules); raises where the client raises."""
+    import json
+
+    import httpx
+
+    return [json.loads(line) for line in httpx.Response(200, content=body).iter_lines()]
+
+
+def _with_text(text: str) -> list[dict]:
+    return [{**CHAT[1], "message": {"role": "assistant", "content": text}}, CHAT[-1]]
+
+
+CLIENT_FAILS = {  # Ollama NDJSON the decoder reads whole, but the ollama client fails on: (body, reason holds)
+    "blank line between lines": (ndjson(*CHAT[:2]) + b"\n" + ndjson(*CHAT[2:]), "a blank line at byte"),
+    "blank line first": (b"\n" + ndjson(*CHAT), "a blank line at byte 0,"),
+    "line of spaces": (ndjson(*CHAT[:2]) + b"  \t\n" + ndjson(*CHAT[2:]), "a blank line"),
+    "blank CRLF line": (ndjson(*CHAT[:2]).replace(b"\n", b"\r\n") + b"\r\n" + ndjson(*CHAT[2:]), "a blank line"),
+    "blank line after the done line": (ndjson(*CHAT) + b"\n", "after the last line"),
+    "raw U+0085": (ndjson(*_with_text("caf\u0085e")), "raw U+0085 (NEL)"),
+    "raw U+2028": (ndjson(*_with_text("a\u2028b")), "raw U+2028"),
+    "raw U+2029": (ndjson(*_with_text("a\u2029b")), "raw U+2029"),
+    "CR before CRLF": (ndjson(*CHAT[:2]) + orjson.dumps(CHAT[2]) + b"\r\r\n" + ndjson(CHAT[3]), "raw CR not before the LF"),
+}
+
+
+@pytest.mark.parametrize("name", CLIENT_FAILS)
+def test_ollama_lines_the_client_splits_otherwise_are_corrupt(name):
+    """The ollama client reads lines with httpx's iter_lines, which gives blank lines and also breaks
+    at NEL, U+2028, U+2029 and a lone CR (JSON may hold the first three raw in a string), and
+    parses every piece as JSON: where it fails, the stream is not complete, however it is chunked."""
+    body, says = CLIENT_FAILS[name]
+    with pytest.raises(ValueError):
+        ollama_client_reads(body)
+    verdict = analyze_bytes(body, OLLAMA).verdict
+    assert verdict.kind is X and says in verdict.reason and "the ollama client" in verdict.reason, verdict
+    for size in (1, 7):
+        chunked = analyze_bytes(body, OLLAMA, chunk_size=size).verdict
+        assert (chunked.kind, chunked.reason, chunked.seq, chunked.offset) == (verdict.kind, verdict.reason, verdict.seq, verdict.offset)
+
+
+@pytest.mark.parametrize("body", [
+    ndjson(*CHAT).replace(b"\n", b"\r\n"),  # CRLF ends one line for both
+    ndjson(*_with_text("caf\u00e9 \u2026 \u4e2d")),  # other non-ASCII text, raw
+    ndjson(*CHAT[:-1]).replace(b'"Checking."', b'"Checking\\u0085\\u2028."') + ndjson(CHAT[-1]),  # escaped, as Go writes U+2028
+], ids=["crlf", "non-ascii", "escaped"])
+def test_ollama_lines_the_client_reads_whole_stay_complete(body):
+    assert ollama_client_reads(body)
+    assert analyze_bytes(body, OLLAMA).verdict.kind is C
+    assert analyze_bytes(body, OLLAMA, chunk_size=1).verdict.kind is C
+
+
 FINISH = {"candidates": [{"content": {"role": "model", "parts": [{"text": "."}]}, "finishReason": "STOP", "index": 0}],
           "usageMetadata": {"promptTokenCount": 4, "candidatesTokenCount": 5, "totalTokenCount": 9}}
 

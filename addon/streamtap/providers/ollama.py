@@ -6,19 +6,32 @@ only ``{"error": ...}`` is an in-band error (the HTTP status stays 200). The don
 closes the response: any line after it is corrupt. Every line of one answer names the same
 model and has the same shape (``message`` for chat, ``response`` for generate): a line
 that does not is another answer's, stitched on.
+
+The ollama Python client reads the body with httpx's ``iter_lines``, which breaks lines as
+``str.splitlines`` does, and parses every line as JSON. A blank line, and a line that JSON allows
+to hold a raw U+0085, U+2028 or U+2029 (or a CR other than before the LF), which that reader
+breaks in two, make it raise where the decoder reads on: corrupt.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from streamtap.wire import JSONValue, WireEvent
+from streamtap.wire import JSONValue, Tail, WireEvent
 from streamtap.wire.jsonlines import loads as read_json_line
 
 from .common import AssemblerBase, as_dict, as_int, as_list, as_str, dumps, error_fields
 from .turn import BlockKind, Dialect, StreamEnd, Turn, Verdict
 
 DONE = {"stop": "end_turn", "length": "max_tokens"}
+
+# what else ends a line for str.splitlines (httpx's iter_lines) inside a line the decoder reads whole;
+# its other line breaks (\x0b, \x0c, \x1c-\x1e) JSON never holds raw, so such lines are malformed already
+_CLIENT_BREAK = re.compile(rb"\r(?!\n)|\xc2\x85|\xe2\x80[\xa8\xa9]")
+_JSON_SPACE = frozenset(b" \t\r\n")
+_BREAK_NAMES = {b"\r": "CR not before the LF", b"\xc2\x85": "U+0085 (NEL)", b"\xe2\x80\xa8": "U+2028 (line separator)",
+                b"\xe2\x80\xa9": "U+2029 (paragraph separator)"}
 
 
 class Assembler(AssemblerBase):
@@ -28,6 +41,7 @@ class Assembler(AssemblerBase):
     def __init__(self, wire: str | None = None) -> None:
         super().__init__(wire)
         self._calls = 0
+        self._lines = self.wire == "ndjson"  # the client's line reading is judged on NDJSON only
         # the first line's model, its shape (chat or generate) once a line shows one, and that line
         self._first: tuple[str | None, str | None, WireEvent] | None = None
 
@@ -36,6 +50,8 @@ class Assembler(AssemblerBase):
         if not isinstance(event, JSONValue):
             self.corrupt(f"unexpected {type(event).__name__} for Ollama NDJSON", event)
             return
+        if self._lines:
+            self._client_lines(event)
         # the decoder reads integers past 64 bits as doubles: a line with calls is read again, exactly
         obj = read_json_line(event.raw, exact_integers=True) if b'"tool_calls"' in event.raw else event.value
         if not isinstance(obj, dict):
@@ -73,6 +89,27 @@ class Assembler(AssemblerBase):
             if normalized == "end_turn" and calls:
                 normalized = "tool_use"
             self.terminal(event, reason, normalized, 'the "done": true line')
+
+    def tail(self, event: Tail) -> bool:
+        """Blank lines after the last line: the client parses them too, and fails."""
+        if event.cut or not self._lines:
+            return False
+        self.corrupt(f"a blank line at byte {event.start}, after the last line: the ollama client parses every "
+                     "line as JSON and fails on a blank one", event)
+        return True
+
+    def _client_lines(self, event: JSONValue) -> None:
+        """Does the ollama client read this line as the decoder did? Cheap tests first: this runs
+        once per line (an int test is a plain memchr)."""
+        raw = event.raw
+        if raw[0] in _JSON_SPACE and raw.find(b"\n", 0, -1) >= 0:  # the decoder gives a line the blank lines before it
+            self.corrupt(f"a blank line at byte {event.start}, before line {event.seq}: the ollama client parses "
+                         "every line as JSON and fails on a blank one", event)
+        elif (13 in raw or not raw.isascii()) and (found := _CLIENT_BREAK.search(raw)):
+            name = _BREAK_NAMES[found.group()]
+            self.corrupt(f"line {event.seq} holds a raw {name} at byte {event.start + found.start()}: the ollama "
+                         "client's line reader (httpx iter_lines, as str.splitlines) breaks the line there and fails "
+                         "to parse the pieces as JSON", event)
 
     def _same_answer(self, obj: dict[str, Any], shape: str | None, event: WireEvent) -> None:
         """Every line of one generation names its model and has its shape; a line naming neither
