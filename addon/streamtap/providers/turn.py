@@ -152,13 +152,33 @@ class Verdict:
         return _plain(self)
 
 
+# values _plain gives back as they are; exact types, so a StrEnum (a str) still becomes its value
+_LEAVES = frozenset((str, int, float, bool, type(None)))
+
+
 def _plain(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj):
-        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, StrEnum):
-        return obj.value
-    if isinstance(obj, list):
-        return [_plain(x) for x in obj]
-    if isinstance(obj, dict):
-        return {k: _plain(v) for k, v in obj.items()}
-    return obj
+    """Dataclasses as dicts and enums as their values, the rest as it is, with an explicit stack:
+    tool arguments nest as deep as the decoders read them (orjson 1024 levels, the json module
+    after it a little deeper), past Python's recursion limit."""
+    root: list[Any] = [None]
+    todo: list[tuple[Any, Any, Any]] = [(root, 0, obj)]  # (container, key, value to convert into it)
+    while todo:
+        into, key, value = todo.pop()
+        if type(value) in _LEAVES:
+            into[key] = value
+        elif isinstance(value, StrEnum):
+            into[key] = value.value
+        elif isinstance(value, list):
+            into[key] = node = list(value)
+            todo.extend((node, i, x) for i, x in enumerate(value) if type(x) not in _LEAVES)
+        elif isinstance(value, dict):
+            into[key] = node = dict(value)  # the keys in their order; values not plain yet are replaced below
+            todo.extend((node, k, v) for k, v in value.items() if type(v) not in _LEAVES)
+        elif dataclasses.is_dataclass(value):
+            into[key] = node = {}
+            for f in dataclasses.fields(value):
+                node[f.name] = None  # the fields in their order
+                todo.append((node, f.name, getattr(value, f.name)))
+        else:
+            into[key] = value
+    return root[0]

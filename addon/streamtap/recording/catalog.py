@@ -23,14 +23,12 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
-import orjson
-
 from streamtap.providers.model import model_of
 
 from .compress import READ_SIZE, SUFFIX, ZstdDamage, ZstdFrames, is_compressed
 from .reader import (
     CONVERTED, FORMAT_MARK, MAX_LINE_BYTES, STREAM_ENDS, VERDICT_KINDS, HeaderCut, check_end, check_header, counted, header_damage,
-    one_of,
+    line_json, one_of,
 )
 from .writer import FORMAT, PARTIAL_SUFFIX, RecordingError
 
@@ -369,8 +367,8 @@ def _last_line(handle: BinaryIO, size: int) -> tuple[bytes, int]:
 
 def _json_line(line: bytes) -> dict[str, Any] | None:
     try:
-        record = orjson.loads(line)
-    except orjson.JSONDecodeError:
+        record = line_json(line)
+    except ValueError:
         return None
     return record if isinstance(record, dict) else None
 

@@ -31,7 +31,7 @@ from .compress import SUFFIX
 from .content import UNDO_FAILED_RAW, WireUndo, content_encoded, judge_unfinished_coding
 from .flows import is_llm_stream, request_info, stream_end
 from .header import flow_header, request_as_read, request_body
-from .reader import shown_path
+from .reader import line_json, shown_path
 from .redact import Redactor
 from .writer import PARTIAL_SUFFIX, RecordingError, RecordingWriter, final_name, lock_unless_written, partial_name, stamp
 
@@ -147,8 +147,8 @@ def recorded_identity(path: Path) -> FlowIdentity | None:
     try:
         with path.open("rb") as file:
             header = orjson.loads(file.readline())
-            end = orjson.loads(_last_line(file))
-    except (OSError, orjson.JSONDecodeError):
+            end = line_json(_last_line(file))
+    except (OSError, ValueError):
         return None
     if not (isinstance(header, dict) and isinstance(end, dict) and end.get("type") == "end"):
         return None

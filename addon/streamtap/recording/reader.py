@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -70,6 +71,22 @@ def open_recording(path: str | os.PathLike[str]) -> BinaryIO:
 
     The one place that knows how a recording is stored on disk."""
     return open_lines(path)
+
+
+def line_json(line: bytes) -> Any:
+    """A recording line's JSON value; raises ValueError. orjson reads 1024 levels, but an end
+    line's turn holds tool arguments as deep as the decoders read them (the json module reads
+    deeper), a few levels further in: those lines, which the writer wrote with the json module,
+    are read back with it."""
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError as refused:
+        if not str(refused).startswith("depth limit exceeded"):
+            raise
+        try:
+            return json.loads(line.decode("utf-8"))
+        except (ValueError, RecursionError):
+            raise refused from None
 
 
 def header_damage(first_line: bytes) -> str | None:
@@ -371,7 +388,7 @@ class RecordingLines:
         """One complete line as a JSON object; raises ValueError."""
         if not (line.startswith(b"{") and line.endswith(b"}\n")):
             raise ValueError("is not a JSON object alone on its line")
-        record = orjson.loads(line)
+        record = line_json(line)
         if not isinstance(record, dict):
             raise ValueError("is not a JSON object")
         return record

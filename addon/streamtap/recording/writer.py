@@ -149,18 +149,31 @@ _HEADERS: dict[tuple, bytes] = {}  # event-stream header set -> its JSON (a stre
 
 def _escaped(value: Any) -> Any:
     """``value`` with every text that holds bytes not UTF-8 (mitmproxy keeps them as surrogate
-    escapes, which JSON cannot carry) written with those bytes as ``\\xNN``."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        return value
-    if isinstance(value, dict):
-        return {_escaped(key): _escaped(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_escaped(item) for item in value]
-    return value
+    escapes, which JSON cannot carry) written with those bytes as ``\\xNN``. With an explicit
+    stack: the values that reach it are the ones too deep for orjson to write (parsed tool
+    arguments, which orjson reads 1024 levels deep), past Python's recursion limit."""
+    root: list[Any] = [value]
+    todo: list[tuple[Any, Any]] = [(root, 0)]  # (container, key) whose value is still to be escaped
+    while todo:
+        into, key = todo.pop()
+        item = into[key]
+        if isinstance(item, str):
+            into[key] = _escaped_text(item)
+        elif isinstance(item, dict):  # a copy: the caller's record stays as it was
+            into[key] = node = {_escaped_text(k) if isinstance(k, str) else k: v for k, v in item.items()}
+            todo.extend((node, k) for k in node)
+        elif isinstance(item, (list, tuple)):
+            into[key] = node = list(item)
+            todo.extend((node, i) for i in range(len(node)))
+    return root[0]
+
+
+def _escaped_text(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return text
 
 
 def _headers_json(headers: dict[str, Any]) -> bytes:
