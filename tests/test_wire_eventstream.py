@@ -398,6 +398,33 @@ def test_message_over_the_limit_is_rejected_on_its_prelude():
     assert decode(message, max_event_size=len(message))[0].payload == b"x" * 100
 
 
+def test_messages_up_to_botocores_payload_limit_decode_when_max_event_size_allows_them():
+    """The decoder held every message to 16 MiB, whatever max_event_size allowed; botocore reads a
+    payload up to 24 MiB (and headers up to 128 KiB), so that is the bound, and one byte more is not."""
+    big = 64 * 2**20
+    headers = {":event-type": "contentBlockDelta"}
+    block = encode_message(headers, b"")[12:-4]
+    for payload_length, readable in ((17 * 2**20, True), (24 * 2**20, True), (24 * 2**20 + 1, False)):
+        payload = b"x" * payload_length
+        message = frame(16 + len(block) + payload_length, len(block), block + payload)
+        buffer = boto.EventStreamBuffer()
+        buffer.add_data(message)
+        if readable:
+            assert [m.payload for m in buffer] == [payload]
+            for chunk_size in (None, 2**20):
+                [event] = decode(message, chunk_size, max_event_size=big)
+                assert event.headers == headers and event.payload == payload
+            [bad, _] = decode(message)  # the default 16 MiB bound still holds
+            assert isinstance(bad.error, OversizeError)
+        else:
+            with pytest.raises(boto.InvalidPayloadLength):
+                list(buffer)
+            [bad, _] = decode(message, max_event_size=big)
+            assert isinstance(bad.error, OversizeError) and (bad.start, bad.end) == (0, 12)
+            with pytest.raises(ValueError):
+                encode_message(headers, payload)
+
+
 def test_a_prelude_seen_before_still_meets_each_decoders_limit():
     message = encode_message({"seen": "before"}, b"y" * 200)
     assert isinstance(decode(message)[0], EventStreamMessage)  # the prelude is now known

@@ -49,7 +49,7 @@ from streamtap.wire import SSEEvent, WireEvent
 from streamtap.wire.partial_json import exact_loads
 
 from .common import as_int, as_str, dumps, one_line
-from .judge import MAX_NOTES, Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome, stop_verdict
+from .judge import MAX_NOTES, Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome, sdk_loads, stop_verdict
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
 # raw stop_reason -> (verdict, normalized stop reason)
@@ -563,7 +563,10 @@ class Assembler:
             # a tool_use block may come with its input whole: its integers are read exactly
             obj = (exact_loads(event.data) if '"input"' in event.data else orjson.loads(event.data)) if event.data else None
         except orjson.JSONDecodeError:
-            obj = None
+            try:  # what the SDK's json module still reads (NaN, a lone surrogate escape)
+                obj = sdk_loads(event.data, '"input"' in event.data, judge)
+            except orjson.JSONDecodeError:
+                obj = None
         if event.event == "error" and (type(obj) is not dict or obj.get("type") != "error"):
             # the SDK raises on the event name, whatever the data holds (provider-streams.md §3.4)
             self._error_event(obj, event)

@@ -25,6 +25,11 @@ Choices this module makes where the provider is silent:
   block whose index skips one means blocks are missing, corrupt. Nova chunks (Bedrock
   InvokeModel) share this logic but keep the lenient reading (``ordered=False``). An event
   before any ``messageStart`` is only noted: edited captures (the AI SDK's) lack it.
+- Payloads, unions and blobs are read as botocore reads them: the json module's reading where
+  orjson refuses (``judge.sdk_loads``), a union's null members dropped before it must hold exactly
+  one, base64 decoded leniently (``blob_bytes``). A redacted reasoning block keeps the base64 of
+  its pieces' bytes joined, up to the turn's text cap; a tool result's content is a bounded list
+  (``Judge.listed``).
 - Closed units (``Judge.reopened``): ``contentBlockStop`` closes its block and
   ``messageStop`` the message; a delta, start or stop for a closed block, or a content
   event after ``messageStop`` (before another ``messageStart``), or an event of a type this
@@ -40,7 +45,7 @@ import orjson
 
 from streamtap.wire import EventStreamMessage, WireEvent
 
-from .judge import Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome, stop_verdict
+from .judge import Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome, sdk_loads, stop_verdict
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
 STOP_REASONS: dict[str, tuple[VerdictKind, str]] = {
@@ -65,19 +70,22 @@ _DELTA_KIND = {
 }
 
 
-def _joined_blob(kept: str | None, piece: str) -> str | None:
-    """The base64 text of two blobs' bytes joined (the SDKs decode each delta's blob and the app
-    joins the bytes), or None when either is not base64. Joining the texts is the same only when
-    the first is unpadded: a padded one ends its bytes mid-group."""
+def blob_bytes(text: str, judge: Judge, what: str, seq: int | None) -> bytes:
+    """A blob member's bytes as botocore decodes them (``base64.b64decode``, which skips characters
+    outside the alphabet, a line break say: noted); ValueError where it raises (bad padding, a
+    character past ASCII)."""
     try:
-        blob = base64.b64decode(piece, validate=True)  # boto3 decodes every piece, and fails on a bad one
-    except ValueError:
-        return None
-    if not kept:
-        return piece
-    if not kept.endswith("="):
-        return kept + piece
-    return base64.b64encode(base64.b64decode(kept) + blob).decode()
+        return base64.b64decode(text, validate=True)
+    except ValueError:  # (binascii.Error is one)
+        blob = base64.b64decode(text)
+    judge.note(f"{what} at seq {seq} holds characters outside base64, which botocore skips")
+    return blob
+
+
+def union(value: dict[str, Any]) -> dict[str, Any]:
+    """A union's members as botocore counts them: it drops null ones (and ``__type``) before it
+    requires exactly one."""
+    return {key: member for key, member in value.items() if member is not None and key != "__type"}
 
 
 def exception_error(message: EventStreamMessage, judge: Judge) -> None:
@@ -85,7 +93,7 @@ def exception_error(message: EventStreamMessage, judge: Judge) -> None:
     headers = message.headers
     if headers.get(":message-type") == "exception":
         try:
-            body = orjson.loads(message.payload) if message.payload else {}
+            body = sdk_loads(message.payload, judge=judge) if message.payload else {}
         except orjson.JSONDecodeError:
             body = {"message": message.payload[:200].decode("utf-8", "replace")}
         if not isinstance(body, dict):
@@ -146,6 +154,8 @@ class ConverseBuilder:
         # the only one earlier_outcome() reports, so a body of any number of messages keeps one entry
         self.outcomes: list[tuple[str | None, int | None, int | None]] = []
         self.pieces = Pieces(self.judge)
+        # a redacted block's blob bytes not yet a whole base64 group (0 to 2 bytes), by id(block)
+        self.blob_tails: dict[int, tuple[Block, bytes]] = {}
 
     def apply(self, kind: str, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         handler = self._handlers.get(kind) if isinstance(kind, str) else None
@@ -260,6 +270,7 @@ class ConverseBuilder:
         if not isinstance(index, int) or not isinstance(start, dict):
             self.judge.corrupt("contentBlockStart without contentBlockIndex or start", seq, offset)
             return
+        start = union(start)
         if self.judge.reopened(f"block {index}", "contentBlockStart", seq, offset, index=index):
             return
         if self.converse_api and len(start) != 1:
@@ -297,10 +308,14 @@ class ConverseBuilder:
             return
         index = body.get("contentBlockIndex")
         delta = body.get("delta")
+        if isinstance(delta, dict) and len(delta) != 1:
+            delta = union(delta)
         if not isinstance(index, int) or not isinstance(delta, dict) or len(delta) != 1:
             self.judge.corrupt("contentBlockDelta without contentBlockIndex or a single delta member", seq, offset)
             return
         (member, value), = delta.items()
+        if member == "reasoningContent" and isinstance(value, dict) and len(value) != 1:
+            value = union(value)
         if index not in self.open_blocks and \
                 self.judge.reopened(f"block {index}", f"contentBlockDelta ({member})", seq, offset, index=index):
             return
@@ -337,11 +352,10 @@ class ConverseBuilder:
             elif kind is BlockKind.THINKING and isinstance(value.get("signature"), str):
                 block.signature = value["signature"]
             elif kind is BlockKind.REDACTED_THINKING and isinstance(value.get("redactedContent"), str):
-                joined = _joined_blob(block.data, value["redactedContent"])
-                if joined is None:
+                try:
+                    self._blob(block, blob_bytes(value["redactedContent"], self.judge, "redactedContent", seq))
+                except ValueError:  # boto3 decodes every piece, and fails on a bad one
                     self.judge.corrupt(f"redactedContent of block {index} is not base64", seq, offset, index=index)
-                else:
-                    block.data = joined
             else:
                 self.judge.corrupt(f"reasoningContent {sorted(value)} does not fit a {kind.value} block "
                                    f"(index {index})", seq, offset, index=index)
@@ -351,13 +365,41 @@ class ConverseBuilder:
         elif member == "citation" and kind is BlockKind.TEXT:
             self.judge.listed(block, "citations", value)
         elif member == "toolResult" and "toolResult" in block.extra and isinstance(value, list):
-            block.extra["content"].extend(value)
+            for item in value:
+                self.judge.listed(block, "content", item)
         elif member not in _DELTA_KIND:
             self.judge.listed(block, "deltas", {member: value})
             self.judge.note(f"delta member {member!r} kept in block extra (index {index})")
         else:
             self.judge.corrupt(f"{member} delta does not fit a {kind.value} block (index {index})", seq, offset,
                                index=index, delta=member, block_kind=kind.value)
+
+    def _blob(self, block: Block, blob: bytes) -> None:
+        """Grow a redacted block by a piece of its blob. The app joins the pieces' bytes, so the block
+        keeps the base64 of the bytes joined (not the texts: a padded piece ends mid-group), written a
+        whole group at a time, as text grows (charged to the text cap), never re-encoded whole."""
+        if block.data is None:
+            block.data = ""  # (an empty piece is an empty blob)
+        _, tail = self.blob_tails.pop(id(block), (block, b""))
+        if tail:
+            blob = tail + blob
+        whole = len(blob) - len(blob) % 3
+        if whole:
+            self.pieces.add(block, base64.b64encode(blob[:whole]).decode("ascii"), "data")
+        if whole < len(blob):
+            self.blob_tails[id(block)] = block, blob[whole:]
+
+    def _flush(self, block: Block | None = None) -> None:
+        """Write the kept text (and blob, its last group padded) of one block, or of every block."""
+        if block is None:
+            tails = list(self.blob_tails.values())
+            self.blob_tails.clear()
+        else:
+            tail = self.blob_tails.pop(id(block), None)
+            tails = [tail] if tail is not None else []
+        for owner, rest in tails:
+            self.pieces.add(owner, base64.b64encode(rest).decode("ascii"), "data")
+        self.pieces.flush(block)
 
     def _block_stop(self, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         if not self._in_message(seq, offset, "contentBlockStop") or \
@@ -379,7 +421,7 @@ class ConverseBuilder:
             return
         self.open_blocks.discard(index)  # type: ignore[arg-type]
         block.closed = True
-        self.pieces.flush(block)
+        self._flush(block)
         if index in self.fragments:
             self.judge.close_arguments(block, self.fragments.pop(index).joined(), {}, seq, offset)
 
@@ -442,7 +484,7 @@ class ConverseBuilder:
     }
 
     def verdict(self, end: StreamEnd) -> Verdict:
-        self.pieces.flush()
+        self._flush()
         for index, fragments in self.fragments.items():  # a tool block still open: its arguments as they came
             block = self.blocks.get(index)
             if block is not None and block.arguments_error is None:
@@ -489,9 +531,10 @@ class Assembler:
             body = orjson.loads(event.payload)
         except orjson.JSONDecodeError:
             body = None
-        if type(body) is not dict:  # the error path says why
-            decode_event_json(event.payload, judge, event.seq, event.start, f"{kind} payload")
-            return
+        if type(body) is not dict:  # what only the SDK's json module reads (NaN, a lone surrogate), or why not
+            body = decode_event_json(event.payload, judge, event.seq, event.start, f"{kind} payload")
+            if body is None:
+                return
         self.builder.apply(kind, body, event.seq, event.start, t)  # type: ignore[arg-type]
 
     def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:

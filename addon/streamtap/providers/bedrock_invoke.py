@@ -32,15 +32,13 @@ Choices this module makes:
 
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import Any
 
 from streamtap.wire import EventStreamMessage, WireEvent
 
 from .anthropic import MessageBuilder
 from .judge import Judge, Pieces, as_text, decode_event_json, stop_verdict
-from .bedrock_converse import ConverseBuilder, event_frame, foreign_event
+from .bedrock_converse import ConverseBuilder, blob_bytes, event_frame, foreign_event
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 _BEDROCK_PREFIX = "amazon-bedrock-"  # the members Bedrock adds to a model's chunks
@@ -221,8 +219,8 @@ class Assembler:
             judge.corrupt("chunk payload without a base64 'bytes' member", event.seq, event.start)
             return
         try:
-            decoded = base64.b64decode(encoded, validate=True)
-        except (binascii.Error, ValueError) as exc:
+            decoded = blob_bytes(encoded, judge, "chunk bytes", event.seq)
+        except ValueError as exc:
             judge.corrupt(f"chunk bytes are not base64 ({exc})", event.seq, event.start)
             return
         # a Claude tool_use block may come with its input whole: its integers are read exactly

@@ -22,6 +22,8 @@ stream is truncated) and the sentinel.
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -204,19 +206,37 @@ class Judge:
 
     def listed(self, block: Block, name: str, item: Any) -> None:
         """Add ``item`` to the block's list ``name`` (``citations``, or a list in ``extra``), up to
-        MAX_LISTED items; beyond, they are counted in ``extra[name + "_dropped"]``."""
+        MAX_LISTED items and within the turn's text cap (an item costs its JSON's length: an image
+        delta can hold megabytes); the first item past either bound and every later one are
+        counted in ``extra[name + "_dropped"]``, so the list kept is the list's beginning."""
         items = block.citations if name == "citations" else block.extra.setdefault(name, [])
-        if len(items) < MAX_LISTED:
-            items.append(item)
-            return
-        block.extra[name + "_dropped"] = block.extra.get(name + "_dropped", 0) + 1
-        self._listed_beyond(block, name)
+        dropped = name + "_dropped"
+        if dropped not in block.extra:
+            if len(items) >= MAX_LISTED:
+                self._listed_beyond(block, name, f"{MAX_LISTED} per block")
+            else:
+                size = _json_size(item)
+                if size <= self.text_left:
+                    self.text_left -= size
+                    items.append(item)
+                    return
+                self._listed_beyond(block, name, f"the {_size(self.text_cap)} of text a turn keeps")
+        block.extra[dropped] = block.extra.get(dropped, 0) + 1
 
     def listed_whole(self, block: Block, name: str, items: list[Any]) -> None:
         """Replace the block's list ``name`` with ``items``, a provider's whole list (a part's final
-        annotations), kept as ``listed`` keeps one: the count beyond MAX_LISTED replaces the one the
-        deltas made, since the whole list holds what they held."""
-        kept = items[:MAX_LISTED]
+        annotations), kept as ``listed`` keeps one: the count beyond the bounds replaces the one the
+        deltas made, since the whole list holds what they held, and so does its cost."""
+        previous = block.citations if name == "citations" else block.extra.get(name)
+        if isinstance(previous, list):
+            self.give_back("text", sum(map(_json_size, previous)))
+        kept: list[Any] = []
+        for item in items[:MAX_LISTED]:
+            size = _json_size(item)
+            if size > self.text_left:
+                break
+            self.text_left -= size
+            kept.append(item)
         if name == "citations":
             block.citations = kept
         else:
@@ -224,12 +244,13 @@ class Judge:
         beyond = len(items) - len(kept)
         if beyond:
             block.extra[name + "_dropped"] = beyond
-            self._listed_beyond(block, name)
+            self._listed_beyond(block, name, f"{MAX_LISTED} per block" if len(kept) == MAX_LISTED
+                                else f"the {_size(self.text_cap)} of text a turn keeps")
         else:
             block.extra.pop(name + "_dropped", None)
 
-    def _listed_beyond(self, block: Block, name: str) -> None:
-        self.note(f"{name} beyond {MAX_LISTED} per block not kept in memory (block {block.index} on); "
+    def _listed_beyond(self, block: Block, name: str, bound: str) -> None:
+        self.note(f"{name} beyond {bound} not kept in memory (block {block.index} on); "
                   "the recording holds every byte")
 
     def give_back(self, field: str, size: int) -> None:
@@ -558,12 +579,52 @@ def stop_verdict(turn: Turn, judge: Judge, terminal: str, table: dict[str, tuple
     return judge.finished(kind, terminal, raw, **evidence)
 
 
+def _json_size(item: Any) -> int:
+    """What a listed item costs the turn: the length of its JSON (orjson's, else the json module's,
+    which writes integers past 64 bits and deeper nesting); one that cannot be written is not kept."""
+    try:
+        return len(orjson.dumps(item))
+    except TypeError:
+        try:
+            return len(json.dumps(item, ensure_ascii=False))
+        except (TypeError, ValueError, RecursionError):
+            return sys.maxsize
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # in a decoded text: half a UTF-16 pair
+
+
+def sdk_loads(data: str | bytes, exact_integers: bool = False, judge: Judge | None = None) -> Any:
+    """An event's JSON as the providers' Python SDKs read it (botocore, anthropic: the json module):
+    orjson's reading, and where orjson refuses, ``json.loads``'s (``NaN``, ``Infinity``, ``1e400``,
+    a lone surrogate escape). A lone surrogate becomes U+FFFD, said once in the ``judge``'s notes:
+    no UTF-8 text (the recording's end line, a report) can hold it, and the recording keeps the
+    bytes. Raises orjson's error where the json module refuses too. ``exact_integers`` as for
+    ``common.loads``."""
+    try:
+        return exact_loads(data) if exact_integers else orjson.loads(data)
+    except orjson.JSONDecodeError as refused:
+        try:
+            # strictly UTF-8, as botocore decodes a payload (json.loads would guess UTF-16 from NULs)
+            value = json.loads(data if isinstance(data, str) else bytes(data).decode("utf-8"))
+            written = json.dumps(value, ensure_ascii=False)  # a lone surrogate stays itself here
+        except (ValueError, RecursionError):
+            raise refused from None
+        if not _LONE_SURROGATE.search(written):
+            return value
+        if judge is not None:
+            judge.note("event JSON holds a lone surrogate escape (half a UTF-16 pair), which the SDK's json "
+                       "module reads: the turn holds U+FFFD in its place; the recording holds the bytes")
+        return json.loads(_LONE_SURROGATE.sub("\ufffd", written))
+
+
 def decode_event_json(
     data: str | bytes, judge: Judge, seq: int, offset: int, what: str, exact_integers: bool = False
 ) -> dict[str, Any] | None:
-    """The event's JSON object, or None once the judge was told why not; ``exact_integers`` as for ``common.loads``."""
+    """The event's JSON object as the SDKs read it (``sdk_loads``), or None once the judge was told
+    why not; ``exact_integers`` as for ``common.loads``."""
     try:
-        value = exact_loads(data) if exact_integers else orjson.loads(data)
+        value = sdk_loads(data, exact_integers, judge)
     except orjson.JSONDecodeError as exc:
         judge.corrupt(f"{what} is not valid JSON ({str(exc).splitlines()[0]})", seq, offset, data=str(data[:200]))
         return None

@@ -176,10 +176,17 @@ def _escaped_text(text: str) -> str:
     return text
 
 
+def _value_types(headers: dict[str, Any]) -> tuple[type, ...] | None:
+    """The types of a header set's values, which its equality does not tell apart (``True == 1``,
+    written ``true`` and ``1``); None for a set of texts, whose equality already does."""
+    types = tuple(map(type, headers.values()))
+    return None if all(kind is str for kind in types) else types
+
+
 def _headers_json(headers: dict[str, Any]) -> bytes:
     """``orjson.dumps`` of an event-stream header set as ``describe`` gives it, cached (a stream repeats a few)."""
     try:
-        key = tuple(headers.items())
+        key = tuple(headers.items()), tuple(map(type, headers.values()))
         cached = _HEADERS.get(key)
     except TypeError:  # an unhashable value
         key, cached = None, None
@@ -456,6 +463,7 @@ class RecordingWriter:
         last_t: Any = lines  # no t is this object: the first event encodes its t
         t_field = b""
         last_headers: Any = None  # event-stream messages in a row mostly repeat one header set
+        last_types: Any = None  # and its value types, where equal sets may differ in them (_value_types)
         headers_json = b""
         plain_sse = _PLAIN_SSE
         try:
@@ -490,9 +498,11 @@ class RecordingWriter:
                     else:
                         raw_field = b'"raw_b64":"' + _b64(raw, newline=False) + b'"'
                     headers = event.headers
-                    if headers != last_headers:
+                    if headers != last_headers or (
+                        last_types is not None and tuple(map(type, headers.values())) != last_types
+                    ):
                         headers_json = _headers_json(headers)
-                        last_headers = headers
+                        last_headers, last_types = headers, _value_types(headers)
                     payload = event.payload
                     if payload.isascii():
                         payload_field = b'"payload":' + dumps(payload.decode("ascii"))

@@ -10,8 +10,8 @@ where the next message might start.
 
 Errors and what they span: ``PreludeCRCMismatch`` (offset of the prelude CRC),
 ``InvalidMessageLength`` (total length under 16, or a headers length that does not fit;
-offset of the length field) and ``OversizeError`` (over ``max_event_size`` or the
-protocol's 16 MiB) cover the 12 prelude bytes; ``MessageCRCMismatch`` (offset of the
+offset of the length field) and ``OversizeError`` (over ``max_event_size``, or a payload
+over botocore's 24 MiB) cover the 12 prelude bytes; ``MessageCRCMismatch`` (offset of the
 message CRC), ``InvalidHeaders`` and ``DuplicateHeader`` (offset of the offending header
 byte) cover the whole message.
 
@@ -58,12 +58,14 @@ from .errors import (
     OversizeError,
     PreludeCRCMismatch,
 )
-from .events import EventStreamMessage, Malformed, Tail
+from .events import DEFAULT_MAX_EVENT, EventStreamMessage, Malformed, Tail
 
 PRELUDE_LENGTH = 12
 MIN_MESSAGE_LENGTH = 16  # prelude and message CRC, no headers, no payload
-MAX_MESSAGE_LENGTH = 16 * 1024 * 1024  # the protocol's limit, whatever the caller allows
 MAX_HEADERS_LENGTH = 128 * 1024  # the AWS SDKs' limit (botocore, Go)
+MAX_PAYLOAD_LENGTH = 24 * 1024 * 1024  # botocore's limit (boto3 reads a payload up to it; Go's is 16 MiB)
+# the longest message boto3 reads, whatever the caller allows (its memory bound is max_event_size)
+MAX_MESSAGE_LENGTH = MIN_MESSAGE_LENGTH + MAX_HEADERS_LENGTH + MAX_PAYLOAD_LENGTH
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -243,7 +245,7 @@ class EventStreamDecoder(accel.EventStreamFeed):
 
     _compiled_frames = accel.eventstream_known_frames  # None: _decode runs in Python (tests compare the two)
 
-    def __init__(self, max_event_size: int = MAX_MESSAGE_LENGTH) -> None:
+    def __init__(self, max_event_size: int = DEFAULT_MAX_EVENT) -> None:
         max_event_size = operator.index(max_event_size)  # an int in both builds (the compiled base keeps one)
         if max_event_size < 1:
             raise ValueError("max_event_size must be at least 1")
@@ -361,6 +363,7 @@ class EventStreamDecoder(accel.EventStreamFeed):
                         MIN_MESSAGE_LENGTH <= total <= limit
                         and headers_length <= total - MIN_MESSAGE_LENGTH
                         and headers_length <= MAX_HEADERS_LENGTH
+                        and total - MIN_MESSAGE_LENGTH - headers_length <= MAX_PAYLOAD_LENGTH
                     ):
                         error = self._length_error(total, headers_length, base + pos)
                         end = pos + PRELUDE_LENGTH
@@ -426,9 +429,12 @@ class EventStreamDecoder(accel.EventStreamFeed):
             return InvalidMessageLength(
                 f"headers length {headers_length} does not fit a {total}-byte message", offset + 4
             )
-        return InvalidMessageLength(
-            f"headers length {headers_length} is over the {MAX_HEADERS_LENGTH}-byte limit", offset + 4
-        )
+        if headers_length > MAX_HEADERS_LENGTH:
+            return InvalidMessageLength(
+                f"headers length {headers_length} is over the {MAX_HEADERS_LENGTH}-byte limit", offset + 4
+            )
+        payload_length = total - MIN_MESSAGE_LENGTH - headers_length
+        return OversizeError(f"payload of {payload_length} bytes is over the {MAX_PAYLOAD_LENGTH}-byte limit", offset)
 
     def _keep_after_stop(self) -> None:
         # Memory stays bounded after a fatal error: at most max_event_size bytes are kept,
@@ -491,9 +497,9 @@ def encode_message(headers: dict[str, Any], payload: bytes = b"") -> bytes:
     block = encode_headers(headers)
     if len(block) > MAX_HEADERS_LENGTH:
         raise ValueError(f"header block of {len(block)} bytes is over {MAX_HEADERS_LENGTH}")
+    if len(payload) > MAX_PAYLOAD_LENGTH:
+        raise ValueError(f"payload of {len(payload)} bytes is over {MAX_PAYLOAD_LENGTH}")
     total = MIN_MESSAGE_LENGTH + len(block) + len(payload)
-    if total > MAX_MESSAGE_LENGTH:
-        raise ValueError(f"message of {total} bytes is over {MAX_MESSAGE_LENGTH}")
     prelude = _pack_prelude(total, len(block))
     prelude += _pack_u32(crc32(prelude))
     body = prelude + block + bytes(payload)
