@@ -1070,3 +1070,22 @@ def test_a_finish_reason_that_came_is_the_turns_stop_reason_though_done_did_not(
     assert (analysis.turn.stop_reason_raw, analysis.turn.stop_reason) == ("length", "max_tokens")
     cut = analyze_bytes(sse_data(chat_chunk({"role": "assistant", "content": "Hi"}), done=False), CHAT)
     assert cut.verdict.kind is T and cut.turn.stop_reason is None
+
+
+def test_a_lone_surrogate_escape_the_sdk_reads_is_not_corrupt_and_reads_alike_however_chunked():
+    """A server that splits an emoji's UTF-16 pair across chunks sends each half as a lone escape;
+    the SDK's json module reads both, so the answer arrived. The turn holds U+FFFD for each half."""
+    halves = [chat_chunk({"role": "assistant", "content": ""})]
+    body = sse_data(*halves, done=False) + b'data: {"id":"chatcmpl-c","object":"chat.completion.chunk","created":1,"model":"gpt-test",' \
+        b'"choices":[{"index":0,"delta":{"content":"\\ud83d"},"finish_reason":null}]}\n\n' \
+        + sse_data(chat_chunk({"content": "ok"}), chat_chunk(finish="stop"))
+    stream = _client(body).chat.completions.create(model="gpt-test", messages=[], stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "\ud83dok"
+    for size in (None, 1, 7):
+        analysis = analyze_bytes(body, CHAT, chunk_size=size)
+        assert analysis.verdict.kind is C, analysis.verdict
+        assert analysis.turn.text() == "\ufffdok" and any("lone surrogate" in n for n in analysis.turn.notes)
+    responses = responses_stream(*message_events(["a"])).replace(b'"delta":"a"', b'"delta":"\\udc00"')
+    assert "lone surrogate" in " ".join(analyze_bytes(responses, RESPONSES).turn.notes)
+    gemini = b'data: {"candidates":[{"content":{"parts":[{"text":"\\ud83d"}],"role":"model"},"finishReason":"STOP"}]}\r\n\r\n'
+    assert analyze_bytes(gemini, Dialect.GEMINI).verdict.kind is C  # google-genai reads it with json.loads too

@@ -34,7 +34,7 @@ import orjson
 from streamtap.wire import SSEEvent, WireEvent
 from streamtap.wire.partial_json import exact_loads
 
-from .judge import Fragments, Judge, parse_arguments
+from .judge import Fragments, Judge, parse_arguments, sdk_loads
 
 from .turn import Block, BlockKind, Choice, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
@@ -308,8 +308,10 @@ class AssemblerBase:
                          f"SDK parses it as JSON and fails", event)
 
     def payload(self, event: WireEvent, text: str | bytes, exact_integers: bool = False) -> Any:
+        """The event's JSON as the dialect's SDK reads it (the json module: ``sdk_loads``), or None
+        once it was judged corrupt."""
         try:
-            return loads(text, exact_integers)
+            return sdk_loads(text, exact_integers, self.judge)
         except ValueError as exc:
             self.corrupt(f"event data is not JSON ({one_line(str(exc), 80)})", event)
             return None

@@ -95,7 +95,10 @@ class ContentDeltas:
         self._learns += 1
         fragment = obj["choices"][0]["delta"]["content"]
         padded = type(obj.get("obfuscation")) is str
-        expected = orjson.loads(data)
+        try:
+            expected = orjson.loads(data)
+        except ValueError:  # read by the json module (a lone surrogate escape): no layout to learn
+            return False
         expected["choices"][0]["delta"]["content"] = _SENTINEL
         if padded:
             expected["obfuscation"] = _PADDING_SENTINEL
