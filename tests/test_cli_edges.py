@@ -338,3 +338,80 @@ def test_a_recording_whose_frame_times_go_back_is_damaged(tmp_path):
     edited.write_text("".join(lines[:4] + [json.dumps(frame) + "\n"] + lines[5:]))
     got = streamtap("verify", edited)
     assert got.returncode == 1 and ": unknown (openai-chat)" in got.stdout and "arrival time 0 ms is before" in got.stdout, got.stdout
+
+
+# Ctrl-C while DuckDB imports a module by itself (zoneinfo, for a query's first timestamp): DuckDB
+# fails the query with an error of its own, which quotes the KeyboardInterrupt's traceback.
+CTRL_C_IN_AN_IMPORT_DUCKDB_MAKES = """
+import sys, types
+import duckdb
+import streamtap.cli as cli
+class CtrlCInZoneinfo:
+    def find_spec(self, name, path=None, target=None):
+        if name == "zoneinfo":
+            raise KeyboardInterrupt
+sys.modules.pop("zoneinfo", None)
+sys.meta_path.insert(0, CtrlCInZoneinfo())
+def run(args):
+    duckdb.connect().execute("SELECT TIMESTAMPTZ '2026-11-30 12:00:00+00'").fetchone()
+    return 0
+""" + RUN_AS_A_VERB
+
+
+def test_ctrl_c_while_duckdb_imports_a_module_itself_exits_130_without_a_traceback():
+    got = subprocess.run([sys.executable, "-c", CTRL_C_IN_AN_IMPORT_DUCKDB_MAKES], capture_output=True, text=True, timeout=60)
+    assert got.returncode == 130 and "Traceback" not in got.stderr, (got.returncode, got.stderr)
+    from streamtap import cli
+    import duckdb
+
+    quoting = duckdb.InvalidInputException("Conversion Error: could not convert 'KeyboardInterrupt' to a date")
+    assert not cli._interrupted(quoting)  # recorded text that names it is no Ctrl-C
+
+
+# Every module each import brings in, whether Ctrl-C (SIGINT) was held meanwhile, and whether the
+# main thread imported it; then the code given, in a fresh interpreter (no DuckDB loaded yet).
+IMPORTS_SEEN = """
+import json, signal, sys, threading
+seen = []
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        held = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        seen.append((name, held, threading.current_thread() is threading.main_thread()))
+sys.meta_path.insert(0, Watch())
+try:
+    exec(sys.argv[1])
+finally:
+    print(json.dumps(seen))
+"""
+
+
+def imports_seen(code: str, *args) -> list[tuple[str, bool, bool]]:
+    got = subprocess.run([sys.executable, "-c", IMPORTS_SEEN, code, *map(str, args)], capture_output=True, text=True, timeout=60)
+    return [tuple(item) for item in json.loads(got.stdout.strip().splitlines()[-1])]
+
+
+# C extensions (and the module DuckDB imports by itself) that an interrupt while they set
+# themselves up can crash: nanobind aborts on an interrupted DuckDB import, or on a second one
+DELICATE = {"duckdb", "_duckdb", "zoneinfo", "zstandard", "orjson"}
+
+
+def test_report_and_index_load_duckdb_with_ctrl_c_held_and_the_watcher_imports_nothing(tmp_path):
+    for verb in (["report", RECORDINGS], ["index", RECORDINGS, "--out", tmp_path / "idx"]):
+        code = f"from streamtap.cli import main; main({list(map(str, verb))!r})"
+        seen = imports_seen(code)
+        assert {name for name, _, _ in seen} >= {"duckdb", "zoneinfo"}, seen
+        assert [(name, held) for name, held, _ in seen if name in DELICATE and not held] == [], verb
+    # Ctrl-C in the interruptible section: the watcher interrupts the queries, importing nothing
+    code = """
+import os, signal, time
+import streamtap.cli as cli
+try:
+    with cli.queries_stop_on_ctrl_c():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+except KeyboardInterrupt:
+    pass
+"""
+    seen = imports_seen(code)
+    assert "streamtap.recording.fleet" in {name for name, _, _ in seen}
+    assert [name for name, _, main_thread in seen if not main_thread] == [], seen

@@ -8,6 +8,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -262,3 +263,101 @@ def test_spark_reads_the_index_unchanged(recorded, tmp_path):
         assert row["total"] == sum(len(r.body) for r in recordings)
     finally:
         spark.stop()
+
+
+def test_a_partial_recording_an_import_replaced_since_is_counted_once(tmp_path):
+    """A stopped import leaves a flow's .partial.jsonl, which an index run records; the import run
+    again removes it and imports the flow anew. The index keeps the row of the file it read (its
+    files are never rewritten), but the flow is one recording, complete: the report over the
+    index, or over the index and the folder before the next index run, says so as the report over
+    the folder does."""
+    from test_import_interrupted import FLOWS, imported, streamtap_import, unfinish
+
+    capture, recordings = imported(tmp_path)
+    partial = unfinish(sorted(recordings.glob("*.jsonl"))[1], "frames")
+    out = tmp_path / "idx"
+    assert streamtap("index", str(recordings), "--out", str(out)).returncode == 0
+    stopped = json.loads(streamtap("report", "--json", str(out)).stdout)
+    assert stopped["recordings"] == FLOWS and [Path(i["path"]).name for i in stopped["incomplete"]] == [partial.name]
+    assert streamtap_import(capture, "--out", recordings, "-q").returncode == 0 and not partial.exists()
+
+    from_folder = streamtap("report", "--json", str(recordings))
+    not_indexed_yet = streamtap("report", "--json", str(out), str(recordings))
+    assert streamtap("index", str(recordings), "--out", str(out)).returncode == 0
+    assert row_counts(out) == (FLOWS + 1, FLOWS + 1)  # the partial's row stays in its file
+    from_index = streamtap("report", "--json", str(out))
+    for report in (from_folder, not_indexed_yet, from_index):
+        assert report.returncode == 0, report.stdout
+        data = json.loads(report.stdout)
+        assert data["recordings"] == FLOWS and data["verdicts"] == {"complete": FLOWS} and data["incomplete"] == []
+    assert json.loads(from_index.stdout) == json.loads(from_folder.stdout)
+
+
+def test_only_a_partial_whose_own_flow_has_a_finished_recording_in_its_folder_is_dropped():
+    """The flow is the name's folder, start and flow part (writer.partial_name, final_name), as the
+    import that replaces the file finds it; the provider may differ, as detection may settle."""
+    from streamtap.recording import fleet
+
+    names = {
+        "/r/20261130T120000.000Z_anthropic_aaaaaaaaaaaa.partial.jsonl": False,  # replaced below
+        "/r/20261130T120000.000Z_openai-chat_complete_aaaaaaaaaaaa.jsonl": True,
+        "/r/20261130T120001.000Z_anthropic_bbbbbbbbbbbb.partial.jsonl.zst": False,  # replaced, compressed
+        "/r/20261130T120001.000Z_anthropic_truncated_bbbbbbbbbbbb.jsonl.zst": True,
+        "/r/20261130T120002.000Z_anthropic_cccccccccccc.partial.jsonl": True,  # another flow part
+        "/r/20261130T120002.000Z_anthropic_complete_cccccccccccc-2.jsonl": True,
+        "/r/20261130T120003.000Z_anthropic_dddddddddddd.partial.jsonl": True,  # another start
+        "/r/20261130T120004.000Z_anthropic_complete_dddddddddddd.jsonl": True,
+        "/r/a/20261130T120005.000Z_anthropic_eeeeeeeeeeee.partial.jsonl": True,  # another folder
+        "/r/b/20261130T120005.000Z_anthropic_complete_eeeeeeeeeeee.jsonl": True,
+        "/r/20261130T120006.000Z_anthropic_ffffffffffff.partial.jsonl": True,  # alone: a killed proxy's
+    }
+    con = fleet.connect()
+    con.execute("CREATE TABLE recordings AS SELECT unnest(?) AS path", [list(names)])
+    fleet.drop_replaced(con)
+    assert {path for (path,) in con.execute("SELECT path FROM recordings").fetchall()} == {p for p, kept in names.items() if kept}
+
+
+def test_report_and_index_hold_one_row_at_a_time_and_say_how_far_they_are(tmp_path, monkeypatch, capsys):
+    """Each recording's row goes to DuckDB's file as it is read (30k recordings held as rows took
+    ~5.5 KB each), and a run longer than a second says on stderr, every second or so, how many
+    recordings it has read, as `import` says its flows: 1M recordings take minutes."""
+    import itertools
+    import types
+    import weakref
+
+    from streamtap import cli
+    from streamtap.recording import fleet
+
+    recordings = tmp_path / "recs"
+    recordings.mkdir()
+    for i in range(30):
+        recording(recordings, f"r{i:02}.jsonl")
+    alive = most = 0
+
+    class Row(dict):  # a dict that can be watched: one alive at a time, or all of them?
+        __slots__ = ("__weakref__",)
+
+    def gone() -> None:
+        nonlocal alive
+        alive -= 1
+
+    def watched(path):
+        nonlocal alive, most
+        row = Row(real_row(path))
+        weakref.finalize(row, gone)
+        alive += 1
+        most = max(most, alive)
+        return row
+
+    real_row = fleet.recording_row
+    monkeypatch.setattr(fleet, "recording_row", watched)
+    clock = itertools.count(0, 0.25)  # a quarter of a second per recording read
+    monkeypatch.setattr(cli, "time", types.SimpleNamespace(monotonic=lambda: next(clock)), raising=False)
+    for verb in (["report", str(recordings)], ["index", str(recordings), "--out", str(tmp_path / "idx")]):
+        most = 0
+        assert cli.main(verb) == 0
+        said = capsys.readouterr().err
+        assert most <= 2, (verb[0], most)
+        progress = re.findall(rf"^streamtap {verb[0]}: (\d+) recordings read \((\d+) s\)$", said, re.MULTILINE)
+        assert len(progress) >= 5 and int(progress[-1][0]) > int(progress[0][0]), said
+    assert row_counts(tmp_path / "idx") == (30, 30)

@@ -16,6 +16,7 @@ import re
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
@@ -209,10 +210,16 @@ def queries_stop_on_ctrl_c() -> Iterator[None]:
     """Ctrl-C stops a running DuckDB query at once. Python runs its SIGINT handler only between
     bytecodes, and a long query keeps the main thread in C, where DuckDB notices the signal only
     now and then. The signal's wakeup byte reaches a watcher thread at once, which interrupts
-    every open connection; the verb then ends as any Ctrl-C does (exit 130)."""
+    every open connection; the verb then ends as any Ctrl-C does (exit 130).
+
+    DuckDB is loaded first (through fleet, whose connections the watcher interrupts), with
+    Ctrl-C held: interrupted while it sets itself up, a DuckDB import aborts the interpreter,
+    and a second one (as the watcher's was) after an interrupted first aborts it too."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    with _interrupts_held():
+        from streamtap.recording import fleet
     read_end, write_end = os.pipe()
     os.set_blocking(write_end, False)
     previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
@@ -220,8 +227,6 @@ def queries_stop_on_ctrl_c() -> Iterator[None]:
     def watch() -> None:
         while signals := os.read(read_end, 64):  # b"" once the block below closed its end
             if signal.SIGINT in signals:
-                from streamtap.recording import fleet
-
                 fleet.interrupt_queries()
 
     watcher = threading.Thread(target=watch, name="streamtap-ctrl-c", daemon=True)
@@ -235,9 +240,17 @@ def queries_stop_on_ctrl_c() -> Iterator[None]:
         os.close(read_end)
 
 
+# The last line of a KeyboardInterrupt's traceback, as DuckDB quotes it in its own error
+_QUOTED_INTERRUPT = re.compile(r"^KeyboardInterrupt$", re.MULTILINE)
+
+
 def _interrupted(exc: Exception) -> bool:
-    """DuckDB turns a Ctrl-C during a query into an exception of its own."""
-    return type(exc).__name__ == "InterruptException" or (type(exc) is RuntimeError and str(exc) == "Query interrupted")
+    """DuckDB turns a Ctrl-C during a query into an exception of its own, and one during a module
+    it imports by itself (zoneinfo, for its first timestamp) into an error quoting the traceback."""
+    if type(exc).__name__ == "InterruptException" or (type(exc) is RuntimeError and str(exc) == "Query interrupted"):
+        return True
+    duckdb = sys.modules.get("duckdb")  # an error of DuckDB's comes only once it is loaded
+    return duckdb is not None and isinstance(exc, duckdb.Error) and _QUOTED_INTERRUPT.search(str(exc)) is not None
 
 
 def escape_what_the_output_cannot_encode() -> None:
@@ -298,6 +311,21 @@ def say(verb: str, message: str) -> None:
     except UnicodeEncodeError:  # a lone surrogate no file name holds: stderr's backslashreplace writes it
         pass
     print(f"streamtap {verb}: {terminal_safe(message, one_line=True)}", file=sys.stderr, flush=True)
+
+
+class Progress:
+    """A line on stderr every second or so while a verb reads many inputs, as `import` says the
+    flows it has read: ``streamtap VERB: N WHAT (S s)``. A run shorter than a second says nothing."""
+
+    def __init__(self, verb: str, what: str) -> None:
+        self.verb, self.what = verb, what
+        self.start = self.last = time.monotonic()
+
+    def __call__(self, done: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= 1.0:
+            self.last = now
+            say(self.verb, f"{done} {self.what} ({now - self.start:.0f} s)")
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError, named_path, queries_stop_on_ctrl_c, say
+from streamtap.cli import EXIT_FINDING, EXIT_OK, Progress, UsageError, named_path, queries_stop_on_ctrl_c, say
 from streamtap.recording import RecordingError
 
 from .report import not_an_index, warn
@@ -37,7 +37,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with queries_stop_on_ctrl_c():
+    with queries_stop_on_ctrl_c():  # which loads DuckDB first, with Ctrl-C held
         return _index(args)
 
 
@@ -79,7 +79,6 @@ def _index(args: argparse.Namespace) -> int:
         lock = fleet.IndexLock(out, waiting)
     except OSError as exc:
         raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
-    rows: list = []
     succeeded = False
     try:
         try:
@@ -91,15 +90,15 @@ def _index(args: argparse.Namespace) -> int:
         except duckdb.Error as exc:
             raise UsageError(f"--out {not_an_index([out], exc)}") from None
         loaded = fleet.Loaded()
+        rows = fleet.iter_rows(found, skip=known, loaded=loaded, progress=Progress("index", "recordings read"))
         try:
-            rows = fleet.read_rows(found, skip=known, loaded=loaded)
+            fleet.load_rows(con, rows, "new_rows")  # read as they are written to DuckDB's file, never all at once
         except (RecordingError, OSError) as exc:  # a named file that is not a recording (a damaged one is a row)
             raise UsageError(str(exc)) from None
         warn(loaded, "index")
-        if not (rows or loaded.unreadable or loaded.busy or any(str(item.path) in known for item in found)):
+        if not (loaded.rows or loaded.unreadable or loaded.busy or any(str(item.path) in known for item in found)):
             raise UsageError(f"no recordings under {' '.join(args.paths)}")  # a mistyped folder, as for report
-        if rows:
-            fleet.load_rows(con, rows, "new_rows")
+        if loaded.rows:
             try:
                 fleet.write_index(con, out, "new_rows")
             except OSError as exc:
@@ -115,7 +114,7 @@ def _index(args: argparse.Namespace) -> int:
         # a failed run that made the folder leaves none (also when Ctrl-C stopped the write); a
         # run that succeeded leaves its index, empty too, for the next step to read
         lock.release(remove_folder=created and not succeeded)
-    say("index", f"{len(rows)} new recording(s) indexed, {len(known)} already in {out} ({time.perf_counter() - started:.2f} s)")
+    say("index", f"{loaded.rows} new recording(s) indexed, {len(known)} already in {out} ({time.perf_counter() - started:.2f} s)")
     return EXIT_FINDING if loaded.unreadable else EXIT_OK  # those recordings (and the ones in those folders) are not in it
 
 

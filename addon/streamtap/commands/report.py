@@ -15,7 +15,10 @@ from typing import Any
 
 import orjson
 
-from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError, json_for_stdout, queries_stop_on_ctrl_c, refuse_recording_as_output, say, terminal_safe, write_out, named_path
+from streamtap.cli import (
+    EXIT_FINDING, EXIT_OK, Progress, UsageError, json_for_stdout, named_path, queries_stop_on_ctrl_c, refuse_recording_as_output, say,
+    terminal_safe, write_out,
+)
 from streamtap.recording import RecordingError
 
 # streamtap.recording.fleet (DuckDB, ~0.15 s to import) is imported where used, so that
@@ -70,15 +73,16 @@ def load(con, paths: list[str], verb: str = "report", loaded=None) -> int:
     except duckdb.Error as exc:
         raise UsageError(not_an_index(indexes, exc)) from None
     loaded = loaded if loaded is not None else fleet.Loaded()
+    filled = [Path(d) for d in indexes if fleet.index_files(Path(d))]  # an empty index has no file to select from
+    rows = fleet.iter_rows(find_recordings(others), skip=indexed, loaded=loaded, progress=Progress(verb, "recordings read"))
     try:
-        rows = fleet.read_rows(find_recordings(others), skip=indexed, loaded=loaded)
+        fleet.load_rows(con, rows, "loaded_rows" if filled else "recordings")
     except (RecordingError, OSError) as exc:  # a missing file, or a named file that is not a recording
         raise UsageError(str(exc)) from None
     warn(loaded, verb)
-    filled = [Path(d) for d in indexes if fleet.index_files(Path(d))]  # an empty index has no file to select from
-    fleet.load_rows(con, rows, "loaded_rows" if filled else "recordings")
     if filled:
-        con.execute(f"CREATE VIEW recordings AS SELECT * FROM loaded_rows UNION ALL BY NAME {fleet.select_index(filled)}")
+        con.execute(f"CREATE TEMP TABLE recordings AS SELECT * FROM loaded_rows UNION ALL BY NAME {fleet.select_index(filled)}")
+    fleet.drop_replaced(con)  # an index's row of a .partial whose flow was finished since, maybe in the folder
     total = con.execute("SELECT count(*) FROM recordings").fetchone()[0]
     if not (total or indexes or loaded.unreadable or loaded.busy):
         raise UsageError(f"no recordings under {' '.join(paths)}")
@@ -144,12 +148,11 @@ def left_out_summary(data: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise UsageError("--limit must be 0 or more")
-    from streamtap.recording import fleet
+    with queries_stop_on_ctrl_c():  # which loads DuckDB first, with Ctrl-C held
+        from streamtap.recording import fleet
 
-    if args.html:
-        refuse_recording_as_output("--html", args.html)
-
-    with queries_stop_on_ctrl_c():
+        if args.html:
+            refuse_recording_as_output("--html", args.html)
         con = fleet.connect()
         loaded = fleet.Loaded()
         load(con, args.paths, loaded=loaded)
