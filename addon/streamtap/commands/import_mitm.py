@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
-from streamtap.cli import EXIT_FINDING, EXIT_OK, UsageError, check_names, named_folder, named_path, terminal_safe
+from streamtap.cli import EXIT_FINDING, EXIT_OK, Progress, UsageError, check_names, named_folder, named_path, terminal_safe
 
 
 DESCRIPTION = """\
@@ -70,20 +69,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress messages, only the result lines")
 
 
-class Progress:
-    """A line on stderr every second or so while a long capture is read."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.start = self.last = time.monotonic()
-
-    def __call__(self, flows: int) -> None:
-        now = time.monotonic()
-        if self.enabled and now - self.last >= 1.0:
-            self.last = now
-            print(f"streamtap import: {flows} flows read ({now - self.start:.0f} s)", file=sys.stderr, flush=True)
-
-
 def run(args: argparse.Namespace) -> int:
     from streamtap.recording.importer import CaptureError, CaptureIncomplete, import_capture, is_llm_stream
     from streamtap.recording.writer import RecordingError
@@ -115,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         for item in import_capture(
             source, args.out, matches=matches, sentinel=args.sentinel, redact=args.redact,
-            redact_allow=args.redact_allow, progress=Progress(not args.quiet),
+            redact_allow=args.redact_allow, progress=(lambda flows: None) if args.quiet else Progress("import", "flows read"),
         ):
             for removed in item.removed:
                 print(f"streamtap import: removed {shown_path(removed)}, left unfinished by an import that was stopped; "
