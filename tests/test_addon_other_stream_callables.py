@@ -107,3 +107,28 @@ def test_a_buffered_body_cut_before_it_was_whole_is_unknown(tmp_path):
         f.error = mitmflow.Error("server closed connection")
         tap.error(f)
     assert f.metadata["streamtap"]["verdict"] == "unknown"
+
+
+def test_a_wrapper_that_held_every_byte_back_until_a_cut_has_not_replaced_streamtaps(tmp_path):
+    """A wrapper that holds streamtap's callable (streamtap's own live faults hold bytes back to
+    cut at an event) and forwarded nothing before the upstream cut: a cut, not a blind spot."""
+    tap = Tap()
+    with taddons.context(tap) as tctx:
+        tctx.configure(tap, streamtap_dir=str(tmp_path))
+        f = streaming_flow()
+        tap.responseheaders(f)
+        inner, held = f.response.stream, []
+
+        def forward(pieces):
+            return [inner(piece) for piece in pieces]
+
+        def holding(data: bytes):
+            held.append(data)  # waits for a whole event, which never comes
+            return forward([]) if data else forward(held)
+
+        f.response.stream = holding
+        f.response.stream(b"data: {")
+        f.error = mitmflow.Error("server closed connection")
+        tap.error(f)
+    summary = f.metadata["streamtap"]
+    assert summary["verdict"] == "truncated", summary

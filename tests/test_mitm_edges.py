@@ -355,3 +355,23 @@ def test_another_addons_stream_callable_before_streamtap_is_kept_and_after_it_is
         assert rec.verdict["kind"] == "unknown", rec.verdict
         assert "another addon replaced streamtap's flow.response.stream" in log
         assert " truncated" not in log
+        # the verdict names the recording the worker finished, not the .partial one it renamed
+        [line] = [line for line in log.splitlines() if "streamtap: openai-chat " in line]
+        assert line.endswith(" -> " + str(rec.path)), line
+
+
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_a_live_fault_that_forwards_nothing_is_not_taken_for_another_addon(tmp_path, workers):
+    """streamtap's own live faults wrap the Tap's callable: a cut before the first byte hands it
+    nothing, which is a cut the client got, not a callable another addon replaced."""
+    body = b"".join(openai_chat_frames(words=12))
+    with Upstream() as upstream:
+        upstream.add("cut", Script(body))
+        options = {"streamtap_workers": workers, "streamtap_fault": "cut:byte=0"}
+        with Mitmdump(upstream.url, tmp_path / "work", options=options) as mitm:
+            got = httpx.post(mitm.url + "/s/cut/v1/chat/completions", content=OPENAI_BODY, timeout=15).content
+            log = mitm.wait_log("streamtap: openai-chat ")
+            rec = find_recording(mitm.record_dir, "cut")
+    assert got == b"" and rec.body == b""
+    assert rec.verdict["kind"] == "truncated", rec.verdict
+    assert "another addon" not in log and "truncated (" in log

@@ -74,6 +74,7 @@ class FlowTap:
         self.finished = False
         self.body_lost = False  # content decoding failed: later body bytes cannot be placed
         self.body_bytes = 0  # (decoded) body bytes taken: the summary's count when analysis failed
+        self.called = False  # the Tap's stream callable was called (set there): not replaced by another addon
         self.flushed_at = 0.0
         self.backlog: list[bytes] = []  # chunks handed on, not analysed yet
         self.backlog_times: list[float] = []  # their arrivals
@@ -471,11 +472,12 @@ class FlowTap:
             t = time.monotonic() - self.t0
         if self.decoder is not None:
             self._take_body(b"", t, final=True)
+        why = next((error[len("analysis: "):] for error in self.errors if error.startswith("analysis: ")), None)
         summary: dict[str, Any] = {
             "provider": self.provider,
             "model": self.requested_model,
             "verdict": VerdictKind.UNKNOWN.value,
-            "reason": "streamtap could not analyse this flow",
+            "reason": "streamtap could not analyse this flow" + (f": {why}" if why else ""),
             "events": self.events_before_stop,  # as many frames as the recording holds
             "bytes": self.body_bytes,  # (analysis, when it ran, counts them itself)
             "ttft_ms": None,

@@ -99,10 +99,32 @@ def _after(earlier: Callable, ours: Callable[[bytes], bytes]) -> Callable:
     return stream
 
 
+def _wraps(outer: Any, ours: Callable | None, depth: int = 4) -> bool:
+    """Whether ``outer`` holds ``ours`` (in a closure, as ``__wrapped__``, or as a bound method's
+    object), a few calls deep: a wrapper that held back every byte (streamtap's own live faults,
+    until the upstream cut) has not replaced streamtap's callable."""
+    todo, seen = [(outer, 0)], set()
+    while todo:
+        value, level = todo.pop()
+        if value is ours:
+            return True
+        if level == depth or id(value) in seen:
+            continue
+        seen.add(id(value))
+        held = [getattr(value, "__wrapped__", None), getattr(value, "__self__", None), getattr(value, "__func__", None)]
+        for cell in getattr(value, "__closure__", None) or ():
+            try:
+                held.append(cell.cell_contents)
+            except ValueError:  # an empty cell
+                pass
+        todo += [(item, level + 1) for item in held if callable(item)]
+    return False
+
+
 def _saw_nothing(tap: FlowTap | RemoteFlow) -> bool:
-    if isinstance(tap, RemoteFlow):
-        return tap.forwarded() == 0
-    return tap.body_bytes == 0 and not tap.backlog
+    """Whether streamtap's stream callable was never called, not even with the body's empty end:
+    a wrapper that forwards nothing (a live fault's cut at byte 0) still calls it at the end."""
+    return not tap.called
 
 
 class Tap:
@@ -288,6 +310,7 @@ class Tap:
             loop = running_loop()
 
             def stream(data: bytes) -> bytes:
+                tap.called = True
                 try:
                     tap.arrived(data, loop)
                 except Exception as exc:  # arrived() does not raise; this is the last line of defence
@@ -329,7 +352,8 @@ class Tap:
         if tap is None:
             return
         try:
-            if flow.response is not None and flow.response.stream is not ours and _saw_nothing(tap):
+            if flow.response is not None and flow.response.stream is not ours and _saw_nothing(tap) \
+                    and not _wraps(flow.response.stream, ours):
                 if not self._take_unstreamed(flow, tap, ours):
                     kept = None  # nothing was kept: the flow shows what mitmproxy holds
             shown_cut = False

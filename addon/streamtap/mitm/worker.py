@@ -470,6 +470,7 @@ class RemoteFlow:
     sent: int = 0  # wire bytes handed to the worker
     seen: int = 0  # wire bytes forwarded to the client, but for those in chunks
     queued: bool = False  # in the list of flows with reads to send
+    called: bool = False  # its stream callable was called (the end's empty call counts): not replaced
     dropped: str | None = None  # why its later bytes are not analysed
     opened: bool = False  # handed to its worker
     # its OPEN's spec and settings until the worker says it took it (OPENED): a worker that dies
@@ -477,6 +478,7 @@ class RemoteFlow:
     # The spec holds the request body mitmproxy's flow holds anyway, and a reply comes in milliseconds.
     opening: tuple[Any, dict[str, Any]] | None = field(default=None, repr=False)
     reopened: bool = False  # handed again to the worker that took a dead one's place, only for its recording
+    verdict_lost: bool = False  # ended with its analysis dropped: its worker only finishes the recording
     recording: str | None = None  # the partial recording's path, once the worker said
     model: str | None = None  # the model the request names, once the worker said
     generation: int = 0  # of the worker process it was handed to
@@ -821,7 +823,7 @@ class Workers:
 
     def _queue(self, remote: RemoteFlow, now: float) -> None:
         """The flow's first read since the last batch: it goes in the next one."""
-        remote.queued = True
+        remote.queued = remote.called = True
         self.queued.append(remote)
         if self.timer is None and not self.scheduled:
             # a read after a quiet spell goes at the end of this loop turn, so the worker
@@ -844,12 +846,15 @@ class Workers:
         if remote.reopened:  # the worker that records it closes its recording; the verdict is lost() once it did
             self._op(remote.shard, (FINISH, remote.key, end, error, fault, t))
             return
-        if remote.dropped is not None and remote.dropped != FELL_BEHIND:  # no verdict will come
-            self.flows.pop(remote.key, None)
+        if remote.dropped is not None and remote.dropped != FELL_BEHIND:  # its verdict is unknown, whatever the worker says
             remote.opening = None
-            if remote.opened and remote.generation == self.generations[remote.shard]:  # the worker closes its recording
+            if remote.opened and remote.generation == self.generations[remote.shard]:
+                # the worker closes its recording; the verdict is lost() once it did, naming the finished file
+                remote.verdict_lost = True
                 self._op(remote.shard, (BEHIND, remote.key, remote.sent, remote.dropped))
                 self._op(remote.shard, (FINISH, remote.key, end, error, fault, t))
+                return
+            self.flows.pop(remote.key, None)
             self.lost(remote, remote.dropped)
             return
         if remote.queued:
@@ -948,7 +953,7 @@ class Workers:
                 if remote is None:
                     continue
                 remote.opening = None
-                if remote.reopened:  # recorded by the worker that took a dead one's place: its analysis was lost
+                if remote.reopened or remote.verdict_lost:  # its analysis was lost: the verdict only names the recording
                     remote.recording = value.get("recording") or remote.recording
                     self.lost(remote, remote.dropped or "")
                     continue
@@ -995,7 +1000,7 @@ class Workers:
         if not self.retired:
             self._restart_after(index, wait)
         for remote in held:
-            again = remote.reopened  # this worker only recorded it: the dead one's reason stays
+            again = remote.reopened or remote.verdict_lost  # this worker only recorded it: the reason given stays
             remote.reopened = False
             if not again:
                 remote.dropped = f"streamtap's analysis worker died after it was handed {remote.sent} bytes of this stream"
