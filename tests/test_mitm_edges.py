@@ -375,3 +375,46 @@ def test_a_live_fault_that_forwards_nothing_is_not_taken_for_another_addon(tmp_p
     assert got == b"" and rec.body == b""
     assert rec.verdict["kind"] == "truncated", rec.verdict
     assert "another addon" not in log and "truncated (" in log
+
+
+KILLING_ADDON = '''
+import asyncio
+from mitmproxy import ctx
+
+
+def responseheaders(flow):
+    if flow.request.path.startswith("/s/kill/"):
+        flow.kill()
+    elif flow.request.path.startswith("/s/kill_mid/"):  # as mitmweb's Kill button, while the body streams
+        inner, reads = flow.response.stream, []
+
+        def stream(data):
+            reads.append(data)
+            if len(reads) == 2:
+                asyncio.get_running_loop().call_soon(ctx.master.commands.call, "flow.kill", [flow])
+            return inner(data)
+
+        flow.response.stream = stream
+'''
+
+
+@pytest.mark.parametrize("name", ["kill", "kill_mid"])
+def test_an_answer_mitmproxy_killed_is_not_blamed_on_the_upstream(tmp_path, name):
+    """A kill (mitmweb's button, an addon's flow.kill()) ends the client's answer, at its headers
+    or while it streams: the end is the proxy's, not an upstream reset, nor a clean finish."""
+    body = b"".join(openai_chat_frames(words=12))
+    killer = tmp_path / "killer.py"
+    killer.write_text(KILLING_ADDON)
+    with Upstream() as upstream:
+        upstream.add(name, Script(body, chunk_size=200, gap=0.05))
+        mitm = Mitmdump(upstream.url, tmp_path / "work")
+        mitm.args += ["-s", str(killer)]
+        with mitm:
+            with pytest.raises(httpx.HTTPError):  # the kill cuts the client's answer
+                httpx.post(mitm.url + f"/s/{name}/v1/chat/completions", content=OPENAI_BODY, timeout=15)
+            log = mitm.wait_log("streamtap: openai-chat ")
+            rec = find_recording(mitm.record_dir, name)
+    assert rec.end["stream_end"] == "proxy_ended", rec.end
+    assert "[proxy_ended]" in log and "[upstream_reset]" not in log
+    if name == "kill":
+        assert rec.verdict["evidence"].get("provider_fault") is False, rec.verdict

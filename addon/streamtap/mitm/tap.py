@@ -339,6 +339,9 @@ class Tap:
             ours(flow.response.raw_content)
 
     def response(self, flow: http.HTTPFlow) -> None:
+        if flow.error is not None:  # killed as it ended: mitmproxy sends the kill, not the body's end
+            self.error(flow)
+            return
         self._finish(flow, answered_end(flow), None)
 
     def error(self, flow: http.HTTPFlow) -> None:

@@ -49,6 +49,7 @@ END_WORDS = {
     StreamEnd.FINISHED: "the body ended cleanly",
     StreamEnd.UPSTREAM_RESET: "the upstream connection was reset or timed out",
     StreamEnd.CLIENT_ABORTED: "the client went away first (not the provider's fault)",
+    StreamEnd.PROXY_ENDED: "mitmproxy or one of its addons ended it (not the provider's fault)",
 }
 
 FINISHED_WORDS = {

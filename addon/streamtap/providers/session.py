@@ -483,7 +483,7 @@ class StreamSession:
         if verdict.kind is VerdictKind.TRUNCATED:
             verdict.evidence["last_event_offset"] = verdict.offset
             verdict.offset = self._bytes  # where the bytes stopped
-            if end is StreamEnd.CLIENT_ABORTED:
+            if end in (StreamEnd.CLIENT_ABORTED, StreamEnd.PROXY_ENDED):
                 verdict.evidence["provider_fault"] = False
             return verdict
         if verdict.kind is VerdictKind.COMPLETE and self.sentinel and turn.stop_reason != "tool_use":

@@ -50,6 +50,7 @@ class StreamEnd(StrEnum):
     FINISHED = "finished"  # the upstream ended the body properly
     UPSTREAM_RESET = "upstream_reset"  # reset, error or timeout mid-body
     CLIENT_ABORTED = "client_aborted"  # the client went away: not the provider's fault
+    PROXY_ENDED = "proxy_ended"  # mitmproxy or an addon ended it (a kill, body_size_limit): not the provider's fault
 
 
 @dataclass(slots=True)

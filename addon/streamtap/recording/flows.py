@@ -73,6 +73,13 @@ def answered_end(flow: Any) -> StreamEnd:
     return StreamEnd.UPSTREAM_RESET if flow.metadata.get(INJECTED_END) not in (None, "clean") else StreamEnd.FINISHED
 
 
+# mitmproxy's messages for the ends it makes itself: a kill (mitmweb's button, an addon's
+# flow.kill()), and a body past its body_size_limit option (mitmproxy.flow.Error.KILLED_MESSAGE and
+# the HTTP layer's wording; this module imports no mitmproxy)
+KILLED = "Connection killed."
+_OVER_LIMIT = "body exceeds mitmproxy's body_size_limit."
+
+
 def ended_by(flow: Any, message: str, closed: Callable[[Any], bool] = closed_when_saved) -> StreamEnd:
     """Which side ended a flow that errored. mitmproxy's error does not say, so read the signs:
     its HTTP/1 message names the client; an HTTP/2 stream reset (mitmproxy words it "reset by
@@ -84,6 +91,8 @@ def ended_by(flow: Any, message: str, closed: Callable[[Any], bool] = closed_whe
     reads the connection's state, a capture only has ``closed_when_saved``."""
     if flow.metadata.get(INJECTED_END):  # streamtap cut it, standing in for the upstream, whatever the protocol shows
         return StreamEnd.UPSTREAM_RESET
+    if message == KILLED or message.endswith(_OVER_LIMIT):  # the proxy's own doing, which its message names
+        return StreamEnd.PROXY_ENDED
     text = message.lower()
     if "client disconnected" in text:
         return StreamEnd.CLIENT_ABORTED
