@@ -141,6 +141,7 @@ def test_lenient_reading_keeps_integers_exact_where_orjson_refuses_the_text():
 
 
 def test_lenient_reading_still_refuses_a_lone_surrogate():
+    """The NDJSON wire's reading (OpenAI's tool arguments hold U+FFFD for one: ``judge.parse_arguments``)."""
     with pytest.raises(orjson.JSONDecodeError):
         lenient_loads('{"s": "\\ud800", "inf": 1e400}')
 

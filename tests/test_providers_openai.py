@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import httpx
@@ -326,25 +327,24 @@ def test_constructed_refusal_and_content_filter_are_filtered():
     assert analyze_bytes(sse_data(chat_chunk({"content": "x"}), chat_chunk(finish="content_filter")), CHAT).verdict.kind is F
 
 
-def test_a_tool_index_reused_for_a_new_call_is_two_calls_and_says_what_the_sdk_makes_of_it():
-    """A gateway's parallel calls on one index: the openai SDK joins them into one call that does
-    not parse, so the turn, which keeps both, says so."""
-    from openai.lib.streaming.chat import ChatCompletionStreamState
-    from openai.types.chat import ChatCompletionChunk
-
-    call = lambda **f: chat_chunk({"tool_calls": [{"index": 0, "type": "function", **f}]})  # noqa: E731
-    chunks = [call(id="call_a", function={"name": "get_weather", "arguments": '{"city":"Paris"}'}),
-              call(id="call_b", function={"name": "get_time", "arguments": '{"tz":"CET"}'}), chat_chunk(finish="tool_calls")]
-    analysis = analyze_bytes(sse_data(*chunks), CHAT)
+def test_a_tool_index_reused_for_a_new_call_is_two_calls_and_corrupt_for_the_one_the_sdk_makes_of_them():
+    """A gateway's parallel calls on one index: the turn keeps both, but the openai SDK (its stream
+    helper, and the raw loop that joins fragments by index) hands the app one call, under the joined
+    ids and names, whose arguments do not parse. The app's call is not the answer: corrupt, naming
+    what the app gets."""
+    call = lambda **f: _chunk({"tool_calls": [{"index": 0, "type": "function", **f}]})  # noqa: E731
+    body = _chat(call(id="call_a", function={"name": "get_weather", "arguments": '{"city":"Paris"}'}),
+                 call(id="call_b", function={"name": "get_time", "arguments": '{"tz":"CET"}'}), _chunk({}, "tool_calls"))
+    joined = _run_chat_sdk(body).choices[0].message.tool_calls
+    assert [(c.id, c.function.name, c.function.arguments) for c in joined] == [
+        ("call_acall_b", "get_weatherget_time", '{"city":"Paris"}{"tz":"CET"}')]  # what the app gets
+    analysis = analyze_bytes(body, CHAT)
     assert [(c.id, c.name, c.arguments) for c in analysis.turn.tool_calls()] == [
         ("call_a", "get_weather", {"city": "Paris"}), ("call_b", "get_time", {"tz": "CET"})]
-    state = ChatCompletionStreamState()
-    for chunk in chunks:
-        state.handle_chunk(ChatCompletionChunk.model_validate(chunk))
-    joined = state.current_completion_snapshot.choices[0].message.tool_calls[0]
-    assert joined.function.arguments == '{"city":"Paris"}{"tz":"CET"}'  # what the app gets
-    assert any("index 0 of choice 0 reused for a new call" in note and "openai SDK joins" in note
-               for note in analysis.turn.notes), analysis.turn.notes
+    verdict = analysis.verdict
+    assert verdict.kind is X, verdict
+    assert "index 0 of choice 0 reused for a new call" in verdict.reason and "call_acall_b" in verdict.reason
+    assert "get_weatherget_time" in verdict.reason and verdict.evidence["ids"] == ["call_a", "call_b"]
 
 
 @pytest.mark.parametrize("calls", [[{"index": 1}], [{}], [{"index": 1}, {"index": 0}]],
@@ -871,14 +871,26 @@ def test_a_responses_refusal_is_filtered_as_on_chat_completions():
     assert analysis.turn.stop_reason == "refusal" and analysis.verdict.kind is F, analysis.verdict
 
 
-@pytest.mark.parametrize("arguments, parsed", [('{"x": 1e400}', {"x": float("inf")}), ('{"a": 1', None), ('{"s": "\\ud83d"}', None)])
+@pytest.mark.parametrize("arguments, parsed", [('{"x": 1e400}', {"x": float("inf")}), ('{"a": 1', None),
+                                               ('{"s": "Paris \\ud83d"}', {"s": "Paris \ufffd"})])
 def test_tool_arguments_the_sdks_parse_are_parsed_and_others_are_corrupt(arguments, parsed):
-    """A number past a double is infinity to json.loads (the SDKs' parser); orjson refuses it. A
-    lone surrogate escape stays refused: it cannot be written back as UTF-8."""
+    """A number past a double is infinity to json.loads (what apps call on the arguments the SDK
+    hands them); orjson refuses it. json.loads reads a lone surrogate escape (an emoji cut in half)
+    too: no UTF-8 text can hold it, so the parsed arguments hold U+FFFD in its place, and a note says
+    so, as for event JSON; ``arguments_raw`` keeps the escape."""
     call = {"tool_calls": [{"index": 0, "id": "call_A", "type": "function", "function": {"name": "f", "arguments": arguments}}]}
-    analysis = analyze_bytes(sse_data(chat_chunk(call), chat_chunk(finish="tool_calls")), CHAT)
-    assert analysis.turn.blocks[0].arguments == parsed
+    body = sse_data(chat_chunk(call), chat_chunk(finish="tool_calls"))
+    analysis = analyze_bytes(body, CHAT)
+    assert analysis.turn.blocks[0].arguments == parsed and analysis.turn.blocks[0].arguments_raw == arguments
     assert (analysis.verdict.kind is C) == (parsed is not None), analysis.verdict
+    assert any("lone surrogate" in note for note in analysis.turn.notes) == ("ud83d" in arguments)
+    sdk_arguments = _run_chat_sdk(body).choices[0].message.tool_calls[0].function.arguments
+    assert sdk_arguments == arguments
+    if parsed is not None:
+        assert json.loads(sdk_arguments).keys() == parsed.keys()  # what the app reads
+    else:
+        with pytest.raises(ValueError):
+            json.loads(sdk_arguments)
 
 
 # -- blocks the HTML rules do not dispatch, but the SDK does, with empty data ------------------
@@ -1004,20 +1016,50 @@ def test_chat_tool_call_name_in_two_fragments_is_joined_as_the_sdk_joins_it() ->
     assert analysis.turn.tool_calls()[0].name == sdk_call.function.name == "get_weather"
 
 
-def test_chat_tool_call_id_and_name_repeated_on_every_fragment_keep_the_call_and_say_what_the_sdk_makes_of_it() -> None:
-    """vLLM-style servers (Fireworks) and the LiteLLM proxy repeat the id and name on every
-    fragment: the call is whole (a duplicated chunk cannot be told from it), and the note says
-    the SDK joins the strings."""
+def _repeated(**again) -> bytes:
+    """A call whose later fragment sends ``again`` (its id, its name) a second time."""
     opening = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
-    arguments = {"index": 0, "id": "call_1", "function": {"name": "get_weather", "arguments": "{}"}}
-    body = _chat(_chunk({"role": "assistant"}), _chunk({"tool_calls": [opening]}), _chunk({"tool_calls": [arguments]}),
+    arguments = {"index": 0, **{k: v for k, v in again.items() if k == "id"},
+                 "function": {"arguments": "{}", **{k: v for k, v in again.items() if k == "name"}}}
+    return _chat(_chunk({"role": "assistant"}), _chunk({"tool_calls": [opening]}), _chunk({"tool_calls": [arguments]}),
                  _chunk({}, "tool_calls"))
+
+
+@pytest.mark.parametrize("again", [{"name": "get_weather"}, {"id": "call_1", "name": "get_weather"}],
+                         ids=["name", "id and name"])
+def test_chat_tool_call_name_repeated_on_a_later_fragment_is_corrupt_for_the_name_the_sdk_joins(again) -> None:
+    """vLLM-style servers (Fireworks) and the LiteLLM proxy repeat the name on every fragment, as a
+    chunk sent twice does: the turn keeps the call, but the openai SDK joins every name fragment, so
+    the app's call names a tool the stream never called (and its arguments, whole, go to it)."""
+    body = _repeated(**again)
     sdk_call = _run_chat_sdk(body).choices[0].message.tool_calls[0]
-    assert (sdk_call.id, sdk_call.function.name) == ("call_1call_1", "get_weatherget_weather")
+    assert sdk_call.function.name == "get_weatherget_weather"
     analysis = analyze_bytes(body, CHAT)
-    assert analysis.verdict.kind is C
     assert [(c.id, c.name, c.arguments) for c in analysis.turn.tool_calls()] == [("call_1", "get_weather", {})]
-    assert any("the openai SDK joins" in note for note in analysis.turn.notes)
+    assert analysis.verdict.kind is X, analysis.verdict
+    assert "get_weatherget_weather" in analysis.verdict.reason
+
+
+def test_chat_tool_call_id_repeated_on_a_later_fragment_keeps_the_call_and_says_what_the_sdk_makes_of_it() -> None:
+    """An id repeated alone leaves the app's call whole: the openai SDK joins the id (call_1call_1),
+    and the app answers under, and sends back, that id; the tool and its arguments are the stream's."""
+    body = _repeated(id="call_1")
+    sdk_call = _run_chat_sdk(body).choices[0].message.tool_calls[0]
+    assert (sdk_call.id, sdk_call.function.name, sdk_call.function.arguments) == ("call_1call_1", "get_weather", "{}")
+    analysis = analyze_bytes(body, CHAT)
+    assert analysis.verdict.kind is C, analysis.verdict
+    assert [(c.id, c.name, c.arguments) for c in analysis.turn.tool_calls()] == [("call_1", "get_weather", {})]
+    assert any("repeated on later fragments" in note and "the openai SDK joins" in note for note in analysis.turn.notes)
+
+
+def test_chat_tool_call_name_given_again_with_the_id_is_joined_as_the_sdk_joins_it() -> None:
+    """A later fragment that repeats the id and brings another name: the SDK joins the name, and so
+    does the turn (only a name sent again whole is the repeat that is corrupt)."""
+    body = _repeated(id="call_1", name="_now")
+    sdk_call = _run_chat_sdk(body).choices[0].message.tool_calls[0]
+    analysis = analyze_bytes(body, CHAT)
+    assert analysis.verdict.kind is C, analysis.verdict
+    assert analysis.turn.tool_calls()[0].name == sdk_call.function.name == "get_weather_now"
 
 
 @pytest.mark.parametrize("line_end", [b"\n", b"\r\n", b"\r"], ids=["LF", "CRLF", "CR"])

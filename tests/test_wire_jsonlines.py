@@ -371,7 +371,9 @@ def test_what_no_json_reader_takes_stays_malformed() -> None:
     assert type(events[0]).__name__ == "Malformed", events
 
 
-def test_a_lone_surrogate_escape_stays_malformed_as_in_tool_arguments() -> None:
-    """json.loads takes it, but no UTF-8 text (a recording, the turn) can hold the value."""
+def test_a_lone_surrogate_escape_stays_malformed_on_the_ndjson_wire() -> None:
+    """json.loads takes it, but no UTF-8 text (a recording, the turn) can hold the value. (Ollama's
+    Go server never writes one. OpenAI's tool arguments, which apps read with json.loads, hold U+FFFD
+    for one: ``judge.parse_arguments``; ``lenient_loads`` and ``IncrementalJSON`` still refuse it.)"""
     events, _ = decode(NDJSONDecoder, b'{"content": "A\\ud83d"}\n{"n": 1e400}\n')
     assert kinds(events) == ["Malformed", "JSONValue"], events

@@ -491,7 +491,7 @@ class AssemblerBase:
             for block in choice.blocks:
                 if block.kind is BlockKind.TOOL_CALL and block.arguments is None and block.arguments_error is None:
                     if block.arguments_raw is not None:
-                        parse_arguments(block, block.arguments_raw)
+                        parse_arguments(block, block.arguments_raw, lone_surrogates=self.judge)
                 block.closed = True
 
     def verdict(self, end: StreamEnd, expected: str) -> tuple[Turn, Verdict]:

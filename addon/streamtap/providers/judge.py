@@ -448,13 +448,18 @@ def _size(cap: int | None) -> str:
     return f"{cap // (1024 * 1024)} MiB" if cap % (1024 * 1024) == 0 else f"{cap} characters"
 
 
-def parse_arguments(block: Block, raw: str | None, start_input: Any = None) -> str | None:
+def parse_arguments(block: Block, raw: str | None, start_input: Any = None,
+                    lone_surrogates: Judge | None = None) -> str | None:
     """Parse a finished tool call's joined argument fragments into ``block.arguments``.
 
     Empty arguments mean the start input (normally ``{}``): providers send no fragment for
     a tool without parameters. Returns the parse error (also kept in ``arguments_error``).
     Arguments longer than the judge's cap are not parsed (only their start was kept): the
-    verdict says so (``Judge.unparsed_tool_call``)."""
+    verdict says so (``Judge.unparsed_tool_call``). A lone surrogate escape (an emoji cut in half)
+    is invalid, as the anthropic SDK's parser (jiter) finds it; where apps read the arguments with
+    json.loads, which reads it (OpenAI's SDKs hand them over as a string), ``lone_surrogates`` is the
+    judge, and the parsed arguments hold U+FFFD in its place, said in its notes (``arguments_raw``
+    keeps the escape)."""
     block.arguments_raw = raw
     if arguments_not_kept(block):
         block.arguments = block.arguments_error = None
@@ -468,11 +473,25 @@ def parse_arguments(block: Block, raw: str | None, start_input: Any = None) -> s
     try:
         block.arguments = document.value()
     except ValueError as exc:
-        block.arguments = None
-        block.arguments_error = str(exc).split("\n")[0]
-        return block.arguments_error
+        if lone_surrogates is None or not _read_by_json_loads(block, raw, lone_surrogates):
+            block.arguments = None
+            block.arguments_error = str(exc).split("\n")[0]
+            return block.arguments_error
     block.arguments_error = None
     return None
+
+
+def _read_by_json_loads(block: Block, raw: str, judge: Judge) -> bool:
+    """Whether json.loads reads the arguments ``IncrementalJSON`` refused (of what it refuses, it reads
+    only a lone surrogate escape): then they hold U+FFFD in its place, said in the ``judge``'s notes."""
+    try:
+        block.arguments = sdk_loads(raw, True, judge, f"tool call {block.name or block.id or block.index}'s arguments "
+                                    "hold a lone surrogate escape (half a UTF-16 pair), which json.loads (as apps read "
+                                    "arguments) reads: the parsed arguments hold U+FFFD in its place; the raw arguments "
+                                    "and the recording hold the escape")
+    except ValueError:
+        return False
+    return True
 
 
 class Fragments:
@@ -595,11 +614,16 @@ def _json_size(item: Any) -> int:
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # in a decoded text: half a UTF-16 pair
 
 
-def sdk_loads(data: str | bytes, exact_integers: bool = False, judge: Judge | None = None) -> Any:
+LONE_SURROGATE_NOTE = ("event JSON holds a lone surrogate escape (half a UTF-16 pair), which the SDK's json module "
+                       "reads: the turn holds U+FFFD in its place; the recording holds the bytes")
+
+
+def sdk_loads(data: str | bytes, exact_integers: bool = False, judge: Judge | None = None,
+              note: str = LONE_SURROGATE_NOTE) -> Any:
     """An event's JSON as the providers' Python SDKs read it (botocore, anthropic: the json module):
     orjson's reading, and where orjson refuses, ``json.loads``'s (``NaN``, ``Infinity``, ``1e400``,
-    a lone surrogate escape). A lone surrogate becomes U+FFFD, said once in the ``judge``'s notes:
-    no UTF-8 text (the recording's end line, a report) can hold it, and the recording keeps the
+    a lone surrogate escape). A lone surrogate becomes U+FFFD, said once (``note``) in the ``judge``'s
+    notes: no UTF-8 text (the recording's end line, a report) can hold it, and the recording keeps the
     bytes. Raises orjson's error where the json module refuses too. ``exact_integers`` as for
     ``common.loads``."""
     try:
@@ -614,8 +638,7 @@ def sdk_loads(data: str | bytes, exact_integers: bool = False, judge: Judge | No
         if not _LONE_SURROGATE.search(written):
             return value
         if judge is not None:
-            judge.note("event JSON holds a lone surrogate escape (half a UTF-16 pair), which the SDK's json "
-                       "module reads: the turn holds U+FFFD in its place; the recording holds the bytes")
+            judge.note(note)
         return json.loads(_LONE_SURROGATE.sub("\ufffd", written))
 
 

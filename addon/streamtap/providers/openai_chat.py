@@ -12,6 +12,12 @@ chunk again, once the choice has had content without one; OpenRouter and Perplex
 the role on every chunk, and some servers on the finish chunk, which is not a start), and a
 change of chunk id. An empty delta
 after the finish (OpenRouter's usage chunk) contradicts nothing.
+
+Tool calls are keyed by their index, as the openai SDK joins their fragments (every string, the id
+and name too). A tool index reused for a new call (another id), or a call's name sent again on a
+later fragment (as vLLM-style servers and the LiteLLM proxy do), is corrupt: the turn keeps the
+calls the stream meant, but the app gets one call under the joined name (and, for a reused index,
+both calls' arguments run together). An id sent again alone is only noted: the app's call still runs.
 """
 
 from __future__ import annotations
@@ -261,10 +267,14 @@ class Assembler(AssemblerBase):
         block = self.block(index, ("tool", position, generation))
         new_id = as_str(call.get("id"))
         if block is not None and new_id and block.id and new_id != block.id:
-            # a gateway reusing one index for parallel calls: a new id is a new call
-            self.note(f"tool call index {position} of choice {index} reused for a new call (id {new_id}, seq "
-                      f"{event.seq}): the turn keeps two calls, but the openai SDK joins the fragments of one index, "
-                      f"so it hands the app one call whose ids, names and arguments run together")
+            # a gateway reusing one index for parallel calls: a new id is a new call, which the turn keeps
+            # apart; the openai SDK (its stream helper, and the usual loop that joins by index) does not
+            name = as_str(function.get("name")) or ""
+            self.corrupt(f"tool call index {position} of choice {index} reused for a new call (id {new_id} at seq "
+                         f"{event.seq}, after {block.id}): the openai SDK joins the fragments of one index into one "
+                         f"call, so the app gets id {block.id}{new_id}, name {block.name or ''}{name} and both calls' "
+                         f"arguments run together", event, choice=index, tool_index=position,
+                         ids=[block.id, new_id])
             generation += 1
             self._tool_keys[(index, position)] = generation
             block = None
@@ -276,11 +286,14 @@ class Assembler(AssemblerBase):
                              f"chunk that opened it was lost", event, choice=index)
             block = self.tool_block(index, ("tool", position, generation), id=new_id, name=name, t=t)
         else:
+            # the openai SDK joins every string fragment of a call, ids and names too (accumulate_delta)
             name = as_str(function.get("name"))
-            if (new_id and new_id == block.id) or (name and name == block.name):
-                # vLLM-style servers (Fireworks) and the LiteLLM proxy repeat them on every fragment
-                self.note(f"tool call ids or names repeated on later fragments (first at seq {event.seq}): the "
-                          f"openai SDK joins every string it gets, so its ids and names come out repeated")
+            if name and name == block.name:
+                # vLLM-style servers (Fireworks) and the LiteLLM proxy repeat it on every fragment, and a
+                # chunk sent twice does too: the app's call names a tool the stream never called
+                self.corrupt(f"the name of tool call index {position} of choice {index} ({name}) is sent again at seq "
+                             f"{event.seq}: the openai SDK joins every name fragment, so the app's call is named "
+                             f"{name}{name}", event, choice=index, tool_index=position, name=name)
             elif name:  # a name sent in several fragments: joined, as the SDK joins it (within a bound)
                 joined = (block.name or "") + name
                 if len(joined) > MAX_NAME:
@@ -288,6 +301,10 @@ class Assembler(AssemblerBase):
                                  f"characters, sent in fragments", event, choice=index)
                 else:
                     block.name = joined
+            if new_id and new_id == block.id:
+                # harmless to the app: its call runs, and the joined id is the one it answers and sends back
+                self.note(f"the id of tool call index {position} of choice {index} ({new_id}) is repeated on later "
+                          f"fragments: the openai SDK joins every id fragment, so the app's call id comes out repeated")
             block.id = block.id or new_id
         arguments = function.get("arguments")
         if isinstance(arguments, str):

@@ -19,12 +19,15 @@ approval request come whole in their finished item, whose input (an action, an o
 arguments. The app answers each by its ``call_id`` (an approval by the item id), so the turn waits on it:
 ``tool_use``. Any other item (a web search, a tool search the server ran) is a server tool. An item done
 under another id, or with another ``call_id``, than its ``output_item.added`` gave is two items in one
-slot, which the SDK refuses: corrupt, unless the stream's ids rotate.
+slot, which the SDK refuses: corrupt, unless the stream's ids rotate. So is an item under the id of
+another output index's item (unless ids rotate), or a call under the ``call_id`` of another call of its
+type: one item sent twice, or another answer's stitched on ("conflicting output identities" to the SDK).
 
 Closed units: ``output_text.done`` / ``content_part.done`` (and their refusal, reasoning
 and summary kin) close a part, ``function_call_arguments.done`` a call's arguments,
 ``output_item.done`` the whole item, the terminal event the response. Any event for a
-closed unit is corrupt.
+closed unit is corrupt. Each ``.done`` that gives a part's whole text (``output_text.done``,
+``content_part.done``, ``reasoning_summary_part.done`` and their kin) must be what its deltas grew.
 
 The final snapshot: the terminal event's ``response.output`` (and each
 ``output_item.done``'s item) is what the SDK hands the app. It is compared with what the
@@ -36,7 +39,8 @@ the deltas sent nothing the snapshot fills the block, and a reasoning item's
 list that leaves out an item the stream finished is corrupt too (the app gets that list;
 the ChatGPT Codex backend sends ``[]``); found by item id, or by position and type where
 ids rotate. A null or absent ``output`` is no contradiction: the SDK rebuilds it from the
-``output_item.done`` items.
+``output_item.done`` items, or from a later start event's copy of one (``response.in_progress``
+with ``output``), which it swaps in: such a copy is compared as the finished item is.
 
 The head: a stream starts with ``response.created`` (sequence_number 0). Only a replay
 (``GET /v1/responses/{id}?stream=true&starting_after=N``) starts later, and it keeps the
@@ -123,6 +127,17 @@ def _slot(item: dict[str, Any]) -> dict[str, Any]:
     return {field: item.get(field) for field in ("type", "id", "call_id", "name", "execution")}
 
 
+# item types the openai SDK tells apart by their call_id alone (``_output_identity``); any other by its id too
+CALL_IDENTITY = {"function_call", "custom_tool_call", "shell_call", "shell_call_output"}
+
+
+def _sdk_identity(item: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
+    """How the openai SDK's stream helper tells finished output items apart, to swap in a copy a later
+    lifecycle event lists."""
+    kind, call_id = as_str(item.get("type")), as_str(item.get("call_id"))
+    return (kind, None, call_id) if kind in CALL_IDENTITY else (kind, as_str(item.get("id")), call_id)
+
+
 def _item_input_field(item: dict[str, Any]) -> str:
     """The field of a CLIENT_ITEMS item that holds what the app runs (a computer call may batch ``actions``)."""
     field = CLIENT_ITEMS[as_str(item.get("type")) or ""]
@@ -157,6 +172,8 @@ class Assembler(AssemblerBase):
         self._unnumbered = 0  # events before the first sequence_number: the number it must then say
         self._items: dict[int, dict[str, Any]] = {}  # output_index -> item from output_item.added/done
         self._item_index: dict[str, int] = {}  # item id -> output_index
+        self._call_index: dict[tuple[str, str], int] = {}  # (item type, call_id) -> output_index
+        self._done_at: dict[tuple[str | None, str | None, str | None], int] = {}  # _sdk_identity -> done item's index
         self._open_items: set[int] = set()  # added, not yet done
         self._first_response: tuple[str, WireEvent] | None = None  # the first response id and its event
         self._starts_seen: set[str] = set()
@@ -259,6 +276,8 @@ class Assembler(AssemblerBase):
             self._body_started = True
         if response:
             self._response_id(as_str(response.get("id")), name, repeated, event)
+            if name in STARTS and isinstance(response.get("output"), list) and self._done_at:
+                self._lifecycle_output(response["output"], event, name)
             self.turn.model = self.turn.model or as_str(response.get("model"))
             if isinstance(response.get("usage"), dict):
                 self._usage(response["usage"])
@@ -281,6 +300,16 @@ class Assembler(AssemblerBase):
         self._ids_rotate = True
         self._other_id(new)
         self.note(f"response id changed from {first_id} to {new}")
+
+    def _lifecycle_output(self, output: list[Any], event: WireEvent, name: str) -> None:
+        """A start event, after items were done, whose ``output`` lists one of them: the openai SDK swaps
+        that copy in for the finished item (and hands it to the app where the terminal event lists no
+        output), so a copy that differs from what the stream gave is corrupt (``_agree``)."""
+        for item in output:
+            item = as_dict(item)
+            index = self._done_at.get(_sdk_identity(item)) if item.get("type") else None
+            if index is not None:
+                self._agree(index, item, event, name)
 
     def _other_id(self, new: str) -> None:
         if len(self._other_ids) < OTHER_IDS_KEPT:
@@ -421,7 +450,7 @@ class Assembler(AssemblerBase):
         if index in self._open_items:
             self.corrupt(f"output item {index} was added twice", event, output_index=index)
             return
-        if not self._room_for_item(index, event):
+        if not self._room_for_item(index, event) or self._held_by_another(index, item, event, "response.output_item.added"):
             return
         self._items[index] = _slot(item)
         self._open_items.add(index)
@@ -466,7 +495,8 @@ class Assembler(AssemblerBase):
             return
         added = self._items[index]
         added_id = added.get("id")
-        if index != self._partial and not self._same_item_id(index, as_str(added_id), as_str(item.get("id")), event):
+        if (index != self._partial and not self._same_item_id(index, as_str(added_id), as_str(item.get("id")), event)) \
+                or self._held_by_another(index, item, event, "response.output_item.done"):
             self._open_items.discard(index)
             return
         # only its type and id are read later (the item holds the whole text); an id that changed
@@ -475,6 +505,7 @@ class Assembler(AssemblerBase):
                               "call_id": added.get("call_id"), "name": added.get("name"),
                               "execution": added.get("execution")}
         self._open_items.discard(index)
+        self._done_at[_sdk_identity(item)] = index
         kind = as_str(item.get("type"))
         self._agree(index, item, event, "response.output_item.done")
         if kind in CLIENT_CALLS:
@@ -524,6 +555,31 @@ class Assembler(AssemblerBase):
                      f"{rotated}: two items in one slot", event, output_index=index, streamed=added_id, final=done_id)
         return False
 
+    def _held_by_another(self, index: int, item: dict[str, Any], event: WireEvent, source: str) -> bool:
+        """An item under the id of another output index's item, or a call under the ``call_id`` of another
+        call of its type: one item sent twice, or another answer's stitched on (its text would count
+        twice); the openai SDK refuses the response ("conflicting output identities"). Ids are not
+        compared where they rotate (a rewrite gives every event new ones, so they prove nothing). True
+        when so (corrupt)."""
+        kind, item_id, call_id = as_str(item.get("type")), as_str(item.get("id")), as_str(item.get("call_id"))
+        other = self._item_index.get(item_id) if item_id and not self._ids_rotate else None
+        if other is not None and other != index:
+            self.corrupt(f"output item {index} ({source} at seq {event.seq}, byte {event.start}) has id {item_id}, "
+                         f"which output item {other} has: one item sent twice, or another answer's stitched on (the "
+                         "openai SDK refuses the response: conflicting output identities)", event,
+                         output_index=index, other_index=other, item_id=item_id)
+            return True
+        other = self._call_index.setdefault((kind, call_id), index) if kind and call_id else None
+        if other is not None and other != index:
+            self.corrupt(f"output item {index} ({source} at seq {event.seq}, byte {event.start}) is a {kind} with "
+                         f"call_id {call_id}, which output item {other} has: two calls the app would answer under one id "
+                         "(the openai SDK refuses the response: conflicting output identities)", event,
+                         output_index=index, other_index=other, call_id=call_id)
+            return True
+        if item_id:
+            self._item_index.setdefault(item_id, index)
+        return False
+
     def _client_item_block(self, index: int, item: dict[str, Any], t: float | None) -> Block:
         block = self.tool_block(0, (index, "tool"), id=None, name=None, t=t)
         self._name_client_item(block, item)
@@ -551,7 +607,7 @@ class Assembler(AssemblerBase):
         self._partial_blocks.discard(id(block))
         value = item.get(field)
         if value is None or isinstance(value, str):  # an approval request's arguments: a JSON string
-            parse_arguments(block, self.judge.kept(block, "arguments_raw", value or ""))
+            parse_arguments(block, self.judge.kept(block, "arguments_raw", value or ""), lone_surrogates=self.judge)
             return
         block.arguments_raw = self.judge.kept(block, "arguments_raw", dumps(value))
         block.arguments, block.arguments_error = (None if arguments_not_kept(block) else value), None
@@ -561,7 +617,7 @@ class Assembler(AssemblerBase):
         if block.extra.get("freeform"):
             block.arguments, block.arguments_error = block.arguments_raw, None
         else:
-            parse_arguments(block, block.arguments_raw)
+            parse_arguments(block, block.arguments_raw, lone_surrogates=self.judge)
 
     def _fill_message(self, index: int, item: dict[str, Any], t: float | None) -> None:
         for ci, part in enumerate(as_list(item.get("content"))):
@@ -873,15 +929,20 @@ class Assembler(AssemblerBase):
             return
         block = self._part(obj, event, kind, sub)
         self.close_unit(text_unit, str(obj.get("type")), event)
-        if block is None or not isinstance(obj.get(field), str) or self._whole(block, "text", obj[field]):
+        self._done_text(block, obj.get(field), event, str(obj.get("type")))
+
+    def _done_text(self, block: Block | None, final: Any, event: WireEvent, what: str) -> None:
+        """A part's whole text, as a ``.done`` event gives it, against what its deltas grew: a difference
+        is corrupt; a block the deltas left empty takes it (some compatible servers send only the .done)."""
+        if block is None or not isinstance(final, str) or self._whole(block, "text", final):
             return
         if block.text:
-            at = common_prefix(block.text, obj[field])
+            at = common_prefix(block.text, final)
             byte = len(block.text[:at].encode("utf-8", "surrogatepass"))
-            self.corrupt(f"the deltas disagree with {obj.get('type')} at block {block.index}, byte {byte}", event,
+            self.corrupt(f"the deltas disagree with {what} at block {block.index}, byte {byte}", event,
                          block=block.index, byte=byte)
-        else:  # some compatible servers send only the .done
-            block.text = self.judge.kept(block, "text", obj[field])
+        else:
+            block.text = self.judge.kept(block, "text", final)
 
     def _on_response_output_text_delta(self, obj, event, t):
         self._delta(obj, event, t, BlockKind.TEXT)
@@ -911,17 +972,23 @@ class Assembler(AssemblerBase):
         self._done(obj, event, BlockKind.THINKING, "text", "summary")
 
     def _on_response_reasoning_summary_part_done(self, obj, event, t):
+        self.flush_text()  # compares with the text the deltas grew
         if self.reopened(self._part_unit(obj, "summary"), "response.reasoning_summary_part.done", event):
             return
-        self._part(obj, event, BlockKind.THINKING, "summary")
+        block = self._part(obj, event, BlockKind.THINKING, "summary")
         self.close_unit(self._part_unit(obj, "summary"), "response.reasoning_summary_part.done", event)
+        self._done_text(block, as_dict(obj.get("part")).get("text"), event, "response.reasoning_summary_part.done")
 
     def _on_response_content_part_done(self, obj, event, t):
+        self.flush_text()  # compares with the text the deltas grew
         if self.reopened(self._part_unit(obj, "content"), "response.content_part.done", event):
             return
-        block = self._part(obj, event, _part_kind(obj.get("part")))  # a part made here, in a replay, is of this kind
+        part = as_dict(obj.get("part"))
+        block = self._part(obj, event, _part_kind(part))  # a part made here, in a replay, is of this kind
         self.close_unit(self._part_unit(obj, "content"), "response.content_part.done", event)
-        annotations = as_list(as_dict(obj.get("part")).get("annotations"))
+        self._done_text(block, part.get("refusal") if part.get("type") == "refusal" else part.get("text"), event,
+                        "response.content_part.done")
+        annotations = as_list(part.get("annotations"))
         if block is not None and annotations:  # the part's whole list, which the added events grew
             self.judge.listed_whole(block, "citations", annotations)
 
@@ -1019,7 +1086,7 @@ class Assembler(AssemblerBase):
                 if block.extra.get("freeform"):
                     block.arguments = block.arguments_raw
                 else:
-                    parse_arguments(block, block.arguments_raw)
+                    parse_arguments(block, block.arguments_raw, lone_surrogates=self.judge)
         turn, verdict = self.verdict(end, expected="response.completed / response.incomplete / response.failed")
         return turn, self._partial_end(self._head(verdict, end), end)
 

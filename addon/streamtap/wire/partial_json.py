@@ -62,7 +62,9 @@ def lenient_loads(
     """One JSON value, also where orjson refuses what the SDKs' parsers take (a number past a
     double, ``1e400``, is infinity to them), as they read it, when the value can be written back
     as JSON; else orjson's error. A lone surrogate escape stays refused: no UTF-8 text can hold
-    it. ``parse_constant`` as for ``json.loads`` (``NaN``, ``Infinity``). With ``exact_integers``
+    it (OpenAI's tool arguments, which apps read with json.loads, hold U+FFFD for one: the
+    providers' ``judge.parse_arguments``).
+    ``parse_constant`` as for ``json.loads`` (``NaN``, ``Infinity``). With ``exact_integers``
     false, an integer past 64 bits may come back as a double (orjson's reading), which is cheaper."""
     try:
         return exact_loads(data) if exact_integers else orjson.loads(data)
