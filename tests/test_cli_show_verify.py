@@ -16,7 +16,7 @@ from conftest import shared_path
 
 from streamtap.providers import Dialect, StreamSession
 from streamtap.providers.judge import ARGUMENTS_CAP
-from streamtap.recording import RecordingWriter
+from streamtap.recording import RecordingWriter, SpanNotKept
 
 F = "fixtures"
 STREAMTAP = Path(sys.executable).with_name("streamtap")
@@ -326,11 +326,14 @@ def _frame_as_b64(text: str):
         (lambda lines: [lines[0], lines[0], *lines[1:]], 1, "line 2 is a second header"),
         (lambda lines: [line + b"\r" for line in lines], 0, "line 1 ends in CR LF"),
         (lambda lines: [lines[0], b" " + lines[1], *lines[2:]], 1, "line 2 (byte"),
+        (_set("frame", event={"sse": "error", "id": "forged", "retry": 99}), "frame",
+         "is damaged: its 'event.sse' is \"error\", its bytes give \"message\""),
+        (_set("frame", event=None), "frame", "is damaged: its 'event.sse' is missing, its bytes give \"message\""),
     ],
     ids=["len-huge", "len-missing", "sum-not-hex", "offset-negative", "t-negative", "raw_b64-invalid",
          "stream_end-invalid", "verdict-kind-invalid", "sha256-not-hex", "frames-missing", "injected_fault-not-text",
          "wire_b64-length",
-         "second-header", "crlf", "space-before-line"],  # fmt: skip
+         "second-header", "crlf", "space-before-line", "event-forged", "event-missing"],  # fmt: skip
 )
 def test_a_recording_that_contradicts_the_format_is_one_line_exit_2_naming_the_line(files, tmp_path, edit, line_of, says):
     edited = _edited(tmp_path, files, edit)
@@ -342,6 +345,70 @@ def test_a_recording_that_contradicts_the_format_is_one_line_exit_2_naming_the_l
         assert result.stdout == "" and "Traceback" not in result.stderr
         assert len(result.stderr.splitlines()) == 1, result.stderr
         assert f"line {number} " in result.stderr and says in result.stderr, result.stderr
+
+
+def _proxy_recording(path: Path, body: bytes, dialect: str, wire: str, max_event: int | None = None) -> None:
+    """``body`` recorded as the proxy records it, an event skipped for its size too: its bytes as
+    raw lines, then the event with none."""
+    writer = RecordingWriter(path)
+    writer.header({"dialect": dialect, "wire": {"format": wire, "content_encoding": None},
+                   "request": {"method": "POST", "url": "https://example.test/v1", "headers": []},
+                   "response": {"status": 200, "headers": []}} | ({"max_event_size": max_event} if max_event else {}))
+    writer.read(body, 1.0)
+    session = StreamSession(dialect, wire, **({"max_event_size": max_event} if max_event else {}))
+    events = session.feed(body, 0.001)  # (one read: verify feeds the frames one by one, and decodes them alike)
+    analysis = session.close()
+    for event in [*events, *analysis.events]:
+        try:
+            writer.frame(event, 1.0)
+        except SpanNotKept:
+            writer.raw(body[writer.offset : event.end], 1.0, "the event outgrew the limit")
+            writer.frame(event._replace(start=event.end, raw=b""), 1.0)
+    turn = analysis.turn.to_dict()
+    turn.get("timing", {}).pop("arrivals", None)
+    writer.finish({"verdict": analysis.verdict.to_dict(), "turn": turn, "stream_end": "finished"})
+
+
+def _bedrock_body() -> bytes:
+    return shared_path(F, "openllmetry/bodies/converse_stream_anthropic_tool_use.0.bin").read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("body", "dialect", "wire", "max_event", "seq", "forged", "says"),
+    [
+        # each event is decoded once the next line's bytes show its lone CR is no CR LF; the last, at the end
+        (b"data: a\r\rdata: b\r\r", "unknown", "sse", None, 0, {"sse": "ping"}, "'event.sse' is \"ping\""),
+        (b"data: a\r\rdata: b\r\r", "unknown", "sse", None, 1, {"sse": "ping"}, "'event.sse' is \"ping\""),
+        # the last event ID stays in force: the second event has it too
+        (b"id: 7\nretry: 5\ndata: a\n\ndata: b\n\n", "unknown", "sse", None, 1, {"sse": "message"},
+         "'event.id' is missing, its bytes give \"7\""),
+        (b"id: 7\nretry: 5\ndata: a\n\n", "unknown", "sse", None, 0, {"sse": "message", "id": "7", "retry": 6},
+         "'event.retry' is 6, its bytes give 5"),
+        # decoded at the end of its raw lines, before its frame
+        (b"data: 1\n\ndata: " + b"x" * 200 + b"\n\ndata: 2\n\n", "unknown", "sse", 64, 1, lambda event: event | {"fatal": True},
+         "'event.fatal' is true, its bytes give false"),
+        (b'{"a":1}\n{"b":2}\n', "unknown", "ndjson", None, 1, {"json": 1}, "'event.json' is 1, its bytes give true"),
+        (_bedrock_body, "bedrock-converse", "eventstream", None, 2, lambda event: event | {"headers": event["headers"] | {":event-type": "messageStop"}},
+         "'event.headers.:event-type' is \"messageStop\", its bytes give \"contentBlockDelta\""),
+    ],
+    ids=["lone-cr-first", "lone-cr-last-at-close", "id-in-force", "retry", "skipped-oversize", "ndjson", "eventstream-header"],
+)
+def test_a_frame_whose_event_its_bytes_do_not_decode_to_is_damaged(tmp_path, body, dialect, wire, max_event, seq, forged, says):
+    """A frame's ``event`` is the decoded view of its bytes: verify decodes them again, as the proxy
+    did, and one that says otherwise names its line (exit 2), as a ``len`` that is not theirs does."""
+    original = tmp_path / "original.jsonl"
+    _proxy_recording(original, body() if callable(body) else body, dialect, wire, max_event)
+    lines = original.read_bytes().split(b"\n")[:-1]
+    at = next(i for i, line in enumerate(lines) if orjson.loads(line)["type"] == "frame" and orjson.loads(line)["seq"] == seq)
+    record = orjson.loads(lines[at])
+    checked = streamtap("verify", original)
+    assert checked.returncode in (0, 1) and checked.stderr == "", checked.stdout + checked.stderr
+    record["event"] = forged(record["event"]) if callable(forged) else forged
+    edited = tmp_path / "edited.jsonl"
+    edited.write_bytes(b"\n".join([*lines[:at], orjson.dumps(record), *lines[at + 1 :]]) + b"\n")
+    result = streamtap("verify", edited)
+    assert result.returncode == 2 and result.stdout == "", result.stdout + result.stderr
+    assert f"line {at + 1} is damaged: its {says}" in result.stderr, result.stderr
 
 
 def test_an_end_line_whose_frame_count_differs_from_the_file_is_a_finding(files, tmp_path):

@@ -32,7 +32,7 @@ from streamtap.providers.judge import DROPPED, ENDING_KINDS, TEXT_CAP
 from streamtap.recording.catalog import files_under
 from streamtap.recording.content import WireBodyCheck, content_encoded, judge_unfinished_coding
 from streamtap.recording.importer import begins_a_flow
-from streamtap.recording.reader import analysis_stopped, shown_path
+from streamtap.recording.reader import EventViews, analysis_stopped, shown_path
 from streamtap.wire import DEFAULT_MAX_EVENT
 
 
@@ -274,11 +274,19 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
             return Unjudged(path, f"cannot judge recording: {exc}")
         encoding = (header.get("wire") or {}).get("content_encoding")
         check = RecordingCheck(encoding)
+        views = EventViews(path)  # each frame's `event` is what its bytes decode to?
         undone = WireBodyCheck(encoding) if content_encoded(encoding) else None  # the body is its wire decoded?
         for item in lines:
             if isinstance(item, Frame):
                 check.segment(item)
-                session.feed(item.raw, item.t_ms / 1000 if item.t_ms is not None else None)
+                # views are compared while the lines check out: once a sum or an offset does not, the bytes
+                # may decode to other events, and the verdict (unknown, exit 1) already says why
+                viewed = not check.problems
+                if viewed:
+                    views.frame(item)
+                events = session.feed(item.raw, item.t_ms / 1000 if item.t_ms is not None else None)
+                if viewed:
+                    views.decoded(events)
                 if undone is not None:
                     undone.body(item.raw)
             elif isinstance(item, NetworkReads):
@@ -292,6 +300,8 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
     problems = cut + ([unfinished] if unfinished else []) + checked
     damage = cut + checked
     analysis = session.close(StreamEnd(end.get("stream_end") or "finished"))  # the reader checked the value
+    if not checked:
+        views.decoded(analysis.events)  # the events only the stream's end completed
     if damage and _unvouched(analysis.verdict.kind, checked):
         # a cut or damaged file holds a shorter or altered stream: what its bytes read as is no answer.
         # Read as truncated, they stop where the recording stops (a dead worker, a full disk), not

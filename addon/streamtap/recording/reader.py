@@ -23,7 +23,8 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -32,11 +33,11 @@ import orjson
 
 from streamtap.providers import StreamEnd, VerdictKind
 from streamtap.providers.common import dumps
-from streamtap.wire import DEFAULT_MAX_EVENT
+from streamtap.wire import DEFAULT_MAX_EVENT, JSONValue, SSEEvent, Tail
 
 from .compress import frames_ended, open_lines
 from .content import content_encoded
-from .writer import FELL_BEHIND, FORMAT, SUM_HEX, RecordingError, frame_sum
+from .writer import FELL_BEHIND, FORMAT, SUM_HEX, RecordingError, _described, _escaped, frame_sum
 
 # The longest line a writer can produce: a frame holds at most one event of max_event bytes
 # (a larger one is reported as malformed, never kept whole). Its bytes appear twice at most
@@ -615,6 +616,91 @@ class RecordingCheck:
             if (wired or self._offset == 0) and not self.encoded and end.get("wire_sha256") != end.get("sha256"):
                 problems.append("wire sha256 differs from the body's, and the body was not content-encoded")
         return problems
+
+
+class EventViews:
+    """Each frame line's ``event`` against the view the writer gives the event its bytes decode to:
+    a view its own bytes contradict is damage, as a ``len`` that is not theirs is.
+
+    ``frame`` takes each body line before its bytes go to the decoder, ``decoded`` the events
+    they gave (and those the decoder's close gave); both raise RecordingError naming the first
+    frame whose view differs. A frame's event comes with its own bytes, or with the next line's
+    where the decoder must see a byte past it (an SSE line that ends in a lone CR); an event
+    skipped for its size comes at the end of its ``raw`` lines, before its frame. So two frames
+    and one event wait at most. A frame and an event that never pair up (frames lost or moved,
+    bytes recorded ``raw`` after the proxy's analysis failed) are left to the sums, offsets and
+    verdict to tell."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = path
+        self._frames: deque[Frame] = deque(maxlen=2)  # frames whose event has not come yet
+        self._event: Any = None  # the last event that came before its frame
+
+    def frame(self, line: Frame) -> None:
+        if line.kind != "frame":
+            return
+        event = self._event
+        if event is not None and event.seq == line.seq:
+            self._event = None
+            self._compare(line, event)
+        else:
+            self._frames.append(line)
+
+    def decoded(self, events: Sequence[Any]) -> None:
+        frames = self._frames
+        for event in events:
+            while frames and frames[0].seq < event.seq:  # (its event never came)
+                frames.popleft()
+            if frames and frames[0].seq == event.seq:
+                self._compare(frames.popleft(), event)
+            else:
+                self._event = event
+
+    def _compare(self, frame: Frame, event: Any) -> None:
+        # the same unit holds the same bytes: an event skipped for its size holds none, as its frame does
+        # (its bytes are in the raw lines before it); a frame that holds them anyway, or a tail, is not it
+        if frame.end != event.end or len(frame.raw) != len(event.raw) or type(event) is Tail:
+            return
+        recorded = frame.event
+        kind = type(event)
+        if kind is SSEEvent and not event.invalid_utf8:  # the common events, without building their view
+            id_, retry = event.id, event.retry
+            if (len(recorded) == 1 + bool(id_) + (retry is not None) and recorded.get("sse") == event.event
+                    and (not id_ or recorded.get("id") == id_)
+                    and (retry is None or (type(recorded.get("retry")) is int and recorded["retry"] == retry))):
+                return
+        elif kind is JSONValue:
+            if len(recorded) == 1 and recorded.get("json") is True:
+                return
+        # the writer's own bytes, read back as a reader reads them (a retry past 64 bits becomes a float)
+        written = line_json(_described(event))
+        if _view_json(recorded) != _view_json(written):
+            raise RecordingError(f"{self.path}: line {frame.line} is damaged: {_view_difference(recorded, written)}")
+
+
+def _view_difference(recorded: dict[str, Any], written: dict[str, Any]) -> str:
+    """The first member where a frame's ``event`` and the view its bytes give differ, said
+    (``'event.headers.:event-type'``)."""
+    name = "event"
+    while isinstance(recorded, dict) and isinstance(written, dict):
+        key = next((k for k in dict.fromkeys([*written, *recorded]) if k not in recorded or k not in written
+                    or _view_json(recorded[k]) != _view_json(written[k])), None)  # fmt: skip
+        if key is None:
+            break
+        name = f"{name}.{key}"
+        if key not in recorded or key not in written:
+            return (f"its '{name}' is {_shown(recorded[key]) if key in recorded else 'missing'}, "
+                    f"its bytes give {_shown(written[key]) if key in written else 'none'}")  # fmt: skip
+        recorded, written = recorded[key], written[key]
+    return f"its '{name}' is {_shown(recorded)}, its bytes give {_shown(written)}"
+
+
+def _view_json(view: Any) -> bytes:
+    """``view`` as JSON that tells apart what equality does not (``true`` and ``1``), in any key order."""
+    try:
+        return orjson.dumps(view, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # an integer past 64 bits, text holding bytes that are not UTF-8
+        return json.dumps(_escaped(view), sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def check_recording(recording: Recording) -> list[str]:
