@@ -132,3 +132,50 @@ def test_a_wrapper_that_held_every_byte_back_until_a_cut_has_not_replaced_stream
         tap.error(f)
     summary = f.metadata["streamtap"]
     assert summary["verdict"] == "truncated", summary
+
+
+def buffering():
+    """An earlier addon's callable that hands on nothing until the body's end, then all of it."""
+    held = bytearray()
+
+    def stream(data: bytes) -> bytes:
+        if data:
+            held.extend(data)
+            return b""
+        return bytes(held)
+
+    return stream
+
+
+def test_an_empty_piece_that_ends_a_chunked_body_ends_what_streamtap_takes(tmp_path):
+    """mitmproxy writes an empty piece as HTTP/1's last chunk: the client's body ends there, and
+    the answer handed on at the end never reaches it. Judged as seen: unknown, saying why."""
+    body = streams.openai_chat(["hello ", "world"])
+    tap = Tap()
+    with taddons.context(tap) as tctx:
+        tctx.configure(tap, streamtap_dir=str(tmp_path))
+        f = streaming_flow()
+        f.response.headers["transfer-encoding"] = "chunked"
+        f.response.stream = buffering()
+        tap.responseheaders(f)
+        sent(f, chunks_of(body))
+        tap.response(f)
+    summary = f.metadata["streamtap"]
+    assert summary["verdict"] == "unknown" and "ends an HTTP/1 chunked body" in summary["reason"], summary
+    assert read_recording(summary["recording"]).body == b""
+
+
+def test_an_empty_piece_in_a_body_of_known_length_sends_nothing_and_the_rest_is_judged(tmp_path):
+    body = streams.openai_chat(["hello ", "world"])
+    tap = Tap()
+    with taddons.context(tap) as tctx:
+        tctx.configure(tap, streamtap_dir=str(tmp_path))
+        f = streaming_flow()
+        f.response.headers["content-length"] = str(len(body))
+        f.response.stream = buffering()
+        tap.responseheaders(f)
+        assert sent(f, chunks_of(body)) == body
+        tap.response(f)
+    summary = f.metadata["streamtap"]
+    assert summary["verdict"] == "complete", summary
+    assert read_recording(summary["recording"]).body == body

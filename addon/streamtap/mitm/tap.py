@@ -83,18 +83,25 @@ def flow_comment(s: dict[str, Any]) -> str:
     return comment
 
 
-def _after(earlier: Callable, ours: Callable[[bytes], bytes]) -> Callable:
+def _after(earlier: Callable, ours: Callable[[bytes], bytes], body_ended: Callable[[], bool]) -> Callable:
     """``earlier``'s stream callable, then streamtap's on what it hands on (bytes or an iterable
-    of them, as mitmproxy allows)."""
+    of them, as mitmproxy allows). An empty piece handed on mid-body ends an HTTP/1 chunked body
+    (mitmproxy writes it as the last chunk): ``body_ended`` says whether it did, and then streamtap
+    takes nothing after it, as the client gets nothing after it."""
+    over = False
 
     def stream(data: bytes):
+        nonlocal over
         out = earlier(data)
-        if isinstance(out, bytes):
-            return ours(out)
-        pieces = list(out)
+        pieces = [out] if isinstance(out, bytes) else list(out)
         for piece in pieces:
+            if over:
+                break
+            if not piece and data and body_ended():
+                over = True
+                break
             ours(piece)
-        return pieces
+        return out if isinstance(out, bytes) else pieces
 
     return stream
 
@@ -331,7 +338,10 @@ class Tap:
         earlier = flow.response.stream
         # an addon loaded before streamtap that changes the chunks keeps doing so; streamtap
         # watches what the client gets
-        flow.response.stream = _after(earlier, ours) if callable(earlier) else ours
+        if callable(earlier):
+            flow.response.stream = _after(earlier, ours, lambda: self._body_ended(flow))
+        else:
+            flow.response.stream = ours
         self.streams[flow.id] = flow.response.stream
         # A response an addon made (server replay, map_local, a script's request hook) has its
         # body already: mitmproxy sends it whole after the response hook and streams nothing.
@@ -377,6 +387,26 @@ class Tap:
             self._tell("tap_failed")
             return
         self._apply(flow, summary, shown_cut)
+
+    def _body_ended(self, flow: http.HTTPFlow) -> bool:
+        """An addon before streamtap handed mitmproxy an empty piece mid-body: whether that ended the
+        client's body (HTTP/1 chunked), in which case streamtap's analysis stops there, said why."""
+        if flow.client_conn.alpn in (b"h2", b"h3") or "chunked" not in flow.response.headers.get("transfer-encoding", "").lower():
+            return False  # an empty piece sends nothing
+        tap = self.open.get(flow.id)
+        why = "an addon loaded before streamtap handed mitmproxy an empty chunk, which ends an HTTP/1 chunked body: the client got nothing after it"
+        log.warning(f"streamtap: flow {flow.id[:12]}: {why}; traffic passed on untouched")
+        try:
+            if isinstance(tap, RemoteFlow):
+                if tap.queued and tap.workers is not None:
+                    tap.workers._hand_on(tap)  # the reads the client did get go first
+                tap.dropped = tap.dropped or why
+            elif tap is not None:
+                tap.catch_up()
+                tap.lost_from(tap.body_bytes, why)
+        except Exception as exc:  # fail open
+            log.warning(f"streamtap: flow {flow.id[:12]}: {failure(exc)}")
+        return True
 
     @staticmethod
     def _take_unstreamed(flow: http.HTTPFlow, tap: FlowTap | RemoteFlow, ours: Callable | None) -> bool:
