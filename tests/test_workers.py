@@ -28,7 +28,7 @@ import provider_streams as streams
 from streamtap.commands.verify import judge_file
 from streamtap.mitm.ring import RELEASE_STEP, STEP, Ring, RingSpace
 from streamtap.mitm.worker import (
-    JOIN_BELOW, LARGE_READ, ORPHANED, RING_ENV, SEND_BYTES, STALL_ENV, WORKER_NICE, RemoteFlow, Workers,
+    JOIN_BELOW, LARGE_READ, ORPHANED, RING_ENV, SEND_BYTES, SLOW_START_ENV, STALL_ENV, WORKER_NICE, RemoteFlow, Workers,
 )
 from streamtap.providers import VerdictKind
 
@@ -483,6 +483,23 @@ def test_a_hung_worker_is_killed_and_restarted_and_the_traffic_stays_whole(upstr
     assert "Traceback" not in proxy.log()
 
 
+def test_a_worker_slow_to_start_is_not_taken_for_hung(upstream, tmp_path, monkeypatch):
+    """A new Python at a lower priority can take many seconds to start on a loaded machine:
+    before its first word a worker is given START_WAIT, not HUNG_AFTER, so it is not killed
+    (and restarted, and killed again) while it starts."""
+    monkeypatch.setenv(HUNG_ENV, "1")
+    monkeypatch.setenv(SLOW_START_ENV, "4")
+    body = streams.openai_chat(["slow ", "start"])
+    upstream.add("slow", Script(body))
+    with Mitmdump(upstream.url, tmp_path / "m") as proxy:
+        worker_pids(proxy)
+        assert curl(f"{proxy.url}/s/slow{CHAT}").stdout == body
+        rec = find_recording(proxy.record_dir, "slow")
+        log = proxy.log()
+    assert rec.verdict["kind"] == "complete"
+    assert "has said nothing for" not in log and log.count("runs as pid") == 1
+
+
 def test_a_stalled_worker_falls_behind_without_holding_the_traffic_or_the_memory(upstream, tmp_path, monkeypatch):
     stall = tmp_path / "stall"
     stall.touch()
@@ -785,10 +802,12 @@ async def _until(condition, timeout: float = 30.0) -> None:
 
 def test_a_worker_that_hangs_before_its_first_word_is_killed_and_restarted(monkeypatch, caplog):
     """A worker stuck at its start (here: stopped before it could say anything) is hung like any
-    other: its start counts as the last time it spoke."""
+    other, once START_WAIT (a slow start's allowance) is over: its start counts as the last time
+    it spoke."""
     import streamtap.mitm.worker as worker_module
 
     monkeypatch.setattr(worker_module, "HUNG_AFTER", 1.0)
+    monkeypatch.setattr(worker_module, "START_WAIT", 1.5)
 
     async def run() -> tuple[bool, int | None, int]:
         workers = Workers(1, asyncio.get_running_loop(), verdict=lambda *a: None, lost=lambda *a: None)

@@ -90,8 +90,13 @@ ACK_EVERY = 1024 * 1024  # a worker reports the bytes it analysed at least this 
 VERDICT_WAIT = 60.0  # seconds after a flow's end before its verdict is given up on
 STALL_ENV = "STREAMTAP_TEST_WORKER_STALL"  # tests only: a path; at its first reads a worker stalls while it exists
 SLOW_FSYNC_ENV = "STREAMTAP_TEST_WORKER_SLOW_FSYNC"  # tests only: seconds each fsync takes in a worker (a slow disk)
+SLOW_START_ENV = "STREAMTAP_TEST_WORKER_SLOW_START"  # tests only: seconds a worker waits before its first word
 HEARTBEAT = 1.0  # a worker says something at least this often, idle or getting on with its work...
 HUNG_AFTER = float(os.environ.get("STREAMTAP_TEST_WORKER_HUNG_AFTER", 30))  # ...or is taken for hung, killed and restarted
+# A worker's start (a new Python, at a lower priority) can take many seconds on a loaded machine:
+# before its first word it is given this long, so a slow start is not taken for a hang and killed
+# again and again, with the flows it would take
+START_WAIT = max(HUNG_AFTER, 60.0)
 # The proxy looks for hung workers, lost verdicts and ring memory to give back this often: at 0.1 s
 # (FLUSH_EVERY, what an in-process tap needs) its loop woke ten times a second for it, idle or not.
 EXPIRE_EVERY = 1.0
@@ -294,6 +299,8 @@ def lower_priority(worker_pid: int, proxy_pid: int) -> None:
 
 def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
     """The worker's main loop: batches of operations in, acknowledgements and verdicts out."""
+    if os.environ.get(SLOW_START_ENV):  # tests only: a start as slow as on a loaded machine
+        time.sleep(float(os.environ[SLOW_START_ENV]))
     from streamtap.providers import StreamEnd
 
     # a terminal's Ctrl-C reaches the whole process group: the proxy stops the worker itself (STOP),
@@ -544,7 +551,8 @@ class _Process:
         self.starved = False  # said once that the ring could get no memory
         self.alive = True
         self.started = time.monotonic()
-        # when it last said something; its start counts, so a worker that hangs before its first word is found too
+        # when it last said something; its start counts, so a worker that hangs before its first word
+        # is found too (after START_WAIT)
         self.heard = self.started
         self.killed = False  # taken for hung and killed: its reader thread reports the death
         self.leaving = False  # sent STOP by a retired pool: its exit is no death
@@ -1112,7 +1120,8 @@ class Workers:
         VERDICT_WAIT."""
         now = time.monotonic()
         for process in self.processes:
-            if process.alive and not process.killed and now - process.heard > HUNG_AFTER:
+            limit = HUNG_AFTER if process.heard > process.started else START_WAIT
+            if process.alive and not process.killed and now - process.heard > limit:
                 log.warning(
                     f"streamtap: analysis worker {process.index} (pid {process.pid}) "
                     f"has said nothing for {now - process.heard:.0f} s: hung; killing it"
