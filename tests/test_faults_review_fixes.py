@@ -139,6 +139,12 @@ def test_a_control_character_in_a_spec_is_refused(control):
         parse_faults(spec)
 
 
+@pytest.mark.parametrize("text", ["cut:event=1\n", "\tcut:event=1", "cut:event=1;\ndrop:event=2", "cut:event=1;\n"])
+def test_a_control_character_at_a_specs_ends_is_refused_not_stripped(text):
+    with pytest.raises(FaultSpecError, match="a fault spec cannot hold a control character"):
+        parse_faults(text)
+
+
 def test_serve_refuses_a_fault_whose_message_would_break_the_response_head(tmp_path):
     write_recording(tmp_path / "openai.jsonl", "openai", openai_chat_frames())
     stderr = serve_refuses(tmp_path, "error:kind=openai,after=1,message=first line\r\nX-Injected: yes")

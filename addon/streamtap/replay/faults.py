@@ -127,12 +127,17 @@ class Fault:
         return self.spec
 
 
-def parse_fault(spec: str) -> Fault:
-    spec = spec.strip()
-    # a spec is written into a response header (and into logs): a line break there would end the header
+def _refuse_control(spec: str) -> None:
+    """A spec is written into a response header (and into logs): a line break there would end the
+    header. Refused anywhere, its ends included, as the README says (not stripped away)."""
     control = next((c for c in spec if ord(c) < 0x20 or ord(c) == 0x7F), None)
     if control is not None:
         raise FaultSpecError(f"{spec!r}: a fault spec cannot hold a control character ({control!r} at character {spec.index(control)})")
+
+
+def parse_fault(spec: str) -> Fault:
+    _refuse_control(spec)
+    spec = spec.strip()
     kind, _, rest = spec.partition(":")
     kind = kind.strip().lower()
     if kind not in _PARAMS:
@@ -172,6 +177,7 @@ def parse_faults(text: str | None) -> list[Fault]:
     """Several specs joined with ';' (empty or None: no fault)."""
     if not text:
         return []
+    _refuse_control(text)
     return [parse_fault(part) for part in text.split(";") if part.strip()]
 
 
