@@ -105,7 +105,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "Exit codes: 0 every file complete, 1 any file not complete, 2 usage error or any input that could not "
         "be judged (missing, unreadable, a recording whose lines break its format, not a stream: each is said "
         "on its own line on stderr, and the other inputs are still judged). A recording that reads but does not "
-        "check out (a frame's sum, an offset, the body's hash) is judged unknown, saying why: exit 1."
+        "check out (a frame's sum, an offset, the body's hash) is judged unknown, saying why: exit 1. Examples: "
+        "`streamtap verify a.sse b.bin rec.jsonl`, `streamtap verify recordings/`, "
+        "`streamtap verify --provider gemini body.json` (else the dialect is sniffed from the bytes, and said so), "
+        "`streamtap verify --sentinel END-OF-ANSWER a.sse`, `streamtap verify --json rec.jsonl | jq .verdict`."
     )
     add_input_options(parser)
 
