@@ -4,6 +4,8 @@ client gets, and never judges a body it did not see."""
 
 from __future__ import annotations
 
+import contextlib
+
 from mitmproxy import flow as mitmflow
 from mitmproxy.test import taddons
 
@@ -11,6 +13,15 @@ import provider_streams as streams
 from streamtap.mitm.tap import Tap
 from streamtap.recording import read_recording
 from test_addon_marks import streaming_flow
+
+
+@contextlib.contextmanager
+def tapped(tmp_path):
+    """A Tap in mitmproxy's addon test harness, recording into ``tmp_path``, and a streamed flow."""
+    tap = Tap()
+    with taddons.context(tap) as tctx:
+        tctx.configure(tap, streamtap_dir=str(tmp_path))
+        yield tap, streaming_flow()
 
 
 def shout(data: bytes) -> bytes:
@@ -37,10 +48,7 @@ def sent(f, chunks: list[bytes]) -> bytes:
 def test_a_callable_set_before_streamtap_still_changes_the_chunks_and_streamtap_records_what_the_client_got(tmp_path):
     body = streams.openai_chat(["hello ", "world"])
     for earlier in (shout, lambda data: pieces(shout(data))):
-        tap = Tap()
-        with taddons.context(tap) as tctx:
-            tctx.configure(tap, streamtap_dir=str(tmp_path))
-            f = streaming_flow()
+        with tapped(tmp_path) as (tap, f):
             f.response.stream = earlier
             tap.responseheaders(f)
             got = sent(f, chunks_of(body))
@@ -53,10 +61,7 @@ def test_a_callable_set_before_streamtap_still_changes_the_chunks_and_streamtap_
 
 def test_a_callable_that_replaces_streamtaps_after_it_gives_unknown_not_a_cut(tmp_path):
     body = streams.openai_chat(["hello ", "world"])
-    tap = Tap()
-    with taddons.context(tap) as tctx:
-        tctx.configure(tap, streamtap_dir=str(tmp_path))
-        f = streaming_flow()
+    with tapped(tmp_path) as (tap, f):
         tap.responseheaders(f)
         f.response.stream = shout  # the later addon's responseheaders
         got = sent(f, chunks_of(body))
@@ -70,10 +75,7 @@ def test_a_callable_that_replaces_streamtaps_after_it_gives_unknown_not_a_cut(tm
 
 def test_a_callable_that_wraps_streamtaps_after_it_is_judged_as_usual(tmp_path):
     body = streams.openai_chat(["hello ", "world"])
-    tap = Tap()
-    with taddons.context(tap) as tctx:
-        tctx.configure(tap, streamtap_dir=str(tmp_path))
-        f = streaming_flow()
+    with tapped(tmp_path) as (tap, f):
         tap.responseheaders(f)
         theirs = f.response.stream
         f.response.stream = lambda data: theirs(data)
@@ -84,10 +86,7 @@ def test_a_callable_that_wraps_streamtaps_after_it_is_judged_as_usual(tmp_path):
 
 def test_a_body_buffered_by_a_later_addon_is_judged_whole(tmp_path):
     body = streams.openai_chat(["hello ", "world"])
-    tap = Tap()
-    with taddons.context(tap) as tctx:
-        tctx.configure(tap, streamtap_dir=str(tmp_path))
-        f = streaming_flow()
+    with tapped(tmp_path) as (tap, f):
         tap.responseheaders(f)
         f.response.stream = False  # the later addon's responseheaders: mitmproxy reads the body whole
         f.response.raw_content = body
@@ -98,10 +97,7 @@ def test_a_body_buffered_by_a_later_addon_is_judged_whole(tmp_path):
 
 
 def test_a_buffered_body_cut_before_it_was_whole_is_unknown(tmp_path):
-    tap = Tap()
-    with taddons.context(tap) as tctx:
-        tctx.configure(tap, streamtap_dir=str(tmp_path))
-        f = streaming_flow()
+    with tapped(tmp_path) as (tap, f):
         tap.responseheaders(f)
         f.response.stream = False
         f.error = mitmflow.Error("server closed connection")
@@ -112,10 +108,7 @@ def test_a_buffered_body_cut_before_it_was_whole_is_unknown(tmp_path):
 def test_a_wrapper_that_held_every_byte_back_until_a_cut_has_not_replaced_streamtaps(tmp_path):
     """A wrapper that holds streamtap's callable (streamtap's own live faults hold bytes back to
     cut at an event) and forwarded nothing before the upstream cut: a cut, not a blind spot."""
-    tap = Tap()
-    with taddons.context(tap) as tctx:
-        tctx.configure(tap, streamtap_dir=str(tmp_path))
-        f = streaming_flow()
+    with tapped(tmp_path) as (tap, f):
         tap.responseheaders(f)
         inner, held = f.response.stream, []
 
@@ -151,10 +144,7 @@ def test_an_empty_piece_that_ends_a_chunked_body_ends_what_streamtap_takes(tmp_p
     """mitmproxy writes an empty piece as HTTP/1's last chunk: the client's body ends there, and
     the answer handed on at the end never reaches it. Judged as seen: unknown, saying why."""
     body = streams.openai_chat(["hello ", "world"])
-    tap = Tap()
-    with taddons.context(tap) as tctx:
-        tctx.configure(tap, streamtap_dir=str(tmp_path))
-        f = streaming_flow()
+    with tapped(tmp_path) as (tap, f):
         f.response.headers["transfer-encoding"] = "chunked"
         f.response.stream = buffering()
         tap.responseheaders(f)
@@ -167,10 +157,7 @@ def test_an_empty_piece_that_ends_a_chunked_body_ends_what_streamtap_takes(tmp_p
 
 def test_an_empty_piece_in_a_body_of_known_length_sends_nothing_and_the_rest_is_judged(tmp_path):
     body = streams.openai_chat(["hello ", "world"])
-    tap = Tap()
-    with taddons.context(tap) as tctx:
-        tctx.configure(tap, streamtap_dir=str(tmp_path))
-        f = streaming_flow()
+    with tapped(tmp_path) as (tap, f):
         f.response.headers["content-length"] = str(len(body))
         f.response.stream = buffering()
         tap.responseheaders(f)

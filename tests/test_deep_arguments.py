@@ -142,13 +142,18 @@ def test_json_output_holds_deep_arguments(tmp_path, verb, dialect, make_body):
     assert call["name"] == "deep" and call["arguments"] == nested()
 
 
-def record_as_the_proxy(path: Path, body: bytes) -> Path:
-    """``body`` recorded with the end line the proxy writes (its verdict and turn)."""
+GEMINI_AT = ("https://generativelanguage.googleapis.com/v1beta/models/g:streamGenerateContent", "sse", "text/event-stream")
+
+
+def record_as_the_proxy(path: Path, body: bytes, dialect: Dialect = Dialect.GEMINI, at: tuple[str, str, str] = GEMINI_AT) -> Path:
+    """``body`` recorded with the end line the proxy writes (its verdict and turn); ``at`` is the
+    request's URL, the wire format and the response's content type."""
+    url, wire, content_type = at
     writer = RecordingWriter(path)
-    writer.header({"dialect": "gemini", "wire": {"format": "sse", "content_encoding": None},
-                   "request": {"method": "POST", "url": "https://generativelanguage.googleapis.com/v1beta/models/g:streamGenerateContent", "headers": []},
-                   "response": {"status": 200, "headers": [["content-type", "text/event-stream"]]}})  # fmt: skip
-    session = StreamSession(Dialect.GEMINI)
+    writer.header({"dialect": dialect.value, "wire": {"format": wire, "content_encoding": None},
+                   "request": {"method": "POST", "url": url, "headers": []},
+                   "response": {"status": 200, "headers": [["content-type", content_type]]}})  # fmt: skip
+    session = StreamSession(dialect)
     writer.read(body, 10.0)
     for event in [*session.feed(body, 0.01), *(analysis := session.close()).events]:
         writer.frame(event, 10.0)

@@ -12,8 +12,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from streamtap.providers import Dialect, StreamSession, VerdictKind, analyze_bytes
-from streamtap.recording import RecordingWriter
+from streamtap.providers import Dialect, VerdictKind, analyze_bytes
+from test_deep_arguments import record_as_the_proxy
 
 PAST_ORJSON = 1020  # an Ollama line, and a recording's end line, deeper than orjson reads
 
@@ -115,19 +115,8 @@ def test_import_records_arguments_past_orjsons_depth_and_the_recording_reads_bac
 
 def test_the_proxys_end_line_holds_arguments_past_orjsons_depth_and_verifies(tmp_path):
     """As the live tap ends a flow: the turn as a dict on the end line, written and read back."""
-    body = ollama_body(nested(PAST_ORJSON))
-    path = tmp_path / "deep.jsonl"
-    writer = RecordingWriter(path)
-    writer.header({"dialect": "ollama", "wire": {"format": "ndjson", "content_encoding": None},
-                   "request": {"method": "POST", "url": "http://127.0.0.1:11434/api/chat", "headers": []},
-                   "response": {"status": 200, "headers": [["content-type", "application/x-ndjson"]]}})  # fmt: skip
-    session = StreamSession(Dialect.OLLAMA)
-    writer.read(body, 10.0)
-    for event in [*session.feed(body, 0.01), *(analysis := session.close()).events]:
-        writer.frame(event, 10.0)
-    turn = analysis.turn.to_dict()
-    turn.get("timing", {}).pop("arrivals", None)  # as the proxy writes it
-    writer.finish({"verdict": analysis.verdict.to_dict(), "turn": turn, "stream_end": "finished"})
+    path = record_as_the_proxy(tmp_path / "deep.jsonl", ollama_body(nested(PAST_ORJSON)), Dialect.OLLAMA,
+                               ("http://127.0.0.1:11434/api/chat", "ndjson", "application/x-ndjson"))
     with pytest.raises(orjson.JSONDecodeError, match="depth"):
         orjson.loads(path.read_bytes().split(b"\n")[-2])  # the end line
     result = streamtap("verify", path)
