@@ -166,3 +166,23 @@ def test_an_empty_piece_in_a_body_of_known_length_sends_nothing_and_the_rest_is_
     summary = f.metadata["streamtap"]
     assert summary["verdict"] == "complete", summary
     assert read_recording(summary["recording"]).body == body
+
+
+def test_a_body_buffered_by_a_later_addon_is_taken_as_the_client_got_it_not_through_an_earlier_callable(tmp_path):
+    """With stream = False set after streamtap, mitmproxy calls no callable: an earlier addon's
+    change never reached the client, so streamtap takes the body as it is, without running it."""
+    body = streams.openai_chat(["hello ", "world"])
+    calls = []
+
+    def earlier(data: bytes) -> bytes:
+        calls.append(data)
+        return shout(data)
+
+    with tapped(tmp_path) as (tap, f):
+        f.response.stream = earlier
+        tap.responseheaders(f)
+        f.response.stream = False
+        f.response.raw_content = body
+        tap.response(f)
+    summary = f.metadata["streamtap"]
+    assert read_recording(summary["recording"]).body == body and calls == []

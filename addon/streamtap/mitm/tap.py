@@ -146,7 +146,9 @@ class Tap:
         self._flush_now = asyncio.Event()  # wakes the flusher: taps in the proxy's loop need it every FLUSH_EVERY
         self.pools = Pools(verdict=self._verdict, lost=self._lost, into_loop=self._flush_now.set)
         self.kept: dict[str, bytearray] = {}  # with store_streamed_bodies: the bytes forwarded, for a cut flow
-        self.streams: dict[str, Callable] = {}  # the stream callable each tapped flow was given, to see it replaced
+        # each tapped flow's stream callable as installed (maybe after an earlier addon's), to see it
+        # replaced, and streamtap's own, to hand a body it did not see
+        self.streams: dict[str, tuple[Callable, Callable]] = {}
         self.addons = [FlowCommands(self)]  # mitmproxy registers an addon's `addons` with it
         self.told_about_loaded_flows = False
         self.filter: Callable[[http.HTTPFlow], bool] | None = None
@@ -342,7 +344,7 @@ class Tap:
             flow.response.stream = _after(earlier, ours, lambda: self._body_ended(flow))
         else:
             flow.response.stream = ours
-        self.streams[flow.id] = flow.response.stream
+        self.streams[flow.id] = (flow.response.stream, ours)
         # A response an addon made (server replay, map_local, a script's request hook) has its
         # body already: mitmproxy sends it whole after the response hook and streams nothing.
         if flow.response.raw_content:
@@ -361,12 +363,12 @@ class Tap:
     def _finish(self, flow: http.HTTPFlow, end: StreamEnd, error: str | None) -> None:
         tap = self.open.pop(flow.id, None)
         kept = self.kept.pop(flow.id, None)
-        ours = self.streams.pop(flow.id, None)
+        installed, ours = self.streams.pop(flow.id, (None, None))
         if tap is None:
             return
         try:
-            if flow.response is not None and flow.response.stream is not ours and _saw_nothing(tap) \
-                    and not _wraps(flow.response.stream, ours):
+            if flow.response is not None and flow.response.stream is not installed and _saw_nothing(tap) \
+                    and not _wraps(flow.response.stream, installed):
                 if not self._take_unstreamed(flow, tap, ours):
                     kept = None  # nothing was kept: the flow shows what mitmproxy holds
             shown_cut = False
