@@ -1041,6 +1041,9 @@ class Workers:
                 found = future.result()
             except Exception:
                 found = None
+            take(found)
+
+        def take(found: tuple[str, dict[str, Any]] | None) -> None:
             if found is None:
                 self._op(index, (ORPHANED, remote.recording, why, remote.directory, remote.started, remote.flow_id))
                 if self.retired:
@@ -1054,9 +1057,9 @@ class Workers:
 
         try:
             look = self.loop.run_in_executor(None, _finished_recording, remote.recording, remote.directory, remote.started, remote.flow_id)
-        except RuntimeError:  # the loop is closing: no thread to look in
-            look = self.loop.create_future()
-            look.set_result(None)
+        except RuntimeError:  # the loop is closing: no thread to look in, and no callback would run
+            take(None)
+            return
         look.add_done_callback(looked)
 
     def _reopen(self, remote: RemoteFlow, index: int) -> bool:
