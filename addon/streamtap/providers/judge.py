@@ -23,7 +23,6 @@ stream is truncated) and the sentinel.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -31,7 +30,7 @@ from typing import Any
 import orjson
 
 from streamtap.wire import IncrementalJSON, WireEvent
-from streamtap.wire.partial_json import exact_loads
+from streamtap.wire.partial_json import lenient_loads
 
 from .turn import NOT_JUDGED, Block, BlockKind, Choice, Turn, StreamEnd, Verdict, VerdictKind
 
@@ -611,7 +610,6 @@ def _json_size(item: Any) -> int:
             return sys.maxsize
 
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # in a decoded text: half a UTF-16 pair
 
 
 LONE_SURROGATE_NOTE = ("event JSON holds a lone surrogate escape (half a UTF-16 pair), which the SDK's json module "
@@ -622,24 +620,16 @@ def sdk_loads(data: str | bytes, exact_integers: bool = False, judge: Judge | No
               note: str = LONE_SURROGATE_NOTE) -> Any:
     """An event's JSON as the providers' Python SDKs read it (botocore, anthropic: the json module):
     orjson's reading, and where orjson refuses, ``json.loads``'s (``NaN``, ``Infinity``, ``1e400``,
-    a lone surrogate escape). A lone surrogate becomes U+FFFD, said once (``note``) in the ``judge``'s
-    notes: no UTF-8 text (the recording's end line, a report) can hold it, and the recording keeps the
-    bytes. Raises orjson's error where the json module refuses too. ``exact_integers`` as for
-    ``common.loads``."""
-    try:
-        return exact_loads(data) if exact_integers else orjson.loads(data)
-    except orjson.JSONDecodeError as refused:
-        try:
-            # strictly UTF-8, as botocore decodes a payload (json.loads would guess UTF-16 from NULs)
-            value = json.loads(data if isinstance(data, str) else bytes(data).decode("utf-8"))
-            written = json.dumps(value, ensure_ascii=False)  # a lone surrogate stays itself here
-        except (ValueError, RecursionError):
-            raise refused from None
-        if not _LONE_SURROGATE.search(written):
-            return value
-        if judge is not None:
-            judge.note(note)
-        return json.loads(_LONE_SURROGATE.sub("\ufffd", written))
+    a lone surrogate escape; ``lenient_loads``). A lone surrogate becomes U+FFFD, said once (``note``)
+    in the ``judge``'s notes: no UTF-8 text (the recording's end line, a report) can hold it, and the
+    recording keeps the bytes. Raises orjson's error where the json module refuses too.
+    ``exact_integers`` as for ``common.loads``."""
+    return lenient_loads(data, exact_integers=exact_integers,
+                         on_lone_surrogate=(lambda: judge.note(note)) if judge is not None else _nothing)
+
+
+def _nothing() -> None:
+    pass
 
 
 def decode_event_json(

@@ -56,14 +56,18 @@ def exact_loads(data: str | bytes | bytearray) -> Any:
     return value
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # in a decoded text: half a UTF-16 pair
+
+
 def lenient_loads(
-    data: str | bytes | bytearray, parse_constant: Callable[[str], Any] | None = None, exact_integers: bool = True
+    data: str | bytes | bytearray, parse_constant: Callable[[str], Any] | None = None, exact_integers: bool = True,
+    on_lone_surrogate: Callable[[], None] | None = None,
 ) -> Any:
     """One JSON value, also where orjson refuses what the SDKs' parsers take (a number past a
     double, ``1e400``, is infinity to them), as they read it, when the value can be written back
-    as JSON; else orjson's error. A lone surrogate escape stays refused: no UTF-8 text can hold
-    it (OpenAI's tool arguments, which apps read with json.loads, hold U+FFFD for one: the
-    providers' ``judge.parse_arguments``).
+    as JSON; else orjson's error. A lone surrogate escape is refused (no UTF-8 text can hold it)
+    unless ``on_lone_surrogate`` is given: the value then holds U+FFFD in its place, and it is
+    called (the providers' ``judge.sdk_loads``: the json module reads one).
     ``parse_constant`` as for ``json.loads`` (``NaN``, ``Infinity``). With ``exact_integers``
     false, an integer past 64 bits may come back as a double (orjson's reading), which is cheaper."""
     try:
@@ -75,10 +79,15 @@ def lenient_loads(
             text = data if isinstance(data, str) else bytes(data).decode("utf-8")
             value = json.loads(text, parse_constant=parse_constant)
             # written back as the json module writes: any integer, any depth, but no lone surrogate
-            json.dumps(value, ensure_ascii=False).encode("utf-8")
+            written = json.dumps(value, ensure_ascii=False)
         except (ValueError, TypeError, RecursionError):
             raise refused from None
-        return value
+        if not _LONE_SURROGATE.search(written):
+            return value
+        if on_lone_surrogate is None:
+            raise refused from None
+        on_lone_surrogate()
+        return json.loads(_LONE_SURROGATE.sub("\ufffd", written))
 
 
 class IncrementalJSON:
