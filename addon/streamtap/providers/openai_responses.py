@@ -501,9 +501,7 @@ class Assembler(AssemblerBase):
             return
         # only its type and id are read later (the item holds the whole text); an id that changed
         # since output_item.added (ids that rotate) cannot find the item in the final response
-        self._items[index] = {"type": item.get("type"), "id": added_id if item.get("id") == added_id else None,
-                              "call_id": added.get("call_id"), "name": added.get("name"),
-                              "execution": added.get("execution")}
+        self._items[index] = {**added, "type": item.get("type"), "id": added_id if item.get("id") == added_id else None}
         self._open_items.discard(index)
         self._done_at[_sdk_identity(item)] = index
         kind = as_str(item.get("type"))
