@@ -400,8 +400,8 @@ class Tap:
         log.warning(f"streamtap: flow {flow.id[:12]}: {why}; traffic passed on untouched")
         try:
             if isinstance(tap, RemoteFlow):
-                if tap.queued and tap.workers is not None:
-                    tap.workers._hand_on(tap)  # the reads the client did get go first
+                if tap.workers is not None:
+                    tap.workers.hand_on_now(tap)  # the reads the client did get go first
                 tap.dropped = tap.dropped or why
             elif tap is not None:
                 tap.catch_up()

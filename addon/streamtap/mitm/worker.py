@@ -892,6 +892,12 @@ class Workers:
                 self.ops[index] = []
                 process.send(ops)
 
+    def hand_on_now(self, remote: RemoteFlow) -> None:
+        """The flow's reads kept since the last batch go to its worker now, ahead of a change to the
+        flow (its analysis dropped from here on)."""
+        if remote.queued:
+            self._hand_on(remote)
+
     def _hand_on(self, remote: RemoteFlow) -> None:
         """The flow's reads since the last batch: copied into its worker's ring, and said so in
         the next batch. A flow whose reads do not fit is dropped from analysis instead."""
