@@ -63,7 +63,8 @@ def drive(proxy, record_dir: Path | None = None, timeout: float = 20) -> list:
         post(f"{proxy.url}/s/{name}{path}", CONVERSE_REQUEST if path == CONVERSE else STREAM_REQUEST)
     deadline = time.monotonic() + timeout
     while True:
-        finished = [p for p in Path(record_dir).glob("*") if p.is_file() and ".partial." not in p.name]
+        # a writer's temporary file (.streamtap-creating-...) is no recording, finished or not
+        finished = [p for p in Path(record_dir).glob("*") if p.is_file() and ".partial." not in p.name and not p.name.startswith(".")]
         if len(finished) >= len(sent) or time.monotonic() > deadline:
             break
         time.sleep(0.05)
