@@ -38,6 +38,44 @@ def milliseconds(seconds: float) -> float:
     return _floor(seconds * 1e6 + 0.5) / 1000
 
 
+def flow_summary(
+    *,
+    provider: str | None,
+    model: str | None,
+    verdict: str,
+    reason: str | None,
+    events: int,
+    bytes: int,
+    duration_ms: float | None,
+    stream_end: str | None,
+    recording: str | None,
+    errors: list[str],
+    ttft_ms: float | None = None,
+    usage: dict[str, Any] | None = None,
+    injected_fault: str | None = None,
+) -> dict[str, Any]:
+    """A judged flow as the addon logs it, marks the flow with and counts it in its metrics: one
+    shape whether the tap judged it, a worker's finished recording states it, or the flow was lost."""
+    summary: dict[str, Any] = {
+        "provider": provider,
+        "model": model,
+        "verdict": verdict,
+        "reason": reason,
+        "events": events,
+        "bytes": bytes,
+        "ttft_ms": ttft_ms,
+        "duration_ms": duration_ms,
+        "stream_end": stream_end,
+        "recording": recording,
+        "errors": errors,
+    }
+    if usage is not None:
+        summary["usage"] = usage
+    if injected_fault:
+        summary["injected_fault"] = injected_fault
+    return summary
+
+
 class FlowTap:
     """Everything streamtap does for one response stream. Its methods never raise.
 
@@ -473,22 +511,16 @@ class FlowTap:
         if self.decoder is not None:
             self._take_body(b"", t, final=True)
         why = next((error[len("analysis: "):] for error in self.errors if error.startswith("analysis: ")), None)
-        summary: dict[str, Any] = {
-            "provider": self.provider,
+        judged: dict[str, Any] = {  # until the analysis says more
             "model": self.requested_model,
             "verdict": VerdictKind.UNKNOWN.value,
             "reason": "streamtap could not analyse this flow" + (f": {why}" if why else ""),
             "events": self.events_before_stop,  # as many frames as the recording holds
             "bytes": self.body_bytes,  # (analysis, when it ran, counts them itself)
-            "ttft_ms": None,
-            "duration_ms": milliseconds(t),
-            "stream_end": end.value,
-            "recording": None,
-            "errors": self.errors,
         }
         end_record: dict[str, Any] = {"stream_end": end.value, "error": error, "duration_ms": milliseconds(t)}
         if injected_fault:
-            summary["injected_fault"] = end_record["injected_fault"] = injected_fault
+            end_record["injected_fault"] = injected_fault
         if self.session is not None:
             try:
                 analysis = self.session.close(end)
@@ -506,43 +538,49 @@ class FlowTap:
                 ttft = turn.timing.first_content
                 turn_dict = turn.to_dict()
                 turn_dict.get("timing", {}).pop("arrivals", None)
-                summary.update(
-                    model=turn.model or self.requested_model,  # as the recordings' index names it
-                    verdict=verdict.kind.value,
-                    reason=verdict.reason,
-                    events=analysis.wire_events,
-                    bytes=analysis.bytes,
-                    ttft_ms=milliseconds(ttft) if ttft is not None else None,
-                    usage=turn_dict.get("usage"),
-                )
-                end_record.update(verdict=verdict.to_dict(), turn=turn_dict, ttft_ms=summary["ttft_ms"], events=analysis.wire_events)
+                judged = {
+                    "model": turn.model or self.requested_model,  # as the recordings' index names it
+                    "verdict": verdict.kind.value,
+                    "reason": verdict.reason,
+                    "events": analysis.wire_events,
+                    "bytes": analysis.bytes,
+                    "ttft_ms": milliseconds(ttft) if ttft is not None else None,
+                    "usage": turn_dict.get("usage"),
+                }
+                end_record.update(verdict=verdict.to_dict(), turn=turn_dict, ttft_ms=judged["ttft_ms"], events=analysis.wire_events)
             except Exception as exc:
                 self.fail("analysis", exc)
                 self._record_raw(b"", milliseconds(t))
         if self.session is None:
             if self.decoder is not None and self.decoder.failure:  # the body stops there: said, not a vague "could not analyse"
-                summary["reason"] = self.decoder.failure
+                judged["reason"] = self.decoder.failure
             evidence = {"injected_fault": injected_fault} if injected_fault else {}
-            end_record["verdict"] = {"kind": summary["verdict"], "reason": summary["reason"], "evidence": evidence}
+            end_record["verdict"] = {"kind": judged["verdict"], "reason": judged["reason"], "evidence": evidence}
         if self.errors:
             end_record["streamtap_errors"] = self.errors
         if self.writer is not None:
             try:
                 final = self.writer.path.with_name(
-                    final_name(self.started, self.provider, summary["verdict"], self.flow_id) + self.writer.suffix
+                    final_name(self.started, self.provider, judged["verdict"], self.flow_id) + self.writer.suffix
                 )
                 loop = running_loop()
                 writer = self.writer
                 # in the proxy, the disk sync runs on a worker thread: the client's end of body
                 # (sent after this hook) never waits for the disk
                 self.recording_path = writer.finish(end_record, final, sync=loop is None)
-                summary["recording"] = str(self.recording_path)
                 if loop is not None:
                     loop.run_in_executor(None, _sync_recording, writer, self.flow_id)
             except Exception as exc:
                 self.fail("recording", exc)
-        summary["errors"] = self.errors
-        return summary
+        return flow_summary(
+            provider=self.provider,
+            duration_ms=milliseconds(t),
+            stream_end=end.value,
+            recording=str(self.recording_path) if self.recording_path is not None else None,
+            errors=self.errors,
+            injected_fault=injected_fault,
+            **judged,
+        )
 
     def abandon(self) -> None:
         """The proxy is shutting down mid-stream: leave the recording marked incomplete."""

@@ -25,7 +25,7 @@ from streamtap.cli import failure, terminal_safe
 from streamtap.mitm import option_checks
 from streamtap.mitm.flow_commands import FlowCommands
 from streamtap.mitm.flowspec import FlowSpec
-from streamtap.mitm.flowtap import FLUSH_EVERY, FlowTap, milliseconds, running_loop
+from streamtap.mitm.flowtap import FLUSH_EVERY, FlowTap, flow_summary, milliseconds, running_loop
 from streamtap.mitm.pools import Pools
 from streamtap.mitm.worker import EXPIRE_EVERY, RemoteFlow
 from streamtap.providers import RequestInfo, StreamEnd, VerdictKind
@@ -493,21 +493,19 @@ class Tap:
         duration = milliseconds((remote.ended or time.monotonic()) - remote.t0)
         where = f"; its recording {remote.recording} ends where the worker stopped" if remote.recording else ""
         log.warning(f"streamtap: flow {remote.flow_id[:8]}: {why}{where}; traffic passed on untouched")
-        summary: dict[str, Any] = {
-            "provider": remote.provider,
-            "model": remote.model,
-            "verdict": VerdictKind.UNKNOWN.value,
-            "reason": f"{why}: not judged",
-            "events": 0,
-            "bytes": remote.forwarded(),
-            "ttft_ms": None,
-            "duration_ms": duration,
-            "stream_end": remote.end or StreamEnd.FINISHED.value,
-            "recording": remote.recording,
-            "errors": [f"analysis: {why}"],
-        }
-        if remote.fault:
-            summary["injected_fault"] = remote.fault
+        summary = flow_summary(
+            provider=remote.provider,
+            model=remote.model,
+            verdict=VerdictKind.UNKNOWN.value,
+            reason=f"{why}: not judged",
+            events=0,
+            bytes=remote.forwarded(),
+            duration_ms=duration,
+            stream_end=remote.end or StreamEnd.FINISHED.value,
+            recording=remote.recording,
+            errors=[f"analysis: {why}"],
+            injected_fault=remote.fault,
+        )
         self._verdict(remote, summary)
 
     def _tell(self, what: str, *args: Any) -> None:

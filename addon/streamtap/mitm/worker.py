@@ -47,7 +47,7 @@ from typing import Any
 
 from streamtap.recording.writer import FELL_BEHIND
 
-from .flowtap import FLUSH_EVERY, FlowTap
+from .flowtap import FLUSH_EVERY, FlowTap, flow_summary
 from .ring import RELEASE_AFTER, Ring, RingSpace
 
 try:
@@ -192,24 +192,21 @@ def summary_of_end(remote: RemoteFlow, path: str, end: dict[str, Any]) -> dict[s
     """The summary a worker would have sent for ``remote``, rebuilt from the end line of the
     recording it finished: the verdict is the one the recording states."""
     verdict, turn = end["verdict"], end.get("turn") or {}
-    summary: dict[str, Any] = {
-        "provider": remote.provider,
-        "model": turn.get("model") or remote.model,
-        "verdict": verdict.get("kind"),
-        "reason": verdict.get("reason"),
-        "events": end.get("events", 0),
-        "bytes": remote.forwarded(),
-        "ttft_ms": end.get("ttft_ms"),
-        "duration_ms": end.get("duration_ms"),
-        "stream_end": end.get("stream_end"),
-        "recording": path,
-        "errors": end.get("streamtap_errors") or [],
-    }
-    if "usage" in turn:
-        summary["usage"] = turn["usage"]
-    if end.get("injected_fault"):
-        summary["injected_fault"] = end["injected_fault"]
-    return summary
+    return flow_summary(
+        provider=remote.provider,
+        model=turn.get("model") or remote.model,
+        verdict=verdict.get("kind"),
+        reason=verdict.get("reason"),
+        events=end.get("events", 0),
+        bytes=remote.forwarded(),
+        ttft_ms=end.get("ttft_ms"),
+        duration_ms=end.get("duration_ms"),
+        stream_end=end.get("stream_end"),
+        recording=path,
+        errors=end.get("streamtap_errors") or [],
+        usage=turn.get("usage"),
+        injected_fault=end.get("injected_fault"),
+    )
 
 
 def _reopen(spec, settings: dict[str, Any], t0: float, dropped: str) -> tuple[FlowTap | None, tuple[str | None, str | None]]:
