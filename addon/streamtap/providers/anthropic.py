@@ -586,10 +586,11 @@ class Assembler:
         if type(obj) is not dict:  # the error path says why
             decode_event_json(event.data, judge, event.seq, event.start, f"{event.event} event data")
             return
-        if (name == "ping" or unnamed) and obj.get("type") not in ("ping", "error"):
-            # no event line (decoded as "message") or "ping": the SDK skips the event, whatever its data
-            # (a typed error is still the provider's word that it failed: judged errored below)
-            judge.corrupt(f"{obj.get('type') or 'an event'} sent as event {name!r} at seq {event.seq}: the SDK skips "
+        if (name == "ping" or unnamed) and kind != "error":
+            # content the message is built of, sent without an event line (decoded as "message") or as
+            # "ping": the SDK skips the event, whatever its data (a typed error is still the provider's
+            # word that it failed: judged errored below)
+            judge.corrupt(f"{kind} sent as event {name!r} at seq {event.seq}: the SDK skips "
                           f"events {'without a name' if name == 'message' else 'named ping'}, so the app never "
                           f"sees it", event.seq, event.start)
             return
