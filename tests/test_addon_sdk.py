@@ -244,3 +244,32 @@ def test_verify_rechecks_a_recording_and_catches_tampering(proxy, tmp_path):
     relabelled.write_text("".join(lines[:-1] + [lines[-1].replace('"kind":"complete"', '"kind":"truncated"', 1)]))
     wrong = subprocess.run([sys.executable, "-m", "streamtap.cli", "verify", str(relabelled)], capture_output=True, text=True)
     assert wrong.returncode == 1 and "the recording says truncated" in wrong.stdout, wrong.stdout
+
+
+def test_a_coding_boto3_did_not_ask_for_is_not_told_as_complete(proxy):
+    """botocore asks for ``identity`` and reads the event stream as it comes: a gateway that
+    gzips it anyway leaves boto3 with bytes it cannot read, though streamtap's decoded copy is
+    a whole answer. An httpx client that asked for gzip reads the same body: complete."""
+    import sys
+
+    from botocore.eventstream import ParserError
+
+    body = streams.bedrock_converse(["It is ", "sunny."], {"city": "Oslo"})
+    proxy.upstream.add("br-gz", Script(body, content_type="application/vnd.amazon.eventstream", encoding="gzip"))
+    client = bedrock(proxy, "br-gz")
+    with pytest.raises(ParserError):  # the gzip header read as a prelude
+        response = client.converse_stream(modelId="anthropic.claude-test-v1:0", messages=[{"role": "user", "content": [{"text": "q"}]}])
+        list(response["stream"])
+    assert proxy.upstream.last("br-gz").headers["accept-encoding"] == "identity"
+    rec = find_recording(proxy.record_dir, "br-gz")
+    assert rec.verdict["kind"] == "unknown"
+    assert "does not accept gzip" in rec.verdict["reason"] and rec.verdict["evidence"]["decoded_body_read_as"] == "complete"
+    judged = subprocess.run([sys.executable, "-m", "streamtap.cli", "verify", "--json", str(rec.path)], capture_output=True, text=True)
+    assert json.loads(judged.stdout)["verdict"]["kind"] == "unknown", judged.stdout + judged.stderr
+    assert "the recording says" not in judged.stdout
+
+    proxy.upstream.add("br-gz-asked", Script(body, content_type="application/vnd.amazon.eventstream", encoding="gzip"))
+    got = httpx.post(f"{proxy.url}/s/br-gz-asked/model/anthropic.claude-test-v1:0/converse-stream", json={"messages": []},
+                     headers={"accept-encoding": "gzip"}, timeout=30)
+    assert got.content == body  # httpx decoded it
+    assert find_recording(proxy.record_dir, "br-gz-asked").verdict["kind"] == "complete"

@@ -100,3 +100,30 @@ def test_a_response_decoder_takes_frames_that_end_at_a_read_boundary(encoding, r
     body = b"".join(b"".join(undo.pieces(chunk)) for chunk in chunks) + b"".join(undo.finish_pieces())
     assert undo.failure is None and undo.unfinished() is None
     assert body == b"".join(EVENTS)
+
+
+@pytest.mark.parametrize(
+    ("encoding", "accept", "refused"),
+    [
+        ("gzip", None, None),  # no Accept-Encoding: any coding is acceptable
+        ("gzip", "identity", "gzip"),  # botocore's
+        ("gzip", "", "gzip"),  # an empty value accepts no coding
+        ("gzip", "gzip, deflate", None),  # httpx's
+        ("GZIP", "Gzip;q=0.5", None),
+        ("x-gzip", "gzip", None),
+        ("gzip", "*", None),
+        ("gzip", "gzip;q=0, *", "gzip"),
+        ("gzip", "*;q=0.0", "gzip"),
+        ("gzip", "gzip;q=oops", None),  # only a clear refusal is reported
+        ("gzip, br", "gzip", "br"),
+        ("identity", "identity", None),
+    ],
+)
+def test_a_coding_the_request_did_not_accept_is_named(encoding, accept, refused):
+    from streamtap.recording.content import unaccepted_coding
+
+    said = unaccepted_coding(encoding, accept)
+    if refused is None:
+        assert said is None
+    else:
+        assert said is not None and said.endswith(f"does not accept {refused}")

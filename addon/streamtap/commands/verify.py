@@ -30,7 +30,13 @@ from streamtap.providers import (
 from streamtap.providers.common import dumps, loads
 from streamtap.providers.judge import DROPPED, ENDING_KINDS, TEXT_CAP
 from streamtap.recording.catalog import files_under
-from streamtap.recording.content import WireBodyCheck, content_encoded, judge_unfinished_coding
+from streamtap.recording.content import (
+    WireBodyCheck,
+    content_encoded,
+    judge_unaccepted_coding,
+    judge_unfinished_coding,
+    unaccepted_coding,
+)
 from streamtap.recording.importer import begins_a_flow
 from streamtap.recording.reader import EventViews, analysis_stopped, shown_path
 from streamtap.wire import DEFAULT_MAX_EVENT
@@ -319,7 +325,8 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
         analysis.verdict = _not_vouched_for(analysis.verdict, f"the recording stops at wire byte {at}, where the proxy "
                                             f"stopped analysing the stream ({why})", analysis_stopped_at=at)
     if undone is not None:
-        analysis.verdict = _judged_coding(analysis, undone, damaged=bool(damage) or stopped is not None)
+        accept_encoding = _header_value((header.get("request") or {}).get("headers"), "accept-encoding")
+        analysis.verdict = _judged_coding(analysis, undone, accept_encoding, damaged=bool(damage) or stopped is not None)
     if lines.end is not None:
         # (a recording whose analysis stopped holds no turn, and its verdict says only that it stopped)
         rejudged = dialect.value == recorded and not damage and stopped is None
@@ -339,11 +346,18 @@ def _undo_reads(undone: WireBodyCheck, reads) -> None:
         at += length
 
 
-def _judged_coding(analysis: Analysis, undone: WireBodyCheck, damaged: bool) -> Verdict:
+def _header_value(pairs: list[list[str]] | None, name: str) -> str | None:
+    """A recorded header's values joined as mitmproxy joins them; None when it was not sent."""
+    values = [value for key, value in pairs or () if key.lower() == name]  # (the reader checked the pairs)
+    return ", ".join(values) if values else None
+
+
+def _judged_coding(analysis: Analysis, undone: WireBodyCheck, accept_encoding: str | None, damaged: bool) -> Verdict:
     """The verdict of a content-encoded recording once its wire bytes are decoded again. Where the
     coding could not be undone, or the body is not the wire decoded, the body is not the answer
     the client got: ``unknown``, whatever its bytes read as. A compressed stream cut before its
-    end marker is judged as the Tap judges it (``judge_unfinished_coding``)."""
+    end marker, or in a coding its request did not accept, is judged as the Tap judges it
+    (``judge_unfinished_coding``, ``judge_unaccepted_coding``)."""
     verdict = analysis.verdict
     problem = undone.problem()
     if problem and (undone.undo.failure or not damaged):  # (a cut file's body and wire stop apart)
@@ -352,7 +366,10 @@ def _judged_coding(analysis: Analysis, undone: WireBodyCheck, damaged: bool) -> 
                        {"held_bytes_read_as": verdict.kind.value, **evidence, "content_encoding": problem})
     unfinished = undone.undo.unfinished()
     if unfinished and not damaged:
-        return judge_unfinished_coding(verdict, analysis.turn, unfinished)
+        verdict = judge_unfinished_coding(verdict, analysis.turn, unfinished)
+    unaccepted = unaccepted_coding(undone.encoding, accept_encoding)
+    if unaccepted:
+        verdict = judge_unaccepted_coding(verdict, analysis.turn, unaccepted)
     return verdict
 
 

@@ -49,6 +49,7 @@ class FlowSpec:
     completed: bool = False
     requested_model: str | None = None  # set by complete(): the model the request names (body or URL)
     streamed: bool = True  # set by complete(): False for a plain JSON answer (providers.answers_a_stream)
+    accept_encoding: str | None = None  # the request's: a coding it did not accept may be unreadable to the client
 
     @classmethod
     def of(cls, flow: http.HTTPFlow, sentinel: str | None, request: RequestInfo | None = None) -> FlowSpec:
@@ -57,6 +58,7 @@ class FlowSpec:
         assert response is not None
         spec = cls(flow.id, time.time(), response.status_code, response.headers.get("content-encoding"), sentinel)
         spec.content_type = response.headers.get("content-type")
+        spec.accept_encoding = flow.request.headers.get("accept-encoding")
         try:
             spec.request = request or request_info(flow)
             spec.detection = detect_dialect(replace(spec.request, body=None), spec.content_type)

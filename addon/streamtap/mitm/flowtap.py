@@ -21,7 +21,14 @@ from streamtap.cli import failure, terminal_safe
 from streamtap.mitm.flowspec import FlowSpec, described as _described
 from streamtap.providers import StreamEnd, StreamSession, VerdictKind
 from streamtap.recording import RecordingError, RecordingWriter, SpanNotKept, final_name
-from streamtap.recording.content import UNDO_FAILED_RAW, WireUndo, content_encoded, judge_unfinished_coding
+from streamtap.recording.content import (
+    UNDO_FAILED_RAW,
+    WireUndo,
+    content_encoded,
+    judge_unaccepted_coding,
+    judge_unfinished_coding,
+    unaccepted_coding,
+)
 from streamtap.wire import DEFAULT_MAX_EVENT, Tail
 
 log = logging.getLogger("streamtap")
@@ -127,6 +134,7 @@ class FlowTap:
         self.spill_at = max_event_size
         self.status = spec.status
         self.encoding = spec.encoding
+        self.accept_encoding = spec.accept_encoding
         self.requested_model = spec.requested_model
         for part, message in spec.errors:
             if part == "analysis":
@@ -533,6 +541,9 @@ class FlowTap:
                 unfinished = self.decoder.unfinished() if self.decoder is not None else None
                 if unfinished:  # the decoded body may be whole; its compressed stream was cut
                     verdict = analysis.verdict = judge_unfinished_coding(verdict, turn, unfinished)
+                unaccepted = unaccepted_coding(self.encoding, self.accept_encoding)
+                if unaccepted:  # streamtap decoded it; the client may not
+                    verdict = analysis.verdict = judge_unaccepted_coding(verdict, turn, unaccepted)
                 if injected_fault:
                     verdict.evidence["injected_fault"] = injected_fault
                 ttft = turn.timing.first_content

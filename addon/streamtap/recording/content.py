@@ -319,16 +319,63 @@ def judge_unfinished_coding(verdict, turn, note: str):
     """``verdict`` for a body whose compressed stream stopped before its end marker (``note``):
     a ``complete`` one becomes ``unknown`` (a client that checks the end, as httpx does for zstd,
     failed on it); any other kind keeps its word. The turn notes it, the evidence says it."""
+    return _doubted(verdict, turn, note, "unfinished_coding", "which the cut coding cannot vouch for")
+
+
+def judge_unaccepted_coding(verdict, turn, note: str):
+    """``verdict`` for a body in a coding its request did not accept (``note``, from
+    ``unaccepted_coding``): a ``complete`` one becomes ``unknown``, since a client that decodes only
+    what it asked for (botocore reads event streams undecoded) got bytes it cannot read, while one
+    that decodes any coding (httpx) got the answer; any other kind keeps its word."""
+    return _doubted(verdict, turn, note, "unaccepted_coding", "but only a client that decodes a coding it did not "
+                    "ask for can read it")
+
+
+def _doubted(verdict, turn, note: str, key: str, why: str):
     from streamtap.providers import Verdict, VerdictKind
 
     if note not in turn.notes:
         turn.notes.append(note)
-    evidence = {**verdict.evidence, "unfinished_coding": note}
+    evidence = {**verdict.evidence, key: note}
     if verdict.kind is not VerdictKind.COMPLETE:
         verdict.evidence = evidence
         return verdict
-    return Verdict(VerdictKind.UNKNOWN, f"{note}: the decoded body reads as complete, which the cut coding cannot vouch for",
+    return Verdict(VerdictKind.UNKNOWN, f"{note}: the decoded body reads as complete, {why}",
                    verdict.seq, verdict.offset, {**evidence, "decoded_body_read_as": "complete"})
+
+
+_CODING_ALIASES = {"x-gzip": "gzip", "x-compress": "compress"}
+
+
+def unaccepted_coding(encoding: str | None, accept_encoding: str | None) -> str | None:
+    """What to say of a response whose Content-Encoding names a coding that its request's
+    Accept-Encoding did not accept (RFC 9110 §12.5.3: listed with q=0, or neither listed nor
+    covered by ``*``; an empty value accepts none), or None. A request without Accept-Encoding
+    accepts any coding. A q-value that does not parse is taken as accepting: only a clear refusal
+    is reported."""
+    codings = _codings(encoding)
+    if accept_encoding is None or not codings:
+        return None
+    weights: dict[str, bool] = {}
+    for item in accept_encoding.lower().split(","):
+        name, *params = (part.strip() for part in item.split(";"))
+        if name:
+            weights[_CODING_ALIASES.get(name, name)] = not any(_is_zero_q(param) for param in params)
+    refused = [coding for coding in codings if not weights.get(_CODING_ALIASES.get(coding, coding), weights.get("*", False))]
+    if not refused:
+        return None
+    return (f"the response is {'+'.join(codings)}-encoded, and its request's Accept-Encoding "
+            f"({accept_encoding.strip() or 'empty'}) does not accept {', '.join(refused)}")
+
+
+def _is_zero_q(param: str) -> bool:
+    key, _, value = param.partition("=")
+    if key.strip() != "q":
+        return False
+    try:
+        return float(value.strip()) == 0
+    except ValueError:
+        return False
 
 
 def _codings(encoding: str | None) -> list[str]:

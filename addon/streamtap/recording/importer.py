@@ -28,7 +28,14 @@ from streamtap.providers.common import one_line
 from streamtap.wire import DEFAULT_MAX_EVENT
 
 from .compress import SUFFIX
-from .content import UNDO_FAILED_RAW, WireUndo, content_encoded, judge_unfinished_coding
+from .content import (
+    UNDO_FAILED_RAW,
+    WireUndo,
+    content_encoded,
+    judge_unaccepted_coding,
+    judge_unfinished_coding,
+    unaccepted_coding,
+)
 from .flows import is_llm_stream, request_info, stream_end
 from .header import flow_header, request_as_read, request_body
 from .reader import line_json, shown_path
@@ -359,6 +366,9 @@ def import_flow(
             unfinished = undo.unfinished() if undo is not None else None
             if unfinished:  # the decoded body may be whole; its compressed stream was cut
                 analysis.verdict = judge_unfinished_coding(analysis.verdict, analysis.turn, unfinished)
+            unaccepted = unaccepted_coding(encoding, flow.request.headers.get("accept-encoding"))
+            if unaccepted:  # decoded here; the client may not have
+                analysis.verdict = judge_unaccepted_coding(analysis.verdict, analysis.turn, unaccepted)
             if clock_note:
                 analysis.turn.notes.append(clock_note)
             turn = analysis.turn.to_dict()
