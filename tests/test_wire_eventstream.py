@@ -679,6 +679,51 @@ def test_a_prelude_is_judged_on_the_read_that_completes_it_for_any_chunking(tota
         assert isinstance(bad, Tail) and bad.raw == cut, whole
 
 
+@pytest.mark.parametrize("size", [1, 5, 12, 100])
+def test_a_payload_over_botocores_limit_is_refused_on_its_prelude_under_a_larger_event_limit(size: int) -> None:
+    """``streamtap_max_event`` may allow messages past 24 MiB; the payload is still held to what
+    botocore reads, in C as in Python: refused as soon as the prelude is whole, not left waiting
+    for 24 MiB that a cut stream never brings (truncated instead of corrupt)."""
+    from streamtap.wire.eventstream import MAX_HEADERS_LENGTH, MAX_PAYLOAD_LENGTH, MIN_MESSAGE_LENGTH
+
+    total = MIN_MESSAGE_LENGTH + MAX_PAYLOAD_LENGTH + 1
+    prelude = struct.pack(">II", total, 0)
+    stream = prelude + struct.pack(">I", zlib.crc32(prelude)) + b"x" * 1000
+    limit = MIN_MESSAGE_LENGTH + MAX_HEADERS_LENGTH + MAX_PAYLOAD_LENGTH + (8 << 20)
+    compiled, python = EventStreamDecoder(limit), PythonFeedDecoder(limit)
+    got = []
+    for at in range(0, len(stream), size):
+        piece = compiled.feed(stream[at : at + size])
+        assert piece == python.feed(stream[at : at + size]) and compiled._need == python._need
+        got += piece
+    assert compiled.close() == python.close()
+    assert isinstance(got[0], Malformed) and isinstance(got[0].error, OversizeError), got
+    assert "payload" in str(got[0].error)
+
+
+def test_the_compiled_frame_loop_refuses_a_layout_whose_lengths_do_not_add_up() -> None:
+    """A cached layout is checked without adding two of its numbers: a header end near the top
+    of a machine word once wrapped round the check and sent zlib reading far past the buffer
+    (run apart: a crash must fail this test, not the test process)."""
+    if not accel.compiled:
+        pytest.skip(compiled_loops_missing())
+    script = (
+        "from streamtap.wire import _accel\n"
+        "from streamtap.wire.events import EventStreamMessage\n"
+        "head = bytes(range(40))\n"
+        "for headers_end in (2**63 - 1, 2**63 - 4, 11, 13, 17):\n"
+        "    layouts = {head[:12]: (20, headers_end, 0, b'', {})}\n"
+        "    events = []\n"
+        "    assert _accel.eventstream_known_frames(head, 0, 0, 0, 1 << 20, layouts, EventStreamMessage, events) == 0\n"
+        "    assert events == []\n"
+    )
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, (run.returncode, run.stderr)
+
+
 def test_a_stopped_decoder_takes_no_prelude_in_c_whatever_its_limit_becomes() -> None:
     """After a fatal error the buffer holds no message start, even where ``_need`` is a prelude's
     length (a limit of 11 stops at 12): raising ``max_message_length`` then changes nothing the

@@ -717,9 +717,9 @@ def test_the_compiled_feeds_mirror_the_python_constants() -> None:
     from streamtap.wire import _accel
     from streamtap.wire import eventstream
 
-    assert (_accel.SSE_HOLD, _accel.PRELUDE_LENGTH, _accel.MIN_MESSAGE_LENGTH, _accel.MAX_HEADERS_LENGTH) == (
-        sse_module._HOLD, eventstream.PRELUDE_LENGTH, eventstream.MIN_MESSAGE_LENGTH, eventstream.MAX_HEADERS_LENGTH
-    )
+    assert (_accel.SSE_HOLD, _accel.PRELUDE_LENGTH, _accel.MIN_MESSAGE_LENGTH, _accel.MAX_HEADERS_LENGTH,
+            _accel.MAX_PAYLOAD_LENGTH) == (sse_module._HOLD, eventstream.PRELUDE_LENGTH, eventstream.MIN_MESSAGE_LENGTH,
+                                           eventstream.MAX_HEADERS_LENGTH, eventstream.MAX_PAYLOAD_LENGTH)
 
 
 def test_an_event_size_limit_beyond_any_length_is_kept() -> None:

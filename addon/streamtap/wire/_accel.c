@@ -332,7 +332,8 @@ eventstream_known_frames(PyObject *module, PyObject *const *args, Py_ssize_t nar
             Py_DECREF(layout);
             break;
         }
-        if (total > limit || total > size - pos || headers_end + 4 > total || headers_end < 12) {
+        /* no sum of two values: a layout is not trusted not to overflow one */
+        if (total > limit || total > size - pos || headers_end != 12 + block_len || headers_end > total - 4) {
             Py_DECREF(layout);
             break;  /* the Python loop waits for the rest, or reports the error */
         }
@@ -391,6 +392,7 @@ eventstream_known_frames(PyObject *module, PyObject *const *args, Py_ssize_t nar
 #define PRELUDE_LENGTH 12 /* eventstream.py's */
 #define MIN_MESSAGE_LENGTH 16
 #define MAX_HEADERS_LENGTH (128 * 1024)
+#define MAX_PAYLOAD_LENGTH (24 * 1024 * 1024)
 
 typedef struct {
     PyObject *feed_name; /* "_feed", interned */
@@ -502,6 +504,7 @@ eventstream_feed(EventStreamFeed *self, PyObject *data)
             long long total = big_endian_u32(prelude), headers_length = big_endian_u32(prelude + 4);
             if (have + size < total && total <= (long long)self->limit
                 && headers_length <= total - MIN_MESSAGE_LENGTH && headers_length <= MAX_HEADERS_LENGTH
+                && total - MIN_MESSAGE_LENGTH - headers_length <= MAX_PAYLOAD_LENGTH
                 && crc32(0, prelude, 8) == big_endian_u32(prelude + 8)) {
                 PyObject *events = appended(buffer, have, data);
                 if (events != NULL)
@@ -627,7 +630,8 @@ accel_exec(PyObject *module)
     if (PyModule_AddIntConstant(module, "SSE_HOLD", SSE_HOLD) < 0
         || PyModule_AddIntConstant(module, "PRELUDE_LENGTH", PRELUDE_LENGTH) < 0
         || PyModule_AddIntConstant(module, "MIN_MESSAGE_LENGTH", MIN_MESSAGE_LENGTH) < 0
-        || PyModule_AddIntConstant(module, "MAX_HEADERS_LENGTH", MAX_HEADERS_LENGTH) < 0)
+        || PyModule_AddIntConstant(module, "MAX_HEADERS_LENGTH", MAX_HEADERS_LENGTH) < 0
+        || PyModule_AddIntConstant(module, "MAX_PAYLOAD_LENGTH", MAX_PAYLOAD_LENGTH) < 0)
         return -1;
     PyType_Spec *specs[] = {&sse_feed_spec, &eventstream_feed_spec};
     for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {
