@@ -141,3 +141,95 @@ def test_gemini_parts_kept_beside_the_text_are_compared(one, other):
     a, b = (analyze_bytes(_gemini_with(part), Dialect.GEMINI).turn for part in (one, other))
     assert compare_strands(a, b).kind == "divergent"
     assert compare_strands(a, analyze_bytes(_gemini_with(one), Dialect.GEMINI).turn).kind == "identical"
+
+
+def _framed(name: str) -> bytes:
+    """A vercel-ai capture (one chunk payload a line) framed as the SSE body it came in."""
+    lines = [line for line in shared_path("fixtures", name).read_bytes().splitlines() if line.strip()]
+    return b"".join(b"data: " + line + b"\r\n\r\n" for line in lines)
+
+
+@pytest.mark.parametrize("name", [
+    "vercel-ai/google/google-stream-tool-call-arguments.chunks.txt",
+    "vercel-ai/google/google-vertex-stream-tool-call-arguments-nested.1.chunks.txt",
+    "vercel-ai/google/google-stream-tool-call-array-arguments-missing-terminal-function-call.chunks.txt",
+    "vercel-ai/google/google-stream-no-args-tool-call.chunks.txt",
+])
+def test_cut_gemini_streamed_calls_are_continuations_of_the_whole(name):
+    """Gemini builds a streamed call's arguments path by path (partialArgs): a cut call's
+    arguments_raw is what it had so far written out, strings and braces closed, never a prefix of
+    the whole; it was called divergent from the stream it was cut from."""
+    body = _framed(name)
+    whole = analyze_bytes(body, Dialect.GEMINI).turn
+    kinds = set()
+    for point in cut_points(body, sse_spans(body), inside_per_event=1):
+        cut = analyze_bytes(body[:point], Dialect.GEMINI).turn
+        for result, longer in ((compare_strands(cut, whole), "b"), (compare_strands(whole, cut), "a")):
+            assert result.kind in ("continuation", "identical"), (point, result)
+            assert result.kind == "identical" or result.longer == longer
+        kinds.add(compare_strands(cut, whole).kind)
+    assert "continuation" in kinds
+
+
+def _gemini_call(*parts: dict, finish: bool = True) -> Turn:
+    """A Gemini turn with one function call streamed as these partialArgs, one chunk each."""
+    import json
+
+    def chunk(call: dict, **more) -> bytes:
+        candidate = {"content": {"role": "model", "parts": [{"functionCall": call}]}, **more}
+        return b"data: " + json.dumps({"candidates": [candidate], "responseId": "r1"}).encode() + b"\r\n\r\n"
+
+    body = chunk({"name": "weather", "willContinue": True})
+    body += b"".join(chunk({"partialArgs": [part], "willContinue": True}) for part in parts)
+    if finish:
+        body += chunk({}, finishReason="STOP")
+    return analyze_bytes(body, Dialect.GEMINI).turn
+
+
+def test_a_cut_gemini_call_with_other_arguments_diverges_and_names_where():
+    city = {"jsonPath": "$.city", "stringValue": "Paris"}
+    unit = {"jsonPath": "$.unit", "stringValue": "C"}
+    whole = _gemini_call(city, unit, {"jsonPath": "$.days", "numberValue": 3})
+    assert compare_strands(_gemini_call({**city, "stringValue": "Pa", "willContinue": True}, finish=False),
+                           whole).kind == "continuation"
+    other_city = compare_strands(_gemini_call({**city, "stringValue": "Lon"}, finish=False), whole)
+    assert other_city.kind == "divergent" and "$.city" in other_city.reason and other_city.block == 0
+    other_order = compare_strands(_gemini_call(unit, finish=False), whole)  # keys come in the order sent
+    assert other_order.kind == "divergent" and "$.unit" in other_order.reason
+    other_number = compare_strands(_gemini_call(city, unit, {"jsonPath": "$.days", "numberValue": 4}, finish=False), whole)
+    assert other_number.kind == "divergent" and "$.days" in other_number.reason
+    # two calls that both ended compare exactly: the shorter one is not the start of the other
+    assert compare_strands(_gemini_call({**city, "stringValue": "Pa"}), whole).kind == "divergent"
+
+
+def _server_tool_turn(query: str, ended: bool = True) -> Turn:
+    """An Anthropic turn whose server tool (web search) input is ``{"query": ...}``, cut inside it unless ``ended``."""
+    import json
+
+    partial = json.dumps({"query": query}) if ended else json.dumps({"query": query})[:-2]
+    events = [
+        {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude",
+                                               "content": [], "stop_reason": None, "usage": {"input_tokens": 1, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0,
+         "content_block": {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": partial}},
+    ]
+    if ended:
+        events += [{"type": "content_block_stop", "index": 0},
+                   {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "usage": {"output_tokens": 5}},
+                   {"type": "message_stop"}]
+    body = b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
+    return analyze_bytes(body, Dialect.ANTHROPIC).turn
+
+
+def test_server_tool_inputs_are_compared():
+    """A server tool's input is in arguments_raw as a client tool call's is: two strands searching
+    for different things were identical, and a cut one a continuation of another search."""
+    paris, acme = _server_tool_turn("weather in Paris"), _server_tool_turn("stock price of ACME")
+    assert compare_strands(paris, copy.deepcopy(paris)).kind == "identical"
+    result = compare_strands(paris, acme)
+    assert result.kind == "divergent" and (result.block, result.offset) == (0, 11)
+    cut = _server_tool_turn("weather in Paris", ended=False)
+    assert compare_strands(cut, acme).kind == "divergent"
+    assert (compare_strands(cut, paris).kind, compare_strands(cut, paris).longer) == ("continuation", "b")

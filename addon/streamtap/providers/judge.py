@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 
 from streamtap.wire import IncrementalJSON, WireEvent
-from streamtap.wire.partial_json import lenient_loads
+from streamtap.wire.partial_json import is_blank, lenient_loads
 
 from .turn import NOT_JUDGED, Block, BlockKind, Choice, Turn, StreamEnd, Verdict, VerdictKind
 
@@ -463,7 +463,7 @@ def parse_arguments(block: Block, raw: str | None, start_input: Any = None,
     if arguments_not_kept(block):
         block.arguments = block.arguments_error = None
         return None
-    if raw is None or not raw.strip():
+    if raw is None or is_blank(raw):
         block.arguments = start_input if isinstance(start_input, dict) else {}
         block.arguments_error = None
         return None

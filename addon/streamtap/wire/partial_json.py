@@ -17,6 +17,16 @@ from typing import Any
 import orjson
 
 
+# what JSON skips between values; str.strip() also strips U+00A0, U+2028, U+3000, \x1c..., which
+# json.loads and jiter refuse
+JSON_WHITESPACE = " \t\r\n"
+
+
+def is_blank(text: str) -> bool:
+    """Whether ``text`` holds no JSON at all: nothing but JSON's whitespace."""
+    return not text.strip(JSON_WHITESPACE)
+
+
 class JSONIncomplete(ValueError):
     """The concatenated fragments are not one JSON document.
 
@@ -29,7 +39,7 @@ class JSONIncomplete(ValueError):
         super().__init__(f"{reason} (at character {position} of {len(raw)})")
         self.reason = reason
         self.position = position
-        self.truncated = position >= len(raw.rstrip(" \t\r\n"))  # JSON's whitespace only: U+00A0 is not
+        self.truncated = position >= len(raw.rstrip(JSON_WHITESPACE))
 
 
 # orjson reads an integer past 64 bits (2**64 has 20 digits, -2**63 19) as a double, where the
@@ -93,7 +103,7 @@ def lenient_loads(
 class IncrementalJSON:
     """Collect fragments with ``feed``; ``value()`` parses the whole text on demand.
 
-    Empty text (no fragments, or only ``""`` and whitespace) means ``{}``: that is how
+    Empty text (no fragments, or only ``""`` and JSON's whitespace) means ``{}``: that is how
     providers send a tool call without arguments.
     """
 
@@ -132,7 +142,7 @@ class IncrementalJSON:
         raw = self.raw
         if len(raw) != self._parsed_length:
             self._parsed_length = len(raw)
-            if not raw.strip():
+            if is_blank(raw):
                 self._result = {}
             else:
                 try:

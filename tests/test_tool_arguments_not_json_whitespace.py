@@ -1,0 +1,74 @@
+"""Tool-call arguments made only of characters Python strips but JSON does not skip (U+00A0,
+U+3000, U+2028, \\x1c): they are no JSON document, not "no arguments". json.loads (how apps read
+OpenAI's arguments) and jiter (the anthropic SDK's parser) both refuse them, so the turn is corrupt,
+never complete with ``{}``."""
+
+from __future__ import annotations
+
+import json
+
+import anthropic
+import httpx2
+import orjson
+import pytest
+
+from streamtap.providers import Dialect, VerdictKind, analyze_bytes
+from streamtap.wire import IncrementalJSON, JSONIncomplete
+
+NOT_JSON_WHITESPACE = ["\u00a0", "\u3000", "\u2028", "\x1c", " \u00a0\n"]
+
+
+def sse(*events: dict, named: bool = True) -> bytes:
+    return b"".join((f"event: {e['type']}\n".encode() if named else b"") + b"data: " + orjson.dumps(e) + b"\n\n"
+                    for e in events)
+
+
+@pytest.mark.parametrize("text", NOT_JSON_WHITESPACE)
+def test_incremental_json_refuses_them_as_broken_not_as_no_arguments(text):
+    document = IncrementalJSON()
+    document.feed(text)
+    assert not document.complete()
+    with pytest.raises(JSONIncomplete) as failure:
+        document.value()
+    assert not failure.value.truncated  # no continuation repairs a leading U+00A0
+
+
+@pytest.mark.parametrize("text", NOT_JSON_WHITESPACE)
+def test_an_openai_chat_call_with_them_is_corrupt_as_json_loads_refuses_them(text):
+    def chunk(delta: dict, finish: str | None = None) -> dict:
+        return {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    body = sse(chunk({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                                             "function": {"name": "weather", "arguments": ""}}]}),
+               chunk({"tool_calls": [{"index": 0, "function": {"arguments": text}}]}),
+               chunk({}, "tool_calls"), named=False) + b"data: [DONE]\n\n"
+    with pytest.raises(ValueError):
+        json.loads(text)  # what the app does with the arguments
+    analysis = analyze_bytes(body, Dialect.OPENAI_CHAT)
+    assert analysis.verdict.kind is VerdictKind.CORRUPT and "invalid argument JSON" in analysis.verdict.reason
+    call = analysis.turn.tool_calls()[0]
+    assert (call.arguments, call.arguments_raw) == (None, text)
+
+
+@pytest.mark.parametrize("text", NOT_JSON_WHITESPACE)
+def test_an_anthropic_tool_use_with_them_is_corrupt_as_the_sdk_refuses_them(text):
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude", "content": [],
+               "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1}}
+    body = sse({"type": "message_start", "message": message},
+               {"type": "content_block_start", "index": 0,
+                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}},
+               {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": text}},
+               {"type": "content_block_stop", "index": 0},
+               {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                "usage": {"output_tokens": 5}},
+               {"type": "message_stop"})
+    http = httpx2.Client(transport=httpx2.MockTransport(
+        lambda request: httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)))
+    client = anthropic.Anthropic(api_key="x", base_url="http://t", max_retries=0, http_client=http)
+    with pytest.raises(ValueError, match="tool parameter JSON"):
+        with client.messages.stream(model="claude", max_tokens=10, messages=[{"role": "user", "content": "x"}]) as stream:
+            for _ in stream:
+                pass
+    verdict = analyze_bytes(body, Dialect.ANTHROPIC).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "invalid argument JSON" in verdict.reason, verdict
