@@ -149,3 +149,34 @@ def test_edits_the_checks_missed_are_found(tmp_path):
     *lines, end = path.read_text().splitlines()
     path.write_text("".join(line + "\n" for line in lines) + json.dumps({**json.loads(end), "wire_sha256": "f" * 64}) + "\n")
     assert any("wire sha256 differs from the body's" in p for p in check_recording(read_recording(path)))
+
+
+def test_a_text_with_a_lone_surrogate_is_written_escaped_not_lost(tmp_path):
+    """A lone surrogate that is no byte mitmproxy escaped (half an emoji) reached a line: the
+    line could not be written, and the recording was lost; it is written as its escape."""
+    writer = RecordingWriter.create(tmp_path, started=1_780_000_000.25, provider="openai-chat", flow_id="edge2")
+    writer.header({"request": {"method": "POST", "url": "http://x/v1?a=\udcff", "headers": [["x-note", "\ud83d"]]},
+                   "response": {"status": 200}})
+    writer.note("error", "half an emoji: \ud83d\udcff")
+    writer.close()
+    lines = [json.loads(line) for line in writer.path.read_bytes().decode("utf-8").splitlines()]
+    assert lines[0]["request"]["url"] == "http://x/v1?a=\\xff" and lines[0]["request"]["headers"] == [["x-note", "\\ud83d"]]
+    assert lines[1]["message"] == "half an emoji: \\ud83d\\xff"
+
+
+@pytest.mark.parametrize("compress", ["none", "zstd"])
+def test_close_on_a_full_disk_closes_the_file_and_never_raises(tmp_path, compress):
+    """Lines still buffered when the disk is full: the file's close fails its flush but closes
+    its descriptor; the writer then asked that closed file for its descriptor (ValueError)."""
+    writer = RecordingWriter.create(tmp_path, started=1_780_000_000.25, provider="openai-chat", flow_id="edge3", compress=compress)
+    writer.header({"response": {"status": 200}, "wire": {"format": "sse", "content_encoding": None}})
+    writer.flush()
+    fd = writer._file.fileno()
+    full = os.open("/dev/full", os.O_WRONLY)
+    os.dup2(full, fd)  # every later write gets ENOSPC, as on a full disk
+    os.close(full)
+    writer.note("error", "buffered, not yet written")
+    writer.close()
+    assert writer.closed
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed

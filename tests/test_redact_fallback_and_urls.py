@@ -138,6 +138,90 @@ def test_a_long_header_value_is_scanned_for_urls_in_linear_time():
     assert time.monotonic() - started < 1
 
 
+
+def test_a_url_in_a_body_string_has_its_secrets_redacted():
+    """Only a field's name decided: a presigned image URL's signature, an MCP server's key in its
+    URL and a link in a message went to disk as they came."""
+    presigned = ("https://bkt.s3.amazonaws.com/cat.png?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=ASIA1%2Fus"
+                 "&X-Amz-Security-Token=URL-SECRET-1&X-Amz-Signature=URL-SECRET-2")
+    body = {"messages": [{"role": "user", "content": [
+                {"type": "text", "text": "What is this? Mail me@example.test, see [the docs](https://d.example/x?key=URL-SECRET-3)."},
+                {"type": "image_url", "image_url": {"url": presigned}}]}],
+            "tools": [{"type": "mcp", "server_url": "https://mcp.example.com/sse?api_key=URL-SECRET-4&v=2"}]}
+    redacted = Redactor().json(body)
+    content = redacted["messages"][0]["content"]
+    # (the value runs to the end of the word, as in a header: a secret's last characters never stay)
+    assert content[0]["text"] == f"What is this? Mail me@example.test, see [the docs](https://d.example/x?key={REDACTED}"
+    assert content[1]["image_url"]["url"] == (
+        "https://bkt.s3.amazonaws.com/cat.png?X-Amz-Algorithm=AWS4-HMAC-SHA256"
+        f"&X-Amz-Credential={REDACTED}&X-Amz-Security-Token={REDACTED}&X-Amz-Signature={REDACTED}")
+    assert redacted["tools"][0]["server_url"] == f"https://mcp.example.com/sse?api_key={REDACTED}&v=2"
+    # the same in a body the parser refuses (scanned), and in text that merely starts like JSON
+    raw = json.dumps({"m": "\ud83d", **body}).encode()
+    assert b"URL-SECRET" not in _recorded_body(raw)[1]
+    assert Redactor().json("[the docs](https://d.example/x?key=URL-SECRET-5)") == f"[the docs](https://d.example/x?key={REDACTED}"
+    kept = {"text": "why? see https://d.example/x?page=2#top, or ask me@example.test", "url": "https://d.example/?"}
+    assert Redactor().json(kept) == kept
+
+
+def test_replay_matches_a_request_whose_body_url_was_redacted():
+    """A recording's body URL holds [redacted] for its key: the live request, with the real key,
+    still finds it; one with another URL does not."""
+    from streamtap.replay.match import mask_like
+
+    def body(url):
+        return {"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}]}
+
+    live = body("https://bkt.example/cat.png?X-Amz-Signature=LIVE-SIG&size=2")
+    recorded = Redactor().json(live)
+    assert "LIVE-SIG" not in json.dumps(recorded)
+    assert mask_like(live, recorded) == recorded
+    other = body("https://bkt.example/dog.png?X-Amz-Signature=LIVE-SIG&size=2")
+    assert mask_like(other, recorded) != recorded
+
+
+def test_a_json_header_value_has_its_secret_members_redacted():
+    """Portkey's x-portkey-config carries the provider's key as a member of a JSON value."""
+    value = '{"provider": "openai", "api_key": "HDR-SECRET-1", "override_params": {"model": "gpt-4o"}}'
+    [[_, kept]] = Redactor().headers([("x-portkey-config", value)])
+    assert json.loads(kept) == {"provider": "openai", "api_key": REDACTED, "override_params": {"model": "gpt-4o"}}
+    plain = '{"provider": "openai"}'
+    assert Redactor().headers([("x-portkey-config", plain)]) == [["x-portkey-config", plain]]  # byte for byte
+
+
+def test_body_strings_are_scanned_for_urls_in_linear_time():
+    started = time.monotonic()
+    long_word = "https://h/" + "a" * 200_000 + "?q=1"
+    assert Redactor().json({"text": long_word, "more": "://?@#" * 50_000}) == {"text": long_word, "more": "://?@#" * 50_000}
+    assert time.monotonic() - started < 1
+
+
+@pytest.mark.parametrize("refused", [False, True], ids=["parsed", "scanned"])
+def test_a_lone_surrogate_escape_in_redacted_arguments_stays_an_escape(tmp_path, refused):
+    """Tool arguments with a password and a lone surrogate escape (half an emoji): re-written
+    with the surrogate raw, the header line was no UTF-8 and the whole recording was lost
+    (parsed body), or the kept body was no longer UTF-8 JSON (scanned body)."""
+    arguments = '{"password":"' + PASSWORD + '","note":"\\ud83d"}'
+    messages = [{"role": "assistant", "tool_calls": [{"function": {"name": "login", "arguments": arguments}}]}]
+    raw = json.dumps({"model": "m", "messages": messages}).encode()
+    if refused:  # a lone surrogate escape in the body itself too: orjson refuses it
+        raw = raw.replace(b'"messages": [', b'"messages": [{"role": "user", "content": "\\udc00"}, ')
+    from streamtap.recording.writer import RecordingWriter
+
+    part = Redactor().request_part(request_body_fields((raw, None)))
+    json.dumps(part, ensure_ascii=False).encode("utf-8")  # no lone surrogate left raw (for the writer's last resort)
+    writer = RecordingWriter.create(tmp_path, started=1.7e9, provider="openai-chat", flow_id="surrogate1")
+    writer.header({"request": {"method": "POST", "url": "http://x/v1/chat/completions", "headers": [],
+                               **request_body_fields((raw, None))}, "response": {"status": 200, "headers": []}})
+    writer.close()
+    header = json.loads(writer.path.read_bytes().decode("utf-8").splitlines()[0])  # UTF-8, strictly
+    request = header["request"]
+    body = json.loads(base64.b64decode(request["body_b64"]).decode("utf-8")) if refused else request["body"]
+    assert ("body_b64" in request) == refused
+    kept = body["messages"][-1]["tool_calls"][0]["function"]["arguments"]
+    assert kept == '{"password":"[redacted]","note":"\\ud83d"}'
+    assert json.loads(kept)["note"] == "\ud83d"  # the value the app reads, as sent
+
 # --- a name given to redact -----------------------------------------------------------------------
 
 

@@ -386,7 +386,10 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
                     _note_orphaned(*op[1:])
                 elif kind == STOP:
                     for tap in taps.values():
-                        tap.abandon()
+                        try:  # one recording that cannot be closed (a full disk) leaves the others' to close
+                            tap.abandon()
+                        except Exception:  # (no log: nothing is said after STOP) it stays marked incomplete all the same
+                            pass
                     return
             except Exception as exc:  # a streamtap bug costs this flow its analysis, not the worker
                 why = f"analysis failed: {type(exc).__name__}: {exc}"

@@ -77,6 +77,9 @@ _URL_IN_VALUE = re.compile(r'[^\s<>"]+')
 # where a URL can carry a secret: its query, its fragment (OAuth's #access_token=...), its
 # userinfo (https://user:password@host)
 _URL_SECRET_MARKS = re.compile(r"[?#@]")
+# A lone surrogate: half an emoji, which a JSON escape ("\ud83d") carries and Python's parser
+# reads. No UTF-8 text holds it raw, so JSON that redaction writes holds it as that escape.
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 def words(name: str) -> list[str]:
@@ -131,8 +134,9 @@ class Redactor:
     def headers(self, headers: Iterable[tuple[str, str]]) -> list[list[str]]:
         """Header pairs (order and repeats kept) with secret values replaced: by the header's
         name, or by its value when that is credentials in an auth scheme whatever the name
-        (``Helicone-Auth: Bearer ...``), the userinfo of a ``Host``, and the secrets in the query,
-        fragment or userinfo of a URL in any value (``Location``, ``Link``, ``Referer``)."""
+        (``Helicone-Auth: Bearer ...``), the userinfo of a ``Host``, the members of a JSON value as
+        a body's, and the secrets in the query, fragment or userinfo of a URL in any value
+        (``Location``, ``Link``, ``Referer``)."""
         out = []
         for name, value in headers:
             lowered = name.lower()
@@ -140,6 +144,8 @@ class Redactor:
                 value = redact_header_value(value)
             elif lowered in ("host", ":authority") and "@" in value:
                 value = f"{REDACTED}@{value.rpartition('@')[2]}"
+            elif value.lstrip()[:1] in ("{", "[") and (members := self._string(value)) != value:
+                value = members  # JSON (Portkey's x-portkey-config): its members judged as a body's
             elif _URL_SECRET_MARKS.search(value):  # a URL's query, fragment or userinfo may hold a key
                 value = _URL_IN_VALUE.sub(self._url_in_value, value)
             out.append([name, value])
@@ -147,6 +153,17 @@ class Redactor:
 
     def _url_in_value(self, word: re.Match[str]) -> str:
         return self.url(word[0]) if _URL_SECRET_MARKS.search(word[0]) else word[0]
+
+    def urls_in_text(self, text: str) -> str:
+        """A body's text (an ``image_url``, an MCP ``server_url``, a link in a message) with the
+        secrets in each URL's query, fragment or userinfo redacted, as in a header value; only
+        words that hold ``://`` count as URLs here (prose is full of ``?`` and ``@``)."""
+        if "://" not in text or not _URL_SECRET_MARKS.search(text):
+            return text
+        return _URL_IN_VALUE.sub(self._url_word, text)
+
+    def _url_word(self, word: re.Match[str]) -> str:
+        return self.url(word[0]) if "://" in word[0] and _URL_SECRET_MARKS.search(word[0]) else word[0]
 
     def url(self, url: str) -> str:
         """The URL with credential query values and any userinfo replaced, every other byte as
@@ -194,14 +211,16 @@ class Redactor:
         return value
 
     def _string(self, text: str) -> str:
-        """A string value, with the JSON it may carry redacted inside: the one rule for strings,
-        whether the body was parsed (``json``) or scanned (``json_bytes``)."""
+        """A string value, with the JSON it may carry redacted inside, or else the URLs it holds:
+        the one rule for strings, whether the body was parsed (``json``) or scanned (``json_bytes``)."""
         head = text.lstrip()[:1]
         if head in ("{", "["):
             return self._json_in_text(text)
         if head == '"':
-            return self._json_text_in_text(text)
-        return text
+            redacted = self._json_text_in_text(text)
+            if redacted != text:
+                return redacted
+        return self.urls_in_text(text)
 
     def _under_secret_name(self, name: str, value: Any, subschema: bool = False) -> Any:
         if isinstance(value, list):
@@ -232,7 +251,9 @@ class Redactor:
             inner = json.loads(text)
             redacted = self.json(inner)
         except (ValueError, RecursionError):  # cut arguments, trailing junk, too deep: scanned instead
-            return self.json_bytes(text.encode("utf-8", "surrogatepass")).decode("utf-8", "surrogatepass")
+            scanned = self.json_bytes(text.encode("utf-8", "surrogatepass")).decode("utf-8", "surrogatepass")
+            # no secret member found: maybe no JSON at all ("[the docs](https://…?key=…)")
+            return scanned if scanned != text else self.urls_in_text(text)
         return dump_embedded(redacted) if redacted != inner else text
 
     def _json_text_in_text(self, text: str) -> str:
@@ -299,7 +320,7 @@ class Redactor:
         redacted = self._string(text)
         if redacted == text:
             return None
-        return json.dumps(redacted, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        return _dumps(redacted).encode("utf-8")
 
     def json_bytes(self, raw: bytes) -> bytes:
         """JSON text the parser refused (a lone surrogate escape, 1e400, deep nesting, a BOM: all
@@ -335,8 +356,8 @@ class Redactor:
                 redacted = self._under_secret_name(name, value)
                 if redacted is value or (redacted == value and type(redacted) is type(value)):
                     continue  # kept (a count, a schema): the members inside are scanned in turn
-                replacement = json.dumps(redacted, ensure_ascii=False)
-            out += (raw[done:at], replacement.encode("utf-8", "surrogatepass"))
+                replacement = _dumps(redacted)
+            out += (raw[done:at], replacement.encode("utf-8"))
             done = at = end
         out.append(raw[done:])
         return b"".join(out)
@@ -391,7 +412,18 @@ def name_problem(name: str) -> str | None:
 
 def dump_embedded(value: Any) -> str:
     """How redacted JSON-in-a-string is written (replay matching writes a request's the same way)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _dumps(value, separators=(",", ":"))
+
+
+def _dumps(value: Any, **options: Any) -> str:
+    """``json.dumps`` keeping text as it is, but a lone surrogate as its escape: written raw, the
+    JSON would be no UTF-8 (the header line could not be written, or a kept body no longer
+    JSON), where the client sent valid JSON."""
+    return _SURROGATE.sub(_surrogate_escape, json.dumps(value, ensure_ascii=False, **options))
+
+
+def _surrogate_escape(char: re.Match[str]) -> str:
+    return f"\\u{ord(char[0]):04x}"
 
 
 # the keywords that carry values of what they describe

@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import secrets
 import time
 from collections.abc import Iterable, Sequence
@@ -168,10 +169,17 @@ def _escaped(value: Any) -> Any:
     return root[0]
 
 
+# a surrogate that stands for no byte (mitmproxy's escapes are U+DC80..U+DCFF): half an emoji,
+# from a JSON escape ("\ud83d") in text a caller parsed
+_NOT_A_BYTE = re.compile(r"[\ud800-\udc7f\udd00-\udfff]")
+
+
 def _escaped_text(text: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
+        # a line that cannot be written loses the recording: any other lone surrogate as \uXXXX
+        text = _NOT_A_BYTE.sub(lambda char: f"\\u{ord(char[0]):04x}", text)
         return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     return text
 
@@ -665,8 +673,8 @@ class RecordingWriter:
         self.closed = True
         try:
             self._file.close()  # flushes; closing the fd drops the lock
-        except OSError:
+        except OSError:  # the flush failed (a full disk): the fd must close all the same, or the lock stays held
             try:
                 os.close(self._file.fileno())
-            except OSError:
+            except (OSError, ValueError):  # ValueError: the file closed its fd despite the failed flush
                 pass

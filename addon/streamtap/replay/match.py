@@ -77,6 +77,9 @@ def mask_like(live: Any, recorded: Any, redactor: Redactor | None = None) -> Any
                 return _mask_form(live, recorded)
             if REDACTED in recorded and recorded.lstrip()[:1] in ("{", "[", '"'):  # (the recorder's own tests)
                 return _mask_embedded(live, recorded, redactor or Redactor())
+            if REDACTED in recorded and "://" in recorded:  # a URL's key redacted in place (an image_url)
+                masked = (redactor or Redactor()).urls_in_text(live)
+                return masked if masked == recorded else live
         return live
     if isinstance(recorded, dict) and isinstance(live, dict):
         return {k: mask_like(v, recorded[k], redactor) if k in recorded else v for k, v in live.items()}
