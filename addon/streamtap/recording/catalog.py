@@ -50,8 +50,9 @@ NEVER_RENAMED = ("never finished: its end line is there, but its writer stopped 
                  "from .partial (it may not have reached the disk)")
 HEAD_BLOCK = 32 * 1024  # most recordings fit whole: one read
 TAIL_BLOCK = 64 * 1024
-MAX_HEADER_LINE = 256 * 1024 * 1024  # a header holds the request: large prompts, not this
-LONGEST_LINE = max(MAX_HEADER_LINE, MAX_LINE_BYTES)
+# A line longer than the format allows (MAX_LINE_BYTES, which a header holding a large request
+# stays under too) is damage here as in verify: the verbs never disagree on a file
+TOO_LONG = f"is longer than {MAX_LINE_BYTES} bytes, the longest line the format allows"
 # The range of `started` every engine reading the index takes (years 1970 to 9999, in seconds):
 # a time in milliseconds, say, would otherwise make a day partition like day=58888-01-09.
 LAST_START = 253402300799
@@ -303,7 +304,7 @@ class _Ends(io.RawIOBase):
     @classmethod
     def of(cls, handle: BinaryIO) -> _Ends:
         frames = ZstdFrames()
-        head, head_limit = bytearray(), MAX_HEADER_LINE + HEAD_BLOCK
+        head, head_limit = bytearray(), MAX_LINE_BYTES + HEAD_BLOCK
         line, line_start = bytearray(), 0  # the line being decoded
         last, last_start = b"", 0  # the last whole line so far
         size = 0
@@ -311,7 +312,7 @@ class _Ends(io.RawIOBase):
             for piece in frames.pieces(data):
                 if len(head) < head_limit:
                     head += piece[: head_limit - len(head)]
-                    if head_limit > MAX_HEADER_LINE and (newline := head.find(b"\n")) >= 0:
+                    if head_limit > MAX_LINE_BYTES and (newline := head.find(b"\n")) >= 0:
                         head_limit = newline + 1 + HEAD_BLOCK
                         del head[head_limit:]
                 end = piece.rfind(b"\n")
@@ -324,8 +325,8 @@ class _Ends(io.RawIOBase):
                     else:
                         last, last_start = piece[before + 1 : end + 1], size + before + 1
                     line, line_start = bytearray(piece[end + 1 :]), size + end + 1
-                if len(line) > LONGEST_LINE:  # no reader takes such a line; a decompression bomb makes one
-                    raise RecordingError(f"the line at byte {line_start} is longer than {LONGEST_LINE} bytes")
+                if len(line) > MAX_LINE_BYTES:  # no reader takes such a line; a decompression bomb makes one
+                    raise RecordingError(f"the line at byte {line_start} {TOO_LONG}")
                 size += len(piece)
         if line:  # the file ends inside a line
             last, last_start = bytes(line), line_start
@@ -381,12 +382,15 @@ def read_ends(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, str | 
     handle, frame_ended = open_bytes(path)
     with handle:
         head = handle.read(HEAD_BLOCK)
-        while b"\n" not in head and head.startswith(b"{") and len(head) < MAX_HEADER_LINE:
-            more = handle.read(max(len(head), HEAD_BLOCK))  # a long request in the header: read on to its line end
+        while b"\n" not in head and head.startswith(b"{") and len(head) <= MAX_LINE_BYTES:
+            # a long request in the header: read on to its line end, or one byte past the limit
+            more = handle.read(min(max(len(head), HEAD_BLOCK), MAX_LINE_BYTES + 1 - len(head)))
             if not more:
                 break
             head += more
         first = head[: head.find(b"\n") + 1] or head
+        if len(first) > MAX_LINE_BYTES:
+            raise RecordingError(f"line 1 {TOO_LONG}")
         cut_in_first_line = not first.endswith(b"\n") and handle.seek(0, os.SEEK_END) == len(head)
         if cut_in_first_line and _header_cut(path, head, frame_ended):
             why = ("the zstd stream ends before its first line decodes" if not head and not frame_ended

@@ -7,6 +7,7 @@ module imports no mitmproxy; the writer redacts secrets when it writes the line.
 from __future__ import annotations
 
 import base64
+import hashlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,16 @@ from .content import decoded_body
 
 
 RequestBody = tuple[bytes, str | None]  # as sent, and its Content-Encoding
+
+# The most bytes a request body takes in the header line per byte of its own: redacting a
+# one-letter name (``streamtap_redact``) turns ``a=&`` (3 bytes) into ``a=%5Bredacted%5D&`` (17),
+# and base64 (a body that is not JSON) adds 4/3. JSON written anew grows less: ``1e15,`` comes
+# back as ``1000000000000000.0,`` (5 bytes to 19).
+BODY_GROWTH = 17 / 3 * 4 / 3
+# The largest request body a header keeps (decoded JSON, else the bytes as sent); a larger one is
+# kept as its length and hash. Grown by BODY_GROWTH it still leaves the header line under the
+# format's MAX_LINE_BYTES (193 MiB) with room for the URL and headers, so verify reads it.
+MAX_RECORDED_BODY = 24 * 1024 * 1024
 
 
 def request_body(request: Any) -> RequestBody | None:
@@ -38,15 +49,25 @@ def request_as_read(request: RequestInfo, body: RequestBody | None) -> RequestIn
     return replace(request, body=decoded_body(*body) or request.body)
 
 
-def request_body_fields(body: RequestBody | None) -> dict[str, Any]:
-    """The header's ``body`` (the JSON it holds) or ``body_b64`` (a body that is not JSON)."""
+def request_body_fields(body: RequestBody | None, limit: int = MAX_RECORDED_BODY) -> dict[str, Any]:
+    """The header's ``body`` (the JSON it holds), ``body_b64`` (a body that is not JSON), or
+    ``body_omitted`` (a body over ``limit`` bytes: its length and SHA-256 as sent)."""
     if body is None:
         return {}
     raw, encoding = body
     try:
-        return {"body": orjson.loads(decoded_body(raw, encoding) or b"")}
-    except Exception:  # not JSON, or not decoded (see decoded_body): the bytes as sent
+        decoded = decoded_body(raw, encoding, limit)  # (a body sent as is comes back whole, at any size)
+        if decoded is not None and len(decoded) <= limit:
+            return {"body": orjson.loads(decoded)}
+    except Exception:  # not JSON: kept as below
+        pass
+    if len(raw) <= limit:  # not JSON, or not decoded (see decoded_body): the bytes as sent
         return {"body_b64": base64.b64encode(raw).decode("ascii")}
+    return {"body_omitted": {
+        "bytes": len(raw),
+        "sha256": hashlib.sha256(raw).hexdigest(),
+        "reason": f"the body is larger than the {limit} bytes a recording keeps of a request",
+    }}
 
 
 def flow_header(flow: Any, *, started: float | None, dialect: str | None, why: str | None,

@@ -42,7 +42,9 @@ from .writer import FELL_BEHIND, FORMAT, SUM_HEX, RecordingError, _described, _e
 # The longest line a writer can produce: a frame holds at most one event of max_event bytes
 # (a larger one is reported as malformed, never kept whole). Its bytes appear twice at most
 # (``raw`` and an event-stream ``payload``), and JSON escaping turns a control byte into six
-# (\u00XX), so 12 bytes per event byte, plus room for the other fields.
+# (\u00XX), so 12 bytes per event byte, plus room for the other fields. A header keeps the
+# request body only up to a size that fits too (header.MAX_RECORDED_BODY). `report` and `index`
+# take no longer line either, so every verb calls the same files damaged.
 MAX_LINE_BYTES = 12 * DEFAULT_MAX_EVENT + 2**20
 
 READ_PIECE = 1024 * 1024  # a line longer than this is read in pieces of this size
@@ -222,6 +224,11 @@ def check_header(record: dict[str, Any]) -> None:
         _headers(part, side)
     if "body_b64" in request:
         _b64(request, "body_b64")
+    omitted = _typed(request, "body_omitted", dict)
+    if omitted is not None:  # a body too large to keep: its length and hash as sent
+        counted(omitted, "bytes", required=True)
+        _hex(omitted, "sha256", _SHA256, 64, required=True)
+        _typed(omitted, "reason", str)
     wire = record.get("wire") or {}
     _typed(wire, "format", str)
     _typed(wire, "content_encoding", str)
