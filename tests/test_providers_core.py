@@ -49,7 +49,7 @@ DETECT = [
      "text/event-stream", Dialect.GEMINI, "sse", True),
     ("POST", "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent", None,
      "application/json", Dialect.GEMINI, "json-array", True),
-    ("POST", "http://127.0.0.1:11434/api/generate", b'{"model":"x"}', "application/x-ndjson", Dialect.OLLAMA, "ndjson", True),
+    ("POST", "http://127.0.0.1:11434/api/generate", b'{"model":"x","prompt":"hi"}', "application/x-ndjson", Dialect.OLLAMA, "ndjson", True),
     # Vertex AI's streamRawPredict speaks the publisher's own API
     ("POST", f"{VERTEX}/publishers/anthropic/models/claude-sonnet-4@20250514:streamRawPredict", b'{"stream":true}',
      "text/event-stream", Dialect.ANTHROPIC, "sse", True),

@@ -273,11 +273,13 @@ def test_ollama_error_line_and_detection():
     assert analysis.verdict.kind is E and "error was encountered" in analysis.verdict.reason and analysis.verdict.seq == 2
     from streamtap.providers import RequestInfo
 
-    for path, body in (("/api/chat", b'{"model":"qwen3","messages":[]}'), ("/api/generate", b'{"model":"x","prompt":"hi"}')):
+    for path, body in (("/api/chat", b'{"model":"qwen3","messages":[{"role":"user","content":"hi"}]}'),
+                       ("/api/generate", b'{"model":"x","prompt":"hi"}')):
         detection = detect_dialect(RequestInfo("POST", f"http://127.0.0.1:11434{path}", {}, body), "application/x-ndjson")
         assert (detection.dialect, detection.wire, detection.streaming) == (OLLAMA, "ndjson", True)
-    off = detect_dialect(RequestInfo("POST", "http://127.0.0.1:11434/api/chat", {}, b'{"stream": false}'), "application/json")
-    assert off.streaming is False
+    not_streamed = b'{"model":"qwen3","messages":[{"role":"user","content":"hi"}],"stream": false}'
+    off = detect_dialect(RequestInfo("POST", "http://127.0.0.1:11434/api/chat", {}, not_streamed), "application/json")
+    assert (off.dialect, off.streaming) == (OLLAMA, False)
 
 
 def test_ollama_bad_line_is_corrupt_and_cuts_are_never_complete():

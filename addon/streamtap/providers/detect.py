@@ -76,6 +76,29 @@ def _split_url(url: str) -> SplitResult:
 # (/v1, and Azure OpenAI's /openai/deployments/{deployment} without /v1), Mistral FIM and agents,
 # DeepSeek's FIM (/beta), and the un-versioned /completions a LiteLLM proxy serves at its root
 CHAT_COMPLETIONS_PATH = re.compile(r"(^|/chat|/v1|/fim|/agents|/beta|/openai/deployments/[^/]+)/completions$")
+# Responses: create at /responses, and retrieve (a stream resumed with ?stream=true) at /responses/{id}, whose
+# ids are resp_... (resp-... at some gateways); any other /responses/<segment> is some other app's
+RESPONSES_PATH = re.compile(r"/responses(/resp[_-][^/]+)?$")
+
+
+def _not_an_ollama_call(request: RequestInfo, body: dict | None) -> str:
+    """Why a request to /api/chat or /api/generate is no call to Ollama ("" where it may be one).
+    Every Ollama call is a POST whose JSON object names its model; where the body is not known
+    (None: the proxy's first look, at the response headers) the method alone decides."""
+    if request.body is None:
+        return "" if request.method.upper() == "POST" else f"a {request.method} request, where Ollama answers POST"
+    if not (body and isinstance(body.get("model"), str) and body["model"]):
+        return "the request body is no JSON object naming a model, as every Ollama call's is"
+    return ""
+
+
+def _loads_the_model(path: str, body: dict | None) -> bool:
+    """Ollama answers a generate call with no prompt, or a chat call with no messages, by loading the
+    model (or unloading it, with keep_alive 0): one JSON object, "done_reason" "load" or "unload",
+    whatever "stream" says (server/routes.go)."""
+    if body is None:
+        return False
+    return not body.get("prompt") if path.endswith("/api/generate") else not body.get("messages")
 
 
 def detect_dialect(request: RequestInfo | None, content_type: str | None) -> Detection:
@@ -110,8 +133,8 @@ def detect_dialect(request: RequestInfo | None, content_type: str | None) -> Det
     # Mistral on Vertex AI streams chat chunks
     if ":streamRawPredict" in google_path and "/publishers/mistralai/" in google_path:
         return found(Dialect.OPENAI_CHAT, "sse", f"path {path} (Mistral on Vertex AI: Chat Completions chunks)")
-    # the OpenAI-shaped paths come before Anthropic's host: api.anthropic.com also serves the OpenAI
-    # SDK compatibility endpoint (base_url https://api.anthropic.com/v1/), which answers Chat Completions chunks
+    # the path, not the host, decides: api.anthropic.com also serves the OpenAI SDK compatibility
+    # endpoint (base_url https://api.anthropic.com/v1/), which answers Chat Completions chunks
     # llama.cpp's server answers its own chunks (no choices, no [DONE]) at the root /completions too, asked
     # with no model; the OpenAI API, LiteLLM's among them, needs one. Without one it is no known API
     root_only = path == "/completions" and not (body and isinstance(body.get("model"), str) and body["model"])
@@ -120,19 +143,32 @@ def detect_dialect(request: RequestInfo | None, content_type: str | None) -> Det
             Dialect.OPENAI_CHAT, "sse", f"path {path} (OpenAI Chat Completions), stream={stream_flag}",
             stream_flag is True,
         )
-    if re.search(r"/responses(/[^/]+)?$", path):
+    if RESPONSES_PATH.search(path):
         streaming = stream_flag is True or query.get("stream", [""])[0] == "true"
         return found(Dialect.OPENAI_RESPONSES, "sse", f"path {path} (OpenAI Responses), stream={stream_flag}", streaming)
+    # the path decides on api.anthropic.com too: its legacy /v1/complete streams `completion` events, which
+    # no Messages stream holds, and its other paths (count_tokens, batches, models) answer JSON
     anthropic_on_vertex = ":streamRawPredict" in google_path and "/publishers/anthropic/" in google_path
-    if anthropic_on_vertex or path.endswith("/v1/messages") or host == "api.anthropic.com":
+    if anthropic_on_vertex or path.endswith("/v1/messages"):
         return found(Dialect.ANTHROPIC, "sse", f"host {host}, path {path} (Anthropic Messages)", stream_flag is True)
     ollama_path = path.endswith("/api/chat") or path.endswith("/api/generate")
-    # Ollama answers NDJSON (JSON when not streaming or for an error). Other apps serve /api/chat too (the
-    # Vercel AI SDK's useChat default) with SSE or plain text, which read as NDJSON would be called corrupt.
-    if ollama_path and (not content_type or ct_wire in ("ndjson", "json-array")):
-        # Ollama streams unless the body says "stream": false
-        return found(Dialect.OLLAMA, "ndjson", f"path {path} (Ollama native)", stream_flag is not False)
-    not_ollama = " (not Ollama, which never answers with this content-type)" if ollama_path else ""
+    not_ollama = ""
+    if ollama_path:
+        # Ollama answers NDJSON (JSON when not streaming or for an error). Other apps serve /api/chat too (the
+        # Vercel AI SDK's useChat default) with SSE or plain text, which read as NDJSON would be called corrupt,
+        # or with plain JSON, which read as NDJSON would be called cut
+        if content_type and ct_wire not in ("ndjson", "json-array"):
+            not_ollama = " (not Ollama, which never answers with this content-type)"
+        elif reason := _not_an_ollama_call(request, body):
+            not_ollama = f" (not Ollama: {reason})"
+        elif _loads_the_model(path, body):
+            what = "prompt" if path.endswith("/api/generate") else "messages"
+            why = f"path {path} (Ollama native), a call with no {what}: Ollama only loads (or unloads) the model " \
+                  "and answers one JSON object"
+            return found(Dialect.OLLAMA, "ndjson", why, False)
+        else:
+            # Ollama streams unless the body says "stream": false
+            return found(Dialect.OLLAMA, "ndjson", f"path {path} (Ollama native)", stream_flag is not False)
     wire = ct_wire if ct_wire not in (None, "json-array") else "sse"
     why = f"no known API at host {host} path {path}{not_ollama}"
     return found(Dialect.UNKNOWN, wire, why, ct_wire not in (None, "json-array"))

@@ -62,6 +62,8 @@ def _openai_responses(body: dict) -> Iterator[Item]:
     items = body.get("input")
     for ii, item in _dicts(items):
         kind = item.get("type")
+        if kind == "item_reference" or (kind is None and "id" in item and "role" not in item):
+            return  # a stored item, a call perhaps, whose call_id is on the server: later results cannot be checked
         if not isinstance(kind, str):
             continue
         if kind.endswith("_call") and item.get("call_id"):
@@ -99,8 +101,9 @@ def _ollama(body: dict) -> Iterator[Item]:
             if call.get("id"):
                 yield "call", call["id"], ""
             yield "call", function.get("name") if isinstance(function, dict) else None, ""
-        if message.get("role") == "tool":
-            yield "result", message.get("tool_call_id") or message.get("tool_name"), f"messages[{mi}]"
+        result_id = message.get("tool_call_id") or message.get("tool_name")
+        if message.get("role") == "tool" and result_id:  # Ollama takes a tool message naming no call: none to miss
+            yield "result", result_id, f"messages[{mi}]"
 
 
 _WALKERS = {
