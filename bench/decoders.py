@@ -230,9 +230,11 @@ class Pair:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a tenth of the deltas, 5 rounds (a smoke run)")
-    parser.add_argument("--rounds", type=int, default=7, help="rounds; every pair runs once in each (default 7, at least 5)")
+    parser.add_argument("--quick", action="store_true", help="a tenth of the deltas, 5 rounds unless --rounds says (a smoke run)")
+    parser.add_argument("--rounds", type=int, help="rounds; every pair runs once in each (default 7, at least 5)")
     args = parser.parse_args(argv)
+    if args.rounds is None:
+        args.rounds = 5 if args.quick else 7
     if args.rounds < 5:
         parser.error("--rounds: at least 5 (a median and range of fewer ratios says little)")
     deltas = DELTAS // 10 if args.quick else DELTAS

@@ -178,14 +178,19 @@ def bench_index_and_report(directory: Path, rounds: int) -> None:
         for r in range(rounds):
             out = Path(tmp) / f"idx{r}"
             index.append(timed([*STREAMTAP, "index", str(directory), "--out", str(out)]))
-            floor.append(read_all(directory))
-            report_index.append(timed([*STREAMTAP, "report", "--json", str(out)]))
-            report_files.append(timed([*STREAMTAP, "report", "--json", str(directory)]))
-            con = fleet.connect()
-            cpu, started = time.process_time(), time.perf_counter()
-            fleet.open_index(con, out)
-            fleet.report(con)
-            in_process.append((time.perf_counter() - started, time.process_time() - cpu))
+
+            def report_in_process() -> tuple[float, float]:
+                con = fleet.connect()
+                cpu, started = time.process_time(), time.perf_counter()
+                fleet.open_index(con, out)
+                fleet.report(con)
+                return time.perf_counter() - started, time.process_time() - cpu
+
+            # each pair back to back, the order alternating between rounds (the index must exist first)
+            steps = [(floor, lambda: read_all(directory)), (report_index, lambda: timed([*STREAMTAP, "report", "--json", str(out)])),
+                     (report_files, lambda: timed([*STREAMTAP, "report", "--json", str(directory)])), (in_process, report_in_process)]
+            for into, step in steps if r % 2 == 0 else steps[::-1]:
+                into.append(step())
     rows = len(list(directory.glob("*.jsonl")))
 
     def line(name: str, pairs: list[tuple[float, float]], target: str = "") -> str:
@@ -227,8 +232,9 @@ def bench_metrics(rounds: int) -> None:
     on.observers.append(metrics)
     turns = 20000
     costs, base_costs = [], []
-    for _ in range(rounds):
-        for tap, out in ((bare, base_costs), (on, costs)):
+    pair = ((bare, base_costs), (on, costs))
+    for r in range(rounds):
+        for tap, out in pair if r % 2 == 0 else pair[::-1]:
             started = time.process_time()  # CPU time: the machine is shared, waiting is not cost
             for i in range(turns):
                 tap._tell("turn_finished", flow, summaries[i % len(summaries)])
@@ -260,6 +266,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "streamtap-bench-fleet")
     args = parser.parse_args()
+    if args.rounds < 5:
+        parser.error("--rounds: at least 5 (a median and range of fewer rounds says little)")
     args.dir.mkdir(parents=True, exist_ok=True)
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores at the start")
     make_recordings(args.dir, args.recordings)

@@ -177,6 +177,8 @@ def main() -> None:
     parser.add_argument("--workers", action="store_true",
                         help="streamtap as shipped, with one analysis worker, whose growth is added (else workers=0)")
     args = parser.parse_args()
+    if args.rounds < 5:
+        parser.error("--rounds: at least 5 (a median and range of fewer rounds says little)")
     if not MITMDUMP.exists():
         sys.exit(f"no {MITMDUMP}: run `make .venv/.installed` first")
     sizes = [float(s) for s in args.sizes.split(",")]

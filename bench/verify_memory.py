@@ -107,6 +107,8 @@ def main() -> None:
     parser.add_argument("--pings", action="store_true", help="events that add no text to the turn (padded pings)")
     parser.add_argument("--baseline", metavar="PYTHON", help="another interpreter whose streamtap runs in the same rounds")
     args = parser.parse_args()
+    if args.rounds < 5:
+        parser.error("--rounds: at least 5 (a median and range of fewer rounds says little)")
     with tempfile.TemporaryDirectory(prefix="streamtap-bench-") as tmp:
         path = Path(tmp) / "big.jsonl"
         write_recording(path, args.mib, args.pings)
