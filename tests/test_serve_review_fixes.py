@@ -6,6 +6,7 @@ clients on loopback: the openai SDK, httpx, a raw socket, the CLI."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -277,3 +278,35 @@ def test_matching_a_request_runs_beside_the_loop_that_times_the_other_clients(tm
         assert resumed.status_code == 200
     assert set(threads) == {"find", "explain", "resume"}, threads
     assert "streamtap-replay" not in set().union(*threads.values()), threads
+
+
+# --- a recorded status no HTTP response carries -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("response", "served"),
+    [({"status": None}, 200), ({"status": None, "status_code": 404}, 404), ({"status_code": 503}, 503), ({}, 200)],
+)
+def test_a_status_given_as_null_or_as_status_code_is_served(tmp_path, response, served):
+    path = recording(tmp_path / "r.jsonl", openai_chat_frames(3, tool=False), response=response)
+    assert load_source(path).status == served
+
+
+@pytest.mark.parametrize(
+    ("response", "says"),
+    [
+        ({"status_code": "abc"}, """'status_code' is "abc", not an HTTP status"""),
+        ({"status": None, "status_code": 99}, "'status_code' is 99, not an HTTP status"),
+        ({"status_code": True}, "'status_code' is true, not an HTTP status"),
+        ({"status_code": 200.0}, "'status_code' is 200.0, not an HTTP status"),
+    ],
+)
+def test_a_recorded_status_no_http_response_carries_is_refused_in_one_line(tmp_path, response, says):
+    """`streamtap verify` reads only `status`: such a file passed it, and sweep, serve and the
+    pytest fixture (all of them load_source) broke on int() with a traceback."""
+    path = recording(tmp_path / "r.jsonl", openai_chat_frames(3, tool=False), response=response)
+    with pytest.raises(RecordingError, match=f"^{re.escape(f'{path}: line 1 is damaged: {says}')}$"):
+        load_source(path)
+    for verb in (["serve", str(path)], ["sweep", str(path), "--", sys.executable, "-c", "pass"]):
+        done = subprocess.run([*STREAMTAP, *verb], capture_output=True, text=True, timeout=30)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and says in done.stderr, done.stderr

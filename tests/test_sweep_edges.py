@@ -338,3 +338,39 @@ def test_a_client_that_prints_without_end_costs_the_sweep_no_more_than_its_head_
     asyncio.run(drain())
     os.close(read_end)
     assert kept.text() == "h" * OUTPUT_KEPT + "\n[... 100 bytes of output left out ...]\n" + "t" * OUTPUT_KEPT
+
+
+@pytest.mark.parametrize(
+    ("script", "says"),
+    [
+        ("echo hi\n", "cannot start the client './client.sh': Exec format error (a script needs a #! line"),
+        ("#!/nonexistent/interp\necho hi\n", "cannot start the client './client.sh': its #! interpreter '/nonexistent/interp' does not exist"),
+    ],
+)
+def test_a_client_found_but_not_startable_is_refused_before_any_cut_run(recording, tmp_path, script, says):
+    """`which` finds it, but exec cannot start it: every run was counted crashed (exit 1), the cause
+    only in --json."""
+    client = tmp_path / "client.sh"
+    client.write_text(script)
+    client.chmod(0o755)
+    report = tmp_path / "report.json"
+    result = streamtap_sweep(recording, "--json", report, "--positions", "event=1", "--", "./client.sh", cwd=tmp_path)
+    assert_refused(result, says)
+    assert result.stdout == "" and not report.exists()
+
+
+def test_a_style_named_twice_is_run_once(recording, marker_client):
+    command, ran = marker_client
+    result = streamtap_sweep(recording, "--styles", "clean,abort,clean", "--positions", "event=1,event=2", "--json", "-", "--", *command)
+    report = json.loads(result.stdout)
+    assert [run["spec"] for run in report["runs"]] == [
+        "cut:event=1,style=clean", "cut:event=1,style=abort", "cut:event=2,style=clean", "cut:event=2,style=abort",
+    ]  # fmt: skip
+    assert sum(report["counts"].values()) == 4 and len(list(ran.iterdir())) == 1 + 4  # the uncut run, then the cuts
+
+
+def test_a_client_command_in_the_place_of_the_recording_is_said_of_the_recording(tmp_path):
+    """`sweep -- python x.py`: argparse takes python for the recording; the user hears of that,
+    not that x.py cannot be started."""
+    result = streamtap_sweep("--", "python", "x.py", cwd=tmp_path)
+    assert_refused(result, "streamtap sweep: python: no such recording file (streamtap sweep REC.jsonl [OPTIONS] -- CLIENT_CMD ...)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import math
 import os
@@ -97,7 +98,9 @@ def run(args: argparse.Namespace) -> int:
     from streamtap.cli import UsageError
     from streamtap.replay.faults import CUT_STYLES, FaultSpecError, Timing
     from streamtap.replay.source import RecordingError, load_source
-    from streamtap.replay.sweep import HUNG, CRASHED, SILENT, progress_bar, recording_problems, run_sweep, sweep_positions
+    from streamtap.replay.sweep import (
+        CRASHED, HUNG, SILENT, ClientNotStarted, progress_bar, recording_problems, run_sweep, sweep_positions,
+    )
 
     rest = list(args.rest)
     options = argparse.ArgumentParser(prog="streamtap sweep", add_help=False)
@@ -116,12 +119,15 @@ def run(args: argparse.Namespace) -> int:
             options.parse_args(before, namespace=args)
         except SystemExit:
             raise UsageError(f"cannot read the options {' '.join(before)!r} (see streamtap sweep --help)") from None
+    if not os.path.exists(args.recording):  # `sweep -- python x.py` takes python for the recording: said of it, not of x.py
+        raise UsageError(f"{args.recording}: no such recording file (streamtap sweep REC.jsonl [OPTIONS] -- CLIENT_CMD ...)")
     if not command:
         raise UsageError("no client command: put it after --, e.g. streamtap sweep REC.jsonl -- python client.py")
     if shutil.which(command[0]) is None:  # a typo would make every run "crashed", the cause only in --json
         where = "not an executable file" if os.sep in command[0] and os.path.exists(command[0]) else "no such command"
         raise UsageError(f"cannot start the client {command[0]!r}: {where}")
-    styles = tuple(s.strip() for s in args.styles.split(",") if s.strip())
+    # a style named twice is one column of the table: run and counted once, as positions are
+    styles = tuple(dict.fromkeys(s.strip() for s in args.styles.split(",") if s.strip()))
     if not styles or any(s not in CUT_STYLES for s in styles):
         raise UsageError(f"--styles takes {', '.join(CUT_STYLES)}, not {args.styles!r}")
     if not (math.isfinite(args.timeout) and args.timeout > 0):
@@ -171,6 +177,8 @@ def run(args: argparse.Namespace) -> int:
         name = signal.Signals(caught[0]).name
         print(f"streamtap sweep: stopped by {name}; the clients' runs were ended", file=sys.stderr)
         return 128 + caught[0]  # as a shell reports a process the signal ended
+    except ClientNotStarted as exc:  # found, but no run can start it (no #! line, a missing interpreter)
+        raise UsageError(f"cannot start the client {command[0]!r}: {_why_not_started(command[0], exc.error)}") from None
     data = report.to_dict()
     if args.json == "-":
         print(json.dumps(data, indent=1))
@@ -202,6 +210,31 @@ async def _stopped_by(signals: tuple[int, ...], work, caught: list[int]):
     for signum in signals:
         loop.add_signal_handler(signum, stop, signum)
     return await work
+
+
+def _why_not_started(program: str, error: OSError) -> str:
+    """What stopped ``program``, a file ``which`` found, from starting: exec's ENOENT for a file
+    that is there means that what its #! line names is not."""
+    why = error.strerror or str(error)
+    if error.errno == errno.ENOEXEC:
+        return f"{why} (a script needs a #! line naming its interpreter)"
+    path = shutil.which(program)
+    if error.errno == errno.ENOENT and path:
+        interpreter = _interpreter(path)
+        if interpreter and not os.path.exists(interpreter):
+            return f"its #! interpreter {interpreter!r} does not exist"
+    return why
+
+
+def _interpreter(path: str) -> str | None:
+    """The interpreter a script's #! line names (its first word, as the kernel reads it)."""
+    try:
+        with open(path, "rb") as script:
+            line = script.readline(256)
+    except OSError:
+        return None
+    words = line[2:].split() if line.startswith(b"#!") else []
+    return os.fsdecode(words[0]) if words else None
 
 
 def _names_an_option(word: str, option_names: set[str]) -> bool:

@@ -187,7 +187,7 @@ def _source_from_header(path: Path, header: dict, frames: list[Frame], reads: li
         method=str(request.get("method", "POST")).upper(),
         url=str(request.get("url", "/")),
         request_body=body,
-        status=int(response.get("status", response.get("status_code", 200))),
+        status=_recorded_status(path, response),
         headers=headers,
         frames=frames,
         reads=reads,
@@ -201,6 +201,20 @@ def _source_from_header(path: Path, header: dict, frames: list[Frame], reads: li
 
 
 _LINE_BREAKING = re.compile(r"[\r\n\0]")
+
+
+def _recorded_status(path: Path, response: dict) -> int:
+    """The status to serve: ``status``, else ``status_code``, the first that is not null (the
+    reader takes null as absent); 200 when neither is given. One that no HTTP response carries
+    cannot be served: the file is damaged."""
+    for name in ("status", "status_code"):
+        value = response.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 100 <= value <= 599:
+            raise RecordingError(f"{path}: line 1 is damaged: {name!r} is {json.dumps(value)[:40]}, not an HTTP status")
+        return value
+    return 200
 
 
 def _wire_format(wire: Any) -> str:

@@ -38,6 +38,16 @@ from .match import Library, MatchOptions
 from .server import ReplayServer, ServeOptions
 from .source import Source
 
+
+class ClientNotStarted(Exception):
+    """The client command could not be started even for the first run (a script without a #!
+    line, a missing interpreter): every cut run would only say "crashed"."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 NOTICED, SILENT, HUNG, CRASHED = "noticed", "silent", "hung", "crashed"
 WHOLE, INCONCLUSIVE = "whole", "inconclusive"
 OUTCOMES = (SILENT, HUNG, CRASHED, NOTICED, WHOLE, INCONCLUSIVE)
@@ -432,6 +442,8 @@ async def _run_once(
         loop.remove_reader(read_end)
         os.close(read_end)
         await server.close()
+        if spec is None:  # the first run, without any cut: no cut run is started for a client that cannot be
+            raise ClientNotStarted(exc) from exc
         return Run(position, style, CRASHED, None, 0.0, [], f"cannot start {command[0]}: {exc}")
     timed_out = False
     try:
