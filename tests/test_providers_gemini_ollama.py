@@ -422,3 +422,135 @@ def test_gemini_thought_flag_is_read_as_the_client_reads_a_bool(flag, thinking):
     turn = analyze_bytes(_gemini(chunk, FINISH), GEMINI).turn
     assert turn.thinking() == thinking
     assert turn.text() == ("B." if thinking else "AB.")
+
+
+def genai_httpx_reads(body: bytes) -> list[dict]:
+    """google-genai before 3.4.0 reading through httpx: ``json.loads`` of every ``data: `` line
+    httpx's ``iter_lines`` gives (``str.splitlines`` rules); raises where the client raises (other
+    lines, which it gathers and parses too, are left out: the bodies below have none)."""
+    import json
+
+    import httpx
+
+    return [json.loads(line[6:]) for line in httpx.Response(200, content=body).iter_lines() if line.startswith("data: ")]
+
+
+@pytest.mark.parametrize("brk", ["\u0085", "\u2028", "\u2029"], ids=["NEL", "LS", "PS"])
+def test_gemini_raw_line_breaks_google_genai_splits_at_leave_an_ended_answer_unknown(brk):
+    """JSON may hold U+0085, U+2028 and U+2029 raw in a string. google-genai before 3.4.0 reading
+    through httpx breaks the line there and fails on the pieces; 3.4.0 on, and its aiohttp transport,
+    read it whole: whether the app read the answer depends on what it runs, so an answer that ended
+    is unknown, and any other verdict keeps its kind with a note."""
+    chunk = {**TEXT, "candidates": [{**TEXT["candidates"][0], "content": {"role": "model", "parts": [{"text": f"a{brk}b"}]}}]}
+    body = _gemini(chunk, FINISH)
+    with pytest.raises(ValueError):
+        genai_httpx_reads(body)
+    offset = body.index(brk.encode())
+    verdict = analyze_bytes(body, GEMINI).verdict
+    assert verdict.kind is VerdictKind.UNKNOWN and f"raw U+{ord(brk):04X}" in verdict.reason, verdict
+    assert "google-genai before 3.4.0" in verdict.reason and verdict.offset == offset
+    for size in (1, 7):
+        chunked = analyze_bytes(body, GEMINI, chunk_size=size).verdict
+        assert (chunked.kind, chunked.reason, chunked.offset) == (verdict.kind, verdict.reason, verdict.offset)
+    limited = {**FINISH, "candidates": [{**FINISH["candidates"][0], "finishReason": "MAX_TOKENS"}]}
+    assert analyze_bytes(_gemini(chunk, limited), GEMINI).verdict.kind is VerdictKind.UNKNOWN
+    cut = analyze_bytes(_gemini(chunk), GEMINI)  # no finishReason: still a cut, and it says what it holds
+    assert cut.verdict.kind is T and any("google-genai before 3.4.0" in note for note in cut.turn.notes), cut.turn.notes
+    escaped = _gemini(TEXT).replace(b"Once upon", b"Once\\u2028upon") + _gemini(FINISH)  # as Google writes them
+    assert genai_httpx_reads(escaped) and analyze_bytes(escaped, GEMINI).verdict.kind is C
+
+
+def test_gemini_utf8_bom_google_genai_keeps_is_corrupt():
+    """The SSE rules drop a BOM at the start; google-genai decodes lines as utf-8 and keeps it, so
+    its first line is no ``data: `` line, and it fails to parse it (every version, every transport)."""
+    import json
+
+    import httpx
+
+    body = b"\xef\xbb\xbf" + _gemini(TEXT, FINISH)
+    first = next(httpx.Response(200, content=body).iter_lines())
+    assert first.startswith("\ufeffdata: ")
+    with pytest.raises(ValueError):
+        json.loads(first)
+    for size in (None, 1, 2, 7):
+        verdict = analyze_bytes(body, GEMINI, chunk_size=size).verdict
+        assert verdict.kind is X and "UTF-8 BOM at byte 0" in verdict.reason and verdict.offset == 0, (size, verdict)
+    assert analyze_bytes(_gemini(TEXT, FINISH), GEMINI).verdict.kind is C
+
+
+def ollama_client_takes(body: bytes) -> None:
+    """The ollama Python client (0.4 and later) builds a ChatResponse of every line: its tool call
+    model, transcribed from ollama/_types.py. Raises where the client raises."""
+    import json
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+
+    from pydantic import BaseModel
+
+    class Function(BaseModel):
+        name: str
+        arguments: Mapping[str, Any]
+
+    class ToolCall(BaseModel):
+        function: Function
+
+    class Message(BaseModel):
+        role: str
+        tool_calls: Sequence[ToolCall] | None = None
+
+    class ChatResponse(BaseModel):
+        message: Message
+
+    for line in ollama_client_reads(body):
+        ChatResponse(**line)
+
+
+OLLAMA_CALLS_REFUSED = {  # a chat line's tool_calls the ollama client refuses: (tool_calls, reason holds)
+    "no function": ([{"id": "call_1"}], "tool call 0 has nothing for its function"),
+    "null function": ([{"function": None}], "tool call 0 has null for its function"),
+    "no name": ([{"function": {"arguments": {"city": "Tokyo"}}}], "has nothing for its function's name"),
+    "null name": ([{"function": {"name": None, "arguments": {}}}], "has null for its function's name"),
+    "number name": ([{"function": {"name": 7, "arguments": {}}}], "has a number for its function's name"),
+    "array arguments": ([{"function": {"name": "get_weather", "arguments": [1]}}], "has an array for its function's arguments"),
+    "null arguments": ([{"function": {"name": "get_weather", "arguments": None}}], "has null for its function's arguments"),
+    "string arguments": ([{"function": {"name": "get_weather", "arguments": '{"city": "Tokyo"}'}}], "has a string for"),
+    "no arguments": ([{"function": {"name": "get_weather"}}], "has nothing for its function's arguments"),
+    "second call": ([CHAT[2]["message"]["tool_calls"][0], {"function": {"name": "f"}}], "tool call 1 has nothing"),
+    "call not an object": (["get_weather"], "tool call 0 is a string, not an object"),
+    "tool_calls an object": ({"function": {"name": "get_weather", "arguments": {}}}, "tool_calls is an object, not an array"),
+}
+
+
+@pytest.mark.parametrize("name", OLLAMA_CALLS_REFUSED)
+def test_ollama_tool_calls_the_client_refuses_are_corrupt(name):
+    """Since 0.4 the ollama client validates every line: a tool call needs a function with a string
+    name and an object of arguments, and a line without raises, however the rest of it reads."""
+    calls, says = OLLAMA_CALLS_REFUSED[name]
+    lines = [*CHAT[:2], {**CHAT[2], "message": {**CHAT[2]["message"], "tool_calls": calls}}, CHAT[3]]
+    body = ndjson(*lines)
+    with pytest.raises(ValueError):  # pydantic's ValidationError is a ValueError
+        ollama_client_takes(body)
+    verdict = analyze_bytes(body, OLLAMA).verdict
+    assert verdict.kind is X and says in verdict.reason and "the ollama client" in verdict.reason, verdict
+    assert (verdict.seq, verdict.offset) == (2, len(ndjson(*CHAT[:2])))
+
+
+def test_ollama_tool_call_without_a_name_the_client_takes_is_still_corrupt():
+    """An empty name passes the client's validation, but names no function the app can call."""
+    lines = [*CHAT[:2], {**CHAT[2], "message": {**CHAT[2]["message"], "tool_calls": [
+        {"function": {"name": "", "arguments": {}}}]}}, CHAT[3]]
+    body = ndjson(*lines)
+    ollama_client_takes(body)
+    verdict = analyze_bytes(body, OLLAMA).verdict
+    assert verdict.kind is X and "names no function" in verdict.reason and verdict.seq == 2, verdict
+
+
+def test_ollama_tool_calls_the_client_takes_stay_complete():
+    calls = [CHAT[2]["message"]["tool_calls"][0], {"function": {"name": "now", "arguments": {}}}]
+    body = ndjson(*CHAT[:2], {**CHAT[2], "message": {**CHAT[2]["message"], "tool_calls": calls}}, CHAT[3])
+    ollama_client_takes(body)
+    analysis = analyze_bytes(body, OLLAMA)
+    assert analysis.verdict.kind is C and [c.name for c in analysis.turn.tool_calls()] == ["get_weather", "now"]
+    nulled = ndjson(*CHAT[:2], {**CHAT[2], "message": {**CHAT[2]["message"], "tool_calls": None}}, CHAT[3])
+    ollama_client_takes(nulled)  # a null list is no call, as the client reads it
+    assert analyze_bytes(nulled, OLLAMA).verdict.kind is C

@@ -36,7 +36,12 @@ its name; any other is a stop reason streamtap does not know (``unknown``, sayin
 
 An ``alt=sse`` event whose JSON spans several ``data:`` lines is read as the SSE rules join them,
 but google-genai before 1.74.0 parses each line alone and fails: an answer that ended is then
-``unknown``, not complete.
+``unknown``, not complete. So is one whose JSON holds a raw U+0085, U+2028 or U+2029 (JSON allows
+them in a string): google-genai before 3.4.0 reads lines with httpx's ``iter_lines``, which breaks
+them there as ``str.splitlines`` does, and fails on the pieces; later versions, and its aiohttp
+transport, break lines only at CR and LF. A UTF-8 BOM, which the SSE rules drop, every
+google-genai keeps on its first line (it decodes as ``utf-8``), which then is no ``data: `` line
+and does not parse: corrupt, as any such line is.
 """
 
 from __future__ import annotations
@@ -60,6 +65,12 @@ POLICY = {
 }
 MALFORMED = {"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"}
 _FUNCTION_CALL = '"functionCall"'  # a chunk that may carry arguments, whose integers are read exactly
+_BOM = b"\xef\xbb\xbf"
+# what else ends a line for str.splitlines (httpx's iter_lines) that JSON may hold raw, inside a string;
+# its other line breaks (\x0b, \x0c, \x1c-\x1e) JSON never holds raw, so such data is malformed already
+_SPLITLINES_BREAK = re.compile(rb"\xc2\x85|\xe2\x80[\xa8\xa9]")
+_BREAK_NAMES = {b"\xc2\x85": "U+0085 (NEL)", b"\xe2\x80\xa8": "U+2028 (line separator)",
+                b"\xe2\x80\xa9": "U+2029 (paragraph separator)"}
 # the members of the Part.data oneof: a part sets one of them
 PART_DATA = ("text", "inlineData", "fileData", "functionCall", "functionResponse", "executableCode", "codeExecutionResult")
 # Google's REST client libraries ask for `$alt=json;enum-encoding=int`, and enums then come as numbers. The
@@ -122,12 +133,15 @@ class Assembler(AssemblerBase):
         self._first_identity: dict[str, tuple[str, WireEvent]] = {}  # responseId and modelVersion, as first named
         self._start_over = StartOver(self)
         self._unread_numbers: set[int] = set()  # candidates whose finishReason is a number without a shared name
+        self._line_split = False  # a chunk google-genai's httpx reader splits was found (the first one is told)
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if self.judge.halt_verdict is not None:  # a bound passed: the rest is not read (see AssemblerBase.choice)
             return
         if isinstance(event, SSEEvent):
             self.seen(event, f"chunk {event.seq}")
+            if not event.raw.isascii():  # only a BOM or a non-ASCII line break reads otherwise in google-genai
+                self._client_lines(event)
             if not event.data.strip():
                 return
             if "\n" in event.data:  # a data line holds no line end: only joined data lines put one there
@@ -197,6 +211,26 @@ class Assembler(AssemblerBase):
                          "google-genai before 1.74.0 parses each data line alone and fails on it, later ones join "
                          "them as the SSE rules do, so whether the app read this answer depends on its version",
                          event.seq, event.start)
+
+    def _client_lines(self, event: SSEEvent) -> None:
+        """Does google-genai read this event's lines as the SSE rules do?"""
+        raw = event.raw
+        if event.start == 0 and raw.startswith(_BOM):  # the decoder drops it from the data, not from the span
+            self.corrupt("a UTF-8 BOM at byte 0: the SSE rules drop it, but google-genai decodes lines as utf-8 "
+                         "and keeps it, so its first line is not a 'data: ' line, and it parses that line as JSON "
+                         "and fails", event)
+        found = None if self._line_split else _SPLITLINES_BREAK.search(raw)
+        if found is None:
+            return
+        self._line_split = True
+        offset = event.start + found.start()
+        reason = (f"chunk {event.seq} holds a raw {_BREAK_NAMES[found.group()]} at byte {offset}: google-genai "
+                  "before 3.4.0 reading through httpx (its sync client, and its async one without aiohttp) breaks "
+                  "the line there, as str.splitlines does, and fails to parse the pieces; later versions, and its "
+                  "aiohttp transport, break lines only at CR and LF, so whether the app read this answer depends "
+                  "on its version and transport")
+        self.judge.doubt(reason, event.seq, offset)
+        self.note(reason)  # a verdict the doubt leaves alone (a cut, an error) still says so
 
     def other_lines(self, lines: list[tuple[int, int, bytes]], count: int) -> None:
         """Lines that are neither blank nor ``data: `` lines. google-genai reads no other SSE: it

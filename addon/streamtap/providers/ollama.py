@@ -10,7 +10,11 @@ that does not is another answer's, stitched on.
 The ollama Python client reads the body with httpx's ``iter_lines``, which breaks lines as
 ``str.splitlines`` does, and parses every line as JSON. A blank line, and a line that JSON allows
 to hold a raw U+0085, U+2028 or U+2029 (or a CR other than before the LF), which that reader
-breaks in two, make it raise where the decoder reads on: corrupt.
+breaks in two, make it raise where the decoder reads on: corrupt. Since 0.4 the client also
+validates every chat line (pydantic): a tool call needs a ``function`` object with a string
+``name`` and an object of ``arguments``, and a line whose calls lack them makes it raise: corrupt.
+A call whose name is empty it takes, but the app cannot dispatch it: corrupt too, as a nameless
+call is in the other dialects.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ DONE = {"stop": "end_turn", "length": "max_tokens"}
 # its other line breaks (\x0b, \x0c, \x1c-\x1e) JSON never holds raw, so such lines are malformed already
 _CLIENT_BREAK = re.compile(rb"\r(?!\n)|\xc2\x85|\xe2\x80[\xa8\xa9]")
 _JSON_SPACE = frozenset(b" \t\r\n")
+_JSON_KINDS = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
+               float: "a number", type(None): "null"}
 _BREAK_NAMES = {b"\r": "CR not before the LF", b"\xc2\x85": "U+0085 (NEL)", b"\xe2\x80\xa8": "U+2028 (line separator)",
                 b"\xe2\x80\xa9": "U+2029 (paragraph separator)"}
 
@@ -76,7 +82,10 @@ class Assembler(AssemblerBase):
         text = message.get("content") if message is not obj else obj.get("response")
         if isinstance(text, str) and text:
             self.append(0, BlockKind.TEXT, text, t)
-        for call in as_list(message.get("tool_calls")):
+        calls = message.get("tool_calls")
+        if chat and calls is not None:
+            self._client_calls(calls, event)
+        for call in as_list(calls):
             if isinstance(call, dict):
                 self._tool_call(call, t)
         if obj.get("done") is True:
@@ -111,6 +120,23 @@ class Assembler(AssemblerBase):
                          "client's line reader (httpx iter_lines, as str.splitlines) breaks the line there and fails "
                          "to parse the pieces as JSON", event)
 
+    def _client_calls(self, calls: Any, event: JSONValue) -> None:
+        """Does the ollama client take this chat line's tool calls? It builds a ChatResponse of every
+        line, whose Message.ToolCall requires a function with ``name: str`` and ``arguments: Mapping``."""
+        if isinstance(calls, list):
+            refused = next((f"tool call {n} {why}" for n, call in enumerate(calls) if (why := _refused_call(call))), None)
+        else:
+            refused = f"tool_calls is {_JSON_KINDS.get(type(calls), 'a value')}, not an array"
+        if refused:
+            self.corrupt(f"line {event.seq} (byte {event.start}): {refused}: the ollama client (0.4 and later) "
+                         "validates every line, and a tool call needs a function with a string name and an object "
+                         "of arguments, so it refuses this line and raises", event)
+            return
+        nameless = next((n for n, call in enumerate(calls) if not call["function"]["name"]), None)
+        if nameless is not None:
+            self.corrupt(f"line {event.seq} (byte {event.start}): tool call {nameless} names no function (an empty "
+                         "name): the ollama client hands the app a call it cannot dispatch", event)
+
     def _same_answer(self, obj: dict[str, Any], shape: str | None, event: WireEvent) -> None:
         """Every line of one generation names its model and has its shape; a line naming neither
         (only done and the counts, or an empty error) says nothing either way."""
@@ -132,7 +158,7 @@ class Assembler(AssemblerBase):
         call_id = as_str(call.get("id")) or f"ollama-call-{self._calls}"
         block = self.tool_block(0, None, id=call_id, name=as_str(function.get("name")), t=t)
         args = function.get("arguments")
-        if isinstance(args, str):  # not what Ollama sends, but parse it like a fragment stream
+        if isinstance(args, str):  # not what Ollama sends (the client refuses it), but parse it like a fragment stream
             block.arguments_raw = args
         else:
             block.arguments = args if args is not None else {}
@@ -150,3 +176,22 @@ class Assembler(AssemblerBase):
     def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
         self.close_blocks()
         return self.verdict(end, expected='a line with "done": true')
+
+
+def _refused_call(call: Any) -> str | None:
+    """Why the ollama client's Message.ToolCall refuses ``call``; None where it takes it."""
+    if not isinstance(call, dict):
+        return f"is {_JSON_KINDS.get(type(call), 'a value')}, not an object"
+    function = call.get("function")
+    if not isinstance(function, dict):
+        return f"has {_held(call, 'function')} for its function, not an object"
+    if not isinstance(function.get("name"), str):
+        return f"has {_held(function, 'name')} for its function's name, not a string"
+    if not isinstance(function.get("arguments"), dict):
+        return f"has {_held(function, 'arguments')} for its function's arguments, not an object"
+    return None
+
+
+def _held(owner: dict[str, Any], key: str) -> str:
+    """What ``owner`` holds under ``key``, in JSON's words."""
+    return _JSON_KINDS.get(type(owner[key]), "a value") if key in owner else "nothing"
