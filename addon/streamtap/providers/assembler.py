@@ -16,6 +16,12 @@ decoder the openai and anthropic SDKs share sets it; the session then feeds it, 
 order, an ``SSEEvent`` with empty data and an empty span (``start == end``, at the blank
 line) for each blank line where that decoder dispatches and the HTML rules do not
 (``SSEDecoder.empty_dispatches``), so the dialect judges what its SDK would have seen.
+
+One optional fact, asked once ``finish`` has judged an answer that ended: ``sdk_stopped_reading``.
+True where the dialect's SDK stopped reading the body at an event that arrived (Chat Completions'
+``[DONE]``), so the app never saw how the body ended after it. Without it the SDK reads the body to
+its end, and a body cut before its HTTP end (``upstream_reset``, ``proxy_ended``) makes it raise:
+the session judges that answer ``truncated`` (``content_complete`` in the evidence).
 """
 
 from __future__ import annotations

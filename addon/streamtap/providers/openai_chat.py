@@ -366,6 +366,13 @@ class Assembler(AssemblerBase):
         worst = worst_stop(normalized)
         return next(self._finish[i] for i, n in zip(choices, normalized) if n == worst), worst
 
+    @property
+    def sdk_stopped_reading(self) -> bool:
+        """The openai SDK stops reading at [DONE] and closes the response (``Stream.__stream__``; the
+        async client drains at most 0.1 s after it and ignores errors), so a body cut after [DONE]
+        never reaches the app."""
+        return self._done is not None
+
     def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
         self.close_blocks()
         if self._done is not None and not self.terminal_seen and not self.troubled:

@@ -172,6 +172,7 @@ class Assembler(AssemblerBase):
         self._unnumbered = 0  # events before the first sequence_number: the number it must then say
         self._items: dict[int, dict[str, Any]] = {}  # output_index -> item from output_item.added/done
         self._item_index: dict[str, int] = {}  # item id -> output_index
+        self._done_seen = False  # a compatible server's [DONE], where the openai SDK stops reading
         self._call_index: dict[tuple[str, str], int] = {}  # (item type, call_id) -> output_index
         self._done_at: dict[tuple[str | None, str | None, str | None], int] = {}  # _sdk_identity -> done item's index
         self._open_items: set[int] = set()  # added, not yet done
@@ -202,6 +203,7 @@ class Assembler(AssemblerBase):
             self.corrupt(f"unexpected {type(event).__name__} in an SSE dialect", event)
             return
         if event.data.startswith("[DONE]"):  # not sent by OpenAI; some compatible servers do, last
+            self._done_seen = True
             closed = self.judge.closed_units.get(RESPONSE)
             if closed is not None and closed[0] != "data: [DONE]":
                 self.judge.seen(event, "[DONE]")  # the transport's end after the response's own: fine
@@ -351,6 +353,12 @@ class Assembler(AssemblerBase):
     def _on_error(self, obj, event, t):
         inner = as_dict(obj.get("error")) or {k: v for k, v in obj.items() if k not in ("type", "sequence_number")}
         self.errored(event, {**error_fields({"error": inner}), "event": "error"})
+
+    @property
+    def sdk_stopped_reading(self) -> bool:
+        """The openai SDK stops at [DONE] (``Stream.__stream__``), which OpenAI never sends for
+        Responses but some compatible servers do: a body cut after it never reaches the app."""
+        return self._done_seen
 
     # -- items ----------------------------------------------------------------------------
     def _replay(self) -> bool:

@@ -65,6 +65,8 @@ _DECODERS = {
 _PLAIN_EVENTS = frozenset({SSEEvent, EventStreamMessage, JSONValue})  # events that go straight to the assembler
 # verdicts of a turn that ended: a cut last event that would give one of them was the terminal signal
 _FINISHED = frozenset({VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT, VerdictKind.FILTERED, VerdictKind.ERRORED})
+# ends that cut the HTTP body before its end, on the client's side too (a client abort is the client's own)
+_BODY_CUT = frozenset({StreamEnd.UPSTREAM_RESET, StreamEnd.PROXY_ENDED})
 
 ERROR_BODY_LIMIT = 64 * 1024  # an HTTP error body is kept for its message, not forever
 MAX_BLOCKS = 4096  # blocks one turn keeps over all its choices; past them the turn is not assembled
@@ -486,6 +488,10 @@ class StreamSession:
             if end in (StreamEnd.CLIENT_ABORTED, StreamEnd.PROXY_ENDED):
                 verdict.evidence["provider_fault"] = False
             return verdict
+        # an answer that ended, limited and filtered ones too (the SDK raises before the app sees the stop
+        # reason); errored returned above: the SDK raises the provider's error at its event, before the cut
+        if verdict.kind in ENDING_KINDS and end in _BODY_CUT:
+            verdict = self._body_cut(verdict, end)
         if verdict.kind is VerdictKind.COMPLETE and self.sentinel and turn.stop_reason != "tool_use":
             missing = [c.index for c in turn.choices if not _ends_with_line(turn.text(c.index), self.sentinel)]
             if missing:
@@ -498,6 +504,31 @@ class StreamSession:
                      "last_line": _last_line(turn.text(missing[0]))},
                 )
         return verdict
+
+    def _body_cut(self, verdict: Verdict, end: StreamEnd) -> Verdict:
+        """An answer whose end signal arrived in a body that was cut before its HTTP end (a reset
+        before the chunked terminator, a Content-Length not reached). An SDK that reads the body to
+        its end raises on the cut, so the app gets an exception, not the answer nor its stop reason:
+        truncated, as a Chat Completions stream whose [DONE] is missing. A dialect whose SDK had
+        stopped reading before the cut (``sdk_stopped_reading``, see assembler.py) keeps its word."""
+        if getattr(self._assembler, "sdk_stopped_reading", False):
+            terminal = getattr(getattr(self._assembler, "judge", None), "terminal_name", None) or "the end signal"
+            verdict.reason += f"; the HTTP body was cut after {terminal}, where the SDK stops reading: {END_WORDS[end]}"
+            verdict.evidence["body_cut_after_end_signal"] = True
+            return verdict
+        evidence = verdict.evidence | {"content_complete": True, "was": verdict.kind.value,
+                                       "last_event_offset": verdict.offset}
+        if end is StreamEnd.PROXY_ENDED:
+            evidence["provider_fault"] = False
+        return Verdict(
+            VerdictKind.TRUNCATED,
+            f"the end signal arrived but the HTTP body was cut before its end: {END_WORDS[end]}; an SDK that reads "
+            f"the body to its end raises there, so the app got an exception, not the answer; by the events alone, "
+            f"{verdict.reason}",
+            verdict.seq,
+            self._bytes,  # where the bytes stopped, as for any truncated turn
+            evidence,
+        )
 
     def _error_field(self, turn: Turn, field: tuple[int, int, str, str], end: StreamEnd) -> Verdict:
         """An SSE ``error:`` line: llama.cpp's server sent its errors so through most of 2025. The
