@@ -118,13 +118,14 @@ def test_sentinel_flag(files, tmp_path):
     assert result.returncode == 1 and "truncated" in result.stdout and "sentinel missing" in result.stdout
 
 
-def _record(path: Path, body: bytes, dialect: Dialect, step: int, finish: bool = True) -> None:
-    """Write a recording the way the proxy does: frames as the session returns them, with times."""
+def _record(path: Path, body: bytes, dialect: Dialect, step: int, finish: bool = True, sentinel: str | None = None) -> None:
+    """Write a recording the way the proxy does: frames as the session returns them, with times;
+    ``sentinel``: the proxy's streamtap_sentinel."""
     writer = RecordingWriter(path)
     writer.header({"dialect": dialect.value, "wire": {"format": "sse", "content_encoding": None},
                    "request": {"method": "POST", "url": "https://api.openai.com/v1/chat/completions", "headers": []},
-                   "response": {"status": 200, "headers": [["content-type", "text/event-stream"]]}})
-    session = StreamSession(dialect)
+                   "response": {"status": 200, "headers": [["content-type", "text/event-stream"]]}, "sentinel": sentinel})
+    session = StreamSession(dialect, sentinel=sentinel)
     t_ms = 120.0
     for i in range(0, len(body), step):
         writer.read(body[i : i + step], t_ms)
@@ -539,6 +540,32 @@ def test_provider_rejudges_a_recording_as_that_dialect(files, tmp_path):
     assert ": complete (" not in other.stdout and "judging its bytes again" not in other.stdout
     shown = streamtap("show", "--json", "--provider", "anthropic", recording)
     assert orjson.loads(shown.stdout)["dialect"] == "anthropic"
+
+
+def test_a_sentinel_other_than_the_proxys_is_judged_not_called_a_contradiction(tmp_path):
+    """`verify --sentinel` on a recording whose proxy had none, or another, asks another question
+    than the proxy did: the verdict answers it (exit 1 when not complete), and the recording does
+    not contradict its bytes for that. Asked the proxy's question, a forged end line is still found."""
+    import provider_streams
+
+    body = provider_streams.openai_chat(["The answer.", "\nTHE END"])
+    none, other = tmp_path / "none.jsonl", tmp_path / "other.jsonl"
+    _record(none, body, Dialect.OPENAI_CHAT, 100)
+    _record(other, body, Dialect.OPENAI_CHAT, 100, sentinel="NOT THIS")  # truncated: sentinel missing
+    missing = streamtap("verify", "--json", "--sentinel", "ELSEWHERE", none)
+    judged = orjson.loads(missing.stdout)
+    assert missing.returncode == 1 and judged["verdict"]["reason"] == "sentinel missing", missing.stdout
+    assert judged["problem"] is None, judged["problem"]
+    found = streamtap("verify", "--sentinel", "THE END", other)
+    assert found.returncode == 0 and f"{other}: complete (" in found.stdout, found.stdout + found.stderr
+    assert "recording:" not in found.stdout
+
+    forged = tmp_path / "forged.jsonl"  # the end line says complete, the proxy's sentinel says truncated
+    forged.write_bytes(other.read_bytes().replace(b'"kind":"truncated"', b'"kind":"complete"'))
+    for asked in ([], ["--sentinel", "NOT THIS"]):
+        result = streamtap("verify", *asked, forged)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "the recording says complete, judging its bytes again says truncated" in result.stdout, result.stdout
 
 
 def test_a_file_that_is_not_a_stream_is_said_so(tmp_path):

@@ -9,6 +9,8 @@
   "already imported"; the same flow twice is imported once.
 - A wall clock set back while an answer streamed gives no negative `duration_ms` (which the
   reader calls damaged), but null and a note.
+- A redirect and an answer with no body (HEAD, 204, 304) to a streaming call are not imported,
+  whatever `--filter` says, as the Tap does not tap them: no turn, not a truncated one.
 
 Captures are written with mitmproxy's own io and imported by the real CLI.
 """
@@ -112,6 +114,7 @@ def test_the_tap_and_the_importer_ask_one_rule():
     from streamtap.recording import flows
 
     assert tap.ended_by is flows.ended_by
+    assert tap.may_have_body is flows.may_have_body  # the flows neither judges
     assert replay.INJECTED_END is flows.INJECTED_END  # the live fault marks flows with the key ended_by reads
 
 
@@ -260,3 +263,28 @@ def test_a_forward_duration_is_kept(tmp_path):
     end = end_line(only_recording(out))
     assert end["duration_ms"] == 1250.0
     assert not any("wall clock" in note for note in end["turn"]["notes"])
+
+
+# -- 6. answers that are no turn -----------------------------------------------------------------
+
+
+def bodiless(status: int, method: str = "POST"):
+    """A streaming call's answer that is no turn: the Tap does not tap it, whatever its filter."""
+    flow = chat_flow(b"")
+    flow.request.method = method
+    flow.response.status_code = status
+    if 300 <= status < 400:
+        del flow.response.headers["content-type"]
+        flow.response.headers["location"] = "https://api.openai.com/v1/chat/completions/"
+    return flow
+
+
+@pytest.mark.parametrize("options", [[], ["--filter", "~d api.openai.com"]], ids=["llm streams", "--filter"])
+def test_a_redirect_and_an_answer_with_no_body_are_not_imported(tmp_path, options):
+    flows = [bodiless(307), bodiless(302), bodiless(204), bodiless(304), bodiless(200, "HEAD"), chat_flow()]
+    capture = write_capture(tmp_path / "capture.mitm", flows)
+    out = tmp_path / "out"
+    result = streamtap("import", capture, "--out", out, *options)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "_complete_" in only_recording(out).name  # the streamed answer alone, none "truncated"
+    assert "1 recorded, 0 already there, 0 skipped" in result.stderr  # passed over as a flow of no LLM stream is

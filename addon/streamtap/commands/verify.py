@@ -328,8 +328,11 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
         accept_encoding = _header_value((header.get("request") or {}).get("headers"), "accept-encoding")
         analysis.verdict = _judged_coding(analysis, undone, accept_encoding, damaged=bool(damage) or stopped is not None)
     if lines.end is not None:
-        # (a recording whose analysis stopped holds no turn, and its verdict says only that it stopped)
-        rejudged = dialect.value == recorded and not damage and stopped is None
+        # (a recording whose analysis stopped holds no turn, and its verdict says only that it stopped).
+        # Another dialect (--provider) or sentinel (--sentinel) than the proxy's asks another question:
+        # its verdict is this one's, and no contradiction of the proxy's
+        rejudged = (dialect.value == recorded and sentinel == header.get("sentinel") and not damage
+                    and stopped is None)
         problems += end_line_problems(lines.end, analysis, rejudged=rejudged)
     injected = end.get("injected_fault")
     if injected:

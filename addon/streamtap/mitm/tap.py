@@ -30,7 +30,7 @@ from streamtap.mitm.pools import Pools
 from streamtap.mitm.worker import EXPIRE_EVERY, RemoteFlow
 from streamtap.providers import RequestInfo, StreamEnd, VerdictKind
 from streamtap.recording import FSYNC_POLICIES
-from streamtap.recording.flows import answered_end, ended_by, injected_fault, is_llm_stream, request_info
+from streamtap.recording.flows import answered_end, ended_by, injected_fault, is_llm_stream, may_have_body, request_info
 from streamtap.recording.compress import COMPRESSIONS
 from streamtap.wire import DEFAULT_MAX_EVENT
 
@@ -49,13 +49,6 @@ def _closed(conn) -> bool:
     """``ended_by``'s ``closed`` for a live flow. The proxy clears CAN_READ when the peer's EOF
     arrives, before the hooks run; a capture keeps no state, so the importer asks only the end time."""
     return conn.timestamp_end is not None or not (conn.state & ConnectionState.CAN_READ)
-
-
-def _may_have_body(flow: http.HTTPFlow) -> bool:
-    """A HEAD request's answer and 1xx, 204 and 304 answers have no body (RFC 9110), and a
-    redirect's body is no answer (the client follows it, to a flow of its own): no turn to judge."""
-    status = flow.response.status_code if flow.response else 0
-    return flow.request.method != "HEAD" and status >= 200 and status not in (204, 304) and not 300 <= status < 400
 
 
 def summary_line(s: dict[str, Any]) -> str:
@@ -287,7 +280,7 @@ class Tap:
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         try:
-            if flow.response is None or flow.id in self.open or not _may_have_body(flow):
+            if flow.response is None or flow.id in self.open or not may_have_body(flow):
                 return
             # read once (~20 µs a time, on the loop that carries the traffic): the check and the spec share it
             request = None if self.filter is not None else request_info(flow)

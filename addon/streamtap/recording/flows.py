@@ -1,6 +1,7 @@
-"""What streamtap reads off a mitmproxy flow: the request as detection sees it, whether the
-flow is a streamed LLM answer, which side ended it (the live Tap and the capture importer ask
-the same), and whether streamtap's own fault injection produced the answer.
+"""What streamtap reads off a mitmproxy flow: the request as detection sees it, whether its
+answer can be a turn at all and whether the flow is a streamed LLM answer, which side ended it
+(the live Tap and the capture importer ask the same), and whether streamtap's own fault
+injection produced the answer.
 
 The flow is used by duck typing (``request``/``response`` as mitmproxy has them), so this
 module imports no mitmproxy.
@@ -39,6 +40,15 @@ def is_llm_stream(flow: Any, request: RequestInfo | None = None) -> bool:
     response = flow.response
     assert response is not None
     return _is_llm_stream(request or request_info(flow), response.headers.get("content-type"))
+
+
+def may_have_body(flow: Any) -> bool:
+    """Whether the flow's answer can be a turn to judge, whatever chooses the flows (the Tap's
+    filter, import's ``--filter``): a HEAD request's answer and 1xx, 204 and 304 answers have no
+    body (RFC 9110), and a redirect's body is no answer (the client follows it, to a flow of its
+    own). Asked by the Tap at every response's headers: it reads no header."""
+    status = flow.response.status_code if flow.response else 0
+    return flow.request.method != "HEAD" and status >= 200 and status not in (204, 304) and not 300 <= status < 400
 
 
 INJECTED = "streamtap_injected_fault"  # flow.metadata key: the live faults applied to this flow

@@ -36,7 +36,7 @@ from .content import (
     judge_unfinished_coding,
     unaccepted_coding,
 )
-from .flows import is_llm_stream, request_info, stream_end
+from .flows import is_llm_stream, may_have_body, request_info, stream_end
 from .header import flow_header, request_as_read, request_body
 from .reader import line_json, shown_path
 from .redact import Redactor
@@ -507,7 +507,9 @@ def import_capture(
     redact_allow: Iterable[str] = (),
     progress: Callable[[int], None] | None = None,
 ) -> Iterator[Imported]:
-    """One ``Imported`` per HTTP flow with a response that ``matches``; ``progress(flows_read)``."""
+    """One ``Imported`` per HTTP flow with a response that ``matches``; ``progress(flows_read)``.
+    A redirect and an answer with no body are passed over whatever ``matches`` says, as the Tap
+    passes them over whatever its filter says: no turn to judge, not a truncated one."""
     from mitmproxy import http
 
     # made first, so that a folder that cannot be is said before any work; removed again if it
@@ -519,7 +521,7 @@ def import_capture(
         for count, flow in enumerate(read_flows(source), 1):
             if progress is not None:
                 progress(count)
-            if not isinstance(flow, http.HTTPFlow) or flow.response is None or not matches(flow):
+            if not isinstance(flow, http.HTTPFlow) or flow.response is None or not may_have_body(flow) or not matches(flow):
                 continue
             try:
                 imported = import_flow(
