@@ -182,3 +182,33 @@ def test_a_small_file_that_decodes_to_half_a_gigabyte_is_reported_in_bounded_mem
     code, peak_kib, out = ran.stdout.split(" ", 2)
     assert code == "0" and json.loads(out)["verdicts"] == {recordings[0].verdict["kind"]: 1}, ran.stdout + ran.stderr
     assert int(peak_kib) < 256 * 1024, f"report peaked at {int(peak_kib) / 1024:.0f} MiB for 512 MiB of lines"
+
+
+def test_the_readmes_read_json_query_keeps_every_field_past_32_files(tmp_path):
+    """DuckDB takes a glob's columns from its first 32 files unless told otherwise: a fleet folder
+    of mostly one provider would lose the fields only later files have (an event-stream frame's
+    bytes). The README's query, as written there, reads all of them."""
+    import re
+    import shutil
+    from importlib.resources import files
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    query = re.search(r"`(SELECT \* FROM read_json\('recordings/live/\*\.jsonl\.zst'[^`]*)`", readme)[1]
+    demo = files("streamtap") / "data" / "demo"
+    live = tmp_path / "recordings" / "live"
+    live.mkdir(parents=True)
+    try:
+        from compression import zstd  # Python 3.14
+    except ImportError:
+        from backports import zstd
+
+    def packed(source, name):
+        (live / name).write_bytes(zstd.compress(source.read_bytes()))
+
+    for i in range(40):
+        packed(demo / "01_openai-complete_complete.jsonl", f"a{i:02}.jsonl.zst")
+    packed(demo / "04_bedrock-complete_complete.jsonl", "z.jsonl.zst")
+    rows = duckdb.connect().execute(f"SELECT * FROM ({query.replace('recordings/live', str(live))}) WHERE type = 'frame'")
+    names = [d[0] for d in rows.description]
+    frames = [dict(zip(names, row)) for row in rows.fetchall()]
+    assert frames and all(f["raw"] is not None or f.get("raw_b64") is not None for f in frames)
