@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from provider_streams import cassette_responses
+from provider_streams import cassette_responses, openai_chat
 from conftest import chunked, shared_files, shared_path
 
 from streamtap.providers import (
@@ -188,6 +188,90 @@ def test_sentinel():
     # a sentinel inside the text but not as the last line does not count
     moved = analyze_bytes(CHAT_OK.replace(b"Hello.\\nDONE-42", b"DONE-42\\nHello."), Dialect.OPENAI_CHAT, sentinel="DONE-42")
     assert moved.verdict.kind is T
+
+
+def _anthropic_text(*blocks: list[str]) -> bytes:
+    """An Anthropic answer (end_turn) of one text block per item of ``blocks``, each given in these deltas."""
+    def sse(data: dict) -> bytes:
+        return f"event: {data['type']}\ndata: ".encode() + orjson.dumps(data) + b"\n\n"
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test", "content": [],
+               "stop_reason": None, "usage": {"input_tokens": 3, "output_tokens": 1}}
+    out = [sse({"type": "message_start", "message": message})]
+    for index, deltas in enumerate(blocks):
+        out.append(sse({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}))
+        out += [sse({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": delta}})
+                for delta in deltas]
+        out.append(sse({"type": "content_block_stop", "index": index}))
+    out.append(sse({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 5}}))
+    out.append(sse({"type": "message_stop"}))
+    return b"".join(out)
+
+
+def _capped(body: bytes, dialect: Dialect, size: int, sentinel: str = "DONE-42"):
+    session = StreamSession(dialect, sentinel=sentinel, text_cap=100)
+    for piece in chunked(body, size):
+        session.feed(piece)
+    return session.close()
+
+
+@pytest.mark.parametrize("size", [1, 7, 1 << 20])
+def test_the_sentinel_is_read_beyond_the_text_cap(size):
+    """The turn keeps the text up to its cap; the sentinel check reads the answer's own end (the
+    judge keeps it apart), so the verdict is the one without the cap, for any chunking."""
+    words = ["word " * 20] * 15  # 1,500 characters: most of them beyond the cap of 100
+    ended = [*words, "\nDONE-42\n"]
+    cases = [
+        (_anthropic_text(ended), C),
+        (_anthropic_text([*words, "\nDONE-4"]), T),
+        (_anthropic_text(["x" * 95, "\nDONE-42"]), C),  # the cap falls inside the sentinel's line
+        (_anthropic_text(words, ["\nDO", "NE-", "42 \r\n\n"]), C),  # the line spans blocks, both beyond the cap
+        (_anthropic_text([*words, "\nDONE-"], ["42"]), C),
+        (_anthropic_text(ended, ["more"]), T),
+    ]
+    for body, kind in cases:
+        capped = _capped(body, Dialect.ANTHROPIC, size)
+        assert any(block.extra.get("text_dropped_chars") for block in capped.turn.blocks)
+        assert capped.verdict.kind is kind, (body[-300:], capped.verdict)
+        assert capped.verdict.kind is analyze_bytes(body, Dialect.ANTHROPIC, sentinel="DONE-42").verdict.kind
+    chat = _capped(openai_chat([*words, "\nDONE-42"]), Dialect.OPENAI_CHAT, size)
+    assert chat.verdict.kind is C and chat.turn.blocks[0].extra["text_dropped_chars"] > 1000
+
+
+def test_a_sentinel_the_kept_end_cannot_settle_is_unknown_and_a_long_last_line_is_shown_by_its_end():
+    """Beyond the cap, a last line whose start is not in the end kept (1,024 characters) and whose
+    seen part could be the sentinel's end cannot be told: unknown, not a guess. The evidence shows
+    at most the last 200 characters of the last line."""
+    padded = _capped(_anthropic_text(["x" * 300, "\n" + " " * 2000 + "DONE-42"]), Dialect.ANTHROPIC, 1 << 20)
+    assert padded.verdict.kind is U and "sentinel could not be checked" in padded.verdict.reason, padded.verdict
+    assert padded.verdict.evidence["choices"] == [0]
+    long_line = "y" * 5000 + " DONE-4"
+    beyond = _capped(_anthropic_text(["x" * 300, "\n" + long_line]), Dialect.ANTHROPIC, 1 << 20)
+    assert beyond.verdict.kind is T and beyond.verdict.reason == "sentinel missing"
+    kept = analyze_bytes(_anthropic_text(["x\n" + long_line]), Dialect.ANTHROPIC, sentinel="DONE-42")
+    for verdict in (beyond.verdict, kept.verdict):
+        assert verdict.evidence["last_line"] == "…" + long_line[-199:], verdict.evidence["last_line"][:20]
+
+
+def _two_choices(first: dict, second: dict, stops: tuple[str, str]) -> bytes:
+    base = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    def chunk(index: int, delta: dict, finish: str | None = None) -> bytes:
+        return b"data: " + orjson.dumps({**base, "choices": [{"index": index, "delta": delta, "finish_reason": finish}]}) + b"\n\n"
+    return (chunk(0, {"role": "assistant", **first}) + chunk(1, {"role": "assistant", **second})
+            + chunk(0, {}, stops[0]) + chunk(1, {}, stops[1]) + b"data: [DONE]\n\n")
+
+
+def test_the_sentinel_exempts_each_choice_that_called_a_tool_by_its_own_stop():
+    """With n > 1, each choice is checked but one whose own stop reason is a tool call: another
+    choice's tool call neither exempts a text answer nor makes a tool call need the sentinel."""
+    call = {"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+    text_then_call = _two_choices({"content": "hi\nDONE-42"}, call, ("stop", "tool_calls"))
+    assert analyze_bytes(text_then_call, Dialect.OPENAI_CHAT, sentinel="DONE-42").verdict.kind is C
+    call_then_text = _two_choices(call, {"content": "hi, but no sentinel"}, ("tool_calls", "stop"))
+    missing = analyze_bytes(call_then_text, Dialect.OPENAI_CHAT, sentinel="DONE-42").verdict
+    assert missing.kind is T and missing.reason == "sentinel missing" and missing.evidence["choices"] == [1]
+    assert missing.evidence["last_line"] == "hi, but no sentinel"
+    both = _two_choices({"content": "DONE-42"}, {"content": "DONE-42"}, ("stop", "stop"))
+    assert analyze_bytes(both, Dialect.OPENAI_CHAT, sentinel="DONE-42").verdict.kind is C
 
 
 def test_any_chunking_gives_the_same_analysis():

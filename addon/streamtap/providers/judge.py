@@ -41,6 +41,8 @@ TEXT_CAP = 4 * 1024 * 1024  # characters of text, thinking, refusal and 'other' 
 ARGUMENTS_CAP = 4 * 1024 * 1024  # characters of tool-call arguments, across the turn (kept whole: parsed, then
 # written twice into the end line, raw and parsed, so each kept character costs about five)
 DROPPED = {"text": "text_dropped_chars", "arguments_raw": "arguments_dropped_chars"}  # block.extra keys
+# characters of the end of each choice's answer kept beyond TEXT_CAP (``TextEnds``): its last line is the sentinel's
+TEXT_END = 1024
 MAX_LISTED = 4096  # items a block keeps in one list that grows per event (citations, unmodelled deltas)
 MAX_NOTES = 50  # notes kept per turn
 
@@ -93,6 +95,7 @@ class Judge:
         self.doubt_at: tuple[str, int | None, int | None] | None = None
         # the answer passed a bound streamtap assembles within, so the rest of it was not read: unknown
         self.halt_verdict: Verdict | None = None
+        self.text_ends = TextEnds(turn)  # the end of each answer beyond the text cap
 
     # -- while events arrive ----------------------------------------------------------
     def seen(self, event: WireEvent, name: str | None = None) -> None:
@@ -177,7 +180,13 @@ class Judge:
     def kept(self, block: Block, field: str, text: str) -> str:
         """The part of ``text`` (growing ``block.text`` or ``block.arguments_raw``) the turn keeps;
         what is beyond the cap is counted in ``block.extra`` and said once in a note."""
-        return text[: self.take(block, field, len(text))]
+        if field != "text" or block.kind is not BlockKind.TEXT:
+            return text[: self.take(block, field, len(text))]
+        first = DROPPED["text"] not in block.extra  # (a block given its whole text anew counts from 0 again)
+        keep = self.take(block, field, len(text))
+        if keep < len(text):  # the answer's end, where its last line is (the sentinel's)
+            self.text_ends.dropped(block, text[keep:], first)
+        return text[:keep]
 
     def take(self, block: Block, field: str, size: int) -> int:
         """How many of ``size`` more characters of ``field`` the turn keeps (``kept`` for a value that
@@ -402,6 +411,79 @@ class Judge:
                                    {"choice": choice.index, "block": block.index, "tool": block.name,
                                     "arguments_raw": (block.arguments_raw or "")[:200]})
         return cut
+
+
+class TextEnds:
+    """The end of the text each text block did not keep (beyond the cap), so that an answer's last
+    line (the sentinel's) is read whatever the answer's length. Per choice it holds the ends of the
+    blocks that can still reach the last TEXT_END characters of its text: a few TEXT_END at most."""
+
+    __slots__ = ("turn", "_ends", "_last")
+
+    def __init__(self, turn: Turn) -> None:
+        self.turn = turn
+        # choice -> block index -> [block, the last pieces of its dropped text, their length]
+        self._ends: dict[int, dict[int, list[Any]]] = {}
+        self._last: tuple[Block, list[Any]] | None = None  # the block dropped into last (the common case: it grows)
+
+    def dropped(self, block: Block, text: str, first: bool) -> None:
+        """``text`` went beyond the cap in ``block`` (``first``: the block's dropped text begins with it)."""
+        last = self._last
+        entry = last[1] if last is not None and last[0] is block and not first else self._entry(block, first)
+        if entry is None:
+            return
+        pieces = entry[1]
+        pieces.append(text[-TEXT_END:])
+        entry[2] += len(pieces[-1])
+        if entry[2] > 2 * TEXT_END:  # joined now and then, so a run of small pieces costs little
+            pieces[:] = ["".join(pieces)[-TEXT_END:]]
+            entry[2] = TEXT_END
+
+    def _entry(self, block: Block, first: bool) -> list[Any] | None:
+        self._last = None
+        choice = next((c.index for c in self.turn.choices
+                       if block.index < len(c.blocks) and c.blocks[block.index] is block), None)
+        if choice is None:  # no choice holds it: end() finds its dropped text unaccounted for
+            return None
+        ends = self._ends.setdefault(choice, {})
+        entry = ends.get(block.index)
+        if first or entry is None or entry[0] is not block:
+            entry = ends[block.index] = [block, [], 0]
+            size = 0  # blocks before the choice's last TEXT_END characters no longer reach its end
+            for index in sorted(ends, reverse=True):
+                if size >= TEXT_END:
+                    del ends[index]
+                else:
+                    size += ends[index][2]
+        self._last = (block, entry)
+        return entry
+
+    def end(self, choice: Choice) -> tuple[str, bool] | None:
+        """The end of the choice's text, its dropped part included, and whether it is all of it (at
+        least TEXT_END characters where it is not); None when the choice kept all its text."""
+        if not any(block.kind is BlockKind.TEXT and block.extra.get(DROPPED["text"]) for block in choice.blocks):
+            return None
+        ends = self._ends.get(choice.index, {})
+        parts: list[str] = []
+        size = 0
+        for block in reversed(choice.blocks):
+            if block.kind is not BlockKind.TEXT:
+                continue
+            dropped = block.extra.get(DROPPED["text"], 0)
+            if dropped:
+                entry = ends.get(block.index)
+                end = "".join(entry[1])[-TEXT_END:] if entry is not None and entry[0] is block else ""
+                if len(end) != min(dropped, TEXT_END):  # its end is not held: what comes before is not known
+                    return "".join(reversed(parts)), False
+                parts.append(end)
+                size += len(end)
+                if len(end) < dropped:
+                    return "".join(reversed(parts)), False
+            parts.append(block.text[-TEXT_END:])
+            size += len(parts[-1])
+            if size >= TEXT_END or len(block.text) > TEXT_END:
+                return "".join(reversed(parts)), False
+        return "".join(reversed(parts)), True
 
 
 # blocks whose arguments are JSON the app (or the provider's own tool) reads: a client's tool call,

@@ -30,8 +30,8 @@ from streamtap.wire import (
 )
 
 from .common import error_fields, error_fields_of_text, error_message, loads, one_line
-from .judge import ARGUMENTS_CAP, END_WORDS, ENDING_KINDS, TEXT_CAP
-from .turn import NOT_JUDGED, Choice, Dialect, StreamEnd, Turn, Verdict, VerdictKind
+from .judge import ARGUMENTS_CAP, END_WORDS, ENDING_KINDS, TEXT_CAP, TEXT_END
+from .turn import NOT_JUDGED, BlockKind, Choice, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 DEFAULT_WIRE = {
     Dialect.OPENAI_CHAT: "sse",
@@ -492,17 +492,51 @@ class StreamSession:
         # reason); errored returned above: the SDK raises the provider's error at its event, before the cut
         if verdict.kind in ENDING_KINDS and end in _BODY_CUT:
             verdict = self._body_cut(verdict, end)
-        if verdict.kind is VerdictKind.COMPLETE and self.sentinel and turn.stop_reason != "tool_use":
-            missing = [c.index for c in turn.choices if not _ends_with_line(turn.text(c.index), self.sentinel)]
-            if missing:
-                return Verdict(
-                    VerdictKind.TRUNCATED,
-                    "sentinel missing",
-                    verdict.seq,
-                    verdict.offset,
-                    {"sentinel": self.sentinel, "choices": missing, "end": end.value, "bytes": self._bytes,
-                     "last_line": _last_line(turn.text(missing[0]))},
-                )
+        if verdict.kind is VerdictKind.COMPLETE and self.sentinel:
+            return self._sentinel(turn, verdict, end)
+        return verdict
+
+    def _sentinel(self, turn: Turn, verdict: Verdict, end: StreamEnd) -> Verdict:
+        """A complete answer must end with the sentinel line, in each choice but one that stopped to
+        call a tool (its text is no whole answer). Beyond the text cap the line is read off the end
+        the judge keeps (``TextEnds``); where that end cannot tell, the verdict is unknown."""
+        judge = getattr(self._assembler, "judge", None)
+        stops = getattr(judge, "choice_stops", None) or {}
+        ends = getattr(judge, "text_ends", None)
+        missing: list[int] = []
+        unsure: list[int] = []
+        first_missing: tuple[str, bool] | None = None
+        for choice in turn.choices:
+            if _stopped_to_call(turn, choice, stops):
+                continue
+            text = ends.end(choice) if ends is not None else None
+            if text is None:  # all its text was kept
+                text = ("".join(b.text for b in choice.blocks if b.kind is BlockKind.TEXT), True)
+            found = _ends_with_line(*text, self.sentinel)
+            if found is None:
+                unsure.append(choice.index)
+            elif not found:
+                missing.append(choice.index)
+                first_missing = first_missing or text
+        evidence = {"sentinel": self.sentinel, "end": end.value, "bytes": self._bytes}
+        if first_missing is not None:
+            return Verdict(
+                VerdictKind.TRUNCATED,
+                "sentinel missing",
+                verdict.seq,
+                verdict.offset,
+                evidence | {"choices": missing, "last_line": _shown(*_last_line(*first_missing))},
+            )
+        if unsure:
+            return Verdict(
+                VerdictKind.UNKNOWN,
+                f"the sentinel could not be checked: choice {unsure[0]}'s text goes beyond what a turn keeps in memory, "
+                f"and the {TEXT_END} characters kept of its end do not hold the start of its last line "
+                "(`streamtap show` keeps all the text)",
+                verdict.seq,
+                verdict.offset,
+                evidence | {"choices": unsure, "was": verdict.kind.value},
+            )
         return verdict
 
     def _body_cut(self, verdict: Verdict, end: StreamEnd) -> Verdict:
@@ -572,9 +606,35 @@ def _head(raw: bytes, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _last_line(text: str) -> str:
-    lines = [line for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if line.strip()]
-    return lines[-1].strip() if lines else ""
+SHOWN_LINE = 200  # characters of the answer's last line a verdict's evidence shows (its end)
+
+
+def _stopped_to_call(turn: Turn, choice: Choice, stops: dict[int, tuple[str, VerdictKind]]) -> bool:
+    """Whether ``choice`` stopped to call a tool: by its own stop reason where the dialect gives each
+    choice one (``Judge.choice_stops``), else by the turn's, for a choice holding a call when there are several."""
+    if choice.index in stops:
+        return stops[choice.index][0] == "tool_use"
+    if turn.stop_reason != "tool_use":
+        return False
+    return len(turn.choices) == 1 or any(b.kind is BlockKind.TOOL_CALL for b in choice.blocks)
+
+
+def _last_line(text: str, whole: bool = True) -> tuple[str, bool]:
+    """The final non-blank line of ``text``, stripped, and whether it may begin before ``text`` does
+    (``whole`` false: ``text`` is only the end of the answer); ("", not whole) when there is none."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    for i in range(len(lines) - 1, -1, -1):
+        line = lines[i].strip()
+        if line:
+            return line, i == 0 and not whole
+    return "", not whole
+
+
+def _shown(line: str, cut: bool) -> str:
+    """The end of a line for the evidence, an ellipsis where its start is left out."""
+    if not cut and len(line) <= SHOWN_LINE:
+        return line
+    return "…" + line[-(SHOWN_LINE - 1):]
 
 
 def sentinel_problem(sentinel: str | None) -> str | None:
@@ -594,9 +654,15 @@ def sentinel_problem(sentinel: str | None) -> str | None:
     return None
 
 
-def _ends_with_line(text: str, sentinel: str) -> bool:
-    """The final non-blank line is exactly the sentinel (surrounding whitespace aside)."""
-    return _last_line(text) == sentinel.strip()
+def _ends_with_line(text: str, whole: bool, sentinel: str) -> bool | None:
+    """The final non-blank line is exactly the sentinel (surrounding whitespace aside); None when
+    ``text``, only the end of the answer (``whole`` false), cannot tell."""
+    line, cut = _last_line(text, whole)
+    wanted = sentinel.strip()
+    if not cut:
+        return line == wanted
+    # the whole line, stripped, ends with what is seen of it: only a line seen as the sentinel's end may be it
+    return None if wanted.endswith(line) else False
 
 
 def analyze_error_document(body: bytes, dialect: Dialect | str = Dialect.UNKNOWN) -> Analysis | None:
