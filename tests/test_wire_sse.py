@@ -204,6 +204,66 @@ def test_invalid_utf8_counts_do_not_depend_on_chunking() -> None:
     assert decode(stream, [1]) == whole
 
 
+# Lines whose value no event keeps: the SDKs still decode each strictly and raise on it.
+NOT_UTF8_OUTSIDE_VALUES = [
+    ("comment", b": keep-alive \xff\n\n"),
+    ("comment-in-event", b": \xc3\n"),
+    ("retry", b"retry: 1\xff\n\n"),
+    ("unknown-field", b"x-note: \xe2\x82\n\n"),
+    ("field-name", b"\xffdata: a\n\n"),
+    ("id-with-nul", b"id: \x00\xff\n\n"),
+    ("type-of-data-less-event", b"event: t\xff\n\n"),
+    ("overridden-type", b"event: t\xff\nevent: t\n"),
+]
+
+
+@pytest.mark.parametrize("block", [c[1] for c in NOT_UTF8_OUTSIDE_VALUES], ids=[c[0] for c in NOT_UTF8_OUTSIDE_VALUES])
+def test_invalid_utf8_outside_any_value_counts_in_the_next_event(block: bytes) -> None:
+    """A comment, an ignored field, a value another replaced: no event holds their text, yet a
+    byte there that is not UTF-8 makes the SDKs raise, so the event whose span holds it counts it,
+    on every path and for any chunking."""
+    event = b"event: t\ndata: a\n\n"
+    stream = event + block + event * 3
+    for decoder_class in (SSEDecoder, GeneralPathDecoder, PythonLoopDecoder):
+        for chunks in (None, [1], [len(event) + 1], [len(event) + len(block)]):
+            decoder = decoder_class()
+            events = feed_cycled(decoder, stream, chunks)
+            assert [e.invalid_utf8 for e in events] == [0, 1, 0, 0], (decoder_class, chunks)
+            assert decoder.invalid_utf8 == 1
+            assert triples(events)[1] == ("t", "a", "")
+
+
+def test_invalid_utf8_is_counted_once_where_a_value_keeps_it() -> None:
+    stream = b"event: t\xff\nid: \x80\ndata: \xff\n\n"
+    decoder = SSEDecoder()
+    (event,) = decoder.feed(stream)
+    assert (event.event, event.id, event.data, event.invalid_utf8) == ("t\ufffd", "\ufffd", "\ufffd", 3)
+    assert decoder.invalid_utf8 == 3
+
+
+@pytest.mark.parametrize(
+    "after,cut",
+    [(b": bye \xff\n\n", False), (b"retry: \xff\n\n", False), (b": bye \xff\n", False), (b"data: \xff\n", True)],
+)
+def test_invalid_utf8_after_the_last_event_counts_in_the_decoder(after: bytes, cut: bool) -> None:
+    """After the last event no event carries the count: the decoder's own does, and the tail
+    says so."""
+    stream = b"data: a\n\n" + after
+    for chunks in (None, [1]):
+        decoder = SSEDecoder()
+        event, tail = feed_cycled(decoder, stream, chunks)
+        assert event.invalid_utf8 == 0 and decoder.invalid_utf8 == 1
+        assert (tail.raw, tail.cut) == (after, cut) and "not UTF-8" in tail.reason
+
+
+def test_a_last_line_cut_inside_a_character_is_not_counted() -> None:
+    """A cut stream may end inside a character: that is the cut, not a byte that is not UTF-8."""
+    for after in (b": caf\xc3", b"data: caf\xc3"):
+        decoder = SSEDecoder()
+        event, tail = feed_cycled(decoder, b"data: a\n\n" + after, None)
+        assert decoder.invalid_utf8 == 0 and "not UTF-8" not in tail.reason
+
+
 # -- oversize -------------------------------------------------------------------------
 
 
@@ -508,13 +568,15 @@ class PythonLoopDecoder(SSEDecoder):
 def lf_streams(draw) -> bytes:
     """Mostly the LF-only shape the fastest path takes, with the oddities that must send it
     back to the general path: a CR, a comment, an id, two data lines, no space after the
-    colon, a stray blank line, invalid UTF-8, an empty type, a value with a leading space."""
+    colon, a stray blank line, invalid UTF-8 (in a comment too), an empty type, a value with a
+    leading space."""
     parts = [b"\xef\xbb\xbf"] if draw(st.integers(0, 9)) == 0 else []
     for i in range(draw(st.integers(0, 25))):
         value = draw(VALUE_TEXT).encode()
         shape = draw(st.sampled_from(
             ["typed", "typed", "typed", "data", "data", "data", "cr", "comment", "id", "retry", "two-data",
-             "nospace", "blank", "bad-utf8", "empty-type", "spaced", "junk", "id-then-comment", "dataless",
+             "nospace", "blank", "bad-utf8", "bad-comment", "bad-retry", "empty-type", "spaced", "junk",
+             "id-then-comment", "dataless",
              "new-type", "bad-type", "long-type"]
         ))  # fmt: skip
         parts.append({
@@ -528,6 +590,8 @@ def lf_streams(draw) -> bytes:
             "nospace": b"event:x\ndata:%s\n\n" % value,
             "blank": b"\n",
             "bad-utf8": b"data: \xff%s\n\n" % value,
+            "bad-comment": b": keep-alive \xff\n\n",
+            "bad-retry": b"retry: 1\xff\nevent: r\ndata: %s\n\n" % value,
             "empty-type": b"event: \ndata: %s\n\n" % value,
             "spaced": b"event:  t\ndata:  %s\n\n" % value,
             "junk": b"x: %s\n" % value,
@@ -561,6 +625,21 @@ def test_shortcuts_give_what_the_general_path_gives(stream: bytes, chunks: list[
     assert decode_noting(GeneralPathDecoder(max_event_size=limit), stream, chunks) == general
     assert decode_noting(SSEDecoder(max_event_size=limit), stream, [len(stream) or 1]) == general
     assert decode_noting(PythonLoopDecoder(max_event_size=limit), stream, chunks) == general
+
+
+def complete_lines_not_utf8(stream: bytes) -> int:
+    """A plain reading of what the SDKs refuse: every complete line, decoded on its own."""
+    lines = re.split(rb"\r\n|\r|\n", stream)[:-1]
+    return sum(line.decode("utf-8", "replace").count("\ufffd") - line.count("\ufffd".encode()) for line in lines)
+
+
+@settings(max_examples=200)
+@given(stream=st.one_of(sse_streams(), lf_streams()), chunks=chunkings())
+def test_the_stream_count_is_every_complete_line_that_is_not_utf8(stream: bytes, chunks: list[int]) -> None:
+    """Whatever line holds them, and whether or not an event follows."""
+    for decoder in (SSEDecoder(), GeneralPathDecoder()):
+        feed_cycled(decoder, stream, chunks)
+        assert decoder.invalid_utf8 == complete_lines_not_utf8(stream)
 
 
 def forget_type_names() -> None:

@@ -258,6 +258,11 @@ class StreamSession:
             if waiting:
                 waiting = self._feed_empty(event.seq)
             self._take(event, self._last_byte)
+            if type(event) is Tail and self._damaged is None and getattr(self._decoder, "invalid_utf8", 0):
+                # bytes that are not UTF-8 after the last event (a comment): no event carries them, the
+                # decoder counted them, and the SDKs' decoders fail on them as on any other line
+                self._damaged = SSEEvent(event.seq, event.start, event.end, event.raw, "", "", "", None,
+                                         self._decoder.invalid_utf8)
         if self._empty_notes:
             self._feed_empty(None)
         if self._reads_other_lines and self._decoder.other_lines and self._halted is None:

@@ -34,7 +34,7 @@ class SSEEvent(NamedTuple):
     data: str
     id: str  # the last event ID in force at dispatch ("" when none was ever set)
     retry: int | None  # reconnection time set inside this event, if any
-    invalid_utf8: int = 0  # how many replacement characters decoding had to insert
+    invalid_utf8: int = 0  # sequences that are not UTF-8 in its span's lines (comments and ignored fields too; in values they became U+FFFD)
 
 
 class EventStreamMessage(NamedTuple):

@@ -30,7 +30,13 @@ read, all); the dialect decides what its SDK makes of them.
 
 Spans tile the stream: comments, keep-alives and data-less events belong to the span
 of the next dispatched event. ``SSEEvent.retry`` is the last valid ``retry`` inside
-the event's span. Invalid UTF-8 is replaced, and counted in ``invalid_utf8``.
+the event's span. Invalid UTF-8 is replaced where it lands in a value, and every
+sequence that is not UTF-8 in a line of the event's span is counted in its
+``invalid_utf8``: comments, ignored fields and overridden values too, as the SDKs
+decode every line strictly and raise on any of them. The decoder's ``invalid_utf8``
+counts the whole stream, the lines after the last event too (no event carries those;
+the ``Tail``'s reason says so), but not an unfinished last line, which a cut may have
+split inside a character.
 
 A span that grows beyond ``max_event_size`` is not buffered: the decoder drops it,
 skips to the next blank line and reports the whole skipped run as one non-fatal
@@ -193,7 +199,7 @@ class SSEDecoder(accel.SSEFeed):
         self.first_unknown_field: tuple[int, int, str, str] | None = None  # (..., its value's start)
         self.unknown_field_count = 0
         self._unknown: tuple[bytes, bytes] | None = None  # the field line just read: name, value
-        self.invalid_utf8 = 0  # replacements made over the whole stream
+        self.invalid_utf8 = 0  # sequences not UTF-8 over the whole stream, after the last event too
         self.last_event_id = ""  # the last event ID buffer, persists across events
         self.retry: int | None = None  # the stream's reconnection time, once set
         self._seq = 0
@@ -310,6 +316,12 @@ class SSEDecoder(accel.SSEFeed):
                 reason, cut = "no blank line after the last event: it was not dispatched", True
             else:
                 reason, cut = "only comments or data-less events after the last event", False
+            # no event carries what was not UTF-8 in the lines after the last one (the unfinished
+            # line aside: a cut may split a character), so only the stream's count does
+            invalid = self._span_invalid + sum(_text(value)[1] for value in self._data if not value.isascii())
+            if invalid:
+                self.invalid_utf8 += invalid
+                reason += f"; {invalid} sequence(s) in its lines are not UTF-8"
             out.append(Tail(self._seq, self._span_start, end, raw, reason, cut))
         else:
             return out
@@ -539,8 +551,7 @@ class SSEDecoder(accel.SSEFeed):
                         text, bad = _text(payload)
                     name = _type_names.get(type_)
                     if name is None:
-                        name, bad_name = _type_name(type_)
-                        bad += bad_name
+                        name = _type_name(type_)[0]  # its line was counted when read
                     bad += self._span_invalid
                     if self._parts:
                         raw = b"".join(self._parts) + work[seg:end]
@@ -576,6 +587,9 @@ class SSEDecoder(accel.SSEFeed):
             else:
                 if self.note_other_lines:
                     self._other_line(seq, base, work, end, line)
+                if not line.isascii():
+                    # the SDKs decode every line strictly, a comment or an ignored field too
+                    self._span_invalid += _text(line)[1]
                 if line.startswith(b"event:"):
                     type_ = line[7:] if line[6:7] == b" " else line[6:]
                 elif line[0] != 58:  # not a ":" comment
@@ -666,8 +680,8 @@ class SSEDecoder(accel.SSEFeed):
                         break  # the line path counts the replacements
                 data_at += 5
                 payload = block[data_at + 1 :] if block[data_at : data_at + 1] == b" " else block[data_at:]
-            elif first == 58 and nl not in block and not last_id:  # a ":" comment line: no event, same span
-                pos = end
+            elif first == 58 and nl not in block and not last_id and block.isascii():
+                pos = end  # a ":" comment line (the line path counts bytes that are not UTF-8): no event, same span
                 continue
             else:
                 break
@@ -778,8 +792,7 @@ class SSEDecoder(accel.SSEFeed):
             self._fields = _FIELD
         if name == b"id":
             if 0 not in value:
-                self.last_event_id, bad = _text(value)
-                self._span_invalid += bad
+                self.last_event_id = _text(value)[0]  # _lines counted its line's invalid bytes
         elif name == b"retry":
             if value.isdigit():  # bytes.isdigit is ASCII-only
                 try:
