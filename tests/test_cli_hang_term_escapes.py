@@ -1,7 +1,7 @@
 """The command line where a user's input or a signal meets it:
 
 - show wraps an answer line indented deeper than the width without hanging (textwrap never
-  returns when the indent leaves no room);
+  returns when the indent leaves no room), and a long line without spaces in linear time;
 - demo stopped by SIGTERM ends its replay server and mitmdump and removes its folder, as Ctrl-C does;
 - import prints a capture's model name and URL escaped, as show and report do."""
 
@@ -43,6 +43,40 @@ def test_show_wraps_an_indented_line_at_its_own_indent(tmp_path):
     wrapped = [line for line in lines if any(word in line for word in ("alpha", "epsilon", "theta"))]
     assert wrapped and all(line.split("alpha")[0].endswith("    ") and not line.split("alpha")[0].endswith("     ")
                            for line in wrapped if "alpha" in line), lines  # the indent once, not twice
+
+
+def test_show_wraps_a_long_line_without_spaces_in_the_time_a_spaced_one_takes():
+    """A line of CJK text (base64, minified JSON) has no space to wrap at: textwrap cut it one line
+    at a time, copying the rest each time, and took minutes for millions of characters."""
+    from streamtap.commands.show import _wrap
+
+    def seconds(text: str) -> float:
+        start = time.perf_counter()
+        assert len(_wrap(text, 100)) >= len(text) // 100
+        return time.perf_counter() - start
+
+    chars = 2_000_000
+    spaced = seconds("lorem ipsum dolor sit amet " * (chars // 27))
+    unspaced = seconds("这是一个没有空格的中文句子" * (chars // 13))
+    assert unspaced < 3 * spaced + 0.5, (unspaced, spaced)  # it was 10 times the spaced line's, and growing with its square
+
+
+def test_show_wraps_every_line_as_textwrap_does():
+    """The faster cut of a long word changes no line: random lines of long words, hyphens, dashes,
+    tabs, wide characters and spaces that are not ASCII, at widths and indents, wrap as textwrap wraps them."""
+    import random
+    import textwrap
+
+    from streamtap.commands.show import _Wrapper
+
+    rng = random.Random(5)
+    pieces = ["a", "-", " ", "中", "\u3000", "\xa0", "\t", "x-y", "--", "b.", "—"]
+    for _ in range(20_000):
+        width = rng.randint(1, 14)
+        indent = " " * rng.randint(0, (width - 1) // 2)
+        line = "".join(rng.choice(pieces) * rng.choice([1, 1, 2, 5, 13, 40]) for _ in range(rng.randint(0, 10)))
+        expected = textwrap.wrap(line, width, initial_indent=indent, subsequent_indent=indent)
+        assert _Wrapper(width, initial_indent=indent, subsequent_indent=indent).wrap(line) == expected, (line, width, indent)
 
 
 def _children(pid: int) -> set[int]:

@@ -600,6 +600,33 @@ def test_show_writes_what_a_terminal_would_act_on_as_escapes(tmp_path):
     assert json.loads(as_json.stdout)["turn"]["choices"][0]["blocks"][0]["text"].startswith("red \x1b[31mALERT")
 
 
+def test_show_keeps_a_name_or_id_with_a_line_break_on_its_own_line(tmp_path):
+    """A tool's name and id are the provider's text, a file's name whoever made it: a newline in
+    one printed as it is would start a line of show's own, such as a forged verdict."""
+    def sse(events: list[dict]) -> bytes:
+        return b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
+
+    forged = "\nverdict   COMPLETE: forged"
+    body = tmp_path / f"cut{forged}.sse"
+    body.write_bytes(sse([
+        {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
+                                              "content": [], "stop_reason": None, "usage": {"input_tokens": 1, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0,
+         "content_block": {"type": "server_tool_use", "id": "srvtoolu_1", "name": f"web_search{forged}", "input": {}}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1,
+         "content_block": {"type": "tool_use", "id": f"toolu_1{forged}", "name": f"get_weather{forged}", "input": {}}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": '{"a": 1'}},
+    ]))  # cut inside the tool call: truncated
+    shown = streamtap("show", "--provider", "anthropic", body)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert [line for line in lines if line.startswith("verdict")] == [next(line for line in lines if line.startswith("verdict   TRUNCATED"))]
+    assert lines[0].startswith(f"{tmp_path}/cut\\nverdict   COMPLETE: forged.sse  (raw body"), lines[0]
+    assert any(line.startswith("─── server_tool web_search\\nverdict") for line in lines), lines
+    assert any(line.startswith("─── tool call get_weather\\nverdict   COMPLETE: forged (id toolu_1\\nverdict") for line in lines), lines
+
+
 def test_an_empty_file_is_not_a_stream_unless_a_provider_is_given(tmp_path):
     empty = tmp_path / "body.sse"
     empty.write_bytes(b"")

@@ -4,6 +4,7 @@ Real processes, the installed console script; the captures are written by mitmpr
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -125,6 +126,65 @@ def test_a_capture_damaged_inside_its_first_flow_is_a_damaged_capture_not_anothe
     assert result.returncode == 1, result.stderr
     assert "the capture is damaged inside its first flow" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_damaged_captures_own_text_reaches_the_terminal_escaped_on_one_line(tmp_path):
+    """mitmproxy's error quotes the damaged record: an ESC in it would act on the terminal, a
+    newline forge a line of import's own."""
+    from mitmproxy import io
+    from mitmproxy.io import tnetstring
+
+    path = tmp_path / "damaged.mitm"
+    write_capture(path, 1)
+    with path.open("rb") as file:
+        state = next(io.FlowReader(file).stream()).get_state()
+    state["type"] = "http\x1b]0;OWNED\x07\x1b[2J\nstreamtap import: 0 flows lost"
+    with path.open("ab") as file:
+        tnetstring.dump(state, file)
+    result = streamtap("import", path, "--out", tmp_path / "out")
+    assert result.returncode == 1 and "the capture is damaged after 1 flow" in result.stderr, result.stderr
+    assert not set("\x1b\x07") & set(result.stderr), repr(result.stderr)
+    assert "http\\x1b]0;OWNED\\x07\\x1b[2J\\nstreamtap import: 0 flows lost" in result.stderr, result.stderr
+    assert "streamtap import: 0 flows lost" not in result.stderr.splitlines(), result.stderr
+
+
+def test_a_recording_import_could_not_write_is_said_escaped_on_one_line(tmp_path, monkeypatch, capsys):
+    import streamtap.recording.importer as importer
+    from streamtap.cli import main
+    from streamtap.recording.writer import RecordingError
+
+    def failing(*args, **kwargs):
+        raise RecordingError("x\x1b[2J\nstreamtap import: all imported")
+        yield
+
+    capture = tmp_path / "capture.mitm"
+    write_capture(capture, 1)
+    monkeypatch.setattr(importer, "import_capture", failing)
+    assert main(["import", str(capture), "--out", str(tmp_path / "out")]) == 1
+    said = capsys.readouterr().err
+    assert said == "streamtap import: stopped after 0 flows: x\\x1b[2J\\nstreamtap import: all imported\n", repr(said)
+
+
+@pytest.mark.parametrize("start", [b"", b"\xef\xbb\xbf", b"\n  "], ids=["json", "byte-order-mark", "whitespace"])
+def test_a_har_file_is_refused_before_anything_is_written(tmp_path, start):
+    """mitmproxy reads a HAR file too, but gives its flows new ids each time: importing it again
+    recorded every answer again, where import promises to skip what it recorded."""
+    entry = {
+        "startedDateTime": "2026-12-01T10:00:00.000Z", "time": 100,
+        "request": {"method": "POST", "url": "https://api.openai.com/v1/chat/completions", "httpVersion": "HTTP/1.1",
+                    "headers": [{"name": "content-type", "value": "application/json"}], "queryString": [], "cookies": [],
+                    "headersSize": -1, "bodySize": -1,
+                    "postData": {"mimeType": "application/json", "text": '{"model":"gpt-test-1","stream":true,"messages":[]}'}},
+        "response": {"status": 200, "statusText": "OK", "httpVersion": "HTTP/1.1", "cookies": [], "redirectURL": "",
+                     "headers": [{"name": "content-type", "value": "text/event-stream"}], "headersSize": -1, "bodySize": -1,
+                     "content": {"size": -1, "mimeType": "text/event-stream", "text": openai_chat_stream(["hi"]).decode()}},
+        "cache": {}, "timings": {"send": 0, "wait": 50, "receive": 50},
+    }  # fmt: skip
+    har = tmp_path / "capture.har"
+    har.write_bytes(start + json.dumps({"log": {"version": "1.2", "creator": {"name": "t", "version": "1"}, "entries": [entry]}}).encode())
+    result = streamtap("import", har, "--out", tmp_path / "out")
+    one_line_error(result, "import", "is JSON (a HAR file?), not a mitmproxy capture")
+    assert "mitmdump -w" in result.stderr and not (tmp_path / "out").exists()
 
 
 def test_a_redact_name_that_cannot_be_a_name_is_refused_by_import(tmp_path):

@@ -344,6 +344,8 @@ def test_serve_usage_errors_exit_2_with_one_line(tmp_path):
         (["serve", str(tmp_path), "--fault", "cut:nowhere=1"], "cut takes"),
         (["serve", str(tmp_path), "--timing", "slow"], "timing is"),
         (["serve", str(tmp_path), "--port", "70000"], "--port 70000"),
+        (["serve", str(tmp_path), "--host", ""], "--host '': no address"),  # an unset $HOST: every interface
+        (["serve", str(tmp_path), "--host", " "], "--host ' ': no address"),
         (["serve", str(tmp_path), "--fault", ""], "--fault '': no fault in it"),  # an unset $SPEC
         (["serve", str(tmp_path), "--fault", " ; "], "--fault ' ; ': no fault in it"),
         (["serve", str(tmp_path), "--match-header", "x b"], "--match-header: 'x b' is not a header"),

@@ -173,6 +173,27 @@ def test_a_recorded_response_header_with_a_line_break_is_refused_in_one_line(tmp
     assert served.returncode == 2 and served.stderr.count("\n") == 1 and "holds a CR, LF or NUL" in served.stderr, served.stderr
 
 
+def test_a_recorded_response_header_is_served_as_the_bytes_it_was_recorded_from(tmp_path):
+    """mitmproxy reads a header's bytes as UTF-8 (a byte that is not, as a lone surrogate): serve
+    writes them back so, where it wrote latin-1 and a "?" for any other character."""
+    recording(tmp_path / "r.jsonl", openai_chat_frames(3, tool=False),
+              response_headers=[["content-type", "text/event-stream"], ["x-note", "café ☕"]])
+    library = Library.load([tmp_path])
+    headers = library.entries[0].source.headers
+    with ServerThread(library, ServeOptions()) as server:
+        def served() -> dict[bytes, bytes]:
+            answer = httpx.post(server.base_url + "/v1/chat/completions", content=OPENAI_BODY, timeout=10)
+            assert answer.status_code == 200 and answer.content == b"".join(openai_chat_frames(3, tool=False))
+            return dict(answer.headers.raw)
+
+        assert served()[b"x-note"] == "café ☕".encode()
+        # what a recording cannot hold (its JSON reader refuses a lone surrogate), a Source made in code can
+        headers.append(("x-byte", "a\udcffb"))
+        assert served()[b"x-byte"] == b"a\xffb"
+        headers.append(("x-odd", "a\ud800b"))  # a surrogate no byte gives: a "?", not a failed answer
+        assert served()[b"x-odd"] == b"a?b"
+
+
 def test_the_injected_fault_header_carries_any_text_of_the_spec(tmp_path):
     recording(tmp_path / "r.jsonl", openai_chat_frames(10, tool=False))
     spec = "error:kind=openai,after=2,message=日本語のエラー 100% sûr"

@@ -6,13 +6,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from streamtap.cli import EXIT_FINDING, EXIT_OK, Progress, UsageError, check_names, named_folder, named_path, terminal_safe
+from streamtap.cli import (
+    EXIT_FINDING, EXIT_OK, Progress, UsageError, check_names, named_folder, named_path, say, terminal_safe,
+)
 
 
 DESCRIPTION = """\
 Reads every flow of a mitmproxy capture and writes one streamtap recording per streamed
 LLM answer (an SSE, AWS event-stream or NDJSON response, or a streaming call to a known
-provider API that was answered with an error), then prints each file with its verdict.
+provider API that was answered with an error; not a redirect or an answer with no body), then
+prints each file with its verdict.
 The recordings are what the live addon writes, minus arrival times, which captures do
 not keep; `streamtap show`, `verify` and `serve` take them as they are.
 
@@ -36,8 +39,8 @@ Exit codes: 0 every streamed answer imported; 1 none found, some skipped (each l
 says why: no body kept, another import into the same folder writing it...), or the
 capture is cut short or damaged (mitmdump stopped while writing it, a partial
 copy): the flows before that point are imported, and stderr says how many were
-read; 2 a usage error, or a file that is not a mitmproxy capture (nothing is
-written, not even the --out folder).
+read; 2 a usage error, or a file that is not a mitmproxy capture, a HAR file
+too (nothing is written, not even the --out folder).
 """
 
 
@@ -55,7 +58,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="mitmproxy filter expression choosing the flows instead (e.g. '~d openai.com & ~s')",
     )
     parser.add_argument(
-        "--sentinel", metavar="LINE", help="exact last line every answer must end with (one line, not blank); missing => truncated (a turn that stops to call a tool is not checked)"
+        "--sentinel", metavar="LINE", help="exact last line every answer must end with (one line, not blank); missing => truncated (an answer, or with n > 1 a choice, that stops to call a tool is not checked)"
     )
     parser.add_argument(
         "--redact", metavar="NAME", action="append", default=[],
@@ -80,6 +83,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{shown_path(source)}: no such file")
     if not source.is_file():
         raise UsageError(f"{shown_path(source)}: not a file")
+    if _looks_like_har(source):
+        raise UsageError(f"{shown_path(source)} is JSON (a HAR file?), not a mitmproxy capture: import reads the captures "
+                         "mitmdump -w writes; it takes no HAR file, whose flows get new ids each time one is read, so "
+                         "importing it again would record every answer again")
     matches = is_llm_stream
     if args.filter:
         from mitmproxy import flowfilter
@@ -133,10 +140,10 @@ def run(args: argparse.Namespace) -> int:
 
     total = written + skipped + already
     if failed is not None:
-        print(f"streamtap import: stopped after {total} flows: {failed}", file=sys.stderr)
+        say("import", f"stopped after {total} flows: {failed}")  # the message may quote the capture's text
         return EXIT_FINDING
     if incomplete is not None:
-        print(f"streamtap import: {incomplete}", file=sys.stderr)
+        say("import", str(incomplete))  # it quotes the damaged flow's own text
         if not incomplete.flows:
             return EXIT_FINDING
     if total == 0:
@@ -154,3 +161,14 @@ def _safe(text: str) -> str:
     """A capture's text (a URL, a model name, a reason naming its events) on one line of the
     terminal, as show and report print it: it is someone else's text."""
     return terminal_safe(str(text), one_line=True)
+
+
+def _looks_like_har(source: Path) -> bool:
+    """A HAR file is JSON (mitmproxy reads it when it begins with ``{``, after a byte order mark);
+    a capture begins with the length of its first flow."""
+    try:
+        with source.open("rb") as handle:
+            head = handle.read(4096)
+    except OSError:  # said by the import, as for any capture it cannot read
+        return False
+    return head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"{")

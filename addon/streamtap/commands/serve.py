@@ -64,6 +64,9 @@ def build(args: argparse.Namespace):
     from streamtap.replay.server import ServeOptions
     from streamtap.replay.source import RecordingError
 
+    if not args.host.strip():  # --host "$HOST" with HOST unset: asyncio would listen on every interface
+        raise UsageError(f"--host {args.host!r}: no address (an unset shell variable?), which would listen on every "
+                         "interface; give one (0.0.0.0 for every interface), or leave --host out for loopback only")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: a port is 0..65535 (0: a free one)")
     for spec in args.fault:

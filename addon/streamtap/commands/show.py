@@ -58,7 +58,7 @@ def render(judged: Judged, width: int = 100) -> str:
     how = "from --provider" if judged.how == "--provider" else judged.how
     lines = [
         # every wire event, as the recordings' end lines count them (turn.events stops at MAX_BLOCKS)
-        f"{shown_path(judged.path)}  ({judged.source}, {analysis.wire}, {analysis.bytes} bytes, "
+        f"{_one(shown_path(judged.path))}  ({judged.source}, {analysis.wire}, {analysis.bytes} bytes, "
         f"{analysis.wire_events} events)",
         f"dialect   {turn.dialect}  ({how})",
     ]
@@ -73,7 +73,7 @@ def render(judged: Judged, width: int = 100) -> str:
     if judged.injected_fault:
         lines.append(f"injected  {_one(judged.injected_fault)} (streamtap's fault injection made this answer)")
     if judged.problem:
-        lines.append(f"recording {judged.problem}")
+        lines.append(f"recording {_one(judged.problem)}")
     stop = turn.stop_reason or "-"
     lines.append(f"stop      {stop}" + (f" (provider: {_one(turn.stop_reason_raw)})" if turn.stop_reason_raw else ""))
     lines.append(f"usage     {_usage(turn)}")
@@ -126,8 +126,30 @@ def _wrap(text: str, width: int) -> list[str]:
         if len(indent.expandtabs()) >= width // 2:  # no room left to wrap in (textwrap never returns past the width)
             out.append(line)
             continue
-        out.extend(textwrap.wrap(words, width, initial_indent=indent, subsequent_indent=indent) or [line])
+        out.extend(_Wrapper(width, initial_indent=indent, subsequent_indent=indent).wrap(words) or [line])
     return out
+
+
+class _Wrapper(textwrap.TextWrapper):
+    """textwrap, with a word longer than a line (CJK text, base64, minified JSON: no spaces) cut
+    in one pass. textwrap cuts one line off it at a time and copies what is left each time, which
+    takes minutes for a line of millions of characters."""
+
+    def _handle_long_word(self, reversed_chunks: list[str], cur_line: list[str], cur_len: int, width: int) -> None:
+        super()._handle_long_word(reversed_chunks, cur_line, cur_len, width)  # the part that fits this line
+        rest, line = reversed_chunks[-1], max(self.width - len(self.subsequent_indent), 1)
+        text_ends = len(rest.rstrip())  # textwrap drops a rest that is blank (str.isspace) whole
+        pieces, start = [], 0
+        while start < text_ends and len(rest) - start > line:
+            # the cut textwrap makes on a fresh line depends only on the line's width + 1 characters
+            cut: list[str] = []
+            super()._handle_long_word([rest[start : start + line + 1]], cut, 0, line)
+            pieces.append(cut[0])
+            start += len(cut[0])
+        if pieces:  # each a line of its own, as textwrap cuts them; the last may share its line
+            # (a blank end stays too long to join that line, and is dropped as textwrap drops it)
+            pieces.append(rest[start : start + line] if start >= text_ends else rest[start:])
+            reversed_chunks[-1:] = reversed(pieces)
 
 
 def _block(block: Block, width: int) -> tuple[str, list[str]]:
@@ -144,7 +166,8 @@ def _block(block: Block, width: int) -> tuple[str, list[str]]:
     if kind is BlockKind.REFUSAL:
         return "refusal", _wrap(block.text, width)
     if kind is BlockKind.TOOL_CALL:
-        title = f"tool call {block.name or '?'}" + (f" (id {block.id})" if block.id else "")
+        # the name and id are the provider's text: a newline in one would start a line of its own
+        title = f"tool call {_one(block.name or '?')}" + (f" (id {_one(block.id)})" if block.id else "")
         if block.arguments_error and not block.closed:  # cut: what came, however it reads
             args = [f"NOT PARSED ({block.arguments_error}):", block.arguments_raw or ""]
         elif block.arguments_error:
@@ -154,7 +177,7 @@ def _block(block: Block, width: int) -> tuple[str, list[str]]:
         else:
             args = [block.arguments_raw or ""]
         return title, [f"  {line}" for line in args]
-    label = f"{kind} {block.name or ''}".strip()
+    label = f"{kind} {_one(block.name or '')}".strip()
     summary = block.text or block.arguments_raw or ""
     return label, [f"  {line}" for line in _wrap(summary, width)] if summary else []
 

@@ -98,7 +98,7 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
         "and said so; a recording's is the one its header names)",
     )
     parser.add_argument(
-        "--sentinel", metavar="LINE", help="exact last line the answer must end with (one line, not blank); missing => truncated (a turn that stops to call a tool is not checked)"
+        "--sentinel", metavar="LINE", help="exact last line the answer must end with (one line, not blank); missing => truncated (an answer, or with n > 1 a choice, that stops to call a tool is not checked)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object per file (turn and verdict)")
 

@@ -191,7 +191,7 @@ class Tap:
             str | None,
             None,
             "A text the app's prompt asks the model to end every answer with; a turn without it is not complete "
-            "(a turn that stops to call a tool is not checked).",
+            "(an answer, or with n > 1 a choice, that stops to call a tool is not checked).",
         )
         loader.add_option("streamtap_record", bool, True, "Write recordings (off: analyse and log only).")
         loader.add_option(

@@ -406,7 +406,12 @@ class ReplayServer:
         # e.g. the faults it carries, for whatever records it; percent-encoded, so that any text in
         # a spec (a message in another script, a line break) arrives whole and inside its header
         head += [f"{k}: {quote(v, safe=_HEADER_TEXT)}" for k, v in the_plan.headers]
-        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1", "replace"))
+        text = "\r\n".join(head) + "\r\n\r\n"
+        try:  # the bytes recorded: mitmproxy reads a header as UTF-8, a byte that is not UTF-8 as a lone surrogate
+            data = text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:  # a surrogate no byte gives (a Source made in code) is written as "?", not a failure
+            data = text.encode("utf-8", "replace")
+        writer.write(data)
         await writer.drain()
         if request.method == "HEAD":  # a HEAD response is its head alone
             return
