@@ -792,6 +792,21 @@ UNIONS = {
         ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"toolUse": {"input": "{}"}}})],
     "reasoning text and signature": [("contentBlockDelta", {"contentBlockIndex": 0, "delta": {
         "reasoningContent": {"text": "think", "signature": "SIG"}}})],
+    # a delta whose only member is null has none once botocore drops it, known member or not
+    **{f"delta of a null {member}": [("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "a"}}),
+                                     ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {member: None}})]
+       for member in ("foo", "citation", "image")},
+    # unions inside a delta: a tool result's item, a citation's location, an image's source
+    "tool result item with two members": [
+        ("contentBlockStart", {"contentBlockIndex": 0, "start": {"toolResult": {"toolUseId": "t1", "status": "success"}}}),
+        ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"toolResult": [{"text": "x", "json": {"a": 1}}]}})],
+    "citation location of a null member": [
+        ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "a"}}),
+        ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"citation": {"title": "t", "location": {"web": None}}}})],
+    "image source with two members": [
+        ("contentBlockStart", {"contentBlockIndex": 0, "start": {"image": {"format": "png"}}}),
+        ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"image": {"source": {
+            "bytes": "AAAA", "s3Location": {"uri": "s3://bucket/key"}}}}})],
 }
 
 
@@ -810,6 +825,92 @@ def test_a_union_without_exactly_one_member_is_corrupt_as_boto3_refuses_it(name:
         boto3_converse(loopback, body)
     verdict = analyze_bytes(body, Dialect.BEDROCK_CONVERSE).verdict
     assert verdict.kind is VerdictKind.CORRUPT and "exactly one" in verdict.reason, verdict
+
+
+# a member given a JSON value of another type than botocore's model has (an object, a list of
+# objects, a blob): botocore's parser raises on the event, the exception it meets as it walks the value
+_TEXT = [converse_frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "Hello"}}),
+         converse_frame("contentBlockStop", {"contentBlockIndex": 0})]
+_USAGE = {"inputTokens": 1, "outputTokens": 2, "totalTokens": 3}
+MISFITS = {
+    "usage a list": (AttributeError, _TEXT, {"usage": []}),
+    "metrics a number": (AttributeError, _TEXT, {"usage": _USAGE, "metrics": 0}),
+    "trace a string": (AttributeError, _TEXT, {"usage": _USAGE, "trace": "x"}),
+    "serviceTier a string": (AttributeError, _TEXT, {"usage": _USAGE, "serviceTier": "standard"}),
+    "cacheDetails of a string": (AttributeError, _TEXT, {"usage": {**_USAGE, "cacheDetails": ["x"]}}),
+    "cacheDetails a number": (TypeError, _TEXT, {"usage": {**_USAGE, "cacheDetails": 5}}),
+    "citation a string": (AttributeError, [
+        converse_frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "Hello"}}),
+        converse_frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"citation": "x"}}),
+        converse_frame("contentBlockStop", {"contentBlockIndex": 0})], {"usage": _USAGE}),
+    "toolUse start a string": (AttributeError, [
+        converse_frame("contentBlockStart", {"contentBlockIndex": 0, "start": {"toolUse": "x"}}),
+        converse_frame("contentBlockStop", {"contentBlockIndex": 0})], {"usage": _USAGE}),
+    "image bytes not base64": (ValueError, [
+        converse_frame("contentBlockStart", {"contentBlockIndex": 0, "start": {"image": {"format": "png"}}}),
+        converse_frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"image": {"source": {"bytes": "AAA"}}}}),
+        converse_frame("contentBlockStop", {"contentBlockIndex": 0})], {"usage": _USAGE}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MISFITS))
+def test_a_member_of_another_json_type_than_botocores_model_is_corrupt_as_boto3_raises(
+        name: str, loopback: LoopbackServer) -> None:
+    raised, middle, metadata = MISFITS[name]
+    body = b"".join([converse_frame("messageStart", {"role": "assistant"}), *middle,
+                     converse_frame("messageStop", {"stopReason": "end_turn"}), converse_frame("metadata", metadata)])
+    with pytest.raises(raised):
+        boto3_converse(loopback, body)
+    verdict = analyze_bytes(body, Dialect.BEDROCK_CONVERSE).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "boto3 raises on this event" in verdict.reason, verdict
+
+
+def test_members_of_the_types_botocores_model_has_stay_complete(loopback: LoopbackServer) -> None:
+    """What botocore reads without raising: the model's objects, null anywhere, an empty string for a
+    list (botocore iterates nothing), a document of any type, a member the model does not know."""
+    body = b"".join([
+        converse_frame("messageStart", {"role": "assistant"}),
+        converse_frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "Hello"}}),
+        converse_frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"citation": {
+            "title": "t", "sourceContent": [{"text": "s"}, None], "location": {"documentChar": {"start": 0}, "web": None}}}}),
+        converse_frame("contentBlockStop", {"contentBlockIndex": 0}),
+        converse_frame("contentBlockStart", {"contentBlockIndex": 1, "start": {"toolResult": {"toolUseId": "t1"}}}),
+        converse_frame("contentBlockDelta", {"contentBlockIndex": 1, "delta": {"toolResult": [{"json": [1, "x"]}, {"text": "ok", "json": None}]}}),
+        converse_frame("contentBlockStop", {"contentBlockIndex": 1}),
+        converse_frame("messageStop", {"stopReason": "end_turn", "additionalModelResponseFields": "any document"}),
+        converse_frame("metadata", {"usage": {**_USAGE, "cacheDetails": ""}, "metrics": {"latencyMs": 1},
+                                    "trace": {"promptRouter": {"invokedModelId": "m"}, "guardrail": None},
+                                    "serviceTier": {"type": "default"}, "performanceConfig": {"latency": "standard"},
+                                    "future": "x"}),
+    ])
+    assert len(list(boto_client_stream(loopback, body))) == 9
+    analysis = analyze_bytes(body, Dialect.BEDROCK_CONVERSE)
+    assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
+    assert analysis.turn.extra["serviceTier"] == {"type": "default"}
+
+
+def test_converse_tool_input_with_a_lone_surrogate_is_read_as_apps_read_it(loopback: LoopbackServer) -> None:
+    """boto3 hands the tool input over as a string (Nova's InvokeModel chunks carry it as one too), which
+    apps read with json.loads: a lone surrogate escape in it (half an emoji) reads, so the call is not
+    invalid; its arguments hold U+FFFD, with a note, as OpenAI's do."""
+    body = _converse_answer(
+        converse_frame("contentBlockStart", {"contentBlockIndex": 0, "start": {"toolUse": {"toolUseId": "t1", "name": "lookup"}}}),
+        converse_frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"toolUse": {"input": '{"q":"\\ud83d"}'}}}),
+        converse_frame("contentBlockStop", {"contentBlockIndex": 0}), stop="tool_use")
+    given = "".join(event["contentBlockDelta"]["delta"]["toolUse"]["input"]
+                    for event in boto_client_stream(loopback, body) if "contentBlockDelta" in event)
+    assert json.loads(given) == {"q": "\ud83d"}
+    nova = analyze_bytes(b"".join(map(chunk_frame, [  # Nova's chunks over InvokeModel, which apps json.loads alike
+        {"messageStart": {"role": "assistant"}},
+        {"contentBlockStart": {"contentBlockIndex": 0, "start": {"toolUse": {"toolUseId": "t1", "name": "lookup"}}}},
+        {"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"toolUse": {"input": given}}}},
+        {"contentBlockStop": {"contentBlockIndex": 0}}, {"messageStop": {"stopReason": "tool_use"}},
+        {"metadata": {"usage": {"inputTokens": 3, "outputTokens": 2}}}])), Dialect.BEDROCK_INVOKE)
+    for analysis in (analyze_bytes(body, Dialect.BEDROCK_CONVERSE), nova):
+        assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
+        [call] = analysis.turn.tool_calls()
+        assert call.arguments == {"q": "\ufffd"} and call.arguments_raw == given
+        assert any("lone surrogate" in note for note in analysis.turn.notes)
 
 
 def test_chunks_of_a_family_not_known_here_are_unknown_not_cut(loopback: LoopbackServer) -> None:

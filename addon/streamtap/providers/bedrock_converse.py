@@ -27,9 +27,13 @@ Choices this module makes where the provider is silent:
   before any ``messageStart`` is only noted: edited captures (the AI SDK's) lack it.
 - Payloads, unions and blobs are read as botocore reads them: the json module's reading where
   orjson refuses (``judge.sdk_loads``), a union's null members dropped before it must hold exactly
-  one, base64 decoded leniently (``blob_bytes``). A redacted reasoning block keeps the base64 of
-  its pieces' bytes joined, up to the turn's text cap; a tool result's content is a bounded list
+  one, base64 decoded leniently (``blob_bytes``). A ConverseStream event botocore's parser raises on
+  (a union, nested ones included, without exactly one member, an object given another JSON type, a
+  blob that is not base64: ``EVENT_SHAPES``) is corrupt. A redacted reasoning block keeps the base64
+  of its pieces' bytes joined, up to the turn's text cap; a tool result's content is a bounded list
   (``Judge.listed``).
+- Tool input is read as apps read the string boto3 hands them, with json.loads: a lone surrogate
+  escape is not invalid (``parse_arguments``).
 - Closed units (``Judge.reopened``): ``contentBlockStop`` closes its block and
   ``messageStop`` the message; a delta, start or stop for a closed block, or a content
   event after ``messageStop`` (before another ``messageStart``), or an event of a type this
@@ -88,6 +92,82 @@ def union(value: dict[str, Any]) -> dict[str, Any]:
     return {key: member for key, member in value.items() if member is not None and key != "__type"}
 
 
+class _Union(dict):
+    """A union shape in ``EVENT_SHAPES``: its members' shapes by name."""
+
+
+BLOB = "blob"  # a blob shape: base64 text, which botocore decodes
+
+# What botocore's bedrock-runtime model (2023-09-30) says ConverseStream events hold, as far as its
+# parser can raise on them: a dict is a structure (an object; members not named here are strings,
+# numbers or documents, passed on as they come), a ``_Union`` a union (exactly one non-null member),
+# a one-item list a list, ``BLOB`` a blob, None anything. The trace's guardrail assessment is checked
+# as an object only: the model goes on for dozens of shapes below it.
+_OBJECT: dict[str, Any] = {}
+EVENT_SHAPES: dict[str, dict[str, Any]] = {
+    "messageStart": _OBJECT,
+    "contentBlockStart": {"start": _Union(toolUse=_OBJECT, toolResult=_OBJECT, image=_OBJECT)},
+    "contentBlockDelta": {"delta": _Union(
+        text=None,
+        toolUse=_OBJECT,
+        toolResult=[_Union(text=None, json=None)],
+        reasoningContent=_Union(text=None, redactedContent=BLOB, signature=None),
+        citation={"sourceContent": [_OBJECT],
+                  "location": _Union(web=_OBJECT, documentChar=_OBJECT, documentPage=_OBJECT,
+                                     documentChunk=_OBJECT, searchResultLocation=_OBJECT)},
+        image={"source": _Union(bytes=BLOB, s3Location=_OBJECT), "error": _OBJECT},
+    )},
+    "contentBlockStop": _OBJECT,
+    "messageStop": _OBJECT,
+    "metadata": {"usage": {"cacheDetails": [_OBJECT]}, "metrics": _OBJECT,
+                 "trace": {"guardrail": _OBJECT, "promptRouter": _OBJECT},
+                 "performanceConfig": _OBJECT, "serviceTier": _OBJECT},
+}
+
+
+def _json_type(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(type(value), "a number")
+
+
+def misfit(value: Any, shape: Any, path: str) -> str | None:
+    """Why botocore's parser raises on ``value`` read as ``shape`` (an ``EVENT_SHAPES`` entry), or None
+    when it does not. It passes null on as null wherever it sits."""
+    if value is None or shape is None:
+        return None
+    if shape is BLOB:
+        try:
+            base64.b64decode(value)
+        except (TypeError, ValueError):
+            return f"{path} is not base64 text"
+        return None
+    if isinstance(shape, list):
+        if isinstance(value, list):
+            for at, item in enumerate(value):
+                reason = misfit(item, shape[0], f"{path}[{at}]")
+                if reason is not None:
+                    return reason
+            return None
+        # botocore iterates a string's characters or an object's keys as the items, which are strings
+        # where every list here holds objects: only an empty one passes
+        if isinstance(value, (str, dict)) and not value:
+            return None
+        return f"{path} is {_json_type(value)} where botocore's model has a list"
+    if not isinstance(value, dict):
+        return f"{path} is {_json_type(value)} where botocore's model has an object"
+    if isinstance(shape, _Union):
+        members = union(value)
+        if len(members) != 1:
+            return f"{path} has {len(members)} members {sorted(members)[:4]} where botocore's model takes exactly one"
+        (name, member), = members.items()
+        # a member the model does not know botocore hands on by name only, unread
+        return misfit(member, shape[name], f"{path}.{name}") if name in shape else None
+    for name, member_shape in shape.items():
+        reason = misfit(value.get(name), member_shape, f"{path}.{name}")
+        if reason is not None:
+            return reason
+    return None
+
+
 def exception_error(message: EventStreamMessage, judge: Judge) -> None:
     """An ``exception`` or ``error`` frame: the provider's own word that the stream failed."""
     headers = message.headers
@@ -138,8 +218,7 @@ class ConverseBuilder:
         # the body answers one call (Nova in Bedrock's InvokeModel): a message after messageStop is stitched on
         self.one_response = one_response
         # the ConverseStream API, which boto3 parses (not a model's native chunks inside invoke):
-        # blocks come in index order, and each union in an event has exactly one member, as
-        # botocore requires (it raises on any other count)
+        # blocks come in index order, and each event fits botocore's model (``EVENT_SHAPES``)
         self.converse_api = converse_api
         self.indexes = 0  # block indexes seen in this message: the next block's index
         self.messages = 0
@@ -163,6 +242,13 @@ class ConverseBuilder:
             if not self.ended(f"event type {kind!r}", seq, offset):
                 self.judge.note(f"unknown event type {kind!r} at seq {seq}")
             return
+        if self.converse_api:  # boto3 parses the event by its model: where it raises, the app gets no more
+            reason = misfit(body, EVENT_SHAPES[kind], kind)
+            if reason is not None:
+                index = body.get("contentBlockIndex")
+                self.judge.corrupt(f"{reason}: boto3 raises on this event", seq, offset,
+                                   **({"index": index} if isinstance(index, int) else {}))
+                return
         handler(self, body, seq, offset, t)
 
     def ended(self, what: str, seq: int | None, offset: int | None) -> bool:
@@ -273,10 +359,6 @@ class ConverseBuilder:
         start = union(start)
         if self.judge.reopened(f"block {index}", "contentBlockStart", seq, offset, index=index):
             return
-        if self.converse_api and len(start) != 1:
-            self.judge.corrupt(f"contentBlockStart start has {len(start)} members {sorted(start)} (index {index}): "
-                               f"boto3 takes exactly one and raises on this event", seq, offset, index=index)
-            return
         if index in self.blocks or index in self.announced:
             self.judge.corrupt(f"contentBlockStart for index {index}, which already started", seq, offset,
                                index=index)
@@ -342,10 +424,7 @@ class ConverseBuilder:
                 self.turn.timing.first_content = t
         elif member == "reasoningContent" and kind in (BlockKind.THINKING, BlockKind.REDACTED_THINKING) \
                 and isinstance(value, dict):
-            if self.converse_api and len(value) != 1:
-                self.judge.corrupt(f"reasoningContent delta has {len(value)} members {sorted(value)} (index {index}): "
-                                   f"boto3 takes exactly one and raises on this event", seq, offset, index=index)
-            elif kind is BlockKind.THINKING and isinstance(value.get("text"), str):
+            if kind is BlockKind.THINKING and isinstance(value.get("text"), str):
                 self.pieces.add(block, value["text"])
                 if value["text"] and self.turn.timing.first_content is None:
                     self.turn.timing.first_content = t
@@ -423,7 +502,8 @@ class ConverseBuilder:
         block.closed = True
         self._flush(block)
         if index in self.fragments:
-            self.judge.close_arguments(block, self.fragments.pop(index).joined(), {}, seq, offset)
+            # boto3 (and Nova's chunk JSON) hands the input over as a string, which apps read with json.loads
+            self.judge.close_arguments(block, self.fragments.pop(index).joined(), {}, seq, offset, lone_surrogates=True)
 
     def _message_stop(self, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         if not self._in_message(seq, offset, "messageStop"):

@@ -315,10 +315,13 @@ class Judge:
         for unit in [u for u in self.closed_units if u.startswith(prefix)]:
             del self.closed_units[unit]
 
-    def close_arguments(self, block: Block, raw: str, start_input: Any, seq: int | None, offset: int | None) -> None:
+    def close_arguments(self, block: Block, raw: str, start_input: Any, seq: int | None, offset: int | None,
+                        lone_surrogates: bool = False) -> None:
         """The provider stopped a tool block: its joined arguments must parse, else the stream is corrupt,
-        unless the stop reason says a limit or a filter cut them (decided with the verdict, ``cut_tool_calls``)."""
-        if parse_arguments(block, raw, start_input) is not None and not arguments_not_kept(block):
+        unless the stop reason says a limit or a filter cut them (decided with the verdict, ``cut_tool_calls``).
+        ``lone_surrogates`` where apps read the arguments with json.loads (``parse_arguments``)."""
+        if parse_arguments(block, raw, start_input, self if lone_surrogates else None) is not None \
+                and not arguments_not_kept(block):
             self.unparsed_at[id(block)] = (seq, offset)
 
     # -- the verdict ------------------------------------------------------------------
