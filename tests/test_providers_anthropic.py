@@ -853,3 +853,79 @@ def test_the_event_name_is_read_from_the_events_own_lines_whatever_the_line_ends
         body = body.replace(b"\n", line_end)
         verdict = analyze_bytes(body, Dialect.ANTHROPIC).verdict
         assert verdict.kind is kind, (line_end, body[:60], verdict)
+
+
+# -- what the SDK reads otherwise: JSON whitespace, a BOM, two events run together ---------------
+
+@pytest.mark.parametrize("whitespace", [" ", "\n", "\t\r\n "], ids=["space", "LF", "mixed"])
+def test_tool_input_of_only_json_whitespace_is_corrupt_as_the_sdk_refuses_it(whitespace: str,
+                                                                            loopback: LoopbackServer) -> None:
+    """The SDK keeps the start input only when the joined partial_json is empty; whitespace it parses, and fails."""
+    body = sse(START, *tool_block(0, whitespace), *end("tool_use"))
+    with pytest.raises(ValueError, match="tool parameter JSON"):
+        sdk_final_message(loopback, body)
+    analysis = analyze_bytes(body, Dialect.ANTHROPIC)
+    assert analysis.verdict.kind is VerdictKind.CORRUPT and "invalid argument JSON" in analysis.verdict.reason
+    call = analysis.turn.tool_calls()[0]
+    assert (call.arguments, call.arguments_raw) == (None, whitespace)
+    # cut by max_tokens, it is the limit's doing
+    assert analyze_bytes(sse(START, *tool_block(0, whitespace), *end("max_tokens")),
+                         Dialect.ANTHROPIC).verdict.kind is VerdictKind.STOPPED_BY_LIMIT
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+@pytest.mark.parametrize("first", [b"", b"data-first"], ids=["event-line-first", "data-line-first"])
+def test_a_bom_that_hides_the_first_events_line_from_the_sdk_is_corrupt(first: bytes, loopback: LoopbackServer) -> None:
+    """The SSE rules drop a UTF-8 BOM at byte 0; the SDK keeps it, reads the first line as a field
+    '\\ufeffevent' (or '\\ufeffdata') it ignores, and so loses message_start: get_final_message fails."""
+    body = TEXT_TURN
+    if first:  # message_start's data line before its event line
+        start = sse(START)
+        event_line, data_line = start.split(b"\n", 1)
+        body = data_line.replace(b"\n\n", b"\n" + event_line + b"\n\n", 1) + body[len(start):]
+        assert analyze_bytes(body, Dialect.ANTHROPIC).verdict.kind is VerdictKind.COMPLETE
+        assert sdk_final_message(loopback, body).stop_reason == "end_turn"
+    with pytest.raises(AssertionError):
+        sdk_final_message(loopback, BOM + body)
+    for size in (None, 1, 2, 5):
+        verdict = analyze_bytes(BOM + body, Dialect.ANTHROPIC, chunk_size=size).verdict
+        assert verdict.kind is VerdictKind.CORRUPT and "BOM" in verdict.reason, (size, verdict)
+        assert (verdict.seq, verdict.offset) == (0, 0)
+
+
+@pytest.mark.parametrize("before", [b": keep-alive\n\n", b"\n", b'event: ping\ndata: {"type": "ping"}\n\n'],
+                         ids=["comment", "blank-line", "ping"])
+def test_a_bom_before_a_line_the_sdk_does_without_is_harmless(before: bytes, loopback: LoopbackServer) -> None:
+    body = BOM + before + TEXT_TURN
+    assert [b.text for b in sdk_final_message(loopback, body).content] == ["Hello"]
+    assert analyze_bytes(body, Dialect.ANTHROPIC).verdict.kind is VerdictKind.COMPLETE
+
+
+def test_a_message_event_run_into_a_ping_by_a_lost_blank_line_is_corrupt(loopback: LoopbackServer) -> None:
+    """A blank line lost between a delta and the ping after it makes one event, named by the ping's
+    line, whose data is two lines (no one JSON value): the SDK skips it, and the delta's text with it."""
+    delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": " world"}}
+    ping = b'event: ping\ndata: {"type": "ping"}\n\n'
+    merged = TEXT_TURN.replace(b"event: content_block_stop", sse(delta)[:-1] + ping + b"event: content_block_stop", 1)
+    assert [b.text for b in sdk_final_message(loopback, merged).content] == ["Hello"]
+    for size in (None, 1, 7):
+        verdict = analyze_bytes(merged, Dialect.ANTHROPIC, chunk_size=size).verdict
+        assert verdict.kind is VerdictKind.CORRUPT and "content_block_delta merged into" in verdict.reason, verdict
+
+
+@pytest.mark.parametrize("name", [b"event: ping\n", b""], ids=["ping", "unnamed"])
+def test_a_ping_whose_data_lines_hold_no_message_event_is_still_a_ping(name: bytes, loopback: LoopbackServer) -> None:
+    odd = TEXT_TURN.replace(b"event: content_block_stop",
+                            name + b'data: keep\ndata: {"type": "ping"}\ndata: {}\n\nevent: content_block_stop', 1)
+    assert sdk_final_message(loopback, odd).stop_reason == "end_turn"
+    assert analyze_bytes(odd, Dialect.ANTHROPIC).verdict.kind is VerdictKind.COMPLETE
+
+
+def test_an_output_count_sent_null_by_message_delta_leaves_none_as_in_the_sdk(loopback: LoopbackServer) -> None:
+    body = sse(START, *text_block(0, "Hello"), {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                                                "usage": {"output_tokens": None}}, {"type": "message_stop"})
+    message = sdk_final_message(loopback, body)
+    assert message.usage.output_tokens is None
+    assert_turn_matches_sdk(analyze_bytes(body, Dialect.ANTHROPIC).turn, message)

@@ -1131,3 +1131,79 @@ def test_a_lone_surrogate_escape_the_sdk_reads_is_not_corrupt_and_reads_alike_ho
     assert "lone surrogate" in " ".join(analyze_bytes(responses, RESPONSES).turn.notes)
     gemini = b'data: {"candidates":[{"content":{"parts":[{"text":"\\ud83d"}],"role":"model"},"finishReason":"STOP"}]}\r\n\r\n'
     assert analyze_bytes(gemini, Dialect.GEMINI).verdict.kind is C  # google-genai reads it with json.loads too
+
+
+# -- tool arguments of only JSON whitespace: no JSON value, not "no arguments" ---------------------
+
+@pytest.mark.parametrize("whitespace", [" ", "\n", "\t\r\n "], ids=["space", "LF", "mixed"])
+def test_chat_tool_arguments_of_only_json_whitespace_are_corrupt_as_json_loads_refuses_them(whitespace):
+    """The SDK hands the arguments over as a string; an app skips empty ones (no parameters) and
+    calls json.loads on the rest, which refuses whitespace alone."""
+    def body(arguments: str) -> bytes:
+        opening = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "now", "arguments": ""}}
+        return _chat(_chunk({"role": "assistant", "tool_calls": [opening]}),
+                     _chunk({"tool_calls": [{"index": 0, "function": {"arguments": arguments}}]}), _chunk({}, "tool_calls"))
+
+    sdk_arguments = _run_chat_sdk(body(whitespace)).choices[0].message.tool_calls[0].function.arguments
+    assert sdk_arguments == whitespace
+    with pytest.raises(ValueError):
+        json.loads(sdk_arguments)
+    analysis = analyze_bytes(body(whitespace), CHAT)
+    assert analysis.verdict.kind is X and "invalid argument JSON" in analysis.verdict.reason, analysis.verdict
+    assert (analysis.turn.blocks[0].arguments, analysis.turn.blocks[0].arguments_raw) == (None, whitespace)
+    empty = analyze_bytes(body(""), CHAT)  # no fragment at all: a tool without parameters
+    assert empty.verdict.kind is C and empty.turn.blocks[0].arguments == {}
+
+
+@pytest.mark.parametrize("whitespace", [" ", "\n"], ids=["space", "LF"])
+def test_responses_tool_arguments_of_only_json_whitespace_are_corrupt_as_json_loads_refuses_them(whitespace):
+    added = {"id": "fc_1", "type": "function_call", "status": "in_progress", "call_id": "call_1", "name": "now",
+             "arguments": ""}
+    done = {**added, "status": "completed", "arguments": whitespace}
+    body = responses_events(
+        {"type": "response.output_item.added", "output_index": 0, "item": added},
+        {"type": "response.function_call_arguments.delta", "item_id": "fc_1", "output_index": 0, "delta": whitespace},
+        {"type": "response.function_call_arguments.done", "item_id": "fc_1", "output_index": 0, "arguments": whitespace},
+        {"type": "response.output_item.done", "output_index": 0, "item": done},
+        output=[done])
+    sdk_arguments = _run_responses_sdk(body).output[0].arguments
+    assert sdk_arguments == whitespace
+    with pytest.raises(ValueError):
+        json.loads(sdk_arguments)
+    verdict = analyze_bytes(body, RESPONSES).verdict
+    assert verdict.kind is X and "invalid argument JSON" in verdict.reason, verdict
+
+
+# -- a UTF-8 BOM at byte 0: the SSE rules drop it, the openai SDK keeps it --------------------------
+
+BOM = b"\xef\xbb\xbf"
+
+
+def test_a_bom_before_the_first_chunks_data_line_loses_that_chunk_in_the_sdk() -> None:
+    """The SDK reads the first line's field as '\\ufeffdata', which it ignores: the first chunk (here
+    the role and the first words) never reaches the app."""
+    body = _chat(_chunk({"role": "assistant", "content": "Hi"}), _chunk({"content": " there"}), _chunk({}, "stop"))
+    assert _run_chat_sdk(body).choices[0].message.content == "Hi there"
+    assert _run_chat_sdk(BOM + body).choices[0].message.content == " there"
+    for size in (None, 1, 2, 5):
+        verdict = analyze_bytes(BOM + body, CHAT, chunk_size=size).verdict
+        assert verdict.kind is X and "BOM" in verdict.reason and (verdict.seq, verdict.offset) == (0, 0), (size, verdict)
+    # before a comment the BOM costs the SDK nothing
+    kept = BOM + b": keep-alive\n\n" + body
+    assert _run_chat_sdk(kept).choices[0].message.content == "Hi there"
+    assert analyze_bytes(kept, CHAT).verdict.kind is C
+
+
+def test_a_bom_before_the_first_events_data_line_loses_response_created_but_not_before_its_event_line() -> None:
+    """The SDK parses every event's data whatever its name: a BOM that hides the event line costs
+    nothing, one that hides the data line loses response.created, and the SDK's stream helper fails."""
+    body = frame_responses_text()
+    assert body.startswith(b"event: response.created\n")
+    assert _run_responses_sdk(BOM + body).output_text == "Hello"
+    assert analyze_bytes(BOM + body, RESPONSES).verdict.kind is C
+    data_first = BOM + body[len(b"event: response.created\n"):]
+    with pytest.raises(RuntimeError, match="response.created"):
+        _run_responses_sdk(data_first)
+    for size in (None, 1, 4):
+        verdict = analyze_bytes(data_first, RESPONSES, chunk_size=size).verdict
+        assert verdict.kind is X and "BOM" in verdict.reason and (verdict.seq, verdict.offset) == (0, 0), (size, verdict)

@@ -30,7 +30,11 @@ Choices this module makes where the provider is silent:
 - An ``error`` event makes the turn ``errored`` whatever follows it; so does an SSE event
   named ``error`` whatever its data holds (another JSON type, or no JSON at all), since the
   SDK raises on the event name. The SDK skips an event named ``ping`` before reading its data:
-  one carrying an event of the message is corrupt (the app lost it), any other data is a ping.
+  one carrying an event of the message is corrupt (the app lost it), and so is one whose data
+  lines hold one (a blank line lost ran a message event into the ping); any other data is a ping.
+- A UTF-8 BOM at byte 0, which the SSE rules drop, the SDK keeps: the stream's first line is then
+  a field it ignores, so where that line is the first event's ``event`` or ``data`` line the app
+  loses that event (message_start): corrupt.
 - Closed units (``Judge.reopened``): ``content_block_stop`` closes its block (a block that
   arrived whole in ``message_start`` is closed there), a ``message_delta`` with a stop
   reason the message's content (no block starts or grows after it) and ``message_stop``
@@ -48,7 +52,7 @@ import orjson
 from streamtap.wire import SSEEvent, WireEvent
 from streamtap.wire.partial_json import exact_loads
 
-from .common import as_int, as_str, dumps, one_line
+from .common import as_int, as_str, dumps, first_line_lost_to_bom, one_line
 from .judge import MAX_NOTES, Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome, sdk_loads, stop_verdict
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
@@ -410,6 +414,10 @@ class MessageBuilder:
         usage = event.get("usage")
         if isinstance(usage, dict):
             self._usage(usage)
+            if "output_tokens" in usage and usage["output_tokens"] is None:
+                # the SDK copies message_delta's output_tokens whatever it is (the other counts only when
+                # given): a null one leaves its message no output count
+                self.turn.usage.output = None
         else:  # a required field the SDK reads without a check: it raises on this event
             self.judge.corrupt("message_delta without usage", seq, offset)
 
@@ -536,6 +544,28 @@ class MessageBuilder:
 SKIPPED_CONTENT = frozenset(MessageBuilder._handlers) - {"ping", "error"}
 
 
+# the fields of an event the SDK reads (it names the event, then parses its data)
+_SDK_FIELDS = frozenset({b"event", b"data"})
+
+
+def _skipped_by(name: str) -> str:
+    return "without a name" if name == "message" else "named ping"
+
+
+def _merged_content(data: str) -> str | None:
+    """The type of an event of the message among ``data``'s lines, data that is no one JSON value:
+    events whose blank line was lost run together into one, each event's data a line of it."""
+    for line in data.split("\n"):
+        try:
+            obj = sdk_loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        kind = as_text(obj.get("type")) if type(obj) is dict else None
+        if kind in SKIPPED_CONTENT:
+            return kind
+    return None
+
+
 class Assembler:
     """Anthropic Messages over SSE: ``event: <type>`` + ``data: <json>``."""
 
@@ -578,6 +608,13 @@ class Assembler:
         name = event.event
         kind = as_text(obj.get("type")) if type(obj) is dict else None
         unnamed = name == "message" and not _has_event_name(event.raw)
+        if (name == "ping" or unnamed) and obj is None and "\n" in event.data:
+            merged = _merged_content(event.data)
+            if merged is not None:
+                judge.corrupt(f"{merged} merged into event {name!r} at seq {event.seq} (the blank line between two "
+                              f"events lost): the SDK skips events {_skipped_by(name)}, so the app never sees it",
+                              event.seq, event.start)
+                return
         if (name == "ping" or unnamed) and kind not in SKIPPED_CONTENT and kind != "error":
             # the SDK skips an event named ping, or without a name, before it reads the data ({}, null,
             # keep-alive text): it loses the app nothing, as a ping
@@ -591,9 +628,13 @@ class Assembler:
             # "ping": the SDK skips the event, whatever its data (a typed error is still the provider's
             # word that it failed: judged errored below)
             judge.corrupt(f"{kind} sent as event {name!r} at seq {event.seq}: the SDK skips "
-                          f"events {'without a name' if name == 'message' else 'named ping'}, so the app never "
-                          f"sees it", event.seq, event.start)
+                          f"events {_skipped_by(name)}, so the app never sees it", event.seq, event.start)
             return
+        lost = first_line_lost_to_bom(event, _SDK_FIELDS)
+        if lost is not None:
+            judge.corrupt(f"a UTF-8 BOM at byte 0: the SSE rules drop it, but the anthropic SDK keeps it, so the "
+                          f"stream's first line, the {lost} line of {kind}, is a field it ignores: the app never "
+                          f"gets that event", event.seq, event.start)
         if name != obj.get("type"):
             pair = (name, repr(obj.get("type")))
             if pair not in self.renamed and len(self.renamed) < MAX_NOTES:  # the JSON type decides; said once per pair

@@ -27,6 +27,7 @@ which the Anthropic and Bedrock modules use directly.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import orjson
@@ -96,6 +97,30 @@ def _dumps_past_orjson(value: Any, error: TypeError) -> str:
     if str(error) not in _PAST_ORJSON:
         raise error
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+_BOM = b"\xef\xbb\xbf"
+_FIRST_LINE = re.compile(rb"[^\r\n]*")
+_BLANK_LINE = re.compile(rb"(?:\r\n|\r(?!\n)|\n){2}")
+
+
+def first_line_lost_to_bom(event: SSEEvent, fields: frozenset[bytes]) -> str | None:
+    """The field of the stream's first line when the openai and anthropic SDKs lose it to a UTF-8 BOM
+    at byte 0, it is one of ``fields`` (those the dialect's SDK reads) and it belongs to ``event``;
+    else None. The SSE rules drop the BOM; the decoder both SDKs share decodes each line as utf-8 and
+    keeps it, so it reads the first line's field as '\\ufeff' + its name, one it ignores."""
+    raw = event.raw
+    if event.start != 0 or not raw.startswith(_BOM):
+        return None
+    rest = raw[len(_BOM):]
+    field = _FIRST_LINE.match(rest).group().partition(b":")[0]  # type: ignore[union-attr]
+    # a blank line before the event's own lines: the first line was in a block never dispatched
+    if field not in fields or _BLANK_LINE.search(rest.rstrip(b"\r\n")):
+        return None
+    return field.decode()
+
+
+_DATA_FIELD = frozenset({b"data"})
 
 
 def error_message(obj: Any) -> str:
@@ -306,6 +331,15 @@ class AssemblerBase:
         else:
             self.corrupt(f"event {event.event!r} at seq {event.seq} (byte {event.start}) has empty data: the {sdk} "
                          f"SDK parses it as JSON and fails", event)
+
+    def first_event_lost_to_bom(self, event: SSEEvent) -> None:
+        """The stream's first event (at byte 0), which the openai SDK loses when a UTF-8 BOM hides its
+        data line (``first_line_lost_to_bom``). A hidden event line costs nothing: the SDK parses every
+        event's data, whatever its name."""
+        if first_line_lost_to_bom(event, _DATA_FIELD) is not None:
+            self.corrupt("a UTF-8 BOM at byte 0: the SSE rules drop it, but the openai SDK keeps it, so the stream's "
+                         "first line, the first event's data line, is a field it ignores: the app never gets that "
+                         "event", event)
 
     def payload(self, event: WireEvent, text: str | bytes, exact_integers: bool = False) -> Any:
         """The event's JSON as the dialect's SDK reads it (the json module: ``sdk_loads``), or None

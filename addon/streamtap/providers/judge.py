@@ -537,7 +537,10 @@ def parse_arguments(block: Block, raw: str | None, start_input: Any = None,
     """Parse a finished tool call's joined argument fragments into ``block.arguments``.
 
     Empty arguments mean the start input (normally ``{}``): providers send no fragment for
-    a tool without parameters. Returns the parse error (also kept in ``arguments_error``).
+    a tool without parameters. Arguments of only JSON whitespace are no JSON value, and invalid:
+    the anthropic SDK keeps the start input only when the joined fragments are empty, and an app
+    that calls json.loads on OpenAI's arguments (skipping empty ones) fails on them too.
+    Returns the parse error (also kept in ``arguments_error``).
     Arguments longer than the judge's cap are not parsed (only their start was kept): the
     verdict says so (``Judge.unparsed_tool_call``). A lone surrogate escape (an emoji cut in half)
     is invalid, as the anthropic SDK's parser (jiter) finds it; where apps read the arguments with
@@ -548,10 +551,14 @@ def parse_arguments(block: Block, raw: str | None, start_input: Any = None,
     if arguments_not_kept(block):
         block.arguments = block.arguments_error = None
         return None
-    if raw is None or is_blank(raw):
+    if not raw:
         block.arguments = start_input if isinstance(start_input, dict) else {}
         block.arguments_error = None
         return None
+    if is_blank(raw):  # IncrementalJSON reads it as no arguments yet, as it reads ""
+        block.arguments = None
+        block.arguments_error = "no JSON value: the arguments are only whitespace"
+        return block.arguments_error
     document = IncrementalJSON()
     document.feed(raw)
     try:

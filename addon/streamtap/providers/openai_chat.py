@@ -18,6 +18,9 @@ and name too). A tool index reused for a new call (another id), or a call's name
 later fragment (as vLLM-style servers and the LiteLLM proxy do), is corrupt: the turn keeps the
 calls the stream meant, but the app gets one call under the joined name (and, for a reused index,
 both calls' arguments run together). An id sent again alone is only noted: the app's call still runs.
+
+A UTF-8 BOM at byte 0 before the first chunk's ``data:`` line is corrupt: the SSE rules drop it, the
+SDK keeps it and ignores that line, so the app never gets the first chunk.
 """
 
 from __future__ import annotations
@@ -93,6 +96,8 @@ class Assembler(AssemblerBase):
                 self.close_unit(RESPONSE, "data: [DONE]", event)
             return
         self.seen(event, "chunk" if event.event == "message" else event.event)
+        if event.start == 0:
+            self.first_event_lost_to_bom(event)
         if event.event == "error" and not_a_json_object(data):
             self.errored(event, error_fields_of_text(data))
             return

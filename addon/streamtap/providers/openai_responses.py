@@ -54,6 +54,10 @@ item, the one its done names; otherwise they are checked as any item's. A turn w
 event gives whole holds only its end, and one whose item id changes, or is never given (rotating
 ids, or another answer's events: the end of a text cannot tell which), cannot be vouched for: both
 are ``unknown``, whether the answer completed, stopped at a limit or was filtered.
+
+A UTF-8 BOM at byte 0 right before a ``data:`` line is corrupt: the SSE rules drop it, the SDK keeps
+it and ignores that line, so the app never gets the first event. Before an ``event:`` line (as OpenAI
+frames its events) it costs nothing: the SDK reads every event's data, whatever its name.
 """
 
 from __future__ import annotations
@@ -220,6 +224,8 @@ class Assembler(AssemblerBase):
         obj = self.payload(event, event.data) if event.data.strip() else None
         kind = as_str(obj.get("type")) if isinstance(obj, dict) else None
         self.seen(event, kind or event.event)
+        if event.start == 0:
+            self.first_event_lost_to_bom(event)
         if not event.data.strip():
             self.empty_data(event, "openai")
             return
