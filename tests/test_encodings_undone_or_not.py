@@ -217,6 +217,28 @@ def test_import_records_what_the_tap_records_for_a_coding_not_undone(live, tmp_p
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_a_coding_not_undone_ends_with_every_field_live_and_imported(live, tmp_path):
+    """Readers such as DuckDB take the end lines' fields as one shape: a flow whose coding could not
+    be undone has them too, counting the events framed before the failure, the proxy's and the import's alike."""
+    capture, out = tmp_path / "capture.mitm", tmp_path / "out"
+    _capture(capture, {name: (b"".join(LIVE[name][0]), "gzip" if name != "custom" else "x-custom")
+                       for name in ("lying", "damaged", "custom")})
+    assert _cli("import", capture, "--out", out).returncode == 0
+    for name in ("lying", "damaged", "custom"):
+        [path] = [p for p in out.glob("*_unknown_*.jsonl") if f"/s/{name}/".encode() in p.read_bytes().split(b"\n", 1)[0]]
+        imported, tapped = read_recording(path), read_recording(live[name])
+        for rec in (imported, tapped):
+            assert rec.end["turn"] is None and rec.end["ttft_ms"] is None, (name, rec.end)
+            assert rec.verdict["seq"] is None and rec.verdict["offset"] is None, (name, rec.verdict)
+            assert rec.end["events"] == len(rec.frames), (name, rec.end)
+        assert sorted(imported.end) == sorted(tapped.end) and sorted(imported.verdict) == sorted(tapped.verdict)
+        if name != "damaged":  # (a capture keeps one read: the import's decoding fails at its start)
+            assert imported.end["events"] == tapped.end["events"]
+        [note] = [n for n in tapped.notes if n["kind"] == "streamtap_error"]
+        assert isinstance(note["t"], float), note  # the proxy knows when; only an import does not
+    assert read_recording(live["damaged"]).end["events"] > 0  # (the events before the damage)
+
+
 def test_import_says_a_cut_coding_and_keeps_other_verdicts(tmp_path):
     capture, out = tmp_path / "capture.mitm", tmp_path / "out"
     half = _zstd_checked(BODY)

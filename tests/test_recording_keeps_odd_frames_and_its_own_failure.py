@@ -76,3 +76,64 @@ def test_a_flow_whose_analysis_stopped_counts_the_events_it_recorded(tmp_path):
     assert summary["verdict"] == "unknown" and any("fell behind" in e for e in summary["errors"]), summary
     frames = [line for line in open(summary["recording"], "rb") if orjson.loads(line)["type"] == "frame"]
     assert summary["events"] == len(frames) == 7
+
+
+def _stopped_end(summary: dict) -> dict:
+    """The end line of a flow whose analysis stopped, checked to have every field an end line has
+    (readers such as DuckDB take one shape) and the count the file holds."""
+    from streamtap.recording import check_recording, read_recording
+
+    rec = read_recording(summary["recording"])
+    end = rec.end
+    assert end["turn"] is None and end["ttft_ms"] is None, end
+    assert end["verdict"]["seq"] is None and end["verdict"]["offset"] is None and end["verdict"]["kind"] == "unknown"
+    assert end["events"] == len(rec.frames) + (rec.tail is not None) == summary["events"]
+    assert check_recording(rec) == []
+    [note] = [n for n in rec.notes if n["kind"] == "streamtap_error"]
+    assert isinstance(note["t"], float) and note["t"] >= 0  # the live Tap knows when (only imports say null)
+    return end
+
+
+def test_the_end_line_of_a_flow_that_fell_behind_has_every_field(tmp_path):
+    tap = chat_tap(tmp_path)
+    event = f"data: {json.dumps(CHUNK)}\n\n".encode()
+    tap.arrived(event * 7, None)
+    tap.lost_from(len(event) * 7, "analysis fell behind")
+    assert _stopped_end(tap.finish(StreamEnd.FINISHED))["events"] == 7
+
+
+def test_the_end_line_of_a_flow_whose_analysis_failed_has_every_field(tmp_path, monkeypatch):
+    from streamtap.providers import StreamSession
+
+    tap = chat_tap(tmp_path)
+    event = f"data: {json.dumps(CHUNK)}\n\n".encode()
+    tap.arrived(event * 3, None)
+    monkeypatch.setattr(StreamSession, "feed", lambda self, chunk, t=None: 1 / 0)  # a bug in the analysis
+    tap.arrived(event * 2, None)
+    summary = tap.finish(StreamEnd.FINISHED)
+    assert any("ZeroDivisionError" in error for error in summary["errors"]), summary
+    assert _stopped_end(summary)["events"] == 3
+
+
+def test_a_cut_tail_whose_close_failed_is_not_counted(tmp_path, monkeypatch):
+    """The session counts the cut tail as its close begins; a close that then fails hands it back
+    to no one, and the recording keeps its bytes as raw: the end line counts what it holds."""
+    from streamtap.providers import StreamSession
+
+    tap = chat_tap(tmp_path)
+    event = f"data: {json.dumps(CHUNK)}\n\n".encode()
+    tap.arrived(event * 3 + event[:20], None)  # cut inside the fourth event
+    monkeypatch.setattr(StreamSession, "_judge", lambda self, *args, **kwargs: 1 / 0)  # a bug in the judging
+    end = _stopped_end(tap.finish(StreamEnd.UPSTREAM_RESET))
+    assert end["events"] == 3
+
+
+def test_a_failure_after_the_close_recorded_the_tail_keeps_its_bytes_once(tmp_path, monkeypatch):
+    from streamtap.providers.turn import Turn
+
+    tap = chat_tap(tmp_path)
+    event = f"data: {json.dumps(CHUNK)}\n\n".encode()
+    tap.arrived(event * 3 + event[:20], None)
+    monkeypatch.setattr(Turn, "to_dict", lambda self: 1 / 0)  # a bug once the close is done
+    end = _stopped_end(tap.finish(StreamEnd.UPSTREAM_RESET))  # (no body byte recorded twice)
+    assert end["events"] == 4 and end["bytes"] == len(event) * 3 + 20

@@ -114,3 +114,33 @@ def test_the_turn_of_an_unknown_for_arguments_not_kept_is_still_compared(not_kep
 
     result = streamtap("verify", edit_end(not_kept_recording, kept_start_edited))
     assert result.returncode == 1 and "block 0: arguments_raw" in result.stdout, result.stdout
+
+
+def test_an_end_line_event_count_the_file_does_not_hold_is_a_finding(recording):
+    """`events` is what metrics and the index count: a count no frame backs is a problem, not a figure."""
+    result = streamtap("verify", edit_end(recording, lambda end: end.update(events=99)))
+    assert result.returncode == 1 and "end line says 99 events, the file holds 23 frames" in result.stdout, result.stdout
+    old = edit_end(recording, lambda end: end.pop("events"))  # a recording written before every end line had it
+    assert streamtap("verify", old).returncode == 0
+
+
+def test_the_proxys_count_of_a_cut_stream_holds_its_tail(tmp_path):
+    """A stream cut inside an event: the proxy counts the frames and the cut tail, as the file holds them."""
+    from mitmproxy.test import tflow
+
+    from streamtap.mitm.flowtap import FlowTap
+    from streamtap.providers import StreamEnd
+    from streamtap.recording import check_recording, read_recording
+
+    flow = tflow.tflow(resp=True)
+    flow.request.method, flow.request.path = "POST", "/v1/chat/completions"
+    flow.request.content = b'{"model":"gpt-test-1","stream":true,"messages":[]}'
+    flow.response.headers["content-type"] = "text/event-stream"
+    tap = FlowTap(flow, directory=str(tmp_path), fsync="end", redact=(), sentinel=None, max_event_size=1 << 20, record=True)
+    body = _chat_with_arguments(100, "tool_calls")
+    tap.arrived(body[: len(body) - 5], None)  # cut inside the last event
+    summary = tap.finish(StreamEnd.UPSTREAM_RESET)
+    rec = read_recording(summary["recording"])
+    assert rec.tail is not None and rec.end["events"] == len(rec.frames) + 1 == summary["events"]
+    assert check_recording(rec) == []
+    assert "recording:" not in streamtap("verify", summary["recording"]).stdout

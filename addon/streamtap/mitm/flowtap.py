@@ -179,7 +179,7 @@ class FlowTap:
                         header = {**header, "max_event_size": max_event_size}
                     self.writer.header(header)
                     for note in self.errors:
-                        self.writer.note("streamtap_error", note)
+                        self.writer.note("streamtap_error", note, self._now_ms())
                     self.writer.flush()
             except Exception as exc:
                 self.fail("recording", exc)
@@ -210,7 +210,7 @@ class FlowTap:
             if writer is not None:
                 if not file_broken:  # a bug, not the disk: its lines are whole, and one more says why they stop
                     try:
-                        writer.note("streamtap_error", message)
+                        writer.note("streamtap_error", message, self._now_ms())
                     except Exception:
                         pass
                 try:
@@ -226,9 +226,13 @@ class FlowTap:
             self.session = None
             if self.writer is not None:
                 try:
-                    self.writer.note("streamtap_error", message)
+                    self.writer.note("streamtap_error", message, self._now_ms())
                 except Exception as write_exc:
                     self.fail("recording", write_exc)
+
+    def _now_ms(self) -> float:
+        """When streamtap hit a failure, as a note's ``t``: ms since the response started (``t0``)."""
+        return milliseconds(time.monotonic() - self.t0)
 
     # the bytes ----------------------------------------------------------------------
     def arrived(self, data: bytes, loop) -> None:
@@ -271,7 +275,7 @@ class FlowTap:
             self.errors.append(f"analysis: {message}")
             if self.writer is not None:
                 try:
-                    self.writer.note("streamtap_error", f"analysis: {message}")
+                    self.writer.note("streamtap_error", f"analysis: {message}", self._now_ms())
                 except Exception as exc:
                     self.fail("recording", exc)
 
@@ -530,8 +534,10 @@ class FlowTap:
         if injected_fault:
             end_record["injected_fault"] = injected_fault
         if self.session is not None:
+            counted, closed = self.session.wire_events, False
             try:
                 analysis = self.session.close(end)
+                closed = True
                 if self.writer is not None and analysis.events:
                     try:
                         self._write_frames(self.writer, analysis.events, [milliseconds(t)] * len(analysis.events))
@@ -561,12 +567,22 @@ class FlowTap:
                 end_record.update(verdict=verdict.to_dict(), turn=turn_dict, ttft_ms=judged["ttft_ms"], events=analysis.wire_events)
             except Exception as exc:
                 self.fail("analysis", exc)
-                self._record_raw(b"", milliseconds(t))
+                if not closed:  # its events (a cut tail) were not recorded, though counted: their bytes go raw
+                    self.events_before_stop = counted
+                    self._record_raw(b"", milliseconds(t))  # (after a close, its frames and tail hold every byte)
         if self.session is None:
             if self.decoder is not None and self.decoder.failure:  # the body stops there: said, not a vague "could not analyse"
                 judged["reason"] = self.decoder.failure
+            judged["events"] = self.events_before_stop  # (analysis may have stopped in the close above)
             evidence = {"injected_fault": injected_fault} if injected_fault else {}
-            end_record["verdict"] = {"kind": judged["verdict"], "reason": judged["reason"], "evidence": evidence}
+            # every end line has one shape (readers such as DuckDB and Spark take the fields of one):
+            # the events the recording holds, and no turn, first-content time or place where it stopped making sense
+            end_record.update(
+                verdict={"kind": judged["verdict"], "reason": judged["reason"], "seq": None, "offset": None, "evidence": evidence},
+                turn=None,
+                ttft_ms=None,
+                events=judged["events"],
+            )
         if self.errors:
             end_record["streamtap_errors"] = self.errors
         if self.writer is not None:

@@ -356,8 +356,9 @@ def import_flow(
             if clock_note:
                 writer.note("clock", clock_note)
             verdict, analysis = _undo_failed(writer, unframed, failure), None
-            # as the Tap writes it: its analysis is off by then, so it counts no events
+            # as the Tap writes it: its analysis is off by then, having counted the events framed before it
             end_record = {"stream_end": end.value, "error": error, "duration_ms": duration, "verdict": verdict,
+                          "turn": None, "ttft_ms": None, "events": session.wire_events,
                           "streamtap_errors": [f"analysis: {failure}"]}
         else:
             analysis = session.close(end)
@@ -432,7 +433,7 @@ def _undo_failed(writer: RecordingWriter, unframed: bytearray, failure: str) -> 
     rest = memoryview(unframed)
     for at in range(0, len(rest), DEFAULT_MAX_EVENT):  # no line outgrows what a reader takes, as the Tap splits them
         writer.raw(rest[at : at + DEFAULT_MAX_EVENT], None, UNDO_FAILED_RAW)
-    return {"kind": "unknown", "reason": failure, "evidence": {}}
+    return {"kind": "unknown", "reason": failure, "seq": None, "offset": None, "evidence": {}}
 
 
 def _remove_stopped_imports(unfinished: list[Path]) -> tuple[list[Path], str | None]:

@@ -308,7 +308,7 @@ def check_end(record: dict[str, Any]) -> None:
     _typed(record, "streamtap_errors", list)
     for name in ("frames", "bytes", "wire_bytes"):
         counted(record, name, required=True)
-    counted(record, "events")  # (what metrics and the index count: absent when analysis did not run, or in an old file)
+    counted(record, "events")  # (what metrics and the index count: absent in a file written before every end line had it)
     _hex(record, "sha256", _SHA256, 64, required=True)
     _hex(record, "wire_sha256", _SHA256, 64, required=True)
     for name in ("duration_ms", "ttft_ms"):
@@ -564,6 +564,7 @@ class RecordingCheck:
         self._offset = 0
         self._seq = 0  # frames and tails count from 0
         self._frames = 0
+        self._tails = 0  # (the end line's events are the frames plus a cut tail)
         self._body_hash = hashlib.sha256()
         self._wire_offset = 0
         self._wire_hash = hashlib.sha256()
@@ -587,6 +588,8 @@ class RecordingCheck:
             self._t_ms = max(s.t_ms, self._t_ms or 0.0)
         if s.kind == "frame":
             self._frames += 1
+        elif s.kind == "tail":
+            self._tails += 1
         self._offset = s.offset + len(s.raw)
         self._body_hash.update(s.raw)
 
@@ -609,6 +612,10 @@ class RecordingCheck:
         if end is not None:
             if end.get("frames") is not None and end.get("frames") != self._frames:
                 problems.append(f"end line says {end.get('frames')} frames, the file holds {self._frames}")
+            events = self._frames + self._tails
+            if end.get("events") is not None and end.get("events") != events:  # (absent in an old file)
+                held = f"{self._frames} frames" + (f" and {self._tails} tail{'s' * (self._tails > 1)}" if self._tails else "")
+                problems.append(f"end line says {end.get('events')} events, the file holds {held}")
             if end.get("bytes") != self._offset:
                 problems.append(f"end line says {end.get('bytes')} body bytes, the frames hold {self._offset}")
             if end.get("sha256") != self._body_hash.hexdigest():
