@@ -103,6 +103,22 @@ def anthropic(thinking: str, text: str, tool_args: dict, **kwargs) -> bytes:
     return b"".join(_sse(e["type"], e) for e in anthropic_events(thinking, text, tool_args, **kwargs))
 
 
+def anthropic_tool_use(partial_json: str, *, name: str = "weather") -> bytes:
+    """One tool_use block whose input arrives as one ``input_json_delta`` of ``partial_json``, the
+    message stopping to call it."""
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude", "content": [],
+               "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1}}
+    events = [{"type": "message_start", "message": message},
+              {"type": "content_block_start", "index": 0,
+               "content_block": {"type": "tool_use", "id": "toolu_1", "name": name, "input": {}}},
+              {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": partial_json}},
+              {"type": "content_block_stop", "index": 0},
+              {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+               "usage": {"output_tokens": 5}},
+              {"type": "message_stop"}]
+    return b"".join(_sse(event["type"], event) for event in events)
+
+
 def anthropic_with_blocks(count: int) -> bytes:
     """An Anthropic answer of ``count`` one-word text blocks, each started, filled and stopped."""
     message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test", "content": [],

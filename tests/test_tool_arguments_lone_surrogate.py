@@ -14,6 +14,8 @@ import openai
 import orjson
 import pytest
 
+from provider_streams import anthropic_tool_use
+
 from streamtap.providers import Dialect, VerdictKind, analyze_bytes
 
 ARGUMENTS = '{"city":"Paris \\ud83d"}'  # the escape as it travels: six ASCII characters
@@ -54,16 +56,7 @@ def test_a_responses_function_call_holds_u_fffd_as_json_loads_reads_it():
 
 def test_an_anthropic_tool_use_with_one_stays_corrupt_as_the_sdk_refuses_it():
     """The anthropic SDK parses the input itself (jiter), and raises on the escape."""
-    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude", "content": [],
-               "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1}}
-    body = sse({"type": "message_start", "message": message},
-               {"type": "content_block_start", "index": 0,
-                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}},
-               {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": ARGUMENTS}},
-               {"type": "content_block_stop", "index": 0},
-               {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-                "usage": {"output_tokens": 5}},
-               {"type": "message_stop"})
+    body = anthropic_tool_use(ARGUMENTS)
     client = anthropic.Anthropic(api_key="x", base_url="http://t", max_retries=0, http_client=transport(body, httpx2))
     with pytest.raises(ValueError, match="tool parameter JSON"):
         with client.messages.stream(model="claude", max_tokens=10, messages=[{"role": "user", "content": "x"}]) as stream:

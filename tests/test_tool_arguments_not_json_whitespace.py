@@ -12,6 +12,8 @@ import httpx2
 import orjson
 import pytest
 
+from provider_streams import anthropic_tool_use
+
 from streamtap.providers import Dialect, VerdictKind, analyze_bytes
 from streamtap.wire import IncrementalJSON, JSONIncomplete
 
@@ -53,16 +55,7 @@ def test_an_openai_chat_call_with_them_is_corrupt_as_json_loads_refuses_them(tex
 
 @pytest.mark.parametrize("text", NOT_JSON_WHITESPACE)
 def test_an_anthropic_tool_use_with_them_is_corrupt_as_the_sdk_refuses_them(text):
-    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude", "content": [],
-               "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1}}
-    body = sse({"type": "message_start", "message": message},
-               {"type": "content_block_start", "index": 0,
-                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}},
-               {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": text}},
-               {"type": "content_block_stop", "index": 0},
-               {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-                "usage": {"output_tokens": 5}},
-               {"type": "message_stop"})
+    body = anthropic_tool_use(text)
     http = httpx2.Client(transport=httpx2.MockTransport(
         lambda request: httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)))
     client = anthropic.Anthropic(api_key="x", base_url="http://t", max_retries=0, http_client=http)
