@@ -119,6 +119,19 @@ def anthropic_tool_use(partial_json: str, *, name: str = "weather") -> bytes:
     return b"".join(_sse(event["type"], event) for event in events)
 
 
+def read_with_anthropic_sdk(body: bytes) -> None:
+    """The real anthropic SDK's ``messages.stream`` read to its end over ``body`` (it raises what it raises)."""
+    import anthropic
+    import httpx2  # the anthropic SDK is built on httpx2
+
+    http = httpx2.Client(transport=httpx2.MockTransport(
+        lambda request: httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)))
+    client = anthropic.Anthropic(api_key="x", base_url="http://t", max_retries=0, http_client=http)
+    with client.messages.stream(model="claude", max_tokens=10, messages=[{"role": "user", "content": "x"}]) as stream:
+        for _ in stream:
+            pass
+
+
 def anthropic_with_blocks(count: int) -> bytes:
     """An Anthropic answer of ``count`` one-word text blocks, each started, filled and stopped."""
     message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test", "content": [],

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import json
 
-import anthropic
-import httpx2
 import orjson
 import pytest
 
-from provider_streams import anthropic_tool_use
+from provider_streams import anthropic_tool_use, read_with_anthropic_sdk
 
 from streamtap.providers import Dialect, VerdictKind, analyze_bytes
 from streamtap.wire import IncrementalJSON, JSONIncomplete
@@ -56,12 +54,7 @@ def test_an_openai_chat_call_with_them_is_corrupt_as_json_loads_refuses_them(tex
 @pytest.mark.parametrize("text", NOT_JSON_WHITESPACE)
 def test_an_anthropic_tool_use_with_them_is_corrupt_as_the_sdk_refuses_them(text):
     body = anthropic_tool_use(text)
-    http = httpx2.Client(transport=httpx2.MockTransport(
-        lambda request: httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)))
-    client = anthropic.Anthropic(api_key="x", base_url="http://t", max_retries=0, http_client=http)
     with pytest.raises(ValueError, match="tool parameter JSON"):
-        with client.messages.stream(model="claude", max_tokens=10, messages=[{"role": "user", "content": "x"}]) as stream:
-            for _ in stream:
-                pass
+        read_with_anthropic_sdk(body)
     verdict = analyze_bytes(body, Dialect.ANTHROPIC).verdict
     assert verdict.kind is VerdictKind.CORRUPT and "invalid argument JSON" in verdict.reason, verdict
