@@ -19,6 +19,12 @@ later fragment (as vLLM-style servers and the LiteLLM proxy do), is corrupt: the
 calls the stream meant, but the app gets one call under the joined name (and, for a reused index,
 both calls' arguments run together). An id sent again alone is only noted: the app's call still runs.
 
+The SDK's stream helper (``chat.completions.stream``) reads only chunks whose ``object`` is
+``chat.completion.chunk``; a raw ``create(stream=True)`` loop reads them all. The turn is the raw loop's:
+a chunk the helper skips (Perplexity's last, ``chat.completion.done``, with the finish_reason) is noted
+when it carries content or a finish_reason. A choice the helper reads fails it, and the usual loop
+(``chunk.choices[0].delta.content``) too, when its ``delta`` is no object: corrupt.
+
 A UTF-8 BOM at byte 0 before the first chunk's ``data:`` line is corrupt: the SSE rules drop it, the
 SDK keeps it and ignores that line, so the app never gets the first chunk.
 """
@@ -48,6 +54,8 @@ FINISH = {
 
 
 MAX_NAME = 256  # characters of a tool call's name kept from its fragments (OpenAI allows 64)
+CHUNK = "chat.completion.chunk"  # the only ``object`` the SDK's stream helper reads (_is_valid_chat_completion_chunk_weak)
+CARRIED = ("content", "reasoning_content", "reasoning", "refusal", "tool_calls", "function_call")  # a delta's content fields
 
 
 def _counted_choice(index: Any) -> int:
@@ -55,6 +63,17 @@ def _counted_choice(index: Any) -> int:
     that is no whole number from 0 is choice 0, so a stream of ever new such indexes keeps one count.
     (An index past MAX_CHOICES keeps its own: that chunk halts the assembly.)"""
     return index if type(index) is int and index >= 0 else 0
+
+
+def _sdk_tool_indexes(calls: list[Any]) -> list[Any]:
+    """Each tool call's ``index`` as the openai SDK's chunk hands it to the app (and its stream helper),
+    for a list where one is no int. The SDK validates a delta's whole ``tool_calls`` list leniently
+    (pydantic) and, only when that passes, gets ints for ``"0"``, ``" 1"``, ``"0.0"`` or ``true``;
+    otherwise every value stays as sent. Asked of the SDK itself, as a copy of pydantic's rules would drift."""
+    from openai.types.chat.chat_completion_chunk import ChoiceDelta, ChoiceDeltaToolCall
+
+    read = ChoiceDelta.construct(tool_calls=calls).tool_calls
+    return [call.index if isinstance(call, ChoiceDeltaToolCall) else None for call in read]
 
 
 class Assembler(AssemblerBase):
@@ -79,6 +98,8 @@ class Assembler(AssemblerBase):
         # (vLLM counts each choice's own on its chunks, and all of them on the last): None for all.
         # Count, seq and byte: the chunk itself would keep its data alive
         self._output_tokens: dict[int | None, tuple[int, int, int]] = {}
+        self._helper_read = False  # a chunk the SDK's stream helper reads (its object is chat.completion.chunk)
+        self._helper_lost = False  # it skipped a chunk that carries content or a finish_reason
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if self.judge.halt_verdict is not None:  # a bound passed: the rest is not read (see AssemblerBase.choice)
@@ -128,14 +149,15 @@ class Assembler(AssemblerBase):
 
         True when done. It declines (False, and the chunk is parsed) in every state where the
         full path would find something: a finished choice (content after its finish_reason is
-        a second generation) or an index that is not yet a choice (resolving it may note).
+        a second generation), a choice without an index, or an index that is not yet a choice
+        (resolving it may note).
         The learnt chunk raised nothing and carried the stream's chunk id, and a chunk in its
         layout carries the same id, model, error and usage fields, so those checks hold too."""
         hit = self._deltas.content(data)
         if hit is None:
             return False
-        index = hit[0] or 0
-        if not 0 <= index < len(self.turn.choices) or index in self._finish:
+        index = hit[0]  # None: the layout has no index, which is corrupt (the full path says so)
+        if index is None or not 0 <= index < len(self.turn.choices) or index in self._finish:
             return False
         text = hit[1]
         if text:
@@ -161,19 +183,43 @@ class Assembler(AssemblerBase):
         if usage is None and "x_groq" in obj:
             usage = as_dict(obj["x_groq"]).get("usage")
         choices = obj.get("choices")
+        helper_reads = obj.get("object") == CHUNK
+        if helper_reads:
+            self._helper_read = True
+        elif not self._helper_lost:
+            self._helper_skips(obj, choices, event)
         if usage and isinstance(usage, dict):
             only = choices[0] if type(choices) is list and len(choices) == 1 and type(choices[0]) is dict else None
             self._usage(usage, event, _counted_choice(only.get("index")) if only is not None else None)
         if type(choices) is list:
             for choice in choices:
                 if type(choice) is dict and not self.halted:
-                    self._choice(choice, event, t)
+                    self._choice(choice, event, t, helper_reads)
 
-    def _choice(self, choice: dict[str, Any], event: WireEvent, t: float | None) -> None:
-        if "index" in choice and choice["index"] is None:
-            self.corrupt("a choice with index null: the SDK indexes its choices with it and fails", event)
+    def _helper_skips(self, obj: dict[str, Any], choices: Any, event: SSEEvent) -> None:
+        """Note the first chunk the SDK's stream helper skips (its object is not chat.completion.chunk)
+        that carries something the turn takes; a raw loop reads it. (Azure's filter chunks carry nothing.)"""
+        lost: list[str] = []
+        for choice in as_list(choices):
+            if type(choice) is dict:
+                delta = as_dict(choice.get("delta"))
+                lost += [key for key in CARRIED if delta.get(key) and key not in lost]
+                finish = as_str(choice.get("finish_reason"))
+                if finish and f"finish_reason {finish}" not in lost:
+                    lost.append(f"finish_reason {finish}")
+        if lost:
+            self._helper_lost = True
+            shown = f"object {dumps(obj['object'])[:40]}" if "object" in obj else "no object field"
+            self.note(f"the chunk at seq {event.seq} has {shown}, not {CHUNK}: the openai SDK's stream helper "
+                      f"(chat.completions.stream) skips it and loses its {', '.join(lost)}; a raw "
+                      "create(stream=True) loop reads it")
+
+    def _choice(self, choice: dict[str, Any], event: WireEvent, t: float | None, helper_reads: bool = True) -> None:
+        if choice.get("index") is None:  # the SDK's choice has index None when the key is missing too
+            shown = "index null" if "index" in choice else "no index"
+            self.corrupt(f"a choice with {shown}: the SDK indexes its choices with it and fails", event)
             return
-        index = choice.get("index") or 0
+        index = choice["index"] or 0
         if type(index) is not int or not 0 <= index < len(self.turn.choices):
             index = self.choice(index).index
             if self.halted:
@@ -187,6 +233,12 @@ class Assembler(AssemblerBase):
             return
         if delta is None and "text" in choice:  # legacy /v1/completions
             delta = {"content": choice.get("text")}
+        elif type(delta) is not dict and helper_reads:
+            # (the helper skips Azure's filter chunks, which have no delta: only a raw loop reading it fails there)
+            shown = "no delta" if "delta" not in choice else f"delta {dumps(delta)[:20]}"
+            self.corrupt(f"a choice with {shown} (choice {index}): the SDK's stream helper calls delta.to_dict() and "
+                         "fails, and so does a loop reading chunk.choices[0].delta.content", event, choice=index)
+            return
         delta = as_dict(delta)
         if not self._one_generation(index, choice, delta, event):
             return
@@ -206,12 +258,18 @@ class Assembler(AssemblerBase):
         transcript = as_dict(delta.get("audio")).get("transcript")
         if isinstance(transcript, str) and transcript:  # a spoken answer's words (the SDK's message.audio.transcript)
             self.append(index, BlockKind.TEXT, transcript, t)
-        for call in as_list(delta.get("tool_calls")):
+        calls = as_list(delta.get("tool_calls"))
+        read = None
+        for number, call in enumerate(calls):
             if isinstance(call, dict):
-                self._tool_fragment(index, call, event, t)
+                sdk_index = call.get("index")
+                if type(sdk_index) is not int:
+                    read = read or _sdk_tool_indexes(calls)
+                    sdk_index = read[number]
+                self._tool_fragment(index, call, sdk_index, event, t)
         legacy = delta.get("function_call")
         if isinstance(legacy, dict):
-            self._tool_fragment(index, {"index": -1, "function": legacy}, event, t)
+            self._tool_fragment(index, {"index": -1, "function": legacy}, -1, event, t)
         for note in as_list(delta.get("annotations")):
             blocks = self.choice(index).blocks
             if blocks:
@@ -263,8 +321,10 @@ class Assembler(AssemblerBase):
             elif isinstance(part.get("text"), str):
                 self.append(index, BlockKind.TEXT, part["text"], t)
 
-    def _tool_fragment(self, index: int, call: dict[str, Any], event: WireEvent, t: float | None) -> None:
-        position = as_int(call.get("index"))
+    def _tool_fragment(self, index: int, call: dict[str, Any], sdk_index: Any, event: WireEvent, t: float | None) -> None:
+        """``sdk_index``: the call's index as the openai SDK reads it (``_sdk_tool_indexes``)."""
+        # (a bool is an int to the SDK and to a dict of calls keyed by index: true is call 1)
+        position = int(sdk_index) if isinstance(sdk_index, int) else None
         if position is None:
             position = len([b for b in self.choice(index).blocks if b.kind is BlockKind.TOOL_CALL])
         function = as_dict(call.get("function"))
@@ -284,7 +344,7 @@ class Assembler(AssemblerBase):
             self._tool_keys[(index, position)] = generation
             block = None
         if block is None:
-            self._helper_fails(index, call, position, event)
+            self._helper_fails(index, call, sdk_index, position, event)
             name = as_str(function.get("name"))
             if not name:  # (a gap in the indexes proves nothing: a real compatible server leaves one)
                 self.corrupt(f"tool call index {position} of choice {index} begins without a function name: the "
@@ -319,13 +379,17 @@ class Assembler(AssemblerBase):
         elif isinstance(arguments, dict):  # some servers send whole objects
             self.grow(block, "arguments_raw", dumps(arguments))
 
-    def _helper_fails(self, index: int, call: dict[str, Any], position: int, event: WireEvent) -> None:
+    def _helper_fails(self, index: int, call: dict[str, Any], sdk_index: Any, position: int, event: WireEvent) -> None:
         """A call the openai SDK's stream helper (``chat.completions.stream``) fails on, though a
-        raw stream's app may join it: one without an index (TypeError) or past a gap (IndexError)."""
+        raw stream's app may join it: one without an index the SDK reads as an int (TypeError) or past a
+        gap (IndexError)."""
         calls = sum(1 for block in self.choice(index).blocks if block.kind is BlockKind.TOOL_CALL)
         if "index" not in call:
             self.note(f"a tool call of choice {index} without an index (seq {event.seq}): the openai SDK's stream "
                       "helper raises TypeError on it")
+        elif not isinstance(sdk_index, int):
+            self.note(f"a tool call of choice {index} with index {dumps(call['index'])[:20]} (seq {event.seq}), which "
+                      "the openai SDK does not read as an integer: its stream helper raises TypeError on it")
         elif position > calls:
             self.note(f"tool call index {position} of choice {index} after {calls} call(s) (seq {event.seq}): the openai "
                       "SDK's stream helper raises IndexError on the gap")
@@ -380,6 +444,9 @@ class Assembler(AssemblerBase):
 
     def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
         self.close_blocks()
+        if self._helper_lost and not self._helper_read and self.judge.error_at is None:
+            self.note("no chunk has object chat.completion.chunk: the openai SDK's stream helper reads none, and its "
+                      "get_final_completion() fails (AssertionError)")
         if self._done is not None and not self.terminal_seen and not self.troubled:
             missing = [c.index for c in self.turn.choices if c.index not in self._finish]
             return self.turn, Verdict(
