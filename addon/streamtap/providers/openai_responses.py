@@ -3,7 +3,9 @@
 Blocks are keyed by ``output_index`` (item ids rotate behind some gateways) and the
 part's own index; a delta for an item or part that was never announced is corrupt,
 as is a gap or step back in ``sequence_number``, or numbering that begins, after events
-without one, anywhere but at their count. The terminal event decides:
+without one, anywhere but at their count. An event without one among numbered ones (noted) is read
+by the SDK as any other: it may stand in a number skipped, so only a gap wider than such events
+between is loss. The terminal event decides:
 ``response.completed`` / ``response.incomplete`` (by ``incomplete_details.reason``) /
 ``response.failed``; an ``error`` event makes the turn errored, as does any payload with a
 truthy top-level ``error`` (the openai SDK raises ``APIError`` on it, whatever the event).
@@ -32,15 +34,19 @@ closed unit is corrupt. Each ``.done`` that gives a part's whole text (``output_
 The final snapshot: the terminal event's ``response.output`` (and each
 ``output_item.done``'s item) is what the SDK hands the app. It is compared with what the
 deltas assembled; where they disagree the stream is corrupt ("the deltas disagree with the
-final response at block N, byte B", or on a part's kind: output_text against refusal), so a
-delta lost, repeated or reordered in flight shows even without ``sequence_number``. Where
-the deltas sent nothing the snapshot fills the block, and a reasoning item's
+final response at block N, byte B", or on a part's kind: output_text against refusal, whether
+or not the finished part gives its text), so a delta lost, repeated or reordered in flight shows
+even without ``sequence_number``. Where neither the deltas nor an event that gives a part whole (a
+``.done``, a finished item) gave its text, the snapshot fills the block (servers that send only the
+finished item); once one did, even as empty text, a later one that differs is corrupt. A reasoning item's
 ``encrypted_content`` (the thinking signature) is the snapshot's. A terminal ``output``
 list that leaves out an item the stream finished is corrupt too (the app gets that list;
 the ChatGPT Codex backend sends ``[]``); found by item id, or by position and type where
-ids rotate. A null or absent ``output`` is no contradiction: the SDK rebuilds it from the
-``output_item.done`` items, or from a later start event's copy of one (``response.in_progress``
-with ``output``), which it swaps in: such a copy is compared as the finished item is.
+ids rotate. So is a list that names one item twice (a streamed item, an item id unless ids rotate, or
+a call's ``call_id``): the SDK hands the app both copies, the text twice or one call to run twice.
+A null or absent ``output`` is no contradiction: the SDK rebuilds it from the ``output_item.done`` items,
+or from a later start event's copy of one (``response.in_progress`` with ``output``), which it swaps in:
+such a copy is compared as the finished item is.
 
 The head: a stream starts with ``response.created`` (sequence_number 0). Only a replay
 (``GET /v1/responses/{id}?stream=true&starting_after=N``) starts later, and it keeps the
@@ -174,6 +180,11 @@ class Assembler(AssemblerBase):
         super().__init__(wire)
         self._sequence: int | None = None
         self._unnumbered = 0  # events before the first sequence_number: the number it must then say
+        self._counted = 0  # events without sequence_number since the last numbered one
+        # id() of each block some event gave whole (a .done, a finished item), and the first that did: a block
+        # still empty then is empty, and a later final text is a contradiction, not the text it lacked
+        self._given: dict[int, str] = {}
+        self._unnumbered_noted = False
         self._items: dict[int, dict[str, Any]] = {}  # output_index -> item from output_item.added/done
         self._item_index: dict[str, int] = {}  # item id -> output_index
         self._done_seen = False  # a compatible server's [DONE], where the openai SDK stops reading
@@ -255,6 +266,9 @@ class Assembler(AssemblerBase):
         if number is None:
             if self._sequence is None:
                 self._unnumbered += 1
+            else:
+                self._counted += 1
+                self._note_unnumbered(event)
             return
         previous, self._sequence = self._sequence, number
         if previous is None and self._unnumbered and number != self._unnumbered:
@@ -263,16 +277,27 @@ class Assembler(AssemblerBase):
             self.corrupt(f"sequence_number begins at {number} after {self._unnumbered} event(s) without one: "
                          "the events between are lost, or these are another answer's", event, unnumbered=self._unnumbered)
             return
-        if previous is None or number == previous + 1:
+        # events without sequence_number since the last numbered one may stand in the numbers skipped (each
+        # an event the server numbered and the number lost) or be extra: loss is sure only beyond them
+        counted, self._counted = self._counted, 0
+        if previous is None or previous < number <= previous + 1 + counted:
             return
         if number <= previous:
             self.corrupt(f"sequence_number went back from {previous} to {number}", event, previous=previous)
         else:
-            self.corrupt(
-                f"sequence_number jumped from {previous} to {number}: {number - previous - 1} events lost",
-                event,
-                previous=previous,
-            )
+            between = f" (counting the {counted} event(s) between without sequence_number)" if counted else ""
+            lost = number - previous - 1 - counted
+            self.corrupt(f"sequence_number jumped from {previous} to {number}: {lost} events lost{between}", event,
+                         previous=previous, unnumbered=counted)
+
+    def _note_unnumbered(self, event: WireEvent) -> None:
+        """An event without sequence_number after numbered ones: the openai SDK reads it as any other (only its
+        stream helper resuming with ``starting_after`` compares the numbers, and fails on it), so it loses nothing
+        by itself (``_check_sequence`` counts it). Noted once."""
+        if not self._unnumbered_noted:
+            self._unnumbered_noted = True
+            self.note(f"event without sequence_number in a numbered stream at seq {event.seq} (byte {event.start}): the "
+                      "openai SDK reads it as any other, but its stream helper resuming with starting_after fails on it")
 
     # -- lifecycle ----------------------------------------------------------------------
     def _lifecycle(self, obj: dict[str, Any], event: WireEvent) -> dict[str, Any]:
@@ -532,7 +557,7 @@ class Assembler(AssemblerBase):
                 self._close_call(block)
         elif kind == "message":
             if not any(k[0] == index for (c, k) in self._keys if c == 0):
-                self._fill_message(index, item, t)
+                self._fill_message(index, item, t, "response.output_item.done")
         elif _client_item(item):
             block = self.block(0, (index, "tool")) or self._client_item_block(index, item, t)  # None: a replay from here
             self._take_client_item(block, item)
@@ -631,13 +656,15 @@ class Assembler(AssemblerBase):
         else:
             parse_arguments(block, block.arguments_raw, lone_surrogates=self.judge)
 
-    def _fill_message(self, index: int, item: dict[str, Any], t: float | None) -> None:
+    def _fill_message(self, index: int, item: dict[str, Any], t: float | None, source: str) -> None:
         for ci, part in enumerate(as_list(item.get("content"))):
             if not isinstance(part, dict):
                 continue
             kind = BlockKind.REFUSAL if part.get("type") == "refusal" else BlockKind.TEXT
             text = as_str(part.get("refusal") if kind is BlockKind.REFUSAL else part.get("text"))
             block = self.new_block(0, kind, (index, "content", ci), text=text or "")
+            if text is not None:
+                self._given.setdefault(id(block), source)
             self.judge.listed_whole(block, "citations", as_list(part.get("annotations")))
             self.content(t)
 
@@ -674,7 +701,7 @@ class Assembler(AssemblerBase):
     def _fill_item(self, index: int, item: dict[str, Any], t: float | None, source: str) -> None:
         """The blocks of a finished item whose deltas this body did not carry."""
         if item.get("type") == "message":
-            self._fill_message(index, item, t)
+            self._fill_message(index, item, t, source)
         elif item.get("type") in CLIENT_CALLS:
             block = self.tool_block(0, (index, "args"), id=as_str(item.get("call_id")), name=as_str(item.get("name")), t=t)
             block.arguments_raw = as_str(item.get("arguments")) or as_str(item.get("input")) or ""
@@ -693,7 +720,7 @@ class Assembler(AssemblerBase):
         if isinstance(output, list):
             self._left_out(output, event)
             streamed = self._streamed(output)
-            if self._other_kind_or_order(streamed, event):
+            if self._listed_twice(streamed, event) or self._other_kind_or_order(streamed, event):
                 return
             for _, index, item in streamed:
                 if index is not None:
@@ -701,6 +728,30 @@ class Assembler(AssemblerBase):
                         self._partial_id(as_str(item.get("id")), event)
                     self._agree(index, item, event, "the final response")
         self._fill_from_output(output, event, t)
+
+    def _listed_twice(self, streamed: list[tuple[int, int | None, dict[str, Any]]], event: WireEvent) -> bool:
+        """The SDK hands the app the final response's list as it is: one item listed twice there (a streamed
+        item, an item id, or a call's ``call_id``) gives the app its text twice, or one call it runs twice.
+        Ids are not compared where they rotate (they prove nothing then); a streamed item is found by its
+        own. True when so (corrupt)."""
+        first: dict[str, int] = {}  # what names an item -> its first place in the list
+        for position, index, item in streamed:
+            kind, item_id, call_id = as_str(item.get("type")), as_str(item.get("id")), as_str(item.get("call_id"))
+            names = [f"output item {index}"] if index is not None else []
+            names += [f"item id {item_id}"] if item_id and not self._ids_rotate else []
+            names += [f"{kind} call_id {call_id}"] if kind and call_id else []
+            for name in names:
+                place = first.setdefault(name, position)
+                if place == position:
+                    continue
+                # two calls under one call_id and two ids are one to the SDK: it keeps the last for the check
+                # against the finished item, and refuses the response where that is the other id
+                refuses = ", or refuses the response" if name.startswith(f"{kind} call_id") else ""
+                self.corrupt(f"the deltas disagree with the final response: it lists {name} twice (places {place} "
+                             f"and {position}): the openai SDK hands the app both{refuses}", event,
+                             output_index=index, first_place=place, final_place=position)
+                return True
+        return False
 
     def _other_kind_or_order(self, streamed: list[tuple[int, int | None, dict[str, Any]]], event: WireEvent) -> bool:
         """The SDK hands the app the final response's list: an item there of another type than the one
@@ -746,25 +797,28 @@ class Assembler(AssemblerBase):
     def _agree(self, index: int, item: dict[str, Any], event: WireEvent | None, source: str) -> None:
         """Compare a finished item with the blocks its deltas grew: a difference is corrupt.
 
-        A block the deltas left empty takes the item's value (servers that send only the
-        finished item); a reasoning item's ``encrypted_content`` becomes the thinking signature."""
+        A block the deltas left empty takes the item's value where no event gave it whole before (servers
+        that send only the finished item); a reasoning item's ``encrypted_content`` becomes the thinking
+        signature."""
         self.flush_text()
         kind = as_str(item.get("type"))
-        pairs: list[tuple[Any, str, str, BlockKind]] = []  # block key, field, final value, kind of a new block
+        # block key, field, final value (None: the part names its kind but gives no text), kind of the part
+        pairs: list[tuple[Any, str, str | None, BlockKind]] = []
         if kind == "message":
             for ci, part in enumerate(as_list(item.get("content"))):
                 part = as_dict(part)
-                refusal = part.get("type") == "refusal"
-                final = part.get("refusal") if refusal else part.get("text")
-                if isinstance(final, str):
-                    pairs.append(((index, "content", ci), "text", final, _final_kind(part, BlockKind.TEXT)))
+                final = part.get("refusal") if part.get("type") == "refusal" else part.get("text")
+                if isinstance(final, str) or part.get("type") in KIND_OF_PART:
+                    pairs.append(((index, "content", ci), "text", as_str(final), _final_kind(part, BlockKind.TEXT)))
         elif kind == "reasoning":
             for si, part in enumerate(as_list(item.get("summary"))):
                 if isinstance(as_dict(part).get("text"), str):
                     pairs.append(((index, "summary", si), "text", part["text"], BlockKind.THINKING))
             for ci, part in enumerate(as_list(item.get("content"))):
-                if isinstance(as_dict(part).get("text"), str):
-                    pairs.append(((index, "content", ci), "text", part["text"], _final_kind(part, BlockKind.THINKING)))
+                part = as_dict(part)
+                if isinstance(part.get("text"), str) or part.get("type") in KIND_OF_PART:
+                    pairs.append(((index, "content", ci), "text", as_str(part.get("text")),
+                                  _final_kind(part, BlockKind.THINKING)))
             signature = as_str(item.get("encrypted_content"))
             if signature is not None:
                 blocks = [b for (c, k), b in self._keys.items() if c == 0 and k[0] == index]
@@ -789,20 +843,23 @@ class Assembler(AssemblerBase):
             if block is None:
                 if final and new_kind is not BlockKind.TOOL_CALL:
                     # a part only the finished item carries: the SDK shows it, so the turn has it
-                    self.new_block(0, new_kind, key, text=final)
+                    self._given.setdefault(id(self.new_block(0, new_kind, key, text=final)), source)
                     self.note(f"output item {index} part {key[1]} {key[2]} came only with {source}")
                 continue
-            if self._part_kind_differs(block, new_kind, index, event, source):
+            # the kind first, whatever the value: a refusal part without its string is still a refusal to the SDK
+            if self._part_kind_differs(block, new_kind, index, event, source) or final is None:
                 continue
-            ours = getattr(block, field) or ""
+            ours, given = getattr(block, field) or "", self._given.get(id(block))
+            self._given.setdefault(id(block), source)
             if self._whole(block, field, final):
                 continue
-            if not ours:
+            if not ours and given is None:  # nothing gave it whole before: a server that sends only the finished item
                 setattr(block, field, self.judge.kept(block, field, final))
                 continue
             at = common_prefix(ours, final)
             byte = len(ours[:at].encode("utf-8", "surrogatepass"))
-            self.corrupt(f"the deltas disagree with {source} at block {block.index}, byte {byte}", event,
+            closed_empty = f": {given} gave it empty" if not ours else ""
+            self.corrupt(f"the deltas disagree with {source} at block {block.index}, byte {byte}{closed_empty}", event,
                          block=block.index, output_index=index, byte=byte, streamed=ours[at:at + 40],
                          final=final[at:at + 40])
 
@@ -945,13 +1002,18 @@ class Assembler(AssemblerBase):
 
     def _done_text(self, block: Block | None, final: Any, event: WireEvent, what: str) -> None:
         """A part's whole text, as a ``.done`` event gives it, against what its deltas grew: a difference
-        is corrupt; a block the deltas left empty takes it (some compatible servers send only the .done)."""
-        if block is None or not isinstance(final, str) or self._whole(block, "text", final):
+        is corrupt; a block the deltas left empty takes it (some compatible servers send only the .done),
+        unless an earlier ``.done`` gave it empty."""
+        if block is None or not isinstance(final, str):
             return
-        if block.text:
+        given = self._given.setdefault(id(block), what)
+        if self._whole(block, "text", final):
+            return
+        if block.text or given != what:
             at = common_prefix(block.text, final)
             byte = len(block.text[:at].encode("utf-8", "surrogatepass"))
-            self.corrupt(f"the deltas disagree with {what} at block {block.index}, byte {byte}", event,
+            closed_empty = f": {given} gave it empty" if not block.text else ""
+            self.corrupt(f"the deltas disagree with {what} at block {block.index}, byte {byte}{closed_empty}", event,
                          block=block.index, byte=byte)
         else:
             block.text = self.judge.kept(block, "text", final)
@@ -1042,6 +1104,8 @@ class Assembler(AssemblerBase):
         self.close_unit(f"arguments of output item {self._item_of(obj)}", str(obj.get("type")), event)
         if block is not None:
             final = obj.get("arguments")
+            if isinstance(final, str):
+                self._given.setdefault(id(block), str(obj.get("type")))
             if isinstance(final, str) and not self._whole(block, "arguments_raw", final):
                 if block.arguments_raw:
                     at = common_prefix(block.arguments_raw, final)
@@ -1058,6 +1122,8 @@ class Assembler(AssemblerBase):
         self.flush_text()
         block = self._call(obj, event)
         if block is not None:
+            if isinstance(obj.get("input"), str):
+                self._given.setdefault(id(block), str(obj.get("type")))
             if isinstance(obj.get("input"), str) and not self._whole(block, "arguments_raw", obj["input"]):
                 self.corrupt("custom_tool_call_input.done differs from the streamed deltas", event)
             self._close_call(block)
