@@ -1,6 +1,8 @@
-"""Ollama NDJSON as its API documents it: /api/chat's last line may carry only done and the
-counts (no message), and its clients raise only on a non-empty error, so a line whose error is
-null or "" is read on. A stitched second generation is still caught."""
+"""Ollama NDJSON as its API documents it and its client reads it: the ollama client (0.4 and later)
+builds a ChatResponse of every /api/chat line, so a last line of only done and the counts (no
+message, as Ollama's API docs draw it) makes it raise; it raises only on a non-empty error, so
+a line whose error is null or "" is read on where the line is otherwise taken. A stitched second
+generation is still caught."""
 
 from __future__ import annotations
 
@@ -31,12 +33,12 @@ def judged(body: bytes):
     return whole
 
 
-@pytest.mark.parametrize("reason, expected", [(None, VerdictKind.UNKNOWN), ("stop", VerdictKind.COMPLETE),
-                                              ("length", VerdictKind.STOPPED_BY_LIMIT)])
-def test_a_chat_final_line_without_a_message_ends_the_answer(reason, expected):
+@pytest.mark.parametrize("reason", [None, "stop", "length"])
+def test_a_chat_final_line_without_a_message_is_refused_by_the_client(reason):
     final = dict(DOCS_FINAL, **({"done_reason": reason} if reason else {}))
     analysis = judged(ANSWER + line(**final))
-    assert analysis.verdict.kind is expected, analysis.verdict
+    assert analysis.verdict.kind is VerdictKind.CORRUPT, analysis.verdict
+    assert "has nothing for its message" in analysis.verdict.reason and "ollama client" in analysis.verdict.reason
     assert analysis.turn.text() == "The sky is blue." and analysis.turn.usage.output == 282
 
 
@@ -54,11 +56,16 @@ def test_another_model_on_a_line_without_a_message_is_still_corrupt():
 @pytest.mark.parametrize("empty", [None, ""])
 def test_an_empty_error_is_read_on_as_the_clients_do(empty):
     final = chat("", done=True, done_reason="stop", eval_count=3)
-    for body in (ANSWER + line(error=empty) + final,
-                 chat("The sky", done=False, error=empty) + chat(" is blue.", done=False) + final):
+    generated = line(model="llama3.2", response="The sky", done=False)
+    for body in (chat("The sky", done=False, error=empty) + chat(" is blue.", done=False) + final,
+                 generated + line(error=empty) + line(model="llama3.2", response=" is blue.", done=True, done_reason="stop")):
         analysis = judged(body)
         assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
         assert any("empty error" in note for note in analysis.turn.notes), analysis.turn.notes
+    # a line of only the empty error is no ChatResponse: in a chat stream the client raises on it
+    analysis = judged(ANSWER + line(error=empty) + final)
+    assert analysis.verdict.kind is VerdictKind.CORRUPT and analysis.verdict.seq == 2, analysis.verdict
+    assert not any("empty error" in note for note in analysis.turn.notes), analysis.turn.notes
 
 
 def test_a_real_error_is_errored():

@@ -162,7 +162,8 @@ def test_fatal_framing_error_is_corrupt_with_seq_and_offset():
 
 
 def test_non_fatal_malformed_unit_is_corrupt():
-    body = b'{"message":{"content":"a"},"done":false}\nnot json at all\n{"message":{"content":""},"done":true,"done_reason":"stop"}\n'
+    body = (b'{"message":{"role":"assistant","content":"a"},"done":false}\nnot json at all\n'
+            b'{"message":{"role":"assistant","content":""},"done":true,"done_reason":"stop"}\n')
     analysis = analyze_bytes(body, Dialect.OLLAMA)
     assert analysis.verdict.kind is X and analysis.verdict.seq == 1 and analysis.verdict.offset == body.index(b"not")
     assert analysis.verdict.evidence["fatal"] is False

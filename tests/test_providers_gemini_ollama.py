@@ -293,8 +293,9 @@ def test_ollama_bad_line_is_corrupt_and_cuts_are_never_complete():
         for end in (StreamEnd.FINISHED, StreamEnd.UPSTREAM_RESET, StreamEnd.CLIENT_ABORTED):
             verdict = analyze_bytes(body[:point], OLLAMA, end=end).verdict
             assert verdict.kind is T, (point, verdict)
-    # a last line that parses but lacks its newline is still a cut
-    assert analyze_bytes(body[:-1], OLLAMA).verdict.kind is T
+    # a last line that parses but lacks its newline is a cut where the body was cut; in a body that
+    # ended cleanly the client reads it (see test_a_last_line_without_its_line_end_that_the_client_reads)
+    assert analyze_bytes(body[:-1], OLLAMA, end=StreamEnd.UPSTREAM_RESET).verdict.kind is T
 
 
 def test_every_gemini_body_is_covered():
@@ -478,10 +479,10 @@ def test_gemini_utf8_bom_google_genai_keeps_is_corrupt():
     assert analyze_bytes(_gemini(TEXT, FINISH), GEMINI).verdict.kind is C
 
 
-def ollama_client_takes(body: bytes) -> None:
-    """The ollama Python client (0.4 and later) builds a ChatResponse of every line: its tool call
-    model, transcribed from ollama/_types.py. Raises where the client raises."""
-    import json
+def ollama_client_takes(body: bytes, generate: bool = False) -> None:
+    """The ollama Python client (0.4 and later) builds a ChatResponse (``generate``: a GenerateResponse)
+    of every line: the models' fields streamtap judges, transcribed from ollama/_types.py (0.6.3).
+    Raises where the client raises."""
     from collections.abc import Mapping, Sequence
     from typing import Any
 
@@ -496,13 +497,34 @@ def ollama_client_takes(body: bytes) -> None:
 
     class Message(BaseModel):
         role: str
+        content: str | None = None
+        thinking: str | None = None
+        tool_name: str | None = None
         tool_calls: Sequence[ToolCall] | None = None
 
-    class ChatResponse(BaseModel):
+    class BaseGenerateResponse(BaseModel):
+        model: str | None = None
+        created_at: str | None = None
+        done: bool | None = None
+        done_reason: str | None = None
+        total_duration: int | None = None
+        load_duration: int | None = None
+        prompt_eval_count: int | None = None
+        prompt_eval_duration: int | None = None
+        eval_count: int | None = None
+        eval_duration: int | None = None
+
+    class ChatResponse(BaseGenerateResponse):
         message: Message
 
+    class GenerateResponse(BaseGenerateResponse):
+        response: str | None = None
+        thinking: str | None = None
+
     for line in ollama_client_reads(body):
-        ChatResponse(**line)
+        if line.get("error"):  # as the client: a non-empty error raises before the line is built
+            raise ValueError(line["error"])
+        (GenerateResponse if generate else ChatResponse)(**line)
 
 
 OLLAMA_CALLS_REFUSED = {  # a chat line's tool_calls the ollama client refuses: (tool_calls, reason holds)
@@ -554,3 +576,105 @@ def test_ollama_tool_calls_the_client_takes_stay_complete():
     nulled = ndjson(*CHAT[:2], {**CHAT[2], "message": {**CHAT[2]["message"], "tool_calls": None}}, CHAT[3])
     ollama_client_takes(nulled)  # a null list is no call, as the client reads it
     assert analyze_bytes(nulled, OLLAMA).verdict.kind is C
+
+
+def _last_chat_line(**fields) -> dict:
+    return {k: v for k, v in {**CHAT[3], **fields}.items() if v is not _DROP}
+
+
+_DROP = object()
+OLLAMA_CHAT_LINES_REFUSED = {  # a chat stream's last line the ollama client refuses: (line, reason holds)
+    # the done line as Ollama's docs/api.md drew it: no message
+    "done line without message": (_last_chat_line(message=_DROP), "has nothing for its message, not an object"),
+    "null message": (_last_chat_line(message=None), "has null for its message"),
+    "message without role": (_last_chat_line(message={"content": ""}), "has nothing for its message's role"),
+    "number role": (_last_chat_line(message={"role": 1, "content": ""}), "has a number for its message's role"),
+    "empty error line": ({"error": ""}, "has nothing for its message"),
+    "number content": (_last_chat_line(message={"role": "assistant", "content": 7}), "has a number for its message's content"),
+    "array thinking": (_last_chat_line(message={"role": "assistant", "thinking": ["a"]}), "has an array for its message's thinking"),
+    "number model": (_last_chat_line(model=3), "has a number for its model, not a string"),
+    "bool created_at": (_last_chat_line(created_at=True), "has a boolean for its created_at"),
+    "number done_reason": (_last_chat_line(done_reason=1), "has a number for its done_reason"),
+    "fraction count": (_last_chat_line(eval_count=1.5), "has a fraction for its eval_count, not an integer"),
+    "object duration": (_last_chat_line(total_duration={}), "has an object for its total_duration"),
+}
+
+
+@pytest.mark.parametrize("name", OLLAMA_CHAT_LINES_REFUSED)
+def test_ollama_chat_lines_the_client_refuses_are_corrupt(name):
+    """Since 0.4 the ollama client builds a ChatResponse of every /api/chat line: a message with a
+    string role is required, and strings, counts and durations must be what the model declares."""
+    refused, says = OLLAMA_CHAT_LINES_REFUSED[name]
+    body = ndjson(*CHAT[:3], refused) if refused.get("done") else ndjson(*CHAT[:3], refused, CHAT[3])
+    with pytest.raises(ValueError):
+        ollama_client_takes(body)
+    for size in (None, 1):
+        verdict = analyze_bytes(body, OLLAMA, chunk_size=size).verdict
+        assert verdict.kind is X and says in verdict.reason and "the ollama client" in verdict.reason, verdict
+        assert (verdict.seq, verdict.offset) == (3, len(ndjson(*CHAT[:3])))
+
+
+def test_an_ollama_line_without_a_shape_before_a_chat_line_is_refused_there():
+    """A first line of only an empty error shows no shape; the next shows a chat stream, whose client
+    refuses that first line (no message)."""
+    body = ndjson({"error": ""}, *CHAT)
+    with pytest.raises(ValueError):
+        ollama_client_takes(body)
+    analysis = analyze_bytes(body, OLLAMA)
+    assert analysis.verdict.kind is X and analysis.verdict.seq == 0 and "line 1 shows an /api/chat" in analysis.verdict.reason
+    assert not any("empty error" in note for note in analysis.turn.notes), analysis.turn.notes
+
+
+@pytest.mark.parametrize("lines", [
+    [*GENERATE[:-1], {k: v for k, v in GENERATE[-1].items() if k != "response"}],  # a done line of counts
+    [{"error": ""}, *GENERATE],  # an empty error first, then generate lines: read on
+    [*GENERATE[:-1], {**GENERATE[-1], "eval_count": 290.0, "message": None}],  # an integral float; a stray key
+], ids=["counts only", "empty error first", "lax"])
+def test_ollama_generate_lines_the_client_takes_stay_complete(lines):
+    """GenerateResponse requires no field: a line without response is taken."""
+    body = ndjson(*lines)
+    ollama_client_takes(body, generate=True)
+    analysis = analyze_bytes(body, OLLAMA)
+    assert analysis.verdict.kind is C, analysis.verdict
+    assert analysis.turn.text() == "".join(line.get("response", "") for line in lines)
+
+
+def test_ollama_generate_line_the_client_refuses_is_corrupt():
+    body = ndjson(GENERATE[0], {**GENERATE[1], "response": 7}, GENERATE[2])
+    with pytest.raises(ValueError):
+        ollama_client_takes(body, generate=True)
+    verdict = analyze_bytes(body, OLLAMA).verdict
+    assert verdict.kind is X and "has a number for its response" in verdict.reason and verdict.seq == 1, verdict
+
+
+def test_an_ollama_count_written_as_a_string_leaves_the_answer_unknown():
+    """pydantic reads "15" as 15 and refuses "x": streamtap does not parse as pydantic does, and says so."""
+    for count in ("15", "x"):
+        verdict = analyze_bytes(ndjson(*CHAT[:3], {**CHAT[3], "eval_count": count}), OLLAMA).verdict
+        assert verdict.kind is VerdictKind.UNKNOWN and "a string for its eval_count" in verdict.reason, verdict
+
+
+UNENDED_LAST = {  # a body whose last event arrived whole, without the line end(s) after it: (dialect, body, cut)
+    "gemini, no blank line": (GEMINI, _gemini(TEXT, FINISH), 2),
+    "gemini, no line end": (GEMINI, _gemini(TEXT, FINISH), 4),
+    "ollama, no newline": (OLLAMA, ndjson(*CHAT), 1),
+}
+
+
+@pytest.mark.parametrize("name", UNENDED_LAST)
+def test_a_last_line_without_its_line_end_that_the_client_reads(name):
+    """google-genai gives the app the data lines it gathered at the end of the body, and the ollama
+    client's line reader (httpx iter_lines) the last line without its newline: where the body ended
+    cleanly, the app got the whole answer. Where it was cut, the SDK raises: truncated."""
+    dialect, body, cut = UNENDED_LAST[name]
+    whole = analyze_bytes(body, dialect)
+    assert whole.verdict.kind is C
+    for size in (None, 1, 7):
+        analysis = analyze_bytes(body[:-cut], dialect, chunk_size=size)
+        verdict = analysis.verdict
+        assert verdict.kind is C and verdict.evidence["body_ended_without_line_end"] is True, verdict
+        assert "without the line end after it" in verdict.reason and "not dispatched" not in verdict.reason
+        assert analysis.turn.text() == whole.turn.text() and analysis.turn.usage.output == whole.turn.usage.output
+    for end in (StreamEnd.UPSTREAM_RESET, StreamEnd.PROXY_ENDED, StreamEnd.CLIENT_ABORTED):
+        verdict = analyze_bytes(body[:-cut], dialect, end=end).verdict
+        assert verdict.kind is T and "body_ended_without_line_end" not in verdict.evidence, (end, verdict)

@@ -133,8 +133,10 @@ def test_no_strict_prefix_of_a_real_capture_is_judged_finished():
             checked += 1
             if verdict.kind not in ENDING:
                 continue
-            if not body[point:].strip() and len(_events(prefix, wire)) == whole:
-                # no event lost, only line ends after it: CRLF's last LF, or padding
+            if not body[point:].strip() and (len(_events(prefix, wire)) == whole
+                                             or verdict.evidence.get("body_ended_without_line_end")):
+                # no event lost, only line ends after it: CRLF's last LF, or padding (or the last event's
+                # line ends, where the SDK reads an unended last line: google-genai, the ollama client)
                 allowed += 1
                 continue
             if _next_response_starts(body[point:], wire):

@@ -9,7 +9,8 @@ bytes at close; a dialect that can read meaning into them (an error written as r
 without SSE framing) takes them and returns True, and the session then does not judge
 them as a cut. A terminal signal in the leftover bytes is never taken: that event was
 not dispatched, so the stream is ``truncated`` (the session says the terminal event
-arrived but was never ended). Findings and verdicts go through ``judge.Judge``.
+arrived but was never ended), unless the SDK reads it (``sdk_reads_an_unended_last_line``,
+below). Findings and verdicts go through ``judge.Judge``.
 
 One optional flag: ``sdk_dispatches_empty_events``. A dialect whose SDK reads SSE with the
 decoder the openai and anthropic SDKs share sets it; the session then feeds it, in stream
@@ -22,6 +23,14 @@ True where the dialect's SDK stopped reading the body at an event that arrived (
 ``[DONE]``), so the app never saw how the body ended after it. Without it the SDK reads the body to
 its end, and a body cut before its HTTP end (``upstream_reset``, ``proxy_ended``) makes it raise:
 the session judges that answer ``truncated`` (``content_complete`` in the evidence).
+
+One optional fact, asked at close of an SSE or NDJSON stream: ``sdk_reads_an_unended_last_line``.
+True where the dialect's SDK, at the end of the body, reads the last line even without its line end
+(and, on SSE, dispatches the data it gathered without the blank line): google-genai on ``alt=sse``,
+the ollama client (httpx ``iter_lines``). Where that last event would have finished the turn and the
+body ended cleanly (``finished``), the session then feeds it to the assembler, and the answer keeps
+its verdict with a note (``body_ended_without_line_end`` in the evidence); a body cut before its end
+is still ``truncated``. The openai and anthropic SDKs drop an event never ended by a blank line.
 """
 
 from __future__ import annotations

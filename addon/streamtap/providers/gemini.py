@@ -135,6 +135,12 @@ class Assembler(AssemblerBase):
         self._unread_numbers: set[int] = set()  # candidates whose finishReason is a number without a shared name
         self._line_split = False  # a chunk google-genai's httpx reader splits was found (the first one is told)
 
+    @property
+    def sdk_reads_an_unended_last_line(self) -> bool:
+        """google-genai gives the app the ``data: `` lines it gathered when the body ends, a last line
+        without its line end included (before 3.4.0 it gave each such line at once)."""
+        return self.wire == "sse"
+
     def feed(self, event: WireEvent, t: float | None) -> None:
         if self.judge.halt_verdict is not None:  # a bound passed: the rest is not read (see AssemblerBase.choice)
             return

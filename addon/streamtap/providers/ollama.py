@@ -11,14 +11,27 @@ The ollama Python client reads the body with httpx's ``iter_lines``, which break
 ``str.splitlines`` does, and parses every line as JSON. A blank line, and a line that JSON allows
 to hold a raw U+0085, U+2028 or U+2029 (or a CR other than before the LF), which that reader
 breaks in two, make it raise where the decoder reads on: corrupt. Since 0.4 the client also
-validates every chat line (pydantic): a tool call needs a ``function`` object with a string
+validates every line (pydantic): it builds a ``ChatResponse`` of each line of an /api/chat
+stream, which requires a ``message`` object with a string ``role``, and a ``GenerateResponse`` of
+each line of an /api/generate stream, which requires nothing. Both refuse a ``model``,
+``created_at`` or ``done_reason`` (and the message's ``content``, ``thinking`` or ``tool_name``, or
+generate's ``response`` or ``thinking``) that is neither a string nor null, and a count or duration
+that is no integer (an array, an object, a fraction). So once a line shows the stream is a chat's,
+a line without such a message (a final line of only ``done`` and the counts, as Ollama's API docs
+draw it, or ``{"error": ""}``) makes the client raise: corrupt, as is a line it refuses for a
+field. A count written as a string, which pydantic reads as a number only where it spells one,
+leaves an answer that ended ``unknown``. A tool call needs a ``function`` object with a string
 ``name`` and an object of ``arguments``, and a line whose calls lack them makes it raise: corrupt.
 A call whose name is empty it takes, but the app cannot dispatch it: corrupt too, as a nameless
 call is in the other dialects.
+
+The client's line reader gives the last line even without its newline: a done line that arrived
+whole, in a body that ended cleanly, reached the app (``sdk_reads_an_unended_last_line``).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -38,11 +51,21 @@ _JSON_KINDS = {dict: "an object", list: "an array", str: "a string", bool: "a bo
                float: "a number", type(None): "null"}
 _BREAK_NAMES = {b"\r": "CR not before the LF", b"\xc2\x85": "U+0085 (NEL)", b"\xe2\x80\xa8": "U+2028 (line separator)",
                 b"\xe2\x80\xa9": "U+2029 (paragraph separator)"}
+# what the ollama client's response models (ollama/_types.py) want of a line: a string or null ...
+_LINE_STRINGS = ("model", "created_at", "done_reason")  # BaseGenerateResponse, every line
+_MESSAGE_STRINGS = ("content", "thinking", "tool_name")  # ChatResponse's message (role: a string, required)
+_GENERATE_STRINGS = ("response", "thinking")  # GenerateResponse
+# ... or an integer or null (BaseGenerateResponse)
+_COUNTS = ("total_duration", "load_duration", "prompt_eval_count", "prompt_eval_duration", "eval_count",
+           "eval_duration")
+_MODELS = {"chat": "ChatResponse", "generate": "GenerateResponse"}
 
 
 class Assembler(AssemblerBase):
     dialect = Dialect.OLLAMA
     wire = "ndjson"
+    # httpx's iter_lines, which the client reads with, gives the last line without its newline too
+    sdk_reads_an_unended_last_line = True
 
     def __init__(self, wire: str | None = None) -> None:
         super().__init__(wire)
@@ -50,6 +73,11 @@ class Assembler(AssemblerBase):
         self._lines = self.wire == "ndjson"  # the client's line reading is judged on NDJSON only
         # the first line's model, its shape (chat or generate) once a line shows one, and that line
         self._first: tuple[str | None, str | None, WireEvent] | None = None
+        self._shape: str | None = None  # which response model the client builds of every line, once shown
+        # the first line that showed no shape before any line did: (it, what it holds for a message,
+        # whether it carries an empty error); judged once the stream shows its shape
+        self._waiting: tuple[WireEvent, str, bool] | None = None
+        self._string_count = False  # a count written as a string was doubted (the first one is told)
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         self.seen(event, f"line {event.seq}")
@@ -66,16 +94,16 @@ class Assembler(AssemblerBase):
         if obj.get("error"):
             self.errored(event, error_fields(obj))
             return
-        if "error" in obj:  # Ollama's clients raise only on a non-empty error: the app reads on
-            self.judge.note(f"line {event.seq} carries an empty error ({obj['error']!r}): read on, as the clients do")
         turn = self.turn
         turn.model = turn.model or as_str(obj.get("model"))
         chat = isinstance(obj.get("message"), dict)
         message = obj["message"] if chat else obj
-        # a line with neither message nor response shows no shape: /api/chat's last line may carry
-        # only done and the counts (as Ollama's API docs show it)
+        # a line with neither message nor response (an empty error, say) shows no shape
         shape = "chat" if chat else "generate" if "response" in obj else None
+        if shape is not None and self._shape is None:
+            self._shape_shown(shape, event)
         self._same_answer(obj, shape, event)
+        self._client_takes(obj, event)
         thinking = message.get("thinking")
         if isinstance(thinking, str) and thinking:
             self.append(0, BlockKind.THINKING, thinking, t)
@@ -119,6 +147,49 @@ class Assembler(AssemblerBase):
             self.corrupt(f"line {event.seq} holds a raw {name} at byte {event.start + found.start()}: the ollama "
                          "client's line reader (httpx iter_lines, as str.splitlines) breaks the line there and fails "
                          "to parse the pieces as JSON", event)
+
+    def _client_takes(self, obj: dict[str, Any], event: JSONValue) -> None:
+        """Does the ollama client (0.4 and later) take this line? It builds the stream's response model
+        of every line and raises where pydantic refuses it. A line that shows no shape before any line
+        did waits for the stream to show which model that is."""
+        shape = self._shape
+        refused = _refused_line(obj, shape)
+        if refused:
+            self._refused(event, refused, shape)
+            return
+        empty_error = "error" in obj  # the clients raise only on a non-empty error
+        if shape is None:
+            if self._waiting is None:
+                self._waiting = (event, _held(obj, "message"), empty_error)
+        elif empty_error:
+            self._read_on(event)
+        if not self._string_count and (key := next((k for k in _COUNTS if isinstance(obj.get(k), str)), None)):
+            self._string_count = True
+            self.judge.doubt(f"line {event.seq} (byte {event.start}) has a string for its {key}: the ollama client "
+                             "reads it as an integer only where pydantic's lax rules parse it, so whether it took the "
+                             "line is not told", event.seq, event.start)
+
+    def _shape_shown(self, shape: str, event: WireEvent) -> None:
+        """The stream shows its shape for the first time: the line that waited for it is judged."""
+        self._shape = shape
+        if self._waiting is None:
+            return
+        waited, held, empty_error = self._waiting
+        self._waiting = None
+        if shape == "chat":
+            self._refused(waited, f"has {held} for its message, not an object (line {event.seq} shows an /api/chat "
+                                  "stream)", shape)
+        elif empty_error:
+            self._read_on(waited)
+
+    def _refused(self, event: WireEvent, why: str, shape: str | None) -> None:
+        model = f"a {_MODELS[shape]}" if shape else "a ChatResponse or a GenerateResponse"
+        self.corrupt(f"line {event.seq} (byte {event.start}) {why}: the ollama client (0.4 and later) builds {model} "
+                     "of every line, so it refuses this line and raises", event)
+
+    def _read_on(self, event: WireEvent) -> None:
+        self.judge.note(f"line {event.seq} carries an empty error: the ollama client raises only on a non-empty one "
+                        "and reads on")
 
     def _client_calls(self, calls: Any, event: JSONValue) -> None:
         """Does the ollama client take this chat line's tool calls? It builds a ChatResponse of every
@@ -174,8 +245,37 @@ class Assembler(AssemblerBase):
             usage.total = (usage.input or 0) + (usage.output or 0)
 
     def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
+        if self._waiting is not None and self._waiting[2]:  # no line showed a shape: either client reads on
+            self._read_on(self._waiting[0])
         self.close_blocks()
         return self.verdict(end, expected='a line with "done": true')
+
+
+def _refused_line(obj: dict[str, Any], shape: str | None) -> str | None:
+    """Why the ollama client's response model for ``shape`` (``ChatResponse``, ``GenerateResponse``,
+    or None: what both want) refuses the line ``obj``; None where it takes it. A count written as a
+    string is pydantic's to parse, and is not judged here."""
+    fields = [(obj, key, "its") for key in _LINE_STRINGS]
+    if shape == "chat":
+        message = obj.get("message")
+        if not isinstance(message, dict):
+            return f"has {_held(obj, 'message')} for its message, not an object"
+        if not isinstance(message.get("role"), str):
+            return f"has {_held(message, 'role')} for its message's role, not a string"
+        fields += [(message, key, "its message's") for key in _MESSAGE_STRINGS]
+    elif shape == "generate":
+        fields += [(obj, key, "its") for key in _GENERATE_STRINGS]
+    for owner, key, whose in fields:
+        if owner.get(key) is not None and not isinstance(owner[key], str):
+            return f"has {_held(owner, key)} for {whose} {key}, not a string"
+    for key in _COUNTS:
+        value = obj.get(key)
+        # a float the decoder read may be an integer past 64 bits (the client reads those exactly),
+        # so only a fraction is surely refused
+        fraction = type(value) is float and math.isfinite(value) and not value.is_integer()
+        if isinstance(value, (list, dict)) or fraction:
+            return f"has {'a fraction' if fraction else _held(obj, key)} for its {key}, not an integer"
+    return None
 
 
 def _refused_call(call: Any) -> str | None:

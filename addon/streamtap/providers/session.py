@@ -159,6 +159,7 @@ class StreamSession:
         self._damaged: SSEEvent | None = None  # the first event whose bytes were not UTF-8
         self._malformed_count = 0
         self._tail: Tail | None = None
+        self._unended: Tail | None = None  # a last event without its line end that the SDK read (see _terminal_in_tail)
         self._halted: str | None = None  # why the assembler is no longer fed: a bug in it, or a bound passed
         self._over_bound = False  # the turn outgrew MAX_BLOCKS (not a bug)
         # the turn's choices, watched for MAX_BLOCKS after every event (a list the turn keeps and grows)
@@ -365,7 +366,10 @@ class StreamSession:
         after it, a ``message_stop`` cut after its data line, a done line with no newline)?
 
         Asked of a copy of the assembler fed that event as if it had been dispatched, so every dialect
-        answers by its own rules; the copy is thrown away: the event was never dispatched."""
+        answers by its own rules; the copy is thrown away: the event was never dispatched. Except where
+        the dialect's SDK reads a last line that lacks its line end (``sdk_reads_an_unended_last_line``,
+        see assembler.py) and the body ended cleanly: the SDK gave the app that event, so the assembler
+        is fed it too, and the tail is no cut (False)."""
         tail = self._tail
         if tail is None or not tail.cut or self._halted is not None or self.wire not in ("sse", "ndjson"):
             return False
@@ -376,16 +380,27 @@ class StreamSession:
         completed = [e for e in decoder.feed(lead + tail.raw + ending) + decoder.close() if type(e) in _PLAIN_EVENTS]
         if not completed:
             return False
+        completed = [event._replace(seq=tail.seq, start=tail.start + max(0, event.start - len(lead)),
+                                    end=tail.start + event.end - len(lead)) for event in completed]
         try:
             probe = copy.deepcopy(self._assembler)
             for event in completed:
-                probe.feed(event._replace(seq=tail.seq, start=tail.start + max(0, event.start - len(lead)),
-                                          end=tail.start + event.end - len(lead)), self._last_byte)
+                probe.feed(event, self._last_byte)
             _, would = probe.finish(end)
         except Exception:  # fail open: the tail is then judged as any other cut
             return False
         # it would have finished the turn; a cut event the assembler cannot read (half its JSON) is no terminal
-        return would.kind in _FINISHED
+        if would.kind not in _FINISHED:
+            return False
+        if end is not StreamEnd.FINISHED or not getattr(self._assembler, "sdk_reads_an_unended_last_line", False):
+            return True
+        try:
+            for event in completed:
+                self._assembler.feed(event, self._last_byte)
+        except Exception as exc:  # fail open, as in _take
+            self._halted = f"{type(exc).__name__}: {exc} (at event {tail.seq})"
+        self._tail, self._unended = None, tail
+        return False
 
     def _judge(self, turn: Turn, verdict: Verdict, end: StreamEnd, terminal_tail: bool = False) -> Verdict:
         verdict.evidence.setdefault("end", end.value)
@@ -467,6 +482,11 @@ class StreamSession:
                 tail.start,
                 evidence | {"was": verdict.kind.value},
             )
+        unended = self._unended
+        if unended is not None and verdict.kind in ENDING_KINDS:
+            verdict.reason += (f"; the body ended cleanly right after the last event (byte {unended.start}), without "
+                               "the line end after it, and the SDK reads such a last line at the end of the body")
+            verdict.evidence["body_ended_without_line_end"] = True
         if self.wire == "json-array" and not self._decoder.finished and verdict.kind is not VerdictKind.TRUNCATED:
             return Verdict(
                 VerdictKind.TRUNCATED,
