@@ -180,6 +180,21 @@ def test_replay_matches_a_request_whose_body_url_was_redacted():
     assert mask_like(other, recorded) != recorded
 
 
+@pytest.mark.parametrize("text", [
+    "[the docs](https://d.example/x?key=SECRET-1) explain it",  # looks like JSON, is none
+    "{name} is at https://d.example/x?token=SECRET-1",
+    '"Hi" - https://d.example/x?token=SECRET-1',
+    "see [the docs](https://d.example/x?key=SECRET-1)",
+])
+def test_replay_matches_text_that_only_looks_like_json_with_a_redacted_url(text):
+    from streamtap.replay.match import mask_like
+
+    live = {"messages": [{"role": "user", "content": text}]}
+    recorded = Redactor().json(live)
+    assert "SECRET-1" not in json.dumps(recorded)
+    assert mask_like(live, recorded) == recorded
+
+
 def test_a_json_header_value_has_its_secret_members_redacted():
     """Portkey's x-portkey-config carries the provider's key as a member of a JSON value."""
     value = '{"provider": "openai", "api_key": "HDR-SECRET-1", "override_params": {"model": "gpt-4o"}}'

@@ -144,7 +144,7 @@ class Redactor:
                 value = redact_header_value(value)
             elif lowered in ("host", ":authority") and "@" in value:
                 value = f"{REDACTED}@{value.rpartition('@')[2]}"
-            elif value.lstrip()[:1] in ("{", "[") and (members := self._string(value)) != value:
+            elif value.lstrip()[:1] in ("{", "[") and (members := self.string(value)) != value:
                 value = members  # JSON (Portkey's x-portkey-config): its members judged as a body's
             elif _URL_SECRET_MARKS.search(value):  # a URL's query, fragment or userinfo may hold a key
                 value = _URL_IN_VALUE.sub(self._url_in_value, value)
@@ -207,10 +207,10 @@ class Redactor:
         if isinstance(value, list):
             return [self.json(item) for item in value]
         if isinstance(value, str):
-            return self._string(value)
+            return self.string(value)
         return value
 
-    def _string(self, text: str) -> str:
+    def string(self, text: str) -> str:
         """A string value, with the JSON it may carry redacted inside, or else the URLs it holds:
         the one rule for strings, whether the body was parsed (``json``) or scanned (``json_bytes``)."""
         head = text.lstrip()[:1]
@@ -317,7 +317,7 @@ class Redactor:
         text = _json_string(body)
         if text is None:
             return None
-        redacted = self._string(text)
+        redacted = self.string(text)
         if redacted == text:
             return None
         return _dumps(redacted).encode("utf-8")

@@ -75,11 +75,12 @@ def mask_like(live: Any, recorded: Any, redactor: Redactor | None = None) -> Any
         if isinstance(live, str) and live != recorded:
             if FORM_REDACTED in recorded:
                 return _mask_form(live, recorded)
-            if REDACTED in recorded and recorded.lstrip()[:1] in ("{", "[", '"'):  # (the recorder's own tests)
-                return _mask_embedded(live, recorded, redactor or Redactor())
-            if REDACTED in recorded and "://" in recorded:  # a URL's key redacted in place (an image_url)
-                masked = (redactor or Redactor()).urls_in_text(live)
-                return masked if masked == recorded else live
+            if REDACTED in recorded:
+                redactor = redactor or Redactor()
+                if redactor.string(live) == recorded:  # the recorder's own rule for a string gives the recording's
+                    return recorded
+                if recorded.lstrip()[:1] in ("{", "[", '"'):  # JSON it carries, redacted member by member
+                    return _mask_embedded(live, recorded, redactor)
         return live
     if isinstance(recorded, dict) and isinstance(live, dict):
         return {k: mask_like(v, recorded[k], redactor) if k in recorded else v for k, v in live.items()}
