@@ -273,3 +273,45 @@ def test_a_coding_boto3_did_not_ask_for_is_not_told_as_complete(proxy):
                      headers={"accept-encoding": "gzip"}, timeout=30)
     assert got.content == body  # httpx decoded it
     assert find_recording(proxy.record_dir, "br-gz-asked").verdict["kind"] == "complete"
+
+
+@pytest.mark.parametrize("api", ["converse", "invoke"])
+def test_a_bedrock_body_short_of_its_content_length_after_the_end_is_what_boto3_read(proxy, api):
+    """botocore reads with urllib3's enforce_content_length off: a body that stops short of its
+    Content-Length after the end signal is the whole answer to boto3, not an exception. A chunked
+    body cut the same way does make it raise (truncated, content_complete)."""
+    import sys
+
+    if api == "converse":
+        body = streams.bedrock_converse(["It is ", "sunny."], {"city": "Oslo"})
+    else:
+        body = streams.bedrock_invoke("Thinking it over.", "Sunny.", {"city": "Oslo"})
+    content_type = "application/vnd.amazon.eventstream"
+    name = f"br-short-{api}"
+    proxy.upstream.add(name, Script(body, content_type=content_type, framing="close",
+                                    headers=[("content-length", str(len(body) + 3))]))
+    client = bedrock(proxy, name)
+    if api == "converse":
+        events = list(client.converse_stream(modelId="anthropic.claude-test-v1:0",
+                                             messages=[{"role": "user", "content": [{"text": "q"}]}])["stream"])
+        assert "metadata" in events[-1]  # boto3 raised nothing and got every event
+    else:
+        events = list(client.invoke_model_with_response_stream(modelId="anthropic.claude-test-v1:0", body=b"{}")["body"])
+        assert json.loads(events[-1]["chunk"]["bytes"])["type"] == "message_stop"
+    rec = find_recording(proxy.record_dir, name)
+    assert rec.end["stream_end"] == "upstream_reset"
+    assert rec.verdict["kind"] == "complete" and rec.verdict["evidence"]["content_length_short"] is True, rec.verdict
+    judged = subprocess.run([sys.executable, "-m", "streamtap.cli", "verify", "--json", str(rec.path)], capture_output=True, text=True)
+    assert json.loads(judged.stdout)["verdict"]["kind"] == "complete" and judged.returncode == 0, judged.stdout
+
+    chunked = f"br-reset-{api}"
+    proxy.upstream.add(chunked, Script(body, content_type=content_type, cut_at=len(body), cut_style="reset"))
+    client = bedrock(proxy, chunked)
+    with pytest.raises(Exception):
+        if api == "converse":
+            list(client.converse_stream(modelId="anthropic.claude-test-v1:0",
+                                        messages=[{"role": "user", "content": [{"text": "q"}]}])["stream"])
+        else:
+            list(client.invoke_model_with_response_stream(modelId="anthropic.claude-test-v1:0", body=b"{}")["body"])
+    cut = find_recording(proxy.record_dir, chunked).verdict
+    assert cut["kind"] == "truncated" and cut["evidence"]["content_complete"] is True, cut

@@ -33,6 +33,7 @@ from streamtap.recording.catalog import files_under
 from streamtap.recording.content import (
     WireBodyCheck,
     content_encoded,
+    delimited_by_length,
     judge_unaccepted_coding,
     judge_unfinished_coding,
     unaccepted_coding,
@@ -308,7 +309,9 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
     checked = check.finish(lines.end)  # sums, sequence, offsets, counts, hashes
     problems = cut + ([unfinished] if unfinished else []) + checked
     damage = cut + checked
-    analysis = session.close(StreamEnd(end.get("stream_end") or "finished"))  # the reader checked the value
+    sent = (header.get("response") or {}).get("headers")
+    framed = delimited_by_length(_header_value(sent, "content-length"), _header_value(sent, "transfer-encoding"))
+    analysis = session.close(StreamEnd(end.get("stream_end") or "finished"), length_framed=framed)  # (the reader checked it)
     if not checked:
         views.decoded(analysis.events)  # the events only the stream's end completed
     if damage and _unvouched(analysis.verdict.kind, checked):

@@ -16,6 +16,7 @@ from mitmproxy import http
 from streamtap.providers import RequestInfo, answers_a_stream, detect_dialect
 from streamtap.providers.model import model_of
 from streamtap.recording import flow_header
+from streamtap.recording.content import delimited_by_length
 from streamtap.recording.header import RequestBody, request_as_read, request_body, request_body_fields
 from streamtap.recording.flows import request_info
 
@@ -50,6 +51,7 @@ class FlowSpec:
     requested_model: str | None = None  # set by complete(): the model the request names (body or URL)
     streamed: bool = True  # set by complete(): False for a plain JSON answer (providers.answers_a_stream)
     accept_encoding: str | None = None  # the request's: a coding it did not accept may be unreadable to the client
+    length_framed: bool = False  # the body is delimited by its Content-Length (how a cut reaches the client)
 
     @classmethod
     def of(cls, flow: http.HTTPFlow, sentinel: str | None, request: RequestInfo | None = None) -> FlowSpec:
@@ -59,6 +61,8 @@ class FlowSpec:
         spec = cls(flow.id, time.time(), response.status_code, response.headers.get("content-encoding"), sentinel)
         spec.content_type = response.headers.get("content-type")
         spec.accept_encoding = flow.request.headers.get("accept-encoding")
+        headers = response.headers
+        spec.length_framed = delimited_by_length(headers.get("content-length"), headers.get("transfer-encoding"))
         try:
             spec.request = request or request_info(flow)
             spec.detection = detect_dialect(replace(spec.request, body=None), spec.content_type)

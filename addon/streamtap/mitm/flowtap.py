@@ -135,6 +135,7 @@ class FlowTap:
         self.status = spec.status
         self.encoding = spec.encoding
         self.accept_encoding = spec.accept_encoding
+        self.length_framed = spec.length_framed
         self.requested_model = spec.requested_model
         for part, message in spec.errors:
             if part == "analysis":
@@ -536,7 +537,7 @@ class FlowTap:
         if self.session is not None:
             counted, closed = self.session.wire_events, False
             try:
-                analysis = self.session.close(end)
+                analysis = self.session.close(end, length_framed=self.length_framed)
                 closed = True
                 if self.writer is not None and analysis.events:
                     try:

@@ -22,7 +22,10 @@ One optional fact, asked once ``finish`` has judged an answer that ended: ``sdk_
 True where the dialect's SDK stopped reading the body at an event that arrived (Chat Completions'
 ``[DONE]``), so the app never saw how the body ended after it. Without it the SDK reads the body to
 its end, and a body cut before its HTTP end (``upstream_reset``, ``proxy_ended``) makes it raise:
-the session judges that answer ``truncated`` (``content_complete`` in the evidence).
+the session judges that answer ``truncated`` (``content_complete`` in the evidence). One more,
+``sdk_ignores_content_length``: True where the SDK takes a body that stops short of its
+Content-Length for its end (botocore reads with urllib3's ``enforce_content_length`` off), so
+such a cut after the end signal cost the app nothing (``StreamSession.close(length_framed=)``).
 
 One optional fact, asked at close of an SSE or NDJSON stream: ``sdk_reads_an_unended_last_line``.
 True where the dialect's SDK, at the end of the body, reads the last line even without its line end

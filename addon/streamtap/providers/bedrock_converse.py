@@ -590,6 +590,10 @@ class ConverseBuilder:
 class Assembler:
     """Bedrock ConverseStream over AWS event-stream frames."""
 
+    # boto3 takes a body that stops short of its Content-Length for its end (botocore's urllib3
+    # responses have enforce_content_length off): a cut there after the end signal costs the app nothing
+    sdk_ignores_content_length = True
+
     dialect = Dialect.BEDROCK_CONVERSE
     wire = "eventstream"
 

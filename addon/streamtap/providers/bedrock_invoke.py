@@ -186,6 +186,10 @@ class TextFamilyBuilder:
 class Assembler:
     """Bedrock InvokeModelWithResponseStream over AWS event-stream frames."""
 
+    # boto3 takes a body that stops short of its Content-Length for its end (botocore's urllib3
+    # responses have enforce_content_length off): a cut there after the end signal costs the app nothing
+    sdk_ignores_content_length = True
+
     dialect = Dialect.BEDROCK_INVOKE
     wire = "eventstream"
 

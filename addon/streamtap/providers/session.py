@@ -167,6 +167,7 @@ class StreamSession:
         self._choices: list = turn.choices if turn is not None else [Choice(0)]
         self._error_body = bytearray()
         self._closed: Analysis | None = None
+        self._length_framed = False  # set by close()
         self._empty_notes: list | None = self._decoder.empty_dispatches if takes_empty else None
         self._empty_fed = 0  # notes of the list offered so far
 
@@ -249,10 +250,13 @@ class StreamSession:
         if self.http_status >= 400 and len(self._error_body) < ERROR_BODY_LIMIT:
             self._error_body += chunk[: ERROR_BODY_LIMIT - len(self._error_body)]
 
-    def close(self, end: StreamEnd | str = StreamEnd.FINISHED) -> Analysis:
+    def close(self, end: StreamEnd | str = StreamEnd.FINISHED, *, length_framed: bool = False) -> Analysis:
+        """``length_framed``: the HTTP body was delimited by its Content-Length (not chunked, not
+        by the connection's close), which decides what a cut after the end signal did to the app."""
         if self._closed is not None:
             return self._closed
         end = StreamEnd(end)  # its value too ("upstream_reset"), as a dialect may be given
+        self._length_framed = length_framed
         events = self._decoder.close()
         waiting = self._empty_waiting()
         for event in events:
@@ -574,6 +578,12 @@ class StreamSession:
             terminal = getattr(getattr(self._assembler, "judge", None), "terminal_name", None) or "the end signal"
             verdict.reason += f"; the HTTP body was cut after {terminal}, where the SDK stops reading: {END_WORDS[end]}"
             verdict.evidence["body_cut_after_end_signal"] = True
+            return verdict
+        if self._length_framed and getattr(self._assembler, "sdk_ignores_content_length", False):
+            verdict.reason += ("; the HTTP body stopped short of its Content-Length after the end signal, which the "
+                               f"SDK does not check: {END_WORDS[end]}")
+            verdict.evidence["body_cut_after_end_signal"] = True
+            verdict.evidence["content_length_short"] = True
             return verdict
         evidence = verdict.evidence | {"content_complete": True, "was": verdict.kind.value,
                                        "last_event_offset": verdict.offset}

@@ -344,6 +344,12 @@ def _doubted(verdict, turn, note: str, key: str, why: str):
                    verdict.seq, verdict.offset, {**evidence, "decoded_body_read_as": "complete"})
 
 
+def delimited_by_length(content_length: str | None, transfer_encoding: str | None) -> bool:
+    """Whether an HTTP/1 response body is delimited by its Content-Length: one is given and the
+    body is not chunked (which overrides it, RFC 9112 §6.3)."""
+    return content_length is not None and "chunked" not in (transfer_encoding or "").lower()
+
+
 _CODING_ALIASES = {"x-gzip": "gzip", "x-compress": "compress"}
 
 

@@ -32,6 +32,7 @@ from .content import (
     UNDO_FAILED_RAW,
     WireUndo,
     content_encoded,
+    delimited_by_length,
     judge_unaccepted_coding,
     judge_unfinished_coding,
     unaccepted_coding,
@@ -361,7 +362,9 @@ def import_flow(
                           "turn": None, "ttft_ms": None, "events": session.wire_events,
                           "streamtap_errors": [f"analysis: {failure}"]}
         else:
-            analysis = session.close(end)
+            headers = flow.response.headers
+            framed = delimited_by_length(headers.get("content-length"), headers.get("transfer-encoding"))
+            analysis = session.close(end, length_framed=framed)
             for event in analysis.events:
                 writer.frame(event, None)
             unfinished = undo.unfinished() if undo is not None else None
