@@ -189,7 +189,6 @@ def test_the_readmes_read_json_query_keeps_every_field_past_32_files(tmp_path):
     of mostly one provider would lose the fields only later files have (an event-stream frame's
     bytes). The README's query, as written there, reads all of them."""
     import re
-    import shutil
     from importlib.resources import files
 
     readme = (Path(__file__).parent.parent / "README.md").read_text()

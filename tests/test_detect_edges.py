@@ -13,7 +13,6 @@ from streamtap.providers import (
     RequestInfo,
     StreamSession,
     VerdictKind,
-    analyze_bytes,
     answers_a_stream,
     check_request,
     detect_dialect,
