@@ -678,3 +678,85 @@ def test_a_last_line_without_its_line_end_that_the_client_reads(name):
     for end in (StreamEnd.UPSTREAM_RESET, StreamEnd.PROXY_ENDED, StreamEnd.CLIENT_ABORTED):
         verdict = analyze_bytes(body[:-cut], dialect, end=end).verdict
         assert verdict.kind is T and "body_ended_without_line_end" not in verdict.evidence, (end, verdict)
+
+
+def _text_chunk(**part) -> dict:
+    return {"candidates": [{"content": {"role": "model", "parts": [{"text": "A", **part}]}, "index": 0}]}
+
+
+def _usage(**counts) -> dict:
+    return {**FINISH, "usageMetadata": {**FINISH["usageMetadata"], **counts}}
+
+
+# Chunks google-genai 3.6.1's GenerateContentResponse (pydantic, lax mode) refuses: it raises a
+# ValidationError in generate_content_stream, Gemini API and Vertex AI alike (checked against the real
+# SDK; not a test dependency): (chunk before FINISH, or FINISH changed, the reason's path)
+GEMINI_CHUNKS_REFUSED = {
+    "fraction count": (_usage(totalTokenCount=5.5), "usageMetadata.totalTokenCount is a number (5.5)"),
+    "non-numeric string count": (_usage(promptTokenCount="x"), "usageMetadata.promptTokenCount is a string"),
+    "list count": (_usage(thoughtsTokenCount=[]), "usageMetadata.thoughtsTokenCount is a list"),
+    "usage as a string": ({**FINISH, "usageMetadata": "x"}, "usageMetadata is a string"),
+    "number text": (_text_chunk(text=7), "parts[0].text is a number"),
+    "boolean text": (_text_chunk(text=True), "parts[0].text is a boolean"),
+    "thought []": (_text_chunk(thought=[]), "parts[0].thought is a list"),
+    "thought 2": (_text_chunk(thought=2), "parts[0].thought is a number"),
+    "thought 'x'": (_text_chunk(thought="x"), "parts[0].thought is a string"),
+    "thoughtSignature not base64": (_text_chunk(thoughtSignature="!!"), 'parts[0].thoughtSignature is a string ("!!")'),
+    "thoughtSignature with a space": (_text_chunk(thoughtSignature="QU JD"), "parts[0].thoughtSignature is a string"),
+    "thoughtSignature a number": (_text_chunk(thoughtSignature=5), "parts[0].thoughtSignature is a number"),
+    "args a list": ({"candidates": [{"content": {"role": "model", "parts": [{"functionCall": {"name": "f", "args": []}}]},
+                                     "index": 0}]}, "parts[0].functionCall.args is a list"),
+    "args a JSON string": ({"candidates": [{"content": {"role": "model", "parts": [{"functionCall": {"name": "f",
+                            "args": "{}"}}]}, "index": 0}]}, "parts[0].functionCall.args is a string"),
+    "functionCall name a number": ({"candidates": [{"content": {"role": "model", "parts": [{"functionCall": {"name": 5}}]},
+                                                    "index": 0}]}, "parts[0].functionCall.name is a number"),
+    "inlineData not base64": ({"candidates": [{"content": {"role": "model", "parts": [{"inlineData": {
+        "mimeType": "image/png", "data": "!!"}}]}, "index": 0}]}, "parts[0].inlineData.data is a string"),
+    "number modelVersion": ({**TEXT, "modelVersion": 2}, "modelVersion is a number"),
+    "list responseId": ({**TEXT, "responseId": []}, "responseId is a list"),
+    "number role": ({"candidates": [{"content": {"role": 1, "parts": [{"text": "A"}]}, "index": 0}]}, "content.role is a number"),
+    "parts a string": ({"candidates": [{"content": {"role": "model", "parts": "A"}, "index": 0}]}, "content.parts is a string"),
+    "part a string": ({"candidates": [{"content": {"role": "model", "parts": ["A"]}, "index": 0}]}, "content.parts[0] is a string"),
+    "content a string": ({"candidates": [{"content": "A", "index": 0}]}, "candidates[0].content is a string"),
+    "index a word": ({"candidates": [{"content": {"role": "model", "parts": [{"text": "A"}]}, "index": "x"}]},
+                     "candidates[0].index is a string"),
+    "promptFeedback a list": ({**TEXT, "promptFeedback": []}, "promptFeedback is a list"),
+}
+
+
+def _answer_with(chunk: dict) -> list[dict]:
+    """An answer holding ``chunk`` second: last where it finishes the answer, else before FINISH."""
+    return [TEXT, chunk] if chunk.get("candidates", [{}])[0].get("finishReason") else [TEXT, chunk, FINISH]
+
+
+@pytest.mark.parametrize("name", GEMINI_CHUNKS_REFUSED)
+def test_gemini_chunks_google_genai_refuses_are_corrupt(name):
+    """A field of a JSON type google-genai's model refuses: the app's stream raises at that chunk."""
+    chunk, says = GEMINI_CHUNKS_REFUSED[name]
+    chunks = _answer_with(chunk)
+    for wire, body in (("sse", _gemini(*chunks)), ("json-array", frame_gemini_array([orjson.dumps(c) for c in chunks]))):
+        for size in (None, 1):
+            verdict = analyze_bytes(body, GEMINI, wire=wire, chunk_size=size).verdict
+            assert verdict.kind is X and verdict.seq == 1, (wire, verdict)
+            assert says in verdict.reason and "google-genai refuses this chunk" in verdict.reason, verdict
+
+
+# what pydantic's lax mode takes (each checked against google-genai 3.6.1): counts as whole floats,
+# numeric strings or booleans; a flag as 0/1 or "yes"/"TRUE"; base64 in either alphabet, unpadded
+GEMINI_CHUNKS_TAKEN = {
+    "lax counts": _usage(promptTokenCount="4", candidatesTokenCount=5.0, totalTokenCount=" 9", thoughtsTokenCount=True),
+    "lax thought": {"candidates": [{"content": {"role": "model", "parts": [
+        {"text": "A", "thought": "TRUE"}, {"text": "B", "thought": 0.0}, {"text": "C", "thought": "off"}]}, "index": 0}]},
+    "signatures": {"candidates": [{"content": {"role": "model", "parts": [
+        {"text": "A", "thoughtSignature": "a-_b"}, {"text": "B", "thoughtSignature": "a+/b"},
+        {"text": "C", "thoughtSignature": "QUJDRA"}, {"text": "", "thoughtSignature": "QUJDRA=="}]}, "index": 0}]},
+    "nulls": {"candidates": [{"content": {"role": None, "parts": [{"text": "A", "thought": None, "thoughtSignature": None},
+              {"functionCall": {"name": "f", "args": None}}]}, "index": None}], "modelVersion": None, "usageMetadata": None},
+    "empty parts": {"candidates": [{"content": {"role": "model", "parts": []}, "index": 0}]},
+}
+
+
+@pytest.mark.parametrize("name", GEMINI_CHUNKS_TAKEN)
+def test_gemini_chunks_google_genai_takes_stay_complete(name):
+    verdict = analyze_bytes(_gemini(*_answer_with(GEMINI_CHUNKS_TAKEN[name])), GEMINI).verdict
+    assert verdict.kind is C, verdict

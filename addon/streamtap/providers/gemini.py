@@ -24,6 +24,13 @@ A streamed function call (Vertex ``partialArgs``, §5.3) ends with a part withou
 ``willContinue``. A ``STOP`` while the call's last part still said ``willContinue`` contradicts
 it: corrupt, as other dialects judge a normal stop with a tool call never finished.
 
+google-genai reads each chunk into its pydantic ``GenerateContentResponse`` and raises where a field
+it reads has a JSON type the model refuses (a fractional token count, a numeric ``text``, a ``thought``
+of ``[]``, a ``thoughtSignature`` that is not base64, ``functionCall.args`` that is no object, a
+``parts`` that is no list): the app gets no answer past that chunk, so the stream is corrupt.
+Values pydantic's lax mode takes (``"5"`` or ``5.0`` or ``true`` for a count, ``"yes"`` for a
+flag) pass.
+
 A part carries one kind of data: ``Part.data`` is a protobuf oneof (``text``, ``inlineData``,
 ``fileData``, ``functionCall``, ``functionResponse``, ``executableCode``,
 ``codeExecutionResult``), and the API's JSON holds one member of it per part (``thought`` and
@@ -80,6 +87,32 @@ PART_DATA = ("text", "inlineData", "fileData", "functionCall", "functionResponse
 # answered, so only the numbers both APIs share are read as names.
 FINISH_REASON_NUMBERS = {1: "STOP", 2: "MAX_TOKENS", 3: "SAFETY", 4: "RECITATION", 5: "OTHER"}
 BLOCK_REASON_NUMBERS = {1: "SAFETY", 2: "OTHER", 3: "BLOCKLIST", 4: "PROHIBITED_CONTENT"}
+
+# What google-genai (3.6.1, Gemini API and Vertex AI alike) hands its pydantic models, as far as they
+# refuse what streamtap reads: a dict is an object of these members, a one-item list a list of that
+# shape, OBJECT and LIST any object or list. Null passes anywhere, and members not named here are
+# dropped or passed on unread. ``candidates`` is not here: google-genai iterates it before validating
+# (a string or an object passes as so many empty candidates), so only the candidates that are
+# objects are checked, each as CANDIDATE_SHAPE.
+INT, STR, BOOL, BYTES, OBJECT, LIST = "int", "str", "bool", "bytes", "object", "list"
+CHUNK_SHAPE: dict[str, Any] = {
+    "modelVersion": STR, "responseId": STR, "promptFeedback": OBJECT,
+    "usageMetadata": {name: INT for name in ("promptTokenCount", "candidatesTokenCount", "totalTokenCount",
+                                            "thoughtsTokenCount", "cachedContentTokenCount")},
+}
+PART_SHAPE: dict[str, Any] = {
+    "text": STR, "thought": BOOL, "thoughtSignature": BYTES,
+    "functionCall": {"id": STR, "name": STR, "args": OBJECT, "willContinue": BOOL, "partialArgs": LIST},
+    "inlineData": {"mimeType": STR, "data": BYTES},
+}
+CANDIDATE_SHAPE: dict[str, Any] = {"index": INT, "content": {"role": STR, "parts": [PART_SHAPE]}}
+# the strings pydantic reads as a bool (compared lowercased, not stripped)
+_BOOL_WORDS = {"0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes"}
+# pydantic decodes bytes as base64 in either alphabet; a character outside both always fails (padding and
+# trailing bits it also judges, more strictly than the stdlib: those are left alone)
+_NOT_BASE64 = re.compile(r"[^A-Za-z0-9+/_=-]")
+_SHAPE_WORDS = {INT: "an integer", STR: "a string", BOOL: "a boolean", BYTES: "base64 text", OBJECT: "an object",
+                LIST: "a list"}
 
 
 def normalize(reason: str, has_calls: bool) -> str:
@@ -173,6 +206,10 @@ class Assembler(AssemblerBase):
             return
         if "error" in obj:
             self.errored(event, error_fields(obj))
+            return
+        reason = refused(obj)
+        if reason is not None:
+            self.corrupt(f"{reason}: google-genai refuses this chunk (its model raises)", event)
             return
         turn = self.turn
         self._response_id(obj, event)
@@ -515,6 +552,75 @@ class Assembler(AssemblerBase):
                              f"{block.name or block.id} was never finished (its last part said willContinue)",
                              self._last_candidates_event, candidate=index, block=block.index, tool=block.name)
                 return
+
+
+def refused(chunk: dict[str, Any]) -> str | None:
+    """Why google-genai's model raises on ``chunk``, or None when it takes it (as far as CHUNK_SHAPE goes)."""
+    reason = misfit(chunk, CHUNK_SHAPE, "")
+    for at, candidate in enumerate(as_list(chunk.get("candidates"))):
+        if reason is not None:
+            break
+        if isinstance(candidate, dict):
+            reason = misfit(candidate, CANDIDATE_SHAPE, f"candidates[{at}]")
+    return reason
+
+
+def misfit(value: Any, shape: Any, path: str) -> str | None:
+    """Why pydantic's lax mode refuses ``value`` read as ``shape``, or None when it takes it (or may)."""
+    if value is None:
+        return None
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            return f"{path} is {_json_type(value)} where google-genai's model has an object"
+        for name, member in shape.items():
+            reason = misfit(value.get(name), member, f"{path}.{name}" if path else name)
+            if reason is not None:
+                return reason
+        return None
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return f"{path} is {_json_type(value)} where google-genai's model has a list"
+        for at, item in enumerate(value):
+            reason = misfit(item, shape[0], f"{path}[{at}]")
+            if reason is not None:
+                return reason
+        return None
+    if _takes(shape, value):
+        return None
+    return f"{path} is {_json_type(value)} where google-genai's model has {_SHAPE_WORDS[shape]}"
+
+
+def _takes(shape: str, value: Any) -> bool:
+    """Whether pydantic's lax mode may take ``value`` (not null) as ``shape``."""
+    if shape == OBJECT:
+        return isinstance(value, dict)
+    if shape == LIST:
+        return isinstance(value, list)
+    if shape == STR:
+        return isinstance(value, str)
+    if shape == BYTES:
+        return isinstance(value, str) and _NOT_BASE64.search(value) is None
+    if isinstance(value, (dict, list)):
+        return False
+    if shape == BOOL:
+        return value.lower() in _BOOL_WORDS if isinstance(value, str) else value in (0, 1)
+    # INT: a bool or a whole number; a string float() reads may be one (" 5", "5.0"), one it refuses never is
+    if isinstance(value, float):
+        return value.is_integer()
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            return False
+    return True
+
+
+def _json_type(value: Any) -> str:
+    """The value's JSON type, and the value itself where short to show (a string's first characters)."""
+    if isinstance(value, (dict, list)):
+        return "an object" if isinstance(value, dict) else "a list"
+    kind = "a string" if isinstance(value, str) else "a boolean" if isinstance(value, bool) else "a number"
+    return f"{kind} ({one_line(dumps(value[:40] if isinstance(value, str) else value), 40)})"
 
 
 _JSON_SPACE = b" \t\r\n"
