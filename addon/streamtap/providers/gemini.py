@@ -555,39 +555,45 @@ class Assembler(AssemblerBase):
 
 
 def refused(chunk: dict[str, Any]) -> str | None:
-    """Why google-genai's model raises on ``chunk``, or None when it takes it (as far as CHUNK_SHAPE goes)."""
-    reason = misfit(chunk, CHUNK_SHAPE, "")
+    """Why google-genai's model raises on ``chunk``, or None when it takes it (as far as CHUNK_SHAPE goes).
+    Run on every chunk: the members it holds are walked, and a path is spelt out only for a refusal."""
+    why = _misfit(chunk, CHUNK_SHAPE)
+    if why is not None:
+        return why[1:] if why[0] == "." else why
     for at, candidate in enumerate(as_list(chunk.get("candidates"))):
-        if reason is not None:
-            break
         if isinstance(candidate, dict):
-            reason = misfit(candidate, CANDIDATE_SHAPE, f"candidates[{at}]")
-    return reason
+            why = _misfit(candidate, CANDIDATE_SHAPE)
+            if why is not None:
+                return f"candidates[{at}]{why}"
+    return None
 
 
-def misfit(value: Any, shape: Any, path: str) -> str | None:
-    """Why pydantic's lax mode refuses ``value`` read as ``shape``, or None when it takes it (or may)."""
-    if value is None:
-        return None
+def _misfit(value: Any, shape: Any) -> str | None:
+    """Why pydantic's lax mode refuses ``value`` (not null) read as ``shape``, or None when it takes it
+    (or may): the path below ``value`` (``.name``, ``[i]``) and what it is, where the model has another type."""
     if isinstance(shape, dict):
-        if not isinstance(value, dict):
-            return f"{path} is {_json_type(value)} where google-genai's model has an object"
-        for name, member in shape.items():
-            reason = misfit(value.get(name), member, f"{path}.{name}" if path else name)
-            if reason is not None:
-                return reason
+        if type(value) is not dict:
+            return f" is {_json_type(value)} where google-genai's model has an object"
+        for name, item in value.items():
+            member = shape.get(name)
+            if member is None or item is None or (member is STR and type(item) is str) or (member is INT and type(item) is int):
+                continue  # (the common cases, without a call)
+            why = _misfit(item, member)
+            if why is not None:
+                return f".{name}{why}"
         return None
     if isinstance(shape, list):
-        if not isinstance(value, list):
-            return f"{path} is {_json_type(value)} where google-genai's model has a list"
+        if type(value) is not list:
+            return f" is {_json_type(value)} where google-genai's model has a list"
         for at, item in enumerate(value):
-            reason = misfit(item, shape[0], f"{path}[{at}]")
-            if reason is not None:
-                return reason
+            if item is not None:
+                why = _misfit(item, shape[0])
+                if why is not None:
+                    return f"[{at}]{why}"
         return None
     if _takes(shape, value):
         return None
-    return f"{path} is {_json_type(value)} where google-genai's model has {_SHAPE_WORDS[shape]}"
+    return f" is {_json_type(value)} where google-genai's model has {_SHAPE_WORDS[shape]}"
 
 
 def _takes(shape: str, value: Any) -> bool:
