@@ -576,7 +576,9 @@ def _misfit(value: Any, shape: Any) -> str | None:
             return f" is {_json_type(value)} where google-genai's model has an object"
         for name, item in value.items():
             member = shape.get(name)
-            if member is None or item is None or (member is STR and type(item) is str) or (member is INT and type(item) is int):
+            if member is None or item is None:
+                continue
+            if (member is STR and type(item) is str) or (member is INT and type(item) is int):
                 continue  # (the common cases, without a call)
             why = _misfit(item, member)
             if why is not None:

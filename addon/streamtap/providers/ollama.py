@@ -52,9 +52,9 @@ _JSON_KINDS = {dict: "an object", list: "an array", str: "a string", bool: "a bo
 _BREAK_NAMES = {b"\r": "CR not before the LF", b"\xc2\x85": "U+0085 (NEL)", b"\xe2\x80\xa8": "U+2028 (line separator)",
                 b"\xe2\x80\xa9": "U+2029 (paragraph separator)"}
 # what the ollama client's response models (ollama/_types.py) want of a line: a string or null ...
-_LINE_STRINGS = ("model", "created_at", "done_reason")  # BaseGenerateResponse, every line
+_LINE_STRINGS = frozenset({"model", "created_at", "done_reason"})  # BaseGenerateResponse, every line
 _MESSAGE_STRINGS = ("content", "thinking", "tool_name")  # ChatResponse's message (role: a string, required)
-_GENERATE_STRINGS = ("response", "thinking")  # GenerateResponse
+_GENERATE_LINE_STRINGS = _LINE_STRINGS | {"response", "thinking"}  # GenerateResponse
 # ... or an integer or null (BaseGenerateResponse)
 _COUNTS = ("total_duration", "load_duration", "prompt_eval_count", "prompt_eval_duration", "eval_count",
            "eval_duration")
@@ -153,7 +153,7 @@ class Assembler(AssemblerBase):
         of every line and raises where pydantic refuses it. A line that shows no shape before any line
         did waits for the stream to show which model that is."""
         shape = self._shape
-        refused = _refused_line(obj, shape)
+        refused, string_count = _refused_line(obj, shape)
         if refused:
             self._refused(event, refused, shape)
             return
@@ -163,9 +163,9 @@ class Assembler(AssemblerBase):
                 self._waiting = (event, _held(obj, "message"), empty_error)
         elif empty_error:
             self._read_on(event)
-        if not self._string_count and (key := next((k for k in _COUNTS if isinstance(obj.get(k), str)), None)):
+        if string_count is not None and not self._string_count:
             self._string_count = True
-            self.judge.doubt(f"line {event.seq} (byte {event.start}) has a string for its {key}: the ollama client "
+            self.judge.doubt(f"line {event.seq} (byte {event.start}) has a string for its {string_count}: the ollama client "
                              "reads it as an integer only where pydantic's lax rules parse it, so whether it took the "
                              "line is not told", event.seq, event.start)
 
@@ -251,31 +251,39 @@ class Assembler(AssemblerBase):
         return self.verdict(end, expected='a line with "done": true')
 
 
-def _refused_line(obj: dict[str, Any], shape: str | None) -> str | None:
+def _refused_line(obj: dict[str, Any], shape: str | None) -> tuple[str | None, str | None]:
     """Why the ollama client's response model for ``shape`` (``ChatResponse``, ``GenerateResponse``,
-    or None: what both want) refuses the line ``obj``; None where it takes it. A count written as a
-    string is pydantic's to parse, and is not judged here."""
-    fields = [(obj, key, "its") for key in _LINE_STRINGS]
+    or None: what both want) refuses the line ``obj`` (None where it takes it), and the first count
+    written as a string, which is pydantic's to parse and is not judged here. Run on every line: the
+    members the line holds are walked once."""
     if shape == "chat":
         message = obj.get("message")
         if not isinstance(message, dict):
-            return f"has {_held(obj, 'message')} for its message, not an object"
+            return f"has {_held(obj, 'message')} for its message, not an object", None
         if not isinstance(message.get("role"), str):
-            return f"has {_held(message, 'role')} for its message's role, not a string"
-        fields += [(message, key, "its message's") for key in _MESSAGE_STRINGS]
-    elif shape == "generate":
-        fields += [(obj, key, "its") for key in _GENERATE_STRINGS]
-    for owner, key, whose in fields:
-        if owner.get(key) is not None and not isinstance(owner[key], str):
-            return f"has {_held(owner, key)} for {whose} {key}, not a string"
-    for key in _COUNTS:
-        value = obj.get(key)
-        # a float the decoder read may be an integer past 64 bits (the client reads those exactly),
-        # so only a fraction is surely refused
-        fraction = type(value) is float and math.isfinite(value) and not value.is_integer()
-        if isinstance(value, (list, dict)) or fraction:
-            return f"has {'a fraction' if fraction else _held(obj, key)} for its {key}, not an integer"
-    return None
+            return f"has {_held(message, 'role')} for its message's role, not a string", None
+        for key in _MESSAGE_STRINGS:
+            value = message.get(key)
+            if value is not None and not isinstance(value, str):
+                return f"has {_held(message, key)} for its message's {key}, not a string", None
+    strings = _GENERATE_LINE_STRINGS if shape == "generate" else _LINE_STRINGS
+    string_count = None
+    for key, value in obj.items():
+        if value is None:
+            continue
+        kind = type(value)
+        if key in strings:
+            if kind is not str:
+                return f"has {_held(obj, key)} for its {key}, not a string", None
+        elif key in _COUNTS and kind is not int:
+            # a float the decoder read may be an integer past 64 bits (the client reads those exactly),
+            # so only a fraction is surely refused
+            fraction = kind is float and math.isfinite(value) and not value.is_integer()
+            if kind is list or kind is dict or fraction:
+                return f"has {'a fraction' if fraction else _held(obj, key)} for its {key}, not an integer", None
+            if kind is str and string_count is None:
+                string_count = key
+    return None, string_count
 
 
 def _refused_call(call: Any) -> str | None:
