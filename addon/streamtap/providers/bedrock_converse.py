@@ -129,42 +129,47 @@ def _json_type(value: Any) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(type(value), "a number")
 
 
-def misfit(value: Any, shape: Any, path: str) -> str | None:
+def misfit(value: Any, shape: Any) -> str | None:
     """Why botocore's parser raises on ``value`` read as ``shape`` (an ``EVENT_SHAPES`` entry), or None
-    when it does not. It passes null on as null wherever it sits."""
+    when it does not: the path below ``value`` (``.name``, ``[i]``) and what is wrong there. It passes
+    null on as null wherever it sits. Run on every event: a path is spelt out only for a refusal."""
     if value is None or shape is None:
         return None
     if shape is BLOB:
         try:
             base64.b64decode(value)
         except (TypeError, ValueError):
-            return f"{path} is not base64 text"
+            return " is not base64 text"
         return None
     if isinstance(shape, list):
         if isinstance(value, list):
             for at, item in enumerate(value):
-                reason = misfit(item, shape[0], f"{path}[{at}]")
-                if reason is not None:
-                    return reason
+                why = misfit(item, shape[0])
+                if why is not None:
+                    return f"[{at}]{why}"
             return None
         # botocore iterates a string's characters or an object's keys as the items, which are strings
         # where every list here holds objects: only an empty one passes
         if isinstance(value, (str, dict)) and not value:
             return None
-        return f"{path} is {_json_type(value)} where botocore's model has a list"
+        return f" is {_json_type(value)} where botocore's model has a list"
     if not isinstance(value, dict):
-        return f"{path} is {_json_type(value)} where botocore's model has an object"
+        return f" is {_json_type(value)} where botocore's model has an object"
     if isinstance(shape, _Union):
         members = union(value)
         if len(members) != 1:
-            return f"{path} has {len(members)} members {sorted(members)[:4]} where botocore's model takes exactly one"
+            return f" has {len(members)} members {sorted(members)[:4]} where botocore's model takes exactly one"
         (name, member), = members.items()
         # a member the model does not know botocore hands on by name only, unread
-        return misfit(member, shape[name], f"{path}.{name}") if name in shape else None
+        member_shape = shape.get(name)
+        why = misfit(member, member_shape) if member_shape is not None else None
+        return f".{name}{why}" if why is not None else None
     for name, member_shape in shape.items():
-        reason = misfit(value.get(name), member_shape, f"{path}.{name}")
-        if reason is not None:
-            return reason
+        item = value.get(name)
+        if item is not None and member_shape is not None:
+            why = misfit(item, member_shape)
+            if why is not None:
+                return f".{name}{why}"
     return None
 
 
@@ -243,10 +248,10 @@ class ConverseBuilder:
                 self.judge.note(f"unknown event type {kind!r} at seq {seq}")
             return
         if self.converse_api:  # boto3 parses the event by its model: where it raises, the app gets no more
-            reason = misfit(body, EVENT_SHAPES[kind], kind)
-            if reason is not None:
+            why = misfit(body, EVENT_SHAPES[kind])
+            if why is not None:
                 index = body.get("contentBlockIndex")
-                self.judge.corrupt(f"{reason}: boto3 raises on this event", seq, offset,
+                self.judge.corrupt(f"{kind}{why}: boto3 raises on this event", seq, offset,
                                    **({"index": index} if isinstance(index, int) else {}))
                 return
         handler(self, body, seq, offset, t)
