@@ -760,3 +760,20 @@ GEMINI_CHUNKS_TAKEN = {
 def test_gemini_chunks_google_genai_takes_stay_complete(name):
     verdict = analyze_bytes(_gemini(*_answer_with(GEMINI_CHUNKS_TAKEN[name])), GEMINI).verdict
     assert verdict.kind is C, verdict
+
+
+@pytest.mark.parametrize("empty", [b"data: \r\n\r\n", b"data:  \r\n\r\n", b"data: \r\ndata: \r\n\r\n"])
+@pytest.mark.parametrize("where", ["between", "after the last"])
+def test_a_gemini_event_of_empty_data_is_corrupt_as_google_genai_fails_on_it(empty, where):
+    """google-genai parses the text of every `data: ` line as JSON, an empty one too, and raises
+    (UnknownApiResponseError, checked with google-genai 3.6.1): the SSE rules dispatch nothing
+    worth reading there, but the app gets an exception."""
+    first = {"candidates": [{"content": {"role": "model", "parts": [{"text": "Hello"}]}, "index": 0}]}
+    last = {"candidates": [{"content": {"role": "model", "parts": [{"text": " world"}]}, "finishReason": "STOP",
+                            "index": 0}]}
+    chunks = [b"data: " + orjson.dumps(first) + b"\r\n\r\n", b"data: " + orjson.dumps(last) + b"\r\n\r\n"]
+    body = chunks[0] + empty + chunks[1] if where == "between" else chunks[0] + chunks[1] + empty
+    for size in (None, 1, 7):
+        verdict = analyze_bytes(body, Dialect.GEMINI, chunk_size=size).verdict
+        assert verdict.kind is VerdictKind.CORRUPT and "google-genai" in verdict.reason, verdict
+    assert analyze_bytes(chunks[0] + chunks[1], Dialect.GEMINI).verdict.kind is VerdictKind.COMPLETE

@@ -181,7 +181,8 @@ class Assembler(AssemblerBase):
             self.seen(event, f"chunk {event.seq}")
             if not event.raw.isascii():  # only a BOM or a non-ASCII line break reads otherwise in google-genai
                 self._client_lines(event)
-            if not event.data.strip():
+            if not event.data.strip():  # google-genai parses every data: line's text as JSON, an empty one too
+                self.empty_data(event, "google-genai")
                 return
             if "\n" in event.data:  # a data line holds no line end: only joined data lines put one there
                 self._split_data(event)
