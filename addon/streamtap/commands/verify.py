@@ -36,7 +36,6 @@ from streamtap.recording.content import (
     delimited_by_length,
     judge_unaccepted_coding,
     judge_unfinished_coding,
-    unaccepted_coding,
 )
 from streamtap.recording.importer import begins_a_flow
 from streamtap.recording.reader import EventViews, analysis_stopped, shown_path
@@ -373,10 +372,7 @@ def _judged_coding(analysis: Analysis, undone: WireBodyCheck, accept_encoding: s
     unfinished = undone.undo.unfinished()
     if unfinished and not damaged:
         verdict = judge_unfinished_coding(verdict, analysis.turn, unfinished)
-    unaccepted = unaccepted_coding(undone.encoding, accept_encoding)
-    if unaccepted:
-        verdict = judge_unaccepted_coding(verdict, analysis.turn, unaccepted)
-    return verdict
+    return judge_unaccepted_coding(verdict, analysis.turn, undone.encoding, accept_encoding)
 
 
 def end_line_problems(end: dict, analysis: Analysis, rejudged: bool) -> list[str]:

@@ -27,7 +27,6 @@ from streamtap.recording.content import (
     content_encoded,
     judge_unaccepted_coding,
     judge_unfinished_coding,
-    unaccepted_coding,
 )
 from streamtap.wire import DEFAULT_MAX_EVENT, Tail
 
@@ -548,9 +547,8 @@ class FlowTap:
                 unfinished = self.decoder.unfinished() if self.decoder is not None else None
                 if unfinished:  # the decoded body may be whole; its compressed stream was cut
                     verdict = analysis.verdict = judge_unfinished_coding(verdict, turn, unfinished)
-                unaccepted = unaccepted_coding(self.encoding, self.accept_encoding)
-                if unaccepted:  # streamtap decoded it; the client may not
-                    verdict = analysis.verdict = judge_unaccepted_coding(verdict, turn, unaccepted)
+                # streamtap decoded it; the client may not
+                verdict = analysis.verdict = judge_unaccepted_coding(verdict, turn, self.encoding, self.accept_encoding)
                 if injected_fault:
                     verdict.evidence["injected_fault"] = injected_fault
                 ttft = turn.timing.first_content

@@ -535,12 +535,12 @@ class StreamSession:
         missing: list[int] = []
         unsure: list[int] = []
         first_missing: tuple[str, bool] | None = None
-        for choice in turn.choices:
+        for position, choice in enumerate(turn.choices):
             if _stopped_to_call(turn, choice, stops):
                 continue
             text = ends.end(choice) if ends is not None else None
             if text is None:  # all its text was kept
-                text = ("".join(b.text for b in choice.blocks if b.kind is BlockKind.TEXT), True)
+                text = (turn.text(position), True)
             found = _ends_with_line(*text, self.sentinel)
             if found is None:
                 unsure.append(choice.index)

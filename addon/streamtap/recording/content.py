@@ -322,11 +322,14 @@ def judge_unfinished_coding(verdict, turn, note: str):
     return _doubted(verdict, turn, note, "unfinished_coding", "which the cut coding cannot vouch for")
 
 
-def judge_unaccepted_coding(verdict, turn, note: str):
-    """``verdict`` for a body in a coding its request did not accept (``note``, from
-    ``unaccepted_coding``): a ``complete`` one becomes ``unknown``, since a client that decodes only
-    what it asked for (botocore reads event streams undecoded) got bytes it cannot read, while one
-    that decodes any coding (httpx) got the answer; any other kind keeps its word."""
+def judge_unaccepted_coding(verdict, turn, encoding: str | None, accept_encoding: str | None):
+    """``verdict`` for a body in ``encoding`` whose request sent ``accept_encoding``: where that did not
+    accept the coding (``unaccepted_coding``), a ``complete`` one becomes ``unknown``, since a client that
+    decodes only what it asked for (botocore reads event streams undecoded) got bytes it cannot read,
+    while one that decodes any coding (httpx) got the answer; any other kind keeps its word, noted."""
+    note = unaccepted_coding(encoding, accept_encoding)
+    if note is None:
+        return verdict
     return _doubted(verdict, turn, note, "unaccepted_coding", "but only a client that decodes a coding it did not "
                     "ask for can read it")
 

@@ -35,7 +35,6 @@ from .content import (
     delimited_by_length,
     judge_unaccepted_coding,
     judge_unfinished_coding,
-    unaccepted_coding,
 )
 from .flows import is_llm_stream, may_have_body, request_info, stream_end
 from .header import flow_header, request_as_read, request_body
@@ -370,9 +369,9 @@ def import_flow(
             unfinished = undo.unfinished() if undo is not None else None
             if unfinished:  # the decoded body may be whole; its compressed stream was cut
                 analysis.verdict = judge_unfinished_coding(analysis.verdict, analysis.turn, unfinished)
-            unaccepted = unaccepted_coding(encoding, flow.request.headers.get("accept-encoding"))
-            if unaccepted:  # decoded here; the client may not have
-                analysis.verdict = judge_unaccepted_coding(analysis.verdict, analysis.turn, unaccepted)
+            # decoded here; the client may not have
+            analysis.verdict = judge_unaccepted_coding(analysis.verdict, analysis.turn, encoding,
+                                                       flow.request.headers.get("accept-encoding"))
             if clock_note:
                 analysis.turn.notes.append(clock_note)
             turn = analysis.turn.to_dict()
