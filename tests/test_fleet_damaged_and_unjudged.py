@@ -109,7 +109,7 @@ def test_the_html_page_says_some_recordings_were_not_judged(tmp_path):
     assert streamtap("report", "--html", page, tmp_path / "recs").returncode == 1
     text = page.read_text()
     by_provider = text[text.index("<h2>By provider</h2>") : text.index("<h2>By model</h2>")]
-    assert "<th>not judged</th>" in by_provider and "<td>anthropic</td><td>5</td><td>3</td><td>0</td><td>2</td>" in by_provider
+    assert "<th>not judged</th>" in by_provider and '<td class="text">anthropic</td><td>5</td><td>3</td><td>0</td><td>2</td>' in by_provider
     assert "Every judged turn is complete." not in text  # never alone: 2 were not judged
     assert "Every judged turn is complete, but not every recording was judged: 2 recording(s) read were not judged" in text
 

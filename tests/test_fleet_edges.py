@@ -182,6 +182,62 @@ def test_the_html_page_shows_recorded_names_as_the_table_does_and_its_axis_where
     assert re.findall(r'text-anchor="end">([^<]*)<', ttft)[:3] == ["0", "0.5", "1"]
 
 
+def _css_rules(html: str) -> dict[str, str]:
+    """The page's style: each selector (of a comma list) to its declarations, joined."""
+    style = html[html.index("<style>") + len("<style>") : html.index("</style>")]
+    rules: dict[str, str] = {}
+    for selectors, declarations in re.findall(r"([^{}]+)\{([^{}]*)\}", style):
+        for selector in selectors.split(","):
+            rules[selector.strip()] = rules.get(selector.strip(), "") + declarations + ";"
+    return rules
+
+
+def test_the_html_page_fits_a_phone_and_a_long_unbroken_reason_wraps_in_its_column(tmp_path):
+    """The page had no viewport (a phone drew it 980 px wide and shrank it) and charts of a fixed
+    640 px; the first column broke anywhere with no least width, so the table squeezed it to one
+    character a line while a reason without a space (a URL, base64) pushed the table thousands
+    of pixels past the page, right-aligned: its start was off screen."""
+    reason = "stream error: Invalid signature " + "QUJD" * 100
+    recording(tmp_path, "cut.jsonl", end={"verdict": {"kind": "errored", "reason": reason}})
+    page = tmp_path / "report.html"
+    assert streamtap("report", "--html", page, tmp_path).returncode == 1
+    html = page.read_text()
+    rules = _css_rules(html)
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in html
+    svgs = re.findall(r"<svg [^>]*>", html)
+    assert len(svgs) == 2 and all(re.search(r'width="(\d+)" height="(\d+)" viewBox="0 0 \1 \2"', svg) for svg in svgs), svgs
+    assert "max-width:100%" in rules["svg"] and "height:auto" in rules["svg"]
+    # a cell that may break anywhere keeps a least width, or the table squeezes it to a character
+    breaking = [selector for selector, declarations in rules.items() if "overflow-wrap:anywhere" in declarations]
+    assert breaking and all("min-width:" in rules[selector] for selector in breaking if selector not in ("h3", ".legend span")), rules
+    # every table scrolls in its own box, never the page
+    assert html.count("<table>") == html.count('<div class="scroll"><table>') > 0 and "overflow-x:auto" in rules[".scroll"]
+    # the reason, and the path, are left-aligned text that wraps
+    not_complete = html[html.index("<h2>Not complete") :]
+    why = re.search(r'<td class="([^"]+)">' + re.escape(reason) + "</td>", not_complete)
+    path = re.search(r'<td class="([^"]+)">[^<]*cut\.jsonl</td>', not_complete)
+    for cell in (why, path):
+        assert cell and "text" in cell[1].split(), not_complete
+    assert "text-align:left" in rules[".text"] and "overflow-wrap:anywhere" in rules[".text"]
+
+
+def test_the_html_page_keeps_apart_names_that_differ_by_a_newline_or_a_tab(tmp_path):
+    """A newline or a tab in a model name or reason was written raw: HTML shows it as a space,
+    so "gpt-4.1\\nnano" and "gpt-4.1 nano" were two rows that read the same. The table writes
+    them ``\\n``; so does the page."""
+    recording(tmp_path, "a.jsonl", end={"turn.model": "gpt-4.1 nano"})
+    recording(tmp_path, "b.jsonl", end={"turn.model": "gpt-4.1\nnano", "verdict": {"kind": "truncated", "reason": "cut:\nno [DONE]"}})
+    recording(tmp_path, "c.jsonl", end={"turn.model": "gpt-4.1\tnano"})
+    page = tmp_path / "report.html"
+    assert streamtap("report", "--html", page, tmp_path).returncode == 1
+    html = page.read_text()
+    by_model = html[html.index("<h2>By model</h2>") : html.index("<h2>By day</h2>")]
+    names = [" ".join(cell.split()) for cell in re.findall(r"<tr><td[^>]*>([^<]*)</td>", by_model)]  # as a browser shows them
+    assert sorted(names) == ["anthropic gpt-4.1 nano", "anthropic gpt-4.1\\nnano", "anthropic gpt-4.1\\tnano"], names
+    assert "cut:\\nno [DONE]" in html and "\t" not in html
+    assert "anthropic gpt-4.1\\nnano" in streamtap("report", tmp_path).stdout  # as the table writes it
+
+
 def test_a_recording_cut_inside_its_header_is_listed_as_incomplete_as_verify_says(tmp_path):
     """A finished recording (plain or compressed) cut inside its header line is a recording cut,
     not another program's file: report and index list it as incomplete, as verify judges it."""

@@ -84,3 +84,49 @@ def test_the_time_axis_labels_of_the_html_chart_never_overlap(tmp_path):
         # 10 characters of the 11 px axis font take about 60 px
         assert all(b[0] - a[0] >= 66 for a, b in zip(labels, labels[1:])), (days, labels)
         assert len(labels) >= min(days, 4), (days, labels)
+
+
+def _bars(page_text: str) -> dict[str, dict[str, float]]:
+    """Each rate chart's bars: provider -> the bar's bucket (its tooltip's) -> its x."""
+    charts = re.findall(r'aria-label="verdict rate over time, ([^,"]+)[^"]*">(.*?)</svg>', page_text)
+    return {provider: {title: float(x) for x, title in re.findall(r'<rect x="([\d.]+)"[^>]*><title>([^<:]+):', svg)} for provider, svg in charts}
+
+
+def test_the_html_charts_place_each_bar_at_its_time_on_one_axis_for_every_provider(tmp_path):
+    """Bars stood side by side in the order of the buckets that had turns: a provider seen on the
+    third and the tenth day had its two bars next to each other mid-chart, in line with another
+    provider's days, and a gap in time did not show. Each chart's axis runs from the first turn
+    of all providers to the last, so the same day is at the same x in each."""
+    for day in range(10):
+        recording(tmp_path, f"a{day}.jsonl", header={"started": START + day * DAY + 3600})
+    for day in (2, 9):
+        recording(tmp_path, f"o{day}.jsonl", header={"started": START + day * DAY + 7200, "dialect": "openai-chat"})
+    page = tmp_path / "report.html"
+    assert streamtap("report", "--html", page, tmp_path).returncode == 0
+    bars = _bars(page.read_text())
+    days = [f"2026-12-{day:02d}" for day in range(1, 11)]
+    assert sorted(bars["anthropic"]) == days and sorted(bars["openai-chat"]) == [days[2], days[9]], bars
+    step = bars["anthropic"][days[1]] - bars["anthropic"][days[0]]
+    assert step > 0 and all(abs(bars["anthropic"][day] - (bars["anthropic"][days[0]] + i * step)) < 0.2 for i, day in enumerate(days))
+    assert bars["openai-chat"] == {day: bars["anthropic"][day] for day in (days[2], days[9])}  # one axis: the same day, the same x
+
+
+def test_the_html_charts_take_weeks_or_months_when_days_would_be_too_many_bars(tmp_path):
+    """1,100 days made 1,100 bars thinner than a pixel; the bucket is coarsened until the axis
+    holds at most 150, and the chart says which."""
+    for span, bucket, buckets in ((400, "week", ["week of 2026-11-30", "week of 2027-01-04"]), (1099, "month", ["2026-12", "2027-02", "2029-12"])):
+        folder = tmp_path / str(span)
+        folder.mkdir()
+        for i, day in enumerate((0, 35 if bucket == "week" else 62, span)):
+            recording(folder, f"r{i}.jsonl", header={"started": START + day * DAY})
+        page = folder / "report.html"
+        assert streamtap("report", "--html", page, folder).returncode == 0
+        text = page.read_text()
+        assert f"Verdict rate over time, per provider (by {bucket})" in text and f"one bar per {bucket}" in text
+        bars = _bars(text)["anthropic"]
+        assert sorted(bars)[: len(buckets)] == buckets and len(bars) == 3, bars
+        width = float(re.search(r'<rect x="[\d.]+" y="[\d.]+" width="([\d.]+)"', text.split("verdict rate over time", 1)[1])[1])
+        assert width >= 3, width  # at most 150 buckets on the axis
+        first, middle, last = sorted(bars.values())
+        weeks_or_months = (5, 57) if bucket == "week" else (2, 36)
+        assert abs((middle - first) / (last - first) - weeks_or_months[0] / weeks_or_months[1]) < 0.01, bars  # placed by time

@@ -2,12 +2,14 @@
 
 No scripts and no external files: the page opens the same offline, in a mail attachment or
 in a CI artifact viewer. Every text from a recording is escaped, for HTML and as the table
-writes it (a right-to-left override as ``\u202e``: a model name must not read as another's).
+writes it (a right-to-left override as ``\u202e``: a model name must not read as another's; a
+newline as ``\n``: HTML would show it as a space, and ``a\nb`` would read as ``a b``).
 """
 
 from __future__ import annotations
 
 import bisect
+import calendar
 import html
 import math
 import time
@@ -28,12 +30,24 @@ OTHER_COLOR = "#607d8b"
 PROVIDER_COLORS = ["#1565c0", "#ef6c00", "#2e7d32", "#6a1b9a", "#00838f", "#ad1457", "#4e342e", "#455a64"]
 TTFT_EDGES_MS = [0, 50, 100, 200, 400, 800, 1600, 3200, 6400, 12800]  # doubling bins: TTFT spans orders of magnitude
 LISTED = 200  # incomplete recordings listed on the page
+MOST_BARS = 150  # buckets on a rate chart's axis: more would be thinner than a few pixels, and a coarser bucket is used
+COARSER = {"hour": "day", "day": "week", "week": "month", "month": "year"}
 
+# A column of recorded text (.text) breaks anywhere, so that a long unbroken name or reason
+# wraps; its min-width keeps the table from squeezing it to a character a line to make room for
+# another (the first, a name, and the last, a reason, wider: a phone's width still holds the four
+# of the Not complete table). A table wider than the page scrolls in its own box (.scroll), the
+# page stays put; the charts scale down to a phone's width (their viewBox).
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#212121;max-width:1100px}
 h1{font-size:20px}h2{font-size:16px;margin-top:28px;border-bottom:1px solid #ddd}
+.scroll{overflow-x:auto;max-width:100%}
 table{border-collapse:collapse;margin:8px 0}td,th{padding:3px 10px;border-bottom:1px solid #eee;text-align:right;vertical-align:top}
-td:first-child,th:first-child{text-align:left;overflow-wrap:anywhere;max-width:420px}.path{text-align:left;font-family:monospace;font-size:12px;overflow-wrap:anywhere}
+.text{text-align:left;overflow-wrap:anywhere;min-width:6ch}.text:first-child,.text:last-child{min-width:12ch}
+td.path{font-family:monospace;font-size:12px}
+svg{max-width:100%;height:auto}
+@media (max-width:480px){body{margin:12px}td,th{padding:3px 5px}}
+h3,.legend span{overflow-wrap:anywhere}
 .legend span{display:inline-block;margin-right:14px}.swatch{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px}
 svg text{font:11px system-ui,sans-serif;fill:#424242}
 .left-out{font-weight:bold;color:#c62828}
@@ -41,49 +55,107 @@ svg text{font:11px system-ui,sans-serif;fill:#424242}
 
 
 def escape(text: str) -> str:
-    return html.escape(terminal_safe(text))
+    return html.escape(terminal_safe(text, one_line=True))
 
 
 def _color(verdict: str) -> str:
     return VERDICT_COLORS.get(verdict, OTHER_COLOR)
 
 
+def _slot(t: int, bucket: str) -> int:
+    """The number of the bucket holding time ``t`` (UTC), counted so that buckets next to each
+    other in time have numbers next to each other: the charts' x axis."""
+    if bucket == "hour":
+        return t // 3600
+    days = t // 86400
+    if bucket == "day":
+        return days
+    if bucket == "week":
+        return (days + 3) // 7  # weeks from Monday: 1970-01-01 was a Thursday
+    year, month = time.gmtime(t)[:2]
+    return year * 12 + month - 1 if bucket == "month" else year
+
+
+def _slot_start(slot: int, bucket: str) -> int:
+    if bucket == "hour":
+        return slot * 3600
+    if bucket == "day":
+        return slot * 86400
+    if bucket == "week":
+        return (slot * 7 - 3) * 86400
+    year, month = (slot // 12, slot % 12 + 1) if bucket == "month" else (slot, 1)
+    return calendar.timegm((year, month, 1, 0, 0, 0))
+
+
 def _bucket_label(t: int, bucket: str) -> str:
-    return time.strftime("%Y-%m-%d" if bucket == "day" else "%m-%d %H:00", time.gmtime(t))
+    return time.strftime({"hour": "%m-%d %H:00", "month": "%Y-%m", "year": "%Y"}.get(bucket, "%Y-%m-%d"), time.gmtime(t))
 
 
-def verdict_rate_chart(provider: str, bucket: str, series: list[dict[str, Any]]) -> str:
-    """Stacked bars: for each time bucket, the share of each verdict among the provider's turns."""
+def _bucket_name(t: int, bucket: str) -> str:
+    """A bucket in a bar's tooltip: a week is named by its Monday."""
+    return ("week of " if bucket == "week" else "") + _bucket_label(t, bucket)
+
+
+def coarsened(bucket: str, series: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """``series`` in the finest bucket (from ``bucket`` up: day, week, month, year) whose axis,
+    from the first turn to the last, holds at most MOST_BARS buckets. Each coarser bucket is
+    counted from ``series`` itself: a week's Monday may lie in the month before its days."""
+    def span(bucket: str) -> int:
+        slots = [_slot(item["t"], bucket) for item in series]
+        return max(slots) - min(slots) + 1
+
+    coarse = bucket
+    while series and coarse in COARSER and span(coarse) > MOST_BARS:
+        coarse = COARSER[coarse]
+    if coarse == bucket:
+        return bucket, series
+    merged: dict[tuple[int, str, str], int] = {}
+    for item in series:
+        key = (_slot_start(_slot(item["t"], coarse), coarse), item["provider"], item["verdict"])
+        merged[key] = merged.get(key, 0) + item["count"]
+    return coarse, [{"t": t, "provider": p, "verdict": v, "count": n} for (t, p, v), n in sorted(merged.items())]
+
+
+def verdict_rate_chart(provider: str, bucket: str, series: list[dict[str, Any]], axis: tuple[int, int] | None = None) -> str:
+    """Stacked bars: for each time bucket, the share of each verdict among the provider's turns.
+    Each bar stands at its bucket's place on ``axis`` (the first and last bucket numbers, one axis
+    for every provider's chart, so that they line up); a bucket without turns is a gap."""
     buckets: dict[int, dict[str, int]] = {}
     for item in series:
         if item["provider"] == provider:
-            buckets.setdefault(item["t"], {})[item["verdict"]] = item["count"]
-    times = sorted(buckets)
-    width, height, left, bottom, top = 640, 180, 44, 34, 10
+            buckets.setdefault(_slot(item["t"], bucket), {})[item["verdict"]] = item["count"]
+    first, last = axis or (min(buckets, default=0), max(buckets, default=0))
+    width, height, left, bottom, top = 640, 196, 44, 50, 10
     plot_w, plot_h = width - left - 10, height - bottom - top
-    step = plot_w / max(len(times), 1)
+    step = plot_w / (last - first + 1)
     bar = max(min(step * 0.8, 60), 1)
     # one label every `every` buckets, so that labels (about 6.6 px a character at the axis's
     # 11 px, and a gap) never run into each other; each bar's tooltip names its own bucket
-    label_px = len(_bucket_label(times[0], bucket)) * 6.6 + 8 if times else 0
+    label_px = len(_bucket_label(_slot_start(first, bucket), bucket)) * 6.6 + 8
     every = max(math.ceil(label_px / step), 1)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" aria-label="verdict rate over time, {escape(provider)}">']
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+             f'aria-label="verdict rate over time, {escape(provider)}, by {bucket}">']
     _gridlines(parts, width, left, top, plot_h, lambda share: f"{share * 100:.0f}%")
-    for i, t in enumerate(times):
-        counts = buckets[t]
+    for slot in range(first, last + 1, every):
+        middle = left + (slot - first + 0.5) * step
+        if middle + (label_px - 8) / 2 > width:  # it would be cut at the chart's edge
+            break
+        label = _bucket_label(_slot_start(slot, bucket), bucket)
+        parts.append(f'<text x="{middle:.1f}" y="{height - bottom + 16}" text-anchor="middle">{escape(label)}</text>')
+    for slot, counts in sorted(buckets.items()):
         total = sum(counts.values())
-        x = left + i * step + (step - bar) / 2
+        x = left + (slot - first) * step + (step - bar) / 2
         y = top + plot_h
+        name = _bucket_name(_slot_start(slot, bucket), bucket)
         for verdict in sorted(counts, key=lambda v: (v != "complete", v)):
             h = plot_h * counts[verdict] / total
             y -= h
             parts.append(
                 f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar:.1f}" height="{h:.1f}" fill="{_color(verdict)}">'
-                f"<title>{escape(_bucket_label(t, bucket))}: {escape(verdict)} {counts[verdict]} of {total}</title></rect>"
+                f"<title>{escape(name)}: {escape(verdict)} {counts[verdict]} of {total}</title></rect>"
             )
-        if i % every == 0:
-            parts.append(f'<text x="{left + i * step + step / 2:.1f}" y="{height - bottom + 16}" text-anchor="middle">{escape(_bucket_label(t, bucket))}</text>')
-    parts.append("</svg>")
+    what = "week (from Monday)" if bucket == "week" else bucket
+    parts.append(f'<text x="{width - 10}" y="{height - 6}" text-anchor="end">one bar per {what}, UTC</text></svg>')
     return "".join(parts)
 
 
@@ -102,7 +174,8 @@ def ttft_histogram(values: list[tuple[str, float]], providers: list[str]) -> str
     plot_w, plot_h = width - left - 10, height - bottom - top
     tallest = max((sum(c) for c in counts), default=0) or 1
     step = plot_w / len(labels)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" aria-label="TTFT distribution">']
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+             'aria-label="TTFT distribution">']
     _gridlines(parts, width, left, top, plot_h, lambda share: f"{tallest * share:g}")  # (half of 1 turn: 0.5)
     for i, label in enumerate(labels):
         x, y = left + i * step + step * 0.1, top + plot_h
@@ -124,13 +197,15 @@ def _legend(items: list[tuple[str, str]]) -> str:
     return '<p class="legend">' + "".join(f'<span><i class="swatch" style="background:{c}"></i>{escape(name)}</span>' for name, c in items) + "</p>"
 
 
-def _rows(headers: list[str], rows: list[list[Any]], path_column: int | None = None) -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
-    body = "".join(
-        "<tr>" + "".join(f'<td{" class=path" if i == path_column else ""}>{escape(str(c))}</td>' for i, c in enumerate(row)) + "</tr>"
-        for row in rows
-    )
-    return f"<table><tr>{head}</tr>{body}</table>"
+def _rows(headers: list[str], rows: list[list[Any]], text_columns: tuple[int, ...] = (0,), path_column: int | None = None) -> str:
+    """A table whose ``text_columns`` (and ``path_column``) hold text, left-aligned and wrapped;
+    the others figures. It scrolls sideways on its own when the page is narrower than its figures."""
+    def css(i: int) -> str:
+        return ' class="text path"' if i == path_column else ' class="text"' if i in text_columns else ""
+
+    head = "".join(f"<th{css(i)}>{escape(h)}</th>" for i, h in enumerate(headers))
+    body = "".join("<tr>" + "".join(f"<td{css(i)}>{escape(str(c))}</td>" for i, c in enumerate(row)) + "</tr>" for row in rows)
+    return f'<div class="scroll"><table><tr>{head}</tr>{body}</table></div>'
 
 
 def _pct(rate: float | None) -> str:
@@ -193,8 +268,11 @@ def _all_judged_complete(not_judged: int, not_counted: str) -> str:
 def render_html(data: dict[str, Any], bucket: str, series: list[dict[str, Any]], ttft: list[tuple[str, float]]) -> str:
     providers = [g["provider"] for g in data["by_provider"]]
     verdicts_seen = list(dict.fromkeys(item["verdict"] for item in series))
+    bucket, series = coarsened(bucket, series)
+    slots = [_slot(item["t"], bucket) for item in series]
+    axis = (min(slots), max(slots)) if slots else None
     charts = "".join(
-        f"<h3>{escape(p)}</h3>{verdict_rate_chart(p, bucket, series)}" for p in providers if any(s["provider"] == p for s in series)
+        f"<h3>{escape(p)}</h3>{verdict_rate_chart(p, bucket, series, axis)}" for p in providers if any(s["provider"] == p for s in series)
     )
     incomplete = data["incomplete"]
     from .report import left_out_summary, verdict_and_why
@@ -207,7 +285,7 @@ def render_html(data: dict[str, Any], bucket: str, series: list[dict[str, Any]],
                   else f"<p>{escape(_all_judged_complete(data['recordings'] - judged, not_counted))}</p>")
     left_out_line = f'<p class="left-out">Left out: {escape(not_counted)} (listed below).</p>' if not_counted else ""
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>streamtap report</title><style>{STYLE}</style></head><body>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><title>streamtap report</title><style>{STYLE}</style></head><body>
 <h1>streamtap report: {data['recordings']} recordings</h1>
 <p>{escape((data['first'] or '-')[:19].replace("T", " "))} … {escape((data['last'] or '-')[:19].replace("T", " "))} UTC{f"; {data['incomplete_files']} recording file(s) incomplete" if data['incomplete_files'] else ""}</p>
 {left_out_line}
@@ -226,9 +304,9 @@ def render_html(data: dict[str, Any], bucket: str, series: list[dict[str, Any]],
 <h2>Stream ends</h2>
 {_rows(["stream end", "count"], [[k, n] for k, n in data["stream_end"].items()])}
 <h2>Most frequent reasons</h2>
-{_rows(["count", "verdict", "reason"], [[r["count"], r["verdict"], r["reason"] or "-"] for r in data["reasons"]]) if data["reasons"] else no_reasons}
+{_rows(["count", "verdict", "reason"], [[r["count"], r["verdict"], r["reason"] or "-"] for r in data["reasons"]], text_columns=(1, 2)) if data["reasons"] else no_reasons}
 <h2>Not complete ({len(incomplete)})</h2>
-{_rows(["recording", "verdict", "stream end", "why"], listed, path_column=0) if listed else "<p>None of the recordings read.</p>" if not_counted else "<p>None.</p>"}{more}
+{_rows(["recording", "verdict", "stream end", "why"], listed, text_columns=(1, 2, 3), path_column=0) if listed else "<p>None of the recordings read.</p>" if not_counted else "<p>None.</p>"}{more}
 {_left_out_section(data["left_out"])}
 </body></html>
 """
