@@ -2,13 +2,14 @@
 
 A few hundred KB of gzip can expand to hundreds of MB; mitmproxy never decodes a request body
 itself, so neither may streamtap beyond what a prompt can be (``MAX_DECODED_BODY``). Past the
-bound, or for an encoding it cannot decode, the recording keeps the body as sent.
+bound, or for an encoding it cannot decode, the recording keeps the body's length and hash, never
+the compressed bytes, whose secrets redaction could not see.
 """
 
 from __future__ import annotations
 
-import base64
 import gzip
+import hashlib
 import zlib
 
 import brotli
@@ -52,6 +53,18 @@ def test_the_odd_shapes_of_real_bodies_decode():
     assert decoded_body(PROMPT, "compress") is None and decoded_body(ENCODED["gzip"], "gzip, br") is None
 
 
+def test_stacked_codings_are_undone_last_first_each_within_the_bound():
+    """``gzip, br`` (gzip applied first) came back None, and the recording kept the compressed bytes."""
+    stacked = brotli.compress(ENCODED["gzip"])
+    assert decoded_body(stacked, "gzip, br") == decoded_body(stacked, "GZIP,br") == PROMPT
+    assert decoded_body(ENCODED["gzip"], "identity, gzip") == PROMPT
+    assert decoded_body(stacked, "gzip, br", limit=len(PROMPT) - 1) is None
+    assert decoded_body(stacked, "br, gzip") is None and decoded_body(stacked, "gzip, x-custom, br") is None
+    bomb = gzip.compress(b"\0" * (80 << 20), compresslevel=1)
+    assert decoded_body(brotli.compress(bomb), "gzip, br") is None
+    assert decoded_body(gzip.compress(PROMPT), ", ".join(["identity"] * 9 + ["gzip"])) == PROMPT  # (identity is no coding)
+
+
 def test_a_compression_bomb_stops_at_the_bound():
     bomb = gzip.compress(b"\0" * (80 << 20), compresslevel=1)
     assert len(bomb) < 1 << 20
@@ -60,7 +73,7 @@ def test_a_compression_bomb_stops_at_the_bound():
     assert decoded_body(zstd.compress(b"\0" * (80 << 20)), "zstd") is None
 
 
-def test_through_mitmdump_a_bomb_request_is_recorded_as_sent_and_a_prompt_decoded(tmp_path):
+def test_through_mitmdump_a_bomb_request_is_recorded_as_its_length_and_hash_and_a_prompt_decoded(tmp_path):
     bomb = gzip.compress(b'{"model": "x", "messages": "' + b"a" * (80 << 20) + b'"}', compresslevel=1)
     answer = openai_chat(["Hi"])
     with Upstream() as upstream:
@@ -76,9 +89,36 @@ def test_through_mitmdump_a_bomb_request_is_recorded_as_sent_and_a_prompt_decode
             bombed = find_recording(mitm.record_dir, "bomb")
             prompted = find_recording(mitm.record_dir, "prompt")
     request = bombed.header["request"]
-    assert "body" not in request and base64.b64decode(request["body_b64"]) == bomb
+    assert "body" not in request and "body_b64" not in request
+    assert request["body_omitted"]["bytes"] == len(bomb) and request["body_omitted"]["sha256"] == hashlib.sha256(bomb).hexdigest()
     assert bombed.verdict["kind"] == "complete"
     assert prompted.header["request"]["body"] == orjson.loads(PROMPT)
+
+
+@pytest.mark.parametrize(("encoding", "body"), [
+    ("gzip", b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "\\ud83d"}], "api_key": "sk-1"}'),
+    ("gzip, br", b'{"model": "gpt-4o", "messages": [], "api_key": "sk-1"}'),
+], ids=["gzip-refused-json", "stacked"])
+def test_a_compressed_request_finds_the_recording_its_decoded_body_was_kept_in(tmp_path, encoding, body):
+    """Replay inside mitmproxy matches a request by its body decoded (``decoded_body``), as the
+    recording now keeps it; the recorded key is redacted, the live one matches it all the same."""
+    from replay_streams import openai_chat_frames, write_recording
+
+    from streamtap.recording.header import request_body_fields
+    from streamtap.recording.redact import Redactor
+    from streamtap.replay.match import Library
+
+    sent = brotli.compress(gzip.compress(body)) if encoding == "gzip, br" else gzip.compress(body)
+    path = write_recording(tmp_path / "r.jsonl", "openai", openai_chat_frames())
+    header, rest = path.read_bytes().split(b"\n", 1)
+    record = orjson.loads(header)
+    headers = [["content-type", "application/json"], ["content-encoding", encoding]]
+    request = {name: value for name, value in record["request"].items() if name != "body"}
+    record["request"] = Redactor().request_part({**request, "headers": headers, **request_body_fields((sent, encoding))})
+    path.write_bytes(orjson.dumps(record) + b"\n" + rest)
+    assert b"sk-1" not in path.read_bytes()
+    live = decoded_body(sent, encoding)  # as mitm/replay.py decodes a live request's body
+    assert Library.load([path]).find("POST", "/v1/chat/completions", dict(headers), live) is not None
 
 
 EVENTS = [b'data: {"n":%d}\n\n' % n for n in range(4)]

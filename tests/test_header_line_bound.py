@@ -33,9 +33,12 @@ def _json_of_size(size: int) -> bytes:
     return b'{"x":"' + b"a" * (size - 8) + b'"}'
 
 
-def _omitted(raw: bytes, limit: int) -> dict:
-    return {"body_omitted": {"bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest(),
-                             "reason": f"the body is larger than the {limit} bytes a recording keeps of a request"}}
+def _omitted(raw: bytes, limit: int, encoding: str | None = None) -> dict:
+    reason = f"the body is larger than the {limit} bytes a recording keeps of a request"
+    if encoding:
+        reason = (f"the body's {encoding} content-encoding could not be undone within the {limit} bytes a recording "
+                  "keeps of a request (an unknown coding, damaged bytes, or more once decoded)")
+    return {"body_omitted": {"bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest(), "reason": reason}}
 
 
 def test_a_body_over_the_bound_is_kept_as_its_length_and_hash():
@@ -45,13 +48,16 @@ def test_a_body_over_the_bound_is_kept_as_its_length_and_hash():
     binary = bytes(range(256)) * 4  # not JSON: base64 up to the bound, its length and hash over it
     assert request_body_fields((binary[:LIMIT], None), limit=LIMIT) == {"body_b64": base64.b64encode(binary[:LIMIT]).decode()}
     assert request_body_fields((binary[: LIMIT + 1], None), limit=LIMIT) == _omitted(binary[: LIMIT + 1], LIMIT)
-    # compressed: a small body that decodes past the bound is kept as sent; a large one is not kept
+    # compressed: kept decoded up to the bound; past it, small or large, never as the compressed
+    # bytes (whose secrets redaction cannot see)
     small = gzip.compress(_json_of_size(50 * LIMIT))
     assert len(small) < LIMIT
-    assert request_body_fields((small, "gzip"), limit=LIMIT) == {"body_b64": base64.b64encode(small).decode()}
+    assert request_body_fields((small, "gzip"), limit=LIMIT) == _omitted(small, LIMIT, "gzip")
     assert request_body_fields((gzip.compress(at), "gzip"), limit=LIMIT) == {"body": orjson.loads(at)}
+    assert request_body_fields((gzip.compress(binary[:LIMIT]), "gzip"), limit=LIMIT) == {
+        "body_b64": base64.b64encode(binary[:LIMIT]).decode(), "body_decoded_from": "gzip"}
     large = gzip.compress(bytes(range(256)) * 16, compresslevel=0)
-    assert request_body_fields((large, "gzip"), limit=LIMIT) == _omitted(large, LIMIT)
+    assert request_body_fields((large, "gzip"), limit=LIMIT) == _omitted(large, LIMIT, "gzip")
 
 
 def test_the_default_bound_keeps_a_large_prompt_and_leaves_out_a_larger_one():

@@ -131,6 +131,25 @@ def test_a_url_in_any_header_value_has_its_secrets_redacted(name, value, kept):
     assert Redactor().headers([(name, value)]) == [[name, kept.format(REDACTED)]]
 
 
+@pytest.mark.parametrize(("name", "value", "kept"), [
+    ("Referer", 'https://app.example/search?q="exact"&api_key=K1', 'https://app.example/search?q="exact"&api_key={}'),
+    ("Referer", "https://app.example/p?a=<b>&key=K2&z=1", "https://app.example/p?a=<b>&key={}&z=1"),
+    ("Location", 'https://app.example/cb#x="y"&access_token=K3', 'https://app.example/cb#x="y"&access_token={}'),
+    ("Link", '<https://gen.example/next?key=K4>; rel="next"', '<https://gen.example/next?key={}>; rel="next"'),
+    ("Link", '<https://gen.example/p?q="a"&key=K5>; rel=next', '<https://gen.example/p?q="a"&key={}>; rel=next'),
+])
+def test_a_query_sent_on_past_a_quote_or_angle_bracket_is_still_scanned(name, value, kept):
+    """The URL ended at the first ``"``, ``<`` or ``>``, and the key its server reads after it was recorded."""
+    assert Redactor().headers([(name, value)]) == [[name, kept.format(REDACTED)]]
+
+
+def test_a_query_in_a_body_string_is_scanned_past_a_quote_too():
+    text = 'see https://d.example/s?q="exact"&token=K6 and <a href="https://d.example/x?q=1">https://e.example/?key=K7</a>'
+    assert Redactor().json({"text": text}) == {"text": (
+        f'see https://d.example/s?q="exact"&token={REDACTED} and '
+        f'<a href="https://d.example/x?q=1">https://e.example/?key={REDACTED}</a>')}
+
+
 def test_a_long_header_value_is_scanned_for_urls_in_linear_time():
     """A pattern that looked for the ``?`` itself backtracked over every start of a long word."""
     started = time.monotonic()

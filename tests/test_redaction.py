@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import base64
 import binascii
+import gzip
+import hashlib
 import json
 import shutil
 import subprocess
+import zlib
 from pathlib import Path
 from urllib.parse import unquote_plus
 
+import brotli
 import httpx
 import orjson
 import pytest
@@ -23,6 +27,11 @@ from streamtap.recording.redact import Redactor, secret_name
 from streamtap.replay.faults import Timing
 from streamtap.replay.match import Library, MatchOptions
 from streamtap.replay.server import ServeOptions, ServerThread
+
+try:
+    from compression import zstd  # Python 3.14
+except ImportError:
+    from backports import zstd
 
 # every secret is distinct and grep-able; none is a substring of another
 QUERY_SECRETS = {
@@ -123,11 +132,29 @@ def _decoded_strings(value):
     "name, where",
     [("max_tokens", "body"), ("input_tokens", "body"), ("output_tokens", "body"), ("cache_read_input_tokens", "body"),
      ("totalTokenCount", "body"), ("maxOutputTokens", "body"), ("budget_tokens", "body"), ("prompt_cache_key", "body"),
-     ("key", "body"), ("x-ratelimit-remaining-tokens", "header"), ("anthropic-ratelimit-tokens-reset", "header"),
+     ("key", "body"), ("keys", "body"), ("max_keys", "body"), ("key_id", "body"), ("x-ratelimit-remaining-tokens", "header"), ("anthropic-ratelimit-tokens-reset", "header"),
      ("Idempotency-Key", "header"), ("content-type", "header"), ("x-request-id", "header"), ("model", "query")],
 )
 def test_counts_and_ordinary_names_are_no_secrets(name, where):
     assert not secret_name(name, where)
+
+
+@pytest.mark.parametrize(
+    "name, where",
+    [("api_keys", "body"), ("accessKeys", "body"), ("private_keys", "body"), ("AWSAccessKeyId", "query"),
+     ("aws_access_key_id", "body"), ("accessKeyId", "body"), ("Signature", "query")],
+)
+def test_a_list_of_keys_and_an_access_key_id_are_secrets(name, where):
+    """``api_keys`` (a gateway's list of keys) and the id of an AWS access key (an S3 presigned
+    URL's ``AWSAccessKeyId``, whose ``X-Amz-Credential`` twin was redacted) were kept."""
+    assert secret_name(name, where)
+
+
+def test_a_legacy_presigned_s3_url_keeps_neither_the_key_id_nor_the_signature():
+    url = "https://bkt.s3.amazonaws.com/cat.png?AWSAccessKeyId=AKIAEXAMPLE123&Expires=1780000000&Signature=sIg%2B%3D"
+    assert Redactor().url(url) == f"https://bkt.s3.amazonaws.com/cat.png?AWSAccessKeyId={REDACTED}&Expires=1780000000&Signature={REDACTED}"
+    assert Redactor().json({"api_keys": ["sk-1", "sk-2"], "keys": ["a"], "max_keys": 3}) == {
+        "api_keys": [REDACTED, REDACTED], "keys": ["a"], "max_keys": 3}
 
 
 def test_token_counts_survive_in_a_body_even_under_secret_looking_names():
@@ -339,10 +366,66 @@ def test_values_under_secret_names_are_redacted_whatever_their_shape():
 def test_json_the_parser_refuses_is_still_redacted_in_the_kept_bytes(raw, secret):
     from streamtap.recording.header import request_body_fields
 
-    part = Redactor().request_part({"headers": [["content-type", "application/json"]], **request_body_fields((raw, raw))})
+    part = Redactor().request_part({"headers": [["content-type", "application/json"]], **request_body_fields((raw, None))})
     kept = base64.b64decode(part["body_b64"])
     assert secret not in kept
     assert kept.replace(b'"[redacted]"', b'"' + secret + b'"') == raw  # every other byte as it was
+
+
+CODINGS = {"gzip": gzip.compress, "deflate": zlib.compress, "br": brotli.compress, "zstd": zstd.compress,
+           "gzip, br": lambda data: brotli.compress(gzip.compress(data))}
+COMPRESSED_SECRET = b'"api_key": "cSecret1"'
+REFUSED_WHEN_COMPRESSED = {  # JSON orjson refuses and an app's parser may take, each a way a client sends it
+    "gzip-surrogate": ("gzip", b'{"messages": [{"content": "\\ud83d"}], ' + COMPRESSED_SECRET + b"}"),
+    "gzip-huge-number": ("gzip", b'{"temperature": 1e400, ' + COMPRESSED_SECRET + b"}"),
+    "gzip-bom": ("gzip", b"\xef\xbb\xbf{" + COMPRESSED_SECRET + b"}"),
+    "deflate-nan": ("deflate", b'{"x": NaN, ' + COMPRESSED_SECRET + b"}"),
+    "br-deep": ("br", b'{"x": ' + b"[" * 1100 + b"]" * 1100 + b", " + COMPRESSED_SECRET + b"}"),
+    "zstd-surrogate": ("zstd", b'{"x": "\\udc00", ' + COMPRESSED_SECRET + b"}"),
+    "stacked-surrogate": ("gzip, br", b'{"x": "\\ud83d", ' + COMPRESSED_SECRET + b"}"),
+}
+
+
+@pytest.mark.parametrize("coding, raw", REFUSED_WHEN_COMPRESSED.values(), ids=REFUSED_WHEN_COMPRESSED.keys())
+def test_compressed_json_the_parser_refuses_is_kept_decoded_and_redacted(coding, raw):
+    """Kept as the compressed bytes as sent, the body's secret members were never seen by the scan."""
+    from streamtap.recording.header import request_body_fields
+
+    with pytest.raises(ValueError):
+        orjson.loads(raw)  # the case: the parser refuses it
+    fields = request_body_fields((CODINGS[coding](raw), coding))
+    assert fields["body_decoded_from"] == coding
+    part = Redactor().request_part({"headers": [["content-type", "application/json"], ["content-encoding", coding]], **fields})
+    kept = base64.b64decode(part["body_b64"])
+    assert b"cSecret1" not in kept
+    assert kept.replace(b'"[redacted]"', b'"cSecret1"') == raw  # decoded, every other byte as it was
+
+
+def test_json_under_stacked_codings_is_parsed_and_redacted():
+    from streamtap.recording.header import request_body_fields
+
+    raw = b'{"model": "m", ' + COMPRESSED_SECRET + b"}"
+    fields = request_body_fields((CODINGS["gzip, br"](raw), "gzip, br"))
+    assert Redactor().request_part(fields) == {"body": {"model": "m", "api_key": REDACTED}}
+
+
+@pytest.mark.parametrize("coding, raw", [
+    ("gzip", b"not gzip at all: " + COMPRESSED_SECRET),  # damaged
+    ("compress", b"\x1f\x9d" + COMPRESSED_SECRET),  # a coding streamtap cannot undo
+    ("gzip, gzip, gzip, gzip, gzip", b"{" + COMPRESSED_SECRET + b"}"),  # more codings than it undoes
+], ids=["damaged", "unknown", "too-many"])
+def test_a_compressed_body_that_cannot_be_decoded_is_kept_as_its_length_and_hash(coding, raw):
+    """Its secrets may be in there, unseen: the bytes as sent are never kept."""
+    from streamtap.recording.header import request_body_fields
+
+    if coding.startswith("gzip,"):
+        for _ in range(5):
+            raw = gzip.compress(raw)
+    fields = request_body_fields((raw, coding))
+    assert list(fields) == ["body_omitted"]
+    assert fields["body_omitted"]["bytes"] == len(raw)
+    assert fields["body_omitted"]["sha256"] == hashlib.sha256(raw).hexdigest()
+    assert f"{coding} content-encoding could not be undone" in fields["body_omitted"]["reason"]
 
 
 @pytest.mark.parametrize("content_type", ["application/json", "application/x-www-form-urlencoded"])
@@ -356,7 +439,7 @@ def test_tool_arguments_in_json_the_parser_refuses_are_redacted_inside(content_t
            b'{"name": "login", "arguments": ' + arguments.encode() + b'}}]}], "api_key": "bKey2"}')
     with pytest.raises(ValueError):
         orjson.loads(raw)  # the case: the parser refuses it
-    part = Redactor().request_part({"headers": [["content-type", content_type]], **request_body_fields((raw, raw))})
+    part = Redactor().request_part({"headers": [["content-type", content_type]], **request_body_fields((raw, None))})
     kept = base64.b64decode(part["body_b64"])
     assert b"bArgs1" not in kept and b"bKey2" not in kept, kept
     assert b"Paris" in kept and b"\\ud83d" in kept  # everything else kept

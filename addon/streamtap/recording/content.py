@@ -425,25 +425,38 @@ def _decoder(encoding: str):
     raise ContentDecodingError(encoding, "a coding streamtap does not know")
 
 
+# The most codings a request body's Content-Encoding may stack for streamtap to undo them: each one
+# undone costs a pass over up to ``limit`` bytes, and no client stacks more than two
+MAX_STACKED_CODINGS = 4
+
+
 def decoded_body(raw: bytes, encoding: str | None, limit: int = MAX_DECODED_BODY) -> bytes | None:
-    """``raw`` decoded from its Content-Encoding; None when the encoding is unknown (or a list),
-    the bytes are damaged, or they decode to more than ``limit`` bytes."""
-    if not content_encoded(encoding):
-        return raw
-    encoding = (encoding or "").strip().lower()
-    try:
-        if encoding in ("gzip", "x-gzip"):
-            return _zlib_bounded(raw, zlib.MAX_WBITS | 16, limit)
-        if encoding == "deflate":
-            zlib_wrapped = len(raw) >= 2 and (raw[0] & 0x0F) == 8 and (raw[0] << 8 | raw[1]) % 31 == 0
-            return _zlib_bounded(raw, zlib.MAX_WBITS if zlib_wrapped else -zlib.MAX_WBITS, limit)
-        if encoding == "br":
-            return _brotli_bounded(raw, limit)
-        if encoding == "zstd":
-            return _zstd_bounded(raw, limit)
-    except Exception:  # damaged bytes, in each library's own error class
+    """``raw`` decoded from its Content-Encoding (stacked codings such as ``gzip, br`` undone last
+    first, each within ``limit``); None when a coding is unknown, the bytes are damaged, they decode
+    to more than ``limit`` bytes, or more than ``MAX_STACKED_CODINGS`` codings are stacked."""
+    codings = _codings(encoding)
+    if len(codings) > MAX_STACKED_CODINGS:
         return None
-    return None
+    for coding in reversed(codings):  # listed in the order they were applied
+        undo = _BOUNDED_DECODERS.get(coding)
+        if undo is None:
+            return None
+        try:
+            raw = undo(raw, limit)
+        except Exception:  # damaged bytes, in each library's own error class
+            return None
+        if raw is None:
+            return None
+    return raw
+
+
+def _gzip_bounded(raw: bytes, limit: int) -> bytes | None:
+    return _zlib_bounded(raw, zlib.MAX_WBITS | 16, limit)
+
+
+def _deflate_bounded(raw: bytes, limit: int) -> bytes | None:
+    zlib_wrapped = len(raw) >= 2 and (raw[0] & 0x0F) == 8 and (raw[0] << 8 | raw[1]) % 31 == 0
+    return _zlib_bounded(raw, zlib.MAX_WBITS if zlib_wrapped else -zlib.MAX_WBITS, limit)
 
 
 def _zlib_bounded(raw: bytes, wbits: int, limit: int) -> bytes | None:
@@ -492,3 +505,12 @@ def _zstd_bounded(raw: bytes, limit: int) -> bytes | None:
             return None
         rest = d.unused_data
     return bytes(out)
+
+
+_BOUNDED_DECODERS = {
+    "gzip": _gzip_bounded,
+    "x-gzip": _gzip_bounded,
+    "deflate": _deflate_bounded,
+    "br": _brotli_bounded,
+    "zstd": _zstd_bounded,
+}

@@ -16,7 +16,7 @@ import orjson
 
 from streamtap.providers import RequestInfo
 
-from .content import decoded_body
+from .content import content_encoded, decoded_body
 
 
 RequestBody = tuple[bytes, str | None]  # as sent, and its Content-Encoding
@@ -26,9 +26,10 @@ RequestBody = tuple[bytes, str | None]  # as sent, and its Content-Encoding
 # and base64 (a body that is not JSON) adds 4/3. JSON written anew grows less: ``1e15,`` comes
 # back as ``1000000000000000.0,`` (5 bytes to 19).
 BODY_GROWTH = 17 / 3 * 4 / 3
-# The largest request body a header keeps (decoded JSON, else the bytes as sent); a larger one is
-# kept as its length and hash. Grown by BODY_GROWTH it still leaves the header line under the
-# format's MAX_LINE_BYTES (193 MiB) with room for the URL and headers, so verify reads it.
+# The largest request body a header keeps (decoded from its Content-Encoding: JSON, else its
+# bytes); a larger one is kept as its length and hash. Grown by BODY_GROWTH it still leaves the
+# header line under the format's MAX_LINE_BYTES (193 MiB) with room for the URL and headers, so
+# verify reads it.
 MAX_RECORDED_BODY = 24 * 1024 * 1024
 
 
@@ -50,24 +51,28 @@ def request_as_read(request: RequestInfo, body: RequestBody | None) -> RequestIn
 
 
 def request_body_fields(body: RequestBody | None, limit: int = MAX_RECORDED_BODY) -> dict[str, Any]:
-    """The header's ``body`` (the JSON it holds), ``body_b64`` (a body that is not JSON), or
-    ``body_omitted`` (a body over ``limit`` bytes: its length and SHA-256 as sent)."""
+    """The header's ``body`` (the JSON it holds), ``body_b64`` (a body that is not JSON to orjson,
+    decoded from its Content-Encoding, which ``body_decoded_from`` then names), or ``body_omitted``
+    (its length and SHA-256 as sent): a body over ``limit`` bytes, or one whose coding could not be
+    undone within them. Compressed bytes are never kept: redaction could not read the secrets in them."""
     if body is None:
         return {}
     raw, encoding = body
-    try:
-        decoded = decoded_body(raw, encoding, limit)  # (a body sent as is comes back whole, at any size)
-        if decoded is not None and len(decoded) <= limit:
+    decoded = decoded_body(raw, encoding, limit)  # (a body sent as is comes back whole, at any size)
+    if decoded is not None and len(decoded) <= limit:
+        try:
             return {"body": orjson.loads(decoded)}
-    except Exception:  # not JSON: kept as below
-        pass
-    if len(raw) <= limit:  # not JSON, or not decoded (see decoded_body): the bytes as sent
-        return {"body_b64": base64.b64encode(raw).decode("ascii")}
-    return {"body_omitted": {
-        "bytes": len(raw),
-        "sha256": hashlib.sha256(raw).hexdigest(),
-        "reason": f"the body is larger than the {limit} bytes a recording keeps of a request",
-    }}
+        except orjson.JSONDecodeError:  # not JSON to orjson (an app's parser may take it): its bytes
+            fields = {"body_b64": base64.b64encode(decoded).decode("ascii")}
+            if content_encoded(encoding):
+                fields["body_decoded_from"] = encoding
+            return fields
+    if content_encoded(encoding):
+        reason = (f"the body's {encoding} content-encoding could not be undone within the {limit} bytes a "
+                  "recording keeps of a request (an unknown coding, damaged bytes, or more once decoded)")
+    else:
+        reason = f"the body is larger than the {limit} bytes a recording keeps of a request"
+    return {"body_omitted": {"bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest(), "reason": reason}}
 
 
 def flow_header(flow: Any, *, started: float | None, dialect: str | None, why: str | None,

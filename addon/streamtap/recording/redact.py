@@ -16,7 +16,7 @@ import base64
 import functools
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import quote_plus, unquote_plus
 
@@ -38,14 +38,18 @@ SECRET_LAST_WORDS = frozenset(  # the name's last word: access_token, x-session-
 # only for headers, where it names a value (x-auth, Helicone-Auth); in a body, "auth" is mostly an
 # object whose fields are judged by their own names
 HEADER_LAST_WORDS = frozenset({"auth"})
-KEY_QUALIFIERS = frozenset(  # "<word> key" as the name's last two words: api_key, x-api-key, privateKey, Ocp-Apim-Subscription-Key
+KEY_QUALIFIERS = frozenset(  # "<word> key(s)" as the name's last two words: api_key, x-api-key, privateKey, api_keys
     {"api", "access", "private", "secret", "subscription", "account", "signing", "master", "client", "functions", "session", "auth"}
 )
+# the name's last words: AWS's access key id (AWSAccessKeyId in an S3 presigned URL, whose
+# X-Amz-Credential carries the same id, aws_access_key_id in a gateway's body)
+SECRET_LAST_WORD_RUNS = (("access", "key", "id"),)
 # only for headers: any x-...-key (x-goog-api-key, x-functions-key, x-vendor-key); only for queries: key= (Gemini)
 SECRET_PATTERNS = (
     "any name containing " + ", ".join(SECRET_SUBSTRINGS),
     "last word " + ", ".join(sorted(SECRET_LAST_WORDS)),
-    "last words '<" + "|".join(sorted(KEY_QUALIFIERS)) + "> key'",
+    "last words '<" + "|".join(sorted(KEY_QUALIFIERS)) + "> key' or '... keys'",
+    "last words " + ", ".join("'" + " ".join(run) + "'" for run in SECRET_LAST_WORD_RUNS),
     "headers: x-...-key, last word auth, authorization, proxy-authorization, cookie, set-cookie, and any value in an auth "
     "scheme (Bearer, Basic, Digest, AWS4-HMAC-SHA256) whatever its header's name",
     "a trailing number is no word of the name (api_key2)",
@@ -70,10 +74,13 @@ _JSON_SCALAR = re.compile(rb'[^\s,\]}]+')
 _AUTHORITY = re.compile(r"[\x00-\x20]*(?:[A-Za-z][A-Za-z0-9+.-]*:)?//([^/]*)")
 _URL_IGNORED = str.maketrans("", "", "\t\r\n")  # what URL parsers remove wherever it stands
 _NOT_IN_A_NAME = re.compile(r"[\s:=&,;]")  # never part of a header or query parameter name
-# A word of a header value that may be a URL (Location, Link, Referer). Matched whole, and judged
-# by ``_URL_SECRET_MARKS`` after: a pattern that looked for the mark itself would backtrack over
-# every start of a long word (quadratic in the value's length).
-_URL_IN_VALUE = re.compile(r'[^\s<>"]+')
+# A run of text without whitespace, which may hold a URL (Location, Link, Referer, a link in a
+# message). Matched whole, and judged by ``_URL_SECRET_MARKS`` after: a pattern that looked for the
+# mark itself would backtrack over every start of a long word (quadratic in the value's length).
+_URL_IN_VALUE = re.compile(r"\S+")
+# What ends a URL in text (<https://…>, href="…"): the run is split into words there. A query sent
+# on past one (?q="exact"&api_key=…, which a server reads as one query) is scanned on all the same.
+_URL_DELIMITER = re.compile(r'([<>"])')
 # where a URL can carry a secret: its query, its fragment (OAuth's #access_token=...), its
 # userinfo (https://user:password@host)
 _URL_SECRET_MARKS = re.compile(r"[?#@]")
@@ -100,9 +107,11 @@ def secret_name(name: str, where: str = "body") -> bool:
         return False
     if parts[-1] in SECRET_LAST_WORDS or (where == "header" and parts[-1] in HEADER_LAST_WORDS):
         return True
+    if any(tuple(parts[-len(run):]) == run for run in SECRET_LAST_WORD_RUNS):
+        return True
+    if parts[-1] in ("key", "keys") and len(parts) >= 2 and parts[-2] in KEY_QUALIFIERS:
+        return True  # (a list of keys is as secret as one; "keys" alone names no secret)
     if parts[-1] == "key":
-        if len(parts) >= 2 and parts[-2] in KEY_QUALIFIERS:
-            return True
         if where == "header" and len(parts) >= 2 and parts[0] == "x":
             return True
         if where == "query" and len(parts) == 1:
@@ -147,12 +156,9 @@ class Redactor:
             elif value.lstrip()[:1] in ("{", "[") and (members := self.string(value)) != value:
                 value = members  # JSON (Portkey's x-portkey-config): its members judged as a body's
             elif _URL_SECRET_MARKS.search(value):  # a URL's query, fragment or userinfo may hold a key
-                value = _URL_IN_VALUE.sub(self._url_in_value, value)
+                value = _URL_IN_VALUE.sub(lambda run: self._urls_in_run(run[0], _URL_SECRET_MARKS.search), value)
             out.append([name, value])
         return out
-
-    def _url_in_value(self, word: re.Match[str]) -> str:
-        return self.url(word[0]) if _URL_SECRET_MARKS.search(word[0]) else word[0]
 
     def urls_in_text(self, text: str) -> str:
         """A body's text (an ``image_url``, an MCP ``server_url``, a link in a message) with the
@@ -160,10 +166,24 @@ class Redactor:
         words that hold ``://`` count as URLs here (prose is full of ``?`` and ``@``)."""
         if "://" not in text or not _URL_SECRET_MARKS.search(text):
             return text
-        return _URL_IN_VALUE.sub(self._url_word, text)
+        return _URL_IN_VALUE.sub(lambda run: self._urls_in_run(run[0], _url_word), text)
 
-    def _url_word(self, word: re.Match[str]) -> str:
-        return self.url(word[0]) if "://" in word[0] and _URL_SECRET_MARKS.search(word[0]) else word[0]
+    def _urls_in_run(self, run: str, is_url: Callable[[str], Any]) -> str:
+        """A run of text without whitespace, each word (split at ``<``, ``>`` and ``"``) that
+        ``is_url`` takes for a URL redacted as one, and the words after a URL's query or fragment
+        as more of its parameters: a server reads ``?q="exact"&api_key=…`` as one query."""
+        if not _URL_SECRET_MARKS.search(run):
+            return run
+        pieces = _URL_DELIMITER.split(run)  # words at the even places, the delimiters between them
+        in_query = False
+        for i in range(0, len(pieces), 2):
+            word = pieces[i]
+            if is_url(word):
+                pieces[i] = self.url(word)
+                in_query = "?" in word or "#" in word
+            elif in_query and "=" in word:
+                pieces[i] = _QUERY_PARAM.sub(self._query_param, word)
+        return "".join(pieces)
 
     def url(self, url: str) -> str:
         """The URL with credential query values and any userinfo replaced, every other byte as
@@ -361,6 +381,11 @@ class Redactor:
             done = at = end
         out.append(raw[done:])
         return b"".join(out)
+
+
+def _url_word(word: str) -> bool:
+    """A word of a body's text taken for a URL that may carry a secret."""
+    return "://" in word and _URL_SECRET_MARKS.search(word) is not None
 
 
 def _without_userinfo(head: str) -> str:
