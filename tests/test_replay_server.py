@@ -413,6 +413,76 @@ def test_a_recording_of_a_non_json_request_body_answers_that_body(tmp_path):
     assert other.status_code == 404
 
 
+def _compressed(body: bytes, encoding: str) -> bytes:
+    """``body`` with the codings of a Content-Encoding value applied, in the order it lists them."""
+    import gzip
+    import zlib
+
+    import brotli
+
+    try:
+        from compression import zstd  # Python 3.14
+    except ImportError:
+        from backports import zstd
+    apply = {"gzip": gzip.compress, "deflate": zlib.compress, "br": brotli.compress, "zstd": zstd.compress}
+    for coding in encoding.split(","):
+        body = apply[coding.strip()](body)
+    return body
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "br", "zstd"])
+def test_a_compressed_request_body_finds_the_recording_that_keeps_it_decoded(library, encoding):
+    """The recording keeps the request body decoded; the client sends it compressed again on replay
+    (the proxy's unmatched=upstream routes it here by the decoded body, so a 404 would strand it)."""
+    with ServerThread(library, ServeOptions()) as server:
+        r = httpx.post(server.base_url + "/v1/chat/completions", content=_compressed(OPENAI_BODY, encoding),
+                       headers={"content-type": "application/json", "content-encoding": encoding}, timeout=5)
+    assert r.status_code == 200, r.text
+    assert r.content == b"".join(openai_chat_frames())
+
+
+def test_a_stacked_content_encoding_finds_the_recording_the_recorder_made_of_it(tmp_path):
+    """Whatever the recorder keeps of a body sent ``gzip, br`` (its header fields, as the Tap writes
+    them), the same request finds it, its codings on one header line or on two."""
+    from streamtap.recording import RecordingWriter
+    from streamtap.recording.header import request_body_fields
+
+    sent = _compressed(OPENAI_BODY, "gzip, br")
+    writer = RecordingWriter(tmp_path / "stacked.jsonl")
+    writer.header(
+        {
+            "request": {"method": "POST", "url": "https://api.openai.com/v1/chat/completions",
+                        "headers": [["content-encoding", "gzip, br"]], **request_body_fields((sent, "gzip, br"))},
+            "response": {"status": 200, "headers": [["content-type", "text/event-stream"]]},
+            "dialect": "openai-chat",
+            "wire": {"format": "sse", "content_encoding": None},
+        }
+    )
+    writer.read(b"data: [DONE]\n\n", 0.0)
+    writer.finish({"stream_end": "finished"})
+    with ServerThread(Library.load([tmp_path]), ServeOptions()) as server:
+        one_line = httpx.post(server.base_url + "/v1/chat/completions", content=sent,
+                              headers={"content-encoding": "gzip, br"}, timeout=5)
+        data, how = _raw_exchange(server.base_url, sent, extra="connection: close\r\n"
+                                   "content-encoding: gzip\r\ncontent-encoding: br\r\n")
+    assert one_line.status_code == 200, one_line.text
+    assert how == "complete" and data.startswith(b"HTTP/1.1 200 "), data[:300]
+
+
+def test_a_request_body_that_cannot_be_decoded_gets_a_404_saying_so(library):
+    import gzip
+
+    damaged = gzip.compress(OPENAI_BODY)[:-12]  # cut short
+    with ServerThread(library, ServeOptions()) as server:
+        r = httpx.post(server.base_url + "/v1/chat/completions", content=damaged,
+                       headers={"content-encoding": "gzip"}, timeout=5)
+        after = httpx.post(server.base_url + "/v1/chat/completions", content=OPENAI_BODY, timeout=5)
+    assert r.status_code == 404
+    message = r.json()["error"]["message"]
+    assert "Content-Encoding 'gzip' could not be undone" in message and "compared as sent" in message, message
+    assert after.status_code == 200  # the server goes on
+
+
 def test_serve_refuses_at_start_a_fault_that_fits_none_of_the_recordings(tmp_path):
     write_recording(tmp_path / "no-tool.jsonl", "openai", openai_chat_frames(words=3, tool=False))
     write_recording(tmp_path / "also-no-tool.jsonl", "openai", openai_chat_frames(words=5, tool=False))

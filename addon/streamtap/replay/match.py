@@ -312,8 +312,10 @@ class Library:
         lowered = {k.lower(): v for k, v in headers.items()}
         return self.key(method, target, lowered, normalize_body(body, self.options.ignore_fields))
 
-    def explain(self, method: str, target: str, headers: dict[str, str], body: bytes, limit: int = 3) -> dict[str, Any]:
-        """The body of the 404: what was looked for and the nearest recordings."""
+    def explain(self, method: str, target: str, headers: dict[str, str], body: bytes, limit: int = 3,
+                note: str | None = None) -> dict[str, Any]:
+        """The body of the 404: what was looked for and the nearest recordings. ``note``: what the
+        message adds about the request (a body that could not be decoded)."""
         lowered = {k.lower(): v for k, v in headers.items()}
         wanted = normalize_body(body, self.options.ignore_fields)
         key = self.key(method, target, lowered, wanted)
@@ -339,6 +341,8 @@ class Library:
         message = f"no recording answers {shown.method} {shown_text(shown.path)} (body {key.body}); {len(self.entries)} loaded"
         if nearest:  # the whole reason in the message: a boto3 user sees nothing else
             message += f"; nearest {nearest[0]['recording']} ({_how_it_differs(nearest[0]['differs_in'])})"
+        if note:
+            message += f"; {note}"
         return error_body("streamtap_no_recording", message, looked_for=shown.to_dict(), nearest=nearest)
 
 

@@ -34,6 +34,7 @@ from urllib.parse import quote
 
 import h11
 
+from streamtap.recording.content import MAX_DECODED_BODY, content_encoded, decoded_body
 
 from .faults import Fault, FaultSpecError, Plan, Timing, parse_faults, plan, unfit_faults, with_swapped_tails
 from .match import Library, error_body, shown_text
@@ -303,10 +304,15 @@ class ReplayServer:
         # Last-Event-ID) leaves the recording for the corrected retry. Planning awaits (in a thread)
         # before the consume below: if another request took the recording meanwhile, this one
         # looks again (the consume fails only under --once, where each retry has one fewer to take).
+        as_read, undecoded = request.body, None
+        encoding = request.headers.get("content-encoding")
+        if content_encoded(encoding):  # (decoding may take a while: off the loop)
+            as_read, undecoded = await self._off_loop(_body_as_read, request.body, encoding)
         found = await self._off_loop(partial(lib.find, resume=resume_id is not None),
-                                     request.method, request.target, request.headers, request.body)
+                                     request.method, request.target, request.headers, as_read)
         if found is None:
-            body = await self._off_loop(lib.explain, request.method, request.target, request.headers, request.body)
+            body = await self._off_loop(partial(lib.explain, note=undecoded),
+                                        request.method, request.target, request.headers, as_read)
             self._record(Served(request.method, request.target, 404, None, [], refused=body["message"]))
             await _send_json(writer, 404, body, close=not request.keep_alive, head_only=request.method == "HEAD")
             return request.keep_alive
@@ -868,8 +874,23 @@ def _content_length(request: h11.Request) -> int | None:
     return None
 
 
+def _body_as_read(body: bytes, encoding: str) -> tuple[bytes, str | None]:
+    """The request body as its server reads it, decoded from its Content-Encoding, as the recording
+    keeps it (recording/header.py); and None, or why it is the body as sent. One that cannot be
+    decoded (damaged, an unknown coding, a bomb) is compared as sent, as the proxy's replay
+    (mitm/replay.py) compares it to decide whether the request is sent here: the two agree."""
+    decoded = decoded_body(body, encoding)
+    if decoded is not None:
+        return decoded, None
+    return body, (f"its Content-Encoding {encoding!r} could not be undone (an unknown coding, damaged bytes, "
+                  f"or over {MAX_DECODED_BODY} bytes decoded): the body was compared as sent")
+
+
 def _request(event: h11.Request, body: bytes) -> _Request:
     headers = {name.decode("latin-1"): _header_text(name, value) for name, value in event.headers}  # names come lower-cased
+    codings = [value.decode("latin-1") for name, value in event.headers if name == b"content-encoding"]
+    if len(codings) > 1:  # stacked over several lines: all of them were applied (RFC 9110 5.3), in order
+        headers["content-encoding"] = ", ".join(codings)
     connection = headers.get("connection", "").lower()
     keep_alive = "close" not in connection and (event.http_version != b"1.0" or "keep-alive" in connection)
     chunked = event.http_version != b"1.0"  # RFC 9112: no Transfer-Encoding to an HTTP/1.0 client
