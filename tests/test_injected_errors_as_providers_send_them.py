@@ -173,6 +173,53 @@ def test_the_injected_gemini_sse_error_is_geminis_with_no_done(recordings):
     assert live_body(source, spec) == body
 
 
+# --- 2b. Chat Completions: no error after [DONE], where the openai SDK stops reading --------
+
+CHAT_REQUEST = OPENAI_REQUEST | {"temperature": 1}  # the request chat.jsonl answers
+DONE = len(openai_chat_frames()) - 1  # the event that is data: [DONE]
+
+
+def test_openai_sdk_raises_an_error_injected_before_done_and_one_after_is_refused(serve):
+    """An error after [DONE] was served: the openai SDK stops reading at [DONE] and returns the
+    whole answer without raising, while the Tap judges the body errored. It is refused (a 400
+    for the header, as for any fault that does not fit its recording); one before [DONE] raises."""
+    import openai
+
+    def chat(fault: str) -> str:
+        client = openai.OpenAI(base_url=serve.url + "/v1", api_key="sk-test", max_retries=0,
+                               default_headers={"x-streamtap-fault": fault})
+        return "".join(chunk.choices[0].delta.content or "" for chunk in client.chat.completions.create(**CHAT_REQUEST)
+                       if chunk.choices)
+
+    with pytest.raises(openai.APIError, match="injected boom"):
+        chat(f"error:kind=openai,after={DONE - 1},message=injected boom")
+    with pytest.raises(openai.BadRequestError) as raised:
+        chat(f"error:kind=openai,after={DONE},message=injected boom")
+    message = raised.value.body["message"]
+    assert f"SDK stops reading at event {DONE} (data: [DONE])" in message and f"use after={DONE - 1} or earlier" in message
+
+
+def test_serve_refuses_an_error_after_done_at_start_and_a_live_one_is_not_applied(recordings):
+    spec = f"error:kind=openai,after={DONE}"
+    process = subprocess.Popen([*STREAMTAP, "serve", "--port", "0", "--fault", spec, str(recordings / "chat.jsonl")],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, stderr = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:  # it started serving the fault instead of refusing it
+        process.kill()
+        _, stderr = process.communicate()
+    assert process.returncode == 2, stderr
+    assert f"SDK stops reading at event {DONE} (data: [DONE])" in stderr, stderr
+    # live traffic is not known at start: the fault is not applied, and the answer passes as it came
+    source = load_source(recordings / "chat.jsonl")
+    faults = LiveFaults(parse_faults(spec), source.wire, source.dialect)
+    body = b"".join([*faults.feed(source.body), *faults.close()])
+    faults.ended()
+    assert body == source.body and faults.end is None
+    assert faults.log == [f"not applied: {spec!r}: the openai-chat dialect's SDK stops reading at event {DONE} "
+                          f"(data: [DONE]), so an error after it never reaches the app; use after={DONE - 1} or earlier"]
+
+
 # --- 3. each Bedrock operation takes the exceptions of its own union ------------------------
 
 

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 
+import httpx
 from replay_streams import ANTHROPIC_REQUEST, OPENAI_REQUEST, anthropic_frames, dechunk, openai_chat_frames, write_recording
 
 from streamtap.recording.flows import INJECTED_HEADER
@@ -135,3 +136,29 @@ def test_mitmdump_replay_with_ids_takes_a_byte_position_of_the_served_body(tmp_p
     with Upstream() as upstream, Mitmdump(upstream.url, tmp_path / "m", options=options) as proxy:
         _, body, how = exchange(proxy.url, "/v1/chat/completions", OPENAI_REQUEST)
     assert how == "fin" and body == served[:at]
+
+
+# --- a resume takes the protocol positions of the whole stream ------------------------------
+
+
+def test_a_resume_cuts_at_the_turns_position_as_the_whole_stream_places_it(tmp_path):
+    """The positions of a resumed body were read off its events alone, by a session that never saw
+    the turn begin: a resume asking for cut:at=tool-args got a 400 although its events held the
+    whole tool call. Read off the whole stream, each falls where it falls without the resume; one
+    before the resume point is refused for that reason."""
+    frames = with_ids(anthropic_frames())
+    tool_args = next(i for i, raw in enumerate(frames) if b'"partial_json":"{' in raw)
+    write_recording(tmp_path / "anthropic.jsonl", "anthropic", anthropic_frames())
+    options = ServeOptions(assign_ids=True, fault_header=True)
+    resume_after = 10
+    skipped = len(b"".join(frames[: resume_after + 1]))
+    with ServerThread(Library.load([tmp_path]), options) as server, httpx.Client(timeout=10) as client:
+        post = lambda headers: client.post(server.base_url + "/v1/messages", json=ANTHROPIC_REQUEST, headers=headers)  # noqa: E731
+        for at in ("tool-args", "before-terminal"):
+            whole = post({"x-streamtap-fault": f"cut:at={at}"})
+            resumed = post({"last-event-id": str(resume_after), "x-streamtap-fault": f"cut:at={at}"})
+            assert resumed.status_code == 200, resumed.text
+            assert len(whole.content) > skipped and resumed.content == whole.content[skipped:]  # the same cut, in the resumed body
+        past = post({"last-event-id": str(tool_args), "x-streamtap-fault": "cut:at=tool-args"})
+    assert past.status_code == 400
+    assert f"lies before the resume point, after event {tool_args}" in past.text, past.text

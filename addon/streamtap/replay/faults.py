@@ -36,7 +36,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from streamtap.providers import Dialect
-from streamtap.providers.positions import EVENTSTREAM_ONLY, POSITION_NAMES, PositionFinder, find_positions, scan_positions
+from streamtap.providers.positions import (
+    EVENTSTREAM_ONLY, NEEDS_THE_TURN, POSITION_NAMES, PositionFinder, find_positions, scan_positions,
+)  # fmt: skip
 from streamtap.recording.flows import INJECTED_HEADER
 from streamtap.wire.jsonlines import element_framed
 
@@ -334,8 +336,10 @@ def plan(
             reshaped = True
             style = _ending_after(fault, style, others or {})
             end_ms = _swapped_end_ms(before, fault, others or {})
+    resumed_after: list[Frame] = []  # the frames a resume skips: protocol positions are read from the stream's start
     if start_after is not None:
         t0 = frames[start_after].t_ms if 0 <= start_after < len(frames) else 0.0
+        resumed_after = frames[: max(start_after + 1, 0)]
         frames = frames[start_after + 1 :]
         reshaped = True
     for fault in faults:
@@ -353,7 +357,7 @@ def plan(
     ends = _event_ends(frames)
     stall_at: list[tuple[int, float]] = []
     # the earliest cut ends the stream, in its style; a later one is never reached
-    cuts = {id(f): _cut_position(source, frames, ends, f) for f in faults if f.kind == "cut"}
+    cuts = {id(f): _cut_position(source, frames, ends, f, resumed_after) for f in faults if f.kind == "cut"}
     first_cut = min((f for f in faults if f.kind == "cut"), key=lambda f: cuts[id(f)][0], default=None)
     cut_at = cuts[id(first_cut)][0] if first_cut is not None else None
     for fault in faults:
@@ -719,9 +723,12 @@ def _error(source, frames, fault, log, others):
     kind = fault.params["kind"]
     message = fault.params.get("message")
     t = frames[i].t_ms if i >= 0 else 0.0
-    before = StreamSoFar(source.dialect)
+    before = StreamSoFar(source.dialect, source.wire)
     for frame in frames[: i + 1]:
         before.see(frame.raw)
+    if before.sdk_stopped_at is not None:  # the SDK never reads the error: it would return the answer, not raise
+        stop = sum(1 for f in frames[: before.sdk_stopped_at] if f.seq is not None)
+        raise FaultSpecError(_past_sdk_stop(fault, source.dialect, stop, before.sdk_stop))
     injected = [Frame(-1, raw, t) for raw in error_frames(source, kind, message, before)]
     log.append(f"{fault.spec}: {kind} injected after event {n} at byte {_offset_of(frames, i + 1)}; the rest is dropped")
     return frames[: i + 1] + injected
@@ -738,17 +745,45 @@ class StreamSoFar:
     items finished (the ``response.failed`` that follows the error carries them, as OpenAI's does)."""
 
     dialect: str = "unknown"
+    wire: str = "sse"
     events: int = 0
     crlf: bool = True  # Gemini frames its SSE with CRLF (provider-streams.md §5.1), unless the stream shows LF
     sequence_number: int | None = None
     response: dict[str, Any] | None = None
     finished: dict[int, Any] = field(default_factory=dict)  # output_index -> the item of output_item.done
+    # the event (counting what ``see`` took, from 0) where the dialect's SDK stopped reading the body
+    # (Chat Completions' [DONE]): an error injected after it never reaches the app
+    sdk_stopped_at: int | None = None
+    sdk_stop: bytes = b""  # that event
+    _reader: Any = field(default=None, repr=False)  # (decoder, assembler) while the SDK may still stop
+
+    def __post_init__(self) -> None:
+        self._reader = _sdk_reader(self.dialect, self.wire)
 
     def see(self, raw: bytes) -> None:
         self.events += 1
         self.crlf = raw.endswith(b"\r\n") or not raw.endswith(b"\n")
         if self.dialect == Dialect.OPENAI_RESPONSES:
             self._see_responses_event(raw)
+        if self._reader is not None:
+            self._see_as_the_sdk(raw)
+
+    def _see_as_the_sdk(self, raw: bytes) -> None:
+        """The dialect's assembler says where its SDK stops reading (``sdk_stopped_reading``, see
+        providers/assembler.py): asked here, not guessed from the bytes."""
+        from streamtap.wire import Malformed, Tail
+
+        decoder, assembler = self._reader
+        try:
+            for event in decoder.feed(raw):
+                if not isinstance(event, Malformed | Tail):  # as StreamSession feeds its assembler
+                    assembler.feed(event, None)
+            stopped = assembler.sdk_stopped_reading
+        except Exception:  # fail open, as the session does: where the SDK stops stays unknown, nothing is refused
+            self._reader = None
+            return
+        if stopped:
+            self.sdk_stopped_at, self.sdk_stop, self._reader = self.events - 1, raw, None
 
     def _see_responses_event(self, raw: bytes) -> None:
         from streamtap.wire import SSEDecoder
@@ -767,6 +802,28 @@ class StreamSoFar:
                 self.response = obj["response"]
             if obj.get("type") == "response.output_item.done" and isinstance(obj.get("output_index"), int):
                 self.finished[obj["output_index"]] = obj.get("item")
+
+
+def _sdk_reader(dialect: str, wire: str) -> tuple[Any, Any] | None:
+    """A decoder and the dialect's assembler, for a dialect whose SDK may stop reading before the
+    body ends; None for the others (nothing to ask, nothing to pay for)."""
+    from streamtap.providers.session import make_assembler
+
+    try:
+        assembler = make_assembler(Dialect(dialect), wire)
+    except (ValueError, KeyError, ImportError):  # an unknown dialect or wire
+        return None
+    if not hasattr(type(assembler), "sdk_stopped_reading"):
+        return None
+    return _decoder(wire), assembler
+
+
+def _past_sdk_stop(fault: Fault, dialect: str, stop: int, raw: bytes) -> str:
+    """Why an error after event ``stop`` (``raw``), where the SDK stopped reading, is no fault to inject."""
+    head = raw.strip().decode("utf-8", "replace").splitlines()[-1][:40] if raw.strip() else ""
+    earlier = f"after={stop - 1} or earlier" if stop > 0 else "after=-1"
+    return (f"{fault.spec!r}: the {dialect} dialect's SDK stops reading at event {stop} ({head}), "
+            f"so an error after it never reaches the app; use {earlier}")
 
 
 def error_frames(source: Source, kind: str, message: str | None, before: StreamSoFar) -> list[bytes]:
@@ -885,20 +942,35 @@ _EVENT_FAULTS = {
 # --- protocol-aware cut positions ----------------------------------------------------------
 
 
-def _cut_position(source: Source, frames: list[Frame], ends: list[int], fault: Fault) -> tuple[int, str]:
+def _cut_position(
+    source: Source, frames: list[Frame], ends: list[int], fault: Fault, resumed_after: list[Frame] | None = None
+) -> tuple[int, str]:
+    """Where ``fault`` cuts the body ``frames``; ``resumed_after``: the frames a resume skipped. A
+    position read off the turn is read off the whole stream (the turn starts in them), then placed in
+    the body; one read off a single event (an escaped quote) is the body's own."""
     p = fault.params
     if "byte" in p:
         return _body_byte(frames, fault), f"byte {p['byte']}"
     if "at" not in p:
         return _event_end(ends, p["event"], fault), f"after event {p['event']}"
     _check_picked_message(fault, len(ends))
-    pieces = ((f.raw, f.seq is not None) for f in frames)
-    finder = scan_positions(pieces, source.dialect, source.wire, only=p["at"], pick=p.get("event"), judging=judging(source))
+    skipped = (resumed_after or []) if p["at"] in NEEDS_THE_TURN else []
+    shift = sum(len(f.raw) for f in skipped)
+    skipped_events = sum(1 for f in skipped if f.seq is not None)
+    pick = p.get("event", len(ends) // 2) + skipped_events if skipped else p.get("event")
+    pieces = ((f.raw, f.seq is not None) for f in [*skipped, *frames])
+    finder = scan_positions(pieces, source.dialect, source.wire, only=p["at"], pick=pick, judging=judging(source))
     position = finder.found.get(p["at"])
     if position is None:
         why = f": {finder.missing[p['at']]}" if p["at"] in finder.missing else ""
         raise FaultSpecError(f"{fault.spec!r}: this {source.wire} recording has no {p['at']} position{why}")
-    return position.offset, position.what
+    if not skipped:
+        return position.offset, position.what
+    if position.offset < shift:
+        raise FaultSpecError(f"{fault.spec!r}: the {p['at']} position ({position.what}, counting from the stream's first "
+                             f"event) lies before the resume point, after event {skipped_events - 1}: this body does not hold it")
+    resumed = f"counting from the stream's first event: this body resumes after event {skipped_events - 1}"
+    return position.offset - shift, f"{position.what}, {resumed}"
 
 
 def _body_byte(frames: list[Frame], fault: Fault) -> int:
@@ -971,6 +1043,7 @@ class _Stage:
     offset: int = 0  # body bytes that came in, before the event in hand
     held: tuple[bytes, int] | None = None  # reorder: the event waiting for the next one, and its offset
     done: bool = False  # error: injected, every later event is dropped
+    spared: bool = False  # error: the SDK stopped reading before its event, the stream passes unchanged
     before: StreamSoFar | None = None  # error: what the events it took tell the injected error
 
 
@@ -1022,7 +1095,7 @@ class LiveFaults:
         self._decoder = _decoder(wire) if self._framed else None
         self._n = 0  # events that came from the upstream
         self._sent = 0  # body bytes forwarded
-        self._stages = [_Stage(f, before=StreamSoFar(dialect) if f.kind == "error" else None) for f in faults if f.kind in _RESHAPING]
+        self._stages = [_Stage(f, before=StreamSoFar(dialect, wire) if f.kind == "error" else None) for f in faults if f.kind in _RESHAPING]
         self._erred: int | None = None  # the stage whose injected error ends the stream, until it has
         self._order = {id(f): i for i, f in enumerate(faults)}  # ties between cuts go to the first in the spec
         self._ending: tuple[int, Fault, str] | None = None  # the cut that ends the stream: its position, fault, what
@@ -1119,6 +1192,8 @@ class LiveFaults:
         fault, p = stage.fault, stage.fault.params
         if stage.done:
             return []
+        if stage.spared:
+            return [raw]
         if fault.kind == "drop" and p["event"] == n:
             self._note(fault, f"{fault.spec}: dropped event {n} at byte {at}")
             return []
@@ -1139,6 +1214,10 @@ class LiveFaults:
             return self._inject(stage, at)
         if fault.kind == "error":
             stage.before.see(raw)
+            if stage.before.sdk_stopped_at is not None:  # as replay refuses it: the app would never see the error
+                stage.spared = True
+                self._note(fault, f"not applied: {_past_sdk_stop(fault, self.source.dialect, n, raw)}")
+                return [raw]
         if fault.kind == "error" and p["after"] == n:
             return [raw, *self._inject(stage, at + len(raw))]
         return [raw]
