@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import provider_streams as streams
 from fleet_traffic import drive
 from test_report import streamtap
-from upstream import CHAT, Mitmdump, Script, Upstream, free_port
+from upstream import CHAT, Mitmdump, Script, Upstream, curl, free_port
 
 
 def scrape(port: int) -> dict[str, list]:
@@ -131,6 +131,28 @@ def test_a_model_name_is_its_own_label_whatever_allowed_character_it_starts_with
     assert metrics.model_label("@cf/meta llama") == OTHER  # a space is outside the set
 
 
+def test_a_token_count_past_what_a_counter_holds_is_left_out_and_the_turn_counted_whole():
+    """JSON allows any integer, and the stdlib parser the providers fall back to reads one past a
+    double's range exactly: that count (and one past 2**53, which no float counter holds exactly)
+    is left out, and the rest of the turn is counted, before and after it in the summary's order."""
+    from streamtap.mitm.metrics import MAX_TOKEN_COUNT, TurnMetrics
+
+    metrics = TurnMetrics()
+    usage = {"input": 10**400, "output": 2, "cache_read": MAX_TOKEN_COUNT + 1, "cache_write": MAX_TOKEN_COUNT, "reasoning": True}
+    summary = {"provider": "openai-chat", "verdict": "complete", "stream_end": "finished", "ttft_ms": 5.0,
+               "duration_ms": 10.0, "bytes": 100, "events": 3, "usage": usage, "errors": ["recording: disk full"]}  # fmt: skip
+    metrics.count(summary, "gpt-x")
+    metrics.count({**summary, "usage": {"input": 9, "output": 2}, "errors": []}, "gpt-x")
+    sample = metrics.registry.get_sample_value
+    labels = {"provider": "openai-chat", "model": "gpt-x"}
+    assert sample("streamtap_turns_total", {**labels, "verdict": "complete", "stream_end": "finished"}) == 2
+    assert sample("streamtap_turn_duration_seconds_count", labels) == 2 and sample("streamtap_ttft_seconds_count", labels) == 2
+    assert sample("streamtap_stream_bytes_total") == 200 and sample("streamtap_events_total") == 6
+    tokens = {kind: sample("streamtap_usage_tokens_total", {**labels, "kind": kind}) for kind in usage}
+    assert tokens == {"input": 9, "output": 4, "cache_read": None, "cache_write": MAX_TOKEN_COUNT, "reasoning": None}
+    assert sample("streamtap_tap_errors_total", {"part": "recording"}) == 1
+
+
 @pytest.mark.parametrize("address", ["nonsense", "http://127.0.0.1:19108"])
 def test_a_bad_address_stops_the_proxy_at_startup_saying_why(tmp_path, address):
     mitm = Mitmdump("http://127.0.0.1:9", tmp_path, options={"streamtap_metrics": address})
@@ -235,3 +257,31 @@ def test_metrics_report_and_index_agree_with_compression_on(tmp_path):
     for (_, _, verdict, _), n in scraped.items():
         by_verdict[verdict] += n
     assert report["verdicts"] == dict(by_verdict) and report["recordings"] == len(recordings)
+
+
+def test_a_usage_count_past_a_double_is_left_out_live_and_its_recording_verifies(tmp_path):
+    """A real proxy: the stream whose prompt_tokens has 401 digits is counted (its output tokens
+    too), the next one counted as before, and its recording, judged complete, verifies."""
+    chat = streams.openai_chat(["a ", "b"], model="gpt-x")
+    port = free_port()
+    with Upstream() as upstream:
+        upstream.add("huge", Script(chat.replace(b'"prompt_tokens":9', b'"prompt_tokens":1' + b"0" * 400)))
+        upstream.add("plain", Script(chat))
+        with Mitmdump(upstream.url, tmp_path / "proxy", options={"streamtap_metrics": f"127.0.0.1:{port}"}) as mitm:
+            for name in ("huge", "plain"):
+                assert curl(f"{mitm.url}/s/{name}{CHAT}").stdout == upstream.last(name).wire
+            mitm.wait_log("streamtap: openai-chat", count=2)
+            deadline = time.monotonic() + 10
+            while value(families := scrape(port), "streamtap_turns_total") < 2:  # (the log line comes just before the count)
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+    assert value(families, "streamtap_turns_total", provider="openai-chat", model="gpt-x", verdict="complete") == 2
+    assert value(families, "streamtap_usage_tokens_total", kind="output") == 4
+    assert value(families, "streamtap_usage_tokens_total", kind="input") == 9  # the plain stream's only
+    assert value(families, "streamtap_tap_errors_total") == 0
+    assert "Metrics.turn_finished" not in mitm.log()
+    recordings = sorted(mitm.record_dir.glob("*.jsonl"))
+    assert len(recordings) == 2
+    for path in recordings:
+        result = streamtap("verify", str(path))
+        assert result.returncode == 0 and ": complete " in result.stdout, result.stdout + result.stderr

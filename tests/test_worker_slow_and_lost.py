@@ -1,6 +1,7 @@
 """A worker that is slow but gets on with its work is not taken for hung; a flow whose worker died
 before it took the flow still gets its recording; a flow lost with its worker keeps its recording's
-path and its model in its verdict (real mitmdump, real workers, loopback upstream)."""
+path and its model in its verdict, under the provider its recording names (real mitmdump, real
+workers, loopback upstream)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import time
 
 import pytest
@@ -15,8 +17,9 @@ import pytest
 import provider_streams as streams
 from streamtap.mitm.worker import SLOW_FSYNC_ENV
 from streamtap.recording import check_recording, read_recording
+from test_metrics import scrape
 from test_workers import HUNG_ENV, worker_pids
-from upstream import CHAT, STREAM_REQUEST, Mitmdump, Script, Upstream, curl, curl_started, find_recording
+from upstream import CHAT, STREAM_REQUEST, Mitmdump, Script, Upstream, curl, curl_started, find_recording, free_port
 
 REQUESTED_MODEL = json.loads(STREAM_REQUEST)["model"]
 
@@ -145,3 +148,47 @@ def test_a_flow_lost_with_its_worker_keeps_its_recording_and_model_in_its_verdic
     told = [json.loads(text) for text in said.read_text().splitlines()]  # mitmproxy may send more update hooks
     assert told and all(t == {"model": REQUESTED_MODEL, "verdict": "unknown", "command": [str(partial)]} for t in told), told
     assert any("analysis worker died after it was handed" in message for message in notes), notes
+
+
+def test_a_flow_lost_with_its_worker_is_counted_under_the_provider_its_recording_names(upstream, tmp_path):
+    """A root /completions (an OpenAI-compatible server whose base URL has no /v1) is told apart by
+    the model its request body names, which the proxy has not read when it hands the flow over: the
+    worker's detection is what the verdict, the log line and the metrics name once it is lost."""
+    body = streams.openai_chat([f"token {i} " for i in range(400)], model="gpt-root")
+    upstream.arm_pause()
+    upstream.add("root", Script(body, chunk_size=500, pause_after=8000))
+    upstream.router = lambda path, request: "root"
+    port = free_port()
+    try:
+        with Mitmdump(upstream.url, tmp_path / "m", options={"streamtap_metrics": f"127.0.0.1:{port}"}) as proxy:
+            [pid] = worker_pids(proxy)
+            client = subprocess.Popen(
+                ["curl", "-sS", "-N", "-H", "content-type: application/json", "--data",
+                 '{"model":"gpt-root","stream":true,"prompt":"hi"}', f"{proxy.url}/completions"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            )  # fmt: skip
+            try:
+                assert upstream.wait_paused()
+                deadline = time.monotonic() + 10
+                while not any(read_recording(p).frames for p in proxy.record_dir.glob("*.partial.jsonl")):  # the worker holds it
+                    assert time.monotonic() < deadline
+                    time.sleep(0.02)
+                os.kill(pid, signal.SIGKILL)
+                proxy.wait_log(f"analysis worker 0 (pid {pid}) died")
+            finally:
+                upstream.release()
+                out, err = client.communicate(timeout=20)
+            assert client.returncode == 0 and out == body, err
+            log = proxy.wait_log("not judged")
+            deadline = time.monotonic() + 10
+            while not (turns := {(s.labels["provider"], s.labels["model"], s.labels["verdict"]): s.value
+                                 for s in scrape(port)["streamtap_turns"] if s.name == "streamtap_turns_total"}):  # fmt: skip
+                assert time.monotonic() < deadline  # (the log line comes just before the count)
+                time.sleep(0.02)
+    finally:
+        upstream.router = None
+    [partial] = list(proxy.record_dir.glob("*.partial.jsonl"))
+    assert read_recording(partial).header["dialect"] == "openai-chat"
+    [line] = [line for line in log.splitlines() if "not judged" in line]
+    assert "streamtap: openai-chat gpt-root unknown (" in line, line
+    assert turns == {("openai-chat", "gpt-root", "unknown"): 1.0}, turns

@@ -36,6 +36,17 @@ DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 TOKEN_KINDS = ("input", "output", "cache_read", "cache_write", "reasoning")
 ERROR_PARTS = ("analysis", "recording", "tap")
 
+# A usage count above this is not counted. The counters are doubles: past 2**53 they no longer hold
+# every integer (adding 1 may change nothing), and a count past a double's range (JSON allows any
+# integer, which the providers' SDKs read exactly) cannot be added at all. No stream reports that
+# many tokens; one that says so (a bug, a forged answer) would swamp every real count for good.
+MAX_TOKEN_COUNT = 2**53
+
+
+def _countable(value: Any) -> bool:
+    """A token count the counters take: a positive integer (not a bool), at most MAX_TOKEN_COUNT."""
+    return type(value) is int and 0 < value <= MAX_TOKEN_COUNT
+
 
 class TurnMetrics:
     """The metric families, in their own registry, and how a finished turn updates them."""
@@ -77,30 +88,33 @@ class TurnMetrics:
     def count(self, summary: dict[str, Any], model: str | None) -> None:
         provider, label = summary["provider"], self.model_label(model)
         key = (provider, label, summary["verdict"], summary["stream_end"])
+        # every value first: a turn is counted whole or not at all (Tap._tell logs what raised)
+        ttft_ms = summary.get("ttft_ms")
+        ttft = None if ttft_ms is None else ttft_ms / 1000
+        duration = summary["duration_ms"] / 1000
+        bytes_, events = summary.get("bytes") or 0, summary.get("events") or 0
+        usage = summary.get("usage") or {}
+        tokens = [(kind, usage.get(kind)) for kind in TOKEN_KINDS if _countable(usage.get(kind))]
+        errors = [error.split(":", 1)[0] for error in summary.get("errors") or ()]
         children = self._children.get(key)
         if children is None:
             children = self._children[key] = (
                 self.turns.labels(*key), self.ttft.labels(provider, label), self.duration.labels(provider, label)
             )
-        turns, ttft, duration = children
+        turns, ttft_child, duration_child = children
         turns.inc()
-        if summary.get("ttft_ms") is not None:
-            ttft.observe(summary["ttft_ms"] / 1000)
-        duration.observe(summary["duration_ms"] / 1000)
-        self.bytes.inc(summary.get("bytes") or 0)
-        self.events.inc(summary.get("events") or 0)
-        usage = summary.get("usage")
-        if usage:
-            for kind in TOKEN_KINDS:
-                value = usage.get(kind)
-                if type(value) is int and value > 0:
-                    token_key = (provider, label, kind)
-                    child = self._token_children.get(token_key)
-                    if child is None:
-                        child = self._token_children[token_key] = self.tokens.labels(*token_key)
-                    child.inc(value)
-        for error in summary.get("errors") or ():
-            part = error.split(":", 1)[0]
+        if ttft is not None:
+            ttft_child.observe(ttft)
+        duration_child.observe(duration)
+        self.bytes.inc(bytes_)
+        self.events.inc(events)
+        for kind, value in tokens:
+            token_key = (provider, label, kind)
+            child = self._token_children.get(token_key)
+            if child is None:
+                child = self._token_children[token_key] = self.tokens.labels(*token_key)
+            child.inc(value)
+        for part in errors:
             self.errors.labels(part if part in ERROR_PARTS else "tap").inc()
 
 

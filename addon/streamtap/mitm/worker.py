@@ -209,18 +209,26 @@ def summary_of_end(remote: RemoteFlow, path: str, end: dict[str, Any]) -> dict[s
     )
 
 
-def _reopen(spec, settings: dict[str, Any], t0: float, dropped: str) -> tuple[FlowTap | None, tuple[str | None, str | None]]:
+def _opened(tap: FlowTap) -> tuple[str | None, str | None, str]:
+    """What OPENED says of a flow: its recording's path, the model its request names and its
+    provider. The proxy guessed the provider without the request body, which some paths need
+    (a root /completions, Ollama's): a flow whose analysis is lost after is counted under this one,
+    as its recording is."""
+    return str(tap.writer.path) if tap.writer else None, tap.requested_model, tap.provider
+
+
+def _reopen(spec, settings: dict[str, Any], t0: float, dropped: str) -> tuple[FlowTap | None, tuple[str | None, str | None, str]]:
     """A flow a dead worker held before it said it had begun its recording: the recording it
     began gets the note why it stops; else this worker records the flow, without its bytes (they
     went to the dead one), with the note. The tap, if one was made, and what OPENED says."""
-    spec.complete()  # the model the request names, for the verdict
+    spec.complete()  # the model the request names and the provider, with the body, for the verdict
     begun = _begun_recordings(settings["directory"], spec.started, spec.flow_id)
     if begun:
         _note_orphaned(None, f"{dropped}; the recording ends where it stopped", settings["directory"], spec.started, spec.flow_id)
-        return None, (begun[0], spec.requested_model)
+        return None, (begun[0], spec.requested_model, spec.detection.dialect.value if spec.detection else "unknown")
     tap = FlowTap(spec, t0=t0, **settings)
     tap.lost_from(0, f"{dropped}; {FELL_BEHIND}")
-    return tap, (str(tap.writer.path) if tap.writer else None, tap.requested_model)
+    return tap, _opened(tap)
 
 
 class _Voice:
@@ -362,7 +370,7 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
                         consumed += occupied
                         spec.take_request_body(get(at, size))
                     tap = taps[key] = FlowTap(spec, t0=t0, **settings)
-                    results.append((OPENED, key, (str(tap.writer.path) if tap.writer else None, tap.requested_model)))
+                    results.append((OPENED, key, _opened(tap)))
                 elif kind == REOPEN:  # a flow a dead worker held before it said it had begun its recording
                     _, key, spec, settings, t0, dropped = op
                     tap, opened = _reopen(spec, settings, t0, dropped)
@@ -465,7 +473,7 @@ class RemoteFlow:
     flow_id: str
     shard: int
     t0: float
-    provider: str
+    provider: str  # guessed without the request body until the worker says (OPENED) what it detected with it
     started: float = 0.0  # the tap's wall-clock start, which names its recording
     directory: str | None = None  # where its recording goes; None when it is not recorded
     # What the proxy and the worker know this run of the flow by. Not the flow's id: mitmproxy's
@@ -985,7 +993,7 @@ class Workers:
             else:
                 remote = self.flows.get(key)
                 if remote is not None:
-                    remote.recording, remote.model = value
+                    remote.recording, remote.model, remote.provider = value
                     remote.opening = None  # taken: should the worker die now, the next one notes the recording it began
 
     def _died(self, process: _Process) -> None:

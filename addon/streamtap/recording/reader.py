@@ -76,20 +76,31 @@ def open_recording(path: str | os.PathLike[str]) -> BinaryIO:
     return open_lines(path)
 
 
+# What the json module writes and orjson refuses to read. The writer writes a line with the json
+# module where orjson cannot write it (nested deeper than 254 levels, an integer past 64 bits, as
+# the SDKs' json.loads reads tool arguments and usage); that line can hold what orjson refuses:
+# deeper than the 1024 levels it reads, an integer past a double's range, and a float that is not
+# finite (a tool argument of 1e400, json.loads's inf) as NaN or Infinity. Nothing else is read
+# with the json module: a line orjson refuses for any other reason is damaged.
+_PAST_ORJSON = ("depth limit exceeded", "number is infinity when parsed as double")
+_NOT_FINITE = re.compile("Infinity|NaN")  # where orjson stops at one (after the minus of -Infinity)
+
+
 def line_json(line: bytes) -> Any:
-    """A recording line's JSON value; raises ValueError. orjson reads 1024 levels, but an end
-    line's turn holds tool arguments as deep as the decoders read them (the json module reads
-    deeper), a few levels further in: those lines, which the writer wrote with the json module,
-    are read back with it."""
+    """A recording line's JSON value; raises ValueError. Read with orjson, and with the json
+    module only where a line the writer wrote with it holds what orjson refuses (``_PAST_ORJSON``,
+    ``_NOT_FINITE``); a line is at most MAX_LINE_BYTES, and an integer at most the 4300 digits
+    Python reads."""
     try:
         return orjson.loads(line)
     except orjson.JSONDecodeError as refused:
-        if not str(refused).startswith("depth limit exceeded"):
-            raise
         try:
-            return json.loads(line.decode("utf-8"))
-        except (ValueError, RecursionError):
-            raise refused from None
+            text = line.decode("utf-8")
+            if str(refused).startswith(_PAST_ORJSON) or _NOT_FINITE.match(text, refused.pos):
+                return json.loads(text)
+        except (ValueError, RecursionError):  # (not UTF-8 is a ValueError too)
+            pass
+        raise refused from None
 
 
 def header_damage(first_line: bytes) -> str | None:
