@@ -128,6 +128,34 @@ def test_a_recording_the_readers_take_is_never_written_over(tmp_path):
         assert "is a recording" in got.stderr and recording.read_bytes() == before, got.stderr
 
 
+def test_a_compressed_recording_of_any_name_is_never_written_over(tmp_path):
+    """A zstd recording renamed (backup.zst) is not read as one, but it is one: `report --html
+    backup.zst` wrote its page over it. A zstd file that holds no recording is written as asked."""
+    import zstandard
+
+    backup = tmp_path / "backup.zst"
+    backup.write_bytes(zstandard.ZstdCompressor().compress((RECORDINGS / "openai-chat.jsonl").read_bytes()))
+    before = backup.read_bytes()
+    for verb, *args in (("report", "--html", backup, RECORDINGS), ("sweep", RECORDINGS / "openai-chat.jsonl", "--json", backup, "--", "true")):
+        got = streamtap(verb, *args)
+        one_line_error(got, verb)
+        assert "is a recording" in got.stderr and backup.read_bytes() == before, got.stderr
+    other = tmp_path / "notes.zst"
+    other.write_bytes(zstandard.ZstdCompressor().compress(b'{"note": "not a recording"}\n'))
+    assert streamtap("report", "--html", other, RECORDINGS).returncode == 0 and other.read_text().startswith("<!doctype html>")
+
+
+def test_serve_says_what_a_swap_tail_recording_is_when_it_is_no_file(tmp_path):
+    """It said "no recording 'X'" of a fifo, a folder or a device named X that is there."""
+    fifo, folder = tmp_path / "tail.jsonl", tmp_path / "tails"
+    os.mkfifo(fifo)
+    folder.mkdir()
+    for named, what in ((fifo, "a fifo"), (folder, "a folder"), (Path("/dev/null"), "a device")):
+        got = streamtap("serve", "--fault", f"swap-tail:with={named}", RECORDINGS / "openai-chat.jsonl", timeout=30)
+        one_line_error(got, "serve")
+        assert f"{named}: {what}, not a recording file" in got.stderr and "no recording" not in got.stderr, got.stderr
+
+
 @pytest.mark.parametrize("argv", [("verify", ""), ("show", ""), ("report", ""), ("report", "--html", "", "RECORDINGS"),
                                   ("index", "--out", "OUT", ""), ("serve", ""), ("import", ""), ("sweep", "", "--", "true"),
                                   ("sweep", "RECORDING", "--json", "", "--", "true"), ("import", "CAPTURE", "--out", ""),

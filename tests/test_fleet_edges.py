@@ -459,3 +459,58 @@ def test_a_recording_named_in_a_glob_that_cannot_be_read_costs_the_others_nothin
                 assert json.loads(got.stdout)["verdicts"] == {"complete": 1}, got.stdout
     finally:
         hidden.chmod(0o600)
+
+
+def test_a_folder_or_recording_named_behind_a_folder_that_cannot_be_searched_is_said_and_the_run_goes_on(tmp_path):
+    """Named on the command line, not found inside another folder: `report good locked` and
+    `report good locked/x.jsonl` stopped at the look for an index mark or at the file's existence
+    (Permission denied, exit 2, no report), where the same folder found inside another is said
+    and the run goes on (exit 1)."""
+    good = tmp_path / "good"
+    good.mkdir()
+    recording(good, "seen.jsonl")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    hidden = recording(locked, "hidden.jsonl", end={"verdict": {"kind": "truncated", "reason": "cut"}})
+    locked.chmod(0)
+    try:
+        for named, says in ((locked, f"{locked}: cannot read this folder: Permission denied"),
+                            (hidden, f"{hidden}: cannot read this recording: Permission denied")):
+            for args in (("report", "--json", good, named), ("index", good, named, "--out", tmp_path / f"idx-{named.name}")):
+                got = subprocess.run(unprivileged(*args), capture_output=True, text=True, timeout=60)
+                assert got.returncode == 1, (args, got.returncode, got.stderr)
+                assert says in got.stderr and "Traceback" not in got.stderr, got.stderr
+                if args[0] == "report":
+                    assert json.loads(got.stdout)["verdicts"] == {"complete": 1}, got.stdout
+                else:
+                    assert "1 new recording(s) indexed" in got.stderr, got.stderr
+    finally:
+        locked.chmod(0o700)
+
+
+def _file_size_limit(size: int):
+    """For preexec_fn: no file written past ``size`` bytes (EFBIG, Python ignores SIGXFSZ), a full
+    disk for one process that needs no mount."""
+    import resource
+
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+
+def test_a_page_that_cannot_be_written_keeps_the_table_the_finding_and_the_file_it_would_replace(tmp_path):
+    """`report --html` on a full disk: the table was never printed and the exit 2 hid the turns
+    found not complete; a page already there was left cut short."""
+    recording(tmp_path, "whole.jsonl")
+    recording(tmp_path, "cut.jsonl", end={"verdict": {"kind": "truncated", "reason": "cut"}})
+    got = streamtap("report", "--html", "/dev/full", tmp_path)
+    assert got.returncode == 2, (got.returncode, got.stderr)
+    assert "not complete (1):" in got.stdout, got.stdout  # the table, whole
+    assert got.stderr.count("\n") == 1 and "--html /dev/full: No space left on device" in got.stderr, got.stderr
+    assert "found: 1 of 2 recording(s) not judged complete (exit 1 but for this)" in got.stderr, got.stderr
+    page = tmp_path / "page.html"
+    page.write_text("the page of yesterday\n")
+    got = subprocess.run([*STREAMTAP, "report", "--html", page, tmp_path], capture_output=True, text=True, timeout=60,
+                         preexec_fn=_file_size_limit(3000))  # the rows DuckDB reads fit, the page (~5 KB) does not
+    assert got.returncode == 2 and "File too large" in got.stderr and "(exit 1 but for this)" in got.stderr, got.stderr
+    assert page.read_text() == "the page of yesterday\n"  # as it was, not cut short
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.jsonl", "page.html", "whole.jsonl"]  # no temporary file left
+    assert streamtap("report", "--html", page, tmp_path).returncode == 1 and page.read_text().startswith("<!doctype html>")

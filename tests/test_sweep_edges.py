@@ -374,3 +374,74 @@ def test_a_client_command_in_the_place_of_the_recording_is_said_of_the_recording
     not that x.py cannot be started."""
     result = streamtap_sweep("--", "python", "x.py", cwd=tmp_path)
     assert_refused(result, "streamtap sweep: python: no such recording file (streamtap sweep REC.jsonl [OPTIONS] -- CLIENT_CMD ...)")
+
+
+def test_a_recording_behind_a_folder_that_cannot_be_searched_is_said_so_not_missing(recording, tmp_path, marker_client):
+    """os.path.exists says False for a file it may not look at: "no such recording file" sent
+    the user looking for a file that is there."""
+    from test_fleet_edges import unprivileged
+
+    command, ran = marker_client
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    hidden = locked / "x.jsonl"
+    hidden.write_bytes(Path(recording).read_bytes())
+    locked.chmod(0)
+    try:
+        got = subprocess.run(unprivileged("sweep", hidden, "--", *command), capture_output=True, text=True, timeout=60)
+    finally:
+        locked.chmod(0o700)
+    assert_refused(got, f"streamtap sweep: {hidden}: Permission denied")
+    assert not list(ran.iterdir()), "a client ran"
+
+
+def test_a_fifo_or_a_device_given_as_the_recording_is_refused_before_it_is_opened(tmp_path, marker_client):
+    """A fifo blocked the sweep for ever (waiting for a writer), /dev/zero read ~200 MB before it
+    was refused; every other verb refuses them at once."""
+    command, ran = marker_client
+    fifo = tmp_path / "rec.jsonl"
+    os.mkfifo(fifo)
+    for given in (fifo, "/dev/zero"):
+        assert_refused(streamtap_sweep(given, "--", *command, timeout=20), f"streamtap sweep: {given}: not a regular file")
+    assert not list(ran.iterdir()), "a client ran"
+
+
+@pytest.mark.parametrize("words", [["--help"], ["--help", "--"], ["-h", "--"], ["--timeout", "5", "--he", "--"]])
+def test_help_asked_after_the_recording_is_the_whole_help(recording, marker_client, words):
+    """`sweep REC --help` was called a client command, and `sweep REC --help -- cmd` an
+    unrecognized argument: help is shown wherever it is asked, as every other verb does."""
+    command, ran = marker_client
+    got = streamtap_sweep(recording, *words, *(command if words[-1] == "--" else []))
+    assert got.returncode == 0 and got.stderr == "", (got.returncode, got.stderr)
+    assert got.stdout.startswith("usage: streamtap sweep") and "exit code: 0 every cut was noticed" in got.stdout, got.stdout
+    assert not list(ran.iterdir()), "a client ran"
+
+
+def test_an_option_after_the_recording_that_is_wrong_is_one_line(recording, marker_client):
+    """It printed argparse's usage and error, then a line of its own: three lines for one mistake."""
+    command, ran = marker_client
+    assert_refused(streamtap_sweep(recording, "--bogus", "--", *command), "unrecognized arguments: --bogus")
+    assert_refused(streamtap_sweep(recording, "--timeout", "soon", "--", *command), "argument --timeout: invalid float value: 'soon'")
+    assert_refused(streamtap_sweep(recording, "--json", "--", *command), "argument --json: expected one argument")
+    assert not list(ran.iterdir()), "a client ran"
+
+
+def test_a_json_report_that_fails_to_be_written_after_the_runs_keeps_the_finding_and_the_file(recording, tmp_path, marker_client):
+    """A full disk found once the sweep is done: its exit 2 hid the silent runs, and the report
+    file was left empty or cut short."""
+    import resource
+
+    command, ran = marker_client
+    sweep = ("--positions", "event=2", "--styles", "clean")
+    got = streamtap_sweep(recording, *sweep, "--json", "/dev/full", "--", *command)
+    assert "1 silently accepted partial output" in got.stdout, got.stdout  # the table, whole
+    assert_refused(got, "--json /dev/full: No space left on device")
+    assert "found: 1 silent, 0 hung, 0 crashed (exit 1 but for this)" in got.stderr, got.stderr
+    report = tmp_path / "report.json"
+    report.write_text("the report of yesterday\n")
+    got = streamtap_sweep(recording, *sweep, "--json", report, "--", *command,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200)))  # Python ignores SIGXFSZ: EFBIG
+    assert_refused(got, f"--json {report}: File too large")
+    assert "(exit 1 but for this)" in got.stderr, got.stderr
+    assert report.read_text() == "the report of yesterday\n"  # as it was, not cut short
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left

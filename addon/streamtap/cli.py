@@ -2,7 +2,8 @@
 
 Exit codes scripts can trust: 0 success (for `verify`: every input complete), 1 a
 finding (an incomplete turn, a failed check), 2 a usage error (bad arguments, missing
-file), 3 an internal error in streamtap itself, 130 interrupted, 141 the output was closed
+file; also an output file that could not be written once the work was done, whose error line
+then says the finding), 3 an internal error in streamtap itself, 130 interrupted, 141 the output was closed
 before everything was written (``| head``), as for a tool that SIGPIPE ended.
 """
 
@@ -14,12 +15,13 @@ import importlib
 import os
 import re
 import signal
+import stat
 import sys
 import threading
 import time
 import traceback
 from collections.abc import Collection, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 # verb -> (module, one-line help). The help lives here, not in the module, so that
@@ -139,6 +141,42 @@ def check_names(flag: str, names: Iterable[str]) -> None:
         problem = name_problem(name)
         if problem:
             raise UsageError(f"{flag}: {problem}")
+
+
+def write_file(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` (UTF-8) to the file ``path`` names, whole or not at all: a regular file, or
+    a new one, through a temporary file beside it renamed over it once written, so that a full
+    disk leaves the file as it was (or none), never cut short; anything else (a fifo, /dev/stdout,
+    a device) is written as it is. Raises OSError."""
+    target = os.path.realpath(path)  # a link to the file stays one: the file it leads to is replaced
+    try:
+        mode: int | None = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        Path(path).write_text(text, encoding="utf-8")
+        return
+    folder, name = os.path.split(target)
+    temporary = os.path.join(folder, f".{name}.{os.urandom(4).hex()}.tmp")  # hidden: no glob of the folder takes it
+    try:  # 0o666 as for a file opened anew: the umask applies
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    except PermissionError:
+        if mode is None:
+            raise
+        Path(target).write_text(text, encoding="utf-8")  # a file that may be written in a folder that may not: in place
+        return
+    try:
+        with open(fd, "w", encoding="utf-8") as out:
+            if mode is not None:
+                os.fchmod(fd, stat.S_IMODE(mode))  # the file keeps its permissions
+            out.write(text)
+            out.flush()
+            os.fsync(fd)  # a file system that reserves space late says it is full here, not after the rename
+        os.replace(temporary, target)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def refuse_recording_as_output(option: str, path) -> None:

@@ -45,7 +45,7 @@ def _index(args: argparse.Namespace) -> int:
     import duckdb
 
     from streamtap.recording import fleet  # DuckDB: imported by this verb only
-    from streamtap.recording.catalog import find_recordings
+    from streamtap.recording.catalog import find_recordings, missing
 
     if not args.out:
         raise UsageError("--out: give the index folder (an empty name would index into the current folder)")
@@ -58,7 +58,7 @@ def _index(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: not a folder")
     for raw in args.paths:
-        if not Path(raw).exists():
+        if missing(raw):  # one that cannot be looked at is there: its reading names it, and the run goes on
             raise UsageError(f"{raw}: no such file or directory")
         if Path(raw).resolve() == out.resolve():
             raise UsageError(f"{raw} is the index folder itself; give the recordings")

@@ -17,7 +17,7 @@ import orjson
 
 from streamtap.cli import (
     EXIT_FINDING, EXIT_OK, Progress, UsageError, json_for_stdout, named_path, queries_stop_on_ctrl_c, refuse_recording_as_output, say,
-    terminal_safe, write_out,
+    terminal_safe, write_file, write_out,
 )
 from streamtap.recording import RecordingError
 
@@ -34,7 +34,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "What was left out (unreadable, still being written, not a recording) is counted in the table's first line, "
         "in --json's \"left_out\" and on the --html page. "
         "Exit codes: 0 every recording whole and judged complete, 1 any not (a turn not complete, a recording cut, damaged or without a verdict, "
-        "or a folder or recording that could not be read), 2 usage error (no recordings under the paths given, among them)."
+        "or a folder or recording that could not be read), 2 usage error (no recordings under the paths given, among them; "
+        "also an --html page that could not be written, which leaves the file as it was: the table is printed all the same, "
+        "and the error line says what the report found and the exit code it would have had)."
     )
     parser.add_argument("paths", nargs="+", type=named_path, metavar="PATH", help="recordings, folders of recordings, or index folders")
     output = parser.add_mutually_exclusive_group()
@@ -49,14 +51,14 @@ def load(con, paths: list[str], verb: str = "report", loaded=None) -> int:
     (a ``fleet.Loaded``) learns what was left out. No recordings at all is a usage error (a
     mistyped folder), unless an index was named or recordings were there but left out."""
     from streamtap.recording import fleet
-    from streamtap.recording.catalog import RECORDING_SUFFIXES, files_under, find_recordings
+    from streamtap.recording.catalog import RECORDING_SUFFIXES, files_under, find_recordings, missing
 
     import duckdb
 
     indexes, others = [], []
     for raw in paths:
         path = Path(raw)
-        if not path.exists():
+        if missing(path):  # one that cannot be looked at is there: its reading names it, and the run goes on
             raise UsageError(f"{path}: no such file or directory")
         (indexes if is_index(path) else others).append(raw)
     unique: dict[Path, str] = {}
@@ -96,7 +98,10 @@ def is_index(path: Path) -> bool:
 
     from .index import INDEX_MARK
 
-    return path.is_dir() and bool(fleet.index_files(path) or (path / INDEX_MARK).is_file())
+    try:
+        return path.is_dir() and bool(fleet.index_files(path) or (path / INDEX_MARK).is_file())
+    except OSError:  # a folder that cannot be read: searched as one, which says so and goes on
+        return False
 
 
 def not_an_index(folders: list, exc: Exception) -> str:
@@ -157,13 +162,14 @@ def run(args: argparse.Namespace) -> int:
         loaded = fleet.Loaded()
         load(con, args.paths, loaded=loaded)
         data = {**fleet.report(con), "left_out": left_out(loaded)}
-        if args.html:
+        html_failed = None
+        if args.html:  # written before stdout, which a reader may close (| head): the page is still made
             from .report_html import render_html
 
             try:
-                Path(args.html).write_text(render_html(data, *fleet.time_series(con), fleet.ttft_values(con)), encoding="utf-8")
+                write_file(args.html, render_html(data, *fleet.time_series(con), fleet.ttft_values(con)))
             except OSError as exc:
-                raise UsageError(f"--html {args.html}: {exc.strerror or exc}") from None
+                html_failed = exc.strerror or str(exc)
     if args.json:
         write_out(json_for_stdout(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()) + "\n")
     elif args.csv:
@@ -174,7 +180,22 @@ def run(args: argparse.Namespace) -> int:
     # one that could not be read, and a folder that could not be read may hold any
     all_complete = (data["recordings"] == data["verdicts"].get("complete", 0) and not data["incomplete_files"]
                     and not loaded.unreadable)
-    return EXIT_OK if all_complete else EXIT_FINDING
+    found = EXIT_OK if all_complete else EXIT_FINDING
+    if html_failed:  # exit 2, as for any file that cannot be written, but the report's own finding is said: it is not lost
+        raise UsageError(f"--html {args.html}: {html_failed}; the page was not written. The report (printed above) found: "
+                         f"{finding(data, len(loaded.unreadable))} (exit {found} but for this)")
+    return found
+
+
+def finding(data: dict[str, Any], unreadable: int) -> str:
+    """What the exit code of a report says, in words."""
+    not_complete = data["recordings"] - data["verdicts"].get("complete", 0)
+    parts = [f"{not_complete} of {data['recordings']} recording(s) not judged complete"] if not_complete else []
+    if data["incomplete_files"]:
+        parts.append(f"{data['incomplete_files']} recording file(s) incomplete")
+    if unreadable:
+        parts.append(f"{unreadable} folder(s) or recording(s) that could not be read")
+    return ", ".join(parts) or "every recording whole and judged complete"
 
 
 # --- text ------------------------------------------------------------------------------------

@@ -57,7 +57,9 @@ recorded), after a one-line warning on stderr: the runs do not start from a whol
 
 exit code: 0 every cut was noticed, 1 some were silent, hung or crashed, or the client failed
 without any cut (its runs inconclusive, said in the summary), 2 usage error
-(said before any run), 3 an error in streamtap itself, 130 interrupted (Ctrl-C), 143 and 129
+(said before any run; also a --json file that could not be written after the runs, which
+is left as it was: the error line says what the sweep found and the exit code it would
+have had), 3 an error in streamtap itself, 130 interrupted (Ctrl-C), 143 and 129
 stopped by SIGTERM or SIGHUP (the clients' runs are ended first in all three), 141 the output
 was closed.
 
@@ -95,7 +97,7 @@ def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from streamtap.cli import UsageError
+    from streamtap.cli import UsageError, write_file
     from streamtap.replay.faults import CUT_STYLES, FaultSpecError, Timing
     from streamtap.replay.source import RecordingError, load_source
     from streamtap.replay.sweep import (
@@ -103,24 +105,29 @@ def run(args: argparse.Namespace) -> int:
     )
 
     rest = list(args.rest)
-    options = argparse.ArgumentParser(prog="streamtap sweep", add_help=False)
-    option_names = {name for action in _options(options) for name in action.option_strings} | {"-h", "--help"}
+    options = _OptionsParser(prog="streamtap sweep", add_help=False)
+    option_names = {name for action in _options(options) for name in action.option_strings} | HELP
     if "--" in rest:
         before, command = rest[: rest.index("--")], rest[rest.index("--") + 1 :]
     else:
         before, command = [], rest
         if command and _names_an_option(command[0], option_names):  # `sweep REC --no-progress python x.py`
+            if any(_names_an_option(word, HELP) for word in command):  # `sweep REC --help`: asked, not mistaken
+                return _print_help()
             raise UsageError(
                 f"{command[0]} is an option of streamtap sweep, not a client command: put -- before the client "
                 "(streamtap sweep REC.jsonl [OPTIONS] -- CLIENT_CMD ...)"
             )
+    if any(_names_an_option(word, HELP) for word in before):  # argparse never sees these words: the help is asked here
+        return _print_help()
     if before:
-        try:
-            options.parse_args(before, namespace=args)
-        except SystemExit:
-            raise UsageError(f"cannot read the options {' '.join(before)!r} (see streamtap sweep --help)") from None
-    if not os.path.exists(args.recording):  # `sweep -- python x.py` takes python for the recording: said of it, not of x.py
-        raise UsageError(f"{args.recording}: no such recording file (streamtap sweep REC.jsonl [OPTIONS] -- CLIENT_CMD ...)")
+        options.parse_args(before, namespace=args)
+    try:
+        os.stat(args.recording)
+    except FileNotFoundError:  # `sweep -- python x.py` takes python for the recording: said of it, not of x.py
+        raise UsageError(f"{args.recording}: no such recording file (streamtap sweep REC.jsonl [OPTIONS] -- CLIENT_CMD ...)") from None
+    except OSError as exc:  # there, but not to be looked at (a folder on its way that may not be searched)
+        raise UsageError(f"{args.recording}: {exc.strerror or exc}") from None
     if not command:
         raise UsageError("no client command: put it after --, e.g. streamtap sweep REC.jsonl -- python client.py")
     if shutil.which(command[0]) is None:  # a typo would make every run "crashed", the cause only in --json
@@ -180,17 +187,22 @@ def run(args: argparse.Namespace) -> int:
     except ClientNotStarted as exc:  # found, but no run can start it (no #! line, a missing interpreter)
         raise UsageError(f"cannot start the client {command[0]!r}: {_why_not_started(command[0], exc.error)}") from None
     data = report.to_dict()
+    counts = report.counts()
+    found = 1 if counts[SILENT] or counts[HUNG] or counts[CRASHED] or report.baseline_failed else 0
     if args.json == "-":
         print(json.dumps(data, indent=1))
     else:
         print(report.table())
         if args.json:
             try:
-                Path(args.json).write_text(json.dumps(data, indent=1) + "\n")
+                write_file(args.json, json.dumps(data, indent=1) + "\n")
             except OSError as exc:
-                raise UsageError(f"--json {args.json}: {exc.strerror or exc}") from None
-    counts = report.counts()
-    return 1 if counts[SILENT] or counts[HUNG] or counts[CRASHED] or report.baseline_failed else 0
+                # exit 2, as for any file that cannot be written, but the sweep's own result is said: it is not lost
+                what = (f"{counts[SILENT]} silent, {counts[HUNG]} hung, {counts[CRASHED]} crashed"
+                        + (", the client failed without any cut" if report.baseline_failed else "")) if found else "every cut noticed"
+                raise UsageError(f"--json {args.json}: {exc.strerror or exc}; the JSON report was not written. "
+                                 f"The sweep (the table above) found: {what} (exit {found} but for this)") from None
+    return found
 
 
 # What `timeout`, a CI runner or `kill` (SIGTERM) and a closed terminal (SIGHUP) send: the
@@ -235,6 +247,27 @@ def _interpreter(path: str) -> str | None:
         return None
     words = line[2:].split() if line.startswith(b"#!") else []
     return os.fsdecode(words[0]) if words else None
+
+
+HELP = {"-h", "--help"}
+
+
+class _OptionsParser(argparse.ArgumentParser):
+    """Reads the options after the recording: a mistake in them is one line, as any usage error
+    (argparse's own error prints the usage first, then exits)."""
+
+    def error(self, message: str):
+        from streamtap.cli import UsageError
+
+        raise UsageError(f"{message} (see streamtap sweep --help)")
+
+
+def _print_help() -> int:
+    """The sweep's whole help, as `streamtap sweep --help` prints it."""
+    from streamtap.cli import EXIT_OK, build_parser
+
+    build_parser(["sweep"]).verb_parsers["sweep"].print_help()
+    return EXIT_OK
 
 
 def _names_an_option(word: str, option_names: set[str]) -> bool:

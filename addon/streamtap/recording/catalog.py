@@ -9,6 +9,7 @@ is the command that rechecks the frames against it.
 from __future__ import annotations
 
 import calendar
+import errno
 import fcntl
 import io
 import math
@@ -164,17 +165,42 @@ def find_recordings(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Found]:
     FileNotFoundError for a path that does not exist."""
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
+        try:
+            is_folder = stat.S_ISDIR(os.stat(path).st_mode)
+        except OSError as error:
+            if missing(path):
+                raise FileNotFoundError(f"{path}: no such file or directory") from None
+            # there, but not to be looked at (a folder on its way that may not be searched): its
+            # recording is unknown, as one found in a folder that cannot be read; the run goes on
+            yield Found(path.resolve(), named=True, unreadable=f"cannot read this recording: {error.strerror or error}")
+            continue
+        if is_folder:
             # resolved once: resolving each file costs a stat per folder level
             files, unreadable = files_under(path.resolve(), RECORDING_SUFFIXES, real=True)
             # a file that is no regular file is skipped later, and said so
             found = [Found(file, named=False) for file in files]
             found += (Found(folder, named=False, unreadable=f"cannot read this folder: {why}") for folder, why in unreadable)
             yield from sorted(found, key=lambda item: item.path)
-        elif path.exists():
-            yield Found(path.resolve(), named=True)
         else:
-            raise FileNotFoundError(f"{path}: no such file or directory")
+            yield Found(path.resolve(), named=True)
+
+
+def missing(path: str | os.PathLike[str]) -> bool:
+    """Whether nothing is at ``path``, as ``Path.exists`` says (a dangling link, a loop of links),
+    but for a path that may not be looked at (a folder on its way that may not be searched): it
+    is there, only unreadable, where ``Path.exists`` raises and ``os.path.exists`` says False.
+    Raises the OSError of a path that cannot be one (a name too long)."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return True
+        if error.errno in (errno.EACCES, errno.EPERM):
+            return False
+        raise
+    return False
 
 
 _HEADER_START = b'{"type":"header",'  # how the writer begins every recording (orjson, no spaces)
@@ -186,7 +212,9 @@ _FIRST_LINE_READ = 1 << 20  # enough of a first line to tell a header, damaged o
 def is_recording_file(path: str | os.PathLike[str]) -> bool:
     """Does ``path`` hold a recording, whole or damaged, as the readers take one (a header line,
     a zstd stream named ``.jsonl.zst``, a proxy's recording name, or a first line that marks a
-    damaged or lost header)? For the verbs that write a file: they never overwrite one."""
+    damaged or lost header), or a zstd stream of another name whose first line is one of those
+    (a compressed recording renamed: the readers would not take it, but it is one all the same)?
+    For the verbs that write a file: they never overwrite one."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             return False
@@ -197,8 +225,37 @@ def is_recording_file(path: str | os.PathLike[str]) -> bool:
     if head.startswith(_HEADER_START) or recording_name(Path(path)):
         return True
     if head.startswith(_ZSTD_MAGIC):
-        return os.fspath(path).endswith(RECORDING_SUFFIXES[1])
+        if os.fspath(path).endswith(RECORDING_SUFFIXES[1]):
+            return True  # read as a recording by its name, damaged or not
+        # a compressed recording under another name (backup.zst) is one all the same: by its first line
+        try:
+            with open(path, "rb") as handle:
+                head = _first_zstd_line(handle)
+        except OSError:
+            return False
+        if head.startswith(_HEADER_START):
+            return True
     return header_damage(head.rstrip(b"\r\n")) is not None
+
+
+def _first_zstd_line(handle: BinaryIO) -> bytes:
+    """The first line the zstd stream in ``handle`` decodes to, up to _FIRST_LINE_READ bytes of
+    it, from as much of the file at most (a stream of empty frames costs no more); what decoded
+    before damage, if any."""
+    frames, line, read = ZstdFrames(), bytearray(), 0
+    try:
+        while b"\n" not in line and len(line) < _FIRST_LINE_READ and read < _FIRST_LINE_READ:
+            data = handle.read(READ_SIZE)
+            if not data:
+                break
+            read += len(data)
+            for piece in frames.pieces(data):
+                line += piece
+                if b"\n" in piece or len(line) >= _FIRST_LINE_READ:
+                    break
+    except ZstdDamage:
+        pass
+    return bytes(line[:_FIRST_LINE_READ]).split(b"\n", 1)[0]
 
 
 def recording_name(path: Path) -> bool:

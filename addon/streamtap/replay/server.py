@@ -16,8 +16,10 @@ import asyncio
 import errno
 import fcntl
 import json
+import os
 import re
 import socket
+import stat
 import struct
 import sys
 import termios
@@ -123,11 +125,29 @@ def swap_recordings(faults: list[Fault], library: Library, loaded: dict[str, Sou
         if name is None or name in found or name in (loaded or {}):
             continue
         candidates = [Path(name)] + [Path(e.source.path).parent / name for e in library.entries]
-        path = next((c for c in candidates if c.is_file()), None)
+        troubles = [(c, _not_a_file(c)) for c in candidates]
+        path = next((c for c, trouble in troubles if trouble == ""), None)
         if path is None:
-            raise FaultSpecError(f"{fault.spec!r}: no recording {name!r} (looked beside the served recordings too)")
+            # what is there instead, if anything: "no recording" would send the user looking for a file that is there
+            there = next((f"{c}: {trouble}" for c, trouble in troubles if trouble), None)
+            raise FaultSpecError(f"{fault.spec!r}: {there or f'no recording {name!r}'} (looked beside the served recordings too)")
         found[name] = load_source(path)
     return found
+
+
+def _not_a_file(path: Path) -> str | None:
+    """Why ``path`` is not a file to read a recording from: "" when it is one, None when nothing is there."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:  # there, but not to be looked at
+        return exc.strerror or str(exc)
+    if stat.S_ISREG(mode):
+        return ""
+    what = ("a folder" if stat.S_ISDIR(mode) else "a fifo" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device")
+    return f"{what}, not a recording file"
 
 
 class ReplayServer:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import base64
 import json
 import math
+import os
 import re
+import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,6 +114,14 @@ def load_source(path: str | Path, *, check: bool = False) -> Source:
     """Read a streamtap recording (JSONL) into a Source; with ``check``, also what verify finds
     wrong with the file (``Source.problems``), from the same reading."""
     path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise RecordingError(f"{path}: {exc.strerror or exc}") from exc
+    if stat.S_ISDIR(mode):
+        raise RecordingError(f"{path}: a folder; give one recording")
+    if not stat.S_ISREG(mode):  # refused before opening: a fifo would wait for a writer, a device never end
+        raise RecordingError(f"{path}: not a regular file (a fifo, device or socket holds no recording)")
     try:
         rec = read_recording(path)
         problems = check_recording(rec) if check else None
