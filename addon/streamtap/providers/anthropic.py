@@ -52,8 +52,9 @@ import orjson
 from streamtap.wire import SSEEvent, WireEvent
 from streamtap.wire.partial_json import exact_loads
 
-from .common import as_int, as_str, dumps, first_line_lost_to_bom, one_line
-from .judge import MAX_NOTES, Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome, sdk_loads, stop_verdict
+from .common import as_int, as_str, dumps, first_line_lost_to_bom
+from .judge import (MAX_NOTES, Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome, error_text, sdk_loads,
+                    stop_verdict)
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
 # raw stop_reason -> (verdict, normalized stop reason)
@@ -126,6 +127,12 @@ MAX_MESSAGE_IDS = 256
 # (a compaction's encrypted_content) is kept beside it
 OTHER_TEXT_FIELDS = ("content", "text")
 MAX_DELTA_FIELDS = 64  # fields of unmodelled deltas a block keeps apart; more are counted (each costs objects, not text)
+# the usage fields the SDK models (Usage, MessageDeltaUsage), Bedrock's metrics and the iterations real captures
+# hold: always kept; other names only up to judge.MAX_USAGE_FIELDS (``Judge.usage``)
+USAGE_FIELDS = frozenset({
+    "input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "cache_creation",
+    "inference_geo", "output_tokens_details", "server_tool_use", "service_tier", "speed", "iterations",
+    "amazon-bedrock-invocationMetrics"})
 
 
 class MessageBuilder:
@@ -429,8 +436,7 @@ class MessageBuilder:
         self.judge.terminal_at = (seq, offset)
         self.judge.close("the message", "message_stop", seq, offset)
         metrics = event.get("amazon-bedrock-invocationMetrics")
-        if isinstance(metrics, dict):
-            self.turn.usage.raw["amazon-bedrock-invocationMetrics"] = metrics
+        if isinstance(metrics, dict) and self.judge.usage({"amazon-bedrock-invocationMetrics": metrics}, USAGE_FIELDS):
             self._one_invocation(metrics, seq, offset)
         if self.open_blocks:
             raw = self.turn.stop_reason_raw
@@ -495,9 +501,10 @@ class MessageBuilder:
                             f"{started}: if not a quirk of the provider, the chunks come from two invocations")
 
     def _usage(self, usage: dict[str, Any]) -> None:
-        """Cumulative counts: overwrite the ones present, never sum."""
+        """Cumulative counts: overwrite the ones present, never sum (each message_delta may name new
+        fields, so the turn keeps them within bounds: ``Judge.usage``)."""
+        usage = self.judge.usage(usage, USAGE_FIELDS)
         target = self.turn.usage
-        target.raw.update(usage)
         if usage.get("input_tokens") is not None:
             target.input = usage["input_tokens"]
         if usage.get("output_tokens") is not None:
@@ -652,7 +659,7 @@ class Assembler:
             kind, message = None, error
         else:
             kind, message = None, event.data
-        message = one_line(message) if isinstance(message, str) and message.strip() else None
+        message = error_text(message) if isinstance(message, str) and message.strip() else None
         self.judge.errored({"source": "stream", "type": kind, "code": None, "message": message},
                            event.seq, event.start)
 

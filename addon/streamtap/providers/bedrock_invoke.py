@@ -36,7 +36,7 @@ from typing import Any
 
 from streamtap.wire import EventStreamMessage, WireEvent
 
-from .anthropic import MessageBuilder
+from .anthropic import USAGE_FIELDS, MessageBuilder
 from .judge import Judge, Pieces, as_text, decode_event_json, stop_verdict
 from .bedrock_converse import ConverseBuilder, blob_bytes, event_frame, foreign_event
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
@@ -286,9 +286,8 @@ class Assembler:
 
     def _bedrock_fields(self, inner: dict[str, Any], event: EventStreamMessage) -> None:
         metrics = inner.get("amazon-bedrock-invocationMetrics")
-        if isinstance(metrics, dict):
+        if isinstance(metrics, dict) and self.judge.usage({"amazon-bedrock-invocationMetrics": metrics}, USAGE_FIELDS):
             usage = self.turn.usage
-            usage.raw["amazon-bedrock-invocationMetrics"] = metrics
             if usage.input is None and metrics.get("inputTokenCount") is not None:
                 usage.input = metrics["inputTokenCount"]
             if usage.output is None and metrics.get("outputTokenCount") is not None:

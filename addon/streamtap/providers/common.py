@@ -35,7 +35,7 @@ import orjson
 from streamtap.wire import SSEEvent, WireEvent
 from streamtap.wire.partial_json import exact_loads
 
-from .judge import Fragments, Judge, parse_arguments, sdk_loads
+from .judge import Fragments, Judge, bounded_error_value, error_text, parse_arguments, sdk_loads
 
 from .turn import Block, BlockKind, Choice, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
@@ -146,13 +146,14 @@ def error_fields(obj: Any) -> dict[str, Any]:
     """{type, code, status, message} from the error shapes providers use (for ``Judge.errored``)."""
     inner = obj.get("error", obj) if isinstance(obj, dict) else obj
     if not isinstance(inner, dict):
-        return {"message": one_line(str(inner)[:200])}
+        return {"message": error_text(inner) if isinstance(inner, str) else one_line(str(inner)[:200])}
     message = next((inner[k] for k in ("message", "Message", "msg", "detail") if isinstance(inner.get(k), str)), None)
     if message is None and isinstance(obj, dict):
         message = next((obj[k] for k in ("message", "Message") if isinstance(obj.get(k), str)), None)
     fields = {"type": inner.get("type"), "code": inner.get("code"), "status": inner.get("status"),
-              "message": one_line(message if message is not None else str(inner)[:200])}
-    return {k: v for k, v in fields.items() if v is not None}
+              "message": error_text(message) if message is not None else one_line(str(inner)[:200])}
+    # (bounded here too: the session keeps these fields without the judge, for an SSE error: line)
+    return {k: bounded_error_value(v) for k, v in fields.items() if v is not None}
 
 
 def not_a_json_object(text: str) -> bool:

@@ -45,6 +45,19 @@ DROPPED = {"text": "text_dropped_chars", "arguments_raw": "arguments_dropped_cha
 TEXT_END = 1024
 MAX_LISTED = 4096  # items a block keeps in one list that grows per event (citations, unmodelled deltas)
 MAX_NOTES = 50  # notes kept per turn
+# A provider's usage object, merged into the turn event after event (Anthropic's message_delta adds to
+# message_start's): each event may name new fields, which the turn would keep to its end and write into the
+# end line. The names a dialect knows are kept, and MAX_USAGE_FIELDS others; a name or a value (as JSON)
+# longer than its bound is counted, not kept (the SDKs' usage is counts, a few small objects and a list of
+# iterations of ~200 characters each).
+MAX_USAGE_FIELDS = 64
+MAX_USAGE_NAME = 256
+MAX_USAGE_VALUE = 16 * 1024
+USAGE_DROPPED = "usage_fields_dropped"  # turn.extra key
+# characters of each field of an in-band error the turn keeps: its message goes whole into the verdict's
+# reason, and from there into the log line, the flow's comment and the recording's end line
+MAX_ERROR_TEXT = 1000
+_SCALARS = frozenset((int, float, bool, type(None)))  # JSON values of a bounded size
 
 END_WORDS = {
     StreamEnd.FINISHED: "the body ended cleanly",
@@ -127,7 +140,7 @@ class Judge:
     def errored(self, error: dict[str, Any], seq: int | None, offset: int | None) -> None:
         """The provider's own word that it failed: ``error`` is {source, type, code, message, ...}."""
         if self.error_at is None:
-            self.turn.error = error
+            self.turn.error = {key: bounded_error_value(value) for key, value in error.items()}
             self.turn.stop_reason = "error"
             self.error_at = (seq, offset)
 
@@ -156,6 +169,31 @@ class Judge:
             notes.append(text)
         elif len(notes) == MAX_NOTES:
             notes.append("more notes dropped")
+
+    def usage(self, fields: dict[str, Any], known: frozenset[str]) -> dict[str, Any]:
+        """Merge ``fields``, a provider's usage object, into the turn's ``usage.raw`` (present fields
+        overwrite: the counts are cumulative) within the MAX_USAGE_* bounds, names in ``known`` always
+        kept; the fields kept are returned (``fields`` itself when all are). Those not kept are counted
+        in ``turn.extra["usage_fields_dropped"]`` and said once in a note."""
+        raw = self.turn.usage.raw
+        dropped: set[str] | None = None  # (no set made per event while every field is kept)
+        for key, value in fields.items():
+            if (type(value) in _SCALARS or _json_size(value) <= MAX_USAGE_VALUE) and \
+                    (key in raw or key in known or (len(raw) < MAX_USAGE_FIELDS and len(key) <= MAX_USAGE_NAME)):
+                raw[key] = value
+            elif dropped is None:
+                dropped = {key}
+            else:
+                dropped.add(key)
+        if dropped is None:
+            return fields
+        extra = self.turn.extra
+        if USAGE_DROPPED not in extra:
+            self.note(f"usage fields past {MAX_USAGE_FIELDS} names, or with a name longer than {MAX_USAGE_NAME} or a "
+                      f"value longer than {MAX_USAGE_VALUE} characters, not kept in memory (counted in "
+                      f"{USAGE_DROPPED}); the recording holds every byte")
+        extra[USAGE_DROPPED] = extra.get(USAGE_DROPPED, 0) + len(dropped)
+        return {key: value for key, value in fields.items() if key not in dropped}
 
     def stop_reason(self, raw: str | None, normalized: str | None) -> None:
         """The provider's stop reason (raw and normalized); after an in-band error the turn's
@@ -511,6 +549,37 @@ def error_reason(error: dict[str, Any]) -> str:
     what = error.get("type") or error.get("code") or error.get("status") or "error"
     message = error.get("message")
     return f"{error.get('source', 'stream')} error {what}" + (f": {message}" if message else "")
+
+
+def shortened(text: str, limit: int = MAX_ERROR_TEXT) -> str:
+    """``text`` in at most ``limit`` characters: where it is longer, its beginning and its whole length
+    (so a text shortened once is kept as it is the next time)."""
+    return text if len(text) <= limit else _cut(text, limit, len(text))
+
+
+def error_text(text: str, limit: int = MAX_ERROR_TEXT) -> str:
+    """An error's message for a verdict's reason: on one line, in at most ``limit`` characters (its
+    beginning and its whole length where it is longer). Only a prefix is read into the line: splitting
+    megabytes of words would make a list of them."""
+    line = " ".join(text[: 4 * limit].split())
+    if len(line) <= limit and len(text) <= 4 * limit:
+        return line
+    return _cut(line, limit, len(text))
+
+
+def _cut(text: str, limit: int, length: int) -> str:
+    note = f"… ({length:,} characters)"
+    return text[: limit - len(note)] + note
+
+
+def bounded_error_value(value: Any) -> Any:
+    """A field of an in-band error as the turn keeps it: text shortened, an object or a list as long
+    as its JSON is short."""
+    if isinstance(value, str):
+        return shortened(value)
+    if type(value) in _SCALARS or _json_size(value) <= MAX_ERROR_TEXT:
+        return value
+    return f"{type(value).__name__} longer than {MAX_ERROR_TEXT} characters of JSON, not kept"
 
 
 def invalid_arguments(block: Block) -> str:
