@@ -150,6 +150,44 @@ def test_a_query_in_a_body_string_is_scanned_past_a_quote_too():
         f'<a href="https://d.example/x?q=1">https://e.example/?key={REDACTED}</a>')}
 
 
+@pytest.mark.parametrize(("text", "kept"), [
+    ('see https://x.example/search?q="exact"&api_key="sk-live-Q1" now', 'see https://x.example/search?q="exact"&api_key={} now'),
+    ('https://maps.example/api?center="paris"&key="AIzaQ2"', 'https://maps.example/api?center="paris"&key={}'),
+    ('https://x.example/v1?api_key="sk-Q3"', "https://x.example/v1?api_key={}"),  # the URL's own word
+    ('<https://x.example/n?token="Q4">; rel=next', "<https://x.example/n?token={}>; rel=next"),
+    ('https://x.example/?q="<b>"&key=Q5&z=1', 'https://x.example/?q="<b>"&key={}&z=1'),
+    ('https://x.example/?a=1"#access_token=Q6', 'https://x.example/?a=1"#access_token={}'),
+    ('https://a.example/?x=1"https://b.example/?key=Q7&z=1', 'https://a.example/?x=1"https://b.example/?key={}&z=1'),
+])
+def test_a_quoted_query_value_is_redacted_whole(text, kept):
+    """The value ran to the next quote, so ``api_key="sk-…"`` read as an empty value, marked
+    redacted, with the secret written after the mark."""
+    assert Redactor().string(text) == kept.format(REDACTED)
+    assert Redactor().headers([("Referer", text)]) == [["Referer", kept.format(REDACTED)]]
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("X-Note", 'Tool output: {"next":"https://api.example.com/items?page=2","sort":"key=desc"}'),
+    ("X-Note", '<img src="https://cdn.example.com/a.png?w=1"alt="token=not-a-secret">'),
+    ("X-Note", "https://example.com/?a=b<br>key=v"),
+    ("Link", '<https://x.example/a?page=2>;rel="next";key="abc"'),
+])
+def test_text_after_a_url_that_a_quote_or_bracket_ended_is_no_query(name, text):
+    """The scan read on past the quote or bracket that ended the URL, redacting whatever came after."""
+    assert Redactor().string(text) == text
+    assert Redactor().headers([(name, text)]) == [[name, text]]
+
+
+def test_many_urls_in_one_run_are_scanned_in_linear_time():
+    """Each URL looks ahead for the parameter after its quote: a look that started again from each
+    would read the rest of the run once per URL."""
+    text, value = 'https://x.example/?a=1"b"' * 10_000, '?a=1"' * 20_000  # (in a header, a word with "?" may be a URL)
+    started = time.monotonic()
+    assert Redactor().string(text) == text
+    assert Redactor().headers([("Link", value)]) == [["Link", value]]
+    assert time.monotonic() - started < 2
+
+
 def test_a_long_header_value_is_scanned_for_urls_in_linear_time():
     """A pattern that looked for the ``?`` itself backtracked over every start of a long word."""
     started = time.monotonic()

@@ -3,7 +3,8 @@ each read as it passes), and a bounded decode of a whole request body.
 
 A request body is decoded only up to ``MAX_DECODED_BODY`` bytes: a prompt is megabytes, and a
 small compressed body can expand to gigabytes (a compression bomb). Each algorithm's own
-output limit stops it there, so no more than the limit is ever produced.
+output limit stops it there (a layer of stacked codings a little past it), so little more than the
+limit is ever produced.
 """
 
 from __future__ import annotations
@@ -432,17 +433,22 @@ MAX_STACKED_CODINGS = 4
 
 def decoded_body(raw: bytes, encoding: str | None, limit: int = MAX_DECODED_BODY) -> bytes | None:
     """``raw`` decoded from its Content-Encoding (stacked codings such as ``gzip, br`` undone last
-    first, each within ``limit``); None when a coding is unknown, the bytes are damaged, they decode
-    to more than ``limit`` bytes, or more than ``MAX_STACKED_CODINGS`` codings are stacked."""
+    first); None when a coding is unknown, the bytes are damaged, they decode to more than ``limit``
+    bytes, or more than ``MAX_STACKED_CODINGS`` codings are stacked."""
     codings = _codings(encoding)
     if len(codings) > MAX_STACKED_CODINGS:
         return None
-    for coding in reversed(codings):  # listed in the order they were applied
+    # A layer between two codings (the gzip of "gzip, br") is the body compressed: a little larger
+    # than the body when that does not compress, so only the body itself is held to ``limit``, the
+    # layers before it to a little more. Memory stays bounded: one layer decodes into the next, so
+    # at most two are held, each within ``layer_limit``.
+    layer_limit = limit + limit // 64 + 1024
+    for undone, coding in enumerate(reversed(codings), start=1):  # listed in the order they were applied
         undo = _BOUNDED_DECODERS.get(coding)
         if undo is None:
             return None
         try:
-            raw = undo(raw, limit)
+            raw = undo(raw, limit if undone == len(codings) else layer_limit)
         except Exception:  # damaged bytes, in each library's own error class
             return None
         if raw is None:

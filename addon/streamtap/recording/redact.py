@@ -78,9 +78,12 @@ _NOT_IN_A_NAME = re.compile(r"[\s:=&,;]")  # never part of a header or query par
 # message). Matched whole, and judged by ``_URL_SECRET_MARKS`` after: a pattern that looked for the
 # mark itself would backtrack over every start of a long word (quadratic in the value's length).
 _URL_IN_VALUE = re.compile(r"\S+")
-# What ends a URL in text (<https://…>, href="…"): the run is split into words there. A query sent
-# on past one (?q="exact"&api_key=…, which a server reads as one query) is scanned on all the same.
-_URL_DELIMITER = re.compile(r'([<>"])')
+# What ends a URL in text (<https://…>, href="…"), unless it stands in a query's value (see
+# ``_url_end``), and the words between them, one of which may be a URL.
+_URL_DELIMITER = re.compile(r'[<>"]')
+_URL_WORD = re.compile(r'[^<>"]+')
+# Where a query's next parameter starts: what ends a ``_QUERY_PARAM`` match, or the fragment's "#"
+_QUERY_SEPARATOR = re.compile(r"[&#]|;(?=[^&;=]*=)")
 # where a URL can carry a secret: its query, its fragment (OAuth's #access_token=...), its
 # userinfo (https://user:password@host)
 _URL_SECRET_MARKS = re.compile(r"[?#@]")
@@ -170,20 +173,22 @@ class Redactor:
 
     def _urls_in_run(self, run: str, is_url: Callable[[str], Any]) -> str:
         """A run of text without whitespace, each word (split at ``<``, ``>`` and ``"``) that
-        ``is_url`` takes for a URL redacted as one, and the words after a URL's query or fragment
-        as more of its parameters: a server reads ``?q="exact"&api_key=…`` as one query."""
-        if not _URL_SECRET_MARKS.search(run):
-            return run
-        pieces = _URL_DELIMITER.split(run)  # words at the even places, the delimiters between them
-        in_query = False
-        for i in range(0, len(pieces), 2):
-            word = pieces[i]
-            if is_url(word):
-                pieces[i] = self.url(word)
-                in_query = "?" in word or "#" in word
-            elif in_query and "=" in word:
-                pieces[i] = _QUERY_PARAM.sub(self._query_param, word)
-        return "".join(pieces)
+        ``is_url`` takes for a URL redacted as one, with its query as long as ``_url_end`` reads it."""
+        if not _URL_SECRET_MARKS.search(run) or ("=" not in run and "@" not in run):
+            return run  # (redaction replaces a parameter's value or a userinfo: none here)
+        out, done = [], 0
+        separators = _Separators(run)
+        for word in _URL_WORD.finditer(run):
+            start, end, text = word.start(), word.end(), word[0]
+            if start < done or not is_url(text):
+                continue  # (a word inside the query of a URL already taken, or no URL)
+            if "?" in text or "#" in text:
+                end = _url_end(run, start, end, separators)
+            url = run[start:end]
+            out += (run[done:start], self.url(url) if "=" in url or "@" in url else url)
+            done = end
+        out.append(run[done:])
+        return "".join(out)
 
     def url(self, url: str) -> str:
         """The URL with credential query values and any userinfo replaced, every other byte as
@@ -381,6 +386,48 @@ class Redactor:
             done = at = end
         out.append(raw[done:])
         return b"".join(out)
+
+
+def _url_end(run: str, start: int, end: int, separators: _Separators) -> int:
+    """Where the URL that begins with the word ``run[start:end]`` (which holds its query or
+    fragment) ends: at the first ``"``, ``<`` or ``>`` after it that stands in no parameter's
+    value. One does when another parameter follows the value (``?q="exact"&api_key=…``, which a
+    server reads as one query; or the fragment, ``#access_token=…``), or when it begins the value
+    (``api_key="sk-…"``), which then runs on as any last value does. The URL ends all the same at
+    one that a URL of its own follows (scanned as one), and at a ``>`` that closes a URL a ``<``
+    opened, unless a ``&`` follows (``<…?page=2>;rel="next"``: the Link header's parameters are
+    no query's)."""
+    opened_by_angle = run[start - 1 : start] == "<"
+    quoted = False  # in the last parameter, whose value began with a delimiter
+    while end < len(run):  # at a delimiter
+        following = _URL_DELIMITER.search(run, end + 1)
+        following = following.start() if following else len(run)
+        if opened_by_angle and run[end] == ">" and run[end + 1 : end + 2] != "&":
+            return end
+        if run.find("://", end + 1, following) != -1:
+            return end
+        if not quoted and separators.next(end) is None:  # the last parameter
+            if run[end - 1] != "=":
+                return end
+            quoted = True
+        end = following
+    return end
+
+
+class _Separators:
+    """The next ``_QUERY_SEPARATOR`` in a run at or after a position, asked for at positions that
+    only grow: a scan starts past the last one's find, so a run is read once however many URLs
+    and delimiters it holds."""
+
+    def __init__(self, run: str) -> None:
+        self._run = run
+        self._from, self._found = len(run) + 1, None  # the last scan: where it began, what it found
+
+    def next(self, at: int) -> int | None:
+        if not (self._from <= at and (self._found is None or at <= self._found)):
+            match = _QUERY_SEPARATOR.search(self._run, at)
+            self._from, self._found = at, match.start() if match else None
+        return self._found
 
 
 def _url_word(word: str) -> bool:
