@@ -469,6 +469,63 @@ def test_a_stacked_content_encoding_finds_the_recording_the_recorder_made_of_it(
     assert how == "complete" and data.startswith(b"HTTP/1.1 200 "), data[:300]
 
 
+def _old_shape_recording(path: Path, sent: bytes, coding_headers: list[list[str]]) -> None:
+    """A recording as the recorder wrote one before it decoded a body that is not JSON to orjson:
+    ``body_b64`` holds it compressed, as sent, and no ``body_decoded_from`` says it was decoded."""
+    import base64
+
+    from streamtap.recording import RecordingWriter
+    from streamtap.wire import SSEDecoder
+
+    writer = RecordingWriter(path)
+    writer.header(
+        {
+            "request": {"method": "POST", "url": "https://api.openai.com/v1/chat/completions",
+                        "headers": coding_headers, "body_b64": base64.b64encode(sent).decode()},
+            "response": {"status": 200, "headers": [["content-type", "text/event-stream"]]},
+            "dialect": "openai-chat",
+            "wire": {"format": "sse", "content_encoding": None},
+        }
+    )
+    writer.read(b"data: [DONE]\n\n", 0.0)
+    [event] = SSEDecoder().feed(b"data: [DONE]\n\n")
+    writer.frame(event, 0.0)
+    writer.finish({"stream_end": "finished"})
+
+
+@pytest.mark.parametrize(
+    ("body", "coding_headers"),
+    [
+        (b"model=gpt-4o&prompt=hello", [["content-encoding", "gzip"]]),  # a form body: not JSON
+        (OPENAI_BODY, [["content-encoding", "gzip, br"]]),  # stacked: the old recorder kept it as sent
+        (OPENAI_BODY, [["content-encoding", "gzip"], ["content-encoding", "br"]]),  # stacked over two lines
+    ],
+    ids=["gzip-form", "gzip-br", "gzip-br-two-lines"],
+)
+def test_a_recording_that_kept_a_compressed_body_as_sent_still_answers_it(tmp_path, body, coding_headers):
+    """A live body is compared decoded from its Content-Encoding: a recording made before the
+    recorder decoded it is decoded on loading, else the request it answered gets a 404."""
+    encoding = ", ".join(value for _, value in coding_headers)
+    sent = _compressed(body, encoding)
+    _old_shape_recording(tmp_path / "old.jsonl", sent, coding_headers)
+    with ServerThread(Library.load([tmp_path]), ServeOptions()) as server:
+        r = httpx.post(server.base_url + "/v1/chat/completions", content=sent,
+                       headers={"content-encoding": encoding}, timeout=5)
+    assert r.status_code == 200, r.text
+    assert r.content == b"data: [DONE]\n\n"
+
+
+def test_an_old_recordings_body_whose_coding_cannot_be_undone_is_compared_as_sent(tmp_path):
+    """Bytes a recording kept as sent whose coding cannot be undone stay as they are: the server
+    compares the same request's body as sent too, so it still answers it."""
+    damaged = _compressed(b"model=gpt-4o&prompt=hello", "gzip")[:-12]  # cut short
+    _old_shape_recording(tmp_path / "old.jsonl", damaged, [["content-encoding", "gzip"]])
+    with ServerThread(Library.load([tmp_path]), ServeOptions()) as server:
+        r = httpx.post(server.base_url + "/v1/chat/completions", content=damaged,
+                       headers={"content-encoding": "gzip"}, timeout=5)
+    assert r.status_code == 200, r.text
+
+
 def test_a_request_body_that_cannot_be_decoded_gets_a_404_saying_so(library):
     import gzip
 

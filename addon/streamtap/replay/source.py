@@ -23,7 +23,7 @@ from urllib.parse import SplitResult, urlsplit
 
 from streamtap.recording import check_recording, read_recording
 from streamtap.recording.catalog import is_partial
-from streamtap.recording.content import WireBodyCheck
+from streamtap.recording.content import WireBodyCheck, content_encoded, decoded_body
 from streamtap.wire.errors import FramingError
 from streamtap.wire.eventstream import parse_headers
 
@@ -182,7 +182,7 @@ def _source_from_header(path: Path, header: dict, frames: list[Frame], reads: li
     response = header.get("response") or {}
     body = request.get("body")
     if body is None and "body_b64" in request:  # a request body that is not JSON
-        body = base64.b64decode(request["body_b64"])
+        body = _recorded_body_as_read(request)
     headers = response.get("headers") or []
     if isinstance(headers, dict):
         headers = list(headers.items())
@@ -208,6 +208,30 @@ def _source_from_header(path: Path, header: dict, frames: list[Frame], reads: li
         max_event_size=header.get("max_event_size") or None,
         streamed=header.get("streamed") is not False,
     )
+
+
+def _recorded_body_as_read(request: dict) -> bytes:
+    """A recorded ``body_b64`` as its server read it, decoded from its Content-Encoding, which is how
+    a live request is compared (replay/server.py, mitm/replay.py). A recording written before the
+    recorder decoded such bodies (no ``body_decoded_from``) holds them compressed, as sent: they are
+    decoded here; bytes whose coding cannot be undone stay as they are."""
+    raw = base64.b64decode(request["body_b64"])
+    if "body_decoded_from" in request:
+        return raw
+    encoding = _content_encoding(request.get("headers"))
+    if not content_encoded(encoding):
+        return raw
+    decoded = decoded_body(raw, encoding)
+    return raw if decoded is None else decoded
+
+
+def _content_encoding(headers: Any) -> str | None:
+    """The recorded request's Content-Encoding, its codings in the order applied, also when they
+    were sent on several header lines (all of them apply, RFC 9110 §5.3)."""
+    if isinstance(headers, dict):
+        headers = headers.items()
+    codings = [str(v) for k, v in (headers or []) if str(k).lower() == "content-encoding"]
+    return ", ".join(codings) or None
 
 
 _LINE_BREAKING = re.compile(r"[\r\n\0]")
