@@ -195,3 +195,28 @@ def test_a_choice_without_an_index_is_corrupt_as_one_with_index_null():
     assert verdict.kind is X, verdict
     assert verdict.reason.startswith("a choice with no index: the SDK indexes its choices with it and fails")
     assert verdict.seq == 1
+
+
+# ---------------------------------------------------------------------------------------
+# reasoning under either name, as compatible servers send it
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    ({"reasoning_content": "", "reasoning": "think A"}, {"reasoning_content": "", "reasoning": " B"}),
+    ({"reasoning_content": "think A", "reasoning": ""}, {"reasoning_content": " B", "reasoning": None}),
+    ({"reasoning_content": "think A", "reasoning": "think A"}, {"reasoning_content": " B", "reasoning": " B"}),
+    ({"reasoning": "think A"}, {"reasoning_content": None, "reasoning": " B"}),
+], ids=["empty reasoning_content beside reasoning", "empty reasoning beside reasoning_content", "the same text twice",
+        "reasoning alone"])
+def test_reasoning_is_the_text_of_whichever_name_carries_it_once(first, second):
+    """The SDK keeps both fields on the message, joined as sent: a server that sends an empty
+    reasoning_content beside the text in reasoning gives the app its reasoning there, and it is the
+    turn's thinking; one that sends the same text under both names thinks it once."""
+    body = _chat(_chunk({"role": "assistant", "content": ""}), _chunk(first), _chunk(second), _chunk({"content": "Answer"}),
+                 _chunk({}, "stop"))
+    message = _helper(body).choices[0].message
+    sent = [message.model_extra.get(name) for name in ("reasoning_content", "reasoning")]
+    assert "think A B" in sent, sent
+    analysis = analyze_bytes(body, CHAT)
+    assert analysis.verdict.kind is C, analysis.verdict
+    assert (analysis.turn.thinking(), analysis.turn.text()) == ("think A B", "Answer")

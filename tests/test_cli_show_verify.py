@@ -113,6 +113,59 @@ def test_show_renders_thinking_apart_from_the_answer_and_tool_calls(files):
     assert '{"location":"Boston"}' in second
 
 
+def _redacted_bodies(data) -> dict[str, tuple[bytes, str]]:
+    """One redacted thinking block and an answer, in each dialect that has one: (body, --provider)."""
+    import base64
+
+    from streamtap.wire import encode_message
+
+    def frame(kind: str, payload: dict) -> bytes:
+        return encode_message({":event-type": kind, ":content-type": "application/json", ":message-type": "event"},
+                              json.dumps(payload).encode())
+
+    def chunk(event: dict) -> bytes:
+        return frame("chunk", {"bytes": base64.b64encode(json.dumps(event).encode()).decode()})
+
+    converse = [("messageStart", {"role": "assistant"}),
+                *(("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"reasoningContent": {"redactedContent": piece}}})
+                  for piece in ("YWI=", "Y2Rl", "Zg==")),  # b"ab", b"cde", b"f": a 6-byte blob
+                ("contentBlockStop", {"contentBlockIndex": 0}),
+                ("contentBlockDelta", {"contentBlockIndex": 1, "delta": {"text": "ok"}}),
+                ("contentBlockStop", {"contentBlockIndex": 1}), ("messageStop", {"stopReason": "end_turn"}),
+                ("metadata", {"usage": {"inputTokens": 1, "outputTokens": 2, "totalTokens": 3}, "metrics": {"latencyMs": 1}})]
+    anthropic = [
+        {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
+                                              "content": [], "stop_reason": None, "usage": {"input_tokens": 1, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "redacted_thinking", "data": data}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": "ok"}},
+        {"type": "content_block_stop", "index": 1},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}},
+        {"type": "message_stop"}]
+    return {
+        "converse": (b"".join(frame(kind, payload) for kind, payload in converse), "bedrock-converse"),
+        "nova": (b"".join(chunk({kind: payload}) for kind, payload in converse), "bedrock-invoke"),
+        "anthropic": (b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in anthropic), "anthropic"),
+        "claude on bedrock": (b"".join(map(chunk, anthropic)), "bedrock-invoke"),
+    }
+
+
+@pytest.mark.parametrize(("data", "says"), [
+    ("EmwKAhgB", "(8 characters of encrypted data)"), (5, "(encrypted data that is not a string: 5)"), (None, "(no encrypted data)")])
+def test_show_sizes_redacted_thinking_in_what_the_app_gets(tmp_path, data, says):
+    """Bedrock hands the app redactedContent as bytes (streamtap keeps their base64): their count is
+    the size; Anthropic's data is a string the app gets as sent, counted in characters."""
+    for name, (body, provider) in _redacted_bodies(data).items():
+        path = tmp_path / f"{name}.{'sse' if provider == 'anthropic' else 'bin'}"  # the extension names the framing
+        path.write_bytes(body)
+        shown = streamtap("show", "--provider", provider, path)
+        assert shown.returncode == 0 and "verdict   COMPLETE" in shown.stdout, shown.stdout + shown.stderr
+        lines = shown.stdout.splitlines()
+        redacted = lines[lines.index(next(line for line in lines if line.startswith("─── redacted thinking"))) + 1]
+        bedrock = name in ("converse", "nova")
+        assert redacted == ("│ (6 bytes of encrypted data)" if bedrock else f"│ {says}"), (name, redacted)
+
+
 def test_sentinel_flag(files, tmp_path):
     result = streamtap("verify", "--sentinel", "THE END", files["gemini"])
     assert result.returncode == 1 and "truncated" in result.stdout and "sentinel missing" in result.stdout

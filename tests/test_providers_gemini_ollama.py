@@ -415,14 +415,35 @@ def test_gemini_raw_error_mid_stream_is_errored_however_long_and_whatever_follow
         assert verdict.kind is E, verdict
 
 
-@pytest.mark.parametrize(("flag", "thinking"), [(True, "A"), ("true", "A"), (1, "A"), (False, ""), ("false", ""), ("0", ""), (0, "")])
+@pytest.mark.parametrize(("flag", "thinking"), [(True, "A"), ("true", "A"), (1, "A"), (1.0, "A"), ("On", "A"), (False, ""),
+                                              ("false", ""), ("0", ""), (0, ""), (0.0, ""), ("off", "")])
 def test_gemini_thought_flag_is_read_as_the_client_reads_a_bool(flag, thinking):
     """google-genai reads ``thought`` as a bool field: the string "false" or 0 is false, and that
-    part's text stays in the answer."""
+    part's text stays in the answer; 1.0 is true, as 1 (checked with google-genai 3.6.1)."""
     chunk = {"candidates": [{"content": {"role": "model", "parts": [{"text": "A", "thought": flag}, {"text": "B"}]}, "index": 0}]}
     turn = analyze_bytes(_gemini(chunk, FINISH), GEMINI).turn
     assert turn.thinking() == thinking
     assert turn.text() == ("B." if thinking else "AB.")
+
+
+@pytest.mark.parametrize("flag", [True, False, 0, 1, 0.0, 1.0, -0.0, 2, 0.5, "TRUE", " true", "true ", "1.0", "Y", "no", "",
+                                  "x", None])
+def test_gemini_thought_flag_is_a_thought_exactly_where_pydantic_reads_it_true(flag):
+    """google-genai's Part.thought is pydantic's lax bool: a flag it refuses fails the chunk, one it
+    reads as true makes the text a thought. The shape check and the turn share one reading of it."""
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        read = TypeAdapter(bool | None).validate_python(flag)
+    except ValidationError:
+        read = "refused"
+    chunk = {"candidates": [{"content": {"role": "model", "parts": [{"text": "A", "thought": flag}, {"text": "B"}]}, "index": 0}]}
+    analysis = analyze_bytes(_gemini(chunk, FINISH), GEMINI)
+    if read == "refused":
+        assert analysis.verdict.kind is X and "parts[0].thought" in analysis.verdict.reason, analysis.verdict
+    else:
+        assert analysis.verdict.kind is C, analysis.verdict
+        assert (analysis.turn.thinking(), analysis.turn.text()) == (("A", "B.") if read else ("", "AB."))
 
 
 def genai_httpx_reads(body: bytes) -> list[dict]:

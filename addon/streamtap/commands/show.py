@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import textwrap
+from typing import Any
 
 from streamtap.cli import UsageError, terminal_safe
-from streamtap.providers import Block, BlockKind, Choice, Turn
+from streamtap.providers import Block, BlockKind, Choice, Dialect, Turn
 from streamtap.providers.common import dumps
 
 from .verify import (
@@ -91,7 +92,7 @@ def render(judged: Judged, width: int = 100) -> str:
             lines.append("(no content)")
         for block in choice.blocks:
             lines.append("")
-            title, body = _block(block, width)
+            title, body = _block(block, width, turn)
             lines.append(_heading(title, _unfinished(turn, choice, block)))
             lines.extend(body)
     return "\n".join(lines)
@@ -152,7 +153,7 @@ class _Wrapper(textwrap.TextWrapper):
             reversed_chunks[-1:] = reversed(pieces)
 
 
-def _block(block: Block, width: int) -> tuple[str, list[str]]:
+def _block(block: Block, width: int, turn: Turn) -> tuple[str, list[str]]:
     """The block's title and its lines."""
     kind = block.kind
     if kind is BlockKind.THINKING:
@@ -160,7 +161,7 @@ def _block(block: Block, width: int) -> tuple[str, list[str]]:
         body = [f"│ {line}" for line in _wrap(block.text, width)] if block.text else ["│ (no visible text)"]
         return title, body
     if kind is BlockKind.REDACTED_THINKING:
-        return "redacted thinking", [f"│ ({len(block.data or '')} bytes of encrypted data)"]
+        return "redacted thinking", [f"│ ({_encrypted(block.data, turn)})"]
     if kind is BlockKind.TEXT:
         return "answer", _wrap(block.text, width)
     if kind is BlockKind.REFUSAL:
@@ -180,6 +181,19 @@ def _block(block: Block, width: int) -> tuple[str, list[str]]:
     label = f"{kind} {_one(block.name or '')}".strip()
     summary = block.text or block.arguments_raw or ""
     return label, [f"  {line}" for line in _wrap(summary, width)] if summary else []
+
+
+def _encrypted(data: Any, turn: Turn) -> str:
+    """How much a redacted thinking block holds, in what the app gets: Anthropic's data is a string
+    it gets as sent, Bedrock's redactedContent a blob of bytes, kept as the base64 of those bytes."""
+    if data is None:
+        return "no encrypted data"
+    if not isinstance(data, str):  # a provider's data of another JSON type, handed to the app as it is
+        return f"encrypted data that is not a string: {_one(dumps(data))[:40]}"
+    if turn.dialect is Dialect.BEDROCK_CONVERSE or turn.extra.get("family") == "nova":
+        padding = 2 if data.endswith("==") else 1 if data.endswith("=") else 0
+        return f"{len(data) * 3 // 4 - padding} bytes of encrypted data"
+    return f"{len(data)} characters of encrypted data"
 
 
 def _usage(turn: Turn) -> str:

@@ -106,8 +106,9 @@ PART_SHAPE: dict[str, Any] = {
     "inlineData": {"mimeType": STR, "data": BYTES},
 }
 CANDIDATE_SHAPE: dict[str, Any] = {"index": INT, "content": {"role": STR, "parts": [PART_SHAPE]}}
-# the strings pydantic reads as a bool (compared lowercased, not stripped)
-_BOOL_WORDS = {"0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes"}
+# the strings pydantic reads as a bool (compared lowercased, not stripped), and the value each reads as
+_BOOL_WORDS = {"0": False, "off": False, "f": False, "false": False, "n": False, "no": False,
+               "1": True, "on": True, "t": True, "true": True, "y": True, "yes": True}
 # pydantic decodes bytes as base64 in either alphabet; a character outside both always fails (padding and
 # trailing bits it also judges, more strictly than the stdlib: those are left alone)
 _NOT_BASE64 = re.compile(r"[^A-Za-z0-9+/_=-]")
@@ -140,11 +141,19 @@ def _raw_error(obj: dict[str, Any]) -> dict[str, Any]:
     return {**error_fields(obj), "framing": "raw JSON, no data: line"}
 
 
+def _lax_bool(value: Any) -> bool | None:
+    """``value`` as pydantic's lax mode reads a bool field; None where it refuses it: a JSON boolean,
+    0 or 1 as an integer or a float (1.0 is true), or one of ``_BOOL_WORDS`` in any case, unstripped."""
+    if isinstance(value, str):
+        return _BOOL_WORDS.get(value.lower())
+    if isinstance(value, (int, float)) and value in (0, 1):  # (a bool is an int)
+        return bool(value)
+    return None
+
+
 def _is_thought(value: Any) -> bool:
     """A part's ``thought`` flag as google-genai reads it (a bool field: "false" or 0 is false)."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes", "on", "t", "y")
-    return value is True or (type(value) is int and value == 1)
+    return value is True or (value is not None and _lax_bool(value) is True)
 
 
 class Assembler(AssemblerBase):
@@ -612,7 +621,7 @@ def _takes(shape: str, value: Any) -> bool:
     if isinstance(value, (dict, list)):
         return False
     if shape == BOOL:
-        return value.lower() in _BOOL_WORDS if isinstance(value, str) else value in (0, 1)
+        return _lax_bool(value) is not None
     # INT: a bool or a whole number; a string float() reads may be one (" 5", "5.0"), one it refuses never is
     if isinstance(value, float):
         return value.is_integer()

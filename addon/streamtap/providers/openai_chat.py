@@ -242,8 +242,10 @@ class Assembler(AssemblerBase):
         delta = as_dict(delta)
         if not self._one_generation(index, choice, delta, event):
             return
+        # servers send either name, some both (the same text twice, or an empty reasoning_content beside
+        # the text in reasoning): the first that carries text is the reasoning, taken once
         reasoning = delta.get("reasoning_content")
-        if not isinstance(reasoning, str):
+        if not (isinstance(reasoning, str) and reasoning):
             reasoning = delta.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
             self.append(index, BlockKind.THINKING, reasoning, t)
