@@ -179,6 +179,13 @@ class StreamSession:
     def feed(self, chunk: bytes, t: float | None = None) -> list[WireEvent]:
         if self._closed is not None or not chunk:
             return []
+        if len(chunk) > BODY_SLICE:
+            # a recorded frame or a large read (up to 16 MiB), decoded a slice at a time: what one
+            # decode holds besides its events (lines, noted blank lines) stays within a slice's worth
+            events = []
+            for at in range(0, len(chunk), BODY_SLICE):
+                events += self.feed(chunk[at : at + BODY_SLICE], t)
+            return events
         self._arrived(chunk, t)
         events = self._decoder.feed(chunk)
         take, waiting = self._take, self._empty_waiting()
@@ -208,37 +215,47 @@ class StreamSession:
             if chunk:
                 self._arrived(chunk, t)
             ends.append(self._bytes)
-        events = self._decoder.feed(b"".join(chunks))
+        joined = b"".join(chunks)
+        # decoded a slice at a time, as feed() does with a large chunk
+        pieces = (joined,) if len(joined) <= BODY_SLICE else (
+            joined[at : at + BODY_SLICE] for at in range(0, len(joined), BODY_SLICE))
+        events: list[WireEvent] = []
         reads: list[int] = []
         take, last_read, i = self._take, len(chunks) - 1, 0
         end = ends[0]
         assemble, arrivals, plain, choices = self._assembler.feed, self._arrivals, _PLAIN_EVENTS, self._choices
-        waiting = self._empty_waiting()
-        for event in events:
-            if waiting:
-                waiting = self._feed_empty(event.seq)
-            last_byte = event.end - 1
-            while last_byte >= end and i < last_read:
-                i += 1
-                end = ends[i]
-            t = times[i]
-            reads.append(i)
-            if type(event) in plain and self._halted is None:  # _take's common case, without the call
-                self._events += 1
-                if type(event) is SSEEvent and event.invalid_utf8 and self._damaged is None:
-                    self._damaged = event
-                if t is not None and arrivals is not None:
-                    arrivals.append(t)
-                try:
-                    assemble(event, t)
-                    if len(choices[0].blocks) > MAX_BLOCKS or len(choices) > 1:
-                        self._check_bound(event)
-                except Exception as exc:  # fail open, as in _take
-                    self._halted = f"{type(exc).__name__}: {exc} (at event {event.seq})"
+        for piece in pieces:
+            decoded = self._decoder.feed(piece)
+            if events:
+                events += decoded
             else:
-                take(event, t)
-        if self._empty_notes:
-            self._feed_empty(None)
+                events = decoded
+            waiting = self._empty_waiting()
+            for event in decoded:
+                if waiting:
+                    waiting = self._feed_empty(event.seq)
+                last_byte = event.end - 1
+                while last_byte >= end and i < last_read:
+                    i += 1
+                    end = ends[i]
+                t = times[i]
+                reads.append(i)
+                if type(event) in plain and self._halted is None:  # _take's common case, without the call
+                    self._events += 1
+                    if type(event) is SSEEvent and event.invalid_utf8 and self._damaged is None:
+                        self._damaged = event
+                    if t is not None and arrivals is not None:
+                        arrivals.append(t)
+                    try:
+                        assemble(event, t)
+                        if len(choices[0].blocks) > MAX_BLOCKS or len(choices) > 1:
+                            self._check_bound(event)
+                    except Exception as exc:  # fail open, as in _take
+                        self._halted = f"{type(exc).__name__}: {exc} (at event {event.seq})"
+                else:
+                    take(event, t)
+            if self._empty_notes:
+                self._feed_empty(None)
         return events, reads
 
     def _arrived(self, chunk: bytes, t: float | None) -> None:
@@ -337,15 +354,20 @@ class StreamSession:
 
         Every feed ends with None: every event before a noted blank line came in that feed or an
         earlier one, so the notes left come before every event still to come. The list then
-        holds one read's notes at most, and none is dropped however the stream was read."""
+        holds one read's notes at most (one slice's: see feed), and none is dropped however the
+        stream was read. A note is a run of blank lines (see SSEDecoder.empty_dispatches): each
+        is offered on its own, at its own offset."""
         notes = self._empty_notes
         while self._empty_fed < len(notes):
-            seq, offset, name = notes[self._empty_fed]
+            seq, first, name, count, step = notes[self._empty_fed]
             if before is not None and seq > before:
                 return True
             self._empty_fed += 1
-            if self._halted is None:
-                event = SSEEvent(seq, offset, offset, b"", name or "message", "", "", None)
+            name = name or "message"
+            for offset in range(first, first + count * step, step) if count > 1 else (first,):
+                if self._halted is not None:
+                    break
+                event = SSEEvent(seq, offset, offset, b"", name, "", "", None)
                 try:
                     self._assembler.feed(event, self._last_byte)
                 except Exception as exc:  # fail open, as in _take

@@ -25,8 +25,8 @@ Where the Python SDKs (openai, anthropic, httpx-sse) depart from these rules in 
 app notices, the decoder still follows the rules and notes the difference: they dispatch
 an event with empty data at a blank line that ends a block with no data line but an event
 type or a valid retry, and at every blank line once an ID was set. Those blank lines are
-listed in ``empty_dispatches`` (the first few, or, for a caller that takes them after every
-read, all); the dialect decides what its SDK makes of them.
+listed in ``empty_dispatches``, a run of them as one note (the first few notes, or, for a caller
+that takes them after every read, all); the dialect decides what its SDK makes of them.
 
 Spans tile the stream: comments, keep-alives and data-less events belong to the span
 of the next dispatched event. ``SSEEvent.retry`` is the last valid ``retry`` inside
@@ -140,6 +140,22 @@ def _line_start(work: bytes, end: int, line: bytes) -> int:
     return end - len(line) - (2 if work[end - 2 : end] == b"\r\n" else 1)
 
 
+_LINES_AT_ONCE = 64 * 1024  # bytes of a read split into lines at once: one object per line of them
+_PIECES_LISTED = 16  # data values, or reads, of an unfinished event kept one by one before _join_in_place
+
+
+def _join_in_place(pieces: list, sep: bytes) -> None:
+    """Make ``pieces`` one bytearray of them all (``sep`` between them), grown in place from then
+    on: an event of many lines, or one that came in many reads, holds one object, not one per
+    line or read. (``bytes.join`` takes a bytearray among the bytes it joins.)"""
+    head = pieces[0]
+    if type(head) is not bytearray:
+        head = bytearray(head)
+    head += sep
+    head += sep.join(pieces[1:])
+    pieces[:] = (head,)
+
+
 _HOLD = 4096  # an unfinished event up to this size is kept unparsed until it completes
 
 
@@ -179,8 +195,9 @@ class SSEDecoder(accel.SSEFeed):
 
         ``keep_all_empty_dispatches``: note every blank line the SDKs dispatch (``empty_dispatches``),
         not only the first few, for a caller that empties the list after every ``feed``: a read then
-        leaves at most one note per byte it brought, as it leaves at most one event per few bytes,
-        and what the caller judges from the notes does not depend on how the stream was read."""
+        leaves at most one note per few bytes it brought (one for a run of blank lines), as it leaves
+        at most one event per few bytes, and what the caller judges from the notes does not depend
+        on how the stream was read."""
         max_event_size = index(max_event_size)  # an int in both builds (the compiled base keeps one)
         if max_event_size < 1:
             raise ValueError("max_event_size must be at least 1")
@@ -207,18 +224,20 @@ class SSEDecoder(accel.SSEFeed):
         # bytes not parsed yet: the unfinished line (maybe ending in a held-back CR), or
         # a small unfinished event kept whole
         self._buf = bytearray()
-        self._parts: list[bytes] = []  # processed bytes of the current span
+        self._parts: list[bytes] = []  # processed bytes of the current span (see _join_in_place)
         self._span_start = 0
         self._buf_room = max_event_size  # len(_buf) beyond which the span is oversize
-        self._data: list[bytes] = []
+        self._data: list[bytes] = []  # the event's data values so far (see _join_in_place)
         self._type = b""
         self._fields = 0  # a non-data field line since the last blank line: _FIELD, or _RETRY_FIELD for a valid retry
         # Blank lines where WHATWG dispatches nothing but the Python SDKs (openai, anthropic,
         # httpx-sse) dispatch an event with empty data: the block had no data line but an event
         # type or a valid retry, or an event ID was ever set (they test the persisted ID buffer).
-        # Each is (seq of the event whose span holds it, offset of its blank line, its type or
-        # None); the first few are kept (all of them with keep_all_empty_dispatches), all are counted.
-        self.empty_dispatches: list[tuple[int, int, str | None]] = []
+        # Each note is a run of them: (seq of the event whose span holds them, offset of the first
+        # one's blank line, their type or None, how many, how far apart): the k-th (from 0) is at
+        # offset + k * step. The first few notes are kept (all of them with
+        # keep_all_empty_dispatches), every blank line is counted (empty_dispatch_count).
+        self.empty_dispatches: list[tuple[int, int, str | None, int, int]] = []
         self.empty_dispatch_count = 0
         self._empty_kept = None if keep_all_empty_dispatches else _KEPT_EMPTY_DISPATCHES
         self._span_retry: int | None = None
@@ -301,6 +320,7 @@ class SSEDecoder(accel.SSEFeed):
             self._buf.clear()
             self._bom_pending = False  # a stream shorter than a BOM: its bytes are not one
             out = self._process(work, final=True)
+            del work  # an unfinished last line is in _buf again: not held twice
         end = self._offset + len(self._buf)
         if self._skipping:
             error = OversizeError(
@@ -309,8 +329,12 @@ class SSEDecoder(accel.SSEFeed):
             )
             out.append(Malformed(self._seq, self._span_start, end, b"", error, fatal=False))
         elif self._parts or self._buf:
-            raw = b"".join(self._parts) + bytes(self._buf)
-            if self._buf:
+            unended = bool(self._buf)
+            if unended:
+                self._parts.append(bytes(self._buf))
+                self._buf.clear()  # (a long last line is not held three times)
+            raw = b"".join(self._parts)
+            if unended:
                 reason, cut = "the stream ended inside a line: the last event was not dispatched", True
             elif self._data or self._type or self._fields:
                 reason, cut = "no blank line after the last event: it was not dispatched", True
@@ -319,6 +343,7 @@ class SSEDecoder(accel.SSEFeed):
             # no event carries what was not UTF-8 in the lines after the last one (the unfinished
             # line aside: a cut may split a character), so only the stream's count does
             invalid = self._span_invalid + sum(_text(value)[1] for value in self._data if not value.isascii())
+            self._data.clear()
             if invalid:
                 self.invalid_utf8 += invalid
                 reason += f"; {invalid} sequence(s) in its lines are not UTF-8"
@@ -492,8 +517,15 @@ class SSEDecoder(accel.SSEFeed):
         self._between_events = self._quick and not self._pending()
         return out
 
-    def _lines(self, work: bytes, final: bool, out: list) -> None:
-        """The line-by-line path: every rule, any line ends."""
+    def _lines(self, work: bytes, final: bool, out: list, at_once: bool = False) -> None:
+        """The line-by-line path: every rule, any line ends.
+
+        A long read is split into lines a window at a time (``_lines_by_window``; ``at_once``: this
+        is one), and the data values and the bytes of an event that outlasts a read are joined into
+        one bytearray once there are many (``_join_in_place``), so none holds an object per line."""
+        if len(work) > _LINES_AT_ONCE and not at_once:
+            self._lines_by_window(work, final, out)
+            return
         base = self._offset
         if 13 in work:
             pieces = _LINE_END.split(work)
@@ -543,18 +575,27 @@ class SSEDecoder(accel.SSEFeed):
                 continue
             if not line:
                 if data:
-                    payload = data[0] if len(data) == 1 else b"\n".join(data)
+                    if len(data) == 1:
+                        payload = data[0]
+                    elif type(data[0]) is bytearray:  # joined in place (many lines): decoded there, not copied
+                        _join_in_place(data, b"\n")
+                        payload = data[0]
+                    else:
+                        payload = b"\n".join(data)
                     try:
                         text = payload.decode()
                         bad = 0
                     except UnicodeDecodeError:
                         text, bad = _text(payload)
+                    data = []
+                    payload = None  # (the values freed before the event's bytes are joined)
                     name = _type_names.get(type_)
                     if name is None:
                         name = _type_name(type_)[0]  # its line was counted when read
                     bad += self._span_invalid
                     if self._parts:
-                        raw = b"".join(self._parts) + work[seg:end]
+                        self._parts.append(work[seg:end])
+                        raw = b"".join(self._parts)
                         self._parts.clear()
                     else:
                         raw = work[seg:end]
@@ -571,7 +612,6 @@ class SSEDecoder(accel.SSEFeed):
                     span_start = base + end
                     seg = end
                     limit = end + self.max_event_size
-                    data = []
                     self._span_retry = None
                 elif type_ or self.last_event_id or self._fields == _RETRY_FIELD:
                     self._empty_dispatch(seq, base + _line_start(work, end, line), type_)
@@ -596,6 +636,9 @@ class SSEDecoder(accel.SSEFeed):
                     type_ = self._field(line, data, type_)
                     if self._unknown is not None:
                         self._unknown_field(seq, base + _line_start(work, end, line))
+        if len(data) > _PIECES_LISTED:  # an event of many lines, not ended in this read
+            _join_in_place(data, b"\n")  # (an LF ends bytes that are not UTF-8 as a value's end does)
+        done = len(work) - len(rest)  # the bytes whose lines were taken
         if skipping:
             kept = b"\r" if rest[-1:] == b"\r" else b""
             self._skip_partial = partial or len(rest) > len(kept)
@@ -603,9 +646,11 @@ class SSEDecoder(accel.SSEFeed):
             self._buf += kept
         else:
             self._skip_partial = False
-            if seg < len(work) - len(rest):
-                self._parts.append(work[seg : len(work) - len(rest)])
-            self._offset = base + len(work) - len(rest)
+            if seg < done:
+                self._parts.append(work[seg:done])
+                if len(self._parts) > _PIECES_LISTED:  # an event that came in many reads
+                    _join_in_place(self._parts, b"")
+            self._offset = base + done
             self._buf += rest
         self._seq = seq
         self._span_start = span_start
@@ -616,6 +661,22 @@ class SSEDecoder(accel.SSEFeed):
         if not skipping and len(self._buf) > self._buf_room:
             self._start_skipping(bytes(self._buf))
         self._quick = not (self._skipping or self._closed) and self._buf[-1:] != b"\r"
+
+    def _lines_by_window(self, work: bytes, final: bool, out: list) -> None:
+        """``_lines`` of a long read, a window of about ``_LINES_AT_ONCE`` bytes at a time, each but
+        the last ending at an LF (a line end, whether a CR comes before it or not): as if the read
+        had come in those pieces, which the line path takes alike."""
+        size = len(work)
+        done = 0
+        while done + _LINES_AT_ONCE < size:
+            cut = work.rfind(b"\n", done, done + _LINES_AT_ONCE)
+            if cut < 0:
+                cut = work.find(b"\n", done + _LINES_AT_ONCE)  # a line longer than a window: whole
+            if cut < 0 or cut + 1 == size:
+                break
+            self._lines(work[done : cut + 1], final, out, True)
+            done = cut + 1
+        self._lines(work[done:] if done else work, final, out, True)
 
     def _common_events(self, work: bytes, out: list) -> int:
         """The fast path: dispatch the run of common-shape events at the start of
@@ -813,8 +874,19 @@ class SSEDecoder(accel.SSEFeed):
 
     def _empty_dispatch(self, seq: int, offset: int, type_: bytes) -> None:
         self.empty_dispatch_count += 1
-        if self._empty_kept is None or len(self.empty_dispatches) < self._empty_kept:
-            self.empty_dispatches.append((seq, offset, _type_name(type_)[0] if type_ else None))
+        name = _type_name(type_)[0] if type_ else None
+        notes = self.empty_dispatches
+        # (only while the notes hold every blank line so far: the first few notes stay the first ones)
+        if notes and (self._empty_kept is None or sum(note[3] for note in notes) == self.empty_dispatch_count - 1):
+            # a blank line as far after the last noted one as that is after the one before it, in
+            # the same span and of the same type (a run of blank lines, a keep-alive comment
+            # repeated): the last note counts it, so a read of many takes one note, not one each
+            last_seq, first, last_name, count, step = notes[-1]
+            if last_seq == seq and last_name == name and (count == 1 or offset == first + count * step):
+                notes[-1] = (seq, first, name, count + 1, offset - first if count == 1 else step)
+                return
+        if self._empty_kept is None or len(notes) < self._empty_kept:
+            notes.append((seq, offset, name, 1, 0))
 
     def _other_line(self, seq: int, base: int, work: bytes, end: int, line: bytes) -> None:
         self.other_line_count += 1
