@@ -328,6 +328,69 @@ def test_ollama_lines_of_another_answer_are_corrupt(stitched):
     assert verdict.kind is X and "two generations" in verdict.reason, verdict
 
 
+THOUGHT_THEN_TEXT = [("thinking", "User asks"), ("thinking", " about the sky"), ("content", "The"), ("content", " sky"),
+                     ("content", " is"), ("content", " blue.")]
+# the answer opens the same way twice, as a second paragraph may: only the lines that open it recur
+OPENS_TWICE = [("content", "The"), ("content", " sky"), ("content", " is"), ("content", " blue."), ("content", "\n\n"),
+               ("content", "The"), ("content", " sky"), ("content", " is"), ("content", " wide.")]
+
+
+def _ollama_answer(shape: str, parts: list[tuple[str, str]], stamps: bool = True) -> list[dict]:
+    """An answer as Ollama streams it: every line stamped by the server's clock (Go's RFC 3339 with
+    nanoseconds, trailing zeros trimmed; or one stamp on every line, as a coarse clock or a mock
+    gives), ending with the done line. ``parts``: (field, text) per line, the field ``thinking`` or
+    ``content`` (generate's ``response``)."""
+    def stamp(i: int) -> str:
+        seconds, ns = divmod(91_352_148 + i * 18_607_233, 10**9)
+        return f"2025-10-26T17:15:{24 + seconds:02d}.{ns:09d}".rstrip("0") + "Z" if stamps else "2025-10-26T17:15:24Z"
+
+    lines = []
+    for i, (field, text) in enumerate(parts):
+        line = {"model": "qwen3", "created_at": stamp(i)}
+        if shape == "chat":
+            line["message"] = {"role": "assistant", "content": "", field: text}
+        else:
+            line.update({"response": "", "response" if field == "content" else field: text})
+        lines.append({**line, "done": False})
+    final = {"message": {"role": "assistant", "content": ""}} if shape == "chat" else {"response": ""}
+    return [*lines, {"model": "qwen3", "created_at": stamp(len(parts)), **final, "done": True, "done_reason": "stop",
+                     "total_duration": 182242375, "prompt_eval_count": 12, "eval_count": len(parts)}]
+
+
+@pytest.mark.parametrize("shape", ["chat", "generate"])
+def test_an_ollama_answer_replayed_from_its_start_after_a_cut_is_not_complete(shape):
+    """A proxy that retries after a cut and stitches the new answer on replays it from its start:
+    the model and shape stay the same, and the ollama client hands the app the text twice without
+    raising. The lines the body began with come back byte for byte (their created_at too), which
+    real answers never do: the answer is not complete, at every line boundary, however chunked."""
+    body = ndjson(*_ollama_answer(shape, THOUGHT_THEN_TEXT))
+    whole = analyze_bytes(body, OLLAMA)
+    assert whole.verdict.kind is C, whole.verdict  # the control: the answer alone
+    ends = [event.end for event in NDJSONDecoder().feed(body)]
+    for cut in ends[:-1]:
+        stitched = body[:cut] + body
+        analysis = analyze_bytes(stitched, OLLAMA)
+        verdict = analysis.verdict
+        assert analysis.turn.blocks != whole.turn.blocks  # the app got part of the answer twice
+        assert verdict.kind is VerdictKind.UNKNOWN and "replayed from its start" in verdict.reason, (cut, verdict)
+        assert (verdict.seq, verdict.offset) == (ends.index(cut) + 1, cut), (cut, verdict)
+        for size in (1, 7):
+            assert analyze_bytes(stitched, OLLAMA, chunk_size=size).verdict == verdict, (cut, size)
+
+
+@pytest.mark.parametrize("stamps", [True, False], ids=["nanosecond-clock", "one-stamp"])
+@pytest.mark.parametrize("shape", ["chat", "generate"])
+def test_an_ollama_answer_that_opens_the_same_way_twice_stays_complete(shape, stamps):
+    """With the server's clock no line comes back byte for byte; and where every line has one stamp,
+    an answer whose words open it again brings back only some of the lines it began with: neither
+    is a replay."""
+    body = ndjson(*_ollama_answer(shape, OPENS_TWICE, stamps))
+    analysis = analyze_bytes(body, OLLAMA)
+    assert analysis.verdict.kind is C and not analysis.turn.notes, analysis.verdict
+    assert analysis.turn.text() == "The sky is blue.\n\nThe sky is wide."
+    assert analyze_bytes(body, OLLAMA, chunk_size=1).verdict == analysis.verdict
+
+
 def ollama_client_reads(body: bytes) -> list[dict]:
     """The ollama Python client's reading of a streamed body: ``json.loads`` of every line httpx's
     ``iter_lines`` gives (``str.splitlines`` rules); raises where the client raises."""

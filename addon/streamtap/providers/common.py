@@ -213,7 +213,8 @@ def _hashable(key: Any) -> Any:
 
 
 class StartOver:
-    """Watches a stream whose every chunk is a whole object (Chat Completions, Gemini SSE and JSON array) for the
+    """Watches a stream whose every chunk is a whole object (Chat Completions, Gemini SSE and JSON array, Ollama
+    NDJSON: a chunk's data as text, or a line's raw bytes) for the
     response starting over: replayed from its start after a cut and stitched on, it brings back the
     chunks it began with, byte for byte and in order, after the answer had begun.
 
@@ -237,9 +238,9 @@ class StartOver:
     def __init__(self, assembler: AssemblerBase, least: int = 1) -> None:
         self._assembler = assembler
         self._least = least  # the first chunk's earliest place to come back at
-        self.first: str | None = None  # the data of the body's first chunk (None: nothing more to watch)
+        self.first: str | bytes | None = None  # the data of the body's first chunk (None: nothing more to watch)
         self.busy = True  # keeping the first chunks, or watching them come back
-        self._opening: list[str] = []  # the data of the body's first chunks, at most KEPT
+        self._opening: list[str | bytes] = []  # the data of the body's first chunks, at most KEPT
         # the hashes of the body's first chunks, at most RECALLED: a repeat starts only where the first
         # chunk comes back whole, so a chance equality of two hashes (2**-64) can only raise a doubt
         self._digests: list[int] = []
@@ -247,7 +248,7 @@ class StartOver:
         # back at whose run is still whole: runs may overlap, and a failed one must not hide the next
         self._runs: list[tuple[WireEvent, int, int]] = []
 
-    def see(self, data: str, event: WireEvent) -> None:
+    def see(self, data: str | bytes, event: WireEvent) -> None:
         digests = self._digests
         digest = hash(data)
         if self._runs:

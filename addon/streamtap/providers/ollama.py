@@ -27,6 +27,10 @@ call is in the other dialects.
 
 The client's line reader gives the last line even without its newline: a done line that arrived
 whole, in a body that ended cleanly, reached the app (``sdk_reads_an_unended_last_line``).
+
+A response replayed from its start after a cut and stitched on (a retrying proxy) names the same
+model and shape, so only its lines tell: they come back byte for byte (``StartOver``), and the
+client hands the app the text twice: ``unknown``.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from typing import Any
 from streamtap.wire import JSONValue, Tail, WireEvent
 from streamtap.wire.jsonlines import loads as read_json_line
 
-from .common import AssemblerBase, as_dict, as_int, as_list, as_str, dumps, error_fields
+from .common import AssemblerBase, StartOver, as_dict, as_int, as_list, as_str, dumps, error_fields
 from .turn import BlockKind, Dialect, StreamEnd, Turn, Verdict
 
 DONE = {"stop": "end_turn", "length": "max_tokens"}
@@ -78,12 +82,20 @@ class Assembler(AssemblerBase):
         # whether it carries an empty error); judged once the stream shows its shape
         self._waiting: tuple[WireEvent, str, bool] | None = None
         self._string_count = False  # a count written as a string was doubted (the first one is told)
+        # every line carries the server's created_at, to the nanosecond where its clock has them, so the
+        # lines of one answer differ and a repeat counts from the second line on, as in Gemini. A coarse
+        # clock (Go's on Windows ticks every 0.5-15.6 ms) can stamp a first token sent twice alike: the
+        # doubt says the bytes cannot tell that from a replay
+        self._start_over = StartOver(self)
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         self.seen(event, f"line {event.seq}")
         if not isinstance(event, JSONValue):
             self.corrupt(f"unexpected {type(event).__name__} for Ollama NDJSON", event)
             return
+        start_over = self._start_over
+        if start_over.busy or event.raw == start_over.first:
+            start_over.see(event.raw, event)
         if self._lines:
             self._client_lines(event)
         # the decoder reads integers past 64 bits as doubles: a line with calls is read again, exactly
