@@ -335,6 +335,23 @@ def test_fields_of_an_oversize_event_do_not_take_effect() -> None:
         assert triples(events) == [("message", "a", "1"), ("message", "b", "1")]
 
 
+def test_a_comment_line_that_holds_a_field_is_noted() -> None:
+    """A cut inside a keep-alive comment, the next line joined to it: the SSE rules skip the
+    line, the field with it. Keep-alive comments, and values that hold "data:", are not noted."""
+    head = b": OPENROUTER PROCESSING\n\ndata: {\"a\": \"data: x\"}\n\n"
+    fused = b": OPENROUTER PROCdata: {\"b\"}\n\n"
+    stream = head + fused + b": kevent: e\n\ndata: [DONE]\n\n"
+    for chunks in (None, [1], [7], [len(head) + 3, 1000]):
+        for decoder in (SSEDecoder(), GeneralPathDecoder(), SSEDecoder(note_other_lines=True)):
+            events = decode_with(decoder, stream, chunks or [len(stream)])
+            assert triples(events) == [("message", '{"a": "data: x"}', ""), ("message", "[DONE]", "")]
+            assert decoder.first_fused_comment == (1, len(head) + len(b": OPENROUTER PROC"), "data"), chunks
+            assert decoder.fused_comment_count == 2
+    plain = SSEDecoder()
+    decode_with(plain, head * 3, [5])
+    assert plain.first_fused_comment is None and plain.fused_comment_count == 0
+
+
 # -- properties -----------------------------------------------------------------------
 
 LINE_ENDS = st.sampled_from([b"\n", b"\r", b"\r\n"])
@@ -576,7 +593,7 @@ def lf_streams(draw) -> bytes:
         shape = draw(st.sampled_from(
             ["typed", "typed", "typed", "data", "data", "data", "cr", "comment", "id", "retry", "two-data",
              "nospace", "blank", "bad-utf8", "bad-comment", "bad-retry", "empty-type", "spaced", "junk",
-             "id-then-comment", "dataless",
+             "id-then-comment", "dataless", "fused-comment",
              "new-type", "bad-type", "long-type"]
         ))  # fmt: skip
         parts.append({
@@ -597,6 +614,7 @@ def lf_streams(draw) -> bytes:
             "junk": b"x: %s\n" % value,
             "id-then-comment": b"id: %d\ndata: %s\n\n: keep-alive\n\n" % (i, value),
             "dataless": b"event: error\n\n",
+            "fused-comment": b": keep-alivdata: %s\n\n" % value,
             # types the decoder has not named yet, and ones it never keeps named (not UTF-8, long)
             "new-type": b"event: fresh%d\ndata: %s\n\n" % (draw(st.integers(0, 10**9)), value),
             "bad-type": b"event: t\xff\ndata: %s\n\n" % value,
@@ -655,9 +673,11 @@ def classes(events: list) -> list:
 
 
 def decode_noting(decoder: SSEDecoder, stream: bytes, chunks: list[int]) -> tuple:
-    """The events, and what the decoder noted of the blank lines the SDKs dispatch on."""
+    """The events, and what the decoder noted of the blank lines the SDKs dispatch on and of the
+    comment lines that hold a field."""
     events = feed_cycled(decoder, stream, chunks)
-    return events, decoder.empty_dispatches, decoder.empty_dispatch_count
+    return (events, decoder.empty_dispatches, decoder.empty_dispatch_count, decoder.first_fused_comment,
+            decoder.fused_comment_count)
 
 
 def test_the_lf_shortcut_takes_the_common_shapes() -> None:

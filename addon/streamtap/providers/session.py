@@ -521,6 +521,22 @@ class StreamSession:
                 self._bytes,
                 {"end": end.value, "bytes": self._bytes, "was": verdict.kind.value},
             )
+        fused_comment = self._decoder.first_fused_comment if self.wire == "sse" else None
+        if verdict.kind in ENDING_KINDS and fused_comment is not None and (
+            unknown_field is None or fused_comment[1] < unknown_field[1]
+        ):
+            seq, offset, name = fused_comment
+            return Verdict(
+                VerdictKind.UNKNOWN,
+                f"a comment line holds a {name!r} field at byte {offset}, which the SSE rules and the SDK skip with "
+                "the comment and no keep-alive comment holds: a cut inside a comment, its bytes joined to the line "
+                "after them, looks like this (a stream replayed after a cut, say), so whether the app got one whole "
+                "answer cannot be told",
+                seq,
+                offset,
+                {"end": end.value, "bytes": self._bytes, "fused_comments": self._decoder.fused_comment_count,
+                 "was": verdict.kind.value},
+            )
         if verdict.kind in ENDING_KINDS and unknown_field is not None:
             seq, offset, name, _ = unknown_field
             return Verdict(

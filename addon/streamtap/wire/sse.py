@@ -70,6 +70,9 @@ from .events import DEFAULT_MAX_EVENT, Malformed, SSEEvent, Tail
 _BOM = b"\xef\xbb\xbf"
 _LINE_END = re.compile(rb"(\r\n|\r|\n)")
 _plus_one = (1).__add__
+# a field's start inside a ":" comment line, which no keep-alive comment holds: a cut inside a comment
+# joined to the next line ("data: ..." or "event: ...") makes one
+_FUSED_FIELD = re.compile(rb"(data|event):")
 # one whole event of the common LF-only shape: (its bytes, its type or b"", its data)
 _LF_EVENT = re.compile(rb"((?:event: ([^\n]*)\n)?data: ([^\n]*)\n\n)")
 _type_names: dict[bytes, str] = {b"": "message"}
@@ -216,6 +219,11 @@ class SSEDecoder(accel.SSEFeed):
         self.first_unknown_field: tuple[int, int, str, str] | None = None  # (..., its value's start)
         self.unknown_field_count = 0
         self._unknown: tuple[bytes, bytes] | None = None  # the field line just read: name, value
+        # comment lines that hold a field's start (": OPENROUTER PROCdata: {..."): a cut inside a
+        # comment joined to the next line, whose field the SSE rules skip with the comment: (seq,
+        # offset of the field, its name) of the first, and how many
+        self.first_fused_comment: tuple[int, int, str] | None = None
+        self.fused_comment_count = 0
         self.invalid_utf8 = 0  # sequences not UTF-8 over the whole stream, after the last event too
         self.last_event_id = ""  # the last event ID buffer, persists across events
         self.retry: int | None = None  # the stream's reconnection time, once set
@@ -636,6 +644,10 @@ class SSEDecoder(accel.SSEFeed):
                     type_ = self._field(line, data, type_)
                     if self._unknown is not None:
                         self._unknown_field(seq, base + _line_start(work, end, line))
+                else:
+                    field = _FUSED_FIELD.search(line)
+                    if field is not None:
+                        self._fused_comment(seq, base + _line_start(work, end, line), field)
         if len(data) > _PIECES_LISTED:  # an event of many lines, not ended in this read
             _join_in_place(data, b"\n")  # (an LF ends bytes that are not UTF-8 as a value's end does)
         done = len(work) - len(rest)  # the bytes whose lines were taken
@@ -741,8 +753,10 @@ class SSEDecoder(accel.SSEFeed):
                         break  # the line path counts the replacements
                 data_at += 5
                 payload = block[data_at + 1 :] if block[data_at : data_at + 1] == b" " else block[data_at:]
-            elif first == 58 and nl not in block and not last_id and block.isascii():
-                pos = end  # a ":" comment line (the line path counts bytes that are not UTF-8): no event, same span
+            elif first == 58 and nl not in block and not last_id and block.isascii() and not _FUSED_FIELD.search(block):
+                # a ":" comment line (the line path counts bytes that are not UTF-8, and notes a field in it): no
+                # event, same span
+                pos = end
                 continue
             else:
                 break
@@ -871,6 +885,11 @@ class SSEDecoder(accel.SSEFeed):
         self.unknown_field_count += 1
         if self.first_unknown_field is None:
             self.first_unknown_field = (seq, offset, _type_name(name[:40])[0], _type_name(value[:_UNKNOWN_VALUE_KEPT])[0])
+
+    def _fused_comment(self, seq: int, line_start: int, field: re.Match) -> None:
+        self.fused_comment_count += 1
+        if self.first_fused_comment is None:
+            self.first_fused_comment = (seq, line_start + field.start(), field[1].decode())
 
     def _empty_dispatch(self, seq: int, offset: int, type_: bytes) -> None:
         self.empty_dispatch_count += 1
