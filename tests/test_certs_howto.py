@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -140,7 +141,16 @@ def assert_recorded(recordings: Path, body: bytes, proxy: Mitmdump) -> None:
     """The Tap wrote a recording of exactly these bytes, judged complete."""
     from streamtap.recording import read_recording
 
-    proxy.stop()  # a finished flow's recording is renamed on its end line; stopping settles it
+    # The worker writes the end line when its flow's end reaches it; on a loaded machine its start
+    # alone can take longer than mitmdump's stop waits for it, so wait for the finished recording
+    # first (a finished recording's name loses its .partial), then stop to settle the rest.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        finished = [p for p in recordings.glob("*.jsonl") if not p.name.endswith(".partial.jsonl")]
+        if any(read_recording(p).body == body for p in finished):
+            break
+        time.sleep(0.1)
+    proxy.stop()
     found = [read_recording(p) for p in sorted(recordings.glob("*.jsonl"))]
     matching = [r for r in found if r.body == body]
     assert matching, f"no recording of the {len(body)}-byte body in {recordings}: {[r.path.name for r in found]}\n{proxy.output}"
