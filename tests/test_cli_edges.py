@@ -8,6 +8,7 @@ import os
 import pty
 import select
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -443,3 +444,67 @@ except KeyboardInterrupt:
     seen = imports_seen(code)
     assert "streamtap.recording.fleet" in {name for name, _, _ in seen}
     assert [name for name, _, main_thread in seen if not main_thread] == [], seen
+
+
+DEMO = Path(streamtap_package.__file__).parent / "data" / "demo"
+DEMO_TABLE_ROW = "03_anthropic-cut_truncated.jsonl: truncated"  # a line of report's table for DEMO
+
+
+def test_an_html_page_to_a_pipe_or_to_the_file_stdout_writes_is_written_there(tmp_path):
+    """`report --html /dev/stdout | wc -c` and `--html >(wc -c)`: a pipe's /dev/stdout leads to no
+    file (pipe:[N]), and the page was never made (No such file or directory). `--html /dev/stdout
+    > out.txt`: the file the shell opened was renamed over, and the table that follows lost."""
+    piped = streamtap("report", "--html", "/dev/stdout", DEMO)
+    assert piped.returncode == 1 and piped.stdout.startswith("<!doctype html>"), piped.stderr
+    assert piped.stdout.index("</html>") < piped.stdout.index(DEMO_TABLE_ROW), piped.stdout[-400:]
+    read_end, write_end = os.pipe()  # a process substitution: a pipe of its own, named /dev/fd/N
+    with os.fdopen(read_end, "rb") as reader:
+        process = subprocess.Popen([str(STREAMTAP), "report", "--html", f"/dev/fd/{write_end}", DEMO], pass_fds=(write_end,),
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        os.close(write_end)
+        page = reader.read()
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 1 and page.startswith(b"<!doctype html>") and page.rstrip().endswith(b"</html>"), err
+    out = tmp_path / "out.txt"
+    with out.open("w") as stdout:
+        redirected = subprocess.run([str(STREAMTAP), "report", "--html", "/dev/stdout", DEMO], stdout=stdout,
+                                    stderr=subprocess.PIPE, text=True, timeout=60)
+        opened = os.fstat(stdout.fileno())
+    written = out.read_text()
+    assert redirected.returncode == 1 and os.path.samestat(opened, out.stat()), redirected.stderr  # not renamed over
+    assert written.startswith("<!doctype html>") and written.index("</html>") < written.index(DEMO_TABLE_ROW), written[-400:]
+
+
+def test_an_html_page_over_another_users_file_open_to_all_in_a_sticky_folder_is_written(tmp_path):
+    """/tmp: the temporary file is made, but only the owner may rename over that user's file
+    (EPERM), where writing it in place, as 0.x did, is allowed."""
+    from test_fleet_edges import unprivileged
+
+    if os.geteuid() != 0:
+        pytest.skip("another user's file cannot be made without root (chown)")
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    shared = sticky / "shared.html"
+    shared.write_text("another user's page\n")
+    shared.chmod(0o666)
+    os.chown(shared, 65534, 65534)
+    os.chown(sticky, 65534, 65534)  # the folder's owner may rename over any file in it, as root owns /tmp
+    got = subprocess.run(unprivileged("report", "--html", shared, DEMO), capture_output=True, text=True, timeout=60)
+    assert got.returncode == 1, got.stderr
+    assert shared.read_text().startswith("<!doctype html>") and shared.stat().st_uid == 65534
+    assert [path.name for path in sticky.iterdir()] == ["shared.html"]  # no temporary file left
+
+
+def test_an_html_page_over_a_read_only_file_is_refused_as_before(tmp_path):
+    """A 0444 file in a folder that may be written: the rename would replace it where opening it
+    for writing is refused (as Path.write_text did, and as the shell's `>` does)."""
+    from test_fleet_edges import unprivileged
+
+    page = tmp_path / "page.html"
+    page.write_text("kept\n")
+    page.chmod(0o444)
+    got = subprocess.run(unprivileged("report", "--html", page, DEMO), capture_output=True, text=True, timeout=60)
+    one_line_error(got, "report")
+    assert f"--html {page}: Permission denied; the page was not written" in got.stderr, got.stderr
+    assert page.read_text() == "kept\n" and stat.S_IMODE(page.stat().st_mode) == 0o444

@@ -91,7 +91,8 @@ def test_known_usage_names_are_kept_past_the_bound():
 
 
 def test_long_usage_names_and_values_are_counted_not_kept():
-    """A name or a value too long to keep, a known name's too, leaves what was kept before it."""
+    """A name or a value too long to keep, a known name's too, is counted; the typed counts keep
+    what came before it, usage.raw holds no value superseded by one not kept."""
     big = usage_delta({"x" * (MAX_USAGE_NAME + 1): 1, "input_tokens": "9" * HUGE,
                        "service_tier": "s" * (MAX_USAGE_VALUE + 1), "iterations": [{"input_tokens": 1}] * 5_000})
     session = StreamSession("anthropic", "sse", keep_arrivals=False)
@@ -100,9 +101,23 @@ def test_long_usage_names_and_values_are_counted_not_kept():
     session.feed(b"".join(map(anthropic, END)))
     analysis = session.close()
     usage = analysis.turn.usage
-    assert usage.raw == {"input_tokens": 5, "output_tokens": 10} and usage.input == 5
+    assert usage.raw == {"output_tokens": 10} and usage.input == 5
     assert analysis.turn.extra["usage_fields_dropped"] == 4
     assert analysis.verdict.kind is VerdictKind.COMPLETE
+
+
+def test_a_kept_usage_value_superseded_by_one_too_long_to_keep_is_not_shown():
+    """A cumulative field (iterations) that grows past the bound in a later message_delta: the
+    turn showed the older, smaller list as the stream's, while counting the field as not kept."""
+    iterations = lambda count: [{"type": "message", "input_tokens": 1000 + i, "output_tokens": 50 + i, "pad": "x" * 100}
+                                for i in range(count)]
+    small, large = usage_delta({"iterations": iterations(10)}), usage_delta({"iterations": iterations(120)})
+    analysis = judge_anthropic([START, *TEXT, small, large, *END])
+    assert "iterations" not in analysis.turn.usage.raw, len(analysis.turn.usage.raw["iterations"])
+    assert analysis.turn.extra["usage_fields_dropped"] == 1 and analysis.turn.usage.output == 10
+    assert analysis.verdict.kind is VerdictKind.COMPLETE
+    kept = judge_anthropic([START, *TEXT, large, small, *END])  # the control: the last value, small, is kept
+    assert len(kept.turn.usage.raw["iterations"]) == 10 and kept.turn.extra["usage_fields_dropped"] == 1
 
 
 def test_real_usage_is_kept_whole():

@@ -445,3 +445,23 @@ def test_a_json_report_that_fails_to_be_written_after_the_runs_keeps_the_finding
     assert "(exit 1 but for this)" in got.stderr, got.stderr
     assert report.read_text() == "the report of yesterday\n"  # as it was, not cut short
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_a_json_report_to_stdout_a_pipe_or_the_file_it_writes_to_follows_the_table(recording, tmp_path, marker_client):
+    """`sweep --json /dev/stdout ... | jq` and `> out.txt`: a pipe's /dev/stdout leads to no file
+    (pipe:[N]), and the report was refused (No such file or directory); the file the shell opened
+    was renamed over, and the table before the report lost."""
+    command, ran = marker_client
+    args = (recording, "--json", "/dev/stdout", "--positions", "event=2", "--styles", "clean", "--", *command)
+    piped = streamtap_sweep(*args)
+    out = tmp_path / "out.txt"
+    with out.open("w") as stdout:
+        redirected = subprocess.run([*STREAMTAP, "sweep", *map(str, args)], stdout=stdout, stderr=subprocess.PIPE,
+                                    text=True, timeout=120)
+        opened = os.fstat(stdout.fileno())
+    assert os.path.samestat(opened, out.stat())  # written where the shell opened it, not renamed over
+    for result, written in ((piped, piped.stdout), (redirected, out.read_text())):
+        assert result.returncode == 1, result.stderr  # the client prints nothing and exits 0: silent
+        table, _, report = written.partition("\n{\n")
+        assert "cut:event=2   SILENT" in table, written
+        assert [run["spec"] for run in json.loads("{\n" + report)["runs"]] == ["cut:event=2,style=clean"]

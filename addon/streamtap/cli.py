@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import errno
 import importlib
 import os
 import re
@@ -95,12 +96,16 @@ def write_out(text: str) -> None:
     written only part, without an error, when the reader goes away (``| head``): the rest would be
     lost silently and the exit code would not say so. Writing on until all is taken makes the
     closed pipe raise, as the verbs' exit code 141 needs."""
-    sys.stdout.flush()
-    out = sys.stdout.buffer
-    data = memoryview(text.encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict"))
-    while data:
-        data = data[out.write(data):]
-    out.flush()
+    _write_whole(sys.stdout, text.encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict"))
+
+
+def _write_whole(stream, data: bytes) -> None:
+    """``data`` written whole through ``stream``'s buffer, after what the stream holds."""
+    stream.flush()
+    view = memoryview(data)
+    while view:
+        view = view[stream.buffer.write(view):]
+    stream.buffer.flush()
 
 
 def json_for_stdout(text: str) -> str:
@@ -147,36 +152,63 @@ def write_file(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` (UTF-8) to the file ``path`` names, whole or not at all: a regular file, or
     a new one, through a temporary file beside it renamed over it once written, so that a full
     disk leaves the file as it was (or none), never cut short; anything else (a fifo, /dev/stdout,
-    a device) is written as it is. Raises OSError."""
-    target = os.path.realpath(path)  # a link to the file stays one: the file it leads to is replaced
+    a device) is written as it is, and so is the file stdout or stderr writes to (`--html
+    /dev/stdout > out.txt`: the shell's file is the one written, what follows it on stdout too).
+    Raises OSError (PermissionError for a file that may not be written, as open() does)."""
     try:
-        mode: int | None = os.stat(target).st_mode
+        found: os.stat_result | None = os.stat(path)  # the object a link leads to: a pipe's /proc/PID/fd/1 too
     except FileNotFoundError:
-        mode = None
-    if mode is not None and not stat.S_ISREG(mode):
-        Path(path).write_text(text, encoding="utf-8")
-        return
+        found = None
+    if found is not None:
+        stream = _standard_stream_on(found)
+        if stream is not None:
+            _write_whole(stream, text.encode("utf-8"))
+            return
+        if not stat.S_ISREG(found.st_mode):
+            Path(path).write_text(text, encoding="utf-8")
+            return
+        if not os.access(path, os.W_OK):  # a read-only file is refused, not replaced: its folder's permission is not its own
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(path))
+    target = os.path.realpath(path)  # a link to the file stays one: the file it leads to is replaced
     folder, name = os.path.split(target)
     temporary = os.path.join(folder, f".{name}.{os.urandom(4).hex()}.tmp")  # hidden: no glob of the folder takes it
     try:  # 0o666 as for a file opened anew: the umask applies
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     except PermissionError:
-        if mode is None:
+        if found is None:
             raise
         Path(target).write_text(text, encoding="utf-8")  # a file that may be written in a folder that may not: in place
         return
     try:
         with open(fd, "w", encoding="utf-8") as out:
-            if mode is not None:
-                os.fchmod(fd, stat.S_IMODE(mode))  # the file keeps its permissions
+            if found is not None:
+                os.fchmod(fd, stat.S_IMODE(found.st_mode))  # the file keeps its permissions
             out.write(text)
             out.flush()
             os.fsync(fd)  # a file system that reserves space late says it is full here, not after the rename
-        os.replace(temporary, target)
     except BaseException:
         with suppress(OSError):
             os.unlink(temporary)
         raise
+    try:
+        os.replace(temporary, target)
+    except BaseException as error:
+        with suppress(OSError):
+            os.unlink(temporary)
+        if found is None or not isinstance(error, PermissionError):
+            raise
+        # another user's file open to all in a sticky folder (/tmp): it may be written, not replaced
+        Path(target).write_text(text, encoding="utf-8")
+
+
+def _standard_stream_on(found: os.stat_result):
+    """stdout or stderr when it writes to the file ``found`` is, else None."""
+    for stream in (sys.stdout, sys.stderr):
+        with suppress(AttributeError, OSError, ValueError):  # a stream closed, replaced or with no file
+            if os.path.samestat(found, os.fstat(stream.fileno())):
+                return stream
+    return None
+
 
 
 def refuse_recording_as_output(option: str, path) -> None:

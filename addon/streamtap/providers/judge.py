@@ -174,14 +174,16 @@ class Judge:
         """Merge ``fields``, a provider's usage object, into the turn's ``usage.raw`` (present fields
         overwrite: the counts are cumulative) within the MAX_USAGE_* bounds, names in ``known`` always
         kept; the fields kept are returned (``fields`` itself when all are). Those not kept are counted
-        in ``turn.extra["usage_fields_dropped"]`` and said once in a note."""
+        in ``turn.extra["usage_fields_dropped"]`` and said once in a note, and leave ``usage.raw``."""
         raw = self.turn.usage.raw
         dropped: set[str] | None = None  # (no set made per event while every field is kept)
         for key, value in fields.items():
             if (type(value) in _SCALARS or _json_size(value) <= MAX_USAGE_VALUE) and \
                     (key in raw or key in known or (len(raw) < MAX_USAGE_FIELDS and len(key) <= MAX_USAGE_NAME)):
                 raw[key] = value
-            elif dropped is None:
+                continue
+            raw.pop(key, None)  # a value kept before is superseded: the turn never shows it for a field said not kept
+            if dropped is None:
                 dropped = {key}
             else:
                 dropped.add(key)
