@@ -116,6 +116,19 @@ def live_body(source, spec: str, chunk: int = 7) -> bytes:
     return b"".join(out + faults.close())
 
 
+def serve_at_start(fault: str, recording: Path) -> tuple[int, str]:
+    """``streamtap serve --fault FAULT RECORDING``'s exit code and stderr: a fault it should refuse
+    before serving (one it serves instead is stopped after 30 s)."""
+    process = subprocess.Popen([*STREAMTAP, "serve", "--port", "0", "--fault", fault, str(recording)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, stderr = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:  # it started serving the fault instead of refusing it
+        process.kill()
+        _, stderr = process.communicate()
+    return process.returncode, stderr
+
+
 def _bedrock(url: str, fault: str | None = None):
     import boto3
     from botocore.config import Config
@@ -201,14 +214,8 @@ def test_openai_sdk_raises_an_error_injected_before_done_and_one_after_is_refuse
 
 def test_serve_refuses_an_error_after_done_at_start_and_a_live_one_is_not_applied(recordings):
     spec = f"error:kind=openai,after={DONE}"
-    process = subprocess.Popen([*STREAMTAP, "serve", "--port", "0", "--fault", spec, str(recordings / "chat.jsonl")],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _, stderr = process.communicate(timeout=30)
-    except subprocess.TimeoutExpired:  # it started serving the fault instead of refusing it
-        process.kill()
-        _, stderr = process.communicate()
-    assert process.returncode == 2, stderr
+    returncode, stderr = serve_at_start(spec, recordings / "chat.jsonl")
+    assert returncode == 2, stderr
     assert f"SDK stops reading at event {DONE} (data: [DONE])" in stderr, stderr
     # live traffic is not known at start: the fault is not applied, and the answer passes as it came
     source = load_source(recordings / "chat.jsonl")
@@ -249,14 +256,8 @@ def test_each_bedrock_operation_takes_exactly_its_unions_exceptions(recordings, 
 
 
 def test_serve_refuses_model_timeout_on_a_converse_stream_at_start(recordings):
-    process = subprocess.Popen([*STREAMTAP, "serve", "--port", "0", "--fault", "error:kind=modelTimeoutException,after=1",
-                                str(recordings / "converse.jsonl")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _, stderr = process.communicate(timeout=30)
-    except subprocess.TimeoutExpired:  # it started serving the fault instead of refusing it
-        process.kill()
-        _, stderr = process.communicate()
-    assert process.returncode == 2, stderr
+    returncode, stderr = serve_at_start("error:kind=modelTimeoutException,after=1", recordings / "converse.jsonl")
+    assert returncode == 2, stderr
     assert "does not fit the bedrock-converse dialect; use one of " in stderr, stderr
     offered = stderr.partition("use one of ")[2].strip().split(", ")
     assert set(offered) == _union_exceptions("ConverseStreamOutput"), stderr  # no kind the operation lacks

@@ -389,23 +389,9 @@ def test_a_recording_of_a_non_json_request_body_answers_that_body(tmp_path):
     """The recording header keeps a body that is not JSON as body_b64 (recording/header.py)."""
     import base64
 
-    from streamtap.recording import RecordingWriter
-    from streamtap.wire import SSEDecoder
-
     form = b"prompt=Weather+in+Paris%3F&stream=1"
-    writer = RecordingWriter(tmp_path / "form.jsonl")
-    writer.header(
-        {
-            "request": {"method": "POST", "url": "https://llm.example/generate", "headers": [], "body_b64": base64.b64encode(form).decode()},
-            "response": {"status": 200, "headers": [["content-type", "text/event-stream"]]},
-            "dialect": "unknown",
-            "wire": {"format": "sse", "content_encoding": None},
-        }
-    )
-    writer.read(b"data: hello\n\n", 0.0)
-    [event] = SSEDecoder().feed(b"data: hello\n\n")
-    writer.frame(event, 0.0)
-    writer.finish({"stream_end": "finished"})
+    _one_event_recording(tmp_path / "form.jsonl", {"method": "POST", "url": "https://llm.example/generate", "headers": [],
+                                                   "body_b64": base64.b64encode(form).decode()}, "unknown", b"data: hello\n\n")
     with ServerThread(Library.load([tmp_path]), ServeOptions()) as server:
         matched = httpx.post(server.base_url + "/generate", content=form, timeout=5)
         other = httpx.post(server.base_url + "/generate", content=b"prompt=other", timeout=5)
@@ -474,21 +460,27 @@ def _old_shape_recording(path: Path, sent: bytes, coding_headers: list[list[str]
     ``body_b64`` holds it compressed, as sent, and no ``body_decoded_from`` says it was decoded."""
     import base64
 
+    _one_event_recording(path, {"method": "POST", "url": "https://api.openai.com/v1/chat/completions",
+                                "headers": coding_headers, "body_b64": base64.b64encode(sent).decode()},
+                         "openai-chat", b"data: [DONE]\n\n")
+
+
+def _one_event_recording(path: Path, request: dict, dialect: str, event_bytes: bytes) -> None:
+    """A finished SSE recording of ``request`` answered by the one event ``event_bytes``."""
     from streamtap.recording import RecordingWriter
     from streamtap.wire import SSEDecoder
 
     writer = RecordingWriter(path)
     writer.header(
         {
-            "request": {"method": "POST", "url": "https://api.openai.com/v1/chat/completions",
-                        "headers": coding_headers, "body_b64": base64.b64encode(sent).decode()},
+            "request": request,
             "response": {"status": 200, "headers": [["content-type", "text/event-stream"]]},
-            "dialect": "openai-chat",
+            "dialect": dialect,
             "wire": {"format": "sse", "content_encoding": None},
         }
     )
-    writer.read(b"data: [DONE]\n\n", 0.0)
-    [event] = SSEDecoder().feed(b"data: [DONE]\n\n")
+    writer.read(event_bytes, 0.0)
+    [event] = SSEDecoder().feed(event_bytes)
     writer.frame(event, 0.0)
     writer.finish({"stream_end": "finished"})
 

@@ -18,7 +18,7 @@ import provider_streams as streams
 from streamtap.mitm.worker import SLOW_FSYNC_ENV
 from streamtap.recording import check_recording, read_recording
 from test_metrics import scrape
-from test_workers import HUNG_ENV, worker_pids
+from test_workers import HUNG_ENV, kill_worker_holding_a_flow, worker_pids
 from upstream import CHAT, STREAM_REQUEST, Mitmdump, Script, Upstream, curl, curl_started, find_recording, free_port
 
 REQUESTED_MODEL = json.loads(STREAM_REQUEST)["model"]
@@ -122,19 +122,7 @@ def test_a_flow_lost_with_its_worker_keeps_its_recording_and_model_in_its_verdic
     proxy.args += ["-s", str(watcher)]
     with proxy:
         [pid] = worker_pids(proxy)
-        client = curl_started(f"{proxy.url}/s/lostmid{CHAT}")
-        try:
-            assert upstream.wait_paused()
-            deadline = time.monotonic() + 10
-            while not find_recording(proxy.record_dir, "lostmid", partial=True).frames:  # the worker holds it
-                assert time.monotonic() < deadline
-                time.sleep(0.02)
-            os.kill(pid, signal.SIGKILL)
-            proxy.wait_log(f"analysis worker 0 (pid {pid}) died")
-        finally:
-            upstream.release()
-            out, err = client.communicate(timeout=20)
-        assert client.returncode == 0 and out == body, err
+        assert kill_worker_holding_a_flow(proxy, upstream, pid, curl_started(f"{proxy.url}/s/lostmid{CHAT}")) == body
         log = proxy.wait_log("streamtap: openai-chat")
         [partial] = list(proxy.record_dir.glob("*.partial.jsonl"))
         deadline = time.monotonic() + 10
@@ -167,18 +155,7 @@ def test_a_flow_lost_with_its_worker_is_counted_under_the_provider_its_recording
                  '{"model":"gpt-root","stream":true,"prompt":"hi"}', f"{proxy.url}/completions"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             )  # fmt: skip
-            try:
-                assert upstream.wait_paused()
-                deadline = time.monotonic() + 10
-                while not any(read_recording(p).frames for p in proxy.record_dir.glob("*.partial.jsonl")):  # the worker holds it
-                    assert time.monotonic() < deadline
-                    time.sleep(0.02)
-                os.kill(pid, signal.SIGKILL)
-                proxy.wait_log(f"analysis worker 0 (pid {pid}) died")
-            finally:
-                upstream.release()
-                out, err = client.communicate(timeout=20)
-            assert client.returncode == 0 and out == body, err
+            assert kill_worker_holding_a_flow(proxy, upstream, pid, client) == body
             log = proxy.wait_log("not judged")
             deadline = time.monotonic() + 10
             while not (turns := {(s.labels["provider"], s.labels["model"], s.labels["verdict"]): s.value

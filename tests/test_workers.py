@@ -14,6 +14,7 @@ import pickle
 import re
 import resource
 import signal
+import subprocess
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -33,7 +34,7 @@ from streamtap.mitm.worker import (
 from streamtap.providers import VerdictKind
 
 HUNG_ENV = "STREAMTAP_TEST_WORKER_HUNG_AFTER"
-from streamtap.recording import check_recording
+from streamtap.recording import check_recording, read_recording
 from test_metrics import scrape, value
 from upstream import CHAT, STREAM_REQUEST, Mitmdump, Script, Upstream, curl, curl_started, find_recording, free_port
 
@@ -284,6 +285,24 @@ def test_two_workers_share_the_flows_out_and_each_records_its_own(upstream, tmp_
     assert min(written.values()) > min(path.stat().st_size for path in proxy.record_dir.glob("*.jsonl")), written
 
 
+def kill_worker_holding_a_flow(proxy: Mitmdump, upstream: Upstream, pid: int, client: subprocess.Popen) -> bytes:
+    """Once the worker holds the paused flow (its .partial recording has frames), kill it; then let
+    the upstream go on. The client's output."""
+    try:
+        assert upstream.wait_paused()
+        deadline = time.monotonic() + 10
+        while not any(read_recording(p).frames for p in proxy.record_dir.glob("*.partial.jsonl")):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        os.kill(pid, signal.SIGKILL)
+        proxy.wait_log(f"analysis worker 0 (pid {pid}) died")
+    finally:
+        upstream.release()
+        out, err = client.communicate(timeout=20)
+    assert client.returncode == 0, err
+    return out
+
+
 def test_a_worker_killed_mid_stream_is_restarted_and_the_traffic_stays_whole(upstream, tmp_path):
     body = streams.openai_chat([f"token {i} " for i in range(400)])
     upstream.arm_pause()
@@ -292,22 +311,7 @@ def test_a_worker_killed_mid_stream_is_restarted_and_the_traffic_stays_whole(ups
     port = free_port()
     with Mitmdump(upstream.url, tmp_path / "m", options={"streamtap_metrics": f"127.0.0.1:{port}"}) as proxy:
         [pid] = worker_pids(proxy)
-        client = curl_started(f"{proxy.url}/s/killed{CHAT}")
-        try:
-            assert upstream.wait_paused()
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:  # the worker holds the flow and has recorded some of it
-                rec = find_recording(proxy.record_dir, "killed", partial=True)
-                if rec.frames:
-                    break
-                time.sleep(0.02)
-            assert rec.frames
-            os.kill(pid, signal.SIGKILL)
-            proxy.wait_log(f"analysis worker 0 (pid {pid}) died")
-        finally:
-            upstream.release()
-            out, err = client.communicate(timeout=20)
-        assert client.returncode == 0, err
+        out = kill_worker_holding_a_flow(proxy, upstream, pid, curl_started(f"{proxy.url}/s/killed{CHAT}"))
         assert out == body == upstream.last("killed").wire  # every byte, unchanged
         log = proxy.wait_log("streamtap: openai-chat", count=1)
         line = next(line for line in log.splitlines() if "streamtap: openai-chat" in line)

@@ -526,28 +526,18 @@ class StreamSession:
             unknown_field is None or fused_comment[1] < unknown_field[1]
         ):
             seq, offset, name = fused_comment
-            return Verdict(
-                VerdictKind.UNKNOWN,
+            return self._joined_by_a_cut(
+                verdict, end, seq, offset, "fused_comments", self._decoder.fused_comment_count,
                 f"a comment line holds a {name!r} field at byte {offset}, which the SSE rules and the SDK skip with "
                 "the comment and no keep-alive comment holds: a cut inside a comment, its bytes joined to the line "
-                "after them, looks like this (a stream replayed after a cut, say), so whether the app got one whole "
-                "answer cannot be told",
-                seq,
-                offset,
-                {"end": end.value, "bytes": self._bytes, "fused_comments": self._decoder.fused_comment_count,
-                 "was": verdict.kind.value},
+                "after them, looks like this",
             )
         if verdict.kind in ENDING_KINDS and unknown_field is not None:
             seq, offset, name, _ = unknown_field
-            return Verdict(
-                VerdictKind.UNKNOWN,
+            return self._joined_by_a_cut(
+                verdict, end, seq, offset, "unknown_fields", self._decoder.unknown_field_count,
                 f"a line of field {name!r} at byte {offset}, which the SSE rules and the SDK skip and no provider "
-                "sends: a cut event's first bytes joined to the line after them look like this (a stream replayed "
-                "after a cut, say), so whether the app got one whole answer cannot be told",
-                seq,
-                offset,
-                {"end": end.value, "bytes": self._bytes, "unknown_fields": self._decoder.unknown_field_count,
-                 "was": verdict.kind.value},
+                "sends: a cut event's first bytes joined to the line after them look like this",
             )
         if verdict.kind is VerdictKind.TRUNCATED:
             verdict.evidence["last_event_offset"] = verdict.offset
@@ -562,6 +552,18 @@ class StreamSession:
         if verdict.kind is VerdictKind.COMPLETE and self.sentinel:
             return self._sentinel(turn, verdict, end)
         return verdict
+
+    def _joined_by_a_cut(self, verdict: Verdict, end: StreamEnd, seq, offset: int, counted: str, count: int,
+                         what: str) -> Verdict:
+        """An answer that ended, judged unknown: ``what`` (a line the SDK skips) is what a cut's bytes
+        joined to the line after them look like, so a replay after a cut may hide behind it."""
+        return Verdict(
+            VerdictKind.UNKNOWN,
+            f"{what} (a stream replayed after a cut, say), so whether the app got one whole answer cannot be told",
+            seq,
+            offset,
+            {"end": end.value, "bytes": self._bytes, counted: count, "was": verdict.kind.value},
+        )
 
     def _sentinel(self, turn: Turn, verdict: Verdict, end: StreamEnd) -> Verdict:
         """A complete answer must end with the sentinel line, in each choice but one that stopped to
