@@ -1848,6 +1848,27 @@ def test_verdicts_that_come_back_while_mitmproxy_stops_are_still_given(upstream,
     assert "before their verdicts came back" not in log and "Traceback" not in log
 
 
+def test_a_proxy_stopped_before_its_worker_is_up_still_gets_the_recordings_of_its_flows(upstream, tmp_path, monkeypatch):
+    """mitmdump stopped just after its start, on a machine loaded enough that the worker is not up
+    yet: the worker used to be killed after the 3 s every worker gets, and the flows that ended
+    before the stop had no recording. One still starting gets STOP_WAIT_STARTING."""
+    monkeypatch.setenv(SLOW_START_ENV, "4.5")  # up 4.5 s after its start: past 3 s from the stop below
+    body = streams.openai_chat(["said ", "early"])
+    upstream.add("early", Script(body))
+    proxy = Mitmdump(upstream.url, tmp_path / "m").start()
+    try:
+        assert curl(f"{proxy.url}/s/early{CHAT}").stdout == body
+        proxy.process.send_signal(signal.SIGTERM)
+        proxy.process.wait(30)
+    finally:
+        proxy.stop()
+    log = proxy.log()
+    assert "waiting up to 7 s for analysis worker(s) still starting, to record the 1 flow(s) they hold" in log, log
+    rec = find_recording(proxy.record_dir, "early", timeout=1)
+    assert rec.verdict["kind"] == "complete" and rec.body == body
+    assert "streamtap: openai-chat" in log and "Traceback" not in log
+
+
 def test_ctrl_c_stops_the_proxy_and_its_worker_without_a_traceback(upstream, tmp_path):
     """A terminal's Ctrl-C reaches the whole process group, the worker too: the proxy stops it."""
     body = streams.openai_chat(["interrupted ", "quietly"])

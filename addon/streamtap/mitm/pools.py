@@ -75,15 +75,16 @@ class Pools:
                 log.warning(f"streamtap: analysis workers: {type(exc).__name__}: {exc}")
         self.retiring = [workers for workers in self.retiring if not workers.gone]
 
-    def stop(self) -> None:
-        """mitmproxy stops (or the script reloads): every worker stops, leaving its open recordings marked incomplete."""
+    def stop(self, starting: float | None = None) -> None:
+        """mitmproxy stops (or the script reloads): every worker stops, leaving its open recordings
+        marked incomplete; a worker still starting that holds flows gets ``starting`` seconds for it."""
         self.stopped = True
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         for workers in self.all():
             try:
-                workers.stop()
+                workers.stop(starting=starting)
             except Exception:
                 pass
         self.current = None

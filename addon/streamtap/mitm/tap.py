@@ -40,6 +40,9 @@ MARK = ":warning:"
 MAX_KEPT_BODY = 32 * 1024 * 1024  # bytes of a streamed body kept to show when mitmproxy keeps none
 MAX_EVENT_LIMIT = 256 * 1024 * 1024  # streamtap_max_event above this would unbound a stream's memory
 MAX_WORKERS = 64
+# At exit, a worker still starting (seconds on a loaded machine) holds the recordings of the flows that
+# ended just before; the others get 3 s. Together they stay within a container's 10 s stop timeout.
+STOP_WAIT_STARTING = 7.0
 
 
 _RESPONSE_BODY_TERM = re.compile(r"(?:^|[\s(!&|])~bs(?:\s|$)")
@@ -547,7 +550,9 @@ class Tap:
                     tap.abandon()
             except Exception:
                 pass
-        self.pools.stop()  # the verdicts the workers still had are applied on the way
+        # the verdicts the workers still had are applied on the way. At mitmproxy's exit (not a
+        # script reload, which must not hold the loop) a worker still starting gets longer.
+        self.pools.stop(starting=STOP_WAIT_STARTING if _exiting() else None)
         if self.awaiting:
             log.warning(f"streamtap: {len(self.awaiting)} flow(s) ended as mitmproxy stopped, before their verdicts came "
                         "back; their recordings say how far their analysis got")
@@ -556,6 +561,16 @@ class Tap:
         self.open.clear()
         self.kept.clear()
         self.streams.clear()
+
+
+def _exiting() -> bool:
+    """Is mitmproxy exiting (rather than reloading this script)?"""
+    from mitmproxy import ctx
+
+    try:
+        return ctx.master.should_exit.is_set()
+    except Exception:
+        return False
 
 
 def __getattr__(name: str) -> Any:

@@ -562,6 +562,7 @@ class _Process:
         # when it last said something; its start counts, so a worker that hangs before its first word
         # is found too (after START_WAIT)
         self.heard = self.started
+        self.spoke = False  # set by the reader thread at the first reply: the worker is up
         self.killed = False  # taken for hung and killed: its reader thread reports the death
         self.leaving = False  # sent STOP by a retired pool: its exit is no death
         self.freed = False
@@ -642,6 +643,7 @@ class _Process:
                 message = self.outbox.recv()
             except Exception:
                 break
+            self.spoke = True
             self.replies.append(message)
             try:
                 loop.call_soon_threadsafe(self.take_replies, received)
@@ -1188,7 +1190,10 @@ class Workers:
             process.leaving = True
             process.send([(STOP,)])
 
-    def stop(self, timeout: float = 3.0) -> None:
+    def stop(self, timeout: float = 3.0, starting: float | None = None) -> None:
+        """Every worker stops within ``timeout``; one still starting (it has not said its first word)
+        that holds flows within ``starting`` if given: it has the recordings of flows that ended
+        just before, which a worker killed before it was up would never write."""
         self.stopping = True
         for restart in self.restarts:
             if restart is not None:
@@ -1198,11 +1203,19 @@ class Workers:
             self._write_notes(index)
         # every worker told first, then waited for against one deadline: a busy or stuck one
         # does not hold the others' stop (one after another, 64 stuck workers took 192 s)
-        deadline = time.monotonic() + timeout
+        now = time.monotonic()
+        deadline = now + timeout
         for process in self.processes:
             process.tell_stop(deadline)
+        holding = {remote.shard for remote in self.flows.values()}
+        late = {process.index for process in self.processes if process.index in holding and not process.spoke}
+        late_deadline = now + max(timeout, starting or 0.0)
+        if late and late_deadline > deadline:
+            held = sum(remote.shard in late for remote in self.flows.values())
+            log.info(f"streamtap: waiting up to {starting:.0f} s for analysis worker(s) still starting, "
+                     f"to record the {held} flow(s) they hold")
         for process in self.processes:
-            process.wait_stopped(deadline)
+            process.wait_stopped(late_deadline if process.index in late else deadline)
             try:  # the verdicts of flows that ended just before: the loop will not run again to take them
                 process.take_replies(self._received)
             except Exception as exc:
