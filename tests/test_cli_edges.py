@@ -475,6 +475,19 @@ def test_an_html_page_to_a_pipe_or_to_the_file_stdout_writes_is_written_there(tm
     assert written.startswith("<!doctype html>") and written.index("</html>") < written.index(DEMO_TABLE_ROW), written[-400:]
 
 
+def test_an_html_page_to_dash_is_printed_instead_of_the_table_as_sweeps_json_is(tmp_path):
+    """`--html -` wrote a file named "-" in the working folder, where `sweep --json -` prints."""
+    printed = streamtap("report", "--html", "-", DEMO, cwd=tmp_path)
+    assert printed.returncode == 1, printed.stderr
+    assert printed.stdout.startswith("<!doctype html>") and printed.stdout.rstrip().endswith("</html>")
+    assert DEMO_TABLE_ROW not in printed.stdout and list(tmp_path.iterdir()) == []
+    for other in ("--json", "--csv"):
+        refused = streamtap("report", "--html", "-", other, DEMO, cwd=tmp_path)
+        one_line_error(refused, "report")
+        assert refused.returncode == 2 and f"--html - prints the page, and {other} prints to stdout too" in refused.stderr
+        assert refused.stdout == "" and list(tmp_path.iterdir()) == []
+
+
 def test_an_html_page_over_another_users_file_open_to_all_in_a_sticky_folder_is_written(tmp_path):
     """/tmp: the temporary file is made, but only the owner may rename over that user's file
     (EPERM), where writing it in place, as 0.x did, is allowed."""

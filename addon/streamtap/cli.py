@@ -91,12 +91,14 @@ def named_folder(value: str) -> Path:
     return Path(named_path(value))
 
 
-def write_out(text: str) -> None:
-    """Write ``text`` to stdout whole. A buffered write larger than a pipe holds can return having
-    written only part, without an error, when the reader goes away (``| head``): the rest would be
-    lost silently and the exit code would not say so. Writing on until all is taken makes the
-    closed pipe raise, as the verbs' exit code 141 needs."""
-    _write_whole(sys.stdout, text.encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict"))
+def write_out(text: str, encoding: str | None = None) -> None:
+    """Write ``text`` to stdout whole (in ``encoding``, else stdout's). A buffered write larger than
+    a pipe holds can return having written only part, without an error, when the reader goes away
+    (``| head``): the rest would be lost silently and the exit code would not say so. Writing on
+    until all is taken makes the closed pipe raise, as the verbs' exit code 141 needs."""
+    if encoding is None:
+        encoding = sys.stdout.encoding or "utf-8"
+    _write_whole(sys.stdout, text.encode(encoding, sys.stdout.errors or "strict"))
 
 
 def _write_whole(stream, data: bytes) -> None:

@@ -42,7 +42,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print the whole report as one JSON object (its \"verdicts\" maps each verdict to its count)")
     output.add_argument("--csv", action="store_true", help="print one CSV row per day, provider and model: verdict counts, recordings not judged, rates, TTFT and duration quantiles")
-    parser.add_argument("--html", type=named_path, metavar="FILE", help="also write a self-contained HTML page with charts (no scripts, no external files)")
+    parser.add_argument("--html", type=named_path, metavar="FILE",
+                        help="also write a self-contained HTML page with charts (no scripts, no external files); "
+                             "'-' prints the page instead of the table")
     parser.add_argument("--limit", type=int, default=20, metavar="N", help="incomplete recordings listed in the table (default 20; --json lists all)")
 
 
@@ -156,7 +158,11 @@ def run(args: argparse.Namespace) -> int:
     with queries_stop_on_ctrl_c():  # which loads DuckDB first, with Ctrl-C held
         from streamtap.recording import fleet
 
-        if args.html:
+        page_out = args.html == "-"
+        if page_out and (args.json or args.csv):
+            raise UsageError(f"--html - prints the page, and {'--json' if args.json else '--csv'} prints to stdout too: "
+                             "name a file for the page")
+        if args.html and not page_out:
             refuse_recording_as_output("--html", args.html)
         con = fleet.connect()
         loaded = fleet.Loaded()
@@ -166,11 +172,15 @@ def run(args: argparse.Namespace) -> int:
         if args.html:  # written before stdout, which a reader may close (| head): the page is still made
             from .report_html import render_html
 
+            page = render_html(data, *fleet.time_series(con), fleet.ttft_values(con))
             try:
-                write_file(args.html, render_html(data, *fleet.time_series(con), fleet.ttft_values(con)))
+                if not page_out:
+                    write_file(args.html, page)
             except OSError as exc:
                 html_failed = exc.strerror or str(exc)
-    if args.json:
+    if page_out:
+        write_out(page, encoding="utf-8")  # the page says it is UTF-8
+    elif args.json:
         write_out(json_for_stdout(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()) + "\n")
     elif args.csv:
         write_csv(data, sys.stdout, for_terminal=sys.stdout.isatty())
