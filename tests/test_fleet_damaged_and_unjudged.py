@@ -277,6 +277,18 @@ def test_a_provider_name_outside_ascii_is_reported_and_indexed_as_other(tmp_path
     assert [g["provider"] for g in indexed["by_provider"]] == ["my-llm", "other"]
 
 
+def test_a_provider_named_as_hives_null_partition_is_indexed_as_other(tmp_path):
+    """Hive's catalog (the README's CREATE EXTERNAL TABLE with MSCK REPAIR) reads a partition folder
+    named __HIVE_DEFAULT_PARTITION__ as NULL, where DuckDB and Spark's own reader give the name."""
+    recording(tmp_path, "h.jsonl", header={"dialect": "__HIVE_DEFAULT_PARTITION__"})
+    recording(tmp_path, "a.jsonl", header={"dialect": "my-llm"})
+    assert streamtap("index", tmp_path, "--out", tmp_path / "idx").returncode == 0
+    folders = sorted(p.name for p in (tmp_path / "idx").glob("day=*/provider=*"))
+    assert folders == ["provider=my-llm", "provider=other"]
+    _, report = report_json(tmp_path)
+    assert [g["provider"] for g in report["by_provider"]] == ["my-llm", "other"]
+
+
 @pytest.mark.parametrize("name", ["p" * 300, "/" * 81])
 def test_a_provider_name_too_long_for_a_partition_folder_is_indexed_as_other(tmp_path, name):
     """A folder name holds 255 bytes: one such header failed the whole index, every other

@@ -47,6 +47,8 @@ OTHER_PROVIDER = "other"
 # A longer provider name is OTHER_PROVIDER too: its partition folder, percent-encoded (3 bytes a
 # character at most), must fit the file systems' 255-byte name limit
 MAX_PROVIDER_NAME = 80
+# Hive (and Spark with Hive's catalog) reads a partition folder of this name as NULL, not as the name
+HIVE_NULL_PARTITION = "__hive_default_partition__"
 NEVER_RENAMED = ("never finished: its end line is there, but its writer stopped before renaming it "
                  "from .partial (it may not have reached the disk)")
 HEAD_BLOCK = 32 * 1024  # most recordings fit whole: one read
@@ -615,7 +617,9 @@ def _provider(name: str | None) -> str:
     """The provider as every engine reads the index's partition folder (OTHER_PROVIDER)."""
     if not name:
         return "unknown"
-    return name if name.isascii() and len(name) <= MAX_PROVIDER_NAME else OTHER_PROVIDER
+    if not name.isascii() or len(name) > MAX_PROVIDER_NAME or name.lower() == HIVE_NULL_PARTITION:
+        return OTHER_PROVIDER
+    return name
 
 
 def _check_values(row: dict[str, Any]) -> None:
