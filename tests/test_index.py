@@ -159,6 +159,33 @@ def test_an_index_run_paused_or_killed_while_it_writes_leaves_the_index_whole(tm
 
 
 @pytest.mark.skipif(not shutil.which("strace"), reason="strace is not installed (scripts/system-deps.sh installs it)")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_an_index_run_ended_by_sigterm_leaves_no_folder_and_no_temporary_file(tmp_path, signum):
+    """What `timeout`, cron and systemd send ended Python at once: the --out folder the run made
+    stayed with only its lock file, and the rows file in the temporary folder (~0.7 KB a recording)
+    stayed for good. It now unwinds as Ctrl-C does."""
+    recordings = tmp_path / "recs"
+    recordings.mkdir()
+    for i in range(1500):
+        recording(recordings, f"r{i:04d}.jsonl")
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    out = tmp_path / "idx"
+    run = subprocess.Popen([*STREAMTAP, "index", str(recordings), "--out", str(out)], stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "TMPDIR": str(temporary)})
+    try:
+        while run.poll() is None and not any(temporary.glob("streamtap-*/rows.jsonl")):
+            pass
+        assert run.poll() is None, "the run ended before it wrote its rows: give it more recordings"
+        run.send_signal(signum)
+        _, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 128 + signum and "Traceback" not in err, err
+    assert not out.exists() and list(temporary.iterdir()) == []
+
+
 def test_an_index_run_syncs_its_files_before_their_renames_and_the_renames_after_in_two_calls(tmp_path):
     """Durable without a journal commit per partition: one syncfs before the first file is
     renamed into its partition (their bytes), one after the last (the renames), on Linux."""

@@ -4,7 +4,8 @@ Exit codes scripts can trust: 0 success (for `verify`: every input complete), 1 
 finding (an incomplete turn, a failed check), 2 a usage error (bad arguments, missing
 file; also an output file that could not be written once the work was done, whose error line
 then says the finding), 3 an internal error in streamtap itself, 130 interrupted, 141 the output was closed
-before everything was written (``| head``), as for a tool that SIGPIPE ended.
+before everything was written (``| head``), as for a tool that SIGPIPE ended, 143 and 129 ended by
+SIGTERM or SIGHUP.
 """
 
 from __future__ import annotations
@@ -52,6 +53,13 @@ VERBS: dict[str, tuple[str, str]] = {
 
 EXIT_OK, EXIT_FINDING, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 EXIT_INTERRUPTED, EXIT_OUTPUT_CLOSED = 130, 141  # the shell's 128 + SIGINT, 128 + SIGPIPE
+
+
+# What `timeout`, cron, systemd or `kill` (SIGTERM) and a closed terminal (SIGHUP) send. Their default
+# ends Python at once, leaving an index's half-made folder and temporary files behind; raised as an
+# interrupt, they unwind as Ctrl-C does, and the exit code is the shell's 128 + the signal all the same.
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+_ended_by: list[int] = []  # the ending signal that arrived, if one did
 
 
 class UsageError(Exception):
@@ -243,7 +251,8 @@ def build_parser(configured: Collection[str] = VERBS) -> argparse.ArgumentParser
         prog="streamtap",
         description="Tap, record, judge and replay streamed LLM answers (SSE, AWS event-stream, NDJSON).",
         epilog="Run `streamtap VERB --help` for each verb. Exit codes: 0 ok, 1 finding, 2 usage error, 3 internal error, "
-        "130 interrupted (Ctrl-C), 141 the output was closed before the verb finished (| head).",
+        "130 interrupted (Ctrl-C), 141 the output was closed before the verb finished (| head), "
+        "143 and 129 ended by SIGTERM or SIGHUP (what was half made is removed, as on Ctrl-C).",
     )
     parser.add_argument("--version", action="version", version=version_line())
     verbs = parser.add_subparsers(dest="verb", metavar="VERB")
@@ -269,7 +278,7 @@ def _interrupts_held() -> Iterator[None]:
     DuckDB, zstandard), and an interrupt raised while one sets itself up can crash the
     interpreter instead of stopping it."""
     held = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if held else None
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, *ENDING_SIGNALS}) if held else None
     try:
         yield
     finally:
@@ -298,7 +307,7 @@ def queries_stop_on_ctrl_c() -> Iterator[None]:
 
     def watch() -> None:
         while signals := os.read(read_end, 64):  # b"" once the block below closed its end
-            if signal.SIGINT in signals:
+            if signal.SIGINT in signals or any(signum in signals for signum in ENDING_SIGNALS):
                 fleet.interrupt_queries()
 
     watcher = threading.Thread(target=watch, name="streamtap-ctrl-c", daemon=True)
@@ -349,8 +358,38 @@ def give_closed_outputs_a_sink() -> None:
             setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))
 
 
+@contextmanager
+def _ending_signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt, as Ctrl-C does, while the verb runs (see
+    ENDING_SIGNALS); the verbs that stop their own work on them (serve, sweep, demo) set theirs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def end(signum: int, frame) -> None:
+        _ended_by.append(signum)
+        raise KeyboardInterrupt
+
+    previous = {signum: signal.signal(signum, end) for signum in ENDING_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+def _interrupted_code() -> int:
+    return 128 + _ended_by[0] if _ended_by else EXIT_INTERRUPTED
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    _ended_by.clear()
+    with _ending_signals_interrupt():
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     give_closed_outputs_a_sink()
     escape_what_the_output_cannot_encode()
     verb = chosen_verb(argv)
@@ -361,14 +400,14 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:  # argparse would say it with the top level's usage, which names no option of the verb's
             parser.verb_parsers.get(args.verb, parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+        return _interrupted_code()
     if not getattr(args, "run", None):
         parser.print_help()
         return EXIT_USAGE
     try:
         return _run(args)
     except KeyboardInterrupt:  # also one that arrives while _run handles another exception
-        return EXIT_INTERRUPTED
+        return _interrupted_code()
 
 
 def say(verb: str, message: str) -> None:
@@ -420,7 +459,7 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     except Exception as exc:  # a bug in streamtap: its traceback helps, and exit 3 keeps it apart from a finding
         if _interrupted(exc):
-            return EXIT_INTERRUPTED
+            return _interrupted_code()
         traceback.print_exc()
         return EXIT_INTERNAL
 
