@@ -86,6 +86,21 @@ def test_original_timing_holds_the_chunked_terminator_until_the_recorded_end(tmp
     assert ended >= LATE_END_MS / 1000 - 0.005, ended  # the end as recorded: never early
 
 
+def test_original_timing_does_not_fall_behind_over_many_gaps_longer_than_the_watched_wait(tmp_path):
+    """A gap over WATCH_LONGER_THAN counts from when the client took the bytes before it. Seeing
+    that a client that keeps up took them costs a poll (2 ms at least) after each write, and the
+    schedule moved by it every time: over 60 gaps of 60 ms, 30-60 ms here, 200 ms through the openai SDK."""
+    gaps, gap_ms = 60, 60.0
+    frames = openai_chat_frames(words=gaps - 2, tool=False)  # with the role, the finish and [DONE]: gaps + 1
+    assert len(frames) == gaps + 1
+    _write(tmp_path / "gaps.jsonl", frames, gap_ms=gap_ms, end={"stream_end": "finished", "duration_ms": gaps * gap_ms})
+    with ServerThread(Library.load([tmp_path]), ServeOptions(Timing.parse("original"))) as server:
+        data, how, _last_data, ended = _timed_exchange(server.base_url)
+    assert how == "complete" and b"".join(dechunk(data)[0]) == b"".join(frames)
+    late_ms = ended * 1000 - gaps * gap_ms  # the last frame and the terminator leave together
+    assert -5 < late_ms < 20, late_ms  # (0.5-1 ms a gap before: 30-60 ms)
+
+
 def test_original_timing_holds_a_recorded_reset_until_the_recorded_end(tmp_path):
     _late_end(tmp_path, stream_end="upstream_reset")
     with ServerThread(Library.load([tmp_path]), ServeOptions(Timing.parse("original"))) as server:

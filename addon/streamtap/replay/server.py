@@ -74,6 +74,10 @@ WRITES_BETWEEN_YIELDS = 64
 # taking them: one that takes nothing for this many seconds is waited for no more
 TAKING_PATIENCE = 3.0
 TAKING_POLL = 0.002
+# A client that took the bytes within this of the wait's start kept up: the schedule stays. Seeing
+# that takes a poll or two after every write, and moving the schedule by them piled ~2 ms a gap
+# over a stream of long gaps (100 gaps of 51 ms came 200 ms late).
+KEPT_UP_WITHIN = 0.01
 _OUTQ = getattr(termios, "TIOCOUTQ", None) if sys.platform == "linux" else None  # SIOCOUTQ on a socket
 OUT_OF_FDS_SAID_EVERY = 10.0  # seconds between two reports of accept() failing for want of fds
 ACCEPT_RETRIES_PENDING = 2.0  # asyncio retries a failed accept() after 1 s (ACCEPT_RETRY_DELAY)
@@ -458,8 +462,10 @@ class ReplayServer:
             before it, not from when they were written, as a slow reader would still be reading
             them through it (the silence shortened, or gone). The rest of the plan moves with it."""
             nonlocal start
-            if at - written_at > WATCH_LONGER_THAN and await _all_taken(writer):
-                start = loop.time() - written_at
+            if at - written_at > WATCH_LONGER_THAN:
+                waited_from = loop.time()
+                if await _all_taken(writer) and loop.time() - waited_from > KEPT_UP_WITHIN:
+                    start = max(start, loop.time() - written_at)
             if start + at > loop.time():
                 await wait_until(start + at)
 
