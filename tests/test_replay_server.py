@@ -357,10 +357,13 @@ def test_serve_usage_errors_exit_2_with_one_line(tmp_path):
         assert message in result.stderr and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
 
 
-def test_a_recorded_upstream_reset_replays_as_an_abort_with_its_tail(tmp_path):
+@pytest.mark.parametrize("stream_end", ["upstream_reset", "proxy_ended"])
+def test_a_recorded_upstream_reset_replays_as_an_abort_with_its_tail(tmp_path, stream_end):
+    """The client got a cut body: a reset upstream, or mitmproxy's own end (a kill from mitmweb,
+    an addon's flow.kill()), which was replayed with a clean end."""
     frames = openai_chat_frames(words=6, tool=False)
     cut = frames[:5] + [frames[5][:40]]  # the upstream died 40 bytes into event 5
-    write_recording(tmp_path / "reset.jsonl", "openai", cut, stream_end="upstream_reset")
+    write_recording(tmp_path / "reset.jsonl", "openai", cut, stream_end=stream_end)
     with ServerThread(Library.load([tmp_path]), ServeOptions()) as server:
         data, how = _raw_exchange(server.base_url, OPENAI_BODY)
     chunks, terminated = dechunk(data)

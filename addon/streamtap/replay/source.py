@@ -146,9 +146,14 @@ def load_source(path: str | Path, *, check: bool = False) -> Source:
     source.problems = problems
     source.whole = rec.end is not None and not is_partial(path)
     source.duration_ms = _recorded_duration(rec.end)
-    if rec.end is None or rec.end.get("stream_end") == "upstream_reset":
+    if rec.end is None or rec.end.get("stream_end") in CUT_ENDS:
         source.end_style = "abort"
     return source
+
+
+# The recorded ends whose client got a cut body: the upstream's reset, or mitmproxy's own end (a
+# kill, a body over body_size_limit). A body the client itself left ends as recorded.
+CUT_ENDS = ("upstream_reset", "proxy_ended")
 
 
 def _recorded_duration(end: dict | None) -> float | None:
