@@ -59,6 +59,10 @@ EXIT_INTERRUPTED, EXIT_OUTPUT_CLOSED = 130, 141  # the shell's 128 + SIGINT, 128
 # ends Python at once, leaving an index's half-made folder and temporary files behind; raised as an
 # interrupt, they unwind as Ctrl-C does, and the exit code is the shell's 128 + the signal all the same.
 ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+# ...except in these verbs: sweep and demo stop their own work on them, and serve's default end (its
+# streams cut, exit 143) is what its clients should see; an interrupt in its loop would wait for
+# the threads making its plans
+ENDING_SIGNALS_THEIR_OWN = ("serve", "sweep", "demo")
 _ended_by: list[int] = []  # the ending signal that arrived, if one did
 
 
@@ -359,10 +363,10 @@ def give_closed_outputs_a_sink() -> None:
 
 
 @contextmanager
-def _ending_signals_interrupt() -> Iterator[None]:
+def _ending_signals_interrupt(verb: str | None) -> Iterator[None]:
     """SIGTERM and SIGHUP raise KeyboardInterrupt, as Ctrl-C does, while the verb runs (see
-    ENDING_SIGNALS); the verbs that stop their own work on them (serve, sweep, demo) set theirs."""
-    if threading.current_thread() is not threading.main_thread():
+    ENDING_SIGNALS and ENDING_SIGNALS_THEIR_OWN)."""
+    if threading.current_thread() is not threading.main_thread() or verb in ENDING_SIGNALS_THEIR_OWN:
         yield
         return
 
@@ -385,7 +389,7 @@ def _interrupted_code() -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     _ended_by.clear()
-    with _ending_signals_interrupt():
+    with _ending_signals_interrupt(chosen_verb(argv)):
         return _main(argv)
 
 
