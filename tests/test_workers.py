@@ -16,6 +16,7 @@ import resource
 import signal
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -1822,6 +1823,51 @@ def test_a_tap_stopped_while_its_new_workers_start_does_not_hold_the_loop(tmp_pa
 
     asyncio.run(run())
     assert max(gaps) < 0.5, max(gaps)
+
+
+def _arrival_gaps(url: str) -> tuple[bytes, float]:
+    """A streamed answer read through ``url``: its body, and the longest wait between two reads."""
+    body, longest = b"", 0.0
+    with httpx.stream("POST", url, content=STREAM_REQUEST, timeout=30) as response:
+        last = None
+        for piece in response.iter_raw():
+            now = time.monotonic()
+            if last is not None:
+                longest = max(longest, now - last)
+            last, body = now, body + piece
+    return body, longest
+
+
+@pytest.mark.parametrize("workers", ["8", "0"])
+def test_a_script_reload_holds_no_stream_and_the_flows_under_way_keep_their_analysis(upstream, tmp_path, workers):
+    """mitmproxy runs a script again when its file changes (as an upgrade of streamtap does). The
+    old Tap stopped its workers on the loop, holding every stream: 8 workers held it 0.8 s, 16
+    2.5 s. The flows under way were logged as fallen behind, got no verdict, and kept a recording
+    cut at the reload. The new Tap takes them and the workers over."""
+    script = tmp_path / "streamtap_script.py"
+    script.write_text("from streamtap.mitm.entry import make_addons\naddons = make_addons()\n")
+    body = streams.openai_chat([f"tick {i} " for i in range(150)])
+    upstream.add("ticking", Script(body, gap=0.01))  # one event every 10 ms, for ~1.5 s
+    with Mitmdump(upstream.url, tmp_path / "m", script=script, options={"streamtap_workers": workers}) as proxy:
+        if workers != "0":
+            proxy.wait_log("runs as pid", count=int(workers), timeout=60)
+        time.sleep(1.1)  # a new modification time, whatever the file system's resolution
+        with ThreadPoolExecutor(1) as pool:
+            reading = pool.submit(_arrival_gaps, f"{proxy.url}/s/ticking{CHAT}")
+            time.sleep(0.5)
+            script.write_text(script.read_text() + "# changed\n")
+            got, longest = reading.result(timeout=60)
+        proxy.wait_log("Loading script", count=2)
+        assert got == body == upstream.last("ticking").wire
+        log = proxy.wait_log("streamtap: openai-chat")
+        rec = find_recording(proxy.record_dir, "ticking")
+        assert curl(f"{proxy.url}/s/ticking{CHAT}").stdout == body  # a flow after the reload
+        log = proxy.wait_log("streamtap: openai-chat", count=2)
+    assert longest < 0.3, longest
+    assert rec.verdict["kind"] == "complete" and rec.body == body
+    assert "fell behind" not in log and "Traceback" not in log, log[-3000:]
+    assert log.count(" complete: ") == 2, log[-3000:]
+    assert log.count("runs as pid") == int(workers)  # the same workers: none stopped, none started
 
 
 def test_verdicts_that_come_back_while_mitmproxy_stops_are_still_given(upstream, tmp_path, monkeypatch):

@@ -41,6 +41,13 @@ class Pools:
         self._verdict, self._lost, self._into_loop = verdict, lost, into_loop
         self._timer: asyncio.TimerHandle | None = None
 
+    def answer_to(self, *, verdict: Callable[[RemoteFlow, dict], None], lost: Callable[[RemoteFlow, str], None],
+                  into_loop: Callable[[], None]) -> None:
+        """The verdicts of every pool go to these from now on (a script reload's new Tap)."""
+        self._verdict, self._lost, self._into_loop = verdict, lost, into_loop
+        for workers in self.all():
+            workers.verdict, workers.lost = verdict, lost
+
     def begin(self, loop: asyncio.AbstractEventLoop | None, count: int) -> None:
         """mitmproxy runs: the first pool, of ``count`` workers, started in the loop (it carries
         nothing yet). Without a loop (hooks called from a script or a test) there are no workers,
@@ -76,7 +83,7 @@ class Pools:
         self.retiring = [workers for workers in self.retiring if not workers.gone]
 
     def stop(self, starting: float | None = None) -> None:
-        """mitmproxy stops (or the script reloads): every worker stops, leaving its open recordings
+        """mitmproxy stops (or the script is removed): every worker stops, leaving its open recordings
         marked incomplete; a worker still starting that holds flows gets ``starting`` seconds for it."""
         self.stopped = True
         if self._timer is not None:
@@ -119,9 +126,10 @@ class Pools:
             if not self.stopped:
                 self._pool_failed(count, exc)
             return
-        if self.stopped:  # the proxy is shutting down (or the script reloading): no loop turn is left to see them exit
+        if self.stopped:  # the proxy is shutting down (or the script was removed): no loop turn is left to see them exit
             new.stop(0.0)  # still starting: killed, not waited for, so the loop is not held
             return
+        new.verdict, new.lost = self._verdict, self._lost  # a script reload's new Tap may have taken over meanwhile
         if self.wanted != count:  # changed again meanwhile: these hold no flow, and stop at once
             new.retire()
             self.retiring.append(new)

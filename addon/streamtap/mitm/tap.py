@@ -517,7 +517,11 @@ class Tap:
         if option_checks.names_not_known(ctx.options):
             return  # mitmdump stops at start: no worker to start
         loop = running_loop()
-        self.pools.begin(loop, getattr(ctx.options, "streamtap_workers", 0))
+        if _handed_over:
+            self._take_over(_handed_over.pop())
+            self.pools.want(getattr(ctx.options, "streamtap_workers", 0))
+        else:
+            self.pools.begin(loop, getattr(ctx.options, "streamtap_workers", 0))
         # a stalled stream gets no chunks, so its buffered lines are flushed from here
         self._flusher = loop.create_task(self._flush_open()) if loop is not None else None
 
@@ -544,14 +548,37 @@ class Tap:
     def done(self) -> None:
         if self._flusher is not None:
             self._flusher.cancel()
+        loop = running_loop()
+        if loop is not None and not _exiting():  # a script reload: the next Tap takes over (see _handed_over)
+            _handed_over.append(self)
+            loop.call_soon(self._stop_unless_taken_over)
+            return
+        self._stop()
+
+    def _stop_unless_taken_over(self) -> None:
+        """The script was removed, not reloaded: no Tap took the flows and workers over."""
+        if self in _handed_over:
+            _handed_over.remove(self)
+            self._stop()
+
+    def _take_over(self, old: Tap) -> None:
+        """The flows under way and the workers of the Tap a script reload replaced are this one's:
+        their verdicts come here, and the workers stay (the count in the options applies)."""
+        self.open, self.awaiting, self.analysing = old.open, old.awaiting, old.analysing
+        self.kept, self.streams, self.finished = old.kept, old.streams, old.finished
+        self.told_about_loaded_flows = old.told_about_loaded_flows
+        self.pools = old.pools
+        self.pools.answer_to(verdict=self._verdict, lost=self._lost, into_loop=self._flush_now.set)
+
+    def _stop(self) -> None:
         for tap in self.open.values():
             try:
                 if isinstance(tap, FlowTap):
                     tap.abandon()
             except Exception:
                 pass
-        # the verdicts the workers still had are applied on the way. At mitmproxy's exit (not a
-        # script reload, which must not hold the loop) a worker still starting gets longer.
+        # the verdicts the workers still had are applied on the way. At mitmproxy's exit (not the
+        # script's removal, which must not hold the loop) a worker still starting gets longer.
         self.pools.stop(starting=STOP_WAIT_STARTING if _exiting() else None)
         if self.awaiting:
             log.warning(f"streamtap: {len(self.awaiting)} flow(s) ended as mitmproxy stopped, before their verdicts came "
@@ -561,6 +588,13 @@ class Tap:
         self.open.clear()
         self.kept.clear()
         self.streams.clear()
+
+
+# A script reload (mitmproxy runs the script again when its file changes, as an upgrade of streamtap
+# does) replaces the Tap while the flows under way go on. The old Tap leaves itself here and the new
+# one takes its flows and workers over: stopping the workers held every stream for seconds (2.5 s
+# with 16), and the flows under way lost their verdicts and the rest of their recordings.
+_handed_over: list[Tap] = []
 
 
 def _exiting() -> bool:
