@@ -100,19 +100,21 @@ def test_a_capture_damaged_after_its_first_flow_keeps_that_flow(tmp_path):
     assert len(list((tmp_path / "out").glob("*.jsonl"))) == 1
 
 
-def test_a_capture_with_a_key_name_damaged_inside_a_whole_record_keeps_the_flows_before(tmp_path):
-    """The record still frames (its lengths hold), and mitmproxy's loading of it fails with a
-    KeyError: that was a traceback and exit 3."""
+@pytest.mark.parametrize("key, error", [(b"tls_version", "KeyError"), (b"6:backup;", "AssertionError")])
+def test_a_capture_with_a_key_name_damaged_inside_a_whole_record_keeps_the_flows_before(tmp_path, key, error):
+    """The record still frames (its lengths hold), and mitmproxy's loading of it fails: a key
+    missing is a KeyError, a key it does not know fails Flow.set_state's assert. Each was a
+    traceback and exit 3."""
     path = tmp_path / "damaged.mitm"
     ends = write_capture(path, 3)
     data = bytearray(path.read_bytes())
-    at = data.rfind(b"tls_version", ends[1])  # in the third flow
-    assert at > ends[1], "mitmproxy writes a tls_version in each flow"
-    data[at] ^= 1  # 'tls_version' -> 'uls_version'
+    at = data.rfind(key, ends[1])  # in the third flow
+    assert at > ends[1], f"mitmproxy writes {key!r} in each flow"
+    data[at + key.index(key.strip(b"0123456789:;")[:1])] ^= 1  # 'tls_version' -> 'uls_version', 'backup' -> 'cackup'
     path.write_bytes(data)
     result = streamtap("import", path, "--out", tmp_path / "out")
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-    assert "the capture is damaged after 2 flows (those are imported): KeyError" in result.stderr, result.stderr
+    assert f"the capture is damaged after 2 flows (those are imported): {error}" in result.stderr, result.stderr
     assert len(list((tmp_path / "out").glob("*.jsonl"))) == 2
 
 

@@ -90,8 +90,10 @@ def read_flows(source: Path) -> Iterator[Any]:
                 yield flow
                 flows, start = flows + 1, handle.tell()
         # a well-framed record whose contents are damaged fails in mitmproxy's state loading, with
-        # whatever error that meets (a key missing, a value of another type)
-        except (exceptions.FlowReadException, KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
+        # whatever error that meets (a key missing, a value of another type, a key it does not know:
+        # Flow.set_state asserts none is left)
+        except (exceptions.FlowReadException, KeyError, ValueError, TypeError, AttributeError, IndexError,
+                AssertionError) as exc:
             if not isinstance(exc, exceptions.FlowReadException):
                 exc = f"{type(exc).__name__}: {exc}"
             read = f"after {flows} flow{'s' * (flows != 1)} (those are imported)" if flows else "inside its first flow"
