@@ -126,3 +126,21 @@ def test_a_swap_tail_recording_beside_the_served_recordings_is_taken(pytester):
     (tests / "test_swap.py").write_text(SWAP_TEST.replace('streamtap_replay("weather.jsonl"', 'streamtap_replay("recordings"'))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "tests/test_swap.py")
     result.assert_outcomes(passed=1)
+
+
+FAULT_LIST_TEST = '''
+def test_faults_as_a_list(streamtap_replay):
+    streamtap_replay("weather.jsonl", fault=["cut:event=3"])
+'''
+
+
+def test_fault_given_as_a_list_fails_the_test_in_one_line_as_on_the_marker(pytester):
+    """A list failed inside the fault parser with `ord() expected a character`, a traceback of
+    streamtap's, where the marker given a list says what it takes."""
+    write_recording(pytester.path / "weather.jsonl", "openai", openai_chat_frames(words=3, tool=False))
+    pytester.makepyfile(test_list=FAULT_LIST_TEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "-rf")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "streamtap_replay: fault= takes one spec string (several joined with ';') or None, not list ['cut:event=3']" in out
+    assert "TypeError" not in out and "faults.py" not in out, out

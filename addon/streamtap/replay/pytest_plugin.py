@@ -150,6 +150,9 @@ def streamtap_replay(request: pytest.FixtureRequest, streamtap_fault: str | None
     ):
         if not recordings:
             raise TypeError("streamtap_replay() needs at least one recording file or directory")
+        if fault is not None and not isinstance(fault, str):  # parse_faults would fail inside, on a list's item
+            pytest.fail(f"streamtap_replay: fault= takes one spec string (several joined with ';') or None, "
+                        f"not {type(fault).__name__} {fault!r}", pytrace=False)
         paths = [beside_test / Path(r) for r in recordings]  # an absolute path stays as it is
         # tuple("model") would be the fields m, o, d, e, l
         fields = (ignore_fields,) if isinstance(ignore_fields, str) else tuple(ignore_fields)
