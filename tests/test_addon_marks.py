@@ -160,3 +160,42 @@ def test_the_commands_answer_for_streaming_finished_and_untapped_flows(tmp_path)
         assert verdict == [f"complete: {f.metadata['streamtap']['reason']}"]
         [path] = commands.call("streamtap.recording", [f])
         assert path == f.metadata["streamtap"]["recording"] and read_recording(path).verdict["kind"] == "complete"
+
+
+def test_a_flow_read_from_a_file_keeps_its_verdict_mark_and_comment(tmp_path):
+    """mitmproxy runs every hook of a flow it reads from a file (mitmdump -r, mitmweb's open),
+    requestheaders too, which took it for a flow sent again and cleared its verdict: a capture
+    opened and saved again with streamtap loaded lost every verdict, mark and comment."""
+    import asyncio
+
+    tap = Tap()
+    with taddons.context(tap) as tctx:
+        tctx.configure(tap, streamtap_dir=str(tmp_path))
+        f = streaming_flow()
+        run_flow(tap, f, [streams.openai_chat(["hi", "there"])[:200]])
+        f.error = mitmflow.Error("server closed connection")
+        tap.error(f)
+        verdict = (f.comment, f.marked, f.metadata["streamtap"])
+        assert verdict[1] == MARK
+        loaded = mitmflow.Flow.from_state(f.get_state())
+        loaded.live = False
+        asyncio.run(tctx.master.load_flow(loaded))
+        assert (loaded.comment, loaded.marked, loaded.metadata.get("streamtap")) == verdict
+        assert tctx.master.commands.call("streamtap.verdict", [loaded]) == [f"truncated: {verdict[2]['reason']}"]
+        f.live = True  # the control: a flow sent again (client replay) is live, and its old verdict goes
+        tap.requestheaders(f)
+        assert (f.comment, f.marked, f.metadata.get("streamtap")) == ("", "", None)
+
+
+def test_the_verdict_command_gives_one_line_per_flow_whatever_the_reason_quotes(tmp_path):
+    """The reason quotes the provider's error: a newline in it made a line of its own in
+    mitmproxy's command output, and an ESC acted on the terminal, where the comment escapes both."""
+    tap = Tap()
+    with taddons.context(tap) as tctx:
+        tctx.configure(tap, streamtap_dir=str(tmp_path))
+        f = streaming_flow()
+        run_flow(tap, f, [streams.openai_chat(["hi"])])
+        tap.response(f)
+        f.metadata["streamtap"]["reason"] = "Overloaded\n\x1b[31mforged line\u202e"
+        [line] = tctx.master.commands.call("streamtap.verdict", [f])
+    assert line == "complete: Overloaded\\n\\x1b[31mforged line\\u202e", line

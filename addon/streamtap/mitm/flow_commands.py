@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 from mitmproxy import command, flow
 
+from streamtap.cli import terminal_safe
+
 if TYPE_CHECKING:
     from streamtap.mitm.tap import Tap
 
@@ -37,7 +39,8 @@ class FlowCommands:
             elif f.id in analysing:
                 lines.append(ANALYSING)
             else:
-                lines.append(f"{summary['verdict']}: {summary['reason']}" if summary else NOT_TAPPED)
+                # the reason quotes the provider's error: a newline in it would make a line of its own
+                lines.append(f"{summary['verdict']}: {terminal_safe(summary['reason'], one_line=True)}" if summary else NOT_TAPPED)
         return lines
 
     @command.command("streamtap.recording")

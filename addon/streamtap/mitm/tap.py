@@ -268,7 +268,11 @@ class Tap:
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         """A flow sent again (mitmproxy's client replay keeps its metadata): the run before's
-        verdict, mark and comment are not this run's, whether or not this one is tapped."""
+        verdict, mark and comment are not this run's, whether or not this one is tapped. A flow
+        read from a file (``mitmdump -r``, mitmweb's open) goes through the same hooks, not live:
+        its verdict is its own, and stays."""
+        if not flow.live:
+            return
         self.analysing.pop(flow.id, None)
         earlier = flow.metadata.pop("streamtap", None)
         if earlier is None:
