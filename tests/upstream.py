@@ -592,8 +592,10 @@ class Mitmdump:
         self.stop()
 
 
-def find_recording(record_dir: Path, name: str, timeout: float = 10, partial: bool = False):
-    """The recording of the (last) request for script ``name``, waiting until its writer finished."""
+def find_recording(record_dir: Path, name: str, timeout: float = 30, partial: bool = False):
+    """The recording of the (last) request for script ``name``, waiting until its writer finished.
+    A worker runs at nice 10: on a machine busy with other work its first Python start alone can
+    take more than 10 s."""
     from streamtap.recording import read_recording
 
     deadline = _time.monotonic() + timeout
