@@ -30,6 +30,7 @@ from streamtap.mitm.contentview import (
     SSEContentview,
     register,
 )
+from streamtap.providers.detect import STREAM_CONTENT_TYPES, wire_from_content_type
 
 EVENTSTREAM_BODIES = shared_files("*/bodies/**/*.bin")
 SSE_BODIES = shared_files("*/bodies/**/*.sse")[:12]
@@ -179,6 +180,31 @@ def test_views_are_chosen_by_content_type_only():
     assert not isinstance(registry.get_view(b"{}", Metadata(content_type="application/json")), SSEContentview)
     assert isinstance(registry.get_view(b"{}\n", Metadata(content_type="application/x-ndjson")), NDJSONContentview)
     assert "aws event-stream" in registry and "llm stream sse" in registry
+
+
+def test_every_content_type_the_tap_reads_picks_its_view():
+    """application/x-jsonlines answers were tapped as NDJSON, yet the NDJSON view was not picked
+    for them: mitmweb showed them as Raw text."""
+    register()
+    views = {"sse": SSEContentview, "eventstream": EventStreamContentview, "ndjson": NDJSONContentview}
+    for content_type in STREAM_CONTENT_TYPES:
+        view = contentviews.registry.get_view(b"{}\n", Metadata(content_type=content_type))
+        assert isinstance(view, views[wire_from_content_type(content_type)]), content_type
+
+
+def test_escaped_bidi_and_c1_characters_stay_escaped():
+    """An ASCII body's ``invoice_\\u202efdp.exe``, written with the override raw, read as
+    ``invoice_exe.pdf`` in mitmweb: such characters stay escaped, as ``streamtap show`` writes
+    them, and the JSON laid out still reads back as the body's."""
+    marks = "\u0085\u009f\u061c\u200e\u200f\u2028\u2029\u202a\u202e\u2066\u2069"
+    value = {"text": f"héllo 👋 invoice_{marks}fdp.exe"}
+    for view, body, metadata in ((SSEContentview(), f"data: {json.dumps(value)}\n\n".encode(), SSE_META),
+                                 (NDJSONContentview(), f"{json.dumps(value)}\n".encode(), Metadata(content_type="application/x-ndjson"))):
+        assert body.isascii()
+        rendered = view.prettify(body, metadata)
+        assert not set(marks) & set(rendered), ascii(rendered)
+        assert "héllo 👋 invoice_\\u0085\\u009f\\u061c" in rendered  # other characters written as they are
+        assert json.loads(rendered[rendered.index("{") : rendered.rindex("}") + 1]) == value
 
 
 def test_mitmdump_shows_a_saved_bedrock_flow_decoded(tmp_path):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from httpx_sse._decoders import SSEDecoder as PeerSSEDecoder
 from mitmproxy.contentviews import Metadata
 
@@ -15,6 +17,8 @@ from streamtap.mitm.contentview import (
     MAX_FRAMES_SHOWN,
     MAX_LAID_OUT_BYTES,
     MAX_LAID_OUT_DEPTH,
+    MAX_LINES_DECODED,
+    MAX_TEXT_SHOWN,
     NDJSON_TYPES,
     SSE_TYPE,
     NDJSONContentview,
@@ -122,3 +126,51 @@ def test_a_frame_longer_than_the_lay_out_budget_is_shown_cut_as_it_came():
     assert (f"# frame 1 · offset {len(small)} · {len(big)} bytes · longer than {MAX_LAID_OUT_BYTES} bytes, not laid out, "
             f"as it came (its last {len(big) - MAX_LAID_OUT_BYTES} bytes not shown):\n  data: {{\"choices\": [{{\"index\": 0,") in rendered
     assert rendered.count('data:\n  {\n    "choices": []\n  }') == 2
+
+
+def test_the_text_stops_at_its_budget_and_says_where():
+    """Laid out, JSON nested 16 deep is 18 times its bytes: 4 MiB of such frames made 77 M characters,
+    15 s on the loop that carries the traffic. Frames are laid out while the text stays within
+    MAX_TEXT_SHOWN; the one that would pass it is shown as it came, and the view says where it stopped."""
+    frame = b"data: " + b"[" * MAX_LAID_OUT_DEPTH + b",".join([b"0"] * 400) + b"]" * MAX_LAID_OUT_DEPTH + b"\n\n"
+    body = frame * 600
+    rendered = SSEContentview().prettify(body, Metadata(content_type=SSE_TYPE))
+    assert len(rendered) < MAX_TEXT_SHOWN + 2 * len(frame), len(rendered)
+    summary, *blocks = rendered.rstrip("\n").split("\n\n")
+    assert summary == f"# 600 events, {len(body)} bytes"
+    laid_out = [block for block in blocks if block.startswith("# event ")]
+    assert 0 < len(laid_out) < 600
+    assert laid_out[-1].endswith("  " * MAX_LAID_OUT_DEPTH + "  0\n" + "\n".join("  " * level + "]" for level in range(MAX_LAID_OUT_DEPTH, 0, -1)))
+    shown_to = (len(laid_out) + 1) * len(frame)
+    assert blocks[len(laid_out):] == [
+        f"# frame {len(laid_out)} · offset {len(laid_out) * len(frame)} · {len(frame)} bytes · laid out, past the "
+        f"{MAX_TEXT_SHOWN} characters this view writes, as it came:\n  " + frame.decode().rstrip("\n") + "\n  ",  # its blank line indented
+        f"# ... the text stopped at offset {shown_to} (this view writes at most {MAX_TEXT_SHOWN} characters of a body): "
+        f"the {len(body) - shown_to} bytes from offset {shown_to} on not shown",
+    ]
+
+
+def test_a_frame_whose_lay_out_alone_passes_the_text_budget_is_shown_as_it_came():
+    """Under MAX_LAID_OUT_BYTES, yet 18 times that laid out: shown as it came, as a longer frame is."""
+    deep = b"[" * MAX_LAID_OUT_DEPTH + b",".join([b"0"] * 150_000) + b"]" * MAX_LAID_OUT_DEPTH + b"\n"
+    assert len(deep) < MAX_LAID_OUT_BYTES
+    body = deep + b'{"done": true}\n'
+    rendered = NDJSONContentview().prettify(body, Metadata(content_type=NDJSON_TYPES[0]))
+    assert len(rendered) < len(body) + 1000, len(rendered)
+    assert f"# frame 0 · offset 0 · {len(deep)} bytes · laid out, past the {MAX_TEXT_SHOWN} characters this view writes, as it came:" in rendered
+    assert rendered.rstrip().endswith(f"# ... the text stopped at offset {len(deep)} (this view writes at most {MAX_TEXT_SHOWN} "
+                                      f"characters of a body): the 15 bytes from offset {len(deep)} on not shown")
+
+
+@pytest.mark.parametrize("line", [b"x\n", b"x\r", b":\r\n"])
+def test_lines_that_make_no_frame_are_decoded_no_further_than_the_line_budget(line):
+    """4 MiB of an SSE field no provider sends made no frame, and took the decoder 2.4 s: a
+    line-framed body is decoded no further than MAX_LINES_DECODED lines, and the view says so."""
+    body = line * (MAX_DECODED // len(line))
+    rendered = SSEContentview().prettify(body, Metadata(content_type=SSE_TYPE))
+    assert (summary := SUMMARY.match(rendered)), rendered[:300]  # "in the first N of M bytes": not decoded whole
+    frames, _noun, decoded, total = summary.groups()
+    assert (int(frames), int(total)) == (0, len(body))
+    assert MAX_LINES_DECODED * len(line) < int(decoded) <= MAX_LINES_DECODED * len(line) + DECODE_STEP
+    assert rendered.rstrip().endswith(f"decoding stopped at byte {decoded} (this view decodes at most {MAX_LINES_DECODED} "
+                                      f"lines of a body): the {len(body)} bytes from offset 0 on not shown")

@@ -72,9 +72,9 @@ class UsageError(Exception):
 
 # What a terminal would act on rather than show: control characters (ESC starts colour, title
 # and clipboard sequences; CR overwrites a line), C1 controls, and the marks that reorder text
-_C1_AND_REORDERING = "\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
-_NOT_FOR_A_TERMINAL = re.compile(f"[\x00-\x08\x0b-\x1f{_C1_AND_REORDERING}]")
-_NOT_FOR_ONE_LINE = re.compile(f"[\x00-\x1f{_C1_AND_REORDERING}]")  # a log line: newlines and tabs too
+C1_AND_REORDERING = "\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_NOT_FOR_A_TERMINAL = re.compile(f"[\x00-\x08\x0b-\x1f{C1_AND_REORDERING}]")
+_NOT_FOR_ONE_LINE = re.compile(f"[\x00-\x1f{C1_AND_REORDERING}]")  # a log line: newlines and tabs too
 
 
 def terminal_safe(text: str, one_line: bool = False) -> str:
