@@ -15,6 +15,7 @@ import re
 import resource
 import signal
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -362,6 +363,26 @@ def test_a_worker_runs_below_the_proxy_from_its_first_moment():
             workers.stop()
 
     assert asyncio.run(run()) == (expected, expected)
+
+
+ORPHANED_WORKER = """
+import multiprocessing
+from streamtap.mitm.ring import Ring
+from streamtap.mitm.worker import serve
+
+inbox_r, inbox_w = multiprocessing.Pipe(duplex=False)
+outbox_r, outbox_w = multiprocessing.Pipe(duplex=False)
+outbox_r.close()  # the proxy is gone before the worker says its first word
+ring = Ring.create(1 << 20)
+serve(inbox_r, outbox_w, ring.path, 1 << 20)
+print("returned")
+"""
+
+
+def test_a_worker_whose_proxy_died_before_it_was_up_ends_without_a_traceback():
+    """mitmdump killed while its workers start: each printed a BrokenPipeError traceback from its first word."""
+    got = subprocess.run([sys.executable, "-c", ORPHANED_WORKER], capture_output=True, text=True, timeout=60)
+    assert got.returncode == 0 and got.stdout == "returned\n" and "Traceback" not in got.stderr, got.stderr
 
 
 def test_a_worker_that_keeps_dying_at_once_is_restarted_less_and_less_often(caplog):

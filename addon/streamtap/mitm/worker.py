@@ -326,7 +326,10 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
     unacknowledged = 0  # bytes of reads analysed and not yet reported: acknowledged in bulk, not per batch
     voice = _Voice(outbox)
     say = voice.say
-    say((0, [(OPENED, None, os.getpid())], []))
+    try:
+        say((0, [(OPENED, None, os.getpid())], []))
+    except (EOFError, OSError):  # the proxy died before this worker was up: nothing to do, nothing to say
+        return
     threading.Thread(
         target=_beat_while_busy, args=(voice, _io_of(threading.get_native_id())), name="streamtap-heartbeat", daemon=True
     ).start()
