@@ -6,6 +6,7 @@ head (§2.5: only a starting_after replay starts after response.created)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import httpx
 import openai
@@ -15,6 +16,7 @@ from conftest import shared_path
 from provider_streams import openai_responses, sse_spans
 
 from streamtap.providers import Dialect, VerdictKind, analyze_bytes
+from streamtap.providers.request import may_resume
 
 RESPONSES = Dialect.OPENAI_RESPONSES
 
@@ -202,6 +204,31 @@ def test_another_id_that_repeats_is_another_answer_not_a_rewrite():
     assert sdk_helper_fails(foreign_response)
 
 
+def test_a_response_id_that_goes_back_to_the_first_after_a_change_is_another_responses_event_not_rotation():
+    """Rotating ids are new on every event: one that goes back to the first after a change is another
+    response's start event spliced in (the raw loop hands the app its event, the helper raises)."""
+    spliced = (ev("response.created", response=response("resp_A", "in_progress"))
+               + ev("response.queued", response=response("resp_B", "queued"))
+               + ev("response.in_progress", response=response("resp_A", "in_progress")) + output() + completed("resp_A"))
+    verdict = judged(spliced).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "the first one again" in verdict.reason, verdict
+    assert verdict.evidence["response_id"] == "resp_A", verdict.evidence
+    assert sdk_helper_fails(spliced)
+    # the same from real captures: another response's response.queued right after response.created
+    host = shared_path("fixtures", CAPTURES, "test_openai_responses_stream.0.sse").read_bytes()
+    donor = shared_path("fixtures", CAPTURES, "test_background_mode_streaming_starting_after_vcr.1.sse").read_bytes()
+    (_, head_end), (donor_start, donor_end) = sse_spans(host)[0], sse_spans(donor)[0]
+    assert b"response.queued" in donor[donor_start:donor_end] and judged(host).verdict.kind is VerdictKind.COMPLETE
+    verdict = judged(host[:head_end] + donor[donor_start:donor_end] + host[head_end:]).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "two generations" in verdict.reason, verdict
+    # ids that keep rotating stay complete, the rotation noted with what the SDK's helper does with it
+    rotating = (ev("response.created", response=response("id-1", "in_progress"))
+                + ev("response.in_progress", response=response("id-2", "in_progress")) + output() + completed("id-3"))
+    analysis = judged(rotating)
+    assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
+    assert any("stream helper" in note for note in analysis.turn.notes) and sdk_helper_fails(rotating)
+
+
 def test_an_output_slot_added_as_one_type_and_done_as_another_is_corrupt():
     call = {"id": "fc1", "type": "function_call", "call_id": "call_1", "name": "get_capital", "arguments": ""}
     body = (start("r1") + ev("response.output_item.added", output_index=0, item=call)
@@ -248,6 +275,71 @@ def test_a_stream_numbered_from_0_that_does_not_start_with_response_created_is_u
     assert verdict.kind is VerdictKind.UNKNOWN and "at sequence_number 0" in verdict.reason, verdict
 
 
+def test_a_create_whose_numbered_stream_starts_after_response_created_is_unknown_not_a_replay():
+    """Only a retrieve (GET /v1/responses/{id}?stream=true&starting_after=N) replays from a later event;
+    the answer to a create (POST /v1/responses) that starts there lost its head."""
+    body = b"".join(numbered_events()[1:])
+    assert judged(body).verdict.kind is VerdictKind.COMPLETE  # the request unknown: it may be a replay
+    verdict = analyze_bytes(body, RESPONSES, may_resume=False).verdict
+    assert verdict.kind is VerdictKind.UNKNOWN and "the request created the response" in verdict.reason, verdict
+    assert verdict.evidence["first_sequence_number"] == 1 and verdict.evidence["was"] == "complete", verdict.evidence
+    assert sdk_helper_fails(body)
+    # one that starts inside an item carries on an item it never added
+    events = three_items([REASONING, MESSAGE, CALL])
+    middle = next(i for i, e in enumerate(events) if e["type"] == "response.output_text.delta")
+    verdict = analyze_bytes(framed(events[middle:]), RESPONSES, may_resume=False).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "never added" in verdict.reason, verdict
+
+
+@pytest.mark.parametrize("method, url, resumes", [
+    ("POST", "https://api.openai.com/v1/responses", False),
+    ("post", "https://gateway.example/openai/v1/responses/?api-version=1", False),
+    ("GET", "https://api.openai.com/v1/responses/resp_1?stream=true&starting_after=0", True),
+    ("POST", "https://api.openai.com/v1/responses/resp_1/cancel", True),
+    ("POST", "https://api.openai.com/v1/chat/completions", True),
+    ("POST", "http://[::1/v1/responses", True),  # a URL no one can read: nothing known
+    (None, None, True),  # no request known
+])
+def test_only_a_responses_create_is_known_not_to_be_a_replay(method, url, resumes):
+    assert may_resume(method, url) is resumes
+
+
+@pytest.mark.parametrize("method, path, expected", [
+    ("POST", "/v1/responses", "unknown"),
+    ("GET", "/v1/responses/resp_1?stream=true&starting_after=0", "complete"),
+])
+def test_the_tap_verify_and_import_know_a_create_is_no_replay(tmp_path, method, path, expected):
+    from mitmproxy.test import tflow
+
+    from streamtap.commands.verify import judge_file
+    from streamtap.mitm.flowtap import FlowTap
+    from streamtap.providers import StreamEnd
+    from streamtap.recording.importer import import_flow
+
+    body = b"".join(numbered_events()[1:])  # starts at sequence_number 1
+
+    def flow():
+        f = tflow.tflow(resp=True)
+        f.request.host, f.request.method, f.request.path = "api.openai.com", method, path
+        f.request.content = b'{"model":"m","input":"hi","stream":true}' if method == "POST" else b""
+        f.response.headers["content-type"] = "text/event-stream"
+        return f
+
+    live = flow()
+    live.response.content = None
+    tap = FlowTap(live, directory=str(tmp_path), fsync="end", redact=(), sentinel=None, max_event_size=1 << 20, record=True)
+    tap.arrived(body, None)
+    summary = tap.finish(StreamEnd.FINISHED)
+    assert summary["verdict"] == expected, summary
+    judged_again = judge_file(Path(summary["recording"]), None, None)
+    assert judged_again.analysis.verdict.kind.value == expected and judged_again.problem is None, judged_again
+    captured = flow()
+    captured.response.raw_content = body
+    (tmp_path / "out").mkdir()
+    assert import_flow(captured, tmp_path / "out", tmp_path / "capture.mitm").verdict == expected
+
+
+CAPTURES = "pydantic-ai/bodies/openai-responses"
 CAPTURES = "pydantic-ai/bodies/openai-responses"
 
 

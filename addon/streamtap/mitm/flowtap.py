@@ -20,6 +20,7 @@ from mitmproxy import http
 from streamtap.cli import failure, terminal_safe
 from streamtap.mitm.flowspec import FlowSpec, described as _described
 from streamtap.providers import StreamEnd, StreamSession, VerdictKind
+from streamtap.providers.request import may_resume
 from streamtap.recording import RecordingError, RecordingWriter, SpanNotKept, final_name
 from streamtap.recording.content import (
     UNDO_FAILED_RAW,
@@ -104,6 +105,8 @@ class FlowTap:
     ) -> None:
         spec = flow if isinstance(flow, FlowSpec) else FlowSpec.of(flow, sentinel)
         spec.complete()
+        # the request as the recording's header keeps it (complete() lets go of spec.request), as verify reads it
+        asked = (spec.header or {}).get("request") or {}
         self.flow_id = spec.flow_id
         self.t0 = time.monotonic() if t0 is None else t0
         self.started = spec.started
@@ -151,6 +154,7 @@ class FlowTap:
                     keep_arrivals=False,  # each frame's time is in the recording; a list would grow per event
                     streamed=spec.streamed,
                     one_response=True,
+                    may_resume=may_resume(asked.get("method"), asked.get("url")),
                 )
                 if self.decoder is not None and self.decoder.failure:  # a coding streamtap does not know
                     self._undo_failed(None)

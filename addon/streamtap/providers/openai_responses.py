@@ -13,7 +13,9 @@ Every lifecycle and terminal event names the same response id (§2.4): a second
 ``response.created`` / ``.queued`` / ``.in_progress`` under another id, or a terminal event
 under another id, means two responses in one body (a cut stream followed by another): corrupt.
 GitHub Copilot rewrites every id on every event; once a stream shows that (its first
-``.in_progress`` or an item event under another id), only a repeated start event tells.
+``.in_progress`` or an item event under another id), only a repeated start event tells, or an id seen
+before: one that goes back to the first after a change is another response's event spliced in (the
+raw loop hands the app both). Rotating response ids are noted: the SDK's stream helper raises on them.
 
 Tool calls: what the app runs and answers. A ``function_call`` or ``custom_tool_call`` streams its
 arguments; a local shell, shell, computer or apply_patch call, a tool search the client runs and an MCP
@@ -52,7 +54,9 @@ The head: a stream starts with ``response.created`` (sequence_number 0). Only a 
 (``GET /v1/responses/{id}?stream=true&starting_after=N``) starts later, and it keeps the
 numbering: its first event says sequence_number N+1 >= 1. A stream that starts with another
 event and no such number lost its head (the items announced there, and with an absent
-``output`` their text, are gone unseen): such a turn is ``unknown``, never complete. A replay
+``output`` their text, are gone unseen): such a turn is ``unknown``, never complete, as is one that
+starts later where the request is known to have created the response (``POST /v1/responses``, which no
+replay answers: ``may_resume`` false). A replay
 may start inside an item (one: the item open when it starts, before the body starts or adds any):
 the body holds the end of its text (of its one part open then), which its ``.done`` events and
 its finished item must end with, and they then give it whole. Its events must say one kind of
@@ -176,8 +180,11 @@ class Assembler(AssemblerBase):
     wire = "sse"
     sdk_dispatches_empty_events = True
 
-    def __init__(self, wire: str | None = None) -> None:
+    def __init__(self, wire: str | None = None, may_resume: bool = True) -> None:
+        """``may_resume`` false: the request created the response (``POST /v1/responses``), so its body
+        is no ``starting_after`` replay and starts with ``response.created`` (``_head``)."""
         super().__init__(wire)
+        self._may_resume = may_resume
         self._sequence: int | None = None
         self._unnumbered = 0  # events before the first sequence_number: the number it must then say
         self._counted = 0  # events without sequence_number since the last numbered one
@@ -192,6 +199,7 @@ class Assembler(AssemblerBase):
         self._done_at: dict[tuple[str | None, str | None, str | None], int] = {}  # _sdk_identity -> done item's index
         self._open_items: set[int] = set()  # added, not yet done
         self._first_response: tuple[str, WireEvent] | None = None  # the first response id and its event
+        self._changed_response: tuple[str, WireEvent] | None = None  # the latest other response id and its event
         self._starts_seen: set[str] = set()
         self._ids_rotate = False  # the gateway rewrites ids per event: another id proves nothing alone
         # ids that differed from the ones first given: a gateway that rewrites ids gives a new one on
@@ -325,14 +333,21 @@ class Assembler(AssemblerBase):
             return
         first_id = self._first_response[0]
         if new == first_id:
+            if self._changed_response is not None:
+                # ids that rotate are new on every event: going back to the first is another response's
+                # event spliced in between this one's (the raw loop hands the app both)
+                self.second_generation(f"response id ({name}, the first one again)", self._changed_response, new, event,
+                                       first_response_id=first_id, response_id=new)
             return
         if repeated or new in self._other_ids or (name not in STARTS and not self._ids_rotate):
             self.second_generation(f"response id ({name})", self._first_response, new, event,
                                    first_response_id=first_id, response_id=new)
             return
         self._ids_rotate = True
+        self._changed_response = (new, event)
         self._other_id(new)
-        self.note(f"response id changed from {first_id} to {new}")
+        self.note(f"response id changed from {first_id} to {new}: the openai SDK's raw loop reads on, its stream "
+                  "helper (responses.stream) raises \"Lifecycle response identity changed\"")
 
     def _lifecycle_output(self, output: list[Any], event: WireEvent, name: str) -> None:
         """A start event, after items were done, whose ``output`` lists one of them: the openai SDK swaps
@@ -395,7 +410,8 @@ class Assembler(AssemblerBase):
     def _replay(self) -> bool:
         """Does this body start after its response's first events (``starting_after``)? See ``_head``."""
         opening = self._opening
-        return opening is not None and opening[0] != "response.created" and opening[1] is not None and opening[1] >= 1
+        return (self._may_resume and opening is not None and opening[0] != "response.created"
+                and opening[1] is not None and opening[1] >= 1)
 
     def _begun_earlier(self, index: int | None, item_id: str | None, event: WireEvent) -> bool:
         """An event for output item ``index``, never added in this body: in a replay that has not
@@ -1186,22 +1202,25 @@ class Assembler(AssemblerBase):
 
     def _head(self, verdict: Verdict, end: StreamEnd) -> Verdict:
         """A complete verdict for a stream that lacks its ``response.created`` becomes unknown,
-        unless the first event's sequence_number (>= 1) shows a ``starting_after`` replay."""
+        unless the first event's sequence_number (>= 1) shows a ``starting_after`` replay, which
+        a request that created the response is not (``may_resume``)."""
         if self._opening is None or self._opening[0] == "response.created":
             return verdict
         kind, number, event = self._opening
-        if number is not None and number >= 1:
+        if self._replay():
             self.note(f"the stream starts at sequence_number {number} ({kind}), without response.created: a replay "
                       f"after starting_after={number - 1}, whose earlier events are not in this body")
             return verdict
         if verdict.kind is not VerdictKind.COMPLETE:
             return verdict
         numbered = "without a sequence_number" if number is None else f"at sequence_number {number}"
+        why = ("only a starting_after replay starts later, and it numbers its first event 1 or more" if self._may_resume
+               else "the request created the response (POST), and only a retrieve (GET, starting_after) replays "
+               "from a later event")
         return Verdict(
             VerdictKind.UNKNOWN,
             f"the stream starts with {kind} at seq {event.seq} (byte {event.start}) {numbered}, not with "
-            "response.created: only a starting_after replay starts later, and it numbers its first event 1 or "
-            "more; the events before it may be lost",
+            f"response.created: {why}; the events before it may be lost",
             event.seq, event.start,
             {"was": verdict.kind.value, "first_event": kind, "first_sequence_number": number, "end": end.value})
 

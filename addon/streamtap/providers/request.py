@@ -3,14 +3,33 @@
 That orphan is what makes a provider reject a resumed or edited conversation
 ("tool_result block(s) without a corresponding tool_use"). Each finding is one line
 naming the id and where it sits in the request body.
+
+And what the request says of its answer's start (``may_resume``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
+from .detect import RESPONSES_PATH
 from .turn import Dialect
+
+
+def may_resume(method: str | None, url: str | None) -> bool:
+    """Could the answer to a request (its method and URL) start after its first events? An OpenAI
+    Responses retrieve (``GET /v1/responses/{id}?stream=true&starting_after=N``) replays from event
+    N+1; a create (``POST /v1/responses``) streams from ``response.created``. False only for a
+    create: any other request, or one not known, may be such a replay (StreamSession's ``may_resume``)."""
+    if not method or not url or method.upper() != "POST":
+        return True
+    try:
+        path = urlsplit(url).path.rstrip("/")
+    except ValueError:  # a URL detection cannot read either
+        return True
+    found = RESPONSES_PATH.search(path)
+    return found is None or found.group(1) is not None
 
 
 def check_request(dialect: Dialect | str, body_json: Any) -> list[str]:

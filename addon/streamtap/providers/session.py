@@ -73,11 +73,11 @@ MAX_BLOCKS = 4096  # blocks one turn keeps over all its choices; past them the t
 BODY_SLICE = 64 * 1024  # analyze_bytes feeds a whole body in pieces of this size, as a live read would come
 
 
-def make_assembler(dialect: Dialect, wire: str, one_response: bool = False):
-    """The dialect module's ``Assembler``, given the wire and ``one_response`` (see StreamSession)
-    where its constructor takes them."""
+def make_assembler(dialect: Dialect, wire: str, one_response: bool = False, may_resume: bool = True):
+    """The dialect module's ``Assembler``, given the wire, ``one_response`` and ``may_resume`` (see
+    StreamSession) where its constructor takes them."""
     cls, takes = _assembler_class(dialect)
-    given = {"wire": wire, "one_response": one_response}
+    given = {"wire": wire, "one_response": one_response, "may_resume": may_resume}
     return cls(**{name: value for name, value in given.items() if name in takes})
 
 
@@ -116,6 +116,7 @@ class StreamSession:
         arguments_cap: int | None = ARGUMENTS_CAP,
         streamed: bool = True,
         one_response: bool = False,
+        may_resume: bool = True,
     ) -> None:
         """``text_cap`` and ``arguments_cap`` bound the characters of text and of tool-call arguments
         the turn keeps (None: all of them), so memory does not grow with the answer; beyond them the
@@ -124,7 +125,9 @@ class StreamSession:
         is judged ``unknown``, not read as a stream that never ended. ``one_response``: the body is one
         HTTP response's (the proxy's, a recording's), where one call answers once: an Anthropic or
         ConverseStream message after the first ended was stitched on (corrupt). Without it, a file of
-        several messages back to back (multi-step test recordings) is one turn."""
+        several messages back to back (multi-step test recordings) is one turn. ``may_resume`` false: the
+        request cannot be a replay that starts after its answer's first events (``may_resume`` in
+        request.py: an OpenAI Responses create), so a body that lacks them lost them."""
         self.dialect = Dialect(dialect)
         self.streamed = streamed
         self.wire = wire or DEFAULT_WIRE[self.dialect]
@@ -132,7 +135,7 @@ class StreamSession:
             raise ValueError(f"unknown wire {self.wire!r}; expected one of {', '.join(_DECODERS)}")
         self.http_status = http_status
         self.sentinel = sentinel
-        self._assembler = make_assembler(self.dialect, self.wire, one_response)
+        self._assembler = make_assembler(self.dialect, self.wire, one_response, may_resume)
         # a dialect whose client reads only "data: " lines as SSE is shown every other line
         self._reads_other_lines = self.wire == "sse" and hasattr(self._assembler, "other_lines")
         # blank lines where the dialect's SDK dispatches an event with empty data and the HTML
@@ -804,6 +807,7 @@ def analyze_bytes(
     wire: str | None = None,
     end: StreamEnd | str = StreamEnd.FINISHED,
     one_response: bool = False,
+    may_resume: bool = True,
 ) -> Analysis:
     """Judge a whole body at once (or fed in ``chunk_size`` pieces).
 
@@ -812,7 +816,7 @@ def analyze_bytes(
     (dropped here) are never more than one slice holds, however many the body has."""
     # no times are given, so there are no arrivals to keep
     session = StreamSession(dialect, wire, http_status=http_status, sentinel=sentinel, keep_arrivals=False,
-                            one_response=one_response)
+                            one_response=one_response, may_resume=may_resume)
     step = chunk_size or BODY_SLICE
     for i in range(0, len(body), step):
         session.feed(body[i : i + step])

@@ -25,6 +25,7 @@ import orjson
 
 from streamtap.providers import StreamSession, VerdictKind, answers_a_stream, detect_dialect
 from streamtap.providers.common import one_line
+from streamtap.providers.request import may_resume
 from streamtap.wire import DEFAULT_MAX_EVENT
 
 from .compress import SUFFIX
@@ -316,6 +317,7 @@ def import_flow(
     session = StreamSession(
         detection.dialect, detection.wire, http_status=response.status_code,
         sentinel=sentinel, max_event_size=DEFAULT_MAX_EVENT, streamed=streamed, one_response=True,
+        may_resume=may_resume(request.method, request.pretty_url),
     )
     partial = _renamed(partial_name(started, result.provider, flow.id), base, part, PARTIAL_SUFFIX)
     try:

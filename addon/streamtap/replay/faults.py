@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from streamtap.providers import Dialect
+from streamtap.providers.request import may_resume
 from streamtap.providers.positions import (
     EVENTSTREAM_ONLY, NEEDS_THE_TURN, POSITION_NAMES, PositionFinder, find_positions, scan_positions,
 )  # fmt: skip
@@ -998,7 +999,8 @@ def _check_picked_message(fault: Fault, events: int | None = None) -> None:
 def judging(source: Source) -> dict[str, Any]:
     """The StreamSession options a recording's answer was judged with (its header keeps them):
     its positions, and the sweep's verdicts, read the turn its verdict speaks of."""
-    options: dict[str, Any] = {"http_status": source.status, "sentinel": source.sentinel, "streamed": source.streamed}
+    options: dict[str, Any] = {"http_status": source.status, "sentinel": source.sentinel, "streamed": source.streamed,
+                               "may_resume": may_resume(source.method, source.url)}
     if source.max_event_size:
         options["max_event_size"] = source.max_event_size
     return options
