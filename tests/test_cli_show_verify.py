@@ -149,6 +149,16 @@ def _redacted_bodies(data) -> dict[str, tuple[bytes, str]]:
         "claude on bedrock": (b"".join(map(chunk, anthropic)), "bedrock-invoke"),
     }
 
+def test_show_says_a_gemini_call_came_without_an_id():
+    """Gemini sends function calls without ids (google-genai gives the app None): the id streamtap
+    keys the call by read as the provider's own."""
+    body = shared_path(F, "pydantic-ai/bodies/google/test_google_model_iter_stream.0.sse")
+    result = streamtap("show", body)
+    assert result.returncode == 0, result.stderr
+    assert "(no id from the provider; streamtap's gemini-call-1)" in result.stdout
+    assert "(id gemini-call-" not in result.stdout
+
+
 
 @pytest.mark.parametrize(("data", "says"), [
     ("EmwKAhgB", "(8 characters of encrypted data)"), (5, "(encrypted data that is not a string: 5)"), (None, "(no encrypted data)")])

@@ -43,7 +43,7 @@ def one_item(added: dict, done: dict, final: list | None = None) -> bytes:
 
 
 def sdk_client_calls(final) -> list[tuple]:
-    """(the id the app answers with, the item type, its input) of each item the SDK hands the app to run or answer."""
+    """(the id the app answers with, the item's tool name or else its type, its input) of each item the SDK hands the app to run or answer."""
     calls = []
     for item in final.output:
         raw = item.to_dict()
@@ -53,7 +53,7 @@ def sdk_client_calls(final) -> list[tuple]:
             continue
         value = raw[INPUT_FIELD[item.type]]
         answered_by = raw["id"] if item.type == "mcp_approval_request" else raw["call_id"]
-        calls.append((answered_by, item.type, orjson.loads(value) if isinstance(value, str) else value))
+        calls.append((answered_by, raw.get("name") or item.type, orjson.loads(value) if isinstance(value, str) else value))
     return calls
 
 
@@ -89,10 +89,11 @@ def test_a_real_local_shell_call_is_answered_by_its_call_id_with_its_finished_ac
     assert call.extra["item"]["status"] == "completed" and "action" not in call.extra["item"]
 
 
-def test_a_real_mcp_approval_request_is_answered_by_its_item_id():
+def test_a_real_mcp_approval_request_is_answered_by_its_item_id_and_named_as_its_tool():
+    """It was named mcp_approval_request, its item type, though the item names the tool the app approves."""
     turn = analyze_bytes(capture("openai-mcp-tool-approval.1.chunks.txt"), R).turn
     [call] = turn.tool_calls()
-    assert call.id.startswith("mcpr_") and call.name == "mcp_approval_request"
+    assert call.id.startswith("mcpr_") and call.name == "create_short_url"
     assert call.arguments["url"] == "https://ai-sdk.dev/"
     assert call.extra["item"]["name"] == "create_short_url" and call.extra["item"]["server_label"] == "zip1"
     assert [b.kind for b in turn.blocks] == [BlockKind.SERVER_TOOL, BlockKind.TOOL_CALL]  # the tool list stays a server block
@@ -161,7 +162,7 @@ def test_an_mcp_approval_request_is_a_tool_call_under_its_item_id():
     assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
     assert analysis.turn.stop_reason == "tool_use"
     [call] = analysis.turn.tool_calls()
-    assert (call.id, call.name, call.arguments) == ("mcpr_1", "mcp_approval_request", {"url": "https://example.com/"})
+    assert (call.id, call.name, call.arguments) == ("mcpr_1", "create_short_url", {"url": "https://example.com/"})
 
 
 @pytest.mark.parametrize("added, done", [

@@ -168,7 +168,10 @@ def _block(block: Block, width: int, turn: Turn) -> tuple[str, list[str]]:
         return "refusal", _wrap(block.text, width)
     if kind is BlockKind.TOOL_CALL:
         # the name and id are the provider's text: a newline in one would start a line of its own
-        title = f"tool call {_one(block.name or '?')}" + (f" (id {_one(block.id)})" if block.id else "")
+        if block.extra.get("generated_id"):  # Gemini sends calls without ids: the app gets None
+            title = f"tool call {_one(block.name or '?')} (no id from the provider; streamtap's {_one(block.id)})"
+        else:
+            title = f"tool call {_one(block.name or '?')}" + (f" (id {_one(block.id)})" if block.id else "")
         if block.arguments_error and not block.closed:  # cut: what came, however it reads
             args = [f"NOT PARSED ({block.arguments_error}):", block.arguments_raw or ""]
         elif block.arguments_error:

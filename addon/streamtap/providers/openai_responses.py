@@ -639,12 +639,13 @@ class Assembler(AssemblerBase):
         return block
 
     def _name_client_item(self, block: Block, item: dict[str, Any]) -> None:
-        """A CLIENT_ITEMS item's block: a tool call under the id the app answers with, named by the item type
-        (these tools have no name of their own). The item, its input aside, stays in ``extra``."""
+        """A CLIENT_ITEMS item's block: a tool call under the id the app answers with, named as the item
+        names its tool (an MCP approval request does), else by the item type (a shell call has no name).
+        The item, its input aside, stays in ``extra``."""
         field = _item_input_field(item)
         block.kind = BlockKind.TOOL_CALL  # added by a tool search that did not say who runs it: a server tool
         block.id = as_str(item.get("call_id")) or as_str(item.get("id")) or block.id
-        block.name = as_str(item.get("type"))
+        block.name = as_str(item.get("name")) or as_str(item.get("type"))
         block.extra["item_id"] = item.get("id")
         block.extra["item"] = {key: value for key, value in item.items() if key != field}
 
