@@ -186,6 +186,28 @@ def test_an_index_run_ended_by_sigterm_leaves_no_folder_and_no_temporary_file(tm
     assert not out.exists() and list(temporary.iterdir()) == []
 
 
+def test_an_index_run_under_nohup_survives_the_hang_up(tmp_path):
+    """`nohup` ignores SIGHUP, which Python inherits: the verbs took it over all the same, so a
+    nohup'd run ended at the terminal's hang-up (exit 129)."""
+    recordings = tmp_path / "recs"
+    recordings.mkdir()
+    for i in range(1500):
+        recording(recordings, f"r{i:04d}.jsonl")
+    out = tmp_path / "idx"
+    run = subprocess.Popen([*STREAMTAP, "index", str(recordings), "--out", str(out)], stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        while run.poll() is None and not (out / ".streamtap-index.lock").exists():
+            pass
+        run.send_signal(signal.SIGHUP)
+        _, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, err
+    assert row_counts(out) == (1500, 1500)
+
+
 def test_an_index_run_syncs_its_files_before_their_renames_and_the_renames_after_in_two_calls(tmp_path):
     """Durable without a journal commit per partition: one syncfs before the first file is
     renamed into its partition (their bytes), one after the last (the renames), on Linux."""

@@ -374,12 +374,16 @@ def _ending_signals_interrupt(verb: str | None) -> Iterator[None]:
         _ended_by.append(signum)
         raise KeyboardInterrupt
 
-    previous = {signum: signal.signal(signum, end) for signum in ENDING_SIGNALS}
+    # only a signal left at its default: `nohup` ignores SIGHUP, and a program calling main() may
+    # handle SIGTERM itself
+    taken = [signum for signum in ENDING_SIGNALS if signal.getsignal(signum) is signal.SIG_DFL]
+    for signum in taken:
+        signal.signal(signum, end)
     try:
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        for signum in taken:
+            signal.signal(signum, signal.SIG_DFL)
 
 
 def _interrupted_code() -> int:
