@@ -1936,6 +1936,33 @@ def test_a_proxy_stopped_before_its_worker_is_up_still_gets_the_recordings_of_it
     assert "streamtap: openai-chat" in log and "Traceback" not in log
 
 
+@pytest.mark.slow
+def test_a_worker_still_starting_gets_its_flows_even_when_they_fill_its_pipe(upstream, tmp_path, monkeypatch):
+    """1,500 flows while the only worker starts fill its pipe (each OPEN carries the flow's
+    request). Its STOP and the flows' last operations were written with the 3 s every worker gets,
+    not the 7 s of one still starting: given up on, and 978 flows had no recording at all."""
+    monkeypatch.setenv(SLOW_START_ENV, "6")  # up 6 s after its start: the flows take ~4 s here
+    body = streams.openai_chat(["said ", "early"])
+    upstream.add("crowd", Script(body))
+    request = json.dumps({"model": "gpt-test-1", "stream": True, "messages": [{"role": "user", "content": "x" * 16000}]})
+    flows = 1500
+    proxy = Mitmdump(upstream.url, tmp_path / "m").start()
+    try:
+        with httpx.Client(timeout=60) as client, ThreadPoolExecutor(8) as pool:
+            def one(_: int) -> bytes:
+                return client.post(f"{proxy.url}/s/crowd{CHAT}", content=request, headers={"content-type": "application/json"}).content
+            assert all(got == body for got in pool.map(one, range(flows)))
+        proxy.process.send_signal(signal.SIGTERM)
+        proxy.process.wait(30)
+    finally:
+        proxy.stop()
+    log = proxy.log()
+    if "waiting up to 7 s for analysis worker(s) still starting" not in log:
+        pytest.skip("the flows took longer than the worker's start on this machine: it was up before the stop")
+    assert len([path for path in proxy.record_dir.glob("*.jsonl") if not path.name.endswith(".partial.jsonl")]) == flows
+    assert log.count(" complete: ") == flows and "before their verdicts came back" not in log, log[-3000:]
+
+
 def test_ctrl_c_stops_the_proxy_and_its_worker_without_a_traceback(upstream, tmp_path):
     """A terminal's Ctrl-C reaches the whole process group, the worker too: the proxy stops it."""
     body = streams.openai_chat(["interrupted ", "quietly"])

@@ -1208,8 +1208,6 @@ class Workers:
         # does not hold the others' stop (one after another, 64 stuck workers took 192 s)
         now = time.monotonic()
         deadline = now + timeout
-        for process in self.processes:
-            process.tell_stop(deadline)
         holding = {remote.shard for remote in self.flows.values()}
         late = {process.index for process in self.processes if process.index in holding and not process.spoke}
         late_deadline = now + max(timeout, starting or 0.0)
@@ -1217,6 +1215,9 @@ class Workers:
             held = sum(remote.shard in late for remote in self.flows.values())
             log.info(f"streamtap: waiting up to {starting:.0f} s for analysis worker(s) still starting, "
                      f"to record the {held} flow(s) they hold")
+        # the workers that are up first: a late one's pipe may stay full until it is up and reads
+        for process in sorted(self.processes, key=lambda process: process.index in late):
+            process.tell_stop(late_deadline if process.index in late else deadline)
         for process in self.processes:
             process.wait_stopped(late_deadline if process.index in late else deadline)
             try:  # the verdicts of flows that ended just before: the loop will not run again to take them
