@@ -586,7 +586,7 @@ class Tap:
         self.pools.stop(starting=STOP_WAIT_STARTING if _exiting() else None)
         if self.awaiting:
             log.warning(f"streamtap: {len(self.awaiting)} flow(s) ended as mitmproxy stopped, before their verdicts came "
-                        "back; their recordings say how far their analysis got")
+                        "back; their recordings say how far their analysis got (one whose worker never began it has none)")
             self.awaiting.clear()
             self.analysing.clear()
         self.open.clear()
