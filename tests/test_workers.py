@@ -1864,12 +1864,14 @@ def test_a_script_reload_holds_no_stream_and_the_flows_under_way_keep_their_anal
     """mitmproxy runs a script again when its file changes (as an upgrade of streamtap does). The
     old Tap stopped its workers on the loop, holding every stream: 8 workers held it 0.8 s, 16
     2.5 s. The flows under way were logged as fallen behind, got no verdict, and kept a recording
-    cut at the reload. The new Tap takes them and the workers over."""
+    cut at the reload, and their live faults never said what they did. The new Tap takes them and
+    the workers over, and the new Faults addon their faults."""
     script = tmp_path / "streamtap_script.py"
     script.write_text("from streamtap.mitm.entry import make_addons\naddons = make_addons()\n")
     body = streams.openai_chat([f"tick {i} " for i in range(150)])
     upstream.add("ticking", Script(body, gap=0.01))  # one event every 10 ms, for ~1.5 s
-    with Mitmdump(upstream.url, tmp_path / "m", script=script, options={"streamtap_workers": workers}) as proxy:
+    options = {"streamtap_workers": workers, "streamtap_fault": "fragment:max=64"}  # a live fault under way too
+    with Mitmdump(upstream.url, tmp_path / "m", script=script, options=options) as proxy:
         if workers != "0":
             proxy.wait_log("runs as pid", count=int(workers), timeout=60)
         time.sleep(1.1)  # a new modification time, whatever the file system's resolution
@@ -1888,6 +1890,7 @@ def test_a_script_reload_holds_no_stream_and_the_flows_under_way_keep_their_anal
     assert rec.verdict["kind"] == "complete" and rec.body == body
     assert "fell behind" not in log and "Traceback" not in log, log[-3000:]
     assert log.count(" complete: ") == 2, log[-3000:]
+    assert log.count("fault fragment:max=64: ") == 2, log[-3000:]  # each flow's live fault said what it did
     assert log.count("runs as pid") == int(workers)  # the same workers: none stopped, none started
 
 

@@ -206,6 +206,12 @@ def _swap_tails(faults: list[Fault], library: Library) -> dict[str, Source]:
         raise exceptions.OptionsError(f"streamtap_fault: {exc}") from None
 
 
+# The live faults of the flows under way, by flow id until the flow's end: the faults themselves,
+# and the upstream bytes they hold back now. A script reload makes a new Faults addon while those
+# flows go on, and their ends reach the new one: it logs what the faults did from these.
+_FAULTS_UNDER_WAY: tuple[dict[str, LiveFaults], dict[str, int]] = ({}, {})
+
+
 class Faults:
     """``--set streamtap_fault=SPEC``: inject a fault into every tapped stream.
 
@@ -217,8 +223,7 @@ class Faults:
 
     def __init__(self) -> None:
         self.faults: list = []
-        self.live: dict[str, LiveFaults] = {}  # by flow id, until the flow's end
-        self.held: dict[str, int] = {}  # by flow id: upstream bytes the live faults hold back now
+        self.live, self.held = _FAULTS_UNDER_WAY  # one pair for every instance: see there
 
     def load(self, loader) -> None:
         loader.add_option(
