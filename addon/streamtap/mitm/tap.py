@@ -54,6 +54,40 @@ def _closed(conn) -> bool:
     return conn.timestamp_end is not None or not (conn.state & ConnectionState.CAN_READ)
 
 
+def _client_reset(flow) -> bool | None:
+    """``ended_by``'s ``client_reset`` for a live flow: whether the proxy's HTTP/2 stream with the
+    client has closed. mitmproxy words either side's reset "stream reset by client", but its h2
+    connection closes the client's stream as the client's RST_STREAM arrives, before the error
+    hook, and passes the upstream's reset on to the client only after the hook: at the hook that
+    stream has closed only if the client reset it. None where the proxy's internals cannot be read."""
+    try:
+        from mitmproxy.proxy.layers.http import Http2Server
+
+        layer, stream = _http_stream(flow)
+        client = layer.connections[flow.client_conn]
+        return client.is_closed(stream.stream_id) if isinstance(client, Http2Server) else None
+    except Exception:  # other mitmproxy internals, or none (a flow not on a live connection)
+        return None
+
+
+def _http_stream(flow) -> tuple[Any, Any]:
+    """The HTTP layer and stream that carry a live flow: on the client connection's first HTTP
+    layer, or (as an HTTP proxy) on the one inside its CONNECT tunnel."""
+    from mitmproxy import ctx
+
+    from streamtap.mitm.replay import _http_layer
+
+    layer = ctx.master.addons.get("proxyserver").connections[flow.client_conn.id].layer
+    for _ in range(8):  # each CONNECT tunnel holds one more HTTP layer; they rarely nest
+        layer = _http_layer(layer)
+        streams = list(layer.streams.values())
+        for stream in streams:
+            if getattr(stream, "flow", None) is flow:
+                return layer, stream
+        layer = next(s.child_layer for s in streams if getattr(s, "child_layer", None) is not None)
+    raise LookupError("no HTTP stream for the flow")
+
+
 def summary_line(s: dict[str, Any]) -> str:
     """One line per turn. The model name and the reason (which quotes the provider's error) are
     someone else's text: a newline in them would forge a line of its own, an ESC act on the terminal."""
@@ -358,7 +392,7 @@ class Tap:
 
     def error(self, flow: http.HTTPFlow) -> None:
         message = flow.error.msg if flow.error else "error"
-        self._finish(flow, ended_by(flow, message, closed=_closed), message)
+        self._finish(flow, ended_by(flow, message, closed=_closed, client_reset=_client_reset), message)
 
     def _finish(self, flow: http.HTTPFlow, end: StreamEnd, error: str | None) -> None:
         tap = self.open.pop(flow.id, None)

@@ -90,15 +90,23 @@ KILLED = "Connection killed."
 _OVER_LIMIT = "body exceeds mitmproxy's body_size_limit."
 
 
-def ended_by(flow: Any, message: str, closed: Callable[[Any], bool] = closed_when_saved) -> StreamEnd:
+def _cannot_tell(flow: Any) -> bool | None:
+    return None
+
+
+def ended_by(flow: Any, message: str, closed: Callable[[Any], bool] = closed_when_saved,
+             client_reset: Callable[[Any], bool | None] = _cannot_tell) -> StreamEnd:
     """Which side ended a flow that errored. mitmproxy's error does not say, so read the signs:
     its HTTP/1 message names the client; an HTTP/2 stream reset (mitmproxy words it "reset by
-    client" for either side) where one side only speaks HTTP/2 was that side's; otherwise the side
-    whose connection closed first; for a reset with HTTP/2 on both sides the code: clients cancel
-    with CANCEL, servers cut with other codes (RFC 9113 lets either use CANCEL: a guess).
+    client" for either side) where one side only speaks HTTP/2 was that side's, and with HTTP/2 on
+    both sides the side ``client_reset`` names; otherwise the side whose connection closed first;
+    for a reset with HTTP/2 on both sides that nothing else tells, the code: clients cancel with
+    CANCEL, servers cut with other codes (RFC 9113 lets either side use any code: a guess).
 
     ``closed(conn)``: whether that connection had closed when the flow errored; the live Tap
-    reads the connection's state, a capture only has ``closed_when_saved``."""
+    reads the connection's state, a capture only has ``closed_when_saved``. ``client_reset(flow)``:
+    whether the client reset the flow's HTTP/2 stream, None when that cannot be read (a capture
+    keeps no stream state)."""
     if flow.metadata.get(INJECTED_END):  # streamtap cut it, standing in for the upstream, whatever the protocol shows
         return StreamEnd.UPSTREAM_RESET
     if message == KILLED or message.endswith(_OVER_LIMIT):  # the proxy's own doing, which its message names
@@ -112,6 +120,10 @@ def ended_by(flow: Any, message: str, closed: Callable[[Any], bool] = closed_whe
         # only HTTP/2 resets a stream: the side that speaks it did (mitmproxy then closes the
         # HTTP/1 side to cancel it, which the closed connections below would blame)
         return StreamEnd.CLIENT_ABORTED if client_h2 else StreamEnd.UPSTREAM_RESET
+    if "stream reset" in text and client_h2 and server_h2:
+        by_client = client_reset(flow)
+        if by_client is not None:
+            return StreamEnd.CLIENT_ABORTED if by_client else StreamEnd.UPSTREAM_RESET
     client_closed = closed(flow.client_conn)
     server_closed = closed(flow.server_conn)
     if client_closed != server_closed:

@@ -1,0 +1,152 @@
+"""Which side reset an HTTP/2 stream when both sides of mitmproxy speak HTTP/2, through a real
+`mitmdump -s addon/tap.py`. mitmproxy words a reset from either side "stream reset by client
+(CODE)", and either side may use any code (an upstream's CANCEL, a client's NO_ERROR): the Tap
+reads the side from the proxy's stream with the client, not from the code."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import h2.errors
+import pytest
+
+import provider_streams as streams
+from test_faults_h2 import H2Client
+from upstream import CHAT, H2Upstream, Mitmdump, Script, find_recording
+
+CANCEL = h2.errors.ErrorCodes.CANCEL
+
+
+class _CancellingConnection:
+    """An upstream's h2 connection that ends its streams with RST_STREAM(CANCEL): instead of
+    END_STREAM after the whole body, and as a script's ``reset`` cut."""
+
+    def __init__(self, conn) -> None:
+        self._conn = conn
+
+    def __getattr__(self, name: str):
+        return getattr(self._conn, name)
+
+    def end_stream(self, stream_id: int) -> None:
+        self._conn.reset_stream(stream_id, CANCEL)
+
+    def reset_stream(self, stream_id: int, error_code: int = 0) -> None:
+        self._conn.reset_stream(stream_id, CANCEL)
+
+
+class CancellingUpstream(H2Upstream):
+    """H2Upstream whose scripts named ``cancel-...`` end in RST_STREAM(CANCEL)."""
+
+    async def _respond_h2(self, conn, writer, stream_id, headers, body) -> None:
+        if headers.get(":path", "").startswith("/s/cancel-"):
+            conn = _CancellingConnection(conn)
+        await super()._respond_h2(conn, writer, stream_id, headers, body)
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory):
+    with CancellingUpstream() as upstream:
+        with Mitmdump(upstream.url, tmp_path_factory.mktemp("h2ends"), options={"ssl_insecure": "true"}) as mitm:
+            mitm.upstream = upstream
+            mitm.ca = str(mitm.confdir / "mitmproxy-ca-cert.pem")
+            yield mitm
+            assert "mitmproxy has crashed" not in mitm.log()
+
+
+@pytest.fixture
+def client(proxy):
+    c = H2Client(proxy.port, proxy.ca)
+    yield c
+    c.close()
+
+
+def cancelled_by_upstream(proxy, client, name: str, path: str, script: Script):
+    """The recording of a stream the upstream cancelled, checking the client got the reset."""
+    proxy.upstream.add(name, script)
+    stream = client.post(f"/s/{name}{path}")
+    client.wait(stream, timeout=10)
+    assert client.streams[stream].reset == CANCEL, client.streams[stream]  # an error for the client
+    return find_recording(proxy.record_dir, name)
+
+
+def test_an_upstream_cancel_after_an_anthropic_answer_s_last_data_is_a_truncated_upstream_reset(proxy, client):
+    """The anthropic SDK reads the body to its end and raises on the reset: not complete, and
+    not the client's doing."""
+    body = streams.anthropic("", "all of it", {})
+    rec = cancelled_by_upstream(proxy, client, "cancel-anthropic", "/v1/messages", Script(body))
+    assert rec.body == body
+    assert rec.end["stream_end"] == "upstream_reset", rec.end
+    assert rec.verdict["kind"] == "truncated", rec.verdict
+
+
+def test_an_upstream_cancel_after_done_keeps_a_chat_answer_complete(proxy, client):
+    """The openai SDK stops reading at [DONE]: the answer is complete, the end still the upstream's."""
+    body = streams.openai_chat(["all ", "of it"])
+    rec = cancelled_by_upstream(proxy, client, "cancel-chat", CHAT, Script(body))
+    assert rec.body == body
+    assert rec.end["stream_end"] == "upstream_reset", rec.end
+    assert rec.verdict["kind"] == "complete", rec.verdict
+
+
+def test_an_upstream_cancel_mid_body_is_not_blamed_on_the_client(proxy, client):
+    body = streams.openai_chat(["one ", "two ", "three ", "four"])
+    cut = body.index(b'"three')
+    rec = cancelled_by_upstream(proxy, client, "cancel-mid", CHAT, Script(body, cut_at=cut, cut_style="reset"))
+    assert rec.end["stream_end"] == "upstream_reset", rec.end
+    assert rec.verdict["kind"] == "truncated", rec.verdict
+
+
+def test_a_client_that_resets_its_stream_with_no_error_mid_body_aborted_it(proxy, client):
+    """As Node's req.close() does; the connection stays open."""
+    name = "client-reset"
+    body = streams.openai_chat([f"w{i} " for i in range(40)])
+    proxy.upstream.add(name, Script(body, gap=0.05))
+    stream = client.post(f"/s/{name}{CHAT}")
+    deadline = time.monotonic() + 10
+    while len(client.streams[stream].data) < 200 and time.monotonic() < deadline:
+        client.wait(stream, timeout=0.05)
+    assert len(client.streams[stream].data) >= 200, "the stream never got going"
+    client.conn.reset_stream(stream, h2.errors.ErrorCodes.NO_ERROR)
+    client._flush()
+    rec = find_recording(proxy.record_dir, name)
+    assert rec.end["stream_end"] == "client_aborted", rec.end
+    assert rec.verdict["kind"] == "truncated", rec.verdict
+
+
+@pytest.mark.parametrize("code, end", [("CANCEL", "client_aborted"), ("NO_ERROR", "upstream_reset")])
+def test_without_the_proxy_internals_the_side_comes_from_the_code(code, end):
+    """A flow on no live connection (as an addon's test or another mitmproxy sees it): the Tap
+    cannot read the stream and keeps the guess from the code."""
+    from mitmproxy.test import tflow
+
+    from streamtap.mitm.tap import _client_reset, _closed
+    from streamtap.recording.flows import ended_by
+
+    flow = tflow.tflow(resp=True)
+    flow.client_conn.alpn = flow.server_conn.alpn = b"h2"
+    assert _client_reset(flow) is None
+    assert ended_by(flow, f"stream reset by client ({code})", closed=_closed, client_reset=_client_reset) == end
+
+
+@pytest.fixture(scope="module")
+def regular_proxy(tmp_path_factory):
+    """mitmdump as an HTTP proxy: the client's HTTP/2 runs in a CONNECT tunnel."""
+    with CancellingUpstream() as upstream:
+        with Mitmdump(upstream.url, tmp_path_factory.mktemp("h2ends-regular"), options={"ssl_insecure": "true"}, mode="regular") as mitm:
+            mitm.upstream = upstream
+            mitm.ca = str(mitm.confdir / "mitmproxy-ca-cert.pem")
+            yield mitm
+            assert "mitmproxy has crashed" not in mitm.log()
+
+
+def test_an_upstream_cancel_through_a_connect_tunnel_is_the_upstream_s(regular_proxy):
+    proxy = regular_proxy
+    body = streams.anthropic("", "all of it", {})
+    proxy.upstream.add("cancel-tunnel", Script(body))
+    out = subprocess.run(["curl", "-sS", "-N", "--http2", "--max-time", "8", "--proxy", proxy.url, "--cacert", proxy.ca,
+                          "--data", "{}", f"{proxy.upstream.url}/s/cancel-tunnel/v1/messages"], capture_output=True)
+    assert out.returncode == 92 and b"CANCEL" in out.stderr, (out.returncode, out.stderr)  # a stream error
+    rec = find_recording(proxy.record_dir, "cancel-tunnel")
+    assert rec.end["stream_end"] == "upstream_reset", rec.end
+    assert rec.verdict["kind"] == "truncated", rec.verdict
