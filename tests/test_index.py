@@ -158,7 +158,6 @@ def test_an_index_run_paused_or_killed_while_it_writes_leaves_the_index_whole(tm
     assert judged(out)["report"]["recordings"] == 151
 
 
-@pytest.mark.skipif(not shutil.which("strace"), reason="strace is not installed (scripts/system-deps.sh installs it)")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_an_index_run_ended_by_sigterm_leaves_no_folder_and_no_temporary_file(tmp_path, signum):
     """What `timeout`, cron and systemd send ended Python at once: the --out folder the run made
@@ -208,6 +207,7 @@ def test_an_index_run_under_nohup_survives_the_hang_up(tmp_path):
     assert row_counts(out) == (1500, 1500)
 
 
+@pytest.mark.skipif(not shutil.which("strace"), reason="strace is not installed (scripts/system-deps.sh installs it)")
 def test_an_index_run_syncs_its_files_before_their_renames_and_the_renames_after_in_two_calls(tmp_path):
     """Durable without a journal commit per partition: one syncfs before the first file is
     renamed into its partition (their bytes), one after the last (the renames), on Linux."""
