@@ -35,6 +35,7 @@ from streamtap.recording.content import (
     WireBodyCheck,
     content_encoded,
     delimited_by_length,
+    judge_coding_streams,
     judge_unaccepted_coding,
     judge_unfinished_coding,
 )
@@ -331,7 +332,8 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
                                             f"stopped analysing the stream ({why})", analysis_stopped_at=at)
     if undone is not None:
         accept_encoding = _header_value((header.get("request") or {}).get("headers"), "accept-encoding")
-        analysis.verdict = _judged_coding(analysis, undone, accept_encoding, damaged=bool(damage) or stopped is not None)
+        analysis.verdict = _judged_coding(analysis, undone, accept_encoding, damaged=bool(damage) or stopped is not None,
+                                          end=StreamEnd(end.get("stream_end") or "finished"))
     if lines.end is not None:
         # (a recording whose analysis stopped holds no turn, and its verdict says only that it stopped).
         # Another dialect (--provider) or sentinel (--sentinel) than the proxy's asks another question:
@@ -360,12 +362,14 @@ def _header_value(pairs: list[list[str]] | None, name: str) -> str | None:
     return ", ".join(values) if values else None
 
 
-def _judged_coding(analysis: Analysis, undone: WireBodyCheck, accept_encoding: str | None, damaged: bool) -> Verdict:
+def _judged_coding(analysis: Analysis, undone: WireBodyCheck, accept_encoding: str | None, damaged: bool,
+                   end: StreamEnd = StreamEnd.FINISHED) -> Verdict:
     """The verdict of a content-encoded recording once its wire bytes are decoded again. Where the
     coding could not be undone, or the body is not the wire decoded, the body is not the answer
     the client got: ``unknown``, whatever its bytes read as. A compressed stream cut before its
-    end marker, or in a coding its request did not accept, is judged as the Tap judges it
-    (``judge_unfinished_coding``, ``judge_unaccepted_coding``)."""
+    end marker (``end``: how the stream ended), holding more than one gzip member, or in a coding its
+    request did not accept, is judged as the Tap judges it (``judge_unfinished_coding``,
+    ``judge_coding_streams``, ``judge_unaccepted_coding``)."""
     verdict = analysis.verdict
     problem = undone.problem()
     if problem and (undone.undo.failure or not damaged):  # (a cut file's body and wire stop apart)
@@ -374,7 +378,9 @@ def _judged_coding(analysis: Analysis, undone: WireBodyCheck, accept_encoding: s
                        {"held_bytes_read_as": verdict.kind.value, **evidence, "content_encoding": problem})
     unfinished = undone.undo.unfinished()
     if unfinished and not damaged:
-        verdict = judge_unfinished_coding(verdict, analysis.turn, unfinished)
+        verdict = judge_unfinished_coding(verdict, analysis.turn, unfinished, end)
+    if not damaged:
+        verdict = judge_coding_streams(verdict, analysis.turn, undone.undo)
     return judge_unaccepted_coding(verdict, analysis.turn, undone.encoding, accept_encoding)
 
 

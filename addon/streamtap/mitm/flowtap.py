@@ -26,6 +26,7 @@ from streamtap.recording.content import (
     UNDO_FAILED_RAW,
     WireUndo,
     content_encoded,
+    judge_coding_streams,
     judge_unaccepted_coding,
     judge_unfinished_coding,
 )
@@ -550,7 +551,9 @@ class FlowTap:
                 turn, verdict = analysis.turn, analysis.verdict
                 unfinished = self.decoder.unfinished() if self.decoder is not None else None
                 if unfinished:  # the decoded body may be whole; its compressed stream was cut
-                    verdict = analysis.verdict = judge_unfinished_coding(verdict, turn, unfinished)
+                    verdict = analysis.verdict = judge_unfinished_coding(verdict, turn, unfinished, end)
+                if self.decoder is not None:  # a gzip member, or bytes after it, a client may not read as streamtap did
+                    verdict = analysis.verdict = judge_coding_streams(verdict, turn, self.decoder)
                 # streamtap decoded it; the client may not
                 verdict = analysis.verdict = judge_unaccepted_coding(verdict, turn, self.encoding, self.accept_encoding)
                 if injected_fault:

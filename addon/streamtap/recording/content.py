@@ -78,39 +78,78 @@ class _Decoder:
 
 
 class _Zlib(_Decoder):
+    """gzip (``wbits`` 16+) or zlib. After its stream's end, what follows is another gzip member
+    only when it begins with the gzip magic (another zlib stream, for deflate, only when it begins
+    with a zlib header): decoded, and counted, since httpx decodes only the first one. Other bytes
+    are a tail that httpx and urllib3 both ignore: ignored here too, and counted."""
+
     def __init__(self, wbits: int, coding: str = "gzip") -> None:
         self._d = zlib.decompressobj(wbits)
         self.coding = coding
+        self._taken = 0  # input bytes given so far
+        self._member_start = 0  # where the stream being decoded began, in input bytes
+        self.later_stream_at: int | None = None  # where a later member that decodes to something began
+        self.tail_at: int | None = None  # where an ignored tail began
 
     def _decompress(self, data: bytes, limit: int) -> bytes:
         self._fed = self._fed or bool(data)
-        return self._d.decompress(data, limit)  # (after the end: kept as unused_data, taken by _more)
+        self._taken += len(data)
+        if self.tail_at is not None:
+            return b""
+        return self._later(self._d.decompress(data, limit))  # (after the end: kept as unused_data, taken by _more)
+
+    def _later(self, out: bytes) -> bytes:
+        if out and self._member_start and self.later_stream_at is None:
+            self.later_stream_at = self._member_start
+        return out
 
     def _more(self, limit: int) -> bytes:
         while True:
             d = self._d
             if d.eof:  # (zlib leaves unconsumed_tail set at the end; unused_data holds what follows)
-                if not d.unused_data:
+                rest = d.unused_data
+                if len(rest) < 2 or self.tail_at is not None:
+                    return b""  # (two bytes tell a member from a tail; a lone byte at the end is a tail)
+                if not self._starts_stream(rest):
+                    self.tail_at = self._taken - len(rest)
                     return b""
-                rest = d.unused_data  # concatenated gzip members
-                self._d = zlib.decompressobj(zlib.MAX_WBITS | 32)
+                self._member_start = self._taken - len(rest)
+                self._d = zlib.decompressobj(self._d_wbits)
                 out = self._d.decompress(rest, limit)
             elif d.unconsumed_tail:
                 out = d.decompress(d.unconsumed_tail, limit)
             else:
                 return b""
             if out:
-                return out
+                return self._later(out)
+
+    _d_wbits = zlib.MAX_WBITS | 16
+
+    def _starts_stream(self, rest: bytes) -> bool:
+        return rest[:2] == b"\x1f\x8b"
+
+    def ignored_tail(self) -> tuple[int, int] | None:
+        """Where the bytes after the stream's end that were ignored begin, and how many they are."""
+        if self.tail_at is not None:
+            return self.tail_at, self._taken - self.tail_at
+        rest = self._d.unused_data if self._d.eof else b""
+        return (self._taken - len(rest), len(rest)) if rest else None  # a lone byte never told
 
     def _flush(self) -> bytes:
-        return self._d.flush()
+        return self._later(self._d.flush()) if self.tail_at is None else b""
 
     def _ended(self) -> bool:
         return self._d.eof
 
 
+def _zlib_header(data: bytes) -> bool:
+    return len(data) >= 2 and (data[0] & 0x0F) == 8 and (data[0] << 8 | data[1]) % 31 == 0
+
+
 class _Deflate(_Zlib):
     """HTTP "deflate" is zlib-wrapped by the spec, raw deflate in practice; accept both."""
+
+    _d_wbits = zlib.MAX_WBITS
 
     def __init__(self) -> None:
         super().__init__(zlib.MAX_WBITS, "deflate")
@@ -124,9 +163,12 @@ class _Deflate(_Zlib):
                 self._head = data
                 return b""
             self._head = None
-            if (data[0] & 0x0F) != 8 or (data[0] << 8 | data[1]) % 31:
+            if not _zlib_header(data):
                 self._d = zlib.decompressobj(-zlib.MAX_WBITS)
         return super()._decompress(data, limit)
+
+    def _starts_stream(self, rest: bytes) -> bool:
+        return _zlib_header(rest)
 
     def _ended(self) -> bool:
         return self._head is None and self._d.eof
@@ -272,6 +314,43 @@ class WireUndo:
             return None
         return f"the {coding} stream ended before its end marker at wire byte {self.wire_bytes}"
 
+    def later_stream(self) -> tuple[str, str] | None:
+        """Said of a body holding a second gzip member (or deflate stream) that decodes to something,
+        and why a client may not have read it; None when there is none."""
+        for layer, decoder in self._zlib_layers():
+            if decoder.later_stream_at is not None:
+                where = self._where(layer, decoder.later_stream_at)
+                if isinstance(decoder, _Deflate):
+                    return (f"the deflate body holds more than one deflate stream: a second one begins at {where}",
+                            "but httpx and urllib3 (boto3) decode only the first deflate stream and drop the rest")
+                return (f"the {decoder.coding} body holds more than one gzip member: a second one begins at {where}",
+                        "but httpx-based clients (the openai and anthropic SDKs) decode only the first gzip member "
+                        "and drop the rest (urllib3, as boto3 uses it, decodes them all)")
+        return None
+
+    def ignored_tail(self) -> str | None:
+        """Said of bytes after the end of a gzip or deflate stream that start no other one: httpx
+        and urllib3 ignore them, and so does this decoding."""
+        for layer, decoder in self._zlib_layers():
+            tail = decoder.ignored_tail()
+            if tail is not None:
+                at, count = tail
+                return (f"{count} byte{'s' if count != 1 else ''} after the end of the {decoder.coding} stream, "
+                        f"from {self._where(layer, at)} on, were ignored, as httpx and urllib3 ignore them")
+        return None
+
+    def _zlib_layers(self):
+        """Each gzip or deflate layer with its place among the codings undone (0: the one on the wire)."""
+        if self._decoder is None or self.failure is not None:
+            return []
+        decoders = self._decoder._decoders if isinstance(self._decoder, _Stacked) else [self._decoder]
+        return [(layer, decoder) for layer, decoder in enumerate(decoders) if isinstance(decoder, _Zlib)]
+
+    def _where(self, layer: int, at: int) -> str:
+        if layer == 0:
+            return f"wire byte {at}"
+        return f"byte {at} of the {self._decoder._decoders[layer - 1].coding}-decoded bytes"
+
 
 def _undo_failed(exc: ContentDecodingError, start: int) -> str:
     """Said from the start of the read whose decoding failed: a decoder gives nothing of a read it
@@ -316,11 +395,36 @@ class WireBodyCheck:
                 f"they decode to {what}, the body holds {self._body_bytes}")
 
 
-def judge_unfinished_coding(verdict, turn, note: str):
+def judge_unfinished_coding(verdict, turn, note: str, end=None):
     """``verdict`` for a body whose compressed stream stopped before its end marker (``note``):
     a ``complete`` one becomes ``unknown`` (a client that checks the end, as httpx does for zstd,
-    failed on it); any other kind keeps its word. The turn notes it, the evidence says it."""
+    failed on it); any other kind keeps its word. The turn notes it, the evidence says it. Where the
+    stream ``end`` is the client leaving, every kind keeps its word: a client that closes the
+    response once it has read the answer (the openai SDK at ``[DONE]``) never waits for the end
+    marker, so whether it came is a matter of read timing, not of the answer."""
+    from streamtap.providers import StreamEnd
+
+    if end == StreamEnd.CLIENT_ABORTED:
+        return _noted(verdict, turn, note, "unfinished_coding")
     return _doubted(verdict, turn, note, "unfinished_coding", "which the cut coding cannot vouch for")
+
+
+def judge_coding_streams(verdict, turn, undo: WireUndo):
+    """``verdict`` for a body whose decoding found a second gzip member or deflate stream: all of it
+    is decoded, yet a common client reads only the first, so a ``complete``, ``stopped_by_limit`` or
+    ``filtered`` one becomes ``unknown`` (the app may have got a cut answer without an error); any
+    other kind keeps its word, noted. Bytes after a stream's end that start none are only noted."""
+    from streamtap.providers import VerdictKind
+
+    tail = undo.ignored_tail()
+    if tail is not None:
+        verdict = _noted(verdict, turn, tail, "ignored_coding_tail")
+    later = undo.later_stream()
+    if later is None:
+        return verdict
+    note, why = later
+    return _doubted(verdict, turn, note, "later_coding_stream", why,
+                    (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT, VerdictKind.FILTERED))
 
 
 def judge_unaccepted_coding(verdict, turn, encoding: str | None, accept_encoding: str | None):
@@ -329,23 +433,35 @@ def judge_unaccepted_coding(verdict, turn, encoding: str | None, accept_encoding
     decodes only what it asked for (botocore reads event streams undecoded) got bytes it cannot read,
     while one that decodes any coding (httpx) got the answer; any other kind keeps its word, noted."""
     note = unaccepted_coding(encoding, accept_encoding)
-    if note is None:
-        return verdict
-    return _doubted(verdict, turn, note, "unaccepted_coding", "but only a client that decodes a coding it did not "
-                    "ask for can read it")
+    if note is not None:
+        return _doubted(verdict, turn, note, "unaccepted_coding", "but only a client that decodes a coding it did "
+                        "not ask for can read it")
+    if "x-gzip" in _codings(encoding):
+        # accepted as gzip's alias, yet httpx knows no x-gzip decoder and hands the app the gzip bytes
+        note = ("the response is x-gzip-encoded, which httpx-based clients (the openai and anthropic SDKs) do not "
+                "decode: they hand the app the compressed bytes")
+        return _doubted(verdict, turn, note, "undecoded_coding", "but only a client that decodes x-gzip "
+                        "(urllib3, as boto3 uses it) can read it")
+    return verdict
 
 
-def _doubted(verdict, turn, note: str, key: str, why: str):
-    from streamtap.providers import Verdict, VerdictKind
-
+def _noted(verdict, turn, note: str, key: str):
     if note not in turn.notes:
         turn.notes.append(note)
-    evidence = {**verdict.evidence, key: note}
-    if verdict.kind is not VerdictKind.COMPLETE:
-        verdict.evidence = evidence
+    verdict.evidence = {**verdict.evidence, key: note}
+    return verdict
+
+
+def _doubted(verdict, turn, note: str, key: str, why: str, kinds=None):
+    """``verdict`` noted, and made ``unknown`` when of one of ``kinds`` (only ``complete`` by default)."""
+    from streamtap.providers import Verdict, VerdictKind
+
+    verdict = _noted(verdict, turn, note, key)
+    if verdict.kind not in (kinds or (VerdictKind.COMPLETE,)):
         return verdict
-    return Verdict(VerdictKind.UNKNOWN, f"{note}: the decoded body reads as complete, {why}",
-                   verdict.seq, verdict.offset, {**evidence, "decoded_body_read_as": "complete"})
+    kind = verdict.kind.value
+    return Verdict(VerdictKind.UNKNOWN, f"{note}: the decoded body reads as {kind}, {why}",
+                   verdict.seq, verdict.offset, {**verdict.evidence, "decoded_body_read_as": kind})
 
 
 def delimited_by_length(content_length: str | None, transfer_encoding: str | None) -> bool:

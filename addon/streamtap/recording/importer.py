@@ -34,6 +34,7 @@ from .content import (
     WireUndo,
     content_encoded,
     delimited_by_length,
+    judge_coding_streams,
     judge_unaccepted_coding,
     judge_unfinished_coding,
 )
@@ -372,7 +373,9 @@ def import_flow(
                 writer.frame(event, None)
             unfinished = undo.unfinished() if undo is not None else None
             if unfinished:  # the decoded body may be whole; its compressed stream was cut
-                analysis.verdict = judge_unfinished_coding(analysis.verdict, analysis.turn, unfinished)
+                analysis.verdict = judge_unfinished_coding(analysis.verdict, analysis.turn, unfinished, end)
+            if undo is not None:  # a gzip member, or bytes after it, a client may not read as streamtap did
+                analysis.verdict = judge_coding_streams(analysis.verdict, analysis.turn, undo)
             # decoded here; the client may not have
             analysis.verdict = judge_unaccepted_coding(analysis.verdict, analysis.turn, encoding,
                                                        flow.request.headers.get("accept-encoding"))
