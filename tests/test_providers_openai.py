@@ -26,7 +26,7 @@ from provider_streams import (
     vercel,
 )
 from conftest import FIXTURES, shared_files, shared_path
-from test_responses_client_executed_calls import INPUT_FIELD, sdk_client_calls
+from test_responses_client_executed_calls import sdk_client_calls
 
 from streamtap.providers import (
     BlockKind,
@@ -710,10 +710,10 @@ def test_responses_equal_the_sdk_stream_helper(body_name, chunks_name):
     turn = analyze_bytes(body, RESPONSES).turn
     assert final.output_text == turn.text()
     sdk_calls = [(o.call_id, o.name, o.arguments) for o in final.output if o.type == "function_call"]
-    assert sdk_calls == [(b.id, b.name, b.arguments_raw) for b in turn.tool_calls() if b.name not in INPUT_FIELD]
+    assert sdk_calls == [(b.id, b.name, b.arguments_raw) for b in turn.tool_calls() if "item" not in b.extra]
     # the items the app runs or answers (a shell command, an MCP approval, ...): under the id it answers with
     app_items = sdk_client_calls(final)
-    assert app_items == [(b.id, b.name, b.arguments) for b in turn.tool_calls() if b.name in INPUT_FIELD]
+    assert app_items == [(b.id, b.name, b.arguments) for b in turn.tool_calls() if "item" in b.extra]
     assert final.status == turn.stop_reason_raw
     assert (turn.stop_reason == "tool_use") == bool(sdk_calls or app_items)
     # the reasoning signatures are the final response's, as the SDK keeps them
