@@ -6,9 +6,12 @@ reads the side from the proxy's stream with the client, not from the code."""
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import h2.errors
+import h2.settings
 import pytest
 
 import provider_streams as streams
@@ -150,3 +153,73 @@ def test_an_upstream_cancel_through_a_connect_tunnel_is_the_upstream_s(regular_p
     rec = find_recording(proxy.record_dir, "cancel-tunnel")
     assert rec.end["stream_end"] == "upstream_reset", rec.end
     assert rec.verdict["kind"] == "truncated", rec.verdict
+
+
+@pytest.fixture(scope="module")
+def inline_proxy(tmp_path_factory):
+    """As ``proxy``, with the analysis in the proxy's loop (``streamtap_workers=0``)."""
+    with CancellingUpstream() as upstream:
+        options = {"ssl_insecure": "true", "streamtap_workers": "0"}
+        with Mitmdump(upstream.url, tmp_path_factory.mktemp("h2ends-inline"), options=options) as mitm:
+            mitm.upstream = upstream
+            mitm.ca = str(mitm.confdir / "mitmproxy-ca-cert.pem")
+            yield mitm
+            assert "mitmproxy has crashed" not in mitm.log()
+
+
+SLOW_WINDOW = 1024  # the client's stream window: mitmproxy holds the rest of the answer for it
+
+
+def _slow_reader(proxy, name: str, body: bytes, *, slow: bool):
+    """What an HTTP/2 client got of a chat answer the upstream sends whole, then cancels, and
+    its recording. A ``slow`` client opens a 1 KiB stream window and reads nothing until the
+    upstream has reset (the recording is finished at that reset); the other reads as it comes."""
+    proxy.upstream.add(name, Script(body))
+    client = H2Client(proxy.port, proxy.ca)
+    try:
+        if slow:
+            client.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: SLOW_WINDOW})
+            client._flush()  # the proxy takes it before the request below: the stream opens with this window
+        stream = client.post(f"/s/{name}{CHAT}")
+        if slow:
+            rec = find_recording(proxy.record_dir, name)
+            client.wait(stream, timeout=10)
+        else:
+            client.wait(stream, timeout=10)
+            rec = find_recording(proxy.record_dir, name)
+        return client.streams[stream], rec
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("which", ["proxy", "inline_proxy"])
+def test_a_chat_answer_whose_done_a_slow_client_never_got_is_not_complete(which, request):
+    """mitmproxy drops the bytes it held for a slow HTTP/2 reader when the upstream resets the
+    stream: the client never got [DONE], though the recording, made of what the upstream sent, has it."""
+    proxy = request.getfixturevalue(which)
+    body = streams.openai_chat([f"word{i} " for i in range(60)])
+    assert len(body) > 4 * SLOW_WINDOW
+    got, rec = _slow_reader(proxy, f"cancel-slow-{which}", body, slow=True)
+    assert got.reset == CANCEL, got
+    assert len(got.data) < len(body) and b"[DONE]" not in got.data, len(got.data)
+    assert rec.body == body  # every byte the upstream sent
+    assert rec.end["stream_end"] == "upstream_reset", rec.end
+    assert rec.verdict["kind"] == "unknown", rec.verdict
+    assert rec.verdict["evidence"]["undelivered_bytes"] == len(body) - len(got.data), rec.verdict
+    assert "did not get the last" in rec.verdict["reason"], rec.verdict
+    # verify judges the recording's bytes as the proxy did: the count is the proxy's account
+    verified = subprocess.run([str(Path(sys.executable).with_name("streamtap")), "verify", str(rec.path)],
+                              capture_output=True, text=True, timeout=30)
+    assert ": unknown (openai-chat) the client did not get the last" in verified.stdout, verified.stdout
+    assert "judging its bytes again" not in verified.stdout, verified.stdout
+
+
+@pytest.mark.parametrize("which", ["proxy", "inline_proxy"])
+def test_a_chat_answer_a_client_read_as_it_came_stays_complete_after_an_upstream_cancel(which, request):
+    proxy = request.getfixturevalue(which)
+    body = streams.openai_chat([f"word{i} " for i in range(60)])
+    got, rec = _slow_reader(proxy, f"cancel-kept-up-{which}", body, slow=False)
+    assert got.reset == CANCEL and bytes(got.data) == body, got
+    assert rec.end["stream_end"] == "upstream_reset", rec.end
+    assert rec.verdict["kind"] == "complete", rec.verdict
+    assert "undelivered_bytes" not in rec.verdict["evidence"], rec.verdict

@@ -37,6 +37,7 @@ from streamtap.recording.content import (
     delimited_by_length,
     judge_coding_streams,
     judge_unaccepted_coding,
+    judge_undelivered,
     judge_unfinished_coding,
 )
 from streamtap.recording.importer import begins_a_flow
@@ -334,6 +335,9 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
         accept_encoding = _header_value((header.get("request") or {}).get("headers"), "accept-encoding")
         analysis.verdict = _judged_coding(analysis, undone, accept_encoding, damaged=bool(damage) or stopped is not None,
                                           end=StreamEnd(end.get("stream_end") or "finished"))
+    undelivered = _undelivered(end)
+    if undelivered:  # the recording holds bytes the client never got: judged as the proxy judged them
+        analysis.verdict = judge_undelivered(analysis.verdict, analysis.turn, undelivered)
     if lines.end is not None:
         # (a recording whose analysis stopped holds no turn, and its verdict says only that it stopped).
         # Another dialect (--provider) or sentinel (--sentinel) than the proxy's asks another question:
@@ -345,6 +349,14 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
     if injected:
         analysis.verdict.evidence["injected_fault"] = injected
     return Judged(path, analysis, dialect, how, "recording", "; ".join(problems) or None, injected or None)
+
+
+def _undelivered(end: dict) -> int:
+    """The bytes at the end of the recording the client never got, as the proxy counted them in the
+    verdict's evidence (``undelivered_bytes``); 0 where it counted none."""
+    evidence = (end.get("verdict") or {}).get("evidence")
+    count = evidence.get("undelivered_bytes") if isinstance(evidence, dict) else None
+    return count if type(count) is int and count > 0 else 0
 
 
 def _undo_reads(undone: WireBodyCheck, reads) -> None:

@@ -28,6 +28,7 @@ from streamtap.recording.content import (
     content_encoded,
     judge_coding_streams,
     judge_unaccepted_coding,
+    judge_undelivered,
     judge_unfinished_coding,
 )
 from streamtap.wire import DEFAULT_MAX_EVENT, Tail
@@ -515,12 +516,14 @@ class FlowTap:
 
     # the end ------------------------------------------------------------------------
     def finish(
-        self, end: StreamEnd, error: str | None = None, injected_fault: str | None = None, t: float | None = None
+        self, end: StreamEnd, error: str | None = None, injected_fault: str | None = None, t: float | None = None,
+        undelivered: int = 0,
     ) -> dict[str, Any]:
         """Judge and close; returns the summary the addon logs and marks the flow with.
 
         ``injected_fault``: the faults streamtap itself put into this answer; the recording,
-        the verdict's evidence and the summary name them."""
+        the verdict's evidence and the summary name them. ``undelivered``: the bytes at the end
+        of the body the proxy received (and streamtap recorded) but the client never got."""
         self.catch_up()
         self.finished = True
         if t is None:
@@ -556,6 +559,8 @@ class FlowTap:
                     verdict = analysis.verdict = judge_coding_streams(verdict, turn, self.decoder)
                 # streamtap decoded it; the client may not
                 verdict = analysis.verdict = judge_unaccepted_coding(verdict, turn, self.encoding, self.accept_encoding)
+                if undelivered > 0:
+                    verdict = analysis.verdict = judge_undelivered(verdict, turn, undelivered)
                 if injected_fault:
                     verdict.evidence["injected_fault"] = injected_fault
                 ttft = turn.timing.first_content
@@ -581,6 +586,8 @@ class FlowTap:
                 judged["reason"] = self.decoder.failure
             judged["events"] = self.events_before_stop  # (analysis may have stopped in the close above)
             evidence = {"injected_fault": injected_fault} if injected_fault else {}
+            if undelivered > 0:
+                evidence["undelivered_bytes"] = undelivered
             # every end line has one shape (readers such as DuckDB and Spark take the fields of one):
             # the events the recording holds, and no turn, first-content time or place where it stopped making sense
             end_record.update(

@@ -70,6 +70,23 @@ def _client_reset(flow) -> bool | None:
         return None
 
 
+def _undelivered(flow) -> int:
+    """Bytes of a live flow's answer that mitmproxy received but the client will never get: the
+    proxy's HTTP/2 connection with the client holds what a slow reader's flow-control window has no
+    room for, and drops it as it resets the client's stream after the error hook. At the hook it
+    is still held. 0 where the proxy's internals cannot be read (fail open)."""
+    try:
+        from mitmproxy.proxy.layers.http import Http2Server
+
+        layer, stream = _http_stream(flow)
+        client = layer.connections[flow.client_conn]
+        if not isinstance(client, Http2Server):
+            return 0
+        return sum(len(chunk.data) for chunk in client.h2_conn.stream_buffers.get(stream.stream_id, ()))
+    except Exception:  # other mitmproxy internals, or none (a flow not on a live connection)
+        return 0
+
+
 def _http_stream(flow) -> tuple[Any, Any]:
     """The HTTP layer and stream that carry a live flow: on the client connection's first HTTP
     layer, or (as an HTTP proxy) on the one inside its CONNECT tunnel."""
@@ -392,9 +409,10 @@ class Tap:
 
     def error(self, flow: http.HTTPFlow) -> None:
         message = flow.error.msg if flow.error else "error"
-        self._finish(flow, ended_by(flow, message, closed=_closed, client_reset=_client_reset), message)
+        end = ended_by(flow, message, closed=_closed, client_reset=_client_reset)
+        self._finish(flow, end, message, _undelivered(flow))
 
-    def _finish(self, flow: http.HTTPFlow, end: StreamEnd, error: str | None) -> None:
+    def _finish(self, flow: http.HTTPFlow, end: StreamEnd, error: str | None, undelivered: int = 0) -> None:
         tap = self.open.pop(flow.id, None)
         kept = self.kept.pop(flow.id, None)
         installed, ours = self.streams.pop(flow.id, (None, None))
@@ -415,9 +433,9 @@ class Tap:
                 assert tap.workers is not None
                 self.awaiting[tap.key] = (flow, shown_cut)
                 self.analysing[flow.id] = tap.key
-                tap.workers.finish(tap, end.value, error, injected_fault(flow))
+                tap.workers.finish(tap, end.value, error, injected_fault(flow), undelivered)
                 return
-            summary = tap.finish(end, error, injected_fault(flow))
+            summary = tap.finish(end, error, injected_fault(flow), undelivered=undelivered)
         except Exception as exc:
             log.warning(f"streamtap: flow {flow.id[:12]}: cannot finish: {failure(exc)}")
             self._tell("tap_failed")

@@ -387,10 +387,10 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
                     if tap is not None:
                         tap.lost_from(op[2], op[3])
                 elif kind == FINISH:
-                    _, key, end, error, fault, t = op
+                    _, key, end, error, fault, t, undelivered = op
                     tap = taps.pop(key, None)
                     if tap is not None:
-                        results.append((VERDICT, key, tap.finish(StreamEnd(end), error, fault, t)))
+                        results.append((VERDICT, key, tap.finish(StreamEnd(end), error, fault, t, undelivered)))
                     else:
                         results.append((FAILED, key, failed.pop(key, "the analysis worker never had this flow")))
                 elif kind == ORPHANED:  # a recording a dead worker left: say why it stops
@@ -860,12 +860,12 @@ class Workers:
         if self.queued_bytes > SEND_BYTES:
             self._send_soon()
 
-    def finish(self, remote: RemoteFlow, end: str, error: str | None, fault: str | None) -> None:
+    def finish(self, remote: RemoteFlow, end: str, error: str | None, fault: str | None, undelivered: int = 0) -> None:
         remote.ended = time.monotonic()
         remote.end, remote.error, remote.fault = end, error, fault
         t = remote.ended - remote.t0
         if remote.reopened:  # the worker that records it closes its recording; the verdict is lost() once it did
-            self._op(remote.shard, (FINISH, remote.key, end, error, fault, t))
+            self._op(remote.shard, (FINISH, remote.key, end, error, fault, t, undelivered))
             return
         if remote.dropped is not None and remote.dropped != FELL_BEHIND:  # its verdict is unknown, whatever the worker says
             remote.opening = None
@@ -873,14 +873,14 @@ class Workers:
                 # the worker closes its recording; the verdict is lost() once it did, naming the finished file
                 remote.verdict_lost = True
                 self._op(remote.shard, (BEHIND, remote.key, remote.sent, remote.dropped))
-                self._op(remote.shard, (FINISH, remote.key, end, error, fault, t))
+                self._op(remote.shard, (FINISH, remote.key, end, error, fault, t, undelivered))
                 return
             self.flows.pop(remote.key, None)
             self.lost(remote, remote.dropped)
             return
         if remote.queued:
             self._hand_on(remote)
-        self._op(remote.shard, (FINISH, remote.key, end, error, fault, t))
+        self._op(remote.shard, (FINISH, remote.key, end, error, fault, t, undelivered))
 
     def send(self) -> None:
         """Every flow's new reads and every waiting operation: one batch per worker.
@@ -1094,7 +1094,8 @@ class Workers:
         remote.reopened = True
         self._op(index, (REOPEN, remote.key, spec, settings, remote.t0, remote.dropped))
         if remote.ended is not None:
-            self._op(index, (FINISH, remote.key, remote.end, remote.error, remote.fault, remote.ended - remote.t0))
+            # (its verdict is lost() whatever the worker says: no count of undelivered bytes to pass)
+            self._op(index, (FINISH, remote.key, remote.end, remote.error, remote.fault, remote.ended - remote.t0, 0))
         return True
 
     def _write_notes(self, index: int) -> None:

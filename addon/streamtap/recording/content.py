@@ -445,6 +445,25 @@ def judge_unaccepted_coding(verdict, turn, encoding: str | None, accept_encoding
     return verdict
 
 
+def judge_undelivered(verdict, turn, undelivered: int):
+    """``verdict`` for an answer whose last ``undelivered`` bytes the client never got (mitmproxy
+    dropped what it held for a slow HTTP/2 reader), read from a recording that holds them: a
+    ``complete``, ``stopped_by_limit`` or ``filtered`` one becomes ``unknown`` (the end that made it
+    so may be among the lost bytes); any other kind keeps its word, noted, with ``undelivered_bytes``."""
+    from streamtap.providers import Verdict, VerdictKind
+
+    note = (f"the client did not get the last {undelivered} bytes: mitmproxy held them for a client that read "
+            "slowly and dropped them when the upstream reset the stream; the recording holds every byte the upstream sent")
+    if note not in turn.notes:
+        turn.notes.append(note)
+    verdict.evidence = {**verdict.evidence, "undelivered_bytes": undelivered}
+    if verdict.kind not in (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT, VerdictKind.FILTERED):
+        return verdict
+    kind = verdict.kind.value
+    return Verdict(VerdictKind.UNKNOWN, f"{note}: the recording reads as {kind} ({verdict.reason})",
+                   verdict.seq, verdict.offset, {**verdict.evidence, "recording_read_as": kind})
+
+
 def _noted(verdict, turn, note: str, key: str):
     if note not in turn.notes:
         turn.notes.append(note)
