@@ -13,7 +13,7 @@ import pytest
 
 import provider_streams as streams
 from streamtap.recording import check_recording
-from upstream import CHAT, STREAM_REQUEST, H2Upstream, Mitmdump, Script, TeeTransport, Upstream, curl, find_recording
+from upstream import CHAT, STREAM_REQUEST, H2Upstream, Mitmdump, Script, TeeTransport, Upstream, curl, find_recording, proxy_to
 
 
 @pytest.fixture(scope="module")
@@ -135,11 +135,8 @@ def test_gzip_with_the_openai_sdk(proxy):
 
 @pytest.fixture(scope="module")
 def h2proxy(tmp_path_factory):
-    with H2Upstream() as upstream:
-        with Mitmdump(upstream.url, tmp_path_factory.mktemp("h2"), options={"ssl_insecure": "true"}) as mitm:
-            mitm.upstream = upstream
-            mitm.ca = str(mitm.confdir / "mitmproxy-ca-cert.pem")
-            yield mitm
+    with H2Upstream() as upstream, proxy_to(upstream, tmp_path_factory.mktemp("h2")) as mitm:
+        yield mitm
 
 
 def h2_post(h2proxy, name, stop_after: int | None = None):

@@ -27,7 +27,7 @@ import pytest
 
 import provider_streams as streams
 from streamtap.recording import check_recording
-from upstream import H2Upstream, Mitmdump, Script, Upstream, find_recording
+from upstream import H2Upstream, Mitmdump, Script, Upstream, find_recording, proxy_to
 
 CHAT = "/v1/chat/completions"
 REQUEST = b'{"model":"m","stream":true,"messages":[]}'
@@ -68,27 +68,16 @@ def clean_proxy(tmp_path_factory):
     clean cut after event 5 (the option)."""
     work = tmp_path_factory.mktemp("h2clean")
     (work / "slow_hook.py").write_text(SLOW_HOOK)
-    with Upstream() as upstream:
-        options = {"streamtap_fault": "cut:event=5,style=clean"}
-        mitm = Mitmdump(upstream.url, work, options=options)
-        mitm.args += ["-s", str(work / "slow_hook.py")]
-        with mitm:
-            mitm.upstream = upstream
-            mitm.ca = str(mitm.confdir / "mitmproxy-ca-cert.pem")
-            yield mitm
-            assert "mitmproxy has crashed" not in mitm.log()
+    options = {"streamtap_fault": "cut:event=5,style=clean"}
+    with Upstream() as upstream, proxy_to(upstream, work, options, scripts=(work / "slow_hook.py",)) as mitm:
+        yield mitm
 
 
 @pytest.fixture(scope="module")
 def proxy(tmp_path_factory):
     """HTTP/2 on both sides (so httpx, which prefers http/1.1, gets h2 too); faults per request by header."""
-    with H2Upstream() as upstream:
-        options = {"ssl_insecure": "true", "streamtap_fault_header": "true"}
-        with Mitmdump(upstream.url, tmp_path_factory.mktemp("h2faults"), options=options) as mitm:
-            mitm.upstream = upstream
-            mitm.ca = str(mitm.confdir / "mitmproxy-ca-cert.pem")
-            yield mitm
-            assert "mitmproxy has crashed" not in mitm.log()
+    with H2Upstream() as upstream, proxy_to(upstream, tmp_path_factory.mktemp("h2faults"), {"streamtap_fault_header": "true"}) as mitm:
+        yield mitm
 
 
 # --- a raw HTTP/2 client: what each stream got, and how it ended -------------------------

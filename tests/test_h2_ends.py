@@ -16,7 +16,7 @@ import pytest
 
 import provider_streams as streams
 from test_faults_h2 import H2Client
-from upstream import CHAT, H2Upstream, Mitmdump, Script, find_recording
+from upstream import CHAT, H2Upstream, Mitmdump, Script, find_recording, proxy_to
 
 CANCEL = h2.errors.ErrorCodes.CANCEL
 
@@ -49,12 +49,8 @@ class CancellingUpstream(H2Upstream):
 
 @pytest.fixture(scope="module")
 def proxy(tmp_path_factory):
-    with CancellingUpstream() as upstream:
-        with Mitmdump(upstream.url, tmp_path_factory.mktemp("h2ends"), options={"ssl_insecure": "true"}) as mitm:
-            mitm.upstream = upstream
-            mitm.ca = str(mitm.confdir / "mitmproxy-ca-cert.pem")
-            yield mitm
-            assert "mitmproxy has crashed" not in mitm.log()
+    with CancellingUpstream() as upstream, proxy_to(upstream, tmp_path_factory.mktemp("h2ends")) as mitm:
+        yield mitm
 
 
 @pytest.fixture
@@ -158,13 +154,9 @@ def test_an_upstream_cancel_through_a_connect_tunnel_is_the_upstream_s(regular_p
 @pytest.fixture(scope="module")
 def inline_proxy(tmp_path_factory):
     """As ``proxy``, with the analysis in the proxy's loop (``streamtap_workers=0``)."""
-    with CancellingUpstream() as upstream:
-        options = {"ssl_insecure": "true", "streamtap_workers": "0"}
-        with Mitmdump(upstream.url, tmp_path_factory.mktemp("h2ends-inline"), options=options) as mitm:
-            mitm.upstream = upstream
-            mitm.ca = str(mitm.confdir / "mitmproxy-ca-cert.pem")
-            yield mitm
-            assert "mitmproxy has crashed" not in mitm.log()
+    with CancellingUpstream() as upstream, proxy_to(upstream, tmp_path_factory.mktemp("h2ends-inline"),
+                                                    {"streamtap_workers": "0"}) as mitm:
+        yield mitm
 
 
 SLOW_WINDOW = 1024  # the client's stream window: mitmproxy holds the rest of the answer for it

@@ -23,6 +23,8 @@ import struct
 import threading
 import zlib
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -590,6 +592,21 @@ class Mitmdump:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+@contextmanager
+def proxy_to(upstream: Upstream, workdir: Path, options: dict[str, str] | None = None, scripts: tuple = ()) -> Iterator[Mitmdump]:
+    """mitmdump in front of ``upstream`` (its self-signed certificate taken), ``scripts`` loaded
+    after streamtap's, with ``upstream`` and mitmproxy's CA file (``ca``, for the clients) on it;
+    mitmproxy must not have crashed by the end."""
+    mitm = Mitmdump(upstream.url, workdir, options={"ssl_insecure": "true", **(options or {})})
+    for script in scripts:
+        mitm.args += ["-s", str(script)]
+    with mitm:
+        mitm.upstream = upstream
+        mitm.ca = str(mitm.confdir / "mitmproxy-ca-cert.pem")
+        yield mitm
+        assert "mitmproxy has crashed" not in mitm.log()
 
 
 def find_recording(record_dir: Path, name: str, timeout: float = 30, partial: bool = False):
