@@ -264,6 +264,16 @@ class _Stacked:
 
 UNDO_FAILED_RAW = "decoded before the content-encoding could not be undone: no frame covers them"  # a raw line's why
 
+# A body decoded past both bounds is taken for a decompression bomb (30 KB of zstd held 1 GB of zeros,
+# a 6 GB recording of JSON escapes): decoding stops there as where a coding cannot be undone, and the
+# wire bytes are still recorded. No real answer comes near: LLM streams compress about 3-10x (the
+# fixtures at most ~70x), and an answer under 64 MiB is never stopped however well it compresses.
+DECODED_BOUND = 64 * 1024 * 1024
+DECODED_RATIO = 1000
+# the wire is decoded in slices cut at multiples of this, and a slice's decoded bytes are weighed
+# against the wire up to the slice's end: where decoding stops is then the same for any reads
+BOUND_SLICE = 64 * 1024
+
 
 class WireUndo:
     """A content-encoded body's wire bytes undone read by read, as the Tap, ``streamtap import``,
@@ -273,7 +283,9 @@ class WireUndo:
 
     def __init__(self, encoding: str | None) -> None:
         self.wire_bytes = 0  # taken so far
+        self.decoded_bytes = 0  # given so far
         self.failure: str | None = None
+        self.encoding = encoding
         self._decoder = None
         try:
             self._decoder = content_decoder(encoding)
@@ -286,7 +298,17 @@ class WireUndo:
         Tap, ``import`` and ``verify`` decode the same reads to the same bytes."""
         start = self.wire_bytes
         self.wire_bytes += len(data)
-        return self._decoded(lambda decoder: decoder.pieces(data, PIECE), start)
+        return self._decoded(self._slices(data, start), start)
+
+    def _slices(self, data: bytes, start: int):
+        """``data`` cut where the wire crosses a multiple of ``BOUND_SLICE``: each part's decoding
+        step with the wire offset its slice ends at."""
+        at = 0
+        while at < len(data):
+            slice_end = ((start + at) // BOUND_SLICE + 1) * BOUND_SLICE
+            part = data[at : slice_end - start]
+            yield slice_end, lambda decoder, part=part: decoder.pieces(part, PIECE)
+            at += len(part)
 
     def finish_pieces(self):
         """What the decoder still holds at the end of the wire bytes."""
@@ -294,17 +316,36 @@ class WireUndo:
             if isinstance(decoder, _Stacked):
                 return decoder.flush_pieces(PIECE)
             return iter((decoder.flush(),))
-        return self._decoded(held, self.wire_bytes)
+        slice_end = max(1, -(-self.wire_bytes // BOUND_SLICE)) * BOUND_SLICE  # the last byte's slice
+        return self._decoded([(slice_end, held)], self.wire_bytes)
 
-    def _decoded(self, step, start: int):
+    def _decoded(self, steps, start: int):
         if self.failure is not None or self._decoder is None:
             return
         try:
-            for piece in step(self._decoder):
-                if piece:
+            for slice_end, step in steps:
+                allowed = max(DECODED_BOUND, DECODED_RATIO * slice_end)
+                for piece in step(self._decoder):
+                    if not piece:
+                        continue
+                    if self.decoded_bytes + len(piece) > allowed:
+                        # cut at the bound itself, not where a piece happens to end
+                        yield from self._bomb(piece[: allowed - self.decoded_bytes], allowed, slice_end)
+                        return
+                    self.decoded_bytes += len(piece)
                     yield piece
         except ContentDecodingError as exc:
             self.failure = _undo_failed(exc, start)
+
+    def _bomb(self, last: bytes, allowed: int, slice_end: int):
+        self.decoded_bytes += len(last)
+        self.failure = (f"the {self.encoding} content-encoding was not undone past {allowed} decoded bytes, "
+                        f"made from at most {slice_end} wire bytes: a decompression bomb? (streamtap stops "
+                        f"decoding past {DECODED_BOUND} bytes and {DECODED_RATIO}x the wire bytes; "
+                        f"the rest of the wire is kept undecoded)")
+        self._decoder = None  # its window and buffers are not needed any more
+        if last:
+            yield last
 
     def unfinished(self) -> str | None:
         """Said of a body whose compressed stream stopped before its end marker (a cut inside a
