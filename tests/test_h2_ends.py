@@ -119,13 +119,14 @@ def test_without_the_proxy_internals_the_side_comes_from_the_code(code, end):
     cannot read the stream and keeps the guess from the code."""
     from mitmproxy.test import tflow
 
-    from streamtap.mitm.tap import _client_reset, _closed
+    from streamtap.mitm.tap import _client_reset, _client_stream, _closed
     from streamtap.recording.flows import ended_by
 
     flow = tflow.tflow(resp=True)
     flow.client_conn.alpn = flow.server_conn.alpn = b"h2"
-    assert _client_reset(flow) is None
-    assert ended_by(flow, f"stream reset by client ({code})", closed=_closed, client_reset=_client_reset) == end
+    assert _client_reset(_client_stream(flow)) is None
+    client_reset = lambda flow: _client_reset(_client_stream(flow))  # noqa: E731  (as the Tap's error hook passes it)
+    assert ended_by(flow, f"stream reset by client ({code})", closed=_closed, client_reset=client_reset) == end
 
 
 @pytest.fixture(scope="module")

@@ -54,36 +54,39 @@ def _closed(conn) -> bool:
     return conn.timestamp_end is not None or not (conn.state & ConnectionState.CAN_READ)
 
 
-def _client_reset(flow) -> bool | None:
-    """``ended_by``'s ``client_reset`` for a live flow: whether the proxy's HTTP/2 stream with the
-    client has closed. mitmproxy words either side's reset "stream reset by client", but its h2
-    connection closes the client's stream as the client's RST_STREAM arrives, before the error
-    hook, and passes the upstream's reset on to the client only after the hook: at the hook that
-    stream has closed only if the client reset it. None where the proxy's internals cannot be read."""
+def _client_stream(flow) -> tuple[Any, int] | None:
+    """A live flow's stream on the proxy's HTTP/2 connection with the client: that connection and
+    the stream's id; None for another protocol, or where the proxy's internals cannot be read."""
     try:
         from mitmproxy.proxy.layers.http import Http2Server
 
         layer, stream = _http_stream(flow)
         client = layer.connections[flow.client_conn]
-        return client.is_closed(stream.stream_id) if isinstance(client, Http2Server) else None
+        return (client, stream.stream_id) if isinstance(client, Http2Server) else None
     except Exception:  # other mitmproxy internals, or none (a flow not on a live connection)
         return None
 
 
-def _undelivered(flow) -> int:
-    """Bytes of a live flow's answer that mitmproxy received but the client will never get: the
-    proxy's HTTP/2 connection with the client holds what a slow reader's flow-control window has no
-    room for, and drops it as it resets the client's stream after the error hook. At the hook it
-    is still held. 0 where the proxy's internals cannot be read (fail open)."""
+def _client_reset(client: tuple[Any, int] | None) -> bool | None:
+    """``ended_by``'s ``client_reset``, of the flow's ``_client_stream``: whether that stream has
+    closed. mitmproxy words either side's reset "stream reset by client", but its h2 connection
+    closes the client's stream as the client's RST_STREAM arrives, before the error hook, and passes
+    the upstream's reset on to the client only after the hook: at the hook that stream has closed
+    only if the client reset it. None where it cannot be read."""
     try:
-        from mitmproxy.proxy.layers.http import Http2Server
+        return client[0].is_closed(client[1]) if client is not None else None
+    except Exception:
+        return None
 
-        layer, stream = _http_stream(flow)
-        client = layer.connections[flow.client_conn]
-        if not isinstance(client, Http2Server):
-            return 0
-        return sum(len(chunk.data) for chunk in client.h2_conn.stream_buffers.get(stream.stream_id, ()))
-    except Exception:  # other mitmproxy internals, or none (a flow not on a live connection)
+
+def _undelivered(client: tuple[Any, int] | None) -> int:
+    """Bytes of a live flow's answer that mitmproxy received but the client will never get, of the
+    flow's ``_client_stream``: the proxy's HTTP/2 connection with the client holds what a slow
+    reader's flow-control window has no room for, and drops it as it resets the client's stream
+    after the error hook. At the hook it is still held. 0 where it cannot be read (fail open)."""
+    try:
+        return sum(len(chunk.data) for chunk in client[0].h2_conn.stream_buffers.get(client[1], ())) if client else 0
+    except Exception:
         return 0
 
 
@@ -409,8 +412,9 @@ class Tap:
 
     def error(self, flow: http.HTTPFlow) -> None:
         message = flow.error.msg if flow.error else "error"
-        end = ended_by(flow, message, closed=_closed, client_reset=_client_reset)
-        self._finish(flow, end, message, _undelivered(flow))
+        client = _client_stream(flow)  # looked up once: the side of a reset, and the bytes held for the client
+        end = ended_by(flow, message, closed=_closed, client_reset=lambda _: _client_reset(client))
+        self._finish(flow, end, message, _undelivered(client))
 
     def _finish(self, flow: http.HTTPFlow, end: StreamEnd, error: str | None, undelivered: int = 0) -> None:
         tap = self.open.pop(flow.id, None)
