@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import zlib
+from collections.abc import Callable
 
 MAX_DECODED_BODY = 64 * 1024 * 1024
 _STEP = 1024 * 1024  # output produced per call while decoding a request body
@@ -491,37 +492,45 @@ def judge_undelivered(verdict, turn, undelivered: int):
     dropped what it held for a slow HTTP/2 reader), read from a recording that holds them: a
     ``complete``, ``stopped_by_limit`` or ``filtered`` one becomes ``unknown`` (the end that made it
     so may be among the lost bytes); any other kind keeps its word, noted, with ``undelivered_bytes``."""
-    from streamtap.providers import Verdict, VerdictKind
+    from streamtap.providers import VerdictKind
 
     note = (f"the client did not get the last {undelivered} bytes: mitmproxy held them for a client that read "
             "slowly and dropped them when the upstream reset the stream; the recording holds every byte the upstream sent")
+    _note_once(turn, note)
+    verdict.evidence = {**verdict.evidence, "undelivered_bytes": undelivered}
+    return _unknown_instead(verdict, (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT, VerdictKind.FILTERED),
+                            lambda kind: f"{note}: the recording reads as {kind} ({verdict.reason})", "recording_read_as")
+
+
+def _note_once(turn, note: str) -> None:
     if note not in turn.notes:
         turn.notes.append(note)
-    verdict.evidence = {**verdict.evidence, "undelivered_bytes": undelivered}
-    if verdict.kind not in (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT, VerdictKind.FILTERED):
-        return verdict
-    kind = verdict.kind.value
-    return Verdict(VerdictKind.UNKNOWN, f"{note}: the recording reads as {kind} ({verdict.reason})",
-                   verdict.seq, verdict.offset, {**verdict.evidence, "recording_read_as": kind})
 
 
 def _noted(verdict, turn, note: str, key: str):
-    if note not in turn.notes:
-        turn.notes.append(note)
+    _note_once(turn, note)
     verdict.evidence = {**verdict.evidence, key: note}
     return verdict
 
 
 def _doubted(verdict, turn, note: str, key: str, why: str, kinds=None):
     """``verdict`` noted, and made ``unknown`` when of one of ``kinds`` (only ``complete`` by default)."""
-    from streamtap.providers import Verdict, VerdictKind
+    from streamtap.providers import VerdictKind
 
     verdict = _noted(verdict, turn, note, key)
-    if verdict.kind not in (kinds or (VerdictKind.COMPLETE,)):
+    return _unknown_instead(verdict, kinds or (VerdictKind.COMPLETE,),
+                            lambda kind: f"{note}: the decoded body reads as {kind}, {why}", "decoded_body_read_as")
+
+
+def _unknown_instead(verdict, kinds, reason: Callable[[str], str], read_as: str):
+    """``verdict`` as it is unless of one of ``kinds``: then ``unknown``, with ``reason(its kind)``
+    and that kind in the evidence under ``read_as``."""
+    from streamtap.providers import Verdict, VerdictKind
+
+    if verdict.kind not in kinds:
         return verdict
     kind = verdict.kind.value
-    return Verdict(VerdictKind.UNKNOWN, f"{note}: the decoded body reads as {kind}, {why}",
-                   verdict.seq, verdict.offset, {**verdict.evidence, "decoded_body_read_as": kind})
+    return Verdict(VerdictKind.UNKNOWN, reason(kind), verdict.seq, verdict.offset, {**verdict.evidence, read_as: kind})
 
 
 def delimited_by_length(content_length: str | None, transfer_encoding: str | None) -> bool:
