@@ -32,6 +32,15 @@ def recorded(tmp_path_factory):
     return mitm.record_dir, recordings
 
 
+def plain_recordings(tmp_path: Path, count: int) -> Path:
+    """A folder ``recs`` of ``count`` recordings of the default shape, named in order."""
+    folder = tmp_path / "recs"
+    folder.mkdir()
+    for i in range(count):
+        recording(folder, f"r{i:04d}.jsonl")
+    return folder
+
+
 def read_index(out: Path) -> dict[str, dict]:
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
@@ -101,10 +110,7 @@ def test_a_second_index_run_waits_for_the_run_holding_the_folder_and_adds_nothin
     from streamtap.recording import fleet
     from streamtap.recording.catalog import find_recordings
 
-    recordings = tmp_path / "recs"
-    recordings.mkdir()
-    for i in range(3):
-        recording(recordings, f"r{i}.jsonl")
+    recordings = plain_recordings(tmp_path, 3)
     out = tmp_path / "idx"
     out.mkdir()
     first = os.open(out / ".streamtap-index.lock", os.O_RDWR | os.O_CREAT)
@@ -163,10 +169,7 @@ def test_an_index_run_ended_by_sigterm_leaves_no_folder_and_no_temporary_file(tm
     """What `timeout`, cron and systemd send ended Python at once: the --out folder the run made
     stayed with only its lock file, and the rows file in the temporary folder (~0.7 KB a recording)
     stayed for good. It now unwinds as Ctrl-C does."""
-    recordings = tmp_path / "recs"
-    recordings.mkdir()
-    for i in range(1500):
-        recording(recordings, f"r{i:04d}.jsonl")
+    recordings = plain_recordings(tmp_path, 1500)
     temporary = tmp_path / "tmp"
     temporary.mkdir()
     out = tmp_path / "idx"
@@ -188,10 +191,7 @@ def test_an_index_run_ended_by_sigterm_leaves_no_folder_and_no_temporary_file(tm
 def test_an_index_run_under_nohup_survives_the_hang_up(tmp_path):
     """`nohup` ignores SIGHUP, which Python inherits: the verbs took it over all the same, so a
     nohup'd run ended at the terminal's hang-up (exit 129)."""
-    recordings = tmp_path / "recs"
-    recordings.mkdir()
-    for i in range(1500):
-        recording(recordings, f"r{i:04d}.jsonl")
+    recordings = plain_recordings(tmp_path, 1500)
     out = tmp_path / "idx"
     run = subprocess.Popen([*STREAMTAP, "index", str(recordings), "--out", str(out)], stderr=subprocess.PIPE, text=True,
                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
@@ -377,10 +377,7 @@ def test_report_and_index_hold_one_row_at_a_time_and_say_how_far_they_are(tmp_pa
     from streamtap import cli
     from streamtap.recording import fleet
 
-    recordings = tmp_path / "recs"
-    recordings.mkdir()
-    for i in range(30):
-        recording(recordings, f"r{i:02}.jsonl")
+    recordings = plain_recordings(tmp_path, 30)
     alive = most = 0
 
     class Row(dict):  # a dict that can be watched: one alive at a time, or all of them?
