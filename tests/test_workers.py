@@ -1939,6 +1939,34 @@ def test_a_proxy_stopped_before_its_worker_is_up_still_gets_the_recordings_of_it
     assert "streamtap: openai-chat" in log and "Traceback" not in log
 
 
+def test_two_pools_with_workers_still_starting_stop_against_one_deadline(tmp_path, monkeypatch):
+    """A change of streamtap_workers leaves a retiring pool beside the current one. At exit each
+    pool with a worker still starting that holds flows waited its own STOP_WAIT_STARTING, one
+    after the other: twice the wait, past a container's 10 s stop timeout for 7 s each."""
+    from streamtap.mitm.flowspec import FlowSpec
+    from streamtap.mitm.pools import Pools
+
+    monkeypatch.setenv(SLOW_START_ENV, "60")  # not up within the wait below
+    settings = tap_settings(tmp_path)
+    wait = 4.0  # longer than the 3 s every worker gets
+
+    async def run() -> float:
+        pools = Pools(verdict=lambda remote, summary: None, lost=lambda remote, why: None, into_loop=lambda: None)
+        loop = asyncio.get_running_loop()
+        pools.retiring = [Workers(1, loop, verdict=pools._verdict, lost=pools._lost)]
+        pools.current = Workers(1, loop, verdict=pools._verdict, lost=pools._lost)
+        for workers in pools.all():
+            remote = workers.open(FlowSpec.of(openai_flow(), None), settings)
+            workers.stream(remote)(streams.openai_chat(["held"]))
+            workers.finish(remote, "finished", None, None)
+        started = time.monotonic()
+        pools.stop(starting=wait)
+        return time.monotonic() - started
+
+    took = asyncio.run(run())
+    assert wait <= took < 1.5 * wait, took
+
+
 @pytest.mark.slow
 def test_a_worker_still_starting_gets_its_flows_even_when_they_fill_its_pipe(upstream, tmp_path, monkeypatch):
     """1,500 flows while the only worker starts fill its pipe (each OPEN carries the flow's

@@ -13,7 +13,7 @@ import functools
 import logging
 from collections.abc import Callable
 
-from streamtap.mitm.worker import RemoteFlow, Workers
+from streamtap.mitm.worker import RemoteFlow, Workers, stop_pools
 
 log = logging.getLogger("streamtap")
 
@@ -89,11 +89,7 @@ class Pools:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        for workers in self.all():
-            try:
-                workers.stop(starting=starting)
-            except Exception:
-                pass
+        stop_pools(self.all(), starting=starting)  # against one deadline: a pool does not wait for the one before
         self.current = None
         self.retiring = []
 

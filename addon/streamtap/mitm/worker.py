@@ -1198,6 +1198,10 @@ class Workers:
         """Every worker stops within ``timeout``; one still starting (it has not said its first word)
         that holds flows within ``starting`` if given: it has the recordings of flows that ended
         just before, which a worker killed before it was up would never write."""
+        stop_pools([self], timeout, starting)
+
+    def _stop_deadlines(self, now: float, timeout: float, starting: float | None) -> list[tuple[_Process, float]]:
+        """The pool takes nothing more and sends what waits; each worker with the time by which it must have stopped."""
         self.stopping = True
         for restart in self.restarts:
             if restart is not None:
@@ -1205,9 +1209,6 @@ class Workers:
         self.send()
         for index in range(len(self.ops)):  # what is left was for a worker whose restart waited
             self._write_notes(index)
-        # every worker told first, then waited for against one deadline: a busy or stuck one
-        # does not hold the others' stop (one after another, 64 stuck workers took 192 s)
-        now = time.monotonic()
         deadline = now + timeout
         holding = {remote.shard for remote in self.flows.values()}
         late = {process.index for process in self.processes if process.index in holding and not process.spoke}
@@ -1216,12 +1217,28 @@ class Workers:
             held = sum(remote.shard in late for remote in self.flows.values())
             log.info(f"streamtap: waiting up to {starting:.0f} s for analysis worker(s) still starting, "
                      f"to record the {held} flow(s) they hold")
-        # the workers that are up first: a late one's pipe may stay full until it is up and reads
-        for process in sorted(self.processes, key=lambda process: process.index in late):
-            process.tell_stop(late_deadline if process.index in late else deadline)
-        for process in self.processes:
-            process.wait_stopped(late_deadline if process.index in late else deadline)
-            try:  # the verdicts of flows that ended just before: the loop will not run again to take them
-                process.take_replies(self._received)
-            except Exception as exc:
-                log.warning(f"streamtap: analysis worker {process.index}: its replies at shutdown: {type(exc).__name__}: {exc}")
+        return [(process, late_deadline if process.index in late else deadline) for process in self.processes]
+
+
+def stop_pools(pools: list[Workers], timeout: float = 3.0, starting: float | None = None) -> None:
+    """Every worker of every pool stops (``Workers.stop``), all against one deadline: a busy or
+    stuck worker does not hold the others' stop (one after another, 64 stuck workers took 192 s,
+    and two pools each with a worker still starting twice the wait for one)."""
+    now = time.monotonic()
+    stopping = []
+    for pool in pools:
+        try:
+            stopping += [(pool, process, deadline) for process, deadline in pool._stop_deadlines(now, timeout, starting)]
+        except Exception as exc:  # the other pools still stop
+            log.warning(f"streamtap: analysis workers at shutdown: {type(exc).__name__}: {exc}")
+    # the workers that are up first (the earlier deadline): a late one's pipe may stay full until it is up and reads
+    stopping.sort(key=lambda item: item[2])
+    for _, process, deadline in stopping:
+        process.tell_stop(deadline)
+    for pool, process, deadline in stopping:
+        try:
+            process.wait_stopped(deadline)
+            # the verdicts of flows that ended just before: the loop will not run again to take them
+            process.take_replies(pool._received)
+        except Exception as exc:
+            log.warning(f"streamtap: analysis worker {process.index}: at shutdown: {type(exc).__name__}: {exc}")
