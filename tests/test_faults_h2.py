@@ -332,6 +332,39 @@ def test_abort_is_a_stream_error_for_curl_and_httpx(proxy):
 
 
 @pytest.fixture(scope="module")
+def tunnel_proxy(tmp_path_factory):
+    """mitmdump as an HTTP proxy (regular mode): each client's HTTP/2 runs inside a CONNECT
+    tunnel, so the flow's stream is on an HTTP layer within the client connection's first one."""
+    with H2Upstream() as upstream:
+        options = {"streamtap_fault_header": "true", "ssl_insecure": "true"}
+        with Mitmdump(upstream.url, tmp_path_factory.mktemp("h2tunnel"), options=options, mode="regular") as mitm:
+            mitm.upstream = upstream
+            mitm.ca = str(mitm.confdir / "mitmproxy-ca-cert.pem")
+            yield mitm
+            assert "mitmproxy has crashed" not in mitm.log()
+
+
+@pytest.mark.parametrize("style, curl_exit, how", [("clean", 0, "END_STREAM"), ("abort", 92, "RST_STREAM INTERNAL_ERROR")])
+def test_a_cut_through_a_connect_tunnel_ends_the_http2_stream_at_once(tunnel_proxy, style, curl_exit, how):
+    """The stream lookup used to search only the first HTTP layer, the one holding the CONNECT:
+    the cut fell back, so a clean cut ended only when the upstream did and an abort closed the
+    whole connection."""
+    proxy = tunnel_proxy
+    name = f"tunnel-{style}"
+    proxy.upstream.add(name, Script(SLOW, chunk_size=None, gap=GAP))
+    start = time.monotonic()
+    out = subprocess.run(["curl", "-sS", "-N", "--http2", "--max-time", "8", "--proxy", proxy.url, "--cacert", proxy.ca,
+                          "-H", "content-type: application/json", "-H", f"x-streamtap-fault: cut:event=5,style={style}",
+                          "--data", REQUEST.decode(), f"{proxy.upstream.url}/s/{name}{CHAT}"], capture_output=True)
+    prompt_enough(time.monotonic() - start)
+    assert out.returncode == curl_exit, (out.returncode, out.stderr)
+    assert out.stdout == BEFORE_CUT
+    assert_upstream_stopped(proxy.upstream.last(name))
+    log = proxy.wait_log(f"{style} cut, {how} to the client")
+    assert "cannot end the response at the cut" not in log, log[-3000:]
+
+
+@pytest.fixture(scope="module")
 def http1_upstream_proxy(tmp_path_factory):
     """An HTTP/1.1 upstream (reverse:http://...), HTTP/2 clients; faults per request by header."""
     with Upstream() as upstream:

@@ -484,10 +484,11 @@ def _end_stream(flow: http.HTTPFlow, style: str, protocol: str) -> bool:
         from mitmproxy.proxy import commands, events
 
         handler = ctx.master.addons.get("proxyserver").connections[flow.client_conn.id]
-        layer = _http_layer(handler.layer)
-        stream = next(s for s in layer.streams.values() if getattr(s, "flow", None) is flow)
+        *tunnels, (layer, stream) = http_streams(flow)
         wakeup = commands.RequestWakeup(0)
         ender = _StreamEnder(layer, stream, style, ENDS[protocol, style], wakeup)
+        for outer, tunnel in tunnels:  # as an HTTP proxy: down each CONNECT stream to the layer inside
+            outer.command_sources[wakeup] = tunnel
         layer.command_sources[wakeup] = ender
         # in the stream's place at once, not at the wakeup: the upstream's end, parsed from the
         # same read as the cut's bytes, would otherwise reach the client first as a clean end
@@ -507,6 +508,34 @@ def _run_soon(coroutine: Any) -> None:
     task = asyncio.get_running_loop().create_task(coroutine)
     _PENDING.add(task)  # the loop keeps only a weak reference: an unreferenced task may vanish mid-way
     task.add_done_callback(_PENDING.discard)
+
+
+def http_streams(flow: http.HTTPFlow) -> list[tuple[Any, Any]]:
+    """The HTTP layers and streams from a live flow's client connection down to the one that
+    carries it, last; as an HTTP proxy, each before it is a CONNECT stream whose tunnel holds
+    the next HTTP layer."""
+    top = ctx.master.addons.get("proxyserver").connections[flow.client_conn.id].layer
+
+    def within(layer: Any, depth: int) -> list[tuple[Any, Any]] | None:
+        streams = list(layer.streams.values())
+        for stream in streams:
+            if getattr(stream, "flow", None) is flow:
+                return [(layer, stream)]
+        if depth < 8:  # each CONNECT tunnel holds one more HTTP layer; they rarely nest
+            for stream in streams:
+                child = getattr(stream, "child_layer", None)
+                try:
+                    inner = within(_http_layer(child), depth + 1) if child is not None else None
+                except LookupError:  # a tunnel to something other than HTTP
+                    continue
+                if inner is not None:
+                    return [(layer, stream), *inner]
+        return None
+
+    found = within(_http_layer(top), 0)
+    if found is None:
+        raise LookupError("no HTTP stream for the flow")
+    return found
 
 
 def _http_layer(top: Any) -> Any:

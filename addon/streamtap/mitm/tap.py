@@ -27,6 +27,7 @@ from streamtap.mitm.flow_commands import FlowCommands
 from streamtap.mitm.flowspec import FlowSpec
 from streamtap.mitm.flowtap import FLUSH_EVERY, FlowTap, flow_summary, milliseconds, running_loop
 from streamtap.mitm.pools import Pools
+from streamtap.mitm.replay import http_streams
 from streamtap.mitm.worker import EXPIRE_EVERY, RemoteFlow
 from streamtap.providers import RequestInfo, StreamEnd, VerdictKind
 from streamtap.recording import FSYNC_POLICIES
@@ -60,7 +61,7 @@ def _client_stream(flow) -> tuple[Any, int] | None:
     try:
         from mitmproxy.proxy.layers.http import Http2Server
 
-        layer, stream = _http_stream(flow)
+        layer, stream = http_streams(flow)[-1]
         client = layer.connections[flow.client_conn]
         return (client, stream.stream_id) if isinstance(client, Http2Server) else None
     except Exception:  # other mitmproxy internals, or none (a flow not on a live connection)
@@ -88,24 +89,6 @@ def _undelivered(client: tuple[Any, int] | None) -> int:
         return sum(len(chunk.data) for chunk in client[0].h2_conn.stream_buffers.get(client[1], ())) if client else 0
     except Exception:
         return 0
-
-
-def _http_stream(flow) -> tuple[Any, Any]:
-    """The HTTP layer and stream that carry a live flow: on the client connection's first HTTP
-    layer, or (as an HTTP proxy) on the one inside its CONNECT tunnel."""
-    from mitmproxy import ctx
-
-    from streamtap.mitm.replay import _http_layer
-
-    layer = ctx.master.addons.get("proxyserver").connections[flow.client_conn.id].layer
-    for _ in range(8):  # each CONNECT tunnel holds one more HTTP layer; they rarely nest
-        layer = _http_layer(layer)
-        streams = list(layer.streams.values())
-        for stream in streams:
-            if getattr(stream, "flow", None) is flow:
-                return layer, stream
-        layer = next(s.child_layer for s in streams if getattr(s, "child_layer", None) is not None)
-    raise LookupError("no HTTP stream for the flow")
 
 
 def summary_line(s: dict[str, Any]) -> str:
