@@ -221,6 +221,61 @@ def test_a_url_in_a_body_string_has_its_secrets_redacted():
     assert Redactor().json(kept) == kept
 
 
+@pytest.mark.parametrize("text", [
+    "conn = psycopg2.connect('postgresql://app:PW-1@db.internal/prod')",
+    "DATABASE_URL=postgres://app:PW-1@db.internal/prod",
+    "see [dashboard](https://admin:PW-1@grafana.internal/d/1)",
+    "(https://admin:PW-1@grafana.internal/d/1)",
+])
+def test_a_url_inside_a_word_is_read_from_its_scheme(text):
+    """The userinfo was looked for from the start of the word: a quote, a markdown link or an
+    .env name before the scheme kept the password (a query's key was found all the same)."""
+    expected = text.replace("PW-1", "").replace("app:@", f"{REDACTED}@").replace("admin:@", f"{REDACTED}@")
+    assert Redactor().json({"content": text}) == {"content": expected}
+    assert Redactor().headers([("X-Db", text)]) == [["X-Db", expected]]
+
+
+@pytest.mark.parametrize(("url", "kept"), [
+    ("https://api.example/v1?relay=https://up.example/v1?key=NEST-1", "https://api.example/v1?relay={}"),
+    ("https://app.example/chat?return_to=https://up.example/x?api_key=NEST-1&lang=en", "https://app.example/chat?return_to={}&lang=en"),
+    ("https://app.example/_next/image?w=640&url=https%3A%2F%2Fbkt.s3.amazonaws.com%2Fcat.png%3FX-Amz-Signature%3DNEST-1",
+     "https://app.example/_next/image?w=640&url={}"),
+    ("https://app.example/login?next=https://u:NEST-1@up.example/cb", "https://app.example/login?next={}"),
+    # a nested URL without a secret stays as it came
+    ("https://app.example/login?next=https%3A%2F%2Fup.example%2Fcb%3Fpage%3D2", "https://app.example/login?next=https%3A%2F%2Fup.example%2Fcb%3Fpage%3D2"),
+])
+def test_a_url_in_a_parameter_value_has_its_secrets_redacted(url, kept):
+    """Only the outer parameter's name decided: a login's ``next`` or an image proxy's presigned
+    ``url`` kept its key. The whole value goes, so replay matches it as any redacted value."""
+    assert Redactor().url(url) == kept.format(REDACTED)
+    assert Redactor().json({"image_url": {"url": url}}) == {"image_url": {"url": kept.format(REDACTED)}}
+
+
+def test_urls_nested_past_the_bound_are_redacted_whole_without_recursing_on():
+    deep = "x"
+    for _ in range(5000):
+        deep = f"https://h.example/?u={deep}"
+    assert Redactor().url(deep) == f"https://h.example/?u={REDACTED}"
+
+
+def test_cut_arguments_have_their_urls_scanned_after_a_secret_member():
+    """Cut tool arguments are scanned, not parsed: once a member was redacted, the URLs in the
+    same text were no longer looked at."""
+    arguments = '{"password": "ARG-1", "url": "https://api.example.com/v1?api_key=ARG-2'
+    redacted = Redactor().json({"arguments": arguments})["arguments"]
+    assert "ARG-1" not in redacted and "ARG-2" not in redacted, redacted
+
+
+def test_a_form_body_with_a_flag_field_is_a_form():
+    """``&remember`` (a field without a value) made the body no form without its content type."""
+    from streamtap.recording.redact import looks_like_form
+
+    body = b"grant_type=password&username=u&password=FORM-1&remember"
+    assert looks_like_form(body)
+    assert b"FORM-1" not in Redactor().form(body)
+    assert not looks_like_form(b"remember") and not looks_like_form(b"just words = here")
+
+
 def test_replay_matches_a_request_whose_body_url_was_redacted():
     """A recording's body URL holds [redacted] for its key: the live request, with the real key,
     still finds it; one with another URL does not."""

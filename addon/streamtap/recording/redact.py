@@ -59,7 +59,8 @@ SECRET_PATTERNS = (
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _SCHEME = re.compile(r"^\s*([A-Za-z][A-Za-z0-9._-]*)\s+\S")
 _AUTH_VALUE = re.compile(r"\s*(?:bearer|basic|digest|aws4-hmac-sha256)\s+\S", re.IGNORECASE)
-_FORM = re.compile(rb"[^&=\s]+=[^&\s]*(?:&[^&=\s]+=[^&\s]*)*&?")
+# Form fields: name=value, or a bare name (a flag: "&remember"), at least one with a value
+_FORM = re.compile(rb"(?=\S*=)[^&=\s]+(?:=[^&\s]*)?(?:&[^&=\s]+(?:=[^&\s]*)?)*&?")
 # A query parameter. Servers differ on whether ";" separates parameters as "&" does (Python's
 # parse_qsl did before 3.9.2), so a ";" that starts another name=value starts a parameter of its
 # own; any other ";" stays in the value (a secret ending ";tail" is redacted whole either way).
@@ -87,6 +88,12 @@ _QUERY_SEPARATOR = re.compile(r"[&#]|;(?=[^&;=]*=)")
 # where a URL can carry a secret: its query, its fragment (OAuth's #access_token=...), its
 # userinfo (https://user:password@host)
 _URL_SECRET_MARKS = re.compile(r"[?#@]")
+# Where a URL in a word begins: its scheme, after whatever the word holds before it (a quote, a
+# markdown link's "[text](", an .env line's "NAME=")
+_URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+# URLs inside a parameter's value inside a parameter's value...: past this, a value holding one
+# that could carry a secret is redacted whole rather than looked into
+MAX_URL_NESTING = 4
 # A lone surrogate: half an emoji, which a JSON escape ("\ud83d") carries and Python's parser
 # reads. No UTF-8 text holds it raw, so JSON that redaction writes holds it as that escape.
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
@@ -182,6 +189,9 @@ class Redactor:
             start, end, text = word.start(), word.end(), word[0]
             if start < done or not is_url(text):
                 continue  # (a word inside the query of a URL already taken, or no URL)
+            scheme = _URL_SCHEME.search(text)
+            if scheme is not None:  # the URL starts at its scheme: its userinfo is read from there
+                start += scheme.start()
             if "?" in text or "#" in text:
                 end = _url_end(run, start, end, separators)
             url = run[start:end]
@@ -190,7 +200,7 @@ class Redactor:
         out.append(run[done:])
         return "".join(out)
 
-    def url(self, url: str) -> str:
+    def url(self, url: str, nesting: int = 0) -> str:
         """The URL with credential query values and any userinfo replaced, every other byte as
         it was. Split where urlsplit splits it, but in place: urlsplit would drop a bare ``?`` or
         ``#`` on the way back, and refuses a host with an unbalanced ``[`` (mitmproxy builds the
@@ -199,18 +209,32 @@ class Redactor:
         url = url.translate(_URL_IGNORED)
         head, hash_mark, fragment = url.partition("#")
         head, question_mark, query = head.partition("?")
-        query = _QUERY_PARAM.sub(self._query_param, query)
+        param = functools.partial(self._query_param, nesting=nesting)
+        query = _QUERY_PARAM.sub(param, query)
         if "=" in fragment:  # a fragment in query form (OAuth's #access_token=...)
-            fragment = _QUERY_PARAM.sub(self._query_param, fragment)
+            fragment = _QUERY_PARAM.sub(param, fragment)
         return _without_userinfo(head) + question_mark + query + hash_mark + fragment
 
-    def _query_param(self, match: re.Match[str]) -> str:
-        """One ``name=value`` of a query, its value replaced when the name is a secret's; every
-        other byte as it was."""
-        name, eq, _value = match[0].partition("=")
-        if eq and self.secret(unquote_plus(name), "query"):
+    def _query_param(self, match: re.Match[str], nesting: int = 0) -> str:
+        """One ``name=value`` of a query, its value replaced when the name is a secret's, or when
+        the value is a URL that carries one; every other byte as it was."""
+        name, eq, value = match[0].partition("=")
+        if eq and (self.secret(unquote_plus(name), "query") or self._nests_a_secret(value, nesting)):
             return f"{name}={REDACTED}"
         return match[0]
+
+    def _nests_a_secret(self, value: str, nesting: int) -> bool:
+        """Is a parameter's value a URL, raw or percent-encoded, with a secret of its own (a login's
+        ``next``, an image proxy's ``url`` of a presigned S3 object)? The whole value is then
+        redacted, so a replay matches it as it matches any redacted value."""
+        value = unquote_plus(value)
+        scheme = _URL_SCHEME.search(value)
+        if scheme is None or not _URL_SECRET_MARKS.search(value, scheme.end()):
+            return False
+        if nesting >= MAX_URL_NESTING:
+            return True
+        inner = value[scheme.start() :]
+        return self.url(inner, nesting + 1) != inner
 
     def json(self, value: Any) -> Any:
         """A JSON value with the values of secret fields replaced, at any depth: under a secret
@@ -277,8 +301,8 @@ class Redactor:
             redacted = self.json(inner)
         except (ValueError, RecursionError):  # cut arguments, trailing junk, too deep: scanned instead
             scanned = self.json_bytes(text.encode("utf-8", "surrogatepass")).decode("utf-8", "surrogatepass")
-            # no secret member found: maybe no JSON at all ("[the docs](https://…?key=…)")
-            return scanned if scanned != text else self.urls_in_text(text)
+            # and the URLs in it: a string of cut JSON, or no JSON at all ("[the docs](https://…?key=…)")
+            return self.urls_in_text(scanned)
         return dump_embedded(redacted) if redacted != inner else text
 
     def _json_text_in_text(self, text: str) -> str:
