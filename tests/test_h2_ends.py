@@ -38,12 +38,43 @@ class _CancellingConnection:
         self._conn.reset_stream(stream_id, CANCEL)
 
 
+class _GoingAwayWriter:
+    """An upstream's writer that says GOAWAY(NO_ERROR) right after the first DATA frame, letting
+    the stream under way finish (RFC 9113 6.8), and then goes on sending its body."""
+
+    def __init__(self, writer, stream_id: int) -> None:
+        self._writer, self._stream_id, self._writes = writer, stream_id, 0
+
+    def write(self, data: bytes) -> None:
+        from hyperframe.frame import GoAwayFrame
+
+        self._writes += 1
+        if self._writes == 3:  # after the headers and the first piece of the body
+            goaway = GoAwayFrame(0)
+            goaway.last_stream_id, goaway.error_code = self._stream_id, h2.errors.ErrorCodes.NO_ERROR
+            data += goaway.serialize()  # (the next DATA comes a gap later: in the same read, h2 refuses it)
+        if not self._writer.is_closing():
+            self._writer.write(data)
+
+    async def drain(self) -> None:
+        try:
+            await self._writer.drain()
+        except ConnectionError:  # mitmproxy closed the connection on the GOAWAY
+            pass
+
+    def close(self) -> None:
+        self._writer.close()
+
+
 class CancellingUpstream(H2Upstream):
-    """H2Upstream whose scripts named ``cancel-...`` end in RST_STREAM(CANCEL)."""
+    """H2Upstream whose scripts named ``cancel-...`` end in RST_STREAM(CANCEL), and whose scripts
+    named ``goaway-...`` say a graceful GOAWAY in mid-body."""
 
     async def _respond_h2(self, conn, writer, stream_id, headers, body) -> None:
         if headers.get(":path", "").startswith("/s/cancel-"):
             conn = _CancellingConnection(conn)
+        if headers.get(":path", "").startswith("/s/goaway-"):
+            writer = _GoingAwayWriter(writer, stream_id)
         await super()._respond_h2(conn, writer, stream_id, headers, body)
 
 
@@ -110,6 +141,22 @@ def test_a_client_that_resets_its_stream_with_no_error_mid_body_aborted_it(proxy
     client._flush()
     rec = find_recording(proxy.record_dir, name)
     assert rec.end["stream_end"] == "client_aborted", rec.end
+    assert rec.verdict["kind"] == "truncated", rec.verdict
+
+
+def test_a_stream_mitmproxy_drops_at_an_upstream_s_graceful_goaway_is_the_proxy_s_end(proxy, client):
+    """A GOAWAY with NO_ERROR lets the streams under way finish; mitmproxy closes the connection on
+    any GOAWAY and drops them. The answer is cut, but the upstream would have sent it whole: it
+    was blamed on the upstream (upstream_reset)."""
+    name = "goaway-chat"
+    body = streams.openai_chat([f"w{i} " for i in range(20)])
+    proxy.upstream.add(name, Script(body, gap=0.05))
+    stream = client.post(f"/s/{name}{CHAT}")
+    client.wait(stream, timeout=10)
+    assert len(client.streams[stream].data) < len(body)
+    rec = find_recording(proxy.record_dir, name)
+    assert rec.end["stream_end"] == "proxy_ended", rec.end
+    assert "ConnectionTerminated" in rec.end.get("error", ""), rec.end
     assert rec.verdict["kind"] == "truncated", rec.verdict
 
 

@@ -9,6 +9,7 @@ module imports no mitmproxy.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
@@ -88,6 +89,9 @@ def answered_end(flow: Any) -> StreamEnd:
 # the HTTP layer's wording; this module imports no mitmproxy)
 KILLED = "Connection killed."
 _OVER_LIMIT = "body exceeds mitmproxy's body_size_limit."
+# mitmproxy's error for the streams of a connection whose peer sent GOAWAY: with NO_ERROR the peer
+# lets the streams under way finish, but mitmproxy closes the connection on any GOAWAY
+_GRACEFUL_GOAWAY = re.compile(r"HTTP/2 connection closed: <ConnectionTerminated error_code:(?:0|ErrorCodes\.NO_ERROR),")
 
 
 def _cannot_tell(flow: Any) -> bool | None:
@@ -109,7 +113,7 @@ def ended_by(flow: Any, message: str, closed: Callable[[Any], bool] = closed_whe
     keeps no stream state)."""
     if flow.metadata.get(INJECTED_END):  # streamtap cut it, standing in for the upstream, whatever the protocol shows
         return StreamEnd.UPSTREAM_RESET
-    if message == KILLED or message.endswith(_OVER_LIMIT):  # the proxy's own doing, which its message names
+    if message == KILLED or message.endswith(_OVER_LIMIT) or _GRACEFUL_GOAWAY.search(message):  # the proxy's own doing
         return StreamEnd.PROXY_ENDED
     text = message.lower()
     if "client disconnected" in text:
