@@ -55,3 +55,26 @@ def test_the_proxy_and_verify_judge_a_stitched_response_corrupt(tmp_path):
                               capture_output=True, text=True, timeout=60)
     judged = json.loads(verified.stdout)
     assert judged["verdict"]["kind"] == "corrupt" and judged["problem"] is None, judged
+
+
+AFTER_THE_END = [
+    (Dialect.ANTHROPIC, message("msg_A", "Hi there."), b"event: ping\ndata: {\"ty"),
+    (Dialect.BEDROCK_CONVERSE, bedrock_converse(["Hi"], {"city": "Paris"}), bedrock_converse(["Hi"], {})[:20]),
+    (Dialect.BEDROCK_CONVERSE, bedrock_converse(["Hi"], {"city": "Paris"}), b"\x00\x00\x00\x05\x00"),
+]
+
+
+@pytest.mark.parametrize("dialect, body, tail", AFTER_THE_END, ids=["anthropic", "converse-frame", "converse-prelude"])
+def test_the_start_of_another_event_after_the_answer_s_end_is_corrupt_not_truncated(dialect, body, tail):
+    """boto3 (and the anthropic SDK) drop an unfinished last event at a clean end of the body: the
+    app got the whole answer, which `truncated` denied. Anything after an answer's end is corrupt,
+    as a whole event there is; a body file of messages back to back keeps reading it as the next
+    message cut."""
+    assert analyze_bytes(body, dialect, one_response=True).verdict.kind is VerdictKind.COMPLETE
+    verdict = analyze_bytes(body + tail, dialect, one_response=True).verdict
+    assert verdict.kind is VerdictKind.CORRUPT, verdict
+    assert "after the answer had ended (complete)" in verdict.reason and verdict.offset == len(body), verdict
+    assert verdict.evidence["after_end"] and verdict.evidence["tail_bytes"] == len(tail), verdict.evidence
+    cut = analyze_bytes(body + tail, dialect, one_response=True, end=StreamEnd.UPSTREAM_RESET).verdict
+    assert cut.kind is VerdictKind.TRUNCATED, cut  # the SDKs raise on the reset
+    assert analyze_bytes(body + tail, dialect).verdict.kind is VerdictKind.TRUNCATED

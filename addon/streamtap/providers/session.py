@@ -136,6 +136,7 @@ class StreamSession:
         self.http_status = http_status
         self.sentinel = sentinel
         self._assembler = make_assembler(self.dialect, self.wire, one_response, may_resume)
+        self._one_response = one_response
         # a dialect whose client reads only "data: " lines as SSE is shown every other line
         self._reads_other_lines = self.wire == "sse" and hasattr(self._assembler, "other_lines")
         # blank lines where the dialect's SDK dispatches an event with empty data and the HTML
@@ -498,6 +499,17 @@ class StreamSession:
                     tail.seq,
                     tail.start,
                     evidence | {"terminal_not_dispatched": True, "was": verdict.kind.value},
+                )
+            if self._one_response and end is StreamEnd.FINISHED and verdict.kind in ENDING_KINDS:
+                # the answer had ended, and the app got it (boto3 and the openai and anthropic SDKs drop an
+                # unfinished last event): these bytes were appended after its end, as a whole event would be
+                return Verdict(
+                    VerdictKind.CORRUPT,
+                    f"{len(tail.raw)} bytes began another event at byte {tail.start} after the answer had ended "
+                    f"({verdict.kind.value}), and the body ended inside it ({tail.reason}): nothing follows an answer's end",
+                    tail.seq,
+                    tail.start,
+                    evidence | {"was": verdict.kind.value, "after_end": True},
                 )
             if verdict.kind is VerdictKind.TRUNCATED:
                 verdict.evidence.update(evidence)
