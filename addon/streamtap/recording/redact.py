@@ -88,9 +88,8 @@ _QUERY_SEPARATOR = re.compile(r"[&#]|;(?=[^&;=]*=)")
 # where a URL can carry a secret: its query, its fragment (OAuth's #access_token=...), its
 # userinfo (https://user:password@host)
 _URL_SECRET_MARKS = re.compile(r"[?#@]")
-# Where a URL in a word begins: its scheme, after whatever the word holds before it (a quote, a
-# markdown link's "[text](", an .env line's "NAME=")
-_URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+# what a URL's scheme is made of (after its first character, a letter)
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-.")
 # URLs inside a parameter's value inside a parameter's value...: past this, a value holding one
 # that could carry a secret is redacted whole rather than looked into
 MAX_URL_NESTING = 4
@@ -189,9 +188,7 @@ class Redactor:
             start, end, text = word.start(), word.end(), word[0]
             if start < done or not is_url(text):
                 continue  # (a word inside the query of a URL already taken, or no URL)
-            scheme = _URL_SCHEME.search(text)
-            if scheme is not None:  # the URL starts at its scheme: its userinfo is read from there
-                start += scheme.start()
+            start += _url_start(text)  # its userinfo is read from its scheme on
             if "?" in text or "#" in text:
                 end = _url_end(run, start, end, separators)
             url = run[start:end]
@@ -228,12 +225,12 @@ class Redactor:
         ``next``, an image proxy's ``url`` of a presigned S3 object)? The whole value is then
         redacted, so a replay matches it as it matches any redacted value."""
         value = unquote_plus(value)
-        scheme = _URL_SCHEME.search(value)
-        if scheme is None or not _URL_SECRET_MARKS.search(value, scheme.end()):
+        mark = value.find("://")
+        if mark < 0 or not _URL_SECRET_MARKS.search(value, mark):
             return False
         if nesting >= MAX_URL_NESTING:
             return True
-        inner = value[scheme.start() :]
+        inner = value[_url_start(value) :]
         return self.url(inner, nesting + 1) != inner
 
     def json(self, value: Any) -> Any:
@@ -457,6 +454,22 @@ class _Separators:
 def _url_word(word: str) -> bool:
     """A word of a body's text taken for a URL that may carry a secret."""
     return "://" in word and _URL_SECRET_MARKS.search(word) is not None
+
+
+def _url_start(word: str) -> int:
+    """Where the URL in a word begins: at the scheme before its first ``://``, after whatever the
+    word holds before it (a quote, a markdown link's ``[text](``, an .env line's ``NAME=``); 0
+    without one. Walked back from the ``://``, so a long word costs one pass, where a pattern
+    searched for would start again at each of its characters."""
+    mark = word.find("://")
+    if mark < 0:
+        return 0
+    start = mark
+    while start and word[start - 1] in _SCHEME_CHARS:
+        start -= 1
+    while start < mark and not word[start].isalpha():  # a scheme begins with a letter
+        start += 1
+    return start if start < mark else 0
 
 
 def _without_userinfo(head: str) -> str:
