@@ -162,3 +162,23 @@ def test_a_resume_cuts_at_the_turns_position_as_the_whole_stream_places_it(tmp_p
         past = post({"last-event-id": str(tool_args), "x-streamtap-fault": "cut:at=tool-args"})
     assert past.status_code == 400
     assert f"lies before the resume point, after event {tool_args}" in past.text, past.text
+
+
+def test_a_fault_header_is_read_as_utf8_as_the_live_addon_reads_it(tmp_path):
+    """curl -H sends the header's text as UTF-8: the replay server read it as Latin-1, so one spec
+    injected another message than the live addon and recorded another spec than it was given."""
+    write_recording(tmp_path / "openai.jsonl", "openai", openai_chat_frames(words=6, tool=False))
+    spec = "error:kind=openai,after=1,message=héllo ✓"
+    with ServerThread(Library.load([tmp_path]), ServeOptions(fault_header=True)) as server:
+        host, port = server.base_url.removeprefix("http://").split(":")
+        body = json.dumps(OPENAI_REQUEST).encode()
+        data = b""
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                         b"x-streamtap-fault: " + spec.encode() + b"\r\nconnection: close\r\n"
+                         b"content-length: %d\r\n\r\n" % len(body) + body)
+            while piece := sock.recv(65536):
+                data += piece
+    head, _, rest = data.partition(b"\r\n\r\n")
+    assert b"x-streamtap-injected-fault: error:kind=openai,after=1,message=h%C3%A9llo %E2%9C%93" in head.split(b"\r\n"), head
+    assert json.dumps("héllo ✓").encode() in rest, rest

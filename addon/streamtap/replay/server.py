@@ -924,10 +924,14 @@ def _request(event: h11.Request, body: bytes) -> _Request:
                     keep_alive and chunked, chunked)
 
 
+_UTF8_HEADERS = (b"last-event-id", FAULT_HEADER.encode())
+
+
 def _header_text(name: bytes, value: bytes) -> str:
     """A header value as text: latin-1 (bytes kept one to one), but a Last-Event-ID as UTF-8 first,
-    because SSE ids are UTF-8 (the decoder reads them so) and EventSource sends them that way."""
-    if name == b"last-event-id":
+    because SSE ids are UTF-8 (the decoder reads them so) and EventSource sends them that way, and
+    a fault spec too, as curl sends it and the live addon reads it (a ``message=`` in any language)."""
+    if name in _UTF8_HEADERS:
         try:
             return value.decode("utf-8")
         except UnicodeDecodeError:
