@@ -443,9 +443,11 @@ def _bedrock_body() -> bytes:
         # each event is decoded once the next line's bytes show its lone CR is no CR LF; the last, at the end
         (b"data: a\r\rdata: b\r\r", "unknown", "sse", None, 0, {"sse": "ping"}, "'event.sse' is \"ping\""),
         (b"data: a\r\rdata: b\r\r", "unknown", "sse", None, 1, {"sse": "ping"}, "'event.sse' is \"ping\""),
-        # the last event ID stays in force: the second event has it too
-        (b"id: 7\nretry: 5\ndata: a\n\ndata: b\n\n", "unknown", "sse", None, 1, {"sse": "message"},
-         "'event.id' is missing, its bytes give \"7\""),
+        # the last event ID stays in force: a view gives it where it changes
+        (b"id: 7\nretry: 5\ndata: a\n\ndata: b\n\n", "unknown", "sse", None, 1, {"sse": "message", "id": "8"},
+         "'event.id' is \"8\", its bytes give none"),
+        (b"id: 7\ndata: a\n\nid: 8\ndata: b\n\n", "unknown", "sse", None, 1, {"sse": "message"},
+         "'event.id' is missing, its bytes give \"8\""),
         (b"id: 7\nretry: 5\ndata: a\n\n", "unknown", "sse", None, 0, {"sse": "message", "id": "7", "retry": 6},
          "'event.retry' is 6, its bytes give 5"),
         # decoded at the end of its raw lines, before its frame
@@ -455,7 +457,7 @@ def _bedrock_body() -> bytes:
         (_bedrock_body, "bedrock-converse", "eventstream", None, 2, lambda event: event | {"headers": event["headers"] | {":event-type": "messageStop"}},
          "'event.headers.:event-type' is \"messageStop\", its bytes give \"contentBlockDelta\""),
     ],
-    ids=["lone-cr-first", "lone-cr-last-at-close", "id-in-force", "retry", "skipped-oversize", "ndjson", "eventstream-header"],
+    ids=["lone-cr-first", "lone-cr-last-at-close", "id-in-force", "id-changed", "retry", "skipped-oversize", "ndjson", "eventstream-header"],
 )
 def test_a_frame_whose_event_its_bytes_do_not_decode_to_is_damaged(tmp_path, body, dialect, wire, max_event, seq, forged, says):
     """A frame's ``event`` is the decoded view of its bytes: verify decodes them again, as the proxy
@@ -473,6 +475,32 @@ def test_a_frame_whose_event_its_bytes_do_not_decode_to_is_damaged(tmp_path, bod
     result = streamtap("verify", edited)
     assert result.returncode == 2 and result.stdout == "", result.stdout + result.stderr
     assert f"line {at + 1} is damaged: its {says}" in result.stderr, result.stderr
+
+
+def test_an_sse_id_is_recorded_where_it_changes_so_a_long_one_does_not_grow_every_frame(tmp_path):
+    """The view gave the id in effect on every frame: one event setting a 100 KiB id, then 2,000
+    small events, made a 205 MB recording of a 216 KB body. Recordings made before give it on
+    every frame still verify clean."""
+    body = b"id: " + b"i" * 102_400 + b"\ndata: a\n\n" + b"data: b\n\n" * 2000 + b"id: 2\ndata: c\n\nid\ndata: d\n\n"
+    recording = tmp_path / "ids.jsonl"
+    _proxy_recording(recording, body, "unknown", "sse")
+    assert recording.stat().st_size < 2 * len(body) + 200 * 2004, recording.stat().st_size  # (a line per frame: 205 MB before)
+    lines = [orjson.loads(line) for line in recording.read_bytes().splitlines()]
+    views = [line["event"] for line in lines if line["type"] == "frame"]
+    assert views[0]["id"] == "i" * 102_400 and "id" not in views[1] and views[-2]["id"] == "2" and views[-1]["id"] == ""
+    checked = streamtap("verify", recording)
+    assert checked.returncode == 1 and checked.stderr == "", checked.stdout + checked.stderr  # (unknown: no dialect)
+    in_effect = ""  # as recordings made before 2026-12-07 give it: on every frame, unless empty
+    for line in lines:
+        if line["type"] == "frame":
+            in_effect = line["event"].get("id", in_effect)
+            line["event"].pop("id", None)
+            if in_effect:
+                line["event"] = {"sse": line["event"]["sse"], "id": in_effect, **line["event"]}
+    old = tmp_path / "old.jsonl"
+    old.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    checked = streamtap("verify", old)
+    assert checked.returncode == 1 and checked.stderr == "", checked.stdout + checked.stderr
 
 
 def test_an_end_line_whose_frame_count_differs_from_the_file_is_a_finding(files, tmp_path):

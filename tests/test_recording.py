@@ -347,9 +347,10 @@ def test_any_body_split_any_way_rebuilds_exactly(tmp_path_factory, body, cuts, r
 # -- the writer's hand-built frame lines against a straightforward reading of the format ---
 
 
-def reference_line(event, t_ms) -> bytes:
+def reference_line(event, t_ms, previous_id: str = "") -> bytes:
     """One frame or tail line written the plain way, straight from docs/recording-format.md:
-    a dict per line, dumped by the standard library's json (not orjson, not the writer's code)."""
+    a dict per line, dumped by the standard library's json (not orjson, not the writer's code).
+    ``previous_id``: the SSE event id in effect at the frame before."""
     import base64
     import json
 
@@ -370,7 +371,7 @@ def reference_line(event, t_ms) -> bytes:
         line["reason"] = event.reason
     elif isinstance(event, SSEEvent):
         view = {"sse": event.event}
-        if event.id:
+        if event.id != previous_id:
             view["id"] = event.id
         if event.retry is not None:
             view["retry"] = event.retry
@@ -456,12 +457,15 @@ def test_frame_lines_are_what_a_straightforward_writer_gives(tmp_path_factory, d
     writer = RecordingWriter(directory / "r.jsonl", fsync=fsync)
     writer.header({})
     expected, i, b = [], 0, 0
+    ids = [""]  # the SSE id in effect before each event
+    for event in events:
+        ids.append(event.id if isinstance(event, SSEEvent) else ids[-1])
     while i < len(events):
         batch = events[i : i + batches[b % len(batches)]]
         # a batch shares one time object (as the proxy passes it) or not
         t_ms = [times[b % len(times)]] * len(batch) if b % 2 else [times[(b + j) % len(times)] for j in range(len(batch))]
         writer.frames(batch, t_ms)
-        expected += [reference_line(event, t) for event, t in zip(batch, t_ms)]
+        expected += [reference_line(event, t, ids[i + j]) for j, (event, t) in enumerate(zip(batch, t_ms))]
         i += len(batch)
         b += 1
     writer.finish({})

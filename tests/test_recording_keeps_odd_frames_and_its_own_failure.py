@@ -50,7 +50,7 @@ def test_a_retry_past_64_bits_is_recorded_and_verifies(tmp_path):
 
 
 def test_a_bug_while_recording_leaves_a_note_in_the_recording(tmp_path, monkeypatch):
-    def broken(event):
+    def broken(event, previous_id=""):
         raise TypeError("a bug in describing a frame")
 
     monkeypatch.setattr(writer_module, "describe", broken)

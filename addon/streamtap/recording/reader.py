@@ -659,29 +659,33 @@ class EventViews:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = path
         self._frames: deque[Frame] = deque(maxlen=2)  # frames whose event has not come yet
-        self._event: Any = None  # the last event that came before its frame
+        self._event: Any = None  # the last event that came before its frame, with the SSE id before it
+        self._sse_id = ""  # the SSE event id in effect at the last event decoded
 
     def frame(self, line: Frame) -> None:
         if line.kind != "frame":
             return
-        event = self._event
-        if event is not None and event.seq == line.seq:
+        waiting = self._event
+        if waiting is not None and waiting[0].seq == line.seq:
             self._event = None
-            self._compare(line, event)
+            self._compare(line, *waiting)
         else:
             self._frames.append(line)
 
     def decoded(self, events: Sequence[Any]) -> None:
         frames = self._frames
         for event in events:
+            previous_id = self._sse_id
+            if type(event) is SSEEvent:
+                self._sse_id = event.id
             while frames and frames[0].seq < event.seq:  # (its event never came)
                 frames.popleft()
             if frames and frames[0].seq == event.seq:
-                self._compare(frames.popleft(), event)
+                self._compare(frames.popleft(), event, previous_id)
             else:
-                self._event = event
+                self._event = event, previous_id
 
-    def _compare(self, frame: Frame, event: Any) -> None:
+    def _compare(self, frame: Frame, event: Any, previous_id: str) -> None:
         # the same unit holds the same bytes: an event skipped for its size holds none, as its frame does
         # (its bytes are in the raw lines before it); a frame that holds them anyway, or a tail, is not it
         if frame.end != event.end or len(frame.raw) != len(event.raw) or type(event) is Tail:
@@ -690,15 +694,19 @@ class EventViews:
         kind = type(event)
         if kind is SSEEvent and not event.invalid_utf8:  # the common events, without building their view
             id_, retry = event.id, event.retry
-            if (len(recorded) == 1 + bool(id_) + (retry is not None) and recorded.get("sse") == event.event
-                    and (not id_ or recorded.get("id") == id_)
+            # the id where it changed; recordings made before 2026-12-07 give it on every frame that has one
+            has_id = "id" in recorded
+            if (has_id == (id_ != previous_id) or has_id == bool(id_)) and (not has_id or recorded["id"] == id_) and (
+                    len(recorded) == 1 + has_id + (retry is not None) and recorded.get("sse") == event.event
                     and (retry is None or (type(recorded.get("retry")) is int and recorded["retry"] == retry))):
                 return
         elif kind is JSONValue:
             if len(recorded) == 1 and recorded.get("json") is True:
                 return
         # the writer's own bytes, read back as a reader reads them (a retry past 64 bits becomes a float)
-        written = line_json(_described(event))
+        written = line_json(_described(event, previous_id))
+        if kind is SSEEvent and "id" in recorded and recorded["id"] == event.id:  # (as recordings before 2026-12-07 give it)
+            written = {"id": event.id, **written}
         if _view_json(recorded) != _view_json(written):
             raise RecordingError(f"{self.path}: line {frame.line} is damaged: {_view_difference(recorded, written)}")
 

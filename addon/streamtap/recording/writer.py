@@ -114,14 +114,16 @@ def _plain_header_value(value: Any) -> Any:
     return str(value)  # uuid, datetime
 
 
-def describe(event: Any) -> dict[str, Any]:
+def describe(event: Any, previous_id: str = "") -> dict[str, Any]:
     """The decoded view of a wire event, for people and tools reading the recording.
 
-    The raw bytes are on the same line already; this adds what framing found in them.
-    """
+    The raw bytes are on the same line already; this adds what framing found in them. An SSE
+    event's id is given where it differs from ``previous_id``, the id in effect at the event
+    before: it persists from event to event, and written on every frame one long id would make
+    the recording as many times larger as the stream has events."""
     if isinstance(event, SSEEvent):
         out: dict[str, Any] = {"sse": event.event}
-        if event.id:
+        if event.id != previous_id:
             out["id"] = event.id
         if event.retry is not None:
             out["retry"] = event.retry
@@ -142,7 +144,7 @@ def describe(event: Any) -> dict[str, Any]:
     return {}
 
 
-_PLAIN_SSE: dict[str, bytes] = {}  # event type -> its description, for the common SSE event without id or retry
+_PLAIN_SSE: dict[str, bytes] = {}  # event type -> its description, for the common SSE event without a new id or retry
 
 
 _HEADERS: dict[tuple, bytes] = {}  # event-stream header set -> its JSON (a stream repeats a few sets)
@@ -205,17 +207,17 @@ def _headers_json(headers: dict[str, Any]) -> bytes:
     return cached
 
 
-def _described(event: Any) -> bytes:
-    """``orjson.dumps(describe(event))`` for all but event-stream messages (``frames`` writes
-    those itself), plain SSE descriptions cached: this runs once per event."""
-    if type(event) is SSEEvent and not event.id and event.retry is None and not event.invalid_utf8:
+def _described(event: Any, previous_id: str = "") -> bytes:
+    """``orjson.dumps(describe(event, previous_id))`` for all but event-stream messages (``frames``
+    writes those itself), plain SSE descriptions cached: this runs once per event."""
+    if type(event) is SSEEvent and event.id == previous_id and event.retry is None and not event.invalid_utf8:
         cached = _PLAIN_SSE.get(event.event)
         if cached is None:
             cached = orjson.dumps({"sse": event.event})
             if len(_PLAIN_SSE) < 1024:
                 _PLAIN_SSE[event.event] = cached
         return cached
-    description = describe(event)
+    description = describe(event, previous_id)
     try:
         return orjson.dumps(description)
     except TypeError:  # a retry past 64 bits, which the SSE rules take: written as the json module writes it
@@ -402,6 +404,7 @@ class RecordingWriter:
         self._offset = 0
         self._body_hash = hashlib.sha256()
         self._frames = 0
+        self._sse_id = ""  # the SSE event id in effect at the last frame (a view gives it where it changes)
         self._wire_offset = 0
         self._wire_hash = hashlib.sha256()
         self._reads: list[list[float]] = []
@@ -474,6 +477,7 @@ class RecordingWriter:
         last_types: Any = None  # and its value types, where equal sets may differ in them (_value_types)
         headers_json = b""
         plain_sse = _PLAIN_SSE
+        sse_id = self._sse_id
         try:
             for event, t in zip(events, t_ms):
                 kind = type(event)
@@ -524,8 +528,12 @@ class RecordingWriter:
                         % (event.seq, offset, len(raw), digest, t_field, raw_field, headers_json, payload_field)
                     )
                 else:
-                    if kind is SSEEvent and not event.id and event.retry is None and not event.invalid_utf8:
-                        described = plain_sse.get(event.event) or _described(event)
+                    if kind is SSEEvent:
+                        if event.id == sse_id and event.retry is None and not event.invalid_utf8:
+                            described = plain_sse.get(event.event) or _described(event, sse_id)
+                        else:
+                            described = _described(event, sse_id)
+                            sse_id = event.id
                     else:
                         described = _described(event)
                     try:
@@ -549,6 +557,7 @@ class RecordingWriter:
                     os.fsync(self._file.fileno())
         finally:
             self._offset = offset
+            self._sse_id = sse_id
             if hashed:
                 self._body_hash.update(b"".join(hashed))
             if lines:
