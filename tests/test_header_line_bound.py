@@ -148,3 +148,29 @@ def test_verify_and_report_refuse_the_same_header_line_too_long(tmp_path):
         RecordingLines(path).open()
     with pytest.raises(RecordingError, match="^" + re.escape(says.replace(" (byte 0)", ""))):
         read_ends(path)
+
+
+def test_report_and_index_refuse_a_last_line_too_long_holding_one_block(tmp_path):
+    """A last line past MAX_LINE_BYTES: report and index read it backwards, whole, into memory
+    (1.3 GB for a 400 MiB line) and took it for a line that is no end line; verify refused it.
+    The file is sparse: nothing is written to the disk."""
+    import tracemalloc
+
+    path = tmp_path / "20260528T200000.250Z_openai-chat_abc123def456.jsonl"
+    first = orjson.dumps({"type": "header", "format": "streamtap-recording/1", "streamtap": "0", "flow_id": "f",
+                          "started": 0.0, "request": {"method": "POST", "url": "http://x/v1/chat/completions", "headers": []},
+                          "response": {"status": 200, "headers": []}, "dialect": "openai-chat",
+                          "wire": {"format": "sse", "content_encoding": None}}) + b"\n"
+    with open(path, "wb") as file:
+        file.write(first + b'{"type":"note","message":"')
+        file.truncate(len(first) + MAX_LINE_BYTES + 10)
+        file.seek(0, 2)
+        file.write(b'"}\n')
+    tracemalloc.start()
+    try:
+        with pytest.raises(RecordingError, match=f"is longer than {MAX_LINE_BYTES} bytes"):
+            read_ends(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 * 1024 * 1024, peak

@@ -53,6 +53,7 @@ NEVER_RENAMED = ("never finished: its end line is there, but its writer stopped 
                  "from .partial (it may not have reached the disk)")
 HEAD_BLOCK = 32 * 1024  # most recordings fit whole: one read
 TAIL_BLOCK = 64 * 1024
+SCAN_BLOCK = 8 * 1024 * 1024  # the largest block read looking for a long last line's start
 # A line longer than the format allows (MAX_LINE_BYTES, which a header holding a large request
 # stays under too) is damage here as in verify: the verbs never disagree on a file
 TOO_LONG = f"is longer than {MAX_LINE_BYTES} bytes, the longest line the format allows"
@@ -410,19 +411,29 @@ class _Ends(io.RawIOBase):
 
 
 def _last_line(handle: BinaryIO, size: int) -> tuple[bytes, int]:
-    """The file's last line (with its newline, if it has one) and the byte where it starts,
-    reading backwards in growing blocks (an end line holds the whole answer's text)."""
-    block, position, data = TAIL_BLOCK, size, b""
+    """The file's last line (with its newline, if it has one) and the byte where it starts. Its
+    start is looked for backwards in growing blocks, which are not kept (an end line holds the
+    whole answer's text), and the line read once found: a line longer than the format allows is
+    refused holding one block at most."""
+    block, position, start = TAIL_BLOCK, size, 0
     while position > 0:
         step = min(block, position)
         position -= step
         handle.seek(position)
-        data = handle.read(step) + data
-        cut = data.rfind(b"\n", 0, len(data) - 1)
+        data = handle.read(step)
+        cut = data.rfind(b"\n", 0, size - 1 - position)  # (the file's last byte may be the line's own newline)
         if cut >= 0:
-            return data[cut + 1 :], position + cut + 1
-        block *= 2
-    return data, 0
+            start = position + cut + 1
+            if position + step == size:  # the whole line is in this block
+                return data[cut + 1 :], start
+            break
+        if size - position > MAX_LINE_BYTES:
+            raise RecordingError(f"the last line (before byte {size}) {TOO_LONG}")
+        block = min(2 * block, SCAN_BLOCK)
+    if size - start > MAX_LINE_BYTES:  # (counted with its newline, as the first line is)
+        raise RecordingError(f"the last line (byte {start} on) {TOO_LONG}")
+    handle.seek(start)
+    return handle.read(size - start), start
 
 
 def _json_line(line: bytes) -> dict[str, Any] | None:
