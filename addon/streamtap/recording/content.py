@@ -31,9 +31,10 @@ class ContentDecodingError(ValueError):
     """A coding streamtap cannot undo: one it does not know, or bytes that are not in it.
     ``coding`` names the coding (of a stacked list, the one that failed)."""
 
-    def __init__(self, coding: str, why: str) -> None:
+    def __init__(self, coding: str, why: str, at: int | None = None) -> None:
         super().__init__(f"{coding}: {why}")
         self.coding, self.why = coding, why
+        self.at = at  # the input byte found damaged, where the decoder can tell (gzip, deflate)
 
 
 class _Decoder:
@@ -91,13 +92,34 @@ class _Zlib(_Decoder):
         self._member_start = 0  # where the stream being decoded began, in input bytes
         self.later_stream_at: int | None = None  # where a later member that decodes to something began
         self.tail_at: int | None = None  # where an ignored tail began
+        self._damaged: ContentDecodingError | None = None  # raised once what came before it was given
 
     def _decompress(self, data: bytes, limit: int) -> bytes:
         self._fed = self._fed or bool(data)
         self._taken += len(data)
         if self.tail_at is not None:
             return b""
-        return self._later(self._d.decompress(data, limit))  # (after the end: kept as unused_data, taken by _more)
+        return self._later(self._inflate(data, limit))  # (after the end: kept as unused_data, taken by _more)
+
+    def _inflate(self, data: bytes, limit: int) -> bytes:
+        """``decompress(data, limit)`` of the stream being decoded (``data`` the last of the input
+        taken). zlib gives nothing of a call it fails in, so what was decoded before a damaged byte
+        would depend on how the bytes came in reads: the call is made again from the state before
+        it, a byte at a time, and what those bytes decode to is given before the error, which names
+        the damaged byte."""
+        saved = self._d.copy()
+        try:
+            return self._d.decompress(data, limit)
+        except zlib.error:
+            self._d = saved
+        out = []
+        for at in range(len(data)):
+            try:
+                out.append(self._d.decompress(data[at : at + 1]))
+            except zlib.error as exc:
+                self._damaged = ContentDecodingError(self.coding, f"{type(exc).__name__}: {exc}", self._taken - len(data) + at)
+                break
+        return b"".join(out)
 
     def _later(self, out: bytes) -> bytes:
         if out and self._member_start and self.later_stream_at is None:
@@ -106,6 +128,8 @@ class _Zlib(_Decoder):
 
     def _more(self, limit: int) -> bytes:
         while True:
+            if self._damaged is not None:
+                raise self._damaged
             d = self._d
             if d.eof:  # (zlib leaves unconsumed_tail set at the end; unused_data holds what follows)
                 rest = d.unused_data
@@ -116,9 +140,9 @@ class _Zlib(_Decoder):
                     return b""
                 self._member_start = self._taken - len(rest)
                 self._d = zlib.decompressobj(self._d_wbits)
-                out = self._d.decompress(rest, limit)
+                out = self._inflate(rest, limit)
             elif d.unconsumed_tail:
-                out = d.decompress(d.unconsumed_tail, limit)
+                out = self._inflate(d.unconsumed_tail, limit)
             else:
                 return b""
             if out:
@@ -336,7 +360,9 @@ class WireUndo:
                     self.decoded_bytes += len(piece)
                     yield piece
         except ContentDecodingError as exc:
-            self.failure = _undo_failed(exc, start)
+            # a single coding's damaged byte is a wire byte; a stacked one's is a byte decoded by the others
+            wire_at = exc.at if exc.at is not None and not isinstance(self._decoder, _Stacked) else None
+            self.failure = _undo_failed(exc, start if wire_at is None else wire_at, exact=wire_at is not None)
 
     def _bomb(self, last: bytes, allowed: int, slice_end: int):
         self.decoded_bytes += len(last)
@@ -394,10 +420,13 @@ class WireUndo:
         return f"byte {at} of the {self._decoder._decoders[layer - 1].coding}-decoded bytes"
 
 
-def _undo_failed(exc: ContentDecodingError, start: int) -> str:
-    """Said from the start of the read whose decoding failed: a decoder gives nothing of a read it
-    fails in, and the Tap, ``import`` and ``verify`` then agree on the byte for the same reads."""
-    return f"the {exc.coding} content-encoding could not be undone from wire byte {start} on ({exc.why})"
+def _undo_failed(exc: ContentDecodingError, at: int, exact: bool = False) -> str:
+    """Said from the damaged byte where the decoder names it (gzip and deflate, for any reads), else
+    from the start of the read whose decoding failed: brotli and zstd give nothing of a read they
+    fail in, and the Tap, ``import`` and ``verify`` then agree on the byte for the same reads."""
+    if exact:
+        return f"the {exc.coding} content-encoding could not be undone at wire byte {at} ({exc.why})"
+    return f"the {exc.coding} content-encoding could not be undone from wire byte {at} on ({exc.why})"
 
 
 class WireBodyCheck:
