@@ -2,7 +2,7 @@
 stays whole.
 
 The decoders skip such an event without keeping its bytes. The Tap records them as ``raw`` lines
-(as they come, once the event in progress outgrows the limit), then the decoder's report of the
+(in whole lines of the limit from the event's start, as the event in progress outgrows it), then the decoder's report of the
 skipped event as a frame with no bytes. The recording still rebuilds the body byte for byte,
 checks out against itself and is finished, read by read or batched as on the proxy.
 """
@@ -86,6 +86,21 @@ def test_an_oversize_event_is_recorded_whole_in_bounded_memory(tmp_path, name, r
     # what the Tap holds: at most the limit plus what one analysis pass brings (7 reads when batched)
     assert held <= LIMIT + max(sizes) * (reads_per_turn or 1)
     assert summary["verdict"] != "complete"
+
+
+@pytest.mark.parametrize("name", list(BODIES))
+def test_an_oversize_event_is_recorded_in_the_same_lines_for_any_reads(tmp_path, name):
+    """The bytes held were spilled whenever a read took them past the limit, so the raw lines and
+    the tail were cut where the reads ended (one read: a raw line of 271 bytes and an empty tail;
+    1-byte reads: a raw line of 1 byte and a tail of 270). They are now cut in whole lines of the
+    limit from the event's start."""
+    route, body = BODIES[name]
+    layouts = set()
+    for number, sizes in enumerate(([len(body)], [1], [300, 4000, 9000, 17])):
+        summary, _ = run(tmp_path / str(number), route, body, sizes, None)
+        recording = read_recording(summary["recording"])
+        layouts.add(tuple((s.kind, s.offset, len(s.raw)) for s in recording.segments))
+    assert len(layouts) == 1, layouts
 
 
 def test_a_stream_within_the_limit_has_no_raw_lines(tmp_path):

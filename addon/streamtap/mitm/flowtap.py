@@ -382,11 +382,15 @@ class FlowTap:
         return (bytes(self.unframed) + b"".join(chunks))[writer.offset - self.unframed_start :]
 
     def _spill(self, writer: RecordingWriter, t_ms: float | None) -> None:
-        """The event in progress outgrew the decoders' limit: record its bytes so far, unframed
-        (from a view of them: each copy of an event this size is the limit's size again)."""
+        """The event in progress outgrew the decoders' limit: record its bytes so far, unframed, in
+        whole lines of the limit counted from the event's start (from a view of them: each copy of
+        an event this size is the limit's size again). The rest stays held until the next line
+        fills or the event ends, so its lines are cut alike whatever the reads."""
+        whole = len(self.unframed) // self.spill_at * self.spill_at
         with memoryview(self.unframed) as held:
-            self._raw_lines(writer, held, t_ms)
-        self.unframed = bytearray()
+            self._raw_lines(writer, held[:whole], t_ms)
+            rest = bytearray(held[whole:])
+        self.unframed = rest
         self.unframed_start = writer.offset
 
     def _raw_lines(self, writer: RecordingWriter, data: bytes | memoryview, t_ms: float | None) -> None:
