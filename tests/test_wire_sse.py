@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import compiled_loops_missing, feed_cycled, shared_files
-from streamtap.wire import Malformed, OversizeError, SSEDecoder, SSEEvent, Tail, accel
+from streamtap.wire import LongIdleRun, Malformed, OversizeError, SSEDecoder, SSEEvent, Tail, accel
 from streamtap.wire import sse as sse_module
 
 
@@ -424,7 +424,11 @@ def test_oversize_handling_is_chunking_invariant(stream: bytes, chunks: list[int
     for event in whole:
         assert event.start == pos
         pos = event.end
-        if isinstance(event, Malformed):
+        if isinstance(event, Malformed) and isinstance(event.error, LongIdleRun):
+            # comments or blank lines alone, cut off before the line that took them past the limit (a BOM's
+            # 3 bytes join the first span unweighed)
+            assert 0 < event.end - event.start <= max(limit, 3) and event.raw == b""
+        elif isinstance(event, Malformed):
             assert event.end - event.start > limit and event.raw == b""
         else:
             assert event.end - event.start <= limit
@@ -965,3 +969,19 @@ def test_a_limit_beyond_64_bits_decodes_as_no_limit(limit: int) -> None:
     stream = b"event: e\ndata: hi\n\n" * 5
     assert decode_with(SSEDecoder(max_event_size=limit), stream, [7]) == decode_with(SSEDecoder(), stream, [7])
     assert decode_with(PythonLoopDecoder(max_event_size=limit), stream, [7]) == decode_with(SSEDecoder(), stream, [7])
+
+
+@pytest.mark.parametrize("idle", [b": keep-alive\n", b"\n", b":\r\n"], ids=["comments", "blank lines", "crlf comments"])
+def test_keep_alives_alone_past_the_limit_are_no_oversize_event(idle):
+    """Comments and blank lines belong to the next event's span, and were weighed with it: a run
+    of keep-alives past the limit made the event after them oversize, skipped to the next blank
+    line (with comments, that event too), and the stream judged corrupt. They are reported apart,
+    the span starts again before the line that took it past the limit, and the event is decoded."""
+    limit = 100
+    body = b"data: one\n\n" + idle * (3 * limit // len(idle)) + b"data: two\n\n"
+    for chunks in ([len(body)], [1], [7, 3]):
+        events = decode(body, chunks, max_event_size=limit)
+        assert [e.data for e in events if isinstance(e, SSEEvent)] == ["one", "two"], (chunks, events)
+        idle_runs = [e for e in events if isinstance(e, Malformed)]
+        assert idle_runs and all(isinstance(e.error, LongIdleRun) and not e.fatal for e in idle_runs), idle_runs
+        assert [(e.start, e.end) for e in events] == [(e.start, e.end) for e in decode(body, max_event_size=limit)]

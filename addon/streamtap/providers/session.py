@@ -21,6 +21,7 @@ from streamtap.wire import (
     EventStreamMessage,
     JSONArrayDecoder,
     JSONValue,
+    LongIdleRun,
     Malformed,
     NDJSONDecoder,
     SSEDecoder,
@@ -162,6 +163,7 @@ class StreamSession:
         self._malformed: Malformed | None = None
         self._damaged: SSEEvent | None = None  # the first event whose bytes were not UTF-8
         self._malformed_count = 0
+        self._idle_run: Malformed | None = None  # the first run of keep-alives alone longer than max_event_size
         self._tail: Tail | None = None
         self._unended: Tail | None = None  # a last event without its line end that the SDK read (see _terminal_in_tail)
         self._halted: str | None = None  # why the assembler is no longer fed: a bug in it, or a bound passed
@@ -312,6 +314,9 @@ class StreamSession:
         timing.first_byte, timing.last_byte = self._first_byte, self._last_byte
         if self._arrivals is not None:
             timing.arrivals = self._arrivals
+        if self._idle_run is not None:
+            run = self._idle_run
+            turn.notes.append(f"{run.error.message}, at byte {run.start} (seq {run.seq}): their bytes are recorded unframed")
         findings = []
         if self._malformed_count > 1:
             findings.append(f"{self._malformed_count} malformed wire units")
@@ -324,6 +329,10 @@ class StreamSession:
         if t is not None and self._arrivals is not None:
             self._arrivals.append(t)
         if isinstance(event, Malformed):
+            if isinstance(event.error, LongIdleRun):  # keep-alives the SSE rules skip: nothing wrong with the stream
+                if self._idle_run is None:
+                    self._idle_run = event
+                return
             self._malformed_count += 1
             if self._malformed is None:
                 self._malformed = event

@@ -30,6 +30,12 @@ class OversizeError(FramingError):
     """A line, event or message is larger than the decoder's per-event limit."""
 
 
+class LongIdleRun(FramingError):
+    """Not an error of the stream: SSE comments or blank lines alone (keep-alives) that run on past
+    the per-event limit between two events. The SSE rules skip them; they are reported apart,
+    their bytes not kept, so the event after them is judged as it came."""
+
+
 # AWS event-stream
 class PreludeCRCMismatch(FramingError):
     """The prelude CRC does not match the first 8 bytes of the message."""

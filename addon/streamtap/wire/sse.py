@@ -44,6 +44,10 @@ skips to the next blank line and reports the whole skipped run as one non-fatal
 start`` says how many there were). The rule is positional (a line ending more than
 ``max_event_size`` bytes after the span start is where skipping begins), so the
 result does not depend on how the bytes were chunked.
+Comments and blank lines alone make no event: when a line takes a span that holds
+nothing else past the limit, the span so far is reported as a non-fatal
+``Malformed(LongIdleRun)`` (``raw`` empty) and a new span starts at that line, so the
+event after a long run of keep-alives is decoded as it came.
 
 Speed comes from doing per-event work in C where the stream allows it. A read of
 the stream nearly every provider sends (LF line ends, ``event: T`` + ``data: D`` or
@@ -64,7 +68,7 @@ from itertools import count as count_from
 from operator import add, index
 
 from . import accel
-from .errors import OversizeError
+from .errors import LongIdleRun, OversizeError
 from .events import DEFAULT_MAX_EVENT, Malformed, SSEEvent, Tail
 
 _BOM = b"\xef\xbb\xbf"
@@ -137,6 +141,12 @@ _KEPT_EMPTY_DISPATCHES = 16
 _UNKNOWN_VALUE_KEPT = 4096  # bytes of the first unknown field's value kept: an error's JSON fits
 _OTHER_LINES_KEPT = 64 * 1024  # bytes of SSEDecoder.other_lines kept: a provider's raw error JSON fits...
 _OTHER_LINES_MAX = 256  # ...in at most this many lines
+
+def _long_idle_run(seq: int, start: int, end: int, limit: int) -> Malformed:
+    error = LongIdleRun(f"{end - start} bytes of comments or blank lines alone, over the {limit}-byte limit, "
+                        "skipped as the SSE rules skip them", start)
+    return Malformed(seq, start, end, b"", error, fatal=False)
+
 
 def _line_start(work: bytes, end: int, line: bytes) -> int:
     """Where ``line``, whose line end ends at ``end`` in ``work``, starts."""
@@ -559,6 +569,17 @@ class SSEDecoder(accel.SSEFeed):
             limit = -1
         seg = 0  # where the current span's unsaved bytes begin in work
         for line, end in zip(lines, ends):
+            if end > limit and not (skipping or data or type_ or self._fields):
+                # comments or blank lines alone outgrew the limit: no event, which the SSE rules skip. Reported
+                # apart (their bytes not kept), and a span starts again at this line, so the event after them is judged
+                begins = _line_start(work, end, line)
+                if base + begins > span_start:
+                    out.append(_long_idle_run(seq, span_start, base + begins, self.max_event_size))
+                    seq += 1
+                    span_start = base + begins
+                    seg = begins
+                    limit = begins + self.max_event_size
+                    self._parts.clear()
             if end > limit:
                 if not skipping:
                     skipping = True
@@ -671,7 +692,15 @@ class SSEDecoder(accel.SSEFeed):
         self._skipping = skipping
         self._buf_room = span_start + self.max_event_size - self._offset
         if not skipping and len(self._buf) > self._buf_room:
-            self._start_skipping(bytes(self._buf))
+            if not (data or type_ or self._fields) and self._offset > span_start:
+                # the unfinished line outgrew the limit after comments or blank lines alone: as above, before it
+                out.append(_long_idle_run(seq, span_start, self._offset, self.max_event_size))
+                self._seq = seq + 1
+                self._span_start = self._offset
+                self._parts.clear()
+                self._buf_room = self.max_event_size
+            if len(self._buf) > self._buf_room:  # (the line alone is over the limit)
+                self._start_skipping(bytes(self._buf))
         self._quick = not (self._skipping or self._closed) and self._buf[-1:] != b"\r"
 
     def _lines_by_window(self, work: bytes, final: bool, out: list) -> None:
