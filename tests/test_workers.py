@@ -31,7 +31,7 @@ import provider_streams as streams
 from streamtap.commands.verify import judge_file
 from streamtap.mitm.ring import RELEASE_STEP, STEP, Ring, RingSpace
 from streamtap.mitm.worker import (
-    JOIN_BELOW, LARGE_READ, ORPHANED, RING_ENV, SEND_BYTES, SLOW_START_ENV, STALL_ENV, WORKER_NICE, RemoteFlow, Workers,
+    JOIN_BELOW, LARGE_READ, ORPHANED, RING_ENV, SEND_BYTES, SLOW_FSYNC_ENV, SLOW_START_ENV, STALL_ENV, WORKER_NICE, RemoteFlow, Workers,
 )
 from streamtap.providers import VerdictKind
 
@@ -824,6 +824,40 @@ async def _until(condition, timeout: float = 30.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.01)
+
+
+def test_a_worker_behind_on_a_slow_disk_keeps_its_flows_past_the_verdict_wait(tmp_path, monkeypatch):
+    """The verdicts of flows that ended more than VERDICT_WAIT ago were given up on while their
+    worker, alive and getting on with its work, was still behind them (the soak review: 651 of
+    14,000 flows unknown, their recordings finished as complete, errored, truncated...). Only a
+    worker that takes no work for as long loses them."""
+    import streamtap.mitm.worker as worker_module
+    from streamtap.mitm.flowspec import FlowSpec
+
+    monkeypatch.setenv(SLOW_FSYNC_ENV, "0.3")  # each recording's end waits for a slow disk
+    monkeypatch.setattr(worker_module, "VERDICT_WAIT", 1.0)
+    settings = tap_settings(tmp_path, fsync="end")
+    verdicts: list = []
+    answer = streams.openai_chat(["Paris ", "is ", "sunny."])
+
+    async def run() -> None:
+        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda remote, summary: verdicts.append(summary["verdict"]),
+                          lost=lambda remote, why: verdicts.append(why))  # fmt: skip
+        try:
+            await _until(lambda: workers.processes[0].spoke)
+            for _ in range(10):  # 3 s of syncs: the last verdicts come 2 s after the wait
+                remote = workers.open(FlowSpec.of(openai_flow(), None), settings)
+                workers.stream(remote)(answer)
+                workers.finish(remote, "finished", None, None)
+            workers.send()
+            while len(verdicts) < 10:
+                workers.expire()
+                await asyncio.sleep(0.1)
+        finally:
+            workers.stop()
+
+    asyncio.run(run())
+    assert verdicts == ["complete"] * 10, verdicts
 
 
 def test_a_worker_that_hangs_before_its_first_word_is_killed_and_restarted(monkeypatch, caplog):

@@ -87,7 +87,8 @@ WORKER_NICE = 10  # analysis yields the CPU to the traffic (and to the apps besi
 # instead of waiting for the loop to say the default 64 KiB pipe has room again.
 PIPE_BYTES = 1024 * 1024
 ACK_EVERY = 1024 * 1024  # a worker reports the bytes it analysed at least this often (and when idle)
-VERDICT_WAIT = 60.0  # seconds after a flow's end before its verdict is given up on
+VERDICT_WAIT = 60.0  # seconds after a flow's end before its verdict is given up on, once its worker gets nowhere
+VERDICT_WAIT_BUSY = 600.0  # ...or however busy it is
 STALL_ENV = "STREAMTAP_TEST_WORKER_STALL"  # tests only: a path; at its first reads a worker stalls while it exists
 SLOW_FSYNC_ENV = "STREAMTAP_TEST_WORKER_SLOW_FSYNC"  # tests only: seconds each fsync takes in a worker (a slow disk)
 SLOW_START_ENV = "STREAMTAP_TEST_WORKER_SLOW_START"  # tests only: seconds a worker waits before its first word
@@ -273,7 +274,7 @@ def _beat_while_busy(voice: _Voice, progress: Callable[[], int | None]) -> None:
         now = progress()
         if now is not None and now != seen and time.monotonic() - voice.said >= HEARTBEAT:
             try:
-                voice.say((0, [], []))
+                voice.say((0, [], [], True))  # (busy: the proxy takes it for progress, as it takes a verdict)
             except (EOFError, OSError, ValueError):  # the proxy is gone, or the worker is leaving
                 return
         seen = now
@@ -566,6 +567,8 @@ class _Process:
         # is found too (after START_WAIT)
         self.heard = self.started
         self.spoke = False  # set by the reader thread at the first reply: the worker is up
+        # when it last took bytes or said anything of a flow: one behind (a slow disk), not stuck, is getting on
+        self.progressed = self.started
         self.killed = False  # taken for hung and killed: its reader thread reports the death
         self.leaving = False  # sent STOP by a retired pool: its exit is no death
         self.freed = False
@@ -968,7 +971,9 @@ class Workers:
         if process is not self.processes[process.index]:
             return  # an old process's last words
         process.heard = time.monotonic()
-        consumed, results, records = message
+        consumed, results, records, *busy = message  # (busy: said inside a long batch whose work moves)
+        if consumed or results or busy:
+            process.progressed = process.heard
         if consumed:
             process.space.acknowledge(consumed)
             process.behind = False
@@ -1139,8 +1144,9 @@ class Workers:
 
     def expire(self) -> None:
         """Called every EXPIRE_EVERY. A worker silent for HUNG_AFTER is hung: it is killed, and
-        restarted as any dead worker is. Flows whose verdict never came are given up on after
-        VERDICT_WAIT."""
+        restarted as any dead worker is. A flow whose verdict has not come VERDICT_WAIT after its
+        end is given up on once its worker has also taken no work for that long (one behind, on a
+        slow disk say, gets to it in turn), and after VERDICT_WAIT_BUSY whatever the worker does."""
         now = time.monotonic()
         for process in self.processes:
             limit = HUNG_AFTER if process.heard > process.started else START_WAIT
@@ -1155,12 +1161,17 @@ class Workers:
                 process.release(now)
         deadline = now - VERDICT_WAIT
         for remote in [r for r in self.flows.values() if r.ended is not None and r.ended < deadline]:
+            process = self.processes[remote.shard]
+            if process.alive and now - process.progressed < VERDICT_WAIT and now - remote.ended < VERDICT_WAIT_BUSY:
+                continue  # its worker is behind, not stuck: this flow's verdict comes in its turn
             del self.flows[remote.key]
             remote.opening = None
             if remote.reopened and remote.dropped:  # its analysis was lost with a dead worker, which says more
                 self.lost(remote, remote.dropped)
             else:
-                self.lost(remote, f"no verdict from streamtap's analysis worker within {VERDICT_WAIT:.0f} s of the end")
+                waited = now - remote.ended
+                self.lost(remote, f"no verdict from streamtap's analysis worker within {waited:.0f} s of the end, "
+                                  f"the last {now - process.progressed:.0f} s without its taking any work")
         if self.retired:
             self._leave_idle()
 
