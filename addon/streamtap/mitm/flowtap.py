@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Sequence
 from math import floor as _floor
-from pathlib import Path
 from typing import Any
 
 from mitmproxy import http
@@ -118,7 +118,7 @@ class FlowTap:
         self.writer: RecordingWriter | None = None
         self.decoder: WireUndo | None = None  # for a content-encoded body
         self.detection = spec.detection
-        self.recording_path: Path | None = None
+        self.recording_path: str | None = None
         self.directory = directory
         self.finished = False
         self.body_lost = False  # content decoding failed: later body bytes cannot be placed
@@ -193,7 +193,7 @@ class FlowTap:
                 self._failed("recording", message)
 
     def partial_path(self) -> str | None:
-        return str(self.writer.path) if self.writer is not None else None
+        return self.writer.file_path if self.writer is not None else None
 
     # the errors ---------------------------------------------------------------------
     def fail(self, part: str, exc: BaseException) -> None:
@@ -604,14 +604,14 @@ class FlowTap:
             end_record["streamtap_errors"] = self.errors
         if self.writer is not None:
             try:
-                final = self.writer.path.with_name(
-                    final_name(self.started, self.provider, judged["verdict"], self.flow_id) + self.writer.suffix
-                )
+                final = os.path.join(os.path.dirname(self.writer.file_path),
+                                     final_name(self.started, self.provider, judged["verdict"], self.flow_id) + self.writer.suffix)
                 loop = running_loop()
                 writer = self.writer
                 # in the proxy, the disk sync runs on a worker thread: the client's end of body
                 # (sent after this hook) never waits for the disk
-                self.recording_path = writer.finish(end_record, final, sync=loop is None)
+                writer.finish(end_record, final, sync=loop is None)
+                self.recording_path = writer.file_path
                 if loop is not None:
                     loop.run_in_executor(None, _sync_recording, writer, self.flow_id)
             except Exception as exc:
@@ -620,7 +620,7 @@ class FlowTap:
             provider=self.provider,
             duration_ms=milliseconds(t),
             stream_end=end.value,
-            recording=str(self.recording_path) if self.recording_path is not None else None,
+            recording=self.recording_path,
             errors=self.errors,
             injected_fault=injected_fault,
             **judged,

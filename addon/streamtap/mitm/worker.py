@@ -215,7 +215,7 @@ def _opened(tap: FlowTap) -> tuple[str | None, str | None, str]:
     provider. The proxy guessed the provider without the request body, which some paths need
     (a root /completions, Ollama's): a flow whose analysis is lost after is counted under this one,
     as its recording is."""
-    return str(tap.writer.path) if tap.writer else None, tap.requested_model, tap.provider
+    return tap.writer.file_path if tap.writer else None, tap.requested_model, tap.provider
 
 
 def _reopen(spec, settings: dict[str, Any], t0: float, dropped: str) -> tuple[FlowTap | None, tuple[str | None, str | None, str]]:

@@ -303,7 +303,7 @@ _NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.
 _TAKE_ATTEMPTS = 3  # a name taken, then freed (its writer renamed it) before it could be opened: try again
 
 
-def _open_locked(path: Path) -> int:
+def _open_locked(path: str) -> int:
     """``path``, empty, opened for appending with the exclusive lock held.
 
     The file is born locked: made and locked under a hidden name, then linked to ``path``. A
@@ -323,9 +323,9 @@ def _open_locked(path: Path) -> int:
     raise RecordingBusy(f"{path} is being written by another writer")
 
 
-def _born_locked(path: Path) -> int:
+def _born_locked(path: str) -> int:
     """A new file at ``path`` that was locked before it had that name; FileExistsError when the name is taken."""
-    creating = path.with_name(f"{CREATING_PREFIX}{secrets.token_hex(8)}")
+    creating = os.path.join(os.path.dirname(path), f"{CREATING_PREFIX}{secrets.token_hex(8)}")
     fd = os.open(creating, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
     try:
         try:
@@ -339,7 +339,7 @@ def _born_locked(path: Path) -> int:
     return fd
 
 
-def _take_unwritten(path: Path, *, create: bool) -> int | None:
+def _take_unwritten(path: str, *, create: bool) -> int | None:
     """``path``, there already, locked and empty (a writer that stopped before its first line left
     it), or made now where hard links are missing. RecordingBusy while a writer holds it,
     RecordingError when it holds lines; None when the name no longer leads to it."""
@@ -388,12 +388,14 @@ class RecordingWriter:
             raise RecordingError(f"fsync policy must be one of {', '.join(FSYNC_POLICIES)}, not {fsync!r}")
         if compress not in COMPRESSIONS:
             raise RecordingError(f"compression must be one of {', '.join(COMPRESSIONS)}, not {compress!r}")
-        self.path = Path(path)
+        # kept as text: CPython 3.12 before 3.12.6 interns every part of every Path it parses for good,
+        # so each recording's own name made into a Path stayed in the process (200-400 bytes a flow)
+        self.file_path = os.fspath(path)
         self.fsync = fsync
         self.redact = tuple(redact)
         self.redactor = Redactor(self.redact, redact_allow)
         self.encoded = encoded  # wire bytes differ from the body (content-encoding): keep them too
-        fd = _open_locked(self.path)
+        fd = _open_locked(self.file_path)
         # a small buffer: the adapter flushes at least every 0.1 s anyway, and an open
         # stream's memory must stay small
         self._file = os.fdopen(fd, "ab", buffering=WRITE_BUFFER)
@@ -415,10 +417,10 @@ class RecordingWriter:
     def create(
         cls, directory: str | os.PathLike[str], *, started: float, provider: str, flow_id: str, **kwargs: Any
     ) -> RecordingWriter:
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        directory = os.fspath(directory)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
         suffix = SUFFIX if kwargs.get("compress") == "zstd" else ""
-        return cls(directory / (partial_name(started, provider, flow_id) + suffix), **kwargs)
+        return cls(os.path.join(directory, partial_name(started, provider, flow_id) + suffix), **kwargs)
 
     @property
     def offset(self) -> int:
@@ -660,12 +662,17 @@ class RecordingWriter:
         if sync and self.fsync != "never":
             os.fsync(self._file.fileno())
         if final_path is not None:
-            final_path = Path(final_path)
-            os.rename(self.path, final_path)  # the lock belongs to the open file, not the name
-            self.path = final_path
+            final_path = os.fspath(final_path)
+            os.rename(self.file_path, final_path)  # the lock belongs to the open file, not the name
+            self.file_path = final_path
         if sync:
             self.close()
         return self.path
+
+    @property
+    def path(self) -> Path:
+        """Where the recording is (``file_path``, as text, for code that runs once per flow)."""
+        return Path(self.file_path)
 
     def sync_and_close(self) -> None:
         """After ``finish(sync=False)``: sync per policy, then close (dropping the lock)."""
