@@ -11,6 +11,7 @@ import pytest
 
 import provider_streams as streams
 from streamtap.providers import Dialect
+from streamtap.providers.common import json_ready
 from streamtap.recording import check_recording, read_recording
 from streamtap.recording.reader import line_json
 from test_deep_arguments import nested, record_as_the_proxy, streamtap, tool_calls
@@ -27,7 +28,7 @@ def chat_with_arguments(arguments: str) -> bytes:
 @pytest.mark.parametrize("arguments", [
     f'{{"n": {HUGE}}}',
     f'{{"n": -{HUGE}, "nested": [{{"id": {HUGE}}}]}}',
-    f'{{"inf": 1e400, "n": {HUGE}}}',  # json.loads's inf, written by the json module as Infinity
+    f'{{"inf": 1e400, "n": {HUGE}}}',  # json.loads's inf: written null, as orjson writes it (Infinity is no JSON)
     f'{{"n": {HUGE}, "minus": -1e400, "small": 123456789012345678901234567890}}',
 ])  # fmt: skip
 def test_tool_arguments_past_a_double_leave_a_recording_that_verifies(tmp_path, arguments):
@@ -37,7 +38,7 @@ def test_tool_arguments_past_a_double_leave_a_recording_that_verifies(tmp_path, 
     rec = read_recording(path)
     assert check_recording(rec) == []
     [call] = tool_calls(rec.end["turn"])
-    assert same(call["arguments"], json.loads(arguments)) and call["arguments_raw"] == arguments
+    assert same(call["arguments"], json_ready(json.loads(arguments))) and call["arguments_raw"] == arguments
     report = streamtap("report", "--json", tmp_path)
     assert report.returncode == 0 and json.loads(report.stdout)["verdicts"] == {"complete": 1}, report.stdout + report.stderr
 
@@ -65,3 +66,22 @@ def test_a_line_reads_back_what_the_json_module_wrote_and_no_more():
                     b'{"x":"\xff", "n":' + b"1" * 400 + b"}"):  # fmt: skip
         with pytest.raises(ValueError):
             line_json(damaged)
+
+
+def test_json_output_past_orjson_writes_no_nan_or_infinity(tmp_path):
+    """Where orjson cannot write a value (an integer past 64 bits), the json module wrote a NaN or
+    an infinity beside it as ``NaN``/``Infinity``, which is no JSON: verify --json, show --json and
+    the end line then failed strict parsers (orjson, JSON.parse), while the same value beside a
+    small integer came out null."""
+    import orjson
+
+    body = streams.openai_chat(["a ", "b"], model="gpt-x").replace(
+        b'"prompt_tokens":9', b'"prompt_tokens":123456789012345678901234567890,"cached":NaN,"x":-Infinity')
+    path = record_as_the_proxy(tmp_path / "usage.jsonl", body, Dialect.OPENAI_CHAT, CHAT_AT)
+    end = path.read_bytes().splitlines()[-1]
+    assert b"NaN" not in end and b"Infinity" not in end
+    for verb in ("verify", "show"):
+        result = streamtap(verb, "--json", path)
+        assert result.returncode == 0, result.stdout + result.stderr
+        [line] = result.stdout.splitlines()
+        orjson.loads(line.replace("123456789012345678901234567890", "1"))  # (orjson reads no integer that long either)

@@ -27,7 +27,9 @@ which the Anthropic and Bedrock modules use directly.
 from __future__ import annotations
 
 import json
+import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -96,7 +98,32 @@ def _dumps_past_orjson(value: Any, error: TypeError) -> str:
     parse gave; any other orjson error (a type it cannot write, a lone surrogate) is raised as before."""
     if str(error) not in _PAST_ORJSON:
         raise error
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(json_ready(value), ensure_ascii=False, separators=(",", ":"))
+
+
+def json_ready(value: Any, text: Callable[[str], str] | None = None) -> Any:
+    """``value`` for the json module to write as orjson would: a NaN or an infinity (which the SDKs'
+    parsers read) as null, where the json module writes ``NaN``, no JSON; every text, keys too,
+    through ``text`` if given. Containers are copied, the caller's value stays as it was. With an
+    explicit stack: the values that come here are nested deeper than orjson writes."""
+    root: list[Any] = [value]
+    todo: list[tuple[Any, Any]] = [(root, 0)]
+    while todo:
+        into, key = todo.pop()
+        item = into[key]
+        if isinstance(item, str):
+            if text is not None:
+                into[key] = text(item)
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                into[key] = None
+        elif isinstance(item, dict):
+            into[key] = node = {text(k) if text is not None and isinstance(k, str) else k: v for k, v in item.items()}
+            todo.extend((node, k) for k in node)
+        elif isinstance(item, (list, tuple)):
+            into[key] = node = list(item)
+            todo.extend((node, i) for i in range(len(node)))
+    return root[0]
 
 
 _BOM = b"\xef\xbb\xbf"

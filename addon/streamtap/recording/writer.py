@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from streamtap import __version__
+from streamtap.providers.common import json_ready
 from streamtap.wire import EventStreamMessage, JSONValue, Malformed, SSEEvent, Tail
 
 from .redact import Redactor
@@ -152,23 +153,10 @@ _HEADERS: dict[tuple, bytes] = {}  # event-stream header set -> its JSON (a stre
 
 def _escaped(value: Any) -> Any:
     """``value`` with every text that holds bytes not UTF-8 (mitmproxy keeps them as surrogate
-    escapes, which JSON cannot carry) written with those bytes as ``\\xNN``. With an explicit
-    stack: the values that reach it are the ones too deep for orjson to write (parsed tool
-    arguments, which orjson reads 1024 levels deep), past Python's recursion limit."""
-    root: list[Any] = [value]
-    todo: list[tuple[Any, Any]] = [(root, 0)]  # (container, key) whose value is still to be escaped
-    while todo:
-        into, key = todo.pop()
-        item = into[key]
-        if isinstance(item, str):
-            into[key] = _escaped_text(item)
-        elif isinstance(item, dict):  # a copy: the caller's record stays as it was
-            into[key] = node = {_escaped_text(k) if isinstance(k, str) else k: v for k, v in item.items()}
-            todo.extend((node, k) for k in node)
-        elif isinstance(item, (list, tuple)):
-            into[key] = node = list(item)
-            todo.extend((node, i) for i in range(len(node)))
-    return root[0]
+    escapes, which JSON cannot carry) written with those bytes as ``\\xNN``, and every NaN or
+    infinity as null, as orjson writes it, for the json module to write what orjson cannot (parsed
+    tool arguments nested past its depth, integers past 64 bits)."""
+    return json_ready(value, _escaped_text)
 
 
 # a surrogate that stands for no byte (mitmproxy's escapes are U+DC80..U+DCFF): half an emoji,
