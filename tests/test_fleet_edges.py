@@ -58,8 +58,7 @@ def judged(*paths: Path | str) -> dict:
 @pytest.mark.parametrize(
     "header, end",
     [
-        (None, {"turn.usage.input": 2**63}),  # over BIGINT
-        (None, {"turn.usage.output": 1e300}),
+        (None, {"turn.usage.output": 1e300}),  # (a fraction's type: verify says so too)
         ({"response": {"status": 10**10}}, None),
         ({"started": 1_796_159_328_715}, None),  # milliseconds: year 58888
         ({"started": -1e12}, None),
@@ -79,6 +78,23 @@ def test_a_value_no_column_takes_makes_that_recording_damaged_not_the_report(tmp
     assert index.returncode == 0 and "Traceback" not in index.stderr, index.stderr
     days = sorted(p.name for p in (tmp_path / "idx").iterdir())
     assert all(len(day) == len("day=2026-12-01") for day in days), days  # no day=58888-01-09
+
+
+@pytest.mark.parametrize("end", [{"turn.usage.input": 2**63}, {"turn.usage.output": 2**64 - 1}], ids=["input", "output"])
+def test_a_token_count_no_column_takes_is_left_null_and_the_turn_counts(tmp_path, end):
+    """A provider's count past 2^63 (verify passes the recording: nothing in it is damaged) made
+    the recording "incomplete (damaged)" in report and index, its complete turn left uncounted."""
+    recording(tmp_path, "good.jsonl")
+    recording(tmp_path, "odd.jsonl", end=end)
+    got = judged(tmp_path)
+    assert got["code"] == 0 and got["report"]["verdicts"] == {"complete": 2} and not got["report"]["incomplete"], got
+    index = streamtap("index", tmp_path, "--out", tmp_path / "idx")
+    assert index.returncode == 0, index.stderr
+    rows = duckdb.sql(f"select verdict, input_tokens, output_tokens, problem from read_parquet('{tmp_path / 'idx'}/**/*.parquet', "
+                      "hive_partitioning=true) order by input_tokens nulls first").fetchall()
+    assert [row[0] for row in rows] == ["complete", "complete"] and all(row[3] is None for row in rows), rows
+    column = 1 if "turn.usage.input" in end else 2
+    assert sorted(row[column] is None for row in rows) == [False, True], rows
 
 
 def test_damaged_cut_and_unjudged_recordings_in_a_folder_make_the_report_say_not_complete(tmp_path):

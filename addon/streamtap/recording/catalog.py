@@ -635,7 +635,8 @@ def _provider(name: str | None) -> str:
 
 def _check_values(row: dict[str, Any]) -> None:
     """Every value fits its column's type, so one damaged recording cannot fail a whole report
-    or index in the engine's cast; integral floats become ints. (The header's values were checked
+    or index in the engine's cast; integral floats become ints. A token count no column takes
+    (a provider's count past 2^63) is left NULL, as the metrics leave one past 2^53 out. (The header's values were checked
     as verify checks them, the status among them.)"""
     for name, kind in COLUMNS.items():
         value = row[name]
@@ -646,6 +647,9 @@ def _check_values(row: dict[str, Any]) -> None:
             if type(value) is float and value.is_integer() and low <= value <= high:
                 row[name] = value = int(value)
             if type(value) is not int or not low <= value <= high:
+                if name.endswith("_tokens"):  # the provider's count, not the recording's damage: the turn still counts
+                    row[name] = None
+                    continue
                 raise RecordingError(f"its {name} {value!r} is not a {kind.lower()} value")
         elif not math.isfinite(value):
             raise RecordingError(f"its {name} {value!r} is not a finite number")
