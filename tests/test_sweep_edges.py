@@ -465,3 +465,17 @@ def test_a_json_report_to_stdout_a_pipe_or_the_file_it_writes_to_follows_the_tab
         table, _, report = written.partition("\n{\n")
         assert "cut:event=2   SILENT" in table, written
         assert [run["spec"] for run in json.loads("{\n" + report)["runs"]] == ["cut:event=2,style=clean"]
+
+
+def test_an_error_answer_is_swept_with_a_warning_and_its_failures_are_not_blamed_on_the_client(tmp_path):
+    """A recording of an in-stream error (OpenRouter's 'Token limit reached'): a correct client
+    raises on it uncut, and the sweep said to fix the client or its environment, with no warning."""
+    frames = openai_chat_frames(words=6, tool=False)[:3] + [b'data: {"error":{"message":"Token limit reached","code":400}}\n\n']
+    errored = write_recording(tmp_path / "errored.jsonl", "openai", frames)
+    assert "an error answer (errored)" in recording_problems(load_source(errored, check=True))[-1]
+    raising = [sys.executable, "-S", "-c", "raise SystemExit(1)"]
+    result = streamtap_sweep(errored, "--positions", "event=1", "--styles", "clean", "--", *raising)
+    [warning] = result.stderr.splitlines()
+    assert "served uncut, its stream is an error answer (errored)" in warning, warning
+    assert result.stdout.splitlines()[-1].endswith("the recording is an error answer, which a client may well fail on: "
+                                                   "sweep a recording of a whole answer"), result.stdout

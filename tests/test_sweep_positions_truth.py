@@ -120,7 +120,8 @@ def test_an_http_error_recording_is_judged_errored_not_already_cut(tmp_path):
     path = write_decoded_recording(tmp_path / "http529.jsonl", body, "anthropic", "sse", "https://api.anthropic.com/v1/messages", status=529)
     source = load_source(path, check=True)
     assert source.status == 529
-    assert recording_problems(source) == []
+    [problem] = recording_problems(source)  # an error answer, not a stream already cut
+    assert problem.startswith("served uncut, its stream is an error answer (errored)"), problem
     report = asyncio.run(run_sweep(source, ["true"], positions=["cut:byte=10"], styles=("clean",), timeout=15))
     assert report.baseline.verdict == "errored"
     [run] = report.runs

@@ -329,9 +329,11 @@ class SweepReport:
             f"{counts[NOTICED]} noticed, {counts[HUNG]} hung, {counts[CRASHED]} crashed{rare}"
         )
         if self.baseline_failed:
+            fix = ("the recording is an error answer, which a client may well fail on: sweep a recording of a "
+                   "whole answer" if self.baseline.verdict == "errored" else "fix the client or its environment first")
             lines.append(
                 f"inconclusive: without any cut the client was {self.baseline.outcome} (exit {self.baseline.returncode}), "
-                "so its failures do not show that it noticed the cuts: fix the client or its environment first"
+                f"so its failures do not show that it noticed the cuts: {fix}"
             )
         return "\n".join(lines)
 
@@ -554,6 +556,9 @@ def recording_problems(source: Source) -> list[str]:
     verdict, _answer = _judge(source, [])
     if verdict in ("truncated", "corrupt"):
         problems.append(f"served uncut, its stream is already {verdict}")
+    elif verdict == "errored":
+        problems.append(f"served uncut, its stream is an error answer ({verdict}): a client that raises on the "
+                        "provider's error fails without any cut, and the runs are then inconclusive")
     return problems
 
 
