@@ -9,6 +9,7 @@ import socket
 import subprocess
 import time
 from collections import Counter
+from pathlib import Path
 
 import httpx
 import pytest
@@ -105,6 +106,45 @@ def test_open_streams_during_a_stream(proxy):
             break
         time.sleep(0.05)
     assert value(scrape(proxy.metrics_port), "streamtap_open_streams") == 0
+
+
+def test_idle_connections_to_the_metrics_port_cost_the_proxy_a_bounded_number_of_threads(proxy):
+    """prometheus-client's server gave each connection a thread and kept it while the connection
+    stayed open, without a timeout: 1,015 idle connections used up the proxy's 1,024 file
+    descriptors, and it forwarded no more traffic. At most MAX_SCRAPES are served at once,
+    each closed after SCRAPE_TIMEOUT; the others are closed at once."""
+    from streamtap.mitm.metrics import MAX_SCRAPES
+
+    def threads() -> int:
+        return len(list((Path("/proc") / str(proxy.process.pid) / "task").iterdir()))
+
+    before = threads()
+    idle = [socket.create_connection(("127.0.0.1", proxy.metrics_port)) for _ in range(40)]
+    try:
+        time.sleep(1.0)
+        assert threads() <= before + MAX_SCRAPES, (before, threads())
+        proxy.upstream.add("beside-idle", Script(streams.openai_chat(["still ", "forwarded"])))
+        assert curl(f"{proxy.url}/s/beside-idle{CHAT}").stdout == streams.openai_chat(["still ", "forwarded"])
+        closed = 0
+        for connection in idle:  # the ones beyond the limit were closed at once
+            connection.settimeout(0.2)
+            try:
+                closed += connection.recv(1) == b""
+            except TimeoutError:
+                pass
+        assert closed >= len(idle) - MAX_SCRAPES, closed
+    finally:
+        for connection in idle:
+            connection.close()
+
+
+def test_an_accept_header_prometheus_client_cannot_read_gets_the_text_format_not_a_traceback(proxy):
+    """prometheus-client 0.26 compares a version in the Accept header to numbers: a version that
+    is no number raised, and every such scrape printed a traceback into the proxy's output."""
+    for accept in ("text/plain; version=x", "application/openmetrics-text; version=1.x"):
+        response = httpx.get(f"http://127.0.0.1:{proxy.metrics_port}/metrics", headers={"accept": accept}, timeout=5)
+        assert response.status_code == 200 and "streamtap_turns_total" in response.text, response.text[:300]
+    assert "Traceback" not in proxy.log()
 
 
 def test_model_labels_are_bounded():

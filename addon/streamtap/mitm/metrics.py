@@ -2,7 +2,8 @@
 
 The Tap tells it about each finished turn (``turn_finished``), so everything is counted once
 per turn, from the turn's summary: nothing runs per event or per chunk. Scrapes are served by
-prometheus-client's own server on a thread, from a registry of this addon's own (not the
+prometheus-client's WSGI app, on a server thread of this module's (at most ``MAX_SCRAPES`` at
+once, each closed after ``SCRAPE_TIMEOUT``), from a registry of this addon's own (not the
 process-wide default one).
 
 Label cardinality is bounded: provider, verdict and stream end come from closed sets; model
@@ -18,11 +19,13 @@ import re
 import socket
 import threading
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import orjson
 
 from mitmproxy import exceptions
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 
 from streamtap.providers.model import model_of
 
@@ -152,6 +155,70 @@ def parse_address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+# Scrapes served at once, and how long each may take. Each costs the proxy's process a thread
+# and a file descriptor until it ends: prometheus-client's own server gave every connection one,
+# for as long as it stayed open, so enough idle connections to the metrics port left the proxy
+# no file descriptor for its traffic. A connection beyond these is closed at once.
+MAX_SCRAPES = 8
+SCRAPE_TIMEOUT = 10.0
+
+
+class _ScrapeHandler(WSGIRequestHandler):
+    timeout = SCRAPE_TIMEOUT  # set on the connection: one that sends nothing, or reads nothing, is closed
+
+    def log_message(self, format: str, *args: Any) -> None:  # a scrape is no event of the proxy's
+        pass
+
+
+class _ScrapeServer(ThreadingWSGIServer):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.slots = threading.BoundedSemaphore(MAX_SCRAPES)
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)  # its thread releases the slot
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that timed out or went away: its connection is closed, nothing to tell
+
+
+def _scrapes(registry: CollectorRegistry):
+    """prometheus-client's app, which raises on an ``Accept`` header whose version is no number
+    (0.26 compares the text to numbers): such a scrape gets the plain text format."""
+    app = make_wsgi_app(registry)
+
+    def scrape(environ: dict, start_response: Any):
+        try:
+            return app(environ, start_response)
+        except (TypeError, ValueError):
+            return app({**environ, "HTTP_ACCEPT": "text/plain"}, start_response)
+
+    return scrape
+
+
+def _start_server(address: tuple[str, int], registry: CollectorRegistry) -> _ScrapeServer:
+    """The metrics served on ``address`` from a thread; OSError when it cannot listen there."""
+    host, port = address
+    family, *_, where = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    server_class = type("MetricsServer", (_ScrapeServer,), {"address_family": family})
+    server = make_server(where[0], port, _scrapes(registry), server_class, handler_class=_ScrapeHandler)
+    threading.Thread(target=server.serve_forever, name="streamtap metrics", daemon=True).start()
+    return server
+
+
 class Metrics:
     """mitmproxy addon serving ``TurnMetrics`` on ``streamtap_metrics`` (off when empty)."""
 
@@ -202,7 +269,7 @@ class Metrics:
     def _serve_instead(self, address: tuple[str, int]):
         """A server on ``address``, the old one closed once the new one listens; only a new
         address on the old one's port has to close it first (and gets it back if that fails)."""
-        serve = lambda where: start_http_server(where[1], where[0], registry=self.metrics.registry)[0]  # noqa: E731
+        serve = lambda where: _start_server(where, self.metrics.registry)  # noqa: E731
         old, old_address = self.server, self.address
         if old is not None and old_address is not None and old_address[1] == address[1]:
             self._close(old)
