@@ -479,3 +479,18 @@ def test_an_error_answer_is_swept_with_a_warning_and_its_failures_are_not_blamed
     assert "served uncut, its stream is an error answer (errored)" in warning, warning
     assert result.stdout.splitlines()[-1].endswith("the recording is an error answer, which a client may well fail on: "
                                                    "sweep a recording of a whole answer"), result.stdout
+
+
+def test_the_clients_get_no_credential_of_the_user_s(recording, tmp_path, monkeypatch):
+    """The sweep swapped in stand-in keys, but left ANTHROPIC_AUTH_TOKEN (the anthropic SDK sends it
+    as a bearer token beside the key) and AWS_BEARER_TOKEN_BEDROCK (boto3's Bedrock API key, used
+    instead of the stand-in AWS keys) in the client's environment."""
+    secrets = {"ANTHROPIC_AUTH_TOKEN": "user-token-1", "AWS_BEARER_TOKEN_BEDROCK": "user-token-2",
+               "AWS_SESSION_TOKEN": "user-token-3", "OPENAI_API_KEY": "user-token-4", "ANTHROPIC_API_KEY": "user-token-5"}
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    seen = tmp_path / "env.txt"
+    client = [sys.executable, "-S", "-c", f"import os; open({str(seen)!r}, 'a').write(repr(sorted(os.environ.items())))"]
+    result = streamtap_sweep(recording, "--positions", "event=2", "--styles", "clean", "--", *client)
+    assert result.returncode in (0, 1), result.stderr
+    assert seen.exists() and not any(value in seen.read_text() for value in secrets.values()), seen.read_text()[:500]

@@ -18,8 +18,9 @@ from pathlib import Path
 EPILOG = """\
 For each cut position and style a fresh replay server serves the recording cut there, and
 CLIENT_CMD runs with the server's base URL in STREAMTAP_BASE_URL (also OPENAI_BASE_URL=URL/v1,
-ANTHROPIC_BASE_URL, AWS_ENDPOINT_URL_BEDROCK_RUNTIME; dummy API keys). Any request gets the
-recording. Each run is classified by the client's exit status and by what it printed:
+ANTHROPIC_BASE_URL, AWS_ENDPOINT_URL_BEDROCK_RUNTIME; dummy API keys, and none of your tokens:
+ANTHROPIC_AUTH_TOKEN, AWS_SESSION_TOKEN and AWS_BEARER_TOKEN_BEDROCK are left out). Any request
+gets the recording. Each run is classified by the client's exit status and by what it printed:
   noticed  exit code != 0; or exit 0 without printing the answer the cut stream delivered,
            and an error word in the output (error, exception, traceback, truncated,
            incomplete, interrupted, failed)

@@ -366,7 +366,8 @@ def client_env(base_url: str, extra: dict[str, str] | None = None) -> dict[str, 
         AWS_SECRET_ACCESS_KEY="streamtap-replay",
         AWS_DEFAULT_REGION=env.get("AWS_DEFAULT_REGION", "us-east-1"),
     )
-    env.pop("AWS_SESSION_TOKEN", None)
+    for other in ("AWS_SESSION_TOKEN", "ANTHROPIC_AUTH_TOKEN", "AWS_BEARER_TOKEN_BEDROCK"):  # sent besides, or instead
+        env.pop(other, None)
     env.update(extra or {})
     return env
 
