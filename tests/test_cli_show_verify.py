@@ -479,8 +479,9 @@ def test_a_frame_whose_event_its_bytes_do_not_decode_to_is_damaged(tmp_path, bod
 
 def test_an_sse_id_is_recorded_where_it_changes_so_a_long_one_does_not_grow_every_frame(tmp_path):
     """The view gave the id in effect on every frame: one event setting a 100 KiB id, then 2,000
-    small events, made a 205 MB recording of a 216 KB body. Recordings made before give it on
-    every frame still verify clean."""
+    small events, made a 205 MB recording of a 216 KB body. Format /2 gives it where it changes;
+    a /1 recording, which gives it on every frame, still verifies clean, and each is held to its
+    own rule: a /2 frame that leaves out a change, or a /1 frame that leaves out an id, is damage."""
     body = b"id: " + b"i" * 102_400 + b"\ndata: a\n\n" + b"data: b\n\n" * 2000 + b"id: 2\ndata: c\n\nid\ndata: d\n\n"
     recording = tmp_path / "ids.jsonl"
     _proxy_recording(recording, body, "unknown", "sse")
@@ -490,7 +491,8 @@ def test_an_sse_id_is_recorded_where_it_changes_so_a_long_one_does_not_grow_ever
     assert views[0]["id"] == "i" * 102_400 and "id" not in views[1] and views[-2]["id"] == "2" and views[-1]["id"] == ""
     checked = streamtap("verify", recording)
     assert checked.returncode == 1 and checked.stderr == "", checked.stdout + checked.stderr  # (unknown: no dialect)
-    in_effect = ""  # as recordings made before 2026-12-07 give it: on every frame, unless empty
+    in_effect = ""  # as format /1 gives it: on every frame, unless empty
+    lines[0]["format"] = "streamtap-recording/1"
     for line in lines:
         if line["type"] == "frame":
             in_effect = line["event"].get("id", in_effect)
@@ -501,6 +503,10 @@ def test_an_sse_id_is_recorded_where_it_changes_so_a_long_one_does_not_grow_ever
     old.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
     checked = streamtap("verify", old)
     assert checked.returncode == 1 and checked.stderr == "", checked.stdout + checked.stderr
+    lines[0]["format"] = "streamtap-recording/2"  # the /1 views under the /2 rule: the second frame gives an id it never changed
+    old.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    checked = streamtap("verify", old)
+    assert checked.returncode == 2 and "line 3 is damaged: its 'event.id' is" in checked.stderr, checked.stdout + checked.stderr
 
 
 def test_an_end_line_whose_frame_count_differs_from_the_file_is_a_finding(files, tmp_path):

@@ -40,7 +40,7 @@ def index_rows(folder) -> list[tuple]:
 @pytest.mark.parametrize(
     "damage, problem",
     [
-        ({"header": {"format": "streamtap-recording/2"}}, "damaged: the recording is streamtap-recording/2"),
+        ({"header": {"format": "streamtap-recording/3"}}, "damaged: the recording is streamtap-recording/3"),
         ({"last": b"[1, 2, 3]\n"}, "damaged: the last line"),  # its end line broken
     ],
 )
@@ -196,11 +196,11 @@ def test_a_leftover_named_by_the_proxy_is_dated_and_filed_by_its_name_not_its_mt
     empty.write_bytes(b"")
     cut = folder / "20251130T120002.000Z_openai-chat_complete_cccccccccccc.jsonl"  # cut inside its header
     cut.write_bytes(GOOD.read_bytes()[:100])
-    newer = recording(folder, "20251129T235959.999Z_gemini_complete_dddddddddddd.jsonl", header={"format": "streamtap-recording/2"})
+    newer = recording(folder, "20251129T235959.999Z_gemini_complete_dddddddddddd.jsonl", header={"format": "streamtap-recording/3"})
     no_start = recording(folder, "20251128T080000.000Z_anthropic_complete_eeeeeeeeeeee.jsonl",
                          header={"started": None, "request_started": None})  # its header names its provider
     (tmp_path / "copies").mkdir()
-    other = recording(tmp_path / "copies", "copied.jsonl", header={"format": "streamtap-recording/2"})  # not the proxy's name
+    other = recording(tmp_path / "copies", "copied.jsonl", header={"format": "streamtap-recording/3"})  # not the proxy's name
     os.utime(other, (1_700_000_000, 1_700_000_000))  # 2023-11-14
     code, report = report_json(folder, tmp_path / "copies")
     assert code == 1

@@ -100,7 +100,7 @@ def test_a_token_count_no_column_takes_is_left_null_and_the_turn_counts(tmp_path
 def test_damaged_cut_and_unjudged_recordings_in_a_folder_make_the_report_say_not_complete(tmp_path):
     recording(tmp_path, "good.jsonl")
     recording(tmp_path, "damaged.jsonl", last=b"[1, 2, 3]\n")  # a whole last line that is no end line object
-    recording(tmp_path, "newer.jsonl", header={"format": "streamtap-recording/2"})
+    recording(tmp_path, "newer.jsonl", header={"format": "streamtap-recording/3"})
     (tmp_path / "killed.partial.jsonl").write_bytes(GOOD.read_bytes()[:40])  # cut inside its header
     (tmp_path / "never-began.partial.jsonl").write_bytes(b"")
     recording(tmp_path, "unjudged.jsonl", end={"verdict": None})
@@ -111,7 +111,7 @@ def test_damaged_cut_and_unjudged_recordings_in_a_folder_make_the_report_say_not
     assert report["recordings"] == 6 and report["verdicts"] == {"complete": 1}
     problems = {Path(item["path"]).name: item["problem"] for item in report["incomplete"]}
     assert problems["damaged.jsonl"].startswith("damaged: the last line")
-    assert problems["newer.jsonl"] == "damaged: the recording is streamtap-recording/2, this streamtap reads streamtap-recording/1"
+    assert problems["newer.jsonl"] == "damaged: the recording is streamtap-recording/3, this streamtap reads streamtap-recording/1 and streamtap-recording/2"
     assert problems["killed.partial.jsonl"].startswith("recording incomplete at byte")
     assert problems["never-began.partial.jsonl"].startswith("recording incomplete at byte 0")
     assert "notes.jsonl" not in problems and "skipped 1 file(s)" in got["stderr"]

@@ -87,7 +87,7 @@ def test_an_oversize_event_is_recorded_whole_in_bounded_memory(tmp_path, name, r
     assert held <= LIMIT + max(sizes) * (reads_per_turn or 1)
     if name == "long comments before an event":  # keep-alives alone, which the SSE rules skip: nothing is wrong
         assert summary["verdict"] == "complete", summary
-        assert "comments or blank lines alone, over the 4096-byte limit" in " ".join(recording.end["turn"]["notes"])
+        assert "comments or blank lines alone, which the next line would take past the 4096-byte limit" in " ".join(recording.end["turn"]["notes"])
     else:
         assert summary["verdict"] != "complete"
 

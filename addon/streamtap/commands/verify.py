@@ -288,7 +288,7 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
             return Unjudged(path, f"cannot judge recording: {exc}")
         encoding = (header.get("wire") or {}).get("content_encoding")
         check = RecordingCheck(encoding)
-        views = EventViews(path)  # each frame's `event` is what its bytes decode to?
+        views = EventViews(path, header["format"])  # each frame's `event` is what its bytes decode to?
         undone = WireBodyCheck(encoding) if content_encoded(encoding) else None  # the body is its wire decoded?
         for item in lines:
             if isinstance(item, Frame):

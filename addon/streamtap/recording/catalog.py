@@ -31,7 +31,7 @@ from .reader import (
     CONVERTED, FORMAT_MARK, MAX_LINE_BYTES, STREAM_ENDS, VERDICT_KINDS, HeaderCut, check_end, check_header, counted, header_damage,
     line_json, one_of,
 )
-from .writer import FORMAT, PARTIAL_SUFFIX, RecordingError
+from .writer import FORMATS, PARTIAL_SUFFIX, RecordingError
 
 RECORDING_SUFFIXES = (".jsonl", ".jsonl" + SUFFIX)
 # How a finished recording is named (writer.final_name, plus .zst when compressed): stamp, provider,
@@ -474,8 +474,8 @@ def read_ends(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, str | 
             if damage or recording_name(path):  # a recording all the same: damaged, so listed, never skipped
                 raise RecordingError(damage or "line 1 is not a recording header")
             raise NotARecording(f"{path} is not a streamtap recording (line 1 is not a recording header)")
-        if header["format"] != FORMAT:
-            raise RecordingError(f"the recording is {header['format']}, this streamtap reads {FORMAT}")
+        if header["format"] not in FORMATS:
+            raise RecordingError(f"the recording is {header['format']}, this streamtap reads {' and '.join(FORMATS)}")
         if first.endswith(CRLF):
             raise RecordingError(f"line 1 {CONVERTED}")
         try:  # as verify reads it: a field of the wrong type is damage, not a value to leave out

@@ -37,7 +37,7 @@ from streamtap.wire import DEFAULT_MAX_EVENT, JSONValue, SSEEvent, Tail
 
 from .compress import frames_ended, open_lines
 from .content import content_encoded
-from .writer import FELL_BEHIND, FORMAT, SUM_HEX, RecordingError, _described, _escaped, frame_sum
+from .writer import FELL_BEHIND, FORMAT, FORMATS, SUM_HEX, RecordingError, _described, _escaped, frame_sum
 
 # The longest line a writer can produce: a frame holds at most one event of max_event bytes
 # (a larger one is reported as malformed, never kept whole). Its bytes appear twice at most
@@ -429,8 +429,9 @@ class RecordingLines:
             if damage:
                 raise RecordingError(f"{self.path}: {damage}")
             raise RecordingError(f"{self.path} is not a streamtap recording (line 1 is not a {FORMAT} header)")
-        if record["format"] != FORMAT:
-            raise RecordingError(f"{self.path}: line 1: the recording is {record['format']}, this streamtap reads {FORMAT}")
+        if record["format"] not in FORMATS:
+            raise RecordingError(f"{self.path}: line 1: the recording is {record['format']}, this streamtap reads "
+                                 f"{' and '.join(FORMATS)}")
         try:
             check_header(record)
         except ValueError as exc:
@@ -656,8 +657,11 @@ class EventViews:
     bytes recorded ``raw`` after the proxy's analysis failed) are left to the sums, offsets and
     verdict to tell."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], format: str = FORMAT) -> None:
         self.path = path
+        # the format's rule for an SSE event's id: given where it changes (/2), or wherever the
+        # event has one (/1: as if the id before every event were none)
+        self._ids_where_changed = format != "streamtap-recording/1"
         self._frames: deque[Frame] = deque(maxlen=2)  # frames whose event has not come yet
         self._event: Any = None  # the last event that came before its frame, with the SSE id before it
         self._sse_id = ""  # the SSE event id in effect at the last event decoded
@@ -675,7 +679,7 @@ class EventViews:
     def decoded(self, events: Sequence[Any]) -> None:
         frames = self._frames
         for event in events:
-            previous_id = self._sse_id
+            previous_id = self._sse_id if self._ids_where_changed else ""
             if type(event) is SSEEvent:
                 self._sse_id = event.id
             while frames and frames[0].seq < event.seq:  # (its event never came)
@@ -694,10 +698,9 @@ class EventViews:
         kind = type(event)
         if kind is SSEEvent and not event.invalid_utf8:  # the common events, without building their view
             id_, retry = event.id, event.retry
-            # the id where it changed; recordings made before 2026-12-07 give it on every frame that has one
-            has_id = "id" in recorded
-            if (has_id == (id_ != previous_id) or has_id == bool(id_)) and (not has_id or recorded["id"] == id_) and (
-                    len(recorded) == 1 + has_id + (retry is not None) and recorded.get("sse") == event.event
+            has_id = id_ != previous_id
+            if (len(recorded) == 1 + has_id + (retry is not None) and recorded.get("sse") == event.event
+                    and (not has_id or recorded.get("id") == id_)
                     and (retry is None or (type(recorded.get("retry")) is int and recorded["retry"] == retry))):
                 return
         elif kind is JSONValue:
@@ -705,8 +708,6 @@ class EventViews:
                 return
         # the writer's own bytes, read back as a reader reads them (a retry past 64 bits becomes a float)
         written = line_json(_described(event, previous_id))
-        if kind is SSEEvent and "id" in recorded and recorded["id"] == event.id:  # (as recordings before 2026-12-07 give it)
-            written = {"id": event.id, **written}
         if _view_json(recorded) != _view_json(written):
             raise RecordingError(f"{self.path}: line {frame.line} is damaged: {_view_difference(recorded, written)}")
 

@@ -30,7 +30,10 @@ from streamtap.wire import EventStreamMessage, JSONValue, Malformed, SSEEvent, T
 from .redact import Redactor
 from .compress import COMPRESSIONS, SUFFIX, ZstdLines
 
-FORMAT = "streamtap-recording/1"
+# /2: an SSE frame's view gives the event id where it changes (/1 gave it on every frame whose event
+# has one, so a long id made the recording as many times larger as the stream has events)
+FORMAT = "streamtap-recording/2"
+FORMATS = ("streamtap-recording/1", FORMAT)  # the formats this streamtap reads
 SUM_HEX = 16  # sha256 prefix length in a frame's "sum": 64 bits tell a wrong frame apart
 # The proxy's note when it stopped handing a flow's reads to analysis: "... analysis fell behind
 # at byte N", the recording's reads and frames stopping at wire byte N (docs/recording-format.md)
