@@ -162,3 +162,28 @@ def test_an_empty_last_event_id_names_no_event_and_gets_the_whole_stream(library
     with ServerThread(library, ServeOptions()) as server, httpx.Client(timeout=10) as client:
         events = read(client, server.base_url, last_id="")
     assert as_tuples(events) == original_sequence()
+
+
+def test_an_id_set_inside_an_event_over_the_size_limit_resumes_after_that_event(tmp_path):
+    """The Tap keeps an event over streamtap_max_event as raw lines, then a frame with no bytes:
+    the resume skipped those lines, so an id set inside that event (which the client got) named
+    no event, a 404."""
+    from test_tap_batching import flow_for
+
+    from streamtap.mitm.flowtap import FlowTap
+    from streamtap.providers import StreamEnd
+
+    frames = anthropic_frames()
+    big = b"id: big\nevent: ping\ndata: {\"type\": \"ping\", \"pad\": \"" + b"x" * 20_000 + b"\"}\n\n"
+    body = b"".join(frames[:5]) + big + b"".join(frames[5:])
+    import json
+
+    flow = flow_for("/v1/messages", "text/event-stream")
+    flow.request.host, flow.request.content = "api.anthropic.com", json.dumps(ANTHROPIC_REQUEST).encode()  # (what read() asks)
+    tap = FlowTap(flow, directory=str(tmp_path), fsync="end", redact=(), sentinel=None, max_event_size=4096, record=True)
+    for at in range(0, len(body), 1000):
+        tap.arrived(body[at : at + 1000], None)
+    tap.finish(StreamEnd.FINISHED)
+    with ServerThread(Library.load([tmp_path]), ServeOptions()) as server, httpx.Client(timeout=10) as client:
+        rest = read(client, server.base_url, last_id="big")
+    assert as_tuples(rest) == original_sequence()[5:]

@@ -709,7 +709,8 @@ def resume_position(source: Source, last_event_id: str) -> int | None:
     decoder = SSEDecoder()
     # the frames were cut by this decoder when recorded: fed one by one, each gives its event
     for i, frame in enumerate(source.frames):
-        if frame.seq is None:
+        if frame.seq is None:  # an event over the size limit, kept unframed: the client got its bytes, ids and all
+            decoder.feed(frame.raw)  # (its id takes effect at the frame that reports the event, after these)
             continue
         raw, fed = frame.raw, 0
         for end in _block_ends(raw):
