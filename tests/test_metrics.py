@@ -122,7 +122,7 @@ def test_idle_connections_to_the_metrics_port_cost_the_proxy_a_bounded_number_of
     idle = [socket.create_connection(("127.0.0.1", proxy.metrics_port)) for _ in range(40)]
     try:
         time.sleep(1.0)
-        assert threads() <= before + MAX_SCRAPES, (before, threads())
+        assert threads() <= before + 2 * MAX_SCRAPES, (before, threads())  # (each scrape: its thread and its deadline's)
         proxy.upstream.add("beside-idle", Script(streams.openai_chat(["still ", "forwarded"])))
         assert curl(f"{proxy.url}/s/beside-idle{CHAT}").stdout == streams.openai_chat(["still ", "forwarded"])
         closed = 0
@@ -325,3 +325,36 @@ def test_a_usage_count_past_a_double_is_left_out_live_and_its_recording_verifies
     for path in recordings:
         result = streamtap("verify", str(path))
         assert result.returncode == 0 and ": complete " in result.stdout, result.stdout + result.stderr
+
+
+def test_a_scrape_that_trickles_is_closed_at_its_deadline_not_kept_by_each_byte(monkeypatch):
+    """The socket timeout bounds each read: a client sending a byte now and then kept its slot for
+    good, and 8 of them refused every real scrape. Each scrape now ends at SCRAPE_TIMEOUT."""
+    import threading
+
+    import streamtap.mitm.metrics as metrics_module
+
+    monkeypatch.setattr(metrics_module, "SCRAPE_TIMEOUT", 1.0)
+    server = metrics_module._start_server(("127.0.0.1", 0), metrics_module.TurnMetrics().registry)
+    port = server.server_address[1]
+    stop = threading.Event()
+
+    def trickle() -> None:
+        with socket.create_connection(("127.0.0.1", port)) as connection:
+            try:
+                while not stop.wait(0.3):
+                    connection.sendall(b"G")
+            except OSError:  # closed by the server: what is tested
+                pass
+
+    trickling = [threading.Thread(target=trickle) for _ in range(metrics_module.MAX_SCRAPES)]
+    try:
+        for thread in trickling:
+            thread.start()
+        time.sleep(2.5)  # past the deadline of each
+        assert httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).status_code == 200
+    finally:
+        stop.set()
+        for thread in trickling:
+            thread.join(5)
+        metrics_module.Metrics._close(server)

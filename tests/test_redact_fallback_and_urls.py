@@ -241,8 +241,9 @@ def test_a_url_inside_a_word_is_read_from_its_scheme(text):
     ("https://app.example/_next/image?w=640&url=https%3A%2F%2Fbkt.s3.amazonaws.com%2Fcat.png%3FX-Amz-Signature%3DNEST-1",
      "https://app.example/_next/image?w=640&url={}"),
     ("https://app.example/login?next=https://u:NEST-1@up.example/cb", "https://app.example/login?next={}"),
-    # a nested URL without a secret stays as it came
+    # a nested URL without a secret stays as it came, a line break or tab after it too (URL parsers drop them)
     ("https://app.example/login?next=https%3A%2F%2Fup.example%2Fcb%3Fpage%3D2", "https://app.example/login?next=https%3A%2F%2Fup.example%2Fcb%3Fpage%3D2"),
+    ("https://api.example/s?q=see%20https%3A%2F%2Fd.example%2Fa%3Fpage%3D2%0Athanks&n=1", "https://api.example/s?q=see%20https%3A%2F%2Fd.example%2Fa%3Fpage%3D2%0Athanks&n=1"),
 ])
 def test_a_url_in_a_parameter_value_has_its_secrets_redacted(url, kept):
     """Only the outer parameter's name decided: a login's ``next`` or an image proxy's presigned

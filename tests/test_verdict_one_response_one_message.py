@@ -78,3 +78,12 @@ def test_the_start_of_another_event_after_the_answer_s_end_is_corrupt_not_trunca
     cut = analyze_bytes(body + tail, dialect, one_response=True, end=StreamEnd.UPSTREAM_RESET).verdict
     assert cut.kind is VerdictKind.TRUNCATED, cut  # the SDKs raise on the reset
     assert analyze_bytes(body + tail, dialect).verdict.kind is VerdictKind.TRUNCATED
+
+
+def test_a_comment_cut_after_the_answer_s_end_begins_no_event():
+    """A keep-alive comment begins no event: cut after the end, it is no event appended (corrupt),
+    but a cut line, as it was judged before."""
+    body = message("msg_A", "Hi there.")
+    assert analyze_bytes(body + b": ping\n", Dialect.ANTHROPIC, one_response=True).verdict.kind is VerdictKind.COMPLETE
+    verdict = analyze_bytes(body + b": ping", Dialect.ANTHROPIC, one_response=True).verdict
+    assert verdict.kind is VerdictKind.TRUNCATED and "began another event" not in verdict.reason, verdict

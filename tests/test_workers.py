@@ -2001,6 +2001,37 @@ def test_two_pools_with_workers_still_starting_stop_against_one_deadline(tmp_pat
     assert wait <= took < 1.5 * wait, took
 
 
+def test_the_workers_that_are_up_are_told_to_stop_before_one_still_starting():
+    """A worker still starting reads nothing, so writing STOP into its full pipe waits up to its
+    deadline, which without ``starting`` (a script reload) is everyone's: told first, it left the
+    workers that are up no time to close their recordings (d9a77da sorted by deadline alone)."""
+    from streamtap.mitm.worker import stop_pools
+
+    told: list[int] = []
+
+    class Process:
+        def __init__(self, index: int, up: bool) -> None:
+            self.index, self.spoke = index, up
+
+        def tell_stop(self, deadline: float) -> None:
+            told.append(self.index)
+
+        def wait_stopped(self, deadline: float) -> None:
+            pass
+
+        def take_replies(self, received) -> None:
+            pass
+
+    pool = Workers.__new__(Workers)
+    pool.processes = [Process(0, up=False), Process(1, up=True), Process(2, up=True)]
+    pool.flows = {key: SimpleNamespace(shard=key) for key in range(3)}  # each holds a flow
+    pool.restarts, pool.ops, pool.stopping = [None] * 3, [[], [], []], False
+    pool.send = lambda: None
+    pool._write_notes = lambda index: None
+    stop_pools([pool], timeout=1.0, starting=None)
+    assert told == [1, 2, 0], told
+
+
 @pytest.mark.slow
 def test_a_worker_still_starting_gets_its_flows_even_when_they_fill_its_pipe(upstream, tmp_path, monkeypatch):
     """1,500 flows while the only worker starts fill its pipe (each OPEN carries the flow's

@@ -166,6 +166,24 @@ SCRAPE_TIMEOUT = 10.0
 class _ScrapeHandler(WSGIRequestHandler):
     timeout = SCRAPE_TIMEOUT  # set on the connection: one that sends nothing, or reads nothing, is closed
 
+    def setup(self) -> None:
+        super().setup()
+        # the socket timeout bounds each read and write; a client that sends a byte now and then
+        # would hold its slot for good: the whole scrape ends at SCRAPE_TIMEOUT
+        self._deadline = threading.Timer(SCRAPE_TIMEOUT, self._end)
+        self._deadline.daemon = True
+        self._deadline.start()
+
+    def _end(self) -> None:
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:  # closed already
+            pass
+
+    def finish(self) -> None:
+        self._deadline.cancel()
+        super().finish()
+
     def log_message(self, format: str, *args: Any) -> None:  # a scrape is no event of the proxy's
         pass
 

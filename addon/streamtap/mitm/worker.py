@@ -1211,8 +1211,9 @@ class Workers:
         just before, which a worker killed before it was up would never write."""
         stop_pools([self], timeout, starting)
 
-    def _stop_deadlines(self, now: float, timeout: float, starting: float | None) -> list[tuple[_Process, float]]:
-        """The pool takes nothing more and sends what waits; each worker with the time by which it must have stopped."""
+    def _stop_deadlines(self, now: float, timeout: float, starting: float | None) -> list[tuple[_Process, float, bool]]:
+        """The pool takes nothing more and sends what waits; each worker with the time by which it
+        must have stopped, and whether it is still starting with flows to record."""
         self.stopping = True
         for restart in self.restarts:
             if restart is not None:
@@ -1228,7 +1229,7 @@ class Workers:
             held = sum(remote.shard in late for remote in self.flows.values())
             log.info(f"streamtap: waiting up to {starting:.0f} s for analysis worker(s) still starting, "
                      f"to record the {held} flow(s) they hold")
-        return [(process, late_deadline if process.index in late else deadline) for process in self.processes]
+        return [(process, late_deadline if process.index in late else deadline, process.index in late) for process in self.processes]
 
 
 def stop_pools(pools: list[Workers], timeout: float = 3.0, starting: float | None = None) -> None:
@@ -1239,14 +1240,15 @@ def stop_pools(pools: list[Workers], timeout: float = 3.0, starting: float | Non
     stopping = []
     for pool in pools:
         try:
-            stopping += [(pool, process, deadline) for process, deadline in pool._stop_deadlines(now, timeout, starting)]
+            stopping += [(pool, process, deadline, late) for process, deadline, late in pool._stop_deadlines(now, timeout, starting)]
         except Exception as exc:  # the other pools still stop
             log.warning(f"streamtap: analysis workers at shutdown: {type(exc).__name__}: {exc}")
-    # the workers that are up first (the earlier deadline): a late one's pipe may stay full until it is up and reads
-    stopping.sort(key=lambda item: item[2])
-    for _, process, deadline in stopping:
+    # the workers that are up first: a late one's pipe may stay full until it is up and reads, and
+    # writing it waits up to its deadline, which without ``starting`` is everyone's
+    stopping.sort(key=lambda item: (item[3], item[2]))
+    for _, process, deadline, _ in stopping:
         process.tell_stop(deadline)
-    for pool, process, deadline in stopping:
+    for pool, process, deadline, _ in stopping:
         try:
             process.wait_stopped(deadline)
             # the verdicts of flows that ended just before: the loop will not run again to take them

@@ -509,7 +509,7 @@ class StreamSession:
                     tail.start,
                     evidence | {"terminal_not_dispatched": True, "was": verdict.kind.value},
                 )
-            if self._one_response and end is StreamEnd.FINISHED and verdict.kind in ENDING_KINDS:
+            if self._one_response and end is StreamEnd.FINISHED and verdict.kind in ENDING_KINDS and not _comments_only(tail.raw, self.wire):
                 # the answer had ended, and the app got it (boto3 and the openai and anthropic SDKs drop an
                 # unfinished last event): these bytes were appended after its end, as a whole event would be
                 return Verdict(
@@ -698,6 +698,11 @@ class StreamSession:
 
 
 NOT_A_STREAM = "not a stream: the request asked for a plain JSON answer, and streamtap judges streamed answers"
+
+
+def _comments_only(raw: bytes, wire: str) -> bool:
+    """SSE comment lines (and blank ones) alone, which begin no event."""
+    return wire == "sse" and all(line.startswith(b":") for line in raw.replace(b"\r", b"\n").split(b"\n") if line)
 
 
 def _head(raw: bytes, limit: int = 60) -> str:

@@ -230,7 +230,7 @@ class Redactor:
             return False
         if nesting >= MAX_URL_NESTING:
             return True
-        inner = value[_url_start(value) :]
+        inner = value[_url_start(value) :].translate(_URL_IGNORED)  # (url() drops them: no secret in that)
         return self.url(inner, nesting + 1) != inner
 
     def json(self, value: Any) -> Any:
