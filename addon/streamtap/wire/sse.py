@@ -142,6 +142,7 @@ _UNKNOWN_VALUE_KEPT = 4096  # bytes of the first unknown field's value kept: an 
 _OTHER_LINES_KEPT = 64 * 1024  # bytes of SSEDecoder.other_lines kept: a provider's raw error JSON fits...
 _OTHER_LINES_MAX = 256  # ...in at most this many lines
 
+
 def _long_idle_run(seq: int, start: int, end: int, limit: int) -> Malformed:
     error = LongIdleRun(f"{end - start} bytes of comments or blank lines alone, which the next line would take past "
                         f"the {limit}-byte limit, skipped as the SSE rules skip them", start)
