@@ -19,9 +19,11 @@ same bytes and the same reads:
   * "SDK client end-to-end": the real client (``client.messages.stream(...)
     .get_final_message()`` / ``client.chat.completions.stream(...).get_final_completion()``)
     over an in-memory httpx transport - what an app actually pays, HTTP plumbing included.
-A third table times the Chat Completions content fast path (providers/fastpath.py) on against
-off (every chunk parsed), same events, same rounds, on the stream above and on the same chunks
-with OpenAI's per-chunk ``obfuscation`` padding, as the API sends them by default.
+A third table times the text-delta fast path (providers/fastpath.py) on against off (every
+chunk parsed), same events, same rounds: on the Chat Completions stream above, on the same chunks
+with OpenAI's per-chunk ``obfuscation`` padding, as the API sends them by default, and on a
+Bedrock ConverseStream body of the same text (event-stream frames, each padded with ``p`` of
+random length, as Bedrock sends them).
 A second table leaves decoding out on both sides: streamtap's dialect Assembler on
 already-decoded wire events against the SDK accumulator on already-parsed events
 (anthropic: dicts; openai: ChatCompletionChunk objects, whose construction is the SDK's
@@ -54,9 +56,9 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
 from streamtap.providers import Dialect, StreamEnd, analyze_bytes
-from streamtap.providers import openai_chat
+from streamtap.providers import bedrock_converse, openai_chat
 from streamtap.providers.session import make_assembler
-from streamtap.wire import SSEDecoder
+from streamtap.wire import EventStreamDecoder, SSEDecoder, encode_message
 
 READ = 1500
 WORDS = "the quick brown fox jumps over a lazy dog while streaming tokens arrive one by one".split()
@@ -134,6 +136,29 @@ def openai_stream(chunks: int, padded: bool = False) -> bytes:
     return body + b"data: [DONE]\n\n"
 
 
+def converse_stream(events: int) -> bytes:
+    """A ConverseStream body: text deltas, then a tool call's argument fragments, as Bedrock frames them."""
+    rng = random.Random(13)
+    fragments = _fragments(rng, events // 5)
+    out = [("messageStart", {"role": "assistant"})]
+    out += [("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": _words(rng)}})
+            for _ in range(events - len(fragments) - 7)]
+    out += [("contentBlockStop", {"contentBlockIndex": 0}),
+            ("contentBlockStart", {"contentBlockIndex": 1, "start": {"toolUse": {"toolUseId": "tooluse_bench",
+                                                                                  "name": "record"}}})]
+    out += [("contentBlockDelta", {"contentBlockIndex": 1, "delta": {"toolUse": {"input": f}}}) for f in fragments]
+    out += [("contentBlockStop", {"contentBlockIndex": 1}), ("messageStop", {"stopReason": "tool_use"}),
+            ("metadata", {"usage": {"inputTokens": 900, "outputTokens": events, "totalTokens": 900 + events},
+                          "metrics": {"latencyMs": 1000}})]
+    headers = {":content-type": "application/json", ":message-type": "event"}
+    padding = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    return b"".join(
+        encode_message({":event-type": kind, **headers},
+                       json.dumps({**body, "p": padding[: rng.randint(1, len(padding))]}, separators=(",", ":")).encode())
+        for kind, body in out
+    )
+
+
 def reads(body: bytes) -> list[bytes]:
     return [body[i : i + READ] for i in range(0, len(body), READ)]
 
@@ -202,8 +227,8 @@ def _openai_result(completion) -> tuple:
     return choice.message.content, arguments, choice.finish_reason
 
 
-def decoded(body: bytes) -> list:
-    decoder = SSEDecoder()
+def decoded(body: bytes, decoder_class: type = SSEDecoder) -> list:
+    decoder = decoder_class()
     return [e for chunk in reads(body) for e in decoder.feed(chunk)] + decoder.close()
 
 
@@ -232,18 +257,36 @@ class FullParse(openai_chat.Assembler):
         return False
 
 
+class ConverseFullParse(bedrock_converse.Assembler):
+    """The ConverseStream assembler with its text-delta fast path off: every event parsed."""
+
+    def _text_delta(self, data: str, t: float | None) -> bool:
+        return False
+
+
 def chat_assembly(cls: type) -> Callable[[list], object]:
     return assembly(lambda: cls(wire="sse"))
 
 
-def full_parse_end_to_end(body: bytes) -> tuple:
-    """``streamtap_runner`` with the content fast path off, for the on/off pair."""
-    taken = openai_chat.Assembler._content_delta
-    openai_chat.Assembler._content_delta = FullParse._content_delta
-    try:
-        return streamtap_runner(Dialect.OPENAI_CHAT)(body)
-    finally:
-        openai_chat.Assembler._content_delta = taken
+def converse_assembly(cls: type) -> Callable[[list], object]:
+    return assembly(cls)
+
+
+def full_parse_end_to_end(dialect: Dialect) -> Callable[[bytes], tuple]:
+    """``streamtap_runner`` with the dialect's fast path off, for the on/off pair."""
+    cls, name, off = {Dialect.OPENAI_CHAT: (openai_chat.Assembler, "_content_delta", FullParse._content_delta),
+                      Dialect.BEDROCK_CONVERSE: (bedrock_converse.Assembler, "_text_delta",
+                                                 ConverseFullParse._text_delta)}[dialect]
+
+    def run(body: bytes) -> tuple:
+        taken = getattr(cls, name)
+        setattr(cls, name, off)
+        try:
+            return streamtap_runner(dialect)(body)
+        finally:
+            setattr(cls, name, taken)
+
+    return run
 
 
 def anthropic_accumulate_only(events: list[dict]) -> object:
@@ -283,17 +326,21 @@ def spread(ratios: list[float]) -> str:
 
 def fastpath_table(events: int, rounds: int) -> None:
     print()
-    print("Chat Completions content fast path, on against off (every chunk parsed) in the same rounds; "
+    print("Text-delta fast path, on against off (every chunk parsed) in the same rounds; "
           "ratio = off CPU time / on CPU time")
     print(f"{'stream':<22} {'what':<26} {'events':>7} {'on ev/s':>10} {'off ev/s':>10} {'ratio':>7} {'range':>12}")
-    fast, full = chat_assembly(openai_chat.Assembler), chat_assembly(FullParse)
-    ours = streamtap_runner(Dialect.OPENAI_CHAT)
-    for name, body in [("openai-chat", openai_stream(events)), ("openai-chat, padded", openai_stream(events, True))]:
-        wire_events = decoded(body)
+    chat = (chat_assembly(openai_chat.Assembler), chat_assembly(FullParse), SSEDecoder, Dialect.OPENAI_CHAT)
+    converse = (converse_assembly(bedrock_converse.Assembler), converse_assembly(ConverseFullParse),
+                EventStreamDecoder, Dialect.BEDROCK_CONVERSE)
+    for name, body, (fast, full, decoder, dialect) in [("openai-chat", openai_stream(events), chat),
+                                                        ("openai-chat, padded", openai_stream(events, True), chat),
+                                                        ("bedrock-converse", converse_stream(events), converse)]:
+        wire_events = decoded(body, decoder)
+        ours, theirs = streamtap_runner(dialect), full_parse_end_to_end(dialect)
         assert fast(wire_events).to_dict() == full(wire_events).to_dict(), f"{name}: the fast path changed the turn"
-        assert ours(body) == full_parse_end_to_end(body)
+        assert ours(body) == theirs(body)
         for what, on, off, value in [("assembly (events decoded)", fast, full, wire_events),
-                                     ("decode+assemble+judge", ours, full_parse_end_to_end, body)]:
+                                     ("decode+assemble+judge", ours, theirs, body)]:
             ratios, mine = paired_rounds(on, value, off, value, rounds)
             rate = len(wire_events) / statistics.median(mine)
             off_rate = rate / statistics.median(ratios)

@@ -49,6 +49,7 @@ import orjson
 
 from streamtap.wire import EventStreamMessage, WireEvent
 
+from .fastpath import CONVERSE, ContentDeltas
 from .judge import Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome, sdk_loads, stop_verdict
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
@@ -606,6 +607,7 @@ class Assembler:
         self.turn = Turn(Dialect.BEDROCK_CONVERSE)
         self.judge = Judge(self.turn)
         self.builder = ConverseBuilder(self.turn, self.judge, converse_api=True, one_response=one_response)
+        self._deltas = ContentDeltas(CONVERSE)  # plain text deltas without a JSON parse
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         judge = self.judge
@@ -616,6 +618,15 @@ class Assembler:
             return
         headers = event.headers
         kind = headers.get(":event-type")
+        text = None
+        if kind == "contentBlockDelta":
+            try:
+                text = event.payload.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+            else:
+                if self._text_delta(text, t):
+                    return
         try:
             body = orjson.loads(event.payload)
         except orjson.JSONDecodeError:
@@ -625,6 +636,33 @@ class Assembler:
             if body is None:
                 return
         self.builder.apply(kind, body, event.seq, event.start, t)  # type: ignore[arg-type]
+        if text is not None:
+            # a layout fixes the JSON, not the state: ``_text_delta`` checks the state each time
+            self._deltas.learn(text, body)
+
+    def _text_delta(self, data: str, t: float | None) -> bool:
+        """Take a text delta in the layout learnt from a parsed one, without parsing it.
+
+        True when done. It declines (False, and the event is parsed) in every state where
+        ``_block_delta`` would do more than append the text: outside a message or after its
+        metadata, and for an index that is not an open text block. A layout is learnt only from
+        a plain text delta, which fits botocore's model; an event in its layout differs only in
+        two strings the model takes as they come (the text and the padding), so it fits too."""
+        hit = self._deltas.content(data)
+        if hit is None:
+            return False
+        builder = self.builder
+        index = hit[0]
+        if not builder.open_message or builder.metadata_seen or index not in builder.open_blocks:
+            return False
+        block = builder.blocks.get(index)
+        if block is None or block.kind is not BlockKind.TEXT:
+            return False
+        text = hit[1]
+        builder.pieces.add(block, text)
+        if text and self.turn.timing.first_content is None:
+            self.turn.timing.first_content = t
+        return True
 
     def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
         return self.turn, self.builder.verdict(end)

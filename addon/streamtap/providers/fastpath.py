@@ -1,4 +1,4 @@
-"""Chat Completions content deltas without a JSON parse.
+"""Text deltas without a JSON parse: Chat Completions content chunks, ConverseStream text deltas.
 
 Nearly every event of an OpenAI-style chat stream is the same chunk with another text
 fragment: ``{"id":"chatcmpl-…","object":"chat.completion.chunk","created":…,"model":…,
@@ -6,7 +6,9 @@ fragment: ``{"id":"chatcmpl-…","object":"chat.completion.chunk","created":…,
 "finish_reason":null}],"obfuscation":"<padding>"}``. Only the fragment (and OpenAI's
 ``obfuscation`` padding, a string of random length the assembler never reads) changes
 from event to event, so the characters before the fragment (the prefix), between it and
-the padding (the middle) and after the padding (the tail) repeat exactly.
+the padding (the middle) and after the padding (the tail) repeat exactly. Bedrock's
+ConverseStream text deltas have the same build:
+``{"contentBlockIndex":0,"delta":{"text":"<fragment>"},"p":"<padding>"}``.
 
 ``ContentDeltas`` learns that layout from one chunk the assembler has parsed fully, and
 then takes the fragment of a later chunk straight from the text: when the data starts
@@ -18,39 +20,61 @@ where they were, so every other token is the same. The fragment is then the body
 literal. Anything else returns None, and the caller parses the chunk fully, as before.
 
 A layout is learnt only from a chunk whose every field the assembler reads says "plain
-text fragment": no error, no usage, one choice whose delta is ``{"content": str}`` (other
-delta keys may be present only as ``null``, which the assembler reads as absent: DeepSeek
-sends ``"reasoning_content":null`` beside the text) and no finish reason. Learning checks
-itself: the layout around sentinels must parse to the parsed chunk with the sentinels as
-its fragment and padding, and must give back the learnt chunk's own fragment.
+text fragment" (``DeltaShape.plain``). For chat: no error, no usage, one choice whose delta is
+``{"content": str}`` (other delta keys may be present only as ``null``, which the assembler
+reads as absent: DeepSeek sends ``"reasoning_content":null`` beside the text) and no finish
+reason. For ConverseStream: an integer block index, a delta that is ``{"text": str}``, the
+padding, and nothing else. Learning checks itself: the layout around sentinels must parse to
+the parsed chunk with the sentinels as its fragment and padding, and must give back the
+learnt chunk's own fragment.
 
-How an assembler uses it (providers/openai_chat.py is the one it is written for): after
-the ``[DONE]`` and blank-data checks, for an event whose SSE type is not ``error``, call
-``content(data)``; on a hit, resolve the choice index as for a parsed chunk and append the
-fragment as text, nothing else (the learnt chunk already set model, id and response id,
-and a chunk in its layout carries the same values). After a full parse, call
-``learn(data, obj)`` only when that chunk changed nothing but its fragment (no error, and
-its id was the stream's id, so no corruption was noted that later chunks must repeat).
+How an assembler uses it (providers/openai_chat.py and providers/bedrock_converse.py): for an
+event the full path would hand to the same handler, call ``content(data)``; on a hit, take the
+fragment only where the state makes it a plain append (the index is an open text block or
+choice), else parse as before. After a full parse, call ``learn(data, obj)`` only when that
+chunk raised no finding (and for chat, its id was the stream's id, so no corruption was noted
+that later chunks must repeat).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 _SENTINEL = "streamtap-fastpath-sentinel-0d1f"
 _PADDING_SENTINEL = "streamtap-fastpath-padding-7c2e"
-_PADDING = '"obfuscation"'  # OpenAI's per-chunk padding (stream_options.include_obfuscation)
 _MAX_LEARNS = 8  # chunks that do not fit after this many layouts are simply parsed
+
+
+@dataclass(frozen=True)
+class DeltaShape:
+    """Where a dialect's plain text delta keeps its fragment, its index and its padding."""
+
+    key: str  # the fragment's member name
+    padding: str  # the top-level member a provider pads chunks with, never read by the assembler
+    plain: Callable[[Any], bool]  # is a parsed chunk one whose only effect is its fragment?
+    holder: Callable[[Any], dict]  # the object that holds the fragment under ``key``
+    index: Callable[[Any], Any]  # the raw index the fragment belongs to
+
+    @property
+    def quoted_key(self) -> str:
+        return '"' + self.key + '"'
+
+    @property
+    def quoted_padding(self) -> str:
+        return '"' + self.padding + '"'
 
 
 class ContentDeltas:
     """One stream's plain content chunks: ``learn`` from a parsed chunk, then ``content``."""
 
-    __slots__ = ("_prefix", "_middle", "_tail", "_index", "_learns")
+    __slots__ = ("_shape", "_prefix", "_middle", "_tail", "_index", "_learns")
 
-    def __init__(self) -> None:
+    def __init__(self, shape: DeltaShape | None = None) -> None:
+        self._shape = shape or CHAT
         self._prefix: str | None = None
         self._middle: str | None = None  # None: no padding, ``_tail`` follows the fragment
         self._tail = ""
@@ -90,24 +114,28 @@ class ContentDeltas:
     def learn(self, data: str, obj: Any) -> bool:
         """Learn the layout of ``data``, which parsed to ``obj``, if it is a plain content
         chunk. Returns whether ``content`` now knows it."""
-        if self._learns >= _MAX_LEARNS or not _plain_chunk(obj):
+        shape = self._shape
+        if self._learns >= _MAX_LEARNS or not shape.plain(obj):
             return False
+        if self.content(data) is not None:  # the layout it has (a hit the caller's state declined)
+            return True
         self._learns += 1
-        fragment = obj["choices"][0]["delta"]["content"]
-        padded = type(obj.get("obfuscation")) is str
+        fragment = shape.holder(obj)[shape.key]
+        padded = type(obj.get(shape.padding)) is str
         try:
             expected = orjson.loads(data)
         except ValueError:  # read by the json module (a lone surrogate escape): no layout to learn
             return False
-        expected["choices"][0]["delta"]["content"] = _SENTINEL
+        shape.holder(expected)[shape.key] = _SENTINEL
         if padded:
-            expected["obfuscation"] = _PADDING_SENTINEL
-        at = data.find('"content"')
+            expected[shape.padding] = _PADDING_SENTINEL
+        key = shape.quoted_key
+        at = data.find(key)
         while at >= 0:
-            layout = _layout_at(data, at + len('"content"'))
+            layout = _layout_at(data, at + len(key))
             if layout is not None:
                 prefix, suffix = layout
-                for middle, tail in _padding_splits(suffix) if padded else [(None, suffix)]:
+                for middle, tail in _padding_splits(suffix, shape.quoted_padding) if padded else [(None, suffix)]:
                     text = prefix + _SENTINEL + (suffix if middle is None else middle + _PADDING_SENTINEL + tail)
                     try:
                         candidate = orjson.loads(text)
@@ -115,12 +143,12 @@ class ContentDeltas:
                         continue
                     if candidate == expected:
                         self._prefix, self._middle, self._tail = prefix, middle, tail
-                        self._index = obj["choices"][0].get("index")
+                        self._index = shape.index(obj)
                         if self.content(data) == (self._index, fragment):
                             return True
                         self._prefix = None  # never trust a layout that does not give back its own chunk
                         return False
-            at = data.find('"content"', at + 1)
+            at = data.find(key, at + 1)
         return False
 
 
@@ -144,15 +172,29 @@ def _plain_chunk(obj: Any) -> bool:
     )
 
 
-def _padding_splits(suffix: str) -> list[tuple[str, str]]:
+def _plain_converse_delta(obj: Any) -> bool:
+    """Is ``obj`` a ConverseStream ``contentBlockDelta`` whose only effect is one text fragment?"""
+    if type(obj) is not dict or not obj.keys() <= {"contentBlockIndex", "delta", "p"}:
+        return False
+    delta = obj.get("delta")
+    return (
+        type(obj.get("contentBlockIndex")) is int
+        and type(delta) is dict
+        and delta.keys() == {"text"}
+        and type(delta["text"]) is str
+        and type(obj.get("p", "")) is str
+    )
+
+
+def _padding_splits(suffix: str, padding: str) -> list[tuple[str, str]]:
     """Every (middle, tail) the suffix splits into around the string value of a padding key."""
     splits = []
-    at = suffix.find(_PADDING)
+    at = suffix.find(padding)
     while at >= 0:
-        layout = _layout_at(suffix, at + len(_PADDING))
+        layout = _layout_at(suffix, at + len(padding))
         if layout is not None:
             splits.append(layout)
-        at = suffix.find(_PADDING, at + 1)
+        at = suffix.find(padding, at + 1)
     return splits
 
 
@@ -180,3 +222,11 @@ def _layout_at(data: str, after_key: int) -> tuple[str, str] | None:
             return data[:start], data[pos:]
         pos += 1
     return None
+
+
+# OpenAI's per-chunk padding is ``obfuscation`` (stream_options.include_obfuscation)
+CHAT = DeltaShape("content", "obfuscation", _plain_chunk, lambda obj: obj["choices"][0]["delta"],
+                  lambda obj: obj["choices"][0].get("index"))
+# Bedrock pads each ConverseStream event with ``p``
+CONVERSE = DeltaShape("text", "p", _plain_converse_delta, lambda obj: obj["delta"],
+                      lambda obj: obj["contentBlockIndex"])
