@@ -21,9 +21,10 @@ same bytes and the same reads:
     over an in-memory httpx transport - what an app actually pays, HTTP plumbing included.
 A third table times the text-delta fast path (providers/fastpath.py) on against off (every
 chunk parsed), same events, same rounds: on the Chat Completions stream above, on the same chunks
-with OpenAI's per-chunk ``obfuscation`` padding, as the API sends them by default, and on a
+with OpenAI's per-chunk ``obfuscation`` padding, as the API sends them by default, on a
 Bedrock ConverseStream body of the same text (event-stream frames, each padded with ``p`` of
-random length, as Bedrock sends them).
+random length, as Bedrock sends them), and on the Anthropic stream above (text, tool-argument
+and thinking deltas).
 A second table leaves decoding out on both sides: streamtap's dialect Assembler on
 already-decoded wire events against the SDK accumulator on already-parsed events
 (anthropic: dicts; openai: ChatCompletionChunk objects, whose construction is the SDK's
@@ -56,6 +57,7 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
 from streamtap.providers import Dialect, StreamEnd, analyze_bytes
+from streamtap.providers import anthropic as anthropic_dialect
 from streamtap.providers import bedrock_converse, openai_chat
 from streamtap.providers.session import make_assembler
 from streamtap.wire import EventStreamDecoder, SSEDecoder, encode_message
@@ -257,6 +259,13 @@ class FullParse(openai_chat.Assembler):
         return False
 
 
+class AnthropicFullParse(anthropic_dialect.Assembler):
+    """The Anthropic assembler with its delta fast path off: every event parsed."""
+
+    def _delta(self, data: str, t: float | None) -> bool:
+        return False
+
+
 class ConverseFullParse(bedrock_converse.Assembler):
     """The ConverseStream assembler with its text-delta fast path off: every event parsed."""
 
@@ -268,13 +277,14 @@ def chat_assembly(cls: type) -> Callable[[list], object]:
     return assembly(lambda: cls(wire="sse"))
 
 
-def converse_assembly(cls: type) -> Callable[[list], object]:
+def converse_assembly(cls: type) -> Callable[[list], object]:  # (and Anthropic's: no wire argument)
     return assembly(cls)
 
 
 def full_parse_end_to_end(dialect: Dialect) -> Callable[[bytes], tuple]:
     """``streamtap_runner`` with the dialect's fast path off, for the on/off pair."""
     cls, name, off = {Dialect.OPENAI_CHAT: (openai_chat.Assembler, "_content_delta", FullParse._content_delta),
+                      Dialect.ANTHROPIC: (anthropic_dialect.Assembler, "_delta", AnthropicFullParse._delta),
                       Dialect.BEDROCK_CONVERSE: (bedrock_converse.Assembler, "_text_delta",
                                                  ConverseFullParse._text_delta)}[dialect]
 
@@ -332,9 +342,12 @@ def fastpath_table(events: int, rounds: int) -> None:
     chat = (chat_assembly(openai_chat.Assembler), chat_assembly(FullParse), SSEDecoder, Dialect.OPENAI_CHAT)
     converse = (converse_assembly(bedrock_converse.Assembler), converse_assembly(ConverseFullParse),
                 EventStreamDecoder, Dialect.BEDROCK_CONVERSE)
+    messages = (converse_assembly(anthropic_dialect.Assembler), converse_assembly(AnthropicFullParse), SSEDecoder,
+                Dialect.ANTHROPIC)
     for name, body, (fast, full, decoder, dialect) in [("openai-chat", openai_stream(events), chat),
                                                         ("openai-chat, padded", openai_stream(events, True), chat),
-                                                        ("bedrock-converse", converse_stream(events), converse)]:
+                                                        ("bedrock-converse", converse_stream(events), converse),
+                                                        ("anthropic", anthropic_stream(events), messages)]:
         wire_events = decoded(body, decoder)
         ours, theirs = streamtap_runner(dialect), full_parse_end_to_end(dialect)
         assert fast(wire_events).to_dict() == full(wire_events).to_dict(), f"{name}: the fast path changed the turn"

@@ -53,6 +53,7 @@ from streamtap.wire import SSEEvent, WireEvent
 from streamtap.wire.partial_json import exact_loads
 
 from .common import as_int, as_str, dumps, first_line_lost_to_bom
+from .fastpath import ANTHROPIC, ContentDeltas
 from .judge import (MAX_NOTES, Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome, error_text, sdk_loads,
                     stop_verdict)
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
@@ -585,6 +586,8 @@ class Assembler:
         self.judge = Judge(self.turn)
         self.builder = MessageBuilder(self.turn, self.judge, one_response=one_response)
         self.renamed: set[tuple[str, Any]] = set()  # (event name, type) pairs already noted
+        # text, tool-argument and thinking deltas without a JSON parse, by delta type
+        self._deltas = {delta_type: ContentDeltas(shape) for delta_type, shape in ANTHROPIC.items()}
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         judge = self.judge
@@ -596,6 +599,10 @@ class Assembler:
                           event.seq, event.start)
             return
         judge.seen(event, event.event)
+        # (a BOM that costs the SDK an event can only stand before the first, parsed: no layout is learnt yet)
+        delta = event.event == "content_block_delta"
+        if delta and self._delta(event.data, t):
+            return
         try:
             # a tool_use block may come with its input whole: its integers are read exactly
             obj = (exact_loads(event.data) if '"input"' in event.data else orjson.loads(event.data)) if event.data else None
@@ -648,6 +655,47 @@ class Assembler:
                 self.renamed.add(pair)
                 judge.note(f"event name {name!r} differs from its type {obj.get('type')!r} (first at seq {event.seq})")
         self.builder.apply(obj, event.seq, event.start, t)
+        if delta:
+            # a layout fixes the JSON, not the state: ``_delta`` checks the state each time
+            deltas = self._deltas.get(obj["delta"].get("type")) if type(obj.get("delta")) is dict else None
+            if deltas is not None:
+                deltas.learn(event.data, obj)
+
+    def _delta(self, data: str, t: float | None) -> bool:
+        """Take a text, tool-argument or thinking delta in a layout learnt from a parsed one,
+        without parsing it.
+
+        True when done. It declines (False, and the event is parsed) in every state where
+        ``_content_block_delta`` would do more than append the fragment: outside a message or
+        after its stop reason, for an index that is not an open block, and for a block of
+        another kind than the delta's (or a tool result's block, for arguments). A layout is
+        learnt only from an event whose name is its type and that holds the type, the index
+        and a delta of its type and fragment alone, so the full path would note nothing else."""
+        for delta_type, deltas in self._deltas.items():
+            hit = deltas.content(data)
+            if hit is not None:
+                break
+        else:
+            return False
+        builder = self.builder
+        index, fragment = hit
+        if not builder.open_message or builder.content_stopped or index not in builder.open_blocks:
+            return False
+        block = builder.blocks.get(index)
+        if block is None:
+            return False
+        if delta_type == "input_json_delta":
+            fragments = builder.fragments.get(index)
+            if fragments is None:
+                return False
+            fragments.append(fragment)
+            return True
+        if block.kind is not (BlockKind.TEXT if delta_type == "text_delta" else BlockKind.THINKING):
+            return False
+        builder.pieces.add(block, fragment)
+        if fragment and self.turn.timing.first_content is None:
+            self.turn.timing.first_content = t
+        return True
 
     def _error_event(self, obj: Any, event: SSEEvent) -> None:
         """An ``event: error`` whose data is not an Anthropic error event: its type and message where

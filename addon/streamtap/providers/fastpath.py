@@ -54,7 +54,7 @@ class DeltaShape:
     """Where a dialect's plain text delta keeps its fragment, its index and its padding."""
 
     key: str  # the fragment's member name
-    padding: str  # the top-level member a provider pads chunks with, never read by the assembler
+    padding: str | None  # the top-level member a provider pads chunks with, never read by the assembler
     plain: Callable[[Any], bool]  # is a parsed chunk one whose only effect is its fragment?
     holder: Callable[[Any], dict]  # the object that holds the fragment under ``key``
     index: Callable[[Any], Any]  # the raw index the fragment belongs to
@@ -65,7 +65,7 @@ class DeltaShape:
 
     @property
     def quoted_padding(self) -> str:
-        return '"' + self.padding + '"'
+        return '"' + (self.padding or "") + '"'
 
 
 class ContentDeltas:
@@ -121,7 +121,7 @@ class ContentDeltas:
             return True
         self._learns += 1
         fragment = shape.holder(obj)[shape.key]
-        padded = type(obj.get(shape.padding)) is str
+        padded = shape.padding is not None and type(obj.get(shape.padding)) is str
         try:
             expected = orjson.loads(data)
         except ValueError:  # read by the json module (a lone surrogate escape): no layout to learn
@@ -186,6 +186,24 @@ def _plain_converse_delta(obj: Any) -> bool:
     )
 
 
+def _plain_anthropic_delta(delta_type: str, key: str) -> Callable[[Any], bool]:
+    """Is ``obj`` an Anthropic ``content_block_delta`` whose only effect is one ``delta_type`` fragment?"""
+
+    def plain(obj: Any) -> bool:
+        if type(obj) is not dict or obj.keys() != {"type", "index", "delta"} or obj["type"] != "content_block_delta":
+            return False
+        delta = obj["delta"]
+        return (
+            type(obj["index"]) is int
+            and type(delta) is dict
+            and delta.keys() == {"type", key}
+            and delta["type"] == delta_type
+            and type(delta[key]) is str
+        )
+
+    return plain
+
+
 def _padding_splits(suffix: str, padding: str) -> list[tuple[str, str]]:
     """Every (middle, tail) the suffix splits into around the string value of a padding key."""
     splits = []
@@ -230,3 +248,10 @@ CHAT = DeltaShape("content", "obfuscation", _plain_chunk, lambda obj: obj["choic
 # Bedrock pads each ConverseStream event with ``p``
 CONVERSE = DeltaShape("text", "p", _plain_converse_delta, lambda obj: obj["delta"],
                       lambda obj: obj["contentBlockIndex"])
+
+# Anthropic sends no padding: ``{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"…"}}``
+ANTHROPIC = {
+    delta_type: DeltaShape(key, None, _plain_anthropic_delta(delta_type, key), lambda obj: obj["delta"],
+                           lambda obj: obj["index"])
+    for delta_type, key in (("text_delta", "text"), ("input_json_delta", "partial_json"), ("thinking_delta", "thinking"))
+}

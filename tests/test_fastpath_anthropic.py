@@ -1,0 +1,259 @@
+"""The Anthropic Messages assembler with its delta fast path (text, tool arguments, thinking)
+against the same assembler parsing every event: identical turns and verdicts on real captures
+(whole and cut) and on generated streams built to hit every rule a skipped parse could miss (a
+delta before its block starts or after it stops, after the stop reason or message_stop, into a
+block of another kind, a second message, error events, renamed and unnamed events, deltas
+with other members, mixed layouts)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from provider_streams import chunk_lines, cut_points, sse_spans
+from conftest import shared_files
+
+from streamtap.providers import Dialect, analyze_bytes, sniff_dialect
+from streamtap.providers import anthropic
+from streamtap.providers.fastpath import ANTHROPIC, ContentDeltas
+
+ANTHROPIC_DIALECT = Dialect.ANTHROPIC
+
+
+def judged(body: bytes, *, fast: bool, chunk_size: int | None = None) -> tuple[dict, dict, int]:
+    """(turn, verdict, fast-path hits) of ``body``, with the fast path on or off."""
+    hits = 0
+    taken = anthropic.Assembler._delta
+
+    def counted(self, data, t):
+        nonlocal hits
+        if not fast:
+            return False  # every event takes the full parse
+        done = taken(self, data, t)
+        hits += done
+        return done
+
+    anthropic.Assembler._delta = counted
+    try:
+        analysis = analyze_bytes(body, ANTHROPIC_DIALECT, chunk_size=chunk_size)
+    finally:
+        anthropic.Assembler._delta = taken
+    return analysis.turn.to_dict(), analysis.verdict.to_dict(), hits
+
+
+def assert_same(body: bytes, chunk_size: int | None = None) -> int:
+    fast_turn, fast_verdict, hits = judged(body, fast=True, chunk_size=chunk_size)
+    full_turn, full_verdict, _ = judged(body, fast=False, chunk_size=chunk_size)
+    assert fast_verdict == full_verdict
+    assert fast_turn == full_turn
+    return hits
+
+
+def _sse(obj: dict, name: str | None = None) -> bytes:
+    return b"event: " + (name or obj["type"]).encode() + b"\ndata: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _real_anthropic_bodies() -> dict[str, bytes]:
+    bodies = {}
+    for path in shared_files("*/bodies/**/*.sse"):
+        body = path.read_bytes()
+        if sniff_dialect(body).dialect is ANTHROPIC_DIALECT:
+            bodies[str(path.relative_to(path.parents[2]))] = body
+    for path in shared_files("vercel-ai/anthropic/**/*.chunks.txt"):
+        events = []
+        for line in chunk_lines(path):
+            try:
+                obj = orjson.loads(line)
+            except ValueError:
+                break
+            if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
+                break
+            events.append(obj)
+        else:
+            if events:
+                bodies[path.name] = b"".join(map(_sse, events))
+    return bodies
+
+
+def test_real_captures_whole_and_cut_are_judged_alike():
+    bodies = _real_anthropic_bodies()
+    if not bodies:
+        pytest.skip("no Anthropic Messages capture under ../shared/fixtures (absent)")
+    total_hits = 0
+    for name, body in sorted(bodies.items()):
+        total_hits += assert_same(body)
+        assert_same(body, chunk_size=7)
+        for cut in cut_points(body, sse_spans(body)):
+            assert_same(body[:cut])
+    assert total_hits > 100, "the fast path never took a real delta"
+
+
+# -- generated streams ------------------------------------------------------------------------------
+FRAGMENTS = ["Hello", " world", "", 'say "hi"', "back\\slash", "line\nbreak", "é\U0001f600", "\u2028", " ", "x" * 40,
+             '"text":"y"', '"}}', '{"a": 1', "}"]
+OPS = ["text"] * 6 + ["json"] * 3 + ["thinking"] * 3 + [
+    "start_text", "start_tool", "start_thinking", "start_server_tool", "stop", "message_start", "message_delta",
+    "message_stop", "ping", "error_event", "error_data", "renamed", "unnamed", "as_ping", "extra_key", "index_bool",
+    "index_string", "signature", "citation", "unknown_delta", "text_number", "not_json", "lone_surrogate", "style",
+    "other_index"]
+DELTAS = {"text": ("text_delta", "text"), "json": ("input_json_delta", "partial_json"),
+          "thinking": ("thinking_delta", "thinking")}
+
+
+def generated_stream(ops: list[tuple[str, int, int]], seed: int) -> bytes:
+    """SSE bytes for a sequence of (operation, block index, fragment number)."""
+    rng = random.Random(seed)
+    styles = [lambda o: json.dumps(o, separators=(",", ":")), json.dumps,
+              lambda o: json.dumps(o, ensure_ascii=False, separators=(",", ":"))]
+    style = styles[0]
+    out = []
+
+    def delta(index, delta_type, key, value, **extra) -> dict:
+        return {"type": "content_block_delta", "index": index, "delta": {"type": delta_type, key: value}, **extra}
+
+    for op, index, number in ops:
+        text = FRAGMENTS[number % len(FRAGMENTS)]
+        name, obj, raw = None, None, None
+        if op in DELTAS:
+            obj = delta(index, *DELTAS[op], text)
+        elif op == "start_text":
+            obj = {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}
+        elif op == "start_tool":
+            obj = {"type": "content_block_start", "index": index,
+                   "content_block": {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}}
+        elif op == "start_thinking":
+            obj = {"type": "content_block_start", "index": index,
+                   "content_block": {"type": "thinking", "thinking": "", "signature": ""}}
+        elif op == "start_server_tool":
+            obj = {"type": "content_block_start", "index": index,
+                   "content_block": {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []}}
+        elif op == "stop":
+            obj = {"type": "content_block_stop", "index": index}
+        elif op == "message_start":
+            obj = {"type": "message_start", "message": {
+                "id": "msg_gen", "type": "message", "role": "assistant", "content": [], "model": "claude-gen",
+                "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 5, "output_tokens": 1}}}
+        elif op == "message_delta":
+            obj = {"type": "message_delta",
+                   "delta": {"stop_reason": rng.choice(["end_turn", "max_tokens", "tool_use"]), "stop_sequence": None},
+                   "usage": {"output_tokens": number}}
+        elif op == "message_stop":
+            obj = {"type": "message_stop"}
+        elif op == "ping":
+            obj = {"type": "ping"}
+        elif op == "error_event":
+            obj = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+        elif op == "error_data":  # an error event name over a delta's data
+            obj, name = delta(index, "text_delta", "text", text), "error"
+        elif op == "renamed":  # another event name over a delta's data
+            obj, name = delta(index, "text_delta", "text", text), "content_block_start"
+        elif op == "unnamed":
+            raw = b"data: " + style(delta(index, "text_delta", "text", text)).encode() + b"\n\n"
+        elif op == "as_ping":
+            obj, name = delta(index, "text_delta", "text", text), "ping"
+        elif op == "extra_key":
+            obj = delta(index, "text_delta", "text", text, extra=1)
+        elif op == "index_bool":
+            obj = delta(True, "text_delta", "text", text)
+        elif op == "index_string":
+            obj = delta(str(index), "text_delta", "text", text)
+        elif op == "signature":
+            obj = delta(index, "signature_delta", "signature", "sig" + text)
+        elif op == "citation":
+            obj = delta(index, "citations_delta", "citation", {"type": "web_search_result_location", "url": "u"})
+        elif op == "unknown_delta":
+            obj = delta(index, "compaction_delta", "content", text)
+        elif op == "text_number":
+            obj = delta(index, "text_delta", "text", number)
+        elif op == "not_json":
+            raw = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{\n\n'
+        elif op == "lone_surrogate":
+            raw = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,'
+                   b'"delta":{"type":"text_delta","text":"a\\ud800b"}}\n\n' % index)
+        elif op == "other_index":
+            obj = delta(index + 3, "text_delta", "text", text)
+        else:  # "style": later events are serialised another way
+            style = styles[number % len(styles)]
+            continue
+        if raw is None:
+            raw = b"event: " + (name or obj["type"]).encode() + b"\ndata: " + style(obj).encode() + b"\n\n"
+        out.append(raw)
+    return b"".join(out)
+
+
+PROLOGUE = [("message_start", 0, 0), ("start_text", 0, 0), ("text", 0, 0), ("text", 0, 1)]
+ENDINGS = {
+    "whole": [("stop", 0, 0), ("message_delta", 0, 9), ("message_stop", 0, 0)],
+    "no_stop": [("stop", 0, 0), ("message_delta", 0, 9)],
+    "none": [],
+}
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    ops=st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 2), st.integers(0, 30)), max_size=40),
+    seed=st.integers(0, 1000),
+    ending=st.sampled_from(sorted(ENDINGS)),
+    chunk_size=st.sampled_from([None, 1, 5, 64]),
+)
+def test_generated_streams_are_judged_alike(ops, seed, ending, chunk_size):
+    assert_same(generated_stream(PROLOGUE + ops + ENDINGS[ending], seed), chunk_size=chunk_size)
+
+
+# each one where a skipped parse would miss a rule: the fast path must decline, and the full path judge
+TOOL = [("start_tool", 1, 0), ("json", 1, 12), ("json", 1, 13)]  # '{"a": 1' + '}'
+THINKING = [("start_thinking", 1, 0), ("thinking", 1, 0), ("thinking", 1, 1)]
+ADVERSARIAL = {
+    "text after its block stopped": PROLOGUE + [("stop", 0, 0), ("text", 0, 3)] + ENDINGS["whole"],
+    "text after the stop reason": PROLOGUE + [("stop", 0, 0), ("message_delta", 0, 9), ("text", 0, 3),
+                                              ("message_stop", 0, 0)],
+    "text after message_stop": PROLOGUE + ENDINGS["whole"] + [("text", 0, 3)],
+    "second message": PROLOGUE + [("message_start", 0, 0), ("text", 0, 3)] + ENDINGS["whole"],
+    "text into a tool block": PROLOGUE + TOOL + [("text", 1, 3), ("stop", 1, 0)] + ENDINGS["whole"],
+    "arguments into a text block": PROLOGUE + TOOL + [("json", 0, 3), ("stop", 1, 0)] + ENDINGS["whole"],
+    "arguments after their block stopped": PROLOGUE + TOOL + [("stop", 1, 0), ("json", 1, 3)] + ENDINGS["whole"],
+    "thinking into a text block": PROLOGUE + THINKING + [("thinking", 0, 3), ("stop", 1, 0)] + ENDINGS["whole"],
+    "text into a thinking block": PROLOGUE + THINKING + [("text", 1, 3), ("stop", 1, 0)] + ENDINGS["whole"],
+    "an error event mid-stream": PROLOGUE + [("error_event", 0, 0), ("text", 0, 1)] + ENDINGS["whole"],
+    "a delta sent as ping": PROLOGUE + [("as_ping", 0, 1), ("text", 0, 1)] + ENDINGS["whole"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(ADVERSARIAL))
+def test_adversarial_streams_are_judged_alike(name):
+    body = generated_stream(ADVERSARIAL[name], seed=1)
+    hits = assert_same(body)
+    assert hits >= 1, "the fast path was not exercised"
+    _, verdict, _ = judged(body, fast=True)
+    assert verdict["kind"] in ("corrupt", "errored"), verdict
+
+
+def test_tool_arguments_and_thinking_take_the_fast_path_too():
+    body = generated_stream(PROLOGUE + [("stop", 0, 0)] + TOOL + [("json", 1, 2), ("stop", 1, 0)]
+                            + [("start_thinking", 2, 0), ("thinking", 2, 0), ("thinking", 2, 1), ("thinking", 2, 3),
+                               ("stop", 2, 0)] + [("message_delta", 0, 9), ("message_stop", 0, 0)], seed=1)
+    hits = assert_same(body)
+    assert hits == 1 + 2 + 2  # each stream's first delta of a kind is parsed and taught
+    _, verdict, _ = judged(body, fast=True)
+    assert verdict["kind"] == "complete", verdict
+
+
+def test_a_delta_is_taken_without_a_parse_and_gives_the_parsed_fragment():
+    deltas = ContentDeltas(ANTHROPIC["text_delta"])
+    first = '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}'
+    assert deltas.learn(first, orjson.loads(first))
+    for fragment in ["plain", 'say "hi"', "back\\slash", "line\nbreak", "\u0001", "é\U0001f600", '"}}']:
+        data = json.dumps({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": fragment}},
+                          separators=(",", ":"))
+        assert deltas.content(data) == (0, fragment)
+    assert deltas.content(first.replace('"index":0', '"index":1')) is None
+    for data in ['{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x","citations":[]}}',
+                 '{"type":"content_block_delta","index":true,"delta":{"type":"text_delta","text":"x"}}',
+                 '{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"x"}}',
+                 '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"},"extra":1}',
+                 '{"type":"content_block_start","index":0,"delta":{"type":"text_delta","text":"x"}}']:
+        assert not ContentDeltas(ANTHROPIC["text_delta"]).learn(data, orjson.loads(data)), data
