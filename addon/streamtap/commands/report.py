@@ -257,8 +257,10 @@ def _group_rows(groups: list[dict[str, Any]], keys: list[str]) -> list[list[Any]
     ]
 
 
-# "not judged": cut, damaged or without a verdict; "rate": of the judged turns, those not complete
-GROUP_HEADERS = ["recordings", "complete", "not complete", "not judged", "rate", "ttft p50", "p95", "p99", "duration p50", "p95", "p99"]
+# "not judged": cut, damaged or without a verdict; "% not complete": of the judged turns (the verdict
+# table's "rate" is each verdict's share, so this one says which share it is)
+GROUP_HEADERS = ["recordings", "complete", "not complete", "not judged", "% not complete", "ttft p50", "p95", "p99",
+                 "duration p50", "p95", "p99"]
 
 
 def render_table(data: dict[str, Any], limit: int) -> str:

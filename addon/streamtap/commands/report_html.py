@@ -218,7 +218,8 @@ def _ms(value: float | None) -> str:
 
 def _groups(groups: list[dict[str, Any]], keys: list[str]) -> str:
     return _rows(
-        [" ".join(keys), "recordings", "complete", "not complete", "not judged", "rate", "ttft p50", "p95", "p99", "duration p50", "p95", "p99"],
+        [" ".join(keys), "recordings", "complete", "not complete", "not judged", "% not complete", "ttft p50", "p95", "p99",
+         "duration p50", "p95", "p99"],
         [
             [" ".join(str(g[k]) if g[k] is not None else "-" for k in keys), g["recordings"], g["verdicts"].get("complete", 0),
              sum(n for k, n in g["verdicts"].items() if k != "complete"), g["not_judged"], _pct(g["not_complete_rate"]),
