@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from interception import openai_chat_stream
+from interception import REPO, openai_chat_stream
 
 STREAMTAP = Path(sys.executable).with_name("streamtap")
 RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "anthropic.jsonl"
@@ -186,6 +186,23 @@ def test_a_har_file_is_refused_before_anything_is_written(tmp_path, start):
     har.write_bytes(start + json.dumps({"log": {"version": "1.2", "creator": {"name": "t", "version": "1"}, "entries": [entry]}}).encode())
     result = streamtap("import", har, "--out", tmp_path / "out")
     one_line_error(result, "import", "is JSON (a HAR file?), not a mitmproxy capture")
+    assert "mitmdump -w" in result.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("compressed", [False, True], ids=["jsonl", "zst"])
+def test_a_recording_given_to_import_is_named_as_one(tmp_path, compressed):
+    """A recording is JSON too: it was refused as "a HAR file?", which sent the user looking for one."""
+    import zstandard
+
+    recording = REPO / "recordings" / "openai-chat.jsonl"
+    if compressed:  # under a name that does not say so: its first line does
+        given = tmp_path / "backup.bin"
+        given.write_bytes(zstandard.ZstdCompressor().compress(recording.read_bytes()))
+    else:
+        given = tmp_path / "answer.jsonl"
+        given.write_bytes(recording.read_bytes())
+    result = streamtap("import", given, "--out", tmp_path / "out")
+    one_line_error(result, "import", "is a streamtap recording, not a mitmproxy capture")
     assert "mitmdump -w" in result.stderr and not (tmp_path / "out").exists()
 
 

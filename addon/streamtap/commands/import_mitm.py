@@ -40,7 +40,7 @@ says why: no body kept, another import into the same folder writing it...), or t
 capture is cut short or damaged (mitmdump stopped while writing it, a partial
 copy): the flows before that point are imported, and stderr says how many were
 read; 2 a usage error, or a file that is not a mitmproxy capture, a HAR file
-too (nothing is written, not even the --out folder).
+or a streamtap recording too (nothing is written, not even the --out folder).
 """
 
 
@@ -73,6 +73,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from streamtap.recording.catalog import is_recording_file
     from streamtap.recording.importer import CaptureError, CaptureIncomplete, import_capture, is_llm_stream
     from streamtap.recording.writer import RecordingError
 
@@ -83,6 +84,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{shown_path(source)}: no such file")
     if not source.is_file():
         raise UsageError(f"{shown_path(source)}: not a file")
+    if is_recording_file(source):
+        raise UsageError(f"{shown_path(source)} is a streamtap recording, not a mitmproxy capture: streamtap show, "
+                         "verify, serve and report read recordings; import reads the captures mitmdump -w writes")
     if _looks_like_har(source):
         raise UsageError(f"{shown_path(source)} is JSON (a HAR file?), not a mitmproxy capture: import reads the captures "
                          "mitmdump -w writes; it takes no HAR file, whose flows get new ids each time one is read, so "
