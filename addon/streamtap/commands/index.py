@@ -28,7 +28,9 @@ _MARK_TEXT = b"This folder is a streamtap index: Parquet files under day=*/provi
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
         "Run it again to add new recordings: rows already indexed (same path) are skipped. "
-        "Query: duckdb -c \"SELECT verdict, count(*) FROM read_parquet('DIR/**/*.parquet', hive_partitioning=true) GROUP BY ALL\". "
+        "Query it with DuckDB, installed with streamtap (the duckdb command-line tool is separate): "
+        "python -c \"import duckdb; duckdb.sql(\\\"SELECT verdict, count(*) FROM read_parquet('DIR/**/*.parquet', "
+        "hive_partitioning=true) GROUP BY ALL\\\").show()\". "
         "`streamtap report DIR` reads the index too. "
         "Exit codes: 0 done, 1 a folder or a recording could not be read (those recordings are not indexed), 2 usage error (no recordings under the paths, among them)."
     )

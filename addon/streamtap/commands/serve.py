@@ -14,10 +14,11 @@ printed base URL, e.g. OPENAI_BASE_URL=http://127.0.0.1:8080/v1.
 
 timing:  original (recorded gaps) | scale=N (gaps times N) | fast (default)
 faults:  cut:event=N|byte=N|at=tool-args|escaped-quote|between-blocks|before-terminal|prelude|crc[,style=clean|abort|reset]
-         stall:after=N,secs=S  fragment:max=K  latency:ms=M,jitter=J  bandwidth:bps=BITS
-         corrupt:frame=N,field=payload|crc|prelude-crc|length[,byte=0x22]  duplicate|reorder|drop:event=N
-         error:kind=overloaded_error|modelStreamErrorException|openai[,after=N]  swap-tail:with=OTHER.jsonl[,at=N]
-         (several: repeat --fault or join with ';')
+         stall:after=N|byte=N,secs=S  fragment:max=K[,seed=N]  latency:ms=M[,jitter=J][,seed=N]  bandwidth:bps=BITS
+         corrupt:frame=N,field=payload|crc|prelude-crc|length[,byte=0x22][,offset=N]  duplicate|reorder|drop:event=N
+         error:kind=overloaded_error|modelStreamErrorException|openai[,after=N][,message=TEXT]
+         swap-tail:with=OTHER.jsonl[,at=N]
+         (several: repeat --fault or join with ';'; the README's Faults section says what each does)
 
 Of several recordings of one request, the first by name answers (--once: each in turn), a
 whole one before a killed proxy's leftover (no end line), which is named in a warning at start
