@@ -257,3 +257,48 @@ def test_a_delta_is_taken_without_a_parse_and_gives_the_parsed_fragment():
                  '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"},"extra":1}',
                  '{"type":"content_block_start","index":0,"delta":{"type":"text_delta","text":"x"}}']:
         assert not ContentDeltas(ANTHROPIC["text_delta"]).learn(data, orjson.loads(data)), data
+
+
+def _events(*pairs: tuple[str, str]) -> bytes:
+    return b"".join(b"event: " + name.encode() + b"\ndata: " + data.encode() + b"\n\n" for name, data in pairs)
+
+
+def test_a_key_written_twice_teaches_no_layout():
+    """The parse keeps a duplicate key's last value. Where that value was the text learning puts in
+    the fragment's place, learning passed on the first key, later events gave the wrong fragment,
+    and a tool call's broken arguments came out complete."""
+    from streamtap.providers.fastpath import _SENTINEL as S
+
+    twice = '{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"%s","partial_json":"%s"}}'
+    body = _events(
+        ("message_start", '{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant",'
+                          '"content":[],"model":"m","stop_reason":null,"stop_sequence":null,'
+                          '"usage":{"input_tokens":1,"output_tokens":1}}}'),
+        ("content_block_start", '{"type":"content_block_start","index":0,"content_block":{"type":"tool_use",'
+                                '"id":"toolu_1","name":"f","input":{}}}'),
+        ("content_block_delta", '{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta",'
+                                '"partial_json":"{\\"k\\": \\""}}'),
+        ("content_block_delta", twice % (S, S)),
+        ("content_block_delta", twice % ('\\"}', S)),  # the parse keeps S: the arguments never close
+        ("content_block_stop", '{"type":"content_block_stop","index":0}'),
+        ("message_delta", '{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},'
+                          '"usage":{"output_tokens":3}}'),
+        ("message_stop", '{"type":"message_stop"}'),
+    )
+    assert assert_same(body) == 0
+    _, verdict, _ = judged(body, fast=True)
+    assert verdict["kind"] == "corrupt", verdict
+    data = twice % ("v", "v")
+    assert not ContentDeltas(ANTHROPIC["input_json_delta"]).learn(data, orjson.loads(data))
+
+
+def test_a_delta_type_that_is_no_string_is_kept_as_before():
+    """Looking its layout up by a list as the delta type raised: the turn stopped at it, unknown."""
+    body = generated_stream(PROLOGUE, seed=1) + _events(
+        ("content_block_delta", '{"type":"content_block_delta","index":0,"delta":{"type":["x"],"text":"?"}}'),
+        ("content_block_delta", '{"type":"content_block_delta","index":0,"delta":{"type":{"a":1},"text":"?"}}'),
+    ) + generated_stream([("text", 0, 1)] + ENDINGS["whole"], seed=1)
+    assert_same(body)
+    turn, verdict, _ = judged(body, fast=True)
+    assert verdict["kind"] == "complete", verdict
+    assert any("not modelled" in note for note in turn["notes"]), turn["notes"]

@@ -248,3 +248,21 @@ def test_events_that_are_not_plain_text_deltas_are_not_learnt():
                  '{"contentBlockIndex":0,"delta":{"reasoningContent":{"text":"x"}},"p":"ab"}']:
         assert not deltas.learn(data, orjson.loads(data)), data
     assert deltas.content('{"contentBlockIndex":0,"delta":{"text":"x"},"p":"ab"}') is None
+
+
+def test_a_key_written_twice_teaches_no_layout():
+    """The parse keeps a duplicate key's last value. Where that value was the text learning puts in
+    the fragment's place, learning passed on the first key and later events gave the wrong text."""
+    from streamtap.providers.fastpath import _SENTINEL as S
+
+    twice = '{"contentBlockIndex":0,"delta":{"text":"%s","text":"%s"},"p":"abc"}'
+    body = generated_stream(PROLOGUE, seed=1) + b"".join(
+        message("contentBlockDelta", (twice % pair).encode()) for pair in [(S, S), (" EVIL", S), (" EVIL", S)]
+    ) + generated_stream(ENDINGS["whole"], seed=1)
+    assert_same(body)
+    turn, _, _ = judged(body, fast=True)
+    assert "EVIL" not in json.dumps(turn)
+    data = twice % ("v", "v")
+    assert not ContentDeltas(CONVERSE).learn(data, orjson.loads(data))
+    padded_twice = '{"contentBlockIndex":0,"delta":{"text":"x"},"p":"ab","p":"cd"}'
+    assert not ContentDeltas(CONVERSE).learn(padded_twice, orjson.loads(padded_twice))

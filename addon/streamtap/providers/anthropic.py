@@ -657,7 +657,8 @@ class Assembler:
         self.builder.apply(obj, event.seq, event.start, t)
         if delta:
             # a layout fixes the JSON, not the state: ``_delta`` checks the state each time
-            deltas = self._deltas.get(obj["delta"].get("type")) if type(obj.get("delta")) is dict else None
+            delta_type = obj["delta"].get("type") if type(obj.get("delta")) is dict else None
+            deltas = self._deltas.get(delta_type) if type(delta_type) is str else None
             if deltas is not None:
                 deltas.learn(event.data, obj)
 

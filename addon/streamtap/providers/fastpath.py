@@ -24,9 +24,11 @@ text fragment" (``DeltaShape.plain``). For chat: no error, no usage, one choice 
 ``{"content": str}`` (other delta keys may be present only as ``null``, which the assembler
 reads as absent: DeepSeek sends ``"reasoning_content":null`` beside the text) and no finish
 reason. For ConverseStream: an integer block index, a delta that is ``{"text": str}``, the
-padding, and nothing else. Learning checks itself: the layout around sentinels must parse to
-the parsed chunk with the sentinels as its fragment and padding, and must give back the
-learnt chunk's own fragment.
+padding, and nothing else. For Anthropic: the event type, an integer index and a delta of its
+type and fragment alone. The fragment's key and the padding's must each stand once in the text
+(a key written twice, whose last value the parse keeps, teaches nothing). Learning checks
+itself: the layout around sentinels must parse to the parsed chunk with the sentinels as its
+fragment and padding, and must give back the learnt chunk's own fragment.
 
 How an assembler uses it (providers/openai_chat.py and providers/bedrock_converse.py): for an
 event the full path would hand to the same handler, call ``content(data)``; on a hit, take the
@@ -120,8 +122,14 @@ class ContentDeltas:
         if self.content(data) is not None:  # the layout it has (a hit the caller's state declined)
             return True
         self._learns += 1
-        fragment = shape.holder(obj)[shape.key]
+        key, padding = shape.quoted_key, shape.quoted_padding
         padded = shape.padding is not None and type(obj.get(shape.padding)) is str
+        # One place for the fragment and one for the padding, or no layout: a key written twice
+        # (the parse keeps the last) could pass the check below on the wrong one, and trying every
+        # place costs a parse each, which a chunk full of them makes quadratic.
+        if data.count(key) != 1 or (padded and data.count(padding) != 1) or _SENTINEL in data:
+            return False
+        fragment = shape.holder(obj)[shape.key]
         try:
             expected = orjson.loads(data)
         except ValueError:  # read by the json module (a lone surrogate escape): no layout to learn
@@ -129,26 +137,30 @@ class ContentDeltas:
         shape.holder(expected)[shape.key] = _SENTINEL
         if padded:
             expected[shape.padding] = _PADDING_SENTINEL
-        key = shape.quoted_key
-        at = data.find(key)
-        while at >= 0:
-            layout = _layout_at(data, at + len(key))
-            if layout is not None:
-                prefix, suffix = layout
-                for middle, tail in _padding_splits(suffix, shape.quoted_padding) if padded else [(None, suffix)]:
-                    text = prefix + _SENTINEL + (suffix if middle is None else middle + _PADDING_SENTINEL + tail)
-                    try:
-                        candidate = orjson.loads(text)
-                    except ValueError:
-                        continue
-                    if candidate == expected:
-                        self._prefix, self._middle, self._tail = prefix, middle, tail
-                        self._index = shape.index(obj)
-                        if self.content(data) == (self._index, fragment):
-                            return True
-                        self._prefix = None  # never trust a layout that does not give back its own chunk
-                        return False
-            at = data.find(key, at + 1)
+        layout = _layout_at(data, data.find(key) + len(key))
+        if layout is None:
+            return False
+        prefix, suffix = layout
+        if padded:
+            split = _layout_at(suffix, suffix.find(padding) + len(padding)) if padding in suffix else None
+            if split is None:  # the padding stands before the fragment: not a layout this class reads
+                return False
+            middle, tail = split
+            text = prefix + _SENTINEL + middle + _PADDING_SENTINEL + tail
+        else:
+            middle, tail = None, suffix
+            text = prefix + _SENTINEL + suffix
+        try:
+            candidate = orjson.loads(text)
+        except ValueError:
+            return False
+        if candidate != expected:
+            return False
+        self._prefix, self._middle, self._tail = prefix, middle, tail
+        self._index = shape.index(obj)
+        if self.content(data) == (self._index, fragment):
+            return True
+        self._prefix = None  # never trust a layout that does not give back its own chunk
         return False
 
 
@@ -202,18 +214,6 @@ def _plain_anthropic_delta(delta_type: str, key: str) -> Callable[[Any], bool]:
         )
 
     return plain
-
-
-def _padding_splits(suffix: str, padding: str) -> list[tuple[str, str]]:
-    """Every (middle, tail) the suffix splits into around the string value of a padding key."""
-    splits = []
-    at = suffix.find(padding)
-    while at >= 0:
-        layout = _layout_at(suffix, at + len(padding))
-        if layout is not None:
-            splits.append(layout)
-        at = suffix.find(padding, at + 1)
-    return splits
 
 
 def _layout_at(data: str, after_key: int) -> tuple[str, str] | None:
