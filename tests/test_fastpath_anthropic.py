@@ -12,45 +12,19 @@ import random
 
 import orjson
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from provider_streams import chunk_lines, cut_points, sse_spans
+from provider_streams import chunk_lines, sse_spans
 from conftest import shared_files
+from fastpath_differential import STYLES, FastPath
 
-from streamtap.providers import Dialect, analyze_bytes, sniff_dialect
+from streamtap.providers import Dialect, sniff_dialect
 from streamtap.providers import anthropic
 from streamtap.providers.fastpath import ANTHROPIC, ContentDeltas
 
 ANTHROPIC_DIALECT = Dialect.ANTHROPIC
 
 
-def judged(body: bytes, *, fast: bool, chunk_size: int | None = None) -> tuple[dict, dict, int]:
-    """(turn, verdict, fast-path hits) of ``body``, with the fast path on or off."""
-    hits = 0
-    taken = anthropic.Assembler._delta
-
-    def counted(self, data, t):
-        nonlocal hits
-        if not fast:
-            return False  # every event takes the full parse
-        done = taken(self, data, t)
-        hits += done
-        return done
-
-    anthropic.Assembler._delta = counted
-    try:
-        analysis = analyze_bytes(body, ANTHROPIC_DIALECT, chunk_size=chunk_size)
-    finally:
-        anthropic.Assembler._delta = taken
-    return analysis.turn.to_dict(), analysis.verdict.to_dict(), hits
-
-
-def assert_same(body: bytes, chunk_size: int | None = None) -> int:
-    fast_turn, fast_verdict, hits = judged(body, fast=True, chunk_size=chunk_size)
-    full_turn, full_verdict, _ = judged(body, fast=False, chunk_size=chunk_size)
-    assert fast_verdict == full_verdict
-    assert fast_turn == full_turn
-    return hits
+PATH = FastPath(ANTHROPIC_DIALECT, anthropic.Assembler, "_delta")
+judged, assert_same = PATH.judged, PATH.assert_same
 
 
 def _sse(obj: dict, name: str | None = None) -> bytes:
@@ -80,16 +54,7 @@ def _real_anthropic_bodies() -> dict[str, bytes]:
 
 
 def test_real_captures_whole_and_cut_are_judged_alike():
-    bodies = _real_anthropic_bodies()
-    if not bodies:
-        pytest.skip("no Anthropic Messages capture under ../shared/fixtures (absent)")
-    total_hits = 0
-    for name, body in sorted(bodies.items()):
-        total_hits += assert_same(body)
-        assert_same(body, chunk_size=7)
-        for cut in cut_points(body, sse_spans(body)):
-            assert_same(body[:cut])
-    assert total_hits > 100, "the fast path never took a real delta"
+    PATH.assert_captures_alike(_real_anthropic_bodies(), sse_spans, least=100, absent="no Anthropic Messages capture")
 
 
 # -- generated streams ------------------------------------------------------------------------------
@@ -107,8 +72,7 @@ DELTAS = {"text": ("text_delta", "text"), "json": ("input_json_delta", "partial_
 def generated_stream(ops: list[tuple[str, int, int]], seed: int) -> bytes:
     """SSE bytes for a sequence of (operation, block index, fragment number)."""
     rng = random.Random(seed)
-    styles = [lambda o: json.dumps(o, separators=(",", ":")), json.dumps,
-              lambda o: json.dumps(o, ensure_ascii=False, separators=(",", ":"))]
+    styles = STYLES
     style = styles[0]
     out = []
 
@@ -193,15 +157,7 @@ ENDINGS = {
 }
 
 
-@settings(max_examples=400, deadline=None)
-@given(
-    ops=st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 2), st.integers(0, 30)), max_size=40),
-    seed=st.integers(0, 1000),
-    ending=st.sampled_from(sorted(ENDINGS)),
-    chunk_size=st.sampled_from([None, 1, 5, 64]),
-)
-def test_generated_streams_are_judged_alike(ops, seed, ending, chunk_size):
-    assert_same(generated_stream(PROLOGUE + ops + ENDINGS[ending], seed), chunk_size=chunk_size)
+test_generated_streams_are_judged_alike = PATH.generated_streams_test(generated_stream, OPS, PROLOGUE, ENDINGS)
 
 
 # each one where a skipped parse would miss a rule: the fast path must decline, and the full path judge
@@ -225,11 +181,7 @@ ADVERSARIAL = {
 
 @pytest.mark.parametrize("name", sorted(ADVERSARIAL))
 def test_adversarial_streams_are_judged_alike(name):
-    body = generated_stream(ADVERSARIAL[name], seed=1)
-    hits = assert_same(body)
-    assert hits >= 1, "the fast path was not exercised"
-    _, verdict, _ = judged(body, fast=True)
-    assert verdict["kind"] in ("corrupt", "errored"), verdict
+    PATH.assert_caught(generated_stream(ADVERSARIAL[name], seed=1))
 
 
 def test_tool_arguments_and_thinking_take_the_fast_path_too():

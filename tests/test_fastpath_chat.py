@@ -6,49 +6,24 @@ usage chunks, several choices, unusable indexes, ``[DONE]`` mid-stream, mixed la
 
 from __future__ import annotations
 
-import json
 import random
 
 import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from provider_streams import chunk_lines, cut_points, frame_chat, sse_spans
+from provider_streams import chunk_lines, frame_chat, sse_spans
 from conftest import shared_files
+from fastpath_differential import STYLES, FastPath
 
-from streamtap.providers import Dialect, analyze_bytes, sniff_dialect
+from streamtap.providers import Dialect, sniff_dialect
 from streamtap.providers import openai_chat
 
 CHAT = Dialect.OPENAI_CHAT
 
 
-def judged(body: bytes, *, fast: bool, chunk_size: int | None = None) -> tuple[dict, dict, int]:
-    """(turn, verdict, fast-path hits) of ``body``, with the fast path on or off."""
-    hits = 0
-    taken = openai_chat.Assembler._content_delta
-
-    def counted(self, data, t):
-        nonlocal hits
-        if not fast:
-            return False  # every chunk takes the full parse
-        done = taken(self, data, t)
-        hits += done
-        return done
-
-    openai_chat.Assembler._content_delta = counted
-    try:
-        analysis = analyze_bytes(body, CHAT, chunk_size=chunk_size)
-    finally:
-        openai_chat.Assembler._content_delta = taken
-    return analysis.turn.to_dict(), analysis.verdict.to_dict(), hits
-
-
-def assert_same(body: bytes, chunk_size: int | None = None) -> int:
-    fast_turn, fast_verdict, hits = judged(body, fast=True, chunk_size=chunk_size)
-    full_turn, full_verdict, _ = judged(body, fast=False, chunk_size=chunk_size)
-    assert fast_verdict == full_verdict
-    assert fast_turn == full_turn
-    return hits
+PATH = FastPath(CHAT, openai_chat.Assembler, "_content_delta")
+judged, assert_same = PATH.judged, PATH.assert_same
 
 
 def _real_chat_bodies() -> dict[str, bytes]:
@@ -69,16 +44,7 @@ def _real_chat_bodies() -> dict[str, bytes]:
 
 
 def test_real_captures_whole_and_cut_are_judged_alike():
-    bodies = _real_chat_bodies()
-    if not bodies:
-        pytest.skip("no Chat Completions capture under ../shared/fixtures (absent)")
-    total_hits = 0
-    for name, body in sorted(bodies.items()):
-        total_hits += assert_same(body)
-        assert_same(body, chunk_size=7)
-        for cut in cut_points(body, sse_spans(body)):
-            assert_same(body[:cut])
-    assert total_hits > 100, "the fast path never took a real content chunk"
+    PATH.assert_captures_alike(_real_chat_bodies(), sse_spans, least=100, absent="no Chat Completions capture")
 
 
 # -- generated streams ------------------------------------------------------------------------------
@@ -91,8 +57,7 @@ OPS = ["content"] * 8 + ["role", "role_content", "finish", "id_change", "no_id",
 def generated_stream(ops: list[tuple[str, int, int]], seed: int) -> bytes:
     """SSE bytes for a sequence of (operation, choice, fragment number)."""
     rng = random.Random(seed)
-    styles = [lambda o: json.dumps(o, separators=(",", ":")), json.dumps,
-              lambda o: json.dumps(o, ensure_ascii=False, separators=(",", ":"))]
+    styles = STYLES
     style = styles[0]
     out = []
 

@@ -11,45 +11,19 @@ import random
 
 import orjson
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from provider_streams import chunk_lines, cut_points
+from provider_streams import chunk_lines
 from conftest import shared_files
+from fastpath_differential import STYLES, FastPath
 
-from streamtap.providers import Dialect, analyze_bytes, bedrock_converse, sniff_dialect  # noqa: F401
+from streamtap.providers import Dialect, bedrock_converse, sniff_dialect
 from streamtap.providers.fastpath import CONVERSE, ContentDeltas
 from streamtap.wire import EventStreamDecoder, encode_message
 
 CONVERSE_DIALECT = Dialect.BEDROCK_CONVERSE
 
 
-def judged(body: bytes, *, fast: bool, chunk_size: int | None = None) -> tuple[dict, dict, int]:
-    """(turn, verdict, fast-path hits) of ``body``, with the fast path on or off."""
-    hits = 0
-    taken = bedrock_converse.Assembler._text_delta
-
-    def counted(self, data, t):
-        nonlocal hits
-        if not fast:
-            return False  # every event takes the full parse
-        done = taken(self, data, t)
-        hits += done
-        return done
-
-    bedrock_converse.Assembler._text_delta = counted
-    try:
-        analysis = analyze_bytes(body, CONVERSE_DIALECT, chunk_size=chunk_size)
-    finally:
-        bedrock_converse.Assembler._text_delta = taken
-    return analysis.turn.to_dict(), analysis.verdict.to_dict(), hits
-
-
-def assert_same(body: bytes, chunk_size: int | None = None) -> int:
-    fast_turn, fast_verdict, hits = judged(body, fast=True, chunk_size=chunk_size)
-    full_turn, full_verdict, _ = judged(body, fast=False, chunk_size=chunk_size)
-    assert fast_verdict == full_verdict
-    assert fast_turn == full_turn
-    return hits
+PATH = FastPath(CONVERSE_DIALECT, bedrock_converse.Assembler, "_text_delta")
+judged, assert_same = PATH.judged, PATH.assert_same
 
 
 def message(kind: str, payload: bytes, message_type: str = "event") -> bytes:
@@ -93,16 +67,7 @@ def _real_converse_bodies() -> dict[str, bytes]:
 
 
 def test_real_captures_whole_and_cut_are_judged_alike():
-    bodies = _real_converse_bodies()
-    if not bodies:
-        pytest.skip("no ConverseStream capture under ../shared/fixtures (absent)")
-    total_hits = 0
-    for name, body in sorted(bodies.items()):
-        total_hits += assert_same(body)
-        assert_same(body, chunk_size=7)
-        for cut in cut_points(body, frame_spans(body)):
-            assert_same(body[:cut])
-    assert total_hits > 50, "the fast path never took a real text delta"
+    PATH.assert_captures_alike(_real_converse_bodies(), frame_spans, least=50, absent="no ConverseStream capture")
 
 
 # -- generated streams ------------------------------------------------------------------------------
@@ -117,8 +82,7 @@ OPS = ["text"] * 10 + ["start_text", "start_empty", "start_tool", "tool_delta", 
 def generated_stream(ops: list[tuple[str, int, int]], seed: int) -> bytes:
     """Event-stream bytes for a sequence of (operation, block index, fragment number)."""
     rng = random.Random(seed)
-    styles = [lambda o: json.dumps(o, separators=(",", ":")), json.dumps,
-              lambda o: json.dumps(o, ensure_ascii=False, separators=(",", ":"))]
+    styles = STYLES
     style = styles[0]
     out = []
 
@@ -195,15 +159,7 @@ ENDINGS = {
 }
 
 
-@settings(max_examples=400, deadline=None)
-@given(
-    ops=st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 2), st.integers(0, 30)), max_size=40),
-    seed=st.integers(0, 1000),
-    ending=st.sampled_from(sorted(ENDINGS)),
-    chunk_size=st.sampled_from([None, 1, 5, 64]),
-)
-def test_generated_streams_are_judged_alike(ops, seed, ending, chunk_size):
-    assert_same(generated_stream(PROLOGUE + ops + ENDINGS[ending], seed), chunk_size=chunk_size)
+test_generated_streams_are_judged_alike = PATH.generated_streams_test(generated_stream, OPS, PROLOGUE, ENDINGS)
 
 
 # each one where a skipped parse would miss a rule: the fast path must decline, and the full path judge
@@ -220,11 +176,7 @@ ADVERSARIAL = {
 
 @pytest.mark.parametrize("name", sorted(ADVERSARIAL))
 def test_adversarial_streams_are_judged_alike(name):
-    body = generated_stream(ADVERSARIAL[name], seed=1)
-    hits = assert_same(body)
-    assert hits >= 1, "the fast path was not exercised"
-    _, verdict, _ = judged(body, fast=True)
-    assert verdict["kind"] in ("corrupt", "errored"), verdict
+    PATH.assert_caught(generated_stream(ADVERSARIAL[name], seed=1))
 
 
 def test_a_text_delta_is_taken_without_a_parse_and_gives_the_parsed_text():
