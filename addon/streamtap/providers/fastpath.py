@@ -1,4 +1,4 @@
-"""Text deltas without a JSON parse: Chat Completions content chunks, ConverseStream text deltas.
+"""Text deltas without a JSON parse: Chat Completions content, ConverseStream text, Anthropic deltas.
 
 Nearly every event of an OpenAI-style chat stream is the same chunk with another text
 fragment: ``{"id":"chatcmpl-…","object":"chat.completion.chunk","created":…,"model":…,
@@ -30,12 +30,13 @@ type and fragment alone. The fragment's key and the padding's must each stand on
 itself: the layout around sentinels must parse to the parsed chunk with the sentinels as its
 fragment and padding, and must give back the learnt chunk's own fragment.
 
-How an assembler uses it (providers/openai_chat.py and providers/bedrock_converse.py): for an
+How an assembler uses it (providers/openai_chat.py, bedrock_converse.py, anthropic.py): for an
 event the full path would hand to the same handler, call ``content(data)``; on a hit, take the
-fragment only where the state makes it a plain append (the index is an open text block or
-choice), else parse as before. After a full parse, call ``learn(data, obj)`` only when that
-chunk raised no finding (and for chat, its id was the stream's id, so no corruption was noted
-that later chunks must repeat).
+fragment only where the state makes it a plain append (the index is an open block or choice of
+the fragment's kind), else parse as before. After a full parse, call ``learn(data, obj)``: a
+layout fixes the JSON, and the state is checked at each hit. The chat assembler learns only from
+a chunk that raised no finding and carried the stream's chunk id, which its hits do not check
+again.
 """
 
 from __future__ import annotations
