@@ -41,6 +41,22 @@ def plain_recordings(tmp_path: Path, count: int) -> Path:
     return folder
 
 
+def test_the_query_the_help_prints_runs_as_printed(tmp_path):
+    """It was wrapped into the paragraph around it, and a line break inside its string made the
+    pasted command a SyntaxError."""
+    import sys
+
+    folder = plain_recordings(tmp_path, 3)
+    assert streamtap("index", str(folder), "--out", str(tmp_path / "idx")).returncode == 0
+    helped = subprocess.run([*STREAMTAP, "index", "--help"], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "COLUMNS": "80"})
+    command = next(line.strip() for line in helped.stdout.splitlines() if "import duckdb" in line)
+    assert command.startswith('python -c "'), command
+    command = command.replace("python", f"'{sys.executable}'", 1).replace("DIR", "idx")
+    ran = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert ran.returncode == 0 and "complete" in ran.stdout and "3" in ran.stdout, ran.stdout + ran.stderr
+
+
 def read_index(out: Path) -> dict[str, dict]:
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")

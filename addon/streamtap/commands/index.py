@@ -25,15 +25,22 @@ INDEX_MARK = ".streamtap-index"
 _MARK_TEXT = b"This folder is a streamtap index: Parquet files under day=*/provider=*/ (files named .* or _* are no data).\n"
 
 
+EPILOG = """\
+Run it again to add new recordings: rows already indexed (same path) are skipped.
+`streamtap report DIR` reads the index too. To query it with DuckDB, which streamtap
+installs as a Python module (the duckdb command-line tool is separate), run with the
+Python streamtap is installed in:
+
+  python -c "import duckdb; duckdb.sql(\\"SELECT verdict, count(*) FROM read_parquet('DIR/**/*.parquet', hive_partitioning=true) GROUP BY ALL\\").show()"
+
+Exit codes: 0 done, 1 a folder or a recording could not be read (those recordings are
+not indexed), 2 usage error (no recordings under the paths, among them).
+"""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = (
-        "Run it again to add new recordings: rows already indexed (same path) are skipped. "
-        "Query it with DuckDB, installed with streamtap (the duckdb command-line tool is separate): "
-        "python -c \"import duckdb; duckdb.sql(\\\"SELECT verdict, count(*) FROM read_parquet('DIR/**/*.parquet', "
-        "hive_partitioning=true) GROUP BY ALL\\\").show()\". "
-        "`streamtap report DIR` reads the index too. "
-        "Exit codes: 0 done, 1 a folder or a recording could not be read (those recordings are not indexed), 2 usage error (no recordings under the paths, among them)."
-    )
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
     parser.add_argument("paths", nargs="+", type=named_path, metavar="PATH", help="recordings or folders of recordings (searched recursively)")
     parser.add_argument("--out", required=True, metavar="DIR", help="the index folder (created if missing)")
 
