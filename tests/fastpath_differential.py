@@ -1,7 +1,8 @@
 """A dialect's text-delta fast path on against off: the same turn and verdict, or the test fails.
 
 Off is the assembler's fast-path method replaced by one that declines, so every event takes
-the full parse; on, the method is wrapped to count the events it took."""
+the full parse; on, the method is wrapped to count the events it took. Each read is given its
+own arrival time, so the turns' timing is compared as well."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from provider_streams import cut_points
 
-from streamtap.providers import Dialect, analyze_bytes
+from streamtap.providers import Dialect, StreamEnd, StreamSession
 
 
 # how generated streams serialise their JSON (a "style" step switches among them mid-stream)
@@ -40,7 +41,12 @@ class FastPath:
 
         setattr(self.assembler, self.method, counted)
         try:
-            analysis = analyze_bytes(body, self.dialect, chunk_size=chunk_size)
+            # each read arrives at its own time, so the turn's timing (the first content's) is compared too
+            session = StreamSession(self.dialect)
+            step = chunk_size or len(body) or 1
+            for number, at in enumerate(range(0, len(body), step)):
+                session.feed(body[at : at + step], float(number))
+            analysis = session.close(StreamEnd.FINISHED)
         finally:
             setattr(self.assembler, self.method, taken)
         return analysis.turn.to_dict(), analysis.verdict.to_dict(), hits

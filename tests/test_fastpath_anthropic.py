@@ -169,11 +169,15 @@ ADVERSARIAL = {
                                               ("message_stop", 0, 0)],
     "text after message_stop": PROLOGUE + ENDINGS["whole"] + [("text", 0, 3)],
     "second message": PROLOGUE + [("message_start", 0, 0), ("text", 0, 3)] + ENDINGS["whole"],
-    "text into a tool block": PROLOGUE + TOOL + [("text", 1, 3), ("stop", 1, 0)] + ENDINGS["whole"],
-    "arguments into a text block": PROLOGUE + TOOL + [("json", 0, 3), ("stop", 1, 0)] + ENDINGS["whole"],
+    # (a wrong kind twice: the first, parsed, teaches the layout at its index; the second meets the fast path's check)
+    "text into a tool block": PROLOGUE + TOOL + [("text", 1, 3), ("text", 1, 4), ("stop", 1, 0)] + ENDINGS["whole"],
+    "arguments into a text block": PROLOGUE + TOOL + [("json", 0, 3), ("json", 0, 4), ("stop", 1, 0)]
+                                   + ENDINGS["whole"],
     "arguments after their block stopped": PROLOGUE + TOOL + [("stop", 1, 0), ("json", 1, 3)] + ENDINGS["whole"],
-    "thinking into a text block": PROLOGUE + THINKING + [("thinking", 0, 3), ("stop", 1, 0)] + ENDINGS["whole"],
-    "text into a thinking block": PROLOGUE + THINKING + [("text", 1, 3), ("stop", 1, 0)] + ENDINGS["whole"],
+    "thinking into a text block": PROLOGUE + THINKING + [("thinking", 0, 3), ("thinking", 0, 4), ("stop", 1, 0)]
+                                  + ENDINGS["whole"],
+    "text into a thinking block": PROLOGUE + THINKING + [("text", 1, 3), ("text", 1, 4), ("stop", 1, 0)]
+                                  + ENDINGS["whole"],
     "an error event mid-stream": PROLOGUE + [("error_event", 0, 0), ("text", 0, 1)] + ENDINGS["whole"],
     "a delta sent as ping": PROLOGUE + [("as_ping", 0, 1), ("text", 0, 1)] + ENDINGS["whole"],
 }
@@ -215,11 +219,15 @@ def _events(*pairs: tuple[str, str]) -> bytes:
     return b"".join(b"event: " + name.encode() + b"\ndata: " + data.encode() + b"\n\n" for name, data in pairs)
 
 
-def test_a_key_written_twice_teaches_no_layout():
+@pytest.mark.parametrize("spelling", ["raw", "escaped"])
+def test_a_key_written_twice_teaches_no_layout(spelling):
     """The parse keeps a duplicate key's last value. Where that value was the text learning puts in
     the fragment's place, learning passed on the first key, later events gave the wrong fragment,
     and a tool call's broken arguments came out complete."""
-    from streamtap.providers.fastpath import _SENTINEL as S
+    from streamtap.providers.fastpath import _SENTINEL
+
+    # the sentinel as written, or with its first letter a JSON escape: the same string once parsed
+    S = _SENTINEL if spelling == "raw" else "\\u%04x" % ord(_SENTINEL[0]) + _SENTINEL[1:]
 
     twice = '{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"%s","partial_json":"%s"}}'
     body = _events(
@@ -240,7 +248,7 @@ def test_a_key_written_twice_teaches_no_layout():
     assert assert_same(body) == 0
     _, verdict, _ = judged(body, fast=True)
     assert verdict["kind"] == "corrupt", verdict
-    data = twice % ("v", "v")
+    data = twice % (S, S)
     assert not ContentDeltas(ANTHROPIC["input_json_delta"]).learn(data, orjson.loads(data))
 
 
@@ -254,3 +262,13 @@ def test_a_delta_type_that_is_no_string_is_kept_as_before():
     turn, verdict, _ = judged(body, fast=True)
     assert verdict["kind"] == "complete", verdict
     assert any("not modelled" in note for note in turn["notes"]), turn["notes"]
+
+
+def test_the_first_content_a_fast_delta_brings_is_timed():
+    """An empty first delta teaches the layout; the next, taken by the fast path, is the first
+    content, and its read's time the turn's first content."""
+    body = generated_stream([("message_start", 0, 0), ("start_text", 0, 0), ("text", 0, 2), ("text", 0, 0)]
+                            + ENDINGS["whole"], seed=1)
+    assert FRAGMENTS[2] == "" and assert_same(body, chunk_size=5) == 1
+    turn, _, _ = judged(body, fast=True, chunk_size=5)
+    assert turn["timing"]["first_content"] is not None, turn["timing"]

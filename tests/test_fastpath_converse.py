@@ -168,7 +168,9 @@ ADVERSARIAL = {
     "delta after messageStop": PROLOGUE + [("stop", 0, 0), ("message_stop", 0, 0), ("text", 0, 3), ("metadata", 0, 9)],
     "delta after metadata": PROLOGUE + [("metadata", 0, 9), ("text", 0, 3), ("stop", 0, 0), ("message_stop", 0, 0)],
     "second message": PROLOGUE + [("message_start", 0, 0), ("text", 0, 3)] + ENDINGS["whole"],
-    "delta into a tool block": PROLOGUE + [("start_tool", 1, 0), ("text", 1, 3), ("stop", 1, 0)] + ENDINGS["whole"],
+    # (twice: the first, parsed, teaches the layout of index 1; the second meets the fast path's check)
+    "delta into a tool block": PROLOGUE + [("start_tool", 1, 0), ("text", 1, 3), ("text", 1, 4), ("stop", 1, 0)]
+                               + ENDINGS["whole"],
     "delta model refuses": PROLOGUE + [("two_members", 0, 3), ("text", 0, 1)] + ENDINGS["whole"],
     "exception mid-stream": PROLOGUE + [("exception", 0, 0), ("text", 0, 1)] + ENDINGS["whole"],
 }
@@ -202,10 +204,14 @@ def test_events_that_are_not_plain_text_deltas_are_not_learnt():
     assert deltas.content('{"contentBlockIndex":0,"delta":{"text":"x"},"p":"ab"}') is None
 
 
-def test_a_key_written_twice_teaches_no_layout():
+@pytest.mark.parametrize("spelling", ["raw", "escaped"])
+def test_a_key_written_twice_teaches_no_layout(spelling):
     """The parse keeps a duplicate key's last value. Where that value was the text learning puts in
     the fragment's place, learning passed on the first key and later events gave the wrong text."""
-    from streamtap.providers.fastpath import _SENTINEL as S
+    from streamtap.providers.fastpath import _SENTINEL
+
+    # the sentinel as written, or with its first letter a JSON escape: the same string once parsed
+    S = _SENTINEL if spelling == "raw" else "\\u%04x" % ord(_SENTINEL[0]) + _SENTINEL[1:]
 
     twice = '{"contentBlockIndex":0,"delta":{"text":"%s","text":"%s"},"p":"abc"}'
     body = generated_stream(PROLOGUE, seed=1) + b"".join(
@@ -214,7 +220,14 @@ def test_a_key_written_twice_teaches_no_layout():
     assert_same(body)
     turn, _, _ = judged(body, fast=True)
     assert "EVIL" not in json.dumps(turn)
-    data = twice % ("v", "v")
+    data = twice % (S, S)
     assert not ContentDeltas(CONVERSE).learn(data, orjson.loads(data))
-    padded_twice = '{"contentBlockIndex":0,"delta":{"text":"x"},"p":"ab","p":"cd"}'
-    assert not ContentDeltas(CONVERSE).learn(padded_twice, orjson.loads(padded_twice))
+
+
+def test_the_first_content_a_fast_delta_brings_is_timed():
+    """An empty first delta teaches the layout; the next, taken by the fast path, is the first
+    content, and its read's time the turn's first content."""
+    body = generated_stream([("message_start", 0, 0), ("text", 0, 2), ("text", 0, 0)] + ENDINGS["whole"], seed=1)
+    assert FRAGMENTS[2] == "" and assert_same(body, chunk_size=5) == 1
+    turn, _, _ = judged(body, fast=True, chunk_size=5)
+    assert turn["timing"]["first_content"] is not None, turn["timing"]

@@ -85,7 +85,7 @@ class ContentDeltas:
         self._learns = 0
 
     def content(self, data: str) -> tuple[Any, str] | None:
-        """(the choice's raw ``index``, the text fragment) of a chunk in the learnt layout,
+        """(the raw index, a choice's or a block's, the text fragment) of a chunk in the learnt layout,
         exactly what a full parse gives; None when ``data`` is not in that layout."""
         prefix = self._prefix
         if prefix is None or not data.startswith(prefix):
@@ -128,7 +128,7 @@ class ContentDeltas:
         # One place for the fragment and one for the padding, or no layout: a key written twice
         # (the parse keeps the last) could pass the check below on the wrong one, and trying every
         # place costs a parse each, which a chunk full of them makes quadratic.
-        if data.count(key) != 1 or (padded and data.count(padding) != 1) or _SENTINEL in data:
+        if data.count(key) != 1 or (padded and data.count(padding) != 1):
             return False
         fragment = shape.holder(obj)[shape.key]
         try:
