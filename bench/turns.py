@@ -22,7 +22,7 @@ same bytes and the same reads:
 A third table times the text-delta fast path (providers/fastpath.py) on against off (every
 chunk parsed), same events, same rounds: on the Chat Completions stream above, on the same chunks
 with OpenAI's per-chunk ``obfuscation`` padding, as the API sends them by default, on a
-Bedrock ConverseStream body of the same text (event-stream frames, each padded with ``p`` of
+Bedrock ConverseStream body of about the same text (event-stream frames, each padded with ``p`` of
 random length, as Bedrock sends them), and on the Anthropic stream above (text, tool-argument
 and thinking deltas).
 A second table leaves decoding out on both sides: streamtap's dialect Assembler on
@@ -277,10 +277,6 @@ def chat_assembly(cls: type) -> Callable[[list], object]:
     return assembly(lambda: cls(wire="sse"))
 
 
-def converse_assembly(cls: type) -> Callable[[list], object]:  # (and Anthropic's: no wire argument)
-    return assembly(cls)
-
-
 def full_parse_end_to_end(dialect: Dialect) -> Callable[[bytes], tuple]:
     """``streamtap_runner`` with the dialect's fast path off, for the on/off pair."""
     cls, name, off = {Dialect.OPENAI_CHAT: (openai_chat.Assembler, "_content_delta", FullParse._content_delta),
@@ -340,9 +336,9 @@ def fastpath_table(events: int, rounds: int) -> None:
           "ratio = off CPU time / on CPU time")
     print(f"{'stream':<22} {'what':<26} {'events':>7} {'on ev/s':>10} {'off ev/s':>10} {'ratio':>7} {'range':>12}")
     chat = (chat_assembly(openai_chat.Assembler), chat_assembly(FullParse), SSEDecoder, Dialect.OPENAI_CHAT)
-    converse = (converse_assembly(bedrock_converse.Assembler), converse_assembly(ConverseFullParse),
+    converse = (assembly(bedrock_converse.Assembler), assembly(ConverseFullParse),
                 EventStreamDecoder, Dialect.BEDROCK_CONVERSE)
-    messages = (converse_assembly(anthropic_dialect.Assembler), converse_assembly(AnthropicFullParse), SSEDecoder,
+    messages = (assembly(anthropic_dialect.Assembler), assembly(AnthropicFullParse), SSEDecoder,
                 Dialect.ANTHROPIC)
     for name, body, (fast, full, decoder, dialect) in [("openai-chat", openai_stream(events), chat),
                                                         ("openai-chat, padded", openai_stream(events, True), chat),
@@ -365,7 +361,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2k events, 5 rounds (a smoke run)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds per pair (default 5, at least 5)")
-    parser.add_argument("--fastpath-only", action="store_true", help="only the content fast path on/off table")
+    parser.add_argument("--fastpath-only", action="store_true", help="only the text-delta fast path on/off table")
     args = parser.parse_args()
     if args.rounds < 5:
         parser.error("--rounds: at least 5 (a median and range of fewer ratios says little)")

@@ -17,6 +17,8 @@ from typing import Any
 
 from streamtap.cli import terminal_safe
 
+from .report import GROUP_HEADERS
+
 VERDICT_COLORS = {
     "complete": "#2e7d32",
     "stopped_by_limit": "#f9a825",
@@ -218,8 +220,7 @@ def _ms(value: float | None) -> str:
 
 def _groups(groups: list[dict[str, Any]], keys: list[str]) -> str:
     return _rows(
-        [" ".join(keys), "recordings", "complete", "not complete", "not judged", "% not complete", "ttft p50", "p95", "p99",
-         "duration p50", "p95", "p99"],
+        [" ".join(keys), *GROUP_HEADERS],
         [
             [" ".join(str(g[k]) if g[k] is not None else "-" for k in keys), g["recordings"], g["verdicts"].get("complete", 0),
              sum(n for k, n in g["verdicts"].items() if k != "complete"), g["not_judged"], _pct(g["not_complete_rate"]),

@@ -618,14 +618,14 @@ class Assembler:
             return
         headers = event.headers
         kind = headers.get(":event-type")
-        text = None
+        data = None
         if kind == "contentBlockDelta":
             try:
-                text = event.payload.decode("utf-8")
+                data = event.payload.decode("utf-8")
             except UnicodeDecodeError:
                 pass
             else:
-                if self._text_delta(text, t):
+                if self._text_delta(data, t):
                     return
         try:
             body = orjson.loads(event.payload)
@@ -636,9 +636,9 @@ class Assembler:
             if body is None:
                 return
         self.builder.apply(kind, body, event.seq, event.start, t)  # type: ignore[arg-type]
-        if text is not None:
+        if data is not None:
             # a layout fixes the JSON, not the state: ``_text_delta`` checks the state each time
-            self._deltas.learn(text, body)
+            self._deltas.learn(data, body)
 
     def _text_delta(self, data: str, t: float | None) -> bool:
         """Take a text delta in the layout learnt from a parsed one, without parsing it.
