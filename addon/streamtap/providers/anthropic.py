@@ -313,9 +313,7 @@ class MessageBuilder:
         if kind == "text_delta" and block.kind is BlockKind.TEXT:
             value = delta.get("text")
             if isinstance(value, str):
-                self.pieces.add(block, value)
-                if value and self.turn.timing.first_content is None:
-                    self.turn.timing.first_content = t
+                self.pieces.content(block, value, t)
                 return
         elif kind == "input_json_delta" and index in self.fragments:  # a tool's use, not its result
             value = delta.get("partial_json")
@@ -325,9 +323,7 @@ class MessageBuilder:
         elif kind == "thinking_delta" and block.kind is BlockKind.THINKING:
             value = delta.get("thinking")
             if isinstance(value, str):
-                self.pieces.add(block, value)
-                if value and self.turn.timing.first_content is None:
-                    self.turn.timing.first_content = t
+                self.pieces.content(block, value, t)
                 return
         elif kind == "signature_delta" and block.kind is BlockKind.THINKING:
             value = delta.get("signature")
@@ -693,9 +689,7 @@ class Assembler:
             return True
         if block.kind is not (BlockKind.TEXT if delta_type == "text_delta" else BlockKind.THINKING):
             return False
-        builder.pieces.add(block, fragment)
-        if fragment and self.turn.timing.first_content is None:
-            self.turn.timing.first_content = t
+        builder.pieces.content(block, fragment, t)
         return True
 
     def _error_event(self, obj: Any, event: SSEEvent) -> None:

@@ -425,15 +425,11 @@ class ConverseBuilder:
                 block = self._text_goes_on(index, kind) or self._new_block(index, kind)
         kind = block.kind
         if member == "text" and kind is BlockKind.TEXT and isinstance(value, str):
-            self.pieces.add(block, value)
-            if value and self.turn.timing.first_content is None:
-                self.turn.timing.first_content = t
+            self.pieces.content(block, value, t)
         elif member == "reasoningContent" and kind in (BlockKind.THINKING, BlockKind.REDACTED_THINKING) \
                 and isinstance(value, dict):
             if kind is BlockKind.THINKING and isinstance(value.get("text"), str):
-                self.pieces.add(block, value["text"])
-                if value["text"] and self.turn.timing.first_content is None:
-                    self.turn.timing.first_content = t
+                self.pieces.content(block, value["text"], t)
             elif kind is BlockKind.THINKING and isinstance(value.get("signature"), str):
                 block.signature = value["signature"]
             elif kind is BlockKind.REDACTED_THINKING and isinstance(value.get("redactedContent"), str):
@@ -659,9 +655,7 @@ class Assembler:
         if block is None or block.kind is not BlockKind.TEXT:
             return False
         text = hit[1]
-        builder.pieces.add(block, text)
-        if text and self.turn.timing.first_content is None:
-            self.turn.timing.first_content = t
+        builder.pieces.content(block, text, t)
         return True
 
     def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:

@@ -119,9 +119,7 @@ class TextFamilyBuilder:
             if self.block is None:
                 self.block = Block(BlockKind.TEXT, 0)
                 self.turn.choices[0].blocks.append(self.block)
-            self.pieces.add(self.block, text)
-            if text and self.turn.timing.first_content is None:
-                self.turn.timing.first_content = t
+            self.pieces.content(self.block, text, t)
         usage = self.turn.usage
         for key, field in (("inputTextTokenCount", "input"), ("totalOutputTextTokenCount", "output"),
                            ("prompt_token_count", "input"), ("generation_token_count", "output")):

@@ -721,6 +721,14 @@ class Pieces:
             entry = self._parts[(id(block), field)] = Fragments(self._judge, block, field)
         entry.append(text)
 
+    def content(self, block: Block, text: str, t: float | None) -> None:
+        """A piece of the answer's text or thinking, arrived at ``t``: the first that is not
+        empty, in any block, times the turn's first content."""
+        self.add(block, text)
+        timing = self._judge.turn.timing
+        if text and timing.first_content is None:
+            timing.first_content = t
+
     def flush(self, block: Block | None = None) -> None:
         """Write the joined text into one block (or into every block)."""
         if block is not None:
