@@ -86,6 +86,15 @@ class FastPath:
         _, verdict, _ = self.judged(body, fast=True)
         assert verdict["kind"] in ("corrupt", "errored"), verdict
 
+    def adversarial_test(self, generate: Callable[[list, int], bytes], cases: dict[str, list]) -> Callable:
+        """A test per named case of ``cases``, each built by ``generate``: ``assert_caught``."""
+
+        @pytest.mark.parametrize("name", sorted(cases))
+        def test(name):
+            self.assert_caught(generate(cases[name], 1))
+
+        return test
+
     def generated_streams_test(self, generate: Callable[[list, int], bytes], ops: list[str], prologue: list,
                                endings: dict[str, list]) -> Callable:
         """A hypothesis test: ``prologue``, up to 40 random (operation, index, fragment number)

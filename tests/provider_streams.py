@@ -207,6 +207,20 @@ def chunk_lines(path: Path) -> list[bytes]:
     return [line for line in path.read_bytes().split(b"\n") if line.strip()]
 
 
+def chunk_objects(path: Path) -> list[dict]:
+    """The JSON objects of a chunks file, one per line; none where any line is not one."""
+    objects = []
+    for line in chunk_lines(path):
+        try:
+            obj = orjson.loads(line)
+        except ValueError:
+            return []
+        if not isinstance(obj, dict):
+            return []
+        objects.append(obj)
+    return objects
+
+
 def frame_chat(lines: list[bytes], done: bool = True) -> bytes:
     """Constructed SSE framing for Chat Completions payloads: ``data: <line>`` then ``[DONE]``."""
     return b"".join(b"data: " + line + b"\n\n" for line in lines) + (b"data: [DONE]\n\n" if done else b"")
