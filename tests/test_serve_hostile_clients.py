@@ -402,3 +402,82 @@ def test_clients_that_ask_for_plans_and_hang_up_start_no_more_threads_than_the_l
             most = max(most, sum(thread.name == "streamtap-plan" for thread in threading.enumerate()))
             time.sleep(0.01)
         assert 1 <= most <= server_module.PLANS_AT_ONCE, f"{most} plans made at once"
+
+
+# --- 9. More connections than the server serves at once ----------------------------------------
+
+
+def held_connections(server: ServerThread, count: int) -> list[socket.socket]:
+    """``count`` connections that send nothing, each taken by the server before this returns."""
+    held = [socket.create_connection(address(server), timeout=5) for _ in range(count)]
+    deadline = time.monotonic() + 5
+    while len(server.server._handlers) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(server.server._handlers) == count
+    return held
+
+
+def test_a_connection_over_the_cap_gets_a_503_the_sdk_retries_and_the_server_serves_again(recordings):
+    import openai
+
+    lines: list[str] = []
+    with running(recordings, lines, connections=2, first_byte_timeout=30) as server:
+        held = held_connections(server, 2)
+        try:
+            client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="sk-test", max_retries=0)
+            with pytest.raises(openai.InternalServerError) as refused:
+                client.chat.completions.create(**OPENAI_REQUEST)
+            assert refused.value.status_code == 503
+            assert refused.value.response.headers["retry-after"] == "1"
+            assert "its limit of 2 connections" in refused.value.message
+            # a request body the server never reads still gets the 503, not a reset
+            big = json.dumps({**OPENAI_REQUEST, "padding": "x" * 2_000_000}).encode()
+            assert status_of(exchange(server, request_bytes(big))) == 503
+
+            # the SDK's own retry (after Retry-After) is served once a held connection closes
+            threading.Timer(0.3, held.pop().close).start()
+            retrying = openai.OpenAI(base_url=server.base_url + "/v1", api_key="sk-test", max_retries=2)
+            text = "".join(chunk.choices[0].delta.content or "" for chunk in retrying.chat.completions.create(**OPENAI_REQUEST)
+                           if chunk.choices)
+            turn_text = "".join(piece for frame in openai_chat_frames() for piece in _content_of(frame))
+            assert text == turn_text
+        finally:
+            for sock in held:
+                sock.close()
+    said = [line for line in lines if "its limit of 2 connections" in line]
+    assert len(said) == 1 and "503" in said[0] and "--max-connections" in said[0], lines
+
+
+def _content_of(frame: bytes) -> list[str]:
+    data = frame.removeprefix(b"data: ").strip()
+    if not data.startswith(b"{"):
+        return []
+    return [choice["delta"].get("content") or "" for choice in json.loads(data).get("choices", [])]
+
+
+def test_max_connections_below_one_is_refused_before_listening(recordings):
+    done = subprocess.run([str(STREAMTAP), "serve", "--max-connections", "0", str(recordings)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and "--max-connections 0: at least 1" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_flood_over_the_cap_is_closed_at_once_past_the_lingering_limit_and_the_server_recovers(recordings, monkeypatch):
+    monkeypatch.setattr(server_module, "REFUSED_LINGERING", 2)
+    lines: list[str] = []
+    with running(recordings, lines, connections=1, first_byte_timeout=30) as server:
+        held = held_connections(server, 1)
+        flood = [socket.create_connection(address(server), timeout=5) for _ in range(6)]
+        try:
+            answers = [read_to_close(sock, 3) for sock in flood]
+        finally:
+            for sock in flood:
+                sock.close()
+        statuses = sorted(status_of(answer) for answer in answers)
+        assert statuses == [0, 0, 0, 0, 503, 503], statuses  # two lingering with their 503, the rest closed
+        held.pop().close()
+        deadline = time.monotonic() + 5
+        while (server.server._handlers or server.server._refusing) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not server.server._handlers and not server.server._refusing
+        assert status_of(exchange(server, request_bytes())) == 200
+    assert len([line for line in lines if "its limit of 1 connections" in line]) == 1, lines

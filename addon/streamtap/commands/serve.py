@@ -55,6 +55,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--match-header", action="append", default=[], metavar="NAME", help="request header that must match too (repeatable)")
     parser.add_argument("--assign-ids", action="store_true", help="add `id: <seq>` lines to SSE streams so any client can resume with Last-Event-ID")
     parser.add_argument("--fault-header", action="store_true", help="honour a per-request fault in the x-streamtap-fault header")
+    parser.add_argument("--max-connections", type=int, default=512, metavar="N",
+                        help="connections served at once (default 512); one more gets a 503 with Retry-After, which the SDKs retry")
 
 
 def build(args: argparse.Namespace):
@@ -70,6 +72,8 @@ def build(args: argparse.Namespace):
                          "interface; give one (0.0.0.0 for every interface), or leave --host out for loopback only")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: a port is 0..65535 (0: a free one)")
+    if args.max_connections < 1:
+        raise UsageError(f"--max-connections {args.max_connections}: at least 1")
     for spec in args.fault:
         if not spec.replace(";", "").strip():  # --fault "$SPEC" with SPEC unset: no fault, silently
             raise UsageError(f"--fault {spec!r}: no fault in it; give a spec such as cut:event=3, or leave --fault out")
@@ -98,13 +102,13 @@ def build(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from streamtap.cli import UsageError
     from streamtap.replay.faults import FaultSpecError
-    from streamtap.replay.server import ReplayServer
+    from streamtap.replay.server import Limits, ReplayServer
     from streamtap.replay.source import RecordingError
 
     library, options = build(args)
 
     async def main() -> None:
-        server = ReplayServer(library, options)
+        server = ReplayServer(library, options, limits=Limits(connections=args.max_connections))
         try:
             await server.start(args.host, args.port)
         except OSError as exc:

@@ -80,6 +80,12 @@ TAKING_POLL = 0.002
 KEPT_UP_WITHIN = 0.01
 _OUTQ = getattr(termios, "TIOCOUTQ", None) if sys.platform == "linux" else None  # SIOCOUTQ on a socket
 OUT_OF_FDS_SAID_EVERY = 10.0  # seconds between two reports of accept() failing for want of fds
+BUSY_SAID_EVERY = 10.0  # seconds between two reports of connections refused for being over Limits.connections
+# A connection refused for being over the cap gets its 503 and then this long to send what it was
+# sending: closing with its request unread would reset the connection, and the client would see
+# a reset, not the 503 that tells it to come back
+REFUSED_LINGER = 1.0
+REFUSED_LINGERING = 64  # connections lingering so at once; one more is closed at once, without its 503
 ACCEPT_RETRIES_PENDING = 2.0  # asyncio retries a failed accept() after 1 s (ACCEPT_RETRY_DELAY)
 
 
@@ -104,6 +110,9 @@ class Limits:
     # seconds a new connection may wait before its first byte (at most idle_timeout): connections
     # opened and left silent hold the server's file descriptors for this long, not for idle_timeout
     first_byte_timeout: float = 10.0
+    # connections served at once; one more gets a 503 with Retry-After (SDKs retry it) and closes,
+    # rather than the server running out of file descriptors, where it can answer no one
+    connections: int = 512
 
 
 @dataclass(slots=True)
@@ -181,6 +190,9 @@ class ReplayServer:
         # the connection handlers: a stream still waiting (original timing, a stall) when the server
         # closes must end with it, not be left pending for a later garbage collection to complain of
         self._handlers: set[asyncio.Task] = set()
+        self._refusing: set[asyncio.Task] = set()  # connections over the cap, told 503, lingering
+        self._busy_said = -BUSY_SAID_EVERY
+        self._busy_unsaid = 0
         self.host, self.port = "127.0.0.1", 0
 
     @property
@@ -203,7 +215,7 @@ class ReplayServer:
     async def close(self) -> None:
         if self._server is not None:
             server = self._server
-            handlers = list(self._handlers)
+            handlers = [*self._handlers, *self._refusing]
             self.close_now()
             await server.wait_closed()
             await asyncio.gather(*handlers, return_exceptions=True)
@@ -214,7 +226,7 @@ class ReplayServer:
             self._server.close()
             for writer in list(self._writers):
                 writer.transport.abort()
-            for handler in list(self._handlers):
+            for handler in [*self._handlers, *self._refusing]:
                 handler.cancel()
             self._server = None
         if self._restore_exception_handler is not None:
@@ -273,11 +285,17 @@ class ReplayServer:
         cancels it even before it ran (Ctrl-C as a client connects), and such a task is not
         handed to Python 3.12.1's stream callback, which reports it with a traceback."""
         loop = asyncio.get_running_loop()
-        handler = loop.create_task(self._connection(reader, writer))
-        self._handlers.add(handler)
+        over_cap = len(self._handlers) >= self.limits.connections
+        if over_cap and len(self._refusing) >= REFUSED_LINGERING:  # a flood: its fds go back now
+            self._say_busy()
+            writer.transport.abort()
+            return
+        handlers = self._refusing if over_cap else self._handlers
+        handler = loop.create_task(self._refuse_busy(reader, writer) if over_cap else self._connection(reader, writer))
+        handlers.add(handler)
 
         def ended(task: asyncio.Task) -> None:
-            self._handlers.discard(task)
+            handlers.discard(task)
             if task.cancelled():
                 writer.transport.abort()  # (a handler that ran closed it already)
             elif task.exception() is not None:
@@ -318,6 +336,36 @@ class ReplayServer:
             self._writers.discard(writer)
             if not writer.transport.is_closing():
                 writer.close()
+
+    async def _refuse_busy(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A connection over ``Limits.connections``: a 503 before its request is read, then a short
+        wait for the client to finish sending (closing with its request unread would reset the
+        connection, and the client would see the reset, not the 503)."""
+        self._say_busy()
+        message = f"this replay server already serves its limit of {self.limits.connections} connections at once; try again"
+        body = json.dumps(error_body("overloaded_error", message), indent=1).encode()
+        writer.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+                     b"connection: close\r\nretry-after: 1\r\n\r\n%s" % (len(body), body))
+        try:
+            await writer.drain()
+            writer.write_eof()
+            deadline = time.monotonic() + REFUSED_LINGER
+            while (left := deadline - time.monotonic()) > 0 and await asyncio.wait_for(reader.read(READ_SIZE), left):
+                pass
+        except (ConnectionError, TimeoutError):
+            pass
+        finally:
+            writer.close()
+
+    def _say_busy(self) -> None:
+        now = time.monotonic()
+        if now - self._busy_said < BUSY_SAID_EVERY:
+            self._busy_unsaid += 1
+            return
+        also = f"; {self._busy_unsaid} more refused since last said" if self._busy_unsaid else ""
+        self._busy_said, self._busy_unsaid = now, 0
+        self.log(f"streamtap replay: serving its limit of {self.limits.connections} connections at once "
+                 f"(--max-connections): new ones get a 503 with Retry-After until some close{also}")
 
     async def _answer(self, request: _Request, writer: asyncio.StreamWriter, requests: _RequestReader) -> bool:
         lib = self.library
