@@ -481,3 +481,36 @@ def test_a_flood_over_the_cap_is_closed_at_once_past_the_lingering_limit_and_the
         assert not server.server._handlers and not server.server._refusing
         assert status_of(exchange(server, request_bytes())) == 200
     assert len([line for line in lines if "its limit of 1 connections" in line]) == 1, lines
+
+
+def test_by_default_the_cap_is_what_the_fd_limit_leaves_room_for_less_128(recordings, tmp_path):
+    soft = 400
+
+    def fd_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    log = (tmp_path / "stderr").open("w+")
+    serve = subprocess.Popen([str(STREAMTAP), "serve", "--port", "0", str(recordings)], stdout=subprocess.PIPE,
+                             stderr=log, text=True, preexec_fn=fd_limit)
+    held: list[socket.socket] = []
+    try:
+        host, port = serve.stdout.readline().strip().removeprefix("http://").split(":")
+        held = [socket.create_connection((host, int(port)), timeout=5) for _ in range(soft - 128)]
+        time.sleep(0.5)  # (all taken: the server accepts in the order they came)
+        with socket.create_connection((host, int(port)), timeout=5) as one_more:
+            one_more.sendall(request_bytes())
+            refused = read_to_close(one_more, 5)
+        held.pop().close()
+        time.sleep(0.5)
+        with socket.create_connection((host, int(port)), timeout=5) as again:
+            again.sendall(request_bytes())
+            served = read_to_close(again, 5)
+    finally:
+        serve.send_signal(signal.SIGINT)
+        serve.communicate(timeout=10)
+        log.close()
+        for sock in held:
+            sock.close()
+    assert status_of(refused) == 503 and f"its limit of {soft - 128} connections" in json_of(refused)["error"]["message"]
+    assert status_of(served) == 200, served[:300]
+    assert "Traceback" not in (tmp_path / "stderr").read_text()

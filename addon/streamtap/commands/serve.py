@@ -55,8 +55,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--match-header", action="append", default=[], metavar="NAME", help="request header that must match too (repeatable)")
     parser.add_argument("--assign-ids", action="store_true", help="add `id: <seq>` lines to SSE streams so any client can resume with Last-Event-ID")
     parser.add_argument("--fault-header", action="store_true", help="honour a per-request fault in the x-streamtap-fault header")
-    parser.add_argument("--max-connections", type=int, default=512, metavar="N",
-                        help="connections served at once (default 512); one more gets a 503 with Retry-After, which the SDKs retry")
+    parser.add_argument("--max-connections", type=int, default=None, metavar="N",
+                        help="connections served at once (default: what `ulimit -n` leaves room for, less 128); "
+                             "one more gets a 503 with Retry-After, which the SDKs retry")
 
 
 def build(args: argparse.Namespace):
@@ -72,7 +73,7 @@ def build(args: argparse.Namespace):
                          "interface; give one (0.0.0.0 for every interface), or leave --host out for loopback only")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: a port is 0..65535 (0: a free one)")
-    if args.max_connections < 1:
+    if args.max_connections is not None and args.max_connections < 1:
         raise UsageError(f"--max-connections {args.max_connections}: at least 1")
     for spec in args.fault:
         if not spec.replace(";", "").strip():  # --fault "$SPEC" with SPEC unset: no fault, silently

@@ -18,6 +18,7 @@ import fcntl
 import json
 import os
 import re
+import resource
 import socket
 import stat
 import struct
@@ -86,6 +87,7 @@ BUSY_SAID_EVERY = 10.0  # seconds between two reports of connections refused for
 # a reset, not the 503 that tells it to come back
 REFUSED_LINGER = 1.0
 REFUSED_LINGERING = 64  # connections lingering so at once; one more is closed at once, without its 503
+FDS_KEPT_BACK = 64  # file descriptors the connection cap leaves for the server's own (recordings, pipes, threads)
 ACCEPT_RETRIES_PENDING = 2.0  # asyncio retries a failed accept() after 1 s (ACCEPT_RETRY_DELAY)
 
 
@@ -111,8 +113,9 @@ class Limits:
     # opened and left silent hold the server's file descriptors for this long, not for idle_timeout
     first_byte_timeout: float = 10.0
     # connections served at once; one more gets a 503 with Retry-After (SDKs retry it) and closes,
-    # rather than the server running out of file descriptors, where it can answer no one
-    connections: int = 512
+    # rather than the server running out of file descriptors, where it can answer no one. None:
+    # as many as the file descriptor limit leaves room for (connections_room)
+    connections: int | None = None
 
 
 @dataclass(slots=True)
@@ -175,6 +178,7 @@ class ReplayServer:
         self.library = library
         self.options = options or ServeOptions()
         self.limits = limits or Limits()
+        self.connections = self.limits.connections or connections_room()
         self.log = log if log is not None else _stderr
         self.served: deque[Served] = deque(maxlen=SERVED_KEPT)
         self._server: asyncio.base_events.Server | None = None
@@ -285,7 +289,7 @@ class ReplayServer:
         cancels it even before it ran (Ctrl-C as a client connects), and such a task is not
         handed to Python 3.12.1's stream callback, which reports it with a traceback."""
         loop = asyncio.get_running_loop()
-        over_cap = len(self._handlers) >= self.limits.connections
+        over_cap = len(self._handlers) >= self.connections
         if over_cap and len(self._refusing) >= REFUSED_LINGERING:  # a flood: its fds go back now
             self._say_busy()
             writer.transport.abort()
@@ -342,7 +346,7 @@ class ReplayServer:
         wait for the client to finish sending (closing with its request unread would reset the
         connection, and the client would see the reset, not the 503)."""
         self._say_busy()
-        message = f"this replay server already serves its limit of {self.limits.connections} connections at once; try again"
+        message = f"this replay server already serves its limit of {self.connections} connections at once; try again"
         body = json.dumps(error_body("overloaded_error", message), indent=1).encode()
         writer.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
                      b"connection: close\r\nretry-after: 1\r\n\r\n%s" % (len(body), body))
@@ -352,7 +356,7 @@ class ReplayServer:
             deadline = time.monotonic() + REFUSED_LINGER
             while (left := deadline - time.monotonic()) > 0 and await asyncio.wait_for(reader.read(READ_SIZE), left):
                 pass
-        except (ConnectionError, TimeoutError):
+        except OSError:  # the client left (a reset, or gone before the shutdown: ENOTCONN), or the wait ended
             pass
         finally:
             writer.close()
@@ -364,7 +368,7 @@ class ReplayServer:
             return
         also = f"; {self._busy_unsaid} more refused since last said" if self._busy_unsaid else ""
         self._busy_said, self._busy_unsaid = now, 0
-        self.log(f"streamtap replay: serving its limit of {self.limits.connections} connections at once "
+        self.log(f"streamtap replay: serving its limit of {self.connections} connections at once "
                  f"(--max-connections): new ones get a 503 with Retry-After until some close{also}")
 
     async def _answer(self, request: _Request, writer: asyncio.StreamWriter, requests: _RequestReader) -> bool:
@@ -629,6 +633,19 @@ def _plan_and_size(source: Source, faults: list[Fault], timing: Timing, others: 
     """A plan and what keeping it costs, about (in a worker thread, as the walk is as long as the plan)."""
     made = plan(source, faults, timing, others=others, start_after=start_after)
     return made, sum(len(write.data) + PLAN_WRITE_OVERHEAD for write in made.writes)
+
+
+def connections_room() -> int:
+    """The connection cap that the file descriptor limit (``ulimit -n``) leaves room for: each
+    connection holds one, and the connections told 503 and the server's own files need some more.
+    Half the limit when it is too low for that (where the server still says when accept() fails)."""
+    try:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (OSError, ValueError):
+        soft = resource.RLIM_INFINITY
+    if soft == resource.RLIM_INFINITY or soft > 1 << 20:
+        return 1 << 20
+    return max(soft - REFUSED_LINGERING - FDS_KEPT_BACK, soft // 2, 1)
 
 
 def _report_accept_failures(loop: asyncio.AbstractEventLoop, listening: set[int], log: Callable[[str], None]) -> Callable[[], None]:
