@@ -2124,3 +2124,29 @@ def test_a_flow_sent_again_before_its_verdict_came_does_not_take_the_earlier_run
     assert verdict == [NOT_TAPPED] and recording == [""]
     assert "streamtap" not in flow.metadata and not flow.marked and not flow.comment
     assert "truncated" in caplog.text and "an earlier run of a flow sent again" in caplog.text
+
+
+def test_a_worker_runs_no_copy_of_mitmdumps_main_script(tmp_path):
+    """multiprocessing would run the parent's main file again in the worker: for mitmdump, all of
+    mitmproxy's tools, about 0.5 s of CPU at every start and restart that the worker never uses.
+    Each import shows at the top level of ``-X importtime`` in the process that makes it."""
+    from interception import MITMDUMP, TAP
+
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+    argv = [str(MITMDUMP), "--set", f"confdir={tmp_path / 'conf'}", "-p", "0", "-s", str(TAP),
+            "--set", f"streamtap_dir={tmp_path / 'rec'}"]
+    errors = (tmp_path / "stderr").open("w+")
+    proxy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=errors, env=env)
+    worker_imported = re.compile(r"^import time:\s+\d+ \|\s+\d+ \| streamtap\.mitm\.worker$", re.M)
+    try:
+        deadline = time.monotonic() + 60
+        while not worker_imported.search((tmp_path / "stderr").read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        proxy.terminate()
+        proxy.wait(30)
+        errors.close()
+    imports = (tmp_path / "stderr").read_text()
+    assert worker_imported.search(imports), imports[-2000:]  # the worker started and imported its module
+    mains = re.findall(r"^import time:\s+\d+ \|\s+\d+ \| mitmproxy\.tools\.main$", imports, re.M)
+    assert len(mains) == 1, f"{len(mains)} processes imported mitmdump's main script"

@@ -33,16 +33,19 @@ import os
 import pickle
 import signal
 import struct
+import sys
 import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import accumulate
 from itertools import count as count_from
 from pathlib import Path
 from time import monotonic
+from types import ModuleType
 from typing import Any
 
 from streamtap.recording.writer import FELL_BEHIND
@@ -522,6 +525,23 @@ class RemoteFlow:
         self.times.clear()
 
 
+@contextmanager
+def _main_not_rerun() -> Iterator[None]:
+    """A spawned worker runs no copy of the proxy's main script. multiprocessing runs the parent's
+    ``__main__`` file again in the child, as ``__mp_main__``, so the child can unpickle what it
+    defines; for mitmdump that imports all of mitmproxy's tools (0.5 s of CPU at each start and
+    restart, at the worker's low priority often longer), and the worker needs none of it: what it
+    runs is in this module. So the parent's main module is out of ``sys.modules`` while
+    ``Process.start`` reads it, which is on this thread and takes only that call."""
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
 class _Process:
     """One worker process and its two pipes: written from the event loop without blocking,
     read by a thread that hands each message to the loop."""
@@ -539,7 +559,8 @@ class _Process:
             self.process = ctx.Process(
                 target=serve, args=(inbox_r, outbox_w, self.ring.path, MAX_IN_FLIGHT), name=f"streamtap-worker-{index}", daemon=True
             )
-            self.process.start()
+            with _main_not_rerun():
+                self.process.start()
             lower_priority(self.process.pid, os.getpid())
         except BaseException:
             self.ring.close()
