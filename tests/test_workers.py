@@ -2150,3 +2150,13 @@ def test_a_worker_runs_no_copy_of_mitmdumps_main_script(tmp_path):
     assert worker_imported.search(imports), imports[-2000:]  # the worker started and imported its module
     mains = re.findall(r"^import time:\s+\d+ \|\s+\d+ \| mitmproxy\.tools\.main$", imports, re.M)
     assert len(mains) == 1, f"{len(mains)} processes imported mitmdump's main script"
+
+
+def test_the_worker_module_imports_none_of_mitmproxy():
+    """What a worker imports at its start: its module and what that needs, none of mitmproxy."""
+    check = ("import sys, streamtap.mitm.worker; "
+             "print(sorted(name for name in sys.modules if name.split('.')[0] == 'mitmproxy'))")
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "addon")})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mitmproxy import http
 
 from streamtap.providers import RequestInfo, answers_a_stream, detect_dialect
 from streamtap.providers.model import model_of
@@ -19,6 +18,9 @@ from streamtap.recording import flow_header
 from streamtap.recording.content import delimited_by_length
 from streamtap.recording.header import RequestBody, request_as_read, request_body, request_body_fields
 from streamtap.recording.flows import request_info
+
+if TYPE_CHECKING:  # an analysis worker imports this module, and none of mitmproxy
+    from mitmproxy import http
 
 
 @dataclass

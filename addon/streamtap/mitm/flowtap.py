@@ -13,9 +13,8 @@ import os
 import time
 from collections.abc import Sequence
 from math import floor as _floor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mitmproxy import http
 
 from streamtap.cli import failure, terminal_safe
 from streamtap.mitm.flowspec import FlowSpec, described as _described
@@ -32,6 +31,9 @@ from streamtap.recording.content import (
     judge_unfinished_coding,
 )
 from streamtap.wire import DEFAULT_MAX_EVENT, Tail
+
+if TYPE_CHECKING:  # an analysis worker imports this module, and none of mitmproxy
+    from mitmproxy import http
 
 log = logging.getLogger("streamtap")
 
