@@ -5,6 +5,7 @@ review): each gets an answer, never a traceback, and the other clients are serve
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import resource
 import signal
@@ -262,40 +263,47 @@ def test_the_404_names_the_first_ten_differing_fields_and_counts_the_rest(record
 # --- 5. out of file descriptors -------------------------------------------------------------
 
 
-def test_running_out_of_file_descriptors_is_said_in_one_line_and_the_server_recovers(recordings, tmp_path):
-    def few_fds() -> None:
-        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-        resource.setrlimit(resource.RLIMIT_NOFILE, (48, hard))
+@contextlib.contextmanager
+def serving_with_fd_limit(recordings: Path, tmp_path: Path, soft: int):
+    """``streamtap serve`` whose ``ulimit -n`` is ``soft``: (host, port, the sockets the test opens,
+    to be closed after the server stopped). Its stderr is in tmp_path/stderr."""
+    def fd_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
     log = (tmp_path / "stderr").open("w+")  # (a file: a pipe that fills would stop the server)
     serve = subprocess.Popen([str(STREAMTAP), "serve", "--port", "0", str(recordings)], stdout=subprocess.PIPE,
-                             stderr=log, text=True, preexec_fn=few_fds)
-    idle: list[socket.socket] = []
+                             stderr=log, text=True, preexec_fn=fd_limit)
+    opened: list[socket.socket] = []
     try:
         base_url = serve.stdout.readline().strip()
         assert base_url.startswith("http://"), (tmp_path / "stderr").read_text()
         host, port = base_url.removeprefix("http://").split(":")
-        idle = [socket.create_connection((host, int(port)), timeout=5) for _ in range(100)]
+        yield host, int(port), opened
+    finally:
+        serve.send_signal(signal.SIGINT)
+        serve.communicate(timeout=10)
+        log.close()
+        for sock in opened:
+            sock.close()
+
+
+def test_running_out_of_file_descriptors_is_said_in_one_line_and_the_server_recovers(recordings, tmp_path):
+    with serving_with_fd_limit(recordings, tmp_path, 48) as (host, port, opened):
+        idle = [socket.create_connection((host, port), timeout=5) for _ in range(100)]
         time.sleep(2.5)  # asyncio retries each second: a few passes over the backlog
         for sock in idle:
             sock.close()
         response = b""
         deadline = time.monotonic() + 5
         while status_of(response) != 200 and time.monotonic() < deadline:  # accepting again within a second or so
-            with socket.create_connection((host, int(port)), timeout=5) as sock:
+            with socket.create_connection((host, port), timeout=5) as sock:
                 sock.sendall(request_bytes())
                 response = read_to_close(sock, 5)
         assert status_of(response) == 200, response[:200]
         # out of fds again, and stopped so: asyncio's retries of accept() still pending then find
         # the listening socket closed, each with a traceback of its own
-        idle = [socket.create_connection((host, int(port)), timeout=5) for _ in range(100)]
+        opened += [socket.create_connection((host, port), timeout=5) for _ in range(100)]
         time.sleep(1.5)
-    finally:
-        serve.send_signal(signal.SIGINT)
-        serve.communicate(timeout=10)
-        log.close()
-        for sock in idle:
-            sock.close()
     stderr = (tmp_path / "stderr").read_text()
     said = [line for line in stderr.splitlines() if "cannot accept connections" in line]
     assert len(said) == 1 and "Too many open files" in said[0], stderr[-3000:]
@@ -485,32 +493,17 @@ def test_a_flood_over_the_cap_is_closed_at_once_past_the_lingering_limit_and_the
 
 def test_by_default_the_cap_is_what_the_fd_limit_leaves_room_for_less_128(recordings, tmp_path):
     soft = 400
-
-    def fd_limit() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-
-    log = (tmp_path / "stderr").open("w+")
-    serve = subprocess.Popen([str(STREAMTAP), "serve", "--port", "0", str(recordings)], stdout=subprocess.PIPE,
-                             stderr=log, text=True, preexec_fn=fd_limit)
-    held: list[socket.socket] = []
-    try:
-        host, port = serve.stdout.readline().strip().removeprefix("http://").split(":")
-        held = [socket.create_connection((host, int(port)), timeout=5) for _ in range(soft - 128)]
+    with serving_with_fd_limit(recordings, tmp_path, soft) as (host, port, held):
+        held += [socket.create_connection((host, port), timeout=5) for _ in range(soft - 128)]
         time.sleep(0.5)  # (all taken: the server accepts in the order they came)
-        with socket.create_connection((host, int(port)), timeout=5) as one_more:
+        with socket.create_connection((host, port), timeout=5) as one_more:
             one_more.sendall(request_bytes())
             refused = read_to_close(one_more, 5)
         held.pop().close()
         time.sleep(0.5)
-        with socket.create_connection((host, int(port)), timeout=5) as again:
+        with socket.create_connection((host, port), timeout=5) as again:
             again.sendall(request_bytes())
             served = read_to_close(again, 5)
-    finally:
-        serve.send_signal(signal.SIGINT)
-        serve.communicate(timeout=10)
-        log.close()
-        for sock in held:
-            sock.close()
     assert status_of(refused) == 503 and f"its limit of {soft - 128} connections" in json_of(refused)["error"]["message"]
     assert status_of(served) == 200, served[:300]
     assert "Traceback" not in (tmp_path / "stderr").read_text()

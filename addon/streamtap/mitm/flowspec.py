@@ -11,7 +11,6 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-
 from streamtap.providers import RequestInfo, answers_a_stream, detect_dialect
 from streamtap.providers.model import model_of
 from streamtap.recording import flow_header

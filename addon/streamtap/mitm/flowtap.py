@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from math import floor as _floor
 from typing import TYPE_CHECKING, Any
 
-
 from streamtap.cli import failure, terminal_safe
 from streamtap.mitm.flowspec import FlowSpec, described as _described
 from streamtap.providers import StreamEnd, StreamSession, VerdictKind
