@@ -507,3 +507,32 @@ def test_by_default_the_cap_is_what_the_fd_limit_leaves_room_for_less_128(record
     assert status_of(refused) == 503 and f"its limit of {soft - 128} connections" in json_of(refused)["error"]["message"]
     assert status_of(served) == 200, served[:300]
     assert "Traceback" not in (tmp_path / "stderr").read_text()
+
+
+def test_at_the_cap_the_connection_idle_longest_between_requests_makes_room(recordings):
+    """Kept-alive connections in clients' pools would hold the cap until their idle timeout; at the
+    cap the server closes the one idle longest instead of refusing, and a pool reconnects. (One
+    that never sent a request is no pool's, and stays: the 503 test above holds such ones.)"""
+    import httpx
+
+    with running(recordings, connections=2, first_byte_timeout=30, idle_timeout=60) as server:
+        url = server.base_url + PATH
+        first, second, third = (httpx.Client(timeout=5) for _ in range(3))
+        try:
+            for client in (first, second):  # each leaves a connection in its pool, idle between requests
+                assert client.post(url, content=BODY).content == EXPECTED
+            assert third.post(url, content=BODY).content == EXPECTED  # first's, idle longest, made room
+            wait_for(lambda: len(server.server._readers) == 2)
+            assert second.post(url, content=BODY).content == EXPECTED  # its connection is still open
+            assert first.post(url, content=BODY).content == EXPECTED  # a new one: third's made room
+            wait_for(lambda: len(server.server._readers) == 2)
+        finally:
+            for client in (first, second, third):
+                client.close()
+
+
+def wait_for(condition, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert condition()

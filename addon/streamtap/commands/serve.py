@@ -56,8 +56,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--assign-ids", action="store_true", help="add `id: <seq>` lines to SSE streams so any client can resume with Last-Event-ID")
     parser.add_argument("--fault-header", action="store_true", help="honour a per-request fault in the x-streamtap-fault header")
     parser.add_argument("--max-connections", type=int, default=None, metavar="N",
-                        help="connections served at once (default: what `ulimit -n` leaves room for, less 128); "
-                             "one more gets a 503 with Retry-After, which the SDKs retry")
+                        help="connections served at once (default: what `ulimit -n` leaves room for, less 128); at the cap "
+                             "the connection idle longest between requests is closed, or, with none idle, the new one "
+                             "gets a 503 with Retry-After, which the SDKs retry")
 
 
 def build(args: argparse.Namespace):

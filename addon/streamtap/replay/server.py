@@ -195,6 +195,7 @@ class ReplayServer:
         # closes must end with it, not be left pending for a later garbage collection to complain of
         self._handlers: set[asyncio.Task] = set()
         self._refusing: set[asyncio.Task] = set()  # connections over the cap, told 503, lingering
+        self._readers: dict[asyncio.StreamWriter, _RequestReader] = {}  # each connection's requests
         self._busy_said = -BUSY_SAID_EVERY
         self._busy_unsaid = 0
         self.host, self.port = "127.0.0.1", 0
@@ -289,7 +290,7 @@ class ReplayServer:
         cancels it even before it ran (Ctrl-C as a client connects), and such a task is not
         handed to Python 3.12.1's stream callback, which reports it with a traceback."""
         loop = asyncio.get_running_loop()
-        over_cap = len(self._handlers) >= self.connections
+        over_cap = len(self._handlers) >= self.connections and not self._close_longest_idle()
         if over_cap and len(self._refusing) >= REFUSED_LINGERING:  # a flood: its fds go back now
             self._say_busy()
             writer.transport.abort()
@@ -316,6 +317,7 @@ class ReplayServer:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         writer.transport.set_write_buffer_limits(high=1024 * 1024)  # fewer drain round trips in fast mode
         requests = _RequestReader(reader, writer, self.limits)
+        self._readers[writer] = requests
         try:
             while True:
                 request = await requests.next()
@@ -338,8 +340,21 @@ class ReplayServer:
                 pass
         finally:
             self._writers.discard(writer)
+            self._readers.pop(writer, None)
             if not writer.transport.is_closing():
                 writer.close()
+
+    def _close_longest_idle(self) -> bool:
+        """Make room for a new connection: close the kept-alive one that has waited longest for its
+        next request, if any does (a client's pool opens another when it needs one). Its handler
+        ends at the close; the new connection is served meanwhile."""
+        idle = [requests for requests in self._readers.values() if requests.idle_since is not None]
+        if not idle:
+            return False
+        longest = min(idle, key=lambda requests: requests.idle_since)
+        longest.idle_since = None
+        longest.writer.close()
+        return True
 
     async def _refuse_busy(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """A connection over ``Limits.connections``: a 503 before its request is read, then a short
@@ -836,6 +851,9 @@ class _RequestReader:
         self.reader, self.writer, self.limits = reader, writer, limits
         self._leftover = b""
         self._silent = True  # nothing received yet on this connection
+        # since when a kept-alive connection waits for its next request: the server, at its
+        # connection cap, closes the one idle longest to make room (a client's pool reconnects)
+        self.idle_since: float | None = None
 
     async def next(self) -> _Request | None:
         """The next whole request; None when the client closed or went quiet between requests.
@@ -865,7 +883,10 @@ class _RequestReader:
                     timeout = self._idle_timeout() if header_deadline is None else header_deadline - time.monotonic()
                 else:
                     timeout = limits.body_timeout
+                if request is None and header_deadline is None and not self._silent:
+                    self.idle_since = time.monotonic()
                 data = await self._read(timeout, waiting=header_deadline is not None or request is not None)
+                self.idle_since = None
                 if data is None:
                     return None
                 if data and header_deadline is None:
