@@ -112,9 +112,9 @@ class Limits:
     # seconds a new connection may wait before its first byte (at most idle_timeout): connections
     # opened and left silent hold the server's file descriptors for this long, not for idle_timeout
     first_byte_timeout: float = 10.0
-    # connections served at once; one more gets a 503 with Retry-After (SDKs retry it) and closes,
-    # rather than the server running out of file descriptors, where it can answer no one. None:
-    # as many as the file descriptor limit leaves room for (connections_room)
+    # connections served at once; one more closes the kept-alive one idle longest, or with none
+    # idle gets a 503 with Retry-After (SDKs retry it), rather than the server running out of file
+    # descriptors, where it can answer no one. None: what the fd limit leaves room for (connections_room)
     connections: int | None = None
 
 
