@@ -522,10 +522,10 @@ def test_at_the_cap_the_connection_idle_longest_between_requests_makes_room(reco
             for client in (first, second):  # each leaves a connection in its pool, idle between requests
                 assert client.post(url, content=BODY).content == EXPECTED
             assert third.post(url, content=BODY).content == EXPECTED  # first's, idle longest, made room
-            wait_for(lambda: len(server.server._readers) == 2)
+            wait_for(lambda: len(server.server._connections) == 2)
             assert second.post(url, content=BODY).content == EXPECTED  # its connection is still open
             assert first.post(url, content=BODY).content == EXPECTED  # a new one: third's made room
-            wait_for(lambda: len(server.server._readers) == 2)
+            wait_for(lambda: len(server.server._connections) == 2)
         finally:
             for client in (first, second, third):
                 client.close()

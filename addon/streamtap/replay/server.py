@@ -190,12 +190,11 @@ class ReplayServer:
         self._planning = asyncio.Semaphore(PLANS_AT_ONCE)
         self._matching = asyncio.Semaphore(MATCHES_AT_ONCE)
         self._restore_exception_handler: Callable[[], None] | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
         # the connection handlers: a stream still waiting (original timing, a stall) when the server
         # closes must end with it, not be left pending for a later garbage collection to complain of
         self._handlers: set[asyncio.Task] = set()
         self._refusing: set[asyncio.Task] = set()  # connections over the cap, told 503, lingering
-        self._readers: dict[asyncio.StreamWriter, _RequestReader] = {}  # each connection's requests
+        self._connections: dict[asyncio.StreamWriter, _RequestReader] = {}  # each connection served, and its requests
         self._busy_said = -BUSY_SAID_EVERY
         self._busy_unsaid = 0
         self.host, self.port = "127.0.0.1", 0
@@ -229,7 +228,7 @@ class ReplayServer:
         """Stop listening and drop every connection, without waiting for them to be gone."""
         if self._server is not None:
             self._server.close()
-            for writer in list(self._writers):
+            for writer in list(self._connections):
                 writer.transport.abort()
             for handler in [*self._handlers, *self._refusing]:
                 handler.cancel()
@@ -311,13 +310,11 @@ class ReplayServer:
         handler.add_done_callback(ended)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._writers.add(writer)
+        requests = self._connections[writer] = _RequestReader(reader, writer, self.limits)
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         writer.transport.set_write_buffer_limits(high=1024 * 1024)  # fewer drain round trips in fast mode
-        requests = _RequestReader(reader, writer, self.limits)
-        self._readers[writer] = requests
         try:
             while True:
                 request = await requests.next()
@@ -339,8 +336,7 @@ class ReplayServer:
             except ConnectionError:
                 pass
         finally:
-            self._writers.discard(writer)
-            self._readers.pop(writer, None)
+            self._connections.pop(writer, None)
             if not writer.transport.is_closing():
                 writer.close()
 
@@ -348,7 +344,7 @@ class ReplayServer:
         """Make room for a new connection: close the kept-alive one that has waited longest for its
         next request, if any does (a client's pool opens another when it needs one). Its handler
         ends at the close; the new connection is served meanwhile."""
-        idle = [requests for requests in self._readers.values() if requests.idle_since is not None]
+        idle = [requests for requests in self._connections.values() if requests.idle_since is not None]
         if not idle:
             return False
         longest = min(idle, key=lambda requests: requests.idle_since)
