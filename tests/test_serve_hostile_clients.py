@@ -290,6 +290,7 @@ def serving_with_fd_limit(recordings: Path, tmp_path: Path, soft: int):
 def test_running_out_of_file_descriptors_is_said_in_one_line_and_the_server_recovers(recordings, tmp_path):
     with serving_with_fd_limit(recordings, tmp_path, 48) as (host, port, opened):
         idle = [socket.create_connection((host, port), timeout=5) for _ in range(100)]
+        opened += idle  # (closed again after the server stopped, should an assertion stop the test first)
         time.sleep(2.5)  # asyncio retries each second: a few passes over the backlog
         for sock in idle:
             sock.close()
