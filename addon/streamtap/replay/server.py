@@ -91,6 +91,25 @@ FDS_KEPT_BACK = 64  # file descriptors the connection cap leaves for the server'
 ACCEPT_RETRIES_PENDING = 2.0  # asyncio retries a failed accept() after 1 s (ACCEPT_RETRY_DELAY)
 
 
+class _SaidEvery:
+    """A report said in one line at most once every ``seconds``; the next line counts the times it
+    was not said (a flood of clients, or of failed accepts, must not flood the log)."""
+
+    def __init__(self, seconds: float, log: Callable[[str], None]) -> None:
+        self.seconds, self.log = seconds, log
+        self.said = -seconds
+        self.unsaid = 0
+
+    def __call__(self, message: Callable[[], str]) -> None:
+        now = time.monotonic()
+        if now - self.said < self.seconds:
+            self.unsaid += 1
+            return
+        also = f"; {self.unsaid} more times since last said" if self.unsaid else ""
+        self.said, self.unsaid = now, 0
+        self.log(message() + also)
+
+
 @dataclass(slots=True)
 class ServeOptions:
     timing: Timing = field(default_factory=Timing)
@@ -195,8 +214,7 @@ class ReplayServer:
         self._handlers: set[asyncio.Task] = set()
         self._refusing: set[asyncio.Task] = set()  # connections over the cap, told 503, lingering
         self._connections: dict[asyncio.StreamWriter, _RequestReader] = {}  # each connection served, and its requests
-        self._busy_said = -BUSY_SAID_EVERY
-        self._busy_unsaid = 0
+        self._say_busy = _SaidEvery(BUSY_SAID_EVERY, self.log)
         self.host, self.port = "127.0.0.1", 0
 
     @property
@@ -291,7 +309,7 @@ class ReplayServer:
         loop = asyncio.get_running_loop()
         over_cap = len(self._handlers) >= self.connections and not self._close_longest_idle()
         if over_cap and len(self._refusing) >= REFUSED_LINGERING:  # a flood: its fds go back now
-            self._say_busy()
+            self._say_busy(self._busy_line)
             writer.transport.abort()
             return
         handlers = self._refusing if over_cap else self._handlers
@@ -352,11 +370,15 @@ class ReplayServer:
         longest.writer.close()
         return True
 
+    def _busy_line(self) -> str:
+        return (f"streamtap replay: serving its limit of {self.connections} connections at once "
+                "(--max-connections): new ones get a 503 with Retry-After until some close")
+
     async def _refuse_busy(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """A connection over ``Limits.connections``: a 503 before its request is read, then a short
         wait for the client to finish sending (closing with its request unread would reset the
         connection, and the client would see the reset, not the 503)."""
-        self._say_busy()
+        self._say_busy(self._busy_line)
         message = f"this replay server already serves its limit of {self.connections} connections at once; try again"
         body = json.dumps(error_body("overloaded_error", message), indent=1).encode()
         writer.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
@@ -371,16 +393,6 @@ class ReplayServer:
             pass
         finally:
             writer.close()
-
-    def _say_busy(self) -> None:
-        now = time.monotonic()
-        if now - self._busy_said < BUSY_SAID_EVERY:
-            self._busy_unsaid += 1
-            return
-        also = f"; {self._busy_unsaid} more refused since last said" if self._busy_unsaid else ""
-        self._busy_said, self._busy_unsaid = now, 0
-        self.log(f"streamtap replay: serving its limit of {self.connections} connections at once "
-                 f"(--max-connections): new ones get a 503 with Retry-After until some close{also}")
 
     async def _answer(self, request: _Request, writer: asyncio.StreamWriter, requests: _RequestReader) -> bool:
         lib = self.library
@@ -666,12 +678,11 @@ def _report_accept_failures(loop: asyncio.AbstractEventLoop, listening: set[int]
     how the server recovers once connections close. Every other report goes where it went before.
     Returns what puts the loop's previous handler back (if no one replaced this one since)."""
     previous = loop.get_exception_handler()
-    last_said = -OUT_OF_FDS_SAID_EVERY
-    unsaid = 0
+    say = _SaidEvery(OUT_OF_FDS_SAID_EVERY, log)
     retries_until = 0.0  # asyncio's retries of accept() may be pending until then
 
     def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        nonlocal last_said, unsaid, retries_until
+        nonlocal retries_until
         exc, sock = context.get("exception"), context.get("socket")
         now = time.monotonic()
         if _a_retry_after_the_close(context) and now < retries_until:
@@ -683,13 +694,9 @@ def _report_accept_failures(loop: asyncio.AbstractEventLoop, listening: set[int]
                 loop.default_exception_handler(context)
             return
         retries_until = now + ACCEPT_RETRIES_PENDING
-        if now - last_said < OUT_OF_FDS_SAID_EVERY:
-            unsaid += 1
-            return
-        also = f"; {unsaid} more times since last said" if unsaid else ""
-        last_said, unsaid = now, 0
-        log(f"streamtap replay: cannot accept connections: {exc.strerror or exc} ({errno.errorcode.get(exc.errno, exc.errno)}); "
-            f"retrying each second while open connections close (raise `ulimit -n`?){also}")
+        say(lambda: f"streamtap replay: cannot accept connections: {exc.strerror or exc} "
+                    f"({errno.errorcode.get(exc.errno, exc.errno)}); retrying each second while open connections close "
+                    "(raise `ulimit -n`?)")
 
     loop.set_exception_handler(handler)
 
