@@ -4,8 +4,10 @@ and invalid UTF-8 counting."""
 
 from __future__ import annotations
 
+import gc
 import os
 import re
+import weakref
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import compiled_loops_missing, feed_cycled, shared_files
-from streamtap.wire import LongIdleRun, Malformed, OversizeError, SSEDecoder, SSEEvent, Tail, accel
+from streamtap.wire import EventStreamDecoder, LongIdleRun, Malformed, OversizeError, SSEDecoder, SSEEvent, Tail, accel
 from streamtap.wire import sse as sse_module
 
 
@@ -823,6 +825,52 @@ def test_the_compiled_feeds_mirror_the_python_constants() -> None:
     assert (_accel.SSE_HOLD, _accel.PRELUDE_LENGTH, _accel.MIN_MESSAGE_LENGTH, _accel.MAX_HEADERS_LENGTH,
             _accel.MAX_PAYLOAD_LENGTH) == (sse_module._HOLD, eventstream.PRELUDE_LENGTH, eventstream.MIN_MESSAGE_LENGTH,
                                            eventstream.MAX_HEADERS_LENGTH, eventstream.MAX_PAYLOAD_LENGTH)
+
+
+def fed_a_first_read(decoder_class: type) -> SSEDecoder | EventStreamDecoder:
+    """A decoder past its first read, which Python takes: the reads of ``SHORT_READS``, which
+    complete nothing, then go to its compiled feed."""
+    decoder = decoder_class()
+    decoder.feed(b"data: a\n\n" if decoder_class is SSEDecoder else b"\x00")
+    return decoder
+
+
+SHORT_READS = [pytest.param(SSEDecoder, b"par", b"tial", id="sse"), pytest.param(EventStreamDecoder, b"\x00", b"\x00", id="event-stream")]
+
+
+@pytest.mark.parametrize(("decoder_class", "read", "next_read"), SHORT_READS)
+def test_the_empty_list_a_caller_holds_or_filled_is_never_given_again(decoder_class, read, next_read) -> None:
+    """The compiled feed gives its empty list of events again only once the caller let go of it
+    and left it empty: a list still held, or filled, is the caller's."""
+    decoder = fed_a_first_read(decoder_class)
+    held = decoder.feed(read)
+    filled = decoder.feed(next_read)
+    assert filled == [] and filled is not held
+    filled.append("dropped filled")
+    del filled
+    assert decoder.feed(next_read) == [] and held == []
+
+
+@pytest.mark.parametrize(("decoder_class", "read", "next_read"), SHORT_READS)
+def test_the_compiled_feed_gives_its_empty_list_again_once_let_go(decoder_class, read, next_read) -> None:
+    """A 1-byte read costs a new list less: the one freed by the caller comes back."""
+    if not accel.compiled:
+        pytest.skip(compiled_loops_missing())
+    decoder = fed_a_first_read(decoder_class)
+    first = id(decoder.feed(read))
+    assert id(decoder.feed(next_read)) == first
+
+
+@pytest.mark.parametrize(("decoder_class", "read", "next_read"), SHORT_READS)
+def test_a_decoder_inside_its_own_empty_list_is_collected(decoder_class, read, next_read) -> None:
+    """The compiled feed keeps the empty list it gave; the garbage collector sees that reference,
+    so a cycle through it (a caller storing the decoder in the list) is freed."""
+    decoder = fed_a_first_read(decoder_class)
+    decoder.feed(read).append(decoder)  # the list is dropped filled: the decoder keeps it, and the list the decoder
+    gone = weakref.ref(decoder)
+    del decoder
+    gc.collect()
+    assert gone() is None
 
 
 def test_an_event_size_limit_beyond_any_length_is_kept() -> None:

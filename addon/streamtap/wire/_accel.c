@@ -404,6 +404,7 @@ typedef struct {
     PyObject *buffer;  /* the bytes not parsed yet, a bytearray: SSE's _buf, event-stream's _buffer */
     Py_ssize_t length; /* SSE's _buf_room: the length of _buf beyond which the event is oversize;
                         * event-stream's _need: the length of _buffer the next step needs */
+    PyObject *no_events; /* the empty list feed returned last, given again once its caller let go */
 } Feed;
 
 typedef struct {
@@ -432,15 +433,32 @@ python_feed(PyObject *self, PyObject *data)
     return PyObject_CallMethodOneArg(self, state->feed_name, data);
 }
 
+/* An empty list of events. Making a new list and freeing it again was a fifth of a 1-byte read's
+ * cost, so the one returned last is returned again when nothing else holds it and it is still
+ * empty: the caller cannot tell (CPython's zip and enumerate reuse their result tuples so). */
+static PyObject *
+no_events(Feed *self)
+{
+    PyObject *list = self->no_events;
+#ifndef Py_GIL_DISABLED /* there another thread may take a reference while this one looks */
+    if (list != NULL && Py_REFCNT(list) == 1 && PyList_GET_SIZE(list) == 0)
+        return Py_NewRef(list);
+#endif
+    list = PyList_New(0);
+    if (list != NULL)
+        Py_XSETREF(self->no_events, Py_NewRef(list));
+    return list;
+}
+
 /* `data` appended to the bytearray `buffer` of `have` bytes, and the empty list of events. */
 static PyObject *
-appended(PyObject *buffer, Py_ssize_t have, PyObject *data)
+appended(Feed *self, PyObject *buffer, Py_ssize_t have, PyObject *data)
 {
     Py_ssize_t size = PyBytes_GET_SIZE(data);
     if (PyByteArray_Resize(buffer, have + size) < 0)
         return NULL;
     memcpy(PyByteArray_AS_STRING(buffer) + have, PyBytes_AS_STRING(data), size);
-    return PyList_New(0);
+    return no_events(self);
 }
 
 PyDoc_STRVAR(feed_doc, "feed(data) -> list of the events data completes");
@@ -468,11 +486,11 @@ sse_feed(SSEFeed *self, PyObject *data)
         if (have + size <= self->feed.length && memchr(bytes, '\r', size) == NULL) {
             const char *lf = memchr(bytes, '\n', size);
             if (lf == NULL)
-                return appended(buffer, have, data);
+                return appended(&self->feed, buffer, have, data);
             /* between events, line ends that make no blank line end nothing: the event waits whole */
             if (self->between_events && have + size <= SSE_HOLD && !blank_line_from(lf, bytes + size)
                 && !(bytes[0] == '\n' && have > 0 && PyByteArray_AS_STRING(buffer)[have - 1] == '\n'))
-                return appended(buffer, have, data);
+                return appended(&self->feed, buffer, have, data);
         }
     }
     return python_feed((PyObject *)self, data);
@@ -491,7 +509,7 @@ eventstream_feed(EventStreamFeed *self, PyObject *data)
     if (buffer != NULL && PyByteArray_CheckExact(buffer) && PyBytes_CheckExact(data)) {
         Py_ssize_t have = PyByteArray_GET_SIZE(buffer), size = PyBytes_GET_SIZE(data);
         if (have + size < self->feed.length)
-            return appended(buffer, have, data);
+            return appended(&self->feed, buffer, have, data);
         /* The read completes a prelude (while decoding, the buffer starts at a message whenever
          * the next step needs a prelude) but not its message: that step only checks the prelude
          * and learns the message's length. Any prelude it would refuse goes to Python, which
@@ -506,7 +524,7 @@ eventstream_feed(EventStreamFeed *self, PyObject *data)
                 && headers_length <= total - MIN_MESSAGE_LENGTH && headers_length <= MAX_HEADERS_LENGTH
                 && total - MIN_MESSAGE_LENGTH - headers_length <= MAX_PAYLOAD_LENGTH
                 && crc32(0, prelude, 8) == big_endian_u32(prelude + 8)) {
-                PyObject *events = appended(buffer, have, data);
+                PyObject *events = appended(&self->feed, buffer, have, data);
                 if (events != NULL)
                     self->feed.length = total;
                 return events;
@@ -545,11 +563,30 @@ set_length(Feed *self, PyObject *value, void *name)
     return 0;
 }
 
+/* The garbage collector sees the list of no events: a caller may put the decoder in it. */
+static int
+feed_traverse(Feed *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->buffer);
+    Py_VISIT(self->no_events);
+    return 0;
+}
+
+static int
+feed_clear(Feed *self)
+{
+    Py_CLEAR(self->buffer);
+    Py_CLEAR(self->no_events);
+    return 0;
+}
+
 static void
 feed_dealloc(Feed *self)
 {
     PyTypeObject *type = Py_TYPE(self);
-    Py_CLEAR(self->buffer);
+    PyObject_GC_UnTrack(self);
+    feed_clear(self);
     type->tp_free(self);
     Py_DECREF(type);
 }
@@ -591,6 +628,8 @@ static PyGetSetDef eventstream_feed_getset[] = {
 static PyType_Slot sse_feed_slots[] = {
     {Py_tp_doc, "The base of SSEDecoder: its feed for reads that complete no event (see _accel.c)."},
     {Py_tp_dealloc, feed_dealloc},
+    {Py_tp_traverse, feed_traverse},
+    {Py_tp_clear, feed_clear},
     {Py_tp_methods, sse_feed_methods},
     {Py_tp_members, sse_feed_members},
     {Py_tp_getset, sse_feed_getset},
@@ -600,6 +639,8 @@ static PyType_Slot sse_feed_slots[] = {
 static PyType_Slot eventstream_feed_slots[] = {
     {Py_tp_doc, "The base of EventStreamDecoder: its feed for reads that complete no event (see _accel.c)."},
     {Py_tp_dealloc, feed_dealloc},
+    {Py_tp_traverse, feed_traverse},
+    {Py_tp_clear, feed_clear},
     {Py_tp_methods, eventstream_feed_methods},
     {Py_tp_members, eventstream_feed_members},
     {Py_tp_getset, eventstream_feed_getset},
@@ -609,14 +650,14 @@ static PyType_Slot eventstream_feed_slots[] = {
 static PyType_Spec sse_feed_spec = {
     .name = "streamtap.wire._accel.SSEFeed",
     .basicsize = sizeof(SSEFeed),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .slots = sse_feed_slots,
 };
 
 static PyType_Spec eventstream_feed_spec = {
     .name = "streamtap.wire._accel.EventStreamFeed",
     .basicsize = sizeof(EventStreamFeed),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .slots = eventstream_feed_slots,
 };
 
