@@ -507,7 +507,10 @@ def test_by_default_the_cap_is_what_the_fd_limit_leaves_room_for_less_128(record
             served = read_to_close(again, 5)
     assert status_of(refused) == 503 and f"its limit of {soft - 128} connections" in json_of(refused)["error"]["message"]
     assert status_of(served) == 200, served[:300]
-    assert "Traceback" not in (tmp_path / "stderr").read_text()
+    log = (tmp_path / "stderr").read_text()
+    assert "Traceback" not in log
+    busy = [line for line in log.splitlines() if f"its limit of {soft - 128} connections" in line]
+    assert len(busy) == 1 and "what `ulimit -n` leaves room for" in busy[0] and "--max-connections" not in busy[0], log
 
 
 def test_at_the_cap_the_connection_idle_longest_between_requests_makes_room(recordings):

@@ -371,8 +371,10 @@ class ReplayServer:
         return True
 
     def _busy_line(self) -> str:
+        # inside mitmproxy the cap is always the fd limit's: --max-connections is serve's
+        why = "--max-connections" if self.limits.connections else "what `ulimit -n` leaves room for"
         return (f"streamtap replay: serving its limit of {self.connections} connections at once "
-                "(--max-connections): new ones get a 503 with Retry-After until some close")
+                f"({why}): new ones get a 503 with Retry-After until some close")
 
     async def _refuse_busy(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """A connection over ``Limits.connections``: a 503 before its request is read, then a short
