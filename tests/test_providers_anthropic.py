@@ -517,6 +517,21 @@ def test_a_tool_use_stop_needs_a_tool_call_in_its_own_message() -> None:
     assert analyze_bytes(answered, Dialect.ANTHROPIC).verdict.kind is VerdictKind.COMPLETE
 
 
+def test_an_earlier_messages_tool_use_stop_without_its_tool_call_is_corrupt_whatever_follows() -> None:
+    """Messages back to back: a step that stops for a tool call it never sent is corrupt on its own,
+    and a clean step after it does not make the body complete."""
+    second = {**START, "message": {**START["message"], "id": "msg_c2"}}
+    uncalled = sse(START, *text_block(0, "Let me check."), *end("tool_use"))
+    clean = sse(second, *text_block(0, "It is sunny."), *end("end_turn"))
+    assert analyze_bytes(uncalled, Dialect.ANTHROPIC).verdict.kind is VerdictKind.CORRUPT
+    verdict = analyze_bytes(uncalled + clean, Dialect.ANTHROPIC, chunk_size=7).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and verdict.evidence["messages"] == 2, verdict
+    assert "earlier message in this stream ended with stop_reason tool_use" in verdict.reason, verdict
+    assert "that message holds no tool call" in verdict.reason, verdict
+    called = sse(START, *tool_block(0, '{"city": "Paris"}'), *end("tool_use"))
+    assert analyze_bytes(called + clean, Dialect.ANTHROPIC).verdict.kind is VerdictKind.COMPLETE
+
+
 def test_a_limit_in_the_last_message_does_not_excuse_an_earlier_messages_broken_tool_call() -> None:
     """Messages back to back: the last one's max_tokens cut only its own blocks; a tool call of an
     earlier message, which ended normally, whose arguments do not parse is corrupt."""

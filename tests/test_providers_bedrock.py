@@ -449,6 +449,21 @@ def test_converse_cut_between_message_stop_and_metadata_is_truncated() -> None:
     assert "metadata" in verdict.reason
 
 
+def test_converse_an_earlier_messages_tool_use_stop_without_its_tool_call_is_corrupt_whatever_follows() -> None:
+    def message(text: str, stop: str) -> bytes:
+        return (converse_frame("messageStart", {"role": "assistant"})
+                + converse_frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": text}})
+                + converse_frame("contentBlockStop", {"contentBlockIndex": 0})
+                + converse_frame("messageStop", {"stopReason": stop})
+                + converse_frame("metadata", {"usage": {"inputTokens": 3, "outputTokens": 4, "totalTokens": 7},
+                                              "metrics": {"latencyMs": 10}}))
+
+    assert analyze_bytes(message("Sunny.", "end_turn") * 2, Dialect.BEDROCK_CONVERSE).verdict.kind is VerdictKind.COMPLETE
+    verdict = analyze_bytes(message("Let me check.", "tool_use") + message("Sunny.", "end_turn"), Dialect.BEDROCK_CONVERSE).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "stopReason tool_use" in verdict.reason, verdict
+    assert "that message holds no tool call" in verdict.reason, verdict
+
+
 def test_invoke_max_tokens_is_stopped_by_limit() -> None:
     body = INVOKE_HEAD + b"".join(chunk_frame(e) for e in [
         {"type": "content_block_stop", "index": 0},

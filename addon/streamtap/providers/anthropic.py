@@ -54,8 +54,8 @@ from streamtap.wire.partial_json import exact_loads
 
 from .common import as_int, as_str, dumps, first_line_lost_to_bom
 from .fastpath import ANTHROPIC, ContentDeltas
-from .judge import (MAX_NOTES, Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome, error_text, sdk_loads,
-                    stop_verdict)
+from .judge import (MAX_NOTES, Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome, error_text, holds_tool_call,
+                    sdk_loads, stop_verdict)
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
 # raw stop_reason -> (verdict, normalized stop reason)
@@ -153,9 +153,10 @@ class MessageBuilder:
         self.fragments: dict[int, Fragments] = {}  # index -> a tool block's argument fragments
         self.saw_delta = False  # any message_delta for the current message
         self.content_stopped = False  # a message_delta gave the stop reason: the content is closed
-        # the first earlier message that did not end cleanly (its raw stop reason, where the next began):
-        # the only one earlier_outcome() reports, so a body of any number of messages keeps one entry
-        self.outcomes: list[tuple[str | None, int | None, int | None]] = []
+        # the first earlier message that did not end cleanly (its raw stop reason, where the next began,
+        # whether it held a tool call): the only one earlier_outcome() reports, so a body of any number
+        # of messages keeps one entry
+        self.outcomes: list[tuple[str | None, int | None, int | None, bool]] = []
         self.noted_deltas: set[Any] = set()
         self.delta_fields: dict[Any, set[str]] = {}  # block index -> the fields of unmodelled deltas it keeps
         self.pieces = Pieces(self.judge)
@@ -246,8 +247,8 @@ class MessageBuilder:
 
     def _remember_outcome(self, seq: int | None, offset: int | None) -> None:
         """The message just stopped is followed by another (starting at ``seq``): keep its stop reason
-        when it is the first that did not finish."""
-        outcome = (self.turn.stop_reason_raw, seq, offset)
+        when it is the first that did not finish as it says."""
+        outcome = (self.turn.stop_reason_raw, seq, offset, holds_tool_call(self.turn.choices[0], self.messages))
         if not self.outcomes and earlier_outcome([outcome], STOP_REASONS, "stop_reason", self.messages) is not None:
             self.outcomes.append(outcome)
 

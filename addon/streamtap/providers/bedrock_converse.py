@@ -50,7 +50,7 @@ import orjson
 from streamtap.wire import EventStreamMessage, WireEvent
 
 from .fastpath import CONVERSE, ContentDeltas
-from .judge import Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome, sdk_loads, stop_verdict
+from .judge import Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome, holds_tool_call, sdk_loads, stop_verdict
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
 STOP_REASONS: dict[str, tuple[VerdictKind, str]] = {
@@ -235,9 +235,10 @@ class ConverseBuilder:
         self.fragments: dict[int, Fragments] = {}  # index -> a tool block's argument fragments
         self.announced: set[int] = set()  # started with an empty start, no delta yet
         self.metadata_seen = False
-        # the first earlier message that did not end cleanly (its raw stop reason, where the next began):
-        # the only one earlier_outcome() reports, so a body of any number of messages keeps one entry
-        self.outcomes: list[tuple[str | None, int | None, int | None]] = []
+        # the first earlier message that did not end cleanly (its raw stop reason, where the next began,
+        # whether it held a tool call): the only one earlier_outcome() reports, so a body of any number
+        # of messages keeps one entry
+        self.outcomes: list[tuple[str | None, int | None, int | None, bool]] = []
         self.pieces = Pieces(self.judge)
         # a redacted block's blob bytes not yet a whole base64 group (0 to 2 bytes), by id(block)
         self.blob_tails: dict[int, tuple[Block, bytes]] = {}
@@ -292,8 +293,8 @@ class ConverseBuilder:
 
     def _remember_outcome(self, seq: int | None, offset: int | None) -> None:
         """The message just stopped is followed by another (starting at ``seq``): keep its stop reason
-        when it is the first that did not finish."""
-        outcome = (self.turn.stop_reason_raw, seq, offset)
+        when it is the first that did not finish as it says."""
+        outcome = (self.turn.stop_reason_raw, seq, offset, holds_tool_call(self.turn.choices[0], self.messages))
         if not self.outcomes and earlier_outcome([outcome], STOP_REASONS, "stopReason", self.messages) is not None:
             self.outcomes.append(outcome)
 

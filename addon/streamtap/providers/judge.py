@@ -404,12 +404,12 @@ class Judge:
             return Verdict(VerdictKind.UNKNOWN, f"{terminal} arrived without a stop reason", seq, offset, evidence)
         if self.choice_stops and kind in ENDING_KINDS:
             for choice in self.turn.choices:
-                if self.choice_stops.get(choice.index, ("",))[0] == "tool_use" and not _calls(choice):
+                if self.choice_stops.get(choice.index, ("",))[0] == "tool_use" and not holds_tool_call(choice):
                     return Verdict(VerdictKind.CORRUPT, f"{terminal} after choice {choice.index}'s stop reason "
                                    f"{choice.stop_reason}, which says the model called a tool, but that choice holds "
                                    "no tool call", seq, offset, {**evidence, "choice": choice.index})
         elif kind is VerdictKind.COMPLETE and self.turn.stop_reason == "tool_use" and not any(
-            _calls(choice, evidence.get("messages")) for choice in self.turn.choices
+            holds_tool_call(choice, evidence.get("messages")) for choice in self.turn.choices
         ):  # the tool call's events were lost, or the stop belongs to another answer
             where = f" in the last of {evidence['messages']} messages" if evidence.get("messages") else ""
             return Verdict(VerdictKind.CORRUPT, f"{terminal} after stop reason {raw}, which says the model called a "
@@ -540,7 +540,7 @@ def _in_last(block: Block, messages: int | None) -> bool:
     return not messages or block.extra.get("message", 0) == messages - 1
 
 
-def _calls(choice: Choice, messages: int | None = None) -> bool:
+def holds_tool_call(choice: Choice, messages: int | None = None) -> bool:
     """Whether ``choice`` holds a tool call; of ``messages`` back to back, in the last one, whose stop
     reason is the turn's (the dialect numbers the blocks of the second and later in ``extra["message"]``)."""
     return any(block.kind is BlockKind.TOOL_CALL and _in_last(block, messages) for block in choice.blocks)
@@ -745,17 +745,23 @@ def as_text(value: Any) -> str | None:
     return value if value is None or isinstance(value, str) else repr(value)
 
 
-def earlier_outcome(outcomes: list[tuple[str | None, int | None, int | None]],
+def earlier_outcome(outcomes: list[tuple[str | None, int | None, int | None, bool]],
                     table: dict[str, tuple[VerdictKind, str]], field: str, messages: int) -> Verdict | None:
-    """An earlier message of a back-to-back stream that did not finish decides the turn; None when all did.
+    """An earlier message of a back-to-back stream that did not finish, or whose stop reason its own
+    content contradicts (a tool call stop without a tool call), decides the turn; None when all
+    finished as they say.
 
-    ``outcomes`` holds each earlier message's raw stop reason and where the next one started;
-    ``field`` is the provider's name for the stop reason, for the reason text."""
-    for raw, seq, offset in outcomes:
-        kind = table.get(raw, (VerdictKind.UNKNOWN,))[0] if raw else VerdictKind.UNKNOWN
+    ``outcomes`` holds each earlier message's raw stop reason, where the next one started and
+    whether the message held a tool call; ``field`` is the provider's name for the stop reason,
+    for the reason text."""
+    for raw, seq, offset, called in outcomes:
+        kind, stop = table.get(raw, (VerdictKind.UNKNOWN, None)) if raw else (VerdictKind.UNKNOWN, None)
+        evidence = {"stop_reason": raw, "messages": messages}
         if kind is not VerdictKind.COMPLETE:
-            return Verdict(kind, f"an earlier message in this stream ended with {field} {raw}", seq, offset,
-                           {"stop_reason": raw, "messages": messages})
+            return Verdict(kind, f"an earlier message in this stream ended with {field} {raw}", seq, offset, evidence)
+        if stop == "tool_use" and not called:  # as the last message's own check (Judge.finished) says it
+            return Verdict(VerdictKind.CORRUPT, f"an earlier message in this stream ended with {field} {raw}, which "
+                           "says the model called a tool, but that message holds no tool call", seq, offset, evidence)
     return None
 
 
