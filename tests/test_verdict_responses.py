@@ -100,6 +100,23 @@ def test_the_constructed_stream_is_complete():
     assert judged(whole("resp_A")).verdict.kind is VerdictKind.COMPLETE
 
 
+@pytest.mark.parametrize("where", ["output_item.done", "final output"])
+def test_a_completed_response_holding_an_item_done_incomplete_is_corrupt(where):
+    """An item's status incomplete says it was cut (it belongs with response.incomplete): under
+    response.completed the two contradict each other, and the app would take the cut item as whole."""
+    cut = {**ITEM, "status": "incomplete"}
+    done_item = cut if where == "output_item.done" else ITEM
+    body = (start("resp_A") + output().replace(orjson.dumps(ITEM), orjson.dumps(done_item))
+            + ev("response.completed", response=response("resp_A", output=[cut])))
+    assert body.count(b'"status":"incomplete"') == (2 if where == "output_item.done" else 1)
+    verdict = judged(body).verdict
+    assert verdict.kind is VerdictKind.CORRUPT, verdict
+    assert "output item 0 is done with status incomplete" in verdict.reason, verdict
+    stopped = start("resp_A") + output() + ev("response.incomplete", response={
+        **response("resp_A", "incomplete", [cut]), "incomplete_details": {"reason": "max_output_tokens"}})
+    assert judged(stopped).verdict.kind is VerdictKind.STOPPED_BY_LIMIT
+
+
 # -- (a) a payload with a top-level "error" ---------------------------------------------------
 
 ERROR_PAYLOADS = {

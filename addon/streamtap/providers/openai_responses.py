@@ -198,6 +198,7 @@ class Assembler(AssemblerBase):
         self._call_index: dict[tuple[str, str], int] = {}  # (item type, call_id) -> output_index
         self._done_at: dict[tuple[str | None, str | None, str | None], int] = {}  # _sdk_identity -> done item's index
         self._open_items: set[int] = set()  # added, not yet done
+        self._incomplete_item: tuple[int, WireEvent] | None = None  # the first item done with status incomplete
         self._first_response: tuple[str, WireEvent] | None = None  # the first response id and its event
         self._changed_response: tuple[str, WireEvent] | None = None  # the latest other response id and its event
         self._starts_seen: set[str] = set()
@@ -378,11 +379,25 @@ class Assembler(AssemblerBase):
         self._final_output(response.get("output"), event, t)
         kinds = {b.kind for b in self.turn.blocks}
         status = as_str(response.get("status")) or "completed"
+        if status == "completed":
+            self._no_incomplete_item(response.get("output"), event)
         # a response.completed whose response says another status is not a finished turn; a
         # refusal is filtered, as on Chat Completions
         finished = "tool_use" if BlockKind.TOOL_CALL in kinds else "refusal" if BlockKind.REFUSAL in kinds else "end_turn"
         normalized = finished if status == "completed" else "other"
         self.terminal(event, status, normalized, "response.completed")
+
+    def _no_incomplete_item(self, output: Any, event: WireEvent) -> None:
+        """A completed response holds no item that says it was cut (status ``incomplete``, which
+        belongs with ``response.incomplete``, §2.3): that the app would run or show as whole."""
+        incomplete = self._incomplete_item
+        if incomplete is None:
+            listed = [i for i, item in enumerate(as_list(output)) if as_dict(item).get("status") == "incomplete"]
+            incomplete = (listed[0], event) if listed else None
+        if incomplete is not None:
+            index, said = incomplete
+            self.corrupt(f"response.completed, but output item {index} is done with status incomplete (seq {said.seq}): "
+                         "the item says it was cut, the response that it finished", said, output_index=index)
 
     def _on_response_incomplete(self, obj, event, t):
         response = self._lifecycle(obj, event)
@@ -558,6 +573,8 @@ class Assembler(AssemblerBase):
         # since output_item.added (ids that rotate) cannot find the item in the final response
         self._items[index] = {**added, "type": item.get("type"), "id": added_id if item.get("id") == added_id else None}
         self._open_items.discard(index)
+        if item.get("status") == "incomplete" and self._incomplete_item is None:
+            self._incomplete_item = (index, event)
         self._done_at[_sdk_identity(item)] = index
         kind = as_str(item.get("type"))
         self._agree(index, item, event, "response.output_item.done")
