@@ -2,8 +2,8 @@
 (provider-streams.md §5.5), a streamed function call still open at finishReason STOP (§5.3),
 a part that sets two members of the Part.data oneof (text and a functionCall, say), a
 finishReason written as a number the Gemini API and Vertex AI do not name alike, and a chunk
-spread over several data lines (older google-genai fails on it). Numbered enums that both APIs
-share read as their names."""
+spread over several data lines (older google-genai fails on it), and a candidatesTokenCount that
+falls. Numbered enums that both APIs share read as their names."""
 
 from __future__ import annotations
 
@@ -269,3 +269,24 @@ def test_a_split_chunk_does_not_hide_a_worse_verdict():
     assert analyze_bytes(cut, GEMINI, wire="sse").verdict.kind is VerdictKind.TRUNCATED
     stitched = cut + frame_gemini_sse([chunk([{"text": "Paris."}], "B", "STOP")])
     assert analyze_bytes(stitched, GEMINI, wire="sse").verdict.kind is VerdictKind.CORRUPT
+
+
+def counted(text: str, candidates_tokens: int, finish: str | None = None) -> bytes:
+    candidate = {"content": {"role": "model", "parts": [{"text": text}]}, "index": 0, **({"finishReason": finish} if finish else {})}
+    usage = {"promptTokenCount": 9, "candidatesTokenCount": candidates_tokens, "totalTokenCount": 9 + candidates_tokens}
+    return orjson.dumps({"candidates": [candidate], "usageMetadata": usage, "modelVersion": "gemini-1.5-flash-002"})
+
+
+@pytest.mark.parametrize("framing", sorted(FRAMINGS))
+def test_a_candidates_token_count_that_falls_is_unknown_never_complete(framing):
+    """usageMetadata is cumulative (§5.3): a count that falls is a second generation or chunks out of
+    order where no responseId tells; the turn is unknown (a server counting otherwise is not ruled out)."""
+    rising = [counted("The capital of", 4), counted(" France is", 7), counted(" Paris.", 9, "STOP")]
+    assert judged(rising, framing).verdict.kind is VerdictKind.COMPLETE
+    stitched = [counted("The capital of", 4), counted(" France is", 7), counted("Paris is the", 3),
+                counted(" capital of France.", 8, "STOP")]
+    for chunk_size in (None, 1):
+        verdict = judged(stitched, framing, chunk_size).verdict
+        assert verdict.kind is VerdictKind.UNKNOWN, verdict
+        assert "candidatesTokenCount falls from 7 (seq 1) to 3 at seq 2" in verdict.reason, verdict
+        assert verdict.evidence["counts"] == [7, 3] and verdict.evidence["was"] == "complete"

@@ -20,6 +20,12 @@ A ``STOP`` on a chunk without content (gateways stamp early empty chunks) closes
 is a second generation stitched on (a retry after a cut), so the stream is corrupt. Chunks
 without a ``responseId`` (older captures) are not compared.
 
+``usageMetadata`` is a cumulative snapshot (§5.3), so a ``candidatesTokenCount`` that falls says
+a second generation or chunks out of order, where no ``responseId`` tells: such a turn is
+``unknown``, never complete. Not corrupt: Gemini's other counts are not always cumulative (a real
+capture's ``promptTokenCount`` falls from 169 to 79), so a server counting its candidates
+otherwise is not ruled out.
+
 A streamed function call (Vertex ``partialArgs``, §5.3) ends with a part without
 ``willContinue``. A ``STOP`` while the call's last part still said ``willContinue`` contradicts
 it: corrupt, as other dialects judge a normal stop with a tool call never finished.
@@ -172,6 +178,8 @@ class Assembler(AssemblerBase):
         self._unstamped: set[int] = set()  # candidates that had a chunk without a finishReason
         self._stamped: dict[int, WireEvent] = {}  # candidate -> a chunk with content and STOP before any without
         self._ambiguous: tuple[WireEvent, WireEvent] | None = None  # (that chunk, content after it)
+        self._output_count: tuple[int, WireEvent] | None = None  # the last candidatesTokenCount, and its chunk
+        self._count_fell: tuple[int, WireEvent, int, WireEvent] | None = None  # the first fall: (from, at, to, at)
         self._first_identity: dict[str, tuple[str, WireEvent]] = {}  # responseId and modelVersion, as first named
         self._start_over = StartOver(self)
         self._unread_numbers: set[int] = set()  # candidates whose finishReason is a number without a shared name
@@ -226,7 +234,7 @@ class Assembler(AssemblerBase):
         turn.model = turn.model or as_str(obj.get("modelVersion"))
         turn.response_id = turn.response_id or as_str(obj.get("responseId"))
         if isinstance(obj.get("usageMetadata"), dict):
-            self._usage(obj["usageMetadata"])
+            self._usage(obj["usageMetadata"], event)
         feedback = as_dict(obj.get("promptFeedback"))
         if feedback.get("blockReason"):
             self._blocked = (event, _enum_name(feedback["blockReason"], BLOCK_REASON_NUMBERS))
@@ -497,11 +505,16 @@ class Assembler(AssemblerBase):
         block.closed = closed
         return block
 
-    def _usage(self, raw: dict[str, Any]) -> None:
+    def _usage(self, raw: dict[str, Any], event: WireEvent) -> None:
         usage = self.turn.usage  # cumulative snapshots: overwrite, never sum
         usage.raw = raw
         usage.input = as_int(raw.get("promptTokenCount"))
         usage.output = as_int(raw.get("candidatesTokenCount"))
+        if usage.output is not None:
+            last = self._output_count
+            if last is not None and usage.output < last[0] and self._count_fell is None:
+                self._count_fell = (last[0], last[1], usage.output, event)
+            self._output_count = (usage.output, event)
         usage.reasoning = as_int(raw.get("thoughtsTokenCount"))
         usage.cache_read = as_int(raw.get("cachedContentTokenCount"))
         usage.total = as_int(raw.get("totalTokenCount"))
@@ -539,8 +552,9 @@ class Assembler(AssemblerBase):
             self._judge_unfinished(unfinished)
         expected = "a finishReason on the last chunk" + (" and the closing ]" if self.wire == "json-array" else "")
         turn, verdict = self.verdict(end, expected=expected)
-        if self._ambiguous is not None and verdict.kind in (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT,
-                                                            VerdictKind.FILTERED):
+        if verdict.kind not in (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT, VerdictKind.FILTERED):
+            return turn, verdict
+        if self._ambiguous is not None:
             stamped, after = self._ambiguous
             verdict = Verdict(
                 VerdictKind.UNKNOWN,
@@ -550,6 +564,15 @@ class Assembler(AssemblerBase):
                 after.seq, after.start,
                 {"stamped_seq": stamped.seq, "stamped_offset": stamped.start, "was": verdict.kind.value,
                  "end": end.value})
+        elif self._count_fell is not None:
+            before, counted, after, fell = self._count_fell
+            verdict = Verdict(
+                VerdictKind.UNKNOWN,
+                f"usageMetadata.candidatesTokenCount falls from {before} (seq {counted.seq}) to {after} at seq "
+                f"{fell.seq} (byte {fell.start}): a second generation or chunks out of order, unless this server "
+                "does not count cumulatively; the bytes cannot tell",
+                fell.seq, fell.start,
+                {"counts": [before, after], "counted_seq": counted.seq, "was": verdict.kind.value, "end": end.value})
         return turn, verdict
 
     def _judge_unfinished(self, unfinished: dict[int, Block]) -> None:
