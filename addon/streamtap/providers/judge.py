@@ -414,6 +414,13 @@ class Judge:
             where = f" in the last of {evidence['messages']} messages" if evidence.get("messages") else ""
             return Verdict(VerdictKind.CORRUPT, f"{terminal} after stop reason {raw}, which says the model called a "
                            f"tool, but no tool call arrived{where}", seq, offset, evidence)
+        repeated = repeated_call_id(self.turn) if kind in ENDING_KINDS else None
+        if repeated is not None:
+            call_id, choice, first, second = repeated
+            return Verdict(VerdictKind.CORRUPT, f"{terminal}, but tool calls {first} and {second} of choice {choice} carry "
+                           f"one id, {call_id}: one call sent twice, or another answer's stitched on (the app would "
+                           "answer both under that id)", seq, offset,
+                           {**evidence, "call_id": call_id, "choice": choice, "blocks": [first, second]})
         unparsed = self.unparsed_tool_call() if kind is VerdictKind.COMPLETE else None
         if unparsed is not None:
             evidence["arguments_not_kept"] = True
@@ -538,6 +545,20 @@ def _in_last(block: Block, messages: int | None) -> bool:
     """Whether ``block`` is in the last of ``messages`` back to back (the dialect numbers the blocks
     of the second and later in ``extra["message"]``)."""
     return not messages or block.extra.get("message", 0) == messages - 1
+
+
+def repeated_call_id(turn: Turn) -> tuple[str, int, int, int] | None:
+    """The first tool call id that two calls of one choice carry in one message: (the id, the
+    choice, both blocks' indexes). A provider gives every call its own id, which the app's answer
+    names. (Of messages back to back, a multi-step recording, each is compared with itself.)"""
+    for choice in turn.choices:
+        seen: dict[tuple[int, str], int] = {}
+        for block in choice.blocks:
+            if block.kind is BlockKind.TOOL_CALL and block.id:
+                first = seen.setdefault((block.extra.get("message", 0), block.id), block.index)
+                if first != block.index:
+                    return block.id, choice.index, first, block.index
+    return None
 
 
 def holds_tool_call(choice: Choice, messages: int | None = None) -> bool:
