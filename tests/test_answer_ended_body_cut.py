@@ -94,6 +94,24 @@ def test_chat_completions_cut_after_done_stays_complete_with_a_note(end):
     assert limited.kind is L and limited.evidence["body_cut_after_end_signal"] is True
 
 
+@pytest.mark.parametrize("end", (StreamEnd.FINISHED, *CUT_ENDS), ids=str)
+@pytest.mark.parametrize("one_response", [False, True])
+def test_chat_completions_cut_inside_a_comment_after_done_stays_complete(end, one_response):
+    """A keep-alive comment after [DONE], whole or cut, never reaches the app: the SDK stopped at
+    [DONE]. Data after it is still judged (an event begun there is another answer's)."""
+    body = openai_chat(["Hello", " there."])
+    whole = analyze_bytes(body + b": keep-alive\n\n", Dialect.OPENAI_CHAT, end=end, one_response=one_response).verdict
+    for chunk_size in (None, 1):
+        cut = analyze_bytes(body + b": keep-al", Dialect.OPENAI_CHAT, end=end, one_response=one_response,
+                            chunk_size=chunk_size).verdict
+        assert cut.kind is whole.kind is C, cut
+        assert cut.evidence["comment_cut_after_end_signal"] == 9 and "where the SDK had stopped reading" in cut.reason
+    event_begun = analyze_bytes(body + b"data: {", Dialect.OPENAI_CHAT, end=end, one_response=one_response).verdict
+    assert event_begun.kind in (T, VerdictKind.CORRUPT), event_begun
+    anthropic_body = WHOLE["anthropic"][2] + b": keep-al"  # the anthropic SDK reads to the end of the body
+    assert analyze_bytes(anthropic_body, Dialect.ANTHROPIC, end=end).verdict.kind is T
+
+
 def test_chat_completions_without_done_is_truncated_as_before():
     verdict = analyze_bytes(openai_chat(["Hello"], done=False), Dialect.OPENAI_CHAT, end=StreamEnd.UPSTREAM_RESET).verdict
     assert verdict.kind is T and verdict.evidence["content_complete"] is True

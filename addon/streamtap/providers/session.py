@@ -492,6 +492,14 @@ class StreamSession:
         if verdict.kind in (VerdictKind.ERRORED, VerdictKind.CORRUPT):
             return verdict
         tail = self._tail
+        if tail is not None and tail.cut and verdict.kind in ENDING_KINDS and _comments_only(tail.raw, self.wire) \
+                and getattr(self._assembler, "sdk_stopped_reading", False):
+            # the SDK stopped at the end signal (the openai SDK at [DONE]): a comment after it, whole or
+            # cut, never reached the app, so the body is judged as one that ended at the cut
+            verdict.reason += (f"; {len(tail.raw)} bytes of a comment after it were cut at byte {tail.start + len(tail.raw)}, "
+                               "where the SDK had stopped reading")
+            verdict.evidence["comment_cut_after_end_signal"] = len(tail.raw)
+            tail = None
         if tail is not None and tail.cut and tail.raw.strip():
             evidence = {
                 "end": end.value,
