@@ -54,8 +54,8 @@ from streamtap.wire.partial_json import exact_loads
 
 from .common import as_int, as_str, dumps, first_line_lost_to_bom
 from .fastpath import ANTHROPIC, ContentDeltas
-from .judge import (MAX_NOTES, Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome, error_text, holds_tool_call,
-                    sdk_loads, stop_verdict)
+from .judge import (MAX_NOTES, THINKING_AFTER_SIGNATURE, Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome,
+                    error_text, holds_tool_call, sdk_loads, stop_verdict)
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
 # raw stop_reason -> (verdict, normalized stop reason)
@@ -324,6 +324,10 @@ class MessageBuilder:
         elif kind == "thinking_delta" and block.kind is BlockKind.THINKING:
             value = delta.get("thinking")
             if isinstance(value, str):
+                if block.signature and value:
+                    self.judge.corrupt(THINKING_AFTER_SIGNATURE.format(index=index, delta="thinking_delta"), seq, offset,
+                                       index=index)
+                    return
                 self.pieces.content(block, value, t)
                 return
         elif kind == "signature_delta" and block.kind is BlockKind.THINKING:
@@ -688,7 +692,8 @@ class Assembler:
                 return False
             fragments.append(fragment)
             return True
-        if block.kind is not (BlockKind.TEXT if delta_type == "text_delta" else BlockKind.THINKING):
+        if block.kind is not (BlockKind.TEXT if delta_type == "text_delta" else BlockKind.THINKING) \
+                or block.signature:  # (thinking after a signature is judged on the full path)
             return False
         builder.pieces.content(block, fragment, t)
         return True

@@ -50,7 +50,8 @@ import orjson
 from streamtap.wire import EventStreamMessage, WireEvent
 
 from .fastpath import CONVERSE, ContentDeltas
-from .judge import Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome, holds_tool_call, sdk_loads, stop_verdict
+from .judge import (THINKING_AFTER_SIGNATURE, Fragments, Judge, Pieces, as_text, decode_event_json, earlier_outcome,
+                    holds_tool_call, sdk_loads, stop_verdict)
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Usage, Verdict, VerdictKind
 
 STOP_REASONS: dict[str, tuple[VerdictKind, str]] = {
@@ -430,6 +431,10 @@ class ConverseBuilder:
         elif member == "reasoningContent" and kind in (BlockKind.THINKING, BlockKind.REDACTED_THINKING) \
                 and isinstance(value, dict):
             if kind is BlockKind.THINKING and isinstance(value.get("text"), str):
+                if block.signature and value["text"]:
+                    self.judge.corrupt(THINKING_AFTER_SIGNATURE.format(index=index, delta="reasoningContent text"),
+                                       seq, offset, index=index)
+                    return
                 self.pieces.content(block, value["text"], t)
             elif kind is BlockKind.THINKING and isinstance(value.get("signature"), str):
                 block.signature = value["signature"]

@@ -547,6 +547,14 @@ def _in_last(block: Block, messages: int | None) -> bool:
     return not messages or block.extra.get("message", 0) == messages - 1
 
 
+# A thinking block's signature covers the thinking before it and comes last in its block
+# (provider-streams.md §3.3; Anthropic, and Claude on ConverseStream): thinking after it was reordered
+# or stitched on, and the API refuses the block when the app sends it back.
+THINKING_AFTER_SIGNATURE = ("{delta} for block {index} after its signature: the signature covers only the thinking "
+                            "before it, so events were reordered or another block's stitched on, and the API refuses "
+                            "the block when the app sends it back")
+
+
 def repeated_call_id(turn: Turn) -> tuple[str, int, int, int] | None:
     """The first tool call id that two calls of one choice carry in one message: (the id, the
     choice, both blocks' indexes). A provider gives every call its own id, which the app's answer
