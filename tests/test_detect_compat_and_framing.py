@@ -203,6 +203,30 @@ def test_cli_bedrock_error_body_file_is_errored(tmp_path):
             assert result.stdout.startswith(f"{path}: errored"), result.stdout + result.stderr
 
 
+ERROR_DOCUMENT = b'{"error": {"message": "The server had an error", "type": "server_error"}}'
+
+
+@pytest.mark.parametrize("dialect", [Dialect.OPENAI_CHAT, Dialect.OPENAI_RESPONSES, Dialect.ANTHROPIC], ids=str)
+@pytest.mark.parametrize("layout", ["one line", "line end", "pretty-printed"])
+def test_an_error_document_sent_as_a_stream_with_200_is_errored_as_verify_says(dialect, layout, tmp_path):
+    """A gateway that answers a streamed request with 200 and its error as one JSON document: the
+    live tap and `streamtap import` judge it as `streamtap verify` judges a body file of it."""
+    body = {"one line": ERROR_DOCUMENT, "line end": ERROR_DOCUMENT + b"\n",
+            "pretty-printed": orjson.dumps(orjson.loads(ERROR_DOCUMENT), option=orjson.OPT_INDENT_2)}[layout]
+    for chunk_size in (None, 1):
+        analysis = analyze_bytes(body, dialect, chunk_size=chunk_size)
+        assert analysis.verdict.kind is VerdictKind.ERRORED, analysis.verdict
+        assert analysis.verdict.reason == "the body is one JSON document holding the provider's error: server_error: The server had an error"
+        assert analysis.turn.error == {"source": "body", "type": "server_error", "message": "The server had an error"}
+    path = tmp_path / "error.sse"
+    path.write_bytes(body)
+    verified = streamtap("verify", "--provider", str(dialect), path)
+    assert f"errored ({dialect}) {analysis.verdict.reason}" in verified.stdout, verified.stdout + verified.stderr
+    # not an error: a document of another kind stays a body that framed no event
+    assert analyze_bytes(b'{"choices": []}', dialect).verdict.kind is VerdictKind.TRUNCATED
+    assert analyze_bytes(b'{"error": null}', dialect).verdict.kind is VerdictKind.TRUNCATED
+
+
 # --- an event-stream whose first prelude is damaged -------------------------------------------------
 
 def damaged_first_prelude(tmp_path: Path) -> Path:

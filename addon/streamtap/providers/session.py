@@ -463,6 +463,13 @@ class StreamSession:
                 verdict.offset,
                 {"bug": self._halted, "end": end.value, "bytes": self._bytes},
             )
+        tail = self._tail
+        if tail is not None and tail.start == 0 and self.wire_events == 1 and verdict.kind is not VerdictKind.ERRORED:
+            # the whole body, which framed no event: a provider's error document sent with a 200 (as
+            # `streamtap verify` reads a body file of one)
+            errored = _error_document_verdict(tail.raw, turn, end)
+            if errored is not None:
+                return errored
         unknown_field = self._decoder.first_unknown_field if self.wire == "sse" else None
         if unknown_field is not None and unknown_field[2] == "error" and verdict.kind is not VerdictKind.ERRORED:
             return self._error_field(turn, unknown_field, end)
@@ -785,6 +792,18 @@ def analyze_error_document(body: bytes, dialect: Dialect | str = Dialect.UNKNOWN
     pretty-print theirs over many lines, which no stream framing reads, Gemini's JSON-array
     endpoint wraps its error in an array of one, and Bedrock's is ``{"message": ...}`` alone (its
     type goes in the ``x-amzn-ErrorType`` header, or in ``__type``)."""
+    analysis = StreamSession(dialect, "ndjson").close(StreamEnd.FINISHED)
+    verdict = _error_document_verdict(body, analysis.turn, StreamEnd.FINISHED)
+    if verdict is None:
+        return None
+    analysis.verdict = verdict
+    analysis.bytes = len(body)
+    return analysis
+
+
+def _error_document_verdict(body: bytes, turn: Turn, end: StreamEnd) -> Verdict | None:
+    """``errored``, with the provider's error set on ``turn``, where ``body`` is one JSON document
+    holding only that error; None for any other body."""
     try:
         document = loads(body)
     except ValueError:
@@ -800,19 +819,10 @@ def analyze_error_document(body: bytes, dialect: Dialect | str = Dialect.UNKNOWN
         fields, message = aws_error
     else:
         return None
-    analysis = StreamSession(dialect, "ndjson").close(StreamEnd.FINISHED)
-    turn = analysis.turn
     turn.error = {"source": "body", **fields}
     turn.stop_reason = "error"
-    analysis.verdict = Verdict(
-        VerdictKind.ERRORED,
-        f"the body is one JSON document holding the provider's error: {message}",
-        0,
-        0,
-        {"end": StreamEnd.FINISHED.value, "bytes": len(body)},
-    )
-    analysis.bytes = len(body)
-    return analysis
+    return Verdict(VerdictKind.ERRORED, f"the body is one JSON document holding the provider's error: {message}",
+                   0, 0, {"end": end.value, "bytes": len(body)})
 
 
 def _aws_error(document: dict) -> tuple[dict[str, Any], str] | None:
