@@ -467,9 +467,9 @@ class StreamSession:
         if tail is not None and tail.start == 0 and self.wire_events == 1 and verdict.kind is not VerdictKind.ERRORED:
             # the whole body, which framed no event: a provider's error document sent with a 200 (as
             # `streamtap verify` reads a body file of one)
-            errored = _error_document_verdict(tail.raw, turn, end)
-            if errored is not None:
-                return errored
+            found = _error_document(tail.raw)
+            if found is not None:
+                return _errored_by_document(turn, *found, end, self._bytes)
         unknown_field = self._decoder.first_unknown_field if self.wire == "sse" else None
         if unknown_field is not None and unknown_field[2] == "error" and verdict.kind is not VerdictKind.ERRORED:
             return self._error_field(turn, unknown_field, end)
@@ -503,8 +503,8 @@ class StreamSession:
                 and getattr(self._assembler, "sdk_stopped_reading", False):
             # the SDK stopped at the end signal (the openai SDK at [DONE]): a comment after it, whole or
             # cut, never reached the app, so the body is judged as one that ended at the cut
-            verdict.reason += (f"; {len(tail.raw)} bytes of a comment after it were cut at byte {tail.start + len(tail.raw)}, "
-                               "where the SDK had stopped reading")
+            verdict.reason += (f"; {len(tail.raw)} bytes of a comment after it were cut at byte {tail.end}, where the SDK "
+                               "had stopped reading")
             verdict.evidence["comment_cut_after_end_signal"] = len(tail.raw)
             tail = None
         if tail is not None and tail.cut and tail.raw.strip():
@@ -792,18 +792,18 @@ def analyze_error_document(body: bytes, dialect: Dialect | str = Dialect.UNKNOWN
     pretty-print theirs over many lines, which no stream framing reads, Gemini's JSON-array
     endpoint wraps its error in an array of one, and Bedrock's is ``{"message": ...}`` alone (its
     type goes in the ``x-amzn-ErrorType`` header, or in ``__type``)."""
-    analysis = StreamSession(dialect, "ndjson").close(StreamEnd.FINISHED)
-    verdict = _error_document_verdict(body, analysis.turn, StreamEnd.FINISHED)
-    if verdict is None:
+    found = _error_document(body)
+    if found is None:
         return None
-    analysis.verdict = verdict
+    analysis = StreamSession(dialect, "ndjson").close(StreamEnd.FINISHED)
+    analysis.verdict = _errored_by_document(analysis.turn, *found, StreamEnd.FINISHED, len(body))
     analysis.bytes = len(body)
     return analysis
 
 
-def _error_document_verdict(body: bytes, turn: Turn, end: StreamEnd) -> Verdict | None:
-    """``errored``, with the provider's error set on ``turn``, where ``body`` is one JSON document
-    holding only that error; None for any other body."""
+def _error_document(body: bytes) -> tuple[dict[str, Any], str] | None:
+    """The error's fields and message where ``body`` is one JSON document holding only the
+    provider's error; None for any other body."""
     try:
         document = loads(body)
     except ValueError:
@@ -819,10 +819,14 @@ def _error_document_verdict(body: bytes, turn: Turn, end: StreamEnd) -> Verdict 
         fields, message = aws_error
     else:
         return None
+    return fields, message
+
+
+def _errored_by_document(turn: Turn, fields: dict[str, Any], message: str, end: StreamEnd, size: int) -> Verdict:
     turn.error = {"source": "body", **fields}
     turn.stop_reason = "error"
     return Verdict(VerdictKind.ERRORED, f"the body is one JSON document holding the provider's error: {message}",
-                   0, 0, {"end": end.value, "bytes": len(body)})
+                   0, 0, {"end": end.value, "bytes": size})
 
 
 def _aws_error(document: dict) -> tuple[dict[str, Any], str] | None:
