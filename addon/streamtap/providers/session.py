@@ -498,7 +498,6 @@ class StreamSession:
             )
         if verdict.kind in (VerdictKind.ERRORED, VerdictKind.CORRUPT):
             return verdict
-        tail = self._tail
         if tail is not None and tail.cut and verdict.kind in ENDING_KINDS and _comments_only(tail.raw, self.wire) \
                 and getattr(self._assembler, "sdk_stopped_reading", False):
             # the SDK stopped at the end signal (the openai SDK at [DONE]): a comment after it, whole or
