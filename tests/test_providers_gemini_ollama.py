@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import orjson
 import pytest
 from provider_streams import (
@@ -464,6 +467,55 @@ def test_gemini_lines_that_are_not_data_lines_are_read_as_google_genai_reads_the
         verdict = analyze_bytes(body, GEMINI, chunk_size=size).verdict
         assert verdict.kind is kind and words in verdict.reason, (size, verdict)
         assert verdict.offset == len(_gemini(TEXT))
+
+
+def google_genai_reads(body: bytes, transport: str) -> list:
+    """What google-genai (3.4.0 and later) makes of an ``alt=sse`` body, as its code reads lines:
+    through aiohttp a line ends at LF and loses its trailing blanks; through httpx it ends at CR,
+    LF or CRLF and keeps them. Then empty lines are skipped, a ``data: `` line's rest is one chunk,
+    and other lines are gathered until their braces balance and parsed as one. Raises ValueError
+    where the client raises."""
+    if transport == "aiohttp":
+        lines = [line.decode().rstrip() for line in body.split(b"\n")]
+    else:
+        lines = [line.decode() for line in re.split(rb"\r\n|\r|\n", body)]
+    chunks, gathered, balance = [], "", 0
+    for line in lines:
+        if not line:
+            continue
+        if line.startswith("data: "):
+            chunks.append(json.loads(line[6:]))
+            continue
+        balance += line.count("{") - line.count("}")
+        gathered += line
+        if balance == 0:
+            chunks.append(json.loads(gathered))
+            gathered = ""
+    if gathered:
+        chunks.append(json.loads(gathered))
+    return chunks
+
+
+@pytest.mark.parametrize("blank, last", [(b" \r\n", False), (b"\t \r\n", False), (b" ", True), (b"\t", True),
+                                         (b"\r\n ", True)], ids=["space", "tab-space", "unended-space",
+                                                                 "unended-tab", "blank-then-unended-space"])
+def test_a_gemini_line_of_blanks_is_unknown_as_google_genai_transports_disagree_on_it(blank, last):
+    """A line of only blanks is no SSE field: the rules skip it. google-genai's aiohttp reader
+    strips it to nothing and skips it too; its httpx reader parses it as JSON and fails. A last
+    line without its line end is read at the body's end like any other."""
+    for body in (_gemini(TEXT) + blank + _gemini(FINISH), _gemini(TEXT, FINISH) + blank):
+        if last and not body.endswith(blank):
+            continue
+        assert len(google_genai_reads(body, "aiohttp")) == 2
+        with pytest.raises(ValueError):
+            google_genai_reads(body, "httpx")
+        for size in (None, 1, 7):
+            verdict = analyze_bytes(body, GEMINI, chunk_size=size).verdict
+            assert verdict.kind is VerdictKind.UNKNOWN and "depends on its transport" in verdict.reason, (size, verdict)
+            assert verdict.offset == body.rindex(blank.lstrip(b"\r\n")), (size, verdict)
+    whole = _gemini(TEXT, FINISH)
+    assert len(google_genai_reads(whole, "aiohttp")) == len(google_genai_reads(whole, "httpx")) == 2
+    assert analyze_bytes(whole, GEMINI).verdict.kind is C
 
 
 def test_gemini_raw_error_mid_stream_is_errored_however_long_and_whatever_follows():

@@ -54,7 +54,8 @@ them in a string): google-genai before 3.4.0 reads lines with httpx's ``iter_lin
 them there as ``str.splitlines`` does, and fails on the pieces; later versions, and its aiohttp
 transport, break lines only at CR and LF. A UTF-8 BOM, which the SSE rules drop, every
 google-genai keeps on its first line (it decodes as ``utf-8``), which then is no ``data: `` line
-and does not parse: corrupt, as any such line is.
+and does not parse: corrupt, as any such line is, but for a line of only blanks, which its
+aiohttp transport strips and skips and its httpx one parses and fails on: unknown.
 """
 
 from __future__ import annotations
@@ -184,6 +185,7 @@ class Assembler(AssemblerBase):
         self._start_over = StartOver(self)
         self._unread_numbers: set[int] = set()  # candidates whose finishReason is a number without a shared name
         self._line_split = False  # a chunk google-genai's httpx reader splits was found (the first one is told)
+        self._blank_last_line: tuple[int, int, bytes] | None = None  # (seq, offset, line): see tail()
 
     @property
     def sdk_reads_an_unended_last_line(self) -> bool:
@@ -298,8 +300,11 @@ class Assembler(AssemblerBase):
         gathers such lines until their braces balance and parses them as JSON, raising on an error
         object and on anything that does not parse, and taking any other object as a chunk. The
         first such object is read here, as the client gathers it; any of them makes the answer not
-        complete."""
+        complete. Lines of only blanks alone leave it unknown: the client's transports disagree on them."""
         seq, offset, _ = lines[0]
+        if not any(line.strip() for _, _, line in lines) and count == len(lines):
+            self._blank_line(*lines[0])
+            return
         run: list[bytes] = []
         depth = 0
         for _, _, line in lines:  # as the client gathers them: until the braces balance
@@ -325,7 +330,17 @@ class Assembler(AssemblerBase):
 
     def tail(self, event: Tail) -> bool:
         """An error the server wrote as raw (multi-line) JSON without ``data:`` lines; the
-        official SDK reads these too. Anything else is left to the session as a cut."""
+        official SDK reads these too. Anything else is left to the session as a cut.
+
+        A last line of only blanks is no cut the session sees (no event could begin there), but
+        google-genai reads a last line without its line end when the body ends cleanly, as it reads
+        every line: through aiohttp it strips the line's end of blanks and skips what is left empty;
+        through httpx it skips only an empty line and parses any other that is not a ``data: `` line
+        as JSON. ``finish`` judges it, as ``other_lines`` judges such a line with its line end."""
+        raw = event.raw
+        line = raw[max(raw.rfind(b"\n"), raw.rfind(b"\r")) + 1 :]
+        if self.wire == "sse" and line and not line.strip():
+            self._blank_last_line = (event.seq, event.end - len(line), line)
         try:
             obj = loads(event.raw)
         except ValueError:
@@ -335,6 +350,16 @@ class Assembler(AssemblerBase):
         self.seen(event, "raw error JSON")
         self.errored(event, _raw_error(obj))
         return True
+
+    def _blank_line(self, seq: int, offset: int, line: bytes, last: bool = False) -> None:
+        """A line of only blanks: google-genai's transports disagree on it (see tail())."""
+        shown = line.decode("utf-8", "replace").encode("unicode_escape").decode()
+        where = "the body's last line, of only blanks and without its line end," if last else "a line of only blanks"
+        self.judge.doubt(f"{where} at byte {offset} ('{shown}'): google-genai reading through aiohttp strips the "
+                         "line and skips it; reading through httpx (its sync client, and its async one without "
+                         "aiohttp) it parses the line as JSON and fails on it, unless, before 3.4.0, the line holds "
+                         "only breaks that httpx splits it at, so whether the app read this answer depends on its "
+                         "transport and version", seq, offset)
 
     def _candidate(self, candidate: dict[str, Any], event: WireEvent, t: float | None) -> None:
         choice = self.choice(candidate.get("index") or 0)
@@ -550,6 +575,8 @@ class Assembler(AssemblerBase):
                 self.terminal(self._last_candidates_event, self._finish[index], worst, name)
         if self.terminal_seen:
             self._judge_unfinished(unfinished)
+        if self._blank_last_line is not None and end is StreamEnd.FINISHED:
+            self._blank_line(*self._blank_last_line, last=True)
         expected = "a finishReason on the last chunk" + (" and the closing ]" if self.wire == "json-array" else "")
         turn, verdict = self.verdict(end, expected=expected)
         if verdict.kind not in (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT, VerdictKind.FILTERED):
