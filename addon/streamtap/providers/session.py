@@ -162,6 +162,7 @@ class StreamSession:
         self._arrivals: list[float] | None = [] if keep_arrivals else None
         self._malformed: Malformed | None = None
         self._damaged: SSEEvent | None = None  # the first event whose bytes were not UTF-8
+        self._damaged_after_events = False  # those bytes came after the last event (comments), in no event
         self._malformed_count = 0
         self._idle_run: Malformed | None = None  # the first run of keep-alives alone longer than max_event_size
         self._tail: Tail | None = None
@@ -288,7 +289,8 @@ class StreamSession:
             self._take(event, self._last_byte)
             if type(event) is Tail and self._damaged is None and getattr(self._decoder, "invalid_utf8", 0):
                 # bytes that are not UTF-8 after the last event (a comment): no event carries them, the
-                # decoder counted them, and the SDKs' decoders fail on them as on any other line
+                # decoder counted them, and the SDKs' decoders fail on them as on any other line they read
+                self._damaged_after_events = True
                 self._damaged = SSEEvent(event.seq, event.start, event.end, event.raw, "", "", "", None,
                                          self._decoder.invalid_utf8)
         if self._empty_notes:
@@ -486,6 +488,13 @@ class StreamSession:
                 {"error": type(bad.error).__name__, "fatal": bad.fatal, "end": end.value, "bytes": self._bytes},
             )
         damaged = self._damaged
+        if damaged is not None and self._damaged_after_events and verdict.kind in ENDING_KINDS \
+                and getattr(self._assembler, "sdk_stopped_reading", False):
+            # the SDK stopped at the end signal (the openai SDK at [DONE]) and never decoded these bytes
+            verdict.reason += (f"; {damaged.invalid_utf8} sequence(s) that are not UTF-8 came after it, from byte "
+                               f"{damaged.start}, where the SDK had stopped reading")
+            verdict.evidence["not_utf8_after_end_signal"] = damaged.invalid_utf8
+            damaged = None
         if damaged is not None and not (verdict.kind is VerdictKind.CORRUPT and (verdict.seq or 0) < damaged.seq):
             # SSE is UTF-8 by definition and every provider sends it: bytes that are not were damaged in flight
             return Verdict(
