@@ -10,6 +10,7 @@ over loopback HTTP.
 
 from __future__ import annotations
 
+import base64
 import http.server
 import json
 import threading
@@ -33,6 +34,7 @@ from streamtap.providers import (
 )
 from streamtap.providers.anthropic import Assembler
 from streamtap.wire import SSEDecoder
+from streamtap.wire.eventstream import encode_message
 
 # §3.4 of the provider notes: stop_reason -> outcome (pause_turn: our documented choice)
 DOC_OUTCOME = {
@@ -847,6 +849,57 @@ def test_a_message_delta_without_usage_is_corrupt_as_the_sdk_fails_on_it(loopbac
         sdk_final_message(loopback, body)
     verdict = analyze_bytes(body, Dialect.ANTHROPIC).verdict
     assert verdict.kind is VerdictKind.CORRUPT and "without usage" in verdict.reason, verdict
+
+
+def _without(event: dict, *path: str) -> dict:
+    """A deep copy of ``event`` without the field at ``path``."""
+    event = json.loads(json.dumps(event))
+    *parents, last = path
+    holder = event
+    for key in parents:
+        holder = holder[key]
+    del holder[last]
+    return event
+
+
+THINKING_START = {"type": "content_block_start", "index": 0,
+                  "content_block": {"type": "thinking", "thinking": "", "signature": ""}}
+TEXT_EVENTS = [START, *text_block(0, "Hello")]
+THINKING_EVENTS = [START, THINKING_START,
+                   {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Hm."}},
+                   {"type": "content_block_stop", "index": 0}, *text_block(1, "Hi")]
+SHAPES_THE_HELPER_FAILS_ON = {  # (a complete message's events, which one loses which field, the reason says, raised)
+    "message_start without usage": (TEXT_EVENTS, 0, ("message", "usage"), "after a message_start without usage",
+                                    AttributeError),
+    "message_start without content": (TEXT_EVENTS, 0, ("message", "content"), "has no content list", AttributeError),
+    "text block without text": (TEXT_EVENTS, 1, ("content_block", "text"), "without its 'text' string", TypeError),
+    "thinking block without thinking": (THINKING_EVENTS, 1, ("content_block", "thinking"),
+                                        "without its 'thinking' string", TypeError),
+}
+
+
+@pytest.mark.parametrize("name", SHAPES_THE_HELPER_FAILS_ON)
+def test_a_message_the_sdk_stream_helper_fails_on_is_corrupt(loopback: LoopbackServer, name: str) -> None:
+    """The SDK's stream helper builds the message on message_start's: it copies message_delta's
+    usage onto that usage, appends each block to its content, and adds each delta to the string its
+    block started with. Where one is missing it raises; the sibling rule is message_delta without usage."""
+    events, which, path, says, raised = SHAPES_THE_HELPER_FAILS_ON[name]
+    whole = sse(*events, *end("end_turn"))
+    assert sdk_final_message(loopback, whole).stop_reason == "end_turn"
+    assert analyze_bytes(whole, Dialect.ANTHROPIC).verdict.kind is VerdictKind.COMPLETE
+    body = sse(*events[:which], _without(events[which], *path), *events[which + 1 :], *end("end_turn"))
+    with pytest.raises(raised):
+        sdk_final_message(loopback, body)
+    for size in (None, 1, 7):
+        verdict = analyze_bytes(body, Dialect.ANTHROPIC, chunk_size=size).verdict
+        assert verdict.kind is VerdictKind.CORRUPT and says in verdict.reason, (size, verdict)
+    # Claude on Bedrock InvokeModel: the same events, each in a chunk (AnthropicBedrock's helper is the same)
+    invoke = b"".join(
+        encode_message({":event-type": "chunk", ":content-type": "application/json", ":message-type": "event"},
+                       json.dumps({"bytes": base64.b64encode(line[line.index(b"{"):].strip()).decode()}).encode())
+        for line in body.split(b"\n\n") if line)
+    verdict = analyze_bytes(invoke, Dialect.BEDROCK_INVOKE).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and says in verdict.reason, verdict
 
 
 def test_an_event_named_message_on_its_own_line_is_read_as_the_sdk_reads_it(loopback: LoopbackServer) -> None:

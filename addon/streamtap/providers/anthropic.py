@@ -282,6 +282,17 @@ class MessageBuilder:
             self.judge.corrupt(f"content_block_start for index {index} while {len(self.blocks)} blocks exist",
                                seq, offset, index=index)
             return
+        # shapes the SDK's stream helper fails on: it appends each block to message_start's content and
+        # adds each text or thinking delta to the string the block started with
+        if not isinstance((self.message_start or {}).get("content"), list):
+            self.judge.corrupt(f"content_block_start for index {index} in a message whose message_start has no "
+                               "content list: the SDK's stream helper appends each block to it and raises", seq, offset,
+                               index=index)
+        field = content_block.get("type")
+        if field in ("text", "thinking") and not isinstance(content_block.get(field), str):
+            self.judge.corrupt(f"{field} content_block_start for index {index} without its '{field}' string: the "
+                               f"SDK's stream helper adds each delta to it and raises, and the app's block lacks it",
+                               seq, offset, index=index)
         block = self._add_block(index, content_block)
         self.open_blocks.add(index)
         if block.kind is BlockKind.OTHER:
@@ -422,6 +433,10 @@ class MessageBuilder:
                     self.turn.extra[key] = delta[key]
         usage = event.get("usage")
         if isinstance(usage, dict):
+            if not isinstance((self.message_start or {}).get("usage"), dict):
+                # the SDK's stream helper copies this usage onto message_start's, and there is none
+                self.judge.corrupt("message_delta's usage, after a message_start without usage: the SDK's stream "
+                                   "helper copies it onto message_start's and raises", seq, offset)
             self._usage(usage)
             if "output_tokens" in usage and usage["output_tokens"] is None:
                 # the SDK copies message_delta's output_tokens whatever it is (the other counts only when
