@@ -689,6 +689,41 @@ def test_a_replay_inside_an_mcp_calls_arguments_is_complete():
     assert verdict.kind is VerdictKind.COMPLETE, verdict
 
 
+CUSTOM = {"type": "custom_tool_call", "id": "ct1", "call_id": "call_c1", "name": "write_sql", "status": "completed",
+          "input": "SELECT 1"}
+MCP = {"id": "mcp1", "type": "mcp_call", "server_label": "dice", "name": "roll", "arguments": '{"expression":"2d4"}',
+       "output": "4", "error": None, "status": "completed"}
+
+
+def tool_stream(item: dict, deltas: list[str], done_value: str, after_done: list[str] = ()) -> bytes:
+    """A whole response of one custom tool call or MCP call: its input or arguments streamed as
+    ``deltas``, then its ``.done`` with ``done_value``, then ``after_done`` deltas."""
+    kind, field = (("custom_tool_call_input", "input") if item["type"] == "custom_tool_call"
+                   else ("mcp_call_arguments", "arguments"))
+    where = {"item_id": item["id"], "output_index": 0}
+    delta = [{"type": f"response.{kind}.delta", **where, "delta": d} for d in deltas]
+    events = [{"type": "response.created", "response": response("r1", "in_progress", [])},
+              {"type": "response.output_item.added", "output_index": 0, "item": {**item, "status": "in_progress", field: ""}},
+              *delta, {"type": f"response.{kind}.done", **where, field: done_value},
+              *({"type": f"response.{kind}.delta", **where, "delta": d} for d in after_done),
+              {"type": "response.output_item.done", "output_index": 0, "item": item},
+              {"type": "response.completed", "response": response("r1", output=[item])}]
+    return numbered(events, 0)
+
+
+@pytest.mark.parametrize("item", [CUSTOM, MCP], ids=["custom", "mcp"])
+def test_a_custom_or_mcp_tool_calls_input_is_closed_by_its_done_and_must_agree_with_it(item):
+    """As a function call's arguments: its ``.done`` closes the input, and gives what the deltas grew."""
+    value = item["input"] if item["type"] == "custom_tool_call" else item["arguments"]
+    whole = judged(tool_stream(item, [value[:5], value[5:]], value))
+    assert whole.verdict.kind is VerdictKind.COMPLETE, whole.verdict
+    assert judged(tool_stream(item, [], value)).verdict.kind is VerdictKind.COMPLETE  # a server that sends only the done
+    grown = judged(tool_stream(item, [value[:5]], value[:5], after_done=[value[5:]])).verdict
+    assert grown.kind is VerdictKind.CORRUPT and "was closed by" in grown.reason, grown
+    other = judged(tool_stream(item, [value[:5] + "x"], value)).verdict
+    assert other.kind is VerdictKind.CORRUPT and ("disagree" in other.reason or "differs" in other.reason), other
+
+
 def test_under_a_cap_the_replay_items_whole_text_takes_the_place_of_its_end_not_more_room():
     """The end of the text the body held was counted against the turn's cap; the whole that
     replaces it must not be counted on top, or a later contradiction hides in what the cap drops

@@ -1154,24 +1154,38 @@ class Assembler(AssemblerBase):
 
     def _on_response_custom_tool_call_input_done(self, obj, event, t):
         self.flush_text()
+        if self.reopened(f"arguments of output item {self._item_of(obj)}", str(obj.get("type")), event):
+            return
         block = self._call(obj, event)
+        self.close_unit(f"arguments of output item {self._item_of(obj)}", str(obj.get("type")), event)
         if block is not None:
             if isinstance(obj.get("input"), str):
                 self._given.setdefault(id(block), str(obj.get("type")))
-            if isinstance(obj.get("input"), str) and not self._whole(block, "arguments_raw", obj["input"]):
-                self.corrupt("custom_tool_call_input.done differs from the streamed deltas", event)
+            final = obj.get("input")
+            if isinstance(final, str) and not self._whole(block, "arguments_raw", final):
+                if block.arguments_raw:
+                    self.corrupt("custom_tool_call_input.done differs from the streamed deltas", event)
+                else:  # no deltas at all, as for a function call's arguments: the .done carries the input
+                    block.arguments_raw = self.judge.kept(block, "arguments_raw", final)
             self._close_call(block)
 
     def _on_response_mcp_call_arguments_delta(self, obj, event, t):
+        if self.reopened(f"arguments of output item {self._item_of(obj)}", str(obj.get("type")), event):
+            return
         block = self._call(obj, event, "tool")
         if block is not None and isinstance(obj.get("delta"), str):
             self.grow(block, "arguments_raw", obj["delta"])
 
     def _on_response_mcp_call_arguments_done(self, obj, event, t):
-        self.flush_text()  # the final arguments replace what the deltas grew
+        self.flush_text()  # compares with the arguments the deltas grew
+        if self.reopened(f"arguments of output item {self._item_of(obj)}", str(obj.get("type")), event):
+            return
         block = self._call(obj, event, "tool")
+        self.close_unit(f"arguments of output item {self._item_of(obj)}", str(obj.get("type")), event)
         if block is not None and isinstance(obj.get("arguments"), str):
-            if id(block) in self._partial_blocks and not self._whole(block, "arguments_raw", obj["arguments"]):
+            # deltas that grew other arguments: as for a function call's (none at all: the .done gives them)
+            if (block.arguments_raw or id(block) in self._partial_blocks) \
+                    and not self._whole(block, "arguments_raw", obj["arguments"]):
                 self.corrupt(f"the deltas disagree with {obj.get('type')} at block {block.index}", event, block=block.index)
                 return
             block.arguments_raw = obj["arguments"]
