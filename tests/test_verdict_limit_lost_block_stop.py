@@ -171,3 +171,63 @@ def test_nova_capture_losing_any_block_stop_but_the_last_is_corrupt() -> None:
     # the last block is the one a limit cuts: left open, still stopped_by_limit
     last = analyze_bytes(invoke(events, stops[-1]), Dialect.BEDROCK_INVOKE)
     assert last.verdict.kind is VerdictKind.STOPPED_BY_LIMIT, last.verdict
+
+
+# -- a call closed with arguments that do not parse, and a block after it --------------------------
+def anthropic_broken_call(then_text: bool) -> bytes:
+    events = [START, *tool_block(0, '{"city": "Pa'), *(text_block(1, "Done.") if then_text else [])]
+    return sse(*events, *end("max_tokens"))
+
+
+def chat_broken_call(then_call: bool) -> bytes:
+    head = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+
+    def chunk(delta: dict, finish: str | None = None) -> bytes:
+        return b"data: " + json.dumps({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}).encode() + b"\n\n"
+
+    def call(index: int, arguments: str) -> dict:
+        return {"tool_calls": [{"index": index, "id": f"call_{index}", "type": "function",
+                                "function": {"name": "f", "arguments": arguments}}]}
+
+    calls = [chunk(call(0, '{"city": "Pa'))] + ([chunk(call(1, '{"city": "Lyon"}'))] if then_call else [])
+    return chunk({"role": "assistant"}) + b"".join(calls) + chunk({}, "length") + b"data: [DONE]\n\n"
+
+
+def responses_broken_call(then_message: bool) -> bytes:
+    call = {"id": "fc_0", "type": "function_call", "status": "completed", "arguments": '{"city": "Pa', "call_id": "c0",
+            "name": "f"}
+    message = {"id": "msg_1", "type": "message", "status": "completed", "role": "assistant",
+               "content": [{"type": "output_text", "text": "Done.", "annotations": []}]}
+    part = {"type": "output_text", "text": "", "annotations": []}
+    events = [("response.created", {"response": {"id": "r", "object": "response", "status": "in_progress", "output": []}}),
+              ("response.output_item.added", {"output_index": 0, "item": {**call, "status": "in_progress", "arguments": ""}}),
+              ("response.function_call_arguments.delta", {"item_id": "fc_0", "output_index": 0, "delta": call["arguments"]}),
+              ("response.function_call_arguments.done", {"item_id": "fc_0", "output_index": 0, "arguments": call["arguments"]}),
+              ("response.output_item.done", {"output_index": 0, "item": call})]
+    where = {"item_id": "msg_1", "output_index": 1, "content_index": 0}
+    if then_message:
+        events += [("response.output_item.added", {"output_index": 1, "item": {**message, "status": "in_progress", "content": []}}),
+                   ("response.content_part.added", {**where, "part": part}),
+                   ("response.output_text.delta", {**where, "delta": "Done."}),
+                   ("response.output_text.done", {**where, "text": "Done."}),
+                   ("response.content_part.done", {**where, "part": {**part, "text": "Done."}}),
+                   ("response.output_item.done", {"output_index": 1, "item": message})]
+    output = [call, message] if then_message else [call]
+    events.append(("response.incomplete", {"response": {"id": "r", "object": "response", "status": "incomplete", "output": output,
+                                                        "incomplete_details": {"reason": "max_output_tokens"}}}))
+    return b"".join(f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': n, **fields})}\n\n".encode()
+                    for n, (kind, fields) in enumerate(events))
+
+
+@pytest.mark.parametrize("dialect, build", [(Dialect.ANTHROPIC, anthropic_broken_call), (Dialect.OPENAI_CHAT, chat_broken_call),
+                                            (Dialect.OPENAI_RESPONSES, responses_broken_call)],
+                         ids=["anthropic", "chat", "responses"])
+def test_a_call_closed_broken_before_another_block_was_not_cut_by_the_limit(dialect, build) -> None:
+    """The limit cut the block being generated, the last: a call before it that is closed with
+    arguments that do not parse was damaged, not cut."""
+    last = analyze_bytes(build(False), dialect).verdict
+    assert last.kind is VerdictKind.STOPPED_BY_LIMIT and last.evidence["cut_tool_calls"] == [[0, 0]], last
+    for size in (None, 1, 7):
+        verdict = analyze_bytes(build(True), dialect, chunk_size=size).verdict
+        assert verdict.kind is VerdictKind.CORRUPT, (size, verdict)
+        assert "invalid argument JSON" in verdict.reason and "a limit cuts only the last block" in verdict.reason, verdict

@@ -447,17 +447,24 @@ class Judge:
                        messages: int | None = None) -> Verdict | list[list[int]]:
         """Tool calls whose arguments do not parse: corrupt after a normal stop, else cut by the stop
         (the stop of the call's own choice: another choice's limit does not explain it; of
-        ``messages`` back to back, the last one's stop explains only that message's calls)."""
+        ``messages`` back to back, the last one's stop explains only that message's calls). A limit
+        or a filter cuts the block being generated, the choice's last: an earlier one was not cut."""
         cut: list[list[int]] = []
         for choice in self.turn.choices:
             stop, stopped = self.choice_stops.get(choice.index, (self.turn.stop_reason, kind))
+            last = choice.blocks[-1] if choice.blocks else None
             for block in choice.blocks:
                 if block.kind in ARGUMENT_KINDS and block.arguments_error:
-                    if stopped in CUTTING_KINDS and stop not in UNCUT_STOPS and _in_last(block, messages):
+                    cutting = stopped in CUTTING_KINDS and stop not in UNCUT_STOPS and _in_last(block, messages)
+                    if cutting and block is last:
                         cut.append([choice.index, block.index])
                         continue
                     at_seq, at_offset = self.unparsed_at.get(id(block), (seq, offset))  # its stop, where it had one
-                    return Verdict(VerdictKind.CORRUPT, invalid_arguments(block), at_seq, at_offset,
+                    reason = invalid_arguments(block)
+                    if cutting:
+                        reason += (f", and block {last.index} came after it: a "
+                                   f"{'filter' if stopped is VerdictKind.FILTERED else 'limit'} cuts only the last block")
+                    return Verdict(VerdictKind.CORRUPT, reason, at_seq, at_offset,
                                    {"choice": choice.index, "block": block.index, "tool": block.name,
                                     "arguments_raw": (block.arguments_raw or "")[:200]})
         return cut
