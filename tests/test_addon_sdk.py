@@ -56,17 +56,23 @@ def turn_blocks(rec, kind):
     return [b for b in rec.end["turn"]["choices"][0]["blocks"] if b["kind"] == kind]
 
 
-def test_openai_chat_completions(proxy):
+def record_openai_chat(proxy, name: str) -> tuple:
+    """An openai chat answer streamed through the proxy from the upstream's script ``name``: its
+    recording, the text the SDK read, and its chunks."""
     body = streams.openai_chat(["The ", "answer ", "is ", "42."])
-    proxy.upstream.add("oai-chat", Script(body, gap=0.002))
+    proxy.upstream.add(name, Script(body, gap=0.002))
     tee = TeeTransport()
-    client = openai.OpenAI(base_url=f"{proxy.url}/s/oai-chat/v1", api_key=OPENAI_KEY, max_retries=0, http_client=httpx.Client(transport=tee))
+    client = openai.OpenAI(base_url=f"{proxy.url}/s/{name}/v1", api_key=OPENAI_KEY, max_retries=0, http_client=httpx.Client(transport=tee))
     stream = client.chat.completions.create(
         model="gpt-test-1", messages=[{"role": "user", "content": "q"}], stream=True, stream_options={"include_usage": True}
     )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    rec = assert_recorded_exactly(proxy, "oai-chat", tee.bodies[-1])
+    return assert_recorded_exactly(proxy, name, tee.bodies[-1]), text, chunks
+
+
+def test_openai_chat_completions(proxy):
+    rec, text, chunks = record_openai_chat(proxy, "oai-chat")
     assert text == "The answer is 42."
     assert rec.verdict["kind"] == "complete"
     assert "".join(b["text"] for b in turn_blocks(rec, "text")) == text
@@ -229,7 +235,7 @@ def test_each_turn_logs_one_line(proxy):
 def test_verify_rechecks_a_recording_and_catches_tampering(proxy, tmp_path):
     import sys
 
-    good = find_recording(proxy.record_dir, "oai-chat").path
+    good = record_openai_chat(proxy, "oai-verify")[0].path
     ok = subprocess.run([sys.executable, "-m", "streamtap.cli", "verify", str(good)], capture_output=True, text=True)
     assert ok.returncode == 0 and ": complete " in ok.stdout, ok.stdout + ok.stderr
 
