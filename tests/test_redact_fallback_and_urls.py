@@ -15,7 +15,7 @@ import time
 from urllib.parse import urlsplit
 
 import pytest
-from replay_streams import OPENAI_REQUEST, write_recordings
+from replay_streams import OPENAI_REQUEST, openai_chat_frames, write_recording, write_recordings
 
 from streamtap.recording.header import request_body_fields
 from streamtap.recording.importer import import_capture
@@ -493,3 +493,80 @@ def test_serve_answers_a_target_whose_host_urlsplit_refuses(tmp_path, caplog, ta
         assert error["type"] == "streamtap_no_recording"
         assert "SECRET-SERVE" not in json.dumps(error) and f"key={REDACTED}" in error["message"]
     assert "Unhandled exception" not in caplog.text and "Traceback" not in caplog.text, caplog.text
+
+
+# --- a request body's own headers, wide JSON, long integers; serve's deep bodies and 400s -------
+
+def test_the_headers_a_body_gives_for_another_request_are_redacted_as_headers():
+    """An MCP tool's ``headers`` (or a client's ``extra_headers``): their names and auth-scheme
+    values say what is secret as a request's own headers do."""
+    headers = {"Helicone-Auth": "Bearer sk-helicone-LEAK1", "X-Vendor-Key": "LEAK2", "x-auth": "LEAK3",
+               "X-Note": "Basic TEAK4", "Content-Type": "application/json", "X-Retries": 3}
+    body = {"model": "m", "stream": True, "input": "hi",
+            "tools": [{"type": "mcp", "server_label": "x", "server_url": "https://mcp.example/sse", "headers": headers}],
+            "extra_headers": {"x-api-key": "LEAK5"}}
+    how, text = _recorded_body(json.dumps(body).encode())
+    kept = json.loads(text)
+    assert how == "body" and not any(leak in text for leak in (b"LEAK1", b"LEAK2", b"LEAK3", b"TEAK4", b"LEAK5")), text
+    assert kept["tools"][0]["headers"] == {"Helicone-Auth": f"Bearer {REDACTED}", "X-Vendor-Key": REDACTED, "x-auth": REDACTED,
+                                           "X-Note": f"Basic {REDACTED}", "Content-Type": "application/json", "X-Retries": 3}
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be"])
+def test_json_in_utf16_or_utf32_is_redacted_in_place(encoding):
+    """Python's json.loads reads such bytes (and so do apps built on it): orjson does not, so they
+    are kept as bytes, with the secrets in them redacted and every other byte as it was."""
+    body = {"model": "m", "stream": True, "api_key": "sk-LEAK-W1", "messages": [{"role": "user", "content": "h\u00e9 \U0001F600"}]}
+    raw = json.dumps(body, ensure_ascii=False).encode(encoding)
+    how, kept = _recorded_body(raw)
+    assert how == "body_b64" and json.loads(kept) == {**body, "api_key": REDACTED}
+    assert kept.startswith(raw[:4]) and kept.endswith(raw[-8:])  # its byte order mark and byte order stay
+    without = json.dumps({k: v for k, v in body.items() if k != "api_key"}, ensure_ascii=False).encode(encoding)
+    assert _recorded_body(without) == ("body_b64", without)
+
+
+def test_an_integer_past_64_bits_is_kept_as_sent():
+    """orjson reads it as a double, which a replay would then compare with the live integer and miss."""
+    raw = b'{"model":"m","stream":true,"seed":18446744073709551616,"api_key":"sk-LEAK-I1"}'
+    how, kept = _recorded_body(raw)
+    assert how == "body_b64" and json.loads(kept)["seed"] == 2**64 and b"LEAK" not in kept
+    assert _recorded_body(b'{"seed":18446744073709551615}') == ("body", b'{"seed": 18446744073709551615}')
+
+
+def _raw_exchange(server, raw: bytes) -> bytes:
+    host, port = server.base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(raw)
+        data = b""
+        while piece := sock.recv(65536):
+            data += piece
+    return data
+
+
+def test_serve_answers_a_body_too_deep_to_mask_with_a_404_not_a_dropped_connection(tmp_path, caplog):
+    """A recording of a request nested deeper than Python recurses (kept as bytes, its key redacted),
+    and that request again: masking the redacted key cannot descend that far."""
+    body = b'{"model": "m", "stream": true, "api_key": "sk-x", "d": ' + b"[" * 1100 + b"]" * 1100 + b"}"
+    path = write_recording(tmp_path / "deep.jsonl", "openai", openai_chat_frames())
+    header, rest = path.read_bytes().split(b"\n", 1)
+    header = json.loads(header)
+    del header["request"]["body"]
+    header["request"].update(Redactor().request_part(request_body_fields((body, None))))
+    assert REDACTED in base64.b64decode(header["request"]["body_b64"]).decode()
+    path.write_bytes(json.dumps(header).encode() + b"\n" + rest)
+    with caplog.at_level("ERROR"), ServerThread(Library.load([tmp_path]), ServeOptions(Timing.parse("fast"), parse_faults(None))) as server:
+        data = _raw_exchange(server, b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                                     b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body) + body)
+    assert data.startswith(b"HTTP/1.1 404 "), data[:200]
+    assert "RecursionError" not in caplog.text and "handler failed" not in caplog.text, caplog.text
+
+
+@pytest.mark.parametrize("raw", [b"GET /v1/models?key=sk-live-SECRET1\x01 HTTP/1.1\r\nhost: x\r\n\r\n",
+                                 b"POST /v1/x HTTP/1.1\r\nhost: x\r\nx-api-key : sk-live-SECRET2\r\ncontent-length: 0\r\n\r\n"],
+                         ids=["request-line", "header-line"])
+def test_serve_refuses_a_malformed_request_without_echoing_its_line(tmp_path, raw):
+    with ServerThread(Library.load([write_recordings(tmp_path)]), ServeOptions(Timing.parse("fast"), parse_faults(None))) as server:
+        data = _raw_exchange(server, raw)
+    message = json.loads(data.partition(b"\r\n\r\n")[2])["error"]["message"]
+    assert data.startswith(b"HTTP/1.1 400 ") and message.startswith("malformed request: illegal"), data
+    assert "SECRET" not in message and "bytearray" not in message, message

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from streamtap.providers import RequestInfo
+from streamtap.wire.partial_json import exact_loads, may_hold_long_integer
 
 from .content import content_encoded, decoded_body
 
@@ -61,7 +62,15 @@ def request_body_fields(body: RequestBody | None, limit: int = MAX_RECORDED_BODY
     decoded = decoded_body(raw, encoding, limit)  # (a body sent as is comes back whole, at any size)
     if decoded is not None and len(decoded) <= limit:
         try:
-            return {"body": orjson.loads(decoded)}
+            value = orjson.loads(decoded)
+            if may_hold_long_integer(decoded):
+                # an integer past 64 bits, which orjson reads as a double (2**64 as 1.8e19), and cannot
+                # write as it was: the bytes keep it as sent, as an app's json module reads it
+                try:
+                    orjson.dumps(exact_loads(decoded))
+                except orjson.JSONEncodeError:
+                    raise orjson.JSONDecodeError("an integer past 64 bits", "", 0) from None
+            return {"body": value}
         except orjson.JSONDecodeError:  # not JSON to orjson (an app's parser may take it): its bytes
             fields = {"body_b64": base64.b64encode(decoded).decode("ascii")}
             if content_encoded(encoding):

@@ -13,6 +13,7 @@ Counts are not secrets: the patterns look at whole words (``token`` as the last 
 from __future__ import annotations
 
 import base64
+import codecs
 import functools
 import json
 import re
@@ -246,6 +247,8 @@ class Redactor:
             for name, item in value.items():
                 if isinstance(name, str) and self.secret(name, "body"):
                     item = self._under_secret_name(name, item)
+                elif isinstance(item, dict) and isinstance(name, str) and words(name)[-1:] == ["headers"]:
+                    item = self._header_map(item)
                 else:
                     item = self.json(item)
                 out[name] = item
@@ -255,6 +258,13 @@ class Redactor:
         if isinstance(value, str):
             return self.string(value)
         return value
+
+    def _header_map(self, value: dict[Any, Any]) -> dict[Any, Any]:
+        """The headers a request body gives for another request (an MCP tool's ``headers``, a
+        client's ``extra_headers``): each string judged as a header is, by its name or by a value in
+        an auth scheme, and anything else as a body's member."""
+        return {name: self.headers([(name, item)])[0][1] if isinstance(name, str) and isinstance(item, str)
+                else self.json({name: item})[name] for name, item in value.items()}
 
     def string(self, text: str) -> str:
         """A string value, with the JSON it may carry redacted inside, or else the URLs it holds:
@@ -350,12 +360,21 @@ class Redactor:
                 raw = None
             if raw is not None:
                 # JSON first: `curl -d` sends JSON as a form; a body that is both is redacted as both
-                if raw.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"["):
+                if (wide := _wide_json(raw)) is not None:  # (UTF-16 JSON may start with the byte of a "{")
+                    raw = self._wide_json_bytes(raw, *wide)
+                elif raw.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"["):
                     raw = self.json_bytes(raw)
                 if looks_like_form(raw, part.get("headers")):
                     raw = self.form(raw)
                 part["body_b64"] = base64.b64encode(raw).decode("ascii")
         return part
+
+    def _wide_json_bytes(self, raw: bytes, bom: bytes, codec: str) -> bytes:
+        """JSON in UTF-16 or UTF-32 (Python's ``json.loads`` reads bytes so, and apps built on it with
+        it), redacted as ``json_bytes`` redacts UTF-8: every other byte as it was."""
+        text = raw[len(bom) :].decode(codec, "surrogatepass")
+        redacted = self.json_bytes(text.encode("utf-8", "surrogatepass")).decode("utf-8", "surrogatepass")
+        return raw if redacted == text else bom + redacted.encode(codec, "surrogatepass")
 
     def _json_string_redacted(self, body: bytes) -> bytes | None:
         """A JSON string literal (its ``body`` between the quotes) redacted as ``json`` redacts
@@ -407,6 +426,24 @@ class Redactor:
             done = at = end
         out.append(raw[done:])
         return b"".join(out)
+
+
+_WIDE_BOMS = ((codecs.BOM_UTF32_LE, "utf-32-le"), (codecs.BOM_UTF32_BE, "utf-32-be"),
+              (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
+
+
+def _wide_json(raw: bytes) -> tuple[bytes, str] | None:
+    """(its byte order mark, the codec of the rest) of a body that is JSON text in UTF-16 or UTF-32
+    as ``json.detect_encoding`` reads bytes; None for any other body."""
+    encoding = json.detect_encoding(raw)
+    if not encoding.startswith(("utf-16", "utf-32")):
+        return None
+    bom, codec = next(((bom, codec) for bom, codec in _WIDE_BOMS if raw.startswith(bom)), (b"", encoding))
+    try:
+        text = raw[len(bom) :].decode(codec, "surrogatepass")
+    except UnicodeDecodeError:
+        return None
+    return (bom, codec) if text.lstrip(" \t\r\n")[:1] in ("{", "[") else None
 
 
 def _url_end(run: str, start: int, end: int, separators: _Separators) -> int:

@@ -882,7 +882,7 @@ class _RequestReader:
                 if request is None and header_deadline is None:
                     return None  # closed before a request began
                 status = exc.error_status_hint if exc.error_status_hint in (400, 431) else 400
-                raise _Refused(status, "bad_request", f"malformed request: {exc}") from None
+                raise _Refused(status, "bad_request", f"malformed request: {_without_echo(str(exc))}") from None
             if event is h11.NEED_DATA:
                 if request is None:
                     timeout = self._idle_timeout() if header_deadline is None else header_deadline - time.monotonic()
@@ -1099,3 +1099,12 @@ class ServerThread:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _without_echo(reason: str) -> str:
+    """h11's reason for refusing a request, without the line it quotes as Python bytes: the client
+    sent that line, which may hold a key, and its repr tells the client nothing more."""
+    head, echoed, _ = reason.partition(": bytearray(b")
+    if not echoed:
+        head, echoed, _ = reason.partition(": b'")
+    return f"{head} (the line is not shown)" if echoed else reason
