@@ -25,7 +25,8 @@ from streamtap.wire import Tail, encode_message
 
 STREAMTAP = [sys.executable, "-c", "import sys; from streamtap.cli import main; sys.exit(main())"]
 GEMINI_URL = "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent"
-CONTENT_TYPES = {"sse": "text/event-stream", "json-array": "application/json", "eventstream": "application/vnd.amazon.eventstream"}
+CONTENT_TYPES = {"sse": "text/event-stream", "json-array": "application/json", "eventstream": "application/vnd.amazon.eventstream",
+                 "ndjson": "application/x-ndjson"}
 
 # an answer that speaks of failures: printed whole, it is the answer, not a client noticing a cut
 GEMINI_TEXTS = ("The build failed because", " the linker reported an error", " about a missing symbol.")
@@ -261,3 +262,39 @@ def served_length(source: Source, spec: str) -> int | None:
         return len(plan(source, [parse_fault(spec)]).body)
     except FaultSpecError:
         return None
+
+
+# --- 4. an abort or a reset is no clean end --------------------------------------------------
+
+# stdlib only: asks for an Ollama chat, prints the text of every line it got, even of a body that broke off
+OLLAMA_CLIENT = """
+import http.client, json, os, urllib.parse
+url = urllib.parse.urlsplit(os.environ["STREAMTAP_BASE_URL"])
+conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+conn.request("POST", "/api/chat", body=b'{"model": "qwen3", "messages": []}')
+try:
+    body = conn.getresponse().read()
+except (http.client.IncompleteRead, ConnectionError) as exc:
+    body = getattr(exc, "partial", b"")
+print("".join(json.loads(line)["message"]["content"] for line in body.splitlines() if line.strip()))
+"""
+
+
+def test_a_cut_that_keeps_the_last_line_but_not_its_end_is_judged_by_how_the_body_ended(tmp_path):
+    """The ollama client (and google-genai) reads a last line without its line end only where the
+    body ended cleanly: cut there with an abort or a reset, the app did not get the answer it
+    printed whole, and a client that swallows the error took a partial answer silently."""
+    lines = [{"model": "qwen3", "created_at": f"2025-01-01T00:00:0{i}Z", "message": {"role": "assistant", "content": text},
+              "done": False} for i, text in enumerate(["The sky ", "is blue."])]
+    lines.append({"model": "qwen3", "created_at": "2025-01-01T00:00:03Z", "message": {"role": "assistant", "content": ""},
+                  "done": True, "done_reason": "stop", "eval_count": 2})
+    body = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+    source = load_source(write_decoded_recording(tmp_path / "ollama.jsonl", body, "ollama", "ndjson",
+                                                 "http://localhost:11434/api/chat"))
+    spec = f"cut:byte={len(body) - 1}"
+    report = asyncio.run(run_sweep(source, [sys.executable, "-c", OLLAMA_CLIENT], positions=[spec],
+                                   styles=("clean", "abort", "reset"), timeout=15))
+    verdicts = {run.style: (run.verdict, run.outcome) for run in report.runs}
+    assert verdicts["clean"][0] == "complete", verdicts  # read whole: the cut cost the app nothing
+    assert verdicts["abort"] == verdicts["reset"] == ("truncated", SILENT), verdicts
+

@@ -523,9 +523,10 @@ JUDGED_SLICE = 64 * 1024  # the served body is judged in pieces of this size, as
 def _judge(source: Source, faults: list) -> tuple[str | None, str]:
     """streamtap's verdict on the stream the client got, and the answer it carried (text, else
     the tool calls' argument strings)."""
-    body = plan(source, faults).body  # the positions were checked to fit before any run
+    served = plan(source, faults)  # the positions were checked to fit before any run
+    body = served.body
     try:
-        from streamtap.providers import Dialect, StreamSession
+        from streamtap.providers import Dialect, StreamEnd, StreamSession
 
         # judged as `streamtap verify` judges the recording: with its own framing and status (a
         # Gemini JSON array read as SSE, or an HTTP error read as a 200, would be judged cut or
@@ -535,7 +536,9 @@ def _judge(source: Source, faults: list) -> tuple[str | None, str]:
                                 one_response=True, **judging(source))  # one HTTP response, as the client got it
         for at in range(0, len(body), JUDGED_SLICE):
             session.feed(body[at : at + JUDGED_SLICE])
-        analysis = session.close()
+        # as the client's body ended: an abort or a reset is no clean end, whatever bytes came before it
+        # (the SDKs that read a last line without its line end read it only at a clean end)
+        analysis = session.close(StreamEnd.FINISHED if served.end.style == "clean" else StreamEnd.UPSTREAM_RESET)
     except Exception:  # an unknown dialect string, or the verdict layer missing: the sweep still reports
         return None, ""
     turn = analysis.turn
