@@ -1,7 +1,7 @@
 """drop, duplicate and reorder name an event, not a JSON array's framing: in a Gemini stream
 without alt=sse, the first element carries the array's ``[``, the others a ``,``. A faulted
 stream stays one array, in replay and live alike, that is missing, repeating or swapping the
-element and nothing else."""
+element and nothing else. An injected error is one more element, and the closing bracket no event."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from streamtap.providers import Dialect, StreamSession
 from streamtap.recording import RecordingWriter
-from streamtap.replay.faults import LiveFaults, parse_faults, plan
+from streamtap.replay.faults import OPENAI_MESSAGE, LiveFaults, parse_faults, plan
 from streamtap.replay.source import load_source
 from streamtap.wire import JSONArrayDecoder, JSONValue, Tail
 
@@ -59,11 +59,18 @@ def live_body(spec: str, chunk_size: int) -> bytes:
     ("reorder:event=0", [1, 0, 2]),
     ("reorder:event=1", [0, 2, 1]),
     ("drop:event=0;drop:event=0;drop:event=0", []),
+    # an injected error is an element of its own; the array's closing bracket is no event
+    ("error:kind=openai,after=1", [0, 1, "E"]),
+    ("error:kind=openai,after=0;duplicate:event=1", [0, "E", "E"]),
+    ("error:kind=openai,after=1;drop:event=2", [0, 1]),
+    ("error:kind=openai,after=0;reorder:event=0", ["E", 0]),
+    ("error:kind=openai,after=0;drop:event=0;drop:event=0", []),
 ])  # fmt: skip
 def test_a_faulted_array_is_still_one_array_of_the_elements_served(source, spec, served):
     assert source.body == BODY
     replayed = plan(source, parse_faults(spec)).body
-    assert json.loads(replayed) == [ELEMENTS[i] for i in served], replayed
+    error = {"error": {"code": 500, "message": OPENAI_MESSAGE, "status": "INTERNAL"}}
+    assert json.loads(replayed) == [error if i == "E" else ELEMENTS[i] for i in served], replayed
     decoder = JSONArrayDecoder()
     events = decoder.feed(replayed) + decoder.close()
     assert decoder.finished and all(isinstance(e, JSONValue) for e in events if not isinstance(e, Tail) or e.cut), events

@@ -730,7 +730,8 @@ def _error(source, frames, fault, log, others):
     if before.sdk_stopped_at is not None:  # the SDK never reads the error: it would return the answer, not raise
         stop = sum(1 for f in frames[: before.sdk_stopped_at] if f.seq is not None)
         raise FaultSpecError(_past_sdk_stop(fault, source.dialect, stop, before.sdk_stop))
-    injected = [Frame(-1, raw, t) for raw in error_frames(source, kind, message, before)]
+    # the array's closing bracket is no event: a later drop, duplicate or reorder moves the error element alone
+    injected = [Frame(None if raw is ARRAY_CLOSE else -1, raw, t) for raw in error_frames(source, kind, message, before)]
     log.append(f"{fault.spec}: {kind} injected after event {n} at byte {_offset_of(frames, i + 1)}; the rest is dropped")
     return frames[: i + 1] + injected
 
@@ -853,6 +854,9 @@ def error_frames(source: Source, kind: str, message: str | None, before: StreamS
     return [b"event: error\ndata: " + _json(body) + b"\n\n"]
 
 
+ARRAY_CLOSE = b"]"
+
+
 def _openai_error(source: Source, message: str, before: StreamSoFar) -> list[bytes]:
     """The openai kind, in the shape of the dialect's own in-band error."""
     if source.dialect == Dialect.OPENAI_RESPONSES:
@@ -863,7 +867,7 @@ def _openai_error(source: Source, message: str, before: StreamSoFar) -> list[byt
         # Gemini's error object (google-genai raises on it); its stream has no [DONE] sentinel
         error = _json({"error": {"code": 500, "message": message, "status": "INTERNAL"}})
         if source.wire == "json-array":  # an element of the array, which the error closes (the rest is dropped)
-            return [(b"," if before.events else b"[") + error + b"]"]
+            return [(b"," if before.events else b"[") + error, ARRAY_CLOSE]
         return [b"data: " + error + (b"\r\n\r\n" if before.crlf else b"\n\n")]
     body = {"error": {"message": message, "type": "server_error", "param": None, "code": None}}
     return [b"data: " + _json(body) + b"\n\n", b"data: [DONE]\n\n"]
@@ -1098,6 +1102,7 @@ class LiveFaults:
         self._n = 0  # events that came from the upstream
         self._sent = 0  # body bytes forwarded
         self._stages = [_Stage(f, before=StreamSoFar(dialect, wire) if f.kind == "error" else None) for f in faults if f.kind in _RESHAPING]
+        self._closes_array = False  # an injected error's JSON array element: the array's ] follows the stream's end
         self._erred: int | None = None  # the stage whose injected error ends the stream, until it has
         self._order = {id(f): i for i, f in enumerate(faults)}  # ties between cuts go to the first in the spec
         self._ending: tuple[int, Fault, str] | None = None  # the cut that ends the stream: its position, fault, what
@@ -1251,7 +1256,11 @@ class LiveFaults:
         stage.done = True
         self._erred = next(i for i, s in enumerate(self._stages) if s is stage)
         self._note(stage.fault, f"{stage.fault.spec}: {p['kind']} injected after event {p['after']} at byte {at}")
-        return error_frames(self.source, p["kind"], p.get("message"), stage.before)
+        frames = error_frames(self.source, p["kind"], p.get("message"), stage.before)
+        if frames[-1] is ARRAY_CLOSE:  # no event: it closes the array once the error has ended the stream
+            frames = frames[:-1]
+            self._closes_array = True
+        return frames
 
     def _serve(self, events: list[bytes]) -> bytes:
         """The events served (after the reshaping faults) through the cuts: what to forward now. An
@@ -1266,10 +1275,13 @@ class LiveFaults:
             out += self._serve_one(raw)
         if erred is not None and self.end is None:  # the error ends the stream: a cut found before it does
             out += self._settle(final=True)
-        if erred is not None and self.end is None:
+        ended_by_error = erred is not None and self.end is None
+        if ended_by_error:
             self.end = "clean"
         if self.end is not None:  # a cut or an injected error ended the stream: nothing more to wait for
             out += self._release()
+        if ended_by_error and self._closes_array:  # (every element left out: the array still opens)
+            out += (b"[" if self._served == 0 else b"") + ARRAY_CLOSE
         return out
 
     def _serve_one(self, raw: bytes) -> bytes:
