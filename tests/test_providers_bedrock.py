@@ -1238,3 +1238,48 @@ def test_a_delta_past_16_mib_that_boto3_reads_is_whole_when_max_event_allows_it(
     session = StreamSession(Dialect.BEDROCK_CONVERSE, "eventstream")  # the default 16 MiB: the option's bound holds
     session.feed(body)
     assert session.close().verdict.kind is VerdictKind.CORRUPT
+
+
+# -- a tool call the app cannot run or answer ---------------------------------------------------
+def converse_tool_call(tool_use: dict) -> bytes:
+    return b"".join([
+        converse_frame("messageStart", {"role": "assistant"}),
+        converse_frame("contentBlockStart", {"contentBlockIndex": 0, "start": {"toolUse": tool_use}}),
+        converse_frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"toolUse": {"input": '{"city": "Paris"}'}}}),
+        converse_frame("contentBlockStop", {"contentBlockIndex": 0}),
+        converse_frame("messageStop", {"stopReason": "tool_use"}),
+        converse_frame("metadata", {"usage": {"inputTokens": 3, "outputTokens": 5, "totalTokens": 8}, "metrics": {"latencyMs": 1}}),
+    ])  # fmt: skip
+
+
+@pytest.mark.parametrize("tool_use, missing", [({"toolUseId": "t1"}, "name"), ({"toolUseId": "t1", "name": ""}, "name"),
+                                               ({"name": "get_weather"}, "toolUseId"), ({}, "name or toolUseId")],
+                         ids=["no-name", "empty-name", "no-id", "neither"])
+def test_a_converse_tool_call_without_its_name_or_id_is_corrupt(loopback: LoopbackServer, tool_use: dict, missing: str) -> None:
+    """boto3 hands the start on as it came (botocore's model requires both members, its parser does
+    not check): the app gets a call that names no tool, or one its toolResult cannot name."""
+    whole = converse_tool_call({"toolUseId": "t1", "name": "get_weather"})
+    assert analyze_bytes(whole, Dialect.BEDROCK_CONVERSE).verdict.kind is VerdictKind.COMPLETE
+    body = converse_tool_call(tool_use)
+    starts = [e["contentBlockStart"]["start"] for e in boto_events(loopback, body) if "contentBlockStart" in e]
+    assert starts == [{"toolUse": tool_use}]
+    for size in (None, 1, 7):
+        verdict = analyze_bytes(body, Dialect.BEDROCK_CONVERSE, chunk_size=size).verdict
+        assert verdict.kind is VerdictKind.CORRUPT and f"without its {missing}" in verdict.reason, (size, verdict)
+
+
+def boto_events(loopback: LoopbackServer, body: bytes) -> list[dict]:
+    loopback.serve(body, EVENTSTREAM)
+    response = boto_client(loopback).converse_stream(modelId="test-model", messages=[{"role": "user", "content": [{"text": "hi"}]}])
+    return list(response["stream"])
+
+
+@pytest.mark.parametrize("change", [{"name": None}, {"name": ""}, {"id": ""}], ids=["no-name", "empty-name", "empty-id"])
+def test_an_anthropic_tool_use_without_its_name_or_id_is_corrupt(change: dict) -> None:
+    from test_providers_anthropic import START, end, sse, tool_block
+
+    start, *rest = tool_block(0, '{"city": "Paris"}')
+    assert analyze_bytes(sse(START, start, *rest, *end("tool_use")), Dialect.ANTHROPIC).verdict.kind is VerdictKind.COMPLETE
+    start = {**start, "content_block": {k: v for k, v in {**start["content_block"], **change}.items() if v is not None}}
+    verdict = analyze_bytes(sse(START, start, *rest, *end("tool_use")), Dialect.ANTHROPIC).verdict
+    assert verdict.kind is VerdictKind.CORRUPT and "tool_use content_block_start for index 0 without its" in verdict.reason, verdict

@@ -289,6 +289,11 @@ class MessageBuilder:
                                "content list: the SDK's stream helper appends each block to it and raises", seq, offset,
                                index=index)
         field = content_block.get("type")
+        if field == "tool_use" and (missing := [key for key in ("name", "id")
+                                                if not (isinstance(content_block.get(key), str) and content_block[key])]):
+            self.judge.corrupt(f"tool_use content_block_start for index {index} without its {' or '.join(missing)}: the "
+                               "app cannot run a call that names no tool, nor answer one it cannot name in its "
+                               "tool_result", seq, offset, index=index)
         if field in ("text", "thinking") and not isinstance(content_block.get(field), str):
             self.judge.corrupt(f"{field} content_block_start for index {index} without its '{field}' string: the "
                                f"SDK's stream helper adds each delta to it and raises, and the app's block lacks it",

@@ -379,6 +379,12 @@ class ConverseBuilder:
             block = self._new_block(index, BlockKind.SERVER_TOOL if server else BlockKind.TOOL_CALL,
                                     id=tool.get("toolUseId"), name=tool.get("name"), arguments_raw="", extra=extra)
             self.fragments[index] = Fragments(self.judge, block, "arguments_raw")
+            if not server:
+                missing = [key for key in ("name", "toolUseId") if not (isinstance(tool.get(key), str) and tool[key])]
+                if missing:  # botocore's model requires both: the app cannot run the call, or answer it
+                    self.judge.corrupt(f"contentBlockStart of tool call {index} without its {' or '.join(missing)}: "
+                                       "the app cannot run a call that names no tool, nor answer one it cannot name in "
+                                       "its toolResult", seq, offset, index=index)
             # a tool call is first content as it opens (its input may be empty), as every dialect counts it
             if self.turn.timing.first_content is None:
                 self.turn.timing.first_content = t
