@@ -262,6 +262,24 @@ def test_a_chunk_over_several_data_lines_is_unknown(chunk_size, line_end):
     assert analyze_bytes(whole, GEMINI, wire="sse", chunk_size=chunk_size).verdict.kind is VerdictKind.COMPLETE
 
 
+@pytest.mark.parametrize("chunk_size", [1, 7, None])
+@pytest.mark.parametrize("line_end", [b"\r\n", b"\n"])
+def test_two_chunks_on_data_lines_of_one_event_are_unknown(chunk_size, line_end):
+    """The blank line between two events lost: the rules join their data lines, which is no JSON, so
+    google-genai 1.74.0 and later fail; before, it parses each line alone and reads both chunks. The
+    turn holds what those read."""
+    first, last = chunk([{"text": "The capital"}], "A"), chunk([{"text": " is Paris."}], "A", "STOP")
+    body = b"data: " + first + line_end + b"data: " + last + line_end + line_end
+    analysis = analyze_bytes(body, GEMINI, wire="sse", chunk_size=chunk_size)
+    verdict = analysis.verdict
+    assert verdict.kind is VerdictKind.UNKNOWN, verdict
+    assert "2 data lines that are each a chunk" in verdict.reason and "before 1.74.0" in verdict.reason, verdict
+    assert analysis.turn.text() == "The capital is Paris." and analysis.turn.stop_reason_raw == "STOP"
+    # a cut after them stays truncated: only an answer that ended is doubted
+    cut = b"data: " + first + line_end + b"data: " + chunk([{"text": " is"}], "A") + line_end + line_end
+    assert analyze_bytes(cut, GEMINI, wire="sse").verdict.kind is VerdictKind.TRUNCATED
+
+
 def test_a_split_chunk_does_not_hide_a_worse_verdict():
     """Only an answer that ended is doubted: a cut stays truncated, a second generation corrupt."""
     first = chunk([{"text": "The capital"}], "A")
