@@ -1283,3 +1283,22 @@ def test_an_anthropic_tool_use_without_its_name_or_id_is_corrupt(change: dict) -
     start = {**start, "content_block": {k: v for k, v in {**start["content_block"], **change}.items() if v is not None}}
     verdict = analyze_bytes(sse(START, start, *rest, *end("tool_use")), Dialect.ANTHROPIC).verdict
     assert verdict.kind is VerdictKind.CORRUPT and "tool_use content_block_start for index 0 without its" in verdict.reason, verdict
+
+
+def test_a_converse_delta_member_botocore_does_not_know_is_kept_wherever_it_comes(loopback: LoopbackServer) -> None:
+    """boto3 reads a member its model lacks (a newer feature) as SDK_UNKNOWN_MEMBER and raises nothing:
+    kept in its block with a note, whether it opens the block or follows its text."""
+    future = converse_frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"futureDelta": {"x": 1}}})
+    text = converse_frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "hello"}})
+    end = [converse_frame("contentBlockStop", {"contentBlockIndex": 0}), converse_frame("messageStop", {"stopReason": "end_turn"}),
+           converse_frame("metadata", {"usage": {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2}, "metrics": {"latencyMs": 1}})]
+    for order in ([future, text], [text, future]):
+        body = b"".join([converse_frame("messageStart", {"role": "assistant"}), *order, *end])
+        deltas = [e["contentBlockDelta"]["delta"] for e in boto_events(loopback, body) if "contentBlockDelta" in e]
+        assert {"SDK_UNKNOWN_MEMBER": {"name": "futureDelta"}} in deltas
+        for size in (None, 1, 7):
+            analysis = analyze_bytes(body, Dialect.BEDROCK_CONVERSE, chunk_size=size)
+            assert analysis.verdict.kind is VerdictKind.COMPLETE, (size, analysis.verdict)
+            [block] = analysis.turn.blocks
+            assert (block.kind, block.text, block.extra["deltas"]) == (BlockKind.TEXT, "hello", [{"futureDelta": {"x": 1}}])
+            assert any("futureDelta" in note for note in analysis.turn.notes)

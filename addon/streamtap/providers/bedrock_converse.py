@@ -235,6 +235,7 @@ class ConverseBuilder:
         self.open_blocks: set[int] = set()
         self.fragments: dict[int, Fragments] = {}  # index -> a tool block's argument fragments
         self.announced: set[int] = set()  # started with an empty start, no delta yet
+        self.opened_by_unknown: set[int] = set()  # blocks a delta member this version does not model opened
         self.metadata_seen = False
         # the first earlier message that did not end cleanly (its raw stop reason, where the next began,
         # whether it held a tool call): the only one earlier_outcome() reports, so a body of any number
@@ -287,6 +288,7 @@ class ConverseBuilder:
         self.open_blocks = set()
         self.fragments = {}
         self.announced = set()
+        self.opened_by_unknown = set()
         self.indexes = 0
         self.metadata_seen = False
         self.judge.stop_reason(None, None)
@@ -416,13 +418,19 @@ class ConverseBuilder:
                 self.judge.reopened(f"block {index}", f"contentBlockDelta ({member})", seq, offset, index=index):
             return
         block = self.blocks.get(index)
+        known = _DELTA_KIND.get(member)
+        if block is not None and index in self.opened_by_unknown and known in (BlockKind.TEXT, BlockKind.THINKING):
+            block.kind = known  # a block a member this version does not model opened: the first it knows says what it is
+            self.opened_by_unknown.discard(index)
         if block is None:
-            kind = _DELTA_KIND.get(member)
-            if kind is None or kind in (BlockKind.TOOL_CALL, BlockKind.SERVER_TOOL):
+            kind = known
+            if kind in (BlockKind.TOOL_CALL, BlockKind.SERVER_TOOL):
                 # tool blocks always announce their id and name with contentBlockStart
                 self.judge.corrupt(f"contentBlockDelta ({member}) for unknown index {index}", seq, offset,
                                    index=index)
                 return
+            if kind is None:  # boto3 reads a member its model lacks (SDK_UNKNOWN_MEMBER): kept, as in a known block
+                kind = BlockKind.OTHER
             if member == "reasoningContent" and isinstance(value, dict) and "redactedContent" in value:
                 kind = BlockKind.REDACTED_THINKING
             if index in self.announced:
@@ -431,6 +439,8 @@ class ConverseBuilder:
             else:
                 self._next_index(index, f"contentBlockDelta ({member})", seq, offset)
                 block = self._text_goes_on(index, kind) or self._new_block(index, kind)
+            if known is None:
+                self.opened_by_unknown.add(index)
         kind = block.kind
         if member == "text" and kind is BlockKind.TEXT and isinstance(value, str):
             self.pieces.content(block, value, t)
