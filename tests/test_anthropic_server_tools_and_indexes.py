@@ -68,11 +68,40 @@ def test_a_hand_made_server_tool_input_missing_its_middle_is_corrupt(kind):
     def stream(fragments):
         use = block(0, {"type": kind, "id": "srvtoolu_1", "name": "web_search", "input": {}},
                     *({"type": "input_json_delta", "partial_json": f} for f in fragments))
-        text = block(1, {"type": "text", "text": ""}, {"type": "text_delta", "text": "Answer."})
-        return framed(message(*use, *text))
+        result = block(1, {"type": kind.replace("_use", "_result").replace("server_tool", "web_search_tool"),
+                           "tool_use_id": "srvtoolu_1", "content": []})
+        text = block(2, {"type": "text", "text": ""}, {"type": "text_delta", "text": "Answer."})
+        return framed(message(*use, *result, *text))
 
     assert judged(stream(['{"query": ', '"weather ', 'in Paris"}'])).verdict.kind is VerdictKind.COMPLETE
     assert judged(stream(['{"query": ', 'in Paris"}'])).verdict.kind is VerdictKind.CORRUPT
+
+
+@pytest.mark.parametrize("stop, kind", [("end_turn", VerdictKind.UNKNOWN), ("stop_sequence", VerdictKind.UNKNOWN),
+                                        ("pause_turn", VerdictKind.STOPPED_BY_LIMIT), ("tool_use", VerdictKind.COMPLETE)])
+def test_a_server_tool_use_without_its_result_is_unknown_where_the_model_went_on(stop, kind):
+    """A server tool's result follows its use before the model goes on: under a stop of the model's
+    own, a use without one says a block was lost. A pause, or a stop for a client tool, may leave it
+    open (its result comes in a later response); a result without its use proves nothing."""
+    use = block(0, {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}},
+                {"type": "input_json_delta", "partial_json": '{"query": "x"}'})
+
+    def result(index: int) -> list[dict]:
+        return block(index, {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []})
+
+    def text(index: int) -> list[dict]:
+        return block(index, {"type": "text", "text": ""}, {"type": "text_delta", "text": "Answer."})
+
+    def call(index: int) -> list[dict]:
+        return block(index, {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}},
+                     {"type": "input_json_delta", "partial_json": "{}"})
+
+    verdict = judged(framed(message(*use, *(call(1) if stop == "tool_use" else text(1)), stop=stop))).verdict
+    assert verdict.kind is kind, verdict
+    if kind is VerdictKind.UNKNOWN:
+        assert "server tool use srvtoolu_1 (web_search, block 0) has no result" in verdict.reason, verdict
+    assert judged(framed(message(*use, *result(1), *text(2)))).verdict.kind is VerdictKind.COMPLETE
+    assert judged(framed(message(*result(0), *text(1)))).verdict.kind is VerdictKind.COMPLETE
 
 
 def test_input_json_delta_to_a_tool_result_block_is_corrupt():

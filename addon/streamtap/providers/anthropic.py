@@ -566,7 +566,29 @@ class MessageBuilder:
         earlier = earlier_outcome(self.outcomes, STOP_REASONS, "stop_reason", self.messages)
         if earlier is not None:
             return earlier
+        if self.turn.stop_reason_raw in ("end_turn", "stop_sequence"):
+            self._doubt_unpaired_server_tools()
         return stop_verdict(self.turn, judge, "message_stop", STOP_REASONS, messages=self.messages)
+
+    def _doubt_unpaired_server_tools(self) -> None:
+        """A server tool's result follows its use before the model goes on; only a message that
+        pauses (pause_turn) or stops for a client tool may leave a use open, its result then coming
+        in a later response (programmatic tool calling). Under a stop of the model's own, a use
+        without its result in the body says a block was lost: unknown, as no capture shows a server
+        doing otherwise. (A result whose use the body lacks proves nothing: the use may have come in
+        the response before.)"""
+        blocks = [block for block in self.turn.choices[0].blocks if block.kind is BlockKind.SERVER_TOOL]
+        answered = {block.id for block in blocks if _is_result(block)}
+        unanswered = next((block for block in blocks if not _is_result(block) and block.id not in answered), None)
+        if unanswered is not None:
+            self.judge.doubt(f"server tool use {unanswered.id} ({unanswered.name}, block {unanswered.index}) has no "
+                             f"result, and the message ended with {self.turn.stop_reason_raw}: a server tool's result "
+                             "follows its use before the model goes on, so a block may have been lost", None, None)
+
+
+def _is_result(block: Block) -> bool:
+    """A server tool's result block (``web_search_tool_result``, ``mcp_tool_result``), not its use."""
+    return str(block.extra.get("type", "")).endswith("_tool_result")
 
 
 # the events that build the message: one the SDK skips by its name (ping, or none) is lost to the app
