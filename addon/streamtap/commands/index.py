@@ -107,7 +107,11 @@ def _index(args: argparse.Namespace) -> int:
         warn(loaded, "index")
         if not (loaded.rows or loaded.unreadable or loaded.busy or any(str(item.path) in known for item in found)):
             raise UsageError(f"no recordings under {' '.join(args.paths)}")  # a mistyped folder, as for report
-        if loaded.rows:
+        try:
+            copies = fleet.drop_indexed_copies(con, out, "new_rows")  # moved or copied since they were indexed
+        except duckdb.Error as exc:
+            raise UsageError(f"--out {not_an_index([out], exc)}") from None
+        if loaded.rows - copies:
             try:
                 fleet.write_index(con, out, "new_rows")
             except OSError as exc:
@@ -123,7 +127,9 @@ def _index(args: argparse.Namespace) -> int:
         # a failed run that made the folder leaves none (also when Ctrl-C stopped the write); a
         # run that succeeded leaves its index, empty too, for the next step to read
         lock.release(remove_folder=created and not succeeded)
-    say("index", f"{loaded.rows} new recording(s) indexed, {len(known)} already in {out} ({time.perf_counter() - started:.2f} s)")
+    elsewhere = f", {copies} already under another path" if copies else ""
+    say("index", f"{loaded.rows - copies} new recording(s) indexed, {len(known)} already in {out}{elsewhere} "
+                 f"({time.perf_counter() - started:.2f} s)")
     return EXIT_FINDING if loaded.unreadable else EXIT_OK  # those recordings (and the ones in those folders) are not in it
 
 

@@ -87,6 +87,7 @@ def load(con, paths: list[str], verb: str = "report", loaded=None) -> int:
     if filled:
         con.execute(f"CREATE TEMP TABLE recordings AS SELECT * FROM loaded_rows UNION ALL BY NAME {fleet.select_index(filled)}")
     fleet.drop_replaced(con)  # an index's row of a .partial whose flow was finished since, maybe in the folder
+    fleet.drop_copies(con)  # a recording moved since it was indexed, read again at its new place
     total = con.execute("SELECT count(*) FROM recordings").fetchone()[0]
     if not (total or indexes or loaded.unreadable or loaded.busy):
         raise UsageError(f"no recordings under {' '.join(paths)}")

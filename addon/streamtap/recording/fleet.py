@@ -205,6 +205,7 @@ def open_index(con: duckdb.DuckDBPyConnection, directory: Path, table: str = "re
         return 0
     con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {select_index([directory])}")
     drop_replaced(con, table)
+    drop_copies(con, table)
     return con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
 
 
@@ -235,6 +236,36 @@ def drop_replaced(con: duckdb.DuckDBPyConnection, table: str = "recordings") -> 
                 AND regexp_matches(path, '{_FINISHED_NAME}'))
             SELECT path FROM unfinished SEMI JOIN finished USING (flow))"""
     )
+
+
+def drop_copies(con: duckdb.DuckDBPyConnection, table: str = "recordings") -> None:
+    """Keep one row of each recording found under more than one path: the same flow, start and
+    body (a folder of recordings moved or copied, and indexed again at its new place; an index
+    keeps the row of every path it once read). The first path in order stays."""
+    con.execute(
+        f"""DELETE FROM {table} WHERE path IN (
+            SELECT path FROM {table} WHERE flow_id IS NOT NULL AND started IS NOT NULL AND sha256 IS NOT NULL
+            QUALIFY row_number() OVER (PARTITION BY flow_id, started, sha256 ORDER BY path) > 1)"""
+    )
+
+
+def drop_indexed_copies(con: duckdb.DuckDBPyConnection, directory: Path, table: str = "new_rows") -> int:
+    """Remove from ``table`` (rows about to be indexed) each recording the index in ``directory``
+    holds already under another path, or the table twice (``drop_copies``): an index read as it
+    is, by Spark or Trino too, then counts it once. Returns how many rows went."""
+    before = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    files = index_files(directory)
+    if files:
+        quoted = ", ".join(f"'{_sql_string(f)}'" for f in _literal(files))
+        con.execute(
+            f"""DELETE FROM {table} USING (
+                SELECT DISTINCT flow_id, started, sha256 FROM read_parquet([{quoted}], union_by_name = true)
+                WHERE flow_id IS NOT NULL AND started IS NOT NULL AND sha256 IS NOT NULL) AS indexed
+            WHERE {table}.flow_id = indexed.flow_id AND {table}.started = indexed.started
+              AND {table}.sha256 = indexed.sha256"""
+        )
+    drop_copies(con, table)
+    return before - con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
 
 
 def select_index(directories: list[Path]) -> str:
