@@ -446,3 +446,24 @@ def test_report_and_index_hold_one_row_at_a_time_and_say_how_far_they_are(tmp_pa
         progress = re.findall(rf"^streamtap {verb[0]}: (\d+) recordings read \((\d+) s\)$", said, re.MULTILINE)
         assert len(progress) >= 5 and int(progress[-1][0]) > int(progress[0][0]), said
     assert row_counts(tmp_path / "idx") == (30, 30)
+
+
+def test_parquet_files_not_of_the_index_layout_are_refused_without_a_traceback(tmp_path):
+    """A file whose column is of another type stops a report halfway, and Spark or Trino cannot read
+    the folder as one table: report and index refuse it (exit 2). So is a day folder that names no date."""
+    recs = plain_recordings(tmp_path, 2)
+    good = tmp_path / "idx"
+    assert streamtap("index", str(recs), "--out", str(good)).returncode == 0
+    files = sorted(good.rglob("*.parquet"))
+    other_type, no_date = tmp_path / "other" / "day=2026-12-01" / "provider=x", tmp_path / "nodate" / "day=garbage" / "provider=x"
+    for folder, replace in ((other_type, "path || '.other' AS path, 'fast' AS ttft_ms"), (no_date, "path || '.moved' AS path")):
+        folder.mkdir(parents=True)
+        duckdb.sql(f"COPY (SELECT * REPLACE ({replace}) FROM read_parquet('{files[0]}')) TO '{folder}/r.parquet'")
+    for args in (["report", str(tmp_path / "other")], ["report", str(tmp_path / "other"), str(recs)],
+                 ["index", str(recs), "--out", str(tmp_path / "other")],
+                 ["report", str(tmp_path / "nodate"), str(good)], ["report", str(tmp_path / "nodate"), str(recs)]):
+        out = streamtap(*args)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, (args, out.stderr)
+        assert "its Parquet files are not a streamtap index" in out.stderr, (args, out.stderr)
+    assert "column ttft_ms is stored as BYTE_ARRAY" in streamtap("report", str(tmp_path / "other")).stderr
+    assert len(list((tmp_path / "other").rglob("*.parquet"))) == 1  # index added nothing to it

@@ -85,7 +85,10 @@ def load(con, paths: list[str], verb: str = "report", loaded=None) -> int:
         raise UsageError(str(exc)) from None
     warn(loaded, verb)
     if filled:
-        con.execute(f"CREATE TEMP TABLE recordings AS SELECT * FROM loaded_rows UNION ALL BY NAME {fleet.select_index(filled)}")
+        try:  # (a day folder that names no date, say)
+            con.execute(f"CREATE TEMP TABLE recordings AS SELECT * FROM loaded_rows UNION ALL BY NAME {fleet.select_index(filled)}")
+        except duckdb.Error as exc:
+            raise UsageError(not_an_index(filled, exc)) from None
     fleet.drop_replaced(con)  # an index's row of a .partial whose flow was finished since, maybe in the folder
     fleet.drop_copies(con)  # a recording moved since it was indexed, read again at its new place
     total = con.execute("SELECT count(*) FROM recordings").fetchone()[0]

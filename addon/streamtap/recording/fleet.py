@@ -203,6 +203,7 @@ def open_index(con: duckdb.DuckDBPyConnection, directory: Path, table: str = "re
     if not index_files(directory):
         load_rows(con, [], table)
         return 0
+    check_index(con, index_files(directory))
     con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {select_index([directory])}")
     drop_replaced(con, table)
     drop_copies(con, table)
@@ -295,7 +296,42 @@ def indexed_paths(con: duckdb.DuckDBPyConnection, directory: Path) -> set[str]:
     files = index_files(directory)
     if not files:
         return set()
+    check_index(con, files)
     return {p for (p,) in con.execute("SELECT path FROM read_parquet(?)", [_literal(files)]).fetchall()}
+
+
+# how the index's Parquet files store each of COLUMNS' types: (physical type, converted type);
+# day and provider come from the folders
+_STORED_AS = {
+    "TIMESTAMPTZ": ("INT64", "TIMESTAMP_MICROS"),
+    "VARCHAR": ("BYTE_ARRAY", "UTF8"),
+    "INTEGER": ("INT32", "INT_32"),
+    "BIGINT": ("INT64", "INT_64"),
+    "DOUBLE": ("DOUBLE", None),
+    "BOOLEAN": ("BOOLEAN", None),
+}
+
+
+def check_index(con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
+    """Raise (a duckdb error, which callers turn into "not a streamtap index") unless every file
+    holds every column, stored as the index stores it: one that does not would stop a report
+    halfway, and Spark or Trino cannot read files of two types as one table."""
+    quoted = ", ".join(f"'{_sql_string(f)}'" for f in _literal(files))
+    stored: dict[str, dict[str, tuple[str, str | None]]] = {}
+    for file_name, column, physical, converted in con.execute(
+        f"SELECT file_name, name, type, converted_type FROM parquet_schema([{quoted}]) WHERE type IS NOT NULL"
+    ).fetchall():
+        stored.setdefault(file_name, {})[column] = (physical, converted)
+    for file_name, columns in stored.items():
+        for column, kind in COLUMNS.items():
+            if column in _PARTITION_COLUMNS:
+                continue
+            physical, converted = columns.get(column, (None, None))
+            wanted = _STORED_AS[kind]
+            if physical != wanted[0] or (wanted[1] is not None and converted not in (wanted[1], None)) \
+                    or (kind == "TIMESTAMPTZ" and converted != wanted[1]):
+                found = "missing" if physical is None else f"stored as {physical}" + (f" ({converted})" if converted else "")
+                raise duckdb.InvalidInputException(f"{file_name}: column {column} is {found}, not {kind}")
 
 
 class IndexLock:
