@@ -172,6 +172,19 @@ def test_a_model_name_with_a_newline_or_an_escape_keeps_the_text_table_whole(tmp
     assert as_json["by_model"][0]["model"] == "gpt\nnew\x1b[31m"  # the data itself is kept as it is
 
 
+def test_an_escaped_model_name_keeps_its_row_under_the_headings(tmp_path):
+    """The table measures its columns on the text it shows: a right-to-left override is written as
+    six characters (\\u202e), and the row's figures stay under their headings."""
+    recording(tmp_path, "plain.jsonl", end={"turn.model": "gpt-4.1-mini"})
+    recording(tmp_path, "rtl.jsonl", end={"turn.model": "gpt\u202eevil"})
+    lines = streamtap("report", tmp_path).stdout.splitlines()
+    header = next(line for line in lines if line.startswith("provider model"))
+    rows = [line for line in lines[lines.index(header) + 1 :] if line.startswith("anthropic ")][:2]
+    assert len(rows) == 2 and any("\\u202e" in row for row in rows), lines
+    end = header.index("recordings") + len("recordings")  # each row holds one recording, right-aligned under it
+    assert all(row[end - 2 : end] == " 1" for row in rows), [header, *rows]
+
+
 def test_the_html_page_never_says_every_turn_is_complete_when_none_was_judged(tmp_path):
     lines = GOOD.read_bytes().splitlines(keepends=True)
     (tmp_path / "recs").mkdir()

@@ -228,8 +228,9 @@ def _ms(value: float | None) -> str:
 
 
 def _cell(value: Any) -> str:
-    """A value on one line of the table: a model name or reason is the provider's or the client's text."""
-    return str(value).replace("\n", "\\n").replace("\r", "\\r")
+    """A value on one line of the table: a model name or reason is the provider's or the client's text,
+    escaped before the columns are measured, so that an escape does not push the row's numbers aside."""
+    return terminal_safe(str(value)).replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
