@@ -49,8 +49,10 @@ def test_a_report_larger_than_the_pipe_holds_says_its_output_was_closed(tmp_path
     """One write of more than a pipe holds returns having written part when the reader leaves,
     without an error: the rest must not be dropped with an exit code that says nothing of it."""
     cut = Path(streamtap_package.__file__).parent / "data" / "demo" / "02_openai-cut_truncated.jsonl"
-    for i in range(400):
-        shutil.copy(cut, tmp_path / f"r{i:03}.jsonl")
+    header, rest = cut.read_bytes().split(b"\n", 1)
+    for i in range(400):  # 400 recordings, not copies of one (a copy counts once): each of its own flow
+        flow = json.dumps({**json.loads(header), "flow_id": f"flow-{i:03}"}).encode()
+        (tmp_path / f"r{i:03}.jsonl").write_bytes(flow + b"\n" + rest)
     process = subprocess.Popen([str(STREAMTAP), "report", "--json", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert process.stdout.read(10)
     process.stdout.close()

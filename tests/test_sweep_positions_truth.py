@@ -31,19 +31,27 @@ CONTENT_TYPES = {"sse": "text/event-stream", "json-array": "application/json", "
 # an answer that speaks of failures: printed whole, it is the answer, not a client noticing a cut
 GEMINI_TEXTS = ("The build failed because", " the linker reported an error", " about a missing symbol.")
 
-# stdlib only: asks the replay server, prints every "text" of the JSON array it got, exits 0
-GEMINI_CLIENT = """
+
+def client(path: str, body: bytes, swallowed: str, prints: str) -> str:
+    """A stdlib-only client: it asks the replay server for ``path``, keeps what came before any of
+    the ``swallowed`` exceptions, prints what ``prints`` makes of ``body`` and exits 0."""
+    return f"""
 import http.client, json, os, re, urllib.parse
 url = urllib.parse.urlsplit(os.environ["STREAMTAP_BASE_URL"])
 conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
-conn.request("POST", "/v1beta/models/gemini-2.5-flash:streamGenerateContent", body=b"{}")
+conn.request("POST", {path!r}, body={body!r})
 try:
     body = conn.getresponse().read()
-except http.client.IncompleteRead as exc:
-    body = exc.partial
-texts = re.findall(rb'"text": ?"((?:[^"\\\\]|\\\\.)*)"', body)
-print("".join(json.loads(b'"' + text + b'"') for text in texts))
+except ({swallowed}) as exc:
+    body = getattr(exc, "partial", b"")
+{prints}
 """
+
+
+# prints every "text" of the JSON array it got
+GEMINI_CLIENT = client("/v1beta/models/gemini-2.5-flash:streamGenerateContent", b"{}", "http.client.IncompleteRead,",
+                       """texts = re.findall(rb'"text": ?"((?:[^"\\\\]|\\\\.)*)"', body)
+print("".join(json.loads(b'"' + text + b'"') for text in texts))""")
 
 
 def write_decoded_recording(path: Path, body: bytes, dialect: str, wire: str, url: str, status: int = 200) -> Path:
@@ -266,18 +274,9 @@ def served_length(source: Source, spec: str) -> int | None:
 
 # --- 4. an abort or a reset is no clean end --------------------------------------------------
 
-# stdlib only: asks for an Ollama chat, prints the text of every line it got, even of a body that broke off
-OLLAMA_CLIENT = """
-import http.client, json, os, urllib.parse
-url = urllib.parse.urlsplit(os.environ["STREAMTAP_BASE_URL"])
-conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
-conn.request("POST", "/api/chat", body=b'{"model": "qwen3", "messages": []}')
-try:
-    body = conn.getresponse().read()
-except (http.client.IncompleteRead, ConnectionError) as exc:
-    body = getattr(exc, "partial", b"")
-print("".join(json.loads(line)["message"]["content"] for line in body.splitlines() if line.strip()))
-"""
+# prints the text of every line it got, even of a body that broke off
+OLLAMA_CLIENT = client("/api/chat", b'{"model": "qwen3", "messages": []}', "http.client.IncompleteRead, ConnectionError",
+                       """print("".join(json.loads(line)["message"]["content"] for line in body.splitlines() if line.strip()))""")
 
 
 def test_a_cut_that_keeps_the_last_line_but_not_its_end_is_judged_by_how_the_body_ended(tmp_path):
