@@ -89,8 +89,9 @@ def load(con, paths: list[str], verb: str = "report", loaded=None) -> int:
             con.execute(f"CREATE TEMP TABLE recordings AS SELECT * FROM loaded_rows UNION ALL BY NAME {fleet.select_index(filled)}")
         except duckdb.Error as exc:
             raise UsageError(not_an_index(filled, exc)) from None
-    fleet.drop_replaced(con)  # an index's row of a .partial whose flow was finished since, maybe in the folder
-    fleet.drop_copies(con)  # a recording moved since it was indexed, read again at its new place
+    # an index's row of a .partial whose flow was finished since, maybe in the folder, and of a
+    # recording moved since it was indexed, read again at its new place
+    fleet.drop_stale(con)
     total = con.execute("SELECT count(*) FROM recordings").fetchone()[0]
     if not (total or indexes or loaded.unreadable or loaded.busy):
         raise UsageError(f"no recordings under {' '.join(paths)}")

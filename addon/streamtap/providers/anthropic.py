@@ -288,14 +288,14 @@ class MessageBuilder:
             self.judge.corrupt(f"content_block_start for index {index} in a message whose message_start has no "
                                "content list: the SDK's stream helper appends each block to it and raises", seq, offset,
                                index=index)
-        field = content_block.get("type")
-        if field == "tool_use" and (missing := [key for key in ("name", "id")
-                                                if not (isinstance(content_block.get(key), str) and content_block[key])]):
+        kind = content_block.get("type")
+        if kind == "tool_use" and (missing := [key for key in ("name", "id")
+                                               if not (isinstance(content_block.get(key), str) and content_block[key])]):
             self.judge.corrupt(f"tool_use content_block_start for index {index} without its {' or '.join(missing)}: the "
                                "app cannot run a call that names no tool, nor answer one it cannot name in its "
                                "tool_result", seq, offset, index=index)
-        if field in ("text", "thinking") and not isinstance(content_block.get(field), str):
-            self.judge.corrupt(f"{field} content_block_start for index {index} without its '{field}' string: the "
+        if kind in ("text", "thinking") and not isinstance(content_block.get(kind), str):
+            self.judge.corrupt(f"{kind} content_block_start for index {index} without its '{kind}' string: the "
                                f"SDK's stream helper adds each delta to it and raises, and the app's block lacks it",
                                seq, offset, index=index)
         block = self._add_block(index, content_block)

@@ -198,15 +198,15 @@ def _literal(files: list[str]) -> list[str]:
 
 def open_index(con: duckdb.DuckDBPyConnection, directory: Path, table: str = "recordings") -> int:
     """Table ``table`` loaded from an index folder (one scan of its files; every figure is then
-    computed in memory), without the rows of recordings replaced since (``drop_replaced``);
+    computed in memory), without the rows of recordings replaced or copied since (``drop_stale``);
     returns its row count (0 and an empty table when it has no files)."""
-    if not index_files(directory):
+    files = index_files(directory)
+    if not files:
         load_rows(con, [], table)
         return 0
-    check_index(con, index_files(directory))
+    check_index(con, files)
     con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {select_index([directory])}")
-    drop_replaced(con, table)
-    drop_copies(con, table)
+    drop_stale(con, table)
     return con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
 
 
@@ -239,6 +239,12 @@ def drop_replaced(con: duckdb.DuckDBPyConnection, table: str = "recordings") -> 
     )
 
 
+def drop_stale(con: duckdb.DuckDBPyConnection, table: str = "recordings") -> None:
+    """The rows an index keeps that no longer count: a ``.partial`` replaced since, a copy's."""
+    drop_replaced(con, table)
+    drop_copies(con, table)
+
+
 def drop_copies(con: duckdb.DuckDBPyConnection, table: str = "recordings") -> None:
     """Keep one row of each recording found under more than one path: the same flow, start and
     body (a folder of recordings moved or copied, and indexed again at its new place; an index
@@ -257,10 +263,9 @@ def drop_indexed_copies(con: duckdb.DuckDBPyConnection, directory: Path, table: 
     before = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
     files = index_files(directory)
     if files:
-        quoted = ", ".join(f"'{_sql_string(f)}'" for f in _literal(files))
         con.execute(
             f"""DELETE FROM {table} USING (
-                SELECT DISTINCT flow_id, started, sha256 FROM read_parquet([{quoted}], union_by_name = true)
+                SELECT DISTINCT flow_id, started, sha256 FROM read_parquet([{_file_list(files)}], union_by_name = true)
                 WHERE flow_id IS NOT NULL AND started IS NOT NULL AND sha256 IS NOT NULL) AS indexed
             WHERE {table}.flow_id = indexed.flow_id AND {table}.started = indexed.started
               AND {table}.sha256 = indexed.sha256"""
@@ -269,15 +274,19 @@ def drop_indexed_copies(con: duckdb.DuckDBPyConnection, directory: Path, table: 
     return before - con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
 
 
+def _file_list(files: list[str]) -> str:
+    """The files as the SQL list read_parquet takes (quoted: a view cannot take parameters)."""
+    return ", ".join(f"'{_sql_string(f)}'" for f in _literal(files))
+
+
 def select_index(directories: list[Path]) -> str:
     """A SELECT of every recording in the index folders, one row per path (views cannot take
     parameters: the paths are quoted). A path in two indexes, or twice in one, is the row of
     the first folder given, from its first file."""
     files = [f for d in directories for f in index_files(Path(d))]
-    quoted = ", ".join(f"'{_sql_string(f)}'" for f in _literal(files))
     columns = [_PARTITION_COLUMNS.get(name, name) for name in COLUMNS]
     return (
-        f"SELECT {', '.join(columns)} FROM read_parquet([{quoted}], filename = true, union_by_name = true) "
+        f"SELECT {', '.join(columns)} FROM read_parquet([{_file_list(files)}], filename = true, union_by_name = true) "
         "QUALIFY row_number() OVER (PARTITION BY path ORDER BY file_index) = 1"
     )
 
@@ -300,15 +309,15 @@ def indexed_paths(con: duckdb.DuckDBPyConnection, directory: Path) -> set[str]:
     return {p for (p,) in con.execute("SELECT path FROM read_parquet(?)", [_literal(files)]).fetchall()}
 
 
-# how the index's Parquet files store each of COLUMNS' types: (physical type, converted type);
-# day and provider come from the folders
-_STORED_AS = {
-    "TIMESTAMPTZ": ("INT64", "TIMESTAMP_MICROS"),
-    "VARCHAR": ("BYTE_ARRAY", "UTF8"),
-    "INTEGER": ("INT32", "INT_32"),
-    "BIGINT": ("INT64", "INT_64"),
-    "DOUBLE": ("DOUBLE", None),
-    "BOOLEAN": ("BOOLEAN", None),
+# how the index's Parquet files store each of COLUMNS' types: (physical type, the converted types it
+# may carry); day and provider come from the folders
+_STORED_AS: dict[str, tuple[str, set[str | None]]] = {
+    "TIMESTAMPTZ": ("INT64", {"TIMESTAMP_MICROS"}),
+    "VARCHAR": ("BYTE_ARRAY", {"UTF8"}),
+    "INTEGER": ("INT32", {"INT_32", None}),
+    "BIGINT": ("INT64", {"INT_64", None}),
+    "DOUBLE": ("DOUBLE", {None}),
+    "BOOLEAN": ("BOOLEAN", {None}),
 }
 
 
@@ -316,10 +325,9 @@ def check_index(con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
     """Raise (a duckdb error, which callers turn into "not a streamtap index") unless every file
     holds every column, stored as the index stores it: one that does not would stop a report
     halfway, and Spark or Trino cannot read files of two types as one table."""
-    quoted = ", ".join(f"'{_sql_string(f)}'" for f in _literal(files))
     stored: dict[str, dict[str, tuple[str, str | None]]] = {}
     for file_name, column, physical, converted in con.execute(
-        f"SELECT file_name, name, type, converted_type FROM parquet_schema([{quoted}]) WHERE type IS NOT NULL"
+        f"SELECT file_name, name, type, converted_type FROM parquet_schema([{_file_list(files)}]) WHERE type IS NOT NULL"
     ).fetchall():
         stored.setdefault(file_name, {})[column] = (physical, converted)
     for file_name, columns in stored.items():
@@ -327,9 +335,8 @@ def check_index(con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
             if column in _PARTITION_COLUMNS:
                 continue
             physical, converted = columns.get(column, (None, None))
-            wanted = _STORED_AS[kind]
-            if physical != wanted[0] or (wanted[1] is not None and converted not in (wanted[1], None)) \
-                    or (kind == "TIMESTAMPTZ" and converted != wanted[1]):
+            wanted, conversions = _STORED_AS[kind]
+            if physical != wanted or converted not in conversions:
                 found = "missing" if physical is None else f"stored as {physical}" + (f" ({converted})" if converted else "")
                 raise duckdb.InvalidInputException(f"{file_name}: column {column} is {found}, not {kind}")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import orjson
 
 from streamtap.providers import RequestInfo
-from streamtap.wire.partial_json import exact_loads, may_hold_long_integer
+from streamtap.wire.partial_json import may_hold_long_integer
 
 from .content import content_encoded, decoded_body
 
@@ -67,7 +68,7 @@ def request_body_fields(body: RequestBody | None, limit: int = MAX_RECORDED_BODY
                 # an integer past 64 bits, which orjson reads as a double (2**64 as 1.8e19), and cannot
                 # write as it was: the bytes keep it as sent, as an app's json module reads it
                 try:
-                    orjson.dumps(exact_loads(decoded))
+                    orjson.dumps(json.loads(decoded))
                 except orjson.JSONEncodeError:
                     raise orjson.JSONDecodeError("an integer past 64 bits", "", 0) from None
             return {"body": value}

@@ -361,7 +361,7 @@ class Redactor:
             if raw is not None:
                 # JSON first: `curl -d` sends JSON as a form; a body that is both is redacted as both
                 if (wide := _wide_json(raw)) is not None:  # (UTF-16 JSON may start with the byte of a "{")
-                    raw = self._wide_json_bytes(raw, *wide)
+                    raw = self._wide_json_bytes(*wide)
                 elif raw.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"["):
                     raw = self.json_bytes(raw)
                 if looks_like_form(raw, part.get("headers")):
@@ -369,10 +369,10 @@ class Redactor:
                 part["body_b64"] = base64.b64encode(raw).decode("ascii")
         return part
 
-    def _wide_json_bytes(self, raw: bytes, bom: bytes, codec: str) -> bytes:
+    def _wide_json_bytes(self, raw: bytes, bom: bytes, codec: str, text: str) -> bytes:
         """JSON in UTF-16 or UTF-32 (Python's ``json.loads`` reads bytes so, and apps built on it with
-        it), redacted as ``json_bytes`` redacts UTF-8: every other byte as it was."""
-        text = raw[len(bom) :].decode(codec, "surrogatepass")
+        it; ``text`` is ``raw`` after its ``bom``, decoded), redacted as ``json_bytes`` redacts UTF-8:
+        every other byte as it was."""
         redacted = self.json_bytes(text.encode("utf-8", "surrogatepass")).decode("utf-8", "surrogatepass")
         return raw if redacted == text else bom + redacted.encode(codec, "surrogatepass")
 
@@ -432,9 +432,9 @@ _WIDE_BOMS = ((codecs.BOM_UTF32_LE, "utf-32-le"), (codecs.BOM_UTF32_BE, "utf-32-
               (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
 
 
-def _wide_json(raw: bytes) -> tuple[bytes, str] | None:
-    """(its byte order mark, the codec of the rest) of a body that is JSON text in UTF-16 or UTF-32
-    as ``json.detect_encoding`` reads bytes; None for any other body."""
+def _wide_json(raw: bytes) -> tuple[bytes, bytes, str, str] | None:
+    """(the body, its byte order mark, the codec of the rest, the rest decoded) of a body that is
+    JSON text in UTF-16 or UTF-32 as ``json.detect_encoding`` reads bytes; None for any other body."""
     encoding = json.detect_encoding(raw)
     if not encoding.startswith(("utf-16", "utf-32")):
         return None
@@ -443,7 +443,7 @@ def _wide_json(raw: bytes) -> tuple[bytes, str] | None:
         text = raw[len(bom) :].decode(codec, "surrogatepass")
     except UnicodeDecodeError:
         return None
-    return (bom, codec) if text.lstrip(" \t\r\n")[:1] in ("{", "[") else None
+    return (raw, bom, codec, text) if text.lstrip(" \t\r\n")[:1] in ("{", "[") else None
 
 
 def _url_end(run: str, start: int, end: int, separators: _Separators) -> int:
