@@ -1122,8 +1122,22 @@ class Assembler(AssemblerBase):
             self.corrupt(f"{obj.get('type')} for item {index}, which is not a tool call", event)
         return block
 
+    def _arguments_of(self, obj) -> str:
+        """The unit a call's ``.done`` closes: its item's arguments (a custom tool call's input too)."""
+        return f"arguments of output item {self._item_of(obj)}"
+
+    def _done_arguments(self, obj, event, sub: str = "args") -> Block | None:
+        """The call a ``.done`` of its arguments names, its arguments closed now; None when there is
+        no such call, or they were closed already (both said)."""
+        self.flush_text()  # the .done is compared with the arguments the deltas grew
+        if self.reopened(self._arguments_of(obj), str(obj.get("type")), event):
+            return None
+        block = self._call(obj, event, sub)
+        self.close_unit(self._arguments_of(obj), str(obj.get("type")), event)
+        return block
+
     def _on_response_function_call_arguments_delta(self, obj, event, t):
-        if self.reopened(f"arguments of output item {self._item_of(obj)}", str(obj.get("type")), event):
+        if self.reopened(self._arguments_of(obj), str(obj.get("type")), event):
             return
         block = self._call(obj, event)
         if block is not None and isinstance(obj.get("delta"), str):
@@ -1131,57 +1145,40 @@ class Assembler(AssemblerBase):
             self.content(t)
 
     def _on_response_function_call_arguments_done(self, obj, event, t):
-        self.flush_text()  # compares with the arguments the deltas grew
-        if self.reopened(f"arguments of output item {self._item_of(obj)}", str(obj.get("type")), event):
-            return
-        block = self._call(obj, event)
-        self.close_unit(f"arguments of output item {self._item_of(obj)}", str(obj.get("type")), event)
-        if block is not None:
-            final = obj.get("arguments")
-            if isinstance(final, str):
-                self._given.setdefault(id(block), str(obj.get("type")))
-            if isinstance(final, str) and not self._whole(block, "arguments_raw", final):
-                if block.arguments_raw:
-                    at = common_prefix(block.arguments_raw, final)
-                    byte = len(block.arguments_raw[:at].encode("utf-8", "surrogatepass"))
-                    self.corrupt(f"the deltas disagree with function_call_arguments.done at block {block.index}, "
-                                 f"byte {byte}", event, block=block.index, byte=byte, tool=block.name)
-                else:  # no deltas at all (LM Studio): the .done carries the arguments
-                    block.arguments_raw = self.judge.kept(block, "arguments_raw", final)
-            self._close_call(block)
+        self._client_call_done(obj, event, obj.get("arguments"))
 
     _on_response_custom_tool_call_input_delta = _on_response_function_call_arguments_delta
 
     def _on_response_custom_tool_call_input_done(self, obj, event, t):
-        self.flush_text()
-        if self.reopened(f"arguments of output item {self._item_of(obj)}", str(obj.get("type")), event):
+        self._client_call_done(obj, event, obj.get("input"))
+
+    def _client_call_done(self, obj, event, final: Any) -> None:
+        """A function call's arguments, or a custom tool call's input, given whole by its ``.done``:
+        what the deltas grew must be all of it (none at all, as LM Studio sends: the .done gives it)."""
+        block = self._done_arguments(obj, event)
+        if block is None:
             return
-        block = self._call(obj, event)
-        self.close_unit(f"arguments of output item {self._item_of(obj)}", str(obj.get("type")), event)
-        if block is not None:
-            if isinstance(obj.get("input"), str):
-                self._given.setdefault(id(block), str(obj.get("type")))
-            final = obj.get("input")
-            if isinstance(final, str) and not self._whole(block, "arguments_raw", final):
+        if isinstance(final, str):
+            self._given.setdefault(id(block), str(obj.get("type")))
+            if not self._whole(block, "arguments_raw", final):
                 if block.arguments_raw:
-                    self.corrupt("custom_tool_call_input.done differs from the streamed deltas", event)
-                else:  # no deltas at all, as for a function call's arguments: the .done carries the input
+                    at = common_prefix(block.arguments_raw, final)
+                    byte = len(block.arguments_raw[:at].encode("utf-8", "surrogatepass"))
+                    self.corrupt(f"the deltas disagree with {str(obj.get('type')).removeprefix('response.')} at block "
+                                 f"{block.index}, byte {byte}", event, block=block.index, byte=byte, tool=block.name)
+                else:
                     block.arguments_raw = self.judge.kept(block, "arguments_raw", final)
-            self._close_call(block)
+        self._close_call(block)
 
     def _on_response_mcp_call_arguments_delta(self, obj, event, t):
-        if self.reopened(f"arguments of output item {self._item_of(obj)}", str(obj.get("type")), event):
+        if self.reopened(self._arguments_of(obj), str(obj.get("type")), event):
             return
         block = self._call(obj, event, "tool")
         if block is not None and isinstance(obj.get("delta"), str):
             self.grow(block, "arguments_raw", obj["delta"])
 
     def _on_response_mcp_call_arguments_done(self, obj, event, t):
-        self.flush_text()  # compares with the arguments the deltas grew
-        if self.reopened(f"arguments of output item {self._item_of(obj)}", str(obj.get("type")), event):
-            return
-        block = self._call(obj, event, "tool")
-        self.close_unit(f"arguments of output item {self._item_of(obj)}", str(obj.get("type")), event)
+        block = self._done_arguments(obj, event, "tool")
         if block is not None and isinstance(obj.get("arguments"), str):
             # deltas that grew other arguments: as for a function call's (none at all: the .done gives them)
             if (block.arguments_raw or id(block) in self._partial_blocks) \
