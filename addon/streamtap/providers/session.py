@@ -487,10 +487,11 @@ class StreamSession:
                 bad.start,
                 {"error": type(bad.error).__name__, "fatal": bad.fatal, "end": end.value, "bytes": self._bytes},
             )
+        # the SDK stopped reading at the answer's end signal (the openai SDK at [DONE]): what came after
+        # it never reached the app
+        past_sdk = verdict.kind in ENDING_KINDS and getattr(self._assembler, "sdk_stopped_reading", False)
         damaged = self._damaged
-        if damaged is not None and self._damaged_after_events and verdict.kind in ENDING_KINDS \
-                and getattr(self._assembler, "sdk_stopped_reading", False):
-            # the SDK stopped at the end signal (the openai SDK at [DONE]) and never decoded these bytes
+        if damaged is not None and self._damaged_after_events and past_sdk:  # these bytes were never decoded
             verdict.reason += (f"; {damaged.invalid_utf8} sequence(s) that are not UTF-8 came after it, from byte "
                                f"{damaged.start}, where the SDK had stopped reading")
             verdict.evidence["not_utf8_after_end_signal"] = damaged.invalid_utf8
@@ -507,10 +508,8 @@ class StreamSession:
             )
         if verdict.kind in (VerdictKind.ERRORED, VerdictKind.CORRUPT):
             return verdict
-        if tail is not None and tail.cut and verdict.kind in ENDING_KINDS and _comments_only(tail.raw, self.wire) \
-                and getattr(self._assembler, "sdk_stopped_reading", False):
-            # the SDK stopped at the end signal (the openai SDK at [DONE]): a comment after it, whole or
-            # cut, never reached the app, so the body is judged as one that ended at the cut
+        if tail is not None and tail.cut and past_sdk and _comments_only(tail.raw, self.wire):
+            # a comment after the end signal, whole or cut: the body is judged as one that ended at the cut
             verdict.reason += (f"; {len(tail.raw)} bytes of a comment after it were cut at byte {tail.end}, where the SDK "
                                "had stopped reading")
             verdict.evidence["comment_cut_after_end_signal"] = len(tail.raw)
