@@ -7,8 +7,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test bench clean
 
-# setup.py, _accel.c: the editable install compiles the decoders' C loops in place, so a change to either reinstalls
-$(STAMP): pyproject.toml setup.py addon/streamtap/wire/_accel.c
+# setup.py, _accel.c, _lines.c: the editable install compiles the C loops in place, so a change to any of them reinstalls
+$(STAMP): pyproject.toml setup.py addon/streamtap/wire/_accel.c addon/streamtap/recording/_lines.c
 	@$(PY) -c 'import sys; v = sys.version_info; sys.exit(0 if v >= (3, 12) else f"streamtap needs Python 3.12 or newer, {sys.executable} is {v.major}.{v.minor} (pyenv reads .python-version)")'
 	@bash scripts/system-deps.sh --build
 	$(PY) -m venv $(VENV)

@@ -1,6 +1,7 @@
-"""The decoders' hot loops in C (addon/streamtap/wire/_accel.c); everything else about the build is
-in pyproject.toml. The extension is optional: where it cannot be compiled, the package installs
-without it and the same loops run in Python."""
+"""The decoders' hot loops in C (addon/streamtap/wire/_accel.c) and the recording writer's frame
+lines (addon/streamtap/recording/_lines.c); everything else about the build is in pyproject.toml.
+Both extensions are optional: where they cannot be compiled, the package installs without them
+and the same loops run in Python."""
 
 import shutil
 from pathlib import Path
@@ -19,6 +20,8 @@ class build_py_afresh(build_py):
         super().run()
 
 
+WARNINGS = ["-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
+
 setup(
     cmdclass={"build_py": build_py_afresh},
     ext_modules=[
@@ -27,7 +30,14 @@ setup(
             ["addon/streamtap/wire/_accel.c"],
             libraries=["z"],
             optional=True,
-            extra_compile_args=["-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
-        )
+            extra_compile_args=WARNINGS,
+        ),
+        Extension(
+            "streamtap.recording._lines",
+            ["addon/streamtap/recording/_lines.c"],
+            libraries=["crypto"],  # OpenSSL's SHA-256, the one hashlib runs
+            optional=True,
+            extra_compile_args=WARNINGS,
+        ),
     ],
 )

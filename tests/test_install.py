@@ -79,9 +79,10 @@ def test_installed_wheel_runs_the_addon_and_the_demo(venv, tmp_path):
         names = {line.split(":")[0] for line in listed.splitlines() if line.startswith("streamtap_")}
         assert STREAMTAP_OPTIONS <= names, (tool, path, sorted(names))
 
-    # the wheel carries the decoders' compiled loops, built from the C source
-    where = _ok(_run([bin_dir / "python", "-c", "from streamtap.wire import _accel; print(_accel.__file__)"], outside))
-    assert Path(where.strip()).is_relative_to(venv), where
+    # the wheel carries the compiled loops of the decoders and of the recording writer, built from the C sources
+    for module in ("streamtap.wire._accel", "streamtap.recording._lines"):
+        where = _ok(_run([bin_dir / "python", "-c", f"import {module} as m; print(m.__file__)"], outside))
+        assert Path(where.strip()).is_relative_to(venv), (module, where)
 
     with Upstream() as upstream:
         proxy = Mitmdump(upstream.url, tmp_path / "proxy", script=script)
@@ -142,15 +143,16 @@ def test_the_sdist_leaves_out_the_taps_own_recordings(tmp_path):
     assert sorted(p.relative_to(REPO).as_posix() for p in (REPO / "recordings").glob("*.jsonl")) == recordings
 
 
-@pytest.mark.parametrize("how, loops", [
-    ("", "compiled C"),
-    ("import os; os.environ['STREAMTAP_PURE_PYTHON'] = '1'; ", "Python, STREAMTAP_PURE_PYTHON is set"),
-    ("import sys; sys.modules['streamtap.wire._accel'] = None; ", "Python, the C build is missing"),
+@pytest.mark.parametrize("how, loops, lines", [
+    ("", "compiled C", "compiled C"),
+    ("import os; os.environ['STREAMTAP_PURE_PYTHON'] = '1'; ", "Python, STREAMTAP_PURE_PYTHON is set", "Python, STREAMTAP_PURE_PYTHON is set"),
+    ("import sys; sys.modules['streamtap.wire._accel'] = None; ", "Python, the C build is missing", "compiled C"),
+    ("import sys; sys.modules['streamtap.recording._lines'] = None; ", "compiled C", "Python, the C build is missing"),
 ])
-def test_version_says_which_decoder_loops_run(how, loops):
+def test_version_says_which_decoder_loops_run(how, loops, lines):
     """pip says nothing of a failed C build but with -v: `streamtap --version` says it instead."""
     script = how + "import sys; from streamtap.cli import main; sys.argv = ['streamtap', '--version']; main()"
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     from streamtap import __version__
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == f"streamtap {__version__} (decoder loops: {loops})"
+    assert result.stdout.strip() == f"streamtap {__version__} (decoder loops: {loops}; frame lines: {lines})"

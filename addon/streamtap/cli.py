@@ -234,18 +234,34 @@ def refuse_recording_as_output(option: str, path) -> None:
 
 
 def version_line() -> str:
-    """The version, and which decoder loops this install runs: pip says nothing of a C build
-    that failed (but with -v), and the Python loops are slower."""
+    """The version, and which loops this install runs in C (the decoders', the recording writer's
+    frame lines): pip says nothing of a C build that failed (but with -v), and the Python loops
+    are slower."""
     from streamtap import __version__
+    from streamtap.recording import writer
     from streamtap.wire import accel
 
-    if accel.compiled:
-        loops = "compiled C"
-    elif accel.pure_python_asked:
-        loops = "Python, STREAMTAP_PURE_PYTHON is set"
-    else:
-        loops = "Python, the C build is missing"
-    return f"streamtap {__version__} (decoder loops: {loops})"
+    def which(compiled: bool) -> str:
+        if compiled:
+            return "compiled C"
+        if accel.pure_python_asked:
+            return "Python, STREAMTAP_PURE_PYTHON is set"
+        return "Python, the C build is missing"
+
+    return f"streamtap {__version__} (decoder loops: {which(accel.compiled)}; frame lines: {which(writer.compiled_lines)})"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the line as it is, one line (argparse's own action wraps it to the terminal's
+    width), and only made when asked for (it imports the compiled modules to name them)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print the version and which loops run compiled, and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        parser._print_message(version_line() + "\n", sys.stdout)  # stdout, as argparse's own action
+        parser.exit()
 
 
 def build_parser(configured: Collection[str] = VERBS) -> argparse.ArgumentParser:
@@ -258,7 +274,7 @@ def build_parser(configured: Collection[str] = VERBS) -> argparse.ArgumentParser
         "130 interrupted (Ctrl-C), 141 the output was closed before the verb finished (| head), "
         "143 and 129 ended by SIGTERM or SIGHUP (what was half made is removed, as on Ctrl-C).",
     )
-    parser.add_argument("--version", action="version", version=version_line())
+    parser.add_argument("--version", action=_VersionAction)
     verbs = parser.add_subparsers(dest="verb", metavar="VERB")
     parser.verb_parsers = {}  # type: ignore[attr-defined]  # (a flag a verb does not take is its error, with its usage)
     for verb, (module_name, help_line) in VERBS.items():

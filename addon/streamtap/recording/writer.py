@@ -27,8 +27,18 @@ from streamtap import __version__
 from streamtap.providers.common import json_ready
 from streamtap.wire import EventStreamMessage, JSONValue, Malformed, SSEEvent, Tail
 
+from streamtap.wire.accel import pure_python_asked
+
 from .redact import Redactor
 from .compress import COMPRESSIONS, SUFFIX, ZstdLines
+
+try:
+    if pure_python_asked:
+        raise ImportError("STREAMTAP_PURE_PYTHON is set")
+    from ._lines import frame_lines as _frame_lines, setup as _setup_frame_lines
+except ImportError:  # built without a C compiler (or OpenSSL's headers): frames() writes every line itself
+    _frame_lines = _setup_frame_lines = None
+compiled_lines = _frame_lines is not None
 
 # /2: an SSE frame's view gives the event id where it changes (/1 gave it on every frame whose event
 # has one, so a long id made the recording as many times larger as the stream has events)
@@ -152,6 +162,9 @@ _PLAIN_SSE: dict[str, bytes] = {}  # event type -> its description, for the comm
 
 
 _HEADERS: dict[tuple, bytes] = {}  # event-stream header set -> its JSON (a stream repeats a few sets)
+
+if _setup_frame_lines is not None:
+    _setup_frame_lines(SSEEvent, EventStreamMessage, JSONValue, orjson.dumps, _PLAIN_SSE)
 
 
 def _escaped(value: Any) -> Any:
@@ -456,8 +469,10 @@ class RecordingWriter:
     def frames(self, events: Sequence[Any], t_ms: Sequence[float | None]) -> None:
         """Wire events in order, ``t_ms[i]`` the time of ``events[i]``: their lines in one write.
 
-        This runs once per event on the proxy's hot path, so the lines are assembled by hand
-        (the same JSON as ``describe`` and ``_raw_field`` give, byte for byte on the common paths)."""
+        This runs once per event in the analysis worker, its largest cost, so the lines are
+        assembled by hand (the same JSON as ``describe`` and ``_raw_field`` give, byte for byte on
+        the common paths), and the compiled ``frame_lines`` (``_lines.c``), where this install has
+        it, writes the common frames; every other event comes to the loop here."""
         sync_each = self.fsync == "always"
         lines: list[bytes] = []
         write = self._file.write
@@ -471,13 +486,29 @@ class RecordingWriter:
         headers_json = b""
         plain_sse = _PLAIN_SSE
         sse_id = self._sse_id
+        compiled = None if sync_each else _frame_lines
+        count = min(len(events), len(t_ms))
+        at = 0
         try:
-            for event, t in zip(events, t_ms):
+            while at < count:
+                if compiled is not None:
+                    taken_from = at
+                    at, offset, last_t, t_field, block, body = compiled(
+                        events, t_ms, at, offset, sse_id, last_headers, last_types, headers_json, last_t, t_field
+                    )
+                    if block:
+                        lines.append(block)
+                        hashed.append(body)
+                        self._frames += at - taken_from
+                    if at == count:
+                        break
+                event, t = events[at], t_ms[at]
+                at += 1
                 kind = type(event)
                 if (kind is Malformed or kind is Tail) and (
                     event.start < offset or len(event.raw) != event.end - event.start
                 ):
-                    raise SpanNotKept(list(events).index(event), offset)
+                    raise SpanNotKept(at - 1, offset)
                 if kind is Tail:
                     if lines:
                         write(b"".join(lines))
