@@ -277,6 +277,21 @@ def test_ndjson_and_json_array_bodies_by_extension(tmp_path):
     assert lines[2].startswith(f"{cut_array}: truncated (gemini") and "']'" in lines[2]
 
 
+def test_an_answer_that_quotes_the_recording_format_is_judged_as_the_stream_it_is(tmp_path):
+    """The format's mark marks a damaged recording header only as the writer writes it: an answer
+    whose first chunk's text quotes it (its quotes escaped in the chunk's JSON) is a body like any."""
+    quoting = tmp_path / "quoting.ndjson"
+    quoting.write_bytes(
+        b'{"model":"llama3.2","response":"Each recording starts with {\\"type\\":\\"header\\",'
+        b'\\"format\\":\\"streamtap-recording/2\\"}","done":false}\n'
+        b'{"model":"llama3.2","response":".","done":true,"done_reason":"stop","prompt_eval_count":3,"eval_count":2}\n'
+    )
+    for verb in ("verify", "show"):
+        result = streamtap(verb, quoting)
+        assert result.returncode == 0, result.stdout + result.stderr
+    assert streamtap("verify", quoting).stdout.startswith(f"{quoting}: complete (ollama")
+
+
 @pytest.mark.parametrize(
     ("line1", "line2", "says"),
     [
@@ -382,6 +397,8 @@ def _frame_as_b64(text: str):
         (_set("frame", t=-5), "frame", "'t' is -5"),
         (_frame_as_b64("not base64!"), "frame", "'raw_b64' is not valid base64"),
         (_set("end", stream_end="exploded"), "end", "'stream_end' is \"exploded\", not one of"),
+        # without it the body was judged as though the upstream had ended it: a reset answer read as complete
+        (_set("end", stream_end=None), "end", "'stream_end' is null"),
         (_set("end", verdict={"kind": "great"}), "end", "'kind' is \"great\", not one of"),
         (_set("end", sha256="00"), "end", "'sha256' is \"00\", not 64 lowercase hex digits"),
         (_set("end", frames=None), "end", "'frames' is null, not an integer"),
@@ -395,7 +412,7 @@ def _frame_as_b64(text: str):
         (_set("frame", event=None), "frame", "is damaged: its 'event.sse' is missing, its bytes give \"message\""),
     ],
     ids=["len-huge", "len-missing", "sum-not-hex", "offset-negative", "t-negative", "raw_b64-invalid",
-         "stream_end-invalid", "verdict-kind-invalid", "sha256-not-hex", "frames-missing", "injected_fault-not-text",
+         "stream_end-invalid", "stream_end-missing", "verdict-kind-invalid", "sha256-not-hex", "frames-missing", "injected_fault-not-text",
          "wire_b64-length",
          "second-header", "crlf", "space-before-line", "event-forged", "event-missing"],  # fmt: skip
 )

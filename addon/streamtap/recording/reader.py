@@ -53,7 +53,7 @@ _SUM = re.compile(rb"[0-9a-f]{%d}" % SUM_HEX)
 _SHA256 = re.compile(rb"[0-9a-f]{64}")
 # A first line that is a JSON object naming the recording format is a recording's header, whole,
 # cut or damaged (report, index and verify sort the files they are given by this mark)
-FORMAT_MARK = b'"streamtap-recording/'
+FORMAT_MARK = b'"format":"streamtap-recording/'  # as the writer writes it: the mark quoted inside an answer's JSON text has its quotes escaped
 CONVERTED = "ends in CR LF; the format ends lines with LF alone (was the file converted?)"
 # The lines that follow a recording's header, by type, with fields each always has: a file whose
 # first line is one of them is a recording that lost its header, not another program's JSON lines
@@ -313,7 +313,9 @@ def check_end(record: dict[str, Any]) -> None:
         counted(verdict, "seq")
         counted(verdict, "offset")
     _typed(record, "turn", dict)
-    one_of(record, "stream_end", STREAM_ENDS)
+    # every writer has written it, and verify judges the body under it: one missing would read as
+    # "finished" and could call an answer the upstream cut complete
+    one_of(record, "stream_end", STREAM_ENDS, required=True)
     _typed(record, "error", str)
     _typed(record, "injected_fault", str)
     _typed(record, "streamtap_errors", list)
