@@ -292,6 +292,33 @@ def test_an_answer_that_quotes_the_recording_format_is_judged_as_the_stream_it_i
     assert streamtap("verify", quoting).stdout.startswith(f"{quoting}: complete (ollama")
 
 
+def test_a_recording_written_again_with_spaces_is_still_one(tmp_path):
+    """JSON allows spaces around a member's colon: a recording whose lines a tool wrote again that
+    way (Python's json.dumps) is still read as one, as the mark of its format says."""
+    spaced = tmp_path / "spaced.jsonl"
+    lines = (Path(__file__).parents[1] / "recordings" / "anthropic.jsonl").read_text().splitlines()
+    spaced.write_text("".join(json.dumps(json.loads(line)) + "\n" for line in lines))
+    assert spaced.read_text().startswith('{"type": "header", "format": "streamtap-recording/')
+    result = streamtap("verify", "--json", spaced)
+    assert result.returncode == 0, result.stdout + result.stderr
+    judged = json.loads(result.stdout)
+    assert judged["source"] == "recording" and judged["verdict"]["kind"] == "complete", result.stdout
+
+
+def test_a_file_that_cannot_be_judged_is_named_with_no_terminal_control_run(tmp_path):
+    """The line for an input that cannot be judged holds someone else's text (a shared folder's
+    file name, a recording header's own format): ESC and newlines in it are written as escapes."""
+    header = json.loads((Path(__file__).parents[1] / "recordings" / "anthropic.jsonl").read_text().splitlines()[0])
+    header["format"] = "streamtap-recording/9\x1b[31mRED\nstreamtap verify: all good"
+    (tmp_path / "format.jsonl").write_text(json.dumps(header) + "\n")
+    (tmp_path / "name\x1b[32m\nforged.jsonl").write_text('{"type":"header",\n')
+    for verb in ("verify", "show"):
+        result = streamtap(verb, tmp_path)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "\x1b" not in result.stderr and len(result.stderr.splitlines()) == 2, result.stderr
+        assert "\\x1b[31mRED\\nstreamtap verify: all good" in result.stderr and "name\\x1b[32m\\nforged.jsonl" in result.stderr
+
+
 @pytest.mark.parametrize(
     ("line1", "line2", "says"),
     [

@@ -8,13 +8,12 @@ Also home of the input loading that `show` shares: raw bodies (`.sse`, `.ndjson`
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from streamtap.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE, UsageError, json_for_stdout, terminal_safe, write_out, named_path
+from streamtap.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE, UsageError, json_for_stdout, named_path, say, terminal_safe, write_out
 from streamtap.providers import (
     Analysis,
     Detection,
@@ -536,7 +535,9 @@ def summary_line(judged: Judged) -> str:
 
 
 def report_unjudged(verb: str, item: Unjudged) -> None:
-    print(f"streamtap {verb}: {shown_path(item.path)}: {item.message}", file=sys.stderr, flush=True)
+    """The name and the message may hold someone else's text (a shared folder's file name, a
+    recording header's format): written as ``say`` writes it, so no terminal control runs."""
+    say(verb, f"{shown_path(item.path)}: {item.message}")
 
 
 def exit_code(judged_ok: bool, any_unjudged: bool) -> int:

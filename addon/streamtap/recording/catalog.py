@@ -515,7 +515,7 @@ def _header_cut(path: Path, head: bytes, frame_ended: bool) -> bool:
         return True
     if not head:
         return not frame_ended
-    return head.lstrip().startswith(b"{") and FORMAT_MARK in head
+    return head.lstrip().startswith(b"{") and FORMAT_MARK.search(head) is not None
 
 
 def _number(value: Any) -> int | float | None:

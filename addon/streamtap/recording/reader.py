@@ -53,7 +53,8 @@ _SUM = re.compile(rb"[0-9a-f]{%d}" % SUM_HEX)
 _SHA256 = re.compile(rb"[0-9a-f]{64}")
 # A first line that is a JSON object naming the recording format is a recording's header, whole,
 # cut or damaged (report, index and verify sort the files they are given by this mark)
-FORMAT_MARK = b'"format":"streamtap-recording/'  # as the writer writes it: the mark quoted inside an answer's JSON text has its quotes escaped
+# (a JSON member, spaces allowed as JSON allows them: the mark quoted inside an answer's JSON text has its quotes escaped)
+FORMAT_MARK = re.compile(rb'"format"[ \t]*:[ \t]*"streamtap-recording/')
 CONVERTED = "ends in CR LF; the format ends lines with LF alone (was the file converted?)"
 # The lines that follow a recording's header, by type, with fields each always has: a file whose
 # first line is one of them is a recording that lost its header, not another program's JSON lines
@@ -106,7 +107,7 @@ def line_json(line: bytes) -> Any:
 def header_damage(first_line: bytes) -> str | None:
     """What is wrong with a first line that is no recording header but still marks a
     recording (its header damaged, or lost), or None for a line of some other file."""
-    if FORMAT_MARK in first_line:  # (also where its first bytes were lost or overwritten)
+    if FORMAT_MARK.search(first_line):  # (also where its first bytes were lost or overwritten)
         return "line 1 is a damaged recording header (not a JSON object of the format's fields)"
     try:
         record = orjson.loads(first_line)
