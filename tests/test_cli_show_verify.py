@@ -369,6 +369,19 @@ def test_a_bug_in_a_verb_exits_3_not_1(monkeypatch, capsys, tmp_path):
     assert "RuntimeError: a bug in streamtap" in capsys.readouterr().err
 
 
+def test_a_verb_whose_module_fails_to_import_exits_3_not_1(tmp_path):
+    """A broken install (here a dependency the verb imports that cannot load) is a bug, not a finding."""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "zstandard.py").write_text('raise ImportError("libzstd.so.1: cannot open shared object file")\n')
+    body = tmp_path / "body.sse"
+    body.write_bytes(b"data: {}\n\n")
+    result = subprocess.run([sys.executable, "-c", "import sys; from streamtap.cli import main; sys.exit(main())", "verify", body],
+                            capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(shadow)})
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "ImportError: libzstd.so.1" in result.stderr
+
+
 # -- recordings that contradict the format or their own bytes (issue 9.5) ---------------------------
 
 

@@ -425,6 +425,11 @@ def _main(argv: list[str]) -> int:
             parser.verb_parsers.get(args.verb, parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     except KeyboardInterrupt:
         return _interrupted_code()
+    except Exception as exc:  # a verb's module that fails to import (a broken install): a bug, not a finding
+        if _interrupted(exc):
+            return _interrupted_code()
+        traceback.print_exc()
+        return EXIT_INTERNAL
     if not getattr(args, "run", None):
         parser.print_help()
         return EXIT_USAGE
