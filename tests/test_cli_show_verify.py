@@ -292,6 +292,32 @@ def test_an_answer_that_quotes_the_recording_format_is_judged_as_the_stream_it_i
     assert streamtap("verify", quoting).stdout.startswith(f"{quoting}: complete (ollama")
 
 
+def test_a_json_document_that_is_no_stream_is_not_judged_as_one(tmp_path):
+    """A non-streamed answer, a HAR file and a settings file are one JSON document each, not a
+    stream cut or broken: each is "not a stream" (exit 2), as an empty file is, and --provider
+    still judges it. An Ollama answer of one line stays a stream."""
+    answer = {"id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o-mini",
+              "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi"}, "finish_reason": "stop"}]}
+    docs = {
+        "answer.json": json.dumps(answer, indent=2),
+        "answer": json.dumps(answer),
+        "message.json": json.dumps({"id": "msg_1", "type": "message", "role": "assistant", "content": [], "stop_reason": "end_turn"}),
+        "capture.har": json.dumps({"log": {"version": "1.2", "entries": []}}, indent=2),
+        "settings.json": '{"retention_days": 30}\n',
+    }
+    for name, text in docs.items():
+        (tmp_path / name).write_text(text)
+        result = streamtap("verify", tmp_path / name)
+        assert result.returncode == 2 and result.stdout == "", (name, result.stdout, result.stderr)
+        assert f"{name}: not a stream: " in result.stderr, (name, result.stderr)
+    assert "HAR file" in streamtap("verify", tmp_path / "capture.har").stderr
+    assert streamtap("verify", "--provider", "openai-chat", tmp_path / "answer").returncode == 1  # judged, as asked
+    ollama = tmp_path / "ollama.ndjson"
+    ollama.write_text('{"model":"m","response":"Hi","done":true,"done_reason":"stop","prompt_eval_count":1,"eval_count":1}\n')
+    result = streamtap("verify", ollama)
+    assert result.returncode == 0 and ": complete (ollama" in result.stdout, result.stdout + result.stderr
+
+
 def test_a_recording_written_again_with_spaces_is_still_one(tmp_path):
     """JSON allows spaces around a member's colon: a recording whose lines a tool wrote again that
     way (Python's json.dumps) is still read as one, as the mark of its format says."""

@@ -8,6 +8,7 @@ Also home of the input loading that `show` shares: raw bodies (`.sse`, `.ndjson`
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,6 +202,33 @@ def _recognised(detection: Detection) -> bool:
     return detection != sniff_dialect(b"")
 
 
+_HAR_START = re.compile(rb"\A(?:\xef\xbb\xbf)?\s*\{\s*\"log\"\s*:\s*\{")
+# what the providers answer a request that did not ask for a stream: one document, never a stream's event
+_NOT_STREAMED = {("object", "chat.completion"), ("object", "response"), ("type", "message")}
+
+
+def _one_document(head: bytes, whole: bool, detection: Detection) -> str | None:
+    """Why a file that is one JSON document is no stream, or None: a HAR file (browsers' captures),
+    a provider's non-streamed answer, or an object in which no provider's events were sniffed (a
+    settings file beside the recordings). Each would otherwise be judged as a stream cut or broken."""
+    if _HAR_START.match(head):
+        return ("not a stream: a HAR file (a browser's capture), not a response body; save the streamed "
+                "answer's body, or capture it with mitmdump -w and `streamtap import` it")
+    if not whole:
+        return None
+    try:
+        document = loads(head)
+    except ValueError:  # several documents (NDJSON), or none
+        return None
+    if not isinstance(document, dict):
+        return None
+    if any(document.get(name) == value for name, value in _NOT_STREAMED):
+        return "not a stream: one JSON document, a provider's answer to a request that asked for no stream; --provider judges it anyway"
+    if detection.dialect is Dialect.UNKNOWN:
+        return "not a stream: one JSON document, in which no provider's stream was found; --provider judges it anyway"
+    return None
+
+
 def _judge_raw(path: Path, head: bytes, file: BinaryIO, provider: str | None, sentinel: str | None,
                keeps: dict[str, int | None]) -> Judged | Unjudged:
     if not head and not provider:  # no bytes tell a dialect, nor that this was ever a stream
@@ -218,6 +246,9 @@ def _judge_raw(path: Path, head: bytes, file: BinaryIO, provider: str | None, se
         how = "--provider" if provider else "sniffed: one JSON document holding the provider's error"
         return Judged(path, errored, errored.turn.dialect, how, "raw body")
     detection = sniff_dialect(head)
+    document = None if provider else _one_document(head, whole, detection)
+    if document is not None:
+        return Unjudged(path, document)
     if detection.dialect is Dialect.UNKNOWN and not provider and len(head) == SNIFF_BYTES:
         # the first event may be larger than the start read (an image in a Gemini chunk): sniff
         # again once room for a whole event of the decoders' size limit is read
