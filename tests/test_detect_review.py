@@ -163,3 +163,19 @@ def test_vertex_anthropic_stream_raw_predict_with_an_encoded_colon_is_anthropic(
     detection = detect_dialect(RequestInfo("POST", f"{vertex}/claude-sonnet-4@20250514%3AstreamRawPredict", {},
                                            b'{"stream": true}'), "text/event-stream")
     assert (detection.dialect, detection.wire, detection.streaming) == (Dialect.ANTHROPIC, "sse", True)
+
+
+@pytest.mark.parametrize(("body", "says", "not_says"), [
+    (b'data: {"type":"response.created","response":{"id":"r"}}\n\n', 'a Responses "response.created" event', "sequence_number"),
+    (b'data: {"type":"response.created","sequence_number":0,"response":{"id":"r"}}\n\n',
+     'a Responses "response.created" event with sequence_number', None),
+    (b'{"object":"chat.completion","choices":[]}\n', "a chat.completion", "chunk"),
+    (b'{"choices":[]}\n', "an object with choices", "chunk"),
+])
+def test_what_sniffing_says_it_saw_is_what_the_bytes_hold(body, says, not_says):
+    """The reason a sniff gives is shown to the user (verify's "sniffed: ..."): it names only what is there."""
+    from streamtap.providers import sniff_dialect
+
+    why = sniff_dialect(body).why
+    assert says in why, why
+    assert not_says is None or not_says not in why, why

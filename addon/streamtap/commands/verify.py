@@ -113,7 +113,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "line shows the verdict it holds and says the file was never renamed, so it may not have reached the disk. "
         "Exit codes: 0 every file complete, 1 any file not complete, 2 usage error or any input that could not "
         "be judged (missing, unreadable, a recording whose lines break its format, not a stream: each is said "
-        "on its own line on stderr, and the other inputs are still judged). A recording that reads but does not "
+        "on its own line on stderr, and the other inputs are still judged), 3 an internal error (a bug: its traceback follows), 130 interrupted, 141 the output was closed (| head), 143 and 129 ended by SIGTERM or SIGHUP. A recording that reads but does not "
         "check out (a frame's sum, an offset, the body's hash) is judged unknown, saying why: exit 1. Examples: "
         "`streamtap verify a.sse b.bin rec.jsonl`, `streamtap verify recordings/`, "
         "`streamtap verify --provider gemini body.json` (else the dialect is sniffed from the bytes, and said so), "

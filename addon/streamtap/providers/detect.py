@@ -282,11 +282,13 @@ def _dialect_of_json(obj: object) -> tuple[Dialect, str] | None:
     kind = obj.get("type")
     if isinstance(kind, str):
         if kind.startswith("response.") or ("sequence_number" in obj and kind == "error"):
-            return Dialect.OPENAI_RESPONSES, f"a \"{kind}\" event with sequence_number"
+            numbered = " with sequence_number" if "sequence_number" in obj else ""
+            return Dialect.OPENAI_RESPONSES, f"a Responses \"{kind}\" event{numbered}"
         if kind in ("message_start", "content_block_start", "content_block_delta", "message_delta", "ping"):
             return Dialect.ANTHROPIC, f"an Anthropic \"{kind}\" event"
     if obj.get("object") in ("chat.completion.chunk", "text_completion") or "choices" in obj:
-        return Dialect.OPENAI_CHAT, "a chat.completion.chunk"
+        named = obj.get("object")
+        return Dialect.OPENAI_CHAT, f"a {named}" if named in ("chat.completion.chunk", "chat.completion", "text_completion") else "an object with choices"
     if "candidates" in obj or "promptFeedback" in obj:
         return Dialect.GEMINI, "a Gemini GenerateContentResponse"
     if "done" in obj and ("message" in obj or "response" in obj):
