@@ -36,6 +36,9 @@ BAD = [
     ("streamtap_dir", lambda tmp: {"streamtap_dir": a_file(tmp)}, "is not one"),
     ("streamtap_dir", lambda tmp: {"streamtap_dir": a_file(tmp) + "/recordings"}, "cannot be a directory"),
     ("streamtap_dir", "/proc/streamtap-recordings", "cannot be created: /proc is not writable"),  # even as root
+    # pathlib raised on these (RuntimeError, OSError): a traceback at start, and at runtime a set that was kept but not applied
+    ("streamtap_dir", "~no-such-user-of-streamtap/recordings", "no home folder for '~no-such-user-of-streamtap'"),
+    ("streamtap_dir", "/tmp/" + "a" * 300 + "/recordings", "cannot be a directory (File name too long)"),
     ("streamtap_fsync", "sometimes", "not one of always, end, never"),
     ("streamtap_filter", "~q ~~~(", "Invalid filter expression"),
     ("streamtap_filter", "~u /v1/ & ~bs done", "~bs (the response body) can never match"),
@@ -160,3 +163,17 @@ def test_good_values_of_every_option_start_and_tap(tmp_path):
             assert out.returncode == 0 and out.stdout == body
             proxy.wait_log("streamtap: ")
     assert list((tmp_path / "not" / "yet" / "there").glob("*.jsonl"))
+
+
+def test_values_no_start_option_can_hold_are_refused_when_set_at_runtime():
+    """An options file loaded at runtime (mitmproxy's options.load) is typed by YAML and checked by
+    mitmproxy, which takes true for an integer and a NUL inside a path: the addon's own checks,
+    which configure() runs on every update, refuse both."""
+    from mitmproxy.exceptions import OptionsError
+
+    from streamtap.mitm import option_checks
+
+    with pytest.raises(OptionsError, match="True is not an integer"):
+        option_checks.size("streamtap_max_event", True, 1, 10)
+    with pytest.raises(OptionsError, match="holds a NUL character"):
+        option_checks.writable_dir("streamtap_dir", "/tmp/recordings\0x")

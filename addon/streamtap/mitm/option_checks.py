@@ -55,6 +55,8 @@ def choice(option: str, value: str, choices: Iterable[str]) -> None:
 
 
 def size(option: str, value: int, smallest: int, largest: int, unit: str = "bytes") -> None:
+    if type(value) is not int:  # YAML's true, set at runtime (options.load): mitmproxy's check takes a bool as an int
+        raise OptionsError(f"{option}: {value!r} is not an integer")
     if not smallest <= value <= largest:
         raise OptionsError(f"{option}: {value} is outside {smallest}..{largest} {unit}")
 
@@ -65,12 +67,20 @@ def writable_dir(option: str, value: str) -> None:
     ``os.access`` says yes to every folder, /proc's included."""
     if not value.strip():
         raise OptionsError(f"{option}: empty; name a directory for the recordings")
-    path = Path(value).expanduser().absolute()
+    if "\0" in value:  # no path holds one; exists() says False of it, so the walk up would find a parent
+        raise OptionsError(f"{option}: {value!r} holds a NUL character, which no path can")
+    expanded = os.path.expanduser(value)  # as the addon expands it
+    if expanded.startswith("~"):  # os.path leaves an unknown ~user as it is: a folder of that name here is not what was meant
+        raise OptionsError(f"{option}: {value!r}: no home folder for {expanded.split('/', 1)[0]!r}")
+    path = Path(expanded).absolute()
     probe = path
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
+    try:
+        while not probe.exists():
+            if probe.parent == probe:
+                break
+            probe = probe.parent
+    except OSError as exc:  # a folder name longer than the file system takes, a path too long
+        raise OptionsError(f"{option}: {value!r} cannot be a directory ({exc.strerror or exc})") from None
     if not probe.is_dir():
         raise OptionsError(f"{option}: {value!r} cannot be a directory: {probe} is not one")
     what = "is not writable" if probe == path else f"cannot be created: {probe} is not writable"
