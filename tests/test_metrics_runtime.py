@@ -89,6 +89,36 @@ def test_an_address_that_cannot_be_served_at_runtime_is_refused_and_the_endpoint
     assert proxy.process.poll() is None
 
 
+def test_metrics_turned_on_at_runtime_on_a_taken_port_are_refused_and_stay_off(proxy):
+    """At start a taken port is warned of (the proxy runs on); set while the proxy runs, it is
+    refused as any other address the endpoint cannot move to, and the option says off."""
+    first, _, _ = proxy.ports
+    assert set_metrics(proxy, "") == ("set", "")
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        busy = f"127.0.0.1:{taken.getsockname()[1]}"
+        said, now = set_metrics(proxy, busy)
+    assert said.startswith("refused:") and "cannot serve metrics" in said and "they stay off" in said, said
+    assert now == ""
+
+
+def test_turns_while_the_metrics_are_off_show_as_a_reset_not_a_quiet_spell(proxy):
+    """Turns finished while the endpoint is off are not counted: served again, the counters start
+    anew with new _created times, so a rate over the gap is not silently too low."""
+    first, second, _ = proxy.ports
+    one_turn(proxy)
+    assert wait_for_turns(first, 1) == 1
+    created = value(scrape(first), "streamtap_turns_created")
+    assert set_metrics(proxy, "") == ("set", "")
+    one_turn(proxy)
+    one_turn(proxy)
+    time.sleep(0.5)  # the turns are judged (their log lines) before the endpoint comes back
+    assert set_metrics(proxy, f"127.0.0.1:{second}") == ("set", f"127.0.0.1:{second}")
+    assert turns(second) == 0
+    one_turn(proxy)
+    assert wait_for_turns(second, 1) == 1
+    assert value(scrape(second), "streamtap_turns_created") > created
+
+
 def test_a_new_address_moves_the_endpoint_with_its_counts(proxy):
     first, second, _ = proxy.ports
     one_turn(proxy)

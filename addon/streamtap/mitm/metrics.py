@@ -245,6 +245,10 @@ class Metrics:
         self.metrics = TurnMetrics(lambda: len(tap.open))
         self.server = None
         self.address: tuple[str, int] | None = None
+        self.started = False  # the proxy runs: an address that cannot be served is refused, not warned of
+
+    def running(self) -> None:
+        self.started = True
 
     def load(self, loader) -> None:
         loader.add_option(
@@ -270,13 +274,13 @@ class Metrics:
         try:
             server = self._serve_instead(address)
         except OSError as exc:
-            if self.server is None:  # the proxy runs on without metrics: they never block traffic
+            if self.server is None and not self.started:  # the proxy starts without metrics: they never block traffic
                 # a warning, not an error: mitmdump exits on an error logged while it starts
                 log.warning(f"streamtap: cannot serve metrics on {text}: {exc}")
                 return
-            # the endpoint that works stays, and mitmproxy puts the option back to its address
-            raise exceptions.OptionsError(f"streamtap: cannot serve metrics on {text}: {exc}; "
-                                          "they stay where they were") from None
+            # set while the proxy runs: refused, and mitmproxy puts the option back (an endpoint that works stays)
+            where = "they stay where they were" if self.server is not None else "they stay off"
+            raise exceptions.OptionsError(f"streamtap: cannot serve metrics on {text}: {exc}; {where}") from None
         self.server, self.address = server, address
         if self not in self.tap.observers:
             self.tap.observers.append(self)
@@ -336,6 +340,9 @@ class Metrics:
         if self.server is not None:
             self._close(self.server)
             self.server = None
+            # turns finished while the metrics are off are not counted: served again, the counters
+            # start anew (new _created times), which Prometheus reads as a reset, not as a quiet spell
+            self.metrics = TurnMetrics(lambda: len(self.tap.open))
         self.address = None
 
     def done(self) -> None:
