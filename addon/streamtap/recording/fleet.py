@@ -9,6 +9,7 @@ engine that reads Parquet reads unchanged.
 from __future__ import annotations
 
 import ctypes
+import datetime
 import errno
 import fcntl
 import glob
@@ -520,9 +521,19 @@ def _breakdown(con, keys: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+def _utc_text(microseconds: int | None) -> str | None:
+    """A time DuckDB gave as microseconds since the epoch, as ISO 8601 in UTC (+00:00)."""
+    return None if microseconds is None else (_EPOCH + datetime.timedelta(microseconds=microseconds)).isoformat()
+
+
 def report(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     """Every figure of ``streamtap report`` from the table ``recordings``, as plain data."""
-    total, first, last = con.execute("SELECT count(*), min(started), max(started) FROM recordings").fetchone()
+    # times come out as microseconds, not as timestamps with a zone: DuckDB makes those with
+    # zoneinfo, which needs a time-zone database that Windows, Alpine and slim images lack
+    total, first, last = con.execute("SELECT count(*), epoch_us(min(started)), epoch_us(max(started)) FROM recordings").fetchone()
     verdicts = _verdict_counts(con)
     judged = sum(verdicts.values())
     stream_end = dict(
@@ -544,18 +555,18 @@ def report(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     incomplete = [
         dict(zip(("path", "started", "provider", "model", "verdict", "reason", "stream_end", "problem"), row))
         for row in con.execute(
-            """SELECT path, started, provider, model, verdict, reason, stream_end, problem FROM recordings
+            """SELECT path, epoch_us(started), provider, model, verdict, reason, stream_end, problem FROM recordings
                WHERE verdict IS DISTINCT FROM 'complete' OR NOT file_complete ORDER BY started, path"""
         ).fetchall()
     ]
     for item in incomplete:
-        item["started"] = item["started"].isoformat() if item["started"] is not None else None
+        item["started"] = _utc_text(item["started"])
     return {
         "recordings": total,
         "judged": judged,
         "incomplete_files": con.execute("SELECT count(*) FROM recordings WHERE NOT file_complete").fetchone()[0],
-        "first": first.isoformat() if first else None,
-        "last": last.isoformat() if last else None,
+        "first": _utc_text(first),
+        "last": _utc_text(last),
         "verdicts": verdicts,
         "rates": {kind: round(n / judged, 4) for kind, n in verdicts.items()} if judged else {},
         "stream_end": stream_end,
