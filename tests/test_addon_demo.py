@@ -39,6 +39,19 @@ def test_demo_shows_a_complete_and_a_cut_turn(tmp_path):
 
 
 @pytest.mark.slow
+def test_demo_runs_from_a_folder_holding_a_streamtap_of_its_own(tmp_path):
+    """The demo's replay server is a Python process of its own: a streamtap.py in the folder the
+    demo runs from (someone's script, a checkout's addon/) is not what it imports."""
+    here = tmp_path / "work"
+    here.mkdir()
+    (here / "streamtap.py").write_text("raise SystemExit('the wrong streamtap was imported')\n")
+    result = subprocess.run([str(Path(sys.executable).with_name("streamtap")), "demo", "--dir", str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=120, cwd=here)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "demo: OK" in result.stdout
+
+
+@pytest.mark.slow
 def test_bundled_recordings_are_what_the_tooling_makes(tmp_path):
     bundled = sorted(BUNDLED.glob("*.jsonl"))
     fresh = generate(tmp_path)

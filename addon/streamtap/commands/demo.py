@@ -222,7 +222,9 @@ class Replay:
     def __enter__(self) -> Replay:
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "streamtap.cli", "serve", "--timing", "original", str(self.recordings)],
+            # -P: the folder the demo runs in is not put first on the path, where a streamtap.py or
+            # a checkout's streamtap/ of its own would be imported in place of this one
+            [sys.executable, "-P", "-m", "streamtap.cli", "serve", "--timing", "original", str(self.recordings)],
             stdout=subprocess.PIPE, stderr=self._log,
         )
         line = self.process.stdout.readline().decode().strip()
