@@ -24,7 +24,7 @@ def script_path() -> Path:
     import streamtap
 
     # a path, not an import: importing the script would load mitmproxy and build the addons
-    return Path(streamtap.__file__).resolve().parent / "mitm" / "entry.py"
+    return Path(streamtap.__file__).resolve().parent / "mitm" / "script" / "streamtap_addon.py"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

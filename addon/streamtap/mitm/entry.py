@@ -1,7 +1,5 @@
-"""The mitmproxy script: `mitmdump -s "$(streamtap addon)"` (the checkout's addon/tap.py imports it).
-
-mitmproxy loads a script by path and registers the objects in its ``addons`` list. This
-file is that script inside the installed package, so it loads from any folder.
+"""streamtap's mitmproxy addons, as the scripts build them: the installed package's
+``script/streamtap_addon.py`` (`mitmdump -s "$(streamtap addon)"`) and the checkout's addon/tap.py.
 """
 
 from streamtap.mitm import contentview, option_checks, replay
@@ -17,5 +15,3 @@ def make_addons() -> list:
     tap = Tap()
     return [tap, Metrics(tap), *(cls() for cls in contentview.ADDONS), *(cls() for cls in replay.ADDONS)]
 
-
-addons = make_addons()
