@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import json
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterable
@@ -209,7 +210,8 @@ class Library:
         """Recordings from files and directories (``*.jsonl`` and ``*.jsonl.zst`` under a directory, recursively).
         ``warn`` hears of each file left out (default: a line on stderr)."""
         files: list[Path] = []
-        for path in map(Path, paths):
+        # ~ as streamtap_dir takes it: a quoted or options-file ~ reaches here unexpanded by any shell
+        for path in (Path(os.path.expanduser(p)) for p in paths):
             if path.is_dir():
                 found, unreadable = files_under(path, RECORDING_SUFFIXES, real=True)
                 if unreadable:  # refused, not skipped: a recording a test or a sweep expects could be there

@@ -159,7 +159,7 @@ def swap_recordings(faults: list[Fault], library: Library, loaded: dict[str, Sou
         name = fault.params.get("with") if fault.kind == "swap-tail" else None
         if name is None or name in found or name in (loaded or {}):
             continue
-        candidates = [Path(name)] + [Path(e.source.path).parent / name for e in library.entries]
+        candidates = [Path(os.path.expanduser(name))] + [Path(e.source.path).parent / name for e in library.entries]
         troubles = [(c, _not_a_file(c)) for c in candidates]
         path = next((c for c, trouble in troubles if trouble == ""), None)
         if path is None:
