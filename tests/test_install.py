@@ -54,6 +54,10 @@ def venv(tmp_path_factory) -> Path:
     (wheel,) = wheels.glob("streamtap-*.whl")
     with zipfile.ZipFile(wheel) as contents:  # the C source is compiled into it, not shipped in it
         assert not [name for name in contents.namelist() if name.endswith(".c")], contents.namelist()
+        # the licence its metadata names travels with it, and every module it imports is declared
+        assert [name for name in contents.namelist() if name.endswith(".dist-info/licenses/LICENSE")], contents.namelist()
+        metadata = contents.read(next(name for name in contents.namelist() if name.endswith(".dist-info/METADATA"))).decode()
+        assert "Requires-Dist: brotli" in metadata, metadata
     env_dir = base / "venv"
     # pip installs from outside the venv (--python): the venv needs no pip of its own, which saves
     # unpacking one into it
@@ -74,7 +78,9 @@ def test_installed_wheel_runs_the_addon_and_the_demo(venv, tmp_path):
     assert script.is_absolute() and script.is_file(), script
     assert script.is_relative_to(venv) and not script.is_relative_to(REPO), script
 
-    for tool, path in (("mitmdump", script), ("mitmweb", script), ("mitmdump", script.parent / "tap.py")):
+    # mitmproxy puts a script's folder on sys.path for good: the script's holds no module to shadow a user's
+    assert [p.name for p in script.parent.iterdir() if p.name != "__pycache__"] == [script.name], list(script.parent.iterdir())
+    for tool, path in (("mitmdump", script), ("mitmweb", script), ("mitmdump", script.parent.parent / "tap.py")):
         listed = _ok(_run([bin_dir / tool, "-s", path, "--options"], outside, timeout=60))
         names = {line.split(":")[0] for line in listed.splitlines() if line.startswith("streamtap_")}
         assert STREAMTAP_OPTIONS <= names, (tool, path, sorted(names))
