@@ -126,7 +126,7 @@ def test_roundtrip_rebuilds_the_body_and_renames_with_the_verdict(tmp_path):
 
 def test_no_secret_reaches_the_disk(tmp_path):
     writer = write_sse(tmp_path, BODY, redact=["X-Team-Secret"])
-    writer.finish({"verdict": {"kind": "complete"}})
+    writer.finish({"verdict": {"kind": "complete"}, "stream_end": "finished"})
     written = b"".join(p.read_bytes() for p in tmp_path.iterdir())
     for name, secret in SECRETS.items():
         assert secret.encode() not in written, f"{name} secret written to disk"
@@ -143,7 +143,7 @@ def test_binary_frames_roundtrip_as_base64(tmp_path):
     writer.header({"wire": {"format": "eventstream"}})
     writer.read(raw, 0.0)
     writer.frame(EventStreamMessage(0, 0, len(raw), raw, {":event-type": "chunk", "id": b"\x00\xff"}, b"\xff\x00"), 1.5)
-    writer.finish({"verdict": None})
+    writer.finish({"verdict": None, "stream_end": "finished"})
     rec = read_recording(tmp_path / "r.jsonl")
     assert rec.body == raw
     assert rec.frames[0].event["headers"]["id"] == {"b64": "AP8="}
@@ -152,7 +152,7 @@ def test_binary_frames_roundtrip_as_base64(tmp_path):
 
 def test_a_cut_last_line_reads_as_incomplete_not_as_a_shorter_turn(tmp_path):
     writer = write_sse(tmp_path, BODY)
-    writer.finish({"verdict": {"kind": "complete"}})
+    writer.finish({"verdict": {"kind": "complete"}, "stream_end": "finished"})
     path = next(tmp_path.iterdir())
     data = path.read_bytes()
     lines = data.split(b"\n")
@@ -191,7 +191,7 @@ def test_a_recording_whose_writer_died_between_its_end_line_and_its_rename_gets_
     """Its end line says all: a note after it would make the file unreadable."""
     writer = write_sse(tmp_path, BODY)
     partial = writer.path
-    final = writer.finish({"verdict": {"kind": "complete"}}, tmp_path / "final.jsonl")
+    final = writer.finish({"verdict": {"kind": "complete"}, "stream_end": "finished"}, tmp_path / "final.jsonl")
     final.rename(partial)  # as the writer leaves it when killed before the rename
     data = partial.read_bytes()
     assert not note_unfinished(partial, "streamtap_error", "analysis: the worker died")
@@ -225,7 +225,7 @@ def test_a_note_is_not_added_while_a_writer_holds_the_recording(tmp_path):
 
 def test_damage_in_the_middle_raises(tmp_path):
     writer = write_sse(tmp_path, BODY)
-    path = writer.finish({"verdict": {"kind": "complete"}})
+    path = writer.finish({"verdict": {"kind": "complete"}, "stream_end": "finished"})
     lines = path.read_bytes().split(b"\n")
     lines[2] = lines[2][:-5]
     path.write_bytes(b"\n".join(lines))
@@ -241,7 +241,7 @@ def test_not_a_recording(tmp_path):
 
 def test_check_finds_tampered_bytes_sums_and_offsets(tmp_path):
     writer = write_sse(tmp_path, BODY)
-    path = writer.finish({"verdict": {"kind": "complete"}})
+    path = writer.finish({"verdict": {"kind": "complete"}, "stream_end": "finished"})
     text = path.read_text()
     tampered = text.replace('{\\"a\\":1}', '{\\"a\\":2}')
     assert tampered != text
@@ -264,7 +264,7 @@ def test_one_writer_per_recording(tmp_path):
     first.flush()
     with pytest.raises(RecordingBusy):
         RecordingWriter(path)
-    first.finish({})
+    first.finish({"stream_end": "finished"})
     with pytest.raises(RecordingError, match="append-only"):
         RecordingWriter(path)
 
@@ -274,7 +274,7 @@ def test_fsync_policy_is_checked(tmp_path):
         RecordingWriter(tmp_path / "r.jsonl", fsync="sometimes")
     for policy in ("always", "never"):
         writer = write_sse(tmp_path / policy, BODY, fsync=policy)
-        assert read_recording(writer.finish({})).body == BODY
+        assert read_recording(writer.finish({"stream_end": "finished"})).body == BODY
 
 
 def test_encoded_bodies_keep_the_wire_bytes_too(tmp_path):
@@ -287,7 +287,7 @@ def test_encoded_bodies_keep_the_wire_bytes_too(tmp_path):
     events, _ = sse_events(body)
     for event in events:
         writer.frame(event, 1.0)
-    writer.finish({})
+    writer.finish({"stream_end": "finished"})
     rec = read_recording(tmp_path / "r.jsonl")
     assert rec.wire == wire and rec.body == body
     assert gzip.decompress(rec.wire) == rec.body
@@ -338,7 +338,7 @@ def test_any_body_split_any_way_rebuilds_exactly(tmp_path_factory, body, cuts, r
         writer.frame(Tail(seq, offset, len(body), body[offset:], "cut"), None)
     for i in range(0, len(body), read_size):
         writer.read(body[i : i + read_size], None)
-    writer.finish({})
+    writer.finish({"stream_end": "finished"})
     rec = read_recording(directory / "r.jsonl")
     assert rec.body == body
     assert check_recording(rec) == []
@@ -468,7 +468,7 @@ def test_frame_lines_are_what_a_straightforward_writer_gives(tmp_path_factory, d
         expected += [reference_line(event, t, ids[i + j]) for j, (event, t) in enumerate(zip(batch, t_ms))]
         i += len(batch)
         b += 1
-    writer.finish({})
+    writer.finish({"stream_end": "finished"})
     lines = (directory / "r.jsonl").read_bytes().splitlines(keepends=True)
     assert lines[1:-1] == expected
     rec = read_recording(directory / "r.jsonl")
@@ -492,7 +492,7 @@ def test_header_values_python_calls_equal_are_recorded_as_their_own_types(tmp_pa
         writer.header({})
         for batch in batches:
             writer.frames(batch, [0.0] * len(batch))
-        writer.finish({})
+        writer.finish({"stream_end": "finished"})
         rec = read_recording(directory / "r.jsonl")
         assert [frame.event["headers"]["x"] for frame in rec.frames] == [True, 1, False, 0, 1, True]
         assert [type(frame.event["headers"]["x"]) for frame in rec.frames] == [bool, int, bool, int, int, bool]

@@ -666,7 +666,12 @@ class RecordingWriter:
 
         ``sync=False`` leaves the sync and the close to ``sync_and_close``, which the caller
         runs where a disk sync cannot delay traffic (the name is final already: a crash before
-        the sync leaves a file that reads back as incomplete, never as a wrong one)."""
+        the sync leaves a file that reads back as incomplete, never as a wrong one).
+
+        ``end`` must say how the stream ended (``stream_end``): the readers refuse an end line
+        without it, since the body would otherwise be judged as though the upstream had ended it."""
+        if not isinstance(end.get("stream_end"), str):
+            raise RecordingError("an end line needs stream_end (finished, upstream_reset, client_aborted or proxy_ended)")
         self._flush_reads()
         record: dict[str, Any] = {"type": "end"}
         record.update(end)
