@@ -30,6 +30,9 @@ typedef struct {
     Py_ssize_t length, capacity;
 } buffer;
 
+/* The lines of one call: the writer joins the blocks of a batch once, as it joined its Python lines */
+#define LINES_BLOCK (1 << 20)
+
 static int
 reserve(buffer *b, Py_ssize_t more)
 {
@@ -246,8 +249,9 @@ PyDoc_STRVAR(frame_lines_doc,
 "frame_lines(events, t_ms, index, offset, sse_id, last_headers, last_types, headers_json, last_t, t_field)\n"
 "--\n\n"
 "The frame lines of events[index:] up to the first event the Python loop must take, with the\n"
-"state that loop keeps: (index, offset, last_t, t_field, lines, body), ``index`` the\n"
-"first event not taken and ``body`` the bytes of those taken, for the body hash.");
+"state that loop keeps: (index, offset, last_t, t_field, lines, raws), ``index`` the\n"
+"first event not taken and ``raws`` the bytes of those taken, for the body hash. It stops once\n"
+"LINES_BLOCK bytes of lines are made, so a large batch is not held twice over in one buffer.");
 
 static PyObject *
 frame_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -280,14 +284,16 @@ frame_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_INCREF(last_t);
     Py_INCREF(t_field);
-    buffer lines = {0}, body = {0};
+    buffer lines = {0};
+    Py_ssize_t first = 0;
     Py_ssize_t count = PySequence_Fast_GET_SIZE(events);
     if (PySequence_Fast_GET_SIZE(times) < count)
         count = PySequence_Fast_GET_SIZE(times);  /* zip() stops at the shorter */
     PyObject **event_items = PySequence_Fast_ITEMS(events), **time_items = PySequence_Fast_ITEMS(times);
     Py_ssize_t i = (Py_ssize_t)(index < count ? index : count);
+    first = i;
 
-    for (; i < count; i++) {
+    for (; i < count && lines.length < LINES_BLOCK; i++) {
         PyObject *event = event_items[i];
         PyObject *kind = (PyObject *)Py_TYPE(event);
         int is_sse = kind == state->sse_type, is_message = kind == state->message_type;
@@ -390,29 +396,27 @@ frame_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         } else if (PUT_LITERAL(&lines, ",\"event\":{\"json\":true}}\n") < 0) {
             goto error;
         }
-        if (put(&body, raw_bytes, raw_len) < 0)
-            goto error;
         offset += raw_len;
     }
 
     PyObject *lines_out = PyBytes_FromStringAndSize(lines.data, lines.length);
-    PyObject *body_out = lines_out ? PyBytes_FromStringAndSize(body.data, body.length) : NULL;
+    PyObject *raws_out = lines_out ? PyTuple_New(i - first) : NULL;
+    for (Py_ssize_t k = first; raws_out != NULL && k < i; k++)
+        PyTuple_SET_ITEM(raws_out, k - first, Py_NewRef(PyTuple_GET_ITEM(event_items[k], 3)));
     PyMem_Free(lines.data);
-    PyMem_Free(body.data);
     Py_DECREF(events);
     Py_DECREF(times);
-    if (body_out == NULL) {
+    if (raws_out == NULL) {
         Py_XDECREF(lines_out);
         Py_DECREF(last_t);
         Py_DECREF(t_field);
         return NULL;
     }
     /* N: the tuple takes the references held here */
-    return Py_BuildValue("(nLNNNN)", i, offset, last_t, t_field, lines_out, body_out);
+    return Py_BuildValue("(nLNNNN)", i, offset, last_t, t_field, lines_out, raws_out);
 
 error:
     PyMem_Free(lines.data);
-    PyMem_Free(body.data);
     Py_DECREF(events);
     Py_DECREF(times);
     Py_DECREF(last_t);

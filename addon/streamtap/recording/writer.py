@@ -493,12 +493,12 @@ class RecordingWriter:
             while at < count:
                 if compiled is not None:
                     taken_from = at
-                    at, offset, last_t, t_field, block, body = compiled(
+                    at, offset, last_t, t_field, block, raws = compiled(
                         events, t_ms, at, offset, sse_id, last_headers, last_types, headers_json, last_t, t_field
                     )
                     if block:
                         lines.append(block)
-                        hashed.append(body)
+                        hashed += raws
                         self._frames += at - taken_from
                     if at == count:
                         break
