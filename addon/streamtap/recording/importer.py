@@ -96,8 +96,7 @@ def read_flows(source: Path) -> Iterator[Any]:
         # Flow.set_state asserts none is left)
         except (exceptions.FlowReadException, KeyError, ValueError, TypeError, AttributeError, IndexError,
                 AssertionError) as exc:
-            if not isinstance(exc, exceptions.FlowReadException):
-                exc = f"{type(exc).__name__}: {exc}"
+            exc = _unreadable_record(exc, exceptions.FlowReadException, start)
             read = f"after {flows} flow{'s' * (flows != 1)} (those are imported)" if flows else "inside its first flow"
             if _ends_inside_a_flow(handle, start):
                 raise CaptureIncomplete(f"{shown_path(source)}: the capture is cut short {read}: the file ends inside a flow "
@@ -105,6 +104,16 @@ def read_flows(source: Path) -> Iterator[Any]:
             if flows or _begins_a_flow(handle, start):
                 raise CaptureIncomplete(f"{shown_path(source)}: the capture is damaged {read}: {exc}", flows) from None
             raise CaptureError(f"{shown_path(source)} is not a mitmproxy capture (mitmdump -w): {exc}") from None
+
+
+def _unreadable_record(exc: Exception, framing_error: type, start: int) -> str:
+    """Why the record at byte ``start`` could not be read, without its contents: the error of
+    mitmproxy's state loading quotes the whole record it loaded (``Invalid flow: loaded=...``), with
+    its API keys and its bodies, megabytes on one line of stderr."""
+    kind = type(exc).__name__
+    if isinstance(exc, framing_error):  # its words up to what it quotes ("Unknown flow type: ...", "... version: ...")
+        kind = str(exc).split(":", 1)[0].splitlines()[0][:80] if str(exc) else kind
+    return f"a record mitmproxy cannot load as a flow at byte {start} ({kind})"
 
 
 def _ends_inside_a_flow(handle: Any, start: int) -> bool:
