@@ -152,6 +152,19 @@ def test_the_recommended_capture_with_the_tap_matches_the_live_recordings(tmp_pa
         assert all(f.t_ms is None for f in recording.frames)  # a capture has no arrival times
 
 
+def test_importing_into_the_live_folder_skips_what_the_tap_recorded_compressed(tmp_path, provider):
+    """The tap's recordings may be .jsonl.zst (streamtap_compress=zstd): importing the capture
+    into that folder finds each flow there, as it does plain ones, rather than recording it twice."""
+    path, _ = capture(tmp_path, provider, "--set", "store_streamed_bodies=true", "--set", "streamtap_compress=zstd", tap=True)
+    live = tmp_path / "live"
+    before = sorted(p.name for p in live.iterdir())
+    assert len(before) == 4 and all(name.endswith(".jsonl.zst") for name in before), before
+    result = streamtap_import(str(path), "--out", str(live))
+    assert result.returncode == 0, result.stderr
+    assert "0 recorded, 4 already there" in result.stderr, result.stderr
+    assert sorted(p.name for p in live.iterdir()) == before
+
+
 def test_a_streamed_capture_without_bodies_is_reported_not_guessed(tmp_path, provider):
     path, _ = capture(tmp_path, provider, tap=True)
     result = streamtap_import(str(path), "--out", str(tmp_path / "imported"))

@@ -163,7 +163,16 @@ def flow_identity(flow: Any) -> FlowIdentity:
 
 def recorded_identity(path: Path) -> FlowIdentity | None:
     """The identity of the flow a finished recording holds (its header and end line), or None
-    when the file does not read as one."""
+    when the file does not read as one. A compressed one (the addon's streamtap_compress=zstd)
+    is read as the fleet view reads it."""
+    if path.name.endswith(SUFFIX):
+        from .catalog import read_ends
+
+        try:
+            header, end, _, _ = read_ends(path)
+        except (OSError, ValueError, RecordingError):
+            return None
+        return FlowIdentity(header.get("flow_id"), header.get("request_started"), end.get("wire_sha256")) if end else None
     try:
         with path.open("rb") as file:
             header = orjson.loads(file.readline())
@@ -238,7 +247,8 @@ class ImportFolder:
         """Where ``name`` is kept: with the finished or the unfinished recordings of its flow id."""
         if name.startswith("."):  # a writer's hidden name, before it is linked to its own
             return None
-        for suffix, names in ((PARTIAL_SUFFIX, self.partials), (PARTIAL_SUFFIX + SUFFIX, self.partials), (".jsonl", self.finals)):
+        for suffix, names in ((PARTIAL_SUFFIX, self.partials), (PARTIAL_SUFFIX + SUFFIX, self.partials), (".jsonl", self.finals),
+                              (".jsonl" + SUFFIX, self.finals)):  # the addon's compressed recordings (streamtap_compress=zstd)
             if name.endswith(suffix):
                 return names[_family(name.removesuffix(suffix).rsplit("_", 1)[-1])]
         return None
