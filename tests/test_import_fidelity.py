@@ -108,6 +108,23 @@ def test_an_errored_flow_is_blamed_on_the_side_the_tap_blames(tmp_path, message,
     assert end["verdict"]["kind"] == "truncated"
 
 
+@pytest.mark.parametrize("client_alpn, expected", [(b"h2", "unknown"), (b"http/1.1", "complete")])
+def test_a_whole_answer_the_upstream_reset_is_unknown_where_mitmproxy_may_have_held_bytes_for_the_client(
+        tmp_path, client_alpn, expected):
+    """mitmproxy drops what it holds for a slow HTTP/2 client when the upstream resets the stream:
+    the live tap counts those bytes, a capture cannot. A whole answer is unknown there, not complete."""
+    flow = errored_flow("stream reset by client (INTERNAL_ERROR)", client_alpn, b"h2")
+    flow.response.content = CHAT  # every byte, [DONE] too
+    capture = write_capture(tmp_path / "capture.mitm", [flow])
+    out = tmp_path / "out"
+    assert streamtap("import", capture, "--out", out).returncode == 0
+    end = end_line(only_recording(out))
+    assert end["stream_end"] == "upstream_reset" and end["verdict"]["kind"] == expected, end["verdict"]
+    if expected == "unknown":
+        assert end["verdict"]["evidence"]["recording_read_as"] == "complete"
+        assert "does not say whether the client got the last bytes" in end["verdict"]["reason"]
+
+
 def test_the_tap_and_the_importer_ask_one_rule():
     import streamtap.mitm.replay as replay
     import streamtap.mitm.tap as tap

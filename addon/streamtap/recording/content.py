@@ -531,6 +531,20 @@ def judge_undelivered(verdict, turn, undelivered: int):
                             lambda kind: f"{note}: the recording reads as {kind} ({verdict.reason})", "recording_read_as")
 
 
+def judge_held_for_a_slow_reader(verdict, turn):
+    """``verdict`` for an answer a capture holds whole, whose HTTP/2 client may not have got its
+    last bytes: mitmproxy drops what it holds for a client that reads slowly when the upstream
+    resets the stream, and a capture does not say how much that was (the Tap counts it live,
+    ``judge_undelivered``). A ``complete``, ``stopped_by_limit`` or ``filtered`` one becomes ``unknown``."""
+    from streamtap.providers import VerdictKind
+
+    note = ("the upstream reset the stream, and mitmproxy drops what it still holds for an HTTP/2 client when it "
+            "does: the capture does not say whether the client got the last bytes (the live tap counts them)")
+    _note_once(turn, note)
+    return _unknown_instead(verdict, (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT, VerdictKind.FILTERED),
+                            lambda kind: f"{note}: the recording reads as {kind} ({verdict.reason})", "recording_read_as")
+
+
 def _note_once(turn, note: str) -> None:
     if note not in turn.notes:
         turn.notes.append(note)

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from streamtap.providers import StreamSession, VerdictKind, answers_a_stream, detect_dialect
+from streamtap.providers import StreamEnd, StreamSession, VerdictKind, answers_a_stream, detect_dialect
 from streamtap.providers.common import one_line
 from streamtap.providers.request import may_resume
 from streamtap.wire import DEFAULT_MAX_EVENT
@@ -35,6 +35,7 @@ from .content import (
     content_encoded,
     delimited_by_length,
     judge_coding_streams,
+    judge_held_for_a_slow_reader,
     judge_unaccepted_coding,
     judge_unfinished_coding,
 )
@@ -398,6 +399,8 @@ def import_flow(
             # decoded here; the client may not have
             analysis.verdict = judge_unaccepted_coding(analysis.verdict, analysis.turn, encoding,
                                                        flow.request.headers.get("accept-encoding"))
+            if end is StreamEnd.UPSTREAM_RESET and flow.client_conn.alpn in (b"h2", b"h3"):
+                analysis.verdict = judge_held_for_a_slow_reader(analysis.verdict, analysis.turn)
             if clock_note:
                 analysis.turn.notes.append(clock_note)
             turn = analysis.turn.to_dict()
