@@ -305,3 +305,28 @@ def test_a_redirect_and_an_answer_with_no_body_are_not_imported(tmp_path, option
     assert result.returncode == 0, result.stdout + result.stderr
     assert "_complete_" in only_recording(out).name  # the streamed answer alone, none "truncated"
     assert "1 recorded, 0 already there, 0 skipped" in result.stderr  # passed over as a flow of no LLM stream is
+
+
+def test_a_disk_that_fills_mid_import_stops_it_saying_after_how_many_flows(tmp_path, monkeypatch, capsys):
+    """The folder or the disk failing is no usage error: the recordings before stay, and stderr
+    says where and after how many flows, with exit 1, as for a recording that cannot be written."""
+    import errno
+
+    from streamtap import cli
+    from streamtap.recording.writer import RecordingWriter
+
+    capture = write_capture(tmp_path / "capture.mitm", [chat_flow() for _ in range(4)])
+    finish, finished = RecordingWriter.finish, []
+
+    def filling(self, *args, **kwargs):
+        if len(finished) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        finished.append(finish(self, *args, **kwargs))
+        return finished[-1]
+
+    monkeypatch.setattr(RecordingWriter, "finish", filling)
+    out = tmp_path / "out"
+    assert cli.main(["import", str(capture), "--out", str(out)]) == cli.EXIT_FINDING
+    err = capsys.readouterr().err
+    assert f"stopped after 2 flows: {out}: No space left on device" in err, err
+    assert sorted(out.glob("*.jsonl")) == sorted(finished)

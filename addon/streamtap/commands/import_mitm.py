@@ -38,8 +38,8 @@ EPILOG = """\
 Exit codes: 0 every streamed answer imported; 1 none found, some skipped (each line
 says why: no body kept, another import into the same folder writing it...), or the
 capture is cut short or damaged (mitmdump stopped while writing it, a partial
-copy): the flows before that point are imported, and stderr says how many were
-read; 2 a usage error, or a file that is not a mitmproxy capture, a HAR file
+copy), or a recording could not be written (a full disk): the flows before that
+point are imported, and stderr says how many were read; 2 a usage error, or a file that is not a mitmproxy capture, a HAR file
 or a streamtap recording too (nothing is written, not even the --out folder).
 """
 
@@ -141,6 +141,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {shown_path(args.out)}: {exc.strerror}") from None
     except RecordingError as exc:  # a recording could not be written: what was written stays, and is said
         failed = exc
+    except OSError as exc:  # the folder or the disk (full, gone): the recordings before stay, and are counted
+        failed = f"{shown_path(args.out)}: {exc.strerror or exc}"
 
     total = written + skipped + already
     if failed is not None:
