@@ -220,3 +220,50 @@ def test_reasoning_is_the_text_of_whichever_name_carries_it_once(first, second):
     analysis = analyze_bytes(body, CHAT)
     assert analysis.verdict.kind is C, analysis.verdict
     assert (analysis.turn.thinking(), analysis.turn.text()) == ("think A B", "Answer")
+
+
+# ---------------------------------------------------------------------------------------
+# choices the stream helper puts in its snapshot by index
+
+
+def _choice(index: int, content: str | None = None, finish: str | None = None) -> dict:
+    return {"index": index, "delta": {"content": content} if content is not None else {}, "finish_reason": finish}
+
+
+HELPER_FAILS_ON_CHOICES = {
+    "choices null": (_chat(_chunk({"role": "assistant", "content": "Hi"}), _chunk({}, "stop"),
+                           {**HEAD, "choices": None, "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}),
+                     "its choices are null"),
+    "no choices": (_chat(_chunk({"role": "assistant", "content": "Hi"}), _chunk({}, "stop"),
+                         {**HEAD, "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}),
+                   "it has no choices"),
+    "first chunk holds choice 1 alone": (_chat({**HEAD, "choices": [_choice(1, "B")]}, {**HEAD, "choices": [_choice(0, "A")]},
+                                               {**HEAD, "choices": [_choice(0, None, "stop"), _choice(1, None, "stop")]}),
+                                         "its choice index 1 is past its 1 choice(s)"),
+    "an index skipped": (_chat({**HEAD, "choices": [_choice(0, "A")]}, {**HEAD, "choices": [_choice(2, "C")]},
+                               {**HEAD, "choices": [_choice(1, "B")]},
+                               {**HEAD, "choices": [_choice(i, None, "stop") for i in range(3)]}),
+                         "its choice index 2 skips index 1"),
+}
+
+
+@pytest.mark.parametrize("shape", list(HELPER_FAILS_ON_CHOICES))
+def test_choices_the_stream_helper_fails_on_are_noted_where_a_raw_loop_reads_the_whole_answer(shape):
+    body, says = HELPER_FAILS_ON_CHOICES[shape]
+    with pytest.raises((TypeError, IndexError, AttributeError)):
+        _helper(body)
+    texts: dict[int, str] = {}  # a loop that checks each chunk's choices reads every one
+    for chunk in _raw(body):
+        for choice in chunk.choices or ():
+            texts[choice.index] = texts.get(choice.index, "") + (choice.delta.content or "")
+    analysis = analyze_bytes(body, CHAT)
+    assert analysis.verdict.kind.value == "complete", analysis.verdict
+    assert {c.index: "".join(b.text for b in c.blocks) for c in analysis.turn.choices} == texts
+    assert [note for note in analysis.turn.notes if says in note and "stream helper" in note], analysis.turn.notes
+
+
+def test_choices_in_order_leave_no_note_of_the_helper():
+    body = _chat({**HEAD, "choices": [_choice(0, "A"), _choice(1, "B")]}, {**HEAD, "choices": [_choice(1, "b")]},
+                 {**HEAD, "choices": [_choice(0, None, "stop"), _choice(1, None, "stop")]}, {**HEAD, "choices": []})
+    assert len(_helper(body).choices) == 2
+    assert not [note for note in analyze_bytes(body, CHAT).turn.notes if "stream helper" in note]

@@ -100,6 +100,9 @@ class Assembler(AssemblerBase):
         self._output_tokens: dict[int | None, tuple[int, int, int]] = {}
         self._helper_read = False  # a chunk the SDK's stream helper reads (its object is chat.completion.chunk)
         self._helper_lost = False  # it skipped a chunk that carries content or a finish_reason
+        # the choices the SDK's stream helper has put in its snapshot (None: before its first chunk;
+        # False: it failed on a chunk, said once)
+        self._helper_choices: int | bool | None = None
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         if self.judge.halt_verdict is not None:  # a bound passed: the rest is not read (see AssemblerBase.choice)
@@ -186,6 +189,8 @@ class Assembler(AssemblerBase):
         helper_reads = obj.get("object") == CHUNK
         if helper_reads:
             self._helper_read = True
+            if self._helper_choices is not False:
+                self._helper_fails_on_choices(obj, choices, event)
         elif not self._helper_lost:
             self._helper_skips(obj, choices, event)
         if usage and isinstance(usage, dict):
@@ -195,6 +200,37 @@ class Assembler(AssemblerBase):
             for choice in choices:
                 if type(choice) is dict and not self.halted:
                     self._choice(choice, event, t, helper_reads)
+
+    def _helper_fails_on_choices(self, obj: dict[str, Any], choices: Any, event: SSEEvent) -> None:
+        """The openai SDK's stream helper (chat.completions.stream) puts each chunk's choices in its
+        snapshot by index: it raises on a chunk whose choices are null or missing, on a first chunk
+        whose choice index is past that chunk's choices, and on a choice whose index skips one it
+        has not seen, where a raw create(stream=True) loop that checks each chunk reads the whole
+        answer: noted, as a tool call the helper fails on is (``_helper_fails``)."""
+        why = None
+        if type(choices) is not list:
+            why = "its choices are null" if "choices" in obj else "it has no choices"
+        else:
+            first = self._helper_choices is None
+            count = len(choices) if first else int(self._helper_choices)
+            for choice in choices:
+                index = choice.get("index") if type(choice) is dict else None
+                if type(index) is not int:  # no whole number: the index rules say what it is
+                    continue
+                if first and not 0 <= index < len(choices):
+                    why = f"its choice index {index} is past its {len(choices)} choice(s), the first chunk the helper reads"
+                elif not first and index > count:
+                    why = f"its choice index {index} skips index {count}"
+                elif not first and index == count:
+                    count += 1
+                if why:
+                    break
+            self._helper_choices = count
+        if why:
+            self._helper_choices = False
+            self.note(f"the chunk at seq {event.seq} (byte {event.start}): {why}: the openai SDK's stream helper "
+                      "(chat.completions.stream) raises there, where a raw create(stream=True) loop that checks "
+                      "each chunk reads the whole answer")
 
     def _helper_skips(self, obj: dict[str, Any], choices: Any, event: SSEEvent) -> None:
         """Note the first chunk the SDK's stream helper skips (its object is not chat.completion.chunk)
