@@ -4,6 +4,8 @@ call index sent as a string, a chunk whose ``object`` its stream helper skips, a
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import openai
 import orjson
@@ -267,3 +269,17 @@ def test_choices_in_order_leave_no_note_of_the_helper():
                  {**HEAD, "choices": [_choice(0, None, "stop"), _choice(1, None, "stop")]}, {**HEAD, "choices": []})
     assert len(_helper(body).choices) == 2
     assert not [note for note in analyze_bytes(body, CHAT).turn.notes if "stream helper" in note]
+
+
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")  # the SDK's own, on the object where it expects text
+def test_arguments_sent_as_a_json_object_are_noted_as_what_the_app_gets():
+    """Some servers send a call's arguments whole, as an object: the SDK hands the app that object,
+    where json.loads (what apps call on arguments) raises. The turn holds it as JSON text, noted."""
+    body = _chat(_chunk({"role": "assistant", **_call(0, "call_1", "f", {"a": 1})}), _chunk({}, "tool_calls"))
+    [call] = _helper(body).choices[0].message.tool_calls
+    assert call.function.arguments == {"a": 1}
+    with pytest.raises(TypeError):
+        json.loads(call.function.arguments)
+    analysis = analyze_bytes(body, CHAT)
+    assert analysis.verdict.kind.value == "complete", analysis.verdict
+    assert [note for note in analysis.turn.notes if "as a JSON object" in note and "TypeError" in note], analysis.turn.notes

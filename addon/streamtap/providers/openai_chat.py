@@ -415,6 +415,10 @@ class Assembler(AssemblerBase):
                 self.grow(block, "arguments_raw", arguments)
                 self.content(t)
         elif isinstance(arguments, dict):  # some servers send whole objects
+            if not block.arguments_raw:  # once per call
+                self.note(f"tool call index {position} of choice {index} sends its arguments as a JSON object (seq "
+                          f"{event.seq}), not a string: the openai SDK hands the app that object, on which json.loads, "
+                          "or joining the fragments as strings, raises TypeError; the turn holds it as JSON text")
             self.grow(block, "arguments_raw", dumps(arguments))
 
     def _helper_fails(self, index: int, call: dict[str, Any], sdk_index: Any, position: int, event: WireEvent) -> None:
