@@ -118,12 +118,39 @@ def test_input_json_delta_to_a_tool_result_block_is_corrupt():
 
 @pytest.mark.parametrize("index, delta", [(False, {"type": "text_delta", "text": " extra"}),
                                           (True, {"type": "input_json_delta", "partial_json": "{}"})])
-def test_a_boolean_index_names_no_block(index, delta):
+def test_a_boolean_index_names_the_block_the_sdk_reads_it_as(index, delta):
+    """The anthropic SDK builds its events leniently and reads false and true as 0 and 1: a late
+    delta so numbered goes to that block, which has stopped."""
     text = block(0, {"type": "text", "text": ""}, {"type": "text_delta", "text": "Hi"})
     tool = block(1, {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}},
                  {"type": "input_json_delta", "partial_json": '{"a": 1}'})
     late = {"type": "content_block_delta", "index": index, "delta": delta}
     analysis = judged(framed(message(*text, *tool, late, stop="tool_use")))
     assert analysis.verdict.kind is VerdictKind.CORRUPT, analysis.verdict
-    assert f"unknown index {index}" in analysis.verdict.reason
+    assert f"after block {int(index)} was closed by content_block_stop" in analysis.verdict.reason
     assert analysis.turn.text() == "Hi"
+
+
+@pytest.mark.parametrize("index", ["0", " 0", 0.0, "0.0"])
+def test_an_index_the_sdk_reads_as_a_whole_number_is_that_block(index):
+    """Served to the real SDK, "0" or 0.0 is block 0: its stream helper returns the whole text."""
+    import anthropic
+    import httpx2
+
+    events = [{"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
+                                                     "content": [], "stop_reason": None, "stop_sequence": None,
+                                                     "usage": {"input_tokens": 1, "output_tokens": 1}}},
+              {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}},
+              {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": "Hi there"}},
+              {"type": "content_block_stop", "index": index},
+              {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": {"output_tokens": 3}},
+              {"type": "message_stop"}]
+    body = framed(events)
+    http = httpx2.Client(transport=httpx2.MockTransport(  # the anthropic SDK is built on httpx2
+        lambda request: httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)))
+    client = anthropic.Anthropic(api_key="sk-ant-test", base_url="http://127.0.0.1:9", max_retries=0, http_client=http)
+    with client.messages.stream(model="claude-x", max_tokens=10, messages=[{"role": "user", "content": "hi"}]) as stream:
+        final = stream.get_final_message()
+    analysis = judged(body)
+    assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
+    assert analysis.turn.text() == "".join(part.text for part in final.content) == "Hi there"

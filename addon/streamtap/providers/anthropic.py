@@ -104,6 +104,23 @@ def _block_from(content_block: dict[str, Any], index: int) -> Block:
     return Block(BlockKind.OTHER, index, extra=dict(content_block))
 
 
+def _block_index(event: dict[str, Any]) -> Any:
+    """A block event's ``index`` as the anthropic SDK hands it on: it builds each event leniently
+    (``construct_type``) and reads ``"0"``, ``" 0"``, ``0.0`` or ``true`` as a whole number, which
+    its stream helper then looks the block up by. Asked of the SDK itself, as a copy of its rules
+    would drift; only for an index sent as no int, which no Anthropic stream does."""
+    index = event.get("index")
+    if type(index) is int:
+        return index
+    from anthropic._models import construct_type
+    from anthropic.types import RawMessageStreamEvent
+
+    try:
+        return getattr(construct_type(type_=RawMessageStreamEvent, value=event), "index", index)
+    except Exception:  # not an event it builds: read as sent
+        return index
+
+
 def _has_event_name(raw: bytes) -> bool:
     """Does the event's own block name it in an ``event:`` line? The decoder names "message" an
     event without the line, one with an empty ``event:`` (both skipped by the SDK, which reads an
@@ -264,7 +281,7 @@ class MessageBuilder:
         return block
 
     def _content_block_start(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
-        index = event.get("index")
+        index = _block_index(event)
         content_block = event.get("content_block")
         if not self._in_message("content_block_start", seq, offset) or \
                 self.judge.reopened("the message's content", "content_block_start", seq, offset):
@@ -313,8 +330,8 @@ class MessageBuilder:
             return
         if self.content_stopped and self.judge.reopened("the message's content", "content_block_delta", seq, offset):
             return
-        index = event.get("index")
-        block = self.blocks.get(index) if as_int(index) is not None else None  # (True would find block 1)
+        index = _block_index(event)
+        block = self.blocks.get(index) if as_int(index) is not None else None
         if block is None:
             self.judge.corrupt(f"content_block_delta for unknown index {index}", seq, offset, index=index)
             return
@@ -380,8 +397,8 @@ class MessageBuilder:
     def _content_block_stop(self, event: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         if not self._in_message("content_block_stop", seq, offset):
             return
-        index = event.get("index")
-        block = self.blocks.get(index) if as_int(index) is not None else None  # (True would find block 1)
+        index = _block_index(event)
+        block = self.blocks.get(index) if as_int(index) is not None else None
         if self.judge.reopened(f"block {index}", "content_block_stop", seq, offset, index=index):
             return
         if block is None or index not in self.open_blocks:
