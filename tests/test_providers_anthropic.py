@@ -991,9 +991,10 @@ def test_a_ping_whose_data_lines_hold_no_message_event_is_still_a_ping(name: byt
     assert analyze_bytes(odd, Dialect.ANTHROPIC).verdict.kind is VerdictKind.COMPLETE
 
 
-def test_an_output_count_sent_null_by_message_delta_leaves_none_as_in_the_sdk(loopback: LoopbackServer) -> None:
+@pytest.mark.parametrize("usage", [{"output_tokens": None}, {"input_tokens": 3}], ids=["null", "missing"])
+def test_an_output_count_sent_null_by_message_delta_leaves_none_as_in_the_sdk(loopback: LoopbackServer, usage) -> None:
     body = sse(START, *text_block(0, "Hello"), {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
-                                                "usage": {"output_tokens": None}}, {"type": "message_stop"})
+                                                "usage": usage}, {"type": "message_stop"})
     message = sdk_final_message(loopback, body)
     assert message.usage.output_tokens is None
     assert_turn_matches_sdk(analyze_bytes(body, Dialect.ANTHROPIC).turn, message)

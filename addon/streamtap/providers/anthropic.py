@@ -460,9 +460,9 @@ class MessageBuilder:
                 self.judge.corrupt("message_delta's usage, after a message_start without usage: the SDK's stream "
                                    "helper copies it onto message_start's and raises", seq, offset)
             self._usage(usage)
-            if "output_tokens" in usage and usage["output_tokens"] is None:
+            if usage.get("output_tokens") is None:
                 # the SDK copies message_delta's output_tokens whatever it is (the other counts only when
-                # given): a null one leaves its message no output count
+                # given): a null or missing one leaves its message no output count
                 self.turn.usage.output = None
         else:  # a required field the SDK reads without a check: it raises on this event
             self.judge.corrupt("message_delta without usage", seq, offset)
