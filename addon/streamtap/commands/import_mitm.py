@@ -142,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
     except RecordingError as exc:  # a recording could not be written: what was written stays, and is said
         failed = exc
     except OSError as exc:  # the folder or the disk (full, gone): the recordings before stay, and are counted
+        if not written + skipped + already:  # nothing written: the --out folder itself was refused
+            raise UsageError(f"--out {shown_path(args.out)}: {exc.strerror or exc}") from None
         failed = f"{shown_path(args.out)}: {exc.strerror or exc}"
 
     total = written + skipped + already
