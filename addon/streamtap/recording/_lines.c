@@ -459,16 +459,17 @@ lines_exec(PyObject *module)
     return 0;
 }
 
+/* the Python objects the module state holds, for the collector */
+#define STATE_OBJECTS(EACH) EACH(sse_type) EACH(message_type) EACH(value_type) EACH(dumps) EACH(plain_sse)
+#define VISIT_ONE(field) Py_VISIT(state->field);
+#define CLEAR_ONE(field) Py_CLEAR(state->field);
+
 static int
 lines_traverse(PyObject *module, visitproc visit, void *arg)
 {
     lines_state *state = PyModule_GetState(module);
     if (state != NULL) {
-        Py_VISIT(state->sse_type);
-        Py_VISIT(state->message_type);
-        Py_VISIT(state->value_type);
-        Py_VISIT(state->dumps);
-        Py_VISIT(state->plain_sse);
+        STATE_OBJECTS(VISIT_ONE)
     }
     return 0;
 }
@@ -478,11 +479,7 @@ lines_clear(PyObject *module)
 {
     lines_state *state = PyModule_GetState(module);
     if (state != NULL) {
-        Py_CLEAR(state->sse_type);
-        Py_CLEAR(state->message_type);
-        Py_CLEAR(state->value_type);
-        Py_CLEAR(state->dumps);
-        Py_CLEAR(state->plain_sse);
+        STATE_OBJECTS(CLEAR_ONE)
     }
     return 0;
 }
