@@ -59,6 +59,11 @@ def verdict(kind: str, body: bytes):
         ("stall:after=2,secs=1,secs=9", "secs is given twice"),
         ("cut:event=\u0663", "event must be a number"),  # an Arabic-Indic three
         ("stall:after=1,secs=\uff11", "secs must be a number"),  # a fullwidth one
+        # what int() and float() take beyond the grammar (decimal, or hexadecimal after 0x)
+        ("cut:event=1_0", "event must be a number"),
+        ("cut:event=+5", "event must be a number"),
+        ("corrupt:frame=1,field=crc,byte=0x_1a", "byte must be a number"),
+        ("stall:after=1,secs=1_0", "secs must be a number"),
     ],
 )
 def test_bad_specs_say_what_is_wrong(spec, message):

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -208,7 +209,7 @@ def _number(spec: str, key: str, value: str, kind: Any) -> int | float:
     try:
         if not value.isascii():  # int() and float() take any script's digits; a spec is ASCII
             raise ValueError(value)
-        number = _whole(value) if kind is int else float(value)
+        number = _whole(value) if kind is int else _decimal(value)
     except ValueError:
         whole = " (a whole one, in decimal digits or hexadecimal after 0x)" if kind is int else ""
         raise FaultSpecError(f"{spec!r}: {key} must be a number{whole}, got {value!r}") from None
@@ -222,11 +223,23 @@ def _number(spec: str, key: str, value: str, kind: Any) -> int | float:
     return number
 
 
+_WHOLE = re.compile(r"-?(?:0[xX][0-9a-fA-F]+|[0-9]+)")
+_DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+
+
 def _whole(value: str) -> int:
-    """Decimal, leading zeros and all (``event=007``), or hexadecimal after ``0x`` (``byte=0x22``)."""
-    if value.lstrip("+-")[:2].lower() == "0x":
-        return int(value, 16)
-    return int(value, 10)
+    """Decimal, leading zeros and all (``event=007``), or hexadecimal after ``0x`` (``byte=0x22``);
+    not what int() takes besides (``1_000``, ``+5``, spaces), which the spec's grammar has not."""
+    if not _WHOLE.fullmatch(value):
+        raise ValueError(value)
+    return int(value, 16) if value.lstrip("-")[:2].lower() == "0x" else int(value, 10)
+
+
+def _decimal(value: str) -> float:
+    """A decimal number (``secs=0.5``, ``1e-3``), not what float() takes besides (``1_0``, ``inf``)."""
+    if not _DECIMAL.fullmatch(value):
+        raise ValueError(value)
+    return float(value)
 
 
 # --- timing -------------------------------------------------------------------------------
