@@ -188,3 +188,22 @@ def test_a_resume_finds_its_id_in_the_stream_its_swap_tail_served(tmp_path):
         assert served({"Last-Event-ID": "b2"}) == (200, [13, 14, 15])
         assert served({"Last-Event-ID": "a4"}) == (200, [14, 15])
         assert served({"Last-Event-ID": "a2"})[0] == 404  # served by neither answer
+
+
+def test_assigned_ids_run_through_a_swapped_in_tail(tmp_path):
+    """With --assign-ids every served event carries an id, those a swap-tail brought in too (they
+    had none), and a client cut inside the swapped-in part resumes from its own last id."""
+    write_recording(tmp_path / "a.jsonl", "anthropic", numbered([None] * 6))
+    write_recording(tmp_path / "b.jsonl", "anthropic", numbered([None] * 6, first=10))
+    swap = {"x-streamtap-fault": "swap-tail:with=b.jsonl,at=1"}
+    options = ServeOptions(fault_header=True, assign_ids=True)
+    with ServerThread(Library.load([tmp_path]), options) as server, httpx.Client(timeout=10) as client:
+        def served(headers: dict[str, str]) -> list[tuple[str, int]]:
+            answer = client.post(server.base_url + URL, json=ANTHROPIC_REQUEST, headers=swap | headers)
+            assert answer.status_code == 200, answer.text
+            return [(e.id, json.loads(e.data)["n"]) for e in events_of(answer.content)]
+
+        whole = served({})
+        assert [n for _, n in whole] == [0, 1, 12, 13, 14, 15]
+        assert [event_id for event_id, _ in whole] == ["0", "1", "2", "3", "4", "5"]
+        assert served({"Last-Event-ID": "3"}) == whole[4:]

@@ -126,8 +126,10 @@ class Replay:
             except FaultSpecError:
                 faults = []  # the Faults addon names the option
             # checked on the bodies as served: id lines count for byte= positions
-            served = [as_served(entry.source, options.streamtap_replay_assign_ids) for entry in self.library.entries]
-            unfit = unfit_faults(faults, served, _swap_tails(faults, self.library))
+            assign_ids = options.streamtap_replay_assign_ids
+            served = [as_served(entry.source, assign_ids) for entry in self.library.entries]
+            others = {name: as_served(source, assign_ids) for name, source in _swap_tails(faults, self.library).items()}
+            unfit = unfit_faults(faults, served, others)
             if unfit:  # else every replayed request would be answered with a 400
                 raise exceptions.OptionsError(f"streamtap_fault: {'; '.join(unfit)}")
             log.info(f"streamtap: replaying {len(self.library.entries)} recording(s) from {', '.join(options.streamtap_replay)}")

@@ -270,7 +270,9 @@ class ReplayServer:
         return served
 
     def _load_others(self, faults: list[Fault]) -> None:
-        self._others.update(swap_recordings(faults, self.library, self._others))
+        # as served (id lines with --assign-ids): a swapped-in tail carries ids as the rest of the stream does
+        found = swap_recordings(faults, self.library, self._others)
+        self._others.update({name: as_served(source, self.options.assign_ids) for name, source in found.items()})
 
     def _given_recordings(self) -> dict[str, Source]:
         """What a fault header may name for swap-tail: only recordings this server was given
@@ -282,7 +284,7 @@ class ReplayServer:
             for entry in self.library.entries:
                 path = Path(entry.source.path)
                 for name in (str(path), str(path.absolute()), path.name):
-                    given.setdefault(name, entry.source)
+                    given.setdefault(name, self.served_source(entry.source))
             given.update(self._others)
             self._given = given
         return self._given
