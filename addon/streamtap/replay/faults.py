@@ -224,7 +224,8 @@ def _number(spec: str, key: str, value: str, kind: Any) -> int | float:
 
 
 _WHOLE = re.compile(r"-?(?:0[xX][0-9a-fA-F]+|[0-9]+)")
-_DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+# (inf and nan read, for the check after to say a number must be finite)
+_DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?(?:inf(?:inity)?|nan)", re.IGNORECASE)
 
 
 def _whole(value: str) -> int:
@@ -236,7 +237,7 @@ def _whole(value: str) -> int:
 
 
 def _decimal(value: str) -> float:
-    """A decimal number (``secs=0.5``, ``1e-3``), not what float() takes besides (``1_0``, ``inf``)."""
+    """A decimal number (``secs=0.5``, ``1e-3``), not what else float() takes (``1_0``, ``+1``, spaces)."""
     if not _DECIMAL.fullmatch(value):
         raise ValueError(value)
     return float(value)
