@@ -278,6 +278,25 @@ def test_a_redacted_recording_answers_the_request_with_the_real_secrets(recorded
         assert httpx.post(other_query, json=JSON_BODY, timeout=10).status_code == 404
 
 
+def test_a_matched_header_recorded_redacted_matches_the_real_secret_and_a_404_names_only_what_differs(recorded):
+    """--match-header authorization on a recording that holds it as `Bearer [redacted]`: the
+    request with the real key matches (the recorder's rule gives the recorded value), another
+    scheme does not; and a 404 names only the fields that differ, not those the recording
+    holds redacted (its query key, its body secrets, the header)."""
+    _, as_json, _ = recorded
+    library = Library.load([as_json.path], MatchOptions(match_headers=("authorization",)))
+    url = f"/s/json{CHAT}?{QUERY}"
+    bearer = {"authorization": HEADER_SECRETS["Authorization"]}
+    assert library.has_match("POST", url, bearer, json.dumps(JSON_BODY).encode())
+    assert library.has_match("POST", url, {"authorization": "Bearer another-key"}, json.dumps(JSON_BODY).encode())
+    assert not library.has_match("POST", url, {"authorization": "Basic another-key"}, json.dumps(JSON_BODY).encode())
+    changed = json.loads(json.dumps(JSON_BODY))
+    changed["messages"][0] = {"role": "user", "content": "another question"}
+    changed["metadata"]["deeper"][0]["password"] = "another one"
+    explained = library.explain("POST", url, bearer, json.dumps(changed).encode())
+    assert explained["error"]["nearest"][0]["differs_in"] == ["body.messages"], explained["error"]["nearest"]
+
+
 def test_streamtap_import_redacts_alike_and_takes_an_allow_list(tmp_path):
     if not shutil.which("curl"):
         pytest.skip("curl is not installed")

@@ -2,7 +2,8 @@
 
 Normalizing means: parse the JSON, drop the ignored fields (dotted paths such as
 ``metadata.user_id``), serialize with sorted keys. Headers play no part unless named with
-``match_headers`` (their recorded values are redacted where secret, so secrets never match).
+``match_headers`` (their recorded values are redacted where secret: a request matches such a
+header where the recorder's rule makes its value the recorded one, ``Bearer [redacted]``).
 
 A value the recording holds redacted (``"[redacted]"`` in the JSON body, a redacted query
 parameter or form field) matches any value: the request with the real secret still finds
@@ -176,6 +177,7 @@ class _Entry:
     served_last: int = 0  # when it was last served (the library's count of answers), for resumes
     redacted_params: frozenset[str] = frozenset()  # query parameters recorded redacted
     redacted_body: bool = False  # the body holds redacted values
+    redacted_headers: frozenset[str] = frozenset()  # matched headers recorded redacted
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +201,8 @@ class Library:
             body = normalize_body(_copy(source.request_body), self.options.ignore_fields)
             key = self.key(source.method, source.path_and_query, source.request_headers, body)
             params = frozenset(k for k, v in query_pairs(split_target(source.url).query) if v == REDACTED)
-            self.entries.append(_Entry(source, key, body, redacted_params=params, redacted_body=holds_redacted(body)))
+            self.entries.append(_Entry(source, key, body, redacted_params=params, redacted_body=holds_redacted(body),
+                                       redacted_headers=frozenset(h for h, v in key.headers if holds_redacted(v))))
         # of the recordings that answer one request, a whole one first: a killed proxy's
         # leftover (no end line) answers only when no whole one does (or, --once, is left)
         self.entries.sort(key=lambda entry: not entry.source.whole)
@@ -299,13 +302,27 @@ class Library:
         method, target, headers, body, key = request
         if self.options.match_any or entry.key == key:
             return True
-        if not (entry.redacted_body or entry.redacted_params) or entry.key.method != key.method:
+        if entry.key.method != key.method:
             return False
+        masked = self._as_recorded(entry, request)
+        return masked is not None and entry.key == masked[0]
+
+    def _as_recorded(self, entry: _Entry, request: tuple) -> tuple[Key, Any] | None:
+        """The request's key and body with ``[redacted]`` wherever ``entry``'s recording has it (its
+        body, its query, its matched headers, each by the recorder's own rule), or None when the
+        recording holds nothing redacted: a redacted value matches any value there."""
+        method, target, headers, body, _ = request
+        if not (entry.redacted_body or entry.redacted_params or entry.redacted_headers):
+            return None
+        redactor = self.options.redactor()
         try:
-            masked = mask_like(body, entry.body, self.options.redactor()) if entry.redacted_body else body
-            return entry.key == self.key(method, target, headers, masked, entry.redacted_params)
+            masked = mask_like(body, entry.body, redactor) if entry.redacted_body else body
+            if entry.redacted_headers:
+                headers = {**headers, **{h: redactor.headers([(h, headers[h])])[0][1]
+                                         for h in entry.redacted_headers if h in headers}}
+            return self.key(method, target, headers, masked, entry.redacted_params), masked
         except RecursionError:  # nested deeper than Python recurses (as normalize_body finds too): no answer by masking
-            return False
+            return None
 
     def _first_answer(self, request: tuple) -> _Entry | None:
         for entry in self.entries:
@@ -321,13 +338,18 @@ class Library:
                 note: str | None = None) -> dict[str, Any]:
         """The body of the 404: what was looked for and the nearest recordings. ``note``: what the
         message adds about the request (a body that could not be decoded)."""
-        lowered = {k.lower(): v for k, v in headers.items()}
-        wanted = normalize_body(body, self.options.ignore_fields)
-        key = self.key(method, target, lowered, wanted)
-        live = _LiveFields(wanted)
+        request = self._request(method, target, headers, body)
+        key, live = request[4], _LiveFields(request[3])
+
+        def as_recorded(entry: _Entry) -> tuple[Key, _LiveFields]:
+            # compared as each recording keeps it: a field it holds redacted matches, and is not named
+            masked = self._as_recorded(entry, request)
+            return (key, live) if masked is None else (masked[0], _LiveFields(masked[1]))
+
+        views = {id(entry): as_recorded(entry) for entry in self.entries}
         # ranked by counts alone, each bounded by the recording's body: a live body of a million
         # fields is walked again only for the few nearest, whose first differences are named
-        ranked = sorted(self.entries, key=lambda e: _distance(key, live, e))
+        ranked = sorted(self.entries, key=lambda e: _distance(*views[id(e)], e))
         nearest = []
         for entry in ranked[:limit]:
             nearest.append(
@@ -336,7 +358,7 @@ class Library:
                     "method": entry.key.method,
                     "path": entry.key.path,
                     "body_sha256": entry.key.body,
-                    "differs_in": _differences(key, live, entry),
+                    "differs_in": _differences(*views[id(entry)], entry),
                     "already_served": bool(self.options.once and entry.served),
                 }
             )
