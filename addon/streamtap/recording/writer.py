@@ -26,7 +26,6 @@ import orjson
 from streamtap import __version__
 from streamtap.providers.common import json_ready
 from streamtap.wire import EventStreamMessage, JSONValue, Malformed, SSEEvent, Tail
-
 from streamtap.wire.accel import pure_python_asked
 
 from .redact import Redactor
