@@ -113,7 +113,7 @@ def _unreadable_record(exc: Exception, framing_error: type, start: int) -> str:
     its API keys and its bodies, megabytes on one line of stderr."""
     kind = type(exc).__name__
     if isinstance(exc, framing_error):  # its words up to what it quotes ("Unknown flow type: ...", "... version: ...")
-        kind = str(exc).split(":", 1)[0].splitlines()[0][:80] if str(exc) else kind
+        kind = (str(exc).split(":", 1)[0].splitlines() or [kind])[0][:80] or kind
     return f"a record mitmproxy cannot load as a flow at byte {start} ({kind})"
 
 
