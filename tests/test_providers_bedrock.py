@@ -495,6 +495,25 @@ def converse_cut_call(stop_reason: str) -> bytes:
             + converse_frame("metadata", {"usage": {"inputTokens": 1, "outputTokens": 2, "totalTokens": 3}}))
 
 
+@pytest.mark.parametrize("odd", [
+    encode_message({}, b""),  # an empty message: no headers, no payload
+    encode_message({":event-type": "keepAlive", ":message-type": "event"}, b""),
+    encode_message({":event-type": "fooEvent", ":content-type": "application/json", ":message-type": "event"}, b"not json"),
+], ids=["empty", "unknown-empty", "unknown-not-json"])
+def test_converse_a_frame_of_a_type_boto3_does_not_know_is_skipped_unread(odd: bytes, loopback: LoopbackServer) -> None:
+    """boto3 skips an event type its model lacks without reading its payload: the answer around
+    such a frame is whole, whatever the frame holds, as it is where that payload is JSON."""
+    events = [converse_frame("messageStart", {"role": "assistant"}),
+              converse_frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "Hello"}}),
+              converse_frame("contentBlockStop", {"contentBlockIndex": 0}),
+              converse_frame("messageStop", {"stopReason": "end_turn"}),
+              converse_frame("metadata", {"usage": {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2}, "metrics": {"latencyMs": 1}})]
+    body = b"".join(events[:2]) + odd + b"".join(events[2:])
+    analysis = analyze_bytes(body, Dialect.BEDROCK_CONVERSE)
+    assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
+    boto3_converse(loopback, body).assert_equals(analysis.turn)
+
+
 def test_converse_invalid_tool_json_is_corrupt() -> None:
     analysis = analyze_bytes(converse_cut_call("tool_use"), Dialect.BEDROCK_CONVERSE)
     assert analysis.verdict.kind is VerdictKind.CORRUPT and analysis.verdict.seq == 3, analysis.verdict  # the block's stop

@@ -245,6 +245,10 @@ class ConverseBuilder:
         # a redacted block's blob bytes not yet a whole base64 group (0 to 2 bytes), by id(block)
         self.blob_tails: dict[int, tuple[Block, bytes]] = {}
 
+    def knows(self, kind: Any) -> bool:
+        """Whether ``kind`` is an event type the builder reads (boto3's model has it)."""
+        return isinstance(kind, str) and kind in self._handlers
+
     def apply(self, kind: str, body: dict[str, Any], seq: int | None, offset: int | None, t: float | None) -> None:
         handler = self._handlers.get(kind) if isinstance(kind, str) else None
         if handler is None:
@@ -645,6 +649,9 @@ class Assembler:
             else:
                 if self._text_delta(data, t):
                     return
+        if not self.builder.knows(kind):  # boto3 skips a type its model lacks without reading its payload
+            self.builder.apply(kind, {}, event.seq, event.start, t)
+            return
         try:
             body = orjson.loads(event.payload)
         except orjson.JSONDecodeError:
