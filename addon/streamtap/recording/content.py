@@ -521,14 +521,10 @@ def judge_undelivered(verdict, turn, undelivered: int):
     dropped what it held for a slow HTTP/2 reader), read from a recording that holds them: a
     ``complete``, ``stopped_by_limit`` or ``filtered`` one becomes ``unknown`` (the end that made it
     so may be among the lost bytes); any other kind keeps its word, noted, with ``undelivered_bytes``."""
-    from streamtap.providers import VerdictKind
-
     note = (f"the client did not get the last {undelivered} bytes: mitmproxy held them for a client that read "
             "slowly and dropped them when the upstream reset the stream; the recording holds every byte the upstream sent")
-    _note_once(turn, note)
     verdict.evidence = {**verdict.evidence, "undelivered_bytes": undelivered}
-    return _unknown_instead(verdict, (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT, VerdictKind.FILTERED),
-                            lambda kind: f"{note}: the recording reads as {kind} ({verdict.reason})", "recording_read_as")
+    return _maybe_not_delivered(verdict, turn, note)
 
 
 def judge_held_for_a_slow_reader(verdict, turn):
@@ -536,10 +532,16 @@ def judge_held_for_a_slow_reader(verdict, turn):
     last bytes: mitmproxy drops what it holds for a client that reads slowly when the upstream
     resets the stream, and a capture does not say how much that was (the Tap counts it live,
     ``judge_undelivered``). A ``complete``, ``stopped_by_limit`` or ``filtered`` one becomes ``unknown``."""
-    from streamtap.providers import VerdictKind
-
     note = ("the upstream reset the stream, and mitmproxy drops what it still holds for an HTTP/2 client when it "
             "does: the capture does not say whether the client got the last bytes (the live tap counts them)")
+    return _maybe_not_delivered(verdict, turn, note)
+
+
+def _maybe_not_delivered(verdict, turn, note: str):
+    """``verdict`` noted, and ``unknown`` where it read the answer as whole (the end that made it so
+    may be among the bytes the client never got)."""
+    from streamtap.providers import VerdictKind
+
     _note_once(turn, note)
     return _unknown_instead(verdict, (VerdictKind.COMPLETE, VerdictKind.STOPPED_BY_LIMIT, VerdictKind.FILTERED),
                             lambda kind: f"{note}: the recording reads as {kind} ({verdict.reason})", "recording_read_as")
