@@ -128,8 +128,7 @@ class Replay:
             # checked on the bodies as served: id lines count for byte= positions
             assign_ids = options.streamtap_replay_assign_ids
             served = [as_served(entry.source, assign_ids) for entry in self.library.entries]
-            others = {name: as_served(source, assign_ids) for name, source in _swap_tails(faults, self.library).items()}
-            unfit = unfit_faults(faults, served, others)
+            unfit = unfit_faults(faults, served, _swap_tails(faults, self.library, assign_ids))
             if unfit:  # else every replayed request would be answered with a 400
                 raise exceptions.OptionsError(f"streamtap_fault: {'; '.join(unfit)}")
             log.info(f"streamtap: replaying {len(self.library.entries)} recording(s) from {', '.join(options.streamtap_replay)}")
@@ -199,11 +198,11 @@ def _warn(message: str) -> None:
     log.warning(f"streamtap: {message}")
 
 
-def _swap_tails(faults: list[Fault], library: Library) -> dict[str, Source]:
+def _swap_tails(faults: list[Fault], library: Library, assign_ids: bool) -> dict[str, Source]:
     """The recordings swap-tail names, found as the replay server will find them, so that a
     fault that fits none of the replayed recordings is refused at start."""
     try:
-        return swap_recordings(faults, library)
+        return swap_recordings(faults, library, assign_ids=assign_ids)
     except (FaultSpecError, RecordingError) as exc:
         raise exceptions.OptionsError(f"streamtap_fault: {exc}") from None
 

@@ -151,9 +151,12 @@ class Served:
     refused: str | None = None  # why it got a 400 (a fault that does not fit, a bad fault header) or a 404
 
 
-def swap_recordings(faults: list[Fault], library: Library, loaded: dict[str, Source] | None = None) -> dict[str, Source]:
+def swap_recordings(faults: list[Fault], library: Library, loaded: dict[str, Source] | None = None, *,
+                    assign_ids: bool = False) -> dict[str, Source]:
     """The recordings the swap-tail faults name, by those names, not in ``loaded`` yet: each
-    found as given, else beside the served recordings. FaultSpecError names one not found."""
+    found as given, else beside the served recordings, and as a server that ``assign_ids`` serves
+    it (``as_served``: a swapped-in tail carries ids as the rest of the stream does).
+    FaultSpecError names one not found."""
     found: dict[str, Source] = {}
     for fault in faults:
         name = fault.params.get("with") if fault.kind == "swap-tail" else None
@@ -166,7 +169,7 @@ def swap_recordings(faults: list[Fault], library: Library, loaded: dict[str, Sou
             # what is there instead, if anything: "no recording" would send the user looking for a file that is there
             there = next((f"{c}: {trouble}" for c, trouble in troubles if trouble), None)
             raise FaultSpecError(f"{fault.spec!r}: {there or f'no recording {name!r}'} (looked beside the served recordings too)")
-        found[name] = load_source(path)
+        found[name] = as_served(load_source(path), assign_ids)
     return found
 
 
@@ -270,9 +273,7 @@ class ReplayServer:
         return served
 
     def _load_others(self, faults: list[Fault]) -> None:
-        # as served (id lines with --assign-ids): a swapped-in tail carries ids as the rest of the stream does
-        found = swap_recordings(faults, self.library, self._others)
-        self._others.update({name: as_served(source, self.options.assign_ids) for name, source in found.items()})
+        self._others.update(swap_recordings(faults, self.library, self._others, assign_ids=self.options.assign_ids))
 
     def _given_recordings(self) -> dict[str, Source]:
         """What a fault header may name for swap-tail: only recordings this server was given
