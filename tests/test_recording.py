@@ -187,6 +187,20 @@ def test_a_recording_whose_writer_died_gets_a_note_after_its_last_whole_line(tmp
     assert writer.path.read_bytes()[: whole] == data[: whole]  # every whole line is kept
 
 
+def test_a_note_said_twice_is_written_once(tmp_path):
+    """A worker that writes a note and dies before it tells the proxy leaves the note to the
+    next worker, which must not repeat it; a different note after it is still written."""
+    writer = write_sse(tmp_path, BODY)
+    writer.close()
+    assert note_unfinished(writer.path, "streamtap_error", "analysis: the worker died")
+    once = writer.path.read_bytes()
+    assert note_unfinished(writer.path, "streamtap_error", "analysis: the worker died")
+    assert writer.path.read_bytes() == once
+    assert note_unfinished(writer.path, "streamtap_error", "analysis: the next worker died")
+    assert [note["message"] for note in read_recording(writer.path).notes] == [
+        "analysis: the worker died", "analysis: the next worker died"]
+
+
 def test_a_recording_whose_writer_died_between_its_end_line_and_its_rename_gets_no_note(tmp_path):
     """Its end line says all: a note after it would make the file unreadable."""
     writer = write_sse(tmp_path, BODY)

@@ -1186,6 +1186,52 @@ def test_a_proxy_that_stops_while_a_restart_waits_still_notes_why_the_recording_
     assert any(message.startswith("analysis: streamtap's analysis worker died after it was handed") for message in notes), notes
 
 
+def test_a_note_sent_to_a_worker_that_dies_before_it_reads_it_goes_to_the_next(tmp_path, monkeypatch):
+    """Worker 1 dies holding a recording: worker 2 is sent the note why it stops, and dies before
+    it reads it (here: while it starts). The note was lost; it now waits until a worker says it
+    wrote it, so worker 3 writes it, once."""
+    from streamtap.mitm.flowspec import FlowSpec
+    from streamtap.recording import read_recording
+
+    flow = openai_flow()
+    settings = tap_settings(tmp_path, fsync="always")
+
+    async def run() -> tuple:
+        workers = Workers(1, asyncio.get_running_loop(), verdict=lambda *a: None, lost=lambda *a: None)
+        try:
+            await _until(lambda: workers.pids[0] is not None)
+            remote = workers.open(FlowSpec.of(flow, None), settings)
+            workers.stream(remote)(streams.openai_chat(["half"])[:60])
+            await _until(lambda: remote.recording is not None)
+            await asyncio.sleep(0.2)  # its frames reach the file (fsync always)
+            monkeypatch.setenv(SLOW_START_ENV, "60")  # worker 2 reads nothing for a minute
+            first = workers.pids[0]
+            os.kill(first, signal.SIGKILL)
+            second = None
+
+            def note_sent() -> bool:
+                nonlocal second
+                process = workers.processes[0]
+                if process.pid == first or not process.alive or workers.ops[0] or process.unsent:
+                    return False
+                second = process.pid
+                return True
+
+            await _until(note_sent)
+            assert [op[0] for op in workers.processes[0].notes] == [ORPHANED]
+            monkeypatch.delenv(SLOW_START_ENV)
+            os.kill(second, signal.SIGKILL)
+            await _until(lambda: workers.pids[0] not in (None, first))  # worker 3 is up
+            await _until(lambda: not workers.processes[0].notes and not workers.ops[0])
+            return remote, read_recording(remote.recording)
+        finally:
+            workers.stop()
+
+    remote, recording = asyncio.run(run())
+    notes = [note["message"] for note in recording.notes if note.get("kind") == "streamtap_error"]
+    assert notes == [f"analysis: {remote.dropped}; the recording ends where it stopped"], notes
+
+
 def test_a_worker_killed_before_it_said_its_recordings_name_still_gets_the_note_in_it(tmp_path):
     """The worker names a flow's recording to the proxy only after the batch that opened it is
     done. Killed in between (here: while it analyses a large first read), the proxy does not know

@@ -120,7 +120,7 @@ REAP_TRIES = 30  # seconds an exited worker's process may take to end before it 
 # operations, proxy -> worker (tuples: the cheapest thing to pickle)
 OPEN, DATA, BEHIND, FINISH, STOP, ORPHANED, REOPEN = range(7)
 # results, worker -> proxy
-OPENED, VERDICT, FAILED = range(3)
+OPENED, VERDICT, FAILED, NOTED = range(4)
 
 
 # --- the worker process -------------------------------------------------------------------
@@ -353,7 +353,7 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
             while os.path.exists(stall):
                 time.sleep(0.05)
             stall = None
-        consumed, results = 0, []
+        consumed, results, noted = 0, [], 0
         for op in batch:
             kind = op[0]
             try:
@@ -398,6 +398,7 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
                     else:
                         results.append((FAILED, key, failed.pop(key, "the analysis worker never had this flow")))
                 elif kind == ORPHANED:  # a recording a dead worker left: say why it stops
+                    noted += 1
                     _note_orphaned(*op[1:])
                 elif kind == STOP:
                     for tap in taps.values():
@@ -419,6 +420,8 @@ def serve(inbox, outbox, ring_path: str, ring_size: int) -> None:
                     failed[op[1]] = why
                 elif kind == FINISH:
                     results.append((FAILED, op[1], why))
+        if noted:  # until the proxy hears it, a death would leave the notes to the next worker
+            results.append((NOTED, None, noted))
         unacknowledged += consumed
         if not (results or forward.records or unacknowledged >= ACK_EVERY or time.monotonic() - voice.said >= HEARTBEAT):
             continue
@@ -593,6 +596,7 @@ class _Process:
         self.killed = False  # taken for hung and killed: its reader thread reports the death
         self.leaving = False  # sent STOP by a retired pool: its exit is no death
         self.freed = False
+        self.notes: list[tuple] = []  # the notes (ORPHANED) sent to it that it has not said it wrote
         self.pid: int | None = self.process.pid
         self.exitcode: int | None = None
         # what the worker said, until the loop takes it: at shutdown the loop runs no more
@@ -770,6 +774,7 @@ class Workers:
         self.queued: list[RemoteFlow] = []
         self.queued_bytes = 0  # of large reads, since the last batch
         self.ops: list[list] = [[] for _ in range(count)]
+        self.notes_unsent = [0] * count  # of the ops waiting for each worker, how many are notes (ORPHANED)
         self.timer = None  # the next batch, when only reads wait (SEND_EVERY)
         self.sent_at = 0.0  # when the last batch went
         self.scheduled = False  # a batch in this loop turn: an open or an end waits, a read after a quiet spell, or SEND_BYTES
@@ -927,6 +932,9 @@ class Workers:
             process = self.processes[index]
             if ops and process.alive:  # else they wait for the worker's restart (notes for its recordings)
                 self.ops[index] = []
+                if self.notes_unsent[index]:
+                    self.notes_unsent[index] = 0
+                    process.notes += [op for op in ops if op[0] == ORPHANED]
                 process.send(ops)
 
     def hand_on_now(self, remote: RemoteFlow) -> None:
@@ -982,6 +990,11 @@ class Workers:
         self.ops[shard].append(op)
         self._send_soon()
 
+    def _note(self, shard: int, remote: RemoteFlow, why: str) -> None:
+        """Worker ``shard`` is to note in the recording ``remote``'s dead worker left why it stops."""
+        self.notes_unsent[shard] += 1
+        self._op(shard, (ORPHANED, remote.recording, why, remote.directory, remote.started, remote.flow_id))
+
     def _send_soon(self) -> None:
         if not self.scheduled:
             self.scheduled = True
@@ -1018,6 +1031,8 @@ class Workers:
                 if remote is not None:
                     remote.opening = None
                     self.lost(remote, remote.dropped if remote.reopened and remote.dropped else value)
+            elif kind == NOTED:
+                del process.notes[:value]
             elif key is None:
                 self.pids[process.index] = value
                 log.info(f"streamtap: analysis worker {process.index} runs as pid {value}")
@@ -1048,7 +1063,11 @@ class Workers:
             f"streamtap: analysis worker {index} (pid {process.pid}) died (exit code {process.exitcode}){restart}; "
             f"{len(held)} flow(s) lose their analysis"
         )
-        self.ops[index] = []  # meant for the dead process
+        # what waited for the dead process was for it alone, but for the notes for recordings the one
+        # before it left: those, and the ones it was sent but did not say it wrote, go to the next
+        notes = process.notes + [op for op in self.ops[index] if op[0] == ORPHANED]
+        self.ops[index] = notes
+        self.notes_unsent[index] = len(notes)
         self.generations[index] += 1  # the dead one's flows get no more operations, even while its restart waits
         if not self.retired:
             self._restart_after(index, wait)
@@ -1065,8 +1084,7 @@ class Workers:
                 self._verdict_from_recording(remote, index)  # it may have finished the recording before it died
                 continue
             if remote.recording or (remote.opened and remote.directory):  # the new worker notes it in the recording the dead one left
-                why = f"{remote.dropped}; the recording ends where it stopped"
-                self._op(index, (ORPHANED, remote.recording, why, remote.directory, remote.started, remote.flow_id))
+                self._note(index, remote, f"{remote.dropped}; the recording ends where it stopped")
             if remote.ended is not None:  # its verdict will not come
                 self.flows.pop(remote.key, None)
                 self.lost(remote, remote.dropped)
@@ -1090,7 +1108,7 @@ class Workers:
 
         def take(found: tuple[str, dict[str, Any]] | None) -> None:
             if found is None:
-                self._op(index, (ORPHANED, remote.recording, why, remote.directory, remote.started, remote.flow_id))
+                self._note(index, remote, why)
                 if self.retired:
                     self._write_notes(index)
                 self.lost(remote, remote.dropped)
@@ -1141,6 +1159,7 @@ class Workers:
                         del self.flows[key]
                         self.lost(remote, dropped)
         self.ops[index] = []
+        self.notes_unsent[index] = 0
 
     def _restart_after(self, index: int, wait: float) -> None:
         if wait:

@@ -249,11 +249,14 @@ def note_unfinished(path: str | os.PathLike[str], kind: str, message: str, t_ms:
         whole = _line_start(fd, size)  # where the last complete line ends
         if not whole:
             return False
-        if os.pread(fd, len(END_LINE_START), _line_start(fd, whole - 1)) == END_LINE_START:
+        last = _line_start(fd, whole - 1)
+        if os.pread(fd, len(END_LINE_START), last) == END_LINE_START:
             return False  # the writer stopped between its end line and the rename: the recording says all
+        line = orjson.dumps({"type": "note", "kind": kind, "message": message, "t": t_ms}) + b"\n"
+        if whole - last == len(line) and os.pread(fd, len(line), last) == line:
+            return True  # said already (by a worker that died before it could say it had)
         if whole < size:
             os.ftruncate(fd, whole)
-        line = orjson.dumps({"type": "note", "kind": kind, "message": message, "t": t_ms}) + b"\n"
         os.pwrite(fd, line, whole)
         return True
     finally:
