@@ -111,7 +111,7 @@ def run_writer(name: str, groups: list[list[bytes]], tmp: Path) -> None:
             flushed = t
     analysis = session.close()
     writer.frames(analysis.events, [None] * len(analysis.events))
-    writer.finish({"verdict": analysis.verdict.to_dict()})
+    writer.finish({"stream_end": "finished", "verdict": analysis.verdict.to_dict()})
 
 
 def make_flow(name: str):
