@@ -822,3 +822,43 @@ def test_a_replay_item_whose_first_event_carries_no_id_takes_the_id_of_the_next_
     assert body[1].get("item_id") == "m1"
     verdict = replay_verdict(body)
     assert verdict.kind is VerdictKind.COMPLETE, verdict
+
+
+# -- an event whose data holds no type ---------------------------------------------------------
+
+def untyped(kind: str, **fields) -> bytes:
+    return sse(fields, kind)
+
+
+def sdk_kinds(body: bytes) -> list:
+    return [event.type for event in sdk_client(body).responses.create(model="m", input="hi", stream=True)]
+
+
+def test_a_terminal_event_without_type_in_its_data_is_no_terminal_as_the_sdk_reads_none():
+    """The SDK takes an event's kind from its data, never from its event line: a response.completed
+    so sent reaches the app as an event of no kind, and the stream helper raises for want of one."""
+    body = start("resp_A") + output() + untyped("response.completed", response=response("resp_A", output=[ITEM]))
+    assert sdk_kinds(body)[-1] is None and sdk_helper_fails(body)
+    analysis = judged(body)
+    assert analysis.verdict.kind is VerdictKind.TRUNCATED, analysis.verdict
+    assert any("has no string type in its data" in note for note in analysis.turn.notes), analysis.turn.notes
+    assert judged(whole("resp_A")).verdict.kind is VerdictKind.COMPLETE
+
+
+def test_a_delta_without_type_in_its_data_is_not_read_into_the_text():
+    """The app's text never holds it, so the final text, which does, contradicts the deltas."""
+    body = (start("resp_A") + output().replace(
+        ev("response.output_text.delta", item_id="m1", output_index=0, content_index=0, delta="Hello"),
+        ev("response.output_text.delta", item_id="m1", output_index=0, content_index=0, delta="Hel")
+        + untyped("response.output_text.delta", item_id="m1", output_index=0, content_index=0, delta="lo"))
+        + completed("resp_A"))
+    assert None in sdk_kinds(body)
+    analysis = judged(body)
+    assert analysis.verdict.kind is VerdictKind.CORRUPT and "disagree" in analysis.verdict.reason, analysis.verdict
+
+
+def test_an_event_without_type_that_carries_nothing_leaves_the_answer_complete():
+    body = start("resp_A") + output() + untyped("response.in_progress", note="x") + completed("resp_A")
+    assert not sdk_helper_fails(body)
+    analysis = judged(body)
+    assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict

@@ -243,7 +243,7 @@ class Assembler(AssemblerBase):
             return
         obj = self.payload(event, event.data) if event.data.strip() else None
         kind = as_str(obj.get("type")) if isinstance(obj, dict) else None
-        self.seen(event, kind or event.event)
+        self.seen(event, kind or (f"{event.event} (no type in its data)" if isinstance(obj, dict) else event.event))
         if event.start == 0:
             self.first_event_lost_to_bom(event)
         if not event.data.strip():
@@ -253,14 +253,20 @@ class Assembler(AssemblerBase):
             if obj is not None:
                 self.corrupt("event data is JSON but not an object", event)
             return
-        if kind is None:
-            kind = event.event
+        if kind is None and event.event == "error":  # the provider's word that it failed, whatever the data lacks
+            kind = "error"
         if self._opening is None:
-            self._opening = (kind, as_int(obj.get("sequence_number")), event)
+            self._opening = (kind or "an event without type", as_int(obj.get("sequence_number")), event)
         self._check_sequence(obj, event)
         if obj.get("error") and kind != "error":
             # the SDK raises on it: the app sees an error, not this event
-            self.errored(event, {**error_fields(obj), "event": kind})
+            self.errored(event, {**error_fields(obj), "event": kind or event.event})
+            return
+        if kind is None:
+            # the SDK takes an event's kind from its data alone: the app gets an event of no kind, which
+            # says nothing to it, whatever the event line says (a response.completed so sent never arrives)
+            self.note(f"event {event.event!r} at seq {event.seq} has no string type in its data: the SDK hands the "
+                      "app an event of no kind, so it is skipped")
             return
         handler = getattr(self, "_on_" + kind.replace(".", "_"), None)
         if handler is not None:
