@@ -261,3 +261,15 @@ def test_cli_damaged_first_prelude_is_corrupt_not_no_stream(tmp_path):
 def test_bytes_without_event_stream_headers_are_still_no_stream():
     for junk in (bytes(range(256)), b"\x00\x00\x00\x3d\x00\x00\x00\x20" + b"\xff" * 60):
         assert sniff_dialect(junk).wire != "eventstream"
+
+
+@pytest.mark.parametrize("ending", ["\n", "\r\n", "\r"])
+def test_sse_of_every_line_ending_the_sse_rules_allow_is_sniffed_by_its_payload(ending):
+    """Bare CR ends a line too: its payloads were read as one long line, and the dialect not found."""
+    chunks = [{"candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "index": 0}]} for text in ("Hel", "lo")]
+    chunks[-1]["candidates"][0]["finishReason"] = "STOP"
+    body = "".join(f"data: {orjson.dumps(chunk).decode()}{ending}{ending}" for chunk in chunks).encode()
+    detection = sniff_dialect(body)
+    assert (detection.dialect, detection.wire) == (Dialect.GEMINI, "sse"), detection
+    analysis = analyze_bytes(body, detection.dialect, wire=detection.wire)
+    assert analysis.verdict.kind is VerdictKind.COMPLETE and analysis.turn.text() == "Hello", analysis.verdict

@@ -266,7 +266,7 @@ def _eventstream_detection(types: list[str], damage: str) -> Detection:
 
 def _sse_payloads(body: bytes, limit: int = 8) -> tuple[list[str], list[str]]:
     events, datas = [], []
-    for line in body.replace(b"\r\n", b"\n").split(b"\n"):
+    for line in body.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n"):
         if line.startswith(b"event:"):
             events.append(line[6:].strip().decode("utf-8", "replace"))
         elif line.startswith(b"data:"):
