@@ -913,3 +913,47 @@ def test_a_gemini_event_of_empty_data_is_corrupt_as_google_genai_fails_on_it(emp
         verdict = analyze_bytes(body, Dialect.GEMINI, chunk_size=size).verdict
         assert verdict.kind is VerdictKind.CORRUPT and "google-genai" in verdict.reason, verdict
     assert analyze_bytes(chunks[0] + chunks[1], Dialect.GEMINI).verdict.kind is VerdictKind.COMPLETE
+
+
+@pytest.mark.parametrize("shape", ["chat", "generate"])
+def test_an_ollama_line_sent_twice_is_not_complete(shape):
+    """Each line carries the server's clock to the nanosecond: a line that repeats the one before,
+    its created_at too, is one line sent twice, and the client hands the app its text twice."""
+    lines = _ollama_answer(shape, THOUGHT_THEN_TEXT)
+    body = ndjson(*lines[:3], lines[2], *lines[3:])
+    assert analyze_bytes(ndjson(*lines), OLLAMA).verdict.kind is C
+    verdict = analyze_bytes(body, OLLAMA).verdict
+    assert verdict.kind is VerdictKind.UNKNOWN and "repeats the one before it byte for byte" in verdict.reason, verdict
+    assert verdict.seq == 3
+    assert analyze_bytes(body, OLLAMA, chunk_size=1).verdict == verdict
+
+
+@pytest.mark.parametrize("shape", ["chat", "generate"])
+def test_ollama_lines_out_of_order_are_not_complete(shape):
+    """Two lines swapped: the app reads the text scrambled, and created_at goes back."""
+    lines = _ollama_answer(shape, THOUGHT_THEN_TEXT)
+    body = ndjson(*lines[:3], lines[4], lines[3], *lines[5:])
+    verdict = analyze_bytes(body, OLLAMA).verdict
+    assert verdict.kind is VerdictKind.UNKNOWN and "created_at goes back" in verdict.reason, verdict
+    assert verdict.seq == 4
+
+
+def test_an_ollama_token_that_recurs_under_a_coarse_clock_stays_complete_unless_its_line_repeats():
+    """Under one stamp for every line, only a line that repeats the one before is doubted: the
+    same token two lines apart is not."""
+    apart = _ollama_answer("chat", [("content", "\n"), ("content", "a"), ("content", "\n")], stamps=False)
+    assert analyze_bytes(ndjson(*apart), OLLAMA).verdict.kind is C
+
+
+def test_a_gemini_chunk_sent_twice_is_not_complete():
+    """usageMetadata counts the candidates' tokens cumulatively: a chunk of text that repeats the one
+    before, its count too, is one chunk sent twice. An empty chunk repeated adds nothing."""
+    more = {"candidates": [{"content": {"role": "model", "parts": [{"text": ", a fox"}]}, "index": 0}],
+            "usageMetadata": {"promptTokenCount": 4, "candidatesTokenCount": 7, "totalTokenCount": 11}}
+    last = {"candidates": [{"content": {"role": "model", "parts": []}, "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": 4, "candidatesTokenCount": 7, "totalTokenCount": 11}}
+    assert analyze_bytes(_gemini(TEXT, more, last), GEMINI).verdict.kind is C
+    verdict = analyze_bytes(_gemini(TEXT, more, more, last), GEMINI).verdict
+    assert verdict.kind is VerdictKind.UNKNOWN and "repeats the one before it byte for byte" in verdict.reason, verdict
+    assert verdict.seq == 2
+    assert analyze_bytes(_gemini(TEXT, more, last, last), GEMINI).verdict.kind is C

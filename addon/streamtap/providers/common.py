@@ -398,6 +398,14 @@ class AssemblerBase:
                      f"(byte {event.start}): two generations in one stream", event, first_seq=at.seq,
                      first_offset=at.start, **evidence)
 
+    def sent_twice(self, event: WireEvent, changing: str, unit: str = "chunk", unless: str = "") -> None:
+        """``event`` repeats the chunk before it byte for byte, though ``changing`` differs from one
+        chunk of an answer to the next: the app reads its content twice. A doubt, not a corruption:
+        ``unless`` says how a server could still have meant it."""
+        self.judge.doubt(f"the {unit} at seq {event.seq} (byte {event.start}) repeats the one before it byte for byte, "
+                         f"{changing} too: a {unit} sent twice, whose content the app reads twice"
+                         f"{f', unless {unless}' if unless else ''}; the bytes cannot tell", event.seq, event.start)
+
     def errored(self, event: WireEvent | None, error: dict[str, Any]) -> None:
         seq, offset = self._where(event)
         self.judge.errored({"source": "stream", **error}, seq, offset)

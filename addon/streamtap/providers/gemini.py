@@ -24,7 +24,8 @@ without a ``responseId`` (older captures) are not compared.
 a second generation or chunks out of order, where no ``responseId`` tells: such a turn is
 ``unknown``, never complete. Not corrupt: Gemini's other counts are not always cumulative (a real
 capture's ``promptTokenCount`` falls from 169 to 79), so a server counting its candidates
-otherwise is not ruled out.
+otherwise is not ruled out. For the same reason a chunk with content that repeats the one before
+it byte for byte, its count too, is one chunk sent twice: ``unknown``.
 
 A streamed function call (Vertex ``partialArgs``, §5.3) ends with a part without
 ``willContinue``. A ``STOP`` while the call's last part still said ``willContinue`` contradicts
@@ -79,6 +80,7 @@ POLICY = {
 }
 MALFORMED = {"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"}
 _FUNCTION_CALL = '"functionCall"'  # a chunk that may carry arguments, whose integers are read exactly
+_OUTPUT_COUNT = '"candidatesTokenCount"'  # a chunk that counts its content cumulatively
 _BOM = b"\xef\xbb\xbf"
 # what else ends a line for str.splitlines (httpx's iter_lines) that JSON may hold raw, inside a string;
 # its other line breaks (\x0b, \x0c, \x1c-\x1e) JSON never holds raw, so such data is malformed already
@@ -183,6 +185,7 @@ class Assembler(AssemblerBase):
         self._count_fell: tuple[int, WireEvent, int, WireEvent] | None = None  # the first fall: (from, at, to, at)
         self._first_identity: dict[str, tuple[str, WireEvent]] = {}  # responseId and modelVersion, as first named
         self._start_over = StartOver(self)
+        self._previous: str | None = None  # the chunk before, which the next must not repeat
         self._unread_numbers: set[int] = set()  # candidates whose finishReason is a number without a shared name
         self._line_split = False  # a chunk google-genai's httpx reader splits was found (the first one is told)
         self._blank_last_line: tuple[int, int, bytes] | None = None  # (seq, offset, line): see tail()
@@ -261,6 +264,9 @@ class Assembler(AssemblerBase):
         start_over = self._start_over
         if start_over.busy or data == start_over.first:
             start_over.see(data, event)
+        if data == self._previous and _OUTPUT_COUNT in data and _adds_content(data):  # content adds to a cumulative count
+            self.sent_twice(event, "its usageMetadata.candidatesTokenCount")
+        self._previous = data
 
     def _response_id(self, obj: dict[str, Any], event: WireEvent) -> None:
         """Every chunk of one response names the same response and model where it names them."""
@@ -720,6 +726,22 @@ def _json_type(value: Any) -> str:
 
 
 _JSON_SPACE = b" \t\r\n"
+
+
+def _adds_content(data: str) -> bool:
+    """Whether the chunk ``data`` gives the app content: a part with text or data of another kind."""
+    try:
+        obj = loads(data)
+    except ValueError:
+        return False
+    for candidate in as_list(as_dict(obj).get("candidates")):
+        for part in as_list(as_dict(as_dict(candidate).get("content")).get("parts")):
+            if type(part) is dict and (part.get("text") or any(k not in _PART_MARKS for k in part)):
+                return True
+    return False
+
+
+_PART_MARKS = frozenset({"text", "thought", "thoughtSignature"})  # what a part may hold beside its data
 
 
 def _element_text(raw: bytes) -> str:

@@ -30,13 +30,16 @@ whole, in a body that ended cleanly, reached the app (``sdk_reads_an_unended_las
 
 A response replayed from its start after a cut and stitched on (a retrying proxy) names the same
 model and shape, so only its lines tell: they come back byte for byte (``StartOver``), and the
-client hands the app the text twice: ``unknown``.
+client hands the app the text twice: ``unknown``. So is a line that repeats the one before it
+byte for byte (its ``created_at`` too: one line sent twice), and a line whose ``created_at`` is
+earlier than the one before's (lines out of order, or the server's clock stepped back).
 """
 
 from __future__ import annotations
 
 import math
 import re
+from datetime import datetime
 from typing import Any
 
 from streamtap.wire import JSONValue, Tail, WireEvent
@@ -87,6 +90,9 @@ class Assembler(AssemblerBase):
         # clock (Go's on Windows ticks every 0.5-15.6 ms) can stamp a first token sent twice alike: the
         # doubt says the bytes cannot tell that from a replay
         self._start_over = StartOver(self)
+        self._previous: bytes | None = None  # the line before, which the next must not repeat
+        self._created: tuple[int, str, WireEvent] | None = None  # the last created_at: as nanoseconds, as sent, its line
+        self._went_back: tuple[str, int, int] | None = None  # the first created_at earlier than the line before's, said at the end
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         self.seen(event, f"line {event.seq}")
@@ -96,6 +102,9 @@ class Assembler(AssemblerBase):
         start_over = self._start_over
         if start_over.busy or event.raw == start_over.first:
             start_over.see(event.raw, event)
+        if event.raw == self._previous and b'"created_at"' in event.raw:
+            self.sent_twice(event, "its created_at", "line", "a coarse clock stamped one token twice within a tick")
+        self._previous = event.raw
         if self._lines:
             self._client_lines(event)
         # the decoder reads integers past 64 bits as doubles: a line with calls is read again, exactly
@@ -106,6 +115,7 @@ class Assembler(AssemblerBase):
         if obj.get("error"):
             self.errored(event, error_fields(obj))
             return
+        self._in_order(obj.get("created_at"), event)
         turn = self.turn
         turn.model = turn.model or as_str(obj.get("model"))
         chat = isinstance(obj.get("message"), dict)
@@ -235,6 +245,21 @@ class Assembler(AssemblerBase):
             self.second_generation("the model and shape", (f"{first_model} ({first_shape})", first_event),
                                    f"{model or first_model} ({shape or first_shape})", event)
 
+    def _in_order(self, created_at: Any, event: WireEvent) -> None:
+        """Each line's created_at is the server's clock when it wrote the line: one earlier than the
+        line before's says lines out of order (the app reads the text scrambled), unless the
+        server's clock stepped back; the bytes cannot tell, so it is a doubt. Said at the end: a
+        replay from the start goes back too, and its own doubt says more."""
+        at = _nanoseconds(created_at)
+        if at is None:
+            return
+        before = self._created
+        self._created = (at, created_at, event)
+        if before is not None and at < before[0] and self._went_back is None:
+            self._went_back = (f"created_at goes back from {before[1]} (seq {before[2].seq}) to {created_at} at seq {event.seq} "
+                               f"(byte {event.start}): lines out of order, or the server's clock stepped back; the bytes "
+                               "cannot tell", event.seq, event.start)
+
     def _tool_call(self, call: dict[str, Any], t: float | None) -> None:
         function = as_dict(call.get("function"))
         self._calls += 1
@@ -260,7 +285,28 @@ class Assembler(AssemblerBase):
         if self._waiting is not None and self._waiting[2]:  # no line showed a shape: either client reads on
             self._read_on(self._waiting[0])
         self.close_blocks()
+        if self._went_back is not None:
+            self.judge.doubt(*self._went_back)
         return self.verdict(end, expected='a line with "done": true')
+
+
+# Go's RFC 3339 with nanoseconds, as Ollama writes created_at (trailing zeros of the fraction dropped)
+_CREATED_AT = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)")
+
+
+def _nanoseconds(created_at: Any) -> int | None:
+    """``created_at`` as nanoseconds since the epoch; None where it is not Go's RFC 3339."""
+    if type(created_at) is not str:
+        return None
+    match = _CREATED_AT.fullmatch(created_at)
+    if match is None:
+        return None
+    whole, fraction, zone = match.groups()
+    try:
+        seconds = datetime.fromisoformat(whole + ("+00:00" if zone == "Z" else zone)).timestamp()
+    except ValueError:
+        return None
+    return int(seconds) * 1_000_000_000 + int((fraction or "").ljust(9, "0"))
 
 
 def _refused_line(obj: dict[str, Any], shape: str | None) -> tuple[str | None, str | None]:
