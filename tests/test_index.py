@@ -461,9 +461,12 @@ def test_parquet_files_not_of_the_index_layout_are_refused_without_a_traceback(t
         duckdb.sql(f"COPY (SELECT * REPLACE ({replace}) FROM read_parquet('{files[0]}')) TO '{folder}/r.parquet'")
     for args in (["report", str(tmp_path / "other")], ["report", str(tmp_path / "other"), str(recs)],
                  ["index", str(recs), "--out", str(tmp_path / "other")],
-                 ["report", str(tmp_path / "nodate"), str(good)], ["report", str(tmp_path / "nodate"), str(recs)]):
+                 ["report", str(tmp_path / "nodate"), str(good)], ["report", str(tmp_path / "nodate"), str(recs)],
+                 ["index", str(recs), "--out", str(tmp_path / "nodate")]):
         out = streamtap(*args)
         assert out.returncode == 2 and "Traceback" not in out.stderr, (args, out.stderr)
         assert "its Parquet files are not a streamtap index" in out.stderr, (args, out.stderr)
     assert "column ttft_ms is stored as BYTE_ARRAY" in streamtap("report", str(tmp_path / "other")).stderr
-    assert len(list((tmp_path / "other").rglob("*.parquet"))) == 1  # index added nothing to it
+    assert "its day folder names no date" in streamtap("report", str(tmp_path / "nodate")).stderr
+    for refused in ("other", "nodate"):
+        assert len(list((tmp_path / refused).rglob("*.parquet"))) == 1  # index added nothing to it

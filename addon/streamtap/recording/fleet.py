@@ -324,8 +324,9 @@ _STORED_AS: dict[str, tuple[str, set[str | None]]] = {
 
 def check_index(con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
     """Raise (a duckdb error, which callers turn into "not a streamtap index") unless every file
-    holds every column, stored as the index stores it: one that does not would stop a report
-    halfway, and Spark or Trino cannot read files of two types as one table."""
+    holds every column, stored as the index stores it, in a day folder that names a date: one
+    that does not would stop a report halfway, and Spark or Trino cannot read files of two
+    types as one table."""
     stored: dict[str, dict[str, tuple[str, str | None]]] = {}
     for file_name, column, physical, converted in con.execute(
         f"SELECT file_name, name, type, converted_type FROM parquet_schema([{_file_list(files)}]) WHERE type IS NOT NULL"
@@ -340,6 +341,13 @@ def check_index(con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
             if physical != wanted or converted not in conversions:
                 found = "missing" if physical is None else f"stored as {physical}" + (f" ({converted})" if converted else "")
                 raise duckdb.InvalidInputException(f"{file_name}: column {column} is {found}, not {kind}")
+    # the day comes from the folder, as the report reads it: one that names no date would stop it
+    undated = con.execute(
+        f"SELECT filename FROM (SELECT unnest(?::VARCHAR[]) AS filename) WHERE TRY_CAST({_PARTITION.format(1)} AS DATE) IS NULL LIMIT 1",
+        [files],
+    ).fetchone()
+    if undated is not None:
+        raise duckdb.InvalidInputException(f"{undated[0]}: its day folder names no date")
 
 
 class IndexLock:
