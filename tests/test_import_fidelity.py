@@ -330,3 +330,32 @@ def test_a_disk_that_fills_mid_import_stops_it_saying_after_how_many_flows(tmp_p
     err = capsys.readouterr().err
     assert f"stopped after 2 flows: {out}: No space left on device" in err, err
     assert sorted(out.glob("*.jsonl")) == sorted(finished)
+
+
+@pytest.mark.parametrize("encoding", [None, "gzip"])
+def test_an_event_over_the_decoders_limit_is_recorded_unframed_as_the_tap_records_it(tmp_path, encoding):
+    """The decoder skips an event over its limit without keeping its bytes; the importer asked the
+    writer to frame it anyway, which refused, and the flow was skipped ("event 0 does not hold its
+    bytes"). Its bytes are now recorded unframed, and the recording is byte-exact."""
+    import gzip
+
+    from streamtap.providers import Dialect, analyze_bytes
+    from streamtap.recording import check_recording, read_recording
+    from streamtap.wire import DEFAULT_MAX_EVENT
+
+    huge = b"data: " + b"x" * (DEFAULT_MAX_EVENT + 1000) + b"\n\n"
+    body = huge + CHAT
+    flow = chat_flow()
+    if encoding:
+        flow.response.headers["content-encoding"] = encoding
+        flow.response.raw_content = gzip.compress(body, compresslevel=1)
+    else:
+        flow.response.content = body
+    out = tmp_path / "out"
+    result = streamtap("import", write_capture(tmp_path / "capture.mitm", [flow]), "--out", out)
+    assert result.returncode == 0, result.stderr
+    rec = read_recording(only_recording(out))
+    assert rec.body == body and check_recording(rec) == []
+    expected = analyze_bytes(body, Dialect.OPENAI_CHAT).verdict
+    assert end_line(only_recording(out))["verdict"]["kind"] == expected.kind.value == "corrupt"
+    assert "event longer than" in end_line(only_recording(out))["verdict"]["reason"]

@@ -43,7 +43,16 @@ from .flows import is_llm_stream, may_have_body, request_info, stream_end
 from .header import flow_header, request_as_read, request_body
 from .reader import line_json, shown_path
 from .redact import Redactor
-from .writer import PARTIAL_SUFFIX, RecordingError, RecordingWriter, final_name, lock_unless_written, partial_name, stamp
+from .writer import (
+    PARTIAL_SUFFIX,
+    RecordingError,
+    RecordingWriter,
+    SpanNotKept,
+    final_name,
+    lock_unless_written,
+    partial_name,
+    stamp,
+)
 
 
 class CaptureError(RecordingError):
@@ -367,12 +376,21 @@ def import_flow(
         writer.header(header)
         writer.read(wire, None)  # the capture keeps the bytes, not when they came
         decoded, unframed = 0, bytearray()  # body bytes taken, and those no frame covers yet
+
+        def unframed_to(end: int) -> bytes | memoryview:
+            """The body's bytes from the writer's offset to ``end``."""
+            if undo is None:
+                return memoryview(wire)[writer.offset : end]
+            start = decoded - len(unframed)
+            return bytes(unframed[writer.offset - start : end - start])
+
         for piece in body:
             decoded += len(piece)
-            for event in session.feed(piece, None):
-                writer.frame(event, None)
             if undo is not None:  # kept for a coding that fails later, which records them unframed
                 unframed += piece
+            for event in session.feed(piece, None):
+                _frame(writer, event, unframed_to)
+            if undo is not None:
                 del unframed[: max(0, len(unframed) - (decoded - writer.offset))]
         failure = undo.failure if undo is not None else None
         end, error = stream_end(flow)
@@ -390,7 +408,7 @@ def import_flow(
             framed = delimited_by_length(headers.get("content-length"), headers.get("transfer-encoding"))
             analysis = session.close(end, length_framed=framed)
             for event in analysis.events:
-                writer.frame(event, None)
+                _frame(writer, event, unframed_to)
             unfinished = undo.unfinished() if undo is not None else None
             if unfinished:  # the decoded body may be whole; its compressed stream was cut
                 analysis.verdict = judge_unfinished_coding(analysis.verdict, analysis.turn, unfinished, end)
@@ -455,6 +473,21 @@ def _written_meanwhile(
         return path, False, (f"another import into this folder wrote {shown_path(path)}, a different flow with this "
                              "flow's id, meanwhile: import the capture again to record this one beside it")
     return None
+
+
+OVERSIZE_RAW = f"an event over {DEFAULT_MAX_EVENT >> 20} MiB: the decoder skipped it, its bytes are kept here unframed"
+
+
+def _frame(writer: RecordingWriter, event, unframed_to: Callable[[int], bytes | memoryview]) -> None:
+    """``writer.frame(event)``; an event the decoder did not keep (over its limit) goes as its
+    bytes, unframed in lines of at most the limit, then itself without them, as the Tap records it."""
+    try:
+        writer.frame(event, None)
+    except SpanNotKept:
+        data = unframed_to(event.end)
+        for at in range(0, len(data), DEFAULT_MAX_EVENT):
+            writer.raw(data[at : at + DEFAULT_MAX_EVENT], None, OVERSIZE_RAW)
+        writer.frame(event._replace(start=event.end, raw=b""), None)
 
 
 def _undo_failed(writer: RecordingWriter, unframed: bytearray, failure: str) -> dict[str, Any]:
