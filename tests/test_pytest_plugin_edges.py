@@ -144,3 +144,20 @@ def test_fault_given_as_a_list_fails_the_test_in_one_line_as_on_the_marker(pytes
     out = result.stdout.str()
     assert "streamtap_replay: fault= takes one spec string (several joined with ';') or None, not list ['cut:event=3']" in out
     assert "TypeError" not in out and "faults.py" not in out, out
+
+
+TIMING_NONE_TEST = '''
+def test_timing_none(streamtap_replay):
+    streamtap_replay("weather.jsonl", timing=None)
+'''
+
+
+def test_timing_that_is_no_string_fails_the_test_in_one_line(pytester):
+    """timing=None raised AttributeError inside the timing parser: a traceback of streamtap's."""
+    write_recording(pytester.path / "weather.jsonl", "openai", openai_chat_frames(words=3, tool=False))
+    pytester.makepyfile(test_timing=TIMING_NONE_TEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "-rf")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "streamtap_replay: timing= takes a string (fast, original or scale=N), not NoneType None" in out
+    assert "AttributeError" not in out and "faults.py" not in out, out

@@ -151,6 +151,32 @@ def test_classify():
     assert classify(0, f"{answer}\nerror", timed_out=False, error_text="WARN", answer=answer) == SILENT
 
 
+def test_classify_reads_an_answer_printed_escaped_and_an_error_field_that_holds_nothing():
+    """A client that prints the SDK's objects (``Response(..., error=None)``) or a JSON result
+    (``"error": null``) names an error field that says no error happened: that is no noticing. An
+    answer printed as a JSON string or a repr is the answer, escaped."""
+    answer = 'The weather in "Paris" is sunny,\nwarm and \u00e9t\u00e9-like today.'
+    for printed in (json.dumps({"answer": answer, "error": "boom"}), json.dumps({"answer": answer}, ensure_ascii=False),
+                    repr({"answer": answer})):
+        assert classify(0, printed, timed_out=False, answer=answer) == SILENT, printed
+    for empty in ("Response(id='resp_1', error=None, incomplete_details=None, output=[])", '{"text": "", "error": null}',
+                  "error: []\nexception=''"):
+        assert classify(0, empty, timed_out=False, answer=answer) == SILENT, empty
+    for said in ('error="stream cut"', "Error: None of the chunks came", "Error: null pointer", "status: failed"):
+        assert classify(0, said, timed_out=False, answer=answer) == NOTICED, said
+
+
+def test_a_client_that_never_asks_the_replay_server_is_inconclusive_not_silent(recording):
+    """A client reading another variable for its base URL, or answering from a cache, never meets
+    the cut: its runs were counted as silent (or noticed), and the uncut one as a success."""
+    code, report = sweep(recording, ["true"], "--positions", "event=3,event=10")
+    assert report["baseline"]["requested"] is False and report["baseline_failed"] is True
+    assert {r["outcome"] for r in report["runs"]} == {INCONCLUSIVE} and code == 1
+    said = subprocess.run([*STREAMTAP, "sweep", str(recording), "--positions", "event=3", "--no-progress", "--", "true"],
+                          capture_output=True, text=True, timeout=60)
+    assert said.returncode == 1 and "never asked the replay server for the answer" in said.stdout + said.stderr
+
+
 WORDY = """
 import http.client, json, os, sys, urllib.parse
 url = urllib.parse.urlsplit(os.environ["STREAMTAP_BASE_URL"])

@@ -60,11 +60,14 @@ def recording(tmp_path_factory):
 
 @pytest.fixture
 def marker_client(tmp_path):
-    """A client that leaves a file behind when it runs: (command, the folder it writes to)."""
+    """A client that leaves a file behind when it runs, and reads the answer without a word (a
+    client that never asks for it is inconclusive): (command, the folder it writes to)."""
     ran = tmp_path / "ran"
     ran.mkdir()
     path = tmp_path / "marker.py"
-    path.write_text(f"import os\nopen(os.path.join({str(ran)!r}, str(os.getpid())), 'w').close()\n")
+    path.write_text(f"import os, urllib.request\nopen(os.path.join({str(ran)!r}, str(os.getpid())), 'w').close()\n"
+                    "try:\n    urllib.request.urlopen(os.environ['STREAMTAP_BASE_URL'] + '/v1/chat/completions', b'{}').read()\n"
+                    "except Exception:\n    pass\n")
     return [sys.executable, "-S", str(path)], ran
 
 

@@ -153,6 +153,9 @@ def streamtap_replay(request: pytest.FixtureRequest, streamtap_fault: str | None
         if fault is not None and not isinstance(fault, str):  # parse_faults would fail inside, on a list's item
             pytest.fail(f"streamtap_replay: fault= takes one spec string (several joined with ';') or None, "
                         f"not {type(fault).__name__} {fault!r}", pytrace=False)
+        if not isinstance(timing, str):
+            pytest.fail(f"streamtap_replay: timing= takes a string (fast, original or scale=N), not "
+                        f"{type(timing).__name__} {timing!r}", pytrace=False)
         paths = [beside_test / Path(r) for r in recordings]  # an absolute path stays as it is
         # tuple("model") would be the fields m, o, d, e, l
         fields = (ignore_fields,) if isinstance(ignore_fields, str) else tuple(ignore_fields)

@@ -24,6 +24,7 @@ classified:
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -52,6 +53,12 @@ NOTICED, SILENT, HUNG, CRASHED = "noticed", "silent", "hung", "crashed"
 WHOLE, INCONCLUSIVE = "whole", "inconclusive"
 OUTCOMES = (SILENT, HUNG, CRASHED, NOTICED, WHOLE, INCONCLUSIVE)
 ERROR_TEXT = r"(?i)\b(error|exception|traceback|truncated|incomplete|interrupted|failed)\b"
+# one of those words as the name of a field that holds nothing (``error=None``, ``"error": null``,
+# an SDK object's repr or a JSON result printed whole): it says no error happened
+_EMPTY_FIELD = re.compile(
+    r"""(?im)\b(?:error|exception|traceback|truncated|incomplete|interrupted|failed)["']?\s*[=:]\s*"""
+    r"""(?:None|null|nil|false|""|''|\[\]|\{\})(?=\s*(?:[,;)}\]]|$))"""
+)
 DEFAULT_POSITIONS = "events,protocol,bytes=16"
 
 
@@ -206,17 +213,22 @@ def classify(
         return NOTICED if re.search(error_text, output) else SILENT
     if carries_answer(output, answer):
         return SILENT  # exit 0 with the partial answer handed on: whatever else it printed, it accepted it
-    return NOTICED if re.search(ERROR_TEXT, output) else SILENT
+    return NOTICED if re.search(ERROR_TEXT, _EMPTY_FIELD.sub("", output)) else SILENT
 
 
 def carries_answer(output: str, answer: str) -> bool:
     """Whether ``output`` holds the answer (its first half, up to 200 characters, whitespace
-    folded): the client printed what the stream delivered as its result."""
-    answer = " ".join(answer.split())
-    if len(answer) < MIN_ANSWER_CHARS:
+    folded), as text or escaped as a JSON string or a Python repr holds it: the client printed
+    what the stream delivered as its result."""
+    if len(" ".join(answer.split())) < MIN_ANSWER_CHARS:
         return False
-    probe = answer[: min(ANSWER_PROBE_CHARS, max(MIN_ANSWER_CHARS, len(answer) // 2))]
-    return probe in " ".join(output.split())
+    output = " ".join(output.split())
+    written = {answer, json.dumps(answer)[1:-1], json.dumps(answer, ensure_ascii=False)[1:-1], repr(answer)[1:-1]}
+    for form in written:
+        form = " ".join(form.split())
+        if form[: min(ANSWER_PROBE_CHARS, max(MIN_ANSWER_CHARS, len(form) // 2))] in output:
+            return True
+    return False
 
 
 # Of a client's output, the first and the last this many bytes are kept: enough for every check
@@ -274,6 +286,7 @@ class Run:
     fault_log: list[str] = field(default_factory=list)
     output_tail: str = ""
     verdict: str | None = None  # what streamtap's verdict layer says of the stream this client got
+    requested: bool = True  # the client asked the replay server for the answer: else it never met the cut
 
     @property
     def spec(self) -> str:
@@ -328,7 +341,13 @@ class SweepReport:
             f"{len(self.runs)} runs in {self.seconds:.1f} s: {counts[SILENT]} silently accepted partial output, "
             f"{counts[NOTICED]} noticed, {counts[HUNG]} hung, {counts[CRASHED]} crashed{rare}"
         )
-        if self.baseline_failed:
+        if self.baseline_failed and self.baseline.outcome == INCONCLUSIVE:
+            lines.append(
+                f"inconclusive: without any cut the client (exit {self.baseline.returncode}) never asked the replay server "
+                "for the answer, so no run shows what it does with a cut: have it send its request to $STREAMTAP_BASE_URL "
+                "(or read OPENAI_BASE_URL, ANTHROPIC_BASE_URL or AWS_ENDPOINT_URL_BEDROCK_RUNTIME, which the sweep sets)"
+            )
+        elif self.baseline_failed:
             fix = ("the recording is an error answer, which a client may well fail on: sweep a recording of a "
                    "whole answer" if self.baseline.verdict == "errored" else "fix the client or its environment first")
             lines.append(
@@ -472,8 +491,12 @@ async def _run_once(
     # the baseline is no cut: taking its whole answer is what it is there to show
     complete = spec is not None and verdict == "complete"
     outcome = classify(proc.returncode, text, timed_out=timed_out, error_text=error_text, answer=answer, complete=complete)
+    requested = bool(server.served)
+    # whatever it did, it was not the cut stream's doing; uncut, a failure is still the client's to fix
+    if not requested and outcome in ((SILENT, NOTICED, WHOLE) if spec is not None else (SILENT, WHOLE)):
+        outcome = INCONCLUSIVE
     fault_log = [line for served in server.served for line in served.log]
-    return Run(position, style, outcome, proc.returncode, time.monotonic() - started, fault_log, text[-400:], verdict)
+    return Run(position, style, outcome, proc.returncode, time.monotonic() - started, fault_log, text[-400:], verdict, requested)
 
 
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
