@@ -227,6 +227,8 @@ def _described(event: Any, previous_id: str = "") -> bytes:
         return json.dumps(_escaped(description), ensure_ascii=False, separators=(",", ":")).encode()
 
 
+_NO_T = object()  # no event's t is this: the first event of a call encodes its own
+
 END_LINE_START = b'{"type":"end"'  # how the writer begins an end line (orjson, no spaces)
 
 
@@ -413,6 +415,9 @@ class RecordingWriter:
         self._body_hash = hashlib.sha256()
         self._frames = 0
         self._sse_id = ""  # the SSE event id in effect at the last frame (a view gives it where it changes)
+        # the last event-stream header set framed, its value types (_value_types) and its JSON: the
+        # next call's messages mostly repeat it, and the compiled frame_lines takes only those
+        self._headers: tuple[Any, Any, bytes] = (None, None, b"")
         self._wire_offset = 0
         self._wire_hash = hashlib.sha256()
         self._reads: list[list[float]] = []
@@ -475,6 +480,27 @@ class RecordingWriter:
         assembled by hand (the same JSON as ``describe`` and ``_raw_field`` give, byte for byte on
         the common paths), and the compiled ``frame_lines`` (``_lines.c``), where this install has
         it, writes the common frames; every other event comes to the loop here."""
+        if not events:  # a read that ended no event
+            return
+        compiled = _frame_lines
+        at = 0
+        if compiled is not None and self.fsync != "always" and len(events) == len(t_ms):
+            # the common call (in the worker: one read's events): all of them compiled, without the loop's set-up
+            last_headers, last_types, headers_json = self._headers
+            at, offset, _, _, block, raws = compiled(
+                events, t_ms, 0, self._offset, self._sse_id, last_headers, last_types, headers_json, _NO_T, b""
+            )
+            if at:
+                self._offset = offset
+                self._frames += at
+                self._body_hash.update(raws[0] if len(raws) == 1 else b"".join(raws))
+                self._file.write(block)
+                if at == len(events):
+                    return
+        self._frames_from(at, events, t_ms)
+
+    def _frames_from(self, at: int, events: Sequence[Any], t_ms: Sequence[float | None]) -> None:
+        """``frames`` from ``events[at]`` on: past the events the compiled lines took at its start."""
         sync_each = self.fsync == "always"
         lines: list[bytes] = []
         write = self._file.write
@@ -483,14 +509,13 @@ class RecordingWriter:
         dumps = orjson.dumps
         last_t: Any = lines  # no t is this object: the first event encodes its t
         t_field = b""
-        last_headers: Any = None  # event-stream messages in a row mostly repeat one header set
-        last_types: Any = None  # and its value types, where equal sets may differ in them (_value_types)
-        headers_json = b""
+        # event-stream messages in a row mostly repeat one header set, and its value types, where
+        # equal sets may differ in them (_value_types)
+        last_headers, last_types, headers_json = self._headers
         plain_sse = _PLAIN_SSE
         sse_id = self._sse_id
         compiled = None if sync_each else _frame_lines
         count = min(len(events), len(t_ms))
-        at = 0
         try:
             while at < count:
                 if compiled is not None:
@@ -584,6 +609,7 @@ class RecordingWriter:
         finally:
             self._offset = offset
             self._sse_id = sse_id
+            self._headers = (last_headers, last_types, headers_json)
             if hashed:
                 self._body_hash.update(b"".join(hashed))
             if lines:
