@@ -128,36 +128,23 @@ def test_a_swap_tail_recording_beside_the_served_recordings_is_taken(pytester):
     result.assert_outcomes(passed=1)
 
 
-FAULT_LIST_TEST = '''
-def test_faults_as_a_list(streamtap_replay):
-    streamtap_replay("weather.jsonl", fault=["cut:event=3"])
-'''
+WRONG_ARGUMENTS = {  # (the call, what the failure says, what the traceback it gave named)
+    "fault as a list": ('fault=["cut:event=3"]',
+                        "fault= takes one spec string (several joined with ';') or None, not list ['cut:event=3']", "TypeError"),
+    "timing None": ("timing=None", "timing= takes a string (fast, original or scale=N), not NoneType None", "AttributeError"),
+}
 
 
-def test_fault_given_as_a_list_fails_the_test_in_one_line_as_on_the_marker(pytester):
-    """A list failed inside the fault parser with `ord() expected a character`, a traceback of
-    streamtap's, where the marker given a list says what it takes."""
+@pytest.mark.parametrize("name", sorted(WRONG_ARGUMENTS))
+def test_an_argument_of_the_wrong_type_fails_the_test_in_one_line_as_on_the_marker(pytester, name):
+    """A list for fault= failed inside the fault parser with `ord() expected a character`, and None
+    for timing= with an AttributeError: tracebacks of streamtap's, where the marker given a list
+    says what it takes."""
+    call, said, raised = WRONG_ARGUMENTS[name]
     write_recording(pytester.path / "weather.jsonl", "openai", openai_chat_frames(words=3, tool=False))
-    pytester.makepyfile(test_list=FAULT_LIST_TEST)
+    pytester.makepyfile(test_call=f'def test_call(streamtap_replay):\n    streamtap_replay("weather.jsonl", {call})\n')
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "-rf")
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
-    assert "streamtap_replay: fault= takes one spec string (several joined with ';') or None, not list ['cut:event=3']" in out
-    assert "TypeError" not in out and "faults.py" not in out, out
-
-
-TIMING_NONE_TEST = '''
-def test_timing_none(streamtap_replay):
-    streamtap_replay("weather.jsonl", timing=None)
-'''
-
-
-def test_timing_that_is_no_string_fails_the_test_in_one_line(pytester):
-    """timing=None raised AttributeError inside the timing parser: a traceback of streamtap's."""
-    write_recording(pytester.path / "weather.jsonl", "openai", openai_chat_frames(words=3, tool=False))
-    pytester.makepyfile(test_timing=TIMING_NONE_TEST)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "-rf")
-    result.assert_outcomes(failed=1)
-    out = result.stdout.str()
-    assert "streamtap_replay: timing= takes a string (fast, original or scale=N), not NoneType None" in out
-    assert "AttributeError" not in out and "faults.py" not in out, out
+    assert f"streamtap_replay: {said}" in out
+    assert raised not in out and "faults.py" not in out, out
