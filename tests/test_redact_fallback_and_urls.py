@@ -303,6 +303,29 @@ def test_replay_matches_a_request_whose_body_url_was_redacted():
     assert mask_like(other, recorded) != recorded
 
 
+@pytest.mark.parametrize("make", [
+    lambda secret: {"tools": [{"type": "mcp", "headers": {"Authorization": "Bearer " + secret}}]},
+    lambda secret: {"extra_headers": {"X-Thing": "Bearer " + secret}},
+    lambda secret: {"headers": {"Host": secret + "@h.example"}},
+], ids=["mcp authorization", "auth scheme in another header", "host userinfo"])
+def test_replay_matches_a_header_map_in_the_body_as_the_recorder_redacted_it(make):
+    """A body's header map (an MCP tool's headers) is redacted with the header rule, which keeps
+    the scheme ("Bearer [redacted]"); replay masked it with the string rule, so even the very
+    request recorded got a 404. Another scheme still differs."""
+    from streamtap.replay.match import mask_like
+
+    recorded = Redactor().json(make("REC-SECRET"))
+    assert "REC-SECRET" not in json.dumps(recorded)
+    assert mask_like(make("REC-SECRET"), recorded) == mask_like(make("LIVE-SECRET"), recorded) == recorded
+
+
+def test_replay_tells_a_header_map_with_another_scheme_from_the_recorded_one():
+    from streamtap.replay.match import mask_like
+
+    recorded = Redactor().json({"extra_headers": {"Authorization": "Bearer REC-SECRET"}})
+    assert mask_like({"extra_headers": {"Authorization": "Basic LIVE"}}, recorded) != recorded
+
+
 @pytest.mark.parametrize("text", [
     "[the docs](https://d.example/x?key=SECRET-1) explain it",  # looks like JSON, is none
     "{name} is at https://d.example/x?token=SECRET-1",
