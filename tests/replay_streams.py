@@ -126,14 +126,17 @@ def write_recording(
     gap_ms: float = 1.0,
     request: dict | None = None,
     stream_end: str = "finished",
+    url: str | None = None,
+    redact: tuple[str, ...] = (),
 ) -> Path:
     """A recording (streamtap.recording's writer) of `frames` as the answer to the `kind` request,
-    one network read per frame, `gap_ms` apart."""
+    one network read per frame, `gap_ms` apart; ``redact``: the recorder's streamtap_redact names."""
     from streamtap.recording import RecordingWriter
     from streamtap.wire import EventStreamDecoder, SSEDecoder
 
-    url, default_request, wire, dialect, content_type = KINDS[kind]
-    writer = RecordingWriter(path)
+    kind_url, default_request, wire, dialect, content_type = KINDS[kind]
+    url = url or kind_url
+    writer = RecordingWriter(path, redact=redact)
     writer.header(
         {
             "request": {"method": "POST", "url": url, "headers": [["content-type", "application/json"]], "body": request or default_request},

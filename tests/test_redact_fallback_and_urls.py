@@ -593,3 +593,32 @@ def test_serve_refuses_a_malformed_request_without_echoing_its_line(tmp_path, ra
     message = json.loads(data.partition(b"\r\n\r\n")[2])["error"]["message"]
     assert data.startswith(b"HTTP/1.1 400 ") and message.startswith("malformed request: illegal"), data
     assert "SECRET" not in message and "bytearray" not in message, message
+
+
+def test_a_recording_made_with_streamtap_redact_names_is_matched_and_shown_with_them_outside_the_proxy(tmp_path):
+    """serve and the pytest plugin did not know the names the Tap was told to redact: a request
+    that a recording holds redacted under such a name did not match, and a 404 and the log showed
+    the live request's value. The recording now says the names, and replay redacts with them."""
+    request = {**OPENAI_REQUEST, "tenant_id": "REC-TENANT"}
+    path = write_recording(tmp_path / "r.jsonl", "openai", openai_chat_frames(), request=request,
+                           url="https://api.openai.com/v1/chat/completions?tenant_id=REC-TENANT", redact=("Tenant_ID",))
+    header = json.loads(path.read_bytes().split(b"\n", 1)[0])
+    assert header["redaction"] == {"redact": ["tenant_id"], "redact_allow": []}
+    assert "REC-TENANT" not in path.read_text()
+    logged: list[str] = []
+
+    def post(target: str, tenant: str) -> bytes:
+        body = json.dumps({**OPENAI_REQUEST, "tenant_id": tenant}).encode()
+        return _raw_exchange(server, b"POST %s HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+                                     b"connection: close\r\n\r\n%s" % (target.encode(), len(body), body))
+
+    library = Library.load([tmp_path])
+    with ServerThread(library, ServeOptions(Timing.parse("fast"), parse_faults(None)), log=logged.append) as server:
+        answered = post("/v1/chat/completions?tenant_id=LIVE-TENANT-1", "LIVE-TENANT-1")
+        refused = post("/v1/embeddings?tenant_id=LIVE-TENANT-2", "LIVE-TENANT-2")
+    assert answered.startswith(b"HTTP/1.1 200 "), answered[:300]
+    assert refused.startswith(b"HTTP/1.1 404 "), refused[:300]
+    assert b"LIVE-TENANT" not in refused and not any("LIVE-TENANT" in line for line in logged), (refused, logged)
+    assert any("tenant_id=[redacted]" in line or "tenant_id=%5Bredacted%5D" in line for line in logged), logged
+    plain = write_recording(tmp_path / "plain.jsonl", "openai", openai_chat_frames())
+    assert "redaction" not in json.loads(plain.read_bytes().split(b"\n", 1)[0])  # the default rules: nothing said

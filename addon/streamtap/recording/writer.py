@@ -461,6 +461,8 @@ class RecordingWriter:
             part = record.get(side)
             if isinstance(part, dict):
                 record[side] = self.redactor.request_part(part)
+        if self.redactor.extra or self.redactor.allow:  # so a replay outside the proxy redacts as it did
+            record["redaction"] = {"redact": sorted(self.redactor.extra), "redact_allow": sorted(self.redactor.allow)}
         self._line(record)
 
     def _body(self, start: int, raw: bytes) -> None:

@@ -177,9 +177,6 @@ class MatchOptions:
     redact: tuple[str, ...] = ()  # names redacted besides the patterns, and names they leave alone (the
     redact_allow: tuple[str, ...] = ()  # Tap's streamtap_redact options), in the 404 and the log
 
-    def redactor(self) -> Redactor:
-        return Redactor(self.redact, self.redact_allow)
-
 
 @dataclass(slots=True)
 class _Entry:
@@ -210,6 +207,13 @@ class Library:
         self._lock = threading.Lock()
         self.entries: list[_Entry] = []
         self._answered = 0  # answers given (resumes not counted)
+        sources = list(sources)
+        # the names the recordings were redacted with, besides the ones given: a request that a
+        # recording holds redacted is masked, shown in a 404 and logged as the recorder redacted it
+        self.redactor = Redactor(
+            [*self.options.redact, *(name for source in sources for name in source.redact)],
+            [*self.options.redact_allow, *(name for source in sources for name in source.redact_allow)],
+        )
         for source in sources:
             body = normalize_body(_copy(source.request_body), self.options.ignore_fields)
             key = self.key(source.method, source.path_and_query, source.request_headers, body)
@@ -327,7 +331,7 @@ class Library:
         method, target, headers, body, _ = request
         if not (entry.redacted_body or entry.redacted_params or entry.redacted_headers):
             return None
-        redactor = self.options.redactor()
+        redactor = self.redactor
         try:
             masked = mask_like(body, entry.body, redactor) if entry.redacted_body else body
             if entry.redacted_headers:
@@ -376,7 +380,7 @@ class Library:
                 }
             )
         # the live request's credentials stay out of the answer: the Tap records it, and logs it
-        redactor = self.options.redactor()
+        redactor = self.redactor
         shown = replace(key, path=redactor.url(key.path), headers=tuple(map(tuple, redactor.headers(key.headers))))
         message = f"no recording answers {shown.method} {shown_text(shown.path)} (body {key.body}); {len(self.entries)} loaded"
         if nearest:  # the whole reason in the message: a boto3 user sees nothing else

@@ -499,7 +499,7 @@ class ReplayServer:
             where += f": {served.refused}"
         # the log keeps no credential of the request (a ?key= in the target), and no control
         # character a client sent (an ESC would act on the terminal, a newline forge a line)
-        target = self.library.options.redactor().url(served.target)
+        target = self.library.redactor.url(served.target)
         self.log(shown_text(f"streamtap replay: {served.method} {target} -> {served.status} ({where})"))
         for line in served.log:
             self.log(shown_text(f"streamtap replay:   fault {line}"))

@@ -64,6 +64,10 @@ class Source:
     sentinel: str | None = None
     max_event_size: int | None = None  # None: the default
     streamed: bool = True  # false: a plain JSON answer a filter tapped
+    # the names the recorder redacted besides its patterns, and those it left alone (its
+    # streamtap_redact options): a request is masked and shown as it was recorded
+    redact: tuple[str, ...] = ()
+    redact_allow: tuple[str, ...] = ()
     _body: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -185,6 +189,7 @@ def _coding_not_undone(rec: Any) -> str | None:
 def _source_from_header(path: Path, header: dict, frames: list[Frame], reads: list) -> Source:
     request = header.get("request") or {}
     response = header.get("response") or {}
+    redaction = header.get("redaction") if isinstance(header.get("redaction"), dict) else {}
     body = request.get("body")
     if body is None and "body_b64" in request:  # a request body that is not JSON
         body = _recorded_body_as_read(request)
@@ -212,7 +217,13 @@ def _source_from_header(path: Path, header: dict, frames: list[Frame], reads: li
         sentinel=header.get("sentinel"),  # (the reader checked these fields' types)
         max_event_size=header.get("max_event_size") or None,
         streamed=header.get("streamed") is not False,
+        redact=_names(redaction.get("redact")),
+        redact_allow=_names(redaction.get("redact_allow")),
     )
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    return tuple(name for name in value if isinstance(name, str)) if isinstance(value, list) else ()
 
 
 def _recorded_body_as_read(request: dict) -> bytes:
