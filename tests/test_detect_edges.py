@@ -178,3 +178,11 @@ def test_an_ollama_tool_message_naming_no_call_is_no_orphan():
     # one naming a tool never called still is one
     [finding] = check_request(Dialect.OLLAMA, {"messages": [call, {"role": "tool", "content": "x", "tool_name": "other"}]})
     assert "'other'" in finding
+
+
+@pytest.mark.parametrize("host", ["tok:HOSTPW@", "tok:HOSTPW@:443", "toku_HOSTPW@"])
+def test_why_never_shows_the_userinfo_of_a_host_header(host):
+    """Where the URL names no host, detection read the Host header as it came, userinfo and all,
+    into ``why``, which the recording keeps unredacted."""
+    detection = detect_dialect(RequestInfo("POST", "/v1/messages", {"host": host}, b'{"stream": true}'), "text/event-stream")
+    assert "hostpw" not in detection.why.lower(), detection.why

@@ -108,7 +108,7 @@ def detect_dialect(request: RequestInfo | None, content_type: str | None) -> Det
         wire = ct_wire if ct_wire not in (None, "json-array") else "sse"
         return Detection(Dialect.UNKNOWN, wire, f"no request; {ct_note}", ct_wire not in (None, "json-array"))
     url = _split_url(request.url)
-    host = (url.hostname or request.headers.get("host", "")).lower()
+    host = (url.hostname or request.headers.get("host", "").rpartition("@")[2]).lower()  # (never its userinfo: "why" shows it)
     path = url.path.rstrip("/")
     # Google's servers decode the path before reading its ":method" suffix, so a client may send the colon as %3A
     google_path = unquote(path)
