@@ -622,3 +622,26 @@ def test_a_recording_made_with_streamtap_redact_names_is_matched_and_shown_with_
     assert any("tenant_id=[redacted]" in line or "tenant_id=%5Bredacted%5D" in line for line in logged), logged
     plain = write_recording(tmp_path / "plain.jsonl", "openai", openai_chat_frames())
     assert "redaction" not in json.loads(plain.read_bytes().split(b"\n", 1)[0])  # the default rules: nothing said
+
+
+@pytest.mark.parametrize("url, kept", [
+    ("https://app.example/proxy/https://u:NESTED-1@internal.example/x", "https://app.example/proxy/https://[redacted]@internal.example/x"),
+    ("http://img.example/plain/http://u:NESTED-2@x.example/i.png", "http://img.example/plain/http://[redacted]@x.example/i.png"),
+    ("postgres://admin:EDGE#MARK-1@db.example/app", "postgres://[redacted]@db.example/app"),
+    ("mysql://root:EDGE?MARK-2@db.example/app", "mysql://[redacted]@db.example/app"),
+    ("https://x.example/@user/status", "https://x.example/@user/status"),
+    ("https://host.example:8080/a?x=a@b", "https://host.example:8080/a?x=a@b"),
+])
+def test_userinfo_in_a_nested_url_or_past_a_mark_is_redacted(url, kept):
+    """The userinfo of a URL inside another's path, and a password holding # or ?, where urlsplit
+    ends the userinfo, were recorded in clear."""
+    assert Redactor().url(url) == kept
+    assert Redactor().json({"content": f"see {url} now"}) == {"content": f"see {kept} now"}
+
+
+def test_headers_given_as_a_list_are_judged_as_headers():
+    body = {"headers": [["Authorization", "Bearer LIST-1"], ["Accept", "text/plain"]],
+            "extra_headers": [{"name": "X-Api-Key", "value": "LIST-2", "comment": "k"}, {"name": "Accept", "value": "x"}]}
+    assert Redactor().json(body) == {
+        "headers": [["Authorization", "Bearer [redacted]"], ["Accept", "text/plain"]],
+        "extra_headers": [{"name": "X-Api-Key", "value": "[redacted]", "comment": "k"}, {"name": "Accept", "value": "x"}]}

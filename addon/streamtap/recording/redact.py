@@ -205,6 +205,8 @@ class Redactor:
         URL from the client's ``Host`` header), whose query may hold a key all the same. Tabs and
         line breaks go first, as urlsplit and browsers drop them: ``ap\ti_key`` is ``api_key``."""
         url = url.translate(_URL_IGNORED)
+        if "@" in url:
+            url = _userinfo_past_a_mark(url)
         head, hash_mark, fragment = url.partition("#")
         head, question_mark, query = head.partition("?")
         param = functools.partial(self._query_param, nesting=nesting)
@@ -247,8 +249,8 @@ class Redactor:
             for name, item in value.items():
                 if isinstance(name, str) and self.secret(name, "body"):
                     item = self._under_secret_name(name, item)
-                elif isinstance(item, dict) and isinstance(name, str) and words(name)[-1:] == ["headers"]:
-                    item = self._header_map(item)
+                elif isinstance(item, (dict, list)) and isinstance(name, str) and words(name)[-1:] == ["headers"]:
+                    item = self._header_map(item) if isinstance(item, dict) else [self._header_item(i) for i in item]
                 else:
                     item = self.json(item)
                 out[name] = item
@@ -265,6 +267,16 @@ class Redactor:
         an auth scheme, and anything else as a body's member."""
         return {name: self.headers([(name, item)])[0][1] if isinstance(name, str) and isinstance(item, str)
                 else self.json({name: item})[name] for name, item in value.items()}
+
+    def _header_item(self, item: Any) -> Any:
+        """One item of headers given as a list: a ``[name, value]`` pair, or ``{"name", "value"}``
+        (HAR's shape), judged as that header; anything else as a body's item."""
+        if isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], str):
+            return [item[0], self.headers([(item[0], item[1])])[0][1]]
+        if isinstance(item, dict) and isinstance(item.get("name"), str) and isinstance(item.get("value"), str):
+            value = self.headers([(item["name"], item["value"])])[0][1]
+            return {k: value if k == "value" else self.json({k: v})[k] for k, v in item.items()}
+        return self.json(item)
 
     def string(self, text: str) -> str:
         """A string value, with the JSON it may carry redacted inside, or else the URLs it holds:
@@ -513,9 +525,47 @@ def _without_userinfo(head: str) -> str:
     """A URL's part before its query with the userinfo replaced, user and password both: a token
     is often sent as the user (https://TOKEN:@host)."""
     authority = _AUTHORITY.match(head)
-    if authority is None or "@" not in authority[1]:
+    if authority is None:
         return head
-    return head[: authority.start(1)] + REDACTED + head[authority.start(1) + authority[1].rindex("@") :]
+    path = head[authority.end() :]
+    if "@" in path:
+        path = _nested_userinfo(path)
+    if "@" not in authority[1]:
+        return head[: authority.end()] + path
+    return head[: authority.start(1)] + REDACTED + head[authority.start(1) + authority[1].rindex("@") : authority.end()] + path
+
+
+def _userinfo_past_a_mark(url: str) -> str:
+    """The URL with a ``user:password@`` whose password holds a ``#`` or ``?`` (a DSN's random
+    password) replaced: urlsplit, and ``url``'s split, would end the userinfo at that mark."""
+    authority = _AUTHORITY.match(url)
+    if authority is None:
+        return url
+    at = authority[1].rfind("@")
+    userinfo = authority[1][: max(at, 0)]
+    marks = [i for i in (userinfo.find("?"), userinfo.find("#")) if i >= 0]
+    if not marks or ":" not in userinfo[: min(marks)]:
+        return url
+    return url[: authority.start(1)] + REDACTED + url[authority.start(1) + at :]
+
+
+def _nested_userinfo(path: str) -> str:
+    """A URL's path with the userinfo of each URL inside it replaced (an image or CORS proxy's
+    ``https://proxy/fetch/https://user:pw@host/x``). Found by ``://``, not by a scheme's pattern,
+    which a long word would have searched again from each of its letters."""
+    out, done = [], 0
+    found = path.find("://")
+    while found >= 0:
+        start = found + 3
+        end = path.find("/", start)
+        end = len(path) if end < 0 else end
+        at = path.rfind("@", start, end)
+        if at >= 0:
+            out += (path[done:start], REDACTED)
+            done = at
+        found = path.find("://", end)
+    out.append(path[done:])
+    return "".join(out)
 
 
 def _json_string(body: bytes) -> str | None:
