@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import shared_path
 from replay_streams import OPENAI_REQUEST, bedrock_invoke_frames, openai_chat_frames, write_recording
 
 from streamtap.providers import analyze_bytes
@@ -25,11 +26,15 @@ from streamtap.replay.source import load_source
 from streamtap.wire import EventStreamDecoder, SSEDecoder
 
 STREAMTAP = [sys.executable, "-c", "import sys; from streamtap.cli import main; sys.exit(main())"]
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
-RESPONSES_BODY = FIXTURES / "pydantic-ai/bodies/openai-responses/test_openai_responses_stream.0.sse"
-RESPONSES_ERROR = FIXTURES / "vercel-ai/openai/responses/openai-error.1.chunks.txt"
-GEMINI_BODY = FIXTURES / "pydantic-ai/bodies/google/test_google_model_stream.0.sse"
-CONVERSE_BODY = FIXTURES / "openllmetry/bodies/converse_stream_anthropic_tool_use.0.bin"
+# captures under ../shared/fixtures (a test that needs one skips, saying why, where it is absent)
+RESPONSES_BODY = "pydantic-ai/bodies/openai-responses/test_openai_responses_stream.0.sse"
+RESPONSES_ERROR = "vercel-ai/openai/responses/openai-error.1.chunks.txt"
+GEMINI_BODY = "pydantic-ai/bodies/google/test_google_model_stream.0.sse"
+CONVERSE_BODY = "openllmetry/bodies/converse_stream_anthropic_tool_use.0.bin"
+
+
+def fixture(name: str) -> Path:
+    return shared_path("fixtures", name)
 
 RESPONSES_REQUEST = {"model": "gpt-4o", "stream": True, "input": "Capital of France?"}
 CONVERSE_MODEL = "anthropic.claude-test"
@@ -60,11 +65,11 @@ def record(path: Path, body: bytes, url: str, request: dict, wire: str, dialect:
 @pytest.fixture(scope="module")
 def recordings(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("recordings")
-    record(folder / "responses.jsonl", RESPONSES_BODY.read_bytes(), "https://api.openai.com/v1/responses",
+    record(folder / "responses.jsonl", fixture(RESPONSES_BODY).read_bytes(), "https://api.openai.com/v1/responses",
            RESPONSES_REQUEST, "sse", "openai-responses", "text/event-stream")
-    record(folder / "gemini.jsonl", GEMINI_BODY.read_bytes(), GEMINI_URL,
+    record(folder / "gemini.jsonl", fixture(GEMINI_BODY).read_bytes(), GEMINI_URL,
            {"contents": [{"role": "user", "parts": [{"text": "Capital of France?"}]}]}, "sse", "gemini", "text/event-stream")
-    record(folder / "converse.jsonl", CONVERSE_BODY.read_bytes(), f"{BEDROCK}/model/{CONVERSE_MODEL}/converse-stream",
+    record(folder / "converse.jsonl", fixture(CONVERSE_BODY).read_bytes(), f"{BEDROCK}/model/{CONVERSE_MODEL}/converse-stream",
            CONVERSE_REQUEST, "eventstream", "bedrock-converse", "application/vnd.amazon.eventstream")
     write_recording(folder / "invoke.jsonl", "bedrock", bedrock_invoke_frames())
     write_recording(folder / "chat.jsonl", "openai", openai_chat_frames(), request=OPENAI_REQUEST | {"temperature": 1})
@@ -149,7 +154,7 @@ def test_the_injected_responses_error_takes_openais_recorded_shape(recordings):
     body = plan(source, parse_faults(spec)).body
     (error_event, error_data), (failed_event, failed_data) = sse_payloads(body)[-2:]
     error, failed = json.loads(error_data), json.loads(failed_data)
-    real_error, real_failed = (json.loads(line) for line in RESPONSES_ERROR.read_text().splitlines()[2:4])
+    real_error, real_failed = (json.loads(line) for line in fixture(RESPONSES_ERROR).read_text().splitlines()[2:4])
     assert (error_event, failed_event) == ("error", "response.failed")
     assert error.keys() == real_error.keys() and error["error"].keys() == real_error["error"].keys()
     assert error["error"]["message"] == "boom" and error["sequence_number"] == 3 + 1
