@@ -350,13 +350,13 @@ def import_flow(
         may_resume=may_resume(request.method, request.pretty_url),
     )
     partial = _renamed(partial_name(started, result.provider, flow.id), base, part, PARTIAL_SUFFIX)
-    try:
-        writer = RecordingWriter(out / partial, redact=redact, redact_allow=redact_allow, encoded=encoded)
-    except RecordingError as exc:  # another import into this folder began this flow meanwhile
-        result.skipped = str(exc)
-        return result
-    finished = False
-    try:
+    writer, finished = None, False
+    try:  # (one try from the writer's birth on: a Ctrl-C between the two left its file behind)
+        try:
+            writer = RecordingWriter(out / partial, redact=redact, redact_allow=redact_allow, encoded=encoded)
+        except RecordingError as exc:  # another import into this folder began this flow meanwhile
+            result.skipped = str(exc)
+            return result
         meanwhile = _written_meanwhile(folder, started, result.provider, base, part, identity)
         if meanwhile is not None:  # by another import into this folder, since this one listed it
             result.path, result.already, result.skipped = meanwhile
@@ -431,9 +431,10 @@ def import_flow(
         folder.add(final.name)
         finished = True
     finally:
-        if not finished:  # stopped (Ctrl-C) or failed: the capture still holds the flow, so
-            _discard(writer)  # an unfinished file of it is no evidence, only in the next run's way
-        writer.close()
+        if writer is not None:
+            if not finished:  # stopped (Ctrl-C) or failed: the capture still holds the flow, so
+                _discard(writer)  # an unfinished file of it is no evidence, only in the next run's way
+            writer.close()
     result.verdict, result.reason = verdict["kind"], verdict["reason"]
     if analysis is not None:
         result.model, result.events, result.bytes = analysis.turn.model, analysis.wire_events, analysis.bytes
