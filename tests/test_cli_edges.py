@@ -523,3 +523,13 @@ def test_an_html_page_over_a_read_only_file_is_refused_as_before(tmp_path):
     one_line_error(got, "report")
     assert f"--html {page}: Permission denied; the page was not written" in got.stderr, got.stderr
     assert page.read_text() == "kept\n" and stat.S_IMODE(page.stat().st_mode) == 0o444
+
+
+def test_every_verb_s_help_names_the_exit_codes_every_verb_has():
+    """serve left out 129 and 141, import, report and index listed only 0/1/2, demo only 0 and addon 0/141."""
+    from streamtap.cli import VERBS
+
+    for verb in VERBS:
+        said = " ".join(streamtap(verb, "--help").stdout.split())
+        for code in ("3 on an internal error", "130 when interrupted", "141 when its output was closed", "143 or 129"):
+            assert code in said, (verb, code)

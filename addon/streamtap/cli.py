@@ -19,6 +19,7 @@ import re
 import signal
 import stat
 import sys
+import textwrap
 import threading
 import time
 import traceback
@@ -264,6 +265,14 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+# what every verb may exit with besides its own codes, said at the end of each one's --help
+EVERY_VERB_EXITS = (
+    "Like every verb, it also exits 3 on an internal error (a bug: its traceback follows), 130 when "
+    "interrupted (Ctrl-C), 141 when its output was closed before it finished (| head), and 143 or 129 "
+    "when ended by SIGTERM or SIGHUP."
+)
+
+
 def build_parser(configured: Collection[str] = VERBS) -> argparse.ArgumentParser:
     """The parser. Only the ``configured`` verbs' modules are imported and their arguments
     added; the other verbs are listed with their one-line help and take no arguments."""
@@ -283,6 +292,8 @@ def build_parser(configured: Collection[str] = VERBS) -> argparse.ArgumentParser
             module = importlib.import_module(module_name)
             module.configure(sub)
             sub.set_defaults(run=module.run)
+            common = textwrap.fill(EVERY_VERB_EXITS, 90)  # (verbs with a raw help text keep its lines as written)
+            sub.epilog = f"{sub.epilog.rstrip()}\n\n{common}" if sub.epilog else common
     return parser
 
 

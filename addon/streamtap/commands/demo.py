@@ -253,7 +253,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
         "Runs offline on loopback: `streamtap serve` plays the bundled recordings as the providers,\n"
         "`mitmdump -s \"$(streamtap addon)\"` taps the traffic, real SDK clients make the calls.\n"
-        "Exit 0 when every turn got the verdict its recording holds and every recording verified."
+        "Exit 0 when every turn got the verdict its recording holds and every recording verified, 1 when not."
     )
     parser.add_argument("--dir", type=named_folder, default=None, help="keep the recordings the demo writes here (default: a temporary directory)")
     parser.add_argument("--recordings", type=Path, default=BUNDLED, help=argparse.SUPPRESS)

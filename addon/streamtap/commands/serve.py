@@ -31,7 +31,7 @@ One whose content-encoding could not be undone (a lying header, damaged bytes, a
 is refused at start (exit 2).
 
 exit code: 2 usage error (a path, port, timing, fault or name that cannot be used, said before
-it listens), 130 stopped (Ctrl-C), 143 stopped by SIGTERM, 3 an error in streamtap itself.
+it listens); it serves until it is stopped.
 
 examples:
   streamtap serve recordings/live/

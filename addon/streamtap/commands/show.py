@@ -23,8 +23,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
         "Accepts raw bodies (.sse, .ndjson, .bin/.eventstream, .json array; others are sniffed) and "
         "streamtap recordings, and directories of them. Exit codes: 0 every input shown, 2 any input could not be "
-        "read (said on its own line; the others are still shown), 3 an internal error, 130 interrupted, 141 the output "
-        "was closed (| head), 143 and 129 ended by SIGTERM or SIGHUP. Example: streamtap show --provider openai-chat capture.sse"
+        "read (said on its own line; the others are still shown). Example: streamtap show --provider openai-chat capture.sse"
     )
     add_input_options(parser)
     parser.add_argument("--width", type=int, default=100, help="wrap long lines at this width (default 100; 0: no wrapping)")

@@ -60,9 +60,7 @@ exit code: 0 every cut was noticed, 1 some were silent, hung or crashed, or the 
 without any cut (its runs inconclusive, said in the summary), 2 usage error
 (said before any run; also a --json file that could not be written after the runs, which
 is left as it was: the error line says what the sweep found and the exit code it would
-have had), 3 an error in streamtap itself, 130 interrupted (Ctrl-C), 143 and 129
-stopped by SIGTERM or SIGHUP (the clients' runs are ended first in all three), 141 the output
-was closed.
+have had). On Ctrl-C, SIGTERM and SIGHUP the clients' runs are ended first.
 
 example (the source tree's examples/ folder holds three such clients):
   streamtap sweep recordings/live/x.jsonl --json report.json -- python my_client.py
