@@ -251,20 +251,26 @@ class Proxy:
     def cpu(self) -> float:
         return _cpu(self.process.pid)
 
-    def analysed(self) -> int:
-        """Recordings made since the last call that were analysed whole. A flow that met a busy
-        worker is not: its recording says "analysis fell behind" (at byte 0 when the worker was
-        already behind as it began; before b305ab0 such a flow got no recording at all, so it is
-        not counted either). A proxy that analyses fewer flows does less work."""
+    def analysed(self, flows: int) -> int:
+        """Of the ``flows`` recordings made since the last call, those analysed whole. A flow that
+        met a busy worker is not: its recording says "analysis fell behind" (at byte 0 when the
+        worker was already behind as it began; before b305ab0 such a flow got no recording at all,
+        so it is not counted either). A proxy that analyses fewer flows does less work."""
         folder = self.dir / "rec"
         if not folder.is_dir():
             return 0
-        # verdicts come back after the transfer: wait for the worker to finish its recordings
-        # (a .partial file is renamed when its verdict is written), then count the finished ones
+        # verdicts come back after the transfer: wait for the worker to finish all the round's
+        # recordings (a .partial file is renamed when its verdict is written; one the worker has not
+        # begun yet is not there), then count them: a recording counted in the next round instead
+        # made one round's share over 100%
         deadline = time.monotonic() + 30
-        while any(map(is_partial, folder.glob("*.jsonl"))) and time.monotonic() < deadline:
+
+        def finished() -> set[Path]:
+            return {path for path in folder.glob("*.jsonl") if not is_partial(path)} - self.counted
+
+        while (len(finished()) < flows or any(map(is_partial, folder.glob("*.jsonl")))) and time.monotonic() < deadline:
             time.sleep(0.05)
-        new = {path for path in folder.glob("*.jsonl") if not is_partial(path)} - self.counted
+        new = finished()
         self.counted |= new
         return sum(b"analysis fell behind" not in path.read_bytes() for path in new)
 
@@ -351,7 +357,7 @@ def transfer(proxy: Proxy, path: str, repeat: int = 1, concurrent: int = 1, body
         total, before = proxy.total_cpu(), total
         if total - before < 1 / CLK:
             break
-    return wall, (proxy.cpu() - cpu0) / repeat, (total - total0) / repeat, proxy.analysed() / (repeat * concurrent)
+    return wall, (proxy.cpu() - cpu0) / repeat, (total - total0) / repeat, proxy.analysed(repeat * concurrent) / (repeat * concurrent)
 
 
 def fetch_many(port: int, path: str, count: int) -> None:
