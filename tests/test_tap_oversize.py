@@ -170,3 +170,21 @@ def test_tool_arguments_nested_deeper_than_orjson_writes_still_end_the_recording
     assert recording.end["turn"]["choices"][0]["blocks"][0]["arguments_raw"] == arguments
     result = subprocess.run([sys.executable, "-m", "streamtap", "verify", summary["recording"]], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_tiny_limit_records_an_oversize_event_in_lines_of_a_floor_not_one_per_byte(tmp_path):
+    """streamtap_max_event=1 turned an 800 KB answer into 149 MB of raw lines, one per byte. Lines
+    now hold at least MIN_RAW_LINE bytes; the body still rebuilds byte for byte."""
+    from streamtap.mitm.flowtap import MIN_RAW_LINE
+
+    body = chat_with(b"data: " + b"x" * 50_000 + b"\n\n")
+    tap = FlowTap(flow_for(*CHAT), directory=str(tmp_path), fsync="end", redact=(), sentinel=None, max_event_size=1, record=True)
+    for at in range(0, len(body), 1000):
+        tap.arrived(body[at : at + 1000], None)
+    summary = tap.finish(StreamEnd.FINISHED)
+    recording = read_recording(summary["recording"])
+    assert recording.body == body and check_recording(recording) == []
+    raw = [s for s in recording.segments if s.kind == "raw"]
+    # every event is over a 1-byte limit: a line or more of its own each, never one per byte
+    assert raw and all(len(s.raw) <= MIN_RAW_LINE for s in raw) and len(raw) <= len(body) // MIN_RAW_LINE + body.count(b"\n\n")
+    assert Path(summary["recording"]).stat().st_size < 3 * len(body)

@@ -38,6 +38,7 @@ log = logging.getLogger("streamtap")
 
 MAX_BACKLOG = 1 << 20  # bytes handed on but not yet analysed before analysis runs inline
 BATCH_BYTES = 64 * 1024  # reads decoded in one pass: amortises per-call costs, bounds the joined copy
+MIN_RAW_LINE = 4096  # bytes of an oversize event's raw line at least, however small streamtap_max_event is
 OVERSIZE_RAW = "an event over streamtap_max_event: the decoder skipped it, its bytes are kept here unframed"
 ANALYSIS_OFF_RAW = "streamtap analysis was off for this flow"
 FLUSH_EVERY = 0.1  # seconds: recording lines reach the OS at least this often (a syscall per chunk costs too much)
@@ -136,7 +137,8 @@ class FlowTap:
         self.unframed_start = 0
         # past this the event in progress is over the decoders' limit: the decoder will skip it
         # without keeping it, so its bytes go to the recording as raw lines now, not memory
-        self.spill_at = max_event_size
+        # (in lines of at least MIN_RAW_LINE: a line per byte of a tiny limit cost ~190 bytes of JSON each)
+        self.spill_at = max(max_event_size, MIN_RAW_LINE)
         self.status = spec.status
         self.encoding = spec.encoding
         self.accept_encoding = spec.accept_encoding
