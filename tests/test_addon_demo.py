@@ -39,14 +39,23 @@ def test_demo_shows_a_complete_and_a_cut_turn(tmp_path):
 
 
 @pytest.mark.slow
-def test_demo_runs_from_a_folder_holding_a_streamtap_of_its_own(tmp_path):
+def test_demo_runs_from_a_folder_holding_a_streamtap_of_its_own_and_with_the_user_s_settings(tmp_path):
     """The demo's replay server is a Python process of its own: a streamtap.py in the folder the
     demo runs from (someone's script, a checkout's addon/) is not what it imports."""
     here = tmp_path / "work"
     here.mkdir()
     (here / "streamtap.py").write_text("raise SystemExit('the wrong streamtap was imported')\n")
-    result = subprocess.run([str(Path(sys.executable).with_name("streamtap")), "demo", "--dir", str(tmp_path / "out")],
-                            capture_output=True, text=True, timeout=120, cwd=here)
+    # the analysis worker is a new Python too, and imports the standard library's socket
+    (here / "socket.py").write_text("raise SystemExit('the wrong socket was imported')\n")
+    # the user's settings for real calls: a SOCKS proxy httpx cannot use, a CA file and an AWS
+    # profile that are not there; the demo's clients talk to loopback with keys of their own
+    env = {**os.environ, "ALL_PROXY": "socks5://127.0.0.1:9", "SSL_CERT_FILE": str(tmp_path / "none.pem"),
+           "AWS_PROFILE": "no-such-profile"}
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "19990101T000000.000Z_openai-chat_x.partial.jsonl").write_text("")  # another writer's, not the demo's
+    result = subprocess.run([str(Path(sys.executable).with_name("streamtap")), "demo", "--dir", str(out)],
+                            capture_output=True, text=True, timeout=120, cwd=here, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "demo: OK" in result.stdout
 

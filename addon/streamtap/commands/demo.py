@@ -51,7 +51,8 @@ def _openai_chat(prompt: str) -> Callable[[str], str]:
     def call(base: str) -> str:
         import openai
 
-        client = openai.OpenAI(base_url=f"{base}/v1", api_key=FAKE_KEY, max_retries=0, timeout=20)
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key=FAKE_KEY, max_retries=0, timeout=20,
+                               http_client=openai.DefaultHttpxClient(trust_env=False))  # (see _loopback_only)
         stream = client.chat.completions.create(
             model="gpt-4.1-mini", messages=[{"role": "user", "content": prompt}], stream=True
         )
@@ -71,7 +72,8 @@ def _anthropic_tools(prompt: str) -> Callable[[str], str]:
     def call(base: str) -> str:
         import anthropic
 
-        client = anthropic.Anthropic(base_url=base, api_key=FAKE_KEY, max_retries=0, timeout=20)
+        client = anthropic.Anthropic(base_url=base, api_key=FAKE_KEY, max_retries=0, timeout=20,
+                                     http_client=anthropic.DefaultHttpxClient(trust_env=False))  # (see _loopback_only)
         with client.messages.stream(
             model="claude-sonnet-4-6",
             max_tokens=2048,
@@ -188,8 +190,11 @@ class Proxy:
         self._log = open(self.log_path, "wb")
         # its log goes to a file, which Python would fill a block at a time: the demo reads each
         # turn's line as it comes
-        self.process = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT,
-                                        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        # PYTHONSAFEPATH: the analysis worker is a new Python, which would import a socket.py of the
+        # user's folder in place of the standard one. Its own session: a Ctrl-C at the terminal
+        # reaches the demo alone, which ends mitmdump so that it finishes its recordings
+        self.process = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+                                        env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1"})
         try:
             _wait_port(self.port, self.process, "mitmdump", self.log_path)
         except BaseException:  # `with` calls __exit__ only after __enter__ returned
@@ -225,7 +230,7 @@ class Replay:
             # -P: the folder the demo runs in is not put first on the path, where a streamtap.py or
             # a checkout's streamtap/ of its own would be imported in place of this one
             [sys.executable, "-P", "-m", "streamtap.cli", "serve", "--timing", "original", str(self.recordings)],
-            stdout=subprocess.PIPE, stderr=self._log,
+            stdout=subprocess.PIPE, stderr=self._log, start_new_session=True,
         )
         line = self.process.stdout.readline().decode().strip()
         if not line.startswith("http"):
@@ -253,7 +258,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
         "Runs offline on loopback: `streamtap serve` plays the bundled recordings as the providers,\n"
         "`mitmdump -s \"$(streamtap addon)\"` taps the traffic, real SDK clients make the calls.\n"
-        "Exit 0 when every turn got the verdict its recording holds and every recording verified, 1 when not."
+        "Exit 0 when every turn got the verdict its recording holds and every recording verified, 1 when not, "
+        "2 when --dir or a temporary folder cannot be written."
     )
     parser.add_argument("--dir", type=named_folder, default=None, help="keep the recordings the demo writes here (default: a temporary directory)")
     parser.add_argument("--recordings", type=Path, default=BUNDLED, help=argparse.SUPPRESS)
@@ -275,12 +281,19 @@ def _ended_by_signals():
             signal.signal(signum, handler)
 
 
-def _bypass_proxies_for_loopback() -> None:
-    """The demo's SDK clients talk to the proxy on loopback: a company proxy named in
-    HTTP(S)_PROXY, which all three SDKs follow, must not take those calls (nor can it reach them)."""
+def _loopback_only() -> None:
+    """The demo's SDK clients talk to the proxy on loopback, with keys of their own: the user's
+    settings for real calls must not reach them. The openai and anthropic clients read none of
+    the environment (trust_env=False: httpx would build a transport for a SOCKS ALL_PROXY, and
+    load SSL_CERT_FILE, whatever NO_PROXY says); boto3 follows HTTP(S)_PROXY, bypassed here for
+    loopback, and reads the user's AWS profile and config, which a wrong one makes it refuse."""
     for name in ("NO_PROXY", "no_proxy"):
         listed = [host for host in os.environ.get(name, "").split(",") if host.strip()]
         os.environ[name] = ",".join([*listed, "127.0.0.1", "localhost"])
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
+        os.environ.pop(name, None)
+    for name in ("AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
+        os.environ[name] = os.devnull
 
 
 def run(args: argparse.Namespace) -> int:
@@ -299,7 +312,7 @@ def run(args: argparse.Namespace) -> int:
             tempfile.TemporaryFile(dir=args.dir).close()  # the proxy would refuse a folder it cannot write
         except OSError as exc:
             raise UsageError(f"--dir {args.dir}: {exc.strerror or exc}") from None
-    _bypass_proxies_for_loopback()
+    _loopback_only()
     with _ended_by_signals(), tempfile.TemporaryDirectory(prefix="streamtap-demo-") as tmp:
         workdir = Path(tmp)
         record_dir = (args.dir or workdir / "recordings").resolve()
@@ -323,7 +336,10 @@ def run(args: argparse.Namespace) -> int:
                     print(f"   (no streamtap line for this turn in {proxy.log_path} within 10 s)")
                 seen = len(lines)
             print()
-        written = sorted(set(record_dir.glob("*.jsonl")) - before)
+        # the recordings this demo's proxy named, not whatever else came into the folder meanwhile
+        # (another demo's, or a live mitmdump's, in the same --dir)
+        named = {Path(line.split(" -> ", 1)[1].strip()).name for line in proxy.tap_lines() if " -> " in line}
+        written = sorted(path for path in set(record_dir.glob("*.jsonl")) - before if path.name in named)
         print(f"recordings written ({record_dir}):")
         ok = len(written) == len(TURNS)
         verdicts = []
