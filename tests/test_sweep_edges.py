@@ -210,7 +210,9 @@ def test_a_client_is_done_when_it_exits_whatever_holds_its_output(recording, tmp
 
 def test_interrupted_it_exits_130_without_a_word_of_traceback(recording, tmp_path):
     client = tmp_path / "client.py"
-    client.write_text(CLIENT)
+    # 0.3 s a run: the 60 runs take 4.5 s on 4 jobs, so the signal below lands inside them (at ~0.1 s
+    # a run, a quiet machine finished all of them before it)
+    client.write_text("import time\ntime.sleep(0.3)\n" + CLIENT)
     sweep = subprocess.Popen(
         [*STREAMTAP, "sweep", recording, "--no-progress", "--positions", "events", "--styles", "clean,abort,reset", "-j", "4",
          "--", sys.executable, "-S", client],
@@ -222,7 +224,7 @@ def test_interrupted_it_exits_130_without_a_word_of_traceback(recording, tmp_pat
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
-        time.sleep(1.5)  # well into the runs: each takes ~0.1 s, there are 60
+        time.sleep(1.5)  # well into the runs
         sweep.send_signal(signal.SIGINT)
         _out, err = sweep.communicate(timeout=30)
     finally:
