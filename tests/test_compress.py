@@ -94,6 +94,21 @@ def test_serve_replays_a_compressed_recording(recorded):
         process.wait(10)
 
 
+def test_a_file_cut_in_its_zstd_checksum_is_served_as_a_killed_proxy_s_leftover(recorded, tmp_path):
+    """Every line is there, the end line too, but the zstd frame never ended: verify calls it
+    incomplete, and replay served it as a whole recording, with a clean end."""
+    from streamtap.replay.source import load_source
+
+    _, recordings = recorded
+    path = recordings[0].path
+    cut = tmp_path / "cut.jsonl.zst"
+    cut.write_bytes(path.read_bytes()[:-2])
+    assert read_recording(cut).problem is not None and read_recording(cut).end is not None
+    source = load_source(cut)
+    assert (source.whole, source.end_style) == (False, "abort")
+    assert (load_source(path).whole, load_source(path).end_style) == (True, "clean")
+
+
 def test_every_prefix_reads_as_incomplete_never_as_a_shorter_turn(recorded):
     _, recordings = recorded
     rec = max(recordings, key=lambda r: r.path.stat().st_size)

@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         print(server.base_url, flush=True)
         unfinished = [entry.source.path for entry in library.entries if not entry.source.whole]
         if unfinished:
-            print(f"streamtap serve: warning: {len(unfinished)} recording(s) without their end line (a killed proxy's, "
+            print(f"streamtap serve: warning: {len(unfinished)} recording(s) without their end line or cut after it (a killed proxy's, "
                   f"e.g. {unfinished[0]}): each answers only a request no whole recording answers, and its answer "
                   "ends with an abort (no clean end), as the killed proxy's client got it", file=sys.stderr)
         print(

@@ -148,9 +148,11 @@ def load_source(path: str | Path, *, check: bool = False) -> Source:
     reads = [(o, n, float(t) if t is not None else 0.0) for o, n, t in rec.reads]
     source = _source_from_header(path, rec.header, frames, reads)
     source.problems = problems
-    source.whole = rec.end is not None and not is_partial(path)
+    # a file cut after its end line (a zstd frame cut in its checksum) is a killed proxy's leftover too
+    cut = rec.end is None or rec.problem is not None
+    source.whole = not cut and not is_partial(path)
     source.duration_ms = _recorded_duration(rec.end)
-    if rec.end is None or rec.end.get("stream_end") in CUT_ENDS:
+    if cut or rec.end.get("stream_end") in CUT_ENDS:
         source.end_style = "abort"
     return source
 
