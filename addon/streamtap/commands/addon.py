@@ -12,10 +12,10 @@ so this works from any folder, in any environment streamtap is installed in:
 
   mitmdump -s "$(streamtap addon)" --mode reverse:https://api.openai.com --listen-host 127.0.0.1 --listen-port 8080
   mitmweb  -s "$(streamtap addon)" --listen-host 127.0.0.1 --set store_streamed_bodies=true
+  mitmdump -s "$(streamtap addon)" --options | grep streamtap_
 
 (Without --listen-host, mitmproxy listens on every interface: anyone who can reach the port can
 send requests through it, and have them recorded.)
-  mitmdump -s "$(streamtap addon)" --options | grep streamtap_
 
 In a git checkout, addon/tap.py is the same addon.
 
