@@ -376,8 +376,7 @@ class FlowTap:
                 kept = self._held(writer, chunks)[: event.end - writer.offset]
                 if len(kept) != event.end - writer.offset:
                     raise RecordingError(f"bytes {writer.offset}-{event.end} of a skipped event are not held") from gap
-                self._raw_lines(writer, kept, t_ms)
-                writer.frames((event._replace(start=event.end, raw=b""),), (t_ms,))
+                writer.unkept(event, kept, t_ms, self.spill_at, OVERSIZE_RAW)
                 events, event_ms = events[gap.index + 1 :], event_ms[gap.index + 1 :]
 
     def _held(self, writer: RecordingWriter, chunks: Sequence[bytes]) -> bytes:
@@ -391,17 +390,10 @@ class FlowTap:
         fills or the event ends, so its lines are cut alike whatever the reads."""
         whole = len(self.unframed) // self.spill_at * self.spill_at
         with memoryview(self.unframed) as held:
-            self._raw_lines(writer, held[:whole], t_ms)
+            writer.raw_lines(held[:whole], t_ms, self.spill_at, OVERSIZE_RAW)
             rest = bytearray(held[whole:])
         self.unframed = rest
         self.unframed_start = writer.offset
-
-    def _raw_lines(self, writer: RecordingWriter, data: bytes | memoryview, t_ms: float | None) -> None:
-        """``data`` as raw lines of at most the limit each (a decoded read can be larger), so no
-        line outgrows what a reader takes."""
-        view = memoryview(data)
-        for at in range(0, len(view), self.spill_at):
-            writer.raw(view[at : at + self.spill_at], t_ms, OVERSIZE_RAW)
 
     def _keep_unframed(self, chunks: list[bytes], size: int) -> None:
         """After ``chunks`` were decoded and framed: keep the body bytes no frame covers yet

@@ -485,10 +485,7 @@ def _frame(writer: RecordingWriter, event, unframed_to: Callable[[int], bytes | 
     try:
         writer.frame(event, None)
     except SpanNotKept:
-        data = unframed_to(event.end)
-        for at in range(0, len(data), DEFAULT_MAX_EVENT):
-            writer.raw(data[at : at + DEFAULT_MAX_EVENT], None, OVERSIZE_RAW)
-        writer.frame(event._replace(start=event.end, raw=b""), None)
+        writer.unkept(event, unframed_to(event.end), None, DEFAULT_MAX_EVENT, OVERSIZE_RAW)
 
 
 def _undo_failed(writer: RecordingWriter, unframed: bytearray, failure: str) -> dict[str, Any]:

@@ -632,6 +632,18 @@ class RecordingWriter:
         }
         self._line(record)
 
+    def raw_lines(self, data: bytes | memoryview, t_ms: float | None, line_bytes: int, why: str) -> None:
+        """``data`` as raw lines of at most ``line_bytes`` each, so no line outgrows what a reader takes."""
+        view = memoryview(data)
+        for at in range(0, len(view), line_bytes):
+            self.raw(view[at : at + line_bytes], t_ms, why)
+
+    def unkept(self, event: Any, data: bytes | memoryview, t_ms: float | None, line_bytes: int, why: str) -> None:
+        """An event the decoder skipped without keeping its bytes (``SpanNotKept``): ``data``, its
+        bytes from this writer's offset on, as raw lines, then the event itself with none."""
+        self.raw_lines(data, t_ms, line_bytes, why)
+        self.frames((event._replace(start=event.end, raw=b""),), (t_ms,))
+
     def raw(self, data: bytes | memoryview, t_ms: float | None, why: str) -> None:
         """Body bytes recorded without framing (analysis was switched off for this flow, or an
         event outgrew the limit: then ``data`` may be a view, which is not copied)."""
