@@ -208,15 +208,20 @@ def test_a_client_is_done_when_it_exits_whatever_holds_its_output(recording, tmp
                 os.kill(pid, signal.SIGKILL)
 
 
-def test_interrupted_it_exits_130_without_a_word_of_traceback(recording, tmp_path):
+def test_interrupted_it_exits_130_and_keeps_the_runs_that_ended(recording, tmp_path):
+    """Ctrl-C ends the runs in flight, and says what the ended ones found, in the table and in
+    --json, as pytest does of the tests that ran: they took their time."""
+    ended = tmp_path / "ended"
+    ended.mkdir()
     client = tmp_path / "client.py"
-    # 0.3 s a run: the 60 runs take 4.5 s on 4 jobs, so the signal below lands inside them (at ~0.1 s
-    # a run, a quiet machine finished all of them before it)
-    client.write_text("import time\ntime.sleep(0.3)\n" + CLIENT)
+    # 0.3 s a run: the 60 runs take 4.5 s on 4 jobs, so the signal below lands inside them
+    client.write_text(f"import atexit, os, time\natexit.register(lambda: open(os.path.join({str(ended)!r}, str(os.getpid())), 'w').close())\n"
+                      "time.sleep(0.3)\n" + CLIENT)
+    report = tmp_path / "report.json"
     sweep = subprocess.Popen(
         [*STREAMTAP, "sweep", recording, "--no-progress", "--positions", "events", "--styles", "clean,abort,reset", "-j", "4",
-         "--", sys.executable, "-S", client],
-        stdout=subprocess.DEVNULL,
+         "--json", report, "--", sys.executable, "-S", client],
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         # a suite started in the background ignores SIGINT, and a child inherits that: this
@@ -224,13 +229,21 @@ def test_interrupted_it_exits_130_without_a_word_of_traceback(recording, tmp_pat
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
-        time.sleep(1.5)  # well into the runs
+        deadline = time.monotonic() + 30
+        while len(list(ended.iterdir())) < 3 and time.monotonic() < deadline:  # the uncut run and two cut ones
+            time.sleep(0.05)
+        time.sleep(0.2)  # for the sweep to take their ends
         sweep.send_signal(signal.SIGINT)
-        _out, err = sweep.communicate(timeout=30)
+        out, err = sweep.communicate(timeout=30)
     finally:
         sweep.kill()
     assert sweep.returncode == 130, err
     assert "Traceback" not in err and "Exception" not in err, err
+    data = json.loads(report.read_text())
+    ran = len(data["runs"])
+    assert 2 <= ran < 60 and data["planned"] == 60 and data["stopped_by"] == "SIGINT", (ran, data["planned"])
+    assert f"stopped by SIGINT after {ran} of 60 runs" in err, err
+    assert f"{ran} runs in " in out and sum(data["counts"].values()) == ran, out
 
 
 def test_an_incomplete_recording_is_swept_with_a_warning(recording, tmp_path, marker_client):

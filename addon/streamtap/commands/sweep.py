@@ -60,7 +60,9 @@ exit code: 0 every cut was noticed, 1 some were silent, hung or crashed, or the 
 without any cut (its runs inconclusive, said in the summary), 2 usage error
 (said before any run; also a --json file that could not be written after the runs, which
 is left as it was: the error line says what the sweep found and the exit code it would
-have had). On Ctrl-C, SIGTERM and SIGHUP the clients' runs are ended first.
+have had). On Ctrl-C, SIGTERM and SIGHUP the clients' runs are ended first; the runs that had
+ended are still shown in the table and in --json (with "stopped_by"), and the exit code is
+128 + the signal's number (130, 143, 129).
 
 example (the source tree's examples/ folder holds three such clients):
   streamtap sweep recordings/live/x.jsonl --json report.json -- python my_client.py
@@ -100,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
     from streamtap.replay.faults import CUT_STYLES, FaultSpecError, Timing
     from streamtap.replay.source import RecordingError, load_source
     from streamtap.replay.sweep import (
-        CRASHED, HUNG, SILENT, ClientNotStarted, progress_bar, recording_problems, run_sweep, sweep_positions,
+        CRASHED, HUNG, SILENT, ClientNotStarted, SweepStopped, progress_bar, recording_problems, run_sweep,
+        sweep_positions,
     )
 
     rest = list(args.rest)
@@ -175,14 +178,14 @@ def run(args: argparse.Namespace) -> int:
         progress=progress,
     )
     caught: list[int] = []
+    # Ctrl-C too, unless it is ignored (a job started in the background): a handler would undo that
+    ending = TERMINATING + ((signal.SIGINT,) if signal.getsignal(signal.SIGINT) is signal.default_int_handler else ())
     try:
-        report = asyncio.run(_stopped_by(TERMINATING, sweep, caught))
-    except asyncio.CancelledError:
-        if not caught:
-            raise
-        name = signal.Signals(caught[0]).name
-        print(f"streamtap sweep: stopped by {name}; the clients' runs were ended", file=sys.stderr)
-        return 128 + caught[0]  # as a shell reports a process the signal ended
+        report = asyncio.run(_stopped_by(ending, sweep, caught))
+    except SweepStopped as stopped:
+        if progress:
+            print(file=sys.stderr)  # off the progress bar's line
+        return _say_what_ran(stopped.report, signal.Signals(caught[0]).name, args.json)
     except ClientNotStarted as exc:  # found, but no run can start it (no #! line, a missing interpreter)
         raise UsageError(f"cannot start the client {command[0]!r}: {_why_not_started(command[0], exc.error)}") from None
     data = report.to_dict()
@@ -204,6 +207,27 @@ def run(args: argparse.Namespace) -> int:
     return found
 
 
+def _say_what_ran(report, name: str, json_path: str | None) -> int:
+    """A stopped sweep's runs that had ended, as the table and the JSON report (``stopped_by``
+    naming the signal) it would have given: they took their time, and say something already."""
+    from streamtap.cli import write_file
+
+    print(f"streamtap sweep: stopped by {name} after {len(report.runs)} of {report.planned} runs; "
+          "the clients' runs were ended", file=sys.stderr)
+    data = report.to_dict() | {"stopped_by": name}
+    if json_path == "-":
+        print(json.dumps(data, indent=1))
+    elif report.runs:
+        print(report.table())
+    if json_path not in (None, "-"):
+        try:
+            write_file(json_path, json.dumps(data, indent=1) + "\n")
+        except OSError as exc:
+            print(f"streamtap sweep: --json {json_path}: {exc.strerror or exc}; the JSON report was not written",
+                  file=sys.stderr)
+    return 128 + signal.Signals[name]  # as a shell reports a process the signal ended
+
+
 # What `timeout`, a CI runner or `kill` (SIGTERM) and a closed terminal (SIGHUP) send: the
 # clients run in sessions of their own, so the sweep ends their runs itself, as on Ctrl-C
 TERMINATING = (signal.SIGTERM, signal.SIGHUP)
@@ -216,7 +240,8 @@ async def _stopped_by(signals: tuple[int, ...], work, caught: list[int]):
 
     def stop(signum: int) -> None:
         caught.append(signum)
-        task.cancel()
+        if len(caught) == 1:  # a second one must not cut short the ending of the runs the first began
+            task.cancel()
 
     for signum in signals:
         loop.add_signal_handler(signum, stop, signum)

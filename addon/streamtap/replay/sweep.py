@@ -40,6 +40,15 @@ from .server import ReplayServer, ServeOptions
 from .source import Source
 
 
+class SweepStopped(Exception):
+    """The sweep was cancelled (Ctrl-C, SIGTERM, SIGHUP) after its clients' runs were ended:
+    ``report`` holds the runs that had finished, which are not to be lost with the rest."""
+
+    def __init__(self, report: SweepReport) -> None:
+        super().__init__(f"stopped after {len(report.runs)} of {report.planned} runs")
+        self.report = report
+
+
 class ClientNotStarted(Exception):
     """The client command could not be started even for the first run (a script without a #!
     line, a missing interpreter): every cut run would only say "crashed"."""
@@ -300,6 +309,7 @@ class SweepReport:
     baseline: Run | None
     runs: list[Run]
     seconds: float
+    planned: int  # the cut runs asked for: more than ``runs`` holds when the sweep was stopped
 
     @property
     def baseline_failed(self) -> bool:
@@ -321,6 +331,7 @@ class SweepReport:
             "counts": self.counts(),
             "baseline": asdict(self.baseline) if self.baseline else None,
             "baseline_failed": self.baseline_failed,
+            "planned": self.planned,
             "runs": [asdict(r) | {"spec": r.spec} for r in self.runs],
         }
 
@@ -426,11 +437,23 @@ async def run_sweep(
                 progress(done, len(work), counts)
         return run
 
-    baseline = await one(None, "no cut", "-")
-    if progress:
-        progress(0, len(work), counts)
-    runs = await asyncio.gather(*(one(f"{position_spec(p)},style={s}", p, s) for p, s in work))
-    return SweepReport(source.path, command, baseline, list(runs), time.monotonic() - start)
+    finished: dict[int, Run] = {}
+
+    async def cut_run(index: int, position: str, style: str) -> None:
+        finished[index] = await one(f"{position_spec(position)},style={style}", position, style)
+
+    def report() -> SweepReport:
+        runs = [finished[index] for index in sorted(finished)]  # in the table's order, whatever ended first
+        return SweepReport(source.path, command, baseline, runs, time.monotonic() - start, len(work))
+
+    try:
+        baseline = await one(None, "no cut", "-")
+        if progress:
+            progress(0, len(work), counts)
+        await asyncio.gather(*(cut_run(index, p, s) for index, (p, s) in enumerate(work)))
+    except asyncio.CancelledError:  # gather ended every run first, their clients killed
+        raise SweepStopped(report()) from None
+    return report()
 
 
 async def _run_once(
