@@ -101,6 +101,16 @@ def test_cut_past_the_last_event_is_an_error():
         served("openai", f"cut:event={len(OPENAI)}")
 
 
+@pytest.mark.parametrize("spec", [f"cut:event={len(OPENAI) - 1}", f"cut:byte={len(b''.join(OPENAI))},style=clean"])
+def test_a_cut_at_the_end_in_the_style_the_stream_ends_cuts_nothing_and_is_refused(spec):
+    """Else the whole answer would be served marked as a fault, and a test expecting a cut would
+    get it; the same cut in another style is a fault (no terminating chunk)."""
+    with pytest.raises(FaultSpecError, match="the cut would change nothing"):
+        served("openai", spec)
+    aborted = served("openai", f"{spec.split(',')[0]},style=abort")
+    assert aborted.body == b"".join(OPENAI) and aborted.end.style == "abort"
+
+
 def test_reordering_the_last_event_is_refused_naming_the_event_asked_for():
     last = len(OPENAI) - 1
     with pytest.raises(FaultSpecError, match=f"event {last} is the last of this stream's {len(OPENAI)} events"):

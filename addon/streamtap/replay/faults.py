@@ -379,8 +379,13 @@ def plan(
         if fault.kind == "cut":
             position, what = cuts[id(fault)]
             if fault is first_cut:
+                cut_style = fault.params.get("style", "clean")
+                if cut_style == style and position == sum(len(piece.data) for piece in pieces):
+                    # the client would get the answer as the recording ends it, marked as a fault
+                    raise FaultSpecError(f"{fault.spec!r}: {what} is the end of the body ({position} bytes), which "
+                                         f"ends {style} already: the cut would change nothing")
                 pieces = _truncate(pieces, position)
-                style = fault.params.get("style", "clean")
+                style = cut_style
                 log.append(f"{fault.spec}: {style} cut at byte {position} ({what})")
             else:
                 log.append(f"{fault.spec}: not reached, the stream is cut at byte {cut_at} by {first_cut.spec}")
