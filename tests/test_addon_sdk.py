@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+import time
+from pathlib import Path
 
 import anthropic
 import boto3
@@ -217,8 +219,19 @@ def test_curl_gets_the_exact_bytes(proxy, framing):
     assert [r[1] for r in rec.reads][:3] == [13, 13, 13] or framing != "chunked"
 
 
+def _everything_written(folder: Path) -> bytes:
+    """Every file's bytes, read again when a recording still being finished (an earlier test's)
+    is renamed from its .partial name between the listing and the read."""
+    for _ in range(50):
+        try:
+            return b"".join(p.read_bytes() for p in folder.iterdir())
+        except FileNotFoundError:
+            time.sleep(0.1)
+    raise AssertionError(f"the files in {folder} kept being renamed")
+
+
 def test_no_client_secret_on_disk(proxy):
-    written = b"".join(p.read_bytes() for p in proxy.record_dir.iterdir())
+    written = _everything_written(proxy.record_dir)
     assert written, "no recordings were written"
     for secret in SECRETS:
         assert secret.encode() not in written
