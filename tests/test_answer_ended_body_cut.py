@@ -5,7 +5,11 @@ The anthropic SDK, boto3, google-genai, the ollama client and the openai SDK for
 body to its end, so they raise on the cut (APIConnectionError, ProtocolError, ...): the app gets an
 exception, not the answer, and the turn is `truncated` with `content_complete` in the evidence.
 The openai SDK stops reading Chat Completions at `[DONE]` and closes the response, so a cut after it
-never reaches the app: that turn keeps its word, with a note."""
+never reaches the app: that turn keeps its word, with a note.
+
+A client that went away after the end signal, before the body ended, is the same case seen from
+the other side: where its SDK reads on to the body's end, it left waiting (a timeout) or broke
+out of its loop, and the answer is `unknown`."""
 
 from __future__ import annotations
 
@@ -69,9 +73,24 @@ def test_an_answer_that_ended_in_a_body_cut_before_its_end_is_truncated(name, en
 
 
 @pytest.mark.parametrize("name", WHOLE)
-def test_a_client_that_went_away_after_the_end_signal_still_got_the_answer(name):
+def test_a_client_that_went_away_after_the_end_signal_before_the_body_ended_is_unknown(name):
+    """These SDKs read on after the end signal, to the body's end: a client that left before it
+    gave up waiting (a read timeout raised in the app), or broke out of its loop at the end
+    signal (the whole answer in hand). The proxy cannot tell which."""
     dialect, wire, body = WHOLE[name]
-    assert analyze_bytes(body, dialect, wire=wire, end=StreamEnd.CLIENT_ABORTED, one_response=True).verdict.kind is C
+    clean = analyze_bytes(body, dialect, wire=wire, one_response=True).verdict
+    left = analyze_bytes(body, dialect, wire=wire, end=StreamEnd.CLIENT_ABORTED, one_response=True).verdict
+    assert clean.kind is C and left.kind is VerdictKind.UNKNOWN, left
+    assert left.evidence["was"] == "complete" and left.evidence["left_before_body_end"] is True
+    assert "the client went away before the HTTP body ended" in left.reason and clean.reason in left.reason
+
+
+def test_a_chat_completions_client_that_went_away_after_done_got_the_answer():
+    """The openai SDK closes the response itself at [DONE]: leaving is what it does."""
+    body = openai_chat(["Hello", " there."])
+    assert analyze_bytes(body, Dialect.OPENAI_CHAT, end=StreamEnd.CLIENT_ABORTED).verdict.kind is C
+    limited = analyze_bytes(openai_chat(["Hel"], finish="length"), Dialect.OPENAI_CHAT, end=StreamEnd.CLIENT_ABORTED)
+    assert limited.verdict.kind is L
 
 
 def test_the_same_verdict_for_any_chunking():

@@ -595,6 +595,8 @@ class StreamSession:
         # reason); errored returned above: the SDK raises the provider's error at its event, before the cut
         if verdict.kind in ENDING_KINDS and end in _BODY_CUT:
             verdict = self._body_cut(verdict, end)
+        elif verdict.kind in ENDING_KINDS and end is StreamEnd.CLIENT_ABORTED:
+            verdict = self._left_before_the_body_ended(verdict)
         if verdict.kind is VerdictKind.COMPLETE and self.sentinel:
             return self._sentinel(turn, verdict, end)
         return verdict
@@ -683,6 +685,25 @@ class StreamSession:
             verdict.seq,
             self._bytes,  # where the bytes stopped, as for any truncated turn
             evidence,
+        )
+
+    def _left_before_the_body_ended(self, verdict: Verdict) -> Verdict:
+        """An answer whose end signal arrived, whose client went away before the HTTP body ended.
+        Where the SDK stops reading at that signal (``sdk_stopped_reading``), leaving is what it
+        does. Elsewhere the SDK reads the body to its end: a client that gave up waiting for it (a
+        read timeout, as the anthropic SDK and boto3 raise) got an exception, while an app that
+        broke out of its loop at the end signal has the whole answer. The proxy cannot tell them
+        apart: unknown, saying both."""
+        if getattr(self._assembler, "sdk_stopped_reading", False):
+            return verdict
+        return Verdict(
+            VerdictKind.UNKNOWN,
+            f"the end signal arrived, but the client went away before the HTTP body ended: this dialect's SDK reads "
+            f"the body to its end, so a client that gave up waiting for it (a read timeout) got an exception, and "
+            f"one that stopped reading at the end signal got the answer; by the events alone, {verdict.reason}",
+            verdict.seq,
+            verdict.offset,
+            verdict.evidence | {"content_complete": True, "was": verdict.kind.value, "left_before_body_end": True},
         )
 
     def _error_field(self, turn: Turn, field: tuple[int, int, str, str], end: StreamEnd) -> Verdict:
