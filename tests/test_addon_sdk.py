@@ -334,3 +334,27 @@ def test_a_bedrock_body_short_of_its_content_length_after_the_end_is_what_boto3_
             list(client.invoke_model_with_response_stream(modelId="anthropic.claude-test-v1:0", body=b"{}")["body"])
     cut = find_recording(proxy.record_dir, chunked).verdict
     assert cut["kind"] == "truncated" and cut["evidence"]["content_complete"] is True, cut
+
+
+def test_a_bedrock_body_short_of_its_content_length_is_cut_for_the_anthropic_sdk_and_unknown_for_a_client_not_known(proxy):
+    """The anthropic SDK's Bedrock client reads with httpx, which checks the Content-Length: it
+    raises where boto3 takes the same bytes whole. A client neither is known of: unknown."""
+    body = streams.bedrock_invoke("Thinking it over.", "Sunny.", {"city": "Oslo"})
+    script = dict(content_type="application/vnd.amazon.eventstream", framing="close",
+                  headers=[("content-length", str(len(body) + 3))])
+    proxy.upstream.add("br-short-anthropic", Script(body, **script))
+    client = anthropic.AnthropicBedrock(aws_access_key=AWS_KEY_ID, aws_secret_key=AWS_SECRET, aws_region="us-east-1",
+                                        base_url=f"{proxy.url}/s/br-short-anthropic", max_retries=0)
+    with pytest.raises(anthropic.APIConnectionError):
+        list(client.messages.create(model="anthropic.claude-test-v1:0", max_tokens=50, stream=True,
+                                    messages=[{"role": "user", "content": "q"}]))
+    cut = find_recording(proxy.record_dir, "br-short-anthropic").verdict
+    assert cut["kind"] == "truncated" and cut["evidence"]["content_complete"] is True, cut
+
+    proxy.upstream.add("br-short-other", Script(body, **script))
+    with pytest.raises(httpx.RemoteProtocolError):  # this client checks the length too, but is not known to
+        httpx.post(f"{proxy.url}/s/br-short-other/model/anthropic.claude-test-v1:0/invoke-with-response-stream",
+                   content=b"{}", headers={"user-agent": "in-house-gateway/2.1"}, timeout=30)
+    other = find_recording(proxy.record_dir, "br-short-other").verdict
+    assert other["kind"] == "unknown" and "in-house-gateway/2.1" in other["reason"], other
+    assert other["evidence"]["content_length_short"] is True and other["evidence"]["was"] == "complete"

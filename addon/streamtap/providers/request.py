@@ -4,7 +4,8 @@ That orphan is what makes a provider reject a resumed or edited conversation
 ("tool_result block(s) without a corresponding tool_use"). Each finding is one line
 naming the id and where it sits in the request body.
 
-And what the request says of its answer's start (``may_resume``).
+And what the request says of its answer's start (``may_resume``), and of the client that reads
+the answer (``user_agent``, ``takes_a_short_body_whole``).
 """
 
 from __future__ import annotations
@@ -144,3 +145,29 @@ _RESULT_NAME = {
     Dialect.GEMINI: "functionResponse",
     Dialect.OLLAMA: "tool message",
 }
+
+
+def user_agent(request: dict[str, Any] | None) -> str | None:
+    """The User-Agent of a request as a recording's header keeps it (``headers``: [name, value]
+    pairs, or a name -> value map as dialect detection reads them)."""
+    headers = (request or {}).get("headers") if isinstance(request, dict) else None
+    pairs = headers.items() if isinstance(headers, dict) else headers if isinstance(headers, list) else ()
+    for pair in pairs:
+        if isinstance(pair, (list, tuple)) and len(pair) == 2 and str(pair[0]).lower() == "user-agent":
+            return str(pair[1])
+    return None
+
+
+def takes_a_short_body_whole(agent: str | None) -> bool | None:
+    """Does the client (by its User-Agent) take a body that stops short of its Content-Length for
+    its end? True for botocore (boto3: urllib3 with ``enforce_content_length`` off); False for
+    the anthropic SDK's Bedrock client, which reads with httpx and raises; None for any other
+    client, or none named: not known."""
+    if not agent:
+        return None
+    lowered = agent.lower()
+    if "botocore/" in lowered and "aiobotocore/" not in lowered:
+        return True
+    if lowered.startswith("anthropicbedrock/"):
+        return False
+    return None

@@ -32,6 +32,7 @@ from streamtap.wire import (
 
 from .common import error_fields, error_fields_of_text, error_message, loads, one_line
 from .judge import ARGUMENTS_CAP, END_WORDS, ENDING_KINDS, TEXT_CAP, TEXT_END
+from .request import takes_a_short_body_whole
 from .turn import NOT_JUDGED, BlockKind, Choice, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 DEFAULT_WIRE = {
@@ -118,6 +119,7 @@ class StreamSession:
         streamed: bool = True,
         one_response: bool = False,
         may_resume: bool = True,
+        user_agent: str | None = None,
     ) -> None:
         """``text_cap`` and ``arguments_cap`` bound the characters of text and of tool-call arguments
         the turn keeps (None: all of them), so memory does not grow with the answer; beyond them the
@@ -128,7 +130,8 @@ class StreamSession:
         ConverseStream message after the first ended was stitched on (corrupt). Without it, a file of
         several messages back to back (multi-step test recordings) is one turn. ``may_resume`` false: the
         request cannot be a replay that starts after its answer's first events (``may_resume`` in
-        request.py: an OpenAI Responses create), so a body that lacks them lost them."""
+        request.py: an OpenAI Responses create), so a body that lacks them lost them. ``user_agent``:
+        the request's, which tells whether its client checks a body's Content-Length."""
         self.dialect = Dialect(dialect)
         self.streamed = streamed
         self.wire = wire or DEFAULT_WIRE[self.dialect]
@@ -175,6 +178,7 @@ class StreamSession:
         self._error_body = bytearray()
         self._closed: Analysis | None = None
         self._length_framed = False  # set by close()
+        self._user_agent = user_agent
         self._empty_notes: list | None = self._decoder.empty_dispatches if takes_empty else None
         self._empty_fed = 0  # notes of the list offered so far
 
@@ -668,11 +672,24 @@ class StreamSession:
             verdict.evidence["body_cut_after_end_signal"] = True
             return verdict
         if self._length_framed and getattr(self._assembler, "sdk_ignores_content_length", False):
-            verdict.reason += ("; the HTTP body stopped short of its Content-Length after the end signal, which the "
-                               f"SDK does not check: {END_WORDS[end]}")
-            verdict.evidence["body_cut_after_end_signal"] = True
-            verdict.evidence["content_length_short"] = True
-            return verdict
+            whole = takes_a_short_body_whole(self._user_agent)
+            if whole:
+                verdict.reason += ("; the HTTP body stopped short of its Content-Length after the end signal, which the "
+                                   f"SDK does not check: {END_WORDS[end]}")
+                verdict.evidence["body_cut_after_end_signal"] = True
+                verdict.evidence["content_length_short"] = True
+                return verdict
+            if whole is None:
+                return Verdict(
+                    VerdictKind.UNKNOWN,
+                    f"the HTTP body stopped short of its Content-Length after the end signal ({END_WORDS[end]}): boto3 "
+                    f"takes that for the end, an SDK that checks the length (httpx: the anthropic SDK's Bedrock client) "
+                    f"raises, and this client ({one_line(self._user_agent or 'no User-Agent', 80)}) is neither known; by the "
+                    f"events alone, {verdict.reason}",
+                    verdict.seq,
+                    verdict.offset,
+                    verdict.evidence | {"content_complete": True, "was": verdict.kind.value, "content_length_short": True},
+                )
         evidence = verdict.evidence | {"content_complete": True, "was": verdict.kind.value,
                                        "last_event_offset": verdict.offset}
         if end is StreamEnd.PROXY_ENDED:

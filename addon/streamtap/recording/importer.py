@@ -347,7 +347,7 @@ def import_flow(
     session = StreamSession(
         detection.dialect, detection.wire, http_status=response.status_code,
         sentinel=sentinel, max_event_size=DEFAULT_MAX_EVENT, streamed=streamed, one_response=True,
-        may_resume=may_resume(request.method, request.pretty_url),
+        may_resume=may_resume(request.method, request.pretty_url), user_agent=request.headers.get("user-agent"),
     )
     partial = _renamed(partial_name(started, result.provider, flow.id), base, part, PARTIAL_SUFFIX)
     writer, finished = None, False
