@@ -1321,3 +1321,35 @@ def test_a_converse_delta_member_botocore_does_not_know_is_kept_wherever_it_come
             [block] = analysis.turn.blocks
             assert (block.kind, block.text, block.extra["deltas"]) == (BlockKind.TEXT, "hello", [{"futureDelta": {"x": 1}}])
             assert any("futureDelta" in note for note in analysis.turn.notes)
+
+
+def _padded_chunk(event: dict, pad: str) -> bytes:
+    """A chunk as Bedrock sends it: padded with a `p` of its own length, so no two are alike."""
+    inner = base64.b64encode(json.dumps(event).encode()).decode()
+    return encode_message({":event-type": "chunk", ":content-type": "application/json", ":message-type": "event"},
+                          json.dumps({"bytes": inner, "p": pad}).encode())
+
+
+@pytest.mark.parametrize("family", ["claude-text", "mistral"])
+def test_a_plain_completion_replayed_from_its_start_and_stitched_on_is_unknown(family: str, loopback: LoopbackServer) -> None:
+    """These families carry no count and no message start that a second generation would bring
+    back: their first chunks coming back byte for byte, padding and all, are what shows it."""
+    def chunk(text: str, stop: str | None) -> dict:
+        if family == "claude-text":
+            return {"completion": text, "stop_reason": stop and "stop_sequence", "stop": stop and "\n\nHuman:"}
+        return {"outputs": [{"text": text, "stop_reason": stop}]}
+
+    words = [" The", " cat", " sat", " on", " the"]
+    frames = [_padded_chunk(chunk(word, None), "abcdefgh"[: i + 2]) for i, word in enumerate(words)]
+    frames.append(_padded_chunk(chunk(" mat", "stop"), "abc"))
+    stitched = b"".join(frames[:4] + frames)
+    app_text = "".join(c.get("completion") or c.get("outputs", [{}])[0].get("text") or ""
+                       for c in boto3_invoke_chunks(loopback, stitched))
+    analysis = analyze_bytes(stitched, Dialect.BEDROCK_INVOKE)
+    assert analysis.verdict.kind is VerdictKind.UNKNOWN and analysis.verdict.seq == 4, analysis.verdict
+    assert "first 4 chunk(s) come again, byte for byte" in analysis.verdict.reason
+    assert analysis.turn.text() == app_text == " The cat sat on The cat sat on the mat"
+    assert analyze_bytes(b"".join(frames), Dialect.BEDROCK_INVOKE).verdict.kind is VerdictKind.COMPLETE
+    # unpadded chunks, a token that recurs: one answer
+    recurring = b"".join(chunk_frame(chunk(word, None)) for word in [" a", " b", " c", " a", " d"]) + chunk_frame(chunk(".", "stop"))
+    assert analyze_bytes(recurring, Dialect.BEDROCK_INVOKE).verdict.kind is VerdictKind.COMPLETE

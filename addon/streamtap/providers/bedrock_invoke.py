@@ -39,6 +39,7 @@ from streamtap.wire import EventStreamMessage, WireEvent
 from .anthropic import USAGE_FIELDS, MessageBuilder
 from .judge import Judge, Pieces, as_text, decode_event_json, stop_verdict
 from .bedrock_converse import ConverseBuilder, blob_bytes, event_frame, foreign_event
+from .common import StartOver
 from .turn import Block, BlockKind, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 _BEDROCK_PREFIX = "amazon-bedrock-"  # the members Bedrock adds to a model's chunks
@@ -199,6 +200,11 @@ class Assembler:
         self.guardrail: tuple[int, int, Any] | None = None  # seq, offset, trace
         self.unknown_family: tuple[int, int] | None = None  # the first chunk of a family not known here
         self.more_outputs: tuple[int, int, int] | None = None  # the first Mistral chunk with more than one output
+        # A plain completion family has no second message start to show a response replayed from its
+        # start and stitched on: its chunks coming back byte for byte do (Bedrock pads each with a
+        # random `p`, but a server that does not sends the same chunk for the same token: from the
+        # third chunk on, as Chat Completions)
+        self._start_over = StartOver(self, least=StartOver.KEPT)
 
     def feed(self, event: WireEvent, t: float | None) -> None:
         judge = self.judge
@@ -275,6 +281,9 @@ class Assembler:
             if isinstance(outputs, list) and len(outputs) > 1 and self.more_outputs is None:
                 judge.note(f"a chunk with {len(outputs)} outputs at seq {event.seq}: the first is read")
                 self.more_outputs = (event.seq, event.start, len(outputs))
+            start_over = self._start_over
+            if start_over.busy or event.payload == start_over.first:
+                start_over.see(event.payload, event)
             builder.apply(inner, event.seq, event.start, t)  # type: ignore[union-attr]
         self._bedrock_fields(inner, event)
 
