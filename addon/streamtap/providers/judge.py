@@ -61,7 +61,7 @@ _SCALARS = frozenset((int, float, bool, type(None)))  # JSON values of a bounded
 
 END_WORDS = {
     StreamEnd.FINISHED: "the body ended cleanly",
-    StreamEnd.UPSTREAM_RESET: "the upstream connection was reset or timed out",
+    StreamEnd.UPSTREAM_RESET: "the upstream connection was reset, closed early or timed out",
     StreamEnd.CLIENT_ABORTED: "the client went away first (not the provider's fault)",
     StreamEnd.PROXY_ENDED: "mitmproxy or one of its addons ended it (not the provider's fault)",
 }
