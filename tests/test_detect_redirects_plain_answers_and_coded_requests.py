@@ -8,6 +8,7 @@ import gzip
 import json
 import subprocess
 import sys
+import zlib
 
 import pytest
 from mitmproxy.test import taddons, tflow
@@ -99,6 +100,22 @@ def test_a_gzip_request_body_is_read_decoded_for_the_recordings_why(tmp_path):
     header = read_recording(recording(tmp_path)).header
     assert header["request"]["body"] == {"model": "m", "stream": True}
     assert "stream=True" in header["why"], header["why"]
+
+
+@pytest.mark.parametrize("coding, compress", [("gzip", gzip.compress), ("deflate", zlib.compress)])
+def test_an_http_error_to_a_compressed_streaming_call_is_tapped(tmp_path, coding, compress):
+    """The request's "stream" is read decoded: else the error of every compressed streaming call
+    went unseen (no recording, no log line, no metric)."""
+    f = flow(429, content_type="application/json", body=b"")
+    f.request.headers["content-encoding"] = coding
+    f.request.raw_content = compress(b'{"model":"gpt-4o","messages":[],"stream":true}')
+    error = b'{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}'
+    assert tapped(tmp_path, f, [error])
+    assert f.metadata["streamtap"]["verdict"] == "errored", f.metadata["streamtap"]
+    plain = flow(429, content_type="application/json", body=b"")  # a compressed call that asked for no stream
+    plain.request.headers["content-encoding"] = coding
+    plain.request.raw_content = compress(b'{"model":"gpt-4o","messages":[],"stream":false}')
+    assert not tapped(tmp_path / "plain", plain, [error])
 
 
 @pytest.mark.parametrize("url, model", [

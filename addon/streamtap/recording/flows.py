@@ -14,8 +14,17 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
+from dataclasses import replace
+
 from streamtap.providers import RequestInfo, StreamEnd
+from streamtap.providers.detect import STREAM_CONTENT_TYPES
 from streamtap.providers.detect import is_llm_stream as _is_llm_stream
+
+from .content import decoded_body
+
+# A compressed request body is decoded to read its "stream" on the proxy's loop only up to this:
+# a few milliseconds of gzip at most, for a request that is rare (no SDK compresses by default)
+STREAM_FLAG_DECODED_UP_TO = 1 << 20
 
 
 def request_info(flow: Any) -> RequestInfo:
@@ -40,7 +49,16 @@ def is_llm_stream(flow: Any, request: RequestInfo | None = None) -> bool:
     ``request``: the flow's ``request_info``, where the caller has it already."""
     response = flow.response
     assert response is not None
-    return _is_llm_stream(request or request_info(flow), response.headers.get("content-type"))
+    request = request or request_info(flow)
+    content_type = response.headers.get("content-type")
+    coding = request.headers.get("content-encoding")
+    if coding and request.body and (content_type or "").split(";")[0].strip().lower() not in STREAM_CONTENT_TYPES:
+        # an answer that is no stream (an HTTP error) is tapped when the request asked for one: its
+        # "stream" is read decoded, or the errors of compressed streaming calls would go unseen
+        decoded = decoded_body(request.body, coding, STREAM_FLAG_DECODED_UP_TO)
+        if decoded is not None:
+            request = replace(request, body=decoded)
+    return _is_llm_stream(request, content_type)
 
 
 def may_have_body(flow: Any) -> bool:
