@@ -157,15 +157,24 @@ def responses_body(added: int, in_done_part: int, in_done_item: int | None = Non
 
 
 @pytest.mark.parametrize("added, in_done_part", [
-    (MAX_LISTED + BEYOND, 0),  # the done part names none: the added ones stand
     (MAX_LISTED + BEYOND, MAX_LISTED + BEYOND),  # the done part's whole list replaces them: counted once
     (0, MAX_LISTED + BEYOND),  # only the done part names them
-    (MAX_LISTED + 50, MAX_LISTED + BEYOND),  # the done part's count wins, as its list does
 ])
 def test_responses_annotations_keep_max_listed_and_count_the_rest(added, in_done_part):
     analysis = analyze(responses_body(added, in_done_part), "openai-responses")
     assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict.reason
-    assert_capped(analysis, in_done_part or added)
+    assert_capped(analysis, in_done_part)
+
+
+@pytest.mark.parametrize("added, in_done_part", [(MAX_LISTED + BEYOND, 0), (MAX_LISTED + 50, MAX_LISTED + BEYOND), (2, 3)])
+def test_responses_annotations_the_done_part_does_not_list_as_added_are_corrupt(added, in_done_part):
+    """The final response the app gets holds the finished part's list: added events that say
+    otherwise contradict it, counted past the cap too. The turn holds the finished part's list."""
+    analysis = analyze(responses_body(added, in_done_part), "openai-responses")
+    assert analysis.verdict.kind is VerdictKind.CORRUPT, analysis.verdict.reason
+    assert f"lists {in_done_part} annotation(s) for block 0, not the {added}" in analysis.verdict.reason
+    citations = only_text_block(analysis).citations
+    assert citations == [annotation(k) for k in range(min(in_done_part, MAX_LISTED))]
 
 
 def test_responses_done_part_within_the_cap_clears_the_count_of_the_added_ones():

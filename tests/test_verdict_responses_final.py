@@ -195,3 +195,27 @@ def test_a_final_item_of_another_type_than_streamed_in_its_place_is_corrupt():
     verdict = analyze_bytes(frame_responses([json.dumps(e).encode() for e in stream]), R).verdict
     assert verdict.kind is VerdictKind.CORRUPT, verdict
     assert "streamed as a message and the final response gives it as a function_call" in verdict.reason
+
+
+@pytest.mark.parametrize("said", [{"error": {"code": "server_error", "message": "failed mid-answer"}},
+                                  {"incomplete_details": {"reason": "max_output_tokens"}}])
+def test_a_completed_response_that_holds_an_error_or_a_cut_is_not_complete(said):
+    """The SDK's final response hands the app the error or the cut; the event says it finished."""
+    verdict = analyze_bytes(body(output=[MESSAGE, CALL], **said), R).verdict
+    assert verdict.kind is VerdictKind.UNKNOWN, verdict
+    assert f"completed with {next(iter(said))}" in verdict.reason
+    assert analyze_bytes(body(output=[MESSAGE, CALL], error=None, incomplete_details=None), R).verdict.kind is VerdictKind.COMPLETE
+
+
+def test_an_added_event_without_an_item_is_skipped_as_the_sdk_skips_it():
+    """Some compatible providers send an empty added event: a gap in the output indexes, no item."""
+    stream = events({"type": "response.completed", "response": {"id": "resp_1", "object": "response", "model": "gpt",
+                                                                "status": "completed", "output": [MESSAGE, CALL]}})
+    empty = {"type": "response.output_item.added", "output_index": 0, "item": None}
+    gapped = [{**e, "output_index": e["output_index"] + 1} if "output_index" in e else e for e in stream]
+    for events_ in ([stream[0], empty, *stream[1:]], [stream[0], empty, *gapped[1:]]):
+        numbered = [{**e, "sequence_number": n} for n, e in enumerate(events_)]
+        analysis = analyze_bytes(frame_responses([json.dumps(e).encode() for e in numbered]), R)
+        assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
+        assert any("without an item" in note for note in analysis.turn.notes)
+        assert analysis.turn.text() == "Let me look."

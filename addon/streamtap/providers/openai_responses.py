@@ -387,6 +387,11 @@ class Assembler(AssemblerBase):
         status = as_str(response.get("status")) or "completed"
         if status == "completed":
             self._no_incomplete_item(response.get("output"), event)
+            # an error or a cut said inside a response called completed: the app's final response
+            # carries them, the event says it finished; not a finished turn either
+            contradicted = [name for name in ("error", "incomplete_details") if response.get(name)]
+            if contradicted:
+                status = f"completed with {' and '.join(contradicted)}"
         # a response.completed whose response says another status is not a finished turn; a
         # refusal is filtered, as on Chat Completions
         finished = "tool_use" if BlockKind.TOOL_CALL in kinds else "refusal" if BlockKind.REFUSAL in kinds else "end_turn"
@@ -517,6 +522,12 @@ class Assembler(AssemblerBase):
 
     def _on_response_output_item_added(self, obj, event, t):
         self._body_started = True
+        if obj.get("item") is None:
+            # some compatible providers send an empty added event; the SDK skips it, leaving a gap in
+            # the output indexes (``accumulate_event``): an item that never came, not one left open
+            self.note(f"response.output_item.added without an item at seq {event.seq} (output index "
+                      f"{obj.get('output_index')}): skipped, as the SDK skips it")
+            return
         item = as_dict(obj.get("item"))
         index = as_int(obj.get("output_index"))
         if index is None:
@@ -1102,8 +1113,15 @@ class Assembler(AssemblerBase):
         self.close_unit(self._part_unit(obj, "content"), "response.content_part.done", event)
         self._done_text(block, part.get("refusal") if part.get("type") == "refusal" else part.get("text"), event,
                         "response.content_part.done")
-        annotations = as_list(part.get("annotations"))
-        if block is not None and annotations:  # the part's whole list, which the added events grew
+        annotations = part.get("annotations")
+        if block is None or not isinstance(annotations, list):  # (a compatible server may send none)
+            return
+        streamed, beyond = block.citations, block.extra.get("citations_dropped", 0)  # (what the added events gave)
+        if streamed and (len(streamed) + beyond != len(annotations) or annotations[: len(streamed)] != streamed):
+            # the final response the app gets is built from the finished part: the added events are not its list
+            self.corrupt(f"response.content_part.done lists {len(annotations)} annotation(s) for block {block.index}, "
+                         f"not the {len(streamed) + beyond} the annotation.added events gave", event, block=block.index)
+        if annotations or streamed:  # the part's whole list, which the added events grew
             self.judge.listed_whole(block, "citations", annotations)
 
     def _on_response_output_text_annotation_added(self, obj, event, t):
