@@ -512,3 +512,27 @@ def test_the_clients_get_no_credential_of_the_user_s(recording, tmp_path, monkey
     result = streamtap_sweep(recording, "--positions", "event=2", "--styles", "clean", "--", *client)
     assert result.returncode in (0, 1), result.stderr
     assert seen.exists() and not any(value in seen.read_text() for value in secrets.values()), seen.read_text()[:500]
+
+
+def test_stopped_before_any_run_ended_it_keeps_the_json_report_already_there(recording, tmp_path):
+    """Nothing ran to its end: an empty report must not take the place of an earlier one."""
+    started = tmp_path / "started"
+    client = tmp_path / "hang.py"
+    client.write_text(f"import time\nopen({str(started)!r}, 'w').close()\ntime.sleep(60)\n")
+    report = tmp_path / "report.json"
+    report.write_text('{"earlier": true}\n')
+    sweep = subprocess.Popen(
+        [*STREAMTAP, "sweep", recording, "--no-progress", "--positions", "event=2", "--styles", "clean", "--timeout", "60",
+         "--json", report, "--", sys.executable, "-S", client],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sweep.send_signal(signal.SIGTERM)
+        out, err = sweep.communicate(timeout=30)
+    finally:
+        sweep.kill()
+    assert sweep.returncode == 143 and "stopped by SIGTERM after 0 of 1 runs" in err, err
+    assert report.read_text() == '{"earlier": true}\n' and out == ""

@@ -219,7 +219,7 @@ def _say_what_ran(report, name: str, json_path: str | None) -> int:
         print(json.dumps(data, indent=1))
     elif report.runs:
         print(report.table())
-    if json_path not in (None, "-"):
+    if json_path not in (None, "-") and report.runs:  # with nothing to say, a report already there is kept
         try:
             write_file(json_path, json.dumps(data, indent=1) + "\n")
         except OSError as exc:
