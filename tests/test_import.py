@@ -128,6 +128,22 @@ def test_importing_again_skips_what_is_there(plain_capture):
     assert len(list(out.glob("*.jsonl"))) == 4
 
 
+def test_an_output_that_fails_is_said_of_the_output_not_of_the_out_folder(plain_capture):
+    """stdout closed early (| head) is 141, as for every verb; stdout on a full disk is exit 2
+    with the error; neither blames --out. What was imported stays: again, the rest is imported."""
+    (path, _), tmp = plain_capture
+    out = tmp / "piped"
+    piped = subprocess.run(f"{STREAMTAP} import {path} --out {out} | head -c 1 >/dev/null; echo ${{PIPESTATUS[0]}}",
+                           shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert piped.stdout.strip() == "141", piped.stdout + piped.stderr
+    assert str(out) not in piped.stderr, piped.stderr
+    full = subprocess.run([str(STREAMTAP), "import", str(path), "--out", str(tmp / "full")], stdout=open("/dev/full", "w"),
+                          stderr=subprocess.PIPE, text=True, timeout=60, cwd=REPO)
+    assert full.returncode == 2 and "No space left on device" in full.stderr and str(tmp / "full") not in full.stderr, full.stderr
+    again = streamtap_import(str(path), "--out", str(out), "-q")
+    assert again.returncode == 0 and len(list(out.glob("*.jsonl"))) == 4, again.stderr
+
+
 def test_filter_chooses_flows(plain_capture):
     (path, _), tmp = plain_capture
     out = tmp / "filtered"

@@ -118,14 +118,14 @@ def run(args: argparse.Namespace) -> int:
                       "importing the flow again", file=sys.stderr)
             if item.already:
                 already += 1
-                print(f"{shown_path(item.path)}  already imported ({_safe(item.url)})")
+                _out(f"{shown_path(item.path)}  already imported ({_safe(item.url)})")
             elif item.skipped:
                 skipped += 1
-                print(f"skipped {_safe(item.flow_id[:12])} {_safe(item.url)}: {_safe(item.skipped)}")
+                _out(f"skipped {_safe(item.flow_id[:12])} {_safe(item.url)}: {_safe(item.skipped)}")
             else:
                 written += 1
                 reason = "" if item.verdict == "complete" else f" ({_safe(item.reason)})"
-                print(
+                _out(
                     f"{shown_path(item.path)}  {item.verdict}{reason}  "
                     f"{item.provider} {_safe(item.model or '-')}, {item.events} events, {item.bytes} bytes"
                 )
@@ -133,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
                     print(f"streamtap import: flow {_safe(item.flow_id)} is a different flow than {shown_path(item.same_id)}, "
                           f"which has the same id (a capture appended to, or a flow replayed and saved again): "
                           f"recorded beside it as {shown_path(item.path)}", file=sys.stderr)
+    except _OutputFailed as exc:  # stdout, not --out: 141 for a closed pipe, as every verb, or its own error
+        raise exc.error from None
     except CaptureIncomplete as exc:  # what was read is written, and the rest is said lost
         incomplete = exc
     except CaptureError as exc:
@@ -163,6 +165,22 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return EXIT_FINDING if skipped or incomplete else EXIT_OK
+
+
+class _OutputFailed(Exception):
+    """Writing a flow's line to stdout failed (a closed pipe, a full disk): kept apart from the
+    OSErrors of the --out folder, which stop an import with the count of what it wrote."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _out(line: str) -> None:
+    try:
+        print(line)
+    except OSError as exc:
+        raise _OutputFailed(exc) from exc
 
 
 def _safe(text: str) -> str:
