@@ -941,6 +941,22 @@ def test_tool_input_of_only_json_whitespace_is_corrupt_as_the_sdk_refuses_it(whi
                          Dialect.ANTHROPIC).verdict.kind is VerdictKind.STOPPED_BY_LIMIT
 
 
+@pytest.mark.parametrize("start_input", ["oops", [1], 3])
+def test_a_tool_start_input_that_is_no_object_is_corrupt_and_kept_as_the_sdk_hands_it_over(start_input,
+                                                                                           loopback: LoopbackServer) -> None:
+    """With no fragment after it, the SDK hands the app the start's input as it came: a tool's
+    input is an object, so an app's handler gets what it cannot take."""
+    start, stop = tool_block(0)
+    start["content_block"]["input"] = start_input
+    body = sse(START, start, stop, *end("tool_use"))
+    assert sdk_final_message(loopback, body).content[0].input == start_input
+    analysis = analyze_bytes(body, Dialect.ANTHROPIC)
+    assert analysis.verdict.kind is VerdictKind.CORRUPT and "not a JSON object" in analysis.verdict.reason, analysis.verdict
+    assert analysis.turn.tool_calls()[0].arguments == start_input
+    empty = tool_block(0)  # the usual start input, {}: a tool without parameters
+    assert analyze_bytes(sse(START, *empty, *end("tool_use")), Dialect.ANTHROPIC).verdict.kind is VerdictKind.COMPLETE
+
+
 BOM = b"\xef\xbb\xbf"
 
 

@@ -659,7 +659,11 @@ def parse_arguments(block: Block, raw: str | None, start_input: Any = None,
         block.arguments = block.arguments_error = None
         return None
     if not raw:
-        block.arguments = start_input if isinstance(start_input, dict) else {}
+        if start_input is not None and not isinstance(start_input, dict):  # the SDK hands the app this value
+            block.arguments = start_input
+            block.arguments_error = f"the tool call's input is {type(start_input).__name__}, not a JSON object"
+            return block.arguments_error
+        block.arguments = start_input if start_input is not None else {}
         block.arguments_error = None
         return None
     if is_blank(raw):  # IncrementalJSON reads it as no arguments yet, as it reads ""
