@@ -219,3 +219,20 @@ def test_an_added_event_without_an_item_is_skipped_as_the_sdk_skips_it():
         assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
         assert any("without an item" in note for note in analysis.turn.notes)
         assert analysis.turn.text() == "Let me look."
+
+
+def test_a_part_only_the_final_response_holds_after_its_items_parts_were_streamed_is_corrupt():
+    """The SDK's final response shows it, an app reading the events never saw it: the two copies
+    disagree. A server that streams no part events for the item still gets its parts from it."""
+    more = {"type": "output_text", "text": " More.", "annotations": []}
+    longer = {**MESSAGE, "content": [*MESSAGE["content"], more]}
+    verdict = analyze_bytes(body(output=[longer, CALL]), R).verdict
+    assert verdict.kind is VerdictKind.CORRUPT, verdict
+    assert "output item 0 part content 1 came only with the final response, though the item's other content parts" in verdict.reason
+    partless = [e for e in events({"type": "response.completed", "response": {
+        "id": "resp_1", "object": "response", "model": "gpt", "status": "completed", "output": [longer, CALL]}})
+        if not e["type"].startswith(("response.content_part", "response.output_text"))]
+    analysis = analyze_bytes(frame_responses([json.dumps({**e, "sequence_number": n}).encode()
+                                              for n, e in enumerate(partless)]), R)
+    assert analysis.verdict.kind is VerdictKind.COMPLETE, analysis.verdict
+    assert analysis.turn.text() == "Let me look. More."

@@ -199,6 +199,7 @@ class Assembler(AssemblerBase):
         self._done_at: dict[tuple[str | None, str | None, str | None], int] = {}  # _sdk_identity -> done item's index
         self._open_items: set[int] = set()  # added, not yet done
         self._incomplete_item: tuple[int, WireEvent] | None = None  # the first item done with status incomplete
+        self._part_events: set[tuple[int, str]] = set()  # (output index, "content" or "summary") part events came for
         self._first_response: tuple[str, WireEvent] | None = None  # the first response id and its event
         self._changed_response: tuple[str, WireEvent] | None = None  # the latest other response id and its event
         self._starts_seen: set[str] = set()
@@ -845,6 +846,10 @@ class Assembler(AssemblerBase):
                          event, output_index=index, item_id=item_id, item_type=kind, final_items=len(output))
             return
 
+    def _streamed_parts(self, index: int, family: str) -> bool:
+        """Whether part events (added, deltas, done) came for output item ``index``'s ``family`` of parts."""
+        return (index, family) in self._part_events
+
     def _agree(self, index: int, item: dict[str, Any], event: WireEvent | None, source: str) -> None:
         """Compare a finished item with the blocks its deltas grew: a difference is corrupt.
 
@@ -892,6 +897,12 @@ class Assembler(AssemblerBase):
         for key, field, final, new_kind in pairs:
             block = self.block(0, key)
             if block is None:
+                if final and new_kind is not BlockKind.TOOL_CALL and self._streamed_parts(index, key[1]):
+                    # its item's other parts of this kind were streamed: a part only a later copy holds is
+                    # that copy saying more than the stream did (the SDK shows it, an event reader never)
+                    self.corrupt(f"output item {index} part {key[1]} {key[2]} came only with {source}, though the "
+                                 f"item's other {key[1]} parts were streamed", event, output_index=index)
+                    return
                 if final and new_kind is not BlockKind.TOOL_CALL:
                     # a part only the finished item carries: the SDK shows it, so the turn has it
                     self._given.setdefault(id(self.new_block(0, new_kind, key, text=final)), source)
@@ -994,6 +1005,7 @@ class Assembler(AssemblerBase):
         index = self._index(obj, event)
         if index is None:
             return None
+        self._part_events.add((index, sub))
         number = obj.get("summary_index" if sub == "summary" else "content_index", 0)
         block = self.block(0, (index, sub, number))
         if block is None and index == self._partial:
