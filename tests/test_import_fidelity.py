@@ -74,7 +74,7 @@ def errored_flow(message: str, client_alpn: bytes, server_alpn: bytes, client_cl
     from mitmproxy.flow import Error
 
     flow = chat_flow(CUT)
-    flow.error = Error(message)
+    flow.error = Error(message, flow.response.timestamp_start + 1.25)  # 1.25 s after the response began
     flow.response.timestamp_end = None  # the body never ended
     flow.client_conn.alpn, flow.server_conn.alpn = client_alpn, server_alpn
     # mitmdump -w saves a flow at its error hook, before the proxy closes the connections
@@ -106,6 +106,7 @@ def test_an_errored_flow_is_blamed_on_the_side_the_tap_blames(tmp_path, message,
     assert end["error"] == message
     assert end["stream_end"] == expected
     assert end["verdict"]["kind"] == "truncated"
+    assert end["duration_ms"] == 1250, end  # no response end: the flow lasted until its error came, as the Tap times it
 
 
 @pytest.mark.parametrize("client_alpn, expected", [(b"h2", "unknown"), (b"http/1.1", "complete")])
@@ -208,6 +209,25 @@ def test_a_recording_another_import_finished_after_the_listing_is_not_written_tw
 
 
 # -- 4. flows that share an id -------------------------------------------------------------------
+
+
+def test_a_different_flow_with_the_id_of_a_compressed_recording_gets_the_next_name(tmp_path):
+    """The live addon's recordings may be compressed (streamtap_compress=zstd): the name such a
+    recording holds is taken all the same, or the flow beside it would get a twin name."""
+    import zstandard
+
+    first, second = chat_flow(CHAT), chat_flow(CUT)
+    second.id = first.id
+    out = tmp_path / "out"
+    assert streamtap("import", write_capture(tmp_path / "a.mitm", [first]), "--out", out, "-q").returncode == 0
+    plain = only_recording(out)
+    compressed = plain.with_name(plain.name + ".zst")
+    compressed.write_bytes(zstandard.ZstdCompressor(write_checksum=True).compress(plain.read_bytes()))
+    plain.unlink()
+    result = streamtap("import", write_capture(tmp_path / "b.mitm", [second]), "--out", out)
+    assert result.returncode == 0, result.stderr
+    [beside] = out.glob("*_truncated_*.jsonl")
+    assert beside.name.endswith(f"_{first.id.replace('-', '')[:12]}-2.jsonl"), sorted(p.name for p in out.iterdir())
 
 
 def test_a_different_flow_with_a_recorded_id_is_recorded_beside_it(tmp_path):

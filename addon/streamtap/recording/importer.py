@@ -285,7 +285,8 @@ class ImportFolder:
     def free_part(self, base: str) -> str:
         """The name part for a flow with the id ``base``: ``base``, or ``base-2``, ``base-3``...
         when other flows with that id are recorded here already."""
-        taken = {name.removesuffix(".jsonl").rsplit("_", 1)[-1] for name in self.finals.get(_family(base), ())}
+        taken = {name.removesuffix(SUFFIX).removesuffix(".jsonl").rsplit("_", 1)[-1]  # compressed ones too
+                 for name in self.finals.get(_family(base), ())}
         part, number = base, 1
         while part in taken:
             number += 1
@@ -394,7 +395,7 @@ def import_flow(
                 del unframed[: max(0, len(unframed) - (decoded - writer.offset))]
         failure = undo.failure if undo is not None else None
         end, error = stream_end(flow)
-        duration, clock_note = _duration(response)
+        duration, clock_note = _duration(response, flow.error)
         if failure:
             if clock_note:
                 writer.note("clock", clock_note)
@@ -443,12 +444,15 @@ def import_flow(
     return result
 
 
-def _duration(response: Any) -> tuple[float | None, str | None]:
-    """Response start to end in ms, and a note when it cannot be had. A capture keeps wall-clock
-    times (``time.time()``), not the Tap's monotonic ones: a clock set back while the answer
-    streamed makes the end come before the start, and a negative duration is no duration at all
-    (the reader calls such a file damaged)."""
+def _duration(response: Any, error: Any = None) -> tuple[float | None, str | None]:
+    """Response start to end in ms, and a note when it cannot be had. A flow that ended in an
+    error (a reset, a client gone) has no response end: it ended when its error came, as the
+    Tap times it. A capture keeps wall-clock times (``time.time()``), not the Tap's monotonic
+    ones: a clock set back while the answer streamed makes the end come before the start, and a
+    negative duration is no duration at all (the reader calls such a file damaged)."""
     start, end = response.timestamp_start, response.timestamp_end
+    if not end and error is not None:
+        end = getattr(error, "timestamp", None)
     if not (start and end):
         return None, None
     if end < start:
