@@ -25,7 +25,7 @@ def folder(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("enc") / "日本"
     folder.mkdir()
     source = read_recording(REAL_RECORDING)
-    body = source.body.replace(b"gpt-4.1-nano", "qwen-中文".encode()).replace(b"Paris", "Paris ☀😀".encode())
+    body = source.body.replace(b"gpt-4.1-nano", "qwen-中文".encode()).replace(b"Paris", "Paris ☀😀 café".encode())
     writer = RecordingWriter(folder / "20231114T221320.200Z_openai-chat_complete_0123456789ab.jsonl")
     writer.header({key: value for key, value in source.header.items() if key not in ("type", "format", "streamtap")})
     finish_as_the_proxy(writer, StreamSession(Dialect.OPENAI_CHAT), body)
@@ -60,14 +60,15 @@ def test_a_utf_8_output_is_written_as_it_was(folder):
 @pytest.mark.parametrize("encoding", ["latin-1", "ascii"])
 @pytest.mark.parametrize("verb", ["show", "verify", "report"])
 def test_json_output_stays_json_whatever_the_output_cannot_encode(folder, encoding, verb):
-    """Beyond the BMP too: a JSON escape (a surrogate pair), never the Python one."""
+    """Beyond the BMP too: a JSON escape (a surrogate pair), never the Python one; and UTF-8 (RFC
+    8259), so a character the output could write in its own encoding (latin-1's é) is escaped too."""
     env = {**os.environ, "PYTHONIOENCODING": encoding}
     env.pop("PYTHONUTF8", None)
     result = subprocess.run([sys.executable, "-m", "streamtap.cli", verb, "--json", str(folder)], capture_output=True, env=env, timeout=60)
     assert result.returncode == 0 and b"Traceback" not in result.stderr, result.stderr
-    out = result.stdout.decode(encoding)
+    out = result.stdout.decode("utf-8")
     documents = [json.loads(line) for line in out.splitlines()] if verb != "report" else [json.loads(out)]
     text = json.dumps(documents, ensure_ascii=False)
     assert "qwen-中文" in text, out
     if verb != "report":
-        assert "Paris ☀😀" in text, out
+        assert "Paris ☀😀 café" in text, out

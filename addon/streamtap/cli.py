@@ -124,16 +124,15 @@ def _write_whole(stream, data: bytes) -> None:
 
 
 def json_for_stdout(text: str) -> str:
-    """JSON text whose characters stdout's encoding cannot hold are JSON escapes (a surrogate pair
-    beyond the BMP), not the Python escapes the output writes otherwise, which no JSON reader takes."""
-    encoding = sys.stdout.encoding or "utf-8"
+    """JSON text as is on a UTF-8 stdout; on any other, every character past ASCII a JSON escape
+    (a surrogate pair beyond the BMP): JSON between programs is UTF-8 (RFC 8259), which ASCII is,
+    and the Python escapes the output writes otherwise no JSON reader takes."""
     try:
-        text.encode(encoding)
-        return text
-    except UnicodeEncodeError:
-        return text.encode(encoding, _JSON_ESCAPES).decode(encoding)
+        if codecs.lookup(sys.stdout.encoding or "utf-8").name == "utf-8":
+            return text
     except LookupError:
         return text
+    return text.encode("ascii", _JSON_ESCAPES).decode("ascii")
 
 
 def _json_escapes(error: UnicodeError) -> tuple[str, int]:
