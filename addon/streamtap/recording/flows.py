@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 from urllib.parse import unquote
-
-from dataclasses import replace
 
 from streamtap.providers import RequestInfo, StreamEnd
 from streamtap.providers.detect import STREAM_CONTENT_TYPES
