@@ -846,10 +846,6 @@ class Assembler(AssemblerBase):
                          event, output_index=index, item_id=item_id, item_type=kind, final_items=len(output))
             return
 
-    def _streamed_parts(self, index: int, family: str) -> bool:
-        """Whether part events (added, deltas, done) came for output item ``index``'s ``family`` of parts."""
-        return (index, family) in self._part_events
-
     def _agree(self, index: int, item: dict[str, Any], event: WireEvent | None, source: str) -> None:
         """Compare a finished item with the blocks its deltas grew: a difference is corrupt.
 
@@ -897,7 +893,7 @@ class Assembler(AssemblerBase):
         for key, field, final, new_kind in pairs:
             block = self.block(0, key)
             if block is None:
-                if final and new_kind is not BlockKind.TOOL_CALL and self._streamed_parts(index, key[1]):
+                if final and new_kind is not BlockKind.TOOL_CALL and (index, key[1]) in self._part_events:
                     # its item's other parts of this kind were streamed: a part only a later copy holds is
                     # that copy saying more than the stream did (the SDK shows it, an event reader never)
                     self.corrupt(f"output item {index} part {key[1]} {key[2]} came only with {source}, though the "
