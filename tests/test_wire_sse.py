@@ -330,11 +330,22 @@ def test_limit_counts_comments_before_an_event_in_its_span() -> None:
         assert (events[0].start, events[0].end) == (0, len(comment) + len(event))
 
 
-def test_fields_of_an_oversize_event_do_not_take_effect() -> None:
-    stream = b"id: 1\ndata: a\n\ndata: " + b"x" * 50 + b"\nid: 2\n\ndata: b\n\n"
-    for chunks in (None, [1], [5]):
-        events = decode(stream, chunks, max_event_size=30)
-        assert triples(events) == [("message", "a", "1"), ("message", "b", "1")]
+def test_an_id_or_retry_in_an_oversize_event_takes_effect_as_the_sse_rules_and_the_sdk_apply_it() -> None:
+    """The event is skipped for its size; its id lasts beyond it (the last event ID buffer), and the
+    app's SDK, which has no size limit, gives the events after it that id. Its data and type are
+    dropped with it, and an id line over the limit itself is not kept."""
+    from openai._streaming import SSEDecoder as SDKDecoder
+
+    stream = b"id: 1\ndata: a\n\ndata: " + b"x" * 50 + b"\nid: 2\nretry: 300\nevent: big\n\ndata: b\n\n"
+    assert [(e.data, e.id) for e in SDKDecoder().iter_bytes(iter([stream]))][-1] == ("b", "2")
+    for chunks in (None, [1], [5], [len(stream) - 25, 1]):
+        decoder = SSEDecoder(max_event_size=30)
+        events = decode_with(decoder, stream, chunks or [len(stream)])
+        assert triples(events) == [("message", "a", "1"), ("message", "b", "2")], chunks
+        assert decoder.retry == 300 and decoder.last_event_id == "2"
+    too_long = b"data: " + b"x" * 50 + b"\nid: " + b"9" * 40 + b"\n\ndata: b\n\n"
+    for chunks in (None, [1], [7]):
+        assert triples(decode(too_long, chunks, max_event_size=30)) == [("message", "b", "")]
 
 
 def test_a_comment_line_that_holds_a_field_is_noted() -> None:

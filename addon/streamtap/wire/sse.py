@@ -43,7 +43,9 @@ skips to the next blank line and reports the whole skipped run as one non-fatal
 ``Malformed(OversizeError)`` whose ``raw`` is empty (its bytes were not kept; ``end -
 start`` says how many there were). The rule is positional (a line ending more than
 ``max_event_size`` bytes after the span start is where skipping begins), so the
-result does not depend on how the bytes were chunked.
+result does not depend on how the bytes were chunked. An ``id`` or ``retry`` line
+inside it (within the limit itself) still takes effect, as the SSE rules and the
+SDKs apply it: the id outlasts its event, and the events after it carry it.
 Comments and blank lines alone make no event: when a line takes a span that holds
 nothing else past the limit, the span so far is reported as a non-fatal
 ``Malformed(LongIdleRun)`` (``raw`` empty) and a new span starts at that line, so the
@@ -314,7 +316,8 @@ class SSEDecoder(accel.SSEFeed):
                 events = self._lf_run(bytes(data))
                 if events is not None:
                     return events
-        if self._skipping and 10 not in data and 13 not in data and not self._buf:
+        if self._skipping and 10 not in data and 13 not in data and not self._buf and (
+                self._skip_partial or len(data) > self.max_event_size or not _may_be_applied_while_skipping(bytes(data[:5]))):
             self._offset += len(data)
             self._skip_partial = True
             return []
@@ -600,7 +603,14 @@ class SSEDecoder(accel.SSEFeed):
                     span_start = base + end
                     seg = end
                     skipping = False
+                    self._fields = 0
+                    self._span_retry = None
                     limit = end + self.max_event_size
+                elif not partial and (line[:2] == b"id" or line[:5] == b"retry") and len(line) <= self.max_event_size:
+                    # the SSE rules apply an id or a retry wherever it stands, and the id outlasts its event:
+                    # the events after this skipped one carry it, as the app's do
+                    self._field(line, data, type_)
+                    self._unknown = None  # (a longer name that begins so: not reported from a skipped event)
                 partial = False
                 continue
             if not line:
@@ -674,7 +684,10 @@ class SSEDecoder(accel.SSEFeed):
             _join_in_place(data, b"\n")  # (an LF ends bytes that are not UTF-8 as a value's end does)
         done = len(work) - len(rest)  # the bytes whose lines were taken
         if skipping:
-            kept = b"\r" if rest[-1:] == b"\r" else b""
+            if not partial and len(rest) <= self.max_event_size and _may_be_applied_while_skipping(rest):
+                kept = rest  # an id or retry line the next read may end, applied then, as whole in one read
+            else:
+                kept = b"\r" if rest[-1:] == b"\r" else b""
             self._skip_partial = partial or len(rest) > len(kept)
             self._offset = base + len(work) - len(kept)
             self._buf += kept
@@ -945,8 +958,12 @@ class SSEDecoder(accel.SSEFeed):
             self.other_lines.append((seq, base + _line_start(work, end, line), kept))
 
     def _start_skipping(self, pending: bytes) -> None:
-        """The unfinished line in ``_buf`` already makes the span oversize: drop it."""
-        kept = b"\r" if pending[-1:] == b"\r" else b""
+        """The unfinished line in ``_buf`` already makes the span oversize: drop it (an id or retry
+        line within the limit is kept, to be applied once ended, as ``_lines`` keeps one)."""
+        if len(pending) <= self.max_event_size and _may_be_applied_while_skipping(pending):
+            kept = pending
+        else:
+            kept = b"\r" if pending[-1:] == b"\r" else b""
         self._skipping = True
         self._skip_partial = len(pending) > len(kept)
         self._offset += len(pending) - len(kept)
@@ -959,6 +976,12 @@ class SSEDecoder(accel.SSEFeed):
         self._span_retry = None
         self._span_invalid = 0
         self._quick = False
+
+
+def _may_be_applied_while_skipping(line: bytes) -> bool:
+    """Whether a line (or the start of one) is, or may grow into, an ``id`` or ``retry`` field: the
+    SSE rules apply those even inside an event skipped for its size."""
+    return line[:2] == b"id" or line[:5] == b"retry" or b"retry".startswith(line[:5]) or b"id".startswith(line[:2])
 
 
 def _sdk_takes_retry(value: bytes) -> bool:
