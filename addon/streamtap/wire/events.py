@@ -6,7 +6,10 @@ is exactly ``stream[start:end]``.  Spans of successive events tile the stream: a
 event's span starts where the previous event's span ended, so bytes that carry no
 event of their own (SSE comments and keep-alives, blank JSON lines, a BOM) belong to
 the event that follows them.  Concatenating every ``raw`` of one decode, the
-``Tail`` included, gives back the input byte for byte.
+``Tail`` included, gives back the input byte for byte, except where a decoder bounds
+its memory: a ``Malformed`` oversize event's ``raw`` is empty, and the ``Tail`` after a
+fatal error keeps only the first ``max_event_size`` bytes of what followed it (its span
+covers them all; its reason says so).
 
 Events are named tuples, not frozen dataclasses: equally immutable, but a decoder can
 build one without running Python code (``tuple.__new__(SSEEvent, fields)``, or a whole
