@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from replay_streams import openai_chat_frames, write_recording
 
-from streamtap.replay.source import load_source
+from streamtap.replay.source import Source, load_source
 from streamtap.replay.faults import FaultSpecError
 from streamtap.replay.sweep import (
     CRASHED,
@@ -300,11 +300,13 @@ def test_a_cut_run_that_still_got_a_complete_stream_is_never_silent(recording, t
     assert classify(0, answer, timed_out=False, answer=answer, complete=True) == WHOLE
     assert classify(0, answer, timed_out=False, answer=answer) == SILENT
     assert classify(1, answer, timed_out=False, answer=answer, complete=True) == NOTICED
-    # past sweep_positions' check (a library caller): the client gets the whole stream
+    # a cut that drops only a keep-alive comment after [DONE]: the client gets the whole stream
     client = tmp_path / "client.py"
     client.write_text(CLIENT)
-    source = load_source(recording)
-    report = asyncio.run(run_sweep(source, [sys.executable, "-S", str(client)], positions=[f"cut:byte={len(source.body)}"], styles=("clean",), timeout=15))
+    frames = openai_chat_frames()
+    source = Source.from_frames([*frames, b": keep-alive\n\n"], wire="sse", dialect="openai-chat")
+    cut = sum(map(len, frames))
+    report = asyncio.run(run_sweep(source, [sys.executable, "-S", str(client)], positions=[f"cut:byte={cut}"], styles=("clean",), timeout=15))
     [run] = report.runs
     assert (run.verdict, run.outcome) == ("complete", WHOLE), run
     assert report.baseline.outcome == SILENT  # uncut, taking the whole answer is what it shows

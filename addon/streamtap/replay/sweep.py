@@ -134,7 +134,8 @@ def sweep_positions(source: Source, which: str = DEFAULT_POSITIONS) -> list[str]
     unique = [p for p in out if not (p in seen or seen.add(p))]
     # a bad explicit item fails here, before any run; every run would get the server's HTTP 400
     asked_faults = [parse_fault(spec) for spec in asked]
-    unfit = unfit_faults(asked_faults, [source]) or _uncut_ends(asked_faults, event_ends, body_length)
+    # (a cut at the very end, in any style, first: the plan refuses only one that changes nothing at all)
+    unfit = _uncut_ends(asked_faults, event_ends, body_length) or unfit_faults(asked_faults, [source])
     if unfit:
         raise FaultSpecError(f"--positions: {'; '.join(unfit)}")
     for spec, fault in zip(asked, asked_faults):  # they fit: each cuts where the plan ends the body
