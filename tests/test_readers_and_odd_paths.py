@@ -95,3 +95,20 @@ def test_a_link_that_leads_nowhere_is_skipped(tmp_path, make_link):
 ])
 def test_a_tab_or_line_break_in_a_url_hides_no_secret(url, expected):
     assert Redactor((), ()).url(url) == expected
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "1e999"])
+def test_a_time_that_is_no_finite_number_is_damage_not_a_time_that_hides_others_going_back(tmp_path, value):
+    """The writer's fallback to the json module (for what orjson refuses) reads NaN, which every
+    comparison lets through: later frames' times set to 0 then went unnoticed."""
+    lines = (REPO / "recordings" / "anthropic.jsonl").read_text().splitlines(keepends=True)
+    frames = [i for i, line in enumerate(lines) if line.startswith('{"type":"frame"')]
+    edited = list(lines)
+    edited[frames[5]] = json.dumps({**json.loads(lines[frames[5]]), "t": "T"}, separators=(",", ":")).replace('"T"', value) + "\n"
+    for i in frames[6:]:
+        edited[i] = json.dumps({**json.loads(lines[i]), "t": 0}, separators=(",", ":")) + "\n"
+    path = tmp_path / "forged.jsonl"
+    path.write_text("".join(edited))
+    result = subprocess.run([*STREAMTAP, "verify", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"line {frames[5] + 1} is damaged: 't' is" in result.stderr and "finite number" in result.stderr, result.stderr

@@ -21,6 +21,7 @@ import base64
 import binascii
 import hashlib
 import json
+import math
 import os
 import re
 from collections import deque
@@ -180,8 +181,8 @@ def counted(record: dict[str, Any], name: str, *, required: bool = False) -> int
 
 def _time(record: dict[str, Any], name: str) -> float | None:
     value = _typed(record, name, (int, float))
-    if value is not None and value < 0:
-        raise ValueError(f"{name!r} is {value}: a time since the response started is never negative")
+    if value is not None and not 0 <= value < math.inf:  # NaN too, which no comparison would catch later
+        raise ValueError(f"{name!r} is {value}: a time since the response started is a finite number, never negative")
     return value
 
 
