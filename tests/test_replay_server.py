@@ -157,6 +157,15 @@ def test_unmatched_request_gets_a_json_404_with_the_nearest_recording(serve):
     assert error["nearest"][0]["differs_in"] == ["body.model"]
 
 
+def test_a_404_names_the_query_parameters_that_differ_not_their_values(serve):
+    r = httpx.post(serve + "/v1/chat/completions?api-version=2024-10-21&key=sk-secret-value", json=OPENAI_REQUEST, timeout=5)
+    assert r.status_code == 404
+    nearest = r.json()["error"]["nearest"][0]
+    assert nearest["recording"].endswith("openai.jsonl")
+    assert nearest["differs_in"] == ["query api-version", "query key"], nearest
+    assert "sk-secret-value" not in r.text and "2024-10-21" not in json.dumps(nearest)
+
+
 def test_a_bad_fault_header_is_a_400_naming_the_problem(serve):
     r = httpx.post(serve + "/v1/chat/completions", json=OPENAI_REQUEST, headers={"x-streamtap-fault": "cut:evnt=3"}, timeout=5)
     assert r.status_code == 400 and "cut takes" in r.json()["error"]["message"]

@@ -456,7 +456,7 @@ def _compared(key: Key, live: _LiveFields, entry: _Entry) -> tuple[int, Callable
     if key.method != entry.key.method:
         head.append("method")
     if key.path != entry.key.path:
-        head.append("path")
+        head += _path_names(key.path, entry.key.path)
     if key.headers != entry.key.headers:
         head += [f"header {h}" for (h, v), (_, w) in zip(key.headers, entry.key.headers) if v != w]
     recorded_only: list[str] = []  # the recording's fields that differ (missing from the live body too)
@@ -488,6 +488,26 @@ def _compared(key: Key, live: _LiveFields, entry: _Entry) -> tuple[int, Callable
         return shown
 
     return count + served, names
+
+
+def _path_names(mine: str, theirs: str) -> list[str]:
+    """Two keys' paths that differ, named more closely: the path itself, and each query parameter
+    whose values differ (by its name: a value may be a secret)."""
+    path, _, query = mine.partition("?")  # (a key's path holds any ? of its own escaped)
+    their_path, _, their_query = theirs.partition("?")
+    names = ["path"] if path != their_path else []
+    if query != their_query:
+        ours, others = _by_name(query), _by_name(their_query)
+        params = sorted(name for name in ours.keys() | others.keys() if ours.get(name) != others.get(name))
+        names += [f"query {shown_text(name)}" for name in params] or ["query"]
+    return names
+
+
+def _by_name(query: str) -> dict[str, list[str]]:
+    values: dict[str, list[str]] = {}
+    for name, value in query_pairs(query):
+        values.setdefault(name, []).append(value)
+    return values
 
 
 def _how_it_differs(differs_in: list[str]) -> str:
