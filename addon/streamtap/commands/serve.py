@@ -15,7 +15,7 @@ printed base URL, e.g. OPENAI_BASE_URL=http://127.0.0.1:8080/v1.
 timing:  original (recorded gaps) | scale=N (gaps times N) | fast (default)
 faults:  cut:event=N|byte=N|at=tool-args|escaped-quote|between-blocks|before-terminal|prelude|crc[,style=clean|abort|reset]
          stall:after=N|byte=N,secs=S  fragment:max=K[,seed=N]  latency:ms=M[,jitter=J][,seed=N]  bandwidth:bps=BITS
-         corrupt:frame=N,field=payload|crc|prelude-crc|length[,byte=0x22][,offset=N]  duplicate|reorder|drop:event=N
+         corrupt:frame=N[,field=payload|crc|prelude-crc|length][,byte=0x22][,offset=N]  duplicate|reorder|drop:event=N
          error:kind=overloaded_error|modelStreamErrorException|openai[,after=N][,message=TEXT]
          swap-tail:with=OTHER.jsonl[,at=N]
          (several: repeat --fault or join with ';'; the README's Faults section says what each does)
