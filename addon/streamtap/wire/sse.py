@@ -981,7 +981,7 @@ class SSEDecoder(accel.SSEFeed):
 def _may_be_applied_while_skipping(line: bytes) -> bool:
     """Whether a line (or the start of one) is, or may grow into, an ``id`` or ``retry`` field: the
     SSE rules apply those even inside an event skipped for its size."""
-    return line[:2] == b"id" or line[:5] == b"retry" or b"retry".startswith(line[:5]) or b"id".startswith(line[:2])
+    return b"id".startswith(line[:2]) or b"retry".startswith(line[:5])
 
 
 def _sdk_takes_retry(value: bytes) -> bool:
