@@ -73,6 +73,27 @@ def record_openai_chat(proxy, name: str) -> tuple:
     return assert_recorded_exactly(proxy, name, tee.bodies[-1]), text, chunks
 
 
+def test_a_chat_answer_without_the_usage_and_choices_its_request_asked_for_says_so_live_and_in_verify(proxy):
+    """OpenAI sends a usage chunk before [DONE] when asked, and n choices; a compatible server
+    that ignores the options does not: the verdict stands, the turn notes what the app lacks."""
+    import sys
+
+    without_usage = b"".join(line + b"\n\n" for line in streams.openai_chat(["Hi."]).split(b"\n\n")
+                             if line and b'"usage"' not in line)
+    proxy.upstream.add("oai-asked", Script(without_usage))
+    client = openai.OpenAI(base_url=f"{proxy.url}/s/oai-asked/v1", api_key=OPENAI_KEY, max_retries=0)
+    chunks = list(client.chat.completions.create(model="gpt-test-1", messages=[{"role": "user", "content": "q"}], n=2,
+                                                 stream=True, stream_options={"include_usage": True}))
+    assert all(chunk.usage is None for chunk in chunks)  # what the app got
+    rec = find_recording(proxy.record_dir, "oai-asked")
+    notes = rec.end["turn"]["notes"]
+    assert rec.verdict["kind"] == "complete", rec.verdict
+    assert any("asked for usage (stream_options.include_usage)" in note for note in notes), notes
+    assert any("asked for 2 choices (n) and the stream carried 1" in note for note in notes), notes
+    judged = subprocess.run([sys.executable, "-m", "streamtap.cli", "verify", "--json", str(rec.path)], capture_output=True, text=True)
+    assert json.loads(judged.stdout)["turn"]["notes"] == notes, judged.stdout
+
+
 def test_openai_chat_completions(proxy):
     rec, text, chunks = record_openai_chat(proxy, "oai-chat")
     assert text == "The answer is 42."

@@ -379,3 +379,13 @@ def test_an_event_over_the_decoders_limit_is_recorded_unframed_as_the_tap_record
     expected = analyze_bytes(body, Dialect.OPENAI_CHAT).verdict
     assert end_line(only_recording(out))["verdict"]["kind"] == expected.kind.value == "corrupt"
     assert "event longer than" in end_line(only_recording(out))["verdict"]["reason"]
+
+
+def test_an_import_reads_the_answer_against_what_its_request_asked_for_as_the_tap_does(tmp_path):
+    flow = chat_flow(CHAT)
+    flow.request.content = b'{"model":"gpt-test-1","stream":true,"n":3,"messages":[]}'
+    out = tmp_path / "out"
+    result = streamtap("import", write_capture(tmp_path / "capture.mitm", [flow]), "--out", out, "-q")
+    assert result.returncode == 0, result.stderr
+    notes = end_line(only_recording(out))["turn"]["notes"]
+    assert any("asked for 3 choices (n)" in note for note in notes), notes

@@ -315,6 +315,7 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
                                     one_response=True, may_resume=may_resume(request.get("method"), request.get("url")),
                                     user_agent=user_agent(request),
                                     **keeps, **limits)
+            session.asked(request.get("body"))
         except ValueError as exc:  # a wire format this build does not know
             return Unjudged(path, f"cannot judge recording: {exc}")
         encoding = (header.get("wire") or {}).get("content_encoding")

@@ -162,6 +162,7 @@ class FlowTap:
                     may_resume=may_resume(asked.get("method"), asked.get("url")),
                     user_agent=user_agent(asked),
                 )
+                self.session.asked(asked.get("body"))
                 if self.decoder is not None and self.decoder.failure:  # a coding streamtap does not know
                     self._undo_failed(None)
         except Exception as exc:

@@ -27,6 +27,11 @@ the session judges that answer ``truncated`` (``content_complete`` in the eviden
 Content-Length for its end (botocore reads with urllib3's ``enforce_content_length`` off), so
 such a cut after the end signal cost the app nothing (``StreamSession.close(length_framed=)``).
 
+One optional method, ``asked(body)``: the request's JSON body, given before the answer is fed
+where it is known (live, on import, from a recording's header), for a dialect that reads the answer
+against what the request asked for (Chat Completions notes a usage chunk or choices it asked for
+and did not get).
+
 One optional fact, asked at close of an SSE or NDJSON stream: ``sdk_reads_an_unended_last_line``.
 True where the dialect's SDK, at the end of the body, reads the last line even without its line end
 (and, on SSE, dispatches the data it gathered without the blank line): google-genai on ``alt=sse``,

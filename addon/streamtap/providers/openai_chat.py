@@ -85,6 +85,8 @@ class Assembler(AssemblerBase):
         super().__init__(wire)
         self._finish: dict[int, str] = {}  # choice -> raw finish_reason
         self._done: WireEvent | None = None
+        self._asked_usage = False  # the request asked for a usage chunk (stream_options.include_usage)
+        self._asked_choices = 1  # the request's n
         self._tool_keys: dict[tuple[int, int], int] = {}  # (choice, tool index) -> generation, for reused indexes
         self._chunk_id: str | None = None  # every chunk of one generation carries the same id
         self._chunk_id_at: WireEvent | None = None  # the first chunk that carried it
@@ -484,8 +486,25 @@ class Assembler(AssemblerBase):
         never reaches the app."""
         return self._done is not None
 
+    def asked(self, body: dict[str, Any]) -> None:
+        self._asked_usage = as_dict(body.get("stream_options")).get("include_usage") is True
+        n = body.get("n")
+        self._asked_choices = n if type(n) is int and n > 1 else 1
+
+    def _what_was_asked(self) -> None:
+        """An answer that ended without what its request asked for: OpenAI sends it, a compatible
+        server that ignores the option does not (Ollama's /v1 ignores both), so it is noted, not judged."""
+        if self._asked_usage and not self.turn.usage.raw:
+            self.note("the request asked for usage (stream_options.include_usage) and no chunk before [DONE] "
+                      "carried it: the app's usage is null (a server that ignores the option, or the chunk lost)")
+        if len(self.turn.choices) < self._asked_choices:
+            self.note(f"the request asked for {self._asked_choices} choices (n) and the stream carried "
+                      f"{len(self.turn.choices)} (a server that ignores n, or choices lost)")
+
     def finish(self, end: StreamEnd) -> tuple[Turn, Verdict]:
         self.close_blocks()
+        if self._done is not None and self.judge.error_at is None:
+            self._what_was_asked()
         if self._helper_lost and not self._helper_read and self.judge.error_at is None:
             self.note("no chunk has object chat.completion.chunk: the openai SDK's stream helper reads none, and its "
                       "get_final_completion() fails (AssertionError)")

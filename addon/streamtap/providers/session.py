@@ -278,6 +278,13 @@ class StreamSession:
         if self.http_status >= 400 and len(self._error_body) < ERROR_BODY_LIMIT:
             self._error_body += chunk[: ERROR_BODY_LIMIT - len(self._error_body)]
 
+    def asked(self, request_body: Any) -> None:
+        """What the request asked of its answer (its JSON body, as a recording's header keeps it),
+        for a dialect that reads the answer against it (``asked`` in assembler.py)."""
+        asked = getattr(self._assembler, "asked", None)
+        if asked is not None and isinstance(request_body, dict):
+            asked(request_body)
+
     def close(self, end: StreamEnd | str = StreamEnd.FINISHED, *, length_framed: bool = False) -> Analysis:
         """``length_framed``: the HTTP body was delimited by its Content-Length (not chunked, not
         by the connection's close), which decides what a cut after the end signal did to the app."""

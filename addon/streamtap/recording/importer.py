@@ -374,6 +374,7 @@ def import_flow(
         )
         if not streamed:
             header["streamed"] = False
+        session.asked((header.get("request") or {}).get("body"))
         writer.header(header)
         writer.read(wire, None)  # the capture keeps the bytes, not when they came
         decoded, unframed = 0, bytearray()  # body bytes taken, and those no frame covers yet
