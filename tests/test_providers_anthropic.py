@@ -1014,3 +1014,16 @@ def test_an_output_count_sent_null_by_message_delta_leaves_none_as_in_the_sdk(lo
     message = sdk_final_message(loopback, body)
     assert message.usage.output_tokens is None
     assert_turn_matches_sdk(analyze_bytes(body, Dialect.ANTHROPIC).turn, message)
+
+
+def test_a_thinking_block_closed_without_its_signature_keeps_its_verdict_with_a_note(loopback: LoopbackServer) -> None:
+    """The API refuses a thinking block sent back without its signature (a tool-use loop sends it
+    back): a lost signature_delta shows only later, as the app's next request failing."""
+    blocks = thinking_block(0, "hmm", "SIG")
+    unsigned = sse(START, *[b for b in blocks if b.get("delta", {}).get("type") != "signature_delta"], *end("end_turn"))
+    assert sdk_final_message(loopback, unsigned).content[0].signature == ""
+    analysis = analyze_bytes(unsigned, Dialect.ANTHROPIC)
+    assert analysis.verdict.kind is VerdictKind.COMPLETE
+    assert any("thinking block 0 closed without a signature" in note for note in analysis.turn.notes), analysis.turn.notes
+    signed = analyze_bytes(sse(START, *blocks, *end("end_turn")), Dialect.ANTHROPIC)
+    assert not any("signature" in note for note in signed.turn.notes)

@@ -411,6 +411,10 @@ class MessageBuilder:
     def _close(self, block: Block, index: int, seq: int | None, offset: int | None, prefilled: bool = False) -> None:
         block.closed = True
         self.pieces.flush(block)
+        if block.kind is BlockKind.THINKING and block.text and not block.signature:
+            # the API refuses a thinking block sent back without its signature (in a tool-use loop)
+            self.judge.note(f"thinking block {index} closed without a signature: the API refuses it when the app "
+                            "sends it back (a signature_delta lost, or a server that sends none)")
         if block.kind not in _TOOLISH or block.arguments_raw is None:
             return
         start_input = block.extra.pop("start_input", None)
