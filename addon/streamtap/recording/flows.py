@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from streamtap.providers import RequestInfo, StreamEnd
-from streamtap.providers.detect import STREAM_CONTENT_TYPES
+from streamtap.providers.detect import wire_from_content_type
 from streamtap.providers.detect import is_llm_stream as _is_llm_stream
 
 from .content import decoded_body
@@ -51,7 +51,7 @@ def is_llm_stream(flow: Any, request: RequestInfo | None = None) -> bool:
     request = request or request_info(flow)
     content_type = response.headers.get("content-type")
     coding = request.headers.get("content-encoding")
-    if coding and request.body and (content_type or "").split(";")[0].strip().lower() not in STREAM_CONTENT_TYPES:
+    if coding and request.body and wire_from_content_type(content_type) in (None, "json-array"):  # no stream
         # an answer that is no stream (an HTTP error) is tapped when the request asked for one: its
         # "stream" is read decoded, or the errors of compressed streaming calls would go unseen
         decoded = decoded_body(request.body, coding, STREAM_FLAG_DECODED_UP_TO)
