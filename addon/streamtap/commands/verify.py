@@ -29,7 +29,7 @@ from streamtap.providers import (
 )
 from streamtap.providers.common import dumps, loads
 from streamtap.providers.judge import DROPPED, ENDING_KINDS, TEXT_CAP
-from streamtap.providers.request import may_resume, user_agent
+from streamtap.providers.request import may_resume
 from streamtap.recording.catalog import files_under
 from streamtap.recording.content import (
     WireBodyCheck,
@@ -313,9 +313,8 @@ def _judge_recording(path: Path, provider: str | None, sentinel: str | None,
             request = header.get("request") or {}  # (the reader checked its method's and URL's types)
             session = StreamSession(dialect, wire or None, http_status=status, sentinel=sentinel, streamed=streamed,
                                     one_response=True, may_resume=may_resume(request.get("method"), request.get("url")),
-                                    user_agent=user_agent(request),
                                     **keeps, **limits)
-            session.asked(request.get("body"))
+            session.asked(request)
         except ValueError as exc:  # a wire format this build does not know
             return Unjudged(path, f"cannot judge recording: {exc}")
         encoding = (header.get("wire") or {}).get("content_encoding")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from streamtap.cli import failure, terminal_safe
 from streamtap.mitm.flowspec import FlowSpec, described as _described
 from streamtap.providers import StreamEnd, StreamSession, VerdictKind
-from streamtap.providers.request import may_resume, user_agent
+from streamtap.providers.request import may_resume
 from streamtap.recording import RecordingError, RecordingWriter, SpanNotKept, final_name
 from streamtap.recording.content import (
     UNDO_FAILED_RAW,
@@ -160,9 +160,8 @@ class FlowTap:
                     streamed=spec.streamed,
                     one_response=True,
                     may_resume=may_resume(asked.get("method"), asked.get("url")),
-                    user_agent=user_agent(asked),
                 )
-                self.session.asked(asked.get("body"))
+                self.session.asked(asked)
                 if self.decoder is not None and self.decoder.failure:  # a coding streamtap does not know
                     self._undo_failed(None)
         except Exception as exc:

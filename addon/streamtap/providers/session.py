@@ -32,7 +32,7 @@ from streamtap.wire import (
 
 from .common import error_fields, error_fields_of_text, error_message, loads, one_line
 from .judge import ARGUMENTS_CAP, END_WORDS, ENDING_KINDS, TEXT_CAP, TEXT_END
-from .request import takes_a_short_body_whole
+from .request import takes_a_short_body_whole, user_agent
 from .turn import NOT_JUDGED, BlockKind, Choice, Dialect, StreamEnd, Turn, Verdict, VerdictKind
 
 DEFAULT_WIRE = {
@@ -119,7 +119,6 @@ class StreamSession:
         streamed: bool = True,
         one_response: bool = False,
         may_resume: bool = True,
-        user_agent: str | None = None,
     ) -> None:
         """``text_cap`` and ``arguments_cap`` bound the characters of text and of tool-call arguments
         the turn keeps (None: all of them), so memory does not grow with the answer; beyond them the
@@ -130,8 +129,8 @@ class StreamSession:
         ConverseStream message after the first ended was stitched on (corrupt). Without it, a file of
         several messages back to back (multi-step test recordings) is one turn. ``may_resume`` false: the
         request cannot be a replay that starts after its answer's first events (``may_resume`` in
-        request.py: an OpenAI Responses create), so a body that lacks them lost them. ``user_agent``:
-        the request's, which tells whether its client checks a body's Content-Length."""
+        request.py: an OpenAI Responses create), so a body that lacks them lost them. What else the
+        request says is given by ``asked``."""
         self.dialect = Dialect(dialect)
         self.streamed = streamed
         self.wire = wire or DEFAULT_WIRE[self.dialect]
@@ -178,7 +177,7 @@ class StreamSession:
         self._error_body = bytearray()
         self._closed: Analysis | None = None
         self._length_framed = False  # set by close()
-        self._user_agent = user_agent
+        self._user_agent: str | None = None  # the request's (set by asked): does its client check a Content-Length
         self._empty_notes: list | None = self._decoder.empty_dispatches if takes_empty else None
         self._empty_fed = 0  # notes of the list offered so far
 
@@ -278,12 +277,16 @@ class StreamSession:
         if self.http_status >= 400 and len(self._error_body) < ERROR_BODY_LIMIT:
             self._error_body += chunk[: ERROR_BODY_LIMIT - len(self._error_body)]
 
-    def asked(self, request_body: Any) -> None:
-        """What the request asked of its answer (its JSON body, as a recording's header keeps it),
-        for a dialect that reads the answer against it (``asked`` in assembler.py)."""
-        asked = getattr(self._assembler, "asked", None)
-        if asked is not None and isinstance(request_body, dict):
-            asked(request_body)
+    def asked(self, request: Any) -> None:
+        """The request, as a recording's header keeps it (``headers`` as [name, value] pairs,
+        ``body`` its JSON): its client (``User-Agent``), and what it asked of its answer, for a
+        dialect that reads the answer against it (``asked`` in assembler.py)."""
+        if not isinstance(request, dict):
+            return
+        self._user_agent = user_agent(request)
+        asked, body = getattr(self._assembler, "asked", None), request.get("body")
+        if asked is not None and isinstance(body, dict):
+            asked(body)
 
     def close(self, end: StreamEnd | str = StreamEnd.FINISHED, *, length_framed: bool = False) -> Analysis:
         """``length_framed``: the HTTP body was delimited by its Content-Length (not chunked, not

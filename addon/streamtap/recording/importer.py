@@ -348,7 +348,7 @@ def import_flow(
     session = StreamSession(
         detection.dialect, detection.wire, http_status=response.status_code,
         sentinel=sentinel, max_event_size=DEFAULT_MAX_EVENT, streamed=streamed, one_response=True,
-        may_resume=may_resume(request.method, request.pretty_url), user_agent=request.headers.get("user-agent"),
+        may_resume=may_resume(request.method, request.pretty_url),
     )
     partial = _renamed(partial_name(started, result.provider, flow.id), base, part, PARTIAL_SUFFIX)
     writer, finished = None, False
@@ -374,7 +374,7 @@ def import_flow(
         )
         if not streamed:
             header["streamed"] = False
-        session.asked((header.get("request") or {}).get("body"))
+        session.asked(header.get("request"))  # as the Tap and verify read it, from the header
         writer.header(header)
         writer.read(wire, None)  # the capture keeps the bytes, not when they came
         decoded, unframed = 0, bytearray()  # body bytes taken, and those no frame covers yet
